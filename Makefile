@@ -1,0 +1,100 @@
+# sluice -- build.  `make` builds libsluice (static + shared) and the `sluice`
+# tool; `make check` builds and runs every test (plain, ASan+UBSan, TSan);
+# `make bench` runs the benchmarks.  Outputs go under build/ (never committed).
+#
+# Variants share these rules and differ by output folder and flags:
+#     make                     build/         -O2 -g
+#     make asan                build/asan/    ASan + UBSan (all of it, tests too)
+#     make tsan                build/tsan/    ThreadSanitizer
+# which is the same as `make B=build/asan CFLAGS=... LDFLAGS=... all tests`.
+
+PREFIX  ?= /usr/local
+CC      ?= cc
+VERSION := 0.1.0
+
+WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes
+CFLAGS  ?= -O2 -g
+LDFLAGS ?=
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Isrc/lib -Isrc/cli -fPIC
+LDLIBS  := -lz -lpthread
+
+ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+TSAN_FLAGS := -O1 -g -fsanitize=thread
+
+B       ?= build
+LIB_SRC := $(wildcard src/lib/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
+CLI_SRC := $(wildcard src/cli/*.c)
+CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
+# The CLI's parts without main(), for unit tests of the tool's parsers.
+CLI_PARTS := $(filter-out $(B)/src/cli/sluice.o,$(CLI_OBJ))
+TEST_SRC := $(wildcard tests/test_*.c)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
+TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
+
+.PHONY: all lib cli tests check asan tsan run bench install clean fmt
+.SECONDARY: # keep objects made by chained rules (tests/*.o)
+all: lib cli
+
+lib: $(B)/libsluice.a $(B)/libsluice.so
+cli: $(B)/sluice
+tests: $(TEST_BIN)
+
+$(B)/%.o: %.c $(wildcard include/*.h src/*/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(B)/libsluice.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(B)/libsluice.so: $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libsluice.so.0 $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/sluice: $(CLI_OBJ) $(B)/libsluice.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
+
+# Unit tests of code outside the library link the parts they test:
+# add one line per such test.
+$(B)/tests/test_replay_parse: $(CLI_PARTS)
+
+$(B)/bench/bench: $(B)/bench/bench.o $(B)/libsluice.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+asan:
+	$(MAKE) B=build/asan CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" all tests
+
+tsan:
+	$(MAKE) B=build/tsan CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" all tests
+
+# The whole test suite: plain build, then ASan+UBSan, then TSan for the
+# threaded tests.  tests/run.sh prints "N passed, N failed" and fails if any did.
+check:
+	./tests/run.sh
+
+bench: $(B)/bench/bench $(B)/sluice
+	./bench/run.sh
+
+run:
+	./scripts/run.sh
+
+# sluice.pc is made from sluice.pc.in at install time: it carries PREFIX.
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 include/sluice.h $(DESTDIR)$(PREFIX)/include/
+	install -m 644 $(B)/libsluice.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(B)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.$(VERSION)
+	ln -sf libsluice.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsluice.so.0
+	ln -sf libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/libsluice.so
+	install -m 755 $(B)/sluice $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sluice.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
+
+fmt:
+	clang-format -i $(wildcard include/*.h src/*/*.c src/*/*.h tests/*.c bench/*.c)
+
+clean:
+	rm -rf build

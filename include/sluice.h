@@ -1,0 +1,214 @@
+/*
+ * sluice.h -- libsluice, an exact, embeddable rate-limit decision engine.
+ *
+ * Two objects:
+ *
+ *   sl_store    per-key state for every algorithm: a sharded, thread-safe hash
+ *               table with a memory bound, a keyed (SipHash) hash with a random
+ *               per-process seed, expired-first then least-recently-used
+ *               eviction.  One store may serve many limiters.
+ *   sl_limiter  an algorithm and its parameters bound to a store: the classic
+ *               "limiter.allow(key, now)" object.
+ *
+ * Time is always passed in (integer milliseconds); the library never reads a
+ * clock.  Every decision returns the six fields of SPEC section 3 (sl_result).
+ * All arithmetic is exact integer arithmetic.
+ *
+ * Errors are negative codes (SL_E*), never errno; sl_strerror() names them.
+ * Codes are only ever appended, never renumbered.
+ *
+ * Thread safety: every function taking an sl_store or sl_limiter may be called
+ * from many threads at once, except the _free functions.
+ *
+ * Minimal use:
+ *
+ *     sl_params p = SL_PARAMS_INIT;
+ *     p.algo = SL_TOKEN_BUCKET; p.limit = 5; p.window_ms = 10000;
+ *     int err;
+ *     sl_limiter *lim = sl_limiter_new(&p, NULL, &err);
+ *     sl_result r;
+ *     if (sl_allow(lim, "user:42", 7, now_ms, 1, &r) == 0 && r.allowed) ...
+ *     sl_limiter_free(lim);
+ */
+#ifndef SLUICE_H
+#define SLUICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SL_VERSION "0.1.0"
+
+/* Ranges of SPEC section 1.  Quote these names rather than their values. */
+#define SL_MAX_KEY 512                         /* bytes */
+#define SL_MAX_LIMIT 1000000000000LL           /* L, B and c */
+#define SL_MAX_WINDOW_MS 315576000000LL        /* 10 years of 365.25 days */
+#define SL_MAX_PRECISION 65535                 /* sliding-buckets P */
+#define SL_DEFAULT_PRECISION 10
+#define SL_MAX_TIME_MS 4611686018427387904LL   /* |t| < 2^62 */
+
+/* Error codes (negative).  Only ever appended. */
+#define SL_OK 0
+#define SL_ENOMEM -1      /* out of memory, or the memory bound cannot fit the key */
+#define SL_EALGO -2       /* unknown algorithm name */
+#define SL_ELIMIT -3      /* limit out of range */
+#define SL_EWINDOW -4     /* window out of range */
+#define SL_EBURST -5      /* burst out of range, or given to a window algorithm */
+#define SL_ECOST -6       /* cost out of range */
+#define SL_EPRECISION -7  /* precision out of range, not sliding-buckets, or W % P != 0 */
+#define SL_EKEY -8        /* key empty or longer than SL_MAX_KEY */
+#define SL_ETIME -9       /* time outside (-SL_MAX_TIME_MS, SL_MAX_TIME_MS) */
+#define SL_ELOGREJECTED -10 /* log-rejected given to an algorithm other than sliding-log */
+#define SL_EINVAL -11     /* other invalid argument (NULL pointer, bad option) */
+
+/* Returns a static, human-readable description of an SL_E* code. */
+const char *sl_strerror(int err);
+
+typedef enum sl_algo {
+    SL_FIXED_WINDOW = 0,
+    SL_SLIDING_LOG = 1,
+    SL_SLIDING_WINDOW = 2,
+    SL_SLIDING_BUCKETS = 3,
+    SL_TOKEN_BUCKET = 4,
+    SL_GCRA = 5,
+    SL_LEAKY_BUCKET = 6,
+    SL_ALGO_COUNT = 7
+} sl_algo;
+
+/* "fixed-window", "sliding-log", ... as in SPEC section 2. */
+const char *sl_algo_name(sl_algo a);
+/* Parses an algorithm name of len bytes.  Returns 0 and sets *out, or SL_EALGO. */
+int sl_algo_parse(const char *name, size_t len, sl_algo *out);
+
+/* The parameters of one limit (SPEC section 1).  Zero means "default" for
+ * burst (= limit) and precision (= SL_DEFAULT_PRECISION). */
+typedef struct sl_params {
+    sl_algo algo;
+    int64_t limit;     /* L: requests per window, 1..SL_MAX_LIMIT */
+    int64_t window_ms; /* W: 1..SL_MAX_WINDOW_MS */
+    int64_t burst;     /* B: bucket algorithms only; 0 = L */
+    int64_t precision; /* P: sliding-buckets only; 0 = SL_DEFAULT_PRECISION */
+    int log_rejected;  /* sliding-log only: log denied requests too */
+} sl_params;
+
+#define SL_PARAMS_INIT {SL_TOKEN_BUCKET, 0, 0, 0, 0, 0}
+
+/* Checks every field.  Returns 0, or the SL_E* code of the first bad field. */
+int sl_params_check(const sl_params *p);
+
+/* Parses a duration: a bare integer (milliseconds) or an integer with one of
+ * the units ms, s, m, h, d, w, y (y = 365.25 d).  Returns 0 and sets *ms, or
+ * SL_EWINDOW when the text is not such a duration or falls outside
+ * 1..SL_MAX_WINDOW_MS. */
+int sl_duration_parse(const char *s, size_t len, int64_t *ms);
+
+/* Parses a non-negative decimal integer of len bytes (no sign, no spaces).
+ * Returns 0 and sets *out, or SL_EINVAL when it is not one or exceeds max. */
+int sl_int_parse(const char *s, size_t len, int64_t max, int64_t *out);
+
+/* The answer (SPEC section 3). */
+typedef struct sl_result {
+    int64_t allowed;        /* 1 or 0 */
+    int64_t limit;          /* L, or B for the bucket algorithms */
+    int64_t remaining;      /* largest cost that would pass now, >= 0 */
+    int64_t retry_after_ms; /* 0 if allowed; -1 if never; else exact wait */
+    int64_t reset_after_ms; /* until remaining is back to limit */
+    int64_t delay_ms;       /* leaky-bucket: queueing delay of an allowed request */
+} sl_result;
+
+/* ---- the store ---------------------------------------------------------- */
+
+typedef struct sl_store sl_store;
+
+typedef struct sl_store_opts {
+    size_t max_bytes; /* memory bound for keys and tables; 0 = unbounded */
+    unsigned shards;  /* power of two; 0 = chosen from max_bytes (at most 64) */
+    int fixed_seed;   /* nonzero: use `seed` instead of a random one (tests) */
+    uint8_t seed[16];
+} sl_store_opts;
+
+/* Creates a store.  opts may be NULL (unbounded, random seed).
+ * Returns NULL with *err set (may be NULL) on failure. */
+sl_store *sl_store_new(const sl_store_opts *opts, int *err);
+/* Frees the store and every key.  No other thread may be using it. */
+void sl_store_free(sl_store *s);
+
+typedef struct sl_store_stats {
+    uint64_t keys;          /* live records */
+    uint64_t bytes;         /* memory held: pages, tables, external buffers */
+    uint64_t max_bytes;     /* the bound (0 = none) */
+    uint64_t expired;       /* records dropped because their reset time had passed */
+    uint64_t evictions;     /* live records evicted to stay under the bound */
+} sl_store_stats;
+
+void sl_store_stats_get(sl_store *s, sl_store_stats *out);
+
+/* Drops every record whose reset time is <= now_ms, examining at most
+ * max_records records (0 = all) from a rotating position.  Returns the
+ * number dropped.  Servers call this periodically; it is never required
+ * for correctness. */
+uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records);
+
+/* ---- snapshots ---------------------------------------------------------- */
+
+/* Writes every key's state to path atomically: path.tmp, fsync, rename,
+ * fsync of the directory.  One shard is copied at a time under its lock, so
+ * decisions go on meanwhile.  Returns 0, or -1 with a message in err
+ * (naming the file and the system error). */
+int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen);
+
+/* Loads a file written by sl_store_save into s.  The whole file is read and
+ * checked (magic, version, length, CRC-32, every record) before anything is
+ * inserted: on any problem it returns -1 with a message naming the file and
+ * what is wrong, and s is unchanged.  Returns 1 if path does not exist, 0
+ * when loaded (*nkeys = records read; may be NULL).  Keys beyond the
+ * store's memory bound are evicted as usual. */
+int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, size_t errlen);
+
+/* ---- decisions ---------------------------------------------------------- */
+
+/* Decides one request of `cost` for `key` at `now_ms` with parameters p, on
+ * the state stored for (key, p->algo).  When allowed (or always, for
+ * sliding-log with log_rejected) the state is charged.  A request older than
+ * the key's latest time is decided at that latest time (SPEC section 4).
+ * If the parameters differ from those the state was built with, the state
+ * carries over (counts kept, capacities clamped).
+ *
+ * Returns 0 and fills *out, or a negative SL_E* code with the state untouched
+ * (bad parameters, key, cost or time; SL_ENOMEM if the key cannot be stored). */
+int sl_decide(sl_store *s, const sl_params *p, const void *key, size_t keylen,
+              int64_t now_ms, int64_t cost, sl_result *out);
+
+/* As sl_decide, but changes nothing: the answer a request would get. */
+int sl_peek(sl_store *s, const sl_params *p, const void *key, size_t keylen,
+            int64_t now_ms, int64_t cost, sl_result *out);
+
+/* Forgets (key, algo).  Returns 1 if state existed, 0 if not, or SL_EKEY. */
+int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen);
+
+/* ---- the limiter: parameters bound to a store --------------------------- */
+
+typedef struct sl_limiter sl_limiter;
+
+/* Creates a limiter with parameters p (copied).  If store is NULL the limiter
+ * owns a new unbounded store; otherwise it borrows `store`, which must outlive
+ * it.  Returns NULL and sets *err (may be NULL) on bad parameters or ENOMEM. */
+sl_limiter *sl_limiter_new(const sl_params *p, sl_store *store, int *err);
+void sl_limiter_free(sl_limiter *l);
+const sl_params *sl_limiter_params(const sl_limiter *l);
+sl_store *sl_limiter_store(sl_limiter *l);
+
+/* sl_decide / sl_peek / sl_forget with the limiter's parameters. */
+int sl_allow(sl_limiter *l, const void *key, size_t keylen, int64_t now_ms,
+             int64_t cost, sl_result *out);
+int sl_limiter_peek(sl_limiter *l, const void *key, size_t keylen,
+                    int64_t now_ms, int64_t cost, sl_result *out);
+int sl_reset(sl_limiter *l, const void *key, size_t keylen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLUICE_H */

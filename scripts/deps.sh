@@ -1,0 +1,56 @@
+#!/bin/sh
+# deps.sh -- installs the Debian packages sluice needs to build, test and run,
+# if any is missing.  Safe to run again: it only installs what `dpkg -s` does
+# not report as installed.  Needs no standard input (CI runs it with none).
+#
+# The one list of every package the project needs (Debian 12 names):
+PACKAGES="
+build-essential
+pkg-config
+libcmocka-dev
+zlib1g-dev
+clang
+libclang-rt-14-dev
+redis-server
+libevent-dev
+libhiredis-dev
+python3-redis
+"
+#   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
+#   pkg-config       the install test compiles a program with `pkg-config sluice`
+#   libcmocka-dev    the C unit tests
+#   zlib1g-dev       CRC-32 of snapshot files
+#   clang, libclang-rt-14-dev  libFuzzer targets
+#   redis-server, libevent-dev, libhiredis-dev, python3-redis
+#                    the server (sluiced) and its end-to-end tests
+
+set -eu
+
+missing=""
+for p in $PACKAGES; do
+    if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
+        missing="$missing $p"
+    fi
+done
+[ -z "$missing" ] && exit 0
+
+echo "deps.sh: installing:$missing" >&2
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo -n"
+    else
+        echo "deps.sh: not root and no sudo: install these packages by hand:$missing" >&2
+        exit 1
+    fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+install_pkgs() {
+    # shellcheck disable=SC2086
+    $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $missing </dev/null
+}
+if ! install_pkgs; then
+    echo "deps.sh: install failed; updating the package lists and retrying" >&2
+    $SUDO apt-get update -q </dev/null
+    install_pkgs
+fi

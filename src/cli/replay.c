@@ -1,0 +1,1149 @@
+/*
+ * replay.c -- `sluice replay` (SPEC section 6): every request of a trace
+ * decided by libsluice, one answer line per request, in input order.
+ *
+ * The hot path keeps to a few tens of nanoseconds a line besides the
+ * decision itself: input comes in 1 MiB read(2) blocks, lines are found with
+ * memchr and parsed by hand over (pointer, length), answers are formatted by
+ * hand into a buffer written out 64 KiB at a time; nothing is allocated per
+ * line.  Decisions are sl_allow on one limiter (parameters checked once)
+ * bound to one store, unbounded unless --max-memory is given, so a replay is
+ * exact: every key is remembered.  Decisions are spread over threads by key
+ * (see "the command" below); the answers do not depend on it.
+ *
+ * On a malformed line everything before it has been answered (stdout is
+ * flushed first), then `sluice: line N: <what is wrong>` goes to stderr and
+ * the exit status is 2.
+ */
+#include "replay.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sluice.h"
+
+#define IN_BLOCK            (1u << 20) /* bytes asked of each read(2) */
+#define OUT_FLUSH           (1u << 16) /* write(2) once this much output is pending */
+#define OUT_LINE_MAX        128        /* one answer: 6 fields of <= 20 bytes + spaces + '\n' */
+#define QUOTE_MAX           40         /* bytes of an offending token quoted in a message */
+#define TOP_KEYS            10         /* keys listed by --summary */
+#define MAX_THREADS         64         /* --threads */
+#define DEFAULT_THREADS_MAX 4          /* default --threads: online CPUs, at most this */
+
+/* ---- the line parser ---------------------------------------------------- */
+
+enum { C_ORD = 0, C_WS = 1, C_CTL = 2 };
+
+/* Byte classes: spaces and tabs separate fields; other bytes below 0x20 and
+ * DEL are control bytes, never part of a valid line; everything else
+ * (including bytes >= 0x80, as in UTF-8 keys) is ordinary. */
+static const unsigned char byte_class[256] = {
+    [0x00] = C_CTL, [0x01] = C_CTL, [0x02] = C_CTL, [0x03] = C_CTL, [0x04] = C_CTL, [0x05] = C_CTL,
+    [0x06] = C_CTL, [0x07] = C_CTL, [0x08] = C_CTL, ['\t'] = C_WS,  [0x0a] = C_CTL, [0x0b] = C_CTL,
+    [0x0c] = C_CTL, [0x0d] = C_CTL, [0x0e] = C_CTL, [0x0f] = C_CTL, [0x10] = C_CTL, [0x11] = C_CTL,
+    [0x12] = C_CTL, [0x13] = C_CTL, [0x14] = C_CTL, [0x15] = C_CTL, [0x16] = C_CTL, [0x17] = C_CTL,
+    [0x18] = C_CTL, [0x19] = C_CTL, [0x1a] = C_CTL, [0x1b] = C_CTL, [0x1c] = C_CTL, [0x1d] = C_CTL,
+    [0x1e] = C_CTL, [0x1f] = C_CTL, [' '] = C_WS,   [0x7f] = C_CTL,
+};
+
+/* Writes 'tok' into out (size >= QUOTE_MAX * 4 + 4) with bytes outside
+ * printable ASCII as \xNN, cut to QUOTE_MAX bytes with "..." after. */
+static const char *quote(const unsigned char *tok, size_t len, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    char *o = out;
+    size_t n = len < QUOTE_MAX ? len : QUOTE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = tok[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    if (n < len) {
+        memcpy(o, "...", 3);
+        o += 3;
+    }
+    *o = '\0';
+    return out;
+}
+
+/* sl_int_parse with a fast path: up to 18 digits cannot overflow, so the
+ * range is checked once at the end rather than per digit.  Same answers. */
+static inline int int_parse(const unsigned char *s, size_t len, int64_t max, int64_t *out)
+{
+    if (len == 0 || len > 18) return sl_int_parse((const char *)s, len, max, out);
+    uint64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned)s[i] - '0';
+        if (d > 9) return SL_EINVAL;
+        v = v * 10 + d;
+    }
+    if (v > (uint64_t)max) return SL_EINVAL;
+    *out = (int64_t)v;
+    return 0;
+}
+
+/* The end of the run of ordinary bytes at p (no blank, no control byte).
+ * Eight bytes at a time while none is below 0x21 or is 0x7f (the classic
+ * "has a byte less than n" and "has a zero byte" word tricks, exact for
+ * whether any byte matches), then byte by byte. */
+static inline const unsigned char *scan_ordinary(const unsigned char *p, const unsigned char *e)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    while (e - p >= 8) {
+        uint64_t x, y;
+        memcpy(&x, p, 8);
+        y = x ^ (0x7f * ones);
+        if ((((x - 0x21 * ones) & ~x) | ((y - ones) & ~y)) & highs) break;
+        p += 8;
+    }
+    while (p < e && byte_class[*p] == C_ORD) p++;
+    return p;
+}
+
+/* Whether tok is "-?[0-9]+": a number, if perhaps out of range. */
+static int looks_numeric(const unsigned char *tok, size_t len)
+{
+    size_t i = (len > 0 && tok[0] == '-') ? 1 : 0;
+    if (i == len) return 0;
+    for (; i < len; i++)
+        if (tok[i] < '0' || tok[i] > '9') return 0;
+    return 1;
+}
+
+int sl__replay_parse_line(const char *line, size_t len, sl__replay_req *req, char *err,
+                          size_t errlen)
+{
+    const unsigned char *const l = (const unsigned char *)line;
+    const unsigned char *p = l, *e = l + len, *tok;
+    char q[QUOTE_MAX * 4 + 4];
+
+    if (len > SL_REPLAY_MAX_LINE) {
+        snprintf(err, errlen,
+                 "line is longer than %d bytes (a request is much shorter: a key has at most "
+                 "%d bytes)",
+                 SL_REPLAY_MAX_LINE, SL_MAX_KEY);
+        return SL_REPLAY_BAD;
+    }
+    if (p < e && e[-1] == '\r') e--; /* CRLF line ends */
+    while (p < e && byte_class[*p] == C_WS) p++;
+    if (p == e || *p == '#') return SL_REPLAY_SKIP;
+
+    /* T.  Fast path, one pass: up to 18 digits (no overflow possible) then a
+     * blank or the end; anything else takes the careful path. */
+    tok = p;
+    {
+        const unsigned char *d = p + (*p == '-'), *d0 = d;
+        uint64_t v = 0;
+        while (d < e && (unsigned)(*d - '0') <= 9 && d - d0 < 18)
+            v = v * 10 + (unsigned)(*d++ - '0');
+        if (d > d0 && (d == e || byte_class[*d] == C_WS) && v < (uint64_t)SL_MAX_TIME_MS) {
+            req->t = *p == '-' ? -(int64_t)v : (int64_t)v;
+            p = d;
+            goto key;
+        }
+    }
+    p = scan_ordinary(p, e);
+    if (p < e && byte_class[*p] == C_CTL) goto ctl;
+    {
+        int neg = *tok == '-';
+        size_t n = (size_t)(p - tok) - (size_t)neg;
+        int64_t t;
+        if (int_parse(tok + neg, n, SL_MAX_TIME_MS - 1, &t) != 0) {
+            if (looks_numeric(tok, (size_t)(p - tok)))
+                snprintf(err, errlen, "time '%s' is out of range (|T| must be below %lld ms)",
+                         quote(tok, (size_t)(p - tok), q), (long long)SL_MAX_TIME_MS);
+            else
+                snprintf(err, errlen, "time '%s' is not an integer (T must be milliseconds)",
+                         quote(tok, (size_t)(p - tok), q));
+            return SL_REPLAY_BAD;
+        }
+        req->t = neg ? -t : t;
+    }
+
+key:
+    /* KEY */
+    while (p < e && byte_class[*p] == C_WS) p++;
+    if (p < e && byte_class[*p] == C_CTL) goto ctl;
+    if (p == e) {
+        snprintf(err, errlen, "missing key (expected: T KEY [COST])");
+        return SL_REPLAY_BAD;
+    }
+    tok = p;
+    p = scan_ordinary(p, e);
+    if (p < e && byte_class[*p] == C_CTL) goto ctl;
+    if ((size_t)(p - tok) > SL_MAX_KEY) {
+        snprintf(err, errlen, "key is longer than %d bytes (%zu bytes)", SL_MAX_KEY,
+                 (size_t)(p - tok));
+        return SL_REPLAY_BAD;
+    }
+    req->key = (const char *)tok;
+    req->klen = (size_t)(p - tok);
+
+    /* [COST] */
+    while (p < e && byte_class[*p] == C_WS) p++;
+    if (p < e && byte_class[*p] == C_CTL) goto ctl;
+    req->cost = 1;
+    if (p < e) {
+        tok = p;
+        p = scan_ordinary(p, e);
+        if (p < e && byte_class[*p] == C_CTL) goto ctl;
+        if (int_parse(tok, (size_t)(p - tok), SL_MAX_LIMIT, &req->cost) != 0) {
+            if (looks_numeric(tok, (size_t)(p - tok)))
+                snprintf(err, errlen, "cost '%s' is out of range (0 to %lld)",
+                         quote(tok, (size_t)(p - tok), q), (long long)SL_MAX_LIMIT);
+            else
+                snprintf(err, errlen, "cost '%s' is not an integer",
+                         quote(tok, (size_t)(p - tok), q));
+            return SL_REPLAY_BAD;
+        }
+        while (p < e && byte_class[*p] == C_WS) p++;
+        if (p < e && byte_class[*p] == C_CTL) goto ctl;
+        if (p < e) {
+            tok = p;
+            while (p < e && byte_class[*p] != C_WS) p++;
+            snprintf(err, errlen, "unexpected extra field '%s' (expected: T KEY [COST])",
+                     quote(tok, (size_t)(p - tok), q));
+            return SL_REPLAY_BAD;
+        }
+    }
+    return SL_REPLAY_REQ;
+
+ctl:
+    if (*p == 0)
+        snprintf(err, errlen, "NUL byte at column %zu (binary data?)", (size_t)(p - l) + 1);
+    else
+        snprintf(err, errlen, "control byte 0x%02x at column %zu (binary data?)", *p,
+                 (size_t)(p - l) + 1);
+    return SL_REPLAY_BAD;
+}
+
+/* ---- output ------------------------------------------------------------- */
+
+typedef struct outbuf {
+    int fd;
+    size_t len;
+    int failed; /* errno of a failed write, or 0 */
+    char buf[OUT_FLUSH + OUT_LINE_MAX];
+} outbuf;
+
+/* Writes everything pending.  Returns 0, or -1 with o->failed set. */
+static int out_flush(outbuf *o)
+{
+    size_t off = 0;
+    while (off < o->len) {
+        ssize_t n = write(o->fd, o->buf + off, o->len - off);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            o->failed = errno;
+            return -1;
+        }
+        off += (size_t)n;
+    }
+    o->len = 0;
+    return 0;
+}
+
+static const char digit_pairs[201] = "00010203040506070809"
+                                     "10111213141516171819"
+                                     "20212223242526272829"
+                                     "30313233343536373839"
+                                     "40414243444546474849"
+                                     "50515253545556575859"
+                                     "60616263646566676869"
+                                     "70717273747576777879"
+                                     "80818283848586878889"
+                                     "90919293949596979899";
+
+/* Appends v in decimal at o; returns the end.  At most 20 bytes. */
+static inline char *put_i64(char *o, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    if (v < 0) {
+        *o++ = '-';
+        u = 0 - u;
+    }
+    if (u < 10) {
+        *o++ = (char)('0' + u);
+        return o;
+    }
+    char tmp[20], *q = tmp + sizeof tmp;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        q -= 2;
+        memcpy(q, digit_pairs + 2 * r, 2);
+    }
+    if (u >= 10) {
+        q -= 2;
+        memcpy(q, digit_pairs + 2 * u, 2);
+    } else {
+        *--q = (char)('0' + u);
+    }
+    size_t n = (size_t)(tmp + sizeof tmp - q);
+    memcpy(o, q, n);
+    return o + n;
+}
+
+static inline void put_result(outbuf *o, const sl_result *r)
+{
+    char *p = o->buf + o->len;
+    p = put_i64(p, r->allowed);
+    *p++ = ' ';
+    p = put_i64(p, r->limit);
+    *p++ = ' ';
+    p = put_i64(p, r->remaining);
+    *p++ = ' ';
+    p = put_i64(p, r->retry_after_ms);
+    *p++ = ' ';
+    p = put_i64(p, r->reset_after_ms);
+    *p++ = ' ';
+    p = put_i64(p, r->delay_ms);
+    *p++ = '\n';
+    o->len = (size_t)(p - o->buf);
+}
+
+/* ---- --summary: counts per key ------------------------------------------ */
+
+typedef struct key_stat {
+    uint64_t hash;
+    size_t koff; /* into keys_arena */
+    uint32_t klen;
+    uint64_t requests, allowed;
+} key_stat;
+
+typedef struct summary {
+    key_stat *slots; /* open addressing, power-of-two size; klen 0 = empty */
+    size_t cap, used;
+    char *arena; /* key bytes */
+    size_t arena_len, arena_cap;
+    uint64_t requests, allowed, delayed;
+    int64_t max_delay_ms;
+} summary;
+
+static uint64_t fnv1a(const char *k, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++) {
+        h ^= (unsigned char)k[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
+}
+
+static int summary_grow(summary *s)
+{
+    size_t ncap = s->cap ? s->cap * 2 : 1024;
+    key_stat *ns = calloc(ncap, sizeof *ns);
+    if (ns == NULL) return -1;
+    for (size_t i = 0; i < s->cap; i++) {
+        if (s->slots[i].klen == 0) continue;
+        size_t j = s->slots[i].hash & (ncap - 1);
+        while (ns[j].klen != 0) j = (j + 1) & (ncap - 1);
+        ns[j] = s->slots[i];
+    }
+    free(s->slots);
+    s->slots = ns;
+    s->cap = ncap;
+    return 0;
+}
+
+/* Counts one answered request.  Returns 0, or -1 when out of memory. */
+static int summary_add(summary *s, const sl__replay_req *rq, const sl_result *r)
+{
+    s->requests++;
+    s->allowed += (uint64_t)r->allowed;
+    if (r->delay_ms > 0) {
+        s->delayed++;
+        if (r->delay_ms > s->max_delay_ms) s->max_delay_ms = r->delay_ms;
+    }
+    if (2 * (s->used + 1) > s->cap && summary_grow(s) != 0) return -1;
+    uint64_t h = fnv1a(rq->key, rq->klen);
+    size_t j = h & (s->cap - 1);
+    for (;;) {
+        key_stat *k = &s->slots[j];
+        if (k->klen == 0) {
+            if (s->arena_len + rq->klen > s->arena_cap) {
+                size_t ncap = s->arena_cap ? s->arena_cap * 2 : 65536;
+                while (ncap < s->arena_len + rq->klen) ncap *= 2;
+                char *na = realloc(s->arena, ncap);
+                if (na == NULL) return -1;
+                s->arena = na;
+                s->arena_cap = ncap;
+            }
+            memcpy(s->arena + s->arena_len, rq->key, rq->klen);
+            k->hash = h;
+            k->koff = s->arena_len;
+            k->klen = (uint32_t)rq->klen;
+            s->arena_len += rq->klen;
+            s->used++;
+        } else if (k->hash != h || k->klen != rq->klen ||
+                   memcmp(s->arena + k->koff, rq->key, rq->klen) != 0) {
+            j = (j + 1) & (s->cap - 1);
+            continue;
+        }
+        k->requests++;
+        k->allowed += (uint64_t)r->allowed;
+        return 0;
+    }
+}
+
+/* Orders keys for the top list: most denied first, then most requests. */
+static int more_denied(const summary *s, const key_stat *a, const key_stat *b)
+{
+    uint64_t da = a->requests - a->allowed, db = b->requests - b->allowed;
+    if (da != db) return da > db;
+    if (a->requests != b->requests) return a->requests > b->requests;
+    size_t n = a->klen < b->klen ? a->klen : b->klen;
+    int c = memcmp(s->arena + a->koff, s->arena + b->koff, n);
+    return c != 0 ? c < 0 : a->klen < b->klen;
+}
+
+static void pct(char *out, size_t n, uint64_t part, uint64_t whole)
+{
+    uint64_t permille = whole ? (part * 1000 + whole / 2) / whole : 0;
+    snprintf(out, n, "%llu.%llu%%", (unsigned long long)(permille / 10),
+             (unsigned long long)(permille % 10));
+}
+
+static void summary_print(const summary *s, const sl_params *p, uint64_t lines, double secs,
+                          int threads, const sl_store_stats *st)
+{
+    char a[32], d[32], q[QUOTE_MAX * 4 + 4];
+    uint64_t denied = s->requests - s->allowed;
+    FILE *f = stderr;
+
+    fprintf(f, "\nsluice replay summary: %s, limit %lld per %lld ms", sl_algo_name(p->algo),
+            (long long)p->limit, (long long)p->window_ms);
+    if (p->burst) fprintf(f, ", burst %lld", (long long)p->burst);
+    if (p->precision) fprintf(f, ", precision %lld", (long long)p->precision);
+    if (p->log_rejected) fprintf(f, ", log-rejected");
+    fprintf(f, "\n");
+    pct(a, sizeof a, s->allowed, s->requests);
+    pct(d, sizeof d, denied, s->requests);
+    fprintf(f, "  requests  %12llu   (%llu lines read)\n", (unsigned long long)s->requests,
+            (unsigned long long)lines);
+    fprintf(f, "  allowed   %12llu   %s\n", (unsigned long long)s->allowed, a);
+    fprintf(f, "  denied    %12llu   %s\n", (unsigned long long)denied, d);
+    if (p->algo == SL_LEAKY_BUCKET)
+        fprintf(f, "  delayed   %12llu   (longest delay %lld ms)\n", (unsigned long long)s->delayed,
+                (long long)s->max_delay_ms);
+    fprintf(f, "  keys      %12llu\n", (unsigned long long)s->used);
+    if (st->evictions)
+        fprintf(f, "  evicted   %12llu   (keys dropped to stay under --max-memory)\n",
+                (unsigned long long)st->evictions);
+    fprintf(f, "  time      %12.3f s  %.2f M requests/s, %d thread%s\n", secs,
+            secs > 0 ? (double)s->requests / secs / 1e6 : 0.0, threads, threads == 1 ? "" : "s");
+
+    /* The TOP_KEYS most denied keys, by insertion into a short sorted list. */
+    const key_stat *top[TOP_KEYS];
+    size_t ntop = 0;
+    for (size_t i = 0; i < s->cap; i++) {
+        const key_stat *k = &s->slots[i];
+        if (k->klen == 0) continue;
+        if (ntop == TOP_KEYS && !more_denied(s, k, top[ntop - 1])) continue;
+        size_t j = ntop < TOP_KEYS ? ntop++ : TOP_KEYS - 1;
+        while (j > 0 && more_denied(s, k, top[j - 1])) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = k;
+    }
+    if (ntop == 0) return;
+    fprintf(f, "  top %zu keys by denied requests:\n", ntop);
+    fprintf(f, "    %10s %10s %10s %8s  %s\n", "requests", "allowed", "denied", "denied%", "key");
+    for (size_t i = 0; i < ntop; i++) {
+        const key_stat *k = top[i];
+        pct(d, sizeof d, k->requests - k->allowed, k->requests);
+        fprintf(f, "    %10llu %10llu %10llu %8s  %s\n", (unsigned long long)k->requests,
+                (unsigned long long)k->allowed, (unsigned long long)(k->requests - k->allowed), d,
+                quote((const unsigned char *)s->arena + k->koff, k->klen, q));
+    }
+}
+
+/* ---- options ------------------------------------------------------------ */
+
+const char sl__replay_usage[] =
+    "usage: sluice replay --algo ALGO --limit L --window W [--burst B] [--precision P]\n"
+    "                     [--log-rejected] [--max-memory BYTES] [--summary]\n"
+    "                     [--threads N] [FILE]\n"
+    "\n"
+    "Decides every request of a recorded trace as a limiter would have, and\n"
+    "prints one answer per request, in input order.\n"
+    "\n"
+    "Input: FILE, or standard input if FILE is absent or '-'.  One request a line:\n"
+    "    T KEY [COST]     T: time in integer milliseconds (may be negative);\n"
+    "                     KEY: 1 to 512 bytes, no spaces, tabs or control bytes;\n"
+    "                     COST: integer >= 0, default 1.  Fields are separated by\n"
+    "                     spaces or tabs.  Blank lines and lines starting with '#'\n"
+    "                     are skipped.  Keys are independent; a request older than\n"
+    "                     its key's latest time is decided at that latest time.\n"
+    "Output, one line per request:\n"
+    "    ALLOWED LIMIT REMAINING RETRY_AFTER_MS RESET_AFTER_MS DELAY_MS\n"
+    "\n"
+    "Options:\n"
+    "  --algo ALGO         fixed-window, sliding-log, sliding-window, sliding-buckets,\n"
+    "                      token-bucket, gcra or leaky-bucket\n"
+    "  --limit L           requests per window, 1 to 1000000000000\n"
+    "  --window W          the window: integer ms, or with a unit: 250ms 10s 5m 1h 1d\n"
+    "                      1w 1y (y = 365.25 days), at most 10y\n"
+    "  --burst B           bucket capacity (token-bucket, gcra, leaky-bucket);\n"
+    "                      default L\n"
+    "  --precision P       buckets per window (sliding-buckets only), must divide W;\n"
+    "                      default 10\n"
+    "  --log-rejected      sliding-log only: denied requests are logged too\n"
+    "  --max-memory BYTES  bound the memory for per-key state (suffix k, m or g for\n"
+    "                      KiB, MiB, GiB); least recently used keys are then\n"
+    "                      evicted and answers are no longer exact.  Default:\n"
+    "                      every key is remembered\n"
+    "  --summary           when done, print totals and the most denied keys to\n"
+    "                      standard error (standard output is unchanged)\n"
+    "  --threads N         threads deciding, keys dealt between them (answers are\n"
+    "                      the same for any N); default: the online CPUs, at most\n"
+    "                      4.  --max-memory implies 1\n"
+    "  -h, --help          print this text\n"
+    "\n"
+    "Exit status: 0 done; 2 bad option or malformed line (\"sluice: line N: ...\"\n"
+    "on standard error after every line before it has been answered); 1 any\n"
+    "other failure (out of memory, read or write error).\n";
+
+typedef struct replay_opts {
+    sl_params p;
+    int have_algo, have_limit, have_window;
+    size_t max_memory;
+    int summary;
+    int threads;      /* deciding threads, main included */
+    const char *file; /* NULL or "-": standard input */
+} replay_opts;
+
+/* Prints "sluice: <message>" and returns exit status 2. */
+__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("sluice: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 2;
+}
+
+/* Parses an integer of 1..max for option `name`. */
+static int opt_int(const char *name, const char *v, int64_t min, int64_t max, int64_t *out)
+{
+    if (sl_int_parse(v, strlen(v), max, out) != 0 || *out < min) {
+        fprintf(stderr, "sluice: %s must be an integer between %lld and %lld, got '%s'\n", name,
+                (long long)min, (long long)max, v);
+        return 2;
+    }
+    return 0;
+}
+
+static int opt_bytes(const char *v, size_t *out)
+{
+    size_t n = strlen(v);
+    int64_t mult = 1, x;
+    if (n > 0) {
+        switch (v[n - 1]) {
+        case 'k':
+        case 'K':
+            mult = 1 << 10;
+            n--;
+            break;
+        case 'm':
+        case 'M':
+            mult = 1 << 20;
+            n--;
+            break;
+        case 'g':
+        case 'G':
+            mult = 1 << 30;
+            n--;
+            break;
+        }
+    }
+    if (sl_int_parse(v, n, ((int64_t)1 << 50) / mult, &x) != 0) {
+        fprintf(stderr,
+                "sluice: --max-memory must be a number of bytes (with an optional k, m or g "
+                "suffix), got '%s'\n",
+                v);
+        return 2;
+    }
+    *out = (size_t)(x * mult);
+    return 0;
+}
+
+static int is_bucket(sl_algo a)
+{
+    return a == SL_TOKEN_BUCKET || a == SL_GCRA || a == SL_LEAKY_BUCKET;
+}
+
+/* Fills o from argv.  Returns -1 when --help was printed, 0, or 2 after
+ * printing what is wrong. */
+static int parse_opts(int argc, char **argv, replay_opts *o)
+{
+    static const char *const with_value[] = {"algo",      "limit",      "window", "burst",
+                                             "precision", "max-memory", "threads"};
+    int only_files = 0;
+    memset(o, 0, sizeof *o);
+    o->p = (sl_params)SL_PARAMS_INIT;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    o->threads = cpus < 1 ? 1 : cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : (int)cpus;
+
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
+            if (o->file != NULL)
+                return usage_error("only one FILE may be given ('%s', then '%s')", o->file, arg);
+            o->file = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            only_files = 1;
+            continue;
+        }
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+            fputs(sl__replay_usage, stdout);
+            return -1;
+        }
+        if (arg[1] != '-')
+            return usage_error("unknown option '%s' (see sluice replay --help)", arg);
+
+        /* --name, --name=value or --name value */
+        const char *name = arg + 2, *eq = strchr(name, '='), *val = NULL;
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        int takes = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+            if (strlen(with_value[k]) == nlen && memcmp(with_value[k], name, nlen) == 0) takes = 1;
+        if (takes) {
+            if (eq) {
+                val = eq + 1;
+            } else if (i + 1 < argc) {
+                val = argv[++i];
+            } else {
+                return usage_error("option '%s' needs a value", arg);
+            }
+        } else if (eq) {
+            return usage_error("option '%s' takes no value (or is unknown)", arg);
+        }
+
+#define IS(s) (nlen == strlen(s) && memcmp(name, s, nlen) == 0)
+        if (IS("algo")) {
+            if (sl_algo_parse(val, strlen(val), &o->p.algo) != 0)
+                return usage_error("unknown algorithm '%s' (expected fixed-window, sliding-log, "
+                                   "sliding-window, sliding-buckets, token-bucket, gcra or "
+                                   "leaky-bucket)",
+                                   val);
+            o->have_algo = 1;
+        } else if (IS("limit")) {
+            if (opt_int("limit", val, 1, SL_MAX_LIMIT, &o->p.limit)) return 2;
+            o->have_limit = 1;
+        } else if (IS("window")) {
+            if (sl_duration_parse(val, strlen(val), &o->p.window_ms) != 0)
+                return usage_error("window must be a duration from 1ms to 10y (integer ms, or "
+                                   "with a unit: ms, s, m, h, d, w, y), got '%s'",
+                                   val);
+            o->have_window = 1;
+        } else if (IS("burst")) {
+            if (opt_int("burst", val, 1, SL_MAX_LIMIT, &o->p.burst)) return 2;
+        } else if (IS("precision")) {
+            if (opt_int("precision", val, 1, SL_MAX_PRECISION, &o->p.precision)) return 2;
+        } else if (IS("max-memory")) {
+            if (opt_bytes(val, &o->max_memory)) return 2;
+        } else if (IS("threads")) {
+            int64_t n;
+            if (opt_int("threads", val, 1, MAX_THREADS, &n)) return 2;
+            o->threads = (int)n;
+        } else if (IS("log-rejected")) {
+            o->p.log_rejected = 1;
+        } else if (IS("summary")) {
+            o->summary = 1;
+        } else {
+            return usage_error("unknown option '%s' (see sluice replay --help)", arg);
+        }
+#undef IS
+    }
+
+    if (!o->have_algo)
+        return usage_error("missing --algo (fixed-window, sliding-log, sliding-window, "
+                           "sliding-buckets, token-bucket, gcra or leaky-bucket)");
+    if (!o->have_limit) return usage_error("missing --limit (requests per window)");
+    if (!o->have_window) return usage_error("missing --window (e.g. 1000, 10s, 1m)");
+    const char *algo = sl_algo_name(o->p.algo);
+    if (o->p.burst && !is_bucket(o->p.algo))
+        return usage_error("--burst applies only to token-bucket, gcra and leaky-bucket, not %s",
+                           algo);
+    if (o->p.precision && o->p.algo != SL_SLIDING_BUCKETS)
+        return usage_error("--precision applies only to sliding-buckets, not %s", algo);
+    if (o->p.log_rejected && o->p.algo != SL_SLIDING_LOG)
+        return usage_error("--log-rejected applies only to sliding-log, not %s", algo);
+    if (o->p.algo == SL_SLIDING_BUCKETS) {
+        int64_t prec = o->p.precision ? o->p.precision : SL_DEFAULT_PRECISION;
+        if (o->p.window_ms % prec != 0) {
+            fprintf(stderr,
+                    "sluice: window %lld ms is not divisible by precision %lld "
+                    "(sliding-buckets splits the window into equal buckets)\n",
+                    (long long)o->p.window_ms, (long long)prec);
+            return 2;
+        }
+    }
+    int rc = sl_params_check(&o->p);
+    if (rc != 0) return usage_error("%s", sl_strerror(rc));
+    return 0;
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+/*
+ * How a run is organised.  The main thread reads, parses a batch of up to
+ * BATCH requests, and formats the answers; the decisions of a batch are
+ * split by key between the main thread and --threads - 1 workers.  All of a
+ * key's requests in a batch go to one thread, in input order, and a batch
+ * starts only when the one before it is decided, so every key sees its
+ * requests in input order: the answers are those of a single thread.  While
+ * the workers decide batch k, the main thread decides its share, parses
+ * batch k+1 and then formats batch k.  The share of keys the main thread
+ * takes adapts after each batch so that it and the workers finish together.
+ *
+ * Input is read into two buffers used in turn, so that a batch's keys (which
+ * point into a buffer) stay valid while the next batch is parsed.
+ */
+#define BATCH       8192 /* requests per batch */
+#define SHARE_SLOTS 64   /* key-hash slots dealt between the threads */
+
+enum { MORE = 0, END_EOF, END_BAD, END_READ };
+
+typedef struct batch {
+    size_t n;
+    int end;           /* MORE, or what ended the input */
+    uint64_t err_line; /* END_BAD: the malformed line */
+    char err[256];     /* END_BAD, END_READ: what is wrong */
+    sl__replay_req req[BATCH];
+    uint64_t line[BATCH]; /* input line of each request */
+    uint8_t slot[BATCH];  /* key-hash slot, 0..SHARE_SLOTS-1 */
+    int rc[BATCH];        /* sl_allow's return */
+    sl_result res[BATCH];
+} batch;
+
+typedef struct reader {
+    int fd;
+    const char *name;
+    char *buf[2]; /* each IN_BLOCK + SL_REPLAY_MAX_LINE + 1 bytes */
+    int cur;      /* the buffer being parsed */
+    size_t pos, end;
+    int eof, short_read; /* the last read(2) returned less than asked */
+    uint64_t lineno;
+} reader;
+
+struct pool;
+typedef struct worker {
+    struct pool *pool;
+    pthread_t th;
+    int index;     /* 1.. (the main thread is 0) */
+    double finish; /* when it finished the current batch; published by `done` */
+} worker;
+
+/* Hand-offs spin for up to SPIN polls before sleeping on a condition
+ * variable: a batch takes about a millisecond, and waking a sleeping thread
+ * can cost tens of microseconds. */
+#define SPIN 4000
+
+typedef struct pool {
+    sl_limiter *lim;
+    int nthreads;               /* including the main thread */
+    uint8_t owner[SHARE_SLOTS]; /* thread deciding each slot; changed between batches */
+    int main_slots;             /* slots 0..main_slots-1 are the main thread's */
+    batch *job;                 /* the batch being decided; published by `go` */
+    _Atomic uint64_t go;        /* batches handed out (release: job, owner) */
+    _Atomic int done;           /* workers finished with the current batch */
+    _Atomic int quit;
+    pthread_mutex_t mu; /* with the two condition variables, for sleeping */
+    pthread_cond_t go_cv, done_cv;
+    worker w[MAX_THREADS];
+} pool;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+/* A fast keyed-by-nothing hash of the key, only to deal keys between
+ * threads (a skewed deal costs speed, never correctness). */
+static inline unsigned key_slot(const char *k, size_t n)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
+    while (n >= 8) {
+        memcpy(&w, k, 8);
+        h = (h ^ w) * 0xff51afd7ed558ccdULL;
+        h ^= h >> 29;
+        k += 8;
+        n -= 8;
+    }
+    w = 0;
+    memcpy(&w, k, n);
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 32;
+    return (unsigned)(h % SHARE_SLOTS);
+}
+
+static void deal_slots(pool *pl)
+{
+    int nw = pl->nthreads - 1;
+    for (int s = 0; s < SHARE_SLOTS; s++)
+        pl->owner[s] = s < pl->main_slots ? 0
+                                          : (uint8_t)(1 + (s - pl->main_slots) * nw /
+                                                              (SHARE_SLOTS - pl->main_slots));
+}
+
+static void decide_share(pool *pl, batch *b, int me)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        if (pl->owner[b->slot[i]] != me) continue;
+        const sl__replay_req *rq = &b->req[i];
+        b->rc[i] = sl_allow(pl->lim, rq->key, rq->klen, rq->t, rq->cost, &b->res[i]);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    pool *pl = w->pool;
+    uint64_t seen = 0;
+    for (;;) {
+        uint64_t g = atomic_load_explicit(&pl->go, memory_order_acquire);
+        for (int i = 0; i < SPIN && g == seen && !atomic_load(&pl->quit); i++) {
+            cpu_relax();
+            g = atomic_load_explicit(&pl->go, memory_order_acquire);
+        }
+        if (g == seen) {
+            pthread_mutex_lock(&pl->mu);
+            while ((g = atomic_load_explicit(&pl->go, memory_order_acquire)) == seen &&
+                   !atomic_load(&pl->quit))
+                pthread_cond_wait(&pl->go_cv, &pl->mu);
+            pthread_mutex_unlock(&pl->mu);
+        }
+        if (atomic_load(&pl->quit)) break;
+        seen = g;
+        decide_share(pl, pl->job, w->index);
+        w->finish = now_s();
+        if (atomic_fetch_add_explicit(&pl->done, 1, memory_order_acq_rel) + 1 == pl->nthreads - 1) {
+            pthread_mutex_lock(&pl->mu);
+            pthread_cond_signal(&pl->done_cv);
+            pthread_mutex_unlock(&pl->mu);
+        }
+    }
+    return NULL;
+}
+
+/* Starts nthreads - 1 workers.  Returns 0, or -1 (then run with fewer). */
+static int pool_start(pool *pl, sl_limiter *lim, int nthreads)
+{
+    memset(pl, 0, sizeof *pl);
+    pl->lim = lim;
+    pl->nthreads = 1;
+    atomic_init(&pl->go, 0);
+    atomic_init(&pl->done, 0);
+    atomic_init(&pl->quit, 0);
+    pthread_mutex_init(&pl->mu, NULL);
+    pthread_cond_init(&pl->go_cv, NULL);
+    pthread_cond_init(&pl->done_cv, NULL);
+    for (int i = 1; i < nthreads; i++) {
+        pl->w[i].pool = pl;
+        pl->w[i].index = i;
+        if (pthread_create(&pl->w[i].th, NULL, worker_main, &pl->w[i]) != 0) break;
+        pl->nthreads = i + 1;
+    }
+    pl->main_slots = SHARE_SLOTS / pl->nthreads;
+    deal_slots(pl);
+    return pl->nthreads == nthreads ? 0 : -1;
+}
+
+static void pool_stop(pool *pl)
+{
+    pthread_mutex_lock(&pl->mu);
+    atomic_store(&pl->quit, 1);
+    pthread_cond_broadcast(&pl->go_cv);
+    pthread_mutex_unlock(&pl->mu);
+    for (int i = 1; i < pl->nthreads; i++) pthread_join(pl->w[i].th, NULL);
+    pthread_cond_destroy(&pl->go_cv);
+    pthread_cond_destroy(&pl->done_cv);
+    pthread_mutex_destroy(&pl->mu);
+}
+
+/* Hands b to the workers. */
+static void pool_go(pool *pl, batch *b)
+{
+    if (pl->nthreads == 1 || b->n == 0) return;
+    pl->job = b;
+    atomic_store_explicit(&pl->done, 0, memory_order_relaxed);
+    pthread_mutex_lock(&pl->mu);
+    atomic_fetch_add_explicit(&pl->go, 1, memory_order_release);
+    pthread_cond_broadcast(&pl->go_cv);
+    pthread_mutex_unlock(&pl->mu);
+}
+
+/* Waits for the workers to finish b; then moves one slot towards whichever
+ * side finished first (main_done: when the main thread's own work ended). */
+static void pool_wait(pool *pl, batch *b, double main_done)
+{
+    if (pl->nthreads == 1 || b->n == 0) return;
+    const int want = pl->nthreads - 1;
+    for (int i = 0; i < SPIN && atomic_load_explicit(&pl->done, memory_order_acquire) < want; i++)
+        cpu_relax();
+    if (atomic_load_explicit(&pl->done, memory_order_acquire) < want) {
+        pthread_mutex_lock(&pl->mu);
+        while (atomic_load_explicit(&pl->done, memory_order_acquire) < want)
+            pthread_cond_wait(&pl->done_cv, &pl->mu);
+        pthread_mutex_unlock(&pl->mu);
+    }
+    double w_done = 0;
+    for (int i = 1; i < pl->nthreads; i++)
+        if (pl->w[i].finish > w_done) w_done = pl->w[i].finish;
+    if (b->n < BATCH) return; /* too small to judge */
+    if (w_done > main_done && pl->main_slots < SHARE_SLOTS - 1)
+        pl->main_slots++;
+    else if (w_done < main_done && pl->main_slots > 1)
+        pl->main_slots--;
+    deal_slots(pl);
+}
+
+/* Copies the unparsed tail to the other buffer and reads once after it.
+ * The other buffer holds no live batch (see above).  Returns 0 or -1 (b->err
+ * set).  Before a read that may wait (after a short one), output is flushed
+ * so that a live stream gets its answers. */
+static int refill(reader *rd, outbuf *out, batch *b)
+{
+    size_t rem = rd->end - rd->pos;
+    char *dst = rd->buf[!rd->cur];
+    memcpy(dst, rd->buf[rd->cur] + rd->pos, rem);
+    rd->cur = !rd->cur;
+    rd->pos = 0;
+    rd->end = rem;
+    if (rd->short_read) out_flush(out);
+    size_t want = IN_BLOCK + SL_REPLAY_MAX_LINE + 1 - rem;
+    ssize_t n;
+    do {
+        n = read(rd->fd, dst + rem, want);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        snprintf(b->err, sizeof b->err, "cannot read %s: %s", rd->name, strerror(errno));
+        return -1;
+    }
+    rd->eof = n == 0;
+    rd->short_read = (size_t)n < want;
+    rd->end += (size_t)n;
+    return 0;
+}
+
+/* Parses the next batch: up to BATCH requests, ending early at the end of
+ * the buffer, at a malformed line, or at the end of input.  Refills the
+ * buffer at most once (the safety of the two buffers depends on it); if
+ * `live` (a batch is still undecided) and input would have to be waited
+ * for, returns an empty batch instead, so the live one is answered first. */
+static void parse_batch(reader *rd, outbuf *out, batch *b, int live)
+{
+    b->n = 0;
+    b->end = MORE;
+    if (!rd->eof && memchr(rd->buf[rd->cur] + rd->pos, '\n', rd->end - rd->pos) == NULL &&
+        rd->end - rd->pos <= SL_REPLAY_MAX_LINE) {
+        if (live && rd->short_read) {
+            struct pollfd pfd = {.fd = rd->fd, .events = POLLIN};
+            if (poll(&pfd, 1, 0) == 0) return;
+        }
+        if (refill(rd, out, b) != 0) {
+            b->end = END_READ;
+            return;
+        }
+    }
+    const char *buf = rd->buf[rd->cur];
+    while (b->n < BATCH) {
+        const char *line = buf + rd->pos;
+        size_t avail = rd->end - rd->pos, len;
+        const char *nl = memchr(line, '\n', avail);
+        if (nl != NULL) {
+            len = (size_t)(nl - line);
+            rd->pos += len + 1;
+        } else if (rd->eof || avail > SL_REPLAY_MAX_LINE) {
+            /* the last line, without '\n'; or one too long (refused below) */
+            if (avail == 0) {
+                b->end = END_EOF;
+                return;
+            }
+            len = avail;
+            rd->pos += len;
+        } else {
+            return; /* the buffer's lines are all parsed */
+        }
+        rd->lineno++;
+        sl__replay_req *rq = &b->req[b->n];
+        int rc = sl__replay_parse_line(line, len, rq, b->err, sizeof b->err);
+        if (rc == SL_REPLAY_REQ) {
+            b->line[b->n] = rd->lineno;
+            b->slot[b->n] = (uint8_t)key_slot(rq->key, rq->klen);
+            b->n++;
+        } else if (rc == SL_REPLAY_BAD) {
+            b->end = END_BAD;
+            b->err_line = rd->lineno;
+            return;
+        }
+    }
+}
+
+/* Writes the answers of b in order.  Returns 0, or an exit status after
+ * printing what went wrong (the answers before it written first). */
+static int answer_batch(const replay_opts *o, outbuf *out, summary *sum, const batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        const char *what = NULL;
+        if (b->rc[i] == SL_ENOMEM)
+            what = o->max_memory ? "out of memory: the key cannot be stored (is --max-memory "
+                                   "too small?)"
+                                 : "out of memory: the key cannot be stored";
+        else if (b->rc[i] != 0)
+            what = sl_strerror(b->rc[i]); /* the parser lets through only valid requests */
+        else if (o->summary && summary_add(sum, &b->req[i], &b->res[i]) != 0)
+            what = "out of memory for --summary";
+        if (what != NULL) {
+            out_flush(out);
+            fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->line[i], what);
+            return b->rc[i] == SL_ENOMEM || b->rc[i] == 0 ? 1 : 2;
+        }
+        put_result(out, &b->res[i]);
+        if (out->len >= OUT_FLUSH && out_flush(out) != 0) return 1;
+    }
+    if (b->end == END_BAD || b->end == END_READ) {
+        out_flush(out);
+        if (b->end == END_BAD)
+            fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->err_line, b->err);
+        else
+            fprintf(stderr, "sluice: %s\n", b->err);
+        return b->end == END_BAD ? 2 : 1;
+    }
+    return 0;
+}
+
+/* Reads the input to its end, answering every request.  Returns the exit
+ * status. */
+static int replay_run(const replay_opts *o, reader *rd, pool *pl, outbuf *out, summary *sum)
+{
+    batch *bs[2] = {malloc(sizeof(batch)), malloc(sizeof(batch))};
+    int rc = 0;
+    if (bs[0] == NULL || bs[1] == NULL) {
+        fprintf(stderr, "sluice: out of memory\n");
+        rc = 1;
+        goto out;
+    }
+    parse_batch(rd, out, bs[0], 0);
+    for (unsigned k = 0;; k++) {
+        batch *b = bs[k & 1], *next = bs[(k + 1) & 1];
+        pool_go(pl, b);
+        decide_share(pl, b, 0);
+        if (b->end == MORE) parse_batch(rd, out, next, b->n > 0);
+        pool_wait(pl, b, now_s());
+        rc = answer_batch(o, out, sum, b);
+        if (rc != 0 || b->end != MORE) break;
+    }
+out:
+    free(bs[0]);
+    free(bs[1]);
+    return rc;
+}
+
+int sl__replay_main(int argc, char **argv)
+{
+    replay_opts o;
+    int rc = parse_opts(argc, argv, &o);
+    if (rc != 0) return rc < 0 ? 0 : rc;
+
+    reader rd;
+    memset(&rd, 0, sizeof rd);
+    rd.name = "standard input";
+    if (o.file != NULL && strcmp(o.file, "-") != 0) {
+        rd.fd = open(o.file, O_RDONLY | O_CLOEXEC);
+        if (rd.fd < 0) {
+            fprintf(stderr, "sluice: cannot open '%s': %s\n", o.file, strerror(errno));
+            return 2;
+        }
+        rd.name = o.file;
+    }
+
+    sl_store_opts so;
+    memset(&so, 0, sizeof so);
+    so.max_bytes = o.max_memory;
+    int err = 0;
+    sl_store *store = sl_store_new(&so, &err);
+    sl_limiter *lim = store ? sl_limiter_new(&o.p, store, &err) : NULL;
+    outbuf *out = malloc(sizeof *out);
+    rd.buf[0] = malloc(IN_BLOCK + SL_REPLAY_MAX_LINE + 1);
+    rd.buf[1] = malloc(IN_BLOCK + SL_REPLAY_MAX_LINE + 1);
+    summary sum;
+    memset(&sum, 0, sizeof sum);
+    pool pl;
+    int have_pool = 0;
+
+    if (store == NULL || lim == NULL) {
+        fprintf(stderr, "sluice: %s%s\n", sl_strerror(err),
+                o.max_memory && err == SL_ENOMEM ? " (is --max-memory too small?)" : "");
+        rc = err == SL_ENOMEM ? 1 : 2;
+    } else if (out == NULL || rd.buf[0] == NULL || rd.buf[1] == NULL) {
+        fprintf(stderr, "sluice: out of memory\n");
+        rc = 1;
+    } else {
+        out->fd = 1;
+        out->len = 0;
+        out->failed = 0;
+        /* One thread with a memory bound: which keys are evicted then depends
+         * on the order of decisions across keys. */
+        pool_start(&pl, lim, o.max_memory ? 1 : o.threads);
+        have_pool = 1;
+        double t0 = now_s();
+        rc = replay_run(&o, &rd, &pl, out, &sum);
+        if (out_flush(out) != 0 || out->failed) {
+            fprintf(stderr, "sluice: cannot write the answers: %s\n", strerror(out->failed));
+            rc = 1;
+        }
+        double secs = now_s() - t0;
+        sl_store_stats st;
+        sl_store_stats_get(store, &st);
+        if (st.evictions)
+            fprintf(stderr,
+                    "sluice: warning: %llu keys were evicted to stay under --max-memory; their "
+                    "later requests were decided on fresh state\n",
+                    (unsigned long long)st.evictions);
+        if (o.summary && rc == 0) summary_print(&sum, &o.p, rd.lineno, secs, pl.nthreads, &st);
+    }
+
+    if (have_pool) pool_stop(&pl);
+    free(sum.slots);
+    free(sum.arena);
+    free(rd.buf[0]);
+    free(rd.buf[1]);
+    free(out);
+    sl_limiter_free(lim);
+    sl_store_free(store);
+    if (rd.fd > 0) close(rd.fd);
+    return rc;
+}

@@ -1,0 +1,704 @@
+/*
+ * engine.c -- the seven algorithms of SPEC section 2, exact.
+ *
+ * Every algorithm keeps its state normalised at the key's clock: when a
+ * request arrives at effective time t (>= the clock) the state is first
+ * advanced to t (windows rolled, tokens refilled, expired log entries
+ * dropped), which never changes any answer, then the request is decided.
+ * All arithmetic is integer; products that can pass 2^63 use 128 bits.
+ *
+ * State layouts (little-endian, unaligned, after the key in the record):
+ *   fixed-window     count:u40
+ *   sliding-window   n:u40 p:u40            (this window, previous window)
+ *   sliding-buckets  P:u16 width:u8 sum:u64 count[P]:width bytes each
+ *   token-bucket     dw:u40 dr:u40          deficit = dw + dr/W tokens
+ *   leaky-bucket     dw:u40 dr:u40          level   = dw + dr/W requests
+ *   gcra             dw:u40 dr:u40          TAT = clock + (dw*W + dr)/L ms
+ *   sliding-log      buf:ptr cap:u32 head:u32 used:u32 sum:u64
+ *                    first:i64 last:i64     (see the log section below)
+ * A zero state is a fresh key: empty window, full bucket, empty queue.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+
+__extension__ typedef unsigned __int128 u128;
+__extension__ typedef __int128 i128;
+
+/* ---- arithmetic --------------------------------------------------------- */
+
+/* floor(a / b) for b > 0. */
+static inline int64_t fdiv(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+static inline u128 udiv(u128 a, uint64_t b)
+{
+    return (a >> 64) == 0 ? (u128)((uint64_t)a / b) : a / b;
+}
+
+static inline u128 ceildiv(u128 a, uint64_t b)
+{
+    u128 q = udiv(a, b);
+    return q * b == a ? q : q + 1;
+}
+
+/* Clamps to int64 (answers past 2^63 ms cannot be written as int64). */
+static inline int64_t sat(u128 v)
+{
+    return v > (u128)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+static inline uint64_t ld40(const uint8_t *p)
+{
+    uint64_t v = 0;
+    memcpy(&v, p, 5);
+    return v;
+}
+
+static inline void st40(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 5);
+}
+
+static inline int64_t max64(int64_t a, int64_t b)
+{
+    return a > b ? a : b;
+}
+
+static void answer(sl_result *out, int allowed, int64_t limit, int64_t remaining,
+                   int64_t retry, int64_t reset, int64_t delay)
+{
+    out->allowed = allowed;
+    out->limit = limit;
+    out->remaining = remaining < 0 ? 0 : remaining;
+    out->retry_after_ms = allowed ? 0 : retry;
+    out->reset_after_ms = reset;
+    out->delay_ms = allowed ? delay : 0;
+}
+
+/* ---- fixed-window ------------------------------------------------------- */
+
+static void fixed_window(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                         int64_t cost, int commit, sl_result *out)
+{
+    int64_t W = n->W, L = n->L;
+    int64_t i = fdiv(t, W);
+    int64_t count = (st && fdiv(clock_old, W) == i) ? (int64_t)ld40(st) : 0;
+    int allowed = count + cost <= L;
+    if (allowed) count += cost;
+    int64_t to_end = (i + 1) * W - t;
+    answer(out, allowed, L, L - count, cost > L ? -1 : to_end, count ? to_end : 0, 0);
+    if (commit) st40(st, (uint64_t)count);
+}
+
+/* ---- sliding-window (weighted two-window counter) ----------------------- */
+
+/* floor(p * x / W) with 128-bit intermediate. */
+static inline int64_t weigh(int64_t p, int64_t x, int64_t W)
+{
+    return (int64_t)udiv((u128)p * (u128)x, (uint64_t)W);
+}
+
+/* Smallest offset e in [0, W] into a window whose previous-window count is p
+ * at which floor(p * (W - e) / W) <= r (r >= 0). */
+static int64_t weighed_below(int64_t p, int64_t r, int64_t W)
+{
+    if (p == 0) return 0;
+    /* p*(W-e) < (r+1)*W  <=>  W - e <= floor(((r+1)*W - 1) / p) */
+    u128 k = udiv((u128)(r + 1) * (u128)W - 1, (uint64_t)p);
+    return k >= (u128)W ? 0 : W - (int64_t)k;
+}
+
+static void sliding_window(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                           int64_t cost, int commit, sl_result *out)
+{
+    int64_t W = n->W, L = n->L;
+    int64_t i = fdiv(t, W), io = fdiv(clock_old, W);
+    int64_t cur = 0, prev = 0;
+    if (st && i == io) {
+        cur = (int64_t)ld40(st);
+        prev = (int64_t)ld40(st + 5);
+    } else if (st && i == io + 1) {
+        prev = (int64_t)ld40(st);
+    }
+    int64_t e = t - i * W, start_next = (i + 1) * W;
+    int64_t used = cur + weigh(prev, W - e, W);
+    int allowed = used + cost <= L;
+    if (allowed) {
+        cur += cost;
+        used += cost;
+    }
+
+    int64_t retry = -1;
+    if (!allowed && cost <= L) {
+        int64_t r = L - cost - cur, e1;
+        if (r >= 0 && (e1 = weighed_below(prev, r, W)) < W && e1 > e) {
+            retry = e1 - e; /* later in this window, as prev's weight fades */
+        } else {
+            int64_t e2 = weighed_below(cur, L - cost, W); /* next window: cur weighs */
+            retry = e2 < W ? start_next + e2 - t : start_next + W - t;
+        }
+    }
+    int64_t reset;
+    if (cur > 0)
+        reset = start_next + weighed_below(cur, 0, W) - t;
+    else
+        reset = max64(weighed_below(prev, 0, W), e) - e;
+
+    answer(out, allowed, L, L - used, retry, reset, 0);
+    if (commit) {
+        st40(st, (uint64_t)cur);
+        st40(st + 5, (uint64_t)prev);
+    }
+}
+
+/* ---- sliding-buckets ---------------------------------------------------- */
+
+#define SB_HDR 11 /* P:u16 width:u8 sum:u64 */
+
+static unsigned sb_width(int64_t L)
+{
+    return L <= 0xff ? 1 : L <= 0xffff ? 2 : L <= 0xffffffffLL ? 4 : 8;
+}
+
+static inline uint64_t sb_get(const uint8_t *c, unsigned w, int64_t j)
+{
+    uint64_t v = 0;
+    memcpy(&v, c + (size_t)j * w, w);
+    return v;
+}
+
+static inline void sb_set(uint8_t *c, unsigned w, int64_t j, uint64_t v)
+{
+    memcpy(c + (size_t)j * w, &v, w);
+}
+
+static void sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                            int64_t cost, int commit, sl_result *out)
+{
+    int64_t L = n->L, P = n->P, g = n->W / n->P;
+    unsigned w = st ? st[2] : 1;
+    uint8_t *c = st ? st + SB_HDR : NULL;
+    int64_t sum = st ? (int64_t)sl__ld64(st + 3) : 0;
+    int64_t b = fdiv(t, g), bo = fdiv(clock_old, g);
+
+    /* Roll forward: buckets bo+1..b are new (zero).  In answer-only mode the
+     * stale buckets are skipped when reading instead of cleared. */
+    int64_t stale = b - bo >= P ? P : b - bo; /* buckets to forget */
+    if (c && stale > 0) {
+        for (int64_t k = 1; k <= stale; k++) {
+            int64_t j = (bo + k) % P;
+            j = j < 0 ? j + P : j;
+            sum -= (int64_t)sb_get(c, w, j);
+            if (commit) sb_set(c, w, j, 0);
+        }
+    }
+#define SB_COUNT(bk) /* count of absolute bucket bk in (b-P, b] */                       \
+    ((c == NULL || (bk) > bo) ? 0 : (int64_t)sb_get(c, w, ((bk) % P + P) % P))
+
+    int allowed = sum + cost <= L;
+    if (allowed) {
+        sum += cost;
+        if (commit && cost > 0) {
+            int64_t j = (b % P + P) % P;
+            sb_set(c, w, j, (uint64_t)SB_COUNT(b) + (uint64_t)cost);
+        }
+    }
+    int64_t retry = -1;
+    if (!allowed && cost <= L) {
+        int64_t need = sum + cost - L, freed = 0; /* the oldest buckets expire first */
+        for (int64_t k = 1; k <= P; k++) {
+            freed += SB_COUNT(b - P + k);
+            if (freed >= need) {
+                retry = (b + k) * g - t;
+                break;
+            }
+        }
+    }
+    int64_t reset = 0;
+    if (sum > 0) {
+        int64_t j = b;
+        while (j > b - P && SB_COUNT(j) == 0 && !(allowed && cost > 0 && j == b)) j--;
+        reset = (j + P) * g - t;
+    }
+#undef SB_COUNT
+    answer(out, allowed, L, L - sum, retry, reset, 0);
+    if (commit) sl__st64(st + 3, (uint64_t)sum);
+}
+
+/* ---- token-bucket, leaky-bucket, gcra ----------------------------------- */
+
+/* The three share one exact quantity, kept in units of 1/W of a request:
+ * the token bucket's deficit (capacity minus tokens), the leaky bucket's
+ * level, and GCRA's TAT - clock in units of 1/L ms, which is the same
+ * number.  It is stored split as dw*W + dr so that a change of window keeps
+ * the whole part.
+ *
+ * The two u40 fields are read as one 8-byte load (dw and dr's low 24 bits)
+ * and one 2-byte load (dr's high 16 bits), and written the same way: the
+ * accesses cover exactly the state's 10 bytes, never beyond. */
+#define U40_MASK 0xffffffffffULL
+
+static inline u128 bucket_load(const uint8_t *st, const sl__norm *n)
+{
+    if (st == NULL) return 0;
+    uint64_t lo = sl__ld64(st), W = (uint64_t)n->W, B = (uint64_t)n->B;
+    uint64_t dw = lo & U40_MASK, dr = lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24;
+    if (dr >= W) dr = W - 1;
+    uint64_t d, BW;
+    /* The common case, everything within 64 bits (W*B < 2^64). */
+    if (!__builtin_mul_overflow(B, W, &BW) && dw <= B) {
+        d = dw * W + dr; /* <= B*W + W - 1: may pass BW, not 2^64 - 1 ... */
+        if (d >= dw * W) return d > BW ? BW : d; /* ... unless it wrapped */
+    }
+    u128 dd = (u128)dw * W + dr, bw = (u128)B * W;
+    return dd > bw ? bw : dd; /* capacity clamped */
+}
+
+static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
+{
+    uint64_t W = (uint64_t)n->W, q, r;
+    if ((uint64_t)(d >> 64) == 0) { /* one 64-bit division gives both */
+        q = (uint64_t)d / W;
+        r = (uint64_t)d % W;
+    } else {
+        u128 qq = d / W;
+        q = (uint64_t)qq;
+        r = (uint64_t)(d - qq * W);
+    }
+    sl__st64(st, (q & U40_MASK) | r << 40);
+    sl__st16(st + 8, (uint16_t)(r >> 24));
+}
+
+static void token_bucket(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                         int64_t cost, int commit, sl_result *out)
+{
+    uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
+    u128 BW = (u128)n->B * W, cW = (u128)cost * W;
+    u128 d = bucket_load(st, n);
+    u128 refill = (u128)(uint64_t)(t - clock_old) * L;
+    d = refill >= d ? 0 : d - refill;
+
+    u128 before = d;
+    int allowed = d + cW <= BW;
+    if (allowed) d += cW;
+    int64_t retry = 0, delay = 0;
+    if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv(before + cW - BW, L));
+    else if (n->algo == SL_LEAKY_BUCKET) delay = sat(ceildiv(before, L));
+    answer(out, allowed, n->B, (int64_t)udiv(BW - d, W), retry, sat(ceildiv(d, L)), delay);
+    if (commit) bucket_store(st, n, d);
+}
+
+/* GCRA: a request is conforming iff its arrival is no earlier than TAT minus
+ * the tolerance; conforming requests push TAT by cost emission intervals.
+ * Times are in units of 1/L ms, so the emission interval is W units and the
+ * burst tolerance plus one interval is B*W units. */
+static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, int64_t cost,
+                 int commit, sl_result *out)
+{
+    int64_t L = n->L;
+    uint64_t W = (uint64_t)n->W;
+    i128 now = (i128)t * L;
+    i128 tat = (i128)clock_old * L + (i128)bucket_load(st, n);
+    i128 limit = (i128)n->B * (i128)W; /* tau + T */
+    i128 base = tat > now ? tat : now;
+    i128 next = base + (i128)cost * (i128)W;
+    int allowed = next - now <= limit;
+    if (allowed) tat = next;
+
+    u128 ahead = tat > now ? (u128)(tat - now) : 0; /* TAT - t */
+    int64_t retry = 0;
+    if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv((u128)(next - now - limit), (uint64_t)L));
+    answer(out, allowed, n->B, (int64_t)udiv((u128)limit - ahead, W), retry,
+           sat(ceildiv(ahead, (uint64_t)L)), 0);
+    if (commit) bucket_store(st, n, ahead);
+}
+
+/* ---- sliding-log -------------------------------------------------------- */
+
+/* The log is a ring of bytes outside the record.  Each entry is a LEB128
+ * varint of (dt << 1 | has_cost), dt = its time minus the previous entry's
+ * time (0 for the first), followed by a varint cost when cost != 1.  The
+ * state keeps the sum of the costs, the time of the first and last entries,
+ * so a decision reads only the entries that expire (amortised O(1)) and a
+ * denied request's wait reads only as many entries as its cost needs.  At
+ * 500 requests an hour an entry takes about 2 bytes.
+ *
+ * Invariant: every entry is inside (clock - W, clock]; plain logs have sum <=
+ * L after each accepted request; logs of rejected requests are trimmed to the
+ * newest entries whose costs exceed L (older ones can never matter). */
+typedef struct sl_log {
+    uint8_t *buf;
+    uint32_t cap, head, used; /* bytes; cap is a power of two */
+    int64_t sum, first, last; /* sum of costs; times of first, last entry */
+} sl_log;
+
+#define LOG_ENTRY_MAX 20 /* two 10-byte varints */
+#define LOG_MIN_CAP 32
+#define LOG_MAX_CAP (1u << 30)
+
+static void log_load(const uint8_t *st, sl_log *lg)
+{
+    if (st == NULL) {
+        memset(lg, 0, sizeof(*lg));
+        return;
+    }
+    memcpy(&lg->buf, st, sizeof(lg->buf));
+    lg->cap = sl__ld32(st + 8);
+    lg->head = sl__ld32(st + 12);
+    lg->used = sl__ld32(st + 16);
+    lg->sum = (int64_t)sl__ld64(st + 20);
+    lg->first = (int64_t)sl__ld64(st + 28);
+    lg->last = (int64_t)sl__ld64(st + 36);
+}
+
+static void log_save(uint8_t *st, const sl_log *lg)
+{
+    memcpy(st, &lg->buf, sizeof(lg->buf));
+    sl__st32(st + 8, lg->cap);
+    sl__st32(st + 12, lg->head);
+    sl__st32(st + 16, lg->used);
+    sl__st64(st + 20, (uint64_t)lg->sum);
+    sl__st64(st + 28, (uint64_t)lg->first);
+    sl__st64(st + 36, (uint64_t)lg->last);
+}
+
+/* Reads a varint at ring offset *pos (advanced). */
+static uint64_t log_varint(const sl_log *lg, uint32_t *pos)
+{
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+        uint8_t byte = lg->buf[*pos & (lg->cap - 1)];
+        (*pos)++;
+        v |= (uint64_t)(byte & 0x7f) << shift;
+        if (!(byte & 0x80)) return v;
+    }
+}
+
+/* Decodes the entry at ring offset *pos: its dt and cost. */
+static void log_entry(const sl_log *lg, uint32_t *pos, int64_t *dt, int64_t *cost)
+{
+    uint64_t v = log_varint(lg, pos);
+    *dt = (int64_t)(v >> 1);
+    *cost = (v & 1) ? (int64_t)log_varint(lg, pos) : 1;
+}
+
+/* Removes the first entry. */
+static void log_pop(sl_log *lg)
+{
+    int64_t dt, cost;
+    uint32_t pos = lg->head;
+    log_entry(lg, &pos, &dt, &cost);
+    lg->used -= pos - lg->head;
+    lg->head = pos & (lg->cap - 1);
+    lg->sum -= cost;
+    if (lg->used > 0) {
+        uint32_t p2 = lg->head;
+        log_entry(lg, &p2, &dt, &cost);
+        lg->first += dt;
+    }
+}
+
+/* Drops entries that are no longer inside (t - W, t]. */
+static void log_expire(sl_log *lg, int64_t t, int64_t W)
+{
+    while (lg->used > 0 && lg->first <= t - W) log_pop(lg);
+}
+
+static unsigned put_varint(uint8_t *p, uint64_t v)
+{
+    unsigned n = 0;
+    while (v >= 0x80) {
+        p[n++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    p[n++] = (uint8_t)v;
+    return n;
+}
+
+/* Appends (t, cost), growing the ring (accounted to the shard).  Returns 0
+ * or SL_ENOMEM with the log unchanged. */
+static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, int64_t cost,
+                      int64_t now)
+{
+    uint8_t tmp[LOG_ENTRY_MAX];
+    int64_t dt = lg->used ? t - lg->last : 0;
+    unsigned len = put_varint(tmp, ((uint64_t)dt << 1) | (cost != 1));
+    if (cost != 1) len += put_varint(tmp + len, (uint64_t)cost);
+
+    if (lg->used + len > lg->cap) {
+        uint32_t ncap = lg->cap ? lg->cap : LOG_MIN_CAP;
+        while (ncap < lg->used + len) ncap *= 2;
+        if (ncap > LOG_MAX_CAP) return SL_ENOMEM;
+        if (!sl__shard_reserve(sh, ncap - lg->cap, rec, now)) return SL_ENOMEM;
+        uint8_t *nb = malloc(ncap);
+        if (nb == NULL) return SL_ENOMEM;
+        for (uint32_t k = 0; k < lg->used; k++) nb[k] = lg->buf[(lg->head + k) & (lg->cap - 1)];
+        free(lg->buf);
+        sl__shard_account(sh, (int64_t)ncap - (int64_t)lg->cap);
+        lg->buf = nb;
+        lg->cap = ncap;
+        lg->head = 0;
+    }
+    for (unsigned k = 0; k < len; k++) lg->buf[(lg->head + lg->used + k) & (lg->cap - 1)] = tmp[k];
+    if (lg->used == 0) lg->first = t;
+    lg->used += len;
+    lg->last = t;
+    lg->sum += cost;
+    return 0;
+}
+
+/* Time at which the entries expired so far first sum to >= need, counting a
+ * not-yet-appended entry (t, extra) last.  need must be <= sum + extra. */
+static int64_t log_expiry_of(const sl_log *lg, int64_t need, int64_t t, int64_t extra)
+{
+    int64_t freed = 0, at = lg->first, dt, cost;
+    uint32_t pos = lg->head, end = lg->head + lg->used;
+    for (int i = 0; pos != end; i++) {
+        log_entry(lg, &pos, &dt, &cost);
+        if (i > 0) at += dt;
+        freed += cost;
+        if (freed >= need) return at;
+    }
+    (void)extra;
+    return t;
+}
+
+static int sliding_log(sl__shard *sh, uint8_t *rec, uint8_t *st, const sl__norm *n, int64_t t,
+                       int64_t cost, int commit, sl_result *out)
+{
+    int64_t L = n->L, W = n->W;
+    sl_log lg;
+    log_load(st, &lg);
+    log_expire(&lg, t, W); /* on a copy: the state changes only if committed */
+
+    int allowed, logged = 0;
+    int64_t sum = lg.sum, last = lg.last;
+    if (n->log_rejected) {
+        logged = cost > 0;
+        sum += cost;
+        allowed = sum <= L;
+    } else {
+        allowed = sum + cost <= L;
+        logged = allowed && cost > 0;
+        if (allowed) sum += cost;
+    }
+    if (logged) last = t;
+    /* An entry not in the ring yet (answer-only, or not appended yet) is the
+     * newest; it expires last, at t + W. */
+    int64_t retry = -1;
+    if (!allowed && cost <= L) {
+        /* The retried request must fit: expire entries until sum + cost <= L
+         * (for log-rejected the retry is itself logged, hence the same
+         * formula with this request already in sum). */
+        int64_t need = (n->log_rejected ? sum : lg.sum) + cost - L;
+        retry = (need > lg.sum ? t : log_expiry_of(&lg, need, t, 0)) + W - t;
+    }
+    int64_t reset = sum > 0 ? last + W - t : 0;
+    answer(out, allowed, L, L - sum, retry, reset, 0);
+
+    if (!commit) return 0;
+    if (logged) {
+        int rc = log_append(sh, rec, &lg, t, cost, t);
+        if (rc != 0) return rc;
+        if (n->log_rejected) {
+            /* Keep only the newest entries whose costs exceed L. */
+            for (;;) {
+                int64_t dt, c1;
+                uint32_t pos = lg.head;
+                log_entry(&lg, &pos, &dt, &c1);
+                if (lg.sum - c1 < L + 1) break;
+                log_pop(&lg);
+            }
+        }
+    }
+    log_save(st, &lg);
+    if (lg.buf) sl__rec_set_flags(rec, sl__rec_flags(rec) | SL__REC_EXT);
+    return 0;
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+void sl__norm_from(sl__norm *n, const sl_params *p)
+{
+    n->algo = p->algo;
+    n->L = p->limit;
+    n->W = p->window_ms;
+    n->B = p->burst ? p->burst : p->limit;
+    n->P = p->precision ? p->precision : SL_DEFAULT_PRECISION;
+    n->log_rejected = p->log_rejected != 0;
+}
+
+size_t sl__state_len(const sl__norm *n)
+{
+    switch (n->algo) {
+    case SL_FIXED_WINDOW: return 5;
+    case SL_SLIDING_LOG: return 44;
+    case SL_SLIDING_BUCKETS: return SB_HDR + (size_t)n->P * sb_width(n->L);
+    default: return 10;
+    }
+}
+
+size_t sl__state_need(const uint8_t *st, const sl__norm *n)
+{
+    if (n->algo != SL_SLIDING_BUCKETS) return 0;
+    unsigned w = st[2], nw = sb_width(n->L);
+    if (w != 0 && sl__ld16(st) == (uint64_t)n->P && w >= nw) return 0;
+    return SB_HDR + (size_t)n->P * (w > nw ? w : nw);
+}
+
+void sl__state_adapt(uint8_t *st, const sl__norm *n, int64_t clock)
+{
+    if (n->algo != SL_SLIDING_BUCKETS) return;
+    unsigned w = st[2], nw = sb_width(n->L);
+    int64_t P = sl__ld16(st);
+    if (w == 0) { /* fresh */
+        sl__st16(st, (uint16_t)n->P);
+        st[2] = (uint8_t)nw;
+        return;
+    }
+    if (P == n->P) { /* wider counters: move them in place, from the top down */
+        if (w >= nw) return;
+        for (int64_t j = P - 1; j >= 0; j--) sb_set(st + SB_HDR, nw, j, sb_get(st + SB_HDR, w, j));
+        st[2] = (uint8_t)nw;
+        return;
+    }
+    /* A new precision: the window's count is kept, its spread over time is
+     * not -- it all moves to the bucket of the key's latest time (the sum is
+     * at most the old limit, so it fits the old width). */
+    uint64_t sum = sl__ld64(st + 3);
+    nw = nw > w ? nw : w;
+    memset(st + SB_HDR, 0, (size_t)n->P * nw);
+    sl__st16(st, (uint16_t)n->P);
+    st[2] = (uint8_t)nw;
+    int64_t j = fdiv(clock, n->W / n->P) % n->P;
+    sb_set(st + SB_HDR, nw, j < 0 ? j + n->P : j, sum);
+}
+
+int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t clock_old,
+                      int64_t t, int64_t cost, int commit, sl_result *out)
+{
+    uint8_t *st = r ? sl__rec_state(r) : NULL;
+    switch (n->algo) {
+    case SL_FIXED_WINDOW: fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
+    case SL_SLIDING_WINDOW: sliding_window(st, n, clock_old, t, cost, commit, out); return 0;
+    case SL_SLIDING_BUCKETS: sliding_buckets(st, n, clock_old, t, cost, commit, out); return 0;
+    case SL_GCRA: gcra(st, n, clock_old, t, cost, commit, out); return 0;
+    case SL_SLIDING_LOG: return sliding_log(sh, r, st, n, t, cost, commit, out);
+    default: token_bucket(st, n, clock_old, t, cost, commit, out); return 0;
+    }
+}
+
+/* ---- snapshots: a record's state as portable bytes ---------------------- */
+
+/* The sliding-log's state is dumped as its 44 bytes with the pointer
+ * zeroed and head 0, followed by the ring's used bytes in order. */
+size_t sl__state_dump_len(const uint8_t *r)
+{
+    const uint8_t *st = r + SL__REC_HDR + sl__rec_klen(r);
+    switch (sl__rec_algo(r)) {
+    case SL_FIXED_WINDOW: return 5;
+    case SL_SLIDING_LOG: return 44 + sl__ld32(st + 16);
+    case SL_SLIDING_BUCKETS: return SB_HDR + (size_t)sl__ld16(st) * st[2];
+    default: return 10;
+    }
+}
+
+void sl__state_dump(const uint8_t *r, uint8_t *dst)
+{
+    const uint8_t *st = r + SL__REC_HDR + sl__rec_klen(r);
+    if (sl__rec_algo(r) != SL_SLIDING_LOG) {
+        memcpy(dst, st, sl__state_dump_len(r));
+        return;
+    }
+    sl_log lg;
+    log_load(st, &lg);
+    for (uint32_t k = 0; k < lg.used; k++) dst[44 + k] = lg.buf[(lg.head + k) & (lg.cap - 1)];
+    lg.buf = NULL;
+    lg.head = 0;
+    log_save(dst, &lg);
+}
+
+/* Checks that a dumped log's bytes decode to entries whose costs add up to
+ * its sum and whose times end at its last time. */
+static int log_check(const uint8_t *src, size_t len)
+{
+    sl_log lg;
+    log_load(src, &lg);
+    if (lg.used != len - 44 || lg.used > LOG_MAX_CAP) return -1;
+    if (lg.used == 0) return lg.sum == 0 ? 0 : -1;
+    int64_t sum = 0, at = lg.first;
+    size_t pos = 44;
+    for (int i = 0; pos < len; i++) {
+        uint64_t v[2] = {0, 1};
+        for (int part = 0; part < 2; part++) {
+            if (part == 1 && !(v[0] & 1)) break;
+            v[part] = 0;
+            for (unsigned shift = 0;; shift += 7) {
+                if (pos >= len || shift > 63) return -1;
+                uint8_t byte = src[pos++];
+                v[part] |= (uint64_t)(byte & 0x7f) << shift;
+                if (!(byte & 0x80)) break;
+            }
+        }
+        int64_t dt = (int64_t)(v[0] >> 1);
+        if (i > 0) {
+            if (dt > SL_MAX_TIME_MS || at > SL_MAX_TIME_MS - dt) return -1;
+            at += dt;
+        }
+        if (v[1] > (uint64_t)SL_MAX_LIMIT * 4 || sum > INT64_MAX / 2) return -1;
+        sum += (int64_t)v[1];
+    }
+    return sum == lg.sum && at == lg.last ? 0 : -1;
+}
+
+size_t sl__state_load_len(unsigned algo, const uint8_t *src, size_t len)
+{
+    switch (algo) {
+    case SL_FIXED_WINDOW: return len == 5 ? 5 : 0;
+    case SL_SLIDING_LOG: return len >= 44 && log_check(src, len) == 0 ? 44 : 0;
+    case SL_SLIDING_BUCKETS: {
+        if (len < SB_HDR) return 0;
+        unsigned w = src[2];
+        size_t P = sl__ld16(src);
+        if ((w != 1 && w != 2 && w != 4 && w != 8) || P == 0 || len != SB_HDR + P * w) return 0;
+        return len;
+    }
+    case SL_SLIDING_WINDOW:
+    case SL_TOKEN_BUCKET:
+    case SL_GCRA:
+    case SL_LEAKY_BUCKET: return len == 10 ? 10 : 0;
+    default: return 0;
+    }
+}
+
+int sl__state_load(sl__shard *sh, uint8_t *r, const uint8_t *src, size_t len, int64_t now)
+{
+    uint8_t *st = sl__rec_state(r);
+    if (sl__rec_algo(r) != SL_SLIDING_LOG) {
+        memcpy(st, src, len);
+        return 0;
+    }
+    sl_log lg;
+    log_load(src, &lg);
+    lg.buf = NULL;
+    lg.cap = 0;
+    lg.head = 0;
+    if (lg.used > 0) {
+        uint32_t cap = LOG_MIN_CAP;
+        while (cap < lg.used) cap *= 2;
+        if (!sl__shard_reserve(sh, cap, r, now) || (lg.buf = malloc(cap)) == NULL)
+            return SL_ENOMEM;
+        memcpy(lg.buf, src + 44, lg.used);
+        lg.cap = cap;
+        sl__shard_account(sh, cap);
+        sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_EXT);
+    }
+    log_save(st, &lg);
+    return 0;
+}

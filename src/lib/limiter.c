@@ -1,0 +1,207 @@
+/*
+ * limiter.c -- the public decision API: checks the request, finds or makes
+ * the key's record under its shard lock, applies SPEC section 4's clock
+ * (a request older than the key's latest time is decided at that time), and
+ * lets the engine decide.  Bad input is refused before any state is touched.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "siphash.h"
+#include "store.h"
+
+struct sl_limiter {
+    sl_params params;
+    sl__norm norm;
+    sl_store *store;
+    int owns_store;
+};
+
+static int check_request(const void *key, size_t klen, int64_t now, int64_t cost)
+{
+    if (key == NULL || klen == 0 || klen > SL_MAX_KEY) return SL_EKEY;
+    if (cost < 0 || cost > SL_MAX_LIMIT) return SL_ECOST;
+    if (now <= -SL_MAX_TIME_MS || now >= SL_MAX_TIME_MS) return SL_ETIME;
+    return 0;
+}
+
+/* Answers on a private copy of r adapted to n (answer-only with a changed
+ * sliding-buckets layout: the stored record must not change). */
+static int decide_on_copy(sl__shard *sh, const uint8_t *r, size_t need, const sl__norm *n,
+                          int64_t clock_old, int64_t t, int64_t cost, sl_result *out)
+{
+    size_t head = SL__REC_HDR + sl__rec_klen(r);
+    size_t cap = sl__rec_state_cap(sh, r);
+    uint8_t *copy = calloc(1, head + (need > cap ? need : cap));
+    if (copy == NULL) return SL_ENOMEM;
+    memcpy(copy, r, head + cap);
+    sl__state_adapt(sl__rec_state(copy), n, clock_old);
+    int rc = sl__engine_decide(sh, copy, n, clock_old, t, cost, 0, out);
+    free(copy);
+    return rc;
+}
+
+/* The state of r needs a new layout for n (sliding-buckets only: a new
+ * precision or wider counters, or a fresh record): grows the record if
+ * needed and adapts it, or answers on a copy when not committing.  Returns
+ * 0 with *rp (maybe moved) ready to decide on, 1 when *out already holds
+ * the answer (rc in *rcp), or the error. */
+static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const sl__norm *n,
+                       int64_t clock_old, int64_t t, int64_t cost, int commit, sl_result *out)
+{
+    uint8_t *r = *rp;
+    size_t need = sl__state_need(sl__rec_state(r), n);
+    if (!need) return 0;
+    if (!commit) {
+        int rc = decide_on_copy(sh, r, need, n, clock_old, t, cost, out);
+        return rc ? rc : 1;
+    }
+    if (need > sl__rec_state_cap(sh, r)) {
+        uint8_t *nr = sl__shard_resize(sh, h, r, need);
+        if (nr == NULL) {
+            if (fresh) sl__shard_remove(sh, h, r);
+            return SL_ENOMEM;
+        }
+        *rp = r = nr;
+    }
+    sl__state_adapt(sl__rec_state(r), n, clock_old);
+    return 0;
+}
+
+/* The one decision path.  commit = 0 answers without changing anything.
+ * One call hashes, locks and finds (sl__store_lookup); only sliding-buckets
+ * ever changes its state's layout, so the others skip sl__state_need.
+ * Inlined into each API function, so sl_allow is one call deep. */
+SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, const void *key, size_t klen, int64_t now,
+                  int64_t cost, int commit, sl_result *out)
+{
+    int rc = check_request(key, klen, now, cost);
+    if (rc != 0) return rc;
+    if (s == NULL || out == NULL) return SL_EINVAL;
+
+    sl__shard *sh;
+    uint64_t h;
+    uint8_t *r = sl__store_lookup(s, n->algo, key, klen, &sh, &h);
+    int fresh = r == NULL;
+    int64_t clock_old = r ? sl__rec_clock(r) : now;
+    int64_t t = now > clock_old ? now : clock_old;
+
+    if (fresh && commit) {
+        r = sl__shard_insert(sh, h, n->algo, key, klen, sl__state_len(n), now);
+        if (r == NULL) {
+            rc = SL_ENOMEM;
+            goto out;
+        }
+    }
+    if (r != NULL && n->algo == SL_SLIDING_BUCKETS) {
+        rc = adapt_state(sh, h, &r, fresh, n, clock_old, t, cost, commit, out);
+        if (rc != 0) {
+            if (rc == 1) rc = 0;
+            goto out;
+        }
+    }
+    rc = sl__engine_decide(sh, r, n, clock_old, t, cost, commit, out);
+    if (rc != 0) {
+        if (fresh && r != NULL) sl__shard_remove(sh, h, r);
+        goto out;
+    }
+    if (commit) {
+        sl__rec_set_clock(r, t);
+        sl__rec_set_reset(r, out->reset_after_ms);
+    }
+out:
+    sl__shard_unlock(sh);
+    return rc;
+}
+
+int sl_decide(sl_store *s, const sl_params *p, const void *key, size_t keylen, int64_t now_ms,
+              int64_t cost, sl_result *out)
+{
+    int rc = sl_params_check(p);
+    if (rc != 0) return rc;
+    sl__norm n;
+    sl__norm_from(&n, p);
+    return decide(s, &n, key, keylen, now_ms, cost, 1, out);
+}
+
+int sl_peek(sl_store *s, const sl_params *p, const void *key, size_t keylen, int64_t now_ms,
+            int64_t cost, sl_result *out)
+{
+    int rc = sl_params_check(p);
+    if (rc != 0) return rc;
+    sl__norm n;
+    sl__norm_from(&n, p);
+    return decide(s, &n, key, keylen, now_ms, cost, 0, out);
+}
+
+int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen)
+{
+    if (key == NULL || keylen == 0 || keylen > SL_MAX_KEY) return SL_EKEY;
+    if ((unsigned)algo >= SL_ALGO_COUNT) return SL_EALGO;
+    if (s == NULL) return SL_EINVAL;
+    uint64_t h = sl__store_hash(s, algo, key, keylen);
+    sl__shard *sh = sl__store_shard(s, h);
+    sl__shard_lock(sh);
+    uint8_t *r = sl__shard_find(sh, h, algo, key, keylen);
+    if (r != NULL) sl__shard_remove(sh, h, r);
+    sl__shard_unlock(sh);
+    return r != NULL;
+}
+
+sl_limiter *sl_limiter_new(const sl_params *p, sl_store *store, int *err)
+{
+    int rc = sl_params_check(p);
+    sl_limiter *l = NULL;
+    if (rc == 0 && (l = calloc(1, sizeof(*l))) == NULL) rc = SL_ENOMEM;
+    if (rc == 0) {
+        l->params = *p;
+        sl__norm_from(&l->norm, p);
+        l->store = store;
+        if (store == NULL) {
+            l->owns_store = 1;
+            l->store = sl_store_new(NULL, &rc);
+        }
+    }
+    if (rc != 0 || l->store == NULL) {
+        if (rc == 0) rc = SL_ENOMEM;
+        free(l);
+        l = NULL;
+    }
+    if (err) *err = rc;
+    return l;
+}
+
+void sl_limiter_free(sl_limiter *l)
+{
+    if (l == NULL) return;
+    if (l->owns_store) sl_store_free(l->store);
+    free(l);
+}
+
+const sl_params *sl_limiter_params(const sl_limiter *l)
+{
+    return &l->params;
+}
+
+sl_store *sl_limiter_store(sl_limiter *l)
+{
+    return l->store;
+}
+
+int sl_allow(sl_limiter *l, const void *key, size_t keylen, int64_t now_ms, int64_t cost,
+             sl_result *out)
+{
+    return decide(l->store, &l->norm, key, keylen, now_ms, cost, 1, out);
+}
+
+int sl_limiter_peek(sl_limiter *l, const void *key, size_t keylen, int64_t now_ms, int64_t cost,
+                    sl_result *out)
+{
+    return decide(l->store, &l->norm, key, keylen, now_ms, cost, 0, out);
+}
+
+int sl_reset(sl_limiter *l, const void *key, size_t keylen)
+{
+    return sl_forget(l->store, l->params.algo, key, keylen);
+}

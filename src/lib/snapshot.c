@@ -1,0 +1,276 @@
+/*
+ * snapshot.c -- the store's state in a file, so a restart loses nothing.
+ *
+ * Format (little-endian), version 1:
+ *   "sluice snapshot\n"  16 bytes of magic
+ *   u32 version, u32 reserved (0)
+ *   records: u16 meta (key length - 1 | algorithm << 10), u16 reset code,
+ *            i64 clock, u32 state bytes, key, state (sl__state_dump)
+ *   u64 record count, u32 CRC-32 (zlib) of every byte before it
+ *
+ * Saving copies one shard at a time under its lock into memory (decisions
+ * on other shards go on; each shard is consistent in itself), writes
+ * PATH.tmp, fsyncs it, renames it over PATH and fsyncs the directory.
+ * Loading reads the whole file and checks magic, version, length, checksum
+ * and every record before inserting anything: a bad file is refused whole.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "engine.h"
+#include "store.h"
+
+#define SNAP_MAGIC "sluice snapshot\n"
+#define SNAP_VERSION 1u
+#define SNAP_HEAD 24   /* magic + version + reserved */
+#define SNAP_TAIL 12   /* count + crc */
+#define SNAP_REC_HDR 16
+
+static void fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static void fail(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+typedef struct snap_buf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom;
+    uint64_t records;
+} snap_buf;
+
+static uint8_t *snap_room(snap_buf *b, size_t n)
+{
+    if (b->cap - b->len < n) {
+        size_t cap = b->cap ? b->cap : 65536;
+        while (cap - b->len < n) cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (p == NULL) {
+            b->oom = 1;
+            return NULL;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    uint8_t *at = b->p + b->len;
+    b->len += n;
+    return at;
+}
+
+static int dump_record(const uint8_t *r, void *ctx)
+{
+    snap_buf *b = ctx;
+    size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
+    uint8_t *p = snap_room(b, SNAP_REC_HDR + klen + slen);
+    if (p == NULL) return -1;
+    sl__st16(p, (uint16_t)(sl__ld16(r) & 0x1fff)); /* flags are not portable */
+    memcpy(p + 2, r + 2, 10);                       /* reset code, clock */
+    sl__st32(p + 12, (uint32_t)slen);
+    memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
+    sl__state_dump(r, p + SNAP_REC_HDR + klen);
+    b->records++;
+    return 0;
+}
+
+static int write_all(int fd, const void *p, size_t n)
+{
+    const uint8_t *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+        fail(err, errlen, "snapshot %s: path too long", path);
+        return -1;
+    }
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fail(err, errlen, "snapshot %s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    uint8_t head[SNAP_HEAD];
+    memcpy(head, SNAP_MAGIC, 16);
+    sl__st32(head + 16, SNAP_VERSION);
+    sl__st32(head + 20, 0);
+    uLong crc = crc32(0L, Z_NULL, 0);
+    crc = crc32(crc, head, SNAP_HEAD);
+    int bad = write_all(fd, head, SNAP_HEAD);
+    snap_buf b = {0};
+    for (unsigned i = 0; i < sl__store_nshards(s) && !bad; i++) {
+        sl__shard *sh = sl__store_shard_at(s, i);
+        b.len = 0;
+        sl__shard_lock(sh);
+        sl__shard_foreach(sh, dump_record, &b);
+        sl__shard_unlock(sh);
+        if (b.oom) break;
+        crc = crc32(crc, b.p, (uInt)b.len);
+        bad = write_all(fd, b.p, b.len);
+    }
+    uint8_t tail[SNAP_TAIL];
+    sl__st64(tail, b.records);
+    crc = crc32(crc, tail, 8);
+    sl__st32(tail + 8, (uint32_t)crc);
+    int oom = b.oom;
+    free(b.p);
+    if (!bad && !oom) bad = write_all(fd, tail, SNAP_TAIL);
+    if (!bad && !oom) bad = fsync(fd);
+    int saved = errno;
+    if (close(fd) != 0 && !bad) bad = -1, saved = errno;
+    if (bad || oom || rename(tmp, path) != 0) {
+        if (!bad && !oom) saved = errno;
+        fail(err, errlen, "snapshot %s: cannot write: %s", path,
+             oom ? "out of memory" : strerror(saved));
+        unlink(tmp);
+        return -1;
+    }
+    /* make the rename itself durable */
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return 0;
+}
+
+/* Reads all of path.  Returns 0, 1 if it does not exist, -1 (err set). */
+static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        fail(err, errlen, "snapshot %s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        fail(err, errlen, "snapshot %s: not a regular file", path);
+        close(fd);
+        return -1;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    uint8_t *p = malloc(n ? n : 1);
+    if (p == NULL) {
+        fail(err, errlen, "snapshot %s: out of memory reading %zu bytes", path, n);
+        close(fd);
+        return -1;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, p + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
+    }
+    close(fd);
+    *out = p;
+    *len = got;
+    return 0;
+}
+
+/* Walks the records of a checked file; with insert == 0 only validates. */
+static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uint64_t count,
+                int insert, char *err, size_t errlen)
+{
+    size_t pos = SNAP_HEAD, end = len - SNAP_TAIL;
+    for (uint64_t k = 0; k < count; k++) {
+        if (end - pos < SNAP_REC_HDR) {
+            fail(err, errlen, "snapshot %s: record %llu at byte %zu is cut short", path,
+                 (unsigned long long)k + 1, pos);
+            return -1;
+        }
+        uint16_t meta = sl__ld16(p + pos);
+        size_t klen = (size_t)(meta & 0x3ff) + 1;
+        unsigned algo = (meta >> 10) & 7;
+        size_t slen = sl__ld32(p + pos + 12);
+        int64_t clock = (int64_t)sl__ld64(p + pos + 4);
+        const uint8_t *key = p + pos + SNAP_REC_HDR, *st = key + klen;
+        const char *why = NULL;
+        size_t room = 0;
+        if (meta >> 13) why = "unknown flags";
+        else if (algo >= SL_ALGO_COUNT) why = "unknown algorithm";
+        else if (klen > SL_MAX_KEY) why = "key longer than 512 bytes";
+        else if (end - pos - SNAP_REC_HDR < klen || end - pos - SNAP_REC_HDR - klen < slen)
+            why = "runs past the end of the file";
+        else if (clock <= -SL_MAX_TIME_MS || clock >= SL_MAX_TIME_MS) why = "time out of range";
+        else if ((room = sl__state_load_len(algo, st, slen)) == 0) why = "malformed state";
+        if (why) {
+            fail(err, errlen, "snapshot %s: record %llu at byte %zu: %s", path,
+                 (unsigned long long)k + 1, pos, why);
+            return -1;
+        }
+        if (insert) {
+            uint64_t h = sl__store_hash(s, algo, key, klen);
+            sl__shard *sh = sl__store_shard(s, h);
+            sl__shard_lock(sh);
+            uint8_t *r = sl__shard_find(sh, h, algo, key, klen);
+            if (r) sl__shard_remove(sh, h, r);
+            r = sl__shard_insert(sh, h, algo, key, klen, room, clock);
+            if (r && sl__state_load(sh, r, st, slen, clock) != 0) {
+                sl__shard_remove(sh, h, r);
+                r = NULL;
+            }
+            if (r) memcpy(r + 2, p + pos + 2, 2); /* the reset code, as saved */
+            sl__shard_unlock(sh);
+        }
+        pos += SNAP_REC_HDR + klen + slen;
+    }
+    if (pos != end) {
+        fail(err, errlen, "snapshot %s: %zu unexpected bytes after the last record", path,
+             end - pos);
+        return -1;
+    }
+    return 0;
+}
+
+int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, size_t errlen)
+{
+    uint8_t *p = NULL;
+    size_t len = 0;
+    int rc = read_file(path, &p, &len, err, errlen);
+    if (rc != 0) return rc;
+    rc = -1;
+    if (len < SNAP_HEAD + SNAP_TAIL || memcmp(p, SNAP_MAGIC, 16) != 0) {
+        if (len >= 16 && memcmp(p, SNAP_MAGIC, 16) == 0)
+            fail(err, errlen, "snapshot %s: truncated (%zu bytes)", path, len);
+        else
+            fail(err, errlen, "snapshot %s: not a sluice snapshot (bad magic)", path);
+    } else if (sl__ld32(p + 16) != SNAP_VERSION) {
+        fail(err, errlen, "snapshot %s: version %u is not supported (this build reads version %u)",
+             path, sl__ld32(p + 16), SNAP_VERSION);
+    } else if ((uint32_t)crc32(crc32(0L, Z_NULL, 0), p, (uInt)(len - 4)) != sl__ld32(p + len - 4)) {
+        fail(err, errlen,
+             "snapshot %s: checksum mismatch: the file is corrupt or truncated (%zu bytes)", path,
+             len);
+    } else {
+        uint64_t count = sl__ld64(p + len - SNAP_TAIL);
+        if (walk(s, path, p, len, count, 0, err, errlen) == 0) {
+            walk(s, path, p, len, count, 1, err, errlen);
+            if (nkeys) *nkeys = count;
+            rc = 0;
+        }
+    }
+    free(p);
+    return rc;
+}

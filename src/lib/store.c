@@ -1,0 +1,1048 @@
+/*
+ * store.c -- the sharded, bounded, thread-safe key store (see store.h).
+ *
+ * Layout.  A store is 2^k shards; a key's shard is the top k bits of its
+ * keyed hash (SipHash-1-3, a random seed per store), its home slot in the
+ * shard's table the low 32 bits mapped onto the table size by a multiply
+ * ("fast range"), so the table size need not be a power of two.  Each shard
+ * has its own lock (a spinlock: see lock_wait): threads working on
+ * different shards never share a lock or a written cache line.
+ *
+ * Table.  Open addressing with linear probing; a slot is 32 bits: a record
+ * handle (26 bits, 0 = empty) and a 6-bit tag from the key's hash.  A probe
+ * reads a record only when the tag matches (1 in 64 for another key), then
+ * compares key length and algorithm (one 16-bit load) and the key bytes, so
+ * a lookup reads one record, the key's own; deletion shifts the
+ * rest of the cluster back (no tombstones), recomputing the home slot of the
+ * records it moves.  Invariant: every record sits in the cluster starting at
+ * its home slot, with no empty slot between its home and itself.  The table
+ * grows by 1.5x when the load would pass 0.8, so it stays between ~0.53 and
+ * 0.8 full (4-7.5 bytes a key).
+ *
+ * Slab.  Records have an even size of at least 16 bytes.  Sizes up to
+ * SL__CLASS_MAX each have a class; a class's records live in pages that hold
+ * only records of that size: a class's first page is small (SL__PAGE_MIN
+ * bytes) and each further page doubles up to SL__PAGE_MAX, and a page is
+ * exactly a whole number of records, so a class costs little until it is
+ * used a lot and nothing is lost at page ends.  Larger records get a page of
+ * their own.  A handle is (page << 10 | index in page) + 1, so a shard has
+ * at most 65535 pages (1 GB of records in 16 KB pages).  A freed record
+ * is marked free in its first two bytes (a key length no record has) and
+ * linked into its page's free list by the next two; a page with a free
+ * record is on its class's list; an empty page is freed at once, so memory
+ * moves between classes.  Records never move while they live, except
+ * through sl__shard_resize.
+ *
+ * Memory bound.  A shard's bytes = its pages (+ a small per-page overhead) +
+ * its table + external buffers; its budget is max_bytes / shards.  When a
+ * record does not fit (SL__ROUNDS rounds at most per call, so the work per
+ * call is bounded):
+ *   1. an expiry sweep walks the slab from a hand (SL__SCAN live records a
+ *      round) and drops every record whose reset time has passed: it holds
+ *      no information.  While sweeps find such records, only sweep.
+ *   2. otherwise SL__SAMPLE random table slots are sampled and the least
+ *      recently used record seen (oldest clock) is evicted, preferring one
+ *      whose slot the new record fits in, so that one eviction makes room;
+ *      if none fits (the new record is bigger than every one sampled), the
+ *      sampled page with the fewest live records is evicted whole.
+ *   3. once the budget holds no new page, a free record of a bigger class
+ *      is used rather than evicting.
+ * A record that fits nowhere is placed anyway if nothing else lives in the
+ * shard (a key bigger than the budget still works, alone).  sl_store_expire
+ * runs the expiry sweep on demand.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* getrandom */
+#endif
+
+#include "store.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "siphash.h"
+
+#define SL__REC_MIN          16u   /* bytes: the smallest record (a free list link fits) */
+#define SL__CLASS_MAX        1024u /* bytes: larger records get a page each */
+#define SL__NCLASS           ((SL__CLASS_MAX - SL__REC_MIN) / 2 + 1)
+#define SL__NOCLASS          0xffffu
+#define SL__PAGE_MIN         256u   /* bytes: a class's first page */
+#define SL__PAGE_MAX         16384u /* bytes: a class's pages from the 7th on */
+#define SL__IDX_BITS         10     /* record index bits in a handle: a page holds <= 1024 */
+#define SL__PAGE_BITS        16     /* page bits in a handle */
+#define SL__H_BITS           (SL__IDX_BITS + SL__PAGE_BITS) /* a slot's handle bits */
+#define SL__H_MASK           ((1u << SL__H_BITS) - 1)
+#define SL__MAX_PAGES        ((1u << SL__PAGE_BITS) - 1) /* so that handles stay < 2^26 */
+#define SL__STATE_MAX        (1u << 28)    /* bytes of state in one record */
+#define SL__TABLE_MIN        16u           /* slots in a new table */
+#define SL__SCAN             32u           /* live records the expiry sweep examines a round */
+#define SL__ROUNDS           16            /* reclaim rounds per call */
+#define SL__SHARDS           64u           /* default shard count */
+#define SL__SHARD_BUDGET_MIN (256u * 1024) /* bytes: auto shard count keeps this */
+#define SL__MAX_SHARDS       65536u
+#define SL__SAMPLE           16u /* table slots sampled for an eviction */
+#define SL__SPINS            128u  /* lock: busy waits before yielding the CPU */
+#define SL__YIELDS           1024u /* lock: sched_yield()s before sleeping */
+#define SL__NAP_NS           50000 /* lock: nanoseconds slept per round after that */
+
+/* The first two bytes of a free record: a key length of 1024, which no live
+ * record has (SL_MAX_KEY is 512).  Bytes 2..3 link the page's free list. */
+#define SL__FREE_MARK 0xffffu
+
+/* One slab page (a directory entry). */
+typedef struct page {
+    uint8_t *mem;    /* cap * rsize bytes; NULL when the entry is unused */
+    uint32_t rsize;  /* bytes per record (even) */
+    uint32_t next;   /* next page with room in the class (index + 1); for an
+                        unused entry, the next unused entry */
+    uint32_t prev;   /* previous page with room in the class (index + 1) */
+    uint16_t cls;    /* size class, SL__NOCLASS for a one-record page */
+    uint16_t cap;    /* records in the page, 1..1024 */
+    uint16_t live;   /* records in use */
+    uint16_t bump;   /* records [0, bump) have been handed out before */
+    uint16_t free;   /* first free record: index + 1, 0 = none */
+    uint16_t listed; /* on its class's list of pages with room */
+} page;
+
+/* What a page costs besides its records: the directory entry and malloc's
+ * chunk header, so the count follows the process's real footprint. */
+#define SL__PAGE_OVERHEAD (sizeof(page) + 16u)
+
+/* Eviction candidates seen by one sample (handles, 0 = none). */
+typedef struct victims {
+    uint32_t fit;                            /* oldest record whose slot a record of `want` fits */
+    uint32_t ext;                            /* oldest record holding an external buffer */
+    uint32_t any;                            /* oldest record */
+    uint32_t thin;                           /* a record on the page with the fewest live records */
+    int64_t fit_clock, ext_clock, any_clock; /* ms */
+    uint32_t thin_live;
+} victims;
+
+struct sl__shard {
+    _Alignas(64) atomic_uint lock; /* 0 = free, 1 = held (sl__shard_lock) */
+    /* Everything below is protected by lock. */
+    const sl_store *store; /* for rehashing keys; read-only */
+    uint32_t *slot;        /* the table: record handles, 0 = empty */
+    uint32_t size;         /* slots */
+    uint32_t count;        /* records */
+    uint32_t hand_pi;      /* the expiry sweep's position: page index */
+    uint32_t hand_idx;     /* ... and record index in that page */
+    uint64_t rng;          /* xorshift state for sampling eviction candidates */
+    uint32_t last_h;       /* handle last found, inserted or resized (0 = none) */
+    page *pages;           /* page directory */
+    uint32_t npages;       /* directory entries in use or on the unused list */
+    uint32_t pcap;         /* directory entries allocated */
+    uint32_t punused;      /* first unused entry (index + 1), 0 = none */
+    uint64_t bytes;        /* pages + overhead + table + external, bytes */
+    uint64_t budget;       /* bytes; 0 = unbounded */
+    uint64_t ext;          /* bytes in SL__REC_EXT buffers */
+    uint64_t expired;      /* records dropped because their reset had passed */
+    uint64_t evictions;    /* live records evicted to stay under budget */
+    uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
+    uint32_t prev_drops;   /* ... in its previous pass over the pages */
+    uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
+    uint32_t avail[SL__NCLASS];                /* first page with room (index + 1) */
+    uint32_t npclass[SL__NCLASS];              /* pages the class holds */
+};
+
+struct sl_store {
+    sl__sipkey sip[8];  /* SipHash-1-3 key state per algorithm, derived from the seed */
+    unsigned nshards;   /* power of two */
+    unsigned shift;     /* 64 - log2(nshards); 64 when there is one shard */
+    uint64_t max_bytes; /* 0 = unbounded */
+    atomic_uint next;   /* shard where the next sl_store_expire starts */
+    sl__shard *shard;
+};
+
+/* ---- the reset code (store.h) -------------------------------------------------- */
+
+static int64_t reset_decode(uint16_t code)
+{
+    if (code < 2048) return code;
+    if (code == SL__RESET_NEVER) return INT64_MAX;
+    unsigned e = code >> 11;
+    return (int64_t)((2048u + (code & 2047u)) * ((uint64_t)1 << (e - 1)));
+}
+
+int64_t sl__rec_reset_at(const uint8_t *r)
+{
+    int64_t d = reset_decode(sl__ld16(r + 2));
+    int64_t c = sl__rec_clock(r);
+    if (d == INT64_MAX || c > INT64_MAX - d) return INT64_MAX;
+    return c + d;
+}
+
+/* ---- hashing, locking and slots ---------------------------------------------- */
+
+uint64_t sl__store_hash(const sl_store *s, unsigned algo, const void *key, size_t klen)
+{
+    return sl__siphash13_v(&s->sip[algo & 7], key, klen);
+}
+
+sl__shard *sl__store_shard(sl_store *s, uint64_t hash)
+{
+    return &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+}
+
+/*
+ * The shard lock is a test-and-test-and-set spinlock: taking it is one
+ * atomic exchange and releasing it one plain release store, where a mutex
+ * costs two atomic read-modify-writes (the second one a full barrier that
+ * also stops the next decision's loads from starting early).  Critical
+ * sections are short (a decision is ~100 ns) except a snapshot's copy of a
+ * shard or a table growth (O(records in the shard)); a waiter busy-waits
+ * SL__SPINS rounds, then yields the CPU SL__YIELDS times, then sleeps
+ * SL__NAP_NS per round, so a long hold costs the waiters little CPU.
+ */
+static void lock_wait(sl__shard *sh)
+{
+    for (unsigned n = 0;; n++) {
+        if (!atomic_load_explicit(&sh->lock, memory_order_relaxed) &&
+            !atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire))
+            return;
+        if (n < SL__SPINS) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#elif defined(__aarch64__)
+            __asm__ __volatile__("yield");
+#endif
+        } else if (n < SL__SPINS + SL__YIELDS) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, SL__NAP_NS};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+static inline void shard_lock(sl__shard *sh)
+{
+    if (__builtin_expect(atomic_exchange_explicit(&sh->lock, 1, memory_order_acquire) != 0, 0))
+        lock_wait(sh);
+}
+
+void sl__shard_lock(sl__shard *sh) { shard_lock(sh); }
+void sl__shard_unlock(sl__shard *sh) { atomic_store_explicit(&sh->lock, 0, memory_order_release); }
+
+static inline uint32_t rec_size(size_t klen, size_t state_len)
+{
+    size_t n = (SL__REC_HDR + klen + state_len + 1) & ~(size_t)1;
+    return n < SL__REC_MIN ? SL__REC_MIN : (uint32_t)n;
+}
+
+static inline uint32_t h_page(uint32_t h) { return (h - 1) >> SL__IDX_BITS; }
+static inline uint32_t h_idx(uint32_t h) { return (h - 1) & ((1u << SL__IDX_BITS) - 1); }
+static inline uint32_t h_make(uint32_t pi, uint32_t idx)
+{
+    return ((pi << SL__IDX_BITS) | idx) + 1;
+}
+
+/* A slot holds a handle (< 2^26, 0 = empty) and, in its top 6 bits, a tag:
+ * 6 bits of the key's hash that neither the shard nor the home slot use. */
+static inline uint32_t tag_of(uint64_t hash) { return (uint32_t)(hash >> 32) << SL__H_BITS; }
+static inline uint32_t s_h(uint32_t v) { return v & SL__H_MASK; }
+
+static inline uint8_t *rec_at(const sl__shard *sh, uint32_t h)
+{
+    const page *p = &sh->pages[h_page(h)];
+    return p->mem + (size_t)h_idx(h) * p->rsize;
+}
+
+static inline uint32_t home(const sl__shard *sh, uint64_t hash)
+{
+    return (uint32_t)(((uint64_t)(uint32_t)hash * sh->size) >> 32);
+}
+
+static inline uint64_t rec_hash(const sl__shard *sh, const uint8_t *r)
+{
+    return sl__store_hash(sh->store, sl__rec_algo(r), sl__rec_key(r), sl__rec_klen(r));
+}
+
+/* Whether the n bytes at a and b are equal: inline word compares, as keys
+ * are short (memcmp costs a call and ~30 instructions more). */
+SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    if (n >= 8) {
+        if (n <= 16) /* two overlapping words */
+            return (sl__ld64(a) == sl__ld64(b)) & (sl__ld64(a + n - 8) == sl__ld64(b + n - 8));
+        if (n > 32) return memcmp(a, b, n) == 0;
+        for (size_t i = 0; i + 8 < n; i += 8)
+            if (sl__ld64(a + i) != sl__ld64(b + i)) return 0;
+        return sl__ld64(a + n - 8) == sl__ld64(b + n - 8);
+    }
+    if (n >= 4) return (sl__ld32(a) == sl__ld32(b)) & (sl__ld32(a + n - 4) == sl__ld32(b + n - 4));
+    return a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1];
+}
+
+/* The record of (meta, key) in the table, or NULL.  A slot whose tag
+ * differs is passed without reading its record: a probe reads a record
+ * that is not the key's with probability 1/64.  The table is never full
+ * (it grows at 0.8), so the loop ends at an empty slot. */
+SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
+                            size_t klen)
+{
+    const uint32_t *slot = sh->slot;
+    uint32_t size = sh->size, tag = tag_of(hash), i = home(sh, hash);
+    for (;;) {
+        uint32_t v = slot[i];
+        if (!v) return NULL;
+        if ((v ^ tag) <= SL__H_MASK) {
+            uint8_t *r = rec_at(sh, s_h(v));
+            if ((sl__ld16(r) & 0x1fff) == meta && key_eq(r + SL__REC_HDR, key, klen)) {
+                sh->last_h = s_h(v);
+                return r;
+            }
+        }
+        if (++i == size) i = 0;
+    }
+}
+
+/* The slot holding handle h (whose hash is `hash`), or UINT32_MAX. */
+static uint32_t slot_of_handle(const sl__shard *sh, uint64_t hash, uint32_t h)
+{
+    uint32_t i = home(sh, hash);
+    for (uint32_t n = 0; n < sh->size; n++) {
+        uint32_t v = sh->slot[i];
+        if (s_h(v) == h) return i;
+        if (!v) break;
+        if (++i == sh->size) i = 0;
+    }
+    return UINT32_MAX;
+}
+
+/* The slot holding record r (whose hash is `hash`), or UINT32_MAX. */
+static uint32_t slot_of_rec(const sl__shard *sh, uint64_t hash, const uint8_t *r)
+{
+    uint32_t i = home(sh, hash);
+    for (uint32_t n = 0; n < sh->size; n++) {
+        uint32_t v = sh->slot[i];
+        if (!v) break;
+        if (rec_at(sh, s_h(v)) == r) return i;
+        if (++i == sh->size) i = 0;
+    }
+    return UINT32_MAX;
+}
+
+/* Empties slot i and shifts the rest of its cluster back so that every
+ * record stays reachable from its home.  Costs a hash per record moved past. */
+static void slot_delete(sl__shard *sh, uint32_t i)
+{
+    uint32_t j = i;
+    for (;;) {
+        if (++j == sh->size) j = 0;
+        uint32_t h = sh->slot[j];
+        if (!h) break;
+        uint32_t k = home(sh, rec_hash(sh, rec_at(sh, s_h(h))));
+        /* h stays if its home lies cyclically in (i, j]. */
+        int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
+        if (stays) continue;
+        sh->slot[i] = h;
+        i = j;
+    }
+    sh->slot[i] = 0;
+}
+
+/* Puts handle h (of a record whose hash is `hash`) in the first empty slot
+ * from its home. */
+static void slot_put(sl__shard *sh, uint64_t hash, uint32_t h)
+{
+    uint32_t i = home(sh, hash);
+    while (sh->slot[i])
+        if (++i == sh->size) i = 0;
+    sh->slot[i] = h | tag_of(hash);
+}
+
+/* Bytes of the bigger table if one more record needs it, else 0. */
+static uint64_t grow_bytes(const sl__shard *sh)
+{
+    if ((uint64_t)(sh->count + 1) * 5 <= (uint64_t)sh->size * 4) return 0;
+    return ((uint64_t)sh->size + sh->size / 2) * sizeof(uint32_t);
+}
+
+/* Rehashes into a table 1.5x bigger.  O(records): every key is hashed again. */
+static int table_grow(sl__shard *sh)
+{
+    if (sh->size > UINT32_MAX / 2) return -1;
+    uint32_t old = sh->size, ns = old + old / 2;
+    uint32_t *t = calloc(ns, sizeof *t);
+    if (!t) return -1;
+    uint32_t *o = sh->slot;
+    sh->slot = t;
+    sh->size = ns;
+    for (uint32_t i = 0; i < old; i++)
+        if (o[i]) slot_put(sh, rec_hash(sh, rec_at(sh, s_h(o[i]))), s_h(o[i]));
+    free(o);
+    sh->bytes += (uint64_t)(ns - old) * sizeof(uint32_t);
+    return 0;
+}
+
+/* ---- the slab ---------------------------------------------------------------- */
+
+static void avail_link(sl__shard *sh, uint32_t pi)
+{
+    page *p = &sh->pages[pi];
+    unsigned c = p->cls;
+    p->prev = 0;
+    p->next = sh->avail[c];
+    if (p->next) sh->pages[p->next - 1].prev = pi + 1;
+    sh->avail[c] = pi + 1;
+    sh->availmap[c / 64] |= (uint64_t)1 << (c % 64);
+    p->listed = 1;
+}
+
+static void avail_unlink(sl__shard *sh, uint32_t pi)
+{
+    page *p = &sh->pages[pi];
+    unsigned c = p->cls;
+    if (p->prev)
+        sh->pages[p->prev - 1].next = p->next;
+    else
+        sh->avail[c] = p->next;
+    if (p->next) sh->pages[p->next - 1].prev = p->prev;
+    if (!sh->avail[c]) sh->availmap[c / 64] &= ~((uint64_t)1 << (c % 64));
+    p->listed = 0;
+}
+
+/* The smallest class >= c with a free record, or -1. */
+static int avail_from(const sl__shard *sh, unsigned c)
+{
+    for (unsigned w = c / 64; w < (SL__NCLASS + 63) / 64; w++) {
+        uint64_t m = sh->availmap[w];
+        if (w == c / 64) m &= ~(uint64_t)0 << (c % 64);
+        if (m) return (int)(w * 64 + (unsigned)__builtin_ctzll(m));
+    }
+    return -1;
+}
+
+static inline uint64_t page_cost(uint32_t cap, uint32_t rsize)
+{
+    return (uint64_t)cap * rsize + SL__PAGE_OVERHEAD;
+}
+
+/* A new page of cap records of rsize bytes.  Returns its index + 1, or 0
+ * when out of memory or directory entries. */
+static uint32_t page_new(sl__shard *sh, uint32_t rsize, unsigned cls, uint32_t cap)
+{
+    uint32_t pi;
+    if (sh->punused) {
+        pi = sh->punused - 1;
+    } else {
+        if (sh->npages >= SL__MAX_PAGES) return 0;
+        if (sh->npages == sh->pcap) {
+            uint32_t nc = sh->pcap ? sh->pcap * 2 : 16;
+            page *np = realloc(sh->pages, (size_t)nc * sizeof *np);
+            if (!np) return 0;
+            sh->pages = np;
+            sh->pcap = nc;
+        }
+        pi = sh->npages;
+    }
+    uint8_t *mem = malloc((size_t)cap * rsize);
+    if (!mem) return 0;
+    if (sh->punused)
+        sh->punused = sh->pages[pi].next;
+    else
+        sh->npages++;
+    page *p = &sh->pages[pi];
+    memset(p, 0, sizeof *p);
+    p->mem = mem;
+    p->rsize = rsize;
+    p->cls = (uint16_t)cls;
+    p->cap = (uint16_t)cap;
+    sh->bytes += page_cost(cap, rsize);
+    if (cls != SL__NOCLASS) {
+        sh->npclass[cls]++;
+        avail_link(sh, pi);
+    }
+    return pi + 1;
+}
+
+static void page_release(sl__shard *sh, uint32_t pi)
+{
+    page *p = &sh->pages[pi];
+    if (p->listed) avail_unlink(sh, pi);
+    if (p->cls != SL__NOCLASS) sh->npclass[p->cls]--;
+    sh->bytes -= page_cost(p->cap, p->rsize);
+    free(p->mem);
+    p->mem = NULL;
+    p->next = sh->punused;
+    sh->punused = pi + 1;
+}
+
+/* Hands out a zeroed record of page pi (which has room). */
+static uint32_t rec_take(sl__shard *sh, uint32_t pi)
+{
+    page *p = &sh->pages[pi];
+    uint32_t idx;
+    if (p->free) {
+        idx = p->free - 1u;
+        p->free = sl__ld16(p->mem + (size_t)idx * p->rsize + 2);
+    } else {
+        idx = p->bump++;
+    }
+    if (++p->live == p->cap && p->listed) avail_unlink(sh, pi);
+    memset(p->mem + (size_t)idx * p->rsize, 0, p->rsize);
+    return h_make(pi, idx);
+}
+
+/* Returns record h to its page, freeing the page when it empties. */
+static void rec_give(sl__shard *sh, uint32_t h)
+{
+    uint32_t pi = h_page(h), idx = h_idx(h);
+    page *p = &sh->pages[pi];
+    if (sh->last_h == h) sh->last_h = 0;
+    if (--p->live == 0) {
+        page_release(sh, pi);
+        return;
+    }
+    sl__st16(p->mem + (size_t)idx * p->rsize, SL__FREE_MARK);
+    sl__st16(p->mem + (size_t)idx * p->rsize + 2, p->free);
+    p->free = (uint16_t)(idx + 1);
+    if (!p->listed && p->cls != SL__NOCLASS) avail_link(sh, pi);
+}
+
+static inline uint64_t room(const sl__shard *sh, uint64_t reserve)
+{
+    if (!sh->budget) return UINT64_MAX;
+    uint64_t used = sh->bytes + reserve;
+    return used < sh->budget ? sh->budget - used : 0;
+}
+
+/*
+ * A record of at least rsize bytes without passing the budget, keeping
+ * `reserve` bytes aside (a table about to grow): a free record of the class,
+ * else a new page (smaller than planned if that is what fits), else a free
+ * record of a bigger class.  `force` ignores the budget (one record).
+ * Returns the handle, or 0.
+ */
+static uint32_t rec_alloc(sl__shard *sh, uint32_t rsize, uint64_t reserve, int force)
+{
+    uint64_t left = force ? UINT64_MAX : room(sh, reserve);
+    if (rsize > SL__CLASS_MAX) {
+        if (page_cost(1, rsize) > left) return 0;
+        uint32_t p = page_new(sh, rsize, SL__NOCLASS, 1);
+        return p ? rec_take(sh, p - 1) : 0;
+    }
+    unsigned c = (rsize - SL__REC_MIN) / 2;
+    if (sh->avail[c]) return rec_take(sh, sh->avail[c] - 1);
+    uint32_t shift = sh->npclass[c] < 6 ? sh->npclass[c] : 6;
+    uint32_t target = SL__PAGE_MIN << shift;
+    if (target > SL__PAGE_MAX) target = SL__PAGE_MAX;
+    uint32_t cap = target / rsize ? target / rsize : 1;
+    if (force) cap = 1;
+    if (page_cost(cap, rsize) > left) {
+        int c2 = avail_from(sh, c + 1);
+        if (c2 >= 0) return rec_take(sh, sh->avail[c2] - 1);
+        cap = left > SL__PAGE_OVERHEAD ? (uint32_t)((left - SL__PAGE_OVERHEAD) / rsize) : 0;
+        if (!cap) return 0;
+    }
+    uint32_t p = page_new(sh, rsize, c, cap);
+    return p ? rec_take(sh, p - 1) : 0;
+}
+
+/* ---- dropping records ------------------------------------------------------- */
+
+static void free_ext(sl__shard *sh, uint8_t *r)
+{
+    uint8_t *st = sl__rec_state(r);
+    void *buf;
+    memcpy(&buf, st, sizeof buf);
+    uint32_t n = sl__ld32(st + 8);
+    free(buf);
+    sl__st64(st, 0);
+    sh->ext = sh->ext > n ? sh->ext - n : 0;
+    sh->bytes = sh->bytes > n ? sh->bytes - n : 0;
+}
+
+/* Removes the record h held in slot i. */
+static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
+{
+    uint8_t *r = rec_at(sh, h);
+    if (sl__rec_flags(r) & SL__REC_EXT) free_ext(sh, r);
+    slot_delete(sh, i);
+    rec_give(sh, h);
+    sh->count--;
+}
+
+static void evict_one(sl__shard *sh, uint32_t h)
+{
+    uint32_t i = slot_of_handle(sh, rec_hash(sh, rec_at(sh, h)), h);
+    if (i == UINT32_MAX) return;
+    drop_slot(sh, i, h);
+    sh->evictions++;
+}
+
+/* Evicts every live record of page pi (the page is then freed).  At most
+ * 1024 records, each a hash and a probe: bounded, and done only when no
+ * sampled record had a slot the new record fits in. */
+static void evict_page(sl__shard *sh, uint32_t pi)
+{
+    for (uint32_t idx = 0; sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
+        const page *p = &sh->pages[pi];
+        if (sl__ld16(p->mem + (size_t)idx * p->rsize) != SL__FREE_MARK)
+            evict_one(sh, h_make(pi, idx));
+    }
+}
+
+static void victims_init(victims *v)
+{
+    memset(v, 0, sizeof *v);
+    v->thin_live = UINT32_MAX;
+}
+
+/*
+ * The expiry sweep: examines up to `max` live records in slab order from
+ * the hand, dropping each one whose reset time is <= now (never `keep`).
+ * Slab order, not table order: the records it drops are spread evenly over
+ * the table (dropping a run of table slots while inserts land everywhere
+ * would pack the rest of the table into one long cluster), and it reads
+ * memory sequentially.  Visits each page at most once per call, and steps
+ * over at most 32 * max free records.  Returns the number dropped; *seen
+ * (may be NULL) counts records examined.
+ */
+static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen)
+{
+    uint64_t n = 0, dropped = 0, skip = max > UINT64_MAX / 32 ? UINT64_MAX : max * 32;
+    uint32_t pi = sh->hand_pi, idx = sh->hand_idx, visited = 0;
+    while (n < max && sh->count && visited <= sh->npages && skip) {
+        if (pi >= sh->npages) {
+            pi = idx = 0;
+            sh->prev_drops = sh->pass_drops;
+            sh->pass_drops = 0;
+            if (!sh->npages) break;
+        }
+        const page *p = &sh->pages[pi];
+        if (!p->mem || idx >= p->bump) {
+            pi++;
+            idx = 0;
+            visited++;
+            continue;
+        }
+        uint8_t *r = p->mem + (size_t)idx * p->rsize;
+        uint32_t h = h_make(pi, idx++);
+        if (sl__ld16(r) == SL__FREE_MARK) {
+            skip--;
+            continue;
+        }
+        n++;
+        if (h != keep && sl__rec_reset_at(r) <= now) {
+            uint32_t i = slot_of_handle(sh, rec_hash(sh, r), h);
+            if (i != UINT32_MAX) {
+                drop_slot(sh, i, h); /* may free the page: p->mem is then NULL */
+                sh->expired++;
+                sh->pass_drops++;
+                dropped++;
+            }
+        }
+    }
+    sh->hand_pi = pi;
+    sh->hand_idx = idx;
+    if (seen) *seen = n;
+    return dropped;
+}
+
+/*
+ * Samples up to SL__SAMPLE records at random table slots (the first record
+ * at or after each), noting in v the eviction candidates for a record of
+ * `want` bytes; expired ones found on the way are dropped (returned).
+ * Random slots sample records evenly whatever their size or age.
+ */
+static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep, victims *v)
+{
+    uint64_t dropped = 0;
+    uint32_t keep_pi = keep ? h_page(keep) : UINT32_MAX;
+    for (uint32_t k = 0; k < SL__SAMPLE && sh->count; k++) {
+        uint64_t x = sh->rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        sh->rng = x;
+        uint32_t i = home(sh, x), h;
+        while ((h = sh->slot[i]) == 0)
+            if (++i == sh->size) i = 0;
+        h = s_h(h);
+        if (h == keep) continue;
+        uint8_t *r = rec_at(sh, h);
+        if (sl__rec_reset_at(r) <= now) {
+            drop_slot(sh, i, h);
+            sh->expired++;
+            dropped++;
+            continue;
+        }
+        int64_t clk = sl__rec_clock(r);
+        const page *p = &sh->pages[h_page(h)];
+        if (p->rsize >= want && (!v->fit || clk < v->fit_clock)) {
+            v->fit = h;
+            v->fit_clock = clk;
+        }
+        if ((sl__rec_flags(r) & SL__REC_EXT) && (!v->ext || clk < v->ext_clock)) {
+            v->ext = h;
+            v->ext_clock = clk;
+        }
+        if (!v->any || clk < v->any_clock) {
+            v->any = h;
+            v->any_clock = clk;
+        }
+        if (p->live < v->thin_live && h_page(h) != keep_pi) {
+            v->thin = h;
+            v->thin_live = p->live;
+        }
+    }
+    return dropped;
+}
+
+/*
+ * Makes room by evicting one candidate of v: for a record (want > 0), the
+ * oldest whose slot it fits in; for memory (want == 0) or when none fits,
+ * the oldest holding an external buffer, else the page with the fewest live
+ * records, whole.  `shrink_table`: the table cannot grow, so any record will
+ * do.  Returns 0 if v holds no candidate.
+ */
+static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_table)
+{
+    if (shrink_table && v->any)
+        evict_one(sh, v->any);
+    else if (want && v->fit)
+        evict_one(sh, v->fit);
+    else if (v->ext)
+        evict_one(sh, v->ext);
+    else if (v->thin)
+        evict_page(sh, h_page(v->thin));
+    else
+        return 0;
+    return 1;
+}
+
+/* A record of rsize bytes within budget, growing the table first if
+ * `adding` a record needs it.  Returns the handle or 0. */
+static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
+{
+    uint64_t tb = adding ? grow_bytes(sh) : 0;
+    if (!force && tb > room(sh, 0)) return 0;
+    uint32_t h = rec_alloc(sh, rsize, tb, force);
+    if (h && tb && table_grow(sh) != 0) {
+        rec_give(sh, h);
+        return 0;
+    }
+    return h;
+}
+
+/*
+ * Finds a record of rsize bytes, reclaiming as the file comment says; keep
+ * (a handle, or 0) is never dropped.  Expired records go first: while the
+ * sweep drops some, or dropped some during the hand's current or previous
+ * pass over the table (so more are likely ahead), up to half the rounds only
+ * sweep; a live record is evicted only when sweeping finds nothing (at once
+ * when nothing has expired lately: the steady state costs one round).  If
+ * nothing else lives in the shard the record is placed even beyond the
+ * budget (a key bigger than the budget still works, alone).
+ */
+static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, uint32_t keep)
+{
+    uint32_t h = try_alloc(sh, rsize, adding, 0);
+    if (h || !sh->budget) return h;
+    for (int round = 0; round < SL__ROUNDS; round++) {
+        uint64_t dropped = sweep(sh, now, SL__SCAN, keep, NULL);
+        if (dropped && (h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
+        if (round < SL__ROUNDS / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
+        victims v;
+        victims_init(&v);
+        if (sample(sh, now, rsize, keep, &v)) {
+            if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
+            continue;
+        }
+        int table_full = adding && grow_bytes(sh) > room(sh, 0);
+        if (!evict(sh, &v, rsize, table_full) && !dropped) break;
+        if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
+    }
+    if (sh->count == (keep ? 1u : 0u)) return try_alloc(sh, rsize, adding, 1);
+    return 0;
+}
+
+/* ---- the store.h interface ------------------------------------------------- */
+
+uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo, const void *key, size_t klen)
+{
+    if (klen == 0 || klen > SL_MAX_KEY) return NULL;
+    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+}
+
+uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
+                          sl__shard **shp, uint64_t *hashp)
+{
+    uint64_t hash = sl__siphash13_v(&s->sip[algo & 7], key, klen);
+    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+    *shp = sh;
+    *hashp = hash;
+    shard_lock(sh);
+    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+}
+
+uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned algo, const void *key, size_t klen,
+                          size_t state_len, int64_t now_ms)
+{
+    if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || algo > 7) return NULL;
+    uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
+    if (!h) return NULL;
+    uint8_t *r = rec_at(sh, h); /* zeroed */
+    sl__st16(r, (uint16_t)((klen - 1) | algo << 10));
+    sl__rec_set_clock(r, now_ms);
+    memcpy(r + SL__REC_HDR, key, klen);
+    slot_put(sh, hash, h);
+    sh->count++;
+    sh->last_h = h;
+    return r;
+}
+
+size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
+{
+    uint32_t h = sh->last_h;
+    if (!h || rec_at(sh, h) != r) {
+        uint32_t i = slot_of_rec(sh, rec_hash(sh, r), r);
+        if (i == UINT32_MAX) return 0;
+        h = s_h(sh->slot[i]);
+    }
+    return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r);
+}
+
+uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_state_len)
+{
+    if (new_state_len > SL__STATE_MAX) return NULL;
+    uint32_t i = slot_of_rec(sh, hash, r);
+    if (i == UINT32_MAX) return NULL;
+    uint32_t h = s_h(sh->slot[i]);
+    size_t klen = sl__rec_klen(r);
+    uint32_t have = sh->pages[h_page(h)].rsize;
+    size_t cap = have - SL__REC_HDR - klen;
+    uint32_t want = rec_size(klen, new_state_len);
+    if (want <= have) { /* fits where it is: clear what is no longer state */
+        if (new_state_len < cap) memset(sl__rec_state(r) + new_state_len, 0, cap - new_state_len);
+        sh->last_h = h;
+        return r;
+    }
+    /* Reclaiming may move slots (not records): find r's slot again after. */
+    uint32_t nh = obtain(sh, want, 0, sl__rec_clock(r), h);
+    if (!nh) return NULL;
+    uint8_t *nr = rec_at(sh, nh);
+    memcpy(nr, r, SL__REC_HDR + klen + cap);
+    i = slot_of_handle(sh, hash, h);
+    sh->slot[i] = nh | (sh->slot[i] & ~SL__H_MASK); /* same key: same tag */
+    rec_give(sh, h);
+    sh->last_h = nh;
+    return nr;
+}
+
+void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
+{
+    uint32_t i = slot_of_rec(sh, hash, r);
+    if (i != UINT32_MAX) drop_slot(sh, i, s_h(sh->slot[i]));
+}
+
+void sl__shard_account(sl__shard *sh, int64_t delta)
+{
+    if (delta >= 0) {
+        sh->ext += (uint64_t)delta;
+        sh->bytes += (uint64_t)delta;
+    } else {
+        uint64_t d = (uint64_t)0 - (uint64_t)delta;
+        sh->ext = sh->ext > d ? sh->ext - d : 0;
+        sh->bytes = sh->bytes > d ? sh->bytes - d : 0;
+    }
+}
+
+int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t now_ms)
+{
+    if (room(sh, 0) >= bytes) return 1;
+    if ((uint64_t)sh->size * sizeof *sh->slot + bytes > sh->budget)
+        return 0; /* could never fit: evict nothing */
+    uint32_t keep_h = 0;
+    if (keep) {
+        uint32_t i = slot_of_rec(sh, rec_hash(sh, keep), keep);
+        if (i != UINT32_MAX) keep_h = s_h(sh->slot[i]);
+    }
+    for (int round = 0; round < SL__ROUNDS; round++) {
+        uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL);
+        if (room(sh, 0) >= bytes) return 1;
+        if (round < SL__ROUNDS / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
+        victims v;
+        victims_init(&v);
+        if (sample(sh, now_ms, 0, keep_h, &v) == 0 && !evict(sh, &v, 0, 0) && !dropped) break;
+        if (room(sh, 0) >= bytes) return 1;
+    }
+    return 0;
+}
+
+/* ---- the public store API --------------------------------------------------- */
+
+/* 16 bytes from the kernel's CSPRNG.  Returns 0 or -1. */
+static int random_seed(uint8_t seed[16])
+{
+    size_t got = 0;
+    while (got < 16) {
+        ssize_t n = getrandom(seed + got, 16 - got, 0);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    if (got == 16) return 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    got = 0;
+    while (got < 16) {
+        ssize_t n = read(fd, seed + got, 16 - got);
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(fd);
+    return got == 16 ? 0 : -1;
+}
+
+static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t budget)
+{
+    memset(sh, 0, sizeof *sh);
+    sh->store = s;
+    sh->budget = budget;
+    sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
+    sh->size = SL__TABLE_MIN;
+    sh->slot = calloc(sh->size, sizeof *sh->slot);
+    if (!sh->slot) return -1;
+    sh->bytes = (uint64_t)sh->size * sizeof *sh->slot;
+    atomic_init(&sh->lock, 0);
+    return 0;
+}
+
+static void shard_fini(sl__shard *sh)
+{
+    for (uint32_t i = 0; i < sh->size; i++) {
+        uint32_t h = s_h(sh->slot[i]);
+        if (h && (sl__rec_flags(rec_at(sh, h)) & SL__REC_EXT)) free_ext(sh, rec_at(sh, h));
+    }
+    for (uint32_t pi = 0; pi < sh->npages; pi++) free(sh->pages[pi].mem);
+    free(sh->pages);
+    free(sh->slot);
+}
+
+sl_store *sl_store_new(const sl_store_opts *opts, int *err)
+{
+    sl_store_opts o;
+    if (opts)
+        o = *opts;
+    else
+        memset(&o, 0, sizeof o);
+    int e = SL_EINVAL;
+    unsigned n = o.shards;
+    if (n) {
+        if (n > SL__MAX_SHARDS || (n & (n - 1))) goto fail;
+    } else {
+        n = SL__SHARDS;
+        while (n > 1 && o.max_bytes && o.max_bytes / n < SL__SHARD_BUDGET_MIN) n /= 2;
+    }
+    uint8_t seed[16];
+    if (o.fixed_seed)
+        memcpy(seed, o.seed, 16);
+    else if (random_seed(seed) != 0)
+        goto fail; /* no randomness: refuse rather than hash predictably */
+    e = SL_ENOMEM;
+    sl_store *s = calloc(1, sizeof *s);
+    if (!s) goto fail;
+    /* Independent per-algorithm keys, so (algo, key) hashes without copying. */
+    for (unsigned a = 0; a < 8; a++) {
+        uint8_t m[8] = {'s', 'l', 'u', 'i', 'c', 'e', (uint8_t)a, 0};
+        uint64_t k0 = sl__siphash24(seed, m, 8);
+        m[7] = 1;
+        uint64_t k1 = sl__siphash24(seed, m, 8);
+        uint8_t key[16];
+        for (int b = 0; b < 8; b++) {
+            key[b] = (uint8_t)(k0 >> (8 * b));
+            key[8 + b] = (uint8_t)(k1 >> (8 * b));
+        }
+        sl__sipkey_init(&s->sip[a], key);
+    }
+    s->nshards = n;
+    s->shift = 64;
+    for (unsigned m = n; m > 1; m >>= 1) s->shift--;
+    s->max_bytes = o.max_bytes;
+    atomic_init(&s->next, 0);
+    s->shard = aligned_alloc(_Alignof(sl__shard), (size_t)n * sizeof(sl__shard));
+    if (!s->shard) {
+        free(s);
+        goto fail;
+    }
+    uint64_t budget = o.max_bytes ? o.max_bytes / n : 0;
+    if (o.max_bytes && !budget) budget = 1;
+    for (unsigned i = 0; i < n; i++) {
+        if (shard_init(&s->shard[i], s, i, budget) != 0) {
+            while (i--) shard_fini(&s->shard[i]);
+            free(s->shard);
+            free(s);
+            goto fail;
+        }
+    }
+    if (err) *err = SL_OK;
+    return s;
+fail:
+    if (err) *err = e;
+    return NULL;
+}
+
+void sl_store_free(sl_store *s)
+{
+    if (!s) return;
+    for (unsigned i = 0; i < s->nshards; i++) shard_fini(&s->shard[i]);
+    free(s->shard);
+    free(s);
+}
+
+void sl_store_stats_get(sl_store *s, sl_store_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->max_bytes = s->max_bytes;
+    for (unsigned i = 0; i < s->nshards; i++) {
+        sl__shard *sh = &s->shard[i];
+        sl__shard_lock(sh);
+        out->keys += sh->count;
+        out->bytes += sh->bytes;
+        out->expired += sh->expired;
+        out->evictions += sh->evictions;
+        sl__shard_unlock(sh);
+    }
+}
+
+uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records)
+{
+    uint64_t dropped = 0, left = max_records ? max_records : UINT64_MAX;
+    unsigned start = atomic_fetch_add_explicit(&s->next, 1, memory_order_relaxed);
+    for (unsigned k = 0; k < s->nshards && left; k++) {
+        sl__shard *sh = &s->shard[(start + k) & (s->nshards - 1)];
+        uint64_t seen = 0;
+        sl__shard_lock(sh);
+        dropped += sweep(sh, now_ms, left, 0, &seen);
+        sl__shard_unlock(sh);
+        if (max_records) left -= seen < left ? seen : left;
+    }
+    return dropped;
+}
+
+unsigned sl__store_nshards(const sl_store *s)
+{
+    return s->nshards;
+}
+
+sl__shard *sl__store_shard_at(sl_store *s, unsigned i)
+{
+    return &s->shard[i];
+}
+
+int sl__shard_foreach(sl__shard *sh, int (*fn)(const uint8_t *rec, void *ctx), void *ctx)
+{
+    for (uint32_t i = 0; i < sh->size; i++) {
+        if (!sh->slot[i]) continue;
+        int rc = fn(rec_at(sh, s_h(sh->slot[i])), ctx);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,150 @@
+/*
+ * store.h -- where per-key state lives (internal to libsluice).
+ *
+ * The store is a set of shards, each a lock, an open-addressing hash table
+ * of 32-bit record handles, and a slab of variable-size records.  A record is
+ * one allocation holding the key inline:
+ *
+ *     offset 0   uint16  meta    bits 0..9: key length - 1 (1..512 bytes)
+ *                                bits 10..12: algorithm (sl_algo)
+ *                                bits 13..15: SL__REC_* flags
+ *     offset 2   uint16  exp     reset time, coded relative to clock (below)
+ *     offset 4   int64   clock   latest time seen for the key (ms)
+ *     offset 12  key bytes
+ *     then       state bytes     algorithm-defined, unaligned
+ *
+ * Records are 2-byte aligned only: read multi-byte fields with memcpy (the
+ * sl__ld / sl__st helpers).  Nothing here knows any algorithm: the engine
+ * (limiter.c) decides, the store only keeps bytes and bounds memory.
+ *
+ * Locking: functions named sl__shard_* expect the shard lock held
+ * (taken with sl__shard_lock).  Record pointers are valid only while the
+ * lock is held and until the next insert/resize/remove on that shard.
+ */
+#ifndef SL_STORE_H
+#define SL_STORE_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "sluice.h"
+
+#define SL__REC_HDR 12         /* bytes before the key */
+#define SL__REC_EXT 0x1        /* state starts with a malloc'd pointer (8 bytes)
+                                  then a uint32 of its size in bytes; the
+                                  store frees it with the record */
+#define SL__REC_F1 0x2         /* free for the algorithm's use */
+#define SL__REC_F2 0x4         /* free for the algorithm's use */
+
+typedef struct sl__shard sl__shard;
+
+/* Unaligned loads and stores. */
+static inline uint64_t sl__ld64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+static inline void sl__st64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
+static inline uint32_t sl__ld32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static inline void sl__st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static inline uint16_t sl__ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static inline void sl__st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+
+static inline size_t sl__rec_klen(const uint8_t *r) { return (size_t)(sl__ld16(r) & 0x3ff) + 1; }
+static inline unsigned sl__rec_algo(const uint8_t *r) { return (sl__ld16(r) >> 10) & 7; }
+static inline unsigned sl__rec_flags(const uint8_t *r) { return (unsigned)(sl__ld16(r) >> 13) & 7; }
+static inline void sl__rec_set_flags(uint8_t *r, unsigned f)
+{
+    sl__st16(r, (uint16_t)((sl__ld16(r) & 0x1fff) | ((f & 7u) << 13)));
+}
+static inline const uint8_t *sl__rec_key(const uint8_t *r) { return r + SL__REC_HDR; }
+static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__rec_klen(r); }
+static inline int64_t sl__rec_clock(const uint8_t *r) { return (int64_t)sl__ld64(r + 4); }
+static inline void sl__rec_set_clock(uint8_t *r, int64_t t) { sl__st64(r + 4, (uint64_t)t); }
+
+/* The 16-bit code of a time left until reset: codes 0..2047 are that many
+ * ms; a code c >= 2048 is a float with a 5-bit exponent e = c >> 11
+ * (1..31) and an 11-bit mantissa m: (2048 + m) << (e - 1) ms, i.e. 2048 ms
+ * to ~4.4e12 ms (139 years) with a relative step of 1/2048.  Encoding
+ * rounds up; 0xffff means never.  Inline: every decision codes one. */
+#define SL__RESET_NEVER 0xffffu
+
+static inline uint16_t sl__reset_encode(int64_t ms)
+{
+    if (ms <= 0) return 0;
+    if (ms < 2048) return (uint16_t)ms;
+    uint64_t v = (uint64_t)ms;
+    int e = 64 - __builtin_clzll(v) - 11;                       /* v >> (e - 1) has 12 bits */
+    uint64_t q = (v + ((uint64_t)1 << (e - 1)) - 1) >> (e - 1); /* rounded up */
+    if (q == 4096) {
+        q = 2048;
+        e++;
+    }
+    uint64_t code = ((uint64_t)e << 11) | (q - 2048);
+    return code >= SL__RESET_NEVER ? (uint16_t)SL__RESET_NEVER : (uint16_t)code;
+}
+
+/* Records the time left until the key's reset, relative to its clock (call
+ * after setting the clock).  Coded in 16 bits, rounded up, so the store may
+ * keep a key slightly longer than needed but never drops one early. */
+static inline void sl__rec_set_reset(uint8_t *r, int64_t reset_after_ms)
+{
+    sl__st16(r + 2, sl__reset_encode(reset_after_ms));
+}
+/* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX. */
+int64_t sl__rec_reset_at(const uint8_t *r);
+
+/* Keyed hash of (algo, key) with the store's seed. */
+uint64_t sl__store_hash(const sl_store *s, unsigned algo, const void *key, size_t klen);
+
+/* The shard for a hash.  Never NULL. */
+sl__shard *sl__store_shard(sl_store *s, uint64_t hash);
+void sl__shard_lock(sl__shard *sh);
+void sl__shard_unlock(sl__shard *sh);
+
+/* The decision's way in: hashes (algo, key) (klen 1..SL_MAX_KEY), takes
+ * the lock of the key's shard and finds the record, in one call.  Sets *shp
+ * to the shard and *hashp to the hash; returns the record, or NULL if
+ * absent.  The shard lock is held on return either way. */
+uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
+                          sl__shard **shp, uint64_t *hashp);
+
+/* Finds the record of (algo, key).  NULL if absent.  O(1) expected. */
+uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo,
+                        const void *key, size_t klen);
+
+/* Inserts a new record with room for at least state_len state bytes, all
+ * zero, clock = now_ms, reset coded as 0.  When the memory bound would be
+ * passed it first drops expired records (reset time <= now_ms), then evicts
+ * the least recently used (oldest clock) of those it examines; this work is
+ * bounded per call.  Returns the record, or NULL (SL_ENOMEM) if the record
+ * cannot be placed.  Never called for a key that is already present. */
+uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned algo,
+                          const void *key, size_t klen, size_t state_len,
+                          int64_t now_ms);
+
+/* Room for state bytes in r (>= the state_len it was made with). */
+size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r);
+
+/* Moves r to a record with room for new_state_len state bytes, copying the
+ * header, key and min(old, new) state bytes (the rest zero).  Returns the new
+ * record (r is then invalid), or NULL (SL_ENOMEM) with r untouched. */
+uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r,
+                          size_t new_state_len);
+
+/* Removes r (freeing an SL__REC_EXT buffer). */
+void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r);
+
+/* Adds delta bytes (may be negative) to the shard's count of memory held
+ * outside records (SL__REC_EXT buffers). */
+void sl__shard_account(sl__shard *sh, int64_t delta);
+
+/* Whether an external buffer of `bytes` more fits under the bound, after
+ * reclaiming as sl__shard_insert does (never evicting `keep`). */
+int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t now_ms);
+
+/* Shards by index, for walking the whole store (snapshots). */
+unsigned sl__store_nshards(const sl_store *s);
+sl__shard *sl__store_shard_at(sl_store *s, unsigned i);
+
+/* Calls fn for every record of the shard (lock held), stopping at the first
+ * nonzero return, which it returns.  fn must not insert or remove. */
+int sl__shard_foreach(sl__shard *sh, int (*fn)(const uint8_t *rec, void *ctx), void *ctx);
+
+#endif

@@ -1,0 +1,459 @@
+/*
+ * test_params.c -- the edges of the library's input checking (SPEC section 5):
+ * sl_int_parse, sl_duration_parse, sl_algo_parse, sl_params_check, and bad
+ * requests to sl_decide / sl_peek / sl_forget / sl_limiter_new, which must
+ * return their error and leave every key's state exactly as it was.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sluice.h"
+
+/* ---- sl_int_parse ------------------------------------------------------- */
+
+static int int_parse(const char *s, int64_t max, int64_t *out)
+{
+    return sl_int_parse(s, strlen(s), max, out);
+}
+
+static void test_int_parse_accepts(void **state)
+{
+    (void)state;
+    int64_t v;
+    assert_int_equal(int_parse("0", 10, &v), 0);
+    assert_int_equal(v, 0);
+    assert_int_equal(int_parse("7", 10, &v), 0);
+    assert_int_equal(v, 7);
+    assert_int_equal(int_parse("10", 10, &v), 0); /* max itself */
+    assert_int_equal(v, 10);
+    assert_int_equal(int_parse("1000000000000", SL_MAX_LIMIT, &v), 0);
+    assert_int_equal(v, SL_MAX_LIMIT);
+    assert_int_equal(int_parse("9223372036854775807", INT64_MAX, &v), 0);
+    assert_int_equal(v, INT64_MAX);
+}
+
+static void test_int_parse_rejects(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1a",
+        "a1",
+        "0x10",
+        "1e3",
+        "1.0",
+        "١",
+        "11", /* > max 10 */
+        "9223372036854775808",
+        "99999999999999999999999999",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t v = 12345;
+        if (int_parse(bad[i], 10, &v) != SL_EINVAL) fail_msg("sl_int_parse accepted '%s'", bad[i]);
+        assert_int_equal(v, 12345); /* untouched */
+    }
+    int64_t v;
+    assert_int_equal(int_parse("1000000000001", SL_MAX_LIMIT, &v), SL_EINVAL);
+    assert_int_equal(int_parse("9223372036854775808", INT64_MAX, &v), SL_EINVAL);
+}
+
+/* Only len bytes are read: the buffer need not be NUL-terminated. */
+static void test_int_parse_takes_length(void **state)
+{
+    (void)state;
+    const char buf[5] = {'1', '2', '3', '4', '5'}; /* no NUL */
+    int64_t v;
+    assert_int_equal(sl_int_parse(buf, 3, 1000, &v), 0);
+    assert_int_equal(v, 123);
+    assert_int_equal(sl_int_parse(buf, 5, 1000, &v), SL_EINVAL);
+    assert_int_equal(sl_int_parse(buf, 0, 1000, &v), SL_EINVAL);
+}
+
+/* ---- sl_duration_parse -------------------------------------------------- */
+
+static void test_duration_units(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *s;
+        int64_t ms;
+    } ok[] = {
+        {"1", 1},
+        {"250", 250},
+        {"250ms", 250},
+        {"10s", 10000},
+        {"5m", 300000},
+        {"1h", 3600000},
+        {"1d", 86400000},
+        {"1w", 604800000},
+        {"1y", 31557600000LL},
+        {"10y", SL_MAX_WINDOW_MS},
+        {"315576000000", SL_MAX_WINDOW_MS},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        int64_t ms = -1;
+        int rc = sl_duration_parse(ok[i].s, strlen(ok[i].s), &ms);
+        if (rc != 0 || ms != ok[i].ms)
+            fail_msg("sl_duration_parse('%s') = %d, %lld; want 0, %lld", ok[i].s, rc, (long long)ms,
+                     (long long)ok[i].ms);
+    }
+}
+
+static void test_duration_rejects(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "",
+        "0",
+        "0s",
+        "10x",
+        "s",
+        "ms",
+        "-5s",
+        "-5",
+        "1.5s",
+        "10 s",
+        " 10s",
+        "10s ",
+        "1sm",
+        "1ss",
+        "11y",
+        "315576000001",
+        "3655d",
+        "99999999999999999999d",
+        "5000000000000000000ms",
+        "1e3",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t ms = 777;
+        int rc = sl_duration_parse(bad[i], strlen(bad[i]), &ms);
+        if (rc != SL_EWINDOW) fail_msg("sl_duration_parse accepted '%s' (%d)", bad[i], rc);
+        assert_int_equal(ms, 777);
+    }
+    /* length-taking: "10s" of "10sx" */
+    int64_t ms;
+    assert_int_equal(sl_duration_parse("10sx", 3, &ms), 0);
+    assert_int_equal(ms, 10000);
+}
+
+/* ---- sl_algo_parse / sl_algo_name --------------------------------------- */
+
+static void test_algo_names(void **state)
+{
+    (void)state;
+    static const char *const names[SL_ALGO_COUNT] = {
+        "fixed-window", "sliding-log", "sliding-window", "sliding-buckets",
+        "token-bucket", "gcra",        "leaky-bucket",
+    };
+    for (int i = 0; i < SL_ALGO_COUNT; i++) {
+        sl_algo a = SL_ALGO_COUNT;
+        assert_int_equal(sl_algo_parse(names[i], strlen(names[i]), &a), 0);
+        assert_int_equal(a, i);
+        assert_string_equal(sl_algo_name(a), names[i]);
+    }
+    static const char *const bad[] = {
+        "",       "tokenbucket",  "token-bucket ", "token", "token-bucketx",
+        "gcra\n", "leaky_bucket", "sliding"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        sl_algo a = SL_GCRA;
+        if (sl_algo_parse(bad[i], strlen(bad[i]), &a) != SL_EALGO)
+            fail_msg("sl_algo_parse accepted '%s'", bad[i]);
+        assert_int_equal(a, SL_GCRA);
+    }
+    sl_algo a;
+    assert_int_equal(sl_algo_parse("gcra-and-more", 4, &a), 0); /* length-taking */
+    assert_int_equal(a, SL_GCRA);
+    assert_non_null(sl_algo_name((sl_algo)99));
+}
+
+static void test_strerror(void **state)
+{
+    (void)state;
+    for (int e = 0; e >= SL_EINVAL; e--) {
+        const char *s = sl_strerror(e);
+        assert_non_null(s);
+        assert_true(strlen(s) > 0);
+    }
+    assert_non_null(sl_strerror(-1000));
+    assert_non_null(sl_strerror(5));
+}
+
+/* ---- sl_params_check ---------------------------------------------------- */
+
+static sl_params mk(sl_algo a, int64_t limit, int64_t window)
+{
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = a;
+    p.limit = limit;
+    p.window_ms = window;
+    return p;
+}
+
+static void test_params_ranges(void **state)
+{
+    (void)state;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        sl_params p = mk((sl_algo)a, 1, 1);
+        if (a == SL_SLIDING_BUCKETS) p.precision = 1;
+        assert_int_equal(sl_params_check(&p), 0);
+        p.limit = 0;
+        assert_int_equal(sl_params_check(&p), SL_ELIMIT);
+        p.limit = -1;
+        assert_int_equal(sl_params_check(&p), SL_ELIMIT);
+        p.limit = SL_MAX_LIMIT + 1;
+        assert_int_equal(sl_params_check(&p), SL_ELIMIT);
+        p.limit = SL_MAX_LIMIT;
+        assert_int_equal(sl_params_check(&p), 0);
+        p.window_ms = 0;
+        assert_int_equal(sl_params_check(&p), SL_EWINDOW);
+        p.window_ms = -1000;
+        assert_int_equal(sl_params_check(&p), SL_EWINDOW);
+        p.window_ms = SL_MAX_WINDOW_MS + 1;
+        assert_int_equal(sl_params_check(&p), SL_EWINDOW);
+        p.window_ms = SL_MAX_WINDOW_MS; /* divisible by 1 */
+        assert_int_equal(sl_params_check(&p), 0);
+    }
+    sl_params p = mk(SL_ALGO_COUNT, 1, 1);
+    assert_int_equal(sl_params_check(&p), SL_EALGO);
+    p.algo = (sl_algo)-1;
+    assert_int_equal(sl_params_check(&p), SL_EALGO);
+    assert_int_equal(sl_params_check(NULL), SL_EINVAL);
+}
+
+static void test_params_options_belong(void **state)
+{
+    (void)state;
+    /* burst: bucket algorithms only, 1..SL_MAX_LIMIT */
+    static const sl_algo window_algos[] = {SL_FIXED_WINDOW, SL_SLIDING_LOG, SL_SLIDING_WINDOW,
+                                           SL_SLIDING_BUCKETS};
+    static const sl_algo bucket_algos[] = {SL_TOKEN_BUCKET, SL_GCRA, SL_LEAKY_BUCKET};
+    for (size_t i = 0; i < 4; i++) {
+        sl_params p = mk(window_algos[i], 10, 1000);
+        p.burst = 5;
+        assert_int_equal(sl_params_check(&p), SL_EBURST);
+    }
+    for (size_t i = 0; i < 3; i++) {
+        sl_params p = mk(bucket_algos[i], 10, 1000);
+        p.burst = 5;
+        assert_int_equal(sl_params_check(&p), 0);
+        p.burst = SL_MAX_LIMIT;
+        assert_int_equal(sl_params_check(&p), 0);
+        p.burst = SL_MAX_LIMIT + 1;
+        assert_int_equal(sl_params_check(&p), SL_EBURST);
+        p.burst = -1;
+        assert_int_equal(sl_params_check(&p), SL_EBURST);
+        p.burst = 0;
+        p.precision = 4;
+        assert_int_equal(sl_params_check(&p), SL_EPRECISION);
+        p.precision = 0;
+        p.log_rejected = 1;
+        assert_int_equal(sl_params_check(&p), SL_ELOGREJECTED);
+    }
+    /* precision: sliding-buckets only, must divide W, 1..SL_MAX_PRECISION */
+    sl_params p = mk(SL_SLIDING_BUCKETS, 4, 1000);
+    assert_int_equal(sl_params_check(&p), 0); /* default 10 divides 1000 */
+    p.precision = 4;
+    assert_int_equal(sl_params_check(&p), 0);
+    p.precision = 3;
+    assert_int_equal(sl_params_check(&p), SL_EPRECISION);
+    p.precision = -4;
+    assert_int_equal(sl_params_check(&p), SL_EPRECISION);
+    p.precision = 2000;
+    assert_int_equal(sl_params_check(&p), SL_EPRECISION); /* does not divide 1000 */
+    p.window_ms = (int64_t)SL_MAX_PRECISION * 2;
+    p.precision = SL_MAX_PRECISION;
+    assert_int_equal(sl_params_check(&p), 0);
+    p.window_ms = (int64_t)(SL_MAX_PRECISION + 1) * 2;
+    p.precision = SL_MAX_PRECISION + 1;
+    assert_int_equal(sl_params_check(&p), SL_EPRECISION);
+    p = mk(SL_SLIDING_BUCKETS, 4, 15); /* 15 % default 10 != 0 */
+    assert_int_equal(sl_params_check(&p), SL_EPRECISION);
+    p = mk(SL_FIXED_WINDOW, 4, 1000);
+    p.precision = 10;
+    assert_int_equal(sl_params_check(&p), SL_EPRECISION);
+    /* log-rejected: sliding-log only */
+    p = mk(SL_SLIDING_LOG, 4, 1000);
+    p.log_rejected = 1;
+    assert_int_equal(sl_params_check(&p), 0);
+    p.algo = SL_FIXED_WINDOW;
+    assert_int_equal(sl_params_check(&p), SL_ELOGREJECTED);
+}
+
+/* ---- bad requests leave state untouched --------------------------------- */
+
+typedef struct bad_call {
+    const char *what;
+    int want; /* expected error */
+    const void *key;
+    size_t klen;
+    int64_t t, cost;
+    int bad_params; /* use a params struct with limit 0 */
+} bad_call;
+
+/* For every algorithm: one good decision, then each bad call to sl_decide and
+ * sl_peek, each followed by a peek that must answer exactly as before, and a
+ * final decide that must answer as the same decide would have without the
+ * bad calls. */
+static void test_bad_requests_leave_state(void **state)
+{
+    (void)state;
+    char long_key[SL_MAX_KEY + 2];
+    memset(long_key, 'k', sizeof long_key);
+    const bad_call bad[] = {
+        {"NULL key", SL_EKEY, NULL, 3, 1000, 1, 0},
+        {"empty key", SL_EKEY, "k", 0, 1000, 1, 0},
+        {"key of 513 bytes", SL_EKEY, long_key, SL_MAX_KEY + 1, 1000, 1, 0},
+        {"cost -1", SL_ECOST, "k", 1, 1000, -1, 0},
+        {"cost above max", SL_ECOST, "k", 1, 1000, SL_MAX_LIMIT + 1, 0},
+        {"cost INT64_MIN", SL_ECOST, "k", 1, 1000, INT64_MIN, 0},
+        {"time 2^62", SL_ETIME, "k", 1, SL_MAX_TIME_MS, 1, 0},
+        {"time -2^62", SL_ETIME, "k", 1, -SL_MAX_TIME_MS, 1, 0},
+        {"time INT64_MAX", SL_ETIME, "k", 1, INT64_MAX, 1, 0},
+        {"time INT64_MIN", SL_ETIME, "k", 1, INT64_MIN, 1, 0},
+        {"limit 0", SL_ELIMIT, "k", 1, 5000, 1, 1},
+    };
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        sl_params p = mk((sl_algo)a, 3, 1000);
+        sl_params badp = p;
+        badp.limit = 0;
+        int err = 0;
+        sl_store *st = sl_store_new(NULL, &err);
+        sl_store *ref = sl_store_new(NULL, &err); /* the same, without bad calls */
+        assert_non_null(st);
+        assert_non_null(ref);
+        sl_result r0, r1, rr;
+        assert_int_equal(sl_decide(st, &p, "k", 1, 1000, 1, &r0), 0);
+        assert_int_equal(sl_decide(ref, &p, "k", 1, 1000, 1, &rr), 0);
+        assert_int_equal(sl_peek(st, &p, "k", 1, 1200, 1, &r0), 0);
+        sl_store_stats s0;
+        sl_store_stats_get(st, &s0);
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            for (int peek = 0; peek < 2; peek++) {
+                const bad_call *b = &bad[i];
+                sl_result junk;
+                memset(&junk, 0x77, sizeof junk);
+                int (*fn)(sl_store *, const sl_params *, const void *, size_t, int64_t, int64_t,
+                          sl_result *) = peek ? sl_peek : sl_decide;
+                int rc = fn(st, b->bad_params ? &badp : &p, b->key, b->klen, b->t, b->cost, &junk);
+                if (rc != b->want)
+                    fail_msg("%s: %s with %s returned %d, want %d", sl_algo_name(p.algo),
+                             peek ? "sl_peek" : "sl_decide", b->what, rc, b->want);
+                assert_int_equal(sl_peek(st, &p, "k", 1, 1200, 1, &r1), 0);
+                if (memcmp(&r0, &r1, sizeof r0) != 0)
+                    fail_msg("%s: state changed after a bad call (%s)", sl_algo_name(p.algo),
+                             b->what);
+                sl_store_stats s1;
+                sl_store_stats_get(st, &s1);
+                if (s1.keys != s0.keys)
+                    fail_msg("%s: bad call (%s) changed the number of keys from %llu to %llu",
+                             sl_algo_name(p.algo), b->what, (unsigned long long)s0.keys,
+                             (unsigned long long)s1.keys);
+            }
+        }
+        /* NULL store / params / out */
+        assert_int_equal(sl_decide(NULL, &p, "k", 1, 1000, 1, &r1), SL_EINVAL);
+        assert_int_equal(sl_decide(st, NULL, "k", 1, 1000, 1, &r1), SL_EINVAL);
+        assert_int_equal(sl_decide(st, &p, "k", 1, 1000, 1, NULL), SL_EINVAL);
+        /* the next decision is the one it would have been */
+        sl_result a1, a2;
+        assert_int_equal(sl_decide(st, &p, "k", 1, 1200, 1, &a1), 0);
+        assert_int_equal(sl_decide(ref, &p, "k", 1, 1200, 1, &a2), 0);
+        assert_memory_equal(&a1, &a2, sizeof a1);
+        assert_memory_equal(&a1, &r0, sizeof a1); /* peek told the truth */
+        sl_store_free(st);
+        sl_store_free(ref);
+    }
+}
+
+/* Keys are binary-safe: NUL bytes inside, and exactly SL_MAX_KEY bytes. */
+static void test_keys_binary_safe(void **state)
+{
+    (void)state;
+    sl_params p = mk(SL_FIXED_WINDOW, 1, 1000);
+    sl_store *st = sl_store_new(NULL, NULL);
+    assert_non_null(st);
+    sl_result r;
+    char max_key[SL_MAX_KEY];
+    memset(max_key, 0xff, sizeof max_key);
+    assert_int_equal(sl_decide(st, &p, max_key, sizeof max_key, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(sl_decide(st, &p, max_key, sizeof max_key, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 0);
+    /* "a\0b" and "a\0c" and "a" are three keys */
+    assert_int_equal(sl_decide(st, &p, "a\0b", 3, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(sl_decide(st, &p, "a\0c", 3, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(sl_decide(st, &p, "a", 1, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(sl_decide(st, &p, "a\0b", 3, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 0);
+    /* forget: bad key is an error, state stays */
+    assert_int_equal(sl_forget(st, SL_FIXED_WINDOW, NULL, 1), SL_EKEY);
+    assert_int_equal(sl_forget(st, SL_FIXED_WINDOW, "a", 0), SL_EKEY);
+    assert_int_equal(sl_forget(st, SL_FIXED_WINDOW, max_key, SL_MAX_KEY + 1), SL_EKEY);
+    assert_int_equal(sl_decide(st, &p, max_key, sizeof max_key, 0, 1, &r), 0);
+    assert_int_equal(r.allowed, 0);
+    assert_int_equal(sl_forget(st, SL_FIXED_WINDOW, max_key, sizeof max_key), 1);
+    assert_int_equal(sl_forget(st, SL_FIXED_WINDOW, max_key, sizeof max_key), 0);
+    sl_store_free(st);
+}
+
+static void test_limiter_new_rejects(void **state)
+{
+    (void)state;
+    sl_params p = mk(SL_TOKEN_BUCKET, 0, 1000);
+    int err = 0;
+    assert_null(sl_limiter_new(&p, NULL, &err));
+    assert_int_equal(err, SL_ELIMIT);
+    p = mk(SL_FIXED_WINDOW, 5, 1000);
+    p.burst = 3;
+    err = 0;
+    assert_null(sl_limiter_new(&p, NULL, &err));
+    assert_int_equal(err, SL_EBURST);
+    assert_null(sl_limiter_new(&p, NULL, NULL)); /* err may be NULL */
+    /* a good one: bad requests through the limiter leave it as it was */
+    p = mk(SL_TOKEN_BUCKET, 2, 1000);
+    sl_limiter *l = sl_limiter_new(&p, NULL, &err);
+    assert_non_null(l);
+    sl_result r0, r1;
+    assert_int_equal(sl_allow(l, "u", 1, 0, 1, &r0), 0);
+    assert_int_equal(sl_limiter_peek(l, "u", 1, 0, 1, &r0), 0);
+    assert_int_equal(sl_allow(l, "u", 1, 0, -5, &r1), SL_ECOST);
+    assert_int_equal(sl_allow(l, "", 0, 0, 1, &r1), SL_EKEY);
+    assert_int_equal(sl_allow(l, "u", 1, SL_MAX_TIME_MS, 1, &r1), SL_ETIME);
+    assert_int_equal(sl_limiter_peek(l, "u", 1, 0, 1, &r1), 0);
+    assert_memory_equal(&r0, &r1, sizeof r0);
+    assert_int_equal(sl_reset(l, "", 0), SL_EKEY);
+    assert_int_equal(sl_reset(l, "u", 1), 1);
+    sl_limiter_free(l);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_int_parse_accepts),
+        cmocka_unit_test(test_int_parse_rejects),
+        cmocka_unit_test(test_int_parse_takes_length),
+        cmocka_unit_test(test_duration_units),
+        cmocka_unit_test(test_duration_rejects),
+        cmocka_unit_test(test_algo_names),
+        cmocka_unit_test(test_strerror),
+        cmocka_unit_test(test_params_ranges),
+        cmocka_unit_test(test_params_options_belong),
+        cmocka_unit_test(test_bad_requests_leave_state),
+        cmocka_unit_test(test_keys_binary_safe),
+        cmocka_unit_test(test_limiter_new_rejects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
