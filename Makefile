@@ -15,7 +15,7 @@ VERSION := 0.1.0
 WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes
 CFLAGS  ?= -O2 -g
 LDFLAGS ?=
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Isrc/lib -Isrc/cli -fPIC
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Isrc/lib -Isrc/cli -Isrc/server -fPIC
 LDLIBS  := -lz -lpthread
 
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -28,17 +28,23 @@ CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
 # The CLI's parts without main(), for unit tests of the tool's parsers.
 CLI_PARTS := $(filter-out $(B)/src/cli/sluice.o,$(CLI_OBJ))
+# sluiced: the server.  Its parts without main() are linked into its tests.
+SRV_SRC := $(wildcard src/server/*.c)
+SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
+SRV_PARTS := $(filter-out $(B)/src/server/main.o,$(SRV_OBJ))
+SRV_LIBS := -levent
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
-.PHONY: all lib cli tests check asan tsan run bench install clean fmt
+.PHONY: all lib cli sluiced tests check asan tsan run bench install clean fmt
 .SECONDARY: # keep objects made by chained rules (tests/*.o)
-all: lib cli
+all: lib cli sluiced
 
 lib: $(B)/libsluice.a $(B)/libsluice.so
 cli: $(B)/sluice
+sluiced: $(B)/sluiced
 tests: $(TEST_BIN)
 
 $(B)/%.o: %.c $(wildcard include/*.h src/*/*.h tests/*.h)
@@ -58,9 +64,15 @@ $(B)/sluice: $(CLI_OBJ) $(B)/libsluice.a
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
 
+$(B)/sluiced: $(SRV_OBJ) $(B)/libsluice.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(LDLIBS)
+
 # Unit tests of code outside the library link the parts they test:
 # add one line per such test.
 $(B)/tests/test_replay_parse: $(CLI_PARTS)
+$(B)/tests/test_resp: $(B)/src/server/resp.o
+$(B)/tests/test_commands: $(SRV_PARTS)
+$(B)/tests/test_commands: LDLIBS += $(SRV_LIBS)
 
 $(B)/bench/bench: $(B)/bench/bench.o $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

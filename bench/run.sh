@@ -234,3 +234,9 @@ awk '
         if ("lo" in r) row("replay >= 5 M lines/s (slowest: " r["algo"] ")", sprintf("%.2f", r["lo"]), r["lo"] >= 5)
         printf "\nall goals met: %s\n", bad ? "no" : "yes"
     }' "$TMP/results.txt"
+
+# ---- 5. the server: sluiced against redis-server (bench/server.sh) ---------
+# Its own servers, ports and table; see "sluiced against redis-server" in
+# bench/README.md.
+echo
+B="$B" timeout 1800 "$ROOT/bench/server.sh" $QUICK

@@ -84,7 +84,7 @@ fi
 # static: the archive and Libs.private
 static_libs=$(pkg-config --static --libs sluice)
 case " $static_libs " in *" -lpthread "*) ok "pkg-config --static --libs has -lpthread" ;; *) bad "pkg-config --static --libs sluice: '$static_libs'" ;; esac
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086,SC2046
 if cc -std=c99 -o "$T/hello_static" "$T/hello.c" $cflags -L"$PREFIX/lib" -Wl,-Bstatic -lsluice \
     -Wl,-Bdynamic $(pkg-config --static --libs-only-l sluice | sed 's/-lsluice//') >"$T/cc.log" 2>&1; then
     out=$("$T/hello_static" 2>&1)

@@ -904,12 +904,14 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Checks every vector file with `decide_fn` (the model or the library).
- * Returns the number of lines checked; prints and counts mismatches. */
+/* Who answers the vectors: the model, or sl_decide on a fresh store. */
 typedef struct vec_target {
     const char *who;
     int use_library;
 } vec_target;
+
+/* Plays every vectors/ file through vt and fails, after listing every
+ * wrong line (file:line, request, expected and got), if any is wrong. */
 
 static void check_vectors(const vec_target *vt)
 {

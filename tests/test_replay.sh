@@ -13,6 +13,8 @@
 #
 # Runs against $SLUICE_BUILD/sluice (tests/run.sh runs it for build/ and
 # build/asan/).  Prints one line per check; exits 1 if any failed.
+# Argument lists are kept in variables and split on purpose:
+# shellcheck disable=SC2086
 set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
@@ -143,6 +145,7 @@ R="replay --algo token-bucket --window 1000"
     opt_error "missing --algo" "missing --algo" replay --limit 5 --window 1000
     opt_error "missing --limit" "missing --limit" $R
     opt_error "missing --window" "missing --window" replay --algo gcra --limit 5
+    opt_error "threads 0" "threads must be an integer between 1 and 64, got '0'" $R --limit 5 --threads 0
     opt_error "max-memory junk" "--max-memory must be a number of bytes" $R --limit 5 --max-memory 12q
     opt_error "two files" "only one FILE" $R --limit 5 /dev/null /dev/null
     opt_error "missing file" "cannot open '$T/nonexistent'" $R --limit 5 "$T/nonexistent"
@@ -161,7 +164,7 @@ for a in --help -h; do
         bad "sluice replay $a" "exit $rc"
     fi
 done
-"$SLUICE" --help >"$T/out" 2>&1 && grep -q 'replay' "$T/out" && ok "sluice --help" || bad "sluice --help"
+if "$SLUICE" --help >"$T/out" 2>&1 && grep -q 'replay' "$T/out"; then ok "sluice --help"; else bad "sluice --help"; fi
 v=$("$SLUICE" --version)
 case $v in "sluice "[0-9]*.[0-9]*) ok "sluice --version: $v" ;; *) bad "sluice --version" "got '$v'" ;; esac
 

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -710,20 +711,24 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
 
 /*
  * How a run is organised.  The main thread reads, parses a batch of up to
- * BATCH requests, and formats the answers; the decisions of a batch are
- * split by key between the main thread and --threads - 1 workers.  All of a
- * key's requests in a batch go to one thread, in input order, and a batch
- * starts only when the one before it is decided, so every key sees its
- * requests in input order: the answers are those of a single thread.  While
- * the workers decide batch k, the main thread decides its share, parses
- * batch k+1 and then formats batch k.  The share of keys the main thread
- * takes adapts after each batch so that it and the workers finish together.
+ * BATCH requests, and formats the answers.  The decisions of a batch are
+ * shared out by key: each request falls in one of SHARE_SLOTS slots by a hash
+ * of its key, and the threads (the main one and --threads - 1 workers) claim
+ * whole slots, one at a time, until none is left; a slot's requests are
+ * decided in input order by the thread that claimed it.  A batch starts only
+ * when the one before it is decided, so every key sees its requests in input
+ * order: the answers are those of a single thread.  While the workers decide
+ * batch k the main thread parses batch k+1, then claims what is left of k,
+ * then formats k.  Claiming (rather than a fixed share) means a worker that
+ * the system does not run for a while only delays the slot it holds.
  *
  * Input is read into two buffers used in turn, so that a batch's keys (which
  * point into a buffer) stay valid while the next batch is parsed.
  */
 #define BATCH       8192 /* requests per batch */
-#define SHARE_SLOTS 64   /* key-hash slots dealt between the threads */
+#define SHARE_SLOTS 64   /* key-hash slots, the unit the threads claim */
+/* Thread t of n is at home in slots HOME_LO(t, n) .. HOME_LO(t + 1, n) - 1. */
+#define HOME_LO(t, n) ((unsigned)((t)*SHARE_SLOTS / (n)))
 
 enum { MORE = 0, END_EOF, END_BAD, END_READ };
 
@@ -733,9 +738,15 @@ typedef struct batch {
     uint64_t err_line; /* END_BAD: the malformed line */
     char err[256];     /* END_BAD, END_READ: what is wrong */
     sl__replay_req req[BATCH];
-    uint64_t line[BATCH]; /* input line of each request */
-    uint8_t slot[BATCH];  /* key-hash slot, 0..SHARE_SLOTS-1 */
-    int rc[BATCH];        /* sl_allow's return */
+    uint64_t line[BATCH];            /* input line of each request */
+    uint8_t slot[BATCH];             /* key-hash slot of each request */
+    uint32_t first[SHARE_SLOTS + 1]; /* slot s: order[first[s] .. first[s+1]) */
+    uint32_t order[BATCH];           /* request indices grouped by slot, in input order */
+    uint32_t pos[BATCH];             /* request i's place in order[] */
+    int grouped;                     /* order/pos are in use: answers are in slot order */
+    /* The answers, indexed by place in order[] when grouped (so each thread
+     * writes runs of its own, not every other line), else by request. */
+    int rc[BATCH];
     sl_result res[BATCH];
 } batch;
 
@@ -746,34 +757,37 @@ typedef struct reader {
     int cur;      /* the buffer being parsed */
     size_t pos, end;
     int eof, short_read; /* the last read(2) returned less than asked */
+    int deal;            /* more than one thread: compute each key's slot */
     uint64_t lineno;
 } reader;
 
+/* A thread waiting for a hand-off polls SPIN times, then yields the CPU up
+ * to YIELDS times (a few milliseconds when nothing else wants the CPU),
+ * polling after each, and only then sleeps on a condition variable: the
+ * main thread's own part of a batch takes a few hundred microseconds, and
+ * waking a sleeping thread can cost as much. */
+#define SPIN   1000
+#define YIELDS 4000
+
 struct pool;
 typedef struct worker {
-    struct pool *pool;
-    pthread_t th;
-    int index;     /* 1.. (the main thread is 0) */
-    double finish; /* when it finished the current batch; published by `done` */
+    struct pool *pl;
+    int index; /* 1.. (the main thread is 0) */
 } worker;
 
-/* Hand-offs spin for up to SPIN polls before sleeping on a condition
- * variable: a batch takes about a millisecond, and waking a sleeping thread
- * can cost tens of microseconds. */
-#define SPIN 4000
-
 typedef struct pool {
-    sl_limiter *lim;
-    int nthreads;               /* including the main thread */
-    uint8_t owner[SHARE_SLOTS]; /* thread deciding each slot; changed between batches */
-    int main_slots;             /* slots 0..main_slots-1 are the main thread's */
-    batch *job;                 /* the batch being decided; published by `go` */
-    _Atomic uint64_t go;        /* batches handed out (release: job, owner) */
-    _Atomic int done;           /* workers finished with the current batch */
+    sl_limiter *lim;                   /* one thread: the only limiter */
+    sl_limiter *slot_lim[SHARE_SLOTS]; /* the limiter (and store) of each slot's keys */
+    int nthreads;                      /* including the main thread */
+    pthread_t th[MAX_THREADS];
+    worker w[MAX_THREADS];
+    _Atomic(batch *) job;                   /* the batch being decided; published by `go` */
+    _Atomic uint32_t go;                    /* generation of the batch handed out (release: job) */
+    _Atomic uint32_t slot_gen[SHARE_SLOTS]; /* generation that last claimed each slot */
+    _Atomic int slots_done;                 /* slots of the current batch fully decided */
     _Atomic int quit;
     pthread_mutex_t mu; /* with the two condition variables, for sleeping */
     pthread_cond_t go_cv, done_cv;
-    worker w[MAX_THREADS];
 } pool;
 
 static double now_s(void)
@@ -790,8 +804,8 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* A fast keyed-by-nothing hash of the key, only to deal keys between
- * threads (a skewed deal costs speed, never correctness). */
+/* A fast unkeyed hash of the key, only to share keys between threads (a
+ * skewed share costs speed, never correctness). */
 static inline unsigned key_slot(const char *k, size_t n)
 {
     uint64_t h = 0x9e3779b97f4a7c15ULL ^ n, w;
@@ -809,33 +823,74 @@ static inline unsigned key_slot(const char *k, size_t n)
     return (unsigned)(h % SHARE_SLOTS);
 }
 
-static void deal_slots(pool *pl)
+/* Groups b's requests by slot (a counting sort, input order kept). */
+static void group_slots(batch *b)
 {
-    int nw = pl->nthreads - 1;
-    for (int s = 0; s < SHARE_SLOTS; s++)
-        pl->owner[s] = s < pl->main_slots ? 0
-                                          : (uint8_t)(1 + (s - pl->main_slots) * nw /
-                                                              (SHARE_SLOTS - pl->main_slots));
+    uint32_t count[SHARE_SLOTS] = {0};
+    for (size_t i = 0; i < b->n; i++) count[b->slot[i]]++;
+    b->first[0] = 0;
+    for (int s = 0; s < SHARE_SLOTS; s++) b->first[s + 1] = b->first[s] + count[s];
+    uint32_t at[SHARE_SLOTS];
+    memcpy(at, b->first, sizeof at);
+    for (size_t i = 0; i < b->n; i++) {
+        uint32_t j = at[b->slot[i]]++;
+        b->order[j] = (uint32_t)i;
+        b->pos[i] = j;
+    }
+    b->grouped = 1;
 }
 
-static void decide_share(pool *pl, batch *b, int me)
+/* Claims slot s for generation gen: each slot is claimed once per batch. */
+static inline int claim_slot(pool *pl, unsigned s, uint32_t gen)
 {
-    for (size_t i = 0; i < b->n; i++) {
-        if (pl->owner[b->slot[i]] != me) continue;
-        const sl__replay_req *rq = &b->req[i];
-        b->rc[i] = sl_allow(pl->lim, rq->key, rq->klen, rq->t, rq->cost, &b->res[i]);
+    uint32_t prev = gen - 1;
+    return atomic_load_explicit(&pl->slot_gen[s], memory_order_relaxed) == prev &&
+           atomic_compare_exchange_strong_explicit(&pl->slot_gen[s], &prev, gen,
+                                                   memory_order_acq_rel, memory_order_relaxed);
+}
+
+static void decide_slot(pool *pl, batch *b, unsigned s)
+{
+    for (uint32_t j = b->first[s]; j < b->first[s + 1]; j++) {
+        const sl__replay_req *rq = &b->req[b->order[j]];
+        b->rc[j] = sl_allow(pl->slot_lim[s], rq->key, rq->klen, rq->t, rq->cost, &b->res[j]);
+    }
+    if (atomic_fetch_add_explicit(&pl->slots_done, 1, memory_order_acq_rel) + 1 == SHARE_SLOTS) {
+        pthread_mutex_lock(&pl->mu);
+        pthread_cond_signal(&pl->done_cv);
+        pthread_mutex_unlock(&pl->mu);
+    }
+}
+
+/* Thread me decides every slot of b (generation gen) it can claim: first its
+ * home slots, front to back, so that a key's state stays in one core's
+ * cache; then the other threads' slots, back to front, where their owners
+ * will come last.  A thread still holding an older generation claims
+ * nothing (every slot is past it). */
+static void decide_slots(pool *pl, batch *b, uint32_t gen, int me)
+{
+    const int n = pl->nthreads;
+    for (unsigned s = HOME_LO(me, n); s < HOME_LO(me + 1, n); s++)
+        if (claim_slot(pl, s, gen)) decide_slot(pl, b, s);
+    for (int k = 1; k < n; k++) {
+        int u = (me + k) % n;
+        for (unsigned s = HOME_LO(u + 1, n); s-- > HOME_LO(u, n);)
+            if (claim_slot(pl, s, gen)) decide_slot(pl, b, s);
     }
 }
 
 static void *worker_main(void *arg)
 {
-    worker *w = arg;
-    pool *pl = w->pool;
-    uint64_t seen = 0;
+    const worker *w = arg;
+    pool *pl = w->pl;
+    uint32_t seen = 0;
     for (;;) {
-        uint64_t g = atomic_load_explicit(&pl->go, memory_order_acquire);
-        for (int i = 0; i < SPIN && g == seen && !atomic_load(&pl->quit); i++) {
-            cpu_relax();
+        uint32_t g = atomic_load_explicit(&pl->go, memory_order_acquire);
+        for (int i = 0; i < SPIN + YIELDS && g == seen && !atomic_load(&pl->quit); i++) {
+            if (i < SPIN)
+                cpu_relax();
+            else
+                sched_yield();
             g = atomic_load_explicit(&pl->go, memory_order_acquire);
         }
         if (g == seen) {
@@ -847,38 +902,40 @@ static void *worker_main(void *arg)
         }
         if (atomic_load(&pl->quit)) break;
         seen = g;
-        decide_share(pl, pl->job, w->index);
-        w->finish = now_s();
-        if (atomic_fetch_add_explicit(&pl->done, 1, memory_order_acq_rel) + 1 == pl->nthreads - 1) {
-            pthread_mutex_lock(&pl->mu);
-            pthread_cond_signal(&pl->done_cv);
-            pthread_mutex_unlock(&pl->mu);
-        }
+        /* job may already be a later batch than g's: then g's claims are
+         * exhausted and decide_slots returns at once. */
+        decide_slots(pl, atomic_load_explicit(&pl->job, memory_order_acquire), g, w->index);
     }
     return NULL;
 }
 
-/* Starts nthreads - 1 workers.  Returns 0, or -1 (then run with fewer). */
-static int pool_start(pool *pl, sl_limiter *lim, int nthreads)
+/* Starts nthreads - 1 workers (fewer if the system refuses threads).  lims
+ * holds nthreads limiters, each on its own store: the keys of thread t's
+ * home slots live in store t, so each store (its shard locks, its tables)
+ * is worked on by one thread, except for the slots another steals.  A key
+ * always falls in the same slot, so its state is always in the same store. */
+static void pool_start(pool *pl, sl_limiter *const *lims, int nthreads)
 {
     memset(pl, 0, sizeof *pl);
-    pl->lim = lim;
+    pl->lim = lims[0];
     pl->nthreads = 1;
+    atomic_init(&pl->job, NULL);
     atomic_init(&pl->go, 0);
-    atomic_init(&pl->done, 0);
+    for (int i = 0; i < SHARE_SLOTS; i++) atomic_init(&pl->slot_gen[i], 0);
+    atomic_init(&pl->slots_done, 0);
     atomic_init(&pl->quit, 0);
     pthread_mutex_init(&pl->mu, NULL);
     pthread_cond_init(&pl->go_cv, NULL);
     pthread_cond_init(&pl->done_cv, NULL);
     for (int i = 1; i < nthreads; i++) {
-        pl->w[i].pool = pl;
+        pl->w[i].pl = pl;
         pl->w[i].index = i;
-        if (pthread_create(&pl->w[i].th, NULL, worker_main, &pl->w[i]) != 0) break;
+        if (pthread_create(&pl->th[i], NULL, worker_main, &pl->w[i]) != 0) break;
         pl->nthreads = i + 1;
     }
-    pl->main_slots = SHARE_SLOTS / pl->nthreads;
-    deal_slots(pl);
-    return pl->nthreads == nthreads ? 0 : -1;
+    for (int t = 0; t < pl->nthreads; t++)
+        for (unsigned sl = HOME_LO(t, pl->nthreads); sl < HOME_LO(t + 1, pl->nthreads); sl++)
+            pl->slot_lim[sl] = lims[t];
 }
 
 static void pool_stop(pool *pl)
@@ -887,47 +944,49 @@ static void pool_stop(pool *pl)
     atomic_store(&pl->quit, 1);
     pthread_cond_broadcast(&pl->go_cv);
     pthread_mutex_unlock(&pl->mu);
-    for (int i = 1; i < pl->nthreads; i++) pthread_join(pl->w[i].th, NULL);
+    for (int i = 1; i < pl->nthreads; i++) pthread_join(pl->th[i], NULL);
     pthread_cond_destroy(&pl->go_cv);
     pthread_cond_destroy(&pl->done_cv);
     pthread_mutex_destroy(&pl->mu);
 }
 
-/* Hands b to the workers. */
+/* Offers b's slots to the workers. */
 static void pool_go(pool *pl, batch *b)
 {
     if (pl->nthreads == 1 || b->n == 0) return;
-    pl->job = b;
-    atomic_store_explicit(&pl->done, 0, memory_order_relaxed);
+    group_slots(b);
+    uint32_t gen = atomic_load_explicit(&pl->go, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pl->job, b, memory_order_release);
+    atomic_store_explicit(&pl->slots_done, 0, memory_order_relaxed);
     pthread_mutex_lock(&pl->mu);
-    atomic_fetch_add_explicit(&pl->go, 1, memory_order_release);
+    atomic_store_explicit(&pl->go, gen, memory_order_release);
     pthread_cond_broadcast(&pl->go_cv);
     pthread_mutex_unlock(&pl->mu);
 }
 
-/* Waits for the workers to finish b; then moves one slot towards whichever
- * side finished first (main_done: when the main thread's own work ended). */
-static void pool_wait(pool *pl, batch *b, double main_done)
+/* Decides what the workers have not claimed of b, then waits for the slots
+ * they hold.  With one thread: decides b in input order. */
+static void pool_finish(pool *pl, batch *b)
 {
-    if (pl->nthreads == 1 || b->n == 0) return;
-    const int want = pl->nthreads - 1;
-    for (int i = 0; i < SPIN && atomic_load_explicit(&pl->done, memory_order_acquire) < want; i++)
-        cpu_relax();
-    if (atomic_load_explicit(&pl->done, memory_order_acquire) < want) {
-        pthread_mutex_lock(&pl->mu);
-        while (atomic_load_explicit(&pl->done, memory_order_acquire) < want)
-            pthread_cond_wait(&pl->done_cv, &pl->mu);
-        pthread_mutex_unlock(&pl->mu);
+    if (pl->nthreads == 1 || b->n == 0) {
+        for (size_t i = 0; i < b->n; i++) {
+            const sl__replay_req *rq = &b->req[i];
+            b->rc[i] = sl_allow(pl->lim, rq->key, rq->klen, rq->t, rq->cost, &b->res[i]);
+        }
+        return;
     }
-    double w_done = 0;
-    for (int i = 1; i < pl->nthreads; i++)
-        if (pl->w[i].finish > w_done) w_done = pl->w[i].finish;
-    if (b->n < BATCH) return; /* too small to judge */
-    if (w_done > main_done && pl->main_slots < SHARE_SLOTS - 1)
-        pl->main_slots++;
-    else if (w_done < main_done && pl->main_slots > 1)
-        pl->main_slots--;
-    deal_slots(pl);
+    decide_slots(pl, b, atomic_load_explicit(&pl->go, memory_order_relaxed), 0);
+    for (int i = 0; i < SPIN + YIELDS; i++) {
+        if (atomic_load_explicit(&pl->slots_done, memory_order_acquire) == SHARE_SLOTS) return;
+        if (i < SPIN)
+            cpu_relax();
+        else
+            sched_yield();
+    }
+    pthread_mutex_lock(&pl->mu);
+    while (atomic_load_explicit(&pl->slots_done, memory_order_acquire) < SHARE_SLOTS)
+        pthread_cond_wait(&pl->done_cv, &pl->mu);
+    pthread_mutex_unlock(&pl->mu);
 }
 
 /* Copies the unparsed tail to the other buffer and reads once after it.
@@ -967,6 +1026,7 @@ static void parse_batch(reader *rd, outbuf *out, batch *b, int live)
 {
     b->n = 0;
     b->end = MORE;
+    b->grouped = 0;
     if (!rd->eof && memchr(rd->buf[rd->cur] + rd->pos, '\n', rd->end - rd->pos) == NULL &&
         rd->end - rd->pos <= SL_REPLAY_MAX_LINE) {
         if (live && rd->short_read) {
@@ -1002,7 +1062,7 @@ static void parse_batch(reader *rd, outbuf *out, batch *b, int live)
         int rc = sl__replay_parse_line(line, len, rq, b->err, sizeof b->err);
         if (rc == SL_REPLAY_REQ) {
             b->line[b->n] = rd->lineno;
-            b->slot[b->n] = (uint8_t)key_slot(rq->key, rq->klen);
+            b->slot[b->n] = rd->deal ? (uint8_t)key_slot(rq->key, rq->klen) : 0;
             b->n++;
         } else if (rc == SL_REPLAY_BAD) {
             b->end = END_BAD;
@@ -1017,21 +1077,22 @@ static void parse_batch(reader *rd, outbuf *out, batch *b, int live)
 static int answer_batch(const replay_opts *o, outbuf *out, summary *sum, const batch *b)
 {
     for (size_t i = 0; i < b->n; i++) {
+        const size_t j = b->grouped ? b->pos[i] : i; /* where request i's answer is */
         const char *what = NULL;
-        if (b->rc[i] == SL_ENOMEM)
+        if (b->rc[j] == SL_ENOMEM)
             what = o->max_memory ? "out of memory: the key cannot be stored (is --max-memory "
                                    "too small?)"
                                  : "out of memory: the key cannot be stored";
-        else if (b->rc[i] != 0)
-            what = sl_strerror(b->rc[i]); /* the parser lets through only valid requests */
-        else if (o->summary && summary_add(sum, &b->req[i], &b->res[i]) != 0)
+        else if (b->rc[j] != 0)
+            what = sl_strerror(b->rc[j]); /* the parser lets through only valid requests */
+        else if (o->summary && summary_add(sum, &b->req[i], &b->res[j]) != 0)
             what = "out of memory for --summary";
         if (what != NULL) {
             out_flush(out);
             fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->line[i], what);
-            return b->rc[i] == SL_ENOMEM || b->rc[i] == 0 ? 1 : 2;
+            return b->rc[j] == SL_ENOMEM || b->rc[j] == 0 ? 1 : 2;
         }
-        put_result(out, &b->res[i]);
+        put_result(out, &b->res[j]);
         if (out->len >= OUT_FLUSH && out_flush(out) != 0) return 1;
     }
     if (b->end == END_BAD || b->end == END_READ) {
@@ -1060,9 +1121,9 @@ static int replay_run(const replay_opts *o, reader *rd, pool *pl, outbuf *out, s
     for (unsigned k = 0;; k++) {
         batch *b = bs[k & 1], *next = bs[(k + 1) & 1];
         pool_go(pl, b);
-        decide_share(pl, b, 0);
-        if (b->end == MORE) parse_batch(rd, out, next, b->n > 0);
-        pool_wait(pl, b, now_s());
+        if (pl->nthreads > 1 && b->end == MORE) parse_batch(rd, out, next, b->n > 0);
+        pool_finish(pl, b);
+        if (pl->nthreads == 1 && b->end == MORE) parse_batch(rd, out, next, b->n > 0);
         rc = answer_batch(o, out, sum, b);
         if (rc != 0 || b->end != MORE) break;
     }
@@ -1090,12 +1151,20 @@ int sl__replay_main(int argc, char **argv)
         rd.name = o.file;
     }
 
+    /* One thread with a memory bound: which keys are evicted then depends
+     * on the order of decisions across keys.  Otherwise a store per thread
+     * (see pool_start). */
+    const int nstores = o.max_memory ? 1 : o.threads;
+    sl_store *stores[MAX_THREADS] = {0};
+    sl_limiter *lims[MAX_THREADS] = {0};
     sl_store_opts so;
     memset(&so, 0, sizeof so);
     so.max_bytes = o.max_memory;
     int err = 0;
-    sl_store *store = sl_store_new(&so, &err);
-    sl_limiter *lim = store ? sl_limiter_new(&o.p, store, &err) : NULL;
+    for (int i = 0; i < nstores && err == 0; i++) {
+        stores[i] = sl_store_new(&so, &err);
+        lims[i] = stores[i] ? sl_limiter_new(&o.p, stores[i], &err) : NULL;
+    }
     outbuf *out = malloc(sizeof *out);
     rd.buf[0] = malloc(IN_BLOCK + SL_REPLAY_MAX_LINE + 1);
     rd.buf[1] = malloc(IN_BLOCK + SL_REPLAY_MAX_LINE + 1);
@@ -1104,7 +1173,7 @@ int sl__replay_main(int argc, char **argv)
     pool pl;
     int have_pool = 0;
 
-    if (store == NULL || lim == NULL) {
+    if (err != 0) {
         fprintf(stderr, "sluice: %s%s\n", sl_strerror(err),
                 o.max_memory && err == SL_ENOMEM ? " (is --max-memory too small?)" : "");
         rc = err == SL_ENOMEM ? 1 : 2;
@@ -1115,10 +1184,9 @@ int sl__replay_main(int argc, char **argv)
         out->fd = 1;
         out->len = 0;
         out->failed = 0;
-        /* One thread with a memory bound: which keys are evicted then depends
-         * on the order of decisions across keys. */
-        pool_start(&pl, lim, o.max_memory ? 1 : o.threads);
+        pool_start(&pl, lims, nstores);
         have_pool = 1;
+        rd.deal = pl.nthreads > 1;
         double t0 = now_s();
         rc = replay_run(&o, &rd, &pl, out, &sum);
         if (out_flush(out) != 0 || out->failed) {
@@ -1126,8 +1194,13 @@ int sl__replay_main(int argc, char **argv)
             rc = 1;
         }
         double secs = now_s() - t0;
-        sl_store_stats st;
-        sl_store_stats_get(store, &st);
+        sl_store_stats st, one;
+        memset(&st, 0, sizeof st);
+        for (int i = 0; i < nstores; i++) {
+            sl_store_stats_get(stores[i], &one);
+            st.keys += one.keys;
+            st.evictions += one.evictions;
+        }
         if (st.evictions)
             fprintf(stderr,
                     "sluice: warning: %llu keys were evicted to stay under --max-memory; their "
@@ -1142,8 +1215,10 @@ int sl__replay_main(int argc, char **argv)
     free(rd.buf[0]);
     free(rd.buf[1]);
     free(out);
-    sl_limiter_free(lim);
-    sl_store_free(store);
+    for (int i = 0; i < nstores; i++) {
+        sl_limiter_free(lims[i]);
+        sl_store_free(stores[i]);
+    }
     if (rd.fd > 0) close(rd.fd);
     return rc;
 }

@@ -190,7 +190,10 @@ static void sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, i
     /* Roll forward: buckets bo+1..b are new (zero).  In answer-only mode the
      * stale buckets are skipped when reading instead of cleared. */
     int64_t stale = b - bo >= P ? P : b - bo; /* buckets to forget */
-    if (c && stale > 0) {
+    if (c && stale == P) { /* the whole window passed: O(1) but for the clearing */
+        sum = 0;
+        if (commit) memset(c, 0, (size_t)P * w);
+    } else if (c && stale > 0) {
         for (int64_t k = 1; k <= stale; k++) {
             int64_t j = (bo + k) % P;
             j = j < 0 ? j + P : j;
@@ -331,16 +334,42 @@ static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, i
  *
  * Invariant: every entry is inside (clock - W, clock]; plain logs have sum <=
  * L after each accepted request; logs of rejected requests are trimmed to the
- * newest entries whose costs exceed L (older ones can never matter). */
+ * newest entries whose costs exceed L (older ones can never matter).
+ *
+ * The ring's capacity is any multiple of LOG_CAP_STEP and grows by a quarter,
+ * so it wastes ~1/8 of the bytes used on average (doubling wastes ~1/3: at
+ * 500 requests an hour that was 4.7 B a request instead of ~3.0); offsets
+ * wrap with a compare (log_at), not a mask.  Growing copies the ring into a
+ * new buffer, ~4 bytes copied per byte appended over a ring's life: cheap
+ * beside a decision, and measured to fragment the heap less than realloc
+ * (resident bytes 3.7 against 4.0 a request). */
 typedef struct sl_log {
     uint8_t *buf;
-    uint32_t cap, head, used; /* bytes; cap is a power of two */
+    uint32_t cap, head, used; /* bytes; head < cap, used <= cap */
     int64_t sum, first, last; /* sum of costs; times of first, last entry */
 } sl_log;
 
 #define LOG_ENTRY_MAX 20 /* two 10-byte varints */
-#define LOG_MIN_CAP 32
+#define LOG_MIN_CAP 32   /* bytes: a new ring */
+#define LOG_CAP_STEP 16  /* bytes: capacities are multiples of this */
 #define LOG_MAX_CAP (1u << 30)
+
+/* The buffer index of ring offset pos, for pos < 2 * cap (head + used is). */
+static inline uint32_t log_at(const sl_log *lg, uint32_t pos)
+{
+    return pos < lg->cap ? pos : pos - lg->cap;
+}
+
+/* The capacity a ring grows to when it must hold need bytes: 1.25x its
+ * current one (at least LOG_MIN_CAP) and at least need, rounded up to a
+ * multiple of LOG_CAP_STEP.  0 beyond LOG_MAX_CAP. */
+static uint32_t log_grown_cap(uint32_t cap, uint32_t need)
+{
+    uint64_t c = cap ? (uint64_t)cap + cap / 4 : LOG_MIN_CAP;
+    if (c < need) c = need;
+    c = (c + LOG_CAP_STEP - 1) / LOG_CAP_STEP * LOG_CAP_STEP;
+    return c > LOG_MAX_CAP ? 0 : (uint32_t)c;
+}
 
 static void log_load(const uint8_t *st, sl_log *lg)
 {
@@ -373,7 +402,7 @@ static uint64_t log_varint(const sl_log *lg, uint32_t *pos)
 {
     uint64_t v = 0;
     for (unsigned shift = 0;; shift += 7) {
-        uint8_t byte = lg->buf[*pos & (lg->cap - 1)];
+        uint8_t byte = lg->buf[log_at(lg, *pos)];
         (*pos)++;
         v |= (uint64_t)(byte & 0x7f) << shift;
         if (!(byte & 0x80)) return v;
@@ -395,7 +424,7 @@ static void log_pop(sl_log *lg)
     uint32_t pos = lg->head;
     log_entry(lg, &pos, &dt, &cost);
     lg->used -= pos - lg->head;
-    lg->head = pos & (lg->cap - 1);
+    lg->head = log_at(lg, pos);
     lg->sum -= cost;
     if (lg->used > 0) {
         uint32_t p2 = lg->head;
@@ -432,20 +461,29 @@ static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, 
     if (cost != 1) len += put_varint(tmp + len, (uint64_t)cost);
 
     if (lg->used + len > lg->cap) {
-        uint32_t ncap = lg->cap ? lg->cap : LOG_MIN_CAP;
-        while (ncap < lg->used + len) ncap *= 2;
-        if (ncap > LOG_MAX_CAP) return SL_ENOMEM;
-        if (!sl__shard_reserve(sh, ncap - lg->cap, rec, now)) return SL_ENOMEM;
+        uint32_t cap = lg->cap, ncap = log_grown_cap(cap, lg->used + len);
+        if (ncap == 0) return SL_ENOMEM;
+        if (!sl__shard_reserve(sh, ncap - cap, rec, now)) return SL_ENOMEM;
         uint8_t *nb = malloc(ncap);
         if (nb == NULL) return SL_ENOMEM;
-        for (uint32_t k = 0; k < lg->used; k++) nb[k] = lg->buf[(lg->head + k) & (lg->cap - 1)];
+        uint32_t tail = cap - lg->head; /* bytes from head to the old end */
+        if (lg->used > tail) {          /* wrapped: two pieces */
+            memcpy(nb, lg->buf + lg->head, tail);
+            memcpy(nb + tail, lg->buf, lg->used - tail);
+        } else if (lg->used > 0) {
+            memcpy(nb, lg->buf + lg->head, lg->used);
+        }
         free(lg->buf);
-        sl__shard_account(sh, (int64_t)ncap - (int64_t)lg->cap);
+        sl__shard_account(sh, (int64_t)ncap - (int64_t)cap);
         lg->buf = nb;
         lg->cap = ncap;
         lg->head = 0;
     }
-    for (unsigned k = 0; k < len; k++) lg->buf[(lg->head + lg->used + k) & (lg->cap - 1)] = tmp[k];
+    uint32_t at = log_at(lg, lg->head + lg->used);
+    for (unsigned k = 0; k < len; k++) {
+        lg->buf[at] = tmp[k];
+        if (++at == lg->cap) at = 0;
+    }
     if (lg->used == 0) lg->first = t;
     lg->used += len;
     lg->last = t;
@@ -618,7 +656,7 @@ void sl__state_dump(const uint8_t *r, uint8_t *dst)
     }
     sl_log lg;
     log_load(st, &lg);
-    for (uint32_t k = 0; k < lg.used; k++) dst[44 + k] = lg.buf[(lg.head + k) & (lg.cap - 1)];
+    for (uint32_t k = 0; k < lg.used; k++) dst[44 + k] = lg.buf[log_at(&lg, lg.head + k)];
     lg.buf = NULL;
     lg.head = 0;
     log_save(dst, &lg);
@@ -690,8 +728,7 @@ int sl__state_load(sl__shard *sh, uint8_t *r, const uint8_t *src, size_t len, in
     lg.cap = 0;
     lg.head = 0;
     if (lg.used > 0) {
-        uint32_t cap = LOG_MIN_CAP;
-        while (cap < lg.used) cap *= 2;
+        uint32_t cap = log_grown_cap(0, lg.used);
         if (!sl__shard_reserve(sh, cap, r, now) || (lg.buf = malloc(cap)) == NULL)
             return SL_ENOMEM;
         memcpy(lg.buf, src + 44, lg.used);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "engine.h"
-#include "siphash.h"
+#include "siphash.h" /* SL__HOT_INLINE */
 #include "store.h"
 
 struct sl_limiter {
@@ -46,7 +46,7 @@ static int decide_on_copy(sl__shard *sh, const uint8_t *r, size_t need, const sl
  * precision or wider counters, or a fresh record): grows the record if
  * needed and adapts it, or answers on a copy when not committing.  Returns
  * 0 with *rp (maybe moved) ready to decide on, 1 when *out already holds
- * the answer (rc in *rcp), or the error. */
+ * the answer (not committing), or a negative SL_E* code. */
 static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const sl__norm *n,
                        int64_t clock_old, int64_t t, int64_t cost, int commit, sl_result *out)
 {
@@ -74,7 +74,7 @@ static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const
  * ever changes its state's layout, so the others skip sl__state_need.
  * Inlined into each API function, so sl_allow is one call deep. */
 SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, const void *key, size_t klen, int64_t now,
-                  int64_t cost, int commit, sl_result *out)
+                          int64_t cost, int commit, sl_result *out)
 {
     int rc = check_request(key, klen, now, cost);
     if (rc != 0) return rc;

@@ -78,22 +78,22 @@ static inline void sl__sipkey_init(sl__sipkey *k, const uint8_t key[16])
 
 #define SL__ROTL(x, b) (uint64_t)(((x) << (b)) | ((x) >> (64 - (b))))
 /* One SipRound on the locals v0..v3. */
-#define SL__SIPROUND                                                                              \
-    do {                                                                                          \
-        v0 += v1;                                                                                 \
-        v1 = SL__ROTL(v1, 13);                                                                    \
-        v1 ^= v0;                                                                                 \
-        v0 = SL__ROTL(v0, 32);                                                                    \
-        v2 += v3;                                                                                 \
-        v3 = SL__ROTL(v3, 16);                                                                    \
-        v3 ^= v2;                                                                                 \
-        v0 += v3;                                                                                 \
-        v3 = SL__ROTL(v3, 21);                                                                    \
-        v3 ^= v0;                                                                                 \
-        v2 += v1;                                                                                 \
-        v1 = SL__ROTL(v1, 17);                                                                    \
-        v1 ^= v2;                                                                                 \
-        v2 = SL__ROTL(v2, 32);                                                                    \
+#define SL__SIPROUND                                                                               \
+    do {                                                                                           \
+        v0 += v1;                                                                                  \
+        v1 = SL__ROTL(v1, 13);                                                                     \
+        v1 ^= v0;                                                                                  \
+        v0 = SL__ROTL(v0, 32);                                                                     \
+        v2 += v3;                                                                                  \
+        v3 = SL__ROTL(v3, 16);                                                                     \
+        v3 ^= v2;                                                                                  \
+        v0 += v3;                                                                                  \
+        v3 = SL__ROTL(v3, 21);                                                                     \
+        v3 ^= v0;                                                                                  \
+        v2 += v1;                                                                                  \
+        v1 = SL__ROTL(v1, 17);                                                                     \
+        v1 ^= v2;                                                                                  \
+        v2 = SL__ROTL(v2, 32);                                                                     \
     } while (0)
 
 /* The final word of a message of len bytes whose last len % 8 bytes end at
@@ -108,9 +108,9 @@ SL__HOT_INLINE uint64_t sl__sip_last(const uint8_t *end, size_t len)
     if (left == 0) return b;
     if (len >= 8) return b | sl__sip_le64(end - 8) >> (64 - 8 * left);
     const uint8_t *p = end - left;
-    if (left >= 4)
-        return b | sl__sip_le32(p) | (uint64_t)sl__sip_le32(end - 4) << (8 * (left - 4));
-    return b | p[0] | (uint64_t)p[left / 2] << (8 * (left / 2)) | (uint64_t)p[left - 1] << (8 * (left - 1));
+    if (left >= 4) return b | sl__sip_le32(p) | (uint64_t)sl__sip_le32(end - 4) << (8 * (left - 4));
+    return b | p[0] | (uint64_t)p[left / 2] << (8 * (left / 2)) |
+           (uint64_t)p[left - 1] << (8 * (left - 1));
 }
 
 /* SipHash-1-3 of data with the key state k. */

@@ -4,7 +4,8 @@
  * Format (little-endian), version 1:
  *   "sluice snapshot\n"  16 bytes of magic
  *   u32 version, u32 reserved (0)
- *   records: u16 meta (key length - 1 | algorithm << 10), u16 reset code,
+ *   records: u16 meta (key length - 1 | algorithm << 10 | flags << 13, without
+ *            SL__REC_EXT), u16 reset code,
  *            i64 clock, u32 state bytes, key, state (sl__state_dump)
  *   u64 record count, u32 CRC-32 (zlib) of every byte before it
  *
@@ -75,7 +76,8 @@ static int dump_record(const uint8_t *r, void *ctx)
     size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
     uint8_t *p = snap_room(b, SNAP_REC_HDR + klen + slen);
     if (p == NULL) return -1;
-    sl__st16(p, (uint16_t)(sl__ld16(r) & 0x1fff)); /* flags are not portable */
+    /* the external-buffer flag is about this process's memory, not state */
+    sl__st16(p, (uint16_t)(sl__ld16(r) & ~(SL__REC_EXT << 13)));
     memcpy(p + 2, r + 2, 10);                       /* reset code, clock */
     sl__st32(p + 12, (uint32_t)slen);
     memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
@@ -124,6 +126,7 @@ int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
         sl__shard_foreach(sh, dump_record, &b);
         sl__shard_unlock(sh);
         if (b.oom) break;
+        if (b.len == 0) continue; /* (zlib's crc32 restarts when given NULL) */
         crc = crc32(crc, b.p, (uInt)b.len);
         bad = write_all(fd, b.p, b.len);
     }
@@ -208,7 +211,7 @@ static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uin
         const uint8_t *key = p + pos + SNAP_REC_HDR, *st = key + klen;
         const char *why = NULL;
         size_t room = 0;
-        if (meta >> 13) why = "unknown flags";
+        if ((meta >> 13) & SL__REC_EXT) why = "unknown flags";
         else if (algo >= SL_ALGO_COUNT) why = "unknown algorithm";
         else if (klen > SL_MAX_KEY) why = "key longer than 512 bytes";
         else if (end - pos - SNAP_REC_HDR < klen || end - pos - SNAP_REC_HDR - klen < slen)
@@ -231,7 +234,10 @@ static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uin
                 sl__shard_remove(sh, h, r);
                 r = NULL;
             }
-            if (r) memcpy(r + 2, p + pos + 2, 2); /* the reset code, as saved */
+            if (r) {
+                memcpy(r + 2, p + pos + 2, 2); /* the reset code, as saved */
+                sl__rec_set_flags(r, sl__rec_flags(r) | (meta >> 13));
+            }
             sl__shard_unlock(sh);
         }
         pos += SNAP_REC_HDR + klen + slen;

@@ -71,13 +71,8 @@
 #define SL__CLASS_MAX        1024u /* bytes: larger records get a page each */
 #define SL__NCLASS           ((SL__CLASS_MAX - SL__REC_MIN) / 2 + 1)
 #define SL__NOCLASS          0xffffu
-#define SL__PAGE_MIN         256u   /* bytes: a class's first page */
-#define SL__PAGE_MAX         16384u /* bytes: a class's pages from the 7th on */
-#define SL__IDX_BITS         10     /* record index bits in a handle: a page holds <= 1024 */
-#define SL__PAGE_BITS        16     /* page bits in a handle */
-#define SL__H_BITS           (SL__IDX_BITS + SL__PAGE_BITS) /* a slot's handle bits */
-#define SL__H_MASK           ((1u << SL__H_BITS) - 1)
-#define SL__MAX_PAGES        ((1u << SL__PAGE_BITS) - 1) /* so that handles stay < 2^26 */
+#define SL__PAGE_MIN         256u          /* bytes: a class's first page */
+#define SL__PAGE_MAX         16384u        /* bytes: a class's pages from the 7th on */
 #define SL__STATE_MAX        (1u << 28)    /* bytes of state in one record */
 #define SL__TABLE_MIN        16u           /* slots in a new table */
 #define SL__SCAN             32u           /* live records the expiry sweep examines a round */
@@ -86,9 +81,19 @@
 #define SL__SHARD_BUDGET_MIN (256u * 1024) /* bytes: auto shard count keeps this */
 #define SL__MAX_SHARDS       65536u
 #define SL__SAMPLE           16u /* table slots sampled for an eviction */
-#define SL__SPINS            128u  /* lock: busy waits before yielding the CPU */
-#define SL__YIELDS           1024u /* lock: sched_yield()s before sleeping */
-#define SL__NAP_NS           50000 /* lock: nanoseconds slept per round after that */
+
+/* Waiting for a shard lock (lock_wait). */
+#define SL__SPINS  128u  /* busy waits before yielding the CPU */
+#define SL__YIELDS 1024u /* sched_yield()s before sleeping */
+#define SL__NAP_NS 50000 /* ns slept per round after that */
+
+/* A handle is (page << SL__IDX_BITS | index) + 1 < 2^SL__H_BITS; a table
+ * slot keeps a hash tag in the bits above (tag_of). */
+#define SL__IDX_BITS  10 /* a page holds at most 1024 records */
+#define SL__PAGE_BITS 16
+#define SL__H_BITS    (SL__IDX_BITS + SL__PAGE_BITS)
+#define SL__H_MASK    ((1u << SL__H_BITS) - 1)
+#define SL__MAX_PAGES ((1u << SL__PAGE_BITS) - 1) /* pages per shard: the last handle < 2^26 */
 
 /* The first two bytes of a free record: a key length of 1024, which no live
  * record has (SL_MAX_KEY is 512).  Bytes 2..3 link the page's free list. */
@@ -146,8 +151,8 @@ struct sl__shard {
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
-    uint32_t avail[SL__NCLASS];                /* first page with room (index + 1) */
-    uint32_t npclass[SL__NCLASS];              /* pages the class holds */
+    uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
+    uint16_t npclass[SL__NCLASS]; /* pages the class holds */
 };
 
 struct sl_store {
@@ -192,12 +197,13 @@ sl__shard *sl__store_shard(sl_store *s, uint64_t hash)
 /*
  * The shard lock is a test-and-test-and-set spinlock: taking it is one
  * atomic exchange and releasing it one plain release store, where a mutex
- * costs two atomic read-modify-writes (the second one a full barrier that
- * also stops the next decision's loads from starting early).  Critical
- * sections are short (a decision is ~100 ns) except a snapshot's copy of a
- * shard or a table growth (O(records in the shard)); a waiter busy-waits
- * SL__SPINS rounds, then yields the CPU SL__YIELDS times, then sleeps
- * SL__NAP_NS per round, so a long hold costs the waiters little CPU.
+ * costs two atomic read-modify-writes and ~60 instructions of library code
+ * (the unlock's RMW also drains the store buffer before the caller's next
+ * loads).  Critical sections are short (a decision, 50-300 ns) except a
+ * snapshot's copy of a shard, a table growth (O(records in the shard)) and
+ * sl_store_expire; a waiter busy-waits SL__SPINS rounds, then yields the
+ * CPU SL__YIELDS times, then sleeps SL__NAP_NS per round, so a long hold
+ * costs the waiters little CPU.  Not fair: fine for locks held this briefly.
  */
 static void lock_wait(sl__shard *sh)
 {
@@ -284,7 +290,7 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
  * that is not the key's with probability 1/64.  The table is never full
  * (it grows at 0.8), so the loop ends at an empty slot. */
 SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
-                            size_t klen)
+                             size_t klen)
 {
     const uint32_t *slot = sh->slot;
     uint32_t size = sh->size, tag = tag_of(hash), i = home(sh, hash);
@@ -390,7 +396,7 @@ static void avail_link(sl__shard *sh, uint32_t pi)
     p->prev = 0;
     p->next = sh->avail[c];
     if (p->next) sh->pages[p->next - 1].prev = pi + 1;
-    sh->avail[c] = pi + 1;
+    sh->avail[c] = (uint16_t)(pi + 1);
     sh->availmap[c / 64] |= (uint64_t)1 << (c % 64);
     p->listed = 1;
 }
@@ -402,7 +408,7 @@ static void avail_unlink(sl__shard *sh, uint32_t pi)
     if (p->prev)
         sh->pages[p->prev - 1].next = p->next;
     else
-        sh->avail[c] = p->next;
+        sh->avail[c] = (uint16_t)p->next;
     if (p->next) sh->pages[p->next - 1].prev = p->prev;
     if (!sh->avail[c]) sh->availmap[c / 64] &= ~((uint64_t)1 << (c % 64));
     p->listed = 0;
@@ -772,8 +778,8 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo, const void 
     return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
 }
 
-uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
-                          sl__shard **shp, uint64_t *hashp)
+uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen, sl__shard **shp,
+                          uint64_t *hashp)
 {
     uint64_t hash = sl__siphash13_v(&s->sip[algo & 7], key, klen);
     sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];

@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# bench/server.sh -- sluiced against redis-server, side by side in one run,
+# with the same client (redis-benchmark) on the same machine:
+#
+#   INCR counter:__rand_int__                    on redis-server (the floor)
+#   EVALSHA <token bucket> 1 bucket:__rand_int__ 100 10000
+#                                                on redis-server (the textbook
+#                                                atomic rate limiter in Lua)
+#   RL.ALLOW key:__rand_int__ 100 10s            on sluiced (token bucket)
+#
+# each over 100,000 random keys with 50 clients, without pipelining and with
+# -P 16, repeated REPS times in interleaved order; the table shows the median
+# of each column.  PING on each server is measured too, as the ceiling the
+# client and the loopback allow (no work behind the reply).  Goals (the issue): RL.ALLOW >= 1.0x INCR and >= 3x the Lua
+# bucket; p99 < 1 ms at 50 clients without pipelining.
+#
+#   bench/server.sh            full run (about 2 minutes)
+#   bench/server.sh --quick    smoke run: small counts, judges nothing
+#
+# Environment: B (build dir, default build), N (requests per run, default
+# 300000; --quick 20000), REPS (default 3; --quick 1), KEYS (default 100000),
+# CLIENTS (default 50), PIPELINE (default 16), THREADS (sluiced --threads,
+# default: its own default, one per core).  Both servers listen on free
+# 127.0.0.1 ports and are stopped by their PIDs when the script exits; every
+# step runs under `timeout`.  Exits 0 when the run completed (goals met or
+# not), 1 when something failed (a server, or replies that were errors).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+B=${B:-build}
+QUICK=
+if [ "${1:-}" = "--quick" ]; then
+    QUICK=1
+elif [ -n "${1:-}" ]; then
+    echo "usage: bench/server.sh [--quick]" >&2
+    exit 2
+fi
+if [ -n "$QUICK" ]; then
+    : "${N:=20000}" "${REPS:=1}"
+else
+    : "${N:=300000}" "${REPS:=3}"
+fi
+: "${KEYS:=100000}" "${CLIENTS:=50}" "${PIPELINE:=16}" "${THREADS:=}"
+case $B in
+/*) BD=$B ;;
+*) BD=$ROOT/$B ;;
+esac
+SLUICED=$BD/sluiced
+TMP=$(mktemp -d /tmp/sluice-server-bench.XXXXXX)
+REDIS_PID=
+SLUICED_PID=
+
+# shellcheck disable=SC2317 # called by the EXIT trap
+cleanup() {
+    for pid in $SLUICED_PID $REDIS_PID; do
+        kill "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+    done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+note() { printf '%s\n' "$*" >&2; }
+die() {
+    note "bench/server.sh: $*"
+    exit 1
+}
+
+for t in redis-server redis-cli redis-benchmark python3; do
+    command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
+done
+timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+cli() { timeout 30 redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+wait_pong() {
+    for _ in $(seq 100); do
+        [ "$(cli "$1" ping 2>/dev/null)" = PONG ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+info_field() { cli "$1" info "$2" | tr -d '\r' | awk -F: -v k="$3" '$1 == k { print $2 }'; }
+
+# ---- the servers ----------------------------------------------------------
+RPORT=$(free_port)
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --logfile "$TMP/redis.log" --dir "$TMP" &
+REDIS_PID=$!
+wait_pong "$RPORT" || die "redis-server did not start on port $RPORT: $(tail -5 "$TMP/redis.log")"
+
+"$SLUICED" --port 0 ${THREADS:+--threads "$THREADS"} >"$TMP/sluiced.log" 2>&1 &
+SLUICED_PID=$!
+SPORT=
+for _ in $(seq 100); do
+    SPORT=$(sed -n 's/.*msg="listening" addr=127\.0\.0\.1:\([0-9]*\).*/\1/p' "$TMP/sluiced.log" | head -1)
+    [ -n "$SPORT" ] && break
+    kill -0 "$SLUICED_PID" 2>/dev/null || die "sluiced exited: $(tail -5 "$TMP/sluiced.log")"
+    sleep 0.1
+done
+if [ -z "$SPORT" ] || ! wait_pong "$SPORT"; then
+    die "sluiced did not start: $(tail -5 "$TMP/sluiced.log")"
+fi
+
+# A textbook atomic token bucket in Lua: capacity ARGV[1], refilled ARGV[1]
+# tokens per ARGV[2] ms (the same as RL.ALLOW key 100 10s), state in a hash
+# {tokens, ts} that expires when full, time from the server's clock (TIME is
+# allowed in scripts since Redis 5 with effects replication, the Redis 7
+# default).  Returns {allowed, remaining}.
+LUA='local cap = tonumber(ARGV[1])
+local win = tonumber(ARGV[2])
+local t = redis.call("TIME")
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local v = redis.call("HMGET", KEYS[1], "tokens", "ts")
+local tokens = tonumber(v[1])
+local ts = tonumber(v[2])
+if tokens == nil then tokens = cap; ts = now end
+if now > ts then tokens = math.min(cap, tokens + (now - ts) * cap / win); ts = now end
+local allowed = 0
+if tokens >= 1 then tokens = tokens - 1; allowed = 1 end
+redis.call("HSET", KEYS[1], "tokens", tokens, "ts", ts)
+redis.call("PEXPIRE", KEYS[1], win)
+return {allowed, math.floor(tokens)}'
+SHA=$(cli "$RPORT" script load "$LUA" | tr -d '\r')
+[ ${#SHA} -eq 40 ] || die "SCRIPT LOAD failed: $SHA"
+
+# Correctness before speed: each command answers what it should.
+r=$(cli "$RPORT" evalsha "$SHA" 1 check 100 10000 | tr '\n' ' ')
+[ "$r" = "1 99 " ] || die "the Lua bucket answered '$r', expected '1 99'"
+r=$(cli "$SPORT" RL.ALLOW check 100 10s | tr '\n' ' ')
+case $r in "1 100 99 0 "*" 0 ") ;; *) die "RL.ALLOW answered '$r'" ;; esac
+r=$(cli "$RPORT" incr check:n)
+[ "$r" = 1 ] || die "INCR answered '$r'"
+
+# ---- the runs ---------------------------------------------------------------
+# run NAME PORT PIPELINE COMMAND...: one redis-benchmark run; appends
+# "NAME PIPELINE rps p50 p99" to $TMP/runs (CSV: the rate and latencies are
+# counted from the end, as a test name may hold commas).
+run() {
+    local name=$1 port=$2 pipe=$3 out
+    shift 3
+    out=$(timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
+        -r "$KEYS" -P "$pipe" --precision 3 --csv "$@" 2>"$TMP/rb.err") ||
+        die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
+    echo "$out" | tr -d '"\r' | awk -F, -v n="$name" -v p="$pipe" \
+        'NR > 1 && $(NF - 6) + 0 > 0 { print n, p, $(NF - 6), $(NF - 3), $(NF - 1); f = 1; exit }
+         END { if (!f) exit 1 }' >>"$TMP/runs" || die "no result line for $name: $out"
+}
+
+note "redis-benchmark: $N requests per run, $KEYS keys, $CLIENTS clients, P=1 and P=$PIPELINE, $REPS rep(s)..."
+load0=$(cut -d' ' -f1 /proc/loadavg)
+for rep in $(seq "$REPS"); do
+    for pipe in 1 "$PIPELINE"; do
+        run INCR "$RPORT" "$pipe" INCR 'counter:__rand_int__'
+        run LUA "$RPORT" "$pipe" EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10000
+        run RL.ALLOW "$SPORT" "$pipe" RL.ALLOW 'key:__rand_int__' 100 10s
+        run RPING "$RPORT" "$pipe" PING
+        run SPING "$SPORT" "$pipe" PING
+    done
+    note "  rep $rep done"
+done
+load1=$(cut -d' ' -f1 /proc/loadavg)
+
+# Every request was a real decision: no error replies on either server.
+s_err=$(info_field "$SPORT" stats error_replies)
+s_dec=$(info_field "$SPORT" stats decisions)
+r_err=$(info_field "$RPORT" stats total_error_replies)
+want_dec=$((2 * REPS * N + 1))
+[ "$s_err" = 0 ] || die "sluiced answered $s_err errors during the benchmark"
+[ "$r_err" = 0 ] || die "redis-server answered $r_err errors during the benchmark"
+[ "$s_dec" = "$want_dec" ] || die "sluiced made $s_dec decisions, expected $want_dec"
+
+# ---- the table ------------------------------------------------------------------
+rversion=$(redis-server --version | awk '{ print $3 }')
+sthreads=$(info_field "$SPORT" server threads)
+echo
+echo "== sluiced vs redis-server ${rversion#v=}: redis-benchmark -c $CLIENTS -n $N -r $KEYS, median of $REPS =="
+echo "   (one run; same client and machine; $(nproc) cores; sluiced $sthreads threads; load $load0 -> $load1)"
+awk -v reps="$REPS" '
+    function median(list,   a, n, i, j, t) {
+        n = split(list, a, " ")
+        for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+        return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    { k = $1 SUBSEP $2; rps[k] = rps[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5
+      if (!($2 in seenp)) { seenp[$2] = 1; pipes[++np] = $2 } }
+    END {
+        nn = split("INCR LUA RL.ALLOW RPING SPING", names, " ")
+        label["INCR"] = "redis INCR counter:__rand_int__"
+        label["LUA"] = "redis EVALSHA token bucket (Lua)"
+        label["RL.ALLOW"] = "sluiced RL.ALLOW key:__rand_int__ 100 10s"
+        label["RPING"] = "(ceiling) redis PING"
+        label["SPING"] = "(ceiling) sluiced PING"
+        printf "%-42s | %2s | %10s | %7s | %7s | %8s | %7s\n", "test", "P", "rps", "p50 ms", "p99 ms", "vs INCR", "vs Lua"
+        print "-------------------------------------------+----+------------+---------+---------+----------+--------"
+        for (i = 1; i <= np; i++)
+            for (j = 1; j <= nn; j++) {
+                n = names[j]; k = n SUBSEP pipes[i]
+                r[n, pipes[i]] = median(rps[k]); l99[n, pipes[i]] = median(p99[k])
+            }
+        for (i = 1; i <= np; i++) {
+            p = pipes[i]
+            for (j = 1; j <= nn; j++) {
+                n = names[j]; k = n SUBSEP p
+                printf "%-42s | %2s | %10.0f | %7.3f | %7.3f | %7.2fx | %5.2fx\n", label[n], p, r[n, p],
+                    median(p50[k]), l99[n, p], r[n, p] / r["INCR", p], r[n, p] / r["LUA", p]
+            }
+        }
+        print ""
+        printf "%-58s | %10s | %s\n", "goal", "measured", "met?"
+        print "-----------------------------------------------------------+------------+-----"
+        for (i = 1; i <= np; i++) {
+            p = pipes[i]
+            x = r["RL.ALLOW", p] / r["INCR", p]
+            printf "%-58s | %9.2fx | %s\n", "RL.ALLOW >= 1.0x INCR, P=" p, x, (x >= 1.0 ? "yes" : "NO")
+            if (x < 1.0) bad++
+            x = r["RL.ALLOW", p] / r["LUA", p]
+            printf "%-58s | %9.2fx | %s\n", "RL.ALLOW >= 3x Lua token bucket, P=" p, x, (x >= 3.0 ? "yes" : "NO")
+            if (x < 3.0) bad++
+        }
+        x = l99["RL.ALLOW", 1]
+        printf "%-58s | %7.3f ms | %s\n", "RL.ALLOW p99 < 1 ms, 50 clients, no pipelining", x, (x < 1.0 ? "yes" : "NO")
+        if (x >= 1.0) bad++
+        printf "\nserver goals met: %s\n", bad ? "no" : "yes"
+    }' "$TMP/runs"
+[ -n "$QUICK" ] && echo "(--quick: counts too small to judge the goals)"
+echo "(checked: every RL.ALLOW was a decision ($s_dec counted), no error replies on either server)"
+exit 0

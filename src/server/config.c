@@ -1,0 +1,526 @@
+/*
+ * config.c -- sluiced's settings from flags and a config file (config.h).
+ *
+ * One table describes every option once: its name (the flag is "--" + name,
+ * the file key is the name), what kind of value it takes and its range.
+ * Flags and file lines both go through set_option(), so the two can never
+ * disagree on what a value means.  Numbers are parsed by length
+ * (sl_int_parse), never with atoi/strtol, and every error quotes the token.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config.h"
+#include "log.h"
+#include "resp.h"
+
+enum opt_id {
+    OPT_PORT,
+    OPT_BIND,
+    OPT_THREADS,
+    OPT_MAX_MEMORY,
+    OPT_MAX_CLIENTS,
+    OPT_MAX_COMMAND,
+    OPT_MAX_OUTPUT,
+    OPT_IDLE_TIMEOUT,
+    OPT_SEND_TIMEOUT,
+    OPT_SNAPSHOT,
+    OPT_SNAPSHOT_INTERVAL,
+    OPT_TRUST_CLIENT_TIME,
+    OPT_LOG_LEVEL,
+    OPT_CONFIG,
+    OPT_HELP,
+    OPT_VERSION,
+};
+
+enum opt_kind {
+    K_INT,      /* decimal integer in [min, max] */
+    K_SIZE,     /* bytes: integer with an optional k/kb/m/mb/g/gb suffix, in [min, max] */
+    K_DURATION, /* 0, or an integer with a unit (ms, s, m, h, d) */
+    K_STRING,   /* a path */
+    K_BOOL,     /* yes/no; a bare flag means yes */
+    K_BIND,     /* list of addresses */
+    K_LEVEL,    /* log level */
+    K_NONE,     /* takes no value (--help, --version) */
+};
+
+typedef struct opt {
+    const char *name;
+    enum opt_id id;
+    enum opt_kind kind;
+    int64_t min, max;
+    int in_file; /* allowed in a config file */
+} opt;
+
+#define KB 1024LL
+#define MB (1024LL * KB)
+#define GB (1024LL * MB)
+
+static const opt opts[] = {
+    {"port", OPT_PORT, K_INT, 0, 65535, 1},
+    {"bind", OPT_BIND, K_BIND, 0, 0, 1},
+    {"threads", OPT_THREADS, K_INT, 0, SL_CONFIG_MAX_THREADS, 1},
+    {"max-memory", OPT_MAX_MEMORY, K_SIZE, 0, 1024 * 1024 * GB, 1},
+    {"max-clients", OPT_MAX_CLIENTS, K_INT, 1, SL_CONFIG_MAX_CLIENTS, 1},
+    {"max-command", OPT_MAX_COMMAND, K_SIZE, KB, 512 * MB, 1},
+    {"max-output", OPT_MAX_OUTPUT, K_SIZE, KB, 1024 * GB, 1},
+    {"idle-timeout", OPT_IDLE_TIMEOUT, K_DURATION, 0, 0, 1},
+    {"send-timeout", OPT_SEND_TIMEOUT, K_DURATION, 0, 0, 1},
+    {"snapshot", OPT_SNAPSHOT, K_STRING, 0, 0, 1},
+    {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
+    {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
+    {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
+    {"config", OPT_CONFIG, K_STRING, 0, 0, 0},
+    {"help", OPT_HELP, K_NONE, 0, 0, 0},
+    {"version", OPT_VERSION, K_NONE, 0, 0, 0},
+};
+#define NOPTS (sizeof opts / sizeof opts[0])
+
+void sl_config_defaults(sl_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->binds[0], "127.0.0.1");
+    cfg->nbinds = 1;
+    cfg->port = SL_SRV_DEFAULT_PORT;
+    cfg->threads = 0;
+    cfg->max_memory = (uint64_t)GB;
+    cfg->max_clients = 10000;
+    cfg->max_command = (uint64_t)MB;
+    cfg->max_output = 8 * (uint64_t)MB;
+    cfg->idle_timeout_ms = 300000;
+    cfg->send_timeout_ms = 60000;
+    cfg->snapshot_interval_ms = 60000;
+    cfg->log_level = SL_LOG_INFO;
+}
+
+/* Where a value came from, for messages: the flag or file:line. */
+typedef struct origin {
+    const char *file; /* NULL: the command line */
+    int line;
+    int binds_reset; /* this source has already replaced the bind list */
+} origin;
+
+static void fail(char *err, size_t errlen, const origin *o, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void fail(char *err, size_t errlen, const origin *o, const char *fmt, ...)
+{
+    size_t n = 0;
+    if (errlen == 0) return;
+    if (o->file != NULL) {
+        int k = snprintf(err, errlen, "%s:%d: ", o->file, o->line);
+        n = k < 0 ? 0 : (size_t)k < errlen ? (size_t)k : errlen - 1;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err + n, errlen - n, fmt, ap);
+    va_end(ap);
+}
+
+/* How an option is named in messages: "--port" on the command line, "port"
+ * in a file. */
+static const char *dash(const origin *o) { return o->file ? "" : "--"; }
+
+/* Printable, bounded copy of a token for messages. */
+static const char *tok(const char *s, size_t len, char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < len && n + 4 < cap; i++)
+        buf[n++] = (s[i] >= ' ' && s[i] < 0x7f) ? s[i] : '?';
+    if (n < len && n + 4 <= cap) {
+        memcpy(buf + n, "...", 3);
+        n += 3;
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Bytes with an optional suffix, redis.conf style: k = 1000, kb = 1024,
+ * m = 10^6, mb = 2^20, g = 10^9, gb = 2^30 (case-insensitive; "b" = 1). */
+static int parse_size(const char *s, size_t len, int64_t *out)
+{
+    static const struct {
+        const char *sfx;
+        int64_t mult;
+    } sfx[] = {{"", 1},        {"b", 1},   {"k", 1000},       {"kb", KB},
+               {"m", 1000000}, {"mb", MB}, {"g", 1000000000}, {"gb", GB}};
+    size_t n = 0;
+    while (n < len && s[n] >= '0' && s[n] <= '9') n++;
+    int64_t v;
+    if (n == 0 || sl_int_parse(s, n, INT64_MAX, &v) != 0) return -1;
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
+        if (strlen(sfx[i].sfx) == len - n && strncasecmp(s + n, sfx[i].sfx, len - n) == 0) {
+            if (v > INT64_MAX / sfx[i].mult) return -1;
+            *out = v * sfx[i].mult;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* "0" (never / off), or a duration with an explicit unit: a bare number
+ * would be milliseconds by SPEC section 1, which for a timeout reads like
+ * seconds to most people, so it is refused rather than guessed. */
+static int parse_duration(const char *s, size_t len, int64_t *out, int *needs_unit)
+{
+    *needs_unit = 0;
+    if (len == 1 && s[0] == '0') {
+        *out = 0;
+        return 0;
+    }
+    if (len > 0 && s[len - 1] >= '0' && s[len - 1] <= '9') {
+        *needs_unit = 1;
+        return -1;
+    }
+    return sl_duration_parse(s, len, out) == 0 ? 0 : -1;
+}
+
+static int parse_bool(const char *s, size_t len, int *out)
+{
+    static const char *const yes[] = {"yes", "true", "on", "1"};
+    static const char *const no[] = {"no", "false", "off", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (strlen(yes[i]) == len && strncasecmp(s, yes[i], len) == 0) return *out = 1, 0;
+        if (strlen(no[i]) == len && strncasecmp(s, no[i], len) == 0) return *out = 0, 0;
+    }
+    return -1;
+}
+
+/* Adds the addresses in s[0..len) (separated by commas or blanks) to the
+ * bind list; the first bind of a source replaces the list it inherited. */
+static int add_binds(sl_config *c, const char *s, size_t len, origin *o, char *err, size_t errlen)
+{
+    char t[80];
+    if (!o->binds_reset) {
+        c->nbinds = 0;
+        o->binds_reset = 1;
+    }
+    size_t i = 0;
+    int added = 0;
+    while (i < len) {
+        while (i < len && (s[i] == ',' || s[i] == ' ' || s[i] == '\t')) i++;
+        if (i == len) break;
+        size_t b = i;
+        while (i < len && s[i] != ',' && s[i] != ' ' && s[i] != '\t') i++;
+        size_t n = i - b;
+        const char *a = s + b;
+        if (n >= 2 && a[0] == '[' && a[n - 1] == ']') a++, n -= 2; /* [::1] */
+        char addr[64];
+        unsigned char bin[16];
+        if (n == 0 || n >= sizeof addr) goto bad;
+        memcpy(addr, a, n);
+        addr[n] = '\0';
+        if (inet_pton(AF_INET, addr, bin) != 1 && inet_pton(AF_INET6, addr, bin) != 1) goto bad;
+        for (int k = 0; k < c->nbinds; k++)
+            if (strcmp(c->binds[k], addr) == 0) goto next; /* listed twice: once is enough */
+        if (c->nbinds == SL_CONFIG_MAX_BINDS) {
+            fail(err, errlen, o, "too many %sbind addresses at '%s' (at most %d)", dash(o),
+                 tok(s + b, i - b, t, sizeof t), SL_CONFIG_MAX_BINDS);
+            return -1;
+        }
+        strcpy(c->binds[c->nbinds++], addr);
+    next:
+        added++;
+        continue;
+    bad:
+        fail(err, errlen, o, "invalid %sbind '%s': expected an IPv4 or IPv6 address", dash(o),
+             tok(s + b, i - b, t, sizeof t));
+        return -1;
+    }
+    if (added == 0) {
+        fail(err, errlen, o, "%sbind needs at least one address", dash(o));
+        return -1;
+    }
+    return 0;
+}
+
+/* Sets option o to the value v[0..vlen) in c.  Returns 0 or -1 with err. */
+static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o, char *err,
+                      size_t errlen)
+{
+    char t[80];
+    int64_t x;
+    int needs_unit;
+    const char *d = dash(o);
+    switch (op->kind) {
+    case K_INT:
+        if (sl_int_parse(v, vlen, op->max, &x) != 0 || x < op->min) {
+            fail(err, errlen, o, "invalid %s%s '%s': expected an integer %lld..%lld", d, op->name,
+                 tok(v, vlen, t, sizeof t), (long long)op->min, (long long)op->max);
+            return -1;
+        }
+        break;
+    case K_SIZE:
+        if (parse_size(v, vlen, &x) != 0 || x < op->min || x > op->max) {
+            fail(err, errlen, o,
+                 "invalid %s%s '%s': expected bytes %lld..%lld, with an optional suffix "
+                 "k, kb, m, mb, g or gb",
+                 d, op->name, tok(v, vlen, t, sizeof t), (long long)op->min, (long long)op->max);
+            return -1;
+        }
+        break;
+    case K_DURATION:
+        if (parse_duration(v, vlen, &x, &needs_unit) != 0) {
+            const char *zero = op->id == OPT_SNAPSHOT_INTERVAL ? "only at shutdown" : "never";
+            if (needs_unit)
+                fail(err, errlen, o,
+                     "invalid %s%s '%s': give a unit (ms, s, m, h or d), or 0 for %s", d, op->name,
+                     tok(v, vlen, t, sizeof t), zero);
+            else
+                fail(err, errlen, o,
+                     "invalid %s%s '%s': expected a duration such as 500ms, 30s, 5m or 1h, "
+                     "or 0 for %s",
+                     d, op->name, tok(v, vlen, t, sizeof t), zero);
+            return -1;
+        }
+        break;
+    default: x = 0; break;
+    }
+
+    switch (op->id) {
+    case OPT_PORT: c->port = (int)x; break;
+    case OPT_THREADS: c->threads = (int)x; break;
+    case OPT_MAX_MEMORY: c->max_memory = (uint64_t)x; break;
+    case OPT_MAX_CLIENTS: c->max_clients = (int)x; break;
+    case OPT_MAX_COMMAND: c->max_command = (uint64_t)x; break;
+    case OPT_MAX_OUTPUT: c->max_output = (uint64_t)x; break;
+    case OPT_IDLE_TIMEOUT: c->idle_timeout_ms = x; break;
+    case OPT_SEND_TIMEOUT: c->send_timeout_ms = x; break;
+    case OPT_SNAPSHOT_INTERVAL: c->snapshot_interval_ms = x; break;
+    case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
+    case OPT_SNAPSHOT:
+    case OPT_CONFIG: {
+        char *dst = op->id == OPT_SNAPSHOT ? c->snapshot : c->config_file;
+        size_t cap = op->id == OPT_SNAPSHOT ? sizeof c->snapshot : sizeof c->config_file;
+        if (vlen == 0 || vlen >= cap || memchr(v, '\0', vlen) != NULL) {
+            fail(err, errlen, o, "invalid %s%s '%s': expected a file name of 1..%zu bytes", d,
+                 op->name, tok(v, vlen, t, sizeof t), cap - 1);
+            return -1;
+        }
+        memcpy(dst, v, vlen);
+        dst[vlen] = '\0';
+        break;
+    }
+    case OPT_TRUST_CLIENT_TIME: {
+        int b;
+        if (parse_bool(v, vlen, &b) != 0) {
+            fail(err, errlen, o, "invalid %s%s '%s': expected yes or no", d, op->name,
+                 tok(v, vlen, t, sizeof t));
+            return -1;
+        }
+        c->trust_client_time = b;
+        break;
+    }
+    case OPT_LOG_LEVEL: {
+        int lv;
+        if (sl_log_level_parse(v, vlen, &lv) != 0) {
+            fail(err, errlen, o, "invalid %s%s '%s': expected debug, info, warn or error", d,
+                 op->name, tok(v, vlen, t, sizeof t));
+            return -1;
+        }
+        c->log_level = lv;
+        break;
+    }
+    case OPT_HELP:
+    case OPT_VERSION: break;
+    }
+    return 0;
+}
+
+static const opt *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0) return &opts[i];
+    return NULL;
+}
+
+static int is_blank(char ch) { return ch == ' ' || ch == '\t' || ch == '\r' || ch == '\n'; }
+
+int sl_config_load_file(const char *path, sl_config *cfg, char *err, size_t errlen)
+{
+    origin o = {path, 0, 0};
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(errno));
+        return -1;
+    }
+    sl_config tmp = *cfg;
+    char *line = NULL;
+    size_t linecap = 0;
+    ssize_t got;
+    char t[80];
+    int rc = 0;
+    errno = 0;
+    while ((got = getline(&line, &linecap, f)) >= 0) {
+        o.line++;
+        size_t len = (size_t)got;
+        if (len > SL_CONFIG_MAX_LINE) {
+            fail(err, errlen, &o, "line longer than %d bytes", SL_CONFIG_MAX_LINE);
+            rc = -1;
+            break;
+        }
+        if (memchr(line, '\0', len) != NULL) {
+            fail(err, errlen, &o, "NUL byte in line");
+            rc = -1;
+            break;
+        }
+        size_t i = 0;
+        while (i < len && is_blank(line[i])) i++;
+        while (len > i && is_blank(line[len - 1])) len--;
+        if (i == len || line[i] == '#') continue;
+        size_t nb = i;
+        while (i < len && !is_blank(line[i])) i++;
+        const char *name = line + nb;
+        size_t nlen = i - nb;
+        while (i < len && is_blank(line[i])) i++;
+        const char *val = line + i;
+        size_t vlen = len - i;
+        if (vlen >= 2 && val[0] == '"' && val[vlen - 1] == '"') val++, vlen -= 2;
+        const opt *op = find_opt(name, nlen);
+        if (op == NULL || !op->in_file) {
+            if (op != NULL && op->id == OPT_CONFIG)
+                fail(err, errlen, &o, "'config' cannot be used inside a config file");
+            else
+                fail(err, errlen, &o, "unknown option '%s'", tok(name, nlen, t, sizeof t));
+            rc = -1;
+            break;
+        }
+        if (op->kind == K_BOOL && vlen == 0) {
+            val = "yes";
+            vlen = 3;
+        }
+        if (vlen == 0) {
+            fail(err, errlen, &o, "%s needs a value", op->name);
+            rc = -1;
+            break;
+        }
+        if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    if (rc == 0 && ferror(f)) {
+        snprintf(err, errlen, "cannot read config file '%s': %s", path, strerror(errno));
+        rc = -1;
+    }
+    free(line);
+    fclose(f);
+    if (rc == 0) *cfg = tmp;
+    return rc;
+}
+
+/* Splits argv[*i] ("--name" or "--name=value") into its option and value,
+ * taking the value from argv[*i + 1] when needed.  Returns the option, or
+ * NULL with err set. */
+static const opt *next_arg(int argc, char **argv, int *i, const char **val, size_t *vlen, char *err,
+                           size_t errlen)
+{
+    const char *a = argv[*i];
+    char t[80];
+    origin o = {NULL, 0, 0};
+    if (strcmp(a, "-h") == 0) return find_opt("help", 4);
+    if (strcmp(a, "-v") == 0) return find_opt("version", 7);
+    if (strncmp(a, "--", 2) != 0) {
+        fail(err, errlen, &o, "unexpected argument '%s' (options start with --)",
+             tok(a, strlen(a), t, sizeof t));
+        return NULL;
+    }
+    const char *name = a + 2;
+    const char *eq = strchr(name, '=');
+    size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+    const opt *op = find_opt(name, nlen);
+    if (op == NULL) {
+        fail(err, errlen, &o, "unknown option '--%s'", tok(name, nlen, t, sizeof t));
+        return NULL;
+    }
+    if (eq != NULL) {
+        if (op->kind == K_NONE) {
+            fail(err, errlen, &o, "--%s takes no value", op->name);
+            return NULL;
+        }
+        *val = eq + 1;
+        *vlen = strlen(eq + 1);
+    } else if (op->kind == K_NONE) {
+        *val = "";
+        *vlen = 0;
+    } else if (op->kind == K_BOOL) {
+        *val = "yes";
+        *vlen = 3;
+    } else if (*i + 1 < argc) {
+        *val = argv[++*i];
+        *vlen = strlen(*val);
+    } else {
+        fail(err, errlen, &o, "--%s needs a value", op->name);
+        return NULL;
+    }
+    return op;
+}
+
+int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_t errlen)
+{
+    sl_config tmp = *cfg;
+    const char *val;
+    size_t vlen;
+
+    /* First pass: --help, --version, --config (the file comes before the flags). */
+    for (int i = 1; i < argc; i++) {
+        const opt *op = next_arg(argc, argv, &i, &val, &vlen, err, errlen);
+        if (op == NULL) return -1;
+        if (op->id == OPT_HELP) return SL_CONFIG_HELP;
+        if (op->id == OPT_VERSION) return SL_CONFIG_VERSION;
+        if (op->id == OPT_CONFIG) {
+            origin o = {NULL, 0, 0};
+            if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
+        }
+    }
+    if (tmp.config_file[0] != '\0' && sl_config_load_file(tmp.config_file, &tmp, err, errlen) != 0)
+        return -1;
+
+    origin o = {NULL, 0, 0};
+    for (int i = 1; i < argc; i++) {
+        const opt *op = next_arg(argc, argv, &i, &val, &vlen, err, errlen);
+        if (op == NULL) return -1;
+        if (op->id == OPT_CONFIG) continue;
+        if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
+    }
+    *cfg = tmp;
+    return 0;
+}
+
+void sl_config_usage(FILE *f)
+{
+    fputs("usage: sluiced [options]\n"
+          "\n"
+          "sluiced is a rate-limit server speaking the Redis protocol (RESP2).\n"
+          "Every option may also be set in a config file as `name value`.\n"
+          "\n"
+          "  --port N                TCP port (default 6390; 0 = any free port)\n"
+          "  --bind ADDR[,ADDR...]   addresses to listen on, IPv4 or IPv6; repeatable\n"
+          "                          (default 127.0.0.1; 0.0.0.0 or :: for every interface)\n"
+          "  --threads N             worker threads (default 0 = one per core)\n"
+          "  --max-memory BYTES      memory bound of the limiter state (default 1gb; 0 = none)\n"
+          "  --max-clients N         connections at once (default 10000)\n"
+          "  --max-command BYTES     size of one command (default 1mb)\n"
+          "  --max-output BYTES      unsent replies held for one client (default 8mb)\n"
+          "  --idle-timeout DUR      close a client silent this long (default 300s; 0 = never)\n"
+          "  --send-timeout DUR      close a client that takes none of its pending replies\n"
+          "                          for this long (default 60s; 0 = never)\n"
+          "  --snapshot FILE         save the limiter state to FILE and load it at start\n"
+          "  --snapshot-interval DUR save every DUR (default 60s; 0 = only at shutdown)\n"
+          "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"
+          "  --config FILE           read options from FILE; flags override it\n"
+          "  --log-level LEVEL       debug, info, warn or error (default info)\n"
+          "  --help                  show this text\n"
+          "  --version               show the version\n"
+          "\n"
+          "BYTES take k (1000), kb (1024), m, mb, g or gb.  DUR takes a unit: 500ms, 30s,\n"
+          "5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP is logged.\n"
+          "Documentation: docs/sluiced.md\n",
+          f);
+}

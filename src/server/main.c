@@ -1,0 +1,259 @@
+/*
+ * main.c -- sluiced: wires the parts together and owns the process's life.
+ *
+ *     config -> store (+ snapshot load) -> net (acceptor + workers) -> main loop
+ *
+ * The main thread runs its own event_base for what is neither network nor
+ * decision: signals (TERM/INT stop, HUP is logged), the periodic snapshot
+ * and active expiry.  A snapshot write may take a while on a large store;
+ * it blocks only this thread, never the workers or the acceptor.
+ *
+ * Shutdown order matters for "restarts lose nothing": stop accepting, let
+ * the workers finish the replies of commands already read and close, join
+ * them, and only then write the snapshot -- so it holds every decision a
+ * client was told about.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+
+#include "config.h"
+#include "log.h"
+#include "net.h"
+#include "server.h"
+#include "sluice.h"
+
+#define EXPIRE_EVERY_MS    100
+#define EXPIRE_MAX_RECORDS 10000
+#define FD_RESERVE         64 /* descriptors kept for listeners, pipes, logs, snapshot */
+
+typedef struct app {
+    sl_config cfg;
+    sl_srv srv;
+    sl_net *net;
+    struct event_base *base;
+    int stopping;
+} app;
+
+/* Writes the snapshot, updates the INFO fields, logs.  Returns 0 or -1. */
+static int save_snapshot(app *a, const char *why)
+{
+    char err[512];
+    int64_t t0 = sl_now_ms();
+    if (sl_store_save(a->srv.store, a->cfg.snapshot, err, sizeof err) != 0) {
+        atomic_store(&a->srv.last_save_ok, 0);
+        sl_log(SL_LOG_ERROR, "snapshot save failed", "file=%s reason=%s err=%s",
+               sl_logq(a->cfg.snapshot), why, sl_logq(err));
+        return -1;
+    }
+    int64_t t1 = sl_now_ms();
+    sl_store_stats st;
+    sl_store_stats_get(a->srv.store, &st);
+    atomic_store(&a->srv.last_save_ms, t1);
+    atomic_store(&a->srv.last_save_ok, 1);
+    atomic_fetch_add(&a->srv.saves, 1);
+    sl_log(SL_LOG_INFO, "snapshot saved", "file=%s reason=%s keys=%llu ms=%lld",
+           sl_logq(a->cfg.snapshot), why, (unsigned long long)st.keys, (long long)(t1 - t0));
+    return 0;
+}
+
+static void on_snapshot_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    app *a = arg;
+    if (!a->stopping) save_snapshot(a, "periodic");
+}
+
+static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    app *a = arg;
+    sl_store_expire(a->srv.store, sl_now_ms(), EXPIRE_MAX_RECORDS);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    app *a = arg;
+    if (sig == SIGHUP) {
+        sl_log(SL_LOG_INFO, "SIGHUP: nothing to reload yet", NULL);
+        return;
+    }
+    if (a->stopping) return;
+    a->stopping = 1;
+    sl_log(SL_LOG_INFO, "shutting down", "signal=%s clients=%d", sig == SIGTERM ? "TERM" : "INT",
+           atomic_load(&a->srv.clients));
+    sl_net_stop(a->net);
+    event_base_loopbreak(a->base);
+}
+
+/* Makes room for max-clients descriptors: raises the soft limit up to the
+ * hard one, else lowers max-clients (as redis-server does) and says so. */
+static void fit_fd_limit(sl_config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+    rlim_t need = (rlim_t)cfg->max_clients + FD_RESERVE;
+    if (rl.rlim_cur >= need) return;
+    rlim_t old = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = old;
+    if (rl.rlim_cur >= need) return;
+    int fit = rl.rlim_cur > FD_RESERVE ? (int)(rl.rlim_cur - FD_RESERVE) : 1;
+    sl_log(SL_LOG_WARN, "open-file limit too low for max-clients: lowering max-clients",
+           "max_clients=%d nofile=%llu new_max_clients=%d", cfg->max_clients,
+           (unsigned long long)rl.rlim_cur, fit);
+    cfg->max_clients = fit;
+}
+
+static void fmt_duration(char *buf, size_t cap, int64_t ms)
+{
+    if (ms == 0)
+        snprintf(buf, cap, "0");
+    else if (ms % 1000 == 0)
+        snprintf(buf, cap, "%llds", (long long)(ms / 1000));
+    else
+        snprintf(buf, cap, "%lldms", (long long)ms);
+}
+
+int main(int argc, char **argv)
+{
+    static app a; /* static: zeroed, and large sl_config off the stack */
+    char err[1024];
+
+    sl_config_defaults(&a.cfg);
+    int rc = sl_config_parse_args(argc, argv, &a.cfg, err, sizeof err);
+    if (rc == SL_CONFIG_HELP) {
+        sl_config_usage(stdout);
+        return 0;
+    }
+    if (rc == SL_CONFIG_VERSION) {
+        printf("sluiced %s\n", SL_VERSION);
+        return 0;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "sluiced: %s\nTry 'sluiced --help'.\n", err);
+        return 2;
+    }
+    sl_log_set_level(a.cfg.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    fit_fd_limit(&a.cfg);
+    sl_log(SL_LOG_INFO, "sluiced starting", "version=%s pid=%ld", SL_VERSION, (long)getpid());
+
+    sl_store_opts so;
+    memset(&so, 0, sizeof so);
+    so.max_bytes = (size_t)a.cfg.max_memory;
+    int serr = 0;
+    a.srv.cfg = &a.cfg;
+    a.srv.store = sl_store_new(&so, &serr);
+    if (a.srv.store == NULL) {
+        sl_log(SL_LOG_ERROR, "cannot create the store", "max_memory=%llu err=%s",
+               (unsigned long long)a.cfg.max_memory, sl_logq(sl_strerror(serr)));
+        return 1;
+    }
+    a.srv.start_ms = sl_now_ms();
+    atomic_store(&a.srv.last_save_ok, 1); /* nothing has failed yet (as redis reports) */
+
+    if (a.cfg.snapshot[0] != '\0') {
+        uint64_t nkeys = 0;
+        int64_t t0 = sl_now_ms();
+        int lr = sl_store_load(a.srv.store, a.cfg.snapshot, &nkeys, err, sizeof err);
+        if (lr < 0) {
+            char hint[1200];
+            snprintf(hint, sizeof hint,
+                     "nothing was loaded; to start with empty limiter state, move %s away "
+                     "(its state will be lost)",
+                     a.cfg.snapshot);
+            sl_log(SL_LOG_ERROR, "cannot load the snapshot: refusing to start",
+                   "file=%s err=%s hint=%s", sl_logq(a.cfg.snapshot), sl_logq(err), sl_logq(hint));
+            sl_store_free(a.srv.store);
+            return 1;
+        }
+        if (lr == 1) {
+            sl_log(SL_LOG_INFO, "no snapshot yet: starting empty", "file=%s",
+                   sl_logq(a.cfg.snapshot));
+        } else {
+            atomic_store(&a.srv.loaded_keys, nkeys);
+            sl_log(SL_LOG_INFO, "snapshot loaded", "file=%s keys=%llu ms=%lld",
+                   sl_logq(a.cfg.snapshot), (unsigned long long)nkeys,
+                   (long long)(sl_now_ms() - t0));
+        }
+    }
+
+    a.base = event_base_new();
+    if (a.base == NULL) {
+        sl_log(SL_LOG_ERROR, "cannot create the main event loop", NULL);
+        return 1;
+    }
+    /* signal events before the threads exist; the threads block all signals */
+    struct event *sigs[3];
+    const int signums[3] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        sigs[i] = evsignal_new(a.base, signums[i], on_signal, &a);
+        if (sigs[i] == NULL || event_add(sigs[i], NULL) != 0) {
+            sl_log(SL_LOG_ERROR, "cannot install signal handlers", NULL);
+            return 1;
+        }
+    }
+
+    a.net = sl_net_start(&a.srv, err, sizeof err);
+    if (a.net == NULL) {
+        sl_log(SL_LOG_ERROR, err, NULL);
+        return 1;
+    }
+
+    struct timeval tv = {0, EXPIRE_EVERY_MS * 1000};
+    struct event *expire_ev = event_new(a.base, -1, EV_PERSIST, on_expire_timer, &a);
+    if (expire_ev) event_add(expire_ev, &tv);
+    struct event *snap_ev = NULL;
+    if (a.cfg.snapshot[0] != '\0' && a.cfg.snapshot_interval_ms > 0) {
+        struct timeval stv = {(time_t)(a.cfg.snapshot_interval_ms / 1000),
+                              (suseconds_t)(a.cfg.snapshot_interval_ms % 1000) * 1000};
+        snap_ev = event_new(a.base, -1, EV_PERSIST, on_snapshot_timer, &a);
+        if (snap_ev) event_add(snap_ev, &stv);
+    }
+
+    char d1[32], d2[32];
+    for (int i = 0; i < sl_net_naddrs(a.net); i++)
+        sl_log(SL_LOG_INFO, "listening", "addr=%s threads=%d", sl_net_addr(a.net, i),
+               a.srv.nworkers);
+    fmt_duration(d1, sizeof d1, a.cfg.snapshot_interval_ms);
+    if (a.cfg.snapshot[0] != '\0')
+        sl_log(SL_LOG_INFO, "snapshot", "file=%s interval=%s", sl_logq(a.cfg.snapshot), d1);
+    else
+        sl_log(SL_LOG_INFO, "snapshot off: state is lost at exit (set --snapshot FILE)", NULL);
+    fmt_duration(d1, sizeof d1, a.cfg.idle_timeout_ms);
+    fmt_duration(d2, sizeof d2, a.cfg.send_timeout_ms);
+    sl_log(SL_LOG_INFO, "limits",
+           "max_clients=%d max_memory=%llu max_command=%llu max_output=%llu idle_timeout=%s "
+           "send_timeout=%s trust_client_time=%s",
+           a.cfg.max_clients, (unsigned long long)a.cfg.max_memory,
+           (unsigned long long)a.cfg.max_command, (unsigned long long)a.cfg.max_output, d1, d2,
+           a.cfg.trust_client_time ? "yes" : "no");
+    char hint[96];
+    snprintf(hint, sizeof hint, "try: redis-cli -p %d RL.ALLOW user:42 5 10s", a.srv.port);
+    sl_log(SL_LOG_INFO, "ready", "hint=%s", sl_logq(hint));
+
+    event_base_dispatch(a.base);
+
+    /* stopping: workers finish replies, then the snapshot sees every decision */
+    sl_net_join(a.net);
+    sl_log(SL_LOG_INFO, "clients closed", NULL);
+    int status = 0;
+    if (a.cfg.snapshot[0] != '\0' && save_snapshot(&a, "shutdown") != 0) status = 1;
+
+    sl_net_free(a.net);
+    if (snap_ev) event_free(snap_ev);
+    if (expire_ev) event_free(expire_ev);
+    for (int i = 0; i < 3; i++) event_free(sigs[i]);
+    event_base_free(a.base);
+    sl_store_free(a.srv.store);
+    sl_log(SL_LOG_INFO, "bye", "status=%d", status);
+    return status;
+}

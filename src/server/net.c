@@ -1,0 +1,1033 @@
+/*
+ * net.c -- listeners, worker threads and client connections (see net.h).
+ *
+ * Threads.  One acceptor thread runs an event_base with an evconnlistener
+ * per address; it checks max-clients, sets TCP_NODELAY and writes the new
+ * fd into the pipe of the worker with the fewest connections.  We chose one
+ * acceptor over SO_REUSEPORT listeners per worker because (1) a second
+ * sluiced started by mistake on the same port would, with SO_REUSEPORT,
+ * bind successfully and silently take half the connections (with its own
+ * limiter state) instead of failing with "Address already in use";
+ * (2) connections go to the least-loaded worker rather than wherever the
+ * kernel's 4-tuple hash sends them; (3) stopping means closing one set of
+ * sockets, never resetting connections queued on one worker's listener.
+ * The cost, a pipe write per connection, is paid once per connection, not
+ * per request.  Accepting is not on the main thread so that a long snapshot
+ * write there never delays new clients.
+ *
+ * Workers.  Each owns an event_base, the connections handed to it and a few
+ * scratch buffers shared by its connections (a 64 KB read buffer, the reply
+ * batch, the parsed command): one client's requests are run start to finish
+ * before the next client's, so one set suffices and an idle connection
+ * costs no buffer memory at all.  Nothing is shared between workers except
+ * the store (locked per shard inside libsluice) and atomic counters.
+ *
+ * The request path.  On a read event: one read(2) into the worker's read
+ * buffer; one clock read; every complete command parsed in place (no copy)
+ * and run, its reply appended to the batch; then the whole batch is sent
+ * with one send(2).  Only what does not fit in the kernel's socket buffer
+ * goes to the connection's output evbuffer (sent on EV_WRITE); only the tail
+ * of an incomplete command goes to its input evbuffer.  Commands buffered
+ * there are parsed from the first chain directly and, when one straddles
+ * chains, only that much more is pulled up (doubling, so a large command
+ * costs amortised O(its size)).
+ *
+ * Limits.  Per loop turn a client gets at most SL_NET_TURN_CMDS commands or
+ * SL_NET_TURN_BYTES of input; if more is buffered, its reading is paused
+ * and a zero timer resumes it after the next poll, so every other ready
+ * client runs first (a flood cannot starve anyone).  A client whose unsent
+ * replies exceed SL_NET_OUT_PAUSE is not read until they are sent, so a
+ * client that pipelines without reading is held by TCP's own flow control,
+ * at a bounded cost; one whose replies exceed max-output after a batch is
+ * cut at once; one that accepts none of its pending replies for
+ * send-timeout is cut; one that sends nothing for idle-timeout is cut.
+ * Input without a complete command beyond max-command is a protocol error.
+ *
+ * Closing.  QUIT, protocol errors, end of input and shutdown all close the
+ * same way: stop reading, send what is pending, then close -- but if the
+ * client still has bytes in flight to us, first shutdown(SHUT_WR) and read
+ * and discard until its FIN (at most SL_NET_LINGER_MS), because closing a
+ * socket with unread input makes the kernel send a reset that can destroy
+ * replies the client has not read yet.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+
+#include "commands.h"
+#include "log.h"
+#include "net.h"
+#include "resp.h"
+
+#define MAX_LISTENERS    16
+#define BACKLOG          511
+#define SCRATCH_KEEP     (1024 * 1024) /* reply-batch capacity kept between batches */
+#define LINGER_MAX_BYTES (1024 * 1024)
+
+enum conn_state {
+    C_OPEN,    /* reading and running commands */
+    C_CLOSING, /* no more commands; sending what is pending, then closing */
+    C_LINGER,  /* all sent and FIN sent; discarding input until the client's FIN */
+};
+
+/* What running a slice of input ended with. */
+enum run_status {
+    RUN_AGAIN, /* everything complete was run; waiting for more bytes */
+    RUN_TURN,  /* the turn's budget is spent; complete commands may remain */
+    RUN_CLOSE, /* QUIT or a protocol error: close after the replies */
+    RUN_NOMEM, /* out of memory: drop the connection */
+};
+
+typedef struct worker worker;
+
+typedef struct conn {
+    worker *w;
+    int fd;
+    enum conn_state state;
+    unsigned reading : 1;     /* rev is added */
+    unsigned writing : 1;     /* wev is added (output pending) */
+    unsigned paused_turn : 1; /* turn budget spent; resume timer pending */
+    unsigned paused_out : 1;  /* too much unsent output; not reading */
+    unsigned eof : 1;         /* the client closed its side */
+    size_t discarded;         /* C_LINGER: bytes thrown away */
+    struct event *rev, *wev, *resume;
+    struct evbuffer *in;  /* an incomplete command, or input beyond a turn */
+    struct evbuffer *out; /* replies the kernel did not take yet */
+    struct conn *prev, *next;
+} conn;
+
+typedef struct turn {
+    size_t cmds, bytes; /* budget left in this loop turn */
+} turn;
+
+struct worker {
+    sl_net *net;
+    int id;
+    pthread_t tid;
+    int started;
+    struct event_base *base;
+    int pipe[2]; /* fds from the acceptor; -1 = stop */
+    struct event *pipe_ev;
+    struct event *stop_ev; /* the shutdown deadline */
+    sl_worker_stats *ws;
+    _Atomic int nconns; /* +1 by the acceptor on hand-off, -1 here on close */
+    conn *conns;        /* every connection of this worker */
+    int stopping;
+    const struct timeval *idle_tv, *send_tv, *linger_tv; /* NULL = none */
+    sl_buf batch;                                        /* replies of the commands being run */
+    sl_resp_cmd cmd;                                     /* the command being run */
+    char rbuf[SL_NET_READ_CHUNK];
+};
+
+struct sl_net {
+    sl_srv *srv;
+    const sl_config *cfg;
+    size_t max_bulk;  /* for sl_resp_parse */
+    size_t out_pause; /* effective SL_NET_OUT_PAUSE */
+    _Atomic int stopped;
+    int nworkers;
+    worker **workers;
+    unsigned next_worker; /* tie-break rotation; acceptor thread only */
+
+    /* the acceptor */
+    pthread_t acc_tid;
+    int acc_started;
+    struct event_base *acc_base;
+    int acc_pipe[2];
+    struct event *acc_pipe_ev;
+    struct event *backoff_ev;
+    int nlisteners;
+    int lfds[MAX_LISTENERS];
+    struct evconnlistener *lev[MAX_LISTENERS];
+    char addrs[MAX_LISTENERS][80];
+    int64_t last_reject_log_ms;
+    int64_t last_accept_err_log_ms;
+};
+
+int64_t sl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
+
+/* The client's address for debug logs (a syscall: only when logging). */
+static const char *peer(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[INET6_ADDRSTRLEN];
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return "?";
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
+        snprintf(buf, cap, "%s:%u", host, ntohs(a->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
+        snprintf(buf, cap, "[%s]:%u", host, ntohs(a->sin6_port));
+    } else {
+        return "?";
+    }
+    return buf;
+}
+
+/* ---- connections ----------------------------------------------------- */
+
+static void on_read(evutil_socket_t fd, short what, void *arg);
+static void on_write(evutil_socket_t fd, short what, void *arg);
+static void on_resume(evutil_socket_t fd, short what, void *arg);
+
+/* Closes c at once and frees it.  `why` names the reason for the debug log. */
+static void conn_free(conn *c, const char *why)
+{
+    worker *w = c->w;
+    sl_srv *srv = w->net->srv;
+    if (sl_log_enabled(SL_LOG_DEBUG)) {
+        char pb[80];
+        sl_log(SL_LOG_DEBUG, "client closed", "client=%s worker=%d reason=%s",
+               peer(c->fd, pb, sizeof pb), w->id, why);
+    }
+    event_free(c->rev);
+    event_free(c->wev);
+    event_free(c->resume);
+    evbuffer_free(c->in);
+    evbuffer_free(c->out);
+    close(c->fd);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next) c->next->prev = c->prev;
+    free(c);
+    atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (w->stopping && w->conns == NULL) event_base_loopexit(w->base, NULL);
+}
+
+static void conn_new(worker *w, int fd)
+{
+    sl_srv *srv = w->net->srv;
+    conn *c = calloc(1, sizeof *c);
+    if (c != NULL) {
+        c->w = w;
+        c->fd = fd;
+        c->in = evbuffer_new();
+        c->out = evbuffer_new();
+        c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_read, c);
+        c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+        c->resume = evtimer_new(w->base, on_resume, c);
+    }
+    if (c == NULL || !c->in || !c->out || !c->rev || !c->wev || !c->resume ||
+        event_add(c->rev, w->idle_tv) != 0) {
+        sl_log(SL_LOG_ERROR, "cannot serve a client: out of memory", "worker=%d", w->id);
+        if (c != NULL) {
+            if (c->rev) event_free(c->rev);
+            if (c->wev) event_free(c->wev);
+            if (c->resume) event_free(c->resume);
+            if (c->in) evbuffer_free(c->in);
+            if (c->out) evbuffer_free(c->out);
+            free(c);
+        }
+        close(fd);
+        atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        return;
+    }
+    c->reading = 1;
+    c->next = w->conns;
+    if (w->conns) w->conns->prev = c;
+    w->conns = c;
+    if (sl_log_enabled(SL_LOG_DEBUG)) {
+        char pb[80];
+        sl_log(SL_LOG_DEBUG, "client connected", "client=%s worker=%d", peer(fd, pb, sizeof pb),
+               w->id);
+    }
+}
+
+/* Reads c iff it is open and not paused. */
+static void update_reading(conn *c)
+{
+    if (c->state != C_OPEN) return;
+    int want = !c->paused_turn && !c->paused_out;
+    if (want && !c->reading)
+        event_add(c->rev, c->w->idle_tv);
+    else if (!want && c->reading)
+        event_del(c->rev);
+    c->reading = (unsigned)want;
+}
+
+/* Stops running commands for c: what is pending is still sent, then c is
+ * closed (by flush). */
+static void begin_close(conn *c)
+{
+    if (c->state != C_OPEN) return;
+    c->state = C_CLOSING;
+    if (c->reading) event_del(c->rev);
+    c->reading = 0;
+    event_del(c->resume);
+    c->paused_turn = 0;
+    evbuffer_drain(c->in, evbuffer_get_length(c->in));
+}
+
+/* Everything is sent: close, lingering first if the client is still
+ * sending (see the top of the file).  Returns -1 (c freed) or 0. */
+static int finish_close(conn *c)
+{
+    int unread = 0;
+    if (c->eof || ioctl(c->fd, FIONREAD, &unread) != 0 || unread == 0) {
+        conn_free(c, c->eof ? "client closed" : "closed after replies");
+        return -1;
+    }
+    shutdown(c->fd, SHUT_WR);
+    c->state = C_LINGER;
+    if (c->writing) event_del(c->wev);
+    c->writing = 0;
+    event_add(c->rev, c->w->linger_tv);
+    c->reading = 1;
+    return 0;
+}
+
+/* Sends the worker's reply batch for c: straight to the socket when
+ * nothing is queued before it, the rest into c->out.  Then applies the
+ * output limits.  Returns 0, or -1 when c was freed. */
+static int flush(conn *c)
+{
+    worker *w = c->w;
+    sl_net *net = w->net;
+    sl_buf *b = &w->batch;
+    if (b->len > 0) {
+        size_t off = 0;
+        if (evbuffer_get_length(c->out) == 0) {
+            ssize_t n = send(c->fd, b->p, b->len, MSG_NOSIGNAL);
+            if (n < 0) {
+                if (!would_block(errno)) {
+                    b->len = 0;
+                    conn_free(c, "write error");
+                    return -1;
+                }
+                n = 0;
+            }
+            off = (size_t)n;
+            sl_stat_inc(&w->ws->net_out, (uint64_t)n);
+        }
+        int rc = off < b->len ? evbuffer_add(c->out, b->p + off, b->len - off) : 0;
+        b->len = 0;
+        if (b->cap > SCRATCH_KEEP) {
+            free(b->p);
+            b->p = NULL;
+            b->cap = 0;
+        }
+        if (rc != 0) {
+            conn_free(c, "out of memory");
+            return -1;
+        }
+    }
+    size_t pending = evbuffer_get_length(c->out);
+    if (pending > net->cfg->max_output) {
+        atomic_fetch_add_explicit(&net->srv->cut_output, 1, memory_order_relaxed);
+        conn_free(c, "max-output");
+        return -1;
+    }
+    if (pending == 0) return c->state == C_CLOSING ? finish_close(c) : 0;
+    if (!c->writing) {
+        event_add(c->wev, w->send_tv);
+        c->writing = 1;
+    }
+    if (pending > net->out_pause && !c->paused_out) {
+        c->paused_out = 1;
+        update_reading(c);
+    }
+    return 0;
+}
+
+/* Appends "-ERR msg\r\n" to the batch and counts a protocol error. */
+static void protocol_error(conn *c, const char *msg)
+{
+    worker *w = c->w;
+    if (sl_buf_add(&w->batch, "-ERR ", 5) == 0 && sl_buf_add(&w->batch, msg, strlen(msg)) == 0)
+        sl_buf_add(&w->batch, "\r\n", 2);
+    sl_stat_inc(&w->ws->protocol_errors, 1);
+    if (sl_log_enabled(SL_LOG_DEBUG)) {
+        char pb[80];
+        sl_log(SL_LOG_DEBUG, "protocol error", "client=%s worker=%d err=%s",
+               peer(c->fd, pb, sizeof pb), w->id, sl_logq(msg));
+    }
+}
+
+/* Runs the complete commands in p[0..len), within the turn's budget.
+ * Sets *usedp to the bytes consumed. */
+static enum run_status run(conn *c, const char *p, size_t len, int64_t now, turn *t, size_t *usedp)
+{
+    worker *w = c->w;
+    sl_net *net = w->net;
+    size_t pos = 0;
+    enum run_status st = RUN_AGAIN;
+    while (pos < len) {
+        if (t->cmds == 0 || t->bytes == 0) {
+            st = RUN_TURN;
+            break;
+        }
+        size_t used = 0;
+        const char *perr = NULL;
+        int rc = sl_resp_parse(p + pos, len - pos, net->max_bulk, &w->cmd, &used, &perr);
+        if (rc == SL_RESP_AGAIN) break;
+        if (rc == SL_RESP_ERROR) {
+            protocol_error(c, perr ? perr : "Protocol error");
+            st = RUN_CLOSE;
+            break;
+        }
+        pos += used;
+        t->bytes = used >= t->bytes ? 0 : t->bytes - used;
+        if (w->cmd.argc == 0) continue; /* an empty line */
+        t->cmds--;
+        if (sl_cmd_exec(net->srv, w->ws, &w->cmd, now, &w->batch) == SL_CMD_CLOSE) {
+            st = RUN_CLOSE;
+            break;
+        }
+    }
+    *usedp = pos;
+    return st;
+}
+
+/* Runs the commands buffered in c->in: parses the first chain in place and
+ * pulls up only as much as a command straddling chains needs. */
+static enum run_status run_buffered(conn *c, int64_t now, turn *t)
+{
+    for (;;) {
+        size_t total = evbuffer_get_length(c->in);
+        if (total == 0) return RUN_AGAIN;
+        struct evbuffer_iovec v;
+        if (evbuffer_peek(c->in, -1, NULL, &v, 1) < 1) return RUN_AGAIN;
+        size_t used = 0;
+        enum run_status st = run(c, v.iov_base, v.iov_len, now, t, &used);
+        if (st == RUN_CLOSE) return st;
+        evbuffer_drain(c->in, used);
+        if (st == RUN_TURN) return st;
+        size_t left = v.iov_len - used; /* the start of an incomplete command */
+        total -= used;
+        if (left == total) return RUN_AGAIN; /* all we have: wait for more */
+        size_t want = left * 2 > left + 1024 ? left * 2 : left + 1024;
+        if (want > total) want = total;
+        if (evbuffer_pullup(c->in, (ev_ssize_t)want) == NULL) return RUN_NOMEM;
+    }
+}
+
+/* Runs what c has read -- fresh[0..n) just read into the worker's read
+ * buffer, after whatever c->in holds -- and sends the replies.  With
+ * `all`, ignores the turn budget (shutdown).  Returns 0, or -1 when c was
+ * freed. */
+static int serve(conn *c, const char *fresh, size_t n, int all)
+{
+    worker *w = c->w;
+    sl_net *net = w->net;
+    int64_t now = sl_now_ms(); /* once per turn: every command of it sees this time */
+    turn t = {SL_NET_TURN_CMDS, SL_NET_TURN_BYTES};
+    if (all) t.cmds = t.bytes = SIZE_MAX;
+    enum run_status st;
+    if (evbuffer_get_length(c->in) == 0 && n > 0) {
+        size_t used = 0;
+        st = run(c, fresh, n, now, &t, &used); /* in place: the common case */
+        if (st != RUN_CLOSE && used < n && evbuffer_add(c->in, fresh + used, n - used) != 0)
+            st = RUN_NOMEM;
+    } else {
+        st = n > 0 && evbuffer_add(c->in, fresh, n) != 0 ? RUN_NOMEM : run_buffered(c, now, &t);
+    }
+
+    switch (st) {
+    case RUN_NOMEM:
+        w->batch.len = 0;
+        conn_free(c, "out of memory");
+        return -1;
+    case RUN_CLOSE: begin_close(c); break;
+    case RUN_TURN:
+        c->paused_turn = 1;
+        event_add(c->resume, &(struct timeval){0, 0}); /* after the next poll */
+        break;
+    case RUN_AGAIN:
+        c->paused_turn = 0;
+        if (evbuffer_get_length(c->in) > net->cfg->max_command) {
+            protocol_error(c, "Protocol error: command larger than max-command");
+            begin_close(c);
+        }
+        break;
+    }
+    if (flush(c) != 0) return -1;
+    update_reading(c);
+    return 0;
+}
+
+/* C_LINGER: discard input until the client's FIN, an error, too much, or
+ * the linger timeout. */
+static void linger_read(conn *c, short what)
+{
+    if (what & EV_TIMEOUT) {
+        conn_free(c, "linger timeout");
+        return;
+    }
+    ssize_t n = read(c->fd, c->w->rbuf, sizeof c->w->rbuf);
+    if (n < 0 && would_block(errno)) return;
+    if (n > 0) c->discarded += (size_t)n;
+    if (n <= 0 || c->discarded > LINGER_MAX_BYTES) conn_free(c, "closed after replies");
+}
+
+static void on_read(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    worker *w = c->w;
+    if (c->state == C_LINGER) {
+        linger_read(c, what);
+        return;
+    }
+    if (what & EV_TIMEOUT) {
+        if (c->writing) return; /* replies still going out: not idle */
+        atomic_fetch_add_explicit(&w->net->srv->cut_idle, 1, memory_order_relaxed);
+        conn_free(c, "idle-timeout");
+        return;
+    }
+    ssize_t n = read(fd, w->rbuf, sizeof w->rbuf);
+    if (n < 0) {
+        if (!would_block(errno)) conn_free(c, "read error");
+        return;
+    }
+    if (n == 0) { /* the client is done sending; send what is pending, then close */
+        c->eof = 1;
+        begin_close(c);
+        flush(c);
+        return;
+    }
+    sl_stat_inc(&w->ws->net_in, (uint64_t)n);
+    serve(c, w->rbuf, (size_t)n, 0);
+}
+
+static void on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    conn *c = arg;
+    if (c->state == C_OPEN) serve(c, NULL, 0, 0);
+}
+
+static void on_write(evutil_socket_t fd, short what, void *arg)
+{
+    conn *c = arg;
+    worker *w = c->w;
+    if (what & EV_TIMEOUT) { /* not one byte taken for send-timeout */
+        atomic_fetch_add_explicit(&w->net->srv->cut_output, 1, memory_order_relaxed);
+        conn_free(c, "send-timeout");
+        return;
+    }
+    int n = evbuffer_write(c->out, fd);
+    if (n < 0) {
+        if (!would_block(errno)) conn_free(c, "write error");
+        return;
+    }
+    sl_stat_inc(&w->ws->net_out, (uint64_t)n);
+    if (evbuffer_get_length(c->out) > 0) return;
+    event_del(c->wev);
+    c->writing = 0;
+    if (c->state == C_CLOSING) {
+        finish_close(c);
+        return;
+    }
+    if (c->paused_out) {
+        c->paused_out = 0;
+        update_reading(c);
+    }
+}
+
+/* ---- workers --------------------------------------------------------- */
+
+/* Stops one connection gracefully: runs every complete command it has
+ * sent before now -- buffered, or already waiting in the socket (up to
+ * SL_NET_STOP_READ bytes) -- then closes it after the replies. */
+static void stop_conn(conn *c)
+{
+    worker *w = c->w;
+    size_t got = 0;
+    if (serve(c, NULL, 0, 1) != 0) return;
+    while (c->state == C_OPEN && got < SL_NET_STOP_READ) {
+        ssize_t n = read(c->fd, w->rbuf, sizeof w->rbuf);
+        if (n <= 0) {
+            if (n == 0) c->eof = 1;
+            break;
+        }
+        got += (size_t)n;
+        sl_stat_inc(&w->ws->net_in, (uint64_t)n);
+        if (serve(c, w->rbuf, (size_t)n, 1) != 0) return;
+    }
+    begin_close(c);
+    flush(c);
+}
+
+/* Graceful stop of one worker: every connection is stopped, and the loop
+ * ends when the last one is closed or at the deadline. */
+static void worker_begin_stop(worker *w)
+{
+    if (w->stopping) return;
+    w->stopping = 1;
+    struct timeval tv = {SL_NET_STOP_MS / 1000, (SL_NET_STOP_MS % 1000) * 1000};
+    evtimer_add(w->stop_ev, &tv);
+    conn *next;
+    for (conn *c = w->conns; c != NULL; c = next) {
+        next = c->next; /* stop_conn frees at most c */
+        if (c->state == C_OPEN) stop_conn(c);
+    }
+    if (w->conns == NULL) event_base_loopexit(w->base, NULL);
+}
+
+static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    worker *w = arg;
+    int left = 0;
+    for (conn *c = w->conns; c != NULL; c = c->next) left++;
+    if (left > 0)
+        sl_log(SL_LOG_WARN, "shutdown: dropping clients with unsent replies",
+               "worker=%d clients=%d", w->id, left);
+    while (w->conns != NULL) conn_free(w->conns, "shutdown deadline");
+    event_base_loopexit(w->base, NULL);
+}
+
+/* Hand-offs from the acceptor: fds, then -1 for stop (always last). */
+static void on_pipe(evutil_socket_t pfd, short what, void *arg)
+{
+    (void)what;
+    worker *w = arg;
+    int fds[256];
+    ssize_t n = read(pfd, fds, sizeof fds);
+    for (ssize_t i = 0; i < n / (ssize_t)sizeof fds[0]; i++) {
+        if (fds[i] >= 0)
+            conn_new(w, fds[i]);
+        else
+            worker_begin_stop(w);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker *w = arg;
+    event_base_dispatch(w->base);
+    while (w->conns != NULL) conn_free(w->conns, "worker exit");
+    return NULL;
+}
+
+static const struct timeval *common_timeout(struct event_base *b, int64_t ms)
+{
+    if (ms <= 0) return NULL;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    return event_base_init_common_timeout(b, &tv);
+}
+
+static void worker_free(worker *w)
+{
+    if (w == NULL) return;
+    if (w->pipe_ev) event_free(w->pipe_ev);
+    if (w->stop_ev) event_free(w->stop_ev);
+    if (w->base) event_base_free(w->base);
+    if (w->pipe[0] >= 0) close(w->pipe[0]);
+    if (w->pipe[1] >= 0) close(w->pipe[1]);
+    free(w->batch.p);
+    free(w);
+}
+
+static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
+{
+    worker *w = calloc(1, sizeof *w);
+    if (w == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    w->net = net;
+    w->id = id;
+    w->ws = &net->srv->workers[id];
+    w->pipe[0] = w->pipe[1] = -1;
+    struct event_config *ec = event_config_new();
+    if (ec != NULL) {
+        /* each base is used by one thread only: no locks */
+        event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);
+        w->base = event_base_new_with_config(ec);
+        event_config_free(ec);
+    }
+    if (w->base == NULL || pipe2(w->pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot start worker %d: %s", id,
+                 w->base ? strerror(errno) : "event_base_new failed");
+        worker_free(w);
+        return NULL;
+    }
+    w->pipe_ev = event_new(w->base, w->pipe[0], EV_READ | EV_PERSIST, on_pipe, w);
+    w->stop_ev = evtimer_new(w->base, on_stop_deadline, w);
+    w->idle_tv = common_timeout(w->base, net->cfg->idle_timeout_ms);
+    w->send_tv = common_timeout(w->base, net->cfg->send_timeout_ms);
+    w->linger_tv = common_timeout(w->base, SL_NET_LINGER_MS);
+    if (!w->pipe_ev || !w->stop_ev || event_add(w->pipe_ev, NULL) != 0 ||
+        (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
+        (net->cfg->send_timeout_ms > 0 && !w->send_tv) || !w->linger_tv) {
+        snprintf(err, errlen, "cannot start worker %d: out of memory", id);
+        worker_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* ---- the acceptor ---------------------------------------------------- */
+
+static worker *pick_worker(sl_net *net)
+{
+    unsigned start = net->next_worker++;
+    worker *best = NULL;
+    int best_n = 0;
+    for (int i = 0; i < net->nworkers; i++) {
+        worker *w = net->workers[(start + (unsigned)i) % (unsigned)net->nworkers];
+        int n = atomic_load_explicit(&w->nconns, memory_order_relaxed);
+        if (best == NULL || n < best_n) best = w, best_n = n;
+    }
+    return best;
+}
+
+/* Takes one accepted connection: refuses it over max-clients, else hands
+ * it to a worker. */
+static void hand_off(sl_net *net, int fd)
+{
+    sl_srv *srv = net->srv;
+    int n = atomic_fetch_add_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (n >= net->cfg->max_clients) {
+        static const char msg[] = "-ERR max number of clients reached\r\n";
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&srv->rejected, 1, memory_order_relaxed);
+        if (send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* best effort */
+        }
+        close(fd);
+        int64_t now = sl_now_ms();
+        if (now - net->last_reject_log_ms >= 1000) { /* at most one line a second */
+            net->last_reject_log_ms = now;
+            sl_log(SL_LOG_WARN, "max-clients reached: refusing connections", "max_clients=%d",
+                   net->cfg->max_clients);
+        }
+        return;
+    }
+    atomic_fetch_add_explicit(&srv->connections, 1, memory_order_relaxed);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    worker *w = pick_worker(net);
+    atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
+    int v = fd;
+    if (write(w->pipe[1], &v, sizeof v) != (ssize_t)sizeof v) { /* worker far behind */
+        sl_log(SL_LOG_WARN, "worker busy: dropping a new connection", "worker=%d err=%s", w->id,
+               sl_logq(strerror(errno)));
+        close(fd);
+        atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    }
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
+                      void *arg)
+{
+    (void)l, (void)sa, (void)salen;
+    hand_off(arg, fd);
+}
+
+static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    sl_net *net = arg;
+    if (atomic_load(&net->stopped)) return;
+    for (int i = 0; i < net->nlisteners; i++)
+        if (net->lev[i]) evconnlistener_enable(net->lev[i]);
+}
+
+/* accept(2) failed: most likely out of file descriptors.  Pause accepting
+ * for a moment rather than spin on a listener that stays readable. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    (void)l;
+    sl_net *net = arg;
+    int e = EVUTIL_SOCKET_ERROR();
+    int64_t now = sl_now_ms();
+    if (now - net->last_accept_err_log_ms >= 1000) {
+        net->last_accept_err_log_ms = now;
+        sl_log(SL_LOG_WARN, "accept failed", "err=%s", sl_logq(strerror(e)));
+    }
+    for (int i = 0; i < net->nlisteners; i++)
+        if (net->lev[i]) evconnlistener_disable(net->lev[i]);
+    struct timeval tv = {0, SL_NET_ACCEPT_BACKOFF_MS * 1000};
+    evtimer_add(net->backoff_ev, &tv);
+}
+
+/* The stop, in order: connections the kernel has already completed are
+ * accepted and handed off (closing a listener would reset them, requests
+ * and all), the listeners are closed, and only then is each worker told to
+ * stop -- through the same pipe, so it sees every connection first. */
+static void on_acc_pipe(evutil_socket_t pfd, short what, void *arg)
+{
+    (void)what;
+    sl_net *net = arg;
+    int v[16];
+    if (read(pfd, v, sizeof v) < 0 && !would_block(errno)) return;
+    if (!atomic_load(&net->stopped)) return;
+    for (int i = 0; i < net->nlisteners; i++) {
+        if (net->lev[i] == NULL) continue;
+        int lfd = evconnlistener_get_fd(net->lev[i]);
+        for (int k = 0; k < BACKLOG; k++) {
+            int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+            if (fd < 0) break;
+            hand_off(net, fd);
+        }
+        evconnlistener_free(net->lev[i]); /* closes the socket */
+        net->lev[i] = NULL;
+        net->lfds[i] = -1;
+    }
+    int stop = -1;
+    for (int i = 0; i < net->nworkers; i++) {
+        /* a full pipe empties as its worker reads it; keep trying */
+        while (write(net->workers[i]->pipe[1], &stop, sizeof stop) != (ssize_t)sizeof stop) {
+            if (!would_block(errno)) break;
+            struct timespec ts = {0, 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    event_base_loopexit(net->acc_base, NULL);
+}
+
+static void *acceptor_main(void *arg)
+{
+    sl_net *net = arg;
+    event_base_dispatch(net->acc_base);
+    return NULL;
+}
+
+/* Formats "host:port" ("[host]:port" for IPv6). */
+static void format_addr(char *buf, size_t cap, const char *host, int port)
+{
+    if (strchr(host, ':') != NULL)
+        snprintf(buf, cap, "[%s]:%d", host, port);
+    else
+        snprintf(buf, cap, "%s:%d", host, port);
+}
+
+/* Creates, binds and listens on one socket for host:*port.  If *port is 0
+ * the kernel picks one and *port is set.  Returns the fd or -1 with err. */
+static int listen_on(const char *host, int *port, char *err, size_t errlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    memset(&ss, 0, sizeof ss);
+    struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
+    char where[96];
+    format_addr(where, sizeof where, host, *port);
+    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
+        a4->sin_family = AF_INET;
+        a4->sin_port = htons((uint16_t)*port);
+        sl = sizeof *a4;
+    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
+        a6->sin6_family = AF_INET6;
+        a6->sin6_port = htons((uint16_t)*port);
+        sl = sizeof *a6;
+    } else {
+        snprintf(err, errlen, "cannot listen on %s: not an IPv4 or IPv6 address", where);
+        return -1;
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", where, strerror(errno));
+        return -1;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one); /* restart over TIME_WAIT */
+    if (ss.ss_family == AF_INET6) /* so that "::" and "0.0.0.0" can both be bound */
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0 || listen(fd, BACKLOG) != 0) {
+        snprintf(err, errlen, "cannot listen on %s: %s", where, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (*port == 0) {
+        sl = sizeof ss;
+        if (getsockname(fd, (struct sockaddr *)&ss, &sl) == 0)
+            *port = ntohs(ss.ss_family == AF_INET ? a4->sin_port : a6->sin6_port);
+    }
+    return fd;
+}
+
+/* ---- the net --------------------------------------------------------- */
+
+/* Start-up failed after some threads started: stop them. */
+static void stop_threads(sl_net *net)
+{
+    if (net->acc_started) {
+        sl_net_stop(net);
+    } else {
+        int stop = -1;
+        for (int i = 0; i < net->nworkers; i++)
+            if (write(net->workers[i]->pipe[1], &stop, sizeof stop) < 0) {
+            }
+    }
+    sl_net_join(net);
+}
+
+sl_net *sl_net_start(sl_srv *srv, char *err, size_t errlen)
+{
+    const sl_config *cfg = srv->cfg;
+    sl_net *net = calloc(1, sizeof *net);
+    if (net == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    net->srv = srv;
+    net->cfg = cfg;
+    net->acc_pipe[0] = net->acc_pipe[1] = -1;
+    for (int i = 0; i < MAX_LISTENERS; i++) net->lfds[i] = -1;
+    net->max_bulk =
+        cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command : (size_t)SL_RESP_MAX_BULK;
+    net->out_pause = SL_NET_OUT_PAUSE;
+    if (net->out_pause > cfg->max_output / 2) net->out_pause = (size_t)(cfg->max_output / 2);
+
+    /* listeners first: a port in use must fail before anything starts */
+    int port = cfg->port;
+    for (int i = 0; i < cfg->nbinds && i < MAX_LISTENERS; i++) {
+        int fd = listen_on(cfg->binds[i], &port, err, errlen);
+        if (fd < 0) goto fail;
+        net->lfds[net->nlisteners] = fd;
+        format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i], port);
+        net->nlisteners++;
+    }
+    if (net->nlisteners == 0) {
+        snprintf(err, errlen, "no address to listen on");
+        goto fail;
+    }
+    srv->port = port;
+
+    int n = cfg->threads;
+    if (n <= 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        n = cores > 0 ? (int)cores : 1;
+    }
+    srv->workers = calloc((size_t)n, sizeof *srv->workers);
+    net->workers = calloc((size_t)n, sizeof *net->workers);
+    if (srv->workers == NULL || net->workers == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    srv->nworkers = n;
+    for (int i = 0; i < n; i++) {
+        net->workers[i] = worker_new(net, i, err, errlen);
+        if (net->workers[i] == NULL) goto fail;
+        net->nworkers++;
+    }
+
+    net->acc_base = event_base_new();
+    if (net->acc_base == NULL || pipe2(net->acc_pipe, O_NONBLOCK | O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "cannot start the acceptor: %s", strerror(errno));
+        goto fail;
+    }
+    net->acc_pipe_ev =
+        event_new(net->acc_base, net->acc_pipe[0], EV_READ | EV_PERSIST, on_acc_pipe, net);
+    net->backoff_ev = evtimer_new(net->acc_base, on_backoff_done, net);
+    if (!net->acc_pipe_ev || !net->backoff_ev || event_add(net->acc_pipe_ev, NULL) != 0) {
+        snprintf(err, errlen, "cannot start the acceptor: out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < net->nlisteners; i++) {
+        net->lev[i] =
+            evconnlistener_new(net->acc_base, on_accept, net,
+                               LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, net->lfds[i]);
+        if (net->lev[i] == NULL) {
+            snprintf(err, errlen, "cannot listen on %s: out of memory", net->addrs[i]);
+            goto fail;
+        }
+        evconnlistener_set_error_cb(net->lev[i], on_accept_error);
+    }
+
+    /* threads: with every signal blocked, so signals go to the caller */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = 0;
+    for (int i = 0; i < net->nworkers && rc == 0; i++) {
+        rc = pthread_create(&net->workers[i]->tid, NULL, worker_main, net->workers[i]);
+        if (rc == 0) net->workers[i]->started = 1;
+    }
+    if (rc == 0) {
+        rc = pthread_create(&net->acc_tid, NULL, acceptor_main, net);
+        if (rc == 0) net->acc_started = 1;
+    }
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start threads: %s", strerror(rc));
+        stop_threads(net);
+        goto fail;
+    }
+    return net;
+
+fail:
+    sl_net_free(net);
+    return NULL;
+}
+
+void sl_net_stop(sl_net *net)
+{
+    int stop = -1;
+    if (atomic_exchange(&net->stopped, 1)) return;
+    /* the acceptor passes the stop on to the workers (on_acc_pipe); a full
+     * pipe is fine: its reader is due to run and checks `stopped` */
+    if (write(net->acc_pipe[1], &stop, sizeof stop) < 0) {
+    }
+}
+
+void sl_net_join(sl_net *net)
+{
+    if (net->acc_started) pthread_join(net->acc_tid, NULL);
+    net->acc_started = 0;
+    for (int i = 0; i < net->nworkers; i++) {
+        if (net->workers[i]->started) pthread_join(net->workers[i]->tid, NULL);
+        net->workers[i]->started = 0;
+    }
+}
+
+void sl_net_free(sl_net *net)
+{
+    if (net == NULL) return;
+    for (int i = 0; i < net->nlisteners; i++) {
+        if (net->lev[i])
+            evconnlistener_free(net->lev[i]);
+        else if (net->lfds[i] >= 0)
+            close(net->lfds[i]);
+    }
+    if (net->acc_pipe_ev) event_free(net->acc_pipe_ev);
+    if (net->backoff_ev) event_free(net->backoff_ev);
+    if (net->acc_base) event_base_free(net->acc_base);
+    if (net->acc_pipe[0] >= 0) close(net->acc_pipe[0]);
+    if (net->acc_pipe[1] >= 0) close(net->acc_pipe[1]);
+    for (int i = 0; i < net->nworkers; i++) worker_free(net->workers[i]);
+    free(net->workers);
+    free(net->srv->workers);
+    net->srv->workers = NULL;
+    net->srv->nworkers = 0;
+    free(net);
+}
+
+int sl_net_naddrs(const sl_net *net) { return net->nlisteners; }
+
+const char *sl_net_addr(const sl_net *net, int i)
+{
+    return i >= 0 && i < net->nlisteners ? net->addrs[i] : "";
+}

@@ -1,0 +1,73 @@
+/*
+ * net.h -- where sluiced meets sockets: listeners, worker threads and
+ * client connections, on libevent.
+ *
+ * One acceptor thread owns the listening sockets (every address in
+ * cfg->binds) and hands each accepted connection to the worker thread with
+ * the fewest connections; each worker runs its own event_base and serves its
+ * connections start to finish: read, parse (resp.c), execute (commands.c),
+ * write.  All workers share the one sl_store (itself thread-safe).  The
+ * choices and the limits are described in docs/sluiced.md.
+ *
+ * Threads: sl_net_start, sl_net_stop, sl_net_join and sl_net_free are
+ * called from one thread (main).  The caller must ignore SIGPIPE before
+ * sl_net_start; the threads it starts block every signal, so signals are
+ * delivered to the caller's thread.
+ */
+#ifndef SL_NET_H
+#define SL_NET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "server.h"
+
+/* Reading and fairness. */
+#define SL_NET_READ_CHUNK (64 * 1024) /* bytes asked of one read(2) */
+#define SL_NET_TURN_BYTES (64 * 1024) /* input consumed per client per loop turn */
+#define SL_NET_TURN_CMDS  1024        /* commands run per client per loop turn */
+/* Backpressure: a client stops being read while more than this many bytes
+ * of its replies wait in user space (the kernel's socket buffer is already
+ * full by then); reading resumes once they are sent.  Effective value:
+ * min(this, max_output / 2). */
+#define SL_NET_OUT_PAUSE (64 * 1024)
+/* Closing: after the last reply, how long to wait for the client's FIN
+ * while discarding what it still sends (so the kernel does not turn the
+ * close into a reset that could destroy replies not yet read). */
+#define SL_NET_LINGER_MS 1000
+/* Shutdown: how long sl_net_stop lets workers finish replies, and how much
+ * input that already reached a client's socket is still read and run. */
+#define SL_NET_STOP_MS   2000
+#define SL_NET_STOP_READ (256 * 1024)
+/* Accept errors (e.g. out of file descriptors): pause accepting this long. */
+#define SL_NET_ACCEPT_BACKOFF_MS 100
+
+typedef struct sl_net sl_net;
+
+/* Binds every address of srv->cfg (IPv4 and IPv6; port 0 picks a free port,
+ * written to srv->port), allocates srv->workers (srv->nworkers of them: the
+ * configured count, or one per online core) and starts the threads.
+ * Returns the net, or NULL with a message in err, e.g.
+ * "cannot listen on 127.0.0.1:6390: Address already in use"; nothing is
+ * left running then. */
+sl_net *sl_net_start(sl_srv *srv, char *err, size_t errlen);
+
+/* Starts a graceful stop and returns at once: no more connections are
+ * accepted; each worker runs the complete commands its clients sent before
+ * the stop (already read, or already in the socket: up to SL_NET_STOP_READ
+ * bytes a client), sends their replies, then closes its connections.  Workers
+ * give up on replies not sent within SL_NET_STOP_MS.  Only write(2) is
+ * called, so this may be called from a signal handler.  Idempotent. */
+void sl_net_stop(sl_net *net);
+
+/* Waits for every thread to exit (after sl_net_stop). */
+void sl_net_join(sl_net *net);
+
+/* Frees the net and srv->workers.  After sl_net_join. */
+void sl_net_free(sl_net *net);
+
+/* The "host:port" of listener i (i < sl_net_naddrs), e.g. "[::1]:6390". */
+int sl_net_naddrs(const sl_net *net);
+const char *sl_net_addr(const sl_net *net, int i);
+
+#endif

@@ -1,0 +1,138 @@
+/*
+ * resp.c -- RESP2 command parser (see resp.h).
+ *
+ * Hand-written rather than hiredis's redisReader: the reader builds a
+ * malloc'd reply object per argument, which costs more than the decision it
+ * carries (bench/ measures both); this parser allocates nothing and returns
+ * slices of the input.  It is fuzzed (tests/fuzz_resp.c) and re-parses an
+ * incomplete command from its start when more bytes arrive, which is cheap
+ * because bulk payloads are skipped by length, never scanned.
+ */
+#include <string.h>
+
+#include "resp.h"
+
+#define NUM_MAX 20 /* digits and sign of a length line */
+
+/* Parses the decimal integer in p[0..n) (optional leading '-').  Returns 0
+ * and sets *out, or -1. */
+static int parse_len(const char *p, size_t n, long long *out)
+{
+    int neg = 0;
+    if (n > 0 && p[0] == '-') {
+        neg = 1;
+        p++;
+        n--;
+    }
+    if (n == 0 || n > 18) return -1;
+    long long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* Reads a "<c><integer>\r\n" line at buf[pos].  Returns SL_RESP_OK with
+ * *val and *pos past the line, SL_RESP_AGAIN, or SL_RESP_ERROR. */
+static int read_len_line(const char *buf, size_t len, size_t *pos, long long *val)
+{
+    size_t start = *pos + 1, avail = len - start;
+    size_t scan = avail < NUM_MAX + 2 ? avail : NUM_MAX + 2;
+    const char *cr = memchr(buf + start, '\r', scan);
+    if (cr == NULL) return avail > NUM_MAX + 1 ? SL_RESP_ERROR : SL_RESP_AGAIN;
+    size_t n = (size_t)(cr - (buf + start));
+    if (start + n + 1 >= len) return SL_RESP_AGAIN; /* the '\n' not here yet */
+    if (buf[start + n + 1] != '\n') return SL_RESP_ERROR;
+    if (parse_len(buf + start, n, val) != 0) return SL_RESP_ERROR;
+    *pos = start + n + 2;
+    return SL_RESP_OK;
+}
+
+static int parse_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd,
+                           size_t *used, const char **err)
+{
+    size_t pos = 0;
+    long long count;
+    int rc = read_len_line(buf, len, &pos, &count);
+    if (rc != SL_RESP_OK) {
+        *err = "Protocol error: invalid multibulk length";
+        return rc;
+    }
+    if (count > SL_RESP_MAX_ARGS) {
+        *err = "Protocol error: too many arguments (at most 1024)";
+        return SL_RESP_ERROR;
+    }
+    cmd->argc = 0;
+    for (long long i = 0; i < count; i++) {
+        if (pos >= len) return SL_RESP_AGAIN;
+        if (buf[pos] != '$') {
+            *err = "Protocol error: expected '$' before a bulk argument";
+            return SL_RESP_ERROR;
+        }
+        long long blen;
+        rc = read_len_line(buf, len, &pos, &blen);
+        if (rc == SL_RESP_AGAIN) return rc;
+        if (rc != SL_RESP_OK || blen < 0) {
+            *err = "Protocol error: invalid bulk length";
+            return SL_RESP_ERROR;
+        }
+        if ((unsigned long long)blen > max_bulk) {
+            *err = "Protocol error: argument longer than the server accepts";
+            return SL_RESP_ERROR;
+        }
+        if (len - pos < (size_t)blen + 2) return SL_RESP_AGAIN;
+        if (buf[pos + (size_t)blen] != '\r' || buf[pos + (size_t)blen + 1] != '\n') {
+            *err = "Protocol error: bulk argument not followed by CRLF";
+            return SL_RESP_ERROR;
+        }
+        cmd->argv[cmd->argc].p = buf + pos;
+        cmd->argv[cmd->argc].len = (size_t)blen;
+        cmd->argc++;
+        pos += (size_t)blen + 2;
+    }
+    *used = pos; /* count <= 0: an empty command, skipped like redis-server does */
+    return SL_RESP_OK;
+}
+
+static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd, size_t *used,
+                        const char **err)
+{
+    size_t scan = len < SL_RESP_MAX_INLINE + 2 ? len : SL_RESP_MAX_INLINE + 2;
+    const char *nl = memchr(buf, '\n', scan);
+    if (nl == NULL) {
+        if (len > SL_RESP_MAX_INLINE) {
+            *err = "Protocol error: too big inline request";
+            return SL_RESP_ERROR;
+        }
+        return SL_RESP_AGAIN;
+    }
+    size_t end = (size_t)(nl - buf);
+    *used = end + 1;
+    if (end > 0 && buf[end - 1] == '\r') end--;
+    cmd->argc = 0;
+    for (size_t i = 0; i < end;) {
+        while (i < end && (buf[i] == ' ' || buf[i] == '\t')) i++;
+        if (i == end) break;
+        size_t s = i;
+        while (i < end && buf[i] != ' ' && buf[i] != '\t') i++;
+        if (cmd->argc == SL_RESP_MAX_ARGS) {
+            *err = "Protocol error: too many arguments (at most 1024)";
+            return SL_RESP_ERROR;
+        }
+        cmd->argv[cmd->argc].p = buf + s;
+        cmd->argv[cmd->argc].len = i - s;
+        cmd->argc++;
+    }
+    return SL_RESP_OK;
+}
+
+int sl_resp_parse(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd, size_t *used,
+                  const char **err)
+{
+    if (len == 0) return SL_RESP_AGAIN;
+    if (max_bulk > SL_RESP_MAX_BULK) max_bulk = SL_RESP_MAX_BULK;
+    if (buf[0] == '*') return parse_multibulk(buf, len, max_bulk, cmd, used, err);
+    return parse_inline(buf, len, cmd, used, err);
+}

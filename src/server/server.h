@@ -1,0 +1,83 @@
+/*
+ * server.h -- the state sluiced shares between its parts: configuration,
+ * the engine's store, and statistics.  The network layer (net.c), the
+ * command layer (commands.c) and main.c all see this; nothing in src/lib
+ * does.
+ */
+#ifndef SL_SERVER_H
+#define SL_SERVER_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+#define SL_SRV_DEFAULT_PORT 6390
+
+/* Configuration: every flag has a config-file twin (docs/sluiced.md). */
+typedef struct sl_config {
+    char binds[8][64];              /* addresses to listen on; default 127.0.0.1 */
+    int nbinds;
+    int port;                       /* default SL_SRV_DEFAULT_PORT; 0 = any free */
+    int threads;                    /* worker threads; 0 = one per core */
+    uint64_t max_memory;            /* store bound in bytes; default 1 GB */
+    int max_clients;                /* default 10000 */
+    uint64_t max_command;           /* bytes of one command (query buffer); default 1 MB */
+    uint64_t max_output;            /* unsent reply bytes per client; default 8 MB */
+    int64_t idle_timeout_ms;        /* 0 = never; default 300 s */
+    int64_t send_timeout_ms;        /* replies pending, none taken: close; 0 = never; default 60 s */
+    char snapshot[1024];            /* "" = no snapshot */
+    int64_t snapshot_interval_ms;   /* default 60 s */
+    int trust_client_time;          /* accept AT t */
+    char config_file[1024];
+    int log_level;                  /* SL_LOG_* */
+} sl_config;
+
+/* Per worker-thread counters.  Written only by their worker (relaxed
+ * atomic stores of load+1, which compile to plain moves), read by INFO. */
+typedef struct sl_worker_stats {
+    _Atomic uint64_t commands;
+    _Atomic uint64_t decisions[SL_ALGO_COUNT];
+    _Atomic uint64_t allowed[SL_ALGO_COUNT];
+    _Atomic uint64_t denied[SL_ALGO_COUNT];
+    _Atomic uint64_t errors;          /* -ERR replies */
+    _Atomic uint64_t protocol_errors; /* connections closed for bad frames */
+    _Atomic uint64_t net_in;          /* bytes read from clients */
+    _Atomic uint64_t net_out;         /* bytes written to clients */
+    char pad[64];
+} sl_worker_stats;
+
+static inline void sl_stat_inc(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+typedef struct sl_srv {
+    const sl_config *cfg;
+    sl_store *store;
+    int64_t start_ms;               /* wall clock at start */
+    int nworkers;
+    sl_worker_stats *workers;       /* nworkers of them */
+    int port;                       /* the port actually bound */
+    _Atomic int clients;            /* connected now */
+    _Atomic uint64_t connections;   /* accepted since start */
+    _Atomic uint64_t rejected;      /* refused: max clients */
+    _Atomic uint64_t cut_output;    /* closed: unsent replies over max_output */
+    _Atomic uint64_t cut_idle;      /* closed: idle timeout */
+    _Atomic int64_t last_save_ms;   /* wall clock of the last good snapshot; 0 = none */
+    _Atomic int last_save_ok;       /* 1 ok, 0 failed */
+    _Atomic uint64_t saves;         /* snapshots written */
+    _Atomic uint64_t loaded_keys;   /* keys loaded from the snapshot at start */
+} sl_srv;
+
+/* Wall clock in ms. */
+int64_t sl_now_ms(void);
+
+#endif

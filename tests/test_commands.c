@@ -1,0 +1,160 @@
+/*
+ * test_commands.c -- sluiced's commands without a network: arguments in,
+ * exact RESP bytes out.  Bad arguments get an "-ERR" naming the problem and
+ * leave the key's state as it was.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "commands.h"
+
+static sl_config cfg;
+static sl_worker_stats ws;
+static sl_srv srv;
+
+static int setup(void **state)
+{
+    (void)state;
+    memset(&cfg, 0, sizeof(cfg));
+    memset(&ws, 0, sizeof(ws));
+    memset(&srv, 0, sizeof(srv));
+    srv.cfg = &cfg;
+    srv.store = sl_store_new(NULL, NULL);
+    srv.nworkers = 1;
+    srv.workers = &ws;
+    return srv.store ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sl_store_free(srv.store);
+    return 0;
+}
+
+/* Runs a space-separated command at time now; returns the reply (static). */
+static const char *run(const char *line, int64_t now)
+{
+    static char copy[1024], reply[65536];
+    static sl_resp_cmd cmd;
+    snprintf(copy, sizeof(copy), "%s\r\n", line);
+    size_t used;
+    const char *err;
+    assert_int_equal(sl_resp_parse(copy, strlen(copy), 4096, &cmd, &used, &err), SL_RESP_OK);
+    sl_buf out = {0};
+    sl_cmd_exec(&srv, &ws, &cmd, now, &out);
+    assert_true(out.len < sizeof(reply));
+    memcpy(reply, out.p, out.len);
+    reply[out.len] = '\0';
+    free(out.p);
+    return reply;
+}
+
+#define REPLY(line, now, want) assert_string_equal(run(line, now), want)
+
+static void allow_and_peek(void **state)
+{
+    (void)state;
+    /* the token-bucket vector: 3 tokens, 1 per second */
+    REPLY("RL.ALLOW x 1 1000 BURST 3", 0, "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:1000\r\n:0\r\n");
+    REPLY("RL.PEEK x 1 1000 BURST 3", 0, "*6\r\n:1\r\n:3\r\n:1\r\n:0\r\n:2000\r\n:0\r\n");
+    REPLY("rl.allow x 1 1s burst 3", 0, "*6\r\n:1\r\n:3\r\n:1\r\n:0\r\n:2000\r\n:0\r\n");
+    REPLY("RL.ALLOW x 1 1000 BURST 3", 0, "*6\r\n:1\r\n:3\r\n:0\r\n:0\r\n:3000\r\n:0\r\n");
+    REPLY("RL.ALLOW x 1 1000 BURST 3", 0, "*6\r\n:0\r\n:3\r\n:0\r\n:1000\r\n:3000\r\n:0\r\n");
+    REPLY("RL.ALLOW x 1 1000 BURST 3 COST 4", 0, "*6\r\n:0\r\n:3\r\n:0\r\n:-1\r\n:3000\r\n:0\r\n");
+    /* leaky bucket tells how long to wait */
+    REPLY("RL.ALLOW q 1 1s ALGO leaky-bucket BURST 3", 0, "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:1000\r\n:0\r\n");
+    REPLY("RL.ALLOW q 1 1s ALGO leaky-bucket BURST 3", 0, "*6\r\n:1\r\n:3\r\n:1\r\n:0\r\n:2000\r\n:1000\r\n");
+    /* the same key under another algorithm is another state */
+    REPLY("RL.ALLOW x 3 1m ALGO fixed-window", 0, "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:60000\r\n:0\r\n");
+    assert_int_equal(sl_stat_get(&ws.decisions[SL_TOKEN_BUCKET]), 5);
+    assert_int_equal(sl_stat_get(&ws.denied[SL_TOKEN_BUCKET]), 2);
+}
+
+static void reset(void **state)
+{
+    (void)state;
+    REPLY("RL.ALLOW r 5 10s", 0, "*6\r\n:1\r\n:5\r\n:4\r\n:0\r\n:2000\r\n:0\r\n");
+    REPLY("RL.ALLOW r 5 10s ALGO gcra", 0, "*6\r\n:1\r\n:5\r\n:4\r\n:0\r\n:2000\r\n:0\r\n");
+    REPLY("RL.RESET r ALGO gcra", 0, ":1\r\n");
+    REPLY("RL.RESET r ALGO gcra", 0, ":0\r\n");
+    REPLY("RL.RESET r", 0, ":1\r\n"); /* every algorithm: the token bucket was left */
+    REPLY("RL.RESET r", 0, ":0\r\n");
+    REPLY("RL.ALLOW r 5 10s", 0, "*6\r\n:1\r\n:5\r\n:4\r\n:0\r\n:2000\r\n:0\r\n");
+}
+
+static void errors_name_the_problem(void **state)
+{
+    (void)state;
+    REPLY("RL.ALLOW k 5 10s ALGO tokenbucket", 0, "-ERR unknown algorithm 'tokenbucket'\r\n");
+    REPLY("RL.ALLOW k 0 10s", 0, "-ERR limit must be an integer between 1 and 1000000000000\r\n");
+    REPLY("RL.ALLOW k abc 10s", 0, "-ERR limit must be an integer between 1 and 1000000000000\r\n");
+    REPLY("RL.ALLOW k 1000000000001 10s", 0,
+          "-ERR limit must be an integer between 1 and 1000000000000\r\n");
+    assert_non_null(strstr(run("RL.ALLOW k 5 10x", 0), "-ERR window must be"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s COST -1", 0), "-ERR cost must be"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s COST", 0), "-ERR option COST needs a value"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s COST 1 COST 2", 0), "given twice"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s FOO 1", 0), "-ERR unknown option 'FOO'"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s ALGO fixed-window BURST 3", 0), "-ERR burst"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s ALGO sliding-buckets PRECISION 7", 0),
+                           "-ERR precision"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s LOGREJECTED", 0), "-ERR log-rejected"));
+    assert_non_null(strstr(run("RL.ALLOW k 5 10s AT 5", 0), "-ERR AT is refused"));
+    assert_non_null(strstr(run("RL.ALLOW k 5", 0), "-ERR wrong number of arguments"));
+    assert_non_null(strstr(run("NOSUCH a b", 0), "-ERR unknown command 'NOSUCH'"));
+    /* none of it touched the key */
+    REPLY("RL.PEEK k 5 10s", 0, "*6\r\n:1\r\n:5\r\n:4\r\n:0\r\n:2000\r\n:0\r\n");
+}
+
+static void trusted_client_time(void **state)
+{
+    (void)state;
+    cfg.trust_client_time = 1;
+    REPLY("RL.ALLOW t 3 60000 ALGO fixed-window AT 10800000", 999,
+          "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:60000\r\n:0\r\n");
+    REPLY("RL.ALLOW t 3 60000 ALGO fixed-window AT 10865000", 999,
+          "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:55000\r\n:0\r\n");
+    cfg.trust_client_time = 0;
+}
+
+static void small_commands(void **state)
+{
+    (void)state;
+    REPLY("PING", 0, "+PONG\r\n");
+    REPLY("PING hello", 0, "$5\r\nhello\r\n");
+    REPLY("ECHO hi", 0, "$2\r\nhi\r\n");
+    REPLY("QUIT", 0, "+OK\r\n");
+    assert_non_null(strstr(run("HELLO 2", 0), "$7\r\nsluiced\r\n"));
+    assert_non_null(strstr(run("HELLO 3", 0), "-NOPROTO"));
+    assert_non_null(strstr(run("COMMAND", 0), "rl.allow"));
+    REPLY("COMMAND COUNT", 0, ":12\r\n");
+    const char *info = run("INFO", 0);
+    assert_non_null(strstr(info, "# Server\r\n"));
+    assert_non_null(strstr(info, "# Clients\r\n"));
+    assert_non_null(strstr(info, "# Stats\r\n"));
+    assert_non_null(strstr(info, "# Memory\r\n"));
+    assert_non_null(strstr(info, "algo_token-bucket:decisions="));
+    info = run("INFO memory", 0);
+    assert_null(strstr(info, "# Server"));
+    assert_non_null(strstr(info, "used_memory:"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(allow_and_peek, setup, teardown),
+        cmocka_unit_test_setup_teardown(reset, setup, teardown),
+        cmocka_unit_test_setup_teardown(errors_name_the_problem, setup, teardown),
+        cmocka_unit_test_setup_teardown(trusted_client_time, setup, teardown),
+        cmocka_unit_test_setup_teardown(small_commands, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
