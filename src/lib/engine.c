@@ -11,7 +11,8 @@
  *   fixed-window     count:u40
  *   sliding-window   n:u40 p:u40            (this window, previous window)
  *   sliding-buckets  P:u16 width:u8 sum:u64 count[P]:width bytes each
- *   token-bucket     dw:u40 dr:u40          deficit = dw + dr/W tokens
+ *   token-bucket     dw:u40 dr:u40          tokens = dw + dr/W (SL__REC_F1 set;
+ *                                          unset: a full bucket)
  *   leaky-bucket     dw:u40 dr:u40          level   = dw + dr/W requests
  *   gcra             dw:u40 dr:u40          TAT = clock + (dw*W + dr)/L ms
  *   sliding-log      buf:ptr cap:u32 head:u32 used:u32 sum:u64
@@ -237,9 +238,8 @@ static void sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, i
 /* ---- token-bucket, leaky-bucket, gcra ----------------------------------- */
 
 /* The three share one exact quantity, kept in units of 1/W of a request:
- * the token bucket's deficit (capacity minus tokens), the leaky bucket's
- * level, and GCRA's TAT - clock in units of 1/L ms, which is the same
- * number.  It is stored split as dw*W + dr so that a change of window keeps
+ * the token bucket's tokens, the leaky bucket's level, and GCRA's TAT -
+ * clock in units of 1/L ms (the same number as the token bucket's deficit).  It is stored split as dw*W + dr so that a change of window keeps
  * the whole part.
  *
  * The two u40 fields are read as one 8-byte load (dw and dr's low 24 bits)
@@ -278,12 +278,18 @@ static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
     sl__st16(st + 8, (uint16_t)(r >> 24));
 }
 
-static void token_bucket(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
-                         int64_t cost, int commit, sl_result *out)
+/* Token bucket and leaky bucket: the same decision on the deficit d (capacity
+ * minus tokens; the leaky bucket's level).  The leaky bucket stores d (zero:
+ * an empty queue); the token bucket stores its tokens, so that a change of
+ * capacity keeps them (clamped), and marks the record SL__REC_F1 once it
+ * holds any (before that the bucket is full). */
+static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int64_t clock_old,
+                         int64_t t, int64_t cost, int commit, sl_result *out)
 {
     uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
     u128 BW = (u128)n->B * W, cW = (u128)cost * W;
-    u128 d = bucket_load(st, n);
+    int tb = n->algo == SL_TOKEN_BUCKET;
+    u128 d = tb ? (tokens_stored ? BW - bucket_load(st, n) : 0) : bucket_load(st, n);
     u128 refill = (u128)(uint64_t)(t - clock_old) * L;
     d = refill >= d ? 0 : d - refill;
 
@@ -294,7 +300,7 @@ static void token_bucket(uint8_t *st, const sl__norm *n, int64_t clock_old, int6
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv(before + cW - BW, L));
     else if (n->algo == SL_LEAKY_BUCKET) delay = sat(ceildiv(before, L));
     answer(out, allowed, n->B, (int64_t)udiv(BW - d, W), retry, sat(ceildiv(d, L)), delay);
-    if (commit) bucket_store(st, n, d);
+    if (commit) bucket_store(st, n, tb ? BW - d : d);
 }
 
 /* GCRA: a request is conforming iff its arrival is no earlier than TAT minus
@@ -628,7 +634,12 @@ int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t cloc
     case SL_SLIDING_BUCKETS: sliding_buckets(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_GCRA: gcra(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_SLIDING_LOG: return sliding_log(sh, r, st, n, t, cost, commit, out);
-    default: token_bucket(st, n, clock_old, t, cost, commit, out); return 0;
+    default: {
+        int stored = st && (sl__rec_flags(r) & SL__REC_F1);
+        token_bucket(st, n, stored, clock_old, t, cost, commit, out);
+        if (commit && n->algo == SL_TOKEN_BUCKET) sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
+        return 0;
+    }
     }
 }
 
