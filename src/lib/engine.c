@@ -263,19 +263,30 @@ static inline u128 bucket_load(const uint8_t *st, const sl__norm *n)
     return dd > bw ? bw : dd; /* capacity clamped */
 }
 
-static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
+/* d = q*W + r, with one 64-bit division when d fits in 64 bits. */
+static inline void bucket_split(u128 d, uint64_t W, uint64_t *q, uint64_t *r)
 {
-    uint64_t W = (uint64_t)n->W, q, r;
-    if ((uint64_t)(d >> 64) == 0) { /* one 64-bit division gives both */
-        q = (uint64_t)d / W;
-        r = (uint64_t)d % W;
+    if ((uint64_t)(d >> 64) == 0) {
+        *q = (uint64_t)d / W;
+        *r = (uint64_t)d % W;
     } else {
         u128 qq = d / W;
-        q = (uint64_t)qq;
-        r = (uint64_t)(d - qq * W);
+        *q = (uint64_t)qq;
+        *r = (uint64_t)(d - qq * W);
     }
+}
+
+static inline void bucket_put(uint8_t *st, uint64_t q, uint64_t r)
+{
     sl__st64(st, (q & U40_MASK) | r << 40);
     sl__st16(st + 8, (uint16_t)(r >> 24));
+}
+
+static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
+{
+    uint64_t q, r;
+    bucket_split(d, (uint64_t)n->W, &q, &r);
+    bucket_put(st, q, r);
 }
 
 /* Token bucket and leaky bucket: the same decision on the deficit d (capacity
@@ -298,9 +309,13 @@ static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int6
     if (allowed) d += cW;
     int64_t retry = 0, delay = 0;
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv(before + cW - BW, L));
-    else if (n->algo == SL_LEAKY_BUCKET) delay = sat(ceildiv(before, L));
-    answer(out, allowed, n->B, (int64_t)udiv(BW - d, W), retry, sat(ceildiv(d, L)), delay);
-    if (commit) bucket_store(st, n, tb ? BW - d : d);
+    else if (!tb) delay = sat(ceildiv(before, L));
+    /* The stored quantity's whole part gives `remaining` too (one division). */
+    uint64_t q, r;
+    bucket_split(tb ? BW - d : d, W, &q, &r);
+    int64_t remaining = tb ? (int64_t)q : n->B - (int64_t)q - (r != 0);
+    answer(out, allowed, n->B, remaining, retry, sat(ceildiv(d, L)), delay);
+    if (commit) bucket_put(st, q, r);
 }
 
 /* GCRA: a request is conforming iff its arrival is no earlier than TAT minus
