@@ -1,14 +1,11 @@
 #!/bin/sh
 # run.sh -- the main job, from a fresh clone: installs what is missing
-# (scripts/deps.sh), builds (make), and replays the sample trace shipped in
-# examples/ with a candidate limit, printing a readable summary.
+# (scripts/deps.sh), builds (make), and runs sluiced in the foreground on
+# 127.0.0.1:6390 with its state kept in build/sluiced.snapshot (so a restart
+# hands nobody a fresh burst).  Ctrl-C stops it (the state is saved first).
 #
-#   ./scripts/run.sh                          the sample trace, the default limit
-#   ./scripts/run.sh TRACE [REPLAY OPTIONS]   another trace and/or limit, e.g.
-#   ./scripts/run.sh examples/sample-trace.txt --algo sliding-log --limit 100 --window 1m
-#
-# The answers (one line per request, SPEC section 6) are written to
-# build/replay-answers.txt; the summary comes from `sluice replay --summary`.
+#   ./scripts/run.sh                    the defaults
+#   ./scripts/run.sh --port 7000 ...    any sluiced option (build/sluiced --help)
 set -eu
 
 ROOT=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)
@@ -17,29 +14,25 @@ cd "$ROOT"
 ./scripts/deps.sh
 make -s -j2 all
 
-TRACE=${1:-examples/sample-trace.txt}
-[ $# -gt 0 ] && shift
-if [ $# -eq 0 ]; then
-    set -- --algo token-bucket --limit 10 --window 1s --burst 20
-fi
-OUT=build/replay-answers.txt
+PORT=6390
+prev=""
+for a in "$@"; do
+    [ "$prev" = "--port" ] && PORT=$a
+    prev=$a
+done
 
-echo "sluice: an exact rate limiter.  Replaying a recorded trace with a candidate limit:"
-echo
-echo "    build/sluice replay $* $TRACE"
-echo
-grep '^#' "$TRACE" | head -n 5 | sed 's/^/    /'
-echo
-build/sluice replay "$@" --summary "$TRACE" >"$OUT" 2>build/replay-summary.txt || {
-    rc=$?
-    cat build/replay-summary.txt >&2
-    exit "$rc"
-}
+cat <<TXT
+sluiced, the sluice rate-limit server, is starting on 127.0.0.1:$PORT.
+Any Redis client can ask it for decisions; from another terminal try:
 
-echo "The first requests and their answers:"
-grep -v '^[[:space:]]*#' "$TRACE" | grep -v '^[[:space:]]*$' | head -n 12 >build/replay-head.txt
-head -n 12 "$OUT" | paste build/replay-head.txt - | awk -F '\t' '
-    BEGIN { printf "    %-40s %s\n", "T KEY [COST]", "ALLOWED LIMIT REMAINING RETRY_AFTER_MS RESET_AFTER_MS DELAY_MS" }
-    { printf "    %-40s %s\n", $1, $2 }'
-echo "    ... all $(wc -l <"$OUT" | tr -d ' ') answers are in $OUT"
-cat build/replay-summary.txt
+    redis-cli -p $PORT RL.ALLOW user:42 5 10s
+    redis-cli -p $PORT RL.ALLOW user:42 5 10s ALGO sliding-window
+    redis-cli -p $PORT RL.PEEK  user:42 5 10s
+    redis-cli -p $PORT INFO stats
+
+Each answer is six integers: allowed, limit, remaining, retry_after_ms,
+reset_after_ms, delay_ms.  Ctrl-C stops the server (state is saved to
+build/sluiced.snapshot and loaded at the next start).
+
+TXT
+exec build/sluiced --snapshot build/sluiced.snapshot "$@"

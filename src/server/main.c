@@ -70,10 +70,16 @@ static void on_snapshot_timer(evutil_socket_t fd, short what, void *arg)
     if (!a->stopping) save_snapshot(a, "periodic");
 }
 
+/* Active expiry: drops keys whose reset time has passed by the server's
+ * clock.  Not with --trust-client-time: keys then live on the clients'
+ * clocks, which may lag the server's, and a key judged expired by the wall
+ * clock may still be inside its window for its client; expiry then happens
+ * only under memory pressure, judged at the inserting request's time. */
 static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     app *a = arg;
+    if (a->srv.cfg->trust_client_time) return;
     sl_store_expire(a->srv.store, sl_now_ms(), EXPIRE_MAX_RECORDS);
 }
 

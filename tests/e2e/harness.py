@@ -1,0 +1,518 @@
+"""harness.py -- what the end-to-end tests share: a real sluiced to talk to,
+a raw RESP connection, and the spec's vectors.
+
+Server: starts $SLUICE_BUILD/sluiced (default build/sluiced) with --port 0,
+so the kernel picks a free 127.0.0.1 port atomically (no probe-then-bind
+race), reads the port from the "listening" log line, and waits (bounded)
+until it answers PING.  It is stopped by its PID: SIGTERM, then SIGKILL after
+a timeout.  Its log goes to LOG_DIR; the runner (run_e2e.py) deletes LOG_DIR
+when every test passed and prints the failed tests' logs otherwise.
+
+RawConn: a socket speaking RESP byte for byte, for pipelines, hostile input
+and exact error lines (client libraries hide those).  Every read has a
+deadline: no test can hang.
+
+Times: tests that need exact replies start sluiced with --trust-client-time
+and send `AT t` with t = BASE + offset.  BASE is a whole day at least 24 h
+in the future: every window of the tests divides it (so window boundaries
+fall where the spec vectors expect them), and the server's active expiry,
+which runs on its wall clock, never finds such a key finished.
+"""
+
+import os
+import re
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import unittest
+
+ROOT = os.environ.get("SLUICE_ROOT") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("SLUICE_BUILD") or os.path.join(ROOT, "build")
+SLUICED = os.path.join(BUILD, "sluiced")
+HOST = "127.0.0.1"
+
+# Sanitizer builds run several times slower: every deadline is scaled.
+SANITIZED = any(p in BUILD.rstrip("/").split("/")[-1] for p in ("asan", "tsan"))
+SLOW = float(os.environ.get("SLUICE_E2E_SLOW", "4" if SANITIZED else "1"))
+
+LOG_DIR = os.environ.get("SLUICE_E2E_LOGS") or tempfile.mkdtemp(prefix="sluice-e2e-")
+os.makedirs(LOG_DIR, exist_ok=True)
+
+DAY = 86400000
+BASE = (int(time.time() * 1000) // DAY + 2) * DAY
+
+# Every server ever started, so the runner can show logs and kill leftovers.
+STARTED = []
+
+
+def deadline(seconds):
+    """A monotonic deadline `seconds` (scaled for sanitizers) from now."""
+    return time.monotonic() + seconds * SLOW
+
+
+def spec_dir():
+    for d in (os.environ.get("SLUICE_SPEC_DIR"), os.path.join(ROOT, "..", "shared", "spec"),
+              "/work/shared/spec"):
+        if d and os.path.isdir(os.path.join(d, "vectors")):
+            return d
+    return None
+
+
+def load_vectors():
+    """[(file name, RL.ALLOW options, [(t, key, cost or None, [6 ints])])] for
+    every vector file of the spec.  The options come from the `# args:` line,
+    translated from `sluice replay` flags to RL.ALLOW options."""
+    d = spec_dir()
+    if d is None:
+        raise unittest.SkipTest("no spec folder: set SLUICE_SPEC_DIR")
+    out = []
+    for name in sorted(os.listdir(os.path.join(d, "vectors"))):
+        path = os.path.join(d, "vectors", name)
+        opts = None
+        rows = []
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                m = re.match(r"#\s*args:\s*(.*)$", line)
+                if m:
+                    opts = replay_args_to_options(m.group(1).split())
+                    continue
+                if not line or line.startswith("#"):
+                    continue
+                req, want = line.split("|")
+                req = req.split()
+                rows.append((int(req[0]), req[1], int(req[2]) if len(req) > 2 else None,
+                             [int(x) for x in want.split()]))
+        if opts is None:
+            raise AssertionError("%s: no '# args:' line" % path)
+        out.append((name, opts, rows))
+    return out
+
+
+def replay_args_to_options(args):
+    """`--algo A --limit L --window W [--burst B] [--precision P]
+    [--log-rejected]` -> (L, W, [RL.ALLOW options])."""
+    limit = window = None
+    opts = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "--log-rejected":
+            opts.append("LOGREJECTED")
+            i += 1
+            continue
+        v = args[i + 1]
+        i += 2
+        if a == "--limit":
+            limit = v
+        elif a == "--window":
+            window = v
+        elif a in ("--algo", "--burst", "--precision"):
+            opts += [a[2:].upper(), v]
+        else:
+            raise AssertionError("unknown replay flag in a vector file: %s" % a)
+    return limit, window, opts
+
+
+# ---- RESP -------------------------------------------------------------------
+
+class RespError(Exception):
+    """An error reply; .line is the whole line without '-' and CRLF."""
+
+    def __init__(self, line):
+        super().__init__(line)
+        self.line = line
+
+    def __eq__(self, other):
+        return isinstance(other, RespError) and other.line == self.line
+
+    def __hash__(self):
+        return hash(self.line)
+
+    def __repr__(self):
+        return "RespError(%r)" % self.line
+
+
+class Incomplete(Exception):
+    pass
+
+
+def encode(*args):
+    """One command as a RESP multibulk."""
+    parts = [b"*%d\r\n" % len(args)]
+    for a in args:
+        if isinstance(a, str):
+            a = a.encode()
+        elif isinstance(a, int):
+            a = str(a).encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(parts)
+
+
+def parse_reply(buf, pos=0):
+    """Parses one RESP2 reply at buf[pos:].  Returns (value, new pos) or
+    raises Incomplete.  Simple strings and bulks are bytes, integers int,
+    null None, errors RespError (returned, not raised), arrays lists.  A
+    malformed reply raises ValueError."""
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        raise Incomplete()
+    kind, line = buf[pos:pos + 1], bytes(buf[pos + 1:end])
+    nxt = end + 2
+    if kind == b"+":
+        return line, nxt
+    if kind == b"-":
+        return RespError(line.decode("utf-8", "replace")), nxt
+    if kind == b":":
+        return int(line), nxt
+    if kind == b"$":
+        n = int(line)
+        if n < 0:
+            return None, nxt
+        if len(buf) < nxt + n + 2:
+            raise Incomplete()
+        if buf[nxt + n:nxt + n + 2] != b"\r\n":
+            raise ValueError("bulk reply not followed by CRLF at %d" % (nxt + n))
+        return bytes(buf[nxt:nxt + n]), nxt + n + 2
+    if kind == b"*":
+        n = int(line)
+        if n < 0:
+            return None, nxt
+        items = []
+        for _ in range(n):
+            v, nxt = parse_reply(buf, nxt)
+            items.append(v)
+        return items, nxt
+    raise ValueError("not a RESP reply: %r" % bytes(buf[pos:pos + 40]))
+
+
+class RawConn:
+    """A plain TCP connection to sluiced that speaks RESP by hand."""
+
+    def __init__(self, port, timeout=10):
+        self.sock = socket.create_connection((HOST, port), timeout=timeout * SLOW)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.pos = 0
+        self.eof = False
+        self.reset = False  # the server closed with a reset, not a FIN
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def send(self, data):
+        self.sock.sendall(data)
+
+    def cmd(self, *args, timeout=10):
+        """Sends one command and returns its reply."""
+        self.send(encode(*args))
+        return self.read_reply(timeout)
+
+    def _fill(self, until):
+        """Reads more bytes; False on EOF.  Raises TimeoutError at `until`."""
+        left = until - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no reply within the deadline (have %d unparsed bytes: %r)"
+                               % (len(self.buf) - self.pos, bytes(self.buf[self.pos:self.pos + 80])))
+        r, _, _ = select.select([self.sock], [], [], left)
+        if not r:
+            return self._fill(until)
+        try:
+            data = self.sock.recv(1 << 20)
+        except ConnectionResetError:
+            self.reset = True
+            data = b""
+        if not data:
+            self.eof = True
+            return False
+        if self.pos > (1 << 20):
+            del self.buf[:self.pos]
+            self.pos = 0
+        self.buf += data
+        return True
+
+    def read_reply(self, timeout=10):
+        """The next reply; raises EOFError if the server closed first."""
+        until = deadline(timeout)
+        while True:
+            try:
+                v, self.pos = parse_reply(self.buf, self.pos)
+                return v
+            except Incomplete:
+                pass
+            if self.eof or not self._fill(until):
+                raise EOFError("connection closed by the server; unparsed bytes: %r"
+                               % bytes(self.buf[self.pos:self.pos + 80]))
+
+    def read_replies(self, n, timeout=30):
+        until = deadline(timeout)
+        out = []
+        while len(out) < n:
+            try:
+                v, self.pos = parse_reply(self.buf, self.pos)
+                out.append(v)
+                continue
+            except Incomplete:
+                pass
+            if self.eof or not self._fill(until):
+                raise EOFError("connection closed after %d of %d replies" % (len(out), n))
+        return out
+
+    def read_until_eof(self, timeout=10):
+        """Every reply up to the server's close (bounded); raises TimeoutError
+        if the connection stays open."""
+        until = deadline(timeout)
+        out = []
+        while True:
+            try:
+                v, self.pos = parse_reply(self.buf, self.pos)
+                out.append(v)
+                continue
+            except Incomplete:
+                pass
+            try:
+                more = not self.eof and self._fill(until)
+            except TimeoutError:
+                raise TimeoutError("the connection stayed open; replies so far: %r"
+                                   % ([repr(x)[:100] for x in out][:5],)) from None
+            if not more:
+                rest = bytes(self.buf[self.pos:])
+                if rest:
+                    raise ValueError("connection closed after a partial reply: %r" % rest[:80])
+                return out
+
+
+# ---- the server -------------------------------------------------------------
+
+LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+)')
+
+
+class Server:
+    """One sluiced process.  `args` are extra flags; `port=0` lets the kernel
+    choose a free port."""
+
+    def __init__(self, *args, name="sluiced", port=0, trust_client_time=False, log_level=None,
+                 threads=None):
+        self.args = [str(a) for a in args]
+        if trust_client_time:
+            self.args.append("--trust-client-time")
+        if threads is not None:
+            self.args += ["--threads", str(threads)]
+        if log_level:
+            self.args += ["--log-level", log_level]
+        self.want_port = port
+        self.name = name
+        self.proc = None
+        self.port = None
+        self.log_path = None
+        self.returncode = None
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def start(self, timeout=15):
+        """Starts and waits until it answers PING.  Raises AssertionError
+        with the log on failure."""
+        n = len(STARTED)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
+        self.log_path = os.path.join(LOG_DIR, "%03d-%s.log" % (n, safe))
+        self.returncode = None
+        log = open(self.log_path, "wb")
+        argv = [SLUICED, "--port", str(self.want_port)] + self.args
+        log.write(("# " + " ".join(argv) + "\n").encode())
+        log.flush()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, cwd=LOG_DIR)
+        log.close()
+        STARTED.append(self)
+        until = deadline(timeout)
+        while time.monotonic() < until:
+            m = LISTEN_RE.search(self.log_bytes())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                raise AssertionError("sluiced exited with status %s at start:\n%s"
+                                     % (self.proc.returncode, self.log()))
+            time.sleep(0.02)
+        else:
+            self.kill()
+            raise AssertionError("sluiced did not log its address within %ss:\n%s"
+                                 % (timeout * SLOW, self.log()))
+        while time.monotonic() < until:
+            try:
+                with RawConn(self.port, timeout=2) as c:
+                    if c.cmd("PING", timeout=2) == b"PONG":
+                        return self
+            except (OSError, EOFError, TimeoutError):
+                pass
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        raise AssertionError("sluiced did not answer PING:\n%s" % self.log())
+
+    def log_bytes(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()
+        except OSError:
+            return b""
+
+    def log(self):
+        return self.log_bytes().decode("utf-8", "replace")
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout=15):
+        """SIGTERM, wait (bounded), then SIGKILL.  Returns the exit status
+        (negative: killed by that signal)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout * SLOW)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.returncode = self.proc.returncode
+        return self.returncode
+
+    def kill(self):
+        """SIGKILL, as a crash or `kill -9` would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.returncode = self.proc.returncode if self.proc else None
+
+    def sanitizer_reports(self):
+        text = self.log()
+        marks = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                 "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
+        return [m for m in marks if m in text]
+
+    # -- clients --
+
+    def raw(self, timeout=10):
+        return RawConn(self.port, timeout)
+
+    def redis(self, **kw):
+        import redis
+        kw.setdefault("socket_timeout", 20 * SLOW)
+        kw.setdefault("socket_connect_timeout", 10 * SLOW)
+        return redis.Redis(host=HOST, port=self.port, **kw)
+
+    def info(self, section=None):
+        """INFO [section] as a dict of str -> str (over a fresh connection)."""
+        with self.raw() as c:
+            v = c.cmd("INFO", section) if section else c.cmd("INFO")
+        if isinstance(v, RespError):
+            raise AssertionError("INFO failed: %s" % v.line)
+        return parse_info(v)
+
+    def info_int(self, field, section=None):
+        return int(self.info(section)[field])
+
+    def wait_info(self, field, pred, section=None, timeout=20, what=""):
+        """Polls INFO until pred(int(field)) holds (bounded).  Returns the
+        value; raises AssertionError with the last value otherwise."""
+        until = deadline(timeout)
+        v = None
+        while time.monotonic() < until:
+            v = self.info_int(field, section)
+            if pred(v):
+                return v
+            time.sleep(0.02)
+        raise AssertionError("INFO %s stayed at %s %s" % (field, v, what))
+
+    def rss_kb(self):
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+        return 0
+
+
+def parse_info(raw):
+    out = {}
+    for line in raw.decode("utf-8", "replace").split("\r\n"):
+        if not line or line.startswith("#"):
+            continue
+        k, _, v = line.partition(":")
+        out[k] = v
+    return out
+
+
+class ServerTestCase(unittest.TestCase):
+    """Base class: one shared server per class (SERVER_ARGS), stopped by PID
+    in tearDownClass, which fails the class if it does not exit cleanly with
+    status 0 after SIGTERM or if a sanitizer reported anything."""
+
+    SERVER_ARGS = ()
+    TRUST = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(*cls.SERVER_ARGS, name=cls.__name__, trust_client_time=cls.TRUST)
+        cls.srv.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        assert_clean_stop(cls.srv)
+
+    def new_server(self, *args, name=None, **kw):
+        """A server of this test's own, stopped (by PID) when the test ends."""
+        s = Server(*args, name=name or self.id().split(".")[-1], **kw)
+        s.start()
+        self.addCleanup(s.kill)
+        return s
+
+    def assertAllow(self, reply, allowed, limit, remaining, retry, reset, delay=0, msg=None):
+        self.assertEqual(reply, [allowed, limit, remaining, retry, reset, delay], msg)
+
+
+def assert_clean_stop(srv):
+    rc = srv.stop()
+    reports = srv.sanitizer_reports()
+    if rc != 0 or reports:
+        raise AssertionError("sluiced (%s) did not stop cleanly on SIGTERM: status %s%s\n%s"
+                             % (srv.name, rc, ", sanitizer: %s" % reports if reports else "",
+                                srv.log()[-4000:]))
+
+
+def free_port():
+    """A port free right now, for the few tests that must name one (a
+    server refusing to start: nothing may listen there afterwards)."""
+    s = socket.socket()
+    s.bind((HOST, 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def nothing_listening(port):
+    s = socket.socket()
+    s.settimeout(2)
+    try:
+        s.connect((HOST, port))
+        return False
+    except OSError:
+        return True
+    finally:
+        s.close()

@@ -1,0 +1,433 @@
+"""Every command of SPEC section 7 with a client library (redis-py) and
+raw RESP: exact decisions (the spec's vectors replayed through RL.ALLOW ...
+AT t), RL.PEEK, RL.RESET, PING, ECHO, QUIT, INFO and its sections, COMMAND,
+HELLO, and the error replies of section 5."""
+
+import redis
+
+from harness import BASE, RespError, ServerTestCase, load_vectors, parse_info
+
+ALGOS = ["fixed-window", "sliding-log", "sliding-window", "sliding-buckets", "token-bucket",
+         "gcra", "leaky-bucket"]
+
+LIMIT_ERR = "limit must be an integer between 1 and 1000000000000"
+
+
+class TestDecisions(ServerTestCase):
+    """RL.ALLOW / RL.PEEK / RL.RESET through redis-py."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.r = cls.srv.redis()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.r.close()
+        super().tearDownClass()
+
+    def allow(self, key, limit, window, *opts):
+        return self.r.execute_command("RL.ALLOW", key, limit, window, *opts)
+
+    def peek(self, key, limit, window, *opts):
+        return self.r.execute_command("RL.PEEK", key, limit, window, *opts)
+
+    def test_spec_vectors(self):
+        """Every file of the spec's vectors/, replayed request by request
+        through RL.ALLOW ... AT t, gives exactly the expected six fields."""
+        vectors = load_vectors()
+        self.assertGreaterEqual(len(vectors), 7)
+        algos_seen = set()
+        for name, (limit, window, opts), rows in vectors:
+            if "ALGO" in opts:
+                algos_seen.add(opts[opts.index("ALGO") + 1])
+            for i, (t, key, cost, want) in enumerate(rows):
+                args = ["vec:%s:%s" % (name, key), limit, window] + opts
+                if cost is not None:
+                    args += ["COST", cost]
+                args += ["AT", BASE + t]
+                got = self.r.execute_command("RL.ALLOW", *args)
+                self.assertEqual(got, want, "%s line %d: RL.ALLOW %s" % (name, i + 1, args))
+        self.assertEqual(algos_seen, set(ALGOS), "the vectors cover all seven algorithms")
+
+    def test_client_time_behind_server_clock_keeps_state(self):
+        """With --trust-client-time, a key decided at client times two hours
+        behind the server's clock keeps its state between requests: the
+        server's background expiry must not judge it by the wall clock."""
+        import time as _time
+        t = (int(_time.time() * 1000) // 3600000 - 2) * 3600000  # an hour, 2 h ago
+        opts = ["ALGO", "fixed-window"]
+        self.assertEqual(self.allow("behind", 2, "1h", *opts, "AT", t), [1, 2, 1, 0, 3600000, 0])
+        expired0 = int(self.srv.info("stats")["expired_keys"])
+        # give the expiry sweep (every 100 ms) time to run, bounded
+        try:
+            self.srv.wait_info("expired_keys", lambda v: v > expired0, "stats", timeout=1.5)
+        except AssertionError:
+            pass
+        self.assertEqual(self.allow("behind", 2, "1h", *opts, "AT", t + 1),
+                         [1, 2, 0, 0, 3599999, 0], "the first request is still counted")
+        self.assertEqual(self.allow("behind", 2, "1h", *opts, "AT", t + 2)[0], 0)
+
+    def test_default_algorithm_is_token_bucket(self):
+        t = BASE + 5000
+        self.assertEqual(self.allow("dflt", 5, "10s", "AT", t), [1, 5, 4, 0, 2000, 0])
+        self.assertEqual(self.allow("dflt", 5, "10s", "ALGO", "token-bucket", "AT", t),
+                         [1, 5, 3, 0, 4000, 0])
+
+    def test_every_algorithm_allows_then_denies(self):
+        """L = 3 per 1 s at one instant: 3 allowed, the 4th denied, per
+        algorithm (leaky-bucket delays the queued ones)."""
+        t = BASE + 100000
+        for algo in ALGOS:
+            key = "every:" + algo
+            got = [self.allow(key, 3, 1000, "ALGO", algo, "AT", t) for _ in range(4)]
+            self.assertEqual([g[0] for g in got], [1, 1, 1, 0], algo)
+            self.assertEqual([g[1] for g in got], [3, 3, 3, 3], algo)
+            self.assertEqual([g[2] for g in got], [2, 1, 0, 0], algo)
+            self.assertEqual([g[3] for g in got[:3]], [0, 0, 0], algo)
+            self.assertGreaterEqual(got[3][3], 1, algo)
+            delays = [g[5] for g in got]
+            self.assertEqual(delays, [0, 334, 667, 0] if algo == "leaky-bucket" else [0] * 4, algo)
+
+    def test_peek_consumes_nothing(self):
+        t = BASE + 200000
+        for algo in ALGOS:
+            key = "peek:" + algo
+            first = self.peek(key, 2, 1000, "ALGO", algo, "AT", t)
+            self.assertEqual(self.peek(key, 2, 1000, "ALGO", algo, "AT", t), first, algo)
+            self.assertEqual(self.allow(key, 2, 1000, "ALGO", algo, "AT", t), first,
+                             "%s: PEEK answers what ALLOW then decides" % algo)
+            self.allow(key, 2, 1000, "ALGO", algo, "AT", t)
+            denied = self.peek(key, 2, 1000, "ALGO", algo, "AT", t)
+            self.assertEqual(denied[0], 0, algo)
+            for _ in range(3):
+                self.assertEqual(self.peek(key, 2, 1000, "ALGO", algo, "AT", t), denied, algo)
+            self.assertEqual(self.allow(key, 2, 1000, "ALGO", algo, "AT", t), denied, algo)
+
+    def test_peek_does_not_log_rejected(self):
+        """With LOGREJECTED, a denied ALLOW is logged but a PEEK is not."""
+        t = BASE + 300000
+        key = "peek-logrej"
+        opts = ["ALGO", "sliding-log", "LOGREJECTED"]
+        self.assertEqual(self.allow(key, 1, 1000, *opts, "AT", t), [1, 1, 0, 0, 1000, 0])
+        for _ in range(5):
+            self.assertEqual(self.peek(key, 1, 1000, *opts, "AT", t + 500)[0], 0)
+        # only the allowed request is logged: free again at t + 1000
+        self.assertEqual(self.allow(key, 1, 1000, *opts, "AT", t + 1000), [1, 1, 0, 0, 1000, 0])
+
+    def test_reset(self):
+        t = BASE + 400000
+        self.assertEqual(self.r.execute_command("RL.RESET", "rst"), 0)
+        self.allow("rst", 2, 1000, "ALGO", "fixed-window", "AT", t)
+        self.allow("rst", 2, 1000, "ALGO", "fixed-window", "AT", t)
+        self.allow("rst", 2, 1000, "ALGO", "gcra", "AT", t)
+        self.assertEqual(self.allow("rst", 2, 1000, "ALGO", "fixed-window", "AT", t)[0], 0)
+        # with ALGO: only that algorithm's state
+        self.assertEqual(self.r.execute_command("RL.RESET", "rst", "ALGO", "sliding-log"), 0)
+        self.assertEqual(self.r.execute_command("RL.RESET", "rst", "ALGO", "fixed-window"), 1)
+        self.assertEqual(self.r.execute_command("RL.RESET", "rst", "ALGO", "fixed-window"), 0)
+        self.assertEqual(self.allow("rst", 2, 1000, "ALGO", "fixed-window", "AT", t),
+                         [1, 2, 1, 0, 1000, 0])
+        self.assertEqual(self.peek("rst", 2, 1000, "ALGO", "gcra", "AT", t)[2], 0,
+                         "gcra state untouched by RL.RESET ... ALGO fixed-window")
+        # without ALGO: every algorithm
+        self.assertEqual(self.r.execute_command("RL.RESET", "rst"), 1)
+        self.assertEqual(self.peek("rst", 2, 1000, "ALGO", "gcra", "AT", t), [1, 2, 1, 0, 500, 0])
+        self.assertEqual(self.peek("rst", 2, 1000, "ALGO", "fixed-window", "AT", t),
+                         [1, 2, 1, 0, 1000, 0])
+        self.assertEqual(self.r.execute_command("RL.RESET", "rst"), 0)
+        # ALGO name is case-insensitive, and a bad one is an error
+        self.assertEqual(self.r.execute_command("rl.reset", "rst", "algo", "GCRA"), 0)
+        with self.assertRaisesRegex(redis.ResponseError, "unknown algorithm 'gcr'"):
+            self.r.execute_command("RL.RESET", "rst", "ALGO", "gcr")
+
+    def test_state_is_per_key_and_algorithm(self):
+        t = BASE + 500000
+        for algo in ALGOS:
+            self.assertEqual(self.allow("ident", 1, 1000, "ALGO", algo, "AT", t)[0], 1, algo)
+        for algo in ALGOS:
+            self.assertEqual(self.allow("ident", 1, 1000, "ALGO", algo, "AT", t)[0], 0, algo)
+        self.assertEqual(self.allow("ident2", 1, 1000, "ALGO", "fixed-window", "AT", t)[0], 1)
+
+    def test_parameter_change_carries_over(self):
+        t = BASE + 7200000  # the start of an hour
+        fw = ["ALGO", "fixed-window", "AT", t]
+        self.assertEqual(self.allow("chg", 5, "1h", "COST", 3, *fw), [1, 5, 2, 0, 3600000, 0])
+        # a higher limit keeps the count: 3 used of 10
+        self.assertEqual(self.allow("chg", 10, "1h", *fw), [1, 10, 6, 0, 3600000, 0])
+        # a lower one keeps it too: 4 used > 2, denied until the window ends
+        self.assertEqual(self.allow("chg", 2, "1h", *fw), [0, 2, 0, 3600000, 3600000, 0])
+        # token bucket: its tokens are kept when the burst grows (no fresh
+        # burst: the 2 tokens left refill towards 20 at 10/s) ...
+        tb = ["ALGO", "token-bucket", "AT", t]
+        self.assertEqual(self.allow("chg-tb", 10, 1000, "BURST", 10, "COST", 8, *tb),
+                         [1, 10, 2, 0, 800, 0])
+        self.assertEqual(self.allow("chg-tb", 10, 1000, "BURST", 20, "COST", 0, *tb),
+                         [1, 20, 2, 0, 1800, 0])
+        # ... and clamped when it shrinks
+        self.assertEqual(self.allow("chg-tb", 10, 1000, "BURST", 1, "COST", 0, *tb),
+                         [1, 1, 1, 0, 0, 0])
+
+    def test_window_units(self):
+        t = BASE + 700000
+        for w, ms in (("250ms", 250), ("10s", 10000), ("5m", 300000), ("1h", 3600000),
+                      ("1d", 86400000), ("1500", 1500)):
+            self.assertEqual(self.allow("unit:" + w, 2, w, "ALGO", "fixed-window", "AT", t),
+                             [1, 2, 1, 0, ms - t % ms, 0], w)
+            self.assertEqual(self.allow("unit-tb:" + w, 2, w, "AT", t), [1, 2, 1, 0, ms // 2, 0], w)
+
+    def test_cost_and_burst(self):
+        t = BASE + 800000
+        self.assertEqual(self.allow("cost", 10, 1000, "COST", 4, "AT", t), [1, 10, 6, 0, 400, 0])
+        self.assertEqual(self.allow("cost", 10, 1000, "COST", 11, "AT", t), [0, 10, 6, -1, 400, 0])
+        self.assertEqual(self.allow("cost", 10, 1000, "COST", 0, "AT", t), [1, 10, 6, 0, 400, 0])
+        self.assertEqual(self.allow("burst", 1, 1000, "BURST", 3, "AT", t), [1, 3, 2, 0, 1000, 0])
+        self.assertEqual(self.allow("prec", 4, 1000, "ALGO", "sliding-buckets", "PRECISION", 4,
+                                    "AT", t), [1, 4, 3, 0, 1000, 0])
+
+    def test_options_case_insensitive_any_order(self):
+        t = BASE + 900000
+        self.assertEqual(self.r.execute_command("rl.allow", "ci", 3, "1s", "at", t, "algo",
+                                                "Fixed-Window", "cost", 2),
+                         [1, 3, 1, 0, 1000, 0])
+
+    def test_errors_name_the_problem_and_change_nothing(self):
+        t = BASE + 1000000
+        key = "err-key"
+        base = self.allow(key, 5, 1000, "ALGO", "fixed-window", "AT", t)
+        self.assertEqual(base, [1, 5, 4, 0, 1000, 0])
+        fw = ["ALGO", "fixed-window"]
+        bad = [
+            (["ALGO", "tokenbucket"], "unknown algorithm 'tokenbucket'"),
+            (fw + ["ALGO", "gcra"], "option ALGO given twice"),
+            (fw + ["LIMIT"], "unknown option 'LIMIT'"),
+            (fw + ["COST", "-1"], "cost must be an integer between 0 and 1000000000000, got '-1'"),
+            (fw + ["COST", "x"], "cost must be"),
+            (fw + ["COST", 10 ** 12 + 1], "cost must be"),
+            (fw + ["COST"], "option COST needs a value"),
+            (fw + ["COST", 1, "COST", 2], "option COST given twice"),
+            (fw + ["BURST", 3], "burst must be"),
+            (fw + ["PRECISION", 3], "precision must be"),
+            (fw + ["LOGREJECTED"], "log-rejected applies only to sliding-log"),
+            (fw + ["AT", "soon"], "time must be"),
+            (fw + ["AT", 2 ** 62], "time must be"),
+        ]
+        for opts, msg in bad:
+            with self.assertRaises(redis.ResponseError, msg=str(opts)) as cm:
+                self.allow(key, 5, 1000, *([] if "AT" in opts else ["AT", t]), *opts)
+            self.assertIn(msg, str(cm.exception), opts)
+        for limit, window, msg in ((0, 1000, LIMIT_ERR), (-1, 1000, LIMIT_ERR),
+                                   ("5x", 1000, LIMIT_ERR), (10 ** 12 + 1, 1000, LIMIT_ERR),
+                                   (5, 0, "window must be"), (5, "10x", "window must be"),
+                                   (5, "-5s", "window must be"), (5, "11y", "window must be")):
+            with self.assertRaises(redis.ResponseError) as cm:
+                self.allow(key, limit, window, "ALGO", "fixed-window", "AT", t)
+            self.assertIn(msg, str(cm.exception), (limit, window))
+        with self.assertRaisesRegex(redis.ResponseError, "precision must be .* divides the window"):
+            self.allow("p", 5, 1000, "ALGO", "sliding-buckets", "PRECISION", 3, "AT", t)
+        with self.assertRaisesRegex(redis.ResponseError, "key must be 1 to 512 bytes"):
+            self.allow("", 5, 1000)
+        with self.assertRaisesRegex(redis.ResponseError, "key must be 1 to 512 bytes"):
+            self.allow("k" * 513, 5, 1000)
+        with self.assertRaisesRegex(redis.ResponseError, "wrong number of arguments for 'rl.allow'"):
+            self.r.execute_command("RL.ALLOW", key, 5)
+        with self.assertRaisesRegex(redis.ResponseError, "wrong number of arguments for 'rl.peek'"):
+            self.r.execute_command("RL.PEEK", key)
+        with self.assertRaisesRegex(redis.ResponseError, "wrong number of arguments for 'rl.reset'"):
+            self.r.execute_command("RL.RESET")
+        with self.assertRaisesRegex(redis.ResponseError, "unknown command 'RL.ALOW'"):
+            self.r.execute_command("RL.ALOW", key, 5, 1000)
+        # nothing above changed the key's state: one of 5 used, so a peek
+        # answers what the second request would get
+        self.assertEqual(self.peek(key, 5, 1000, "ALGO", "fixed-window", "AT", t),
+                         [1, 5, 3, 0, 1000, 0])
+        # the longest key is fine
+        self.assertEqual(self.allow("k" * 512, 5, 1000, "AT", t)[0], 1)
+
+
+class TestRawReplies(ServerTestCase):
+    """Replies byte for byte: what every Redis client parses."""
+
+    def test_error_lines_start_with_err(self):
+        with self.srv.raw() as c:
+            self.assertEqual(c.cmd("RL.ALLOW", "k", 5, 1000, "ALGO", "tokenbucket"),
+                             RespError("ERR unknown algorithm 'tokenbucket'"))
+            self.assertEqual(c.cmd("RL.ALLOW", "k", 0, 1000),
+                             RespError("ERR " + LIMIT_ERR))
+            self.assertEqual(c.cmd("NOSUCH"), RespError("ERR unknown command 'NOSUCH'"))
+            got = c.cmd("RL.ALLOW", "k", 5, "1x")
+            self.assertTrue(got.line.startswith("ERR window must be"), got)
+            self.assertIn("'1x'", got.line)
+            # binary junk is quoted printably, on one line
+            got = c.cmd(b"\x00\r\nX")
+            self.assertEqual(got, RespError("ERR unknown command '???X'"))
+            self.assertEqual(c.cmd("PING"), b"PONG")
+
+    def test_ping_echo(self):
+        with self.srv.raw() as c:
+            c.send(b"*1\r\n$4\r\nPING\r\n")
+            self.assertEqual(c.read_reply(), b"PONG")
+            self.assertEqual(c.cmd("ping", "hello world"), b"hello world")
+            self.assertEqual(c.cmd("ECHO", b"bin\x00\r\nary"), b"bin\x00\r\nary")
+            self.assertEqual(c.cmd("ECHO", ""), b"")
+            self.assertEqual(c.cmd("ECHO"), RespError("ERR wrong number of arguments for 'echo' command"))
+            self.assertEqual(c.cmd("PING", "a", "b"), RespError("ERR wrong number of arguments for 'ping' command"))
+        # exact bytes on the wire
+        with self.srv.raw() as c:
+            c.send(b"*1\r\n$4\r\nPING\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n"
+                   b"*6\r\n$8\r\nRL.ALLOW\r\n$3\r\nwir\r\n$1\r\n5\r\n$3\r\n10s\r\n$2\r\nAT\r\n")
+            # the last command is incomplete: only two replies now
+            self.assertEqual(c.read_replies(2), [b"PONG", b"hi"])
+            c.send(b"$%d\r\n%d\r\n" % (len(str(BASE)), BASE))
+            self.assertEqual(c.read_reply(), [1, 5, 4, 0, 2000, 0])
+
+    def test_allow_reply_bytes(self):
+        with self.srv.raw() as c:
+            c.send(b"*6\r\n$8\r\nRL.ALLOW\r\n$5\r\nbytes\r\n$1\r\n5\r\n$3\r\n10s\r\n$2\r\nAT\r\n")
+            c.send(("$%d\r\n%d\r\n" % (len(str(BASE)), BASE)).encode())
+            c.sock.settimeout(10)
+            want = b"*6\r\n:1\r\n:5\r\n:4\r\n:0\r\n:2000\r\n:0\r\n"
+            got = b""
+            while len(got) < len(want):
+                chunk = c.sock.recv(4096)
+                self.assertTrue(chunk, "closed after %r" % got)
+                got += chunk
+            self.assertEqual(got, want)
+
+    def test_quit(self):
+        with self.srv.raw() as c:
+            c.send(b"PING\r\n*1\r\n$4\r\nQUIT\r\n*1\r\n$4\r\nPING\r\n")
+            self.assertEqual(c.read_until_eof(), [b"PONG", b"OK"],
+                             "QUIT answers +OK, then closes; nothing after it runs")
+        r = self.srv.redis()
+        self.assertTrue(r.execute_command("QUIT"), "redis-py sees +OK")
+        r.close()
+
+    def test_command(self):
+        with self.srv.raw() as c:
+            table = c.cmd("COMMAND")
+            count = c.cmd("COMMAND", "COUNT")
+            self.assertEqual(count, len(table))
+            names = {e[0] for e in table}
+            for n in (b"rl.allow", b"rl.peek", b"rl.reset", b"ping", b"echo", b"quit", b"info",
+                      b"command", b"hello"):
+                self.assertIn(n, names)
+            for e in table:
+                self.assertEqual(len(e), 6, e)
+                self.assertIsInstance(e[1], int)
+            allow = [e for e in table if e[0] == b"rl.allow"][0]
+            self.assertEqual(allow[1], -4)
+            self.assertEqual(allow[3:], [1, 1, 1], "first key, last key, step")
+            self.assertEqual(c.cmd("COMMAND", "INFO", "rl.peek", "nosuch"),
+                             [[e for e in table if e[0] == b"rl.peek"][0], None])
+            self.assertEqual(c.cmd("COMMAND", "DOCS"), [])
+
+    def test_hello(self):
+        with self.srv.raw() as c:
+            h = c.cmd("HELLO", "2")
+            self.assertIsInstance(h, list)
+            m = dict(zip(h[::2], h[1::2]))
+            self.assertEqual(m[b"proto"], 2)
+            self.assertEqual(m[b"server"], b"sluiced")
+            self.assertIn(b"version", m)
+            h3 = c.cmd("HELLO", "3")
+            self.assertIsInstance(h3, RespError)
+            self.assertTrue(h3.line.startswith("NOPROTO"), h3)
+            self.assertIn("RESP2", h3.line)
+            # the connection keeps speaking RESP2
+            self.assertEqual(c.cmd("PING"), b"PONG")
+            self.assertEqual(c.cmd("HELLO"), h)
+
+
+class TestInfo(ServerTestCase):
+    """INFO and its sections; the stats section's counts exact after a known
+    sequence (a server of this class's own, so no other traffic)."""
+
+    def test_sections(self):
+        info = self.srv.info()
+        for k in ("sluice_version", "redis_version", "process_id", "tcp_port", "uptime_in_seconds",
+                  "connected_clients", "maxclients", "total_connections_received",
+                  "total_commands_processed", "decisions", "allowed", "denied", "used_memory",
+                  "maxmemory", "keys", "snapshots_written", "keys_loaded_at_start"):
+            self.assertIn(k, info)
+        self.assertEqual(int(info["process_id"]), self.srv.pid)
+        self.assertEqual(int(info["tcp_port"]), self.srv.port)
+        self.assertEqual(info["trust_client_time"], "yes")
+        sections = {
+            "server": ("sluice_version", "tcp_port"),
+            "clients": ("connected_clients", "maxclients"),
+            "stats": ("total_commands_processed", "algo_gcra"),
+            "memory": ("used_memory", "maxmemory"),
+            "persistence": ("snapshots_written",),
+        }
+        for sec, keys in sections.items():
+            for name in (sec, sec.upper()):
+                raw = self.srv.info(name)
+                for k in keys:
+                    self.assertIn(k, raw, "INFO %s" % name)
+                for other, okeys in sections.items():
+                    if other != sec:
+                        self.assertNotIn(okeys[0], raw, "INFO %s shows only its section" % name)
+        with self.srv.raw() as c:
+            text = c.cmd("INFO", "server")
+            self.assertTrue(text.startswith(b"# Server\r\n"), text[:40])
+            self.assertEqual(c.cmd("INFO", "nosuchsection"), b"")
+            both = parse_info(c.cmd("INFO", "clients", "memory"))
+            self.assertIn("maxclients", both)
+            self.assertIn("used_memory", both)
+        self.assertGreaterEqual(int(self.srv.info("clients")["connected_clients"]), 1)
+        self.assertEqual(self.srv.info("memory")["maxmemory"], str(1024 ** 3))
+
+    def test_stats_counts_exact(self):
+        """Algorithm i gets 2i+3 requests at limit i+1 (one instant): i+1
+        allowed, i+2 denied.  Peeks and errors are not decisions."""
+        srv = self.new_server(trust_client_time=True)
+        before = srv.info("stats")
+        t = BASE
+        with srv.raw() as c:
+            for i, algo in enumerate(ALGOS):
+                for _ in range(2 * i + 3):
+                    c.cmd("RL.ALLOW", "st", i + 1, "1h", "ALGO", algo, "AT", t)
+                c.cmd("RL.PEEK", "st", i + 1, "1h", "ALGO", algo, "AT", t)
+            for _ in range(4):
+                self.assertIsInstance(c.cmd("RL.ALLOW", "st", 0, "1h"), RespError)
+            self.assertIsInstance(c.cmd("NOSUCH"), RespError)
+            after = parse_info(c.cmd("INFO", "stats"))
+        total_dec = sum(2 * i + 3 for i in range(len(ALGOS)))
+        total_ok = sum(i + 1 for i in range(len(ALGOS)))
+        for i, algo in enumerate(ALGOS):
+            self.assertEqual(after["algo_" + algo],
+                             "decisions=%d,allowed=%d,denied=%d" % (2 * i + 3, i + 1, i + 2), algo)
+        self.assertEqual(int(after["decisions"]), total_dec)
+        self.assertEqual(int(after["allowed"]), total_ok)
+        self.assertEqual(int(after["denied"]), total_dec - total_ok)
+        self.assertEqual(int(after["error_replies"]) - int(before["error_replies"]), 5)
+        # every command counts, the INFO that reports included
+        self.assertEqual(int(after["total_commands_processed"])
+                         - int(before["total_commands_processed"]),
+                         total_dec + len(ALGOS) + 5 + 1)
+        self.assertEqual(int(srv.info("memory")["keys"]), len(ALGOS))
+
+
+class TestTrustClientTime(ServerTestCase):
+    """Without --trust-client-time, AT is an error and the clock is the server's."""
+
+    TRUST = False
+
+    def test_at_refused(self):
+        with self.srv.raw() as c:
+            got = c.cmd("RL.ALLOW", "k", 5, "10s", "AT", BASE)
+            self.assertIsInstance(got, RespError)
+            self.assertTrue(got.line.startswith("ERR AT is refused"), got)
+            self.assertIn("--trust-client-time", got.line)
+            # refused, so nothing was consumed
+            self.assertEqual(c.cmd("RL.ALLOW", "k", 5, "1h"), [1, 5, 4, 0, 720000, 0])
+            self.assertEqual(self.srv.info("server")["trust_client_time"], "no")
+
+    def test_server_clock_decides(self):
+        """A fixed window of 1 h at the server's clock: the reset is what is
+        left of the current hour (between 1 ms and 1 h)."""
+        with self.srv.raw() as c:
+            got = c.cmd("RL.ALLOW", "clock", 2, "1h", "ALGO", "fixed-window")
+            self.assertEqual(got[:4], [1, 2, 1, 0])
+            self.assertTrue(1 <= got[4] <= 3600000, got)
