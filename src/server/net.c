@@ -41,7 +41,8 @@
  * at a bounded cost; one whose replies exceed max-output after a batch is
  * cut at once; one that accepts none of its pending replies for
  * send-timeout is cut; one that sends nothing for idle-timeout is cut.
- * Input without a complete command beyond max-command is a protocol error.
+ * A command (or input without a complete one) beyond max-command is a
+ * protocol error.
  *
  * Closing.  QUIT, protocol errors, end of input and shutdown all close the
  * same way: stop reading, send what is pending, then close -- but if the
@@ -78,7 +79,7 @@
 #define MAX_LISTENERS    16
 #define BACKLOG          511
 #define SCRATCH_KEEP     (1024 * 1024) /* reply-batch capacity kept between batches */
-#define LINGER_MAX_BYTES (1024 * 1024)
+#define LINGER_MAX_BYTES (64 * 1024 * 1024) /* time (SL_NET_LINGER_MS) is the real bound */
 
 enum conn_state {
     C_OPEN,    /* reading and running commands */
@@ -392,6 +393,11 @@ static enum run_status run(conn *c, const char *p, size_t len, int64_t now, turn
         if (rc == SL_RESP_AGAIN) break;
         if (rc == SL_RESP_ERROR) {
             protocol_error(c, perr ? perr : "Protocol error");
+            st = RUN_CLOSE;
+            break;
+        }
+        if (used > net->cfg->max_command) { /* however it arrived: whole or in pieces */
+            protocol_error(c, "Protocol error: command larger than max-command");
             st = RUN_CLOSE;
             break;
         }
