@@ -115,24 +115,27 @@ out:
     return rc;
 }
 
-int sl_decide(sl_store *s, const sl_params *p, const void *key, size_t keylen, int64_t now_ms,
-              int64_t cost, sl_result *out)
+/* decide() for parameters given with the call: checked first. */
+static int decide_params(sl_store *s, const sl_params *p, const void *key, size_t keylen,
+                         int64_t now_ms, int64_t cost, int commit, sl_result *out)
 {
     int rc = sl_params_check(p);
     if (rc != 0) return rc;
     sl__norm n;
     sl__norm_from(&n, p);
-    return decide(s, &n, key, keylen, now_ms, cost, 1, out);
+    return decide(s, &n, key, keylen, now_ms, cost, commit, out);
+}
+
+int sl_decide(sl_store *s, const sl_params *p, const void *key, size_t keylen, int64_t now_ms,
+              int64_t cost, sl_result *out)
+{
+    return decide_params(s, p, key, keylen, now_ms, cost, 1, out);
 }
 
 int sl_peek(sl_store *s, const sl_params *p, const void *key, size_t keylen, int64_t now_ms,
             int64_t cost, sl_result *out)
 {
-    int rc = sl_params_check(p);
-    if (rc != 0) return rc;
-    sl__norm n;
-    sl__norm_from(&n, p);
-    return decide(s, &n, key, keylen, now_ms, cost, 0, out);
+    return decide_params(s, p, key, keylen, now_ms, cost, 0, out);
 }
 
 int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen)

@@ -17,16 +17,6 @@
 
 static inline uint64_t rotl(uint64_t x, int b) { return (x << b) | (x >> (64 - b)); }
 
-/* Little-endian load, whatever the host order. */
-static inline uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-    v = __builtin_bswap64(v);
-#endif
-    return v;
-}
 
 typedef struct sipstate {
     uint64_t v0, v1, v2, v3;
@@ -54,7 +44,7 @@ static inline void sipround(sipstate *s)
 
 static inline void sip_init(sipstate *s, const uint8_t key[16])
 {
-    uint64_t k0 = load_le64(key), k1 = load_le64(key + 8);
+    uint64_t k0 = sl__sip_le64(key), k1 = sl__sip_le64(key + 8);
     s->v0 = k0 ^ 0x736f6d6570736575ULL; /* "somepseu" */
     s->v1 = k1 ^ 0x646f72616e646f6dULL; /* "dorandom" */
     s->v2 = k0 ^ 0x6c7967656e657261ULL; /* "lygenera" */
@@ -79,7 +69,7 @@ static inline uint64_t siphash_cd(const uint8_t key[16], const void *data, size_
     sipstate s;
     sip_init(&s, key);
     for (; p < end; p += 8) {
-        uint64_t m = load_le64(p);
+        uint64_t m = sl__sip_le64(p);
         s.v3 ^= m;
         for (int i = 0; i < c; i++) sipround(&s);
         s.v0 ^= m;
