@@ -15,7 +15,7 @@ VERSION := 0.1.0
 WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes
 CFLAGS  ?= -O2 -g
 LDFLAGS ?=
-ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Isrc/lib -Isrc/cli -Isrc/server -fPIC
+ALL_CFLAGS := -std=c11 -D_GNU_SOURCE $(WARN) $(CFLAGS) -Iinclude -Isrc/lib -Isrc/cli -Isrc/server -Isrc/rules -fPIC
 LDLIBS  := -lz -lpthread
 
 ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
@@ -33,6 +33,10 @@ SRV_SRC := $(wildcard src/server/*.c)
 SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(filter-out $(B)/src/server/main.o,$(SRV_OBJ))
 SRV_LIBS := -levent
+# Rules files (src/rules): the YAML loader and matcher, linked where used.
+RULES_SRC := $(wildcard src/rules/*.c)
+RULES_OBJ := $(RULES_SRC:%.c=$(B)/%.o)
+RULES_LIBS := -lyaml
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -73,6 +77,8 @@ $(B)/tests/test_replay_parse: $(CLI_PARTS)
 $(B)/tests/test_resp: $(B)/src/server/resp.o
 $(B)/tests/test_commands: $(SRV_PARTS)
 $(B)/tests/test_commands: LDLIBS += $(SRV_LIBS)
+$(B)/tests/test_rules: $(RULES_OBJ)
+$(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 
 $(B)/bench/bench: $(B)/bench/bench.o $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

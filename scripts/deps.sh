@@ -15,6 +15,7 @@ redis-server
 libevent-dev
 libhiredis-dev
 python3-redis
+libyaml-dev
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -23,6 +24,7 @@ python3-redis
 #   clang, libclang-rt-14-dev  libFuzzer targets
 #   redis-server, libevent-dev, libhiredis-dev, python3-redis
 #                    the server (sluiced) and its end-to-end tests
+#   libyaml-dev      rules files (src/rules): the YAML parser
 
 set -eu
 

@@ -1,0 +1,1690 @@
+/*
+ * rules.c -- loads rules files (Lyft ratelimit's YAML format plus sluice's
+ * extensions) into an immutable, reference-counted rule set, and matches
+ * requests against it.  docs/rules.md is the user's side of this file.
+ *
+ * Loading is three passes over one file, all bounded by named caps:
+ *
+ *   1. the raw bytes: the size (before anything is read into memory when the
+ *      file system knows it), NUL bytes, tabs in indentation;
+ *   2. libyaml's event parser builds a small tree of scalars, lists and maps
+ *      (our own, so every node keeps its line and column, depth is capped
+ *      while parsing, and an alias is a pointer to its anchor's node);
+ *   3. the schema walk turns the tree into the model, checking every field:
+ *      types, units, ranges, unknown and duplicate keys, duplicate siblings.
+ *
+ * The first problem found stops the load with "FILE:LINE:COLUMN: message";
+ * the set being built is freed, so there is never a partial result.
+ *
+ * The model lives in one arena per set (freed in one go); each YAML tree in
+ * an arena per file.  Invariant of a loaded set: siblings are unique by
+ * (key, value, kind), and each node's lookup tables (exact by key and value,
+ * key-only by key, wildcards longest prefix first) are sorted, so matching
+ * is a binary search per level and never allocates.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <yaml.h>
+
+#include "rules.h"
+#include "sluice.h"
+
+/* ---- arena ---------------------------------------------------------------- */
+
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    max_align_t data[];
+} chunk;
+
+typedef struct arena {
+    chunk *head;
+} arena;
+
+#define ARENA_CHUNK 65536
+
+/* Returns n zeroed bytes aligned to 8, or NULL.  Large requests get a chunk
+ * of their own, linked behind the current one so its free space stays. */
+static void *arena_alloc(arena *a, size_t n)
+{
+    n = (n + 7) & ~(size_t)7;
+    if (n == 0) n = 8;
+    chunk *h = a->head;
+    if (h == NULL || h->cap - h->used < n) {
+        size_t cap = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
+        chunk *c = malloc(sizeof *c + cap);
+        if (c == NULL) return NULL;
+        c->used = 0;
+        c->cap = cap;
+        if (h != NULL && cap == n) {
+            c->next = h->next;
+            h->next = c;
+        } else {
+            c->next = h;
+            a->head = c;
+        }
+        h = c;
+    }
+    void *p = (char *)h->data + h->used;
+    h->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+static char *arena_strndup(arena *a, const char *s, size_t len)
+{
+    char *p = arena_alloc(a, len + 1);
+    if (p == NULL) return NULL;
+    if (len) memcpy(p, s, len);
+    p[len] = '\0';
+    return p;
+}
+
+static void arena_free(arena *a)
+{
+    chunk *c = a->head;
+    while (c) {
+        chunk *next = c->next;
+        free(c);
+        c = next;
+    }
+    a->head = NULL;
+}
+
+/* ---- the set -------------------------------------------------------------- */
+
+struct sl__rule_index {
+    const sl_rule_node **exact;  /* by (key, value) */
+    const sl_rule_node **prefix; /* longest prefix first, then file order */
+    const sl_rule_node **any;    /* by key */
+    int nexact, nprefix, nany;
+};
+
+struct sl_rules {
+    _Atomic long refs;
+    uint64_t generation;
+    int64_t loaded_at_ms; /* wall clock, ms since the epoch */
+    arena mem;            /* everything below */
+    const char *source;
+    sl_rule_domain *domains; /* load order */
+    int ndomains, domains_cap;
+    const sl_rule_domain **by_name; /* sorted by name */
+    size_t nrules;                  /* descriptors */
+};
+
+static _Atomic uint64_t generations; /* sets loaded by this process */
+
+/* ---- YAML tree ------------------------------------------------------------ */
+
+enum { Y_SCALAR, Y_SEQ, Y_MAP };
+
+typedef struct ycell ycell;
+
+typedef struct ynode {
+    unsigned char type;
+    unsigned char plain; /* a plain scalar: not quoted, not a block */
+    unsigned line, col;  /* 1-based; col counts characters */
+    union {
+        struct {
+            const char *s; /* NUL-terminated copy */
+            size_t len;
+        };
+        struct {
+            ycell *first, *last; /* maps: key, value, key, value... */
+            size_t n;
+        };
+    };
+} ynode;
+
+struct ycell {
+    const ynode *node;
+    ycell *next;
+};
+
+typedef struct anchor {
+    const char *name;
+    const ynode *node;
+    struct anchor *prev;
+} anchor;
+
+/* One file being loaded. */
+typedef struct loader {
+    const char *file; /* name in messages */
+    const char *buf;  /* its bytes */
+    size_t len;
+    char *err;
+    size_t errlen;
+    sl_rules *set;
+    arena tmp; /* the YAML tree */
+    /* tree building */
+    ynode *stack[SL_RULES_MAX_YAML_DEPTH];
+    const char *stack_anchor[SL_RULES_MAX_YAML_DEPTH];
+    int depth;
+    const ynode *root;
+    anchor *anchors;
+    size_t nanchors;
+    size_t nodes;  /* YAML nodes built */
+    size_t visits; /* YAML nodes visited by the schema walk */
+} loader;
+
+/* ---- messages ------------------------------------------------------------- */
+
+static int fail_at(loader *ld, unsigned line, unsigned col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail_at(loader *ld, unsigned line, unsigned col, const char *fmt, ...)
+{
+    if (ld->errlen == 0) return -1;
+    int n = snprintf(ld->err, ld->errlen, "%s:%u:%u: ", ld->file, line, col);
+    if (n >= 0 && (size_t)n < ld->errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+#define FAIL(ld, node, ...) fail_at((ld), (node)->line, (node)->col, __VA_ARGS__)
+
+static int oom(loader *ld) { return fail_at(ld, 1, 1, "out of memory"); }
+
+/* Line and column (1-based, columns in characters) of byte offset off. */
+static void offset_pos(const char *buf, size_t len, size_t off, unsigned *line, unsigned *col)
+{
+    unsigned l = 1, c = 1;
+    if (off > len) off = len;
+    for (size_t i = 0; i < off; i++) {
+        if (buf[i] == '\n') {
+            l++;
+            c = 1;
+        } else if (((unsigned char)buf[i] & 0xC0) != 0x80) {
+            c++;
+        }
+    }
+    *line = l;
+    *col = c;
+}
+
+/* Writes a scalar's text for a message into buf (at least 16 bytes):
+ * control bytes as \xNN, cut at a character boundary with "..." past 48. */
+static const char *tok_text(const char *s, size_t len, char *buf, size_t cap)
+{
+    size_t o = 0, i = 0;
+    for (; i < len && i < 48 && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f) {
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+        } else {
+            buf[o++] = (char)c;
+        }
+    }
+    if (i < len) {
+        while (o > 0 && ((unsigned char)buf[o - 1] & 0xC0) == 0x80) o--; /* continuation bytes */
+        if (o > 0 && (unsigned char)buf[o - 1] >= 0xC0) o--;             /* a lead byte */
+        memcpy(buf + o, "...", 3);
+        o += 3;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+static const char *tok(const ynode *n, char *buf, size_t cap)
+{
+    return tok_text(n->s, n->len, buf, cap);
+}
+
+/* "'text'" for a scalar, "a list" or "a map" otherwise. */
+static const char *desc(const ynode *n, char *buf, size_t cap)
+{
+    if (n->type == Y_SEQ) return "a list";
+    if (n->type == Y_MAP) return "a map";
+    char t[80];
+    snprintf(buf, cap, "'%s'", tok(n, t, sizeof t));
+    return buf;
+}
+
+/* ---- reading -------------------------------------------------------------- */
+
+/* Reads a whole file of at most SL_RULES_MAX_FILE bytes into *out (malloc'd).
+ * A regular file's size is checked before reading.  Returns 0 or -1 with a
+ * message. */
+static int read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "%s: is a directory", path);
+        close(fd);
+        return -1;
+    }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > SL_RULES_MAX_FILE) {
+        snprintf(err, errlen,
+                 "%s:1:1: file too large: %lld bytes (the limit is %u bytes, SL_RULES_MAX_FILE)",
+                 path, (long long)st.st_size, (unsigned)SL_RULES_MAX_FILE);
+        close(fd);
+        return -1;
+    }
+    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536, len = 0;
+    char *buf = malloc(cap);
+    if (buf == NULL) goto nomem;
+    for (;;) {
+        if (len == cap) {
+            if (cap > SL_RULES_MAX_FILE) break;
+            size_t ncap =
+                cap * 2 > (size_t)SL_RULES_MAX_FILE + 1 ? (size_t)SL_RULES_MAX_FILE + 1 : cap * 2;
+            char *nb = realloc(buf, ncap);
+            if (nb == NULL) goto nomem;
+            buf = nb;
+            cap = ncap;
+        }
+        ssize_t r = read(fd, buf + len, cap - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            snprintf(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+            free(buf);
+            close(fd);
+            return -1;
+        }
+        if (r == 0) break;
+        len += (size_t)r;
+    }
+    close(fd);
+    if (len > SL_RULES_MAX_FILE) {
+        snprintf(err, errlen,
+                 "%s:1:1: file too large: more than %u bytes (the limit, SL_RULES_MAX_FILE)", path,
+                 (unsigned)SL_RULES_MAX_FILE);
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    *outlen = len;
+    return 0;
+nomem:
+    snprintf(err, errlen, "%s: out of memory", path);
+    free(buf);
+    close(fd);
+    return -1;
+}
+
+/* Pass 1: NUL bytes (binary data) and tabs in indentation, which YAML
+ * forbids and which otherwise give confusing messages. */
+static int prescan(loader *ld)
+{
+    const char *nul = ld->len ? memchr(ld->buf, '\0', ld->len) : NULL;
+    if (nul != NULL) {
+        unsigned l, c;
+        offset_pos(ld->buf, ld->len, (size_t)(nul - ld->buf), &l, &c);
+        return fail_at(ld, l, c, "binary data (a NUL byte): not a YAML text file");
+    }
+    int bol = 1;
+    for (size_t i = 0; i < ld->len; i++) {
+        char ch = ld->buf[i];
+        if (ch == '\n') {
+            bol = 1;
+        } else if (bol && ch == '\t') {
+            unsigned l, c;
+            offset_pos(ld->buf, ld->len, i, &l, &c);
+            return fail_at(ld, l, c, "tab character in indentation (YAML indents with spaces)");
+        } else if (ch != ' ') {
+            bol = 0;
+        }
+    }
+    return 0;
+}
+
+/* ---- pass 2: YAML events to a tree ---------------------------------------- */
+
+static ynode *new_node(loader *ld, int type, const yaml_mark_t *m)
+{
+    if (++ld->nodes > SL_RULES_MAX_NODES) {
+        fail_at(ld, (unsigned)m->line + 1, (unsigned)m->column + 1,
+                "more than %d YAML nodes (SL_RULES_MAX_NODES)", SL_RULES_MAX_NODES);
+        return NULL;
+    }
+    ynode *n = arena_alloc(&ld->tmp, sizeof *n);
+    if (n == NULL) {
+        oom(ld);
+        return NULL;
+    }
+    n->type = (unsigned char)type;
+    n->line = (unsigned)m->line + 1;
+    n->col = (unsigned)m->column + 1;
+    return n;
+}
+
+static int add_node(loader *ld, const ynode *n)
+{
+    if (ld->depth == 0) {
+        ld->root = n;
+        return 0;
+    }
+    ynode *p = ld->stack[ld->depth - 1];
+    ycell *c = arena_alloc(&ld->tmp, sizeof *c);
+    if (c == NULL) return oom(ld);
+    c->node = n;
+    if (p->last)
+        p->last->next = c;
+    else
+        p->first = c;
+    p->last = c;
+    p->n++;
+    return 0;
+}
+
+static int add_anchor(loader *ld, const yaml_char_t *name, const ynode *n)
+{
+    if (name == NULL) return 0;
+    if (++ld->nanchors > SL_RULES_MAX_ANCHORS)
+        return FAIL(ld, n, "more than %d YAML anchors (SL_RULES_MAX_ANCHORS)",
+                    SL_RULES_MAX_ANCHORS);
+    anchor *a = arena_alloc(&ld->tmp, sizeof *a);
+    if (a == NULL) return oom(ld);
+    a->name = arena_strndup(&ld->tmp, (const char *)name, strlen((const char *)name));
+    if (a->name == NULL) return oom(ld);
+    a->node = n;
+    a->prev = ld->anchors;
+    ld->anchors = a;
+    return 0;
+}
+
+static int push(loader *ld, int type, const yaml_event_t *ev, const yaml_char_t *anchor_name)
+{
+    if (ld->depth >= SL_RULES_MAX_YAML_DEPTH)
+        return fail_at(ld, (unsigned)ev->start_mark.line + 1, (unsigned)ev->start_mark.column + 1,
+                       "YAML nested deeper than %d levels (SL_RULES_MAX_YAML_DEPTH)",
+                       SL_RULES_MAX_YAML_DEPTH);
+    ynode *n = new_node(ld, type, &ev->start_mark);
+    if (n == NULL || add_node(ld, n) != 0) return -1;
+    const char *a = NULL;
+    if (anchor_name != NULL) {
+        a = arena_strndup(&ld->tmp, (const char *)anchor_name, strlen((const char *)anchor_name));
+        if (a == NULL) return oom(ld);
+    }
+    ld->stack[ld->depth] = n;
+    ld->stack_anchor[ld->depth] = a;
+    ld->depth++;
+    return 0;
+}
+
+/* libyaml's error, with its position.  Reader errors (bad encoding, control
+ * characters) carry a byte offset; the others a mark. */
+static int yaml_fail(loader *ld, const yaml_parser_t *p)
+{
+    unsigned l = 1, c = 1;
+    const char *problem = p->problem ? p->problem : "unknown problem";
+    switch (p->error) {
+    case YAML_MEMORY_ERROR: return oom(ld);
+    case YAML_READER_ERROR:
+        offset_pos(ld->buf, ld->len, p->problem_offset, &l, &c);
+        if (p->problem_value >= 0)
+            return fail_at(ld, l, c, "binary data or invalid UTF-8: %s (byte 0x%02x)", problem,
+                           (unsigned)p->problem_value & 0xff);
+        return fail_at(ld, l, c, "binary data or invalid UTF-8: %s", problem);
+    default: break;
+    }
+    l = (unsigned)p->problem_mark.line + 1;
+    c = (unsigned)p->problem_mark.column + 1;
+    /* does the line of the problem hold a tab? */
+    const char *hint = "";
+    size_t i = 0;
+    for (unsigned line = 1; i < ld->len && line < l; i++)
+        if (ld->buf[i] == '\n') line++;
+    for (; i < ld->len && ld->buf[i] != '\n'; i++) {
+        if (ld->buf[i] == '\t') {
+            hint = " (the line holds a tab character; YAML wants spaces)";
+            break;
+        }
+    }
+    if (p->context)
+        return fail_at(ld, l, c, "YAML syntax error: %s (%s from line %u)%s", problem, p->context,
+                       (unsigned)p->context_mark.line + 1, hint);
+    return fail_at(ld, l, c, "YAML syntax error: %s%s", problem, hint);
+}
+
+/* Pass 2.  Sets ld->root (NULL for a file without a document). */
+static int build_tree(loader *ld)
+{
+    yaml_parser_t p;
+    if (!yaml_parser_initialize(&p)) return oom(ld);
+    yaml_parser_set_input_string(&p, (const unsigned char *)ld->buf, ld->len);
+    int rc = 0, docs = 0;
+    for (int done = 0; !done && rc == 0;) {
+        yaml_event_t ev;
+        if (!yaml_parser_parse(&p, &ev)) {
+            rc = yaml_fail(ld, &p);
+            break;
+        }
+        switch (ev.type) {
+        case YAML_STREAM_END_EVENT: done = 1; break;
+        case YAML_DOCUMENT_START_EVENT:
+            if (++docs > 1)
+                rc = fail_at(ld, (unsigned)ev.start_mark.line + 1,
+                             (unsigned)ev.start_mark.column + 1,
+                             "a second YAML document: a rules file holds one domain");
+            break;
+        case YAML_SCALAR_EVENT: {
+            ynode *n = new_node(ld, Y_SCALAR, &ev.start_mark);
+            if (n == NULL) {
+                rc = -1;
+                break;
+            }
+            n->plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+            n->len = ev.data.scalar.length;
+            n->s = arena_strndup(&ld->tmp, (const char *)ev.data.scalar.value, n->len);
+            if (n->s == NULL)
+                rc = oom(ld);
+            else if ((rc = add_node(ld, n)) == 0)
+                rc = add_anchor(ld, ev.data.scalar.anchor, n);
+            break;
+        }
+        case YAML_SEQUENCE_START_EVENT:
+            rc = push(ld, Y_SEQ, &ev, ev.data.sequence_start.anchor);
+            break;
+        case YAML_MAPPING_START_EVENT:
+            rc = push(ld, Y_MAP, &ev, ev.data.mapping_start.anchor);
+            break;
+        case YAML_SEQUENCE_END_EVENT:
+        case YAML_MAPPING_END_EVENT: {
+            /* an anchor names its node only once the node is complete, so an
+             * alias can never make a cycle */
+            ld->depth--;
+            const char *a = ld->stack_anchor[ld->depth];
+            if (a) rc = add_anchor(ld, (const yaml_char_t *)a, ld->stack[ld->depth]);
+            break;
+        }
+        case YAML_ALIAS_EVENT: {
+            const char *name = (const char *)ev.data.alias.anchor;
+            const anchor *a = ld->anchors;
+            while (a && strcmp(a->name, name) != 0) a = a->prev;
+            if (a == NULL) {
+                char t[80];
+                rc = fail_at(
+                    ld, (unsigned)ev.start_mark.line + 1, (unsigned)ev.start_mark.column + 1,
+                    "unknown alias '*%s' (no complete node has the anchor '&%s' before it)",
+                    tok_text(name, strlen(name), t, sizeof t), t);
+            } else {
+                rc = add_node(ld, a->node);
+            }
+            break;
+        }
+        default: break;
+        }
+        yaml_event_delete(&ev);
+    }
+    yaml_parser_delete(&p);
+    return rc;
+}
+
+/* ---- pass 3: the schema --------------------------------------------------- */
+
+/* Counts a visited YAML node: aliases may make a small file a big tree. */
+static int visit(loader *ld, const ynode *n)
+{
+    if (++ld->visits > SL_RULES_MAX_NODES)
+        return FAIL(ld, n, "more than %d YAML nodes with aliases expanded (SL_RULES_MAX_NODES)",
+                    SL_RULES_MAX_NODES);
+    return 0;
+}
+
+static int is_null(const ynode *n)
+{
+    if (n == NULL) return 1;
+    if (n->type != Y_SCALAR || !n->plain) return 0;
+    return n->len == 0 || strcmp(n->s, "~") == 0 || strcmp(n->s, "null") == 0 ||
+           strcmp(n->s, "Null") == 0 || strcmp(n->s, "NULL") == 0;
+}
+
+/* The fields of a map.  vals[i] is the value of names[i], or NULL when the
+ * field is absent or null.  Unknown and repeated keys are errors. */
+static int get_fields(loader *ld, const ynode *map, const char *const *names, int nnames,
+                      const char *what, const char *expected, const ynode **vals)
+{
+    const ynode *keys[16] = {0};
+    for (int i = 0; i < nnames; i++) vals[i] = NULL;
+    for (const ycell *c = map->first; c && c->next; c = c->next->next) {
+        const ynode *k = c->node, *v = c->next->node;
+        char t[80], d[96];
+        if (visit(ld, k) != 0 || visit(ld, v) != 0) return -1;
+        if (k->type != Y_SCALAR)
+            return FAIL(ld, k, "the keys of %s must be field names, not %s", what,
+                        desc(k, d, sizeof d));
+        int i = 0;
+        while (i < nnames && strcmp(names[i], k->s) != 0) i++;
+        if (i == nnames || strlen(names[i]) != k->len)
+            return FAIL(ld, k, "unknown field '%s' in %s (expected %s)", tok(k, t, sizeof t), what,
+                        expected);
+        if (keys[i])
+            return FAIL(ld, k, "duplicate key '%s' (first at line %u, column %u)", names[i],
+                        keys[i]->line, keys[i]->col);
+        keys[i] = k;
+        vals[i] = is_null(v) ? NULL : v;
+    }
+    return 0;
+}
+
+/* A string field: any scalar without control characters (a quoted "\0" or
+ * "\x01" is one; they would cut or garble names in listings). */
+static int get_string(loader *ld, const ynode *v, const char *field, const char **s, size_t *len)
+{
+    char d[96];
+    if (v->type != Y_SCALAR)
+        return FAIL(ld, v, "%s must be a string, not %s", field, desc(v, d, sizeof d));
+    for (size_t i = 0; i < v->len; i++) {
+        unsigned char c = (unsigned char)v->s[i];
+        if (c < 0x20 || c == 0x7f)
+            return FAIL(ld, v, "%s %s holds a control character (\\x%02x)", field,
+                        desc(v, d, sizeof d), c);
+    }
+    *s = v->s;
+    *len = v->len;
+    return 0;
+}
+
+static int get_bool(loader *ld, const ynode *v, const char *field, int *out)
+{
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes",
+                                      "YES",  "on",   "On",   "ON"};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No",
+                                     "NO",    "off",   "Off",   "OFF"};
+    char d[96];
+    if (v->type == Y_SCALAR && v->plain) {
+        for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++) {
+            if (strcmp(v->s, yes[i]) == 0) {
+                *out = 1;
+                return 0;
+            }
+            if (strcmp(v->s, no[i]) == 0) {
+                *out = 0;
+                return 0;
+            }
+        }
+    }
+    return FAIL(ld, v, "%s must be true or false, not %s", field, desc(v, d, sizeof d));
+}
+
+static int all_digits(const char *s, size_t len)
+{
+    if (len == 0) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < '0' || s[i] > '9') return 0;
+    return 1;
+}
+
+/* A whole number in min..max, written plainly (not quoted). */
+static int get_int(loader *ld, const ynode *v, const char *field, int64_t min, int64_t max,
+                   int64_t *out)
+{
+    char t[80], d[96];
+    if (v->type != Y_SCALAR)
+        return FAIL(ld, v, "%s must be a whole number, not %s", field, desc(v, d, sizeof d));
+    if (!v->plain)
+        return FAIL(ld, v, "%s must be a whole number, not the quoted string '%s'", field,
+                    tok(v, t, sizeof t));
+    if (v->len > 1 && v->s[0] == '-' && all_digits(v->s + 1, v->len - 1))
+        return FAIL(ld, v, "negative %s '%s' (expected %lld to %lld)", field, tok(v, t, sizeof t),
+                    (long long)min, (long long)max);
+    if (!all_digits(v->s, v->len))
+        return FAIL(ld, v, "%s must be a whole number from %lld to %lld, not '%s'", field,
+                    (long long)min, (long long)max, tok(v, t, sizeof t));
+    if (v->len > 1 && v->s[0] == '0')
+        return FAIL(ld, v, "%s '%s' has a leading zero (YAML 1.1 reads that as octal)", field,
+                    tok(v, t, sizeof t));
+    int64_t x;
+    if (sl_int_parse(v->s, v->len, max, &x) != 0)
+        return FAIL(ld, v, "%s '%s' is too large (at most %lld)", field, tok(v, t, sizeof t),
+                    (long long)max);
+    if (x < min)
+        return FAIL(ld, v, "%s must be from %lld to %lld, not '%s'", field, (long long)min,
+                    (long long)max, tok(v, t, sizeof t));
+    *out = x;
+    return 0;
+}
+
+static int is_pct(const ynode *v)
+{
+    return v->type == Y_SCALAR && v->len >= 1 && v->s[v->len - 1] == '%';
+}
+
+/* "N%" with N a whole number in min..max. */
+static int get_pct(loader *ld, const ynode *v, const char *field, int64_t min, int64_t max,
+                   int64_t *out)
+{
+    char d[96];
+    int64_t x;
+    if (!is_pct(v) || !all_digits(v->s, v->len - 1) || (v->len > 2 && v->s[0] == '0') ||
+        sl_int_parse(v->s, v->len - 1, max, &x) != 0 || x < min)
+        return FAIL(ld, v, "%s must be a percentage from %lld%% to %lld%% such as 10%%, not %s",
+                    field, (long long)min, (long long)max, desc(v, d, sizeof d));
+    *out = x;
+    return 0;
+}
+
+static const struct {
+    const char *name;
+    int64_t seconds;
+} units[SL_UNIT_COUNT] = {
+    {"", 0},
+    {"second", 1},
+    {"minute", 60},
+    {"hour", 3600},
+    {"day", 86400},
+    {"week", 7 * 86400},
+    {"month", 30 * 86400}, /* Lyft: fixed 30 days */
+    {"year", 365 * 86400}, /* Lyft: fixed 365 days */
+};
+
+const char *sl_rule_unit_name(sl_rule_unit u)
+{
+    return (unsigned)u < SL_UNIT_COUNT ? units[u].name : "";
+}
+
+/* Lyft upper-cases the unit before looking it up: any case is accepted. */
+static int get_unit(loader *ld, const ynode *v, sl_rule_unit *out)
+{
+    char t[80], d[96];
+    if (v->type == Y_SCALAR) {
+        for (int u = 1; u < SL_UNIT_COUNT; u++) {
+            if (strlen(units[u].name) == v->len && strncasecmp(units[u].name, v->s, v->len) == 0) {
+                *out = (sl_rule_unit)u;
+                return 0;
+            }
+        }
+        return FAIL(ld, v,
+                    "unknown unit '%s' (expected second, minute, hour, day, week, month or year)",
+                    tok(v, t, sizeof t));
+    }
+    return FAIL(ld, v, "unit must be one of second, minute, hour, day, week, month or year, not %s",
+                desc(v, d, sizeof d));
+}
+
+static int is_bucket(sl_algo a)
+{
+    return a == SL_TOKEN_BUCKET || a == SL_GCRA || a == SL_LEAKY_BUCKET;
+}
+
+enum {
+    L_UNIT,
+    L_RPU,
+    L_UNLIMITED,
+    L_NAME,
+    L_REPLACES,
+    L_ALGORITHM,
+    L_WINDOW,
+    L_BURST,
+    L_PRECISION,
+    L_SOFT,
+    L_ELASTIC,
+    L_N
+};
+static const char *const limit_fields[L_N] = {
+    "unit",  "requests_per_unit", "unlimited", "name",    "replaces", "algorithm", "window",
+    "burst", "precision",         "soft",      "elastic",
+};
+#define LIMIT_EXPECTED                                                                             \
+    "unit, requests_per_unit, unlimited, name, replaces, algorithm, window, burst, precision, "    \
+    "soft or elastic"
+
+static int load_replaces(loader *ld, sl_rule_limit *lim, const ynode *v)
+{
+    char d[96];
+    if (v->type != Y_SEQ)
+        return FAIL(ld, v, "replaces must be a list of '- name: ...', not %s",
+                    desc(v, d, sizeof d));
+    const char **names = arena_alloc(&ld->set->mem, (v->n ? v->n : 1) * sizeof *names);
+    if (names == NULL) return oom(ld);
+    int i = 0;
+    for (const ycell *c = v->first; c; c = c->next, i++) {
+        static const char *const fields[] = {"name"};
+        const ynode *item = c->node, *val[1];
+        if (visit(ld, item) != 0) return -1;
+        if (item->type != Y_MAP)
+            return FAIL(ld, item, "each replaces entry must be a map '- name: ...', not %s",
+                        desc(item, d, sizeof d));
+        if (get_fields(ld, item, fields, 1, "a replaces entry", "name", val) != 0) return -1;
+        const char *s = NULL;
+        size_t len = 0;
+        if (val[0] == NULL) return FAIL(ld, item, "a replaces entry needs a name");
+        if (get_string(ld, val[0], "name", &s, &len) != 0) return -1;
+        if (len == 0) return FAIL(ld, val[0], "a replaces entry needs a non-empty name");
+        if (lim->named && strcmp(s, lim->name) == 0)
+            return FAIL(ld, val[0], "a limit cannot replace itself ('%s')", lim->name);
+        if ((names[i] = arena_strndup(&ld->set->mem, s, len)) == NULL) return oom(ld);
+    }
+    lim->replaces = names;
+    lim->nreplaces = i;
+    return 0;
+}
+
+/* One rate_limit map into lim. */
+static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
+{
+    const ynode *f[L_N];
+    char t[80], d[96];
+    if (map->type != Y_MAP)
+        return FAIL(ld, map,
+                    "each rate_limit must be a map (unit: ..., requests_per_unit: ...), "
+                    "not %s",
+                    desc(map, d, sizeof d));
+    if (get_fields(ld, map, limit_fields, L_N, "a rate_limit", LIMIT_EXPECTED, f) != 0) return -1;
+    lim->line = map->line;
+    lim->column = map->col;
+    if (f[L_NAME]) {
+        const char *s = NULL;
+        size_t len = 0;
+        if (get_string(ld, f[L_NAME], "name", &s, &len) != 0) return -1;
+        if (len && (lim->name = arena_strndup(&ld->set->mem, s, len)) == NULL) return oom(ld);
+        lim->named = len > 0;
+    }
+    if (f[L_REPLACES] && load_replaces(ld, lim, f[L_REPLACES]) != 0) return -1;
+    if (f[L_UNLIMITED] && get_bool(ld, f[L_UNLIMITED], "unlimited", &lim->unlimited) != 0)
+        return -1;
+    if (lim->unlimited) {
+        /* Lyft refuses a unit beside unlimited, and ignores requests_per_unit */
+        if (f[L_UNIT]) return FAIL(ld, f[L_UNIT], "unit must not be given with unlimited: true");
+        for (int i = L_ALGORITHM; i < L_N; i++)
+            if (f[i])
+                return FAIL(ld, f[i], "%s cannot be combined with unlimited: true",
+                            limit_fields[i]);
+        if (f[L_RPU]) {
+            int64_t ignored;
+            if (get_int(ld, f[L_RPU], "requests_per_unit", 0, SL_MAX_LIMIT, &ignored) != 0)
+                return -1;
+        }
+        return 0;
+    }
+
+    sl_params *p = &lim->params;
+    p->algo = SL_FIXED_WINDOW; /* Lyft's only algorithm */
+    if (f[L_UNIT] && f[L_WINDOW])
+        return FAIL(ld, f[L_WINDOW], "give either unit or window, not both");
+    if (f[L_UNIT]) {
+        if (get_unit(ld, f[L_UNIT], &lim->unit) != 0) return -1;
+        p->window_ms = units[lim->unit].seconds * 1000;
+    } else if (f[L_WINDOW]) {
+        const ynode *w = f[L_WINDOW];
+        if (w->type != Y_SCALAR || sl_duration_parse(w->s, w->len, &p->window_ms) != 0)
+            return FAIL(ld, w,
+                        "window must be a duration from 1ms to 10 years such as 90s "
+                        "(an integer of ms, or with a unit ms, s, m, h, d, w, y), not %s",
+                        desc(w, d, sizeof d));
+    } else {
+        return FAIL(ld, map,
+                    "rate_limit needs a unit (second, minute, hour, day, week, month or year) "
+                    "or a window (such as 90s)");
+    }
+    if (f[L_RPU] == NULL) return FAIL(ld, map, "rate_limit has no requests_per_unit");
+    if (get_int(ld, f[L_RPU], "requests_per_unit", 0, SL_MAX_LIMIT, &p->limit) != 0) return -1;
+    if (f[L_ALGORITHM]) {
+        const ynode *a = f[L_ALGORITHM];
+        if (a->type != Y_SCALAR)
+            return FAIL(ld, a, "algorithm must be a name such as token-bucket, not %s",
+                        desc(a, d, sizeof d));
+        if (sl_algo_parse(a->s, a->len, &p->algo) != 0)
+            return FAIL(ld, a,
+                        "unknown algorithm '%s' (expected fixed-window, sliding-log, "
+                        "sliding-window, sliding-buckets, token-bucket, gcra or leaky-bucket)",
+                        tok(a, t, sizeof t));
+    }
+    if (f[L_BURST]) {
+        if (!is_bucket(p->algo))
+            return FAIL(ld, f[L_BURST],
+                        "burst applies only to token-bucket, gcra and leaky-bucket, not %s",
+                        sl_algo_name(p->algo));
+        if (get_int(ld, f[L_BURST], "burst", 1, SL_MAX_LIMIT, &p->burst) != 0) return -1;
+    }
+    if (f[L_PRECISION]) {
+        if (p->algo != SL_SLIDING_BUCKETS)
+            return FAIL(ld, f[L_PRECISION], "precision applies only to sliding-buckets, not %s",
+                        sl_algo_name(p->algo));
+        if (get_int(ld, f[L_PRECISION], "precision", 1, SL_MAX_PRECISION, &p->precision) != 0)
+            return -1;
+    }
+    if (p->algo == SL_SLIDING_BUCKETS) {
+        int64_t prec = p->precision ? p->precision : SL_DEFAULT_PRECISION;
+        if (p->window_ms % prec != 0)
+            return FAIL(ld, f[L_PRECISION] ? f[L_PRECISION] : map,
+                        "the window of %lld ms is not a multiple of the precision %lld "
+                        "(sliding-buckets splits it into that many equal buckets)",
+                        (long long)p->window_ms, (long long)prec);
+    }
+    sl_params check = *p;
+    if (check.limit == 0) check.limit = 1; /* 0 is allowed in rules: nothing passes */
+    int rc = sl_params_check(&check);
+    if (rc != 0) return FAIL(ld, map, "%s", sl_strerror(rc));
+
+    lim->soft_limit = p->limit;
+    if (f[L_SOFT] && f[L_ELASTIC])
+        return FAIL(ld, f[L_ELASTIC], "soft and elastic cannot be combined on one limit");
+    if (f[L_SOFT]) {
+        if (get_pct(ld, f[L_SOFT], "soft", 0, SL_RULES_MAX_PCT, &lim->soft_pct) != 0) return -1;
+        lim->soft_limit = p->limit + p->limit * lim->soft_pct / 100; /* <= 11 * 10^12 */
+    }
+    if (f[L_ELASTIC]) {
+        const ynode *e = f[L_ELASTIC];
+        if (is_pct(e)) {
+            if (get_pct(ld, e, "elastic", 1, SL_RULES_MAX_PCT, &lim->elastic_pct) != 0) return -1;
+            lim->elastic_limit = p->limit + p->limit * lim->elastic_pct / 100;
+            if (lim->elastic_limit <= p->limit)
+                return FAIL(ld, e, "elastic %s adds nothing to a limit of %lld",
+                            tok(e, t, sizeof t), (long long)p->limit);
+        } else {
+            if (get_int(ld, e, "elastic", 1, 11 * SL_MAX_LIMIT, &lim->elastic_limit) != 0)
+                return -1;
+            if (lim->elastic_limit <= p->limit)
+                return FAIL(ld, e,
+                            "elastic ceiling %lld must be above the limit %lld "
+                            "(or a percentage such as 50%%)",
+                            (long long)lim->elastic_limit, (long long)p->limit);
+        }
+    }
+    return 0;
+}
+
+/* rate_limit: one map, or (sluice) a list of them, all of which apply. */
+static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
+{
+    char d[96];
+    size_t n = 1;
+    if (v->type == Y_SEQ) {
+        n = v->n;
+        if (n == 0) return FAIL(ld, v, "rate_limit is an empty list");
+        if (n > SL_RULES_MAX_LIMITS)
+            return FAIL(ld, v, "more than %d limits on one descriptor (SL_RULES_MAX_LIMITS)",
+                        SL_RULES_MAX_LIMITS);
+    } else if (v->type != Y_MAP) {
+        return FAIL(ld, v,
+                    "rate_limit must be a map (unit: ..., requests_per_unit: ...) or a list of "
+                    "them, not %s",
+                    desc(v, d, sizeof d));
+    }
+    sl_rule_limit *lims = arena_alloc(&ld->set->mem, n * sizeof *lims);
+    if (lims == NULL) return oom(ld);
+    const ycell *c = v->type == Y_SEQ ? v->first : NULL;
+    for (size_t i = 0; i < n; i++) {
+        const ynode *m = c ? c->node : v;
+        if (c) {
+            if (visit(ld, m) != 0) return -1;
+            c = c->next;
+        }
+        if (load_limit(ld, &lims[i], m) != 0) return -1;
+        if (n > 1 && lims[i].unlimited)
+            return FAIL(ld, m, "unlimited cannot be combined with other limits on one descriptor");
+        for (size_t j = 0; j < i; j++) {
+            if (lims[j].params.algo == lims[i].params.algo &&
+                lims[j].params.window_ms == lims[i].params.window_ms)
+                return FAIL(ld, m,
+                            "two limits of one descriptor with the same algorithm and window "
+                            "(%s, %lld ms; the other at line %u)",
+                            sl_algo_name(lims[i].params.algo), (long long)lims[i].params.window_ms,
+                            lims[j].line);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (lims[i].named) continue;
+        if (n == 1) {
+            lims[i].name = node->path;
+        } else {
+            size_t len = strlen(node->path) + 16;
+            char *s = arena_alloc(&ld->set->mem, len);
+            if (s == NULL) return oom(ld);
+            snprintf(s, len, "%s#%zu", node->path, i + 1);
+            lims[i].name = s;
+        }
+    }
+    node->limits = lims;
+    node->nlimits = (int)n;
+    return 0;
+}
+
+/* ip_prefix: N (IPv6 /N, IPv4 /min(N, 32)) or {ipv4: N, ipv6: M}. */
+static int load_ip_prefix(loader *ld, sl_rule_node *node, const ynode *v)
+{
+    int64_t x;
+    if (v->type == Y_MAP) {
+        static const char *const fields[] = {"ipv4", "ipv6"};
+        const ynode *f[2];
+        if (get_fields(ld, v, fields, 2, "ip_prefix", "ipv4 or ipv6", f) != 0) return -1;
+        if (f[0] == NULL && f[1] == NULL) return FAIL(ld, v, "ip_prefix needs ipv4, ipv6 or both");
+        if (f[0]) {
+            if (get_int(ld, f[0], "ip_prefix ipv4", 0, 32, &x) != 0) return -1;
+            node->ip4_prefix = (int)x;
+        }
+        if (f[1]) {
+            if (get_int(ld, f[1], "ip_prefix ipv6", 0, 128, &x) != 0) return -1;
+            node->ip6_prefix = (int)x;
+        }
+        return 0;
+    }
+    if (get_int(ld, v, "ip_prefix", 0, 128, &x) != 0) return -1;
+    node->ip6_prefix = (int)x;
+    node->ip4_prefix = x < 32 ? (int)x : 32;
+    return 0;
+}
+
+static int load_descriptors(loader *ld, sl_rule_node *parent, const ynode *list);
+
+enum { D_KEY, D_VALUE, D_RATE_LIMIT, D_DESCRIPTORS, D_SHADOW, D_DETAILED, D_IP_PREFIX, D_N };
+static const char *const desc_fields[D_N] = {
+    "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "ip_prefix",
+};
+#define DESC_EXPECTED                                                                              \
+    "key, value, rate_limit, descriptors, shadow_mode, detailed_metric or ip_prefix"
+
+static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node *node,
+                           const ynode *map)
+{
+    const ynode *f[D_N];
+    char d[96];
+    if (map->type != Y_MAP)
+        return FAIL(ld, map, "each descriptor must be a map (key: ..., value: ...), not %s",
+                    desc(map, d, sizeof d));
+    if (++ld->set->nrules > SL_RULES_MAX_RULES)
+        return FAIL(ld, map, "more than %d descriptors (SL_RULES_MAX_RULES)", SL_RULES_MAX_RULES);
+    if (get_fields(ld, map, desc_fields, D_N, "a descriptor", DESC_EXPECTED, f) != 0) return -1;
+    node->parent = parent;
+    node->domain = parent->domain;
+    node->depth = parent->depth + 1;
+    node->line = map->line;
+    node->column = map->col;
+    node->ip4_prefix = node->ip6_prefix = -1;
+
+    const char *s = NULL, *val = NULL;
+    size_t len = 0, vlen = 0;
+    if (f[D_KEY] == NULL) return FAIL(ld, map, "descriptor has no key");
+    if (get_string(ld, f[D_KEY], "key", &s, &len) != 0) return -1;
+    if (len == 0) return FAIL(ld, f[D_KEY], "descriptor has an empty key");
+    if (len > SL_MAX_KEY)
+        return FAIL(ld, f[D_KEY], "key longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
+    if ((node->key = arena_strndup(&ld->set->mem, s, len)) == NULL) return oom(ld);
+    node->keylen = len;
+    node->match = SL_MATCH_ANY;
+    if (f[D_VALUE]) { /* Lyft: an empty value is no value */
+        if (get_string(ld, f[D_VALUE], "value", &val, &vlen) != 0) return -1;
+        if (vlen > SL_MAX_KEY)
+            return FAIL(ld, f[D_VALUE], "value longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
+        if (vlen > 0) {
+            node->match = val[vlen - 1] == '*' ? SL_MATCH_PREFIX : SL_MATCH_EXACT;
+            node->valuelen = node->match == SL_MATCH_PREFIX ? vlen - 1 : vlen;
+            if ((node->value = arena_strndup(&ld->set->mem, val, node->valuelen)) == NULL)
+                return oom(ld);
+        }
+    }
+    /* Lyft's full key: parent.key or parent.key_value (the value as written) */
+    size_t plen = strlen(parent->path), n = plen + 1 + len + (vlen ? 1 + vlen : 0) + 1;
+    char *path = arena_alloc(&ld->set->mem, n);
+    if (path == NULL) return oom(ld);
+    if (vlen)
+        snprintf(path, n, "%s.%s_%.*s", parent->path, node->key, (int)vlen, val);
+    else
+        snprintf(path, n, "%s.%s", parent->path, node->key);
+    node->path = path;
+
+    if (f[D_SHADOW] && get_bool(ld, f[D_SHADOW], "shadow_mode", &node->shadow_mode) != 0) return -1;
+    if (f[D_DETAILED] &&
+        get_bool(ld, f[D_DETAILED], "detailed_metric", &node->detailed_metric) != 0)
+        return -1;
+    if (f[D_IP_PREFIX] && load_ip_prefix(ld, node, f[D_IP_PREFIX]) != 0) return -1;
+    if (f[D_RATE_LIMIT] && load_limits(ld, node, f[D_RATE_LIMIT]) != 0) return -1;
+    if (f[D_DESCRIPTORS]) {
+        if (node->depth >= SL_RULES_MAX_DEPTH)
+            return FAIL(ld, f[D_DESCRIPTORS],
+                        "descriptors nested deeper than %d levels (SL_RULES_MAX_DEPTH)",
+                        SL_RULES_MAX_DEPTH);
+        if (load_descriptors(ld, node, f[D_DESCRIPTORS]) != 0) return -1;
+    }
+    return 0;
+}
+
+/* ---- lookup tables -------------------------------------------------------- */
+
+static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
+    if (c != 0) return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+static int ptr_order(const sl_rule_node *a, const sl_rule_node *b) { return a < b ? -1 : a > b; }
+
+/* by key, value, then file order (siblings share one array) */
+static int cmp_key_value(const void *x, const void *y)
+{
+    const sl_rule_node *a = *(const sl_rule_node *const *)x, *b = *(const sl_rule_node *const *)y;
+    int c = bytes_cmp(a->key, a->keylen, b->key, b->keylen);
+    if (c == 0) c = bytes_cmp(a->value, a->valuelen, b->value, b->valuelen);
+    return c ? c : ptr_order(a, b);
+}
+
+/* longest prefix first, then file order */
+static int cmp_prefix_len(const void *x, const void *y)
+{
+    const sl_rule_node *a = *(const sl_rule_node *const *)x, *b = *(const sl_rule_node *const *)y;
+    if (a->valuelen != b->valuelen) return a->valuelen > b->valuelen ? -1 : 1;
+    return ptr_order(a, b);
+}
+
+/* Sorts one kind of siblings and refuses two with the same key and value. */
+static int sort_unique(loader *ld, const sl_rule_node **v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_key_value);
+    for (int i = 1; i < n; i++) {
+        const sl_rule_node *a = v[i - 1], *b = v[i];
+        if (bytes_cmp(a->key, a->keylen, b->key, b->keylen) != 0 ||
+            bytes_cmp(a->value, a->valuelen, b->value, b->valuelen) != 0)
+            continue;
+        char k[80], val[80];
+        tok_text(b->key, b->keylen, k, sizeof k);
+        if (b->match == SL_MATCH_ANY)
+            return fail_at(ld, b->line, b->column,
+                           "duplicate descriptor: key '%s' without a value again "
+                           "(first at line %u)",
+                           k, a->line);
+        return fail_at(ld, b->line, b->column,
+                       "duplicate descriptor: key '%s' value '%s%s' again (first at line %u)", k,
+                       tok_text(b->value, b->valuelen, val, sizeof val),
+                       b->match == SL_MATCH_PREFIX ? "*" : "", a->line);
+    }
+    return 0;
+}
+
+static int build_index(loader *ld, sl_rule_node *node)
+{
+    struct sl__rule_index *ix = arena_alloc(&ld->set->mem, sizeof *ix);
+    if (ix == NULL) return oom(ld);
+    int n = node->nchildren, ne = 0, np = 0, na = 0;
+    for (int i = 0; i < n; i++) {
+        sl_rule_match m = node->children[i].match;
+        ne += m == SL_MATCH_EXACT;
+        np += m == SL_MATCH_PREFIX;
+        na += m == SL_MATCH_ANY;
+    }
+    ix->exact = arena_alloc(&ld->set->mem, (size_t)(ne + np + na + 1) * sizeof(sl_rule_node *));
+    if (ix->exact == NULL) return oom(ld);
+    ix->prefix = ix->exact + ne;
+    ix->any = ix->prefix + np;
+    for (int i = 0; i < n; i++) {
+        const sl_rule_node *c = &node->children[i];
+        if (c->match == SL_MATCH_EXACT)
+            ix->exact[ix->nexact++] = c;
+        else if (c->match == SL_MATCH_PREFIX)
+            ix->prefix[ix->nprefix++] = c;
+        else
+            ix->any[ix->nany++] = c;
+    }
+    if (sort_unique(ld, ix->exact, ne) != 0 || sort_unique(ld, ix->prefix, np) != 0 ||
+        sort_unique(ld, ix->any, na) != 0)
+        return -1;
+    qsort(ix->prefix, (size_t)np, sizeof *ix->prefix, cmp_prefix_len);
+    node->sl__index = ix;
+    return 0;
+}
+
+static int load_descriptors(loader *ld, sl_rule_node *parent, const ynode *list)
+{
+    char d[96];
+    if (list != NULL) {
+        if (list->type != Y_SEQ)
+            return FAIL(ld, list, "descriptors must be a list (- key: ...), not %s",
+                        desc(list, d, sizeof d));
+        if (list->n > SL_RULES_MAX_RULES)
+            return FAIL(ld, list, "more than %d descriptors (SL_RULES_MAX_RULES)",
+                        SL_RULES_MAX_RULES);
+        sl_rule_node *kids = arena_alloc(&ld->set->mem, (list->n ? list->n : 1) * sizeof *kids);
+        if (kids == NULL) return oom(ld);
+        parent->children = kids;
+        int i = 0;
+        for (const ycell *c = list->first; c; c = c->next, i++) {
+            if (visit(ld, c->node) != 0) return -1;
+            parent->nchildren = i + 1; /* the tables below see only loaded nodes */
+            if (load_descriptor(ld, parent, &kids[i], c->node) != 0) return -1;
+        }
+    }
+    return build_index(ld, parent);
+}
+
+/* The file's tree into the next domain of the set. */
+static int load_domain(loader *ld)
+{
+    static const char *const fields[] = {"domain", "descriptors"};
+    const ynode *root = ld->root, *f[2];
+    char d[96], t[80];
+    if (root == NULL)
+        return fail_at(ld, 1, 1, "empty file: expected a map with 'domain' and 'descriptors'");
+    if (root->type != Y_MAP)
+        return FAIL(ld, root, "a rules file must be a map with 'domain' and 'descriptors', not %s",
+                    desc(root, d, sizeof d));
+    if (get_fields(ld, root, fields, 2, "a rules file", "domain or descriptors", f) != 0) return -1;
+    if (f[0] == NULL) return FAIL(ld, root, "rules file has no domain");
+    const char *s = NULL;
+    size_t len = 0;
+    if (get_string(ld, f[0], "domain", &s, &len) != 0) return -1;
+    if (len == 0) return FAIL(ld, f[0], "domain is empty");
+    if (len > SL_MAX_KEY)
+        return FAIL(ld, f[0], "domain longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
+    sl_rules *set = ld->set;
+    for (int i = 0; i < set->ndomains; i++) {
+        const sl_rule_domain *o = &set->domains[i];
+        if (bytes_cmp(o->name, o->namelen, s, len) == 0)
+            return FAIL(ld, f[0], "domain '%s' is already defined in %s:%u:%u",
+                        tok(f[0], t, sizeof t), o->file, o->line, o->column);
+    }
+    sl_rule_domain *dom = &set->domains[set->ndomains];
+    memset(dom, 0, sizeof *dom);
+    if ((dom->name = arena_strndup(&set->mem, s, len)) == NULL ||
+        (dom->file = arena_strndup(&set->mem, ld->file, strlen(ld->file))) == NULL)
+        return oom(ld);
+    dom->namelen = len;
+    dom->line = f[0]->line;
+    dom->column = f[0]->col;
+    sl_rule_node *r = &dom->root;
+    r->match = SL_MATCH_ROOT;
+    r->path = dom->name;
+    r->domain = dom;
+    r->ip4_prefix = r->ip6_prefix = -1;
+    r->line = root->line;
+    r->column = root->col;
+    if (load_descriptors(ld, r, f[1]) != 0) return -1;
+    set->ndomains++;
+    return 0;
+}
+
+/* One file's bytes into set.  Returns 0 or -1 with err set. */
+static int load_one(sl_rules *set, const char *file, const char *buf, size_t len, char *err,
+                    size_t errlen)
+{
+    loader ld;
+    memset(&ld, 0, sizeof ld);
+    ld.file = file;
+    ld.buf = buf;
+    ld.len = len;
+    ld.err = err;
+    ld.errlen = errlen;
+    ld.set = set;
+    if (errlen) err[0] = '\0';
+    int rc;
+    if (len > SL_RULES_MAX_FILE)
+        rc = fail_at(&ld, 1, 1,
+                     "file too large: %zu bytes (the limit is %u bytes, SL_RULES_MAX_FILE)", len,
+                     (unsigned)SL_RULES_MAX_FILE);
+    else if ((rc = prescan(&ld)) == 0 && (rc = build_tree(&ld)) == 0)
+        rc = load_domain(&ld);
+    arena_free(&ld.tmp);
+    if (rc != 0 && errlen && err[0] == '\0') snprintf(err, errlen, "%s: invalid rules", file);
+    return rc;
+}
+
+/* ---- sets ----------------------------------------------------------------- */
+
+static sl_rules *set_new(const char *source, int nfiles)
+{
+    sl_rules *r = calloc(1, sizeof *r);
+    if (r == NULL) return NULL;
+    atomic_init(&r->refs, 1);
+    r->source = arena_strndup(&r->mem, source, strlen(source));
+    r->domains_cap = nfiles;
+    r->domains = arena_alloc(&r->mem, (size_t)(nfiles ? nfiles : 1) * sizeof *r->domains);
+    if (r->source == NULL || r->domains == NULL) {
+        arena_free(&r->mem);
+        free(r);
+        return NULL;
+    }
+    return r;
+}
+
+static void set_destroy(sl_rules *r)
+{
+    arena_free(&r->mem);
+    free(r);
+}
+
+static int cmp_domain(const void *x, const void *y)
+{
+    const sl_rule_domain *a = *(const sl_rule_domain *const *)x,
+                         *b = *(const sl_rule_domain *const *)y;
+    return bytes_cmp(a->name, a->namelen, b->name, b->namelen);
+}
+
+/* Completes a loaded set: the domain table, generation, time. */
+static int set_finish(sl_rules *r)
+{
+    r->by_name = arena_alloc(&r->mem, (size_t)(r->ndomains + 1) * sizeof *r->by_name);
+    if (r->by_name == NULL) return -1;
+    for (int i = 0; i < r->ndomains; i++) r->by_name[i] = &r->domains[i];
+    qsort(r->by_name, (size_t)r->ndomains, sizeof *r->by_name, cmp_domain);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    r->loaded_at_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    r->generation = atomic_fetch_add(&generations, 1) + 1;
+    return 0;
+}
+
+sl_rules *sl_rules_load_buffer(const char *name, const char *data, size_t len, char *err,
+                               size_t errlen)
+{
+    if (name == NULL || (data == NULL && len > 0)) {
+        if (errlen) snprintf(err, errlen, "invalid argument");
+        return NULL;
+    }
+    sl_rules *r = set_new(name, 1);
+    if (r == NULL) {
+        if (errlen) snprintf(err, errlen, "%s: out of memory", name);
+        return NULL;
+    }
+    if (load_one(r, name, data ? data : "", len, err, errlen) != 0 || set_finish(r) != 0) {
+        if (errlen && err[0] == '\0') snprintf(err, errlen, "%s: out of memory", name);
+        set_destroy(r);
+        return NULL;
+    }
+    if (errlen) err[0] = '\0';
+    return r;
+}
+
+static int cmp_str(const void *x, const void *y)
+{
+    return strcmp(*(const char *const *)x, *(const char *const *)y);
+}
+
+static int is_rules_name(const char *s)
+{
+    size_t n = strlen(s);
+    if (s[0] == '.') return 0; /* hidden, and Kubernetes' ..data, ..2024_... */
+    return (n > 5 && strcmp(s + n - 5, ".yaml") == 0) || (n > 4 && strcmp(s + n - 4, ".yml") == 0);
+}
+
+static void free_names(char **v, int n)
+{
+    for (int i = 0; i < n; i++) free(v[i]);
+    free(v);
+}
+
+/* The rules files of dir, full paths sorted by name.  Returns 0 or -1. */
+static int list_dir(const char *dir, char ***out, int *nout, char *err, size_t errlen)
+{
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        snprintf(err, errlen, "%s: cannot open directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    char **v = NULL;
+    int n = 0, cap = 0;
+    size_t dlen = strlen(dir);
+    int slash = dlen > 0 && dir[dlen - 1] == '/';
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!is_rules_name(e->d_name)) continue;
+        size_t len = dlen + 1 + strlen(e->d_name) + 1;
+        char *p = malloc(len);
+        if (p == NULL) goto nomem;
+        snprintf(p, len, "%s%s%s", dir, slash ? "" : "/", e->d_name);
+        struct stat st;
+        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) { /* follows links; skips dangling */
+            free(p);
+            continue;
+        }
+        if (n == SL_RULES_MAX_FILES) {
+            free(p);
+            snprintf(err, errlen, "%s: more than %d rules files (SL_RULES_MAX_FILES)", dir,
+                     SL_RULES_MAX_FILES);
+            closedir(d);
+            free_names(v, n);
+            return -1;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            char **nv = realloc(v, (size_t)cap * sizeof *v);
+            if (nv == NULL) {
+                free(p);
+                goto nomem;
+            }
+            v = nv;
+        }
+        v[n++] = p;
+    }
+    closedir(d);
+    if (n > 1) qsort(v, (size_t)n, sizeof *v, cmp_str);
+    *out = v;
+    *nout = n;
+    return 0;
+nomem:
+    snprintf(err, errlen, "%s: out of memory", dir);
+    closedir(d);
+    free_names(v, n);
+    return -1;
+}
+
+sl_rules *sl_rules_load(const char *path, char *err, size_t errlen)
+{
+    char dummy[1];
+    if (err == NULL || errlen == 0) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    if (path == NULL) {
+        snprintf(err, errlen, "invalid argument");
+        return NULL;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char **files = NULL;
+    int nfiles = 1;
+    if (S_ISDIR(st.st_mode)) {
+        if (list_dir(path, &files, &nfiles, err, errlen) != 0) return NULL;
+    }
+    sl_rules *r = set_new(path, nfiles);
+    if (r == NULL) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        free_names(files, files ? nfiles : 0);
+        return NULL;
+    }
+    uint64_t total = 0;
+    int rc = 0;
+    for (int i = 0; i < nfiles && rc == 0; i++) {
+        const char *file = files ? files[i] : path;
+        char *buf = NULL;
+        size_t len = 0;
+        if ((rc = read_file(file, &buf, &len, err, errlen)) != 0) break;
+        total += len;
+        if (total > SL_RULES_MAX_TOTAL) {
+            snprintf(err, errlen,
+                     "%s:1:1: the rules files total more than %u bytes (SL_RULES_MAX_TOTAL)", file,
+                     (unsigned)SL_RULES_MAX_TOTAL);
+            rc = -1;
+        } else {
+            rc = load_one(r, file, buf, len, err, errlen);
+        }
+        free(buf);
+    }
+    free_names(files, files ? nfiles : 0);
+    if (rc == 0 && set_finish(r) != 0) {
+        snprintf(err, errlen, "%s: out of memory", path);
+        rc = -1;
+    }
+    if (rc != 0) {
+        set_destroy(r);
+        return NULL;
+    }
+    err[0] = '\0';
+    return r;
+}
+
+sl_rules *sl_rules_ref(sl_rules *r)
+{
+    if (r) atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+    return r;
+}
+
+void sl_rules_unref(sl_rules *r)
+{
+    if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) set_destroy(r);
+}
+
+void sl_rules_free(sl_rules *r) { sl_rules_unref(r); }
+
+uint64_t sl_rules_generation(const sl_rules *r) { return r ? r->generation : 0; }
+int64_t sl_rules_loaded_at_ms(const sl_rules *r) { return r ? r->loaded_at_ms : 0; }
+const char *sl_rules_source(const sl_rules *r) { return r ? r->source : NULL; }
+size_t sl_rules_count(const sl_rules *r) { return r ? r->nrules : 0; }
+int sl_rules_ndomains(const sl_rules *r) { return r ? r->ndomains : 0; }
+
+const sl_rule_domain *sl_rules_domain(const sl_rules *r, int i)
+{
+    return r && i >= 0 && i < r->ndomains ? &r->domains[i] : NULL;
+}
+
+const sl_rule_domain *sl_rules_find_domain(const sl_rules *r, const char *name, size_t len)
+{
+    if (r == NULL || (name == NULL && len > 0)) return NULL;
+    int lo = 0, hi = r->ndomains;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const sl_rule_domain *d = r->by_name[mid];
+        int c = bytes_cmp(d->name, d->namelen, name, len);
+        if (c == 0) return d;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* ---- matching ------------------------------------------------------------- */
+
+/* The child of node that entry e selects: exact, else the longest wildcard
+ * prefix, else key-only; NULL if none. */
+static const sl_rule_node *child_for(const sl_rule_node *node, const sl_rule_entry *e)
+{
+    const struct sl__rule_index *ix = node->sl__index;
+    if (ix == NULL) return NULL;
+    int lo = 0, hi = ix->nexact;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const sl_rule_node *c = ix->exact[mid];
+        int d = bytes_cmp(c->key, c->keylen, e->key, e->keylen);
+        if (d == 0) d = bytes_cmp(c->value, c->valuelen, e->value, e->valuelen);
+        if (d == 0) return c;
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (int i = 0; i < ix->nprefix; i++) {
+        const sl_rule_node *c = ix->prefix[i];
+        if (c->valuelen <= e->valuelen && bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
+            (c->valuelen == 0 || memcmp(c->value, e->value, c->valuelen) == 0))
+            return c;
+    }
+    lo = 0;
+    hi = ix->nany;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        const sl_rule_node *c = ix->any[mid];
+        int d = bytes_cmp(c->key, c->keylen, e->key, e->keylen);
+        if (d == 0) return c;
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t dlen,
+                                   const sl_rule_entry *entries, int n)
+{
+    if (entries == NULL || n < 1 || n > SL_RULES_MAX_DEPTH) return NULL;
+    const sl_rule_domain *d = sl_rules_find_domain(r, domain, dlen);
+    if (d == NULL) return NULL;
+    const sl_rule_node *node = &d->root;
+    for (int i = 0; i < n && node; i++) {
+        const sl_rule_entry *e = &entries[i];
+        if ((e->key == NULL && e->keylen) || (e->value == NULL && e->valuelen)) return NULL;
+        node = child_for(node, e);
+    }
+    return node && node->nlimits > 0 ? node : NULL;
+}
+
+/* ---- counting keys -------------------------------------------------------- */
+
+typedef struct kbuf {
+    char *p;
+    size_t n, max;
+    int over;
+} kbuf;
+
+/* Appends s, escaping the separators when esc. */
+static void kput(kbuf *b, const char *s, size_t len, int esc)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    for (size_t i = 0; i < len && !b->over; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int special = esc && (c == '%' || c == '|' || c == '=' || c == '#');
+        size_t w = special ? 3 : 1;
+        if (b->n + w > b->max) {
+            b->over = 1;
+            return;
+        }
+        if (special) {
+            b->p[b->n++] = '%';
+            b->p[b->n++] = hex[c >> 4];
+            b->p[b->n++] = hex[c & 15];
+        } else {
+            b->p[b->n++] = (char)c;
+        }
+    }
+}
+
+static void mask_bits(unsigned char *a, int bytes, int prefix)
+{
+    for (int i = 0; i < bytes; i++) {
+        int keep = prefix - i * 8;
+        if (keep >= 8) continue;
+        a[i] &= keep <= 0 ? 0 : (unsigned char)(0xFF << (8 - keep));
+    }
+}
+
+/* If v is an IP address and a prefix applies to its family, writes the
+ * masked address in canonical form to out and returns its length; else 0.
+ * IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) count as IPv4. */
+static size_t mask_ip(const char *v, size_t len, int p4, int p6, char *out, size_t cap)
+{
+    char s[INET6_ADDRSTRLEN];
+    unsigned char a[16];
+    if (len == 0 || len >= sizeof s || cap < INET6_ADDRSTRLEN) return 0;
+    memcpy(s, v, len);
+    s[len] = '\0';
+    if (memchr(s, ':', len) == NULL) {
+        if (p4 < 0 || inet_pton(AF_INET, s, a) != 1) return 0;
+    } else {
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (inet_pton(AF_INET6, s, a) != 1) return 0;
+        if (memcmp(a, mapped, sizeof mapped) != 0) {
+            if (p6 < 0) return 0;
+            mask_bits(a, 16, p6);
+            return inet_ntop(AF_INET6, a, out, (socklen_t)cap) ? strlen(out) : 0;
+        }
+        if (p4 < 0) return 0;
+        memmove(a, a + 12, 4);
+    }
+    mask_bits(a, 4, p4);
+    return inet_ntop(AF_INET, a, out, (socklen_t)cap) ? strlen(out) : 0;
+}
+
+int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, int limit,
+                 char *buf, size_t cap, size_t *len)
+{
+    if (node == NULL || entries == NULL || buf == NULL || len == NULL) return SL_EINVAL;
+    if (n < 1 || n != node->depth || limit < -1 || limit >= node->nlimits) return SL_EINVAL;
+    const sl_rule_node *lv[SL_RULES_MAX_DEPTH];
+    const sl_rule_node *x = node;
+    for (int i = n - 1; i >= 0; i--, x = x->parent) lv[i] = x;
+    kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0};
+    const sl_rule_domain *dom = node->domain;
+    kput(&b, dom->name, dom->namelen, 1);
+    for (int i = 0; i < n; i++) {
+        const sl_rule_entry *e = &entries[i];
+        if ((e->value == NULL && e->valuelen) || (e->key == NULL && e->keylen) ||
+            bytes_cmp(e->key, e->keylen, lv[i]->key, lv[i]->keylen) != 0)
+            return SL_EINVAL;
+        kput(&b, "|", 1, 0);
+        kput(&b, lv[i]->key, lv[i]->keylen, 1);
+        kput(&b, "=", 1, 0);
+        char ip[INET6_ADDRSTRLEN];
+        size_t iplen = 0;
+        if (lv[i]->ip4_prefix >= 0 || lv[i]->ip6_prefix >= 0)
+            iplen =
+                mask_ip(e->value, e->valuelen, lv[i]->ip4_prefix, lv[i]->ip6_prefix, ip, sizeof ip);
+        if (iplen)
+            kput(&b, ip, iplen, 1);
+        else
+            kput(&b, e->value, e->valuelen, 1);
+    }
+    if (limit >= 0 && node->nlimits > 1) {
+        char w[24];
+        int wl = snprintf(w, sizeof w, "#%lld", (long long)node->limits[limit].params.window_ms);
+        kput(&b, w, (size_t)wl, 0);
+    }
+    if (b.over) return SL_EKEY;
+    *len = b.n;
+    return 0;
+}
+
+/* ---- listing -------------------------------------------------------------- */
+
+static int visit_node(const sl_rule_node *n, int (*fn)(const sl_rule_node *, void *), void *ctx)
+{
+    int rc = fn(n, ctx);
+    for (int i = 0; rc == 0 && i < n->nchildren; i++) rc = visit_node(&n->children[i], fn, ctx);
+    return rc;
+}
+
+int sl_rules_foreach(const sl_rules *r, int (*fn)(const sl_rule_node *node, void *ctx), void *ctx)
+{
+    if (r == NULL || fn == NULL) return 0;
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < r->ndomains; i++) rc = visit_node(&r->domains[i].root, fn, ctx);
+    return rc;
+}
+
+/* "90s", "1500ms", "2h": the largest unit that divides ms. */
+static void format_window(int64_t ms, char *buf, size_t cap)
+{
+    static const struct {
+        int64_t ms;
+        const char *u;
+    } u[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
+    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+        if (ms % u[i].ms == 0) {
+            snprintf(buf, cap, "%lld%s", (long long)(ms / u[i].ms), u[i].u);
+            return;
+        }
+    }
+    snprintf(buf, cap, "%lldms", (long long)ms);
+}
+
+int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap)
+{
+    if (l == NULL) return snprintf(buf, cap, "%s", "");
+    if (l->unlimited) return snprintf(buf, cap, "unlimited");
+    const sl_params *p = &l->params;
+    char w[32], b[48] = "", pr[48] = "", s[48] = "", e[64] = "";
+    if (l->unit != SL_UNIT_NONE)
+        snprintf(w, sizeof w, "%s", sl_rule_unit_name(l->unit));
+    else
+        format_window(p->window_ms, w, sizeof w);
+    if (p->burst) snprintf(b, sizeof b, " burst=%lld", (long long)p->burst);
+    if (p->precision) snprintf(pr, sizeof pr, " precision=%lld", (long long)p->precision);
+    if (l->soft_pct) snprintf(s, sizeof s, " soft=%lld%%", (long long)l->soft_pct);
+    if (l->elastic_pct)
+        snprintf(e, sizeof e, " elastic=%lld%%(%lld)", (long long)l->elastic_pct,
+                 (long long)l->elastic_limit);
+    else if (l->elastic_limit)
+        snprintf(e, sizeof e, " elastic=%lld", (long long)l->elastic_limit);
+    return snprintf(buf, cap, "%lld/%s %s%s%s%s%s", (long long)p->limit, w, sl_algo_name(p->algo),
+                    b, pr, s, e);
+}

@@ -1,0 +1,1077 @@
+/*
+ * test_rules.c -- the rules loader and matcher (src/rules/rules.c): Lyft
+ * ratelimit's documented examples, loaded from the README's YAML and
+ * matched as the README says; each sluice extension in the model; the
+ * matching order; counting keys and ip_prefix; every kind of bad file
+ * giving FILE:LINE:COLUMN and what is wrong; directories.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "rules.h"
+#include "sluice.h"
+
+static char err[1024];
+
+static sl_rules *load(const char *yaml)
+{
+    sl_rules *r = sl_rules_load_buffer("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    if (r == NULL) fail_msg("load failed: %s", err);
+    assert_string_equal(err, "");
+    return r;
+}
+
+/* The request (k1, v1), (k2, v2)... given as a NULL-terminated list. */
+static int entries(sl_rule_entry *e, const char *const *kv)
+{
+    int n = 0;
+    for (; kv[2 * n]; n++) {
+        e[n].key = kv[2 * n];
+        e[n].keylen = strlen(kv[2 * n]);
+        e[n].value = kv[2 * n + 1];
+        e[n].valuelen = strlen(kv[2 * n + 1]);
+    }
+    return n;
+}
+
+static const sl_rule_node *match_kv(const sl_rules *r, const char *dom, const char *const *kv)
+{
+    sl_rule_entry e[SL_RULES_MAX_DEPTH + 1];
+    int n = entries(e, kv);
+    return sl_rules_match(r, dom, strlen(dom), e, n);
+}
+#define MATCH(r, dom, ...) match_kv((r), (dom), (const char *const[]){__VA_ARGS__, NULL})
+
+/* The counting key of limit `lim` of the node matched by kv, as a string. */
+static const char *key_kv(const sl_rules *r, const char *dom, int lim, const char *const *kv)
+{
+    static char buf[4][SL_MAX_KEY + 1];
+    static int turn;
+    char *b = buf[turn++ % 4];
+    sl_rule_entry e[SL_RULES_MAX_DEPTH + 1];
+    int n = entries(e, kv);
+    const sl_rule_node *node = sl_rules_match(r, dom, strlen(dom), e, n);
+    assert_non_null(node);
+    size_t len = 0;
+    assert_int_equal(sl_rules_key(node, e, n, lim, b, SL_MAX_KEY, &len), 0);
+    b[len] = '\0';
+    return b;
+}
+#define KEY(r, dom, lim, ...) key_kv((r), (dom), (lim), (const char *const[]){__VA_ARGS__, NULL})
+
+/* The limit L of the only limit of the node. */
+static int64_t L(const sl_rule_node *n)
+{
+    assert_non_null(n);
+    assert_int_equal(n->nlimits, 1);
+    return n->limits[0].params.limit;
+}
+
+/* ---- Lyft's README, "Examples" ------------------------------------------- */
+
+static void lyft_example_1(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: mongo_cps\n"
+                       "descriptors:\n"
+                       "  - key: database\n"
+                       "    value: users\n"
+                       "    rate_limit:\n"
+                       "      unit: second\n"
+                       "      requests_per_unit: 500\n"
+                       "\n"
+                       "  - key: database\n"
+                       "    value: default\n"
+                       "    rate_limit:\n"
+                       "      unit: second\n"
+                       "      requests_per_unit: 500\n");
+    const sl_rule_node *n = MATCH(r, "mongo_cps", "database", "users");
+    assert_int_equal(L(n), 500);
+    assert_int_equal(n->limits[0].params.window_ms, 1000);
+    assert_int_equal(n->limits[0].params.algo, SL_FIXED_WINDOW); /* Lyft's only algorithm */
+    assert_int_equal(n->limits[0].unit, SL_UNIT_SECOND);
+    assert_string_equal(n->path, "mongo_cps.database_users");
+    assert_string_equal(n->limits[0].name, "mongo_cps.database_users");
+    assert_int_equal(L(MATCH(r, "mongo_cps", "database", "default")), 500);
+    assert_null(MATCH(r, "mongo_cps", "database", "other")); /* no key-only rule */
+    assert_null(MATCH(r, "other_domain", "database", "users"));
+    assert_string_equal(KEY(r, "mongo_cps", 0, "database", "users"), "mongo_cps|database=users");
+    sl_rules_free(r);
+}
+
+static void lyft_example_2(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: messaging\n"
+                       "descriptors:\n"
+                       "  # Only allow 5 marketing messages a day\n"
+                       "  - key: message_type\n"
+                       "    value: marketing\n"
+                       "    descriptors:\n"
+                       "      - key: to_number\n"
+                       "        rate_limit:\n"
+                       "          unit: day\n"
+                       "          requests_per_unit: 5\n"
+                       "\n"
+                       "  # Only allow 100 messages a day to any unique phone number\n"
+                       "  - key: to_number\n"
+                       "    rate_limit:\n"
+                       "      unit: day\n"
+                       "      requests_per_unit: 100\n");
+    /* ("message_type", "marketing"), ("to_number", N): 5 a day per number */
+    const sl_rule_node *n =
+        MATCH(r, "messaging", "message_type", "marketing", "to_number", "2061111111");
+    assert_int_equal(L(n), 5);
+    assert_int_equal(n->limits[0].params.window_ms, 86400000);
+    assert_ptr_equal(n,
+                     MATCH(r, "messaging", "message_type", "marketing", "to_number", "2062222222"));
+    assert_string_equal(n->path, "messaging.message_type_marketing.to_number");
+    assert_string_equal(
+        KEY(r, "messaging", 0, "message_type", "marketing", "to_number", "2061111111"),
+        "messaging|message_type=marketing|to_number=2061111111");
+    assert_string_equal(
+        KEY(r, "messaging", 0, "message_type", "marketing", "to_number", "2062222222"),
+        "messaging|message_type=marketing|to_number=2062222222");
+    /* the placeholder has no limit of its own */
+    assert_null(MATCH(r, "messaging", "message_type", "marketing"));
+    /* ("to_number", N): 100 a day for any number */
+    assert_int_equal(L(MATCH(r, "messaging", "to_number", "2061111111")), 100);
+    assert_string_equal(KEY(r, "messaging", 0, "to_number", "2061111111"),
+                        "messaging|to_number=2061111111");
+    assert_null(MATCH(r, "messaging", "message_type", "transactional", "to_number", "1"));
+    sl_rules_free(r);
+}
+
+static void lyft_example_3(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: edge_proxy_per_ip\n"
+                       "descriptors:\n"
+                       "  - key: remote_address\n"
+                       "    rate_limit:\n"
+                       "      unit: second\n"
+                       "      requests_per_unit: 10\n"
+                       "\n"
+                       "  # Black list IP\n"
+                       "  - key: remote_address\n"
+                       "    value: 50.0.0.5\n"
+                       "    rate_limit:\n"
+                       "      unit: second\n"
+                       "      requests_per_unit: 0\n");
+    assert_int_equal(L(MATCH(r, "edge_proxy_per_ip", "remote_address", "50.0.0.1")), 10);
+    /* the most specific match: key and value before key only, whatever the order */
+    const sl_rule_node *n = MATCH(r, "edge_proxy_per_ip", "remote_address", "50.0.0.5");
+    assert_int_equal(L(n), 0); /* nothing passes */
+    assert_int_equal(n->match, SL_MATCH_EXACT);
+    sl_rules_free(r);
+}
+
+static void lyft_example_4(void **state)
+{
+    (void)state;
+    /* a request with two entries does not match a one-level rule */
+    sl_rules *r = load("domain: example4\n"
+                       "descriptors:\n"
+                       "  - key: key\n"
+                       "    value: value\n"
+                       "    rate_limit:\n"
+                       "      requests_per_unit: 300\n"
+                       "      unit: second\n");
+    assert_null(MATCH(r, "example4", "key", "value", "subkey", "subvalue"));
+    assert_int_equal(L(MATCH(r, "example4", "key", "value")), 300);
+    sl_rules_free(r);
+    /* but it matches the two-level one */
+    r = load("domain: example4\n"
+             "descriptors:\n"
+             "  - key: key\n"
+             "    value: value\n"
+             "    descriptors:\n"
+             "      - key: subkey\n"
+             "        rate_limit:\n"
+             "          requests_per_unit: 300\n"
+             "          unit: second\n");
+    assert_int_equal(L(MATCH(r, "example4", "key", "value", "subkey", "subvalue")), 300);
+    assert_null(MATCH(r, "example4", "key", "value"));
+    sl_rules_free(r);
+}
+
+static void lyft_example_5(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: internal\n"
+                       "descriptors:\n"
+                       "  - key: ldap\n"
+                       "    rate_limit:\n"
+                       "      unlimited: true\n"
+                       "\n"
+                       "  - key: azure\n"
+                       "    rate_limit:\n"
+                       "      unit: minute\n"
+                       "      requests_per_unit: 100\n");
+    const sl_rule_node *n = MATCH(r, "internal", "ldap", "anything");
+    assert_non_null(n);
+    assert_int_equal(n->nlimits, 1);
+    assert_true(n->limits[0].unlimited);
+    assert_int_equal(L(MATCH(r, "internal", "azure", "x")), 100);
+    assert_int_equal(MATCH(r, "internal", "azure", "x")->limits[0].params.window_ms, 60000);
+    char buf[64];
+    sl_rules_limit_format(&n->limits[0], buf, sizeof buf);
+    assert_string_equal(buf, "unlimited");
+    sl_rules_free(r);
+}
+
+static void lyft_example_6(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: example6\n"
+                       "descriptors:\n"
+                       "  - key: service\n"
+                       "    descriptors:\n"
+                       "      - key: user\n"
+                       "        value: user-a\n"
+                       "        rate_limit:\n"
+                       "          requests_per_unit: 10\n"
+                       "          unit: second\n"
+                       "        shadow_mode: true\n"
+                       "      - key: user\n"
+                       "        value: user-b\n"
+                       "        rate_limit:\n"
+                       "          requests_per_unit: 20\n"
+                       "          unit: second\n");
+    const sl_rule_node *a = MATCH(r, "example6", "service", "auth-service", "user", "user-a");
+    const sl_rule_node *b = MATCH(r, "example6", "service", "auth-service", "user", "user-b");
+    assert_int_equal(L(a), 10);
+    assert_true(a->shadow_mode); /* counted, never limited */
+    assert_int_equal(L(b), 20);
+    assert_false(b->shadow_mode);
+    assert_null(MATCH(r, "example6", "service", "auth-service", "user", "user-c"));
+    sl_rules_free(r);
+}
+
+static void lyft_example_7(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: example7\n"
+                       "descriptors:\n"
+                       "  - key: key_1\n"
+                       "    value: value_1\n"
+                       "    descriptors:\n"
+                       "      - key: user\n"
+                       "        value: bkthomps\n"
+                       "        rate_limit:\n"
+                       "          name: specific_limit\n"
+                       "          requests_per_unit: 5\n"
+                       "          unit: second\n"
+                       "  - key: key_2\n"
+                       "    value: value_2\n"
+                       "    descriptors:\n"
+                       "      - key: user\n"
+                       "        value: bkthomps\n"
+                       "        rate_limit:\n"
+                       "          replaces:\n"
+                       "            - name: specific_limit\n"
+                       "          requests_per_unit: 10\n"
+                       "          unit: second\n");
+    const sl_rule_node *a = MATCH(r, "example7", "key_1", "value_1", "user", "bkthomps");
+    const sl_rule_node *b = MATCH(r, "example7", "key_2", "value_2", "user", "bkthomps");
+    assert_int_equal(L(a), 5);
+    assert_string_equal(a->limits[0].name, "specific_limit");
+    assert_true(a->limits[0].named);
+    assert_int_equal(L(b), 10);
+    assert_int_equal(b->limits[0].nreplaces, 1);
+    assert_string_equal(b->limits[0].replaces[0], "specific_limit");
+    assert_false(b->limits[0].named);
+    assert_string_equal(b->limits[0].name, "example7.key_2_value_2.user_bkthomps");
+    sl_rules_free(r);
+}
+
+static void lyft_example_8(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: example8\n"
+                       "descriptors:\n"
+                       "  - key: key1\n"
+                       "    detailed_metric: true\n"
+                       "    rate_limit:\n"
+                       "      unit: minute\n"
+                       "      requests_per_unit: 10\n"
+                       "  - key: key1\n"
+                       "    value: value1\n"
+                       "    rate_limit:\n"
+                       "      unit: minute\n"
+                       "      requests_per_unit: 20\n");
+    const sl_rule_node *n = MATCH(r, "example8", "key1", "unspecified_value");
+    assert_int_equal(L(n), 10);
+    assert_true(n->detailed_metric);
+    assert_ptr_equal(n, MATCH(r, "example8", "key1", "unspecified_value2"));
+    assert_int_equal(L(MATCH(r, "example8", "key1", "value1")), 20);
+    sl_rules_free(r);
+}
+
+static void lyft_example_9(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: example9\n"
+                       "descriptors:\n"
+                       "  - key: key1\n"
+                       "    value: value*\n"
+                       "    rate_limit:\n"
+                       "      unit: minute\n"
+                       "      requests_per_unit: 20\n");
+    const sl_rule_node *n = MATCH(r, "example9", "key1", "value_1");
+    assert_int_equal(L(n), 20);
+    assert_int_equal(n->match, SL_MATCH_PREFIX);
+    assert_int_equal(n->valuelen, 5);
+    assert_string_equal(n->path, "example9.key1_value*");
+    assert_ptr_equal(n, MATCH(r, "example9", "key1", "value_2"));
+    assert_ptr_equal(n, MATCH(r, "example9", "key1", "value"));
+    assert_null(MATCH(r, "example9", "key1", "valu"));
+    assert_null(MATCH(r, "example9", "key1", "other"));
+    /* each value is counted on its own: 20 for value_1, 20 for value_2 */
+    assert_string_equal(KEY(r, "example9", 0, "key1", "value_1"), "example9|key1=value_1");
+    assert_string_equal(KEY(r, "example9", 0, "key1", "value_2"), "example9|key1=value_2");
+    sl_rules_free(r);
+}
+
+/* ---- sluice's extensions --------------------------------------------------- */
+
+static const char extensions_yaml[] =
+    "domain: api\n"
+    "descriptors:\n"
+    "  - key: user                     # 10 a minute AND 500 an hour\n"
+    "    rate_limit:\n"
+    "      - unit: minute\n"
+    "        requests_per_unit: 10\n"
+    "      - unit: hour\n"
+    "        requests_per_unit: 500\n"
+    "  - key: path\n"
+    "    value: /login\n"
+    "    rate_limit:\n"
+    "      algorithm: token-bucket\n"
+    "      window: 90s\n"
+    "      requests_per_unit: 30\n"
+    "      burst: 45\n"
+    "  - key: path\n"
+    "    value: /search\n"
+    "    rate_limit:\n"
+    "      algorithm: sliding-buckets\n"
+    "      window: 1m\n"
+    "      precision: 60\n"
+    "      requests_per_unit: 100\n"
+    "      soft: 10%\n"
+    "  - key: tenant\n"
+    "    rate_limit: {unit: second, requests_per_unit: 100, elastic: 300}\n"
+    "  - key: team\n"
+    "    rate_limit: {unit: second, requests_per_unit: 100, elastic: 50%}\n"
+    "  - key: remote_address\n"
+    "    ip_prefix: 64\n"
+    "    rate_limit: {unit: week, requests_per_unit: 7, name: per_ip}\n"
+    "  - key: client\n"
+    "    ip_prefix: {ipv4: 24, ipv6: 48}\n"
+    "    rate_limit: {unit: month, requests_per_unit: 1000}\n"
+    "  - key: yearly\n"
+    "    rate_limit: {unit: YEAR, requests_per_unit: 0}\n";
+
+static void extensions(void **state)
+{
+    (void)state;
+    sl_rules *r = load(extensions_yaml);
+    char buf[128];
+
+    const sl_rule_node *n = MATCH(r, "api", "user", "bob");
+    assert_non_null(n);
+    assert_int_equal(n->nlimits, 2);
+    assert_int_equal(n->limits[0].params.limit, 10);
+    assert_int_equal(n->limits[0].params.window_ms, 60000);
+    assert_int_equal(n->limits[1].params.limit, 500);
+    assert_int_equal(n->limits[1].params.window_ms, 3600000);
+    assert_string_equal(n->limits[0].name, "api.user#1");
+    assert_string_equal(n->limits[1].name, "api.user#2");
+    /* two limits, two counters */
+    assert_string_equal(KEY(r, "api", 0, "user", "bob"), "api|user=bob#60000");
+    assert_string_equal(KEY(r, "api", 1, "user", "bob"), "api|user=bob#3600000");
+    assert_string_equal(KEY(r, "api", -1, "user", "bob"), "api|user=bob");
+
+    n = MATCH(r, "api", "path", "/login");
+    const sl_rule_limit *l = &n->limits[0];
+    assert_int_equal(l->params.algo, SL_TOKEN_BUCKET);
+    assert_int_equal(l->params.window_ms, 90000);
+    assert_int_equal(l->params.limit, 30);
+    assert_int_equal(l->params.burst, 45);
+    assert_int_equal(l->unit, SL_UNIT_NONE);
+    sl_rules_limit_format(l, buf, sizeof buf);
+    assert_string_equal(buf, "30/90s token-bucket burst=45");
+
+    l = &MATCH(r, "api", "path", "/search")->limits[0];
+    assert_int_equal(l->params.algo, SL_SLIDING_BUCKETS);
+    assert_int_equal(l->params.precision, 60);
+    assert_int_equal(l->soft_pct, 10);
+    assert_int_equal(l->soft_limit, 110);
+    sl_rules_limit_format(l, buf, sizeof buf);
+    assert_string_equal(buf, "100/1m sliding-buckets precision=60 soft=10%");
+
+    l = &MATCH(r, "api", "tenant", "t1")->limits[0];
+    assert_int_equal(l->elastic_limit, 300);
+    assert_int_equal(l->elastic_pct, 0);
+    assert_int_equal(l->soft_limit, 100); /* hard */
+    l = &MATCH(r, "api", "team", "t1")->limits[0];
+    assert_int_equal(l->elastic_limit, 150);
+    assert_int_equal(l->elastic_pct, 50);
+    sl_rules_limit_format(l, buf, sizeof buf);
+    assert_string_equal(buf, "100/second fixed-window elastic=50%(150)");
+
+    n = MATCH(r, "api", "remote_address", "::1");
+    assert_int_equal(n->ip6_prefix, 64);
+    assert_int_equal(n->ip4_prefix, 32);
+    assert_string_equal(n->limits[0].name, "per_ip");
+    assert_int_equal(n->limits[0].params.window_ms, 7 * 86400000LL);
+    n = MATCH(r, "api", "client", "x");
+    assert_int_equal(n->ip4_prefix, 24);
+    assert_int_equal(n->ip6_prefix, 48);
+    assert_int_equal(n->limits[0].params.window_ms, 30 * 86400000LL); /* Lyft: 30 days */
+    n = MATCH(r, "api", "yearly", "x");
+    assert_int_equal(n->limits[0].params.window_ms, 365 * 86400000LL); /* Lyft: 365 days */
+    assert_int_equal(n->limits[0].unit, SL_UNIT_YEAR);                 /* any case */
+    assert_int_equal(n->limits[0].params.limit, 0);
+
+    assert_int_equal(sl_rules_ndomains(r), 1);
+    assert_int_equal(sl_rules_count(r), 8);
+    assert_string_equal(sl_rules_domain(r, 0)->name, "api");
+    assert_string_equal(sl_rules_domain(r, 0)->file, "t.yaml");
+    assert_string_equal(sl_rules_source(r), "t.yaml");
+    sl_rules_free(r);
+}
+
+/* Anchors and aliases are YAML, so Lyft files may use them. */
+static void aliases(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: a\n"
+                       "descriptors:\n"
+                       "  - key: x\n"
+                       "    rate_limit: &std {unit: second, requests_per_unit: 7}\n"
+                       "  - key: y\n"
+                       "    rate_limit: *std\n");
+    assert_int_equal(L(MATCH(r, "a", "x", "1")), 7);
+    assert_int_equal(L(MATCH(r, "a", "y", "1")), 7);
+    sl_rules_free(r);
+}
+
+/* ---- matching ------------------------------------------------------------ */
+
+static void match_order(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: prio\n"
+                       "descriptors:\n"
+                       "  - key: path\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                       "  - key: path\n"
+                       "    value: /api/*\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 2}\n"
+                       "  - key: path\n"
+                       "    value: /api/v2/*\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 3}\n"
+                       "  - key: path\n"
+                       "    value: /api/v2/users\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 4}\n"
+                       "  - key: method\n"
+                       "    value: '*'\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 5}\n");
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/users")), 4);  /* exact */
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/orders")), 3); /* longest prefix */
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v1/users")), 2);
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api/")), 2);
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api")), 1); /* key only */
+    assert_int_equal(L(MATCH(r, "prio", "path", "")), 1);
+    assert_int_equal(L(MATCH(r, "prio", "method", "GET")), 5); /* '*' alone: any value */
+    assert_int_equal(L(MATCH(r, "prio", "method", "")), 5);
+    assert_null(MATCH(r, "prio", "Path", "/api")); /* keys are case-sensitive */
+    assert_null(MATCH(r, "prio", "path", "/api", "path", "/api"));
+    assert_null(match_kv(r, "prio", (const char *const[]){NULL}));
+    sl_rules_free(r);
+}
+
+/* Lyft walks greedily: once a level matched exactly, the walk does not come
+ * back to try the key-only sibling. */
+static void match_no_backtracking(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: greedy\n"
+                       "descriptors:\n"
+                       "  - key: a\n"
+                       "    value: x\n"
+                       "    descriptors:\n"
+                       "      - key: b\n"
+                       "        value: '1'\n"
+                       "        rate_limit: {unit: second, requests_per_unit: 1}\n"
+                       "  - key: a\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 3}\n"
+                       "    descriptors:\n"
+                       "      - key: b\n"
+                       "        rate_limit: {unit: second, requests_per_unit: 2}\n");
+    assert_int_equal(L(MATCH(r, "greedy", "a", "x", "b", "1")), 1);
+    assert_null(MATCH(r, "greedy", "a", "x", "b", "2"));
+    assert_int_equal(L(MATCH(r, "greedy", "a", "y", "b", "2")), 2);
+    assert_null(MATCH(r, "greedy", "a", "x")); /* a=x has no limit of its own */
+    assert_int_equal(L(MATCH(r, "greedy", "a", "y")), 3);
+    sl_rules_free(r);
+}
+
+/* ---- counting keys ------------------------------------------------------- */
+
+static void counting_keys(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: d\n"
+                       "descriptors:\n"
+                       "  - key: user\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                       "  - key: 'k|='\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    /* a key-only rule counts each value on its own */
+    assert_string_equal(KEY(r, "d", 0, "user", "alice"), "d|user=alice");
+    assert_string_equal(KEY(r, "d", 0, "user", "bob"), "d|user=bob");
+    /* separators in parts are escaped: no two requests share a key */
+    assert_string_equal(KEY(r, "d", 0, "user", "a|b=c%d#e"), "d|user=a%7Cb%3Dc%25d%23e");
+    assert_string_equal(KEY(r, "d", 0, "k|=", "v"), "d|k%7C%3D=v");
+
+    sl_rule_entry e[2];
+    char big[600], buf[SL_MAX_KEY];
+    size_t len;
+    memset(big, 'x', sizeof big);
+    const char *kv[] = {"user", "v", NULL};
+    entries(e, kv);
+    const sl_rule_node *n = sl_rules_match(r, "d", 1, e, 1);
+    assert_non_null(n);
+    e[0].value = big; /* 600 bytes: longer than SL_MAX_KEY */
+    e[0].valuelen = sizeof big;
+    assert_ptr_equal(sl_rules_match(r, "d", 1, e, 1), n);
+    assert_int_equal(sl_rules_key(n, e, 1, 0, buf, sizeof buf, &len), SL_EKEY);
+    e[0].valuelen = SL_MAX_KEY - strlen("d|user="); /* exactly SL_MAX_KEY */
+    assert_int_equal(sl_rules_key(n, e, 1, 0, buf, sizeof buf, &len), 0);
+    assert_int_equal(len, SL_MAX_KEY);
+    assert_int_equal(sl_rules_key(n, e, 1, 0, buf, 100, &len), SL_EKEY); /* small buffer */
+    assert_int_equal(sl_rules_key(n, e, 2, 0, buf, sizeof buf, &len), SL_EINVAL);
+    assert_int_equal(sl_rules_key(n, e, 1, 1, buf, sizeof buf, &len), SL_EINVAL);
+    e[0].key = "usr";
+    assert_int_equal(sl_rules_key(n, e, 1, 0, buf, sizeof buf, &len), SL_EINVAL);
+    sl_rules_free(r);
+}
+
+static void ip_prefix(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: ip\n"
+                       "descriptors:\n"
+                       "  - key: remote_address\n"
+                       "    ip_prefix: 64\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 10}\n"
+                       "  - key: client\n"
+                       "    ip_prefix: {ipv4: 24, ipv6: 56}\n"
+                       "    descriptors:\n"
+                       "      - key: path\n"
+                       "        rate_limit: {unit: second, requests_per_unit: 10}\n"
+                       "  - key: v6only\n"
+                       "    ip_prefix: {ipv6: 64}\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 10}\n");
+    /* a whole /64 is one key: one host cannot make a million */
+    const char *k1 = KEY(r, "ip", 0, "remote_address", "2001:db8:1:2::1");
+    const char *k2 = KEY(r, "ip", 0, "remote_address", "2001:db8:1:2:ffff::9");
+    assert_string_equal(k1, "ip|remote_address=2001:db8:1:2::");
+    assert_string_equal(k2, k1);
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "2001:DB8:1:2:0:0:0:7"), k1);
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "2001:db8:1:3::1"),
+                        "ip|remote_address=2001:db8:1:3::");
+    /* an integer prefix past 32 leaves IPv4 addresses whole */
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "192.0.2.77"),
+                        "ip|remote_address=192.0.2.77");
+    /* values that are not IP addresses count as they are */
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "unknown"), "ip|remote_address=unknown");
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "fe80::1%eth0"),
+                        "ip|remote_address=fe80::1%25eth0");
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "1.2.3"), "ip|remote_address=1.2.3");
+    /* IPv4 /24, on a level above the one with the limit */
+    assert_string_equal(KEY(r, "ip", 0, "client", "192.0.2.1", "path", "/"),
+                        "ip|client=192.0.2.0|path=/");
+    assert_string_equal(KEY(r, "ip", 0, "client", "192.0.2.200", "path", "/"),
+                        "ip|client=192.0.2.0|path=/");
+    assert_string_equal(KEY(r, "ip", 0, "client", "192.0.3.1", "path", "/"),
+                        "ip|client=192.0.3.0|path=/");
+    assert_string_equal(KEY(r, "ip", 0, "client", "::ffff:192.0.2.9", "path", "/"),
+                        "ip|client=192.0.2.0|path=/"); /* IPv4-mapped counts as IPv4 */
+    assert_string_equal(KEY(r, "ip", 0, "client", "2001:db8:aa:bbcc::1", "path", "/"),
+                        "ip|client=2001:db8:aa:bb00::|path=/");
+    /* a family without a prefix is left as is */
+    assert_string_equal(KEY(r, "ip", 0, "v6only", "192.0.2.1"), "ip|v6only=192.0.2.1");
+    sl_rules_free(r);
+}
+
+/* ---- bad files ------------------------------------------------------------ */
+
+/* Loading yaml must fail with a message starting with `where` (FILE:LINE:
+ * COLUMN:) and containing `what`. */
+static void expect_error_n(const char *yaml, size_t len, const char *where, const char *what)
+{
+    sl_rules *r = sl_rules_load_buffer("t.yaml", yaml, len, err, sizeof err);
+    if (r != NULL) {
+        sl_rules_free(r);
+        fail_msg("loaded, expected \"%s ... %s\"", where, what);
+    }
+    if (strncmp(err, where, strlen(where)) != 0 || strstr(err, what) == NULL)
+        fail_msg("error \"%s\", expected \"%s ... %s\"", err, where, what);
+}
+
+static void expect_error(const char *yaml, const char *where, const char *what)
+{
+    expect_error_n(yaml, strlen(yaml), where, what);
+}
+
+#define HEAD "domain: api\ndescriptors:\n  - key: user\n    rate_limit:\n"
+
+static void bad_values(void **state)
+{
+    (void)state;
+    expect_error(HEAD "      unit: minutes\n      requests_per_unit: 10\n", "t.yaml:5:13: ",
+                 "unknown unit 'minutes' (expected second, minute, hour, day, week, month or "
+                 "year)");
+    expect_error(HEAD "      unit: minute\n      requests_per_unit: -5\n",
+                 "t.yaml:6:26: ", "negative requests_per_unit '-5'");
+    expect_error(HEAD "      unit: minute\n      requests_per_unit: 1.5\n", "t.yaml:6:26: ",
+                 "requests_per_unit must be a whole number from 0 to 1000000000000, not '1.5'");
+    expect_error(HEAD "      unit: minute\n      requests_per_unit: \"10\"\n",
+                 "t.yaml:6:26: ", "not the quoted string '10'");
+    expect_error(HEAD "      unit: minute\n      requests_per_unit: 1000000000001\n",
+                 "t.yaml:6:26: ", "too large");
+    expect_error(HEAD "      unit: minute\n      requests_per_unit: 010\n",
+                 "t.yaml:6:26: ", "leading zero");
+    expect_error(HEAD "      unit: minute\n",
+                 "t.yaml:5:7: ", "rate_limit has no requests_per_unit");
+    expect_error(HEAD "      requests_per_unit: 1\n", "t.yaml:5:7: ",
+                 "rate_limit needs a unit (second, minute, hour, day, week, month or year) or a "
+                 "window");
+    expect_error(HEAD "      unit: minute\n      window: 90s\n      requests_per_unit: 1\n",
+                 "t.yaml:6:15: ", "give either unit or window, not both");
+    expect_error(HEAD "      window: 90x\n      requests_per_unit: 1\n",
+                 "t.yaml:5:15: ", "window must be a duration");
+    expect_error(HEAD "      window: 90s\n      requests_per_unit: 1\n      algorithm: leaky\n",
+                 "t.yaml:7:18: ", "unknown algorithm 'leaky' (expected fixed-window");
+    expect_error(HEAD "      window: 90s\n      requests_per_unit: 1\n      burst: 5\n",
+                 "t.yaml:7:14: ", "burst applies only to token-bucket, gcra and leaky-bucket");
+    expect_error(HEAD "      window: 1000ms\n      requests_per_unit: 1\n"
+                      "      algorithm: sliding-buckets\n      precision: 7\n",
+                 "t.yaml:8:18: ", "not a multiple of the precision 7");
+    expect_error(HEAD "      window: 1s\n      requests_per_unit: 1\n      precision: 10\n",
+                 "t.yaml:7:18: ", "precision applies only to sliding-buckets");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n      soft: 10\n",
+                 "t.yaml:7:13: ", "soft must be a percentage from 0% to 1000%");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n      soft: 1001%\n",
+                 "t.yaml:7:13: ", "soft must be a percentage");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n      elastic: 10\n",
+                 "t.yaml:7:16: ", "elastic ceiling 10 must be above the limit 10");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n      elastic: 1%\n",
+                 "t.yaml:7:16: ", "elastic 1% adds nothing to a limit of 10");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n      soft: 5%\n"
+                      "      elastic: 20\n",
+                 "t.yaml:8:16: ", "soft and elastic cannot be combined");
+    expect_error(HEAD "      unlimited: true\n      unit: second\n",
+                 "t.yaml:6:13: ", "unit must not be given with unlimited: true");
+    expect_error(HEAD "      unlimited: true\n      window: 1s\n",
+                 "t.yaml:6:15: ", "window cannot be combined with unlimited: true");
+    expect_error(HEAD "      unlimited: maybe\n",
+                 "t.yaml:5:18: ", "unlimited must be true or false, not 'maybe'");
+    expect_error(HEAD "      - unlimited: true\n      - {unit: second, requests_per_unit: 1}\n",
+                 "t.yaml:5:9: ", "unlimited cannot be combined with other limits");
+    expect_error(HEAD "      - {unit: second, requests_per_unit: 1}\n"
+                      "      - {window: 1s, requests_per_unit: 2}\n",
+                 "t.yaml:6:9: ", "two limits of one descriptor with the same algorithm and window");
+    expect_error(HEAD "      []\n", "t.yaml:5:7: ", "rate_limit is an empty list");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 1\n      name: me\n"
+                      "      replaces:\n        - name: me\n",
+                 "t.yaml:9:17: ", "a limit cannot replace itself ('me')");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 1\n      replaces: [x]\n",
+                 "t.yaml:7:18: ", "each replaces entry must be a map");
+    expect_error("domain: api\ndescriptors:\n  - key: ip\n    ip_prefix: 129\n",
+                 "t.yaml:4:16: ", "ip_prefix '129' is too large (at most 128)");
+    expect_error("domain: api\ndescriptors:\n  - key: ip\n    ip_prefix: {ipv4: 33}\n",
+                 "t.yaml:4:23: ", "ip_prefix ipv4 '33' is too large (at most 32)");
+    expect_error("domain: \"a\\0b\"\n",
+                 "t.yaml:1:9: ", "domain 'a\\x00b' holds a control character (\\x00)");
+    expect_error("domain: api\ndescriptors:\n  - {key: k, value: \"\\x01\"}\n",
+                 "t.yaml:3:21: ", "value '\\x01' holds a control character");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 1\n      algorithm: [a]\n",
+                 "t.yaml:7:18: ", "algorithm must be a name such as token-bucket, not a list");
+    expect_error("domain: api\ndescriptors:\n  - key: ip\n    shadow_mode: \"yes\"\n",
+                 "t.yaml:4:18: ", "shadow_mode must be true or false, not 'yes'");
+}
+
+static void bad_structure(void **state)
+{
+    (void)state;
+    /* wrong types */
+    expect_error("domain: api\ndescriptors:\n  key: user\n",
+                 "t.yaml:3:3: ", "descriptors must be a list (- key: ...), not a map");
+    expect_error("domain: api\ndescriptors:\n  - user\n", "t.yaml:3:5: ",
+                 "each descriptor must be a map (key: ..., value: ...), not 'user'");
+    expect_error(HEAD "      fast\n", "t.yaml:5:7: ", "rate_limit must be a map");
+    expect_error("domain: [api]\n", "t.yaml:1:9: ", "domain must be a string, not a list");
+    expect_error("domain: api\ndescriptors:\n  - key: {a: b}\n",
+                 "t.yaml:3:10: ", "key must be a string, not a map");
+    expect_error("- domain: api\n", "t.yaml:1:1: ", "a rules file must be a map");
+    expect_error("just text\n", "t.yaml:1:1: ", "a rules file must be a map");
+    /* unknown fields are errors, named */
+    expect_error("domain: api\ndescriptors:\n  - key: user\n    rate_limt: {}\n", "t.yaml:4:5: ",
+                 "unknown field 'rate_limt' in a descriptor (expected key, value, rate_limit, "
+                 "descriptors, shadow_mode, detailed_metric or ip_prefix)");
+    expect_error(HEAD "      units: second\n",
+                 "t.yaml:5:7: ", "unknown field 'units' in a rate_limit");
+    expect_error("domain: api\nversion: 2\n", "t.yaml:2:1: ", "unknown field 'version'");
+    expect_error("domain: api\n[a]: b\n", "t.yaml:2:1: ", "must be field names, not a list");
+    /* duplicate keys, at any level */
+    expect_error("domain: api\ndomain: api2\n",
+                 "t.yaml:2:1: ", "duplicate key 'domain' (first at line 1, column 1)");
+    expect_error(HEAD "      unit: second\n      unit: minute\n",
+                 "t.yaml:6:7: ", "duplicate key 'unit' (first at line 5, column 7)");
+    /* missing and empty things */
+    expect_error("", "t.yaml:1:1: ", "empty file");
+    expect_error("# only a comment\n", "t.yaml:1:1: ", "empty file");
+    expect_error("descriptors: []\n", "t.yaml:1:1: ", "rules file has no domain");
+    expect_error("domain: ''\n", "t.yaml:1:9: ", "domain is empty");
+    expect_error("domain: api\ndescriptors:\n  - value: x\n",
+                 "t.yaml:3:5: ", "descriptor has no key");
+    expect_error("domain: api\ndescriptors:\n  - key: ''\n",
+                 "t.yaml:3:10: ", "descriptor has an empty key");
+    /* duplicate siblings */
+    expect_error("domain: api\ndescriptors:\n"
+                 "  - key: database\n    value: users\n"
+                 "  - key: database\n    value: default\n"
+                 "  - key: database\n    value: users\n",
+                 "t.yaml:7:5: ",
+                 "duplicate descriptor: key 'database' value 'users' again (first at line 3)");
+    expect_error("domain: api\ndescriptors:\n  - key: a\n  - key: b\n  - key: a\n",
+                 "t.yaml:5:5: ", "duplicate descriptor: key 'a' without a value again");
+    expect_error("domain: api\ndescriptors:\n  - {key: a, value: x*}\n  - {key: a, value: x*}\n",
+                 "t.yaml:4:5: ", "duplicate descriptor: key 'a' value 'x*' again");
+    /* YAML */
+    expect_error("domain: api\ndescriptors:\n  - key: [unclosed\n",
+                 "t.yaml:4:1: ", "YAML syntax error: did not find expected ',' or ']'");
+    expect_error("domain: api\n  bad: indent\n", "t.yaml:2:6: ", "YAML syntax error");
+    expect_error("domain: api\n---\ndomain: other\n",
+                 "t.yaml:2:1: ", "a second YAML document: a rules file holds one domain");
+    expect_error("domain: api\ndescriptors:\n  - key: x\n    rate_limit: *nope\n",
+                 "t.yaml:4:17: ", "unknown alias '*nope'");
+    expect_error("domain: api\ndescriptors: &d\n  - key: x\n    descriptors: *d\n",
+                 "t.yaml:4:18: ", "unknown alias '*d'"); /* no cycles */
+}
+
+static void bad_bytes(void **state)
+{
+    (void)state;
+    /* tabs */
+    expect_error("domain: api\ndescriptors:\n\t- key: user\n",
+                 "t.yaml:3:1: ", "tab character in indentation (YAML indents with spaces)");
+    expect_error("domain: api\ndescriptors:\n  - key: user\n  \trate_limit: {}\n",
+                 "t.yaml:4:3: ", "tab character in indentation");
+    /* binary junk */
+    static const char nul[] = "domain: api\n\x7f"
+                              "ELF\x02\x01\x01\0\0\0\0";
+    expect_error_n(nul, sizeof nul - 1, "t.yaml:2:8: ", "binary data (a NUL byte)");
+    expect_error("domain: api\ndescriptors: \xc3\x28\n", "t.yaml:2:15: ", /* at the bad byte */
+                 "binary data or invalid UTF-8: invalid trailing UTF-8 octet");
+    expect_error("domain: a\x01pi\n", "t.yaml:1:10: ",
+                 "binary data or invalid UTF-8: control characters are not allowed");
+    char junk[4096];
+    unsigned x = 12345;
+    for (size_t i = 0; i < sizeof junk; i++) {
+        x = x * 1103515245u + 12345u;
+        junk[i] = (char)(x >> 16);
+    }
+    sl_rules *r = sl_rules_load_buffer("junk.bin", junk, sizeof junk, err, sizeof err);
+    assert_null(r);
+    assert_true(strncmp(err, "junk.bin:", 9) == 0);
+    /* too big for a buffer: refused before parsing */
+    r = sl_rules_load_buffer("t.yaml", junk, (size_t)SL_RULES_MAX_FILE + 1, err, sizeof err);
+    assert_null(r);
+    assert_string_equal(err, "t.yaml:1:1: file too large: 4194305 bytes (the limit is 4194304 "
+                             "bytes, SL_RULES_MAX_FILE)");
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void bad_caps(void **state)
+{
+    (void)state;
+    /* a 100 MB file, refused by its size before it is read */
+    char dir[] = "/tmp/sluice-rules-XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/huge.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(ftruncate(fileno(f), 100 << 20), 0); /* sparse */
+    fclose(f);
+    double t0 = now_s();
+    sl_rules *r = sl_rules_load(path, err, sizeof err);
+    double dt = now_s() - t0;
+    unlink(path);
+    rmdir(dir);
+    assert_null(r);
+    char want[256];
+    snprintf(want, sizeof want,
+             "%s:1:1: file too large: 104857600 bytes (the limit is 4194304 bytes, "
+             "SL_RULES_MAX_FILE)",
+             path);
+    assert_string_equal(err, want);
+    assert_true(dt < 0.5);
+
+    /* descriptors nested deeper than SL_RULES_MAX_DEPTH */
+    char deep[2048] = "domain: d\ndescriptors: ";
+    for (int i = 0; i < SL_RULES_MAX_DEPTH + 1; i++) strcat(deep, "[{key: k, descriptors: ");
+    strcat(deep, "[]");
+    for (int i = 0; i < SL_RULES_MAX_DEPTH + 1; i++) strcat(deep, "}]");
+    strcat(deep, "\n");
+    /* the 16th level's `descriptors` value is the 17th "[" */
+    int col = (int)strlen("descriptors: ") + 16 * (int)strlen("[{key: k, descriptors: ") + 1;
+    char where[64];
+    snprintf(where, sizeof where, "t.yaml:2:%d: ", col);
+    expect_error(deep, where, "descriptors nested deeper than 16 levels (SL_RULES_MAX_DEPTH)");
+
+    /* YAML nesting */
+    char nest[256] = "domain: [";
+    for (int i = 0; i < SL_RULES_MAX_YAML_DEPTH; i++) strcat(nest, "[");
+    expect_error(nest, "t.yaml:1:72: ", /* the 65th collection */
+                 "YAML nested deeper than 64 levels (SL_RULES_MAX_YAML_DEPTH)");
+
+    /* more limits on one descriptor than SL_RULES_MAX_LIMITS */
+    char lims[1024] = HEAD;
+    for (int i = 1; i <= SL_RULES_MAX_LIMITS + 1; i++)
+        snprintf(lims + strlen(lims), sizeof lims - strlen(lims),
+                 "      - {window: %ds, requests_per_unit: 1}\n", i);
+    expect_error(lims,
+                 "t.yaml:5:7: ", "more than 8 limits on one descriptor (SL_RULES_MAX_LIMITS)");
+
+    /* more anchors than SL_RULES_MAX_ANCHORS */
+    char *anch = malloc(64 * 1100);
+    assert_non_null(anch);
+    strcpy(anch, "domain: a\ndescriptors:\n");
+    for (int i = 0; i <= SL_RULES_MAX_ANCHORS; i++)
+        sprintf(anch + strlen(anch), "  - {key: &a%d k%d}\n", i, i);
+    expect_error(anch, "t.yaml:1027:11: ", "more than 1024 YAML anchors (SL_RULES_MAX_ANCHORS)");
+    free(anch);
+
+    /* more descriptors than SL_RULES_MAX_RULES: one list ... */
+    size_t cap = (size_t)(SL_RULES_MAX_RULES + 1) * 32 + 64, len = 0;
+    char *big = malloc(cap);
+    assert_non_null(big);
+    len += (size_t)snprintf(big + len, cap - len, "domain: big\ndescriptors:\n");
+    for (int i = 0; i <= SL_RULES_MAX_RULES; i++)
+        len += (size_t)snprintf(big + len, cap - len, "- {key: k, value: v%d}\n", i);
+    expect_error_n(big, len, "t.yaml:3:1: ", "more than 100000 descriptors (SL_RULES_MAX_RULES)");
+    /* ... exactly the cap loads */
+    r = sl_rules_load_buffer("t.yaml", big, len - strlen("- {key: k, value: v100000}\n"), err,
+                             sizeof err);
+    assert_non_null(r);
+    assert_int_equal(sl_rules_count(r), SL_RULES_MAX_RULES);
+    assert_int_equal(sl_rules_domain(r, 0)->root.nchildren, SL_RULES_MAX_RULES);
+    assert_null(MATCH(r, "big", "k", "v99999")); /* found, but it has no limit */
+    sl_rules_free(r);
+    /* ... or aliases multiplying a small file (10 per level, 6 levels) */
+    len = (size_t)snprintf(big, cap,
+                           "domain: boom\ndescriptors:\n  - key: l0\n"
+                           "    descriptors: &d0 [");
+    for (int j = 0; j < 10; j++) len += (size_t)snprintf(big + len, cap - len, "{key: k%d},", j);
+    big[len - 1] = ']';
+    big[len++] = '\n';
+    for (int i = 1; i < 6; i++) {
+        len +=
+            (size_t)snprintf(big + len, cap - len, "  - key: l%d\n    descriptors: &d%d [", i, i);
+        for (int j = 0; j < 10; j++)
+            len +=
+                (size_t)snprintf(big + len, cap - len, "{key: k%d, descriptors: *d%d},", j, i - 1);
+        big[len - 1] = ']';
+        big[len++] = '\n';
+    }
+    t0 = now_s();
+    expect_error_n(big, len, "t.yaml:", "more than 100000 descriptors (SL_RULES_MAX_RULES)");
+    assert_true(now_s() - t0 < 2.0);
+    free(big);
+}
+
+/* ---- directories ---------------------------------------------------------- */
+
+static void write_file(const char *dir, const char *name, const char *text)
+{
+    char p[1100];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void remove_file(const char *dir, const char *name)
+{
+    char p[1100];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    unlink(p);
+}
+
+static int count_nodes(const sl_rule_node *n, void *ctx)
+{
+    char *paths = ctx;
+    strcat(paths, n->path);
+    strcat(paths, " ");
+    return 0;
+}
+
+static int stop_at_two(const sl_rule_node *n, void *ctx)
+{
+    (void)n;
+    return ++*(int *)ctx == 2 ? 7 : 0;
+}
+
+static void directory(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-rules-XXXXXX", p[512], q[512];
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "b.yaml",
+               "domain: b\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: second, requests_per_unit: 2}\n");
+    write_file(dir, "a.yml",
+               "domain: a\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    write_file(dir, ".hidden.yaml", "not: [valid");
+    write_file(dir, "notes.txt", "\x01\x02 not yaml");
+    /* Kubernetes' ConfigMap layout: c.yaml -> ..data/c.yaml, ..data -> ..2024_01_01 */
+    snprintf(p, sizeof p, "%s/..2024_01_01", dir);
+    assert_int_equal(mkdir(p, 0700), 0);
+    write_file(p, "c.yaml",
+               "domain: c\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: second, requests_per_unit: 3}\n");
+    write_file(p, "zz.yaml", "junk: [");
+    snprintf(p, sizeof p, "%s/..data", dir);
+    assert_int_equal(symlink("..2024_01_01", p), 0);
+    snprintf(p, sizeof p, "%s/c.yaml", dir);
+    assert_int_equal(symlink("..data/c.yaml", p), 0);
+    snprintf(p, sizeof p, "%s/sub.yaml", dir); /* a directory named *.yaml is skipped */
+    assert_int_equal(mkdir(p, 0700), 0);
+
+    sl_rules *r = sl_rules_load(dir, err, sizeof err);
+    if (r == NULL) fail_msg("%s", err);
+    assert_int_equal(sl_rules_ndomains(r), 3);
+    assert_string_equal(sl_rules_domain(r, 0)->name, "a"); /* a.yml, b.yaml, c.yaml */
+    assert_string_equal(sl_rules_domain(r, 1)->name, "b");
+    assert_string_equal(sl_rules_domain(r, 2)->name, "c");
+    snprintf(p, sizeof p, "%s/a.yml", dir);
+    assert_string_equal(sl_rules_domain(r, 0)->file, p);
+    assert_int_equal(L(MATCH(r, "c", "k", "v")), 3);
+    assert_ptr_equal(sl_rules_find_domain(r, "b", 1), sl_rules_domain(r, 1));
+    assert_null(sl_rules_find_domain(r, "d", 1));
+    assert_string_equal(sl_rules_source(r), dir);
+    char paths[256] = "";
+    assert_int_equal(sl_rules_foreach(r, count_nodes, paths), 0);
+    assert_string_equal(paths, "a a.k b b.k c c.k ");
+    int calls = 0;
+    assert_int_equal(sl_rules_foreach(r, stop_at_two, &calls), 7);
+    assert_int_equal(calls, 2);
+
+    /* reference counting; generations grow */
+    sl_rules *r2 = sl_rules_load(dir, err, sizeof err);
+    assert_non_null(r2);
+    assert_true(sl_rules_generation(r2) > sl_rules_generation(r));
+    assert_true(sl_rules_loaded_at_ms(r2) > 1600000000000LL);
+    assert_ptr_equal(sl_rules_ref(r2), r2);
+    sl_rules_unref(r2);
+    assert_int_equal(L(MATCH(r2, "a", "k", "v")), 1); /* still held */
+    sl_rules_unref(r2);
+    sl_rules_free(r);
+    sl_rules_unref(NULL);
+
+    /* a trailing slash is fine */
+    snprintf(q, sizeof q, "%s/", dir);
+    r = sl_rules_load(q, err, sizeof err);
+    assert_non_null(r);
+    sl_rules_free(r);
+
+    /* a domain in two files is refused, naming both */
+    write_file(dir, "d.yaml", "domain: a\n");
+    assert_null(sl_rules_load(dir, err, sizeof err));
+    snprintf(q, sizeof q, "%s/d.yaml:1:9: domain 'a' is already defined in %s/a.yml:1:9", dir, dir);
+    assert_string_equal(err, q);
+    remove_file(dir, "d.yaml");
+
+    /* one bad file and there is no set at all */
+    write_file(dir, "e.yaml",
+               "domain: e\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: fortnight, requests_per_unit: 1}\n");
+    assert_null(sl_rules_load(dir, err, sizeof err));
+    snprintf(q, sizeof q, "%s/e.yaml:4:24: unknown unit 'fortnight'", dir);
+    if (strncmp(err, q, strlen(q)) != 0) fail_msg("error \"%s\", expected \"%s\"", err, q);
+    remove_file(dir, "e.yaml");
+
+    /* cleanup; then an empty directory is an empty set */
+    remove_file(dir, "a.yml");
+    remove_file(dir, "b.yaml");
+    remove_file(dir, "c.yaml");
+    remove_file(dir, ".hidden.yaml");
+    remove_file(dir, "notes.txt");
+    remove_file(dir, "..data");
+    snprintf(p, sizeof p, "%s/..2024_01_01", dir);
+    remove_file(p, "c.yaml");
+    remove_file(p, "zz.yaml");
+    rmdir(p);
+    snprintf(p, sizeof p, "%s/sub.yaml", dir);
+    rmdir(p);
+    r = sl_rules_load(dir, err, sizeof err);
+    assert_non_null(r);
+    assert_int_equal(sl_rules_ndomains(r), 0);
+    assert_null(MATCH(r, "a", "k", "v"));
+    sl_rules_free(r);
+    rmdir(dir);
+
+    /* a path that does not exist */
+    assert_null(sl_rules_load("/nonexistent/rules.yaml", err, sizeof err));
+    assert_string_equal(err, "/nonexistent/rules.yaml: No such file or directory");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(lyft_example_1),
+        cmocka_unit_test(lyft_example_2),
+        cmocka_unit_test(lyft_example_3),
+        cmocka_unit_test(lyft_example_4),
+        cmocka_unit_test(lyft_example_5),
+        cmocka_unit_test(lyft_example_6),
+        cmocka_unit_test(lyft_example_7),
+        cmocka_unit_test(lyft_example_8),
+        cmocka_unit_test(lyft_example_9),
+        cmocka_unit_test(extensions),
+        cmocka_unit_test(aliases),
+        cmocka_unit_test(match_order),
+        cmocka_unit_test(match_no_backtracking),
+        cmocka_unit_test(counting_keys),
+        cmocka_unit_test(ip_prefix),
+        cmocka_unit_test(bad_values),
+        cmocka_unit_test(bad_structure),
+        cmocka_unit_test(bad_bytes),
+        cmocka_unit_test(bad_caps),
+        cmocka_unit_test(directory),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
