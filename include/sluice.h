@@ -186,6 +186,27 @@ int sl_decide(sl_store *s, const sl_params *p, const void *key, size_t keylen,
 int sl_peek(sl_store *s, const sl_params *p, const void *key, size_t keylen,
             int64_t now_ms, int64_t cost, sl_result *out);
 
+/* One request of a batch for sl_decide_all. */
+typedef struct sl_request {
+    const sl_params *params;
+    const void *key;
+    size_t keylen;
+    int64_t cost;
+} sl_request;
+
+#define SL_MAX_BATCH 16 /* requests in one sl_decide_all */
+
+/* Decides n (1..SL_MAX_BATCH) requests at now_ms as one, atomically with
+ * respect to every other call: if each would be allowed, all are charged
+ * and out[i] are their answers; otherwise none is charged, no clock moves,
+ * and out[i] are the answers each would get alone (the denied ones say when
+ * to retry).  *all_allowed (may be NULL) says which happened.  Two requests
+ * may not name the same (key, algorithm): merge their costs.  Returns 0, or
+ * the first bad request's SL_E* code with nothing charged (SL_EINVAL for a
+ * bad n or a repeated key). */
+int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
+                  sl_result *out, int *all_allowed);
+
 /* Forgets (key, algo).  Returns 1 if state existed, 0 if not, or SL_EKEY. */
 int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen);
 

@@ -161,6 +161,69 @@ static void bounded_store_threads(void **state)
     sl_store_free(s);
 }
 
+/* Pairs decided with sl_decide_all race single requests on one of the two
+ * keys: a pair is charged to both keys or to neither, so the first key's
+ * count equals the pairs allowed and the second's the pairs plus singles. */
+typedef struct pair_job {
+    sl_store *store;
+    int64_t pairs, singles, errors;
+} pair_job;
+
+static sl_params pair_a, pair_b;
+
+static void *pairs(void *arg)
+{
+    pair_job *j = arg;
+    sl_request q[2] = {{&pair_a, "a", 1, 1}, {&pair_b, "b", 1, 1}};
+    for (int i = 0; i < 3000; i++) {
+        sl_result r[2];
+        int all = 0;
+        if (i % 2 == 0) {
+            if (sl_decide_all(j->store, q, 2, 1, r, &all) != 0) j->errors++;
+            j->pairs += all;
+        } else {
+            if (sl_decide(j->store, &pair_b, "b", 1, 1, 1, r) != 0) j->errors++;
+            j->singles += r[0].allowed;
+        }
+    }
+    return NULL;
+}
+
+static void decide_all_is_atomic(void **state)
+{
+    (void)state;
+    sl_store *s = sl_store_new(NULL, NULL);
+    pair_a = (sl_params)SL_PARAMS_INIT;
+    pair_a.algo = SL_FIXED_WINDOW;
+    pair_a.limit = 2000;
+    pair_a.window_ms = 3600000;
+    pair_b = pair_a;
+    pair_b.algo = SL_SLIDING_LOG;
+    pair_b.limit = 3000;
+    static pair_job jobs[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        jobs[i] = (pair_job){.store = s};
+        assert_int_equal(pthread_create(&th[i], NULL, pairs, &jobs[i]), 0);
+    }
+    int64_t np = 0, ns = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(th[i], NULL);
+        np += jobs[i].pairs;
+        ns += jobs[i].singles;
+        assert_int_equal(jobs[i].errors, 0);
+    }
+    sl_result ra, rb;
+    assert_int_equal(sl_peek(s, &pair_a, "a", 1, 1, 0, &ra), 0);
+    assert_int_equal(sl_peek(s, &pair_b, "b", 1, 1, 0, &rb), 0);
+    if (2000 - ra.remaining != np || 3000 - rb.remaining != np + ns)
+        fail_msg("a charged %lld, b %lld; pairs allowed %lld, singles %lld",
+                 (long long)(2000 - ra.remaining), (long long)(3000 - rb.remaining),
+                 (long long)np, (long long)ns);
+    assert_int_equal(rb.remaining, 0); /* 12000 attempts on a limit of 3000 */
+    sl_store_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -168,6 +231,7 @@ int main(void)
         cmocka_unit_test(sliding_log_exact),
         cmocka_unit_test(token_bucket_exact),
         cmocka_unit_test(bounded_store_threads),
+        cmocka_unit_test(decide_all_is_atomic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -69,48 +69,51 @@ static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const
     return 0;
 }
 
-/* The one decision path.  commit = 0 answers without changing anything.
- * One call hashes, locks and finds (sl__store_lookup); only sliding-buckets
- * ever changes its state's layout, so the others skip sl__state_need.
- * Inlined into each API function, so sl_allow is one call deep. */
-SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, const void *key, size_t klen, int64_t now,
-                          int64_t cost, int commit, sl_result *out)
+/* Decides on the record r of (n->algo, key) -- NULL if the key has none --
+ * with the shard lock held.  commit = 0 answers without changing anything. */
+SL__HOT_INLINE int decide_locked(sl__shard *sh, uint64_t h, uint8_t *r, const sl__norm *n,
+                                 const void *key, size_t klen, int64_t now, int64_t cost,
+                                 int commit, sl_result *out)
 {
-    int rc = check_request(key, klen, now, cost);
-    if (rc != 0) return rc;
-    if (s == NULL || out == NULL) return SL_EINVAL;
-
-    sl__shard *sh;
-    uint64_t h;
-    uint8_t *r = sl__store_lookup(s, n->algo, key, klen, &sh, &h);
+    int rc;
     int fresh = r == NULL;
     int64_t clock_old = r ? sl__rec_clock(r) : now;
     int64_t t = now > clock_old ? now : clock_old;
 
     if (fresh && commit) {
         r = sl__shard_insert(sh, h, n->algo, key, klen, sl__state_len(n), now);
-        if (r == NULL) {
-            rc = SL_ENOMEM;
-            goto out;
-        }
+        if (r == NULL) return SL_ENOMEM;
     }
     if (r != NULL && n->algo == SL_SLIDING_BUCKETS) {
         rc = adapt_state(sh, h, &r, fresh, n, clock_old, t, cost, commit, out);
-        if (rc != 0) {
-            if (rc == 1) rc = 0;
-            goto out;
-        }
+        if (rc != 0) return rc == 1 ? 0 : rc;
     }
     rc = sl__engine_decide(sh, r, n, clock_old, t, cost, commit, out);
     if (rc != 0) {
         if (fresh && r != NULL) sl__shard_remove(sh, h, r);
-        goto out;
+        return rc;
     }
     if (commit) {
         sl__rec_set_clock(r, t);
         sl__rec_set_reset(r, out->reset_after_ms);
     }
-out:
+    return 0;
+}
+
+/* The one decision path: one call hashes, locks and finds
+ * (sl__store_lookup); only sliding-buckets ever changes its state's layout,
+ * so the others skip sl__state_need.  Inlined into each API function, so
+ * sl_allow is one call deep. */
+SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, const void *key, size_t klen, int64_t now,
+                          int64_t cost, int commit, sl_result *out)
+{
+    int rc = check_request(key, klen, now, cost);
+    if (rc != 0) return rc;
+    if (s == NULL || out == NULL) return SL_EINVAL;
+    sl__shard *sh;
+    uint64_t h;
+    uint8_t *r = sl__store_lookup(s, n->algo, key, klen, &sh, &h);
+    rc = decide_locked(sh, h, r, n, key, klen, now, cost, commit, out);
     sl__shard_unlock(sh);
     return rc;
 }
@@ -136,6 +139,54 @@ int sl_peek(sl_store *s, const sl_params *p, const void *key, size_t keylen, int
             int64_t cost, sl_result *out)
 {
     return decide_params(s, p, key, keylen, now_ms, cost, 0, out);
+}
+
+/* Several requests as one (SPEC 7 rules: all pass and all are charged, or
+ * none is).  The shards involved are locked together, in address order
+ * (the order every multi-shard caller uses, so two batches cannot
+ * deadlock); each request is answered first without charging, then, if all
+ * are allowed, charged in order. */
+int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
+                  sl_result *out, int *all_allowed)
+{
+    if (s == NULL || reqs == NULL || out == NULL || n == 0 || n > SL_MAX_BATCH) return SL_EINVAL;
+    sl__norm norm[SL_MAX_BATCH];
+    uint64_t h[SL_MAX_BATCH];
+    sl__shard *sh[SL_MAX_BATCH], *locks[SL_MAX_BATCH];
+    size_t nlocks = 0;
+    for (size_t i = 0; i < n; i++) {
+        int rc = sl_params_check(reqs[i].params);
+        if (rc == 0) rc = check_request(reqs[i].key, reqs[i].keylen, now_ms, reqs[i].cost);
+        if (rc != 0) return rc;
+        sl__norm_from(&norm[i], reqs[i].params);
+        for (size_t j = 0; j < i; j++) /* one state may not be charged twice */
+            if (norm[j].algo == norm[i].algo && reqs[j].keylen == reqs[i].keylen &&
+                memcmp(reqs[j].key, reqs[i].key, reqs[i].keylen) == 0)
+                return SL_EINVAL;
+        h[i] = sl__store_hash(s, norm[i].algo, reqs[i].key, reqs[i].keylen);
+        sh[i] = sl__store_shard(s, h[i]);
+        size_t k = nlocks; /* insert into the sorted set of shards to lock */
+        while (k > 0 && (uintptr_t)locks[k - 1] > (uintptr_t)sh[i]) k--;
+        if (k > 0 && locks[k - 1] == sh[i]) continue;
+        memmove(&locks[k + 1], &locks[k], (nlocks - k) * sizeof(locks[0]));
+        locks[k] = sh[i];
+        nlocks++;
+    }
+    for (size_t k = 0; k < nlocks; k++) sl__shard_lock(locks[k]);
+    int rc = 0, all = 1;
+    for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            const sl_request *q = &reqs[i];
+            uint8_t *r = sl__shard_find(sh[i], h[i], norm[i].algo, q->key, q->keylen);
+            rc = decide_locked(sh[i], h[i], r, &norm[i], q->key, q->keylen, now_ms, q->cost, pass,
+                               &out[i]);
+            if (pass == 0 && !out[i].allowed) all = 0;
+        }
+        if (!all) break; /* a denial: nothing is charged */
+    }
+    for (size_t k = nlocks; k > 0; k--) sl__shard_unlock(locks[k - 1]);
+    if (all_allowed) *all_allowed = rc == 0 && all;
+    return rc;
 }
 
 int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen)

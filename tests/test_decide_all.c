@@ -1,0 +1,112 @@
+/*
+ * test_decide_all.c -- sl_decide_all: several limits on one request are all
+ * charged or none is (10 per minute AND 500 per hour), bad input charges
+ * nothing.  The threaded version is in test_threads.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "sluice.h"
+
+static sl_params P(sl_algo a, int64_t L, int64_t W)
+{
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = a;
+    p.limit = L;
+    p.window_ms = W;
+    return p;
+}
+
+static void all_or_nothing(void **state)
+{
+    (void)state;
+    sl_store *s = sl_store_new(NULL, NULL);
+    sl_params minute = P(SL_FIXED_WINDOW, 10, 60000), hour = P(SL_FIXED_WINDOW, 15, 3600000);
+    sl_request q[2] = {{&minute, "u:m", 3, 1}, {&hour, "u:h", 3, 1}};
+    sl_result r[2];
+    int all;
+    for (int i = 0; i < 10; i++) {
+        assert_int_equal(sl_decide_all(s, q, 2, 1000, r, &all), 0);
+        assert_true(all);
+        assert_int_equal(r[0].remaining, 9 - i);
+        assert_int_equal(r[1].remaining, 14 - i);
+    }
+    /* the minute is full: denied, and the hour is not charged */
+    assert_int_equal(sl_decide_all(s, q, 2, 2000, r, &all), 0);
+    assert_false(all);
+    assert_int_equal(r[0].allowed, 0);
+    assert_int_equal(r[0].retry_after_ms, 58000);
+    assert_int_equal(r[1].allowed, 1); /* would pass alone ... */
+    sl_result peek;
+    assert_int_equal(sl_peek(s, &hour, "u:h", 3, 2000, 0, &peek), 0);
+    assert_int_equal(peek.remaining, 5); /* ... but was not charged */
+    /* next minute: 5 more, then the hour stops them */
+    for (int i = 0; i < 5; i++) {
+        assert_int_equal(sl_decide_all(s, q, 2, 61000, r, &all), 0);
+        assert_true(all);
+    }
+    assert_int_equal(sl_decide_all(s, q, 2, 61000, r, &all), 0);
+    assert_false(all);
+    assert_int_equal(r[1].allowed, 0);
+    assert_int_equal(sl_peek(s, &minute, "u:m", 3, 61000, 0, &peek), 0);
+    assert_int_equal(peek.remaining, 5);
+    sl_store_free(s);
+}
+
+static void bad_input_charges_nothing(void **state)
+{
+    (void)state;
+    sl_store *s = sl_store_new(NULL, NULL);
+    sl_params ok = P(SL_TOKEN_BUCKET, 5, 1000), bad = P(SL_TOKEN_BUCKET, 0, 1000);
+    sl_request q[2] = {{&ok, "a", 1, 1}, {&bad, "b", 1, 1}};
+    sl_result r[2];
+    assert_int_equal(sl_decide_all(s, q, 2, 0, r, NULL), SL_ELIMIT);
+    q[1] = (sl_request){&ok, "a", 1, 1}; /* the same state twice */
+    assert_int_equal(sl_decide_all(s, q, 2, 0, r, NULL), SL_EINVAL);
+    q[1] = (sl_request){&ok, "", 0, 1};
+    assert_int_equal(sl_decide_all(s, q, 2, 0, r, NULL), SL_EKEY);
+    assert_int_equal(sl_decide_all(s, q, 0, 0, r, NULL), SL_EINVAL);
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    assert_int_equal(st.keys, 0);
+    sl_store_free(s);
+}
+
+static void many_shards(void **state)
+{
+    (void)state;
+    /* 16 keys spread over shards, locked together without deadlock */
+    sl_store *s = sl_store_new(NULL, NULL);
+    sl_params p = P(SL_SLIDING_LOG, 3, 10000);
+    char keys[SL_MAX_BATCH][8];
+    sl_request q[SL_MAX_BATCH];
+    for (int i = 0; i < SL_MAX_BATCH; i++) {
+        keys[i][0] = 'k';
+        keys[i][1] = (char)('a' + i);
+        q[i] = (sl_request){&p, keys[i], 2, 1};
+    }
+    sl_result r[SL_MAX_BATCH];
+    int all;
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sl_decide_all(s, q, SL_MAX_BATCH, i, r, &all), 0);
+        assert_true(all);
+    }
+    assert_int_equal(sl_decide_all(s, q, SL_MAX_BATCH, 5, r, &all), 0);
+    assert_false(all);
+    sl_store_free(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(all_or_nothing),
+        cmocka_unit_test(bad_input_charges_nothing),
+        cmocka_unit_test(many_shards),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
