@@ -79,6 +79,8 @@ $(B)/tests/test_commands: $(SRV_PARTS)
 $(B)/tests/test_commands: LDLIBS += $(SRV_LIBS)
 $(B)/tests/test_rules: $(RULES_OBJ)
 $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
+$(B)/tests/test_check: $(RULES_OBJ)
+$(B)/tests/test_check: LDLIBS += $(RULES_LIBS)
 
 $(B)/bench/bench: $(B)/bench/bench.o $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

@@ -1,0 +1,114 @@
+/*
+ * check.h -- RL.CHECK's evaluation: the descriptors of one request matched
+ * against a rule set (rules.h) and decided on a store, all-or-none.  No
+ * server, no RESP, no reload: the command's handler parses the request,
+ * calls sl_rules_check and writes its answer.
+ *
+ * Semantics (docs/rules.md, "For RL.CHECK"):
+ *
+ *   - Each descriptor is matched on its own with sl_rules_match.  Every limit
+ *     of every matched node, across all descriptors of the request, is one
+ *     counter; the enforced ones are decided together in ONE sl_decide_all:
+ *     the request passes only if every limit passes, and then all are
+ *     charged; otherwise none is (a request denied by one descriptor is not
+ *     charged to the others, nor to the other limits of its own descriptor).
+ *   - No rule (unknown domain, no match, node without limits): NO_RULE,
+ *     allowed, nothing counted; the status's numbers are all 0.
+ *   - `unlimited`: UNLIMITED, allowed, nothing counted; numbers all 0.  (A
+ *     node mixing unlimited and counted limits is decided on the counted
+ *     ones only.)
+ *   - requests_per_unit 0: OVER_LIMIT "never" without calling the engine:
+ *     limit 0, remaining 0, retry_after_ms -1, reset_after_ms 0.  The
+ *     whole request is then denied, so the other limits are only peeked.
+ *   - `soft: N%`: decided with L = soft_limit (L + floor(L*N/100)); the
+ *     status's `limit` is that effective limit, as the engine reports it.
+ *   - `shadow_mode`: such limits never deny and never block the batch.
+ *     They are kept OUT of the sl_decide_all and decided with their own
+ *     sl_decide after the batch is known: charged (sl_decide) when the
+ *     request is allowed, only peeked when it is denied (not charged, as
+ *     for any descriptor of a denied request).  Like every sluice counter,
+ *     a shadow counter is charged only when within its limit; beyond it the
+ *     engine charges nothing and the status is SHADOW.  The shadow decides
+ *     are not atomic with the batch -- they cannot change the answer.
+ *   - `elastic`: TODO.  Needs the server's --capacity spare pool, which does
+ *     not exist yet; until then an elastic limit is decided as if it were
+ *     not elastic (at L), and SL_CHECK_ELASTIC is never returned.
+ *   - `replaces`: TODO, not applied yet (every matched limit is decided).
+ *   - The same counter named twice in one request (two descriptors with the
+ *     same entries) is one sl_request with the costs added (sl_decide_all
+ *     refuses repeated keys); both descriptors report its answer.
+ *   - At most SL_MAX_BATCH counted limits (enforced + shadow) per request;
+ *     more is an error.
+ *
+ * A descriptor's status:
+ *   OVER_LIMIT  one of its enforced limits denies; reported: the denied
+ *               limit with the largest retry_after (-1, never, is largest).
+ *   SHADOW      its node is in shadow mode and one of its limits is over;
+ *               reported: that limit (largest retry_after), with the
+ *               numbers a hard limit would answer (retry_after > 0).
+ *   OK          reported: the limit with the smallest remaining (first on
+ *               ties).  When the request is denied by another descriptor,
+ *               an OK descriptor was not charged: its numbers are the
+ *               engine's answer for it alone (a peek of `cost`), so, as in
+ *               every engine answer, `remaining` is what would be left
+ *               after it -- not the counter's current room.
+ *
+ * The overall answer (SPEC §3's six fields) counts enforced limits only --
+ * shadow-mode descriptors never change what the client sees:
+ *   denied  (some OVER_LIMIT): the result of the OVER_LIMIT descriptor with
+ *           the largest retry_after (-1 if any is never); allowed = 0.
+ *   allowed: the result of the OK, non-shadow descriptor with the smallest
+ *           remaining (first on ties); all zeros but allowed = 1 when no
+ *           enforced limit applied (only NO_RULE / UNLIMITED / shadow).
+ */
+#ifndef SLUICE_CHECK_H
+#define SLUICE_CHECK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rules.h"
+#include "sluice.h"
+
+typedef enum sl_check_code {
+    SL_CHECK_OK = 0,
+    SL_CHECK_OVER_LIMIT,
+    SL_CHECK_SHADOW,    /* over the limit, but the rule is in shadow mode: allowed */
+    SL_CHECK_ELASTIC,   /* TODO: never returned yet (see above) */
+    SL_CHECK_UNLIMITED,
+    SL_CHECK_NO_RULE
+} sl_check_code;
+
+/* "OK", "OVER_LIMIT", "SHADOW", "ELASTIC", "UNLIMITED", "NO_RULE". */
+const char *sl_check_code_name(sl_check_code c);
+
+/* The status of one descriptor of the request. */
+typedef struct sl_check_status {
+    sl_check_code code;
+    const char *name;           /* the reported limit's name; NULL for NO_RULE */
+    const sl_rule_limit *rule;  /* the reported limit; NULL for NO_RULE */
+    int shadow;                 /* 1 if the matched node is in shadow mode */
+    int64_t limit;              /* the six fields of the status, as above */
+    int64_t remaining;
+    int64_t retry_after_ms;
+    int64_t reset_after_ms;
+    sl_result result;           /* the engine's full answer for the reported limit
+                                   (allowed: that limit alone); zeros if none */
+} sl_check_status;
+
+/* Decides one RL.CHECK request: n (>= 1) descriptors, descriptor i being the
+ * ndesc[i] (1..SL_RULES_MAX_DEPTH) entries descs[i], in `domain` (dlen
+ * bytes), each of cost `cost` (0..SL_MAX_LIMIT) at now_ms.  Fills *overall
+ * and st[0..n-1] as described at the top, and returns 0 with err "".
+ *
+ * Returns a negative SL_E* code with a message in err (may be NULL) on a bad
+ * argument, more than SL_MAX_BATCH counted limits, a key too long, the same
+ * counter with different parameters, or an engine error; nothing is charged
+ * then (except if a shadow limit's own sl_decide fails after the batch was
+ * charged: that is not an error, its status is then its peek). */
+int sl_rules_check(const sl_rules *r, sl_store *s, const char *domain, size_t dlen,
+                   const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
+                   int64_t now_ms, sl_result *overall, sl_check_status *st, char *err,
+                   size_t errlen);
+
+#endif /* SLUICE_CHECK_H */

@@ -1,0 +1,371 @@
+/*
+ * test_check.c -- RL.CHECK's evaluation (src/rules/check.c): several limits
+ * on one descriptor all-or-none, several descriptors all-or-none (a denied
+ * request charges nobody), shadow mode, soft limits at their edge,
+ * unlimited, no rule, requests_per_unit 0, the batch cap, repeated counters.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "check.h"
+#include "rules.h"
+#include "sluice.h"
+
+static char err[1024];
+
+static const char yaml[] =
+    "domain: api\n"
+    "descriptors:\n"
+    "  - key: user                     # 10 a minute AND 500 an hour\n"
+    "    rate_limit:\n"
+    "      - unit: minute\n"
+    "        requests_per_unit: 10\n"
+    "      - unit: hour\n"
+    "        requests_per_unit: 500\n"
+    "  - key: ip\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 3}\n"
+    "  - key: shadow\n"
+    "    shadow_mode: true\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 2, name: shadowed}\n"
+    "  - key: soft\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 10, soft: 10%}\n"
+    "  - key: free\n"
+    "    rate_limit: {unlimited: true, name: free}\n"
+    "  - key: blocked\n"
+    "    rate_limit: {unit: second, requests_per_unit: 0, name: blocklist}\n";
+
+typedef struct fx {
+    sl_rules *r;
+    sl_store *s;
+} fx;
+
+static int setup(void **state)
+{
+    fx *f = calloc(1, sizeof *f);
+    if (f == NULL) return -1;
+    f->r = sl_rules_load_buffer("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    if (f->r == NULL) {
+        fprintf(stderr, "load: %s\n", err);
+        free(f);
+        return -1;
+    }
+    f->s = sl_store_new(NULL, NULL);
+    if (f->s == NULL) return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fx *f = *state;
+    sl_store_free(f->s);
+    sl_rules_free(f->r);
+    free(f);
+    return 0;
+}
+
+/* Up to 20 one-entry descriptors (key, value) given as k, v, k, v, ..., NULL. */
+typedef struct req {
+    sl_rule_entry e[20];
+    const sl_rule_entry *d[20];
+    int nd[20];
+    int n;
+} req;
+
+static void build(req *q, const char *const *kv)
+{
+    q->n = 0;
+    for (; kv[2 * q->n]; q->n++) {
+        int i = q->n;
+        q->e[i].key = kv[2 * i];
+        q->e[i].keylen = strlen(kv[2 * i]);
+        q->e[i].value = kv[2 * i + 1];
+        q->e[i].valuelen = strlen(kv[2 * i + 1]);
+        q->d[i] = &q->e[i];
+        q->nd[i] = 1;
+    }
+}
+
+static sl_result ov;
+static sl_check_status st[20];
+
+static int check_kv(fx *f, const char *dom, int64_t cost, int64_t now, const char *const *kv)
+{
+    req q;
+    build(&q, kv);
+    return sl_rules_check(f->r, f->s, dom, strlen(dom), q.d, q.nd, q.n, cost, now, &ov, st, err,
+                          sizeof err);
+}
+/* CHECK(f, cost, now, k, v, ...): in domain api; asserts success. */
+#define CHECK(f, cost, now, ...)                                                              \
+    assert_int_equal(check_kv((f), "api", (cost), (now), (const char *const[]){__VA_ARGS__, NULL}), 0)
+
+/* The remaining of a counter, by peeking the engine directly. */
+static int64_t peek_rem(fx *f, const char *key, int64_t L, int64_t W, int64_t now)
+{
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = SL_FIXED_WINDOW;
+    p.limit = L;
+    p.window_ms = W;
+    sl_result r;
+    assert_int_equal(sl_peek(f->s, &p, key, strlen(key), now, 0, &r), 0);
+    return r.remaining;
+}
+
+static void status_is(int i, sl_check_code code, const char *name, int64_t limit, int64_t rem,
+                      int64_t retry, int64_t reset)
+{
+    assert_string_equal(sl_check_code_name(st[i].code), sl_check_code_name(code));
+    if (name == NULL)
+        assert_null(st[i].name);
+    else
+        assert_string_equal(st[i].name, name);
+    assert_int_equal(st[i].limit, limit);
+    assert_int_equal(st[i].remaining, rem);
+    assert_int_equal(st[i].retry_after_ms, retry);
+    assert_int_equal(st[i].reset_after_ms, reset);
+}
+
+static void overall_is(int64_t allowed, int64_t limit, int64_t rem, int64_t retry, int64_t reset)
+{
+    assert_int_equal(ov.allowed, allowed);
+    assert_int_equal(ov.limit, limit);
+    assert_int_equal(ov.remaining, rem);
+    assert_int_equal(ov.retry_after_ms, retry);
+    assert_int_equal(ov.reset_after_ms, reset);
+}
+
+/* 10 a minute AND 500 an hour: both charged or neither. */
+static void several_limits(void **state)
+{
+    fx *f = *state;
+    const int64_t H = 3600000, M = 60000;
+    CHECK(f, 1, 1000, "user", "bob");
+    /* the most restrictive: the minute (9 left, 59 s to reset) */
+    status_is(0, SL_CHECK_OK, "api.user#1", 10, 9, 0, 59000);
+    overall_is(1, 10, 9, 0, 59000);
+    assert_int_equal(peek_rem(f, "api|user=bob#3600000", 500, H, 1000), 499);
+    for (int i = 2; i <= 10; i++) CHECK(f, 1, 1000, "user", "bob");
+    status_is(0, SL_CHECK_OK, "api.user#1", 10, 0, 0, 59000);
+    /* 11th: the minute denies; the hour is not charged */
+    CHECK(f, 1, 2000, "user", "bob");
+    status_is(0, SL_CHECK_OVER_LIMIT, "api.user#1", 10, 0, 58000, 58000);
+    overall_is(0, 10, 0, 58000, 58000);
+    assert_int_equal(peek_rem(f, "api|user=bob#3600000", 500, H, 2000), 490);
+
+    /* 10 a minute for 49 more minutes: the hour is at 500 exactly */
+    for (int m = 1; m < 50; m++)
+        for (int i = 0; i < 10; i++) {
+            CHECK(f, 1, m * M, "user", "bob");
+            assert_int_equal(ov.allowed, 1);
+        }
+    assert_int_equal(peek_rem(f, "api|user=bob#3600000", 500, H, 50 * M), 0);
+    /* minute 50: the minute has room, the hour does not -- neither charged */
+    CHECK(f, 1, 50 * M, "user", "bob");
+    status_is(0, SL_CHECK_OVER_LIMIT, "api.user#2", 500, 0, 10 * M, 10 * M);
+    overall_is(0, 500, 0, 10 * M, 10 * M);
+    assert_int_equal(peek_rem(f, "api|user=bob#60000", 10, M, 50 * M), 10);
+    /* a new hour; a cost the minute can never take: neither charged */
+    CHECK(f, 11, H, "user", "bob");
+    assert_string_equal(sl_check_code_name(st[0].code), "OVER_LIMIT");
+    assert_string_equal(st[0].name, "api.user#1");
+    assert_int_equal(st[0].retry_after_ms, -1);
+    assert_int_equal(ov.retry_after_ms, -1);
+    assert_int_equal(peek_rem(f, "api|user=bob#3600000", 500, H, H), 500);
+    CHECK(f, 10, H, "user", "bob");
+    status_is(0, SL_CHECK_OK, "api.user#1", 10, 0, 0, M);
+    assert_int_equal(peek_rem(f, "api|user=bob#3600000", 500, H, H), 490);
+}
+
+/* A denied request charges none of its descriptors. */
+static void denied_charges_nobody(void **state)
+{
+    fx *f = *state;
+    for (int i = 0; i < 3; i++) CHECK(f, 1, 0, "ip", "1.2.3.4");
+    CHECK(f, 1, 5000, "user", "dave", "ip", "1.2.3.4");
+    assert_int_equal(ov.allowed, 0);
+    status_is(0, SL_CHECK_OK, "api.user#1", 10, 9, 0, 55000); /* alone: would pass, 9 left */
+    status_is(1, SL_CHECK_OVER_LIMIT, "api.ip", 3, 0, 55000, 55000);
+    overall_is(0, 3, 0, 55000, 55000);
+    assert_int_equal(peek_rem(f, "api|user=dave#60000", 10, 60000, 5000), 10);
+    assert_int_equal(peek_rem(f, "api|user=dave#3600000", 500, 3600000, 5000), 500);
+    /* allowed: both charged, overall = the smallest remaining */
+    CHECK(f, 1, 60000, "user", "dave", "ip", "1.2.3.4");
+    status_is(0, SL_CHECK_OK, "api.user#1", 10, 9, 0, 60000);
+    status_is(1, SL_CHECK_OK, "api.ip", 3, 2, 0, 60000);
+    overall_is(1, 3, 2, 0, 60000);
+}
+
+/* Shadow mode: counted, never denies, says SHADOW; kept out of the answer. */
+static void shadow(void **state)
+{
+    fx *f = *state;
+    CHECK(f, 1, 0, "shadow", "s");
+    status_is(0, SL_CHECK_OK, "shadowed", 2, 1, 0, 60000);
+    assert_true(st[0].shadow);
+    overall_is(1, 0, 0, 0, 0); /* no enforced limit */
+    CHECK(f, 1, 0, "shadow", "s");
+    status_is(0, SL_CHECK_OK, "shadowed", 2, 0, 0, 60000);
+    for (int i = 0; i < 3; i++) {
+        CHECK(f, 1, 1000, "shadow", "s", "ip", "9.9.9.9");
+        assert_int_equal(ov.allowed, 1);
+        status_is(0, SL_CHECK_SHADOW, "shadowed", 2, 0, 59000, 59000);
+        status_is(1, SL_CHECK_OK, "api.ip", 3, 2 - i, 0, 59000);
+        overall_is(1, 3, 2 - i, 0, 59000);
+    }
+    /* ip is now exhausted: the request is denied by ip, never by shadow */
+    CHECK(f, 1, 1000, "shadow", "s", "ip", "9.9.9.9");
+    assert_int_equal(ov.allowed, 0);
+    status_is(0, SL_CHECK_SHADOW, "shadowed", 2, 0, 59000, 59000);
+    status_is(1, SL_CHECK_OVER_LIMIT, "api.ip", 3, 0, 59000, 59000);
+    overall_is(0, 3, 0, 59000, 59000);
+
+    /* a denied request does not charge the shadow counter either */
+    CHECK(f, 1, 0, "shadow", "t", "blocked", "x");
+    assert_int_equal(ov.allowed, 0);
+    status_is(0, SL_CHECK_OK, "shadowed", 2, 1, 0, 60000); /* would */
+    assert_int_equal(peek_rem(f, "api|shadow=t", 2, 60000, 0), 2);
+    CHECK(f, 1, 0, "shadow", "t");
+    assert_int_equal(peek_rem(f, "api|shadow=t", 2, 60000, 0), 1);
+}
+
+/* soft: 10% on L = 10: 11 pass, the 12th is denied. */
+static void soft(void **state)
+{
+    fx *f = *state;
+    for (int i = 1; i <= 11; i++) {
+        CHECK(f, 1, 0, "soft", "a");
+        status_is(0, SL_CHECK_OK, "api.soft", 11, 11 - i, 0, 60000);
+        assert_int_equal(ov.allowed, 1);
+    }
+    CHECK(f, 1, 0, "soft", "a");
+    status_is(0, SL_CHECK_OVER_LIMIT, "api.soft", 11, 0, 60000, 60000);
+    overall_is(0, 11, 0, 60000, 60000);
+    /* a cost of 12 never fits in one window */
+    CHECK(f, 12, 60000, "soft", "b");
+    assert_int_equal(ov.allowed, 0);
+    assert_int_equal(ov.retry_after_ms, -1);
+}
+
+static void unlimited_and_no_rule(void **state)
+{
+    fx *f = *state;
+    for (int i = 0; i < 1000; i++) {
+        CHECK(f, 1000, 0, "free", "x", "nothing", "here");
+        assert_int_equal(ov.allowed, 1);
+    }
+    status_is(0, SL_CHECK_UNLIMITED, "free", 0, 0, 0, 0);
+    status_is(1, SL_CHECK_NO_RULE, NULL, 0, 0, 0, 0);
+    assert_null(st[1].rule);
+    overall_is(1, 0, 0, 0, 0);
+    sl_store_stats ss;
+    sl_store_stats_get(f->s, &ss);
+    assert_int_equal(ss.keys, 0); /* nothing counted */
+    /* unknown domain */
+    assert_int_equal(check_kv(f, "web", 1, 0, (const char *const[]){"user", "bob", NULL}), 0);
+    status_is(0, SL_CHECK_NO_RULE, NULL, 0, 0, 0, 0);
+    assert_int_equal(ov.allowed, 1);
+}
+
+/* requests_per_unit 0: denied, never, and the others not charged. */
+static void zero_limit(void **state)
+{
+    fx *f = *state;
+    CHECK(f, 1, 0, "user", "eve", "blocked", "x");
+    status_is(0, SL_CHECK_OK, "api.user#1", 10, 9, 0, 60000); /* would */
+    status_is(1, SL_CHECK_OVER_LIMIT, "blocklist", 0, 0, -1, 0);
+    overall_is(0, 0, 0, -1, 0);
+    assert_int_equal(peek_rem(f, "api|user=eve#60000", 10, 60000, 0), 10);
+    /* never, even with another denial that has a finite retry */
+    for (int i = 0; i < 3; i++) CHECK(f, 1, 0, "ip", "5.5.5.5");
+    CHECK(f, 1, 0, "ip", "5.5.5.5", "blocked", "x");
+    status_is(0, SL_CHECK_OVER_LIMIT, "api.ip", 3, 0, 60000, 60000);
+    overall_is(0, 0, 0, -1, 0);
+    CHECK(f, 0, 0, "blocked", "x"); /* even a cost of 0 */
+    assert_int_equal(ov.allowed, 0);
+}
+
+/* More than SL_MAX_BATCH counted limits: an error, nothing charged. */
+static void batch_cap(void **state)
+{
+    fx *f = *state;
+    /* 8 users x 2 limits = 16: fine */
+    CHECK(f, 1, 0, "user", "a", "user", "b", "user", "c", "user", "d", "user", "e", "user", "f",
+          "user", "g", "user", "h");
+    assert_int_equal(ov.allowed, 1);
+    /* 16 + 1 */
+    assert_int_equal(check_kv(f, "api", 1, 0,
+                              (const char *const[]){"user", "a", "user", "b", "user", "c", "user",
+                                                    "d", "user", "e", "user", "f", "user", "g",
+                                                    "user", "h", "ip", "z", NULL}),
+                     SL_EINVAL);
+    assert_non_null(strstr(err, "more than 16 limits"));
+    assert_int_equal(peek_rem(f, "api|user=a#60000", 10, 60000, 0), 9);
+    assert_int_equal(peek_rem(f, "api|ip=z", 3, 60000, 0), 3);
+    /* unlimited and no-rule descriptors do not count */
+    CHECK(f, 1, 0, "user", "a", "user", "b", "user", "c", "user", "d", "user", "e", "user", "f",
+          "user", "g", "user", "h", "free", "1", "none", "2");
+    assert_int_equal(ov.allowed, 1);
+}
+
+/* The same counter twice in one request: one counter, costs added. */
+static void repeated_counter(void **state)
+{
+    fx *f = *state;
+    CHECK(f, 1, 0, "ip", "7.7.7.7", "ip", "7.7.7.7");
+    status_is(0, SL_CHECK_OK, "api.ip", 3, 1, 0, 60000);
+    status_is(1, SL_CHECK_OK, "api.ip", 3, 1, 0, 60000);
+    CHECK(f, 1, 0, "ip", "7.7.7.7", "ip", "7.7.7.7"); /* 2 > 1 left: denied, none charged */
+    assert_int_equal(ov.allowed, 0);
+    status_is(0, SL_CHECK_OVER_LIMIT, "api.ip", 3, 1, 60000, 60000);
+    status_is(1, SL_CHECK_OVER_LIMIT, "api.ip", 3, 1, 60000, 60000);
+    assert_int_equal(peek_rem(f, "api|ip=7.7.7.7", 3, 60000, 0), 1);
+}
+
+static void bad_arguments(void **state)
+{
+    fx *f = *state;
+    req q;
+    build(&q, (const char *const[]){"user", "a", NULL});
+    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 0, 1, 0, &ov, st, err,
+                                    sizeof err),
+                     SL_EINVAL);
+    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 1, -1, 0, &ov, st, err,
+                                    sizeof err),
+                     SL_ECOST);
+    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 1, 1, SL_MAX_TIME_MS, &ov,
+                                    st, err, sizeof err),
+                     SL_ETIME);
+    q.nd[0] = 0;
+    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 1, 1, 0, &ov, st, err,
+                                    sizeof err),
+                     SL_EINVAL);
+    /* merged costs beyond SL_MAX_LIMIT */
+    build(&q, (const char *const[]){"ip", "1", "ip", "1", NULL});
+    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 2, SL_MAX_LIMIT, 0, &ov,
+                                    st, err, sizeof err),
+                     SL_ECOST);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(several_limits, setup, teardown),
+        cmocka_unit_test_setup_teardown(denied_charges_nobody, setup, teardown),
+        cmocka_unit_test_setup_teardown(shadow, setup, teardown),
+        cmocka_unit_test_setup_teardown(soft, setup, teardown),
+        cmocka_unit_test_setup_teardown(unlimited_and_no_rule, setup, teardown),
+        cmocka_unit_test_setup_teardown(zero_limit, setup, teardown),
+        cmocka_unit_test_setup_teardown(batch_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(repeated_counter, setup, teardown),
+        cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
