@@ -68,15 +68,15 @@ $(B)/sluice: $(CLI_OBJ) $(B)/libsluice.a
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
 
-$(B)/sluiced: $(SRV_OBJ) $(B)/libsluice.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(LDLIBS)
+$(B)/sluiced: $(SRV_OBJ) $(RULES_OBJ) $(B)/libsluice.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(RULES_LIBS) $(LDLIBS)
 
 # Unit tests of code outside the library link the parts they test:
 # add one line per such test.
 $(B)/tests/test_replay_parse: $(CLI_PARTS)
 $(B)/tests/test_resp: $(B)/src/server/resp.o
-$(B)/tests/test_commands: $(SRV_PARTS)
-$(B)/tests/test_commands: LDLIBS += $(SRV_LIBS)
+$(B)/tests/test_commands: $(SRV_PARTS) $(RULES_OBJ)
+$(B)/tests/test_commands: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_rules: $(RULES_OBJ)
 $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_check: $(RULES_OBJ)

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "commands.h"
+#include "rules.h"
 
 static sl_config cfg;
 static sl_worker_stats ws;
@@ -135,7 +136,7 @@ static void small_commands(void **state)
     assert_non_null(strstr(run("HELLO 2", 0), "$7\r\nsluiced\r\n"));
     assert_non_null(strstr(run("HELLO 3", 0), "-NOPROTO"));
     assert_non_null(strstr(run("COMMAND", 0), "rl.allow"));
-    REPLY("COMMAND COUNT", 0, ":12\r\n");
+    REPLY("COMMAND COUNT", 0, ":13\r\n");
     const char *info = run("INFO", 0);
     assert_non_null(strstr(info, "# Server\r\n"));
     assert_non_null(strstr(info, "# Clients\r\n"));
@@ -147,6 +148,41 @@ static void small_commands(void **state)
     assert_non_null(strstr(info, "used_memory:"));
 }
 
+static void check_with_rules(void **state)
+{
+    (void)state;
+    REPLY("RL.CHECK api DESCRIPTOR user bob", 0,
+          "-ERR no rules loaded (start sluiced with --rules PATH)\r\n");
+    static const char yaml[] = "domain: api\n"
+                               "descriptors:\n"
+                               "  - key: user\n"
+                               "    rate_limit: {unit: minute, requests_per_unit: 2}\n"
+                               "  - key: path\n"
+                               "    value: /login\n"
+                               "    rate_limit: {unit: hour, requests_per_unit: 1}\n";
+    char err[256];
+    srv.rules = sl_rules_load_buffer("api.yaml", yaml, sizeof(yaml) - 1, err, sizeof(err));
+    if (srv.rules == NULL) fail_msg("%s", err);
+    /* two descriptors: both within their limits, both charged */
+    const char *r = run("RL.CHECK api DESCRIPTOR user bob DESCRIPTOR path /login", 0);
+    assert_memory_equal(r, "*8\r\n:1\r\n", 8);
+    assert_non_null(strstr(r, "*6\r\n$2\r\nOK\r\n"));
+    /* the /login hour is used up: denied, and bob is not charged */
+    r = run("RL.CHECK api DESCRIPTOR user bob DESCRIPTOR path /login", 1000);
+    assert_memory_equal(r, "*8\r\n:0\r\n", 8);
+    assert_non_null(strstr(r, "$10\r\nOVER_LIMIT\r\n"));
+    r = run("RL.CHECK api DESCRIPTOR user bob", 2000); /* bob still has his second */
+    assert_memory_equal(r, "*7\r\n:1\r\n:2\r\n:0\r\n", 16);
+    /* no rule for this descriptor: NO_RULE, nil name */
+    r = run("RL.CHECK api DESCRIPTOR team red", 0);
+    assert_non_null(strstr(r, "$7\r\nNO_RULE\r\n$-1\r\n"));
+    assert_non_null(strstr(run("RL.CHECK api COST x DESCRIPTOR user bob", 0), "-ERR cost must be"));
+    assert_non_null(strstr(run("RL.CHECK api DESCRIPTOR user bob team", 0), "has no value"));
+    assert_non_null(strstr(run("RL.CHECK api FOO 1 DESCRIPTOR user bob", 0), "expected COST, AT"));
+    sl_rules_unref(srv.rules);
+    srv.rules = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +191,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(errors_name_the_problem, setup, teardown),
         cmocka_unit_test_setup_teardown(trusted_client_time, setup, teardown),
         cmocka_unit_test_setup_teardown(small_commands, setup, teardown),
+        cmocka_unit_test_setup_teardown(check_with_rules, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

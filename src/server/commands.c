@@ -15,7 +15,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "commands.h"
+#include "rules.h"
 
 /* ---- output ------------------------------------------------------------- */
 
@@ -235,6 +237,124 @@ static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, i
     add_num(out, ':', r.delay_ms);
 }
 
+/* RL.CHECK domain [COST c] [AT t] DESCRIPTOR k v [k v ...] [DESCRIPTOR ...]
+ * Reply: the six fields for the most restrictive outcome, then per
+ * descriptor [code, rule name (nil for NO_RULE), limit, remaining,
+ * retry_after_ms, reset_after_ms]. */
+#define CHECK_MAX_DESC 16
+
+static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, int64_t now,
+                      sl_buf *out)
+{
+    char q[80];
+    if (srv->rules == NULL) {
+        add_err(out, ws, "no rules loaded (start sluiced with --rules PATH)");
+        return;
+    }
+    if (c->argc < 5) {
+        add_err(out, ws, "wrong number of arguments for 'rl.check' command");
+        return;
+    }
+    static _Thread_local sl_rule_entry ent[CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
+    const sl_rule_entry *descs[CHECK_MAX_DESC];
+    int ndesc[CHECK_MAX_DESC], n = -1;
+    int64_t cost = 1, at = now;
+    unsigned seen = 0;
+    for (int i = 2; i < c->argc;) {
+        const sl_resp_arg *o = &c->argv[i];
+        if (arg_is(o, "DESCRIPTOR")) {
+            if (++n == CHECK_MAX_DESC) {
+                add_err(out, ws, "at most %d descriptors in one RL.CHECK", CHECK_MAX_DESC);
+                return;
+            }
+            descs[n] = ent[n];
+            ndesc[n] = 0;
+            i++;
+            continue;
+        }
+        if (n < 0 && (arg_is(o, "COST") || arg_is(o, "AT"))) {
+            int is_cost = arg_is(o, "COST");
+            if ((seen & (1u << is_cost)) || i + 1 >= c->argc) {
+                add_err(out, ws, "option %s given twice or without a value", is_cost ? "COST" : "AT");
+                return;
+            }
+            seen |= 1u << is_cost;
+            const sl_resp_arg *v = &c->argv[i + 1];
+            if (is_cost && parse_int_arg(v, SL_MAX_LIMIT, 0, &cost) != 0) {
+                add_err(out, ws, "%s, got '%s'", sl_strerror(SL_ECOST), quote(q, sizeof(q), v));
+                return;
+            }
+            if (!is_cost) {
+                if (!srv->cfg->trust_client_time) {
+                    add_err(out, ws,
+                            "AT is refused: this server decides at its own clock (start "
+                            "sluiced with --trust-client-time to accept client times)");
+                    return;
+                }
+                if (parse_int_arg(v, SL_MAX_TIME_MS - 1, 1, &at) != 0) {
+                    add_err(out, ws, "%s, got '%s'", sl_strerror(SL_ETIME), quote(q, sizeof(q), v));
+                    return;
+                }
+            }
+            i += 2;
+            continue;
+        }
+        if (n < 0) {
+            add_err(out, ws, "expected COST, AT or DESCRIPTOR, got '%s'", quote(q, sizeof(q), o));
+            return;
+        }
+        if (i + 1 >= c->argc) {
+            add_err(out, ws, "descriptor key '%s' has no value", quote(q, sizeof(q), o));
+            return;
+        }
+        if (ndesc[n] == SL_RULES_MAX_DEPTH) {
+            add_err(out, ws, "at most %d entries in one descriptor", SL_RULES_MAX_DEPTH);
+            return;
+        }
+        ent[n][ndesc[n]++] = (sl_rule_entry){o->p, o->len, c->argv[i + 1].p, c->argv[i + 1].len};
+        i += 2;
+    }
+    n++;
+    for (int d = 0; d < n; d++) {
+        if (ndesc[d] == 0) {
+            add_err(out, ws, "descriptor %d has no entries (expected DESCRIPTOR key value ...)", d + 1);
+            return;
+        }
+    }
+    if (n == 0) {
+        add_err(out, ws, "RL.CHECK needs at least one DESCRIPTOR");
+        return;
+    }
+    sl_result overall;
+    sl_check_status st[CHECK_MAX_DESC];
+    char err[256];
+    int rc = sl_rules_check(srv->rules, srv->store, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
+                            cost, at, &overall, st, err, sizeof(err));
+    if (rc != 0) {
+        add_err(out, ws, "%s", err[0] ? err : sl_strerror(rc));
+        return;
+    }
+    add_num(out, '*', 6 + n);
+    add_num(out, ':', overall.allowed);
+    add_num(out, ':', overall.limit);
+    add_num(out, ':', overall.remaining);
+    add_num(out, ':', overall.retry_after_ms);
+    add_num(out, ':', overall.reset_after_ms);
+    add_num(out, ':', overall.delay_ms);
+    for (int d = 0; d < n; d++) {
+        add_str(out, "*6\r\n");
+        add_bulk_str(out, sl_check_code_name(st[d].code));
+        if (st[d].name)
+            add_bulk_str(out, st[d].name);
+        else
+            add_str(out, "$-1\r\n");
+        add_num(out, ':', st[d].limit);
+        add_num(out, ':', st[d].remaining);
+        add_num(out, ':', st[d].retry_after_ms);
+        add_num(out, ':', st[d].reset_after_ms);
+    }
+}
+
 /* RL.RESET key [ALGO name] */
 static void cmd_reset(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, sl_buf *out)
 {
@@ -411,7 +531,8 @@ static const struct {
     int arity; /* redis convention: negative = at least */
     int first_key;
 } command_table[] = {
-    {"rl.allow", -4, 1}, {"rl.peek", -4, 1}, {"rl.reset", -2, 1}, {"ping", -1, 0},
+    {"rl.allow", -4, 1}, {"rl.peek", -4, 1}, {"rl.reset", -2, 1}, {"rl.check", -5, 0},
+    {"ping", -1, 0},
     {"echo", 2, 0},      {"quit", 1, 0},     {"info", -1, 0},     {"command", -1, 0},
     {"hello", -1, 0},    {"client", -2, 0},  {"select", 2, 0},    {"config", -2, 0},
 };
@@ -499,6 +620,8 @@ int sl_cmd_exec(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, int64_t 
         cmd_decide(srv, ws, c, now, 1, out);
     } else if (arg_is(name, "RL.PEEK")) {
         cmd_decide(srv, ws, c, now, 0, out);
+    } else if (arg_is(name, "RL.CHECK")) {
+        cmd_check(srv, ws, c, now, out);
     } else if (arg_is(name, "RL.RESET")) {
         cmd_reset(srv, ws, c, out);
     } else if (arg_is(name, "PING")) {

@@ -31,6 +31,7 @@ enum opt_id {
     OPT_IDLE_TIMEOUT,
     OPT_SEND_TIMEOUT,
     OPT_SNAPSHOT,
+    OPT_RULES,
     OPT_SNAPSHOT_INTERVAL,
     OPT_TRUST_CLIENT_TIME,
     OPT_LOG_LEVEL,
@@ -73,6 +74,7 @@ static const opt opts[] = {
     {"idle-timeout", OPT_IDLE_TIMEOUT, K_DURATION, 0, 0, 1},
     {"send-timeout", OPT_SEND_TIMEOUT, K_DURATION, 0, 0, 1},
     {"snapshot", OPT_SNAPSHOT, K_STRING, 0, 0, 1},
+    {"rules", OPT_RULES, K_STRING, 0, 0, 1},
     {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
     {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
     {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
@@ -295,9 +297,14 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_SNAPSHOT_INTERVAL: c->snapshot_interval_ms = x; break;
     case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
     case OPT_SNAPSHOT:
+    case OPT_RULES:
     case OPT_CONFIG: {
-        char *dst = op->id == OPT_SNAPSHOT ? c->snapshot : c->config_file;
-        size_t cap = op->id == OPT_SNAPSHOT ? sizeof c->snapshot : sizeof c->config_file;
+        char *dst = op->id == OPT_SNAPSHOT ? c->snapshot
+                    : op->id == OPT_RULES  ? c->rules
+                                           : c->config_file;
+        size_t cap = op->id == OPT_SNAPSHOT ? sizeof c->snapshot
+                     : op->id == OPT_RULES  ? sizeof c->rules
+                                            : sizeof c->config_file;
         if (vlen == 0 || vlen >= cap || memchr(v, '\0', vlen) != NULL) {
             fail(err, errlen, o, "invalid %s%s '%s': expected a file name of 1..%zu bytes", d,
                  op->name, tok(v, vlen, t, sizeof t), cap - 1);
@@ -513,6 +520,8 @@ void sl_config_usage(FILE *f)
           "                          for this long (default 60s; 0 = never)\n"
           "  --snapshot FILE         save the limiter state to FILE and load it at start\n"
           "  --snapshot-interval DUR save every DUR (default 60s; 0 = only at shutdown)\n"
+          "  --rules PATH            rules for RL.CHECK: a YAML file or a folder of them\n"
+          "                          (docs/rules.md; loaded at start)\n"
           "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"
           "  --config FILE           read options from FILE; flags override it\n"
           "  --log-level LEVEL       debug, info, warn or error (default info)\n"

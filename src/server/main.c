@@ -26,6 +26,7 @@
 #include "config.h"
 #include "log.h"
 #include "net.h"
+#include "rules.h"
 #include "server.h"
 #include "sluice.h"
 
@@ -192,6 +193,18 @@ int main(int argc, char **argv)
         }
     }
 
+    if (a.cfg.rules[0] != '\0') {
+        a.srv.rules = sl_rules_load(a.cfg.rules, err, sizeof err);
+        if (a.srv.rules == NULL) {
+            sl_log(SL_LOG_ERROR, "cannot load the rules: refusing to start", "path=%s err=%s",
+                   sl_logq(a.cfg.rules), sl_logq(err));
+            sl_store_free(a.srv.store);
+            return 1;
+        }
+        sl_log(SL_LOG_INFO, "rules loaded", "path=%s domains=%d", sl_logq(a.cfg.rules),
+               sl_rules_ndomains(a.srv.rules));
+    }
+
     a.base = event_base_new();
     if (a.base == NULL) {
         sl_log(SL_LOG_ERROR, "cannot create the main event loop", NULL);
@@ -259,6 +272,7 @@ int main(int argc, char **argv)
     if (expire_ev) event_free(expire_ev);
     for (int i = 0; i < 3; i++) event_free(sigs[i]);
     event_base_free(a.base);
+    if (a.srv.rules) sl_rules_unref(a.srv.rules);
     sl_store_free(a.srv.store);
     sl_log(SL_LOG_INFO, "bye", "status=%d", status);
     return status;

@@ -28,6 +28,7 @@ typedef struct sl_config {
     int64_t idle_timeout_ms;        /* 0 = never; default 300 s */
     int64_t send_timeout_ms;        /* replies pending, none taken: close; 0 = never; default 60 s */
     char snapshot[1024];            /* "" = no snapshot */
+    char rules[1024];               /* "" = no rules (RL.CHECK refused) */
     int64_t snapshot_interval_ms;   /* default 60 s */
     int trust_client_time;          /* accept AT t */
     char config_file[1024];
@@ -59,9 +60,13 @@ static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
+struct sl_rules;
+
 typedef struct sl_srv {
     const sl_config *cfg;
     sl_store *store;
+    struct sl_rules *rules;         /* loaded at start; NULL = none.  Read-only
+                                       while serving (reload: issue 3, to do) */
     int64_t start_ms;               /* wall clock at start */
     int nworkers;
     sl_worker_stats *workers;       /* nworkers of them */
