@@ -512,9 +512,10 @@ static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, 
     return 0;
 }
 
-/* Time at which the entries expired so far first sum to >= need, counting a
- * not-yet-appended entry (t, extra) last.  need must be <= sum + extra. */
-static int64_t log_expiry_of(const sl_log *lg, int64_t need, int64_t t, int64_t extra)
+/* Time of the entry at which the entries, oldest first, first sum to >=
+ * need; t if they never do (the caller counts a not-yet-appended entry at t
+ * last). */
+static int64_t log_expiry_of(const sl_log *lg, int64_t need, int64_t t)
 {
     int64_t freed = 0, at = lg->first, dt, cost;
     uint32_t pos = lg->head, end = lg->head + lg->used;
@@ -524,7 +525,6 @@ static int64_t log_expiry_of(const sl_log *lg, int64_t need, int64_t t, int64_t 
         freed += cost;
         if (freed >= need) return at;
     }
-    (void)extra;
     return t;
 }
 
@@ -556,7 +556,7 @@ static int sliding_log(sl__shard *sh, uint8_t *rec, uint8_t *st, const sl__norm 
          * (for log-rejected the retry is itself logged, hence the same
          * formula with this request already in sum). */
         int64_t need = (n->log_rejected ? sum : lg.sum) + cost - L;
-        retry = (need > lg.sum ? t : log_expiry_of(&lg, need, t, 0)) + W - t;
+        retry = (need > lg.sum ? t : log_expiry_of(&lg, need, t)) + W - t;
     }
     int64_t reset = sum > 0 ? last + W - t : 0;
     answer(out, allowed, L, L - sum, retry, reset, 0);

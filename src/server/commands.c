@@ -121,6 +121,49 @@ static int parse_int_arg(const sl_resp_arg *a, int64_t max, int allow_neg, int64
     return sl_int_parse(a->p, a->len, max, out);
 }
 
+/* An algorithm name, in any case.  Returns 0, or -1 with the error replied. */
+static int parse_algo_arg(sl_buf *out, sl_worker_stats *ws, const sl_resp_arg *v, sl_algo *a)
+{
+    char lower[32], q[80];
+    size_t n = v->len < sizeof(lower) ? v->len : sizeof(lower);
+    for (size_t k = 0; k < n; k++) lower[k] = (char)tolower((unsigned char)v->p[k]);
+    if (v->len > sizeof(lower) || sl_algo_parse(lower, n, a) != 0) {
+        add_err(out, ws, "unknown algorithm '%s'", quote(q, sizeof(q), v));
+        return -1;
+    }
+    return 0;
+}
+
+/* The value of AT: refused unless the server trusts client time.  Returns
+ * 0, or -1 with the error replied. */
+static int parse_at_arg(const sl_srv *srv, sl_buf *out, sl_worker_stats *ws,
+                        const sl_resp_arg *v, int64_t *at)
+{
+    char q[80];
+    if (!srv->cfg->trust_client_time) {
+        add_err(out, ws,
+                "AT is refused: this server decides at its own clock (start sluiced "
+                "with --trust-client-time to accept client times)");
+        return -1;
+    }
+    if (parse_int_arg(v, SL_MAX_TIME_MS - 1, 1, at) != 0) {
+        add_err(out, ws, "%s, got '%s'", sl_strerror(SL_ETIME), quote(q, sizeof(q), v));
+        return -1;
+    }
+    return 0;
+}
+
+/* The six fields of SPEC section 3, as integers (no array header). */
+static void add_fields(sl_buf *out, const sl_result *r)
+{
+    add_num(out, ':', r->allowed);
+    add_num(out, ':', r->limit);
+    add_num(out, ':', r->remaining);
+    add_num(out, ':', r->retry_after_ms);
+    add_num(out, ':', r->reset_after_ms);
+    add_num(out, ':', r->delay_ms);
+}
+
 /* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
  *          [LOGREJECTED] [AT t] */
 static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, int64_t now,
@@ -177,16 +220,9 @@ static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, i
         i++;
         int bad = 0;
         switch (which) {
-        case 0: {
-            char lower[32];
-            size_t n = v->len < sizeof(lower) ? v->len : sizeof(lower);
-            for (size_t k = 0; k < n; k++) lower[k] = (char)tolower((unsigned char)v->p[k]);
-            if (v->len > sizeof(lower) || sl_algo_parse(lower, n, &p.algo) != 0) {
-                add_err(out, ws, "unknown algorithm '%s'", quote(q, sizeof(q), v));
-                return;
-            }
+        case 0:
+            if (parse_algo_arg(out, ws, v, &p.algo) != 0) return;
             break;
-        }
         case 1:
             if (parse_int_arg(v, SL_MAX_LIMIT, 0, &cost) != 0) bad = SL_ECOST;
             break;
@@ -198,13 +234,7 @@ static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, i
                 bad = SL_EPRECISION;
             break;
         case 5:
-            if (!srv->cfg->trust_client_time) {
-                add_err(out, ws,
-                        "AT is refused: this server decides at its own clock (start sluiced "
-                        "with --trust-client-time to accept client times)");
-                return;
-            }
-            if (parse_int_arg(v, SL_MAX_TIME_MS - 1, 1, &at) != 0) bad = SL_ETIME;
+            if (parse_at_arg(srv, out, ws, v, &at) != 0) return;
             break;
         }
         if (bad) {
@@ -212,13 +242,8 @@ static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, i
             return;
         }
     }
-    int rc = sl_params_check(&p);
-    if (rc != 0) {
-        add_err(out, ws, "%s", sl_strerror(rc));
-        return;
-    }
-    sl_result r;
-    rc = commit ? sl_decide(srv->store, &p, key->p, key->len, at, cost, &r)
+    sl_result r; /* sl_decide checks the parameters: its error names the bad one */
+    int rc = commit ? sl_decide(srv->store, &p, key->p, key->len, at, cost, &r)
                 : sl_peek(srv->store, &p, key->p, key->len, at, cost, &r);
     if (rc != 0) {
         add_err(out, ws, "%s", sl_strerror(rc));
@@ -229,12 +254,7 @@ static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, i
         sl_stat_inc(r.allowed ? &ws->allowed[p.algo] : &ws->denied[p.algo], 1);
     }
     add_str(out, "*6\r\n");
-    add_num(out, ':', r.allowed);
-    add_num(out, ':', r.limit);
-    add_num(out, ':', r.remaining);
-    add_num(out, ':', r.retry_after_ms);
-    add_num(out, ':', r.reset_after_ms);
-    add_num(out, ':', r.delay_ms);
+    add_fields(out, &r);
 }
 
 /* RL.CHECK domain [COST c] [AT t] DESCRIPTOR k v [k v ...] [DESCRIPTOR ...]
@@ -284,18 +304,7 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
                 add_err(out, ws, "%s, got '%s'", sl_strerror(SL_ECOST), quote(q, sizeof(q), v));
                 return;
             }
-            if (!is_cost) {
-                if (!srv->cfg->trust_client_time) {
-                    add_err(out, ws,
-                            "AT is refused: this server decides at its own clock (start "
-                            "sluiced with --trust-client-time to accept client times)");
-                    return;
-                }
-                if (parse_int_arg(v, SL_MAX_TIME_MS - 1, 1, &at) != 0) {
-                    add_err(out, ws, "%s, got '%s'", sl_strerror(SL_ETIME), quote(q, sizeof(q), v));
-                    return;
-                }
-            }
+            if (!is_cost && parse_at_arg(srv, out, ws, v, &at) != 0) return;
             i += 2;
             continue;
         }
@@ -335,12 +344,7 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
         return;
     }
     add_num(out, '*', 6 + n);
-    add_num(out, ':', overall.allowed);
-    add_num(out, ':', overall.limit);
-    add_num(out, ':', overall.remaining);
-    add_num(out, ':', overall.retry_after_ms);
-    add_num(out, ':', overall.reset_after_ms);
-    add_num(out, ':', overall.delay_ms);
+    add_fields(out, &overall);
     for (int d = 0; d < n; d++) {
         add_str(out, "*6\r\n");
         add_bulk_str(out, sl_check_code_name(st[d].code));
@@ -371,18 +375,11 @@ static void cmd_reset(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, sl
     int lo = 0, hi = SL_ALGO_COUNT;
     if (c->argc == 4) {
         sl_algo a;
-        char lower[32];
-        const sl_resp_arg *v = &c->argv[3];
-        size_t n = v->len < sizeof(lower) ? v->len : sizeof(lower);
-        for (size_t k = 0; k < n; k++) lower[k] = (char)tolower((unsigned char)v->p[k]);
         if (!arg_is(&c->argv[2], "ALGO")) {
             add_err(out, ws, "unknown option '%s' (expected ALGO)", quote(q, sizeof(q), &c->argv[2]));
             return;
         }
-        if (v->len > sizeof(lower) || sl_algo_parse(lower, n, &a) != 0) {
-            add_err(out, ws, "unknown algorithm '%s'", quote(q, sizeof(q), v));
-            return;
-        }
+        if (parse_algo_arg(out, ws, &c->argv[3], &a) != 0) return;
         lo = (int)a;
         hi = lo + 1;
     }
