@@ -100,7 +100,7 @@ static int check_kv(fx *f, const char *dom, int64_t cost, int64_t now, const cha
 {
     req q;
     build(&q, kv);
-    return sl_rules_check(f->r, f->s, dom, strlen(dom), q.d, q.nd, q.n, cost, now, &ov, st, err,
+    return sl_rules_check(f->r, f->s, NULL, dom, strlen(dom), q.d, q.nd, q.n, cost, now, &ov, st, err,
                           sizeof err);
 }
 /* CHECK(f, cost, now, k, v, ...): in domain api; asserts success. */
@@ -334,22 +334,22 @@ static void bad_arguments(void **state)
     fx *f = *state;
     req q;
     build(&q, (const char *const[]){"user", "a", NULL});
-    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 0, 1, 0, &ov, st, err,
+    assert_int_equal(sl_rules_check(f->r, f->s, NULL, "api", 3, q.d, q.nd, 0, 1, 0, &ov, st, err,
                                     sizeof err),
                      SL_EINVAL);
-    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 1, -1, 0, &ov, st, err,
+    assert_int_equal(sl_rules_check(f->r, f->s, NULL, "api", 3, q.d, q.nd, 1, -1, 0, &ov, st, err,
                                     sizeof err),
                      SL_ECOST);
-    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 1, 1, SL_MAX_TIME_MS, &ov,
+    assert_int_equal(sl_rules_check(f->r, f->s, NULL, "api", 3, q.d, q.nd, 1, 1, SL_MAX_TIME_MS, &ov,
                                     st, err, sizeof err),
                      SL_ETIME);
     q.nd[0] = 0;
-    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 1, 1, 0, &ov, st, err,
+    assert_int_equal(sl_rules_check(f->r, f->s, NULL, "api", 3, q.d, q.nd, 1, 1, 0, &ov, st, err,
                                     sizeof err),
                      SL_EINVAL);
     /* merged costs beyond SL_MAX_LIMIT */
     build(&q, (const char *const[]){"ip", "1", "ip", "1", NULL});
-    assert_int_equal(sl_rules_check(f->r, f->s, "api", 3, q.d, q.nd, 2, SL_MAX_LIMIT, 0, &ov,
+    assert_int_equal(sl_rules_check(f->r, f->s, NULL, "api", 3, q.d, q.nd, 2, SL_MAX_LIMIT, 0, &ov,
                                     st, err, sizeof err),
                      SL_ECOST);
 }

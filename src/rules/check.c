@@ -20,6 +20,30 @@ const char *sl_check_code_name(sl_check_code c)
     return "?";
 }
 
+int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (s == NULL || pool == NULL) return fail(err, errlen, SL_EINVAL, "invalid argument");
+    const char *slash = strchr(s, '/');
+    int64_t n, w;
+    if (slash == NULL)
+        return fail(err, errlen, SL_EINVAL,
+                    "capacity '%.64s' must be N/DURATION, e.g. 5000/1s", s);
+    if (sl_int_parse(s, (size_t)(slash - s), SL_MAX_LIMIT, &n) != 0 || n < 1)
+        return fail(err, errlen, SL_EINVAL,
+                    "capacity '%.64s': N must be a whole number from 1 to %lld", s,
+                    (long long)SL_MAX_LIMIT);
+    if (sl_duration_parse(slash + 1, strlen(slash + 1), &w) != 0)
+        return fail(err, errlen, SL_EINVAL,
+                    "capacity '%.64s': '%.32s' is not a duration (e.g. 1s, 500ms, 1m)", s,
+                    slash + 1);
+    memset(pool, 0, sizeof *pool);
+    pool->algo = SL_FIXED_WINDOW;
+    pool->limit = n;
+    pool->window_ms = w;
+    return 0;
+}
+
 /* One counted limit of the request. */
 typedef struct item {
     int desc;                 /* descriptor index */
@@ -73,11 +97,12 @@ static void set_status(sl_check_status *st, sl_check_code code, const item *it)
     st->reset_after_ms = it->res.reset_after_ms;
 }
 
-int sl_rules_check(const sl_rules *r, sl_store *s, const char *domain, size_t dlen,
-                   const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                   int64_t now_ms, sl_result *overall, sl_check_status *st, char *err,
-                   size_t errlen)
+int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
+                   size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
+                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
+                   char *err, size_t errlen)
 {
+    (void)pool; /* TODO elastic */
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (r == NULL || s == NULL || (domain == NULL && dlen > 0) || descs == NULL ||
         ndesc == NULL || n < 1 || overall == NULL || st == NULL)

@@ -96,9 +96,18 @@ typedef struct sl_check_status {
                                    (allowed: that limit alone); zeros if none */
 } sl_check_status;
 
+/* Parses a spare-capacity pool, the value of `--capacity` (sluiced and
+ * `sluice replay --rules`): "N/DURATION", e.g. "5000/1s" -- at most N
+ * requests per DURATION (SPEC §1 durations) through all rules together.
+ * Fills *pool (a fixed-window limit) and returns 0, or returns SL_EINVAL with
+ * a message in err naming what is wrong. */
+int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen);
+
 /* Decides one RL.CHECK request: n (>= 1) descriptors, descriptor i being the
  * ndesc[i] (1..SL_RULES_MAX_DEPTH) entries descs[i], in `domain` (dlen
- * bytes), each of cost `cost` (0..SL_MAX_LIMIT) at now_ms.  Fills *overall
+ * bytes), each of cost `cost` (0..SL_MAX_LIMIT) at now_ms, with the spare-capacity
+ * pool `pool` (from sl_check_pool_parse; NULL = none: elastic limits then
+ * never pass above their L).  Fills *overall
  * and st[0..n-1] as described at the top, and returns 0 with err "".
  *
  * Returns a negative SL_E* code with a message in err (may be NULL) on a bad
@@ -106,9 +115,9 @@ typedef struct sl_check_status {
  * counter with different parameters, or an engine error; nothing is charged
  * then (except if a shadow limit's own sl_decide fails after the batch was
  * charged: that is not an error, its status is then its peek). */
-int sl_rules_check(const sl_rules *r, sl_store *s, const char *domain, size_t dlen,
-                   const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                   int64_t now_ms, sl_result *overall, sl_check_status *st, char *err,
-                   size_t errlen);
+int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
+                   size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
+                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
+                   char *err, size_t errlen);
 
 #endif /* SLUICE_CHECK_H */

@@ -337,7 +337,7 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
     sl_result overall;
     sl_check_status st[CHECK_MAX_DESC];
     char err[256];
-    int rc = sl_rules_check(srv->rules, srv->store, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
+    int rc = sl_rules_check(srv->rules, srv->store, NULL, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
                             cost, at, &overall, st, err, sizeof(err));
     if (rc != 0) {
         add_err(out, ws, "%s", err[0] ? err : sl_strerror(rc));
