@@ -77,6 +77,8 @@ $(B)/tests/test_replay_parse: $(CLI_PARTS)
 $(B)/tests/test_resp: $(B)/src/server/resp.o
 $(B)/tests/test_commands: $(SRV_PARTS) $(RULES_OBJ)
 $(B)/tests/test_commands: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_live_threads: $(SRV_PARTS) $(RULES_OBJ)
+$(B)/tests/test_live_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_rules: $(RULES_OBJ)
 $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_check: $(RULES_OBJ)

@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "commands.h"
+#include "live.h"
 #include "rules.h"
 
 static sl_config cfg;
@@ -136,7 +138,7 @@ static void small_commands(void **state)
     assert_non_null(strstr(run("HELLO 2", 0), "$7\r\nsluiced\r\n"));
     assert_non_null(strstr(run("HELLO 3", 0), "-NOPROTO"));
     assert_non_null(strstr(run("COMMAND", 0), "rl.allow"));
-    REPLY("COMMAND COUNT", 0, ":13\r\n");
+    REPLY("COMMAND COUNT", 0, ":14\r\n");
     const char *info = run("INFO", 0);
     assert_non_null(strstr(info, "# Server\r\n"));
     assert_non_null(strstr(info, "# Clients\r\n"));
@@ -160,9 +162,15 @@ static void check_with_rules(void **state)
                                "  - key: path\n"
                                "    value: /login\n"
                                "    rate_limit: {unit: hour, requests_per_unit: 1}\n";
-    char err[256];
-    srv.rules = sl_rules_load_buffer("api.yaml", yaml, sizeof(yaml) - 1, err, sizeof(err));
-    if (srv.rules == NULL) fail_msg("%s", err);
+    char path[] = "/tmp/sluice-test-rules-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, yaml, sizeof(yaml) - 1), (ssize_t)(sizeof(yaml) - 1));
+    close(fd);
+    char err[SL_LIVE_ERR];
+    srv.live = sl_live_new(path);
+    assert_non_null(srv.live);
+    if (sl_live_reload(srv.live, "test", err, sizeof(err)) != 0) fail_msg("%s", err);
     /* two descriptors: both within their limits, both charged */
     const char *r = run("RL.CHECK api DESCRIPTOR user bob DESCRIPTOR path /login", 0);
     assert_memory_equal(r, "*8\r\n:1\r\n", 8);
@@ -179,8 +187,53 @@ static void check_with_rules(void **state)
     assert_non_null(strstr(run("RL.CHECK api COST x DESCRIPTOR user bob", 0), "-ERR cost must be"));
     assert_non_null(strstr(run("RL.CHECK api DESCRIPTOR user bob team", 0), "has no value"));
     assert_non_null(strstr(run("RL.CHECK api FOO 1 DESCRIPTOR user bob", 0), "expected COST, AT"));
-    sl_rules_unref(srv.rules);
-    srv.rules = NULL;
+
+    /* RL.RULES lists what serves */
+    r = run("RL.RULES", 0);
+    assert_memory_equal(r, "*16\r\n$7\r\nversion\r\n:", 17);
+    assert_non_null(strstr(r, "$8\r\napi.user\r\n$8\r\napi.user\r\n$21\r\n2/minute fixed-window\r\n"
+                              "$7\r\nenforce\r\n"));
+    assert_non_null(strstr(r, "$10\r\nlast_error\r\n$0\r\n\r\n"));
+    assert_non_null(strstr(run("RL.RULES FOO", 0), "-ERR usage: RL.RULES [RELOAD]"));
+    const char *info = run("INFO rules", 0);
+    assert_non_null(strstr(info, "rules_reloads:1\r\n"));
+    assert_non_null(strstr(info, "rules_last_error:\r\n"));
+
+    /* a broken file: refused with its position, the old rules keep serving */
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minutes, "
+          "requests_per_unit: 2}\n",
+          f);
+    fclose(f);
+    r = run("RL.RULES RELOAD", 0);
+    assert_non_null(strstr(r, "-ERR rules not reloaded, version "));
+    assert_non_null(strstr(r, ":4:24: unknown unit 'minutes'"));
+    r = run("RL.CHECK api DESCRIPTOR user carol", 0);
+    assert_non_null(strstr(r, "$8\r\napi.user\r\n:2\r\n:1\r\n"));
+    info = run("INFO rules", 0);
+    assert_non_null(strstr(info, "rules_reload_failures:1\r\n"));
+    assert_non_null(strstr(info, "unknown unit 'minutes'"));
+
+    /* fixed: the new set serves at once, under its own name */
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("domain: api\ndescriptors:\n  - key: user\n    rate_limit: {name: per_user, unit: "
+          "minute, requests_per_unit: 5}\n",
+          f);
+    fclose(f);
+    r = run("RL.RULES RELOAD", 0);
+    assert_int_equal(r[0], ':');
+    r = run("RL.CHECK api DESCRIPTOR user carol", 0);
+    assert_non_null(strstr(r, "$8\r\nper_user\r\n:5\r\n:3\r\n")); /* counts kept: 2 used */
+    info = run("INFO rules", 0);
+    assert_non_null(strstr(info, "rules_last_error:\r\n"));
+    assert_non_null(strstr(info, "rules_reloads:2\r\n"));
+
+    sl_cmd_thread_done();
+    sl_live_free(srv.live);
+    srv.live = NULL;
+    unlink(path);
 }
 
 int main(void)

@@ -20,30 +20,6 @@ const char *sl_check_code_name(sl_check_code c)
     return "?";
 }
 
-int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen)
-{
-    if (err != NULL && errlen > 0) err[0] = '\0';
-    if (s == NULL || pool == NULL) return fail(err, errlen, SL_EINVAL, "invalid argument");
-    const char *slash = strchr(s, '/');
-    int64_t n, w;
-    if (slash == NULL)
-        return fail(err, errlen, SL_EINVAL,
-                    "capacity '%.64s' must be N/DURATION, e.g. 5000/1s", s);
-    if (sl_int_parse(s, (size_t)(slash - s), SL_MAX_LIMIT, &n) != 0 || n < 1)
-        return fail(err, errlen, SL_EINVAL,
-                    "capacity '%.64s': N must be a whole number from 1 to %lld", s,
-                    (long long)SL_MAX_LIMIT);
-    if (sl_duration_parse(slash + 1, strlen(slash + 1), &w) != 0)
-        return fail(err, errlen, SL_EINVAL,
-                    "capacity '%.64s': '%.32s' is not a duration (e.g. 1s, 500ms, 1m)", s,
-                    slash + 1);
-    memset(pool, 0, sizeof *pool);
-    pool->algo = SL_FIXED_WINDOW;
-    pool->limit = n;
-    pool->window_ms = w;
-    return 0;
-}
-
 /* One counted limit of the request. */
 typedef struct item {
     int desc;                 /* descriptor index */
@@ -68,6 +44,30 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
         va_end(ap);
     }
     return code;
+}
+
+int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen)
+{
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    if (s == NULL || pool == NULL) return fail(err, errlen, SL_EINVAL, "invalid argument");
+    const char *slash = strchr(s, '/');
+    int64_t n, w;
+    if (slash == NULL)
+        return fail(err, errlen, SL_EINVAL,
+                    "capacity '%.64s' must be N/DURATION, e.g. 5000/1s", s);
+    if (sl_int_parse(s, (size_t)(slash - s), SL_MAX_LIMIT, &n) != 0 || n < 1)
+        return fail(err, errlen, SL_EINVAL,
+                    "capacity '%.64s': N must be a whole number from 1 to %lld", s,
+                    (long long)SL_MAX_LIMIT);
+    if (sl_duration_parse(slash + 1, strlen(slash + 1), &w) != 0)
+        return fail(err, errlen, SL_EINVAL,
+                    "capacity '%.64s': '%.32s' is not a duration (e.g. 1s, 500ms, 1m)", s,
+                    slash + 1);
+    memset(pool, 0, sizeof *pool);
+    pool->algo = SL_FIXED_WINDOW;
+    pool->limit = n;
+    pool->window_ms = w;
+    return 0;
 }
 
 static int same_params(const sl_params *a, const sl_params *b)

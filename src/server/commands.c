@@ -17,7 +17,19 @@
 
 #include "check.h"
 #include "commands.h"
+#include "live.h"
 #include "rules.h"
+
+/* This worker's reference to the rules it uses (live.h): taken again only
+ * when a reload swapped in a new set. */
+static _Thread_local sl_live_cache rules_cache;
+
+void sl_cmd_thread_done(void)
+{
+    sl_live_cache_drop(&rules_cache);
+}
+
+static const char no_rules_msg[] = "no rules loaded (start sluiced with --rules PATH)";
 
 /* ---- output ------------------------------------------------------------- */
 
@@ -267,8 +279,9 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
                       sl_buf *out)
 {
     char q[80];
-    if (srv->rules == NULL) {
-        add_err(out, ws, "no rules loaded (start sluiced with --rules PATH)");
+    sl_rules *rules = srv->live ? sl_live_get(srv->live, &rules_cache) : NULL;
+    if (rules == NULL) {
+        add_err(out, ws, "%s", no_rules_msg);
         return;
     }
     if (c->argc < 5) {
@@ -337,7 +350,7 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
     sl_result overall;
     sl_check_status st[CHECK_MAX_DESC];
     char err[256];
-    int rc = sl_rules_check(srv->rules, srv->store, NULL, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
+    int rc = sl_rules_check(rules, srv->store, srv->has_pool ? &srv->pool : NULL, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
                             cost, at, &overall, st, err, sizeof(err));
     if (rc != 0) {
         add_err(out, ws, "%s", err[0] ? err : sl_strerror(rc));
@@ -356,6 +369,104 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
         add_num(out, ':', st[d].remaining);
         add_num(out, ':', st[d].retry_after_ms);
         add_num(out, ':', st[d].reset_after_ms);
+    }
+}
+
+/* RL.RULES: what is serving.  A flat map, as redis-py's HELLO-style replies:
+ *   version N  loaded_at_ms T  path P  reloads N  reload_failures N
+ *   last_error E ("" if the last reload worked)  last_error_at_ms T
+ *   domains [[domain, file, [[name, descriptor, limit, mode], ...]], ...]
+ * with one entry per limit: its name, Lyft's descriptor path, the limit
+ * ("10/minute fixed-window"), and mode "enforce" or "shadow".
+ * RL.RULES RELOAD: reloads now; replies the new version, or an error with
+ * FILE:LINE:COLUMN (the old rules keep serving). */
+typedef struct rules_out {
+    sl_buf *out;
+    sl_buf *dom; /* the current domain's entries */
+    int n;       /* entries in dom */
+} rules_out;
+
+static void list_tree(const sl_rule_node *node, rules_out *ro);
+
+static int list_node(const sl_rule_node *node, void *ctx)
+{
+    rules_out *ro = ctx;
+    for (int j = 0; j < node->nlimits; j++) {
+        const sl_rule_limit *l = &node->limits[j];
+        char desc[200];
+        sl_rules_limit_format(l, desc, sizeof desc);
+        add_str(ro->dom, "*4\r\n");
+        add_bulk_str(ro->dom, l->name);
+        add_bulk_str(ro->dom, node->path);
+        add_bulk_str(ro->dom, desc);
+        add_bulk_str(ro->dom, node->shadow_mode ? "shadow" : "enforce");
+        ro->n++;
+    }
+    return 0;
+}
+
+static void list_tree(const sl_rule_node *node, rules_out *ro)
+{
+    list_node(node, ro);
+    for (int k = 0; k < node->nchildren; k++) list_tree(&node->children[k], ro);
+}
+
+static void cmd_rules(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, sl_buf *out)
+{
+    char err[SL_LIVE_ERR];
+    if (srv->live == NULL) {
+        add_err(out, ws, "%s", no_rules_msg);
+        return;
+    }
+    if (c->argc == 2 && arg_is(&c->argv[1], "RELOAD")) {
+        if (sl_live_reload(srv->live, "RL.RULES RELOAD", err, sizeof err) != 0) {
+            sl_live_info li;
+            sl_live_info_get(srv->live, &li);
+            add_err(out, ws, "rules not reloaded, version %llu keeps serving: %s",
+                    (unsigned long long)li.version, err);
+            return;
+        }
+        sl_rules *r = sl_live_get(srv->live, &rules_cache);
+        add_num(out, ':', (long long)sl_rules_generation(r));
+        return;
+    }
+    if (c->argc != 1) {
+        add_err(out, ws, "usage: RL.RULES [RELOAD]");
+        return;
+    }
+    sl_rules *r = sl_live_get(srv->live, &rules_cache);
+    sl_live_info li;
+    sl_live_info_get(srv->live, &li);
+    add_str(out, "*16\r\n");
+    add_bulk_str(out, "version");
+    add_num(out, ':', (long long)sl_rules_generation(r));
+    add_bulk_str(out, "loaded_at_ms");
+    add_num(out, ':', sl_rules_loaded_at_ms(r));
+    add_bulk_str(out, "path");
+    add_bulk_str(out, sl_live_path(srv->live));
+    add_bulk_str(out, "reloads");
+    add_num(out, ':', (long long)li.reloads);
+    add_bulk_str(out, "reload_failures");
+    add_num(out, ':', (long long)li.failures);
+    add_bulk_str(out, "last_error");
+    add_bulk_str(out, li.last_error);
+    add_bulk_str(out, "last_error_at_ms");
+    add_num(out, ':', li.last_error_ms);
+    add_bulk_str(out, "domains");
+    int nd = sl_rules_ndomains(r);
+    add_num(out, '*', nd);
+    for (int i = 0; i < nd; i++) {
+        const sl_rule_domain *d = sl_rules_domain(r, i);
+        sl_buf dom = {0};
+        rules_out ro = {out, &dom, 0};
+        /* the domain's own nodes: foreach visits all; keep this domain's */
+        for (int k = 0; k < d->root.nchildren; k++) list_tree(&d->root.children[k], &ro);
+        add_str(out, "*3\r\n");
+        add_bulk(out, d->name, d->namelen);
+        add_bulk_str(out, d->file);
+        add_num(out, '*', ro.n);
+        sl_buf_add(out, dom.p ? dom.p : "", dom.len);
+        free(dom.p);
     }
 }
 
@@ -494,6 +605,28 @@ static void cmd_info(sl_srv *srv, const sl_resp_cmd *c, int64_t now, sl_buf *out
         info_line(&b, "max_rss_bytes", (unsigned long long)ru.ru_maxrss * 1024);
         add_str(&b, "\r\n");
     }
+    if (wants(c, "rules")) {
+        add_str(&b, "# Rules\r\n");
+        if (srv->live != NULL) {
+            sl_live_info li;
+            sl_live_info_get(srv->live, &li);
+            info_text(&b, "rules_path", sl_live_path(srv->live));
+            info_line(&b, "rules_version", li.version);
+            info_line(&b, "rules_loaded_at_ms", (unsigned long long)li.loaded_at_ms);
+            info_line(&b, "rules_domains", (unsigned long long)li.ndomains);
+            info_line(&b, "rules_descriptors", (unsigned long long)li.ndescriptors);
+            info_line(&b, "rules_reloads", li.reloads);
+            info_line(&b, "rules_reload_failures", li.failures);
+            info_text(&b, "rules_last_error", li.last_error);
+            info_line(&b, "rules_last_error_at_ms", (unsigned long long)li.last_error_ms);
+            info_text(&b, "rules_watch", li.watching ? "inotify" : "off");
+        } else {
+            info_text(&b, "rules_path", "");
+            info_line(&b, "rules_version", 0);
+        }
+        info_text(&b, "rules_capacity", cfg->capacity);
+        add_str(&b, "\r\n");
+    }
     if (wants(c, "persistence")) {
         add_str(&b, "# Persistence\r\n");
         info_text(&b, "snapshot_file", cfg->snapshot);
@@ -529,7 +662,7 @@ static const struct {
     int first_key;
 } command_table[] = {
     {"rl.allow", -4, 1}, {"rl.peek", -4, 1}, {"rl.reset", -2, 1}, {"rl.check", -5, 0},
-    {"ping", -1, 0},
+    {"rl.rules", -1, 0}, {"ping", -1, 0},
     {"echo", 2, 0},      {"quit", 1, 0},     {"info", -1, 0},     {"command", -1, 0},
     {"hello", -1, 0},    {"client", -2, 0},  {"select", 2, 0},    {"config", -2, 0},
 };
@@ -619,6 +752,8 @@ int sl_cmd_exec(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, int64_t 
         cmd_decide(srv, ws, c, now, 0, out);
     } else if (arg_is(name, "RL.CHECK")) {
         cmd_check(srv, ws, c, now, out);
+    } else if (arg_is(name, "RL.RULES")) {
+        cmd_rules(srv, ws, c, out);
     } else if (arg_is(name, "RL.RESET")) {
         cmd_reset(srv, ws, c, out);
     } else if (arg_is(name, "PING")) {

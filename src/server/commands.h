@@ -1,6 +1,6 @@
 /*
  * commands.h -- what sluiced does with one parsed command: RL.ALLOW,
- * RL.PEEK, RL.RESET, PING, ECHO, QUIT, INFO, COMMAND, HELLO (SPEC section 7).
+ * RL.PEEK, RL.RESET, RL.CHECK, RL.RULES, PING, ECHO, QUIT, INFO, COMMAND, HELLO (SPEC section 7).
  * No sockets here: a command comes in as arguments, its reply goes out as
  * RESP bytes appended to a buffer, so every reply is testable without a
  * network (tests/test_commands.c).
@@ -31,5 +31,9 @@ int sl_buf_add(sl_buf *b, const void *data, size_t n);
  * are RESP error replies ("-ERR ...").  Returns SL_CMD_OK or SL_CMD_CLOSE. */
 int sl_cmd_exec(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *cmd, int64_t now_ms,
                 sl_buf *out);
+
+/* Gives back what a worker thread holds (its reference to the rules);
+ * call when the thread is done executing commands. */
+void sl_cmd_thread_done(void);
 
 #endif

@@ -17,6 +17,7 @@
 #include <strings.h>
 
 #include "config.h"
+#include "check.h"
 #include "log.h"
 #include "resp.h"
 
@@ -32,6 +33,8 @@ enum opt_id {
     OPT_SEND_TIMEOUT,
     OPT_SNAPSHOT,
     OPT_RULES,
+    OPT_WATCH_RULES,
+    OPT_CAPACITY,
     OPT_SNAPSHOT_INTERVAL,
     OPT_TRUST_CLIENT_TIME,
     OPT_LOG_LEVEL,
@@ -75,6 +78,8 @@ static const opt opts[] = {
     {"send-timeout", OPT_SEND_TIMEOUT, K_DURATION, 0, 0, 1},
     {"snapshot", OPT_SNAPSHOT, K_STRING, 0, 0, 1},
     {"rules", OPT_RULES, K_STRING, 0, 0, 1},
+    {"watch-rules", OPT_WATCH_RULES, K_BOOL, 0, 0, 1},
+    {"capacity", OPT_CAPACITY, K_STRING, 0, 0, 1},
     {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
     {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
     {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
@@ -99,6 +104,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->send_timeout_ms = 60000;
     cfg->snapshot_interval_ms = 60000;
     cfg->log_level = SL_LOG_INFO;
+    cfg->watch_rules = 1;
 }
 
 /* Where a value came from, for messages: the flag or file:line. */
@@ -314,14 +320,35 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         dst[vlen] = '\0';
         break;
     }
-    case OPT_TRUST_CLIENT_TIME: {
+    case OPT_TRUST_CLIENT_TIME:
+    case OPT_WATCH_RULES: {
         int b;
         if (parse_bool(v, vlen, &b) != 0) {
             fail(err, errlen, o, "invalid %s%s '%s': expected yes or no", d, op->name,
                  tok(v, vlen, t, sizeof t));
             return -1;
         }
-        c->trust_client_time = b;
+        if (op->id == OPT_WATCH_RULES)
+            c->watch_rules = b;
+        else
+            c->trust_client_time = b;
+        break;
+    }
+    case OPT_CAPACITY: {
+        char buf[sizeof c->capacity], why[160];
+        sl_params pool;
+        if (vlen >= sizeof buf || memchr(v, '\0', vlen) != NULL) {
+            fail(err, errlen, o, "invalid %s%s '%s': expected N/DURATION, e.g. 5000/1s", d,
+                 op->name, tok(v, vlen, t, sizeof t));
+            return -1;
+        }
+        memcpy(buf, v, vlen);
+        buf[vlen] = '\0';
+        if (sl_check_pool_parse(buf, &pool, why, sizeof why) != 0) {
+            fail(err, errlen, o, "invalid %s%s: %s", d, op->name, why);
+            return -1;
+        }
+        memcpy(c->capacity, buf, vlen + 1);
         break;
     }
     case OPT_LOG_LEVEL: {
@@ -521,7 +548,11 @@ void sl_config_usage(FILE *f)
           "  --snapshot FILE         save the limiter state to FILE and load it at start\n"
           "  --snapshot-interval DUR save every DUR (default 60s; 0 = only at shutdown)\n"
           "  --rules PATH            rules for RL.CHECK: a YAML file or a folder of them\n"
-          "                          (docs/rules.md; loaded at start)\n"
+          "                          (docs/rules.md); reloaded on SIGHUP, RL.RULES RELOAD\n"
+          "                          and, unless --watch-rules no, when the files change\n"
+          "  --watch-rules yes|no    watch the rules with inotify (default yes)\n"
+          "  --capacity N/DUR        spare-capacity pool for `elastic` rules: N requests\n"
+          "                          per DUR through RL.CHECK in all (default: none)\n"
           "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"
           "  --config FILE           read options from FILE; flags override it\n"
           "  --log-level LEVEL       debug, info, warn or error (default info)\n"
@@ -529,7 +560,7 @@ void sl_config_usage(FILE *f)
           "  --version               show the version\n"
           "\n"
           "BYTES take k (1000), kb (1024), m, mb, g or gb.  DUR takes a unit: 500ms, 30s,\n"
-          "5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP is logged.\n"
+          "5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP reloads the rules.\n"
           "Documentation: docs/sluiced.md\n",
           f);
 }

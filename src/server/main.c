@@ -4,8 +4,8 @@
  *     config -> store (+ snapshot load) -> net (acceptor + workers) -> main loop
  *
  * The main thread runs its own event_base for what is neither network nor
- * decision: signals (TERM/INT stop, HUP is logged), the periodic snapshot
- * and active expiry.  A snapshot write may take a while on a large store;
+ * decision: signals (TERM/INT stop, HUP reloads the rules), the rules'
+ * inotify watch (live.c), the periodic snapshot and active expiry.  A snapshot write may take a while on a large store;
  * it blocks only this thread, never the workers or the acceptor.
  *
  * Shutdown order matters for "restarts lose nothing": stop accepting, let
@@ -23,10 +23,11 @@
 
 #include <event2/event.h>
 
+#include "check.h"
 #include "config.h"
+#include "live.h"
 #include "log.h"
 #include "net.h"
-#include "rules.h"
 #include "server.h"
 #include "sluice.h"
 
@@ -89,7 +90,10 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     (void)what;
     app *a = arg;
     if (sig == SIGHUP) {
-        sl_log(SL_LOG_INFO, "SIGHUP: nothing to reload yet", NULL);
+        if (a->srv.live != NULL)
+            sl_live_reload(a->srv.live, "SIGHUP", NULL, 0);
+        else
+            sl_log(SL_LOG_INFO, "SIGHUP: no rules to reload (started without --rules)", NULL);
         return;
     }
     if (a->stopping) return;
@@ -193,16 +197,19 @@ int main(int argc, char **argv)
         }
     }
 
+    if (a.cfg.capacity[0] != '\0') {
+        /* checked when the options were read */
+        a.srv.has_pool = sl_check_pool_parse(a.cfg.capacity, &a.srv.pool, err, sizeof err) == 0;
+    }
     if (a.cfg.rules[0] != '\0') {
-        a.srv.rules = sl_rules_load(a.cfg.rules, err, sizeof err);
-        if (a.srv.rules == NULL) {
+        a.srv.live = sl_live_new(a.cfg.rules);
+        if (a.srv.live == NULL || sl_live_reload(a.srv.live, "start", err, sizeof err) != 0) {
             sl_log(SL_LOG_ERROR, "cannot load the rules: refusing to start", "path=%s err=%s",
-                   sl_logq(a.cfg.rules), sl_logq(err));
+                   sl_logq(a.cfg.rules), sl_logq(a.srv.live ? err : "out of memory"));
+            sl_live_free(a.srv.live);
             sl_store_free(a.srv.store);
             return 1;
         }
-        sl_log(SL_LOG_INFO, "rules loaded", "path=%s domains=%d", sl_logq(a.cfg.rules),
-               sl_rules_ndomains(a.srv.rules));
     }
 
     a.base = event_base_new();
@@ -220,6 +227,12 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+
+    /* before the workers exist: they read whether it is on */
+    if (a.srv.live != NULL && a.cfg.watch_rules &&
+        sl_live_watch(a.srv.live, a.base, err, sizeof err) != 0)
+        sl_log(SL_LOG_WARN, "not watching the rules: reload with SIGHUP or RL.RULES RELOAD",
+               "path=%s err=%s", sl_logq(a.cfg.rules), sl_logq(err));
 
     a.net = sl_net_start(&a.srv, err, sizeof err);
     if (a.net == NULL) {
@@ -271,8 +284,8 @@ int main(int argc, char **argv)
     if (snap_ev) event_free(snap_ev);
     if (expire_ev) event_free(expire_ev);
     for (int i = 0; i < 3; i++) event_free(sigs[i]);
+    sl_live_free(a.srv.live); /* its events first, then the base */
     event_base_free(a.base);
-    if (a.srv.rules) sl_rules_unref(a.srv.rules);
     sl_store_free(a.srv.store);
     sl_log(SL_LOG_INFO, "bye", "status=%d", status);
     return status;

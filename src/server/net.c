@@ -632,6 +632,7 @@ static void *worker_main(void *arg)
     worker *w = arg;
     event_base_dispatch(w->base);
     while (w->conns != NULL) conn_free(w->conns, "worker exit");
+    sl_cmd_thread_done();
     return NULL;
 }
 

@@ -29,6 +29,8 @@ typedef struct sl_config {
     int64_t send_timeout_ms;        /* replies pending, none taken: close; 0 = never; default 60 s */
     char snapshot[1024];            /* "" = no snapshot */
     char rules[1024];               /* "" = no rules (RL.CHECK refused) */
+    int watch_rules;                /* reload when the rules change (inotify); default 1 */
+    char capacity[64];              /* "" = no spare-capacity pool; else N/DURATION */
     int64_t snapshot_interval_ms;   /* default 60 s */
     int trust_client_time;          /* accept AT t */
     char config_file[1024];
@@ -60,13 +62,14 @@ static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-struct sl_rules;
+struct sl_live;
 
 typedef struct sl_srv {
     const sl_config *cfg;
     sl_store *store;
-    struct sl_rules *rules;         /* loaded at start; NULL = none.  Read-only
-                                       while serving (reload: issue 3, to do) */
+    struct sl_live *live;           /* the rules (live.h); NULL = started without */
+    sl_params pool;                 /* --capacity: elastic limits' spare pool */
+    int has_pool;                   /* 0: no --capacity, elastic never above L */
     int64_t start_ms;               /* wall clock at start */
     int nworkers;
     sl_worker_stats *workers;       /* nworkers of them */

@@ -1,0 +1,305 @@
+"""Rules that change while sluiced serves: SIGHUP, inotify (an edit in
+place, an editor's rename, a Kubernetes ConfigMap's ..data swap),
+RL.RULES RELOAD; a broken or huge file keeps the old rules serving with the
+error visible in INFO and RL.RULES; and a reload under load never fails a
+request nor mixes two rule sets in one decision."""
+
+import os
+import shutil
+import signal
+import tempfile
+import threading
+import time
+import unittest
+
+from harness import RespError, Server, assert_clean_stop, deadline
+
+RULES = """domain: api
+descriptors:
+  - key: user
+    rate_limit: {name: %s, unit: hour, requests_per_unit: %d}
+"""
+
+
+def rules(name, limit):
+    return RULES % (name, limit)
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def replace(path, text):
+    """As an editor saves: a new file renamed over the old one."""
+    tmp = os.path.join(os.path.dirname(path), ".%s.swp" % os.path.basename(path))
+    write(tmp, text)
+    os.rename(tmp, path)
+
+
+class ReloadCase(unittest.TestCase):
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-rules-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def start(self, *args):
+        s = Server(*args, name=self.id().split(".")[-1])
+        s.start()
+        self.addCleanup(s.kill)
+        return s
+
+    def stop(self, s):
+        s.stop()
+        assert_clean_stop(s)
+
+    def rule(self, s, user="bob"):
+        """(name, limit) of the rule that decided one RL.CHECK."""
+        with s.raw() as c:
+            r = c.cmd("RL.CHECK", "api", "DESCRIPTOR", "user", user)
+        self.assertNotIsInstance(r, RespError, r)
+        return r[6][1].decode(), r[6][2]
+
+    def wait_rule(self, s, name, timeout=10):
+        until = deadline(timeout)
+        got = None
+        while time.monotonic() < until:
+            got = self.rule(s)
+            if got[0] == name:
+                return got
+            time.sleep(0.02)
+        self.fail("rule %r never served (last %r)\n%s" % (name, got, s.log()))
+
+    def rules_reply(self, s):
+        with s.raw() as c:
+            r = c.cmd("RL.RULES")
+        self.assertNotIsInstance(r, RespError, r)
+        return {r[i].decode(): r[i + 1] for i in range(0, len(r), 2)}
+
+
+class TestReload(ReloadCase):
+
+    def test_sighup_reloads(self):
+        path = os.path.join(self.dir, "api.yaml")
+        write(path, rules("first", 10))
+        s = self.start("--rules", path, "--watch-rules=no")
+        self.assertEqual(self.rule(s), ("first", 10))
+        self.assertEqual(s.info("rules")["rules_watch"], "off")
+        write(path, rules("second", 20))
+        time.sleep(0.3)
+        self.assertEqual(self.rule(s), ("first", 10), "no watch: nothing changes by itself")
+        os.kill(s.pid, signal.SIGHUP)
+        s.wait_info("rules_version", lambda v: v == 2, "rules")
+        self.assertEqual(self.rule(s), ("second", 20))
+        info = s.info("rules")
+        self.assertEqual(info["rules_reloads"], "2")
+        self.assertEqual(info["rules_last_error"], "")
+        self.assertEqual(info["rules_path"], path)
+        self.assertIn('msg="rules loaded" why=SIGHUP', s.log())
+        self.stop(s)
+
+    def test_counts_survive_a_reload(self):
+        path = os.path.join(self.dir, "api.yaml")
+        write(path, rules("first", 5))
+        s = self.start("--rules", path, "--watch-rules=no")
+        for _ in range(3):
+            self.rule(s, "carol")
+        write(path, rules("second", 5))
+        with s.raw() as c:
+            self.assertEqual(c.cmd("RL.RULES", "RELOAD"), 2)
+            r = c.cmd("RL.CHECK", "api", "DESCRIPTOR", "user", "carol")
+        self.assertEqual(r[6][1:4], [b"second", 5, 1], "the counter carried over: 4 of 5 used")
+        self.stop(s)
+
+    def test_inotify_sees_edits_in_place_and_renames(self):
+        path = os.path.join(self.dir, "api.yaml")
+        write(path, rules("v1", 10))
+        s = self.start("--rules", path)
+        self.assertEqual(s.info("rules")["rules_watch"], "inotify")
+        write(path, rules("v2", 20))            # edited in place
+        self.assertEqual(self.wait_rule(s, "v2"), ("v2", 20))
+        replace(path, rules("v3", 30))          # saved by rename
+        self.assertEqual(self.wait_rule(s, "v3"), ("v3", 30))
+        # a file beside it that is not the rules changes nothing
+        v = s.info_int("rules_version", "rules")
+        write(os.path.join(self.dir, "notes.txt"), "hello")
+        time.sleep(0.5)
+        self.assertEqual(s.info_int("rules_version", "rules"), v)
+        self.stop(s)
+
+    def test_inotify_directory_new_file(self):
+        write(os.path.join(self.dir, "api.yaml"), rules("api_rule", 10))
+        s = self.start("--rules", self.dir)
+        write(os.path.join(self.dir, "web.yaml"),
+              "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, "
+              "requests_per_unit: 3}\n")
+        until = deadline(10)
+        while time.monotonic() < until and len(self.rules_reply(s)["domains"]) < 2:
+            time.sleep(0.02)
+        doms = self.rules_reply(s)["domains"]
+        self.assertEqual([d[0] for d in doms], [b"api", b"web"])
+        self.assertEqual(doms[1][2], [[b"web.path", b"web.path", b"3/second fixed-window",
+                                       b"enforce"]])
+        self.stop(s)
+
+    def test_kubernetes_configmap_swap(self):
+        """kubelet's layout: ..TIMESTAMP/ holds the files, ..data -> it, and
+        api.yaml -> ..data/api.yaml.  An update writes a new ..TIMESTAMP,
+        points ..data_tmp at it, renames ..data_tmp over ..data and removes
+        the old directory."""
+        d = self.dir
+
+        def publish(stamp, text, old=None):
+            os.mkdir(os.path.join(d, stamp))
+            write(os.path.join(d, stamp, "api.yaml"), text)
+            os.symlink(stamp, os.path.join(d, "..data_tmp"))
+            os.rename(os.path.join(d, "..data_tmp"), os.path.join(d, "..data"))
+            if old:
+                shutil.rmtree(os.path.join(d, old))
+
+        publish("..2026_11_21_10_00_00.1", rules("cm1", 10))
+        os.symlink("..data/api.yaml", os.path.join(d, "api.yaml"))
+        s = self.start("--rules", d)
+        self.assertEqual(self.rule(s), ("cm1", 10))
+        publish("..2026_11_21_10_05_00.2", rules("cm2", 20), old="..2026_11_21_10_00_00.1")
+        self.assertEqual(self.wait_rule(s, "cm2"), ("cm2", 20))
+        publish("..2026_11_21_10_10_00.3", rules("cm3", 30), old="..2026_11_21_10_05_00.2")
+        self.assertEqual(self.wait_rule(s, "cm3"), ("cm3", 30))
+        time.sleep(0.5)  # let any trailing event's reload happen
+        r = self.rules_reply(s)
+        self.assertEqual([x[0] for x in r["domains"]], [b"api"], "loaded once, not twice")
+        self.assertEqual(r["last_error"], b"")
+        self.assertEqual(r["reload_failures"], 0)
+        self.assertEqual(r["path"], d.encode())
+        self.stop(s)
+
+    def test_broken_file_keeps_the_old_rules(self):
+        path = os.path.join(self.dir, "api.yaml")
+        write(path, rules("good", 10))
+        s = self.start("--rules", path)
+        write(path, "domain: api\ndescriptors:\n  - key: user\n"
+                    "    rate_limit: {unit: minutes, requests_per_unit: 2}\n")
+        s.wait_info("rules_reload_failures", lambda v: v >= 1, "rules")
+        want = "%s:4:24: unknown unit 'minutes'" % path
+        info = s.info("rules")
+        self.assertIn(want, info["rules_last_error"])
+        self.assertGreater(int(info["rules_last_error_at_ms"]), 0)
+        self.assertEqual(info["rules_version"], "1")
+        self.assertEqual(self.rule(s), ("good", 10))
+        r = self.rules_reply(s)
+        self.assertIn(want.encode(), r["last_error"])
+        self.assertEqual(r["version"], 1)
+        with s.raw() as c:
+            e = c.cmd("RL.RULES", "RELOAD")
+        self.assertIsInstance(e, RespError)
+        self.assertIn("rules not reloaded, version 1 keeps serving: " + want, e.line)
+        self.assertIn('msg="rules not reloaded: the old rules keep serving"', s.log())
+        # fixed: served again, the error cleared
+        write(path, rules("fixed", 12))
+        self.assertEqual(self.wait_rule(s, "fixed"), ("fixed", 12))
+        self.assertEqual(s.info("rules")["rules_last_error"], "")
+        self.stop(s)
+
+    def test_a_100_mb_file_is_refused_whole(self):
+        write(os.path.join(self.dir, "api.yaml"), rules("small", 10))
+        s = self.start("--rules", self.dir, "--watch-rules=no")
+        big = os.path.join(self.dir, "big.yaml")
+        with open(big, "wb") as f:  # 100 MB of rules-looking text
+            line = b"  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"
+            f.write(b"domain: big\ndescriptors:\n")
+            f.write(line * (100 * 1024 * 1024 // len(line)))
+        with s.raw() as c:
+            e = c.cmd("RL.RULES", "RELOAD")
+        self.assertIsInstance(e, RespError)
+        self.assertIn("big.yaml:1:1: file too large", e.line)
+        self.assertEqual(self.rule(s), ("small", 10))
+        self.assertLess(s.rss_kb(), 200 * 1024, "the file was not read into memory")
+        self.stop(s)
+        # and a start with it is refused with the same message
+        p = Server("--rules", big, name="big-start")
+        with self.assertRaises(AssertionError) as cm:
+            p.start()
+        self.assertIn("file too large", str(cm.exception))
+
+    def test_rl_rules_without_rules(self):
+        s = self.start()
+        with s.raw() as c:
+            e = c.cmd("RL.RULES")
+            self.assertIsInstance(e, RespError)
+            self.assertIn("no rules loaded", e.line)
+        os.kill(s.pid, signal.SIGHUP)  # nothing to reload: logged, keeps serving
+        until = deadline(5)
+        while time.monotonic() < until and "SIGHUP: no rules" not in s.log():
+            time.sleep(0.02)
+        self.assertIn("SIGHUP: no rules to reload", s.log())
+        self.stop(s)
+
+
+class TestReloadUnderLoad(ReloadCase):
+
+    CLIENTS = 4
+    REQUESTS = 2500  # per client, in pipelines of 25
+    SETS = {"set_a": 1000000, "set_b": 2000000}
+
+    def test_no_request_fails_and_each_uses_one_set(self):
+        path = os.path.join(self.dir, "api.yaml")
+        write(path, rules("set_a", self.SETS["set_a"]))
+        s = self.start("--rules", path)
+        stop = threading.Event()
+        problems, seen, reloads = [], {"set_a": 0, "set_b": 0}, [0, 0]
+        lock = threading.Lock()
+
+        def client(n):
+            r = s.redis()
+            try:
+                for i in range(0, self.REQUESTS, 25):
+                    p = r.pipeline(transaction=False)
+                    for j in range(25):
+                        p.execute_command("RL.CHECK", "api", "DESCRIPTOR", "user",
+                                          "c%d-%d" % (n, (i + j) % 50))
+                    for rep in p.execute(raise_on_error=False):
+                        name, limit = rep[6][1].decode(), rep[6][2]
+                        with lock:
+                            if rep[0] != 1 or self.SETS.get(name) != limit:
+                                problems.append(rep)
+                            else:
+                                seen[name] += 1
+            except Exception as e:  # noqa: BLE001 -- any failure is the finding
+                with lock:
+                    problems.append(repr(e))
+            finally:
+                r.close()
+
+        def writer():
+            i = 0
+            with s.raw() as c:
+                while not stop.is_set() and i < 2000:
+                    i += 1
+                    name = "set_b" if i % 2 else "set_a"
+                    if i % 7 == 0:  # a broken version now and then: never served
+                        replace(path, "domain: api\ndescriptors: [\n")
+                    else:
+                        replace(path, rules(name, self.SETS[name]))
+                    if i % 3 == 0:  # and reloads asked for, beside inotify's
+                        rep = c.cmd("RL.RULES", "RELOAD")
+                        reloads[isinstance(rep, RespError)] += 1
+                    time.sleep(0.005)
+
+        w = threading.Thread(target=writer)
+        w.start()
+        cs = [threading.Thread(target=client, args=(n,)) for n in range(self.CLIENTS)]
+        for t in cs:
+            t.start()
+        for t in cs:
+            t.join(120)
+        stop.set()
+        w.join(30)
+        self.assertEqual(problems[:5], [])
+        self.assertEqual(sum(seen.values()), self.CLIENTS * self.REQUESTS)
+        self.assertGreater(reloads[0], 0)
+        self.assertGreater(s.info_int("rules_version", "rules"), 2)
+        self.stop(s)
+
+
+if __name__ == "__main__":
+    unittest.main()
