@@ -2,7 +2,8 @@
  * test_check.c -- RL.CHECK's evaluation (src/rules/check.c): several limits
  * on one descriptor all-or-none, several descriptors all-or-none (a denied
  * request charges nobody), shadow mode, soft limits at their edge,
- * unlimited, no rule, requests_per_unit 0, the batch cap, repeated counters.
+ * unlimited, no rule, requests_per_unit 0, the batch cap, repeated counters,
+ * elastic limits on the spare pool at their edges, Lyft's `replaces`.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -39,7 +40,18 @@ static const char yaml[] =
     "  - key: free\n"
     "    rate_limit: {unlimited: true, name: free}\n"
     "  - key: blocked\n"
-    "    rate_limit: {unit: second, requests_per_unit: 0, name: blocklist}\n";
+    "    rate_limit: {unit: second, requests_per_unit: 0, name: blocklist}\n"
+    "  - key: tenant                   # 3 a minute, up to 5 on spare capacity\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 3, elastic: 5, name: tenant}\n"
+    "  - key: team\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 2, name: team_default}\n"
+    "  - key: vip\n"
+    "    rate_limit:\n"
+    "      unit: minute\n"
+    "      requests_per_unit: 100\n"
+    "      name: vip\n"
+    "      replaces:\n"
+    "        - name: team_default\n";
 
 typedef struct fx {
     sl_rules *r;
@@ -95,12 +107,13 @@ static void build(req *q, const char *const *kv)
 
 static sl_result ov;
 static sl_check_status st[20];
+static const sl_params *pool; /* the spare-capacity pool, if a test sets one */
 
 static int check_kv(fx *f, const char *dom, int64_t cost, int64_t now, const char *const *kv)
 {
     req q;
     build(&q, kv);
-    return sl_rules_check(f->r, f->s, NULL, dom, strlen(dom), q.d, q.nd, q.n, cost, now, &ov, st, err,
+    return sl_rules_check(f->r, f->s, pool, dom, strlen(dom), q.d, q.nd, q.n, cost, now, &ov, st, err,
                           sizeof err);
 }
 /* CHECK(f, cost, now, k, v, ...): in domain api; asserts success. */
@@ -354,6 +367,75 @@ static void bad_arguments(void **state)
                      SL_ECOST);
 }
 
+/* elastic: over its own 3 a minute, a tenant passes up to 5 while the
+ * spare pool (6 a minute through all rules) has room. */
+static void elastic(void **state)
+{
+    fx *f = *state;
+    const int64_t M = 60000;
+    sl_params pp;
+    assert_int_equal(sl_check_pool_parse("6/1m", &pp, err, sizeof err), 0);
+    pool = &pp;
+    for (int i = 1; i <= 3; i++) {
+        CHECK(f, 1, 0, "tenant", "a");
+        status_is(0, SL_CHECK_OK, "tenant", 3, 3 - i, 0, M);
+    }
+    /* 4th and 5th: above L, on the pool: ELASTIC, numbers at the ceiling
+     * (remaining: the smaller of the ceiling's and the pool's) */
+    CHECK(f, 1, 1000, "tenant", "a");
+    status_is(0, SL_CHECK_ELASTIC, "tenant", 5, 1, 0, M - 1000);
+    overall_is(1, 5, 1, 0, M - 1000);
+    CHECK(f, 1, 1000, "tenant", "a");
+    status_is(0, SL_CHECK_ELASTIC, "tenant", 5, 0, 0, M - 1000);
+    /* 6th: the ceiling: denied, answered at L */
+    CHECK(f, 1, 2000, "tenant", "a");
+    status_is(0, SL_CHECK_OVER_LIMIT, "tenant", 3, 0, M - 2000, M - 2000);
+    assert_int_equal(ov.allowed, 0);
+    /* the pool holds 5 of 6.  Tenant b within its own limit always passes
+     * (and uses the last unit of the pool) ... */
+    for (int i = 1; i <= 3; i++) {
+        CHECK(f, 1, 3000, "tenant", "b");
+        status_is(0, SL_CHECK_OK, "tenant", 3, 3 - i, 0, M - 3000);
+    }
+    assert_int_equal(peek_rem(f, "|spare-capacity", 6, M, 3000), 0);
+    /* ... but not above it: the pool is full */
+    CHECK(f, 1, 3000, "tenant", "b");
+    status_is(0, SL_CHECK_OVER_LIMIT, "tenant", 3, 0, M - 3000, M - 3000);
+    assert_int_equal(peek_rem(f, "api|tenant=b", 3, M, 3000), 0);
+    /* a new minute: the pool is empty again */
+    CHECK(f, 2, M, "tenant", "b");
+    status_is(0, SL_CHECK_OK, "tenant", 3, 1, 0, M);
+    CHECK(f, 2, M, "tenant", "b"); /* 4 of 3: elastic */
+    status_is(0, SL_CHECK_ELASTIC, "tenant", 5, 1, 0, M);
+    CHECK(f, 2, M, "tenant", "b"); /* 6 of 5: never mind the pool */
+    status_is(0, SL_CHECK_OVER_LIMIT, "tenant", 3, 0, M, M);
+    /* elastic never helps past another descriptor's denial: nothing charged */
+    for (int i = 0; i < 3; i++) CHECK(f, 1, M, "ip", "9.9.9.9");
+    CHECK(f, 1, M, "tenant", "c", "ip", "9.9.9.9");
+    assert_int_equal(ov.allowed, 0);
+    assert_int_equal(peek_rem(f, "api|tenant=c", 3, M, M), 3);
+    /* without a pool an elastic limit is a plain limit */
+    pool = NULL;
+    for (int i = 0; i < 3; i++) CHECK(f, 1, 2 * M, "tenant", "d");
+    CHECK(f, 1, 2 * M, "tenant", "d");
+    status_is(0, SL_CHECK_OVER_LIMIT, "tenant", 3, 0, M, M);
+}
+
+/* replaces: a matched `vip` limit means `team_default` is not applied. */
+static void replaces(void **state)
+{
+    fx *f = *state;
+    for (int i = 0; i < 2; i++) CHECK(f, 1, 0, "team", "red");
+    CHECK(f, 1, 0, "team", "red");
+    status_is(0, SL_CHECK_OVER_LIMIT, "team_default", 2, 0, 60000, 60000);
+    CHECK(f, 1, 0, "team", "red", "vip", "yes");
+    assert_int_equal(ov.allowed, 1);
+    status_is(0, SL_CHECK_OK, "team_default", 0, 0, 0, 0); /* not applied, as Lyft */
+    status_is(1, SL_CHECK_OK, "vip", 100, 99, 0, 60000);
+    overall_is(1, 100, 99, 0, 60000);
+    assert_int_equal(peek_rem(f, "api|team=red", 2, 60000, 0), 0); /* not charged */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -366,6 +448,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(batch_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(repeated_counter, setup, teardown),
         cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
+        cmocka_unit_test_setup_teardown(elastic, setup, teardown),
+        cmocka_unit_test_setup_teardown(replaces, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

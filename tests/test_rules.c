@@ -684,6 +684,14 @@ static void bad_values(void **state)
     expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n      soft: 5%\n"
                       "      elastic: 20\n",
                  "t.yaml:8:16: ", "soft and elastic cannot be combined");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n"
+                      "      algorithm: token-bucket\n      elastic: 20\n",
+                 "t.yaml:8:16: ", "elastic needs an algorithm that counts requests in a window "
+                                  "(fixed-window, sliding-window, sliding-log, sliding-buckets), "
+                                  "not token-bucket");
+    expect_error(HEAD "      unit: second\n      requests_per_unit: 10\n"
+                      "      elastic: 1000000000001\n",
+                 "t.yaml:7:16: ", "elastic '1000000000001' is too large (at most 1000000000000)");
     expect_error(HEAD "      unlimited: true\n      unit: second\n",
                  "t.yaml:6:13: ", "unit must not be given with unlimited: true");
     expect_error(HEAD "      unlimited: true\n      window: 1s\n",

@@ -31,6 +31,8 @@ typedef struct item {
     int zero;                 /* L = 0: denied, never, no engine call */
     int lead;                 /* index of the item holding the counter (itself
                                  unless the same counter came earlier) */
+    int elastic;              /* may pass up to its elastic ceiling (pool given) */
+    int stretched;            /* passed above L, on the pool: status ELASTIC */
     int64_t cost;             /* leaders: the merged cost */
     sl_result res;
 } item;
@@ -85,6 +87,25 @@ static int later_retry(int64_t a, int64_t b)
     return a > b;
 }
 
+/* The pool's counter.  No rule's key can be this: those always hold '='. */
+static const char pool_key[] = "|spare-capacity";
+
+/* Is limit rl (a named one) replaced by a limit of any node matched for
+ * this request (Lyft's `replaces`)? */
+static int replaced(const sl_rule_limit *rl, const sl_rule_node *const *nodes, int n)
+{
+    if (!rl->named) return 0;
+    for (int i = 0; i < n; i++) {
+        if (nodes[i] == NULL) continue;
+        for (int j = 0; j < nodes[i]->nlimits; j++) {
+            const sl_rule_limit *o = &nodes[i]->limits[j];
+            for (int k = 0; k < o->nreplaces; k++)
+                if (strcmp(o->replaces[k], rl->name) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
 static void set_status(sl_check_status *st, sl_check_code code, const item *it)
 {
     st->code = code;
@@ -102,7 +123,6 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
                    int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
                    char *err, size_t errlen)
 {
-    (void)pool; /* TODO elastic */
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (r == NULL || s == NULL || (domain == NULL && dlen > 0) || descs == NULL ||
         ndesc == NULL || n < 1 || overall == NULL || st == NULL)
@@ -115,14 +135,23 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
     item it[SL_MAX_BATCH];
     int nit = 0;
     int denied_never = 0; /* an enforced L = 0 limit matched */
+    const sl_rule_node *nodes[SL_MAX_BATCH > 64 ? SL_MAX_BATCH : 64];
+    if (n > (int)(sizeof nodes / sizeof nodes[0]))
+        return fail(err, errlen, SL_EINVAL, "more than %d descriptors in one request",
+                    (int)(sizeof nodes / sizeof nodes[0]));
 
-    /* Match every descriptor; collect its counted limits. */
+    /* Match every descriptor (all first: `replaces` looks across them). */
     for (int i = 0; i < n; i++) {
         memset(&st[i], 0, sizeof st[i]);
         if (ndesc[i] < 1 || ndesc[i] > SL_RULES_MAX_DEPTH || descs[i] == NULL)
             return fail(err, errlen, SL_EINVAL,
                         "descriptor %d must have 1 to %d entries", i + 1, SL_RULES_MAX_DEPTH);
-        const sl_rule_node *node = sl_rules_match(r, domain, dlen, descs[i], ndesc[i]);
+        nodes[i] = sl_rules_match(r, domain, dlen, descs[i], ndesc[i]);
+    }
+
+    /* Collect the counted limits. */
+    for (int i = 0; i < n; i++) {
+        const sl_rule_node *node = nodes[i];
         if (node == NULL) {
             st[i].code = SL_CHECK_NO_RULE;
             continue;
@@ -131,9 +160,16 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
         st[i].code = SL_CHECK_UNLIMITED; /* unless a counted limit follows */
         st[i].rule = &node->limits[0];
         st[i].name = node->limits[0].name;
+        int counted = 0;
+        const sl_rule_limit *first_replaced = NULL;
         for (int j = 0; j < node->nlimits; j++) {
             const sl_rule_limit *rl = &node->limits[j];
             if (rl->unlimited) continue;
+            if (replaced(rl, nodes, n)) {
+                if (first_replaced == NULL) first_replaced = rl;
+                continue;
+            }
+            counted++;
             if (nit == SL_MAX_BATCH)
                 return fail(err, errlen, SL_EINVAL,
                             "more than %d limits in one request", SL_MAX_BATCH);
@@ -142,11 +178,10 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
             t->desc = i;
             t->rl = rl;
             t->p = rl->params;
-            /* TODO elastic: decided at L (or soft_limit) until the server's
-             * --capacity pool exists; see check.h. */
             if (rl->soft_pct > 0) t->p.limit = rl->soft_limit;
             t->shadow = st[i].shadow;
             t->zero = t->p.limit == 0;
+            t->elastic = pool != NULL && rl->elastic_limit > 0 && !t->shadow && !t->zero;
             t->cost = cost;
             t->lead = nit;
             if (t->zero) {
@@ -180,6 +215,12 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
             }
             nit++;
         }
+        if (counted == 0 && first_replaced != NULL) {
+            /* every counted limit replaced: applied as nothing, as Lyft does */
+            st[i].code = SL_CHECK_OK;
+            st[i].rule = first_replaced;
+            st[i].name = first_replaced->name;
+        }
     }
 
     /* Peek every counter first: checks every request (key, parameters, cost)
@@ -194,6 +235,7 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
 
     /* The enforced counters, all-or-none. */
     int allowed = !denied_never;
+    int pool_charged = 0;
     if (allowed) {
         sl_request req[SL_MAX_BATCH];
         sl_result out[SL_MAX_BATCH];
@@ -214,6 +256,45 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
             if (rc < 0) return fail(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
             for (size_t q = 0; q < nreq; q++) it[idx[q]].res = out[q];
             allowed = all != 0;
+
+            /* Denied only by elastic limits: again, all-or-none, with those
+             * at their ceilings and the spare pool charged too. */
+            int stretch = !allowed && pool != NULL && nreq < SL_MAX_BATCH;
+            for (size_t q = 0; q < nreq && stretch; q++)
+                if (!out[q].allowed && !it[idx[q]].elastic) stretch = 0;
+            if (stretch) {
+                sl_params pe[SL_MAX_BATCH];
+                for (size_t q = 0; q < nreq; q++) {
+                    const item *t = &it[idx[q]];
+                    pe[q] = t->p;
+                    if (t->elastic) pe[q].limit = t->rl->elastic_limit;
+                    req[q].params = &pe[q];
+                }
+                req[nreq].params = pool;
+                req[nreq].key = pool_key;
+                req[nreq].keylen = sizeof pool_key - 1;
+                req[nreq].cost = cost;
+                sl_result out2[SL_MAX_BATCH];
+                rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all);
+                if (rc < 0) return fail(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+                if (all) {
+                    allowed = 1;
+                    pool_charged = 1;
+                    for (size_t q = 0; q < nreq; q++) {
+                        item *t = &it[idx[q]];
+                        /* over L before (state only grows at one instant) */
+                        t->stretched = !t->res.allowed;
+                        t->res = out2[q];
+                        if (t->stretched && out2[nreq].remaining < t->res.remaining)
+                            t->res.remaining = out2[nreq].remaining;
+                    }
+                }
+            }
+            /* Within every limit: the request still uses spare capacity. */
+            if (allowed && pool != NULL && !pool_charged) {
+                sl_result pr;
+                (void)sl_decide(s, pool, pool_key, sizeof pool_key - 1, now_ms, cost, &pr);
+            }
         }
     }
 
@@ -238,18 +319,23 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
         if (st[i].code == SL_CHECK_NO_RULE) continue;
         const item *worst = NULL; /* the over limit with the largest retry */
         const item *least = NULL; /* the limit with the smallest remaining */
+        const item *over = NULL;  /* passed above its L, on the pool */
         for (int k = 0; k < nit; k++) {
             const item *t = &it[k];
             if (t->desc != i) continue;
             if (!t->res.allowed) {
                 if (worst == NULL || later_retry(t->res.retry_after_ms, worst->res.retry_after_ms))
                     worst = t;
+            } else if (it[t->lead].stretched) {
+                if (over == NULL || t->res.remaining < over->res.remaining) over = t;
             } else if (least == NULL || t->res.remaining < least->res.remaining) {
                 least = t;
             }
         }
         if (worst != NULL)
             set_status(&st[i], st[i].shadow ? SL_CHECK_SHADOW : SL_CHECK_OVER_LIMIT, worst);
+        else if (over != NULL)
+            set_status(&st[i], SL_CHECK_ELASTIC, over);
         else if (least != NULL)
             set_status(&st[i], SL_CHECK_OK, least);
         /* else: every limit unlimited, status stays UNLIMITED with zeros */
@@ -264,7 +350,8 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
             if (c->code == SL_CHECK_OVER_LIMIT &&
                 (pick == NULL || later_retry(c->retry_after_ms, pick->retry_after_ms)))
                 pick = c;
-        } else if (c->code == SL_CHECK_OK && !c->shadow &&
+        } else if ((c->code == SL_CHECK_OK || c->code == SL_CHECK_ELASTIC) && !c->shadow &&
+                   c->rule != NULL && c->limit > 0 &&
                    (pick == NULL || c->remaining < pick->remaining)) {
             pick = c;
         }

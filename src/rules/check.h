@@ -30,10 +30,26 @@
  *     a shadow counter is charged only when within its limit; beyond it the
  *     engine charges nothing and the status is SHADOW.  The shadow decides
  *     are not atomic with the batch -- they cannot change the answer.
- *   - `elastic`: TODO.  Needs the server's --capacity spare pool, which does
- *     not exist yet; until then an elastic limit is decided as if it were
- *     not elastic (at L), and SL_CHECK_ELASTIC is never returned.
- *   - `replaces`: TODO, not applied yet (every matched limit is decided).
+ *   - `elastic` (window algorithms only; the loader refuses the others):
+ *     with a spare-capacity pool (`--capacity N/W`, a fixed-window counter
+ *     under the key "|spare-capacity", which no rule key can be), every
+ *     allowed request that counted some enforced limit also charges the
+ *     pool its cost (best effort: a full pool is not charged further and
+ *     denies nothing by itself).  When the batch is denied ONLY by elastic
+ *     limits, it is decided once more, all-or-none, with those limits at
+ *     their ceilings (elastic_limit) and the pool as one more member: it
+ *     passes only if every limit passes at its ceiling AND the pool has
+ *     room for the cost, and then all are charged.  A limit that was over
+ *     L and passed this way reports ELASTIC, with the engine's numbers at
+ *     the ceiling (limit = the ceiling) except remaining = the smaller of
+ *     the ceiling's and the pool's.  If the second try fails, the answer
+ *     is the first one's (at L).  Without a pool (NULL) an elastic limit
+ *     is a plain limit at L.
+ *   - `replaces` (Lyft): a named limit that another limit matched by the
+ *     same request lists under `replaces` is not applied: not decided, not
+ *     charged.  A descriptor whose every counted limit is replaced answers
+ *     OK, with the (first) replaced limit's name and every number 0, as
+ *     Lyft answers a replaced limit.
  *   - The same counter named twice in one request (two descriptors with the
  *     same entries) is one sl_request with the costs added (sl_decide_all
  *     refuses repeated keys); both descriptors report its answer.
@@ -46,6 +62,8 @@
  *   SHADOW      its node is in shadow mode and one of its limits is over;
  *               reported: that limit (largest retry_after), with the
  *               numbers a hard limit would answer (retry_after > 0).
+ *   ELASTIC     allowed, and one of its limits passed above L on the pool;
+ *               reported: that limit (smallest remaining).
  *   OK          reported: the limit with the smallest remaining (first on
  *               ties).  When the request is denied by another descriptor,
  *               an OK descriptor was not charged: its numbers are the
@@ -57,7 +75,8 @@
  * shadow-mode descriptors never change what the client sees:
  *   denied  (some OVER_LIMIT): the result of the OVER_LIMIT descriptor with
  *           the largest retry_after (-1 if any is never); allowed = 0.
- *   allowed: the result of the OK, non-shadow descriptor with the smallest
+ *   allowed: the result of the OK or ELASTIC, non-shadow descriptor with a
+ *           counted limit and the smallest
  *           remaining (first on ties); all zeros but allowed = 1 when no
  *           enforced limit applied (only NO_RULE / UNLIMITED / shadow).
  */
@@ -74,7 +93,7 @@ typedef enum sl_check_code {
     SL_CHECK_OK = 0,
     SL_CHECK_OVER_LIMIT,
     SL_CHECK_SHADOW,    /* over the limit, but the rule is in shadow mode: allowed */
-    SL_CHECK_ELASTIC,   /* TODO: never returned yet (see above) */
+    SL_CHECK_ELASTIC,   /* above its own limit, allowed on the spare pool */
     SL_CHECK_UNLIMITED,
     SL_CHECK_NO_RULE
 } sl_check_code;

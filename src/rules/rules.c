@@ -879,17 +879,24 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
     if (f[L_SOFT]) {
         if (get_pct(ld, f[L_SOFT], "soft", 0, SL_RULES_MAX_PCT, &lim->soft_pct) != 0) return -1;
         lim->soft_limit = p->limit + p->limit * lim->soft_pct / 100; /* <= 11 * 10^12 */
+        if (lim->soft_limit > SL_MAX_LIMIT) lim->soft_limit = SL_MAX_LIMIT;
     }
     if (f[L_ELASTIC]) {
         const ynode *e = f[L_ELASTIC];
+        if (p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA || p->algo == SL_LEAKY_BUCKET)
+            return FAIL(ld, e,
+                        "elastic needs an algorithm that counts requests in a window "
+                        "(fixed-window, sliding-window, sliding-log, sliding-buckets), not %s",
+                        sl_algo_name(p->algo));
         if (is_pct(e)) {
             if (get_pct(ld, e, "elastic", 1, SL_RULES_MAX_PCT, &lim->elastic_pct) != 0) return -1;
             lim->elastic_limit = p->limit + p->limit * lim->elastic_pct / 100;
+            if (lim->elastic_limit > SL_MAX_LIMIT) lim->elastic_limit = SL_MAX_LIMIT;
             if (lim->elastic_limit <= p->limit)
                 return FAIL(ld, e, "elastic %s adds nothing to a limit of %lld",
                             tok(e, t, sizeof t), (long long)p->limit);
         } else {
-            if (get_int(ld, e, "elastic", 1, 11 * SL_MAX_LIMIT, &lim->elastic_limit) != 0)
+            if (get_int(ld, e, "elastic", 1, SL_MAX_LIMIT, &lim->elastic_limit) != 0)
                 return -1;
             if (lim->elastic_limit <= p->limit)
                 return FAIL(ld, e,
