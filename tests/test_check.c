@@ -247,6 +247,12 @@ static void shadow(void **state)
     assert_int_equal(peek_rem(f, "api|shadow=t", 2, 60000, 0), 2);
     CHECK(f, 1, 0, "shadow", "t");
     assert_int_equal(peek_rem(f, "api|shadow=t", 2, 60000, 0), 1);
+
+    /* what the limits counted: shadow reports its would-be denials */
+    const sl_rule_counts *c = st[0].rule->counts;
+    assert_int_equal(atomic_load(&c->checked), 8);
+    assert_int_equal(atomic_load(&c->shadow), 4);
+    assert_int_equal(atomic_load(&c->over), 0);
 }
 
 /* soft: 10% on L = 10: 11 pass, the 12th is denied. */
@@ -419,6 +425,11 @@ static void elastic(void **state)
     for (int i = 0; i < 3; i++) CHECK(f, 1, 2 * M, "tenant", "d");
     CHECK(f, 1, 2 * M, "tenant", "d");
     status_is(0, SL_CHECK_OVER_LIMIT, "tenant", 3, 0, M, M);
+    /* 18 checks of tenants; 3 passed above L, 4 found over (c was denied by ip) */
+    const sl_rule_counts *c = st[0].rule->counts;
+    assert_int_equal(atomic_load(&c->checked), 18);
+    assert_int_equal(atomic_load(&c->elastic), 3);
+    assert_int_equal(atomic_load(&c->over), 4);
 }
 
 /* replaces: a matched `vip` limit means `team_default` is not applied. */

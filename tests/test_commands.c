@@ -191,8 +191,11 @@ static void check_with_rules(void **state)
     /* RL.RULES lists what serves */
     r = run("RL.RULES", 0);
     assert_memory_equal(r, "*16\r\n$7\r\nversion\r\n:", 17);
-    assert_non_null(strstr(r, "$8\r\napi.user\r\n$8\r\napi.user\r\n$21\r\n2/minute fixed-window\r\n"
-                              "$7\r\nenforce\r\n"));
+    /* bob: checked 3 times (the second denied by /login, not by his limit) */
+    assert_non_null(strstr(r, "*8\r\n$8\r\napi.user\r\n$8\r\napi.user\r\n$21\r\n2/minute fixed-window\r\n"
+                              "$7\r\nenforce\r\n:3\r\n:0\r\n:0\r\n:0\r\n"));
+    assert_non_null(strstr(r, "$15\r\napi.path_/login\r\n$19\r\n1/hour fixed-window\r\n"
+                              "$7\r\nenforce\r\n:2\r\n:1\r\n:0\r\n:0\r\n"));
     assert_non_null(strstr(r, "$10\r\nlast_error\r\n$0\r\n\r\n"));
     assert_non_null(strstr(run("RL.RULES FOO", 0), "-ERR usage: RL.RULES [RELOAD]"));
     const char *info = run("INFO rules", 0);

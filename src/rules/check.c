@@ -314,6 +314,18 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
     for (int k = 0; k < nit; k++)
         if (it[k].lead != k) it[k].res = it[it[k].lead].res;
 
+    /* Per-limit counts (RL.RULES). */
+    for (int k = 0; k < nit; k++) {
+        const item *t = &it[k];
+        sl_rule_counts *c = t->rl->counts;
+        if (c == NULL) continue;
+        atomic_fetch_add_explicit(&c->checked, 1, memory_order_relaxed);
+        if (!t->res.allowed)
+            atomic_fetch_add_explicit(t->shadow ? &c->shadow : &c->over, 1, memory_order_relaxed);
+        else if (it[t->lead].stretched)
+            atomic_fetch_add_explicit(&c->elastic, 1, memory_order_relaxed);
+    }
+
     /* Each descriptor's status. */
     for (int i = 0; i < n; i++) {
         if (st[i].code == SL_CHECK_NO_RULE) continue;

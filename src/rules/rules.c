@@ -935,6 +935,9 @@ static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
             c = c->next;
         }
         if (load_limit(ld, &lims[i], m) != 0) return -1;
+        /* zeroed by the arena: counts start at 0 */
+        if ((lims[i].counts = arena_alloc(&ld->set->mem, sizeof *lims[i].counts)) == NULL)
+            return oom(ld);
         if (n > 1 && lims[i].unlimited)
             return FAIL(ld, m, "unlimited cannot be combined with other limits on one descriptor");
         for (size_t j = 0; j < i; j++) {

@@ -32,6 +32,7 @@
 #ifndef SLUICE_RULES_H
 #define SLUICE_RULES_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -65,6 +66,16 @@ typedef enum sl_rule_unit {
 /* "second", "minute", ...; "" for SL_UNIT_NONE. */
 const char *sl_rule_unit_name(sl_rule_unit u);
 
+/* What one limit has decided since its set loaded (RL.RULES shows them;
+ * a reload starts new counts).  The one mutable part of a loaded set:
+ * relaxed atomics, added to by sl_rules_check from any thread. */
+typedef struct sl_rule_counts {
+    _Atomic uint64_t checked; /* requests that matched the limit */
+    _Atomic uint64_t over;    /* ... that it found over (OVER_LIMIT; L = 0 included) */
+    _Atomic uint64_t shadow;  /* ... over, but allowed: shadow mode */
+    _Atomic uint64_t elastic; /* ... over L, allowed on the spare pool */
+} sl_rule_counts;
+
 /* One limit of a descriptor.  RL.CHECK applies every limit of the matched
  * node: the request passes only if all pass, and then all are charged. */
 typedef struct sl_rule_limit {
@@ -86,6 +97,7 @@ typedef struct sl_rule_limit {
     const char *const *replaces; /* names of limits this one replaces (Lyft) */
     int nreplaces;
     unsigned line, column; /* of the rate_limit map in its file */
+    sl_rule_counts *counts; /* never NULL in a loaded set */
 } sl_rule_limit;
 
 typedef enum sl_rule_match {

@@ -375,9 +375,11 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
 /* RL.RULES: what is serving.  A flat map, as redis-py's HELLO-style replies:
  *   version N  loaded_at_ms T  path P  reloads N  reload_failures N
  *   last_error E ("" if the last reload worked)  last_error_at_ms T
- *   domains [[domain, file, [[name, descriptor, limit, mode], ...]], ...]
+ *   domains [[domain, file, [[name, descriptor, limit, mode, checked, over,
+ *             shadow_over, elastic], ...]], ...]
  * with one entry per limit: its name, Lyft's descriptor path, the limit
- * ("10/minute fixed-window"), and mode "enforce" or "shadow".
+ * ("10/minute fixed-window"), mode "enforce" or "shadow", and what it has
+ * decided since this version loaded (sl_rule_counts).
  * RL.RULES RELOAD: reloads now; replies the new version, or an error with
  * FILE:LINE:COLUMN (the old rules keep serving). */
 typedef struct rules_out {
@@ -395,11 +397,16 @@ static int list_node(const sl_rule_node *node, void *ctx)
         const sl_rule_limit *l = &node->limits[j];
         char desc[200];
         sl_rules_limit_format(l, desc, sizeof desc);
-        add_str(ro->dom, "*4\r\n");
+        add_str(ro->dom, "*8\r\n");
         add_bulk_str(ro->dom, l->name);
         add_bulk_str(ro->dom, node->path);
         add_bulk_str(ro->dom, desc);
         add_bulk_str(ro->dom, node->shadow_mode ? "shadow" : "enforce");
+        const sl_rule_counts *k = l->counts;
+        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->checked, memory_order_relaxed) : 0);
+        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->over, memory_order_relaxed) : 0);
+        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->shadow, memory_order_relaxed) : 0);
+        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->elastic, memory_order_relaxed) : 0);
         ro->n++;
     }
     return 0;

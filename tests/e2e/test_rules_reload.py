@@ -139,7 +139,7 @@ class TestReload(ReloadCase):
         doms = self.rules_reply(s)["domains"]
         self.assertEqual([d[0] for d in doms], [b"api", b"web"])
         self.assertEqual(doms[1][2], [[b"web.path", b"web.path", b"3/second fixed-window",
-                                       b"enforce"]])
+                                       b"enforce", 0, 0, 0, 0]])
         self.stop(s)
 
     def test_kubernetes_configmap_swap(self):
