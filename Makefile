@@ -62,8 +62,9 @@ $(B)/libsluice.a: $(LIB_OBJ)
 $(B)/libsluice.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libsluice.so.0 $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-$(B)/sluice: $(CLI_OBJ) $(B)/libsluice.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+# sluice replay --rules decides with src/rules (check.c), hence libyaml.
+$(B)/sluice: $(CLI_OBJ) $(RULES_OBJ) $(B)/libsluice.a
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(RULES_LIBS) $(LDLIBS)
 
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
@@ -73,7 +74,9 @@ $(B)/sluiced: $(SRV_OBJ) $(RULES_OBJ) $(B)/libsluice.a
 
 # Unit tests of code outside the library link the parts they test:
 # add one line per such test.
-$(B)/tests/test_replay_parse: $(CLI_PARTS)
+$(B)/tests/test_replay_parse: $(CLI_PARTS) $(RULES_OBJ)
+$(B)/tests/test_replay_parse: LDLIBS += $(RULES_LIBS)
+$(B)/tests/test_whatif_parse: $(B)/src/cli/whatif_parse.o $(B)/src/cli/text.o
 $(B)/tests/test_resp: $(B)/src/server/resp.o
 $(B)/tests/test_commands: $(SRV_PARTS) $(RULES_OBJ)
 $(B)/tests/test_commands: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)

@@ -18,31 +18,9 @@
 set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
-BUILD=${SLUICE_BUILD:-$ROOT/build}
-SLUICE=$BUILD/sluice
+. "$ROOT/tests/lib.sh"
 SPEC=${SLUICE_SPEC_DIR:-}
-T=$(mktemp -d) || exit 1
-trap 'rm -rf "$T"' EXIT
-
-checks=0
-fails=0
-ok() {
-    checks=$((checks + 1))
-    echo "ok    $1"
-}
-# bad NAME DETAIL...
-bad() {
-    checks=$((checks + 1))
-    fails=$((fails + 1))
-    echo "FAIL  $1"
-    shift
-    for l in "$@"; do printf '%s\n' "$l" | sed 's/^/        /'; done
-}
-
-if [ ! -x "$SLUICE" ]; then
-    echo "FAIL  no $SLUICE (build first)"
-    exit 1
-fi
+need_sluice
 if [ -z "$SPEC" ] || [ ! -d "$SPEC/vectors" ]; then
     echo "FAIL  SLUICE_SPEC_DIR is not set to the spec folder (got '$SPEC'); tests/run.sh sets it"
     exit 1
@@ -336,5 +314,4 @@ else
     bad "--max-memory 256k" "exit $rc, $n answers" "$(head -c 500 "$T/err")"
 fi
 
-echo "$checks checks, $fails failed"
-[ "$fails" -eq 0 ]
+finish

@@ -31,11 +31,12 @@
 #include <unistd.h>
 
 #include "sluice.h"
+#include "text.h"
+#include "whatif.h"
 
 #define IN_BLOCK            (1u << 20) /* bytes asked of each read(2) */
 #define OUT_FLUSH           (1u << 16) /* write(2) once this much output is pending */
 #define OUT_LINE_MAX        128        /* one answer: 6 fields of <= 20 bytes + spaces + '\n' */
-#define QUOTE_MAX           40         /* bytes of an offending token quoted in a message */
 #define TOP_KEYS            10         /* keys listed by --summary */
 #define MAX_THREADS         64         /* --threads */
 #define DEFAULT_THREADS_MAX 4          /* default --threads: online CPUs, at most this */
@@ -55,32 +56,6 @@ static const unsigned char byte_class[256] = {
     [0x18] = C_CTL, [0x19] = C_CTL, [0x1a] = C_CTL, [0x1b] = C_CTL, [0x1c] = C_CTL, [0x1d] = C_CTL,
     [0x1e] = C_CTL, [0x1f] = C_CTL, [' '] = C_WS,   [0x7f] = C_CTL,
 };
-
-/* Writes 'tok' into out (size >= QUOTE_MAX * 4 + 4) with bytes outside
- * printable ASCII as \xNN, cut to QUOTE_MAX bytes with "..." after. */
-static const char *quote(const unsigned char *tok, size_t len, char *out)
-{
-    static const char hex[] = "0123456789abcdef";
-    char *o = out;
-    size_t n = len < QUOTE_MAX ? len : QUOTE_MAX;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = tok[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\') {
-            *o++ = (char)c;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    if (n < len) {
-        memcpy(o, "...", 3);
-        o += 3;
-    }
-    *o = '\0';
-    return out;
-}
 
 /* sl_int_parse with a fast path: up to 18 digits cannot overflow, so the
  * range is checked once at the end rather than per digit.  Same answers. */
@@ -116,22 +91,12 @@ static inline const unsigned char *scan_ordinary(const unsigned char *p, const u
     return p;
 }
 
-/* Whether tok is "-?[0-9]+": a number, if perhaps out of range. */
-static int looks_numeric(const unsigned char *tok, size_t len)
-{
-    size_t i = (len > 0 && tok[0] == '-') ? 1 : 0;
-    if (i == len) return 0;
-    for (; i < len; i++)
-        if (tok[i] < '0' || tok[i] > '9') return 0;
-    return 1;
-}
-
 int sl__replay_parse_line(const char *line, size_t len, sl__replay_req *req, char *err,
                           size_t errlen)
 {
     const unsigned char *const l = (const unsigned char *)line;
     const unsigned char *p = l, *e = l + len, *tok;
-    char q[QUOTE_MAX * 4 + 4];
+    char q[SL__QBUF];
 
     if (len > SL_REPLAY_MAX_LINE) {
         snprintf(err, errlen,
@@ -165,12 +130,12 @@ int sl__replay_parse_line(const char *line, size_t len, sl__replay_req *req, cha
         size_t n = (size_t)(p - tok) - (size_t)neg;
         int64_t t;
         if (int_parse(tok + neg, n, SL_MAX_TIME_MS - 1, &t) != 0) {
-            if (looks_numeric(tok, (size_t)(p - tok)))
+            if (sl__looks_numeric(tok, (size_t)(p - tok)))
                 snprintf(err, errlen, "time '%s' is out of range (|T| must be below %lld ms)",
-                         quote(tok, (size_t)(p - tok), q), (long long)SL_MAX_TIME_MS);
+                         sl__quote(tok, (size_t)(p - tok), q), (long long)SL_MAX_TIME_MS);
             else
                 snprintf(err, errlen, "time '%s' is not an integer (T must be milliseconds)",
-                         quote(tok, (size_t)(p - tok), q));
+                         sl__quote(tok, (size_t)(p - tok), q));
             return SL_REPLAY_BAD;
         }
         req->t = neg ? -t : t;
@@ -204,12 +169,12 @@ key:
         p = scan_ordinary(p, e);
         if (p < e && byte_class[*p] == C_CTL) goto ctl;
         if (int_parse(tok, (size_t)(p - tok), SL_MAX_LIMIT, &req->cost) != 0) {
-            if (looks_numeric(tok, (size_t)(p - tok)))
+            if (sl__looks_numeric(tok, (size_t)(p - tok)))
                 snprintf(err, errlen, "cost '%s' is out of range (0 to %lld)",
-                         quote(tok, (size_t)(p - tok), q), (long long)SL_MAX_LIMIT);
+                         sl__quote(tok, (size_t)(p - tok), q), (long long)SL_MAX_LIMIT);
             else
                 snprintf(err, errlen, "cost '%s' is not an integer",
-                         quote(tok, (size_t)(p - tok), q));
+                         sl__quote(tok, (size_t)(p - tok), q));
             return SL_REPLAY_BAD;
         }
         while (p < e && byte_class[*p] == C_WS) p++;
@@ -218,7 +183,7 @@ key:
             tok = p;
             while (p < e && byte_class[*p] != C_WS) p++;
             snprintf(err, errlen, "unexpected extra field '%s' (expected: T KEY [COST])",
-                     quote(tok, (size_t)(p - tok), q));
+                     sl__quote(tok, (size_t)(p - tok), q));
             return SL_REPLAY_BAD;
         }
     }
@@ -245,75 +210,29 @@ typedef struct outbuf {
 /* Writes everything pending.  Returns 0, or -1 with o->failed set. */
 static int out_flush(outbuf *o)
 {
-    size_t off = 0;
-    while (off < o->len) {
-        ssize_t n = write(o->fd, o->buf + off, o->len - off);
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            o->failed = errno;
-            return -1;
-        }
-        off += (size_t)n;
-    }
+    int e = sl__write_all(o->fd, o->buf, o->len);
     o->len = 0;
+    if (e != 0) {
+        o->failed = e;
+        return -1;
+    }
     return 0;
-}
-
-static const char digit_pairs[201] = "00010203040506070809"
-                                     "10111213141516171819"
-                                     "20212223242526272829"
-                                     "30313233343536373839"
-                                     "40414243444546474849"
-                                     "50515253545556575859"
-                                     "60616263646566676869"
-                                     "70717273747576777879"
-                                     "80818283848586878889"
-                                     "90919293949596979899";
-
-/* Appends v in decimal at o; returns the end.  At most 20 bytes. */
-static inline char *put_i64(char *o, int64_t v)
-{
-    uint64_t u = (uint64_t)v;
-    if (v < 0) {
-        *o++ = '-';
-        u = 0 - u;
-    }
-    if (u < 10) {
-        *o++ = (char)('0' + u);
-        return o;
-    }
-    char tmp[20], *q = tmp + sizeof tmp;
-    while (u >= 100) {
-        unsigned r = (unsigned)(u % 100);
-        u /= 100;
-        q -= 2;
-        memcpy(q, digit_pairs + 2 * r, 2);
-    }
-    if (u >= 10) {
-        q -= 2;
-        memcpy(q, digit_pairs + 2 * u, 2);
-    } else {
-        *--q = (char)('0' + u);
-    }
-    size_t n = (size_t)(tmp + sizeof tmp - q);
-    memcpy(o, q, n);
-    return o + n;
 }
 
 static inline void put_result(outbuf *o, const sl_result *r)
 {
     char *p = o->buf + o->len;
-    p = put_i64(p, r->allowed);
+    p = sl__put_i64(p, r->allowed);
     *p++ = ' ';
-    p = put_i64(p, r->limit);
+    p = sl__put_i64(p, r->limit);
     *p++ = ' ';
-    p = put_i64(p, r->remaining);
+    p = sl__put_i64(p, r->remaining);
     *p++ = ' ';
-    p = put_i64(p, r->retry_after_ms);
+    p = sl__put_i64(p, r->retry_after_ms);
     *p++ = ' ';
-    p = put_i64(p, r->reset_after_ms);
+    p = sl__put_i64(p, r->reset_after_ms);
     *p++ = ' ';
-    p = put_i64(p, r->delay_ms);
+    p = sl__put_i64(p, r->delay_ms);
     *p++ = '\n';
     o->len = (size_t)(p - o->buf);
 }
@@ -424,7 +343,7 @@ static void pct(char *out, size_t n, uint64_t part, uint64_t whole)
 static void summary_print(const summary *s, const sl_params *p, uint64_t lines, double secs,
                           int threads, const sl_store_stats *st)
 {
-    char a[32], d[32], q[QUOTE_MAX * 4 + 4];
+    char a[32], d[32], q[SL__QBUF];
     uint64_t denied = s->requests - s->allowed;
     FILE *f = stderr;
 
@@ -472,7 +391,7 @@ static void summary_print(const summary *s, const sl_params *p, uint64_t lines, 
         pct(d, sizeof d, k->requests - k->allowed, k->requests);
         fprintf(f, "    %10llu %10llu %10llu %8s  %s\n", (unsigned long long)k->requests,
                 (unsigned long long)k->allowed, (unsigned long long)(k->requests - k->allowed), d,
-                quote((const unsigned char *)s->arena + k->koff, k->klen, q));
+                sl__quote((const unsigned char *)s->arena + k->koff, k->klen, q));
     }
 }
 
@@ -482,9 +401,11 @@ const char sl__replay_usage[] =
     "usage: sluice replay --algo ALGO --limit L --window W [--burst B] [--precision P]\n"
     "                     [--log-rejected] [--max-memory BYTES] [--summary]\n"
     "                     [--threads N] [FILE]\n"
+    "       sluice replay --rules PATH --domain D [...] [FILE]\n"
     "\n"
     "Decides every request of a recorded trace as a limiter would have, and\n"
-    "prints one answer per request, in input order.\n"
+    "prints one answer per request, in input order.  With --rules, as sluiced's\n"
+    "RL.CHECK would with that rules file (sluice replay --rules PATH --help).\n"
     "\n"
     "Input: FILE, or standard input if FILE is absent or '-'.  One request a line:\n"
     "    T KEY [COST]     T: time in integer milliseconds (may be negative);\n"
@@ -556,35 +477,13 @@ static int opt_int(const char *name, const char *v, int64_t min, int64_t max, in
 
 static int opt_bytes(const char *v, size_t *out)
 {
-    size_t n = strlen(v);
-    int64_t mult = 1, x;
-    if (n > 0) {
-        switch (v[n - 1]) {
-        case 'k':
-        case 'K':
-            mult = 1 << 10;
-            n--;
-            break;
-        case 'm':
-        case 'M':
-            mult = 1 << 20;
-            n--;
-            break;
-        case 'g':
-        case 'G':
-            mult = 1 << 30;
-            n--;
-            break;
-        }
-    }
-    if (sl_int_parse(v, n, ((int64_t)1 << 50) / mult, &x) != 0) {
+    if (sl__bytes_parse(v, out) != 0) {
         fprintf(stderr,
                 "sluice: --max-memory must be a number of bytes (with an optional k, m or g "
                 "suffix), got '%s'\n",
                 v);
         return 2;
     }
-    *out = (size_t)(x * mult);
     return 0;
 }
 
@@ -1135,6 +1034,9 @@ out:
 
 int sl__replay_main(int argc, char **argv)
 {
+    /* --rules (or another option of that mode): what-if replay of a rules
+     * file, whatif.c */
+    if (sl__whatif_wanted(argc, argv)) return sl__whatif_main(argc, argv);
     replay_opts o;
     int rc = parse_opts(argc, argv, &o);
     if (rc != 0) return rc < 0 ? 0 : rc;

@@ -1,7 +1,8 @@
 /*
  * sluice.c -- the `sluice` command: dispatches to its subcommands.
  *
- *     sluice replay ...    decide a recorded trace (replay.c)
+ *     sluice replay ...    decide a recorded trace (replay.c; with --rules,
+ *                          what-if replay of a rules file: whatif.c)
  *     sluice --help | --version
  *
  * Exit status: 0 success, 2 usage or input error, 1 other failure.
@@ -17,7 +18,7 @@ static const char usage[] =
     "\n"
     "sluice is an exact rate limiter.  Commands:\n"
     "  replay     decide every request of a recorded trace with a candidate limit\n"
-    "             (sluice replay --help)\n"
+    "             or rules file (sluice replay --help)\n"
     "\n"
     "Options:\n"
     "  -h, --help     print this text\n"

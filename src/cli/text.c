@@ -1,0 +1,89 @@
+/*
+ * text.c -- text helpers of the `sluice` command (text.h).
+ */
+#include "text.h"
+
+#include <errno.h>
+#include <unistd.h>
+
+#include "sluice.h"
+
+const char sl__digit_pairs[201] = "00010203040506070809"
+                                  "10111213141516171819"
+                                  "20212223242526272829"
+                                  "30313233343536373839"
+                                  "40414243444546474849"
+                                  "50515253545556575859"
+                                  "60616263646566676869"
+                                  "70717273747576777879"
+                                  "80818283848586878889"
+                                  "90919293949596979899";
+
+const char *sl__quote(const void *tok, size_t len, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *t = tok;
+    char *o = out;
+    size_t n = len < SL__QUOTE_MAX ? len : SL__QUOTE_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = t[i];
+        if (c >= 0x20 && c < 0x7f && c != '\\') {
+            *o++ = (char)c;
+        } else {
+            *o++ = '\\';
+            *o++ = 'x';
+            *o++ = hex[c >> 4];
+            *o++ = hex[c & 15];
+        }
+    }
+    if (n < len) {
+        memcpy(o, "...", 3);
+        o += 3;
+    }
+    *o = '\0';
+    return out;
+}
+
+int sl__bytes_parse(const char *v, size_t *out)
+{
+    size_t n = strlen(v);
+    int64_t mult = 1, x;
+    if (n > 0) {
+        switch (v[n - 1]) {
+        case 'k':
+        case 'K': mult = (int64_t)1 << 10; break;
+        case 'm':
+        case 'M': mult = (int64_t)1 << 20; break;
+        case 'g':
+        case 'G': mult = (int64_t)1 << 30; break;
+        }
+        if (mult > 1) n--;
+    }
+    if (sl_int_parse(v, n, ((int64_t)1 << 50) / mult, &x) != 0) return -1;
+    *out = (size_t)(x * mult);
+    return 0;
+}
+
+int sl__looks_numeric(const void *tok, size_t len)
+{
+    const unsigned char *t = tok;
+    size_t i = (len > 0 && t[0] == '-') ? 1 : 0;
+    if (i == len) return 0;
+    for (; i < len; i++)
+        if (t[i] < '0' || t[i] > '9') return 0;
+    return 1;
+}
+
+int sl__write_all(int fd, const char *p, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, p + off, n - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        off += (size_t)w;
+    }
+    return 0;
+}

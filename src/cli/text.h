@@ -1,0 +1,66 @@
+/*
+ * text.h -- small text helpers shared by the `sluice` command's parts
+ * (replay.c, whatif.c, whatif_parse.c): quoting a bad token for a message,
+ * fast decimal output, byte sizes, and writing a buffer out whole.  No
+ * state; only sl__write_all touches a descriptor.
+ */
+#ifndef SL_CLI_TEXT_H
+#define SL_CLI_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define SL__QUOTE_MAX 40                      /* bytes of a token quoted in a message */
+#define SL__QBUF      (SL__QUOTE_MAX * 4 + 4) /* what sl__quote may write */
+
+/* Writes tok (len bytes) into out (SL__QBUF bytes) with bytes outside
+ * printable ASCII, and '\\', as \xNN, cut to SL__QUOTE_MAX bytes with "..."
+ * after.  Returns out. */
+const char *sl__quote(const void *tok, size_t len, char *out);
+
+/* Parses a byte count: digits with an optional k, m or g (binary: 2^10,
+ * 2^20, 2^30; either case), at most 2^50 bytes.  Returns 0, or -1. */
+int sl__bytes_parse(const char *v, size_t *out);
+
+/* Whether tok (len bytes) is "-?[0-9]+": a number, if perhaps out of
+ * range -- to say "out of range" rather than "not a number". */
+int sl__looks_numeric(const void *tok, size_t len);
+
+/* write(2)s n bytes whole, retrying short writes and EINTR.  Returns 0, or
+ * the errno of the failed write. */
+int sl__write_all(int fd, const char *p, size_t n);
+
+extern const char sl__digit_pairs[201];
+
+/* Appends v in decimal at o; returns the end.  At most 20 bytes. */
+static inline char *sl__put_i64(char *o, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    if (v < 0) {
+        *o++ = '-';
+        u = 0 - u;
+    }
+    if (u < 10) {
+        *o++ = (char)('0' + u);
+        return o;
+    }
+    char tmp[20], *q = tmp + sizeof tmp;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        q -= 2;
+        memcpy(q, sl__digit_pairs + 2 * r, 2);
+    }
+    if (u >= 10) {
+        q -= 2;
+        memcpy(q, sl__digit_pairs + 2 * u, 2);
+    } else {
+        *--q = (char)('0' + u);
+    }
+    size_t n = (size_t)(tmp + sizeof tmp - q);
+    memcpy(o, q, n);
+    return o + n;
+}
+
+#endif
