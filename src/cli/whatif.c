@@ -65,13 +65,7 @@ static double now_s(void)
 
 static void write_err(const char *s, size_t n)
 {
-    while (n > 0) {
-        ssize_t w = write(2, s, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return;
-        s += w;
-        n -= (size_t)w;
-    }
+    (void)sl__write_all(2, s, n); /* a progress bar that cannot be drawn is no error */
 }
 
 /* Draws the bar if it was never drawn or PROGRESS_TICK has passed since the
