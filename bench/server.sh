@@ -7,6 +7,9 @@
 #                                                on redis-server (the textbook
 #                                                atomic rate limiter in Lua)
 #   RL.ALLOW key:__rand_int__ 100 10s            on sluiced (token bucket)
+#   RL.CHECK bench DESCRIPTOR user u:__rand_int__ on sluiced, rules: 100 a minute
+#                                                AND 1000 an hour per user (two
+#                                                counters, all-or-none)
 #
 # each over 100,000 random keys with 50 clients, without pipelining and with
 # -P 16, repeated REPS times in interleaved order; the table shows the median
@@ -92,7 +95,15 @@ redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
 REDIS_PID=$!
 wait_pong "$RPORT" || die "redis-server did not start on port $RPORT: $(tail -5 "$TMP/redis.log")"
 
-"$SLUICED" --port 0 ${THREADS:+--threads "$THREADS"} >"$TMP/sluiced.log" 2>&1 &
+cat >"$TMP/rules.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: user
+    rate_limit:
+      - {unit: minute, requests_per_unit: 100}
+      - {unit: hour, requests_per_unit: 1000}
+YAML
+"$SLUICED" --port 0 --rules "$TMP/rules.yaml" ${THREADS:+--threads "$THREADS"} >"$TMP/sluiced.log" 2>&1 &
 SLUICED_PID=$!
 SPORT=
 for _ in $(seq 100); do
@@ -132,6 +143,8 @@ r=$(cli "$RPORT" evalsha "$SHA" 1 check 100 10000 | tr '\n' ' ')
 [ "$r" = "1 99 " ] || die "the Lua bucket answered '$r', expected '1 99'"
 r=$(cli "$SPORT" RL.ALLOW check 100 10s | tr '\n' ' ')
 case $r in "1 100 99 0 "*" 0 ") ;; *) die "RL.ALLOW answered '$r'" ;; esac
+r=$(cli "$SPORT" RL.CHECK bench DESCRIPTOR user check | head -1)
+[ "$r" = 1 ] || die "RL.CHECK answered '$r'"
 r=$(cli "$RPORT" incr check:n)
 [ "$r" = 1 ] || die "INCR answered '$r'"
 
@@ -157,6 +170,7 @@ for rep in $(seq "$REPS"); do
         run INCR "$RPORT" "$pipe" INCR 'counter:__rand_int__'
         run LUA "$RPORT" "$pipe" EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10000
         run RL.ALLOW "$SPORT" "$pipe" RL.ALLOW 'key:__rand_int__' 100 10s
+        run RL.CHECK "$SPORT" "$pipe" RL.CHECK bench DESCRIPTOR user 'u:__rand_int__'
         run RPING "$RPORT" "$pipe" PING
         run SPING "$SPORT" "$pipe" PING
     done
@@ -188,10 +202,11 @@ awk -v reps="$REPS" '
     { k = $1 SUBSEP $2; rps[k] = rps[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5
       if (!($2 in seenp)) { seenp[$2] = 1; pipes[++np] = $2 } }
     END {
-        nn = split("INCR LUA RL.ALLOW RPING SPING", names, " ")
+        nn = split("INCR LUA RL.ALLOW RL.CHECK RPING SPING", names, " ")
         label["INCR"] = "redis INCR counter:__rand_int__"
         label["LUA"] = "redis EVALSHA token bucket (Lua)"
         label["RL.ALLOW"] = "sluiced RL.ALLOW key:__rand_int__ 100 10s"
+        label["RL.CHECK"] = "sluiced RL.CHECK (2 limits) u:__rand_int__"
         label["RPING"] = "(ceiling) redis PING"
         label["SPING"] = "(ceiling) sluiced PING"
         printf "%-42s | %2s | %10s | %7s | %7s | %8s | %7s\n", "test", "P", "rps", "p50 ms", "p99 ms", "vs INCR", "vs Lua"

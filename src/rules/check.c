@@ -223,17 +223,21 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
         }
     }
 
-    /* Peek every counter first: checks every request (key, parameters, cost)
-     * before anything is charged, and is the answer when not charged. */
-    for (int k = 0; k < nit; k++) {
-        item *t = &it[k];
-        if (t->zero || t->lead != k) continue;
-        int rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &t->res);
-        if (rc < 0)
-            return fail(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
+    /* An enforced L = 0 limit denies the request: every other counter is
+     * only peeked (checked, and answered as if alone). */
+    if (denied_never) {
+        for (int k = 0; k < nit; k++) {
+            item *t = &it[k];
+            if (t->zero || t->lead != k) continue;
+            int rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &t->res);
+            if (rc < 0)
+                return fail(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
+        }
     }
 
-    /* The enforced counters, all-or-none. */
+    /* The enforced counters, all-or-none: sl_decide_all checks every
+     * request before it charges any, and when it charges none answers each
+     * as if alone -- so no peek is needed first. */
     int allowed = !denied_never;
     int pool_charged = 0;
     if (allowed) {
@@ -298,15 +302,22 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
         }
     }
 
-    /* Shadow counters: charged only when the request is allowed. */
-    if (allowed) {
+    /* Shadow counters: charged when the request is allowed, else peeked.
+     * Their parameters and keys were checked when the set loaded and when
+     * the keys were built, so neither call fails in practice; if one did,
+     * the counter answers "allowed, all zeros" and the request stands. */
+    if (!denied_never) {
         for (int k = 0; k < nit; k++) {
             item *t = &it[k];
             if (t->zero || !t->shadow || t->lead != k) continue;
-            sl_result res;
-            if (sl_decide(s, &t->p, t->key, t->keylen, now_ms, t->cost, &res) == 0)
-                t->res = res;
-            /* else: keep the peek (documented in check.h) */
+            int rc = allowed ? sl_decide(s, &t->p, t->key, t->keylen, now_ms, t->cost, &t->res)
+                             : sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &t->res);
+            if (rc < 0 && allowed)
+                rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &t->res);
+            if (rc < 0) {
+                memset(&t->res, 0, sizeof t->res);
+                t->res.allowed = 1;
+            }
         }
     }
 

@@ -132,8 +132,12 @@ int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen
  * Returns a negative SL_E* code with a message in err (may be NULL) on a bad
  * argument, more than SL_MAX_BATCH counted limits, a key too long, the same
  * counter with different parameters, or an engine error; nothing is charged
- * then (except if a shadow limit's own sl_decide fails after the batch was
- * charged: that is not an error, its status is then its peek). */
+ * then.  (A shadow limit is decided after the batch; were its own call to
+ * fail, that is not an error: it answers allowed with zeros.)
+ *
+ * Cost: one sl_decide_all over the enforced counters (plus one sl_decide
+ * per shadow counter and, with a pool, one for the pool); a second
+ * sl_decide_all only when elastic limits are over L. */
 int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
                    size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
                    int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
