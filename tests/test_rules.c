@@ -614,6 +614,15 @@ static void ip_prefix(void **state)
                         "ip|client=2001:db8:aa:bb00::|path=/");
     /* a family without a prefix is left as is */
     assert_string_equal(KEY(r, "ip", 0, "v6only", "192.0.2.1"), "ip|v6only=192.0.2.1");
+    /* IPv4 keys are written as inet_ntop writes them: every byte value */
+    for (unsigned b = 0; b < 256; b++) {
+        char ip[32], want[64];
+        snprintf(ip, sizeof ip, "%u.%u.%u.%u", b, 255 - b, b / 10, b % 100);
+        snprintf(want, sizeof want, "ip|remote_address=%s", ip);
+        assert_string_equal(KEY(r, "ip", 0, "remote_address", ip), want);
+    }
+    assert_string_equal(KEY(r, "ip", 0, "remote_address", "010.1.1.1"),
+                        "ip|remote_address=010.1.1.1"); /* not an address to inet_pton */
     sl_rules_free(r);
 }
 

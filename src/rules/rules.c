@@ -1602,7 +1602,18 @@ static size_t mask_ip(const char *v, size_t len, int p4, int p6, char *out, size
         memmove(a, a + 12, 4);
     }
     mask_bits(a, 4, p4);
-    return inet_ntop(AF_INET, a, out, (socklen_t)cap) ? strlen(out) : 0;
+    /* dotted quad by hand: inet_ntop goes through snprintf, a measurable
+     * share of a replay of an access log */
+    char *o = out;
+    for (int i = 0; i < 4; i++) {
+        unsigned b = a[i];
+        if (i) *o++ = '.';
+        if (b >= 100) *o++ = (char)('0' + b / 100);
+        if (b >= 10) *o++ = (char)('0' + b / 10 % 10);
+        *o++ = (char)('0' + b % 10);
+    }
+    *o = '\0';
+    return (size_t)(o - out);
 }
 
 int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, int limit,
