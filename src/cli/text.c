@@ -21,10 +21,15 @@ const char sl__digit_pairs[201] = "00010203040506070809"
 
 const char *sl__quote(const void *tok, size_t len, char *out)
 {
+    return sl__quote_n(tok, len, SL__QUOTE_MAX, out);
+}
+
+const char *sl__quote_n(const void *tok, size_t len, size_t max, char *out)
+{
     static const char hex[] = "0123456789abcdef";
     const unsigned char *t = tok;
     char *o = out;
-    size_t n = len < SL__QUOTE_MAX ? len : SL__QUOTE_MAX;
+    size_t n = len < max ? len : max;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = t[i];
         if (c >= 0x20 && c < 0x7f && c != '\\') {

@@ -19,6 +19,9 @@
  * after.  Returns out. */
 const char *sl__quote(const void *tok, size_t len, char *out);
 
+/* The same, cut to max bytes instead: out holds max * 4 + 4 bytes. */
+const char *sl__quote_n(const void *tok, size_t len, size_t max, char *out);
+
 /* Parses a byte count: digits with an optional k, m or g (binary: 2^10,
  * 2^20, 2^30; either case), at most 2^50 bytes.  Returns 0, or -1. */
 int sl__bytes_parse(const char *v, size_t *out);

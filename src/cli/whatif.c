@@ -532,31 +532,11 @@ static int summary_add(summary *s, const sl_rules *r, const sl_rule_domain *dom,
     return 0;
 }
 
-/* Writes s (len bytes) for a terminal: bytes outside printable ASCII and
- * '\\' as \xNN, cut to SHOW_MAX bytes with "..." after.  out: SHOW_MAX * 4 +
- * 4 bytes. */
+/* s (len bytes) for a terminal, cut to SHOW_MAX bytes (text.h).  out:
+ * SHOW_MAX * 4 + 4 bytes. */
 static const char *show(const char *s, size_t len, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    char *o = out;
-    size_t n = len < SHOW_MAX ? len : SHOW_MAX;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c < 0x7f && c != '\\') {
-            *o++ = (char)c;
-        } else {
-            *o++ = '\\';
-            *o++ = 'x';
-            *o++ = hex[c >> 4];
-            *o++ = hex[c & 15];
-        }
-    }
-    if (n < len) {
-        memcpy(o, "...", 3);
-        o += 3;
-    }
-    *o = '\0';
-    return out;
+    return sl__quote_n(s, len, SHOW_MAX, out);
 }
 
 static void pct(char *out, size_t n, uint64_t part, uint64_t whole)

@@ -17,13 +17,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "check.h"
 #include "rules.h"
 
 /* The longest line accepted, in bytes, without its newline (as sluice
  * replay's SL_REPLAY_MAX_LINE). */
 #define SL_WHATIF_MAX_LINE 65536
-/* Descriptors in one request: RL.CHECK's own cap (sluiced's CHECK_MAX_DESC). */
-#define SL_WHATIF_MAX_DESC 16
+/* Descriptors in one request: RL.CHECK's own cap. */
+#define SL_WHATIF_MAX_DESC SL_CHECK_MAX_DESC
 /* Entries in one descriptor: rules nest at most this deep. */
 #define SL_WHATIF_MAX_ENTRIES SL_RULES_MAX_DEPTH
 

@@ -135,10 +135,10 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
     item it[SL_MAX_BATCH];
     int nit = 0;
     int denied_never = 0; /* an enforced L = 0 limit matched */
-    const sl_rule_node *nodes[SL_MAX_BATCH > 64 ? SL_MAX_BATCH : 64];
-    if (n > (int)(sizeof nodes / sizeof nodes[0]))
+    const sl_rule_node *nodes[SL_CHECK_MAX_DESC];
+    if (n > SL_CHECK_MAX_DESC)
         return fail(err, errlen, SL_EINVAL, "more than %d descriptors in one request",
-                    (int)(sizeof nodes / sizeof nodes[0]));
+                    SL_CHECK_MAX_DESC);
 
     /* Match every descriptor (all first: `replaces` looks across them). */
     for (int i = 0; i < n; i++) {

@@ -98,6 +98,9 @@ typedef enum sl_check_code {
     SL_CHECK_NO_RULE
 } sl_check_code;
 
+/* Descriptors in one request: RL.CHECK's cap, and `sluice replay --rules`'s. */
+#define SL_CHECK_MAX_DESC 16
+
 /* "OK", "OVER_LIMIT", "SHADOW", "ELASTIC", "UNLIMITED", "NO_RULE". */
 const char *sl_check_code_name(sl_check_code c);
 

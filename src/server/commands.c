@@ -273,8 +273,6 @@ static void cmd_decide(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, i
  * Reply: the six fields for the most restrictive outcome, then per
  * descriptor [code, rule name (nil for NO_RULE), limit, remaining,
  * retry_after_ms, reset_after_ms]. */
-#define CHECK_MAX_DESC 16
-
 static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, int64_t now,
                       sl_buf *out)
 {
@@ -288,16 +286,16 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
         add_err(out, ws, "wrong number of arguments for 'rl.check' command");
         return;
     }
-    static _Thread_local sl_rule_entry ent[CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
-    const sl_rule_entry *descs[CHECK_MAX_DESC];
-    int ndesc[CHECK_MAX_DESC], n = -1;
+    static _Thread_local sl_rule_entry ent[SL_CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
+    const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
+    int ndesc[SL_CHECK_MAX_DESC], n = -1;
     int64_t cost = 1, at = now;
     unsigned seen = 0;
     for (int i = 2; i < c->argc;) {
         const sl_resp_arg *o = &c->argv[i];
         if (arg_is(o, "DESCRIPTOR")) {
-            if (++n == CHECK_MAX_DESC) {
-                add_err(out, ws, "at most %d descriptors in one RL.CHECK", CHECK_MAX_DESC);
+            if (++n == SL_CHECK_MAX_DESC) {
+                add_err(out, ws, "at most %d descriptors in one RL.CHECK", SL_CHECK_MAX_DESC);
                 return;
             }
             descs[n] = ent[n];
@@ -348,9 +346,9 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
         return;
     }
     sl_result overall;
-    sl_check_status st[CHECK_MAX_DESC];
+    sl_check_status st[SL_CHECK_MAX_DESC];
     char err[256];
-    int rc = sl_rules_check(rules, srv->store, srv->has_pool ? &srv->pool : NULL, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
+    int rc = sl_rules_check(rules, srv->store, srv->cfg->capacity[0] ? &srv->cfg->pool : NULL, c->argv[1].p, c->argv[1].len, descs, ndesc, n,
                             cost, at, &overall, st, err, sizeof(err));
     if (rc != 0) {
         add_err(out, ws, "%s", err[0] ? err : sl_strerror(rc));
@@ -382,40 +380,28 @@ static void cmd_check(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, in
  * decided since this version loaded (sl_rule_counts).
  * RL.RULES RELOAD: reloads now; replies the new version, or an error with
  * FILE:LINE:COLUMN (the old rules keep serving). */
-typedef struct rules_out {
-    sl_buf *out;
-    sl_buf *dom; /* the current domain's entries */
-    int n;       /* entries in dom */
-} rules_out;
-
-static void list_tree(const sl_rule_node *node, rules_out *ro);
-
-static int list_node(const sl_rule_node *node, void *ctx)
+/* Appends one entry per limit of node and of the nodes below it to dom;
+ * returns how many. */
+static int list_limits(sl_buf *dom, const sl_rule_node *node)
 {
-    rules_out *ro = ctx;
-    for (int j = 0; j < node->nlimits; j++) {
+    int n = 0;
+    for (int j = 0; j < node->nlimits; j++, n++) {
         const sl_rule_limit *l = &node->limits[j];
         char desc[200];
         sl_rules_limit_format(l, desc, sizeof desc);
-        add_str(ro->dom, "*8\r\n");
-        add_bulk_str(ro->dom, l->name);
-        add_bulk_str(ro->dom, node->path);
-        add_bulk_str(ro->dom, desc);
-        add_bulk_str(ro->dom, node->shadow_mode ? "shadow" : "enforce");
+        add_str(dom, "*8\r\n");
+        add_bulk_str(dom, l->name);
+        add_bulk_str(dom, node->path);
+        add_bulk_str(dom, desc);
+        add_bulk_str(dom, node->shadow_mode ? "shadow" : "enforce");
         const sl_rule_counts *k = l->counts;
-        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->checked, memory_order_relaxed) : 0);
-        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->over, memory_order_relaxed) : 0);
-        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->shadow, memory_order_relaxed) : 0);
-        add_num(ro->dom, ':', k ? (long long)atomic_load_explicit(&k->elastic, memory_order_relaxed) : 0);
-        ro->n++;
+        add_num(dom, ':', (long long)atomic_load_explicit(&k->checked, memory_order_relaxed));
+        add_num(dom, ':', (long long)atomic_load_explicit(&k->over, memory_order_relaxed));
+        add_num(dom, ':', (long long)atomic_load_explicit(&k->shadow, memory_order_relaxed));
+        add_num(dom, ':', (long long)atomic_load_explicit(&k->elastic, memory_order_relaxed));
     }
-    return 0;
-}
-
-static void list_tree(const sl_rule_node *node, rules_out *ro)
-{
-    list_node(node, ro);
-    for (int k = 0; k < node->nchildren; k++) list_tree(&node->children[k], ro);
+    for (int c = 0; c < node->nchildren; c++) n += list_limits(dom, &node->children[c]);
+    return n;
 }
 
 static void cmd_rules(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, sl_buf *out)
@@ -464,14 +450,12 @@ static void cmd_rules(sl_srv *srv, sl_worker_stats *ws, const sl_resp_cmd *c, sl
     add_num(out, '*', nd);
     for (int i = 0; i < nd; i++) {
         const sl_rule_domain *d = sl_rules_domain(r, i);
-        sl_buf dom = {0};
-        rules_out ro = {out, &dom, 0};
-        /* the domain's own nodes: foreach visits all; keep this domain's */
-        for (int k = 0; k < d->root.nchildren; k++) list_tree(&d->root.children[k], &ro);
+        sl_buf dom = {0}; /* the entries, counted as they are written */
+        int nlim = list_limits(&dom, &d->root);
         add_str(out, "*3\r\n");
         add_bulk(out, d->name, d->namelen);
         add_bulk_str(out, d->file);
-        add_num(out, '*', ro.n);
+        add_num(out, '*', nlim);
         sl_buf_add(out, dom.p ? dom.p : "", dom.len);
         free(dom.p);
     }

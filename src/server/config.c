@@ -349,6 +349,7 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
             return -1;
         }
         memcpy(c->capacity, buf, vlen + 1);
+        c->pool = pool;
         break;
     }
     case OPT_LOG_LEVEL: {

@@ -58,31 +58,23 @@ sl_live *sl_live_new(const char *path)
 {
     sl_live *l = calloc(1, sizeof *l);
     if (l == NULL) return NULL;
-    l->path = strdup(path);
-    char *tmp = strdup(path);
     struct stat st;
     int isdir = stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-    if (l->path == NULL || tmp == NULL) {
-        free(tmp);
+    /* dirname and basename may modify their argument: each gets a copy */
+    char *d = strdup(path), *b = strdup(path);
+    l->path = strdup(path);
+    if (d && b && l->path) {
+        l->dir = strdup(isdir ? path : dirname(d));
+        l->base = isdir ? NULL : strdup(basename(b));
+    }
+    free(d);
+    free(b);
+    if (l->dir == NULL || (!isdir && l->base == NULL)) {
         free(l->path);
+        free(l->dir);
+        free(l->base);
         free(l);
         return NULL;
-    }
-    if (isdir) {
-        l->dir = tmp;
-    } else {
-        char *tmp2 = strdup(path);
-        l->dir = tmp2 ? strdup(dirname(tmp)) : NULL;
-        l->base = tmp2 ? strdup(basename(tmp2)) : NULL;
-        free(tmp2);
-        free(tmp);
-        if (l->dir == NULL || l->base == NULL) {
-            free(l->dir);
-            free(l->base);
-            free(l->path);
-            free(l);
-            return NULL;
-        }
     }
     pthread_mutex_init(&l->reload_mu, NULL);
     pthread_mutex_init(&l->mu, NULL);
@@ -261,14 +253,13 @@ int sl_live_watch(sl_live *l, struct event_base *base, char *err, size_t errlen)
         snprintf(err, errlen, "inotify_init1: %s", strerror(errno));
         return -1;
     }
-    l->wd_dir = inotify_add_watch(l->ifd, l->dir, DIR_EVENTS);
+    add_watches(l);
     if (l->wd_dir < 0) {
         snprintf(err, errlen, "cannot watch %s: %s", l->dir, strerror(errno));
         close(l->ifd);
         l->ifd = -1;
         return -1;
     }
-    add_watches(l);
     l->ev = event_new(base, l->ifd, EV_READ | EV_PERSIST, on_inotify, l);
     l->timer = evtimer_new(base, on_debounced, l);
     if (l->ev == NULL || l->timer == NULL || event_add(l->ev, NULL) != 0) {

@@ -23,7 +23,6 @@
 
 #include <event2/event.h>
 
-#include "check.h"
 #include "config.h"
 #include "live.h"
 #include "log.h"
@@ -197,10 +196,6 @@ int main(int argc, char **argv)
         }
     }
 
-    if (a.cfg.capacity[0] != '\0') {
-        /* checked when the options were read */
-        a.srv.has_pool = sl_check_pool_parse(a.cfg.capacity, &a.srv.pool, err, sizeof err) == 0;
-    }
     if (a.cfg.rules[0] != '\0') {
         a.srv.live = sl_live_new(a.cfg.rules);
         if (a.srv.live == NULL || sl_live_reload(a.srv.live, "start", err, sizeof err) != 0) {

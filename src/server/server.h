@@ -31,6 +31,7 @@ typedef struct sl_config {
     char rules[1024];               /* "" = no rules (RL.CHECK refused) */
     int watch_rules;                /* reload when the rules change (inotify); default 1 */
     char capacity[64];              /* "" = no spare-capacity pool; else N/DURATION */
+    sl_params pool;                 /* capacity, parsed: the elastic limits' pool */
     int64_t snapshot_interval_ms;   /* default 60 s */
     int trust_client_time;          /* accept AT t */
     char config_file[1024];
@@ -68,8 +69,6 @@ typedef struct sl_srv {
     const sl_config *cfg;
     sl_store *store;
     struct sl_live *live;           /* the rules (live.h); NULL = started without */
-    sl_params pool;                 /* --capacity: elastic limits' spare pool */
-    int has_pool;                   /* 0: no --capacity, elastic never above L */
     int64_t start_ms;               /* wall clock at start */
     int nworkers;
     sl_worker_stats *workers;       /* nworkers of them */
