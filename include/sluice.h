@@ -207,6 +207,25 @@ typedef struct sl_request {
 int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
                   sl_result *out, int *all_allowed);
 
+/* One request of sl_decide_many: sl_decide's arguments. */
+typedef struct sl_call {
+    const sl_params *params; /* ignored by sl_allow_many */
+    const void *key;
+    size_t keylen;
+    int64_t now_ms;
+    int64_t cost;
+} sl_call;
+
+/* Decides calls[0..n) in order, each exactly as sl_decide would: a key
+ * that appears twice sees its first charge, and other threads' decisions
+ * may fall between two requests, as between two calls.  Writes out[i] and
+ * rc[i] (0 or the SL_E* code sl_decide would return; out[i] is then
+ * unspecified).  Faster than n calls when the store is larger than the CPU
+ * caches: it works a few requests ahead, loading their table slots and
+ * records while earlier ones are decided, so their memory waits overlap.
+ * Returns how many requests got rc 0. */
+size_t sl_decide_many(sl_store *s, const sl_call *calls, size_t n, sl_result *out, int *rc);
+
 /* Forgets (key, algo).  Returns 1 if state existed, 0 if not, or SL_EKEY. */
 int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen);
 
@@ -228,6 +247,10 @@ int sl_allow(sl_limiter *l, const void *key, size_t keylen, int64_t now_ms,
 int sl_limiter_peek(sl_limiter *l, const void *key, size_t keylen,
                     int64_t now_ms, int64_t cost, sl_result *out);
 int sl_reset(sl_limiter *l, const void *key, size_t keylen);
+
+/* sl_decide_many with the limiter's parameters (calls[i].params unused):
+ * n calls of sl_allow, working ahead. */
+size_t sl_allow_many(sl_limiter *l, const sl_call *calls, size_t n, sl_result *out, int *rc);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,8 @@
  * Threads hammer the same keys at the same (caller-supplied) times.  Whatever
  * the interleaving, a fixed window of L must allow exactly L per key per
  * window, a token bucket exactly its burst plus its refill, and a sliding log
- * exactly L -- never one more.  Runs under ThreadSanitizer too.
+ * exactly L -- never one more; sl_decide_all and sl_decide_many keep their
+ * promises under the same load.  Runs under ThreadSanitizer too.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -224,6 +225,75 @@ static void decide_all_is_atomic(void **state)
     sl_store_free(s);
 }
 
+/* sl_decide_many from every thread while the table grows under it (the
+ * look-ahead reads the table's address without the lock): each batch
+ * mixes new keys of its own thread with one shared key, so the store
+ * passes 100,000 keys and the look-ahead's second stage runs.  The shared
+ * key allows exactly its limit, every new key its first request. */
+#define MANY_PER_THREAD 25600 /* 2x: a whole number of batches */
+#define MANY_BATCH 32
+#define SHARED_LIMIT 5000
+
+typedef struct many_job {
+    sl_store *store;
+    const sl_params *params;
+    int id;
+    int64_t shared_allowed, own_allowed, errors;
+} many_job;
+
+static void *many_batches(void *arg)
+{
+    many_job *j = arg;
+    static _Thread_local char keys[MANY_BATCH][32];
+    sl_call calls[MANY_BATCH];
+    sl_result r[MANY_BATCH];
+    int rc[MANY_BATCH];
+    for (int i = 0; i < MANY_PER_THREAD * 2; i += MANY_BATCH) {
+        for (int b = 0; b < MANY_BATCH; b++) {
+            int own = (i + b) % 2 == 0;
+            int n = own ? snprintf(keys[b], sizeof keys[b], "t%d:%d", j->id, (i + b) / 2)
+                        : snprintf(keys[b], sizeof keys[b], "shared");
+            calls[b] = (sl_call){j->params, keys[b], (size_t)n, 1000, 1};
+        }
+        if (sl_decide_many(j->store, calls, MANY_BATCH, r, rc) != MANY_BATCH) j->errors++;
+        for (int b = 0; b < MANY_BATCH; b++) {
+            if ((i + b) % 2 == 0)
+                j->own_allowed += r[b].allowed;
+            else
+                j->shared_allowed += r[b].allowed;
+        }
+    }
+    return NULL;
+}
+
+static void decide_many_while_growing(void **state)
+{
+    (void)state;
+    sl_store *s = sl_store_new(NULL, NULL);
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = SL_FIXED_WINDOW;
+    p.limit = SHARED_LIMIT;
+    p.window_ms = 3600000;
+    static many_job jobs[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        jobs[i] = (many_job){.store = s, .params = &p, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, many_batches, &jobs[i]), 0);
+    }
+    int64_t shared = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        pthread_join(th[i], NULL);
+        assert_int_equal(jobs[i].errors, 0);
+        assert_int_equal(jobs[i].own_allowed, MANY_PER_THREAD);
+        shared += jobs[i].shared_allowed;
+    }
+    assert_int_equal(shared, SHARED_LIMIT);
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    assert_int_equal(st.keys, (uint64_t)NTHREADS * MANY_PER_THREAD + 1);
+    sl_store_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +302,7 @@ int main(void)
         cmocka_unit_test(token_bucket_exact),
         cmocka_unit_test(bounded_store_threads),
         cmocka_unit_test(decide_all_is_atomic),
+        cmocka_unit_test(decide_many_while_growing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -30,13 +30,6 @@ __extension__ typedef __int128 i128;
 
 /* ---- arithmetic --------------------------------------------------------- */
 
-/* floor(a / b) for b > 0. */
-static inline int64_t fdiv(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
 static inline u128 udiv(u128 a, uint64_t b)
 {
     return (a >> 64) == 0 ? (u128)((uint64_t)a / b) : a / b;
@@ -54,47 +47,9 @@ static inline int64_t sat(u128 v)
     return v > (u128)INT64_MAX ? INT64_MAX : (int64_t)v;
 }
 
-static inline uint64_t ld40(const uint8_t *p)
-{
-    uint64_t v = 0;
-    memcpy(&v, p, 5);
-    return v;
-}
-
-static inline void st40(uint8_t *p, uint64_t v)
-{
-    memcpy(p, &v, 5);
-}
-
 static inline int64_t max64(int64_t a, int64_t b)
 {
     return a > b ? a : b;
-}
-
-static void answer(sl_result *out, int allowed, int64_t limit, int64_t remaining,
-                   int64_t retry, int64_t reset, int64_t delay)
-{
-    out->allowed = allowed;
-    out->limit = limit;
-    out->remaining = remaining < 0 ? 0 : remaining;
-    out->retry_after_ms = allowed ? 0 : retry;
-    out->reset_after_ms = reset;
-    out->delay_ms = allowed ? delay : 0;
-}
-
-/* ---- fixed-window ------------------------------------------------------- */
-
-static void fixed_window(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
-                         int64_t cost, int commit, sl_result *out)
-{
-    int64_t W = n->W, L = n->L;
-    int64_t i = fdiv(t, W);
-    int64_t count = (st && fdiv(clock_old, W) == i) ? (int64_t)ld40(st) : 0;
-    int allowed = count + cost <= L;
-    if (allowed) count += cost;
-    int64_t to_end = (i + 1) * W - t;
-    answer(out, allowed, L, L - count, cost > L ? -1 : to_end, count ? to_end : 0, 0);
-    if (commit) st40(st, (uint64_t)count);
 }
 
 /* ---- sliding-window (weighted two-window counter) ----------------------- */
@@ -119,13 +74,13 @@ static void sliding_window(uint8_t *st, const sl__norm *n, int64_t clock_old, in
                            int64_t cost, int commit, sl_result *out)
 {
     int64_t W = n->W, L = n->L;
-    int64_t i = fdiv(t, W), io = fdiv(clock_old, W);
+    int64_t i = sl__fdiv(t, W), io = sl__fdiv(clock_old, W);
     int64_t cur = 0, prev = 0;
     if (st && i == io) {
-        cur = (int64_t)ld40(st);
-        prev = (int64_t)ld40(st + 5);
+        cur = (int64_t)sl__ld40(st);
+        prev = (int64_t)sl__ld40(st + 5);
     } else if (st && i == io + 1) {
-        prev = (int64_t)ld40(st);
+        prev = (int64_t)sl__ld40(st);
     }
     int64_t e = t - i * W, start_next = (i + 1) * W;
     int64_t used = cur + weigh(prev, W - e, W);
@@ -151,10 +106,10 @@ static void sliding_window(uint8_t *st, const sl__norm *n, int64_t clock_old, in
     else
         reset = max64(weighed_below(prev, 0, W), e) - e;
 
-    answer(out, allowed, L, L - used, retry, reset, 0);
+    sl__answer(out, allowed, L, L - used, retry, reset, 0);
     if (commit) {
-        st40(st, (uint64_t)cur);
-        st40(st + 5, (uint64_t)prev);
+        sl__st40(st, (uint64_t)cur);
+        sl__st40(st + 5, (uint64_t)prev);
     }
 }
 
@@ -186,7 +141,7 @@ static void sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, i
     unsigned w = st ? st[2] : 1;
     uint8_t *c = st ? st + SB_HDR : NULL;
     int64_t sum = st ? (int64_t)sl__ld64(st + 3) : 0;
-    int64_t b = fdiv(t, g), bo = fdiv(clock_old, g);
+    int64_t b = sl__fdiv(t, g), bo = sl__fdiv(clock_old, g);
 
     /* Roll forward: buckets bo+1..b are new (zero).  In answer-only mode the
      * stale buckets are skipped when reading instead of cleared. */
@@ -231,7 +186,7 @@ static void sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, i
         reset = (j + P) * g - t;
     }
 #undef SB_COUNT
-    answer(out, allowed, L, L - sum, retry, reset, 0);
+    sl__answer(out, allowed, L, L - sum, retry, reset, 0);
     if (commit) sl__st64(st + 3, (uint64_t)sum);
 }
 
@@ -245,13 +200,12 @@ static void sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, i
  * The two u40 fields are read as one 8-byte load (dw and dr's low 24 bits)
  * and one 2-byte load (dr's high 16 bits), and written the same way: the
  * accesses cover exactly the state's 10 bytes, never beyond. */
-#define U40_MASK 0xffffffffffULL
 
 static inline u128 bucket_load(const uint8_t *st, const sl__norm *n)
 {
     if (st == NULL) return 0;
     uint64_t lo = sl__ld64(st), W = (uint64_t)n->W, B = (uint64_t)n->B;
-    uint64_t dw = lo & U40_MASK, dr = lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24;
+    uint64_t dw = lo & SL__U40_MASK, dr = lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24;
     if (dr >= W) dr = W - 1;
     uint64_t d, BW;
     /* The common case, everything within 64 bits (W*B < 2^64). */
@@ -276,17 +230,11 @@ static inline void bucket_split(u128 d, uint64_t W, uint64_t *q, uint64_t *r)
     }
 }
 
-static inline void bucket_put(uint8_t *st, uint64_t q, uint64_t r)
-{
-    sl__st64(st, (q & U40_MASK) | r << 40);
-    sl__st16(st + 8, (uint16_t)(r >> 24));
-}
-
 static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
 {
     uint64_t q, r;
     bucket_split(d, (uint64_t)n->W, &q, &r);
-    bucket_put(st, q, r);
+    sl__bucket_put(st, q, r);
 }
 
 /* Token bucket and leaky bucket: the same decision on the deficit d (capacity
@@ -314,8 +262,8 @@ static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int6
     uint64_t q, r;
     bucket_split(tb ? BW - d : d, W, &q, &r);
     int64_t remaining = tb ? (int64_t)q : n->B - (int64_t)q - (r != 0);
-    answer(out, allowed, n->B, remaining, retry, sat(ceildiv(d, L)), delay);
-    if (commit) bucket_put(st, q, r);
+    sl__answer(out, allowed, n->B, remaining, retry, sat(ceildiv(d, L)), delay);
+    if (commit) sl__bucket_put(st, q, r);
 }
 
 /* GCRA: a request is conforming iff its arrival is no earlier than TAT minus
@@ -338,7 +286,7 @@ static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, i
     u128 ahead = tat > now ? (u128)(tat - now) : 0; /* TAT - t */
     int64_t retry = 0;
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv((u128)(next - now - limit), (uint64_t)L));
-    answer(out, allowed, n->B, (int64_t)udiv((u128)limit - ahead, W), retry,
+    sl__answer(out, allowed, n->B, (int64_t)udiv((u128)limit - ahead, W), retry,
            sat(ceildiv(ahead, (uint64_t)L)), 0);
     if (commit) bucket_store(st, n, ahead);
 }
@@ -559,7 +507,7 @@ static int sliding_log(sl__shard *sh, uint8_t *rec, uint8_t *st, const sl__norm 
         retry = (need > lg.sum ? t : log_expiry_of(&lg, need, t)) + W - t;
     }
     int64_t reset = sum > 0 ? last + W - t : 0;
-    answer(out, allowed, L, L - sum, retry, reset, 0);
+    sl__answer(out, allowed, L, L - sum, retry, reset, 0);
 
     if (!commit) return 0;
     if (logged) {
@@ -635,16 +583,16 @@ void sl__state_adapt(uint8_t *st, const sl__norm *n, int64_t clock)
     memset(st + SB_HDR, 0, (size_t)n->P * nw);
     sl__st16(st, (uint16_t)n->P);
     st[2] = (uint8_t)nw;
-    int64_t j = fdiv(clock, n->W / n->P) % n->P;
+    int64_t j = sl__fdiv(clock, n->W / n->P) % n->P;
     sb_set(st + SB_HDR, nw, j < 0 ? j + n->P : j, sum);
 }
 
-int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t clock_old,
-                      int64_t t, int64_t cost, int commit, sl_result *out)
+int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t clock_old,
+                              int64_t t, int64_t cost, int commit, sl_result *out)
 {
     uint8_t *st = r ? sl__rec_state(r) : NULL;
     switch (n->algo) {
-    case SL_FIXED_WINDOW: fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
+    case SL_FIXED_WINDOW: sl__fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_SLIDING_WINDOW: sliding_window(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_SLIDING_BUCKETS: sliding_buckets(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_GCRA: gcra(st, n, clock_old, t, cost, commit, out); return 0;
@@ -652,7 +600,8 @@ int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t cloc
     default: {
         int stored = st && (sl__rec_flags(r) & SL__REC_F1);
         token_bucket(st, n, stored, clock_old, t, cost, commit, out);
-        if (commit && n->algo == SL_TOKEN_BUCKET) sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
+        if (commit && n->algo == SL_TOKEN_BUCKET && !stored)
+            sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
         return 0;
     }
     }

@@ -12,7 +12,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
+#include "siphash.h" /* SL__HOT_INLINE */
 #include "store.h"
 #include "sluice.h"
 
@@ -39,13 +41,10 @@ size_t sl__state_need(const uint8_t *st, const sl__norm *n);
  * clamped).  clock is the key's clock.  Room must be >= sl__state_need(). */
 void sl__state_adapt(uint8_t *st, const sl__norm *n, int64_t clock);
 
-/* Decides a request of `cost` at effective time t (>= clock_old) on the
- * record r.  clock_old is the key's clock before this request (== t for a
- * new key).  commit != 0 writes the new state (allowed, or logged), 0 only
- * answers.  Returns 0, or SL_ENOMEM when a sliding-log buffer could not
- * grow (nothing changed).  sh is the record's shard, lock held. */
-int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t clock_old,
-                      int64_t t, int64_t cost, int commit, sl_result *out);
+/* sl__engine_decide (below) for every algorithm and every parameter size:
+ * the out-of-line path, taken when the inline one does not apply. */
+int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t clock_old,
+                              int64_t t, int64_t cost, int commit, sl_result *out);
 
 /* Snapshots.  sl__state_dump writes sl__state_dump_len(r) bytes: the
  * record's state in a form that does not depend on where it lives in
@@ -57,5 +56,153 @@ size_t sl__state_dump_len(const uint8_t *r);
 void sl__state_dump(const uint8_t *r, uint8_t *dst);
 size_t sl__state_load_len(unsigned algo, const uint8_t *src, size_t len);
 int sl__state_load(sl__shard *sh, uint8_t *r, const uint8_t *src, size_t len, int64_t now);
+
+/* ---- the hot paths, inline ---------------------------------------------
+ * fixed-window, and token-bucket / leaky-bucket / gcra whenever their
+ * numbers fit in 64 bits, are decided inline in the caller's decision path
+ * (limiter.c): a call and a switch less on the most common requests.
+ * engine.c holds everything else and the general (128-bit) paths. */
+
+#define SL__U40_MASK 0xffffffffffULL
+
+/* floor(a / b) for b > 0. */
+static inline int64_t sl__fdiv(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && a < 0) ? q - 1 : q;
+}
+
+/* ceil(a / b) for b > 0. */
+static inline uint64_t sl__ceil64(uint64_t a, uint64_t b)
+{
+    return a / b + (a % b != 0);
+}
+
+static inline uint64_t sl__ld40(const uint8_t *p)
+{
+    uint64_t v = 0;
+    memcpy(&v, p, 5);
+    return v;
+}
+
+static inline void sl__st40(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, 5);
+}
+
+/* Fills the six fields (SPEC 3): remaining clamped at 0, retry only when
+ * denied, delay only when allowed. */
+static inline void sl__answer(sl_result *out, int allowed, int64_t limit, int64_t remaining,
+                              int64_t retry, int64_t reset, int64_t delay)
+{
+    out->allowed = allowed;
+    out->limit = limit;
+    out->remaining = remaining < 0 ? 0 : remaining;
+    out->retry_after_ms = allowed ? 0 : retry;
+    out->reset_after_ms = reset;
+    out->delay_ms = allowed ? delay : 0;
+}
+
+/* fixed-window: state u40 count of the window holding the key's clock. */
+SL__HOT_INLINE void sl__fixed_window(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                                     int64_t cost, int commit, sl_result *out)
+{
+    int64_t W = n->W, L = n->L;
+    int64_t i = sl__fdiv(t, W);
+    int64_t count = (st && sl__fdiv(clock_old, W) == i) ? (int64_t)sl__ld40(st) : 0;
+    int allowed = count + cost <= L;
+    if (allowed) count += cost;
+    int64_t to_end = (i + 1) * W - t;
+    sl__answer(out, allowed, L, L - count, cost > L ? -1 : to_end, count ? to_end : 0, 0);
+    if (commit) sl__st40(st, (uint64_t)count);
+}
+
+/* The bucket state: q (u40) then r (u40), the quantity q*W + r (engine.c
+ * explains it), written as one 8-byte and one 2-byte store. */
+static inline void sl__bucket_put(uint8_t *st, uint64_t q, uint64_t r)
+{
+    sl__st64(st, (q & SL__U40_MASK) | r << 40);
+    sl__st16(st + 8, (uint16_t)(r >> 24));
+}
+
+/*
+ * token-bucket (mode 0), leaky-bucket (1) and gcra (2) in 64-bit arithmetic
+ * only.  Valid when B*W < 2^62 and cost <= B (sl__bucket64_fits): every
+ * quantity below (d + cost*W <= 2*B*W) then fits in 63 bits, so no 128-bit
+ * step, saturation or -1 retry is needed.  d is the deficit (token bucket),
+ * the level (leaky bucket) or TAT - t (gcra), in 1/W of a request and
+ * clamped to [0, B*W].  The answers are exactly those of the general paths
+ * in engine.c, which the randomized model tests check on both sides of the
+ * 2^62 line.
+ */
+static inline int sl__bucket64_fits(const sl__norm *n, int64_t cost, uint64_t *BW)
+{
+    return !__builtin_mul_overflow((uint64_t)n->B, (uint64_t)n->W, BW) &&
+           *BW < ((uint64_t)1 << 62) && cost <= n->B;
+}
+
+SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int tokens_stored,
+                                 int64_t clock_old, int64_t t, uint64_t BW, int64_t cost,
+                                 int commit, sl_result *out)
+{
+    uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L, B = (uint64_t)n->B;
+    uint64_t d = 0;
+    if (st != NULL && (mode != 0 || tokens_stored)) {
+        uint64_t lo = sl__ld64(st);
+        uint64_t dw = lo & SL__U40_MASK, dr = lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24;
+        if (dr >= W) dr = W - 1;
+        d = dw > B ? BW : dw * W + dr; /* dw <= B: at most BW + W - 1 < 2^63 */
+        if (d > BW) d = BW;
+        if (mode == 0) d = BW - d; /* stored tokens -> deficit */
+    }
+    uint64_t refill;
+    if (__builtin_mul_overflow((uint64_t)(t - clock_old), L, &refill)) refill = UINT64_MAX;
+    d = refill >= d ? 0 : d - refill;
+
+    uint64_t before = d, cW = (uint64_t)cost * W;
+    int allowed = d + cW <= BW;
+    if (allowed) d += cW;
+    int64_t retry = 0, delay = 0;
+    if (!allowed)
+        retry = (int64_t)sl__ceil64(before + cW - BW, L);
+    else if (mode == 1)
+        delay = (int64_t)sl__ceil64(before, L);
+    uint64_t v = mode == 0 ? BW - d : d; /* what is stored */
+    uint64_t q = v / W, r = v % W;
+    int64_t remaining = mode == 0 ? (int64_t)q : (int64_t)(B - q) - (r != 0);
+    sl__answer(out, allowed, n->B, remaining, retry, (int64_t)sl__ceil64(d, L), delay);
+    if (commit) sl__bucket_put(st, q, r);
+}
+
+/* Decides a request of `cost` at effective time t (>= clock_old) on the
+ * record r (NULL: the key has none and commit is 0).  clock_old is the
+ * key's clock before this request (== t for a new key).  commit != 0
+ * writes the new state (allowed, or logged), 0 only answers.  Returns 0,
+ * or SL_ENOMEM when a sliding-log buffer could not grow (nothing changed).
+ * sh is the record's shard, lock held. */
+SL__HOT_INLINE int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *n,
+                                     int64_t clock_old, int64_t t, int64_t cost, int commit,
+                                     sl_result *out)
+{
+    uint8_t *st = r ? sl__rec_state(r) : NULL;
+    uint64_t BW;
+    switch (n->algo) {
+    case SL_FIXED_WINDOW: sl__fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
+    case SL_GCRA:
+        if (!sl__bucket64_fits(n, cost, &BW)) break;
+        sl__bucket64(st, n, 2, 0, clock_old, t, BW, cost, commit, out);
+        return 0;
+    case SL_TOKEN_BUCKET:
+    case SL_LEAKY_BUCKET: {
+        if (!sl__bucket64_fits(n, cost, &BW)) break;
+        int tb = n->algo == SL_TOKEN_BUCKET, stored = st && (sl__rec_flags(r) & SL__REC_F1);
+        sl__bucket64(st, n, !tb, stored, clock_old, t, BW, cost, commit, out);
+        if (commit && tb && !stored) sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
+        return 0;
+    }
+    default: break;
+    }
+    return sl__engine_decide_general(sh, r, n, clock_old, t, cost, commit, out);
+}
 
 #endif

@@ -189,6 +189,82 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
     return rc;
 }
 
+/*
+ * sl_decide_many: a three-stage pipeline over the calls.  Request i is
+ * hashed and its table slot prefetched (no lock) when the loop is at i;
+ * its record is prefetched (a short lock) at i + SL__AHEAD; it is decided
+ * at i + 2 * SL__AHEAD, by then with slot and record in cache.  Decisions
+ * stay in call order, each under its own lock exactly like sl_decide, so
+ * the answers are those of n sl_decide calls; the stages before only warm
+ * the cache.  The second stage costs a lock, so it is skipped for a store
+ * whose table is small enough to stay in cache (SL__NEAR_SLOTS, judged
+ * from the key's shard).  A bad call is found at stage one and gets its
+ * code at its turn.  `shared` is the limiter's parameters (NULL: each
+ * call's own).
+ */
+#define SL__AHEAD      8
+#define SL__RING       (4 * SL__AHEAD) /* > 2 * SL__AHEAD, a power of two */
+#define SL__NEAR_SLOTS 65536u          /* table slots, whole store: ~1.5 MB with the records */
+
+typedef struct ahead {
+    const sl__norm *norm; /* shared, or &own */
+    sl__norm own;
+    uint64_t hash;
+    int rc;
+    int far; /* prefetch the record at stage two */
+} ahead;
+
+static size_t decide_many(sl_store *s, const sl__norm *shared, const sl_call *calls, size_t n,
+                          sl_result *out, int *rcs)
+{
+    ahead ring[SL__RING];
+    size_t ok = 0;
+    if (s == NULL || calls == NULL || out == NULL || rcs == NULL) return 0;
+    for (size_t i = 0; i < n + 2 * SL__AHEAD; i++) {
+        if (i < n) { /* stage one: check, hash, prefetch the slot */
+            const sl_call *c = &calls[i];
+            ahead *a = &ring[i % SL__RING];
+            a->rc = shared ? 0 : sl_params_check(c->params);
+            if (a->rc == 0) a->rc = check_request(c->key, c->keylen, c->now_ms, c->cost);
+            if (a->rc == 0) {
+                a->norm = shared;
+                if (!shared) {
+                    sl__norm_from(&a->own, c->params);
+                    a->norm = &a->own;
+                }
+                a->hash = sl__store_hash(s, a->norm->algo, c->key, c->keylen);
+                a->far = sl__store_prefetch(s, a->hash) > SL__NEAR_SLOTS;
+            }
+        }
+        if (i >= SL__AHEAD && i - SL__AHEAD < n) { /* stage two: prefetch the record */
+            const ahead *a = &ring[(i - SL__AHEAD) % SL__RING];
+            if (a->rc == 0 && a->far) sl__store_prefetch_rec(s, a->hash);
+        }
+        if (i >= 2 * SL__AHEAD) { /* stage three: decide */
+            size_t k = i - 2 * SL__AHEAD;
+            const ahead *a = &ring[k % SL__RING];
+            const sl_call *c = &calls[k];
+            int rc = a->rc;
+            if (rc == 0) {
+                sl__shard *sh;
+                uint8_t *r =
+                    sl__store_lookup_hashed(s, a->norm->algo, c->key, c->keylen, a->hash, &sh);
+                rc = decide_locked(sh, a->hash, r, a->norm, c->key, c->keylen, c->now_ms, c->cost,
+                                   1, &out[k]);
+                sl__shard_unlock(sh);
+            }
+            rcs[k] = rc;
+            ok += rc == 0;
+        }
+    }
+    return ok;
+}
+
+size_t sl_decide_many(sl_store *s, const sl_call *calls, size_t n, sl_result *out, int *rc)
+{
+    return decide_many(s, NULL, calls, n, out, rc);
+}
+
 int sl_forget(sl_store *s, sl_algo algo, const void *key, size_t keylen)
 {
     if (key == NULL || keylen == 0 || keylen > SL_MAX_KEY) return SL_EKEY;
@@ -258,4 +334,9 @@ int sl_limiter_peek(sl_limiter *l, const void *key, size_t keylen, int64_t now_m
 int sl_reset(sl_limiter *l, const void *key, size_t keylen)
 {
     return sl_forget(l->store, l->params.algo, key, keylen);
+}
+
+size_t sl_allow_many(sl_limiter *l, const sl_call *calls, size_t n, sl_result *out, int *rc)
+{
+    return decide_many(l->store, &l->norm, calls, n, out, rc);
 }

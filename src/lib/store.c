@@ -129,7 +129,8 @@ typedef struct victims {
 } victims;
 
 struct sl__shard {
-    _Alignas(64) atomic_uint lock; /* 0 = free, 1 = held (sl__shard_lock) */
+    _Alignas(64) atomic_uint lock; /* 0 = free, 1 = held (sl__shard_lock); must stay
+                                      the first member (sl__shard_unlock, store.h) */
     /* Everything below is protected by lock. */
     const sl_store *store; /* for rehashing keys; read-only */
     uint32_t *slot;        /* the table: record handles, 0 = empty */
@@ -154,6 +155,7 @@ struct sl__shard {
     uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
     uint16_t npclass[SL__NCLASS]; /* pages the class holds */
 };
+_Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
 
 struct sl_store {
     sl__sipkey sip[8];  /* SipHash-1-3 key state per algorithm, derived from the seed */
@@ -233,7 +235,6 @@ static inline void shard_lock(sl__shard *sh)
 }
 
 void sl__shard_lock(sl__shard *sh) { shard_lock(sh); }
-void sl__shard_unlock(sl__shard *sh) { atomic_store_explicit(&sh->lock, 0, memory_order_release); }
 
 static inline uint32_t rec_size(size_t klen, size_t state_len)
 {
@@ -378,8 +379,9 @@ static int table_grow(sl__shard *sh)
     uint32_t *t = calloc(ns, sizeof *t);
     if (!t) return -1;
     uint32_t *o = sh->slot;
-    sh->slot = t;
-    sh->size = ns;
+    /* Atomic stores: sl__store_prefetch reads these two without the lock. */
+    __atomic_store_n(&sh->slot, t, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->size, ns, __ATOMIC_RELAXED);
     for (uint32_t i = 0; i < old; i++)
         if (o[i]) slot_put(sh, rec_hash(sh, rec_at(sh, s_h(o[i]))), s_h(o[i]));
     free(o);
@@ -789,6 +791,53 @@ uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t kl
     return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
 }
 
+uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, size_t klen,
+                                 uint64_t hash, sl__shard **shp)
+{
+    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+    *shp = sh;
+    shard_lock(sh);
+    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+}
+
+/* Stage one of a look-ahead: no lock.  The table pointer and size may be
+ * those of a table just replaced (read with atomic loads, written so by
+ * table_grow): a prefetch of a stale address is harmless -- it never
+ * faults and changes nothing but the cache -- so the address is formed as
+ * an integer, never dereferenced. */
+uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
+{
+    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+    uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
+    uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
+    uint32_t i = (uint32_t)(((uint64_t)(uint32_t)hash * size) >> 32);
+    __builtin_prefetch((const void *)(slot + (uintptr_t)i * sizeof(uint32_t)));
+    return (uint64_t)size * s->nshards;
+}
+
+/* Stage two: under the lock, walks the key's probe run (its slots are in
+ * cache by now) and prefetches, for writing, the first and last bytes of
+ * every record whose tag matches -- without reading them: reading the
+ * record here would wait for it, which is what looking ahead avoids. */
+void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
+{
+    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+    shard_lock(sh);
+    uint32_t size = sh->size, tag = tag_of(hash), i = home(sh, hash);
+    for (uint32_t n = 0; n < size; n++) {
+        uint32_t v = sh->slot[i];
+        if (!v) break;
+        if ((v ^ tag) <= SL__H_MASK) {
+            const page *p = &sh->pages[h_page(s_h(v))];
+            const uint8_t *r = p->mem + (size_t)h_idx(s_h(v)) * p->rsize;
+            __builtin_prefetch(r, 1);
+            __builtin_prefetch(r + p->rsize - 1, 1);
+        }
+        if (++i == size) i = 0;
+    }
+    sl__shard_unlock(sh);
+}
+
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned algo, const void *key, size_t klen,
                           size_t state_len, int64_t now_ms)
 {
@@ -913,8 +962,8 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
     sh->store = s;
     sh->budget = budget;
     sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
-    sh->size = SL__TABLE_MIN;
-    sh->slot = calloc(sh->size, sizeof *sh->slot);
+    __atomic_store_n(&sh->size, SL__TABLE_MIN, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->slot, calloc(sh->size, sizeof *sh->slot), __ATOMIC_RELAXED);
     if (!sh->slot) return -1;
     sh->bytes = (uint64_t)sh->size * sizeof *sh->slot;
     atomic_init(&sh->lock, 0);

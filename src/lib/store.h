@@ -24,6 +24,7 @@
 #ifndef SL_STORE_H
 #define SL_STORE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -96,7 +97,13 @@ uint64_t sl__store_hash(const sl_store *s, unsigned algo, const void *key, size_
 /* The shard for a hash.  Never NULL. */
 sl__shard *sl__store_shard(sl_store *s, uint64_t hash);
 void sl__shard_lock(sl__shard *sh);
-void sl__shard_unlock(sl__shard *sh);
+
+/* Releases the lock: one release store, inline on the decision path.  The
+ * lock is the shard's first member (store.c), so sh points at it. */
+static inline void sl__shard_unlock(sl__shard *sh)
+{
+    atomic_store_explicit((atomic_uint *)(void *)sh, 0, memory_order_release);
+}
 
 /* The decision's way in: hashes (algo, key) (klen 1..SL_MAX_KEY), takes
  * the lock of the key's shard and finds the record, in one call.  Sets *shp
@@ -104,6 +111,19 @@ void sl__shard_unlock(sl__shard *sh);
  * absent.  The shard lock is held on return either way. */
 uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
                           sl__shard **shp, uint64_t *hashp);
+
+/* sl__store_lookup for a hash already computed with sl__store_hash. */
+uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, size_t klen,
+                                 uint64_t hash, sl__shard **shp);
+
+/* Looking ahead (sl_decide_many): sl__store_prefetch starts loading the
+ * table slot where a key of this hash is first looked for, without the
+ * lock; sl__store_prefetch_rec, later, takes the lock and starts loading
+ * the records that slot's run points to (1/64 of them not the key's).
+ * Hints only: neither changes anything.  sl__store_prefetch returns the
+ * store's table size estimated from this shard's (slots). */
+uint64_t sl__store_prefetch(sl_store *s, uint64_t hash);
+void sl__store_prefetch_rec(sl_store *s, uint64_t hash);
 
 /* Finds the record of (algo, key).  NULL if absent.  O(1) expected. */
 uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo,
