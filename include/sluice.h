@@ -223,7 +223,8 @@ typedef struct sl_call {
  * unspecified).  Faster than n calls when the store is larger than the CPU
  * caches: it works a few requests ahead, loading their table slots and
  * records while earlier ones are decided, so their memory waits overlap.
- * Returns how many requests got rc 0. */
+ * Returns how many requests got rc 0 (0, deciding nothing, when s, calls,
+ * out or rc is NULL). */
 size_t sl_decide_many(sl_store *s, const sl_call *calls, size_t n, sl_result *out, int *rc);
 
 /* Forgets (key, algo).  Returns 1 if state existed, 0 if not, or SL_EKEY. */
