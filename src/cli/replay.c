@@ -36,7 +36,7 @@
 
 #define IN_BLOCK            (1u << 20) /* bytes asked of each read(2) */
 #define OUT_FLUSH           (1u << 16) /* write(2) once this much output is pending */
-#define OUT_LINE_MAX        128        /* one answer: 6 fields of <= 20 bytes + spaces + '\n' */
+#define OUT_LINE_MAX        (SL__RESULT_MAX + 1) /* one answer and its newline */
 #define TOP_KEYS            10         /* keys listed by --summary */
 #define MAX_THREADS         64         /* --threads */
 #define DEFAULT_THREADS_MAX 4          /* default --threads: online CPUs, at most this */
@@ -221,18 +221,7 @@ static int out_flush(outbuf *o)
 
 static inline void put_result(outbuf *o, const sl_result *r)
 {
-    char *p = o->buf + o->len;
-    p = sl__put_i64(p, r->allowed);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->limit);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->remaining);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->retry_after_ms);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->reset_after_ms);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->delay_ms);
+    char *p = sl__put_result(o->buf + o->len, r);
     *p++ = '\n';
     o->len = (size_t)(p - o->buf);
 }

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "sluice.h"
+
 #define SL__QUOTE_MAX 40                      /* bytes of a token quoted in a message */
 #define SL__QBUF      (SL__QUOTE_MAX * 4 + 4) /* what sl__quote may write */
 
@@ -64,6 +66,21 @@ static inline char *sl__put_i64(char *o, int64_t v)
     size_t n = (size_t)(tmp + sizeof tmp - q);
     memcpy(o, q, n);
     return o + n;
+}
+
+/* Appends the six fields of r (SPEC 3) separated by spaces, as `sluice
+ * replay` prints them; returns the end.  At most SL__RESULT_MAX bytes. */
+#define SL__RESULT_MAX (6 * 21)
+static inline char *sl__put_result(char *p, const sl_result *r)
+{
+    const int64_t f[6] = {r->allowed,        r->limit,          r->remaining,
+                          r->retry_after_ms, r->reset_after_ms, r->delay_ms};
+    p = sl__put_i64(p, f[0]);
+    for (int i = 1; i < 6; i++) {
+        *p++ = ' ';
+        p = sl__put_i64(p, f[i]);
+    }
+    return p;
 }
 
 #endif

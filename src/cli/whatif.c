@@ -167,18 +167,8 @@ static void put_name(outbuf *o, const char *name)
 /* One answer line: the six fields, then " CODE:NAME" per descriptor. */
 static void put_answer(outbuf *o, const sl_result *r, const sl_check_status *st, int n)
 {
-    char *p = out_reserve(o, 6 * 21 + 1), *p0 = p;
-    p = sl__put_i64(p, r->allowed);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->limit);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->remaining);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->retry_after_ms);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->reset_after_ms);
-    *p++ = ' ';
-    p = sl__put_i64(p, r->delay_ms);
+    char *p = out_reserve(o, SL__RESULT_MAX + 1), *p0 = p;
+    p = sl__put_result(p, r);
     o->len += (size_t)(p - p0);
     for (int i = 0; i < n; i++) {
         const char *code = sl_check_code_name(st[i].code);

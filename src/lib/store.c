@@ -191,10 +191,12 @@ uint64_t sl__store_hash(const sl_store *s, unsigned algo, const void *key, size_
     return sl__siphash13_v(&s->sip[algo & 7], key, klen);
 }
 
-sl__shard *sl__store_shard(sl_store *s, uint64_t hash)
+static inline sl__shard *shard_of(sl_store *s, uint64_t hash)
 {
     return &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
 }
+
+sl__shard *sl__store_shard(sl_store *s, uint64_t hash) { return shard_of(s, hash); }
 
 /*
  * The shard lock is a test-and-test-and-set spinlock: taking it is one
@@ -780,24 +782,26 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo, const void 
     return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
 }
 
+SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
+                               uint64_t hash, sl__shard **shp)
+{
+    sl__shard *sh = shard_of(s, hash);
+    *shp = sh;
+    shard_lock(sh);
+    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+}
+
 uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen, sl__shard **shp,
                           uint64_t *hashp)
 {
-    uint64_t hash = sl__siphash13_v(&s->sip[algo & 7], key, klen);
-    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
-    *shp = sh;
-    *hashp = hash;
-    shard_lock(sh);
-    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+    *hashp = sl__siphash13_v(&s->sip[algo & 7], key, klen);
+    return lookup(s, algo, key, klen, *hashp, shp);
 }
 
 uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp)
 {
-    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
-    *shp = sh;
-    shard_lock(sh);
-    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+    return lookup(s, algo, key, klen, hash, shp);
 }
 
 /* Stage one of a look-ahead: no lock.  The table pointer and size may be
@@ -807,7 +811,7 @@ uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, si
  * an integer, never dereferenced. */
 uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
 {
-    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+    sl__shard *sh = shard_of(s, hash);
     uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
     uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
     uint32_t i = (uint32_t)(((uint64_t)(uint32_t)hash * size) >> 32);
@@ -821,7 +825,7 @@ uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
  * record here would wait for it, which is what looking ahead avoids. */
 void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 {
-    sl__shard *sh = &s->shard[s->shift >= 64 ? 0 : hash >> s->shift];
+    sl__shard *sh = shard_of(s, hash);
     shard_lock(sh);
     uint32_t size = sh->size, tag = tag_of(hash), i = home(sh, hash);
     for (uint32_t n = 0; n < size; n++) {
