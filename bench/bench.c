@@ -90,6 +90,7 @@ typedef struct algo_res {
     double hot2, many2;               /* M decisions/s, two threads, aggregate */
     double hot2min, many2min;         /* M decisions/s of the slower of the two threads */
     double hot2d, hot2dmin;           /* two threads, each on its own 1,000 hot keys */
+    double hot2s, hot2smin;           /* ... each with its own limiter (store) */
     double hot_allowed, many_allowed; /* fraction of decisions allowed */
     double insert;                    /* M inserts/s while filling the 1M store */
     double share_hot1, share_many1, share_hot2, share_many2; /* CPU / wall, 0..1 */
@@ -313,8 +314,10 @@ static double warm(sl_limiter *lim, unsigned nkeys, int64_t *now)
 
 /*
  * Best of cfg->reps runs of nthreads threads sharing one limiter over a key
- * set (nkeys keys, drawn through idx).  With `disjoint`, thread t uses keys
- * t*nkeys .. t*nkeys+nkeys-1 instead (same store, no key shared).  Returns
+ * set (nkeys keys, drawn through idx).  With `disjoint` 1, thread t uses keys
+ * t*nkeys .. t*nkeys+nkeys-1 instead (same store, no key shared); with 2,
+ * each thread also has a limiter (and store) of its own: nothing shared,
+ * the machine's own ceiling for two threads.  Returns
  * the aggregate M decisions/s;
  * *slowest gets the slowest thread's M/s in that run, *allowed_frac the
  * fraction allowed, *insert the fill rate, *cpu_share the smallest ratio of
@@ -326,15 +329,20 @@ static double measure(const cfg *c, sl_algo algo, unsigned nkeys, const uint32_t
                       double *allowed_frac, double *insert, double *cpu_share, int batch)
 {
     sl_params p = tput_params(algo);
-    sl_limiter *lim = new_limiter(&p);
+    sl_limiter *lim = new_limiter(&p), *lim2 = NULL;
     int64_t now = T0;
     double ins = warm(lim, disjoint ? nkeys * (unsigned)nthreads : nkeys, &now);
+    if (disjoint == 2) {
+        int64_t now2 = T0;
+        lim2 = new_limiter(&p);
+        warm(lim2, nkeys * (unsigned)nthreads, &now2);
+    }
     if (insert) *insert = ins;
     run_arg a[2];
     pthread_barrier_t go;
     double best = 0, best_slow = 0, best_allowed = 0, best_share = 0;
     for (int t = 0; t < nthreads; t++)
-        a[t] = (run_arg){.lim = lim,
+        a[t] = (run_arg){.lim = t == 1 && lim2 ? lim2 : lim,
                          .idx = idx,
                          .idx_mask = idx_n - 1,
                          .key_base = disjoint ? (uint32_t)t * nkeys : 0,
@@ -382,6 +390,7 @@ static double measure(const cfg *c, sl_algo algo, unsigned nkeys, const uint32_t
         for (int t = 0; t < nthreads; t++) a[t].now = latest;
     }
     sl_limiter_free(lim);
+    if (lim2) sl_limiter_free(lim2);
     if (slowest) *slowest = best_slow;
     if (allowed_frac) *allowed_frac = best_allowed;
     if (cpu_share) *cpu_share = best_share;
@@ -776,6 +785,8 @@ static void run_throughput(bench *b)
                               &r->share_hot2, 0);
             r->hot2d = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 2, 1, &r->hot2dmin, NULL, NULL,
                                NULL, 0);
+            r->hot2s = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 2, 2, &r->hot2smin, NULL, NULL,
+                               NULL, 0);
             r->many2 = measure(c, al, c->many_keys, g_many_idx, MANY_IDX, 2, 0, &r->many2min, NULL,
                                NULL, &r->share_many2, 0);
         }
@@ -884,22 +895,24 @@ static int print_table(const bench *b)
 static void print_details(const bench *b)
 {
     const cfg *c = &b->c;
-    printf("\n%-16s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n", "details",
-           "2 thr hot M/s", "2 thr hot M/s", "2 thr many", "allowed %", "fill M/s", "stats B",
-           "1thr M/CPU-s", "cpu/wall % (min thread)");
-    printf("%-16s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n", "", "shared: agg (min)",
-           "own keys: agg(min)", "min M/s", "hot / many", "many", "per key", "hot / many",
-           "hot1 many1 hot2 many2");
+    printf("\n%-16s | %18s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n", "details",
+           "2 thr hot M/s", "2 thr hot M/s", "2 thr hot M/s", "2 thr many", "allowed %",
+           "fill M/s", "stats B", "1thr M/CPU-s", "cpu/wall % (min thread)");
+    printf("%-16s | %18s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n", "",
+           "shared: agg (min)", "own keys: agg(min)", "own store: agg(min)", "min M/s",
+           "hot / many", "many", "per key", "hot / many", "hot1 many1 hot2 many2");
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
         const algo_res *r = &b->res[a];
         if (!(c->algos & (1u << a))) continue;
-        char sh[32], own[32], mm[16], al[32], ins[16], st[16], cpu[48], per[40];
+        char sh[32], own[32], sep[32], mm[16], al[32], ins[16], st[16], cpu[48], per[40];
         if (r->hot2 >= 0) {
             snprintf(sh, sizeof sh, "%.2f (%.2f)", r->hot2, r->hot2min);
             snprintf(own, sizeof own, "%.2f (%.2f)", r->hot2d, r->hot2dmin);
+            snprintf(sep, sizeof sep, "%.2f (%.2f)", r->hot2s, r->hot2smin);
         } else {
             snprintf(sh, sizeof sh, "-");
             snprintf(own, sizeof own, "-");
+            snprintf(sep, sizeof sep, "-");
         }
         fmt_num(mm, sizeof mm, r->many2min, "%.2f");
         snprintf(al, sizeof al, "%.1f / %.1f", r->hot_allowed * 100, r->many_allowed * 100);
@@ -909,8 +922,8 @@ static void print_details(const bench *b)
                  r->share_many1 * 100, r->share_hot2 * 100, r->share_many2 * 100);
         snprintf(per, sizeof per, "%.2f / %.2f", r->share_hot1 > 0 ? r->hot1 / r->share_hot1 : 0,
                  r->share_many1 > 0 ? r->many1 / r->share_many1 : 0);
-        printf("%-16s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n",
-               sl_algo_name((sl_algo)a), sh, own, mm, r->hot_allowed >= 0 ? al : "-", ins, st, per,
+        printf("%-16s | %18s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n",
+               sl_algo_name((sl_algo)a), sh, own, sep, mm, r->hot_allowed >= 0 ? al : "-", ins, st, per,
                cpu);
     }
     if (b->logm.ok)
@@ -935,6 +948,7 @@ static void write_results(const bench *b, int all_met)
         result("many1_batched", (sl_algo)a, r->manyb);
         result("hot2", (sl_algo)a, r->hot2);
         result("hot2_own_keys", (sl_algo)a, r->hot2d);
+        result("hot2_own_store", (sl_algo)a, r->hot2s);
         result("many2", (sl_algo)a, r->many2);
         if (b->c.parts & PART_MEM) {
             result("bytes_alloc", (sl_algo)a, r->b_alloc);
@@ -1017,9 +1031,10 @@ int main(int argc, char **argv)
                 .algos = (1u << SL_ALGO_COUNT) - 1,
                 .parts = 127,
                 .results = NULL};
+    /* every field of algo_res is a double: all start as -1, "not run" */
+    _Static_assert(sizeof(algo_res) % sizeof(double) == 0, "algo_res holds doubles only");
     for (int a = 0; a < SL_ALGO_COUNT; a++)
-        b.res[a] =
-            (algo_res){-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+        for (size_t i = 0; i < sizeof(algo_res) / sizeof(double); i++) ((double *)&b.res[a])[i] = -1;
     int rc = parse_options(&b, argc, argv);
     if (rc >= 0) return rc;
     if (b.c.results && !(g_results = fopen(b.c.results, "w")))

@@ -106,9 +106,9 @@ descriptors:
       - {unit: hour, requests_per_unit: 1000}
 YAML
 # start_sluiced LOG [ARGS...]: starts sluiced on a free port, appends its
-# PID to SLUICED_PID and sets PORT_OUT.
+# PID to SLUICED_PID and sets PORT_OUT and PID_OUT.
 start_sluiced() {
-    local log=$1 port= pid
+    local log=$1 port='' pid
     shift
     "$SLUICED" --port 0 --rules "$TMP/rules.yaml" "$@" >"$log" 2>&1 &
     pid=$!
@@ -123,17 +123,21 @@ start_sluiced() {
         die "sluiced did not start: $(tail -5 "$log")"
     fi
     PORT_OUT=$port
+    PID_OUT=$pid
 }
 start_sluiced "$TMP/sluiced.log" ${THREADS:+--threads "$THREADS"}
 SPORT=$PORT_OUT
+S_PID=$PID_OUT
 # The same server with one worker: redis-benchmark takes a whole core of
 # this machine, and redis-server answers on one thread, so on 2 cores one
 # worker is the like-for-like setting (the default, one per core, also
 # competes with the client for its core).  Skipped when THREADS is given.
 S1PORT=
+S1_PID=
 if [ -z "$THREADS" ] && [ "$(nproc)" -gt 1 ]; then
     start_sluiced "$TMP/sluiced1.log" --threads 1
     S1PORT=$PORT_OUT
+    S1_PID=$PID_OUT
 fi
 
 # A textbook atomic token bucket in Lua: capacity ARGV[1], refilled ARGV[1]
@@ -169,17 +173,34 @@ r=$(cli "$RPORT" incr check:n)
 [ "$r" = 1 ] || die "INCR answered '$r'"
 
 # ---- the runs ---------------------------------------------------------------
-# run NAME PORT PIPELINE COMMAND...: one redis-benchmark run; appends
-# "NAME PIPELINE rps p50 p99" to $TMP/runs (CSV: the rate and latencies are
-# counted from the end, as a test name may hold commas).
+# cpu_ticks PID: user + system CPU time of a process so far, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+TICK=$(getconf CLK_TCK)
+# run NAME PORT PID PIPELINE COMMAND...: one redis-benchmark run against the
+# server PID listening on PORT; appends "NAME PIPELINE rps p50 p99 client%
+# server_us" to $TMP/runs: client% is redis-benchmark's CPU time over the
+# run's wall time (near 100: the client, not the server, sets the pace),
+# server_us the server's CPU time per request in microseconds.  The CSV's
+# rate and latencies are counted from the end, as a test name may hold
+# commas.
 run() {
-    local name=$1 port=$2 pipe=$3 out
-    shift 3
-    out=$(timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
-        -r "$KEYS" -P "$pipe" --precision 3 --csv "$@" 2>"$TMP/rb.err") ||
-        die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
-    echo "$out" | tr -d '"\r' | awk -F, -v n="$name" -v p="$pipe" \
-        'NR > 1 && $(NF - 6) + 0 > 0 { print n, p, $(NF - 6), $(NF - 3), $(NF - 1); f = 1; exit }
+    local name=$1 port=$2 pid=$3 pipe=$4 out c0 c1 t
+    shift 4
+    c0=$(cpu_ticks "$pid")
+    out=$( (
+        TIMEFORMAT='%R %U %S'
+        time timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
+            -r "$KEYS" -P "$pipe" --precision 3 --csv "$@" 2>"$TMP/rb.err"
+    ) 2>"$TMP/rb.time") || die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
+    c1=$(cpu_ticks "$pid")
+    t=$(tail -1 "$TMP/rb.time")
+    echo "$out" | tr -d '"\r' | awk -F, -v n="$name" -v p="$pipe" -v t="$t" -v sc=$((c1 - c0)) \
+        -v tick="$TICK" -v req="$N" \
+        'NR > 1 && $(NF - 6) + 0 > 0 {
+            split(t, w, " ")
+            print n, p, $(NF - 6), $(NF - 3), $(NF - 1), 100 * (w[2] + w[3]) / w[1], 1e6 * sc / tick / req
+            f = 1; exit
+         }
          END { if (!f) exit 1 }' >>"$TMP/runs" || die "no result line for $name: $out"
 }
 
@@ -189,13 +210,13 @@ load0=$(cut -d' ' -f1 /proc/loadavg)
 TESTS=7
 one_test() {
     case $1 in
-    0) run INCR "$RPORT" "$2" INCR 'counter:__rand_int__' ;;
-    1) run LUA "$RPORT" "$2" EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10000 ;;
-    2) run RL.ALLOW "$SPORT" "$2" RL.ALLOW 'key:__rand_int__' 100 10s ;;
-    3) [ -z "$S1PORT" ] || run RL.ALLOW1 "$S1PORT" "$2" RL.ALLOW 'key:__rand_int__' 100 10s ;;
-    4) run RL.CHECK "$SPORT" "$2" RL.CHECK bench DESCRIPTOR user 'u:__rand_int__' ;;
-    5) run RPING "$RPORT" "$2" PING ;;
-    6) run SPING "$SPORT" "$2" PING ;;
+    0) run INCR "$RPORT" "$REDIS_PID" "$2" INCR 'counter:__rand_int__' ;;
+    1) run LUA "$RPORT" "$REDIS_PID" "$2" EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10000 ;;
+    2) run RL.ALLOW "$SPORT" "$S_PID" "$2" RL.ALLOW 'key:__rand_int__' 100 10s ;;
+    3) [ -z "$S1PORT" ] || run RL.ALLOW1 "$S1PORT" "$S1_PID" "$2" RL.ALLOW 'key:__rand_int__' 100 10s ;;
+    4) run RL.CHECK "$SPORT" "$S_PID" "$2" RL.CHECK bench DESCRIPTOR user 'u:__rand_int__' ;;
+    5) run RPING "$RPORT" "$REDIS_PID" "$2" PING ;;
+    6) run SPING "$SPORT" "$S_PID" "$2" PING ;;
     esac
 }
 # Each rep starts the list at a different test, so that no test always
@@ -238,6 +259,7 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
     }
     { k = $1 SUBSEP $2; rps[k] = rps[k] " " $3; p50[k] = p50[k] " " $4; p99[k] = p99[k] " " $5
+      ccpu[k] = ccpu[k] " " $6; sus[k] = sus[k] " " $7
       if (!($2 in seenp)) { seenp[$2] = 1; pipes[++np] = $2 } }
     END {
         nn = split("INCR LUA RL.ALLOW RL.ALLOW1 RL.CHECK RPING SPING", names, " ")
@@ -248,8 +270,8 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
         label["RL.CHECK"] = "sluiced RL.CHECK (2 limits) u:__rand_int__"
         label["RPING"] = "(ceiling) redis PING"
         label["SPING"] = "(ceiling) sluiced PING"
-        printf "%-42s | %2s | %10s | %7s | %7s | %8s | %7s\n", "test", "P", "rps", "p50 ms", "p99 ms", "vs INCR", "vs Lua"
-        print "-------------------------------------------+----+------------+---------+---------+----------+--------"
+        printf "%-42s | %2s | %10s | %7s | %7s | %8s | %7s | %8s | %9s\n", "test", "P", "rps", "p50 ms", "p99 ms", "vs INCR", "vs Lua", "client %", "server us"
+        print "-------------------------------------------+----+------------+---------+---------+----------+---------+----------+----------"
         for (i = 1; i <= np; i++)
             for (j = 1; j <= nn; j++) {
                 n = names[j]; k = n SUBSEP pipes[i]
@@ -260,8 +282,9 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
             for (j = 1; j <= nn; j++) {
                 n = names[j]; k = n SUBSEP p
                 if (!(k in rps)) continue
-                printf "%-42s | %2s | %10.0f | %7.3f | %7.3f | %7.2fx | %5.2fx\n", label[n], p, r[n, p],
-                    median(p50[k]), l99[n, p], r[n, p] / r["INCR", p], r[n, p] / r["LUA", p]
+                printf "%-42s | %2s | %10.0f | %7.3f | %7.3f | %7.2fx | %6.2fx | %8.0f | %9.2f\n", label[n], p, r[n, p],
+                    median(p50[k]), l99[n, p], r[n, p] / r["INCR", p], r[n, p] / r["LUA", p],
+                    median(ccpu[k]), median(sus[k])
             }
         }
         print ""
@@ -292,6 +315,8 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
         }
         printf "\nP=1 ceiling (PING on each server, nothing behind the reply): redis %.0f, sluiced %.0f rps\n",
             r["RPING", 1], r["SPING", 1]
+        printf "client %%: redis-benchmark CPU time / wall time (100 = one core busy: the client sets the pace);\n"
+        printf "server us: the server process CPU time per request (all its threads)\n"
         c = r["RPING", 1] > r["SPING", 1] ? r["RPING", 1] : r["SPING", 1]
         if (3 * r["LUA", 1] > c)
             printf "(3x Lua at P=1 is %.0f rps, above both PING ceilings: no server can reach it with this client here)\n", 3 * r["LUA", 1]
