@@ -92,9 +92,14 @@ typedef struct sl_params {
     int64_t burst;     /* B: bucket algorithms only; 0 = L */
     int64_t precision; /* P: sliding-buckets only; 0 = SL_DEFAULT_PRECISION */
     int log_rejected;  /* sliding-log only: log denied requests too */
+    int space;         /* key space, 0 or 1: the same key bytes in the other
+                          space are another key (and sl_forget reaches space
+                          0 only).  Not a limit parameter: part of the key.
+                          sluiced keeps its rules' counters in space 1, so no
+                          RL.ALLOW or RL.RESET can reach them. */
 } sl_params;
 
-#define SL_PARAMS_INIT {SL_TOKEN_BUCKET, 0, 0, 0, 0, 0}
+#define SL_PARAMS_INIT {SL_TOKEN_BUCKET, 0, 0, 0, 0, 0, 0}
 
 /* Checks every field.  Returns 0, or the SL_E* code of the first bad field. */
 int sl_params_check(const sl_params *p);
@@ -201,7 +206,7 @@ typedef struct sl_request {
  * and out[i] are their answers; otherwise none is charged, no clock moves,
  * and out[i] are the answers each would get alone (the denied ones say when
  * to retry).  *all_allowed (may be NULL) says which happened.  Two requests
- * may not name the same (key, algorithm): merge their costs.  Returns 0, or
+ * may not name the same (key, algorithm, space): merge their costs.  Returns 0, or
  * the first bad request's SL_E* code with nothing charged (SL_EINVAL for a
  * bad n or a repeated key). */
 int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,

@@ -120,7 +120,9 @@ static int check_kv(fx *f, const char *dom, int64_t cost, int64_t now, const cha
 #define CHECK(f, cost, now, ...)                                                              \
     assert_int_equal(check_kv((f), "api", (cost), (now), (const char *const[]){__VA_ARGS__, NULL}), 0)
 
-/* The remaining of a counter, by peeking the engine directly. */
+/* The remaining of a counter, by peeking the engine directly: rule
+ * counters live in key space 1 (check.h).  The same key in space 0 -- where
+ * RL.ALLOW keys live -- is never touched by a check. */
 static int64_t peek_rem(fx *f, const char *key, int64_t L, int64_t W, int64_t now)
 {
     sl_params p = SL_PARAMS_INIT;
@@ -128,6 +130,9 @@ static int64_t peek_rem(fx *f, const char *key, int64_t L, int64_t W, int64_t no
     p.limit = L;
     p.window_ms = W;
     sl_result r;
+    assert_int_equal(sl_peek(f->s, &p, key, strlen(key), now, 0, &r), 0);
+    assert_int_equal(r.remaining, L); /* space 0: untouched */
+    p.space = 1;
     assert_int_equal(sl_peek(f->s, &p, key, strlen(key), now, 0, &r), 0);
     return r.remaining;
 }

@@ -101,10 +101,46 @@ static void many_shards(void **state)
     sl_store_free(s);
 }
 
+/* The same key bytes in space 0 and space 1 are two keys: each counts on
+ * its own, sl_forget reaches space 0 only, and sl_decide_all may name both
+ * in one request (no repeat).  sluiced's rule counters rely on this. */
+static void key_spaces(void **state)
+{
+    (void)state;
+    sl_store *s = sl_store_new(NULL, NULL);
+    sl_params p0 = P(SL_FIXED_WINDOW, 3, 60000), p1 = p0;
+    p1.space = 1;
+    sl_result r;
+    for (int i = 0; i < 3; i++) assert_int_equal(sl_decide(s, &p1, "k", 1, 1000, 1, &r), 0);
+    assert_int_equal(r.remaining, 0);
+    assert_int_equal(sl_decide(s, &p0, "k", 1, 1000, 1, &r), 0); /* space 0: untouched */
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(r.remaining, 2);
+    assert_int_equal(sl_forget(s, SL_FIXED_WINDOW, "k", 1), 1); /* removes space 0's */
+    assert_int_equal(sl_forget(s, SL_FIXED_WINDOW, "k", 1), 0);
+    assert_int_equal(sl_peek(s, &p1, "k", 1, 1000, 1, &r), 0); /* space 1 still full */
+    assert_int_equal(r.allowed, 0);
+    sl_request q[2] = {{&p0, "k", 1, 1}, {&p1, "k", 1, 0}};
+    sl_result rr[2];
+    int all = -1;
+    assert_int_equal(sl_decide_all(s, q, 2, 1000, rr, &all), 0);
+    assert_true(all);
+    assert_int_equal(rr[0].remaining, 2);
+    assert_int_equal(rr[1].remaining, 0);
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    assert_int_equal(st.keys, 2);
+    p1.space = 2; /* only 0 and 1 exist */
+    assert_int_equal(sl_params_check(&p1), SL_EINVAL);
+    assert_int_equal(sl_decide(s, &p1, "k", 1, 1000, 1, &r), SL_EINVAL);
+    sl_store_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(all_or_nothing),
+        cmocka_unit_test(key_spaces),
         cmocka_unit_test(bad_input_charges_nothing),
         cmocka_unit_test(many_shards),
     };

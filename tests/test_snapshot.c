@@ -89,6 +89,34 @@ static void round_trip(void **state)
     sl_store_free(b);
 }
 
+/* A key in both spaces comes back as two keys with their own counts. */
+static void spaces_round_trip(void **state)
+{
+    (void)state;
+    sl_store *a = sl_store_new(NULL, NULL);
+    sl_params p0 = SL_PARAMS_INIT, p1;
+    p0.algo = SL_TOKEN_BUCKET;
+    p0.limit = 10;
+    p0.window_ms = 60000;
+    p1 = p0;
+    p1.space = 1;
+    sl_result r;
+    assert_int_equal(sl_decide(a, &p0, "both", 4, 1000, 2, &r), 0);
+    assert_int_equal(sl_decide(a, &p1, "both", 4, 1000, 7, &r), 0);
+    char err[512];
+    assert_int_equal(sl_store_save(a, path, err, sizeof(err)), 0);
+    sl_store *b = sl_store_new(NULL, NULL);
+    uint64_t n = 0;
+    assert_int_equal(sl_store_load(b, path, &n, err, sizeof(err)), 0);
+    assert_int_equal(n, 2);
+    assert_int_equal(sl_peek(b, &p0, "both", 4, 1000, 0, &r), 0);
+    assert_int_equal(r.remaining, 8);
+    assert_int_equal(sl_peek(b, &p1, "both", 4, 1000, 0, &r), 0);
+    assert_int_equal(r.remaining, 3);
+    sl_store_free(a);
+    sl_store_free(b);
+}
+
 static size_t file_size(void)
 {
     FILE *f = fopen(path, "rb");
@@ -201,6 +229,7 @@ int main(void)
     snprintf(path, sizeof(path), "/tmp/sluice-test-snapshot.%d", (int)getpid());
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(round_trip),
+        cmocka_unit_test(spaces_round_trip),
         cmocka_unit_test(damaged_files),
         cmocka_unit_test(sparse_stores),
         cmocka_unit_test(unwritable),

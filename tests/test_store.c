@@ -375,11 +375,31 @@ static void test_new_record(void **state)
     assert_true(sl__rec_reset_at(r) == -77);
     assert_true(sl__rec_state_cap(sh, r) >= 21);
     for (size_t i = 0; i < sl__rec_state_cap(sh, r); i++) assert_int_equal(sl__rec_state(r)[i], 0);
-    sl__rec_set_flags(r, SL__REC_F1 | SL__REC_F2);
-    assert_int_equal(sl__rec_flags(r), SL__REC_F1 | SL__REC_F2);
+    sl__rec_set_flags(r, SL__REC_F1);
+    assert_int_equal(sl__rec_flags(r), SL__REC_F1);
     assert_int_equal(sl__rec_klen(r), 7);
     assert_int_equal(sl__rec_algo(r), SL_LEAKY_BUCKET);
     assert_ptr_equal(sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7), r);
+    /* The same key in space 1 is another record; the flag bits do not
+     * change either one's identity. */
+    unsigned k1 = SL_LEAKY_BUCKET | SL__KIND_SPACE;
+    assert_null(sl__shard_find(sh, h, k1, key, 7));
+    uint8_t *r1 = sl__shard_insert(sh, h, k1, key, 7, 21, -77);
+    assert_non_null(r1);
+    r = sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7); /* pointers end at an insert */
+    assert_non_null(r);
+    assert_ptr_not_equal(r1, r);
+    assert_int_equal(sl__rec_flags(r1), SL__REC_SPACE);
+    assert_int_equal(sl__rec_kind(r1), k1);
+    assert_int_equal(sl__rec_kind(r), SL_LEAKY_BUCKET);
+    sl__rec_set_flags(r1, SL__REC_SPACE | SL__REC_F1);
+    assert_ptr_equal(sl__shard_find(sh, h, k1, key, 7), r1);
+    assert_ptr_equal(sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7), r);
+    sl__shard_remove(sh, h, r1);
+    assert_null(sl__shard_find(sh, h, k1, key, 7));
+    r = sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7);
+    assert_non_null(r);
+    assert_int_equal(sl__rec_flags(r), SL__REC_F1);
     /* Bad sizes are refused, not stored. */
     assert_null(sl__shard_insert(sh, h, SL_GCRA, key, 0, 8, 0));
     assert_null(sl__shard_insert(sh, h, SL_GCRA, key, SL_MAX_KEY + 1, 8, 0));
@@ -414,13 +434,13 @@ static void test_resize(void **state)
             sl__shard_lock(sh);
             uint8_t *r = sl__shard_find(sh, h, SL_SLIDING_BUCKETS, k, len);
             assert_non_null(r);
-            sl__rec_set_flags(r, SL__REC_F2);
+            sl__rec_set_flags(r, SL__REC_F1);
             sl__rec_set_clock(r, 777);
             uint8_t *nr = sl__shard_resize(sh, h, r, sizes[z]);
             assert_non_null(nr);
             assert_true(sl__rec_state_cap(sh, nr) >= sizes[z]);
             assert_int_equal(sl__rec_klen(nr), len);
-            assert_int_equal(sl__rec_flags(nr), SL__REC_F2);
+            assert_int_equal(sl__rec_flags(nr), SL__REC_F1);
             assert_true(sl__rec_clock(nr) == 777);
             assert_memory_equal(sl__rec_key(nr), k, len);
             size_t keep = prev < sizes[z] ? prev : sizes[z];

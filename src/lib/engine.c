@@ -539,6 +539,7 @@ void sl__norm_from(sl__norm *n, const sl_params *p)
     n->B = p->burst ? p->burst : p->limit;
     n->P = p->precision ? p->precision : SL_DEFAULT_PRECISION;
     n->log_rejected = p->log_rejected != 0;
+    n->space = p->space ? SL__KIND_SPACE : 0;
 }
 
 size_t sl__state_len(const sl__norm *n)

@@ -23,6 +23,7 @@ typedef struct sl__norm {
     sl_algo algo;
     int64_t L, W, B, P; /* limit, window (ms), burst, precision */
     int log_rejected;
+    unsigned space; /* 0, or SL__KIND_SPACE for a key of space 1 (sl_params) */
 } sl__norm;
 
 /* Fills n from p (which must have passed sl_params_check). */

@@ -76,6 +76,7 @@ int sl_params_check(const sl_params *p)
         if (p->window_ms % prec != 0) return SL_EPRECISION;
     }
     if (p->log_rejected && p->algo != SL_SLIDING_LOG) return SL_ELOGREJECTED;
+    if (p->space != 0 && p->space != 1) return SL_EINVAL;
     return SL_OK;
 }
 

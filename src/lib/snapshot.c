@@ -5,7 +5,7 @@
  *   "sluice snapshot\n"  16 bytes of magic
  *   u32 version, u32 reserved (0)
  *   records: u16 meta (key length - 1 | algorithm << 10 | flags << 13, without
- *            SL__REC_EXT), u16 reset code,
+ *            SL__REC_EXT; SL__REC_SPACE marks a key of space 1), u16 reset code,
  *            i64 clock, u32 state bytes, key, state (sl__state_dump)
  *   u64 record count, u32 CRC-32 (zlib) of every byte before it
  *
@@ -224,12 +224,13 @@ static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uin
             return -1;
         }
         if (insert) {
-            uint64_t h = sl__store_hash(s, algo, key, klen);
+            unsigned kind = algo | ((meta >> 13) & SL__REC_SPACE ? SL__KIND_SPACE : 0);
+            uint64_t h = sl__store_hash(s, kind, key, klen);
             sl__shard *sh = sl__store_shard(s, h);
             sl__shard_lock(sh);
-            uint8_t *r = sl__shard_find(sh, h, algo, key, klen);
+            uint8_t *r = sl__shard_find(sh, h, kind, key, klen);
             if (r) sl__shard_remove(sh, h, r);
-            r = sl__shard_insert(sh, h, algo, key, klen, room, clock);
+            r = sl__shard_insert(sh, h, kind, key, klen, room, clock);
             if (r && sl__state_load(sh, r, st, slen, clock) != 0) {
                 sl__shard_remove(sh, h, r);
                 r = NULL;

@@ -186,9 +186,9 @@ int64_t sl__rec_reset_at(const uint8_t *r)
 
 /* ---- hashing, locking and slots ---------------------------------------------- */
 
-uint64_t sl__store_hash(const sl_store *s, unsigned algo, const void *key, size_t klen)
+uint64_t sl__store_hash(const sl_store *s, unsigned kind, const void *key, size_t klen)
 {
-    return sl__siphash13_v(&s->sip[algo & 7], key, klen);
+    return sl__siphash13_v(&s->sip[kind & 7], key, klen);
 }
 
 static inline sl__shard *shard_of(sl_store *s, uint64_t hash)
@@ -302,7 +302,7 @@ SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const 
         if (!v) return NULL;
         if ((v ^ tag) <= SL__H_MASK) {
             uint8_t *r = rec_at(sh, s_h(v));
-            if ((sl__ld16(r) & 0x1fff) == meta && key_eq(r + SL__REC_HDR, key, klen)) {
+            if ((sl__ld16(r) & SL__META_ID) == meta && key_eq(r + SL__REC_HDR, key, klen)) {
                 sh->last_h = s_h(v);
                 return r;
             }
@@ -776,10 +776,10 @@ static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, u
 
 /* ---- the store.h interface ------------------------------------------------- */
 
-uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo, const void *key, size_t klen)
+uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind, const void *key, size_t klen)
 {
     if (klen == 0 || klen > SL_MAX_KEY) return NULL;
-    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+    return find(sh, hash, sl__meta_id(kind, klen), key, klen);
 }
 
 /*
@@ -805,27 +805,27 @@ static inline uint32_t prefetch_home(const sl__shard *sh, uint64_t hash)
     return size;
 }
 
-SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
+SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
                                uint64_t hash, sl__shard **shp)
 {
     sl__shard *sh = shard_of(s, hash);
     *shp = sh;
     prefetch_home(sh, hash); /* starts the slot's miss before the lock's fence */
     shard_lock(sh);
-    return find(sh, hash, (uint16_t)((klen - 1) | (algo & 7) << 10), key, klen);
+    return find(sh, hash, sl__meta_id(kind, klen), key, klen);
 }
 
-uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen, sl__shard **shp,
+uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t klen, sl__shard **shp,
                           uint64_t *hashp)
 {
-    *hashp = sl__siphash13_v(&s->sip[algo & 7], key, klen);
-    return lookup(s, algo, key, klen, *hashp, shp);
+    *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
+    return lookup(s, kind, key, klen, *hashp, shp);
 }
 
-uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, size_t klen,
+uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp)
 {
-    return lookup(s, algo, key, klen, hash, shp);
+    return lookup(s, kind, key, klen, hash, shp);
 }
 
 /* Stage one of a look-ahead: no lock (prefetch_home). */
@@ -857,14 +857,14 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
     sl__shard_unlock(sh);
 }
 
-uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned algo, const void *key, size_t klen,
+uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const void *key, size_t klen,
                           size_t state_len, int64_t now_ms)
 {
-    if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || algo > 7) return NULL;
+    if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || kind > 15) return NULL;
     uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
     if (!h) return NULL;
     uint8_t *r = rec_at(sh, h); /* zeroed */
-    sl__st16(r, (uint16_t)((klen - 1) | algo << 10));
+    sl__st16(r, sl__meta_id(kind, klen));
     sl__rec_set_clock(r, now_ms);
     memcpy(r + SL__REC_HDR, key, klen);
     slot_put(sh, hash, h);

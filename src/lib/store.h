@@ -7,11 +7,18 @@
  *
  *     offset 0   uint16  meta    bits 0..9: key length - 1 (1..512 bytes)
  *                                bits 10..12: algorithm (sl_algo)
- *                                bits 13..15: SL__REC_* flags
+ *                                bits 13..15: SL__REC_* flags (bit 15,
+ *                                SL__REC_SPACE, is the key space)
  *     offset 2   uint16  exp     reset time, coded relative to clock (below)
  *     offset 4   int64   clock   latest time seen for the key (ms)
  *     offset 12  key bytes
  *     then       state bytes     algorithm-defined, unaligned
+ *
+ * A record is identified by (kind, key), where the kind is the algorithm
+ * plus SL__KIND_SPACE for keys of the second key space (sl_request.space):
+ * the same key bytes under another algorithm or in the other space are
+ * another record.  Store functions take that kind where they say `kind`;
+ * both spaces hash alike, the meta bits tell them apart.
  *
  * Records are 2-byte aligned only: read multi-byte fields with memcpy (the
  * sl__ld / sl__st helpers).  Nothing here knows any algorithm: the engine
@@ -35,7 +42,11 @@
                                   then a uint32 of its size in bytes; the
                                   store frees it with the record */
 #define SL__REC_F1 0x2         /* free for the algorithm's use */
-#define SL__REC_F2 0x4         /* free for the algorithm's use */
+#define SL__REC_SPACE 0x4      /* the record is in key space 1: part of its
+                                  identity, set at insert, never changed */
+#define SL__KIND_SPACE 8u      /* kind = algorithm | SL__KIND_SPACE: space 1 */
+#define SL__META_ID 0x9fffu    /* the meta bits that identify a record with its
+                                  key: length, algorithm, SL__REC_SPACE */
 
 typedef struct sl__shard sl__shard;
 
@@ -53,6 +64,15 @@ static inline unsigned sl__rec_flags(const uint8_t *r) { return (unsigned)(sl__l
 static inline void sl__rec_set_flags(uint8_t *r, unsigned f)
 {
     sl__st16(r, (uint16_t)((sl__ld16(r) & 0x1fff) | ((f & 7u) << 13)));
+}
+/* The meta identity bits of a record of this kind and key length. */
+static inline uint16_t sl__meta_id(unsigned kind, size_t klen)
+{
+    return (uint16_t)((klen - 1) | (kind & 7) << 10 | (kind & SL__KIND_SPACE ? 0x8000u : 0));
+}
+static inline unsigned sl__rec_kind(const uint8_t *r)
+{
+    return sl__rec_algo(r) | (sl__rec_flags(r) & SL__REC_SPACE ? SL__KIND_SPACE : 0);
 }
 static inline const uint8_t *sl__rec_key(const uint8_t *r) { return r + SL__REC_HDR; }
 static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__rec_klen(r); }
@@ -91,8 +111,9 @@ static inline void sl__rec_set_reset(uint8_t *r, int64_t reset_after_ms)
 /* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX. */
 int64_t sl__rec_reset_at(const uint8_t *r);
 
-/* Keyed hash of (algo, key) with the store's seed. */
-uint64_t sl__store_hash(const sl_store *s, unsigned algo, const void *key, size_t klen);
+/* Keyed hash of (kind, key) with the store's seed (the space does not
+ * change it). */
+uint64_t sl__store_hash(const sl_store *s, unsigned kind, const void *key, size_t klen);
 
 /* The shard for a hash.  Never NULL. */
 sl__shard *sl__store_shard(sl_store *s, uint64_t hash);
@@ -105,15 +126,15 @@ static inline void sl__shard_unlock(sl__shard *sh)
     atomic_store_explicit((atomic_uint *)(void *)sh, 0, memory_order_release);
 }
 
-/* The decision's way in: hashes (algo, key) (klen 1..SL_MAX_KEY), takes
+/* The decision's way in: hashes (kind, key) (klen 1..SL_MAX_KEY), takes
  * the lock of the key's shard and finds the record, in one call.  Sets *shp
  * to the shard and *hashp to the hash; returns the record, or NULL if
  * absent.  The shard lock is held on return either way. */
-uint8_t *sl__store_lookup(sl_store *s, unsigned algo, const void *key, size_t klen,
+uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
                           sl__shard **shp, uint64_t *hashp);
 
 /* sl__store_lookup for a hash already computed with sl__store_hash. */
-uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, size_t klen,
+uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp);
 
 /* Looking ahead (sl_decide_many): sl__store_prefetch starts loading the
@@ -125,8 +146,8 @@ uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned algo, const void *key, si
 uint64_t sl__store_prefetch(sl_store *s, uint64_t hash);
 void sl__store_prefetch_rec(sl_store *s, uint64_t hash);
 
-/* Finds the record of (algo, key).  NULL if absent.  O(1) expected. */
-uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo,
+/* Finds the record of (kind, key).  NULL if absent.  O(1) expected. */
+uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
                         const void *key, size_t klen);
 
 /* Inserts a new record with room for at least state_len state bytes, all
@@ -135,7 +156,7 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned algo,
  * the least recently used (oldest clock) of those it examines; this work is
  * bounded per call.  Returns the record, or NULL (SL_ENOMEM) if the record
  * cannot be placed.  Never called for a key that is already present. */
-uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned algo,
+uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
                           const void *key, size_t klen, size_t state_len,
                           int64_t now_ms);
 

@@ -131,6 +131,12 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
         return fail(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
     if (now_ms <= -SL_MAX_TIME_MS || now_ms >= SL_MAX_TIME_MS)
         return fail(err, errlen, SL_ETIME, "%s", sl_strerror(SL_ETIME));
+    sl_params pool1;
+    if (pool != NULL) { /* the pool too is a rule counter: space 1 */
+        pool1 = *pool;
+        pool1.space = 1;
+        pool = &pool1;
+    }
 
     item it[SL_MAX_BATCH];
     int nit = 0;
@@ -178,6 +184,7 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
             t->desc = i;
             t->rl = rl;
             t->p = rl->params;
+            t->p.space = 1; /* rule counters: out of RL.ALLOW's reach (check.h) */
             if (rl->soft_pct > 0) t->p.limit = rl->soft_limit;
             t->shadow = st[i].shadow;
             t->zero = t->p.limit == 0;

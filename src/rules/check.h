@@ -55,6 +55,9 @@
  *     refuses repeated keys); both descriptors report its answer.
  *   - At most SL_MAX_BATCH counted limits (enforced + shadow) per request;
  *     more is an error.
+ *   - Every counter, the pool's included, lives in key space 1 of the store
+ *     (sl_params.space): RL.ALLOW, RL.PEEK and RL.RESET, which use space 0,
+ *     can neither charge nor clear a rule's counter, whatever key they name.
  *
  * A descriptor's status:
  *   OVER_LIMIT  one of its enforced limits denies; reported: the denied

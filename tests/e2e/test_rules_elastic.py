@@ -74,6 +74,39 @@ class TestElastic(unittest.TestCase):
         s.stop()
         assert_clean_stop(s)
 
+    def test_rule_counters_are_out_of_rl_allow_reach(self):
+        # A rule's counter and the pool live in their own key space: an
+        # RL.ALLOW or RL.RESET naming the same bytes ("api|tenant=a") meets
+        # a key of its own, so no client can clear or spend a rule's
+        # counter by guessing its name -- and the counter survives a
+        # restart in its own space.
+        snap = os.path.join(self.dir, "state.snap")
+        s = self.start("--capacity", "6/1m", "--snapshot", snap)
+        t = BASE
+        with s.raw() as c:
+            def check():
+                r = c.cmd("RL.CHECK", "api", "AT", t, "DESCRIPTOR", "tenant", "a")
+                self.assertNotIsInstance(r, RespError, r)
+                return r[6][0].decode(), r[6][3]
+            for i in range(5):
+                check()
+            self.assertEqual(check(), ("OVER_LIMIT", 0))  # 3 + 2 elastic, at the ceiling
+            for key in ("api|tenant=a", "|spare-capacity"):
+                self.assertEqual(c.cmd("RL.RESET", key), 0, key)  # nothing of RL.ALLOW's there
+            r = c.cmd("RL.ALLOW", "api|tenant=a", 3, "1m", "ALGO", "fixed-window", "AT", t)
+            self.assertEqual(r[:3], [1, 3, 2])               # a fresh key of its own
+            self.assertEqual(check(), ("OVER_LIMIT", 0))     # the rule's counter: still full
+        s.stop()
+        assert_clean_stop(s)
+        s2 = self.start("--capacity", "6/1m", "--snapshot", snap)
+        with s2.raw() as c:
+            r = c.cmd("RL.CHECK", "api", "AT", t, "DESCRIPTOR", "tenant", "a")
+            self.assertEqual(r[6][0], b"OVER_LIMIT")
+            r = c.cmd("RL.PEEK", "api|tenant=a", 3, "1m", "ALGO", "fixed-window", "AT", t)
+            self.assertEqual(r[:3], [1, 3, 1])               # RL.ALLOW's key kept its 1
+        s2.stop()
+        assert_clean_stop(s2)
+
     def test_replaces(self):
         s = self.start()
         with s.raw() as c:
