@@ -481,55 +481,36 @@ static int is_bucket(sl_algo a)
     return a == SL_TOKEN_BUCKET || a == SL_GCRA || a == SL_LEAKY_BUCKET;
 }
 
+static int takes_value(const char *name, size_t nlen)
+{
+    static const char *const with_value[] = {"algo",      "limit",      "window", "burst",
+                                             "precision", "max-memory", "threads"};
+    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
+        if (strlen(with_value[k]) == nlen && memcmp(with_value[k], name, nlen) == 0) return 1;
+    return 0;
+}
+
 /* Fills o from argv.  Returns -1 when --help was printed, 0, or 2 after
  * printing what is wrong. */
 static int parse_opts(int argc, char **argv, replay_opts *o)
 {
-    static const char *const with_value[] = {"algo",      "limit",      "window", "burst",
-                                             "precision", "max-memory", "threads"};
-    int only_files = 0;
     memset(o, 0, sizeof *o);
     o->p = (sl_params)SL_PARAMS_INIT;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     o->threads = cpus < 1 ? 1 : cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : (int)cpus;
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
-            if (o->file != NULL)
-                return usage_error("only one FILE may be given ('%s', then '%s')", o->file, arg);
-            o->file = arg;
-            continue;
-        }
-        if (strcmp(arg, "--") == 0) {
-            only_files = 1;
-            continue;
-        }
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    sl__args w = {.argc = argc, .argv = argv, .takes = takes_value, .see = "sluice replay --help"};
+    sl__opt op;
+    char err[512];
+    int rc;
+    while ((rc = sl__args_next(&w, &op, err, sizeof err)) != 0) {
+        if (rc < 0) return usage_error("%s", err);
+        if (rc == 2) {
             fputs(sl__replay_usage, stdout);
             return -1;
         }
-        if (arg[1] != '-')
-            return usage_error("unknown option '%s' (see sluice replay --help)", arg);
-
-        /* --name, --name=value or --name value */
-        const char *name = arg + 2, *eq = strchr(name, '='), *val = NULL;
-        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-        int takes = 0;
-        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-            if (strlen(with_value[k]) == nlen && memcmp(with_value[k], name, nlen) == 0) takes = 1;
-        if (takes) {
-            if (eq) {
-                val = eq + 1;
-            } else if (i + 1 < argc) {
-                val = argv[++i];
-            } else {
-                return usage_error("option '%s' needs a value", arg);
-            }
-        } else if (eq) {
-            return usage_error("option '%s' takes no value (or is unknown)", arg);
-        }
-
+        const char *name = op.name, *val = op.val;
+        size_t nlen = op.nlen;
 #define IS(s) (nlen == strlen(s) && memcmp(name, s, nlen) == 0)
         if (IS("algo")) {
             if (sl_algo_parse(val, strlen(val), &o->p.algo) != 0)
@@ -562,10 +543,11 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
         } else if (IS("summary")) {
             o->summary = 1;
         } else {
-            return usage_error("unknown option '%s' (see sluice replay --help)", arg);
+            return usage_error("unknown option '%s' (see sluice replay --help)", op.arg);
         }
 #undef IS
     }
+    o->file = w.file;
 
     if (!o->have_algo)
         return usage_error("missing --algo (fixed-window, sliding-log, sliding-window, "
@@ -590,7 +572,7 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
             return 2;
         }
     }
-    int rc = sl_params_check(&o->p);
+    rc = sl_params_check(&o->p);
     if (rc != 0) return usage_error("%s", sl_strerror(rc));
     return 0;
 }

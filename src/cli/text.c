@@ -4,6 +4,7 @@
 #include "text.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include "sluice.h"
@@ -89,6 +90,52 @@ int sl__write_all(int fd, const char *p, size_t n)
             return errno;
         }
         off += (size_t)w;
+    }
+    return 0;
+}
+
+int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen)
+{
+    if (w->i == 0) w->i = 1;
+    while (w->i < w->argc) {
+        const char *arg = w->argv[w->i++];
+        if (w->only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
+            if (w->file != NULL) {
+                snprintf(err, errlen, "only one FILE may be given ('%s', then '%s')", w->file,
+                         arg);
+                return -1;
+            }
+            w->file = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) {
+            w->only_files = 1;
+            continue;
+        }
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) return 2;
+        if (arg[1] != '-') {
+            snprintf(err, errlen, "unknown option '%s' (see %s)", arg, w->see);
+            return -1;
+        }
+        const char *eq = strchr(arg + 2, '=');
+        o->arg = arg;
+        o->name = arg + 2;
+        o->nlen = eq ? (size_t)(eq - o->name) : strlen(o->name);
+        o->val = NULL;
+        if (w->takes(o->name, o->nlen)) {
+            if (eq) {
+                o->val = eq + 1;
+            } else if (w->i < w->argc) {
+                o->val = w->argv[w->i++];
+            } else {
+                snprintf(err, errlen, "option '%s' needs a value", arg);
+                return -1;
+            }
+        } else if (eq) {
+            snprintf(err, errlen, "option '%s' takes no value (or is unknown)", arg);
+            return -1;
+        }
+        return 1;
     }
     return 0;
 }

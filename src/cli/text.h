@@ -32,6 +32,32 @@ int sl__bytes_parse(const char *v, size_t *out);
  * range -- to say "out of range" rather than "not a number". */
 int sl__looks_numeric(const void *tok, size_t len);
 
+/* A walk over the arguments of a `sluice replay` mode, the shape both
+ * modes take: at most one FILE ("-" is one), "--" ending the options,
+ * -h/--help, and --name, --name=value or --name value.  Set argc, argv,
+ * takes and see; the rest starts zero. */
+typedef struct sl__args {
+    int argc;
+    char **argv;
+    int (*takes)(const char *name, size_t nlen); /* does --name take a value? */
+    const char *see;                             /* named by an unknown option's
+                                                    message, e.g. "sluice replay --help" */
+    int i;                                       /* arguments used (0: none yet) */
+    int only_files;                              /* after "--" */
+    const char *file;                            /* the FILE, or NULL */
+} sl__args;
+
+/* One option: argv's word, the name after "--" (nlen bytes), its value. */
+typedef struct sl__opt {
+    const char *arg, *name, *val; /* val: NULL for an option without one */
+    size_t nlen;
+} sl__opt;
+
+/* The next option into *o, taking FILE arguments into w->file on the way.
+ * Returns 1 (an option), 2 (-h or --help), 0 (no more arguments), or -1
+ * with what is wrong, whole, in err (errlen bytes). */
+int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen);
+
 /* write(2)s n bytes whole, retrying short writes and EINTR.  Returns 0, or
  * the errno of the failed write. */
 int sl__write_all(int fd, const char *p, size_t n);

@@ -704,10 +704,11 @@ static int opt_bytes(const char *v, size_t *out)
     return 0;
 }
 
-/* Options of this mode taking a value, then `sluice replay`'s own, which
- * are refused here (they take a value too, so that the message names the
- * option rather than its value). */
+/* Options of this mode taking a value (the first MODE_OPTS select the
+ * mode), then `sluice replay`'s own, which are refused here (they take a
+ * value too, so that the message names the option rather than its value). */
 static const char *const own_value[] = {"rules", "domain", "capacity", "log-format", "max-memory"};
+#define MODE_OPTS 4
 static const char *const refused_value[] = {"algo",  "limit",     "window",
                                             "burst", "precision", "threads"};
 
@@ -723,66 +724,56 @@ int sl__whatif_wanted(int argc, char **argv)
         if (strcmp(a, "--") == 0) return 0;
         if (strncmp(a, "--", 2) != 0) continue;
         size_t n = strcspn(a + 2, "=");
-        for (size_t k = 0; k < 4; k++)
+        for (size_t k = 0; k < MODE_OPTS; k++)
             if (name_is(a + 2, n, own_value[k])) return 1;
     }
     return 0;
+}
+
+/* Whether --name is one of `sluice replay`'s own options, refused here. */
+static int refused_opt(const char *name, size_t nlen)
+{
+    for (size_t k = 0; k < sizeof refused_value / sizeof refused_value[0]; k++)
+        if (name_is(name, nlen, refused_value[k])) return 1;
+    return 0;
+}
+
+static int takes_value(const char *name, size_t nlen)
+{
+    for (size_t k = 0; k < sizeof own_value / sizeof own_value[0]; k++)
+        if (name_is(name, nlen, own_value[k])) return 1;
+    return refused_opt(name, nlen);
 }
 
 /* Fills o from argv.  Returns -1 when --help was printed, 0, or 2 after
  * printing what is wrong. */
 static int parse_opts(int argc, char **argv, whatif_opts *o)
 {
-    int only_files = 0;
     const char *rules_only = NULL; /* the first option that needs --rules */
     const char *refused = NULL;    /* the first of `sluice replay`'s own options */
     size_t refused_len = 0;
     memset(o, 0, sizeof *o);
     o->fmt = SL_WHATIF_LINES;
 
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
-            if (o->file != NULL)
-                return usage_error("only one FILE may be given ('%s', then '%s')", o->file, arg);
-            o->file = arg;
-            continue;
-        }
-        if (strcmp(arg, "--") == 0) {
-            only_files = 1;
-            continue;
-        }
-        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+    sl__args w = {.argc = argc,
+                  .argv = argv,
+                  .takes = takes_value,
+                  .see = "sluice replay --rules PATH --help"};
+    sl__opt op;
+    char err[512];
+    int rc;
+    while ((rc = sl__args_next(&w, &op, err, sizeof err)) != 0) {
+        if (rc < 0) return usage_error("%s", err);
+        if (rc == 2) {
             fputs(sl__whatif_usage, stdout);
             return -1;
         }
-        if (arg[1] != '-')
-            return usage_error("unknown option '%s' (see sluice replay --rules PATH --help)", arg);
-
-        /* --name, --name=value or --name value */
-        const char *name = arg + 2, *eq = strchr(name, '='), *val = NULL;
-        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
-        int takes = 0, theirs = 0;
-        for (size_t k = 0; k < sizeof refused_value / sizeof refused_value[0]; k++)
-            theirs |= name_is(name, nlen, refused_value[k]);
-        for (size_t k = 0; k < sizeof own_value / sizeof own_value[0]; k++)
-            takes |= name_is(name, nlen, own_value[k]);
-        takes |= theirs;
-        theirs |= name_is(name, nlen, "log-rejected");
+        const char *name = op.name, *val = op.val;
+        size_t nlen = op.nlen;
+        int theirs = refused_opt(name, nlen) || name_is(name, nlen, "log-rejected");
         if (theirs && refused == NULL) {
             refused = name;
             refused_len = nlen;
-        }
-        if (takes) {
-            if (eq) {
-                val = eq + 1;
-            } else if (i + 1 < argc) {
-                val = argv[++i];
-            } else {
-                return usage_error("option '%s' needs a value", arg);
-            }
-        } else if (eq) {
-            return usage_error("option '%s' takes no value (or is unknown)", arg);
         }
 
         if (name_is(name, nlen, "rules")) {
@@ -791,7 +782,6 @@ static int parse_opts(int argc, char **argv, whatif_opts *o)
             o->domain = val;
             if (rules_only == NULL) rules_only = "--domain";
         } else if (name_is(name, nlen, "capacity")) {
-            char err[200];
             if (sl_check_pool_parse(val, &o->pool, err, sizeof err) != 0)
                 return usage_error("--capacity: %s", err);
             o->capacity = val;
@@ -805,9 +795,11 @@ static int parse_opts(int argc, char **argv, whatif_opts *o)
         } else if (name_is(name, nlen, "summary")) {
             o->summary = 1;
         } else if (!theirs) {
-            return usage_error("unknown option '%s' (see sluice replay --rules PATH --help)", arg);
+            return usage_error("unknown option '%s' (see sluice replay --rules PATH --help)",
+                               op.arg);
         }
     }
+    o->file = w.file;
     if (o->rules == NULL)
         return usage_error("%s needs --rules PATH (what-if replay of a rules file)",
                            rules_only ? rules_only : "this mode");

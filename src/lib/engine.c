@@ -539,7 +539,7 @@ void sl__norm_from(sl__norm *n, const sl_params *p)
     n->B = p->burst ? p->burst : p->limit;
     n->P = p->precision ? p->precision : SL_DEFAULT_PRECISION;
     n->log_rejected = p->log_rejected != 0;
-    n->space = p->space ? SL__KIND_SPACE : 0;
+    n->kind = (unsigned)p->algo | (p->space ? SL__KIND_SPACE : 0);
 }
 
 size_t sl__state_len(const sl__norm *n)
@@ -599,10 +599,9 @@ int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int6
     case SL_GCRA: gcra(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_SLIDING_LOG: return sliding_log(sh, r, st, n, t, cost, commit, out);
     default: {
-        int stored = st && (sl__rec_flags(r) & SL__REC_F1);
+        int stored = sl__tokens_stored(r, st);
         token_bucket(st, n, stored, clock_old, t, cost, commit, out);
-        if (commit && n->algo == SL_TOKEN_BUCKET && !stored)
-            sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
+        sl__tokens_mark(r, n, stored, commit);
         return 0;
     }
     }

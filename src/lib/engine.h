@@ -23,7 +23,8 @@ typedef struct sl__norm {
     sl_algo algo;
     int64_t L, W, B, P; /* limit, window (ms), burst, precision */
     int log_rejected;
-    unsigned space; /* 0, or SL__KIND_SPACE for a key of space 1 (sl_params) */
+    unsigned kind;  /* the store's name for the key's kind: algo, plus
+                       SL__KIND_SPACE in key space 1 (sl_params.space) */
 } sl__norm;
 
 /* Fills n from p (which must have passed sl_params_check). */
@@ -175,6 +176,21 @@ SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int t
     if (commit) sl__bucket_put(st, q, r);
 }
 
+/* token-bucket's state holds its tokens once the record carries
+ * SL__REC_F1; a record without it holds a deficit of 0 (a fresh record's
+ * zeros, engine.c).  sl__tokens_stored says which; sl__tokens_mark sets
+ * the flag at the first committed decision.  Used by both bucket paths. */
+static inline int sl__tokens_stored(const uint8_t *r, const uint8_t *st)
+{
+    return st != NULL && (sl__rec_flags(r) & SL__REC_F1);
+}
+
+static inline void sl__tokens_mark(uint8_t *r, const sl__norm *n, int stored, int commit)
+{
+    if (commit && n->algo == SL_TOKEN_BUCKET && !stored)
+        sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
+}
+
 /* Decides a request of `cost` at effective time t (>= clock_old) on the
  * record r (NULL: the key has none and commit is 0).  clock_old is the
  * key's clock before this request (== t for a new key).  commit != 0
@@ -196,9 +212,10 @@ SL__HOT_INLINE int sl__engine_decide(sl__shard *sh, uint8_t *r, const sl__norm *
     case SL_TOKEN_BUCKET:
     case SL_LEAKY_BUCKET: {
         if (!sl__bucket64_fits(n, cost, &BW)) break;
-        int tb = n->algo == SL_TOKEN_BUCKET, stored = st && (sl__rec_flags(r) & SL__REC_F1);
-        sl__bucket64(st, n, !tb, stored, clock_old, t, BW, cost, commit, out);
-        if (commit && tb && !stored) sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_F1);
+        int stored = sl__tokens_stored(r, st);
+        sl__bucket64(st, n, n->algo != SL_TOKEN_BUCKET, stored, clock_old, t, BW, cost, commit,
+                     out);
+        sl__tokens_mark(r, n, stored, commit);
         return 0;
     }
     default: break;

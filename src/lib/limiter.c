@@ -81,7 +81,7 @@ SL__HOT_INLINE int decide_locked(sl__shard *sh, uint64_t h, uint8_t *r, const sl
     int64_t t = now > clock_old ? now : clock_old;
 
     if (fresh && commit) {
-        r = sl__shard_insert(sh, h, n->algo | n->space, key, klen, sl__state_len(n), now);
+        r = sl__shard_insert(sh, h, n->kind, key, klen, sl__state_len(n), now);
         if (r == NULL) return SL_ENOMEM;
     }
     if (r != NULL && n->algo == SL_SLIDING_BUCKETS) {
@@ -112,7 +112,7 @@ SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, const void *key, size_
     if (s == NULL || out == NULL) return SL_EINVAL;
     sl__shard *sh;
     uint64_t h;
-    uint8_t *r = sl__store_lookup(s, n->algo | n->space, key, klen, &sh, &h);
+    uint8_t *r = sl__store_lookup(s, n->kind, key, klen, &sh, &h);
     rc = decide_locked(sh, h, r, n, key, klen, now, cost, commit, out);
     sl__shard_unlock(sh);
     return rc;
@@ -160,11 +160,10 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
         if (rc != 0) return rc;
         sl__norm_from(&norm[i], reqs[i].params);
         for (size_t j = 0; j < i; j++) /* one state may not be charged twice */
-            if (norm[j].algo == norm[i].algo && norm[j].space == norm[i].space &&
-                reqs[j].keylen == reqs[i].keylen &&
+            if (norm[j].kind == norm[i].kind && reqs[j].keylen == reqs[i].keylen &&
                 memcmp(reqs[j].key, reqs[i].key, reqs[i].keylen) == 0)
                 return SL_EINVAL;
-        h[i] = sl__store_hash(s, norm[i].algo | norm[i].space, reqs[i].key, reqs[i].keylen);
+        h[i] = sl__store_hash(s, norm[i].kind, reqs[i].key, reqs[i].keylen);
         sh[i] = sl__store_shard(s, h[i]);
         size_t k = nlocks; /* insert into the sorted set of shards to lock */
         while (k > 0 && (uintptr_t)locks[k - 1] > (uintptr_t)sh[i]) k--;
@@ -178,7 +177,7 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
     for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
         for (size_t i = 0; i < n && rc == 0; i++) {
             const sl_request *q = &reqs[i];
-            uint8_t *r = sl__shard_find(sh[i], h[i], norm[i].algo | norm[i].space, q->key,
+            uint8_t *r = sl__shard_find(sh[i], h[i], norm[i].kind, q->key,
                                         q->keylen);
             rc = decide_locked(sh[i], h[i], r, &norm[i], q->key, q->keylen, now_ms, q->cost, pass,
                                &out[i]);
@@ -234,7 +233,7 @@ static size_t decide_many(sl_store *s, const sl__norm *shared, const sl_call *ca
                     sl__norm_from(&a->own, c->params);
                     a->norm = &a->own;
                 }
-                a->hash = sl__store_hash(s, a->norm->algo | a->norm->space, c->key, c->keylen);
+                a->hash = sl__store_hash(s, a->norm->kind, c->key, c->keylen);
                 a->far = sl__store_prefetch(s, a->hash) > SL__NEAR_SLOTS;
             }
         }
@@ -250,7 +249,7 @@ static size_t decide_many(sl_store *s, const sl__norm *shared, const sl_call *ca
             if (rc == 0) {
                 sl__shard *sh;
                 uint8_t *r =
-                    sl__store_lookup_hashed(s, a->norm->algo | a->norm->space, c->key, c->keylen,
+                    sl__store_lookup_hashed(s, a->norm->kind, c->key, c->keylen,
                                             a->hash, &sh);
                 rc = decide_locked(sh, a->hash, r, a->norm, c->key, c->keylen, c->now_ms, c->cost,
                                    1, &out[k]);

@@ -262,10 +262,14 @@ static inline uint8_t *rec_at(const sl__shard *sh, uint32_t h)
     return p->mem + (size_t)h_idx(h) * p->rsize;
 }
 
-static inline uint32_t home(const sl__shard *sh, uint64_t hash)
+/* The slot where a key of this hash is first looked for in a table of
+ * `size` slots: the hash's low 32 bits mapped onto the size ("fast range"). */
+static inline uint32_t home_in(uint64_t hash, uint32_t size)
 {
-    return (uint32_t)(((uint64_t)(uint32_t)hash * sh->size) >> 32);
+    return (uint32_t)(((uint64_t)(uint32_t)hash * size) >> 32);
 }
+
+static inline uint32_t home(const sl__shard *sh, uint64_t hash) { return home_in(hash, sh->size); }
 
 static inline uint64_t rec_hash(const sl__shard *sh, const uint8_t *r)
 {
@@ -793,15 +797,15 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind, const void 
  * Issued before the lock is taken because the lock's atomic exchange is a
  * full fence on x86: no load after it starts until the previous
  * decision's stores have drained, so a slot miss begun only under the lock
- * is paid after everything the previous call did (over 1M keys,
- * token-bucket per call 3.6 -> 4.6 M/s; bench/README.md).
+ * is paid after everything the previous call did (over 1M keys, per
+ * call, gcra 4.3 -> 4.9 M/s; token-bucket and fixed-window within the
+ * noise; docs/status.md).
  */
 static inline uint32_t prefetch_home(const sl__shard *sh, uint64_t hash)
 {
     uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
     uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
-    uint32_t i = (uint32_t)(((uint64_t)(uint32_t)hash * size) >> 32);
-    __builtin_prefetch((const void *)(slot + (uintptr_t)i * sizeof(uint32_t)));
+    __builtin_prefetch((const void *)(slot + (uintptr_t)home_in(hash, size) * sizeof(uint32_t)));
     return size;
 }
 
