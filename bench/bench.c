@@ -85,7 +85,8 @@ enum {
 
 /* What was measured for one algorithm (-1 = not run). */
 typedef struct algo_res {
-    double hot1, many1;               /* M decisions/s, one thread */
+    double hot1, many1;               /* M decisions/s, one thread (SL_LOCK_SHARD) */
+    double hot1r, many1r;             /* the same with the default store (SL_LOCK_RECORD) */
     double hotb, manyb;               /* the same through sl_allow_many, BATCH a call */
     double hot2, many2;               /* M decisions/s, two threads, aggregate */
     double hot2min, many2min;         /* M decisions/s of the slower of the two threads */
@@ -200,12 +201,25 @@ static sl_params tput_params(sl_algo a)
     return p;
 }
 
-static sl_limiter *new_limiter(const sl_params *p)
+/* A limiter on a store of its own with this locking (SL_LOCK_*); free both
+ * with free_limiter. */
+static sl_limiter *new_limiter(const sl_params *p, unsigned locking)
 {
     int err = 0;
-    sl_limiter *l = sl_limiter_new(p, NULL, &err);
+    sl_store_opts o = {.locking = locking};
+    sl_store *s = sl_store_new(&o, &err);
+    if (!s) die("sl_store_new: %s", sl_strerror(err));
+    sl_limiter *l = sl_limiter_new(p, s, &err);
     if (!l) die("sl_limiter_new(%s): %s", sl_algo_name(p->algo), sl_strerror(err));
     return l;
+}
+
+static void free_limiter(sl_limiter *l)
+{
+    if (!l) return;
+    sl_store *s = sl_limiter_store(l);
+    sl_limiter_free(l);
+    sl_store_free(s);
 }
 
 /* ---- throughput --------------------------------------------------------- */
@@ -326,15 +340,16 @@ static double warm(sl_limiter *lim, unsigned nkeys, int64_t *now)
  */
 static double measure(const cfg *c, sl_algo algo, unsigned nkeys, const uint32_t *idx,
                       uint32_t idx_n, int nthreads, int disjoint, double *slowest,
-                      double *allowed_frac, double *insert, double *cpu_share, int batch)
+                      double *allowed_frac, double *insert, double *cpu_share, int batch,
+                      unsigned locking)
 {
     sl_params p = tput_params(algo);
-    sl_limiter *lim = new_limiter(&p), *lim2 = NULL;
+    sl_limiter *lim = new_limiter(&p, locking), *lim2 = NULL;
     int64_t now = T0;
     double ins = warm(lim, disjoint ? nkeys * (unsigned)nthreads : nkeys, &now);
     if (disjoint == 2) {
         int64_t now2 = T0;
-        lim2 = new_limiter(&p);
+        lim2 = new_limiter(&p, locking);
         warm(lim2, nkeys * (unsigned)nthreads, &now2);
     }
     if (insert) *insert = ins;
@@ -389,8 +404,8 @@ static double measure(const cfg *c, sl_algo algo, unsigned nkeys, const uint32_t
             if (a[t].now > latest) latest = a[t].now;
         for (int t = 0; t < nthreads; t++) a[t].now = latest;
     }
-    sl_limiter_free(lim);
-    if (lim2) sl_limiter_free(lim2);
+    free_limiter(lim);
+    free_limiter(lim2);
     if (slowest) *slowest = best_slow;
     if (allowed_frac) *allowed_frac = best_allowed;
     if (cpu_share) *cpu_share = best_share;
@@ -774,27 +789,36 @@ static void run_throughput(bench *b)
         algo_res *r = &b->res[a];
         sl_algo al = (sl_algo)a;
         if (!(c->algos & (1u << a))) continue;
-        if (c->parts & PART_HOT)
+        /* One thread: a store for one thread (SL_LOCK_SHARD); two threads:
+         * the default store (SL_LOCK_RECORD).  The other pairing is in the
+         * details table (1 thread, record locks). */
+        if (c->parts & PART_HOT) {
             r->hot1 = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 1, 0, NULL, &r->hot_allowed,
-                              NULL, &r->share_hot1, 0);
-        if (c->parts & PART_MANY)
+                              NULL, &r->share_hot1, 0, SL_LOCK_SHARD);
+            r->hot1r = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 1, 0, NULL, NULL, NULL, NULL,
+                               0, SL_LOCK_RECORD);
+        }
+        if (c->parts & PART_MANY) {
             r->many1 = measure(c, al, c->many_keys, g_many_idx, MANY_IDX, 1, 0, NULL,
-                               &r->many_allowed, &r->insert, &r->share_many1, 0);
+                               &r->many_allowed, &r->insert, &r->share_many1, 0, SL_LOCK_SHARD);
+            r->many1r = measure(c, al, c->many_keys, g_many_idx, MANY_IDX, 1, 0, NULL, NULL, NULL,
+                                NULL, 0, SL_LOCK_RECORD);
+        }
         if (c->parts & PART_2T) {
             r->hot2 = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 2, 0, &r->hot2min, NULL, NULL,
-                              &r->share_hot2, 0);
+                              &r->share_hot2, 0, SL_LOCK_RECORD);
             r->hot2d = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 2, 1, &r->hot2dmin, NULL, NULL,
-                               NULL, 0);
+                               NULL, 0, SL_LOCK_RECORD);
             r->hot2s = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 2, 2, &r->hot2smin, NULL, NULL,
-                               NULL, 0);
+                               NULL, 0, SL_LOCK_RECORD);
             r->many2 = measure(c, al, c->many_keys, g_many_idx, MANY_IDX, 2, 0, &r->many2min, NULL,
-                               NULL, &r->share_many2, 0);
+                               NULL, &r->share_many2, 0, SL_LOCK_RECORD);
         }
         if (c->parts & PART_BATCH) {
             r->hotb = measure(c, al, HOT_KEYS, g_hot_idx, HOT_IDX, 1, 0, NULL, NULL, NULL, NULL,
-                              BATCH);
+                              BATCH, SL_LOCK_SHARD);
             r->manyb = measure(c, al, c->many_keys, g_many_idx, MANY_IDX, 1, 0, NULL, NULL, NULL,
-                               NULL, BATCH);
+                               NULL, BATCH, SL_LOCK_SHARD);
         }
         fprintf(stderr,
                 "  run %-16s hot %6.2f  many %6.2f  2thr hot %6.2f / %6.2f  many %6.2f  batched "
@@ -895,16 +919,20 @@ static int print_table(const bench *b)
 static void print_details(const bench *b)
 {
     const cfg *c = &b->c;
-    printf("\n%-16s | %18s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n", "details",
-           "2 thr hot M/s", "2 thr hot M/s", "2 thr hot M/s", "2 thr many", "allowed %",
-           "fill M/s", "stats B", "1thr M/CPU-s", "cpu/wall % (min thread)");
-    printf("%-16s | %18s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n", "",
+    printf("\n%-16s | %18s | %18s | %18s | %10s | %14s | %13s | %8s | %8s | %16s | %s\n",
+           "details", "2 thr hot M/s", "2 thr hot M/s", "2 thr hot M/s", "2 thr many",
+           "1 thr M/s", "allowed %", "fill M/s", "stats B", "1thr M/CPU-s",
+           "cpu/wall % (min thread)");
+    printf("%-16s | %18s | %18s | %18s | %10s | %14s | %13s | %8s | %8s | %16s | %s\n", "",
            "shared: agg (min)", "own keys: agg(min)", "own store: agg(min)", "min M/s",
-           "hot / many", "many", "per key", "hot / many", "hot1 many1 hot2 many2");
+           "rec locks h/m", "hot / many", "many", "per key", "hot / many",
+           "hot1 many1 hot2 many2");
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
         const algo_res *r = &b->res[a];
         if (!(c->algos & (1u << a))) continue;
-        char sh[32], own[32], sep[32], mm[16], al[32], ins[16], st[16], cpu[48], per[40];
+        char sh[32], own[32], sep[32], mm[16], al[32], ins[16], st[16], cpu[48], per[40],
+            rl[40];
+        snprintf(rl, sizeof rl, "%.2f / %.2f", r->hot1r, r->many1r);
         if (r->hot2 >= 0) {
             snprintf(sh, sizeof sh, "%.2f (%.2f)", r->hot2, r->hot2min);
             snprintf(own, sizeof own, "%.2f (%.2f)", r->hot2d, r->hot2dmin);
@@ -922,9 +950,9 @@ static void print_details(const bench *b)
                  r->share_many1 * 100, r->share_hot2 * 100, r->share_many2 * 100);
         snprintf(per, sizeof per, "%.2f / %.2f", r->share_hot1 > 0 ? r->hot1 / r->share_hot1 : 0,
                  r->share_many1 > 0 ? r->many1 / r->share_many1 : 0);
-        printf("%-16s | %18s | %18s | %18s | %10s | %13s | %8s | %8s | %16s | %s\n",
-               sl_algo_name((sl_algo)a), sh, own, sep, mm, r->hot_allowed >= 0 ? al : "-", ins, st, per,
-               cpu);
+        printf("%-16s | %18s | %18s | %18s | %10s | %14s | %13s | %8s | %8s | %16s | %s\n",
+               sl_algo_name((sl_algo)a), sh, own, sep, mm, rl, r->hot_allowed >= 0 ? al : "-", ins,
+               st, per, cpu);
     }
     if (b->logm.ok)
         printf("sliding-log 500/h: %u keys x 500 requests, load %.2f M/s, store stats "

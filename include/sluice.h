@@ -128,9 +128,23 @@ typedef struct sl_result {
 
 typedef struct sl_store sl_store;
 
+/* How a store's threads take turns (sl_store_opts.locking):
+ *   SL_LOCK_RECORD  each key's state has its own lock, and a decision on an
+ *                   existing key finds it without any shared lock: threads
+ *                   on different keys share no written cache line, so
+ *                   decisions scale with cores.  The default.
+ *   SL_LOCK_SHARD   each decision takes its shard's lock (64 shards): no
+ *                   atomic read-modify-write on the key's own state, ~10%
+ *                   faster for one thread, but two threads take the same
+ *                   locks and slow each other down.  For a store one
+ *                   thread uses (sluice replay does).
+ * Both are safe with any number of threads; docs/store.md has the numbers. */
+enum { SL_LOCK_RECORD = 0, SL_LOCK_SHARD = 1 };
+
 typedef struct sl_store_opts {
     size_t max_bytes; /* memory bound for keys and tables; 0 = unbounded */
     unsigned shards;  /* power of two; 0 = chosen from max_bytes (at most 64) */
+    unsigned locking; /* SL_LOCK_RECORD (0) or SL_LOCK_SHARD */
     int fixed_seed;   /* nonzero: use `seed` instead of a random one (tests) */
     uint8_t seed[16];
 } sl_store_opts;

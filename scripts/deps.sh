@@ -16,6 +16,7 @@ libevent-dev
 libhiredis-dev
 python3-redis
 libyaml-dev
+liburcu-dev
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -25,6 +26,8 @@ libyaml-dev
 #   redis-server, libevent-dev, libhiredis-dev, python3-redis
 #                    the server (sluiced) and its end-to-end tests
 #   libyaml-dev      rules files (src/rules): the YAML parser
+#   liburcu-dev      the store's lock-free readers: freeing what they may
+#                    still see (src/lib/reclaim.h)
 
 set -eu
 

@@ -22,7 +22,7 @@ bad() {
 awk '/^```c$/ { f = 1; next } /^```$/ { f = 0 } f' README.md >"$T/example.c"
 if [ -s "$T/example.c" ] &&
     cc -std=c99 -Wall -Wextra -Werror -Iinclude -o "$T/example" "$T/example.c" \
-        "$BUILD/libsluice.a" -lpthread >"$T/cc.log" 2>&1; then
+        "$BUILD/libsluice.a" -lurcu-bp -lpthread >"$T/cc.log" 2>&1; then
     out=$("$T/example")
     if [ "$(echo "$out" | grep -c '^allowed 1')" -eq 3 ] && echo "$out" | grep -q '^allowed 0'; then
         ok "README's C example builds and runs (three allowed, one denied)"

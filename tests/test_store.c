@@ -70,6 +70,7 @@ static int put(sl_store *s, unsigned algo, const void *key, size_t klen, size_t 
         sl__rec_set_clock(r, now);
         sl__rec_set_reset(r, reset_after);
         memset(sl__rec_state(r), fill, nfill);
+        sl__rec_unlock(r);
     }
     sl__shard_unlock(sh);
     return r != NULL;
@@ -88,6 +89,7 @@ static int get(sl_store *s, unsigned algo, const void *key, size_t klen, uint8_t
         assert_memory_equal(sl__rec_key(r), key, klen);
         memcpy(state, sl__rec_state(r), n);
     }
+    if (r) sl__rec_unlock(r);
     sl__shard_unlock(sh);
     return r != NULL;
 }
@@ -379,27 +381,50 @@ static void test_new_record(void **state)
     assert_int_equal(sl__rec_flags(r), SL__REC_F1);
     assert_int_equal(sl__rec_klen(r), 7);
     assert_int_equal(sl__rec_algo(r), SL_LEAKY_BUCKET);
+    /* Handed out held: the quick way does not get it while it is held (it
+     * gives up after a short spin), and gets it once released. */
+    assert_true(sl__rec_meta(r) & SL__REC_LOCK);
+    uint16_t m = 0;
+    assert_null(sl__store_grab(s, SL_LEAKY_BUCKET, key, 7, h, &m));
+    sl__rec_unlock(r);
+    assert_false(sl__rec_meta(r) & SL__REC_LOCK);
+    assert_ptr_equal(sl__store_grab(s, SL_LEAKY_BUCKET, key, 7, h, &m), r);
+    assert_int_equal(m, sl__rec_meta(r)); /* the meta as taken, lock bit set */
+    assert_true(m & SL__REC_LOCK);
+    sl__rec_unlock(r);
+    assert_null(sl__store_grab(s, SL_GCRA, key, 7, h, &m)); /* another kind: absent */
     assert_ptr_equal(sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7), r);
+    sl__rec_unlock(r);
     /* The same key in space 1 is another record; the flag bits do not
      * change either one's identity. */
     unsigned k1 = SL_LEAKY_BUCKET | SL__KIND_SPACE;
     assert_null(sl__shard_find(sh, h, k1, key, 7));
+    assert_null(sl__store_grab(s, k1, key, 7, h, &m));
     uint8_t *r1 = sl__shard_insert(sh, h, k1, key, 7, 21, -77);
     assert_non_null(r1);
+    sl__rec_unlock(r1);
     r = sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7); /* pointers end at an insert */
     assert_non_null(r);
     assert_ptr_not_equal(r1, r);
     assert_int_equal(sl__rec_flags(r1), SL__REC_SPACE);
     assert_int_equal(sl__rec_kind(r1), k1);
     assert_int_equal(sl__rec_kind(r), SL_LEAKY_BUCKET);
-    sl__rec_set_flags(r1, SL__REC_SPACE | SL__REC_F1);
+    sl__rec_unlock(r);
     assert_ptr_equal(sl__shard_find(sh, h, k1, key, 7), r1);
+    sl__rec_set_flags(r1, SL__REC_SPACE | SL__REC_F1);
+    sl__rec_unlock(r1);
+    assert_ptr_equal(sl__store_grab(s, k1, key, 7, h, &m), r1);
+    sl__rec_unlock(r1);
     assert_ptr_equal(sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7), r);
+    sl__rec_unlock(r);
+    assert_ptr_equal(sl__shard_find(sh, h, k1, key, 7), r1);
     sl__shard_remove(sh, h, r1);
     assert_null(sl__shard_find(sh, h, k1, key, 7));
+    assert_null(sl__store_grab(s, k1, key, 7, h, &m)); /* removed: gone for the quick way too */
     r = sl__shard_find(sh, h, SL_LEAKY_BUCKET, key, 7);
     assert_non_null(r);
     assert_int_equal(sl__rec_flags(r), SL__REC_F1);
+    sl__rec_unlock(r);
     /* Bad sizes are refused, not stored. */
     assert_null(sl__shard_insert(sh, h, SL_GCRA, key, 0, 8, 0));
     assert_null(sl__shard_insert(sh, h, SL_GCRA, key, SL_MAX_KEY + 1, 8, 0));
@@ -429,6 +454,7 @@ static void test_resize(void **state)
         uint8_t *r0 = sl__shard_find(sh, h, SL_SLIDING_BUCKETS, k, len);
         assert_non_null(r0);
         for (size_t j = 0; j < prev; j++) sl__rec_state(r0)[j] = (uint8_t)(j + i);
+        sl__rec_unlock(r0);
         sl__shard_unlock(sh);
         for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
             sl__shard_lock(sh);
@@ -449,7 +475,12 @@ static void test_resize(void **state)
             for (size_t j = keep; j < sizes[z]; j++)
                 assert_int_equal(sl__rec_state(nr)[j], 0); /* grown part is zero */
             for (size_t j = 0; j < sizes[z]; j++) sl__rec_state(nr)[j] = (uint8_t)(j + i);
+            sl__rec_unlock(nr);
             assert_ptr_equal(sl__shard_find(sh, h, SL_SLIDING_BUCKETS, k, len), nr);
+            sl__rec_unlock(nr);
+            uint16_t m;
+            assert_ptr_equal(sl__store_grab(s, SL_SLIDING_BUCKETS, k, len, h, &m), nr);
+            sl__rec_unlock(nr);
             sl__shard_unlock(sh);
             prev = sizes[z];
         }
@@ -491,6 +522,7 @@ static void test_state_cap(void **state)
         size_t cap = sl__rec_state_cap(sh, recs[i]);
         assert_true(cap >= lens[i]);
         assert_true(cap <= lens[i] + 1 + 4); /* even size, min 16 bytes */
+        sl__rec_unlock(recs[i]);
     }
     (void)h0;
     sl__shard_unlock(sh);
@@ -519,6 +551,7 @@ static void test_ext_buffers(void **state)
         sl__st32(sl__rec_state(r) + 8, 4096);
         sl__rec_set_flags(r, SL__REC_EXT);
         sl__shard_account(sh, 4096);
+        sl__rec_unlock(r);
         sl__shard_unlock(sh);
     }
     stats(s, &b);
@@ -725,6 +758,10 @@ static void test_opts(void **state)
     assert_null(sl_store_new(&o, &err));
     assert_int_equal(err, SL_EINVAL);
     o.shards = 1;
+    o.locking = 2; /* neither SL_LOCK_RECORD nor SL_LOCK_SHARD */
+    assert_null(sl_store_new(&o, &err));
+    assert_int_equal(err, SL_EINVAL);
+    o.locking = SL_LOCK_SHARD;
     sl_store *s = sl_store_new(&o, &err);
     assert_non_null(s);
     sl_store_stats ss;
@@ -765,6 +802,7 @@ static void *work(void *arg)
         if (r) {
             sl__st64(sl__rec_state(r), sl__ld64(sl__rec_state(r)) + 1);
             sl__rec_set_reset(r, 1000000000);
+            sl__rec_unlock(r);
         } else
             w->fails++;
         sl__shard_unlock(sh);

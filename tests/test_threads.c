@@ -133,6 +133,94 @@ static void *churn(void *arg)
     return NULL;
 }
 
+/* Hot keys decided the quick way (record locks, no shard lock) while the
+ * same threads add new keys to the same shards: tables grow and are
+ * replaced, directories grow, pages are made -- under the readers.  The hot
+ * keys' totals stay exact; with a bound, pages are also freed under them
+ * (evictions), and every call still answers. */
+typedef struct mix_job {
+    sl_store *store;
+    int64_t allowed[NKEYS];
+    int errors;
+    int id;
+} mix_job;
+
+#define MIX_ROUNDS 3000
+
+static void *mix(void *arg)
+{
+    mix_job *j = arg;
+    sl_params hot = SL_PARAMS_INIT, cold = SL_PARAMS_INIT;
+    hot.algo = SL_FIXED_WINDOW;
+    hot.limit = 1000;
+    hot.window_ms = 1000000; /* one window for the whole test */
+    cold.algo = SL_TOKEN_BUCKET;
+    cold.limit = 5;
+    cold.window_ms = 3600000; /* nothing expires: the bound evicts */
+    char key[48];
+    for (int i = 0; i < MIX_ROUNDS; i++) {
+        sl_result r;
+        for (int k = 0; k < NKEYS; k++) {
+            int n = snprintf(key, sizeof(key), "hot:%d", k);
+            if (sl_decide(j->store, &hot, key, (size_t)n, i, 1, &r) != 0)
+                j->errors++;
+            else
+                j->allowed[k] += r.allowed;
+        }
+        for (int c = 0; c < 8; c++) { /* 8 new keys a round */
+            int n = snprintf(key, sizeof(key), "new:%d:%d:%d", j->id, i, c);
+            if (sl_decide(j->store, &cold, key, (size_t)n, i, 1, &r) != 0) j->errors++;
+        }
+    }
+    return NULL;
+}
+
+static void mix_run(size_t max_bytes, unsigned locking)
+{
+    sl_store_opts o = {0};
+    o.max_bytes = max_bytes;
+    o.locking = locking;
+    sl_store *s = sl_store_new(&o, NULL);
+    assert_non_null(s);
+    static mix_job jobs[NTHREADS];
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) {
+        jobs[i] = (mix_job){.store = s, .id = i};
+        assert_int_equal(pthread_create(&th[i], NULL, mix, &jobs[i]), 0);
+    }
+    for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    for (int i = 0; i < NTHREADS; i++) assert_int_equal(jobs[i].errors, 0);
+    if (!max_bytes) {
+        /* NTHREADS * MIX_ROUNDS = 12000 attempts per hot key, one window:
+         * exactly the limit allowed, whoever got them */
+        for (int k = 0; k < NKEYS; k++) {
+            int64_t sum = 0;
+            for (int i = 0; i < NTHREADS; i++) sum += jobs[i].allowed[k];
+            assert_int_equal(sum, 1000);
+        }
+        assert_int_equal(st.keys, NKEYS + (uint64_t)NTHREADS * MIX_ROUNDS * 8);
+    } else {
+        assert_true(st.bytes <= max_bytes);
+        assert_true(st.evictions > 0);
+    }
+    sl_store_free(s);
+}
+
+static void quick_way_while_growing(void **state)
+{
+    (void)state;
+    mix_run(0, SL_LOCK_RECORD);
+    mix_run(0, SL_LOCK_SHARD);
+}
+
+static void quick_way_while_evicting(void **state)
+{
+    (void)state;
+    mix_run(512 * 1024, SL_LOCK_RECORD);
+}
+
 static void bounded_store_threads(void **state)
 {
     (void)state;
@@ -301,6 +389,8 @@ int main(void)
         cmocka_unit_test(sliding_log_exact),
         cmocka_unit_test(token_bucket_exact),
         cmocka_unit_test(bounded_store_threads),
+        cmocka_unit_test(quick_way_while_growing),
+        cmocka_unit_test(quick_way_while_evicting),
         cmocka_unit_test(decide_all_is_atomic),
         cmocka_unit_test(decide_many_while_growing),
     };

@@ -1033,6 +1033,7 @@ int sl__replay_main(int argc, char **argv)
     sl_store_opts so;
     memset(&so, 0, sizeof so);
     so.max_bytes = o.max_memory;
+    so.locking = SL_LOCK_SHARD; /* each store is used by one thread */
     int err = 0;
     for (int i = 0; i < nstores && err == 0; i++) {
         stores[i] = sl_store_new(&so, &err);

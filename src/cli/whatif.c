@@ -968,6 +968,7 @@ int sl__whatif_main(int argc, char **argv)
     sl_store_opts so;
     memset(&so, 0, sizeof so);
     so.max_bytes = o.max_memory;
+    so.locking = SL_LOCK_SHARD; /* one thread */
     int err = 0;
     r.store = sl_store_new(&so, &err);
     r.req = malloc(sizeof *r.req);

@@ -599,9 +599,10 @@ int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int6
     case SL_GCRA: gcra(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_SLIDING_LOG: return sliding_log(sh, r, st, n, t, cost, commit, out);
     default: {
-        int stored = sl__tokens_stored(r, st);
+        uint16_t meta = r ? sl__rec_meta(r) : 0;
+        int stored = sl__tokens_stored(meta, st);
         token_bucket(st, n, stored, clock_old, t, cost, commit, out);
-        sl__tokens_mark(r, n, stored, commit);
+        sl__tokens_mark(r, &meta, n, stored, commit);
         return 0;
     }
     }

@@ -1,8 +1,10 @@
 /*
  * limiter.c -- the public decision API: checks the request, finds or makes
- * the key's record under its shard lock, applies SPEC section 4's clock
- * (a request older than the key's latest time is decided at that time), and
- * lets the engine decide.  Bad input is refused before any state is touched.
+ * the key's record and holds it (store.h: the quick way, the record's lock
+ * alone, for an existing key whose state never changes size; else the sure
+ * way, under the shard lock), applies SPEC section 4's clock (a request
+ * older than the key's latest time is decided at that time), and lets the
+ * engine decide.  Bad input is refused before any state is touched.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +39,8 @@ static int decide_on_copy(sl__shard *sh, const uint8_t *r, size_t need, const sl
     if (copy == NULL) return SL_ENOMEM;
     memcpy(copy, r, head + cap);
     sl__state_adapt(sl__rec_state(copy), n, clock_old);
-    int rc = sl__engine_decide(sh, copy, n, clock_old, t, cost, 0, out);
+    uint16_t meta = sl__rec_meta(copy);
+    int rc = sl__engine_decide(sh, copy, &meta, n, clock_old, t, cost, 0, out);
     free(copy);
     return rc;
 }
@@ -45,8 +48,9 @@ static int decide_on_copy(sl__shard *sh, const uint8_t *r, size_t need, const sl
 /* The state of r needs a new layout for n (sliding-buckets only: a new
  * precision or wider counters, or a fresh record): grows the record if
  * needed and adapts it, or answers on a copy when not committing.  Returns
- * 0 with *rp (maybe moved) ready to decide on, 1 when *out already holds
- * the answer (not committing), or a negative SL_E* code. */
+ * 0 with *rp (maybe moved, held) ready to decide on, 1 when *out already
+ * holds the answer (not committing), or a negative SL_E* code (a fresh
+ * record is then removed: *rp NULL). */
 static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const sl__norm *n,
                        int64_t clock_old, int64_t t, int64_t cost, int commit, sl_result *out)
 {
@@ -60,7 +64,10 @@ static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const
     if (need > sl__rec_state_cap(sh, r)) {
         uint8_t *nr = sl__shard_resize(sh, h, r, need);
         if (nr == NULL) {
-            if (fresh) sl__shard_remove(sh, h, r);
+            if (fresh) {
+                sl__shard_remove(sh, h, r);
+                *rp = NULL;
+            }
             return SL_ENOMEM;
         }
         *rp = r = nr;
@@ -69,13 +76,27 @@ static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const
     return 0;
 }
 
-/* Decides on the record r of (n->algo, key) -- NULL if the key has none --
- * with the shard lock held.  commit = 0 answers without changing anything. */
-SL__HOT_INLINE int decide_locked(sl__shard *sh, uint64_t h, uint8_t *r, const sl__norm *n,
-                                 const void *key, size_t klen, int64_t now, int64_t cost,
-                                 int commit, sl_result *out)
+/* Whether decisions for n may take the quick way (sl__store_grab): an
+ * existing record whose state never needs the shard -- not
+ * sliding-buckets (its state may grow) nor sliding-log (its log is memory
+ * the shard counts). */
+static inline int quick_ok(const sl__norm *n)
+{
+    return n->algo != SL_SLIDING_BUCKETS && n->algo != SL_SLIDING_LOG;
+}
+
+/* Decides on the record *rp of (n->algo, key) -- NULL if the key has none
+ * -- which the caller holds, with the shard lock held; sh is NULL on the
+ * quick way (an existing record, quick_ok).  *mp is the record's meta as
+ * the holder knows it (sl__engine_decide).  On return *rp is the key's
+ * record, still held, or NULL, and *mp its meta.  commit = 0 answers
+ * without changing anything. */
+SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                               const sl__norm *n, const void *key, size_t klen, int64_t now,
+                               int64_t cost, int commit, sl_result *out)
 {
     int rc;
+    uint8_t *r = *rp;
     int fresh = r == NULL;
     int64_t clock_old = r ? sl__rec_clock(r) : now;
     int64_t t = now > clock_old ? now : clock_old;
@@ -83,14 +104,21 @@ SL__HOT_INLINE int decide_locked(sl__shard *sh, uint64_t h, uint8_t *r, const sl
     if (fresh && commit) {
         r = sl__shard_insert(sh, h, n->kind, key, klen, sl__state_len(n), now);
         if (r == NULL) return SL_ENOMEM;
+        *rp = r;
+        *mp = sl__rec_meta(r);
     }
     if (r != NULL && n->algo == SL_SLIDING_BUCKETS) {
-        rc = adapt_state(sh, h, &r, fresh, n, clock_old, t, cost, commit, out);
+        rc = adapt_state(sh, h, rp, fresh, n, clock_old, t, cost, commit, out);
+        r = *rp;
+        if (r != NULL) *mp = sl__rec_meta(r);
         if (rc != 0) return rc == 1 ? 0 : rc;
     }
-    rc = sl__engine_decide(sh, r, n, clock_old, t, cost, commit, out);
+    rc = sl__engine_decide(sh, r, mp, n, clock_old, t, cost, commit, out);
     if (rc != 0) {
-        if (fresh && r != NULL) sl__shard_remove(sh, h, r);
+        if (fresh && r != NULL) {
+            sl__shard_remove(sh, h, r);
+            *rp = NULL;
+        }
         return rc;
     }
     if (commit) {
@@ -100,22 +128,48 @@ SL__HOT_INLINE int decide_locked(sl__shard *sh, uint64_t h, uint8_t *r, const sl
     return 0;
 }
 
-/* The one decision path: one call hashes, locks and finds
- * (sl__store_lookup); only sliding-buckets ever changes its state's layout,
- * so the others skip sl__state_need.  Inlined into each API function, so
- * sl_allow is one call deep. */
+/* One decision on a checked request: the quick way when it applies and
+ * the key's record is found at once, else the sure way.  hashed: h is the
+ * key's hash already, else grab computes it (in the same call). */
+SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, const void *key, size_t klen,
+                                 int hashed, uint64_t h, int64_t now, int64_t cost, int commit,
+                                 sl_result *out)
+{
+    int rc;
+    uint8_t *r = NULL;
+    uint16_t m = 0;
+    sl__shard *sh;
+    if (quick_ok(n) && sl__store_quick(s)) {
+        r = hashed ? sl__store_grab(s, n->kind, key, klen, h, &m)
+                   : sl__store_grab_key(s, n->kind, key, klen, &h, &m);
+        if (r != NULL) {
+            rc = decide_held(NULL, h, &r, &m, n, key, klen, now, cost, commit, out);
+            /* quick_ok: never moved nor removed; m is its meta, held */
+            sl__rec_meta_set(r, (uint16_t)(m & ~SL__REC_LOCK));
+            return rc;
+        }
+        r = sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh);
+    } else if (hashed) {
+        r = sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh);
+    } else {
+        r = sl__store_lookup(s, n->kind, key, klen, &sh, &h);
+    }
+    if (r != NULL) m = sl__rec_meta(r);
+    rc = decide_held(sh, h, &r, &m, n, key, klen, now, cost, commit, out);
+    if (r != NULL) sl__rec_unlock(r);
+    sl__shard_unlock(sh);
+    return rc;
+}
+
+/* The one decision path, inlined into each API function, so sl_allow is
+ * one call deep. */
 SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, const void *key, size_t klen, int64_t now,
                           int64_t cost, int commit, sl_result *out)
 {
     int rc = check_request(key, klen, now, cost);
     if (rc != 0) return rc;
     if (s == NULL || out == NULL) return SL_EINVAL;
-    sl__shard *sh;
-    uint64_t h;
-    uint8_t *r = sl__store_lookup(s, n->kind, key, klen, &sh, &h);
-    rc = decide_locked(sh, h, r, n, key, klen, now, cost, commit, out);
-    sl__shard_unlock(sh);
-    return rc;
+    return decide_hashed(s, n, key, klen, 0, 0, now, cost, commit, out);
 }
 
 /* decide() for parameters given with the call: checked first. */
@@ -144,8 +198,10 @@ int sl_peek(sl_store *s, const sl_params *p, const void *key, size_t keylen, int
 /* Several requests as one (SPEC 7 rules: all pass and all are charged, or
  * none is).  The shards involved are locked together, in address order
  * (the order every multi-shard caller uses, so two batches cannot
- * deadlock); each request is answered first without charging, then, if all
- * are allowed, charged in order. */
+ * deadlock), and every existing record is held from the first answer to
+ * the last charge (the quick way cannot slip in between); each request is
+ * answered first without charging, then, if all are allowed, charged in
+ * order. */
 int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
                   sl_result *out, int *all_allowed)
 {
@@ -173,18 +229,24 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
         nlocks++;
     }
     for (size_t k = 0; k < nlocks; k++) sl__shard_lock(locks[k]);
+    uint8_t *rec[SL_MAX_BATCH];
+    uint16_t meta[SL_MAX_BATCH];
+    for (size_t i = 0; i < n; i++) {
+        rec[i] = sl__shard_find(sh[i], h[i], norm[i].kind, reqs[i].key, reqs[i].keylen);
+        meta[i] = rec[i] ? sl__rec_meta(rec[i]) : 0;
+    }
     int rc = 0, all = 1;
     for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
         for (size_t i = 0; i < n && rc == 0; i++) {
             const sl_request *q = &reqs[i];
-            uint8_t *r = sl__shard_find(sh[i], h[i], norm[i].kind, q->key,
-                                        q->keylen);
-            rc = decide_locked(sh[i], h[i], r, &norm[i], q->key, q->keylen, now_ms, q->cost, pass,
-                               &out[i]);
+            rc = decide_held(sh[i], h[i], &rec[i], &meta[i], &norm[i], q->key, q->keylen, now_ms,
+                             q->cost, (int)pass, &out[i]);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
         if (!all) break; /* a denial: nothing is charged */
     }
+    for (size_t i = 0; i < n; i++)
+        if (rec[i] != NULL) sl__rec_unlock(rec[i]);
     for (size_t k = nlocks; k > 0; k--) sl__shard_unlock(locks[k - 1]);
     if (all_allowed) *all_allowed = rc == 0 && all;
     return rc;
@@ -193,11 +255,11 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
 /*
  * sl_decide_many: a three-stage pipeline over the calls.  Request i is
  * hashed and its table slot prefetched (no lock) when the loop is at i;
- * its record is prefetched (a short lock) at i + SL__AHEAD; it is decided
- * at i + 2 * SL__AHEAD, by then with slot and record in cache.  Decisions
- * stay in call order, each under its own lock exactly like sl_decide, so
- * the answers are those of n sl_decide calls; the stages before only warm
- * the cache.  The second stage costs a lock, so it is skipped for a store
+ * its record is prefetched (no lock either) at i + SL__AHEAD; it is
+ * decided at i + 2 * SL__AHEAD, by then with slot and record in cache.
+ * Decisions stay in call order, each taken exactly like sl_decide, so the
+ * answers are those of n sl_decide calls; the stages before only warm the
+ * cache.  The second stage costs a probe, so it is skipped for a store
  * whose table is small enough to stay in cache (SL__NEAR_SLOTS, judged
  * from the key's shard).  A bad call is found at stage one and gets its
  * code at its turn.  `shared` is the limiter's parameters (NULL: each
@@ -246,15 +308,9 @@ static size_t decide_many(sl_store *s, const sl__norm *shared, const sl_call *ca
             const ahead *a = &ring[k % SL__RING];
             const sl_call *c = &calls[k];
             int rc = a->rc;
-            if (rc == 0) {
-                sl__shard *sh;
-                uint8_t *r =
-                    sl__store_lookup_hashed(s, a->norm->kind, c->key, c->keylen,
-                                            a->hash, &sh);
-                rc = decide_locked(sh, a->hash, r, a->norm, c->key, c->keylen, c->now_ms, c->cost,
-                                   1, &out[k]);
-                sl__shard_unlock(sh);
-            }
+            if (rc == 0)
+                rc = decide_hashed(s, a->norm, c->key, c->keylen, 1, a->hash, c->now_ms,
+                                   c->cost, 1, &out[k]);
             rcs[k] = rc;
             ok += rc == 0;
         }

@@ -76,8 +76,9 @@ static int dump_record(const uint8_t *r, void *ctx)
     size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
     uint8_t *p = snap_room(b, SNAP_REC_HDR + klen + slen);
     if (p == NULL) return -1;
-    /* the external-buffer flag is about this process's memory, not state */
-    sl__st16(p, (uint16_t)(sl__ld16(r) & ~(SL__REC_EXT << 13)));
+    /* the external-buffer flag is about this process's memory, not state;
+     * the lock bit about this moment (the record is held while dumped) */
+    sl__st16(p, (uint16_t)(sl__rec_meta(r) & ~(SL__REC_EXT << 13) & ~SL__REC_LOCK));
     memcpy(p + 2, r + 2, 10);                       /* reset code, clock */
     sl__st32(p + 12, (uint32_t)slen);
     memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
@@ -238,6 +239,7 @@ static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uin
             if (r) {
                 memcpy(r + 2, p + pos + 2, 2); /* the reset code, as saved */
                 sl__rec_set_flags(r, sl__rec_flags(r) | (meta >> 13));
+                sl__rec_unlock(r);
             }
             sl__shard_unlock(sh);
         }

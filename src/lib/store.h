@@ -5,7 +5,8 @@
  * of 32-bit record handles, and a slab of variable-size records.  A record is
  * one allocation holding the key inline:
  *
- *     offset 0   uint16  meta    bits 0..9: key length - 1 (1..512 bytes)
+ *     offset 0   uint16  meta    bits 0..8: key length - 1 (1..512 bytes)
+ *                                bit 9: SL__REC_LOCK, the record's lock
  *                                bits 10..12: algorithm (sl_algo)
  *                                bits 13..15: SL__REC_* flags (bit 15,
  *                                SL__REC_SPACE, is the key space)
@@ -21,12 +22,24 @@
  * both spaces hash alike, the meta bits tell them apart.
  *
  * Records are 2-byte aligned only: read multi-byte fields with memcpy (the
- * sl__ld / sl__st helpers).  Nothing here knows any algorithm: the engine
- * (limiter.c) decides, the store only keeps bytes and bounds memory.
+ * sl__ld / sl__st helpers), except meta, which is read and written only
+ * atomically (sl__rec_meta): a thread may test it while another holds the
+ * record.  Nothing here knows any algorithm: the engine (limiter.c)
+ * decides, the store only keeps bytes and bounds memory.
  *
- * Locking: functions named sl__shard_* expect the shard lock held
- * (taken with sl__shard_lock).  Record pointers are valid only while the
- * lock is held and until the next insert/resize/remove on that shard.
+ * Locking, two levels.  A record's own lock (SL__REC_LOCK in its meta)
+ * guards its bytes after the meta: whoever decides on a record, reads its
+ * clock or drops it holds it.  A shard's lock guards the shard's table,
+ * slab and counts: inserting, moving and dropping records, and finding
+ * them the sure way.  The order is shard, then record, never the other
+ * way: a thread holding a record waits for nothing.  So:
+ *   - the common decision (an existing key whose state never changes size)
+ *     takes only its record's lock, found without the shard lock
+ *     (sl__store_grab): threads on different keys write no shared line;
+ *   - everything else takes the shard lock first (sl__store_lookup), and
+ *     functions named sl__shard_* expect it held.
+ * A record pointer handed out is locked; it stays valid until its lock is
+ * released (sl__rec_unlock) or it is moved or removed by the holder.
  */
 #ifndef SL_STORE_H
 #define SL_STORE_H
@@ -45,8 +58,12 @@
 #define SL__REC_SPACE 0x4      /* the record is in key space 1: part of its
                                   identity, set at insert, never changed */
 #define SL__KIND_SPACE 8u      /* kind = algorithm | SL__KIND_SPACE: space 1 */
-#define SL__META_ID 0x9fffu    /* the meta bits that identify a record with its
+#define SL__META_ID 0x9dffu    /* the meta bits that identify a record with its
                                   key: length, algorithm, SL__REC_SPACE */
+#define SL__REC_LOCK 0x200u    /* meta bit 9: the record is held.  Never part of
+                                  a key's length (at most 511 + 1) */
+#define SL__FREE_MARK 0xffffu  /* the meta of a free record: held forever, and
+                                  algorithm 7, which no key has */
 
 typedef struct sl__shard sl__shard;
 
@@ -58,12 +75,29 @@ static inline void sl__st32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline uint16_t sl__ld16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
 static inline void sl__st16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
-static inline size_t sl__rec_klen(const uint8_t *r) { return (size_t)(sl__ld16(r) & 0x3ff) + 1; }
-static inline unsigned sl__rec_algo(const uint8_t *r) { return (sl__ld16(r) >> 10) & 7; }
-static inline unsigned sl__rec_flags(const uint8_t *r) { return (unsigned)(sl__ld16(r) >> 13) & 7; }
+/* A record's meta, read and written atomically (records are 2-byte
+ * aligned, so the 16-bit word is aligned). */
+static inline uint16_t sl__rec_meta(const uint8_t *r)
+{
+    return __atomic_load_n((const uint16_t *)(const void *)r, __ATOMIC_RELAXED);
+}
+static inline void sl__rec_meta_set(uint8_t *r, uint16_t m)
+{
+    __atomic_store_n((uint16_t *)(void *)r, m, __ATOMIC_RELEASE);
+}
+static inline size_t sl__rec_klen(const uint8_t *r) { return (size_t)(sl__rec_meta(r) & 0x1ff) + 1; }
+static inline unsigned sl__rec_algo(const uint8_t *r) { return (sl__rec_meta(r) >> 10) & 7; }
+static inline unsigned sl__rec_flags(const uint8_t *r) { return (unsigned)(sl__rec_meta(r) >> 13) & 7; }
+/* Sets the flag bits of a record the caller holds (the holder is the only
+ * writer of its meta; the lock bit stays). */
 static inline void sl__rec_set_flags(uint8_t *r, unsigned f)
 {
-    sl__st16(r, (uint16_t)((sl__ld16(r) & 0x1fff) | ((f & 7u) << 13)));
+    sl__rec_meta_set(r, (uint16_t)((sl__rec_meta(r) & 0x1fff) | ((f & 7u) << 13)));
+}
+/* Releases a record the caller holds: one release store. */
+static inline void sl__rec_unlock(uint8_t *r)
+{
+    sl__rec_meta_set(r, (uint16_t)(sl__rec_meta(r) & ~SL__REC_LOCK));
 }
 /* The meta identity bits of a record of this kind and key length. */
 static inline uint16_t sl__meta_id(unsigned kind, size_t klen)
@@ -126,10 +160,31 @@ static inline void sl__shard_unlock(sl__shard *sh)
     atomic_store_explicit((atomic_uint *)(void *)sh, 0, memory_order_release);
 }
 
-/* The decision's way in: hashes (kind, key) (klen 1..SL_MAX_KEY), takes
- * the lock of the key's shard and finds the record, in one call.  Sets *shp
- * to the shard and *hashp to the hash; returns the record, or NULL if
- * absent.  The shard lock is held on return either way. */
+/* The quick way in: the record of (kind, key) (klen 1..SL_MAX_KEY, hash
+ * from sl__store_hash), held, found without the shard lock -- the table is
+ * read under a read-side critical section (reclaim.h) and the record is
+ * taken, then checked to be the key's.  NULL when the key has no record or
+ * it was not found at once (held by another thread for longer than a
+ * short spin, or moved while the table was read): then take the sure way,
+ * sl__store_lookup.  Wait-free of the shard lock, bounded work.  Sets
+ * *metap to the record's meta as taken (SL__REC_LOCK set), so the holder
+ * need not read back the word it just wrote with a locked instruction. */
+uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
+                        uint16_t *metap);
+
+/* sl__store_grab that hashes the key too (one call), setting *hashp. */
+uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
+                            uint64_t *hashp, uint16_t *metap);
+
+/* Whether the quick way applies to the store at all (SL_LOCK_RECORD; with
+ * SL_LOCK_SHARD records are taken only under the shard lock, with plain
+ * stores).  The flag is the store's first member (store.c). */
+static inline int sl__store_quick(const sl_store *s) { return *(const int *)(const void *)s; }
+
+/* The sure way in: hashes (kind, key) (klen 1..SL_MAX_KEY), takes the lock
+ * of the key's shard, finds the record and takes it, in one call.  Sets
+ * *shp to the shard and *hashp to the hash; returns the record (held), or
+ * NULL if absent.  The shard lock is held on return either way. */
 uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
                           sl__shard **shp, uint64_t *hashp);
 
@@ -138,15 +193,16 @@ uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, si
                                  uint64_t hash, sl__shard **shp);
 
 /* Looking ahead (sl_decide_many): sl__store_prefetch starts loading the
- * table slot where a key of this hash is first looked for, without the
- * lock; sl__store_prefetch_rec, later, takes the lock and starts loading
- * the records that slot's run points to (1/64 of them not the key's).
+ * table slot where a key of this hash is first looked for; 
+ * sl__store_prefetch_rec, later, starts loading the records that slot's
+ * run points to (1/64 of them not the key's).  Neither takes a lock.
  * Hints only: neither changes anything.  sl__store_prefetch returns the
  * store's table size estimated from this shard's (slots). */
 uint64_t sl__store_prefetch(sl_store *s, uint64_t hash);
 void sl__store_prefetch_rec(sl_store *s, uint64_t hash);
 
-/* Finds the record of (kind, key).  NULL if absent.  O(1) expected. */
+/* Finds the record of (kind, key) and takes it (waiting for its holder).
+ * NULL if absent.  O(1) expected. */
 uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
                         const void *key, size_t klen);
 
@@ -154,8 +210,9 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
  * zero, clock = now_ms, reset coded as 0.  When the memory bound would be
  * passed it first drops expired records (reset time <= now_ms), then evicts
  * the least recently used (oldest clock) of those it examines; this work is
- * bounded per call.  Returns the record, or NULL (SL_ENOMEM) if the record
- * cannot be placed.  Never called for a key that is already present. */
+ * bounded per call; held records are never dropped.  Returns the record,
+ * held, or NULL (SL_ENOMEM) if the record cannot be placed.  Never called
+ * for a key that is already present. */
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
                           const void *key, size_t klen, size_t state_len,
                           int64_t now_ms);
@@ -163,13 +220,15 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
 /* Room for state bytes in r (>= the state_len it was made with). */
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r);
 
-/* Moves r to a record with room for new_state_len state bytes, copying the
- * header, key and min(old, new) state bytes (the rest zero).  Returns the new
- * record (r is then invalid), or NULL (SL_ENOMEM) with r untouched. */
+/* Moves r (held) to a record with room for new_state_len state bytes,
+ * copying the header, key and min(old, new) state bytes (the rest zero).
+ * Returns the new record, held (r is then gone), or NULL (SL_ENOMEM) with
+ * r untouched and still held. */
 uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r,
                           size_t new_state_len);
 
-/* Removes r (freeing an SL__REC_EXT buffer). */
+/* Removes r, which the caller holds (freeing an SL__REC_EXT buffer); its
+ * lock goes with it. */
 void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r);
 
 /* Adds delta bytes (may be negative) to the shard's count of memory held
@@ -184,8 +243,9 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
 unsigned sl__store_nshards(const sl_store *s);
 sl__shard *sl__store_shard_at(sl_store *s, unsigned i);
 
-/* Calls fn for every record of the shard (lock held), stopping at the first
- * nonzero return, which it returns.  fn must not insert or remove. */
+/* Calls fn for every record of the shard (shard lock held), each record
+ * held during its call, stopping at the first nonzero return, which it
+ * returns.  fn must not insert or remove. */
 int sl__shard_foreach(sl__shard *sh, int (*fn)(const uint8_t *rec, void *ctx), void *ctx);
 
 #endif
