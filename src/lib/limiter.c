@@ -144,16 +144,13 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, const void *key
                    : sl__store_grab_key(s, n->kind, key, klen, &h, &m);
         if (r != NULL) {
             rc = decide_held(NULL, h, &r, &m, n, key, klen, now, cost, commit, out);
-            /* quick_ok: never moved nor removed; m is its meta, held */
-            sl__rec_meta_set(r, (uint16_t)(m & ~SL__REC_LOCK));
+            sl__rec_release(r, m); /* quick_ok: never moved nor removed */
             return rc;
         }
-        r = sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh);
-    } else if (hashed) {
-        r = sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh);
-    } else {
-        r = sl__store_lookup(s, n->kind, key, klen, &sh, &h);
+        hashed = 1; /* grab computed h */
     }
+    r = hashed ? sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh)
+               : sl__store_lookup(s, n->kind, key, klen, &sh, &h);
     if (r != NULL) m = sl__rec_meta(r);
     rc = decide_held(sh, h, &r, &m, n, key, klen, now, cost, commit, out);
     if (r != NULL) sl__rec_unlock(r);

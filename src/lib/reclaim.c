@@ -15,12 +15,19 @@ typedef struct retired {
     void *block;
 } retired;
 
-static void retired_free(struct rcu_head *head)
+/* A grace period has passed: for TSan, everything readers and the
+ * retiring thread did before it happens before what follows. */
+static inline void after_grace(void)
 {
-    retired *r = (retired *)(void *)head;
 #ifdef SL__TSAN
     __tsan_acquire(&sl__reclaim_sync);
 #endif
+}
+
+static void retired_free(struct rcu_head *head)
+{
+    after_grace(); /* before reading the node, which the retiring thread wrote */
+    retired *r = (retired *)(void *)head;
     free(r->block);
     free(r);
 }
@@ -31,9 +38,7 @@ void sl__retire(void *block)
     retired *r = malloc(sizeof *r);
     if (r == NULL) { /* no node for the queue: wait out the readers here */
         urcu_bp_synchronize_rcu();
-#ifdef SL__TSAN
-        __tsan_acquire(&sl__reclaim_sync);
-#endif
+        after_grace();
         free(block);
         return;
     }
@@ -44,9 +49,4 @@ void sl__retire(void *block)
     __tsan_release(&sl__reclaim_sync);
 #endif
     urcu_bp_call_rcu(&r->head, retired_free);
-}
-
-void sl__retire_flush(void)
-{
-    urcu_bp_barrier();
 }

@@ -63,7 +63,4 @@ static inline void sl__read_end(void)
  * it waits for that point and frees at once).  NULL is ignored. */
 void sl__retire(void *block);
 
-/* Waits until every block retired so far is freed (tests, measurements). */
-void sl__retire_flush(void);
-
 #endif

@@ -283,6 +283,13 @@ void sl__shard_lock(sl__shard *sh) { shard_lock(sh); }
  * the record's first cache line, which a decision writes anyway: taking it
  * costs no miss and, for threads on different keys, no shared line.
  */
+/* Takes r if its meta is still m (unheld): one compare-and-swap. */
+static inline int rec_cas(uint8_t *r, uint16_t m)
+{
+    return __atomic_compare_exchange_n((uint16_t *)(void *)r, &m, (uint16_t)(m | SL__REC_LOCK), 0,
+                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+}
+
 static inline int rec_trylock(const sl__shard *sh, uint8_t *r)
 {
     uint16_t m = sl__rec_meta(r);
@@ -291,8 +298,7 @@ static inline int rec_trylock(const sl__shard *sh, uint8_t *r)
         sl__rec_meta_set(r, (uint16_t)(m | SL__REC_LOCK));
         return 1;
     }
-    return __atomic_compare_exchange_n((uint16_t *)(void *)r, &m, (uint16_t)(m | SL__REC_LOCK), 0,
-                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED);
+    return rec_cas(r, m);
 }
 
 /* Takes a live record's lock, waiting for its holder (shard lock held: a
@@ -937,6 +943,37 @@ static inline uint8_t *rec_seen(const sl__shard *sh, uint32_t h)
     return mem + (size_t)h_idx(h) * rsize;
 }
 
+/* A walk of a key's probe run without the shard lock, inside a read
+ * section: walk_next gives the next record whose slot's tag matches the
+ * key's, or NULL at the run's end or at a stale directory entry (either
+ * way: stop). */
+typedef struct run_walk {
+    const sl__shard *sh;
+    const uint32_t *slot;
+    uint32_t size, tag, i, n;
+} run_walk;
+
+static inline void walk_start(run_walk *w, const sl__shard *sh, uint64_t hash)
+{
+    w->sh = sh;
+    w->slot = __atomic_load_n(&sh->slot, __ATOMIC_ACQUIRE);
+    w->size = w->slot[-1];
+    w->tag = tag_of(hash);
+    w->i = home_in(hash, w->size);
+    w->n = 0;
+}
+
+static inline uint8_t *walk_next(run_walk *w)
+{
+    while (w->n++ < w->size) {
+        uint32_t v = __atomic_load_n(&w->slot[w->i], __ATOMIC_ACQUIRE);
+        if (!v) return NULL;
+        if (++w->i == w->size) w->i = 0;
+        if ((v ^ w->tag) <= SL__H_MASK) return rec_seen(w->sh, s_h(v));
+    }
+    return NULL;
+}
+
 /* Takes r if it carries identity `meta`, waiting a little for a holder.
  * 1: taken, *got its meta (held); 0: not this identity (or free); -1: held
  * too long. */
@@ -947,9 +984,7 @@ static inline int rec_grab(uint8_t *r, uint16_t meta, uint16_t *got)
         if ((m & SL__META_ID) != meta) return 0;
         if (!(m & SL__REC_LOCK)) {
             *got = (uint16_t)(m | SL__REC_LOCK);
-            if (__atomic_compare_exchange_n((uint16_t *)(void *)r, &m, *got, 0, __ATOMIC_ACQUIRE,
-                                            __ATOMIC_RELAXED))
-                return 1;
+            if (rec_cas(r, m)) return 1;
             continue;
         }
         if (n >= SL__GRAB_SPINS) return -1;
@@ -960,28 +995,20 @@ static inline int rec_grab(uint8_t *r, uint16_t meta, uint16_t *got)
 SL__HOT_INLINE uint8_t *grab(sl_store *s, unsigned kind, const void *key, size_t klen,
                              uint64_t hash, uint16_t *metap)
 {
-    sl__shard *sh = shard_of(s, hash);
     uint16_t meta = sl__meta_id(kind, klen);
-    uint8_t *got = NULL;
+    uint8_t *r, *got = NULL;
+    run_walk w;
     sl__read_begin();
-    const uint32_t *slot = __atomic_load_n(&sh->slot, __ATOMIC_ACQUIRE);
-    uint32_t size = slot[-1], tag = tag_of(hash), i = home_in(hash, size);
-    for (uint32_t n = 0; n < size; n++) {
-        uint32_t v = __atomic_load_n(&slot[i], __ATOMIC_ACQUIRE);
-        if (!v) break;
-        if ((v ^ tag) <= SL__H_MASK) {
-            uint8_t *r = rec_seen(sh, s_h(v));
-            int rc = r ? rec_grab(r, meta, metap) : -1;
-            if (rc < 0) break;
-            if (rc > 0) {
-                if (key_eq(r + SL__REC_HDR, key, klen)) {
-                    got = r;
-                    break;
-                }
-                sl__rec_unlock(r);
-            }
+    walk_start(&w, shard_of(s, hash), hash);
+    while ((r = walk_next(&w)) != NULL) {
+        int rc = rec_grab(r, meta, metap);
+        if (rc < 0) break;
+        if (rc == 0) continue;
+        if (key_eq(r + SL__REC_HDR, key, klen)) {
+            got = r;
+            break;
         }
-        if (++i == size) i = 0;
+        sl__rec_unlock(r);
     }
     sl__read_end();
     return got;
@@ -1061,21 +1088,13 @@ uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
  * looking ahead avoids. */
 void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 {
-    sl__shard *sh = shard_of(s, hash);
+    const uint8_t *r;
+    run_walk w;
     sl__read_begin();
-    const uint32_t *slot = __atomic_load_n(&sh->slot, __ATOMIC_ACQUIRE);
-    uint32_t size = slot[-1], tag = tag_of(hash), i = home_in(hash, size);
-    for (uint32_t n = 0; n < size; n++) {
-        uint32_t v = __atomic_load_n(&slot[i], __ATOMIC_ACQUIRE);
-        if (!v) break;
-        if ((v ^ tag) <= SL__H_MASK) {
-            const uint8_t *r = rec_seen(sh, s_h(v));
-            if (r) {
-                __builtin_prefetch(r, 1);
-                __builtin_prefetch(r + 63, 1); /* most records end in the next line */
-            }
-        }
-        if (++i == size) i = 0;
+    walk_start(&w, shard_of(s, hash), hash);
+    while ((r = walk_next(&w)) != NULL) {
+        __builtin_prefetch(r, 1);
+        __builtin_prefetch(r + 63, 1); /* most records end in the next line */
     }
     sl__read_end();
 }

@@ -94,11 +94,15 @@ static inline void sl__rec_set_flags(uint8_t *r, unsigned f)
 {
     sl__rec_meta_set(r, (uint16_t)((sl__rec_meta(r) & 0x1fff) | ((f & 7u) << 13)));
 }
-/* Releases a record the caller holds: one release store. */
-static inline void sl__rec_unlock(uint8_t *r)
+/* Releases a record the caller holds, whose meta the holder knows is m
+ * (sl__store_grab): one release store, no read back. */
+static inline void sl__rec_release(uint8_t *r, uint16_t m)
 {
-    sl__rec_meta_set(r, (uint16_t)(sl__rec_meta(r) & ~SL__REC_LOCK));
+    sl__rec_meta_set(r, (uint16_t)(m & ~SL__REC_LOCK));
 }
+
+/* Releases a record the caller holds. */
+static inline void sl__rec_unlock(uint8_t *r) { sl__rec_release(r, sl__rec_meta(r)); }
 /* The meta identity bits of a record of this kind and key length. */
 static inline uint16_t sl__meta_id(unsigned kind, size_t klen)
 {
