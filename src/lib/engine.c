@@ -540,6 +540,10 @@ void sl__norm_from(sl__norm *n, const sl_params *p)
     n->P = p->precision ? p->precision : SL_DEFAULT_PRECISION;
     n->log_rejected = p->log_rejected != 0;
     n->kind = (unsigned)p->algo | (p->space ? SL__KIND_SPACE : 0);
+    uint64_t bw;
+    n->bw64 = __builtin_mul_overflow((uint64_t)n->B, (uint64_t)n->W, &bw) || bw >= (uint64_t)1 << 62
+                  ? 0
+                  : bw;
 }
 
 size_t sl__state_len(const sl__norm *n)
@@ -602,7 +606,7 @@ int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int6
         uint16_t meta = r ? sl__rec_meta(r) : 0;
         int stored = sl__tokens_stored(meta, st);
         token_bucket(st, n, stored, clock_old, t, cost, commit, out);
-        sl__tokens_mark(r, &meta, n, stored, commit);
+        sl__tokens_mark(r, &meta, n->algo, stored, commit);
         return 0;
     }
     }

@@ -25,6 +25,8 @@ typedef struct sl__norm {
     int log_rejected;
     unsigned kind;  /* the store's name for the key's kind: algo, plus
                        SL__KIND_SPACE in key space 1 (sl_params.space) */
+    uint64_t bw64;  /* B*W if below 2^62 (the inline bucket paths apply),
+                       else 0 */
 } sl__norm;
 
 /* Fills n from p (which must have passed sl_params_check). */
@@ -139,8 +141,8 @@ static inline void sl__bucket_put(uint8_t *st, uint64_t q, uint64_t r)
  */
 static inline int sl__bucket64_fits(const sl__norm *n, int64_t cost, uint64_t *BW)
 {
-    return !__builtin_mul_overflow((uint64_t)n->B, (uint64_t)n->W, BW) &&
-           *BW < ((uint64_t)1 << 62) && cost <= n->B;
+    *BW = n->bw64;
+    return *BW != 0 && cost <= n->B;
 }
 
 SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int tokens_stored,
@@ -187,17 +189,19 @@ static inline int sl__tokens_stored(uint16_t meta, const uint8_t *st)
     return st != NULL && ((meta >> 13) & SL__REC_F1);
 }
 
-static inline void sl__tokens_mark(uint8_t *r, uint16_t *meta, const sl__norm *n, int stored,
+static inline void sl__tokens_mark(uint8_t *r, uint16_t *meta, sl_algo a, int stored,
                                    int commit)
 {
-    if (commit && n->algo == SL_TOKEN_BUCKET && !stored) {
+    if (commit && a == SL_TOKEN_BUCKET && !stored) {
         *meta = (uint16_t)(*meta | SL__REC_F1 << 13);
         sl__rec_meta_set(r, *meta);
     }
 }
 
 /* Decides a request of `cost` at effective time t (>= clock_old) on the
- * record r (NULL: the key has none and commit is 0).  clock_old is the
+ * record r (NULL: the key has none and commit is 0).  a is n->algo, passed
+ * apart so that a caller that knows it as a constant (limiter.c's
+ * per-algorithm paths) gets this compiled for that one algorithm alone.  clock_old is the
  * key's clock before this request (== t for a new key).  commit != 0
  * writes the new state (allowed, or logged), 0 only answers.  Returns 0,
  * or SL_ENOMEM when a sliding-log buffer could not grow (nothing changed).
@@ -207,12 +211,12 @@ static inline void sl__tokens_mark(uint8_t *r, uint16_t *meta, const sl__norm *n
  * the word just taken with a locked instruction waits for that
  * instruction: ~2-5 ns a decision, measured). */
 SL__HOT_INLINE int sl__engine_decide(sl__shard *sh, uint8_t *r, uint16_t *meta, const sl__norm *n,
-                                     int64_t clock_old, int64_t t, int64_t cost, int commit,
-                                     sl_result *out)
+                                     sl_algo a, int64_t clock_old, int64_t t, int64_t cost,
+                                     int commit, sl_result *out)
 {
     uint8_t *st = r ? r + SL__REC_HDR + (*meta & 0x1ff) + 1 : NULL;
     uint64_t BW;
-    switch (n->algo) {
+    switch (a) {
     case SL_FIXED_WINDOW: sl__fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_GCRA:
         if (!sl__bucket64_fits(n, cost, &BW)) break;
@@ -222,9 +226,8 @@ SL__HOT_INLINE int sl__engine_decide(sl__shard *sh, uint8_t *r, uint16_t *meta, 
     case SL_LEAKY_BUCKET: {
         if (!sl__bucket64_fits(n, cost, &BW)) break;
         int stored = sl__tokens_stored(*meta, st);
-        sl__bucket64(st, n, n->algo != SL_TOKEN_BUCKET, stored, clock_old, t, BW, cost, commit,
-                     out);
-        sl__tokens_mark(r, meta, n, stored, commit);
+        sl__bucket64(st, n, a != SL_TOKEN_BUCKET, stored, clock_old, t, BW, cost, commit, out);
+        sl__tokens_mark(r, meta, a, stored, commit);
         return 0;
     }
     default: break;

@@ -301,11 +301,16 @@ static inline int rec_trylock(const sl__shard *sh, uint8_t *r)
     return rec_cas(r, m);
 }
 
-/* Takes a live record's lock, waiting for its holder (shard lock held: a
- * live record stays live, and its holder waits for nothing). */
-static void rec_lock(const sl__shard *sh, uint8_t *r)
+static void __attribute__((noinline)) rec_lock_wait(const sl__shard *sh, uint8_t *r)
 {
     for (unsigned n = 0; !rec_trylock(sh, r); n++) backoff(n);
+}
+
+/* Takes a live record's lock, waiting for its holder (shard lock held: a
+ * live record stays live, and its holder waits for nothing). */
+SL__HOT_INLINE void rec_lock(const sl__shard *sh, uint8_t *r)
+{
+    if (__builtin_expect(!rec_trylock(sh, r), 0)) rec_lock_wait(sh, r);
 }
 
 static inline uint32_t rec_size(size_t klen, size_t state_len)
