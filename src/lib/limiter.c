@@ -154,7 +154,7 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
                : sl__store_lookup(s, n->kind, key, klen, &sh, &h);
     if (r != NULL) m = sl__rec_meta(r);
     rc = decide_held(sh, h, &r, &m, n, a, key, klen, now, cost, commit, out);
-    if (r != NULL) sl__rec_unlock(r);
+    if (r != NULL) sl__rec_release(r, m); /* m: held or not (sl__store_lookup) */
     sl__shard_unlock(sh);
     return rc;
 }

@@ -1063,7 +1063,7 @@ SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned kind, const void *key, size
     prefetch_home(sh, hash); /* starts the slot's miss before the lock's fence */
     shard_lock(sh);
     uint8_t *r = find(sh, hash, sl__meta_id(kind, klen), key, klen);
-    if (r) rec_lock(sh, r);
+    if (r && sh->quick) rec_lock(sh, r); /* else: the shard lock is enough */
     return r;
 }
 

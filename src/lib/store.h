@@ -187,8 +187,13 @@ static inline int sl__store_quick(const sl_store *s) { return *(const int *)(con
 
 /* The sure way in: hashes (kind, key) (klen 1..SL_MAX_KEY), takes the lock
  * of the key's shard, finds the record and takes it, in one call.  Sets
- * *shp to the shard and *hashp to the hash; returns the record (held), or
- * NULL if absent.  The shard lock is held on return either way. */
+ * *shp to the shard and *hashp to the hash; returns the record, or NULL if
+ * absent.  The shard lock is held on return either way.  The record is
+ * held, except in an SL_LOCK_SHARD store, where nobody takes a record
+ * without the shard lock: there it is only found, and is the caller's
+ * until the shard lock is released as long as the caller inserts no other
+ * record (one decision).  Release it with sl__rec_release(r, meta) either
+ * way (a store of the meta the caller knows). */
 uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
                           sl__shard **shp, uint64_t *hashp);
 
