@@ -139,17 +139,16 @@ static inline void sl__bucket_put(uint8_t *st, uint64_t q, uint64_t r)
  * in engine.c, which the randomized model tests check on both sides of the
  * 2^62 line.
  */
-static inline int sl__bucket64_fits(const sl__norm *n, int64_t cost, uint64_t *BW)
+static inline int sl__bucket64_fits(const sl__norm *n, int64_t cost)
 {
-    *BW = n->bw64;
-    return *BW != 0 && cost <= n->B;
+    return n->bw64 != 0 && cost <= n->B;
 }
 
 SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int tokens_stored,
-                                 int64_t clock_old, int64_t t, uint64_t BW, int64_t cost,
+                                 int64_t clock_old, int64_t t, int64_t cost,
                                  int commit, sl_result *out)
 {
-    uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L, B = (uint64_t)n->B;
+    uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L, B = (uint64_t)n->B, BW = n->bw64;
     uint64_t d = 0;
     if (st != NULL && (mode != 0 || tokens_stored)) {
         uint64_t lo = sl__ld64(st);
@@ -201,8 +200,8 @@ static inline void sl__tokens_mark(uint8_t *r, uint16_t *meta, sl_algo a, int st
 /* Decides a request of `cost` at effective time t (>= clock_old) on the
  * record r (NULL: the key has none and commit is 0).  a is n->algo, passed
  * apart so that a caller that knows it as a constant (limiter.c's
- * per-algorithm paths) gets this compiled for that one algorithm alone.  clock_old is the
- * key's clock before this request (== t for a new key).  commit != 0
+ * per-algorithm paths) gets this compiled for that one algorithm alone.
+ * clock_old is the key's clock before this request (== t for a new key).  commit != 0
  * writes the new state (allowed, or logged), 0 only answers.  Returns 0,
  * or SL_ENOMEM when a sliding-log buffer could not grow (nothing changed).
  * sh is the record's shard, lock held (NULL on the quick way: not for
@@ -215,18 +214,17 @@ SL__HOT_INLINE int sl__engine_decide(sl__shard *sh, uint8_t *r, uint16_t *meta, 
                                      int commit, sl_result *out)
 {
     uint8_t *st = r ? r + SL__REC_HDR + (*meta & 0x1ff) + 1 : NULL;
-    uint64_t BW;
     switch (a) {
     case SL_FIXED_WINDOW: sl__fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_GCRA:
-        if (!sl__bucket64_fits(n, cost, &BW)) break;
-        sl__bucket64(st, n, 2, 0, clock_old, t, BW, cost, commit, out);
+        if (!sl__bucket64_fits(n, cost)) break;
+        sl__bucket64(st, n, 2, 0, clock_old, t, cost, commit, out);
         return 0;
     case SL_TOKEN_BUCKET:
     case SL_LEAKY_BUCKET: {
-        if (!sl__bucket64_fits(n, cost, &BW)) break;
+        if (!sl__bucket64_fits(n, cost)) break;
         int stored = sl__tokens_stored(*meta, st);
-        sl__bucket64(st, n, a != SL_TOKEN_BUCKET, stored, clock_old, t, BW, cost, commit, out);
+        sl__bucket64(st, n, a != SL_TOKEN_BUCKET, stored, clock_old, t, cost, commit, out);
         sl__tokens_mark(r, meta, a, stored, commit);
         return 0;
     }
