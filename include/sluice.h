@@ -40,6 +40,13 @@
 extern "C" {
 #endif
 
+/* Everything declared here is libsluice's public API, exported by the
+ * shared library; the library is built with -fvisibility=hidden, so its
+ * internal (sl__) names are not. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define SL_VERSION "0.1.0"
 
 /* Ranges of SPEC section 1.  Quote these names rather than their values. */
@@ -271,6 +278,10 @@ int sl_reset(sl_limiter *l, const void *key, size_t keylen);
 /* sl_decide_many with the limiter's parameters (calls[i].params unused):
  * n calls of sl_allow, working ahead. */
 size_t sl_allow_many(sl_limiter *l, const sl_call *calls, size_t n, sl_result *out, int *rc);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

@@ -15,6 +15,7 @@
 
 #include <cmocka.h>
 
+#include "backend_local.h"
 #include "check.h"
 #include "rules.h"
 #include "sluice.h"

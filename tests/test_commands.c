@@ -1,5 +1,6 @@
 /*
- * test_commands.c -- sluiced's commands without a network: arguments in,
+ * test_commands.c -- sluiced's commands without a network: RESP bytes in
+ * through the RESP module (src/proto/resp/) on a detached connection,
  * exact RESP bytes out.  Bad arguments get an "-ERR" naming the problem and
  * leave the key's state as it was.
  */
@@ -14,49 +15,64 @@
 
 #include <cmocka.h>
 
-#include "commands.h"
+#include "backend_local.h"
 #include "live.h"
+#include "net.h"
+#include "resp.h"
+#include "resp_commands.h"
 #include "rules.h"
+#include "service.h"
 
 static sl_config cfg;
-static sl_worker_stats ws;
 static sl_srv srv;
+static sl_svc_ctx svc;
+static sl_conn *conn; /* detached: replies go to sink */
+static sl_buf sink;
+#define ws (srv.stats.workers[0])
 
 static int setup(void **state)
 {
     (void)state;
+    char err[256];
     memset(&cfg, 0, sizeof(cfg));
-    memset(&ws, 0, sizeof(ws));
     memset(&srv, 0, sizeof(srv));
+    cfg.max_command = 1 << 20;
     srv.cfg = &cfg;
     srv.store = sl_store_new(NULL, NULL);
+    srv.backend = srv.store ? sl_backend_local_new(srv.store) : NULL;
     srv.nworkers = 1;
-    srv.workers = &ws;
-    return srv.store ? 0 : -1;
+    if (srv.backend == NULL || sl_stats_init(&srv.stats, 1) != 0) return -1;
+    if (sl_svc_ctx_init(&svc, &srv, 0, NULL, err, sizeof err) != 0) return -1;
+    conn = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink);
+    return conn ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
+    sl_conn_detached_free(conn);
+    sl_svc_ctx_done(&svc);
+    sl_backend_free(srv.backend);
+    sl_stats_free(&srv.stats);
     sl_store_free(srv.store);
+    free(sink.p);
+    memset(&sink, 0, sizeof sink);
     return 0;
 }
 
-/* Runs a space-separated command at time now; returns the reply (static). */
+/* Runs a space-separated command (sent inline, as telnet would) at time
+ * now through the RESP module; returns its reply (static). */
 static const char *run(const char *line, int64_t now)
 {
     static char copy[1024], reply[65536];
-    static sl_resp_cmd cmd;
     snprintf(copy, sizeof(copy), "%s\r\n", line);
-    size_t used;
-    const char *err;
-    assert_int_equal(sl_resp_parse(copy, strlen(copy), 4096, &cmd, &used, &err), SL_RESP_OK);
-    sl_buf out = {0};
-    sl_cmd_exec(&srv, &ws, &cmd, now, &out);
-    assert_true(out.len < sizeof(reply));
-    memcpy(reply, out.p, out.len);
-    reply[out.len] = '\0';
-    free(out.p);
+    size_t used = 0;
+    sink.len = 0;
+    sl_conn_detached_feed(conn, copy, strlen(copy), now, &used);
+    assert_int_equal(used, strlen(copy));
+    assert_true(sink.len < sizeof(reply));
+    memcpy(reply, sink.p, sink.len);
+    reply[sink.len] = '\0';
     return reply;
 }
 
@@ -233,7 +249,7 @@ static void check_with_rules(void **state)
     assert_non_null(strstr(info, "rules_last_error:\r\n"));
     assert_non_null(strstr(info, "rules_reloads:2\r\n"));
 
-    sl_cmd_thread_done();
+    sl_live_cache_drop(&svc.rules);
     sl_live_free(srv.live);
     srv.live = NULL;
     unlink(path);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_fuzz_resp.sh -- fuzzes sluiced's RESP parser (src/server/resp.c) with
+# test_fuzz_resp.sh -- fuzzes sluiced's RESP parser (src/proto/resp/resp.c) with
 # libFuzzer for a bounded time, under ASan and UBSan.
 #
 # Steps (build, replay the seeds, fuzz for FUZZ_SECONDS, default 30 s):
@@ -11,4 +11,4 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target resp 30 "$ROOT/tests/fuzz/fuzz_resp.c" "$ROOT/src/server/resp.c" -I"$ROOT/src/server"
+fuzz_target resp 30 "$ROOT/tests/fuzz/fuzz_resp.c" "$ROOT/src/proto/resp/resp.c" -I"$ROOT/src/proto/resp"

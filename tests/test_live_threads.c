@@ -21,6 +21,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "backend_local.h"
 #include "check.h"
 #include "live.h"
 #include "log.h"

@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend_local.h"
 #include "check.h"
 #include "rules.h"
 #include "sluice.h"

@@ -1,8 +1,8 @@
 /*
  * check.h -- RL.CHECK's evaluation: the descriptors of one request matched
- * against a rule set (rules.h) and decided on a store, all-or-none.  No
- * server, no RESP, no reload: the command's handler parses the request,
- * calls sl_rules_check and writes its answer.
+ * against a rule set (rules.h) and decided all-or-none.  No server, no
+ * RESP, no store: this layer plans a request and reports its outcome; a
+ * backend (src/backend/) executes the plan where the counters live.
  *
  * Semantics (docs/rules.md, "For RL.CHECK"):
  *
@@ -128,25 +128,105 @@ typedef struct sl_check_status {
  * a message in err naming what is wrong. */
 int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen);
 
-/* Decides one RL.CHECK request: n (>= 1) descriptors, descriptor i being the
+/* ---- plan / execute / report -------------------------------------------
+ *
+ * An RL.CHECK is decided in three steps, so that the place where counters
+ * live (the local store, or Redis) is one interface (src/backend/backend.h)
+ * and everything else is pure:
+ *
+ *   1. sl_check_plan_make  (here, pure: rules in, no store): matches every
+ *      descriptor, applies `replaces`, builds each counted limit's key and
+ *      parameters, merges repeated counters' costs, and marks each counter
+ *      shadow / zero / elastic.  The plan lists every counter one request
+ *      touches, with its hash tag (below).
+ *   2. execution, by a backend (src/backend/): the local backend runs the
+ *      rounds on its store (sl__local_check_exec: peek when an L = 0 limit
+ *      denies, one sl_decide_all, the elastic second round with the pool,
+ *      the pool charge, the shadow decides) and fills an sl_check_outcome.
+ *   3. sl_check_report (here, pure): turns plan + outcome into the six
+ *      overall fields and each descriptor's status, as described above.
+ *   sl_check_count adds the outcome to the per-limit counts (RL.RULES).
+ *
+ * Hash tag.  A backend that spreads counters over several servers (Redis
+ * Cluster, a hash ring) can decide a request all-or-none in one atomic
+ * step only if every counter of the request lives on one server.  A
+ * counter's key cannot depend on the request (the same counter is shared
+ * by every request that matches it), so the tag must be something all of
+ * a request's counters share by construction: the DOMAIN.  Every counter
+ * of one domain therefore carries the tag "domain" (item.taglen = the
+ * domain's bytes at the start of the key, "domain|..."), which keeps every
+ * RL.CHECK strict at the cost of one domain living on one server; see
+ * docs/architecture.md ("The hash tag") for the alternatives weighed.
+ */
+
+/* One counted limit of a request. */
+typedef struct sl_check_item {
+    int desc;                /* descriptor index */
+    const sl_rule_limit *rl; /* the limit (lives as long as the set) */
+    sl_params p;             /* its parameters: space 1, L = soft_limit when soft */
+    char key[SL_MAX_KEY];    /* the counting key (sl_rules_key) */
+    size_t keylen;
+    size_t taglen;           /* key[0..taglen): the hash tag (the domain) */
+    int shadow;              /* node in shadow mode: never denies */
+    int zero;                /* L = 0: denied, never; no backend call */
+    int elastic;             /* may pass up to rl->elastic_limit (pool given) */
+    int lead;                /* index of the item holding the counter (itself
+                                unless the same counter came earlier) */
+    int64_t cost;            /* leaders: the merged cost */
+} sl_check_item;
+
+/* Everything one RL.CHECK touches, built without a store.  Large (about
+ * SL_MAX_BATCH * SL_MAX_KEY bytes): callers keep one per worker or per
+ * request in flight, never on a small stack. */
+typedef struct sl_check_plan {
+    int n;                                 /* descriptors */
+    int nitems;
+    sl_check_item items[SL_MAX_BATCH];
+    sl_check_status pre[SL_CHECK_MAX_DESC]; /* what matching alone decides:
+                                               NO_RULE, UNLIMITED, or OK for a
+                                               descriptor whose limits are all
+                                               replaced; code/rule/name/shadow */
+    int denied_never;                      /* an enforced L = 0 limit matched */
+    int has_pool;                          /* pool is set */
+    sl_params pool;                        /* the spare-capacity pool, space 1 */
+    int64_t cost, now_ms;
+} sl_check_plan;
+
+/* What execution found.  res[k] is filled for leaders (item k with
+ * lead == k) that are not zero; sl_check_report copies them to followers. */
+typedef struct sl_check_outcome {
+    int allowed;                        /* the request passed */
+    int pool_charged;                   /* the elastic round passed on the pool */
+    unsigned char stretched[SL_MAX_BATCH]; /* leader k passed above L, on the pool */
+    sl_result res[SL_MAX_BATCH];
+} sl_check_outcome;
+
+/* The pool's counter key (space 1).  No rule's key can be this: those
+ * always hold '='. */
+#define SL_CHECK_POOL_KEY "|spare-capacity"
+
+/* Plans one RL.CHECK request: n (>= 1) descriptors, descriptor i being the
  * ndesc[i] (1..SL_RULES_MAX_DEPTH) entries descs[i], in `domain` (dlen
- * bytes), each of cost `cost` (0..SL_MAX_LIMIT) at now_ms, with the spare-capacity
- * pool `pool` (from sl_check_pool_parse; NULL = none: elastic limits then
- * never pass above their L).  Fills *overall
- * and st[0..n-1] as described at the top, and returns 0 with err "".
+ * bytes), each of cost `cost` (0..SL_MAX_LIMIT) at now_ms, with the
+ * spare-capacity pool `pool` (from sl_check_pool_parse; NULL = none:
+ * elastic limits then never pass above their L).  Reads the request's
+ * bytes only during the call: the plan holds copies of every key.
  *
- * Returns a negative SL_E* code with a message in err (may be NULL) on a bad
- * argument, more than SL_MAX_BATCH counted limits, a key too long, the same
- * counter with different parameters, or an engine error; nothing is charged
- * then.  (A shadow limit is decided after the batch; were its own call to
- * fail, that is not an error: it answers allowed with zeros.)
- *
- * Cost: one sl_decide_all over the enforced counters (plus one sl_decide
- * per shadow counter and, with a pool, one for the pool); a second
- * sl_decide_all only when elastic limits are over L. */
-int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
-                   size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
-                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
-                   char *err, size_t errlen);
+ * Returns 0 with err "", or a negative SL_E* code with a message in err
+ * (may be NULL) on a bad argument, more than SL_MAX_BATCH counted limits, a
+ * key too long, or the same counter with different parameters.  Pure: no
+ * store, no clock, no allocation. */
+int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *domain, size_t dlen,
+                       const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
+                       int64_t now_ms, sl_check_plan *plan, char *err, size_t errlen);
+
+/* Fills *overall and st[0..plan->n-1] from the plan and what execution
+ * found (o: its followers' results are filled in here).  Pure. */
+void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *overall,
+                     sl_check_status *st);
+
+/* Adds one decided request to the per-limit counts of its set (RL.RULES):
+ * relaxed atomic adds, any thread. */
+void sl_check_count(const sl_check_plan *plan, const sl_check_outcome *o);
 
 #endif /* SLUICE_CHECK_H */

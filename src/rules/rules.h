@@ -98,6 +98,9 @@ typedef struct sl_rule_limit {
     int nreplaces;
     unsigned line, column; /* of the rate_limit map in its file */
     sl_rule_counts *counts; /* never NULL in a loaded set */
+    struct sl_rule_stats *stats; /* the server's counters for this limit's name
+                                    (src/server/stats.h; opaque here), bound
+                                    once before the set serves; NULL = none */
 } sl_rule_limit;
 
 typedef enum sl_rule_match {

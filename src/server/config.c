@@ -19,7 +19,6 @@
 #include "config.h"
 #include "check.h"
 #include "log.h"
-#include "resp.h"
 
 enum opt_id {
     OPT_PORT,

@@ -38,6 +38,9 @@ struct sl_live {
     int wd_dir, wd_path;
     struct event *ev, *timer;
     int64_t first_event_ms; /* of the burst being debounced; 0 = none */
+
+    void (*on_load)(void *arg, struct sl_rules *r); /* sl_live_on_load */
+    void *on_load_arg;
 };
 
 static int64_t wall_ms(void)
@@ -93,6 +96,7 @@ int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
     struct sl_rules *r = sl_rules_load(l->path, msg, sizeof msg);
     int64_t took = mono_ms() - t0;
     struct sl_rules *old = NULL;
+    if (l->on_load != NULL) l->on_load(l->on_load_arg, r); /* before r serves */
     uint64_t oldgen;
 
     pthread_mutex_lock(&l->mu);
@@ -125,6 +129,14 @@ int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
            sl_rules_ndomains(r), sl_rules_count(r), (long long)took);
     if (err != NULL && errlen > 0) err[0] = '\0';
     return 0;
+}
+
+void sl_live_on_load(sl_live *l, void (*fn)(void *arg, struct sl_rules *r), void *arg)
+{
+    pthread_mutex_lock(&l->reload_mu);
+    l->on_load = fn;
+    l->on_load_arg = arg;
+    pthread_mutex_unlock(&l->reload_mu);
 }
 
 struct sl_rules *sl_live_get(sl_live *l, sl_live_cache *c)

@@ -74,6 +74,12 @@ sl_live *sl_live_new(const char *path);
  * then unchanged.  Thread-safe: concurrent reloads run one after another. */
 int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen);
 
+/* Calls fn(arg, set) after every load attempt, before a good set starts
+ * serving (set = NULL: the load failed), with the reload lock held: the
+ * server binds its statistics to the new set there and counts reloads.
+ * fn must not reload. */
+void sl_live_on_load(sl_live *l, void (*fn)(void *arg, struct sl_rules *r), void *arg);
+
 /* The serving set for a reader using cache c (one cache per thread): a
  * borrowed pointer, valid until the next call with the same cache or
  * sl_live_cache_drop.  NULL when no set has loaded. */

@@ -71,15 +71,15 @@
 #include <event2/event.h>
 #include <event2/listener.h>
 
-#include "commands.h"
 #include "log.h"
 #include "net.h"
-#include "resp.h"
+#include "proto.h"
 
 #define MAX_LISTENERS    16
 #define BACKLOG          511
 #define SCRATCH_KEEP     (1024 * 1024) /* reply-batch capacity kept between batches */
 #define LINGER_MAX_BYTES (64 * 1024 * 1024) /* time (SL_NET_LINGER_MS) is the real bound */
+#define SLOT_KEEP        (64 * 1024) /* a pooled slot keeps at most this much buffer */
 
 enum conn_state {
     C_OPEN,    /* reading and running commands */
@@ -87,17 +87,19 @@ enum conn_state {
     C_LINGER,  /* all sent and FIN sent; discarding input until the client's FIN */
 };
 
-/* What running a slice of input ended with. */
-enum run_status {
-    RUN_AGAIN, /* everything complete was run; waiting for more bytes */
-    RUN_TURN,  /* the turn's budget is spent; complete commands may remain */
-    RUN_CLOSE, /* QUIT or a protocol error: close after the replies */
-    RUN_NOMEM, /* out of memory: drop the connection */
+typedef struct worker worker;
+typedef struct sl_conn conn;
+
+/* One request's place in its connection's reply order (proto.h). */
+struct sl_slot {
+    worker *w;
+    conn *c;         /* NULL: orphaned, its connection is gone */
+    sl_buf buf;      /* the reply, unless written straight into the batch */
+    int done;
+    sl_slot *next;   /* the connection's FIFO, or the worker's free pool */
 };
 
-typedef struct worker worker;
-
-typedef struct conn {
+struct sl_conn {
     worker *w;
     int fd;
     enum conn_state state;
@@ -106,16 +108,17 @@ typedef struct conn {
     unsigned paused_turn : 1; /* turn budget spent; resume timer pending */
     unsigned paused_out : 1;  /* too much unsent output; not reading */
     unsigned eof : 1;         /* the client closed its side */
+    unsigned oom : 1;         /* a reply could not be stored: drop at flush */
+    sl_buf *sink;             /* detached (no socket): replies go here */
     size_t discarded;         /* C_LINGER: bytes thrown away */
     struct event *rev, *wev, *resume;
     struct evbuffer *in;  /* an incomplete command, or input beyond a turn */
     struct evbuffer *out; /* replies the kernel did not take yet */
-    struct conn *prev, *next;
-} conn;
-
-typedef struct turn {
-    size_t cmds, bytes; /* budget left in this loop turn */
-} turn;
+    sl_slot *head, *tail; /* reply slots not yet sent, in request order */
+    size_t nslots;        /* how many */
+    size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
+    struct sl_conn *prev, *next;
+};
 
 struct worker {
     sl_net *net;
@@ -127,19 +130,25 @@ struct worker {
     struct event *pipe_ev;
     struct event *stop_ev; /* the shutdown deadline */
     sl_worker_stats *ws;
+    sl_svc_ctx svc;     /* this worker's service context (service.h) */
+    sl_svc_ctx *svcp;   /* &svc, or a detached connection's context */
+    void *scratch;      /* the protocol's (proto.h: scratch_size) */
+    sl_slot *free_slots; /* reply slots ready for reuse */
+    conn *serving;      /* the connection whose input is being run: replies
+                           of its first pending slot go straight to batch */
     _Atomic int nconns; /* +1 by the acceptor on hand-off, -1 here on close */
     conn *conns;        /* every connection of this worker */
     int stopping;
+    int svc_ok; /* svc is initialised */
     const struct timeval *idle_tv, *send_tv, *linger_tv; /* NULL = none */
     sl_buf batch;                                        /* replies of the commands being run */
-    sl_resp_cmd cmd;                                     /* the command being run */
     char rbuf[SL_NET_READ_CHUNK];
 };
 
 struct sl_net {
     sl_srv *srv;
     const sl_config *cfg;
-    size_t max_bulk;  /* for sl_resp_parse */
+    const sl_proto *proto; /* what the clients speak */
     size_t out_pause; /* effective SL_NET_OUT_PAUSE */
     _Atomic int stopped;
     int nworkers;
@@ -196,6 +205,162 @@ static const char *peer(int fd, char *buf, size_t cap)
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void on_resume(evutil_socket_t fd, short what, void *arg);
+static int after_async(conn *c);
+
+/* ---- reply slots (proto.h) ------------------------------------------- */
+
+static void slot_free(sl_slot *s)
+{
+    worker *w = s->w;
+    s->buf.len = 0;
+    if (s->buf.cap > SLOT_KEEP) {
+        free(s->buf.p);
+        s->buf.p = NULL;
+        s->buf.cap = 0;
+    }
+    s->next = w->free_slots;
+    w->free_slots = s;
+}
+
+sl_slot *sl_conn_slot(conn *c)
+{
+    worker *w = c->w;
+    sl_slot *s = w->free_slots;
+    if (s != NULL)
+        w->free_slots = s->next;
+    else if ((s = calloc(1, sizeof *s)) == NULL)
+        return NULL;
+    s->w = w;
+    s->c = c;
+    s->done = 0;
+    s->next = NULL;
+    if (c->tail)
+        c->tail->next = s;
+    else
+        c->head = s;
+    c->tail = s;
+    c->nslots++;
+    return s;
+}
+
+sl_buf *sl_slot_buf(sl_slot *s)
+{
+    conn *c = s->c;
+    /* the first pending reply of the connection being served: straight
+     * into the batch that goes out at the end of this turn */
+    if (c != NULL && c->head == s) {
+        if (c->sink != NULL) return c->sink;
+        if (c->w->serving == c) return &c->w->batch;
+    }
+    return &s->buf;
+}
+
+void sl_slot_done(sl_slot *s)
+{
+    conn *c = s->c;
+    s->done = 1;
+    if (c == NULL) { /* orphaned: the connection is gone */
+        slot_free(s);
+        return;
+    }
+    if (s != c->head) { /* waits for an earlier reply */
+        c->slot_bytes += s->buf.len;
+        return;
+    }
+    worker *w = c->w;
+    int serving = w->serving == c || c->sink != NULL; /* replies go to a buffer */
+    sl_buf *dst = c->sink ? c->sink : &w->batch;
+    int rc = 0;
+    while (c->head != NULL && c->head->done) {
+        sl_slot *h = c->head;
+        c->head = h->next;
+        if (c->head == NULL) c->tail = NULL;
+        c->nslots--;
+        if (h != s) c->slot_bytes -= h->buf.len;
+        if (h->buf.len > 0 && rc == 0)
+            rc = serving ? sl_buf_add(dst, h->buf.p, h->buf.len)
+                         : evbuffer_add(c->out, h->buf.p, h->buf.len);
+        slot_free(h);
+    }
+    if (rc != 0) c->oom = 1; /* a reply is lost: flush drops the connection */
+    if (!serving) after_async(c);
+}
+
+sl_svc_ctx *sl_conn_svc(conn *c) { return c->w->svcp; }
+sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
+void *sl_conn_scratch(conn *c) { return c->w->scratch; }
+const sl_config *sl_conn_cfg(const conn *c) { return c->w->net->cfg; }
+
+/* Detaches c's pending slots: the done ones are freed, the ones still in
+ * flight are left to their backend's completion, which frees them. */
+static void orphan_slots(conn *c)
+{
+    sl_slot *s = c->head, *next;
+    for (; s != NULL; s = next) {
+        next = s->next;
+        s->c = NULL;
+        if (s->done) slot_free(s);
+    }
+    c->head = c->tail = NULL;
+    c->nslots = 0;
+    c->slot_bytes = 0;
+}
+
+/* Bytes c holds for its client: unsent replies, replies waiting behind an
+ * earlier slot, and a slot's own size for each pending one. */
+static size_t held(const conn *c)
+{
+    return evbuffer_get_length(c->out) + c->slot_bytes + c->nslots * sizeof(sl_slot);
+}
+
+/* ---- detached connections (net.h) ------------------------------------ */
+
+sl_conn *sl_conn_detached_new(const sl_proto *proto, sl_svc_ctx *x, const sl_config *cfg,
+                              sl_buf *sink)
+{
+    sl_net *net = calloc(1, sizeof *net);
+    worker *w = calloc(1, sizeof *w);
+    conn *c = calloc(1, sizeof *c);
+    void *scratch = calloc(1, proto->scratch_size ? proto->scratch_size : 1);
+    if (net == NULL || w == NULL || c == NULL || scratch == NULL) {
+        free(net), free(w), free(c), free(scratch);
+        return NULL;
+    }
+    net->cfg = cfg;
+    net->proto = proto;
+    w->net = net;
+    w->svcp = x;
+    w->ws = x->st;
+    w->scratch = scratch;
+    c->w = w;
+    c->fd = -1;
+    c->sink = sink;
+    return c;
+}
+
+int sl_conn_detached_feed(sl_conn *c, const char *p, size_t len, int64_t now, size_t *used)
+{
+    sl_turn t = {SIZE_MAX, SIZE_MAX};
+    return c->w->net->proto->run(c, p, len, now, &t, used);
+}
+
+void sl_conn_detached_free(sl_conn *c)
+{
+    if (c == NULL) return;
+    worker *w = c->w;
+    orphan_slots(c);
+    while (w->free_slots != NULL) {
+        sl_slot *s = w->free_slots;
+        w->free_slots = s->next;
+        free(s->buf.p);
+        free(s);
+    }
+    free(w->scratch);
+    free(w->net);
+    free(w);
+    free(c);
+}
+
 
 /* Closes c at once and frees it.  `why` names the reason for the debug log. */
 static void conn_free(conn *c, const char *why)
@@ -207,6 +372,7 @@ static void conn_free(conn *c, const char *why)
         sl_log(SL_LOG_DEBUG, "client closed", "client=%s worker=%d reason=%s",
                peer(c->fd, pb, sizeof pb), w->id, why);
     }
+    orphan_slots(c);
     event_free(c->rev);
     event_free(c->wev);
     event_free(c->resume);
@@ -268,7 +434,7 @@ static void conn_new(worker *w, int fd)
 static void update_reading(conn *c)
 {
     if (c->state != C_OPEN) return;
-    int want = !c->paused_turn && !c->paused_out;
+    int want = !c->paused_turn && !c->paused_out && c->nslots < SL_NET_MAX_SLOTS;
     if (want && !c->reading)
         event_add(c->rev, c->w->idle_tv);
     else if (!want && c->reading)
@@ -315,6 +481,11 @@ static int flush(conn *c)
     worker *w = c->w;
     sl_net *net = w->net;
     sl_buf *b = &w->batch;
+    if (c->oom) {
+        b->len = 0;
+        conn_free(c, "out of memory");
+        return -1;
+    }
     if (b->len > 0) {
         size_t off = 0;
         if (evbuffer_get_length(c->out) == 0) {
@@ -342,14 +513,14 @@ static int flush(conn *c)
             return -1;
         }
     }
-    size_t pending = evbuffer_get_length(c->out);
+    size_t pending = held(c);
     if (pending > net->cfg->max_output) {
         atomic_fetch_add_explicit(&net->srv->cut_output, 1, memory_order_relaxed);
         conn_free(c, "max-output");
         return -1;
     }
     if (pending == 0) return c->state == C_CLOSING ? finish_close(c) : 0;
-    if (!c->writing) {
+    if (!c->writing && evbuffer_get_length(c->out) > 0) {
         event_add(c->wev, w->send_tv);
         c->writing = 1;
     }
@@ -360,12 +531,9 @@ static int flush(conn *c)
     return 0;
 }
 
-/* Appends "-ERR msg\r\n" to the batch and counts a protocol error. */
-static void protocol_error(conn *c, const char *msg)
+void sl_conn_protocol_error(conn *c, const char *msg)
 {
     worker *w = c->w;
-    if (sl_buf_add(&w->batch, "-ERR ", 5) == 0 && sl_buf_add(&w->batch, msg, strlen(msg)) == 0)
-        sl_buf_add(&w->batch, "\r\n", 2);
     sl_stat_inc(&w->ws->protocol_errors, 1);
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
@@ -374,66 +542,38 @@ static void protocol_error(conn *c, const char *msg)
     }
 }
 
-/* Runs the complete commands in p[0..len), within the turn's budget.
- * Sets *usedp to the bytes consumed. */
-static enum run_status run(conn *c, const char *p, size_t len, int64_t now, turn *t, size_t *usedp)
+/* Runs the complete requests in p[0..len) through the protocol, with c as
+ * the connection being served (its first pending reply goes straight into
+ * the batch).  Sets *usedp to the bytes consumed. */
+static int run(conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *usedp)
 {
     worker *w = c->w;
-    sl_net *net = w->net;
-    size_t pos = 0;
-    enum run_status st = RUN_AGAIN;
-    while (pos < len) {
-        if (t->cmds == 0 || t->bytes == 0) {
-            st = RUN_TURN;
-            break;
-        }
-        size_t used = 0;
-        const char *perr = NULL;
-        int rc = sl_resp_parse(p + pos, len - pos, net->max_bulk, &w->cmd, &used, &perr);
-        if (rc == SL_RESP_AGAIN) break;
-        if (rc == SL_RESP_ERROR) {
-            protocol_error(c, perr ? perr : "Protocol error");
-            st = RUN_CLOSE;
-            break;
-        }
-        if (used > net->cfg->max_command) { /* however it arrived: whole or in pieces */
-            protocol_error(c, "Protocol error: command larger than max-command");
-            st = RUN_CLOSE;
-            break;
-        }
-        pos += used;
-        t->bytes = used >= t->bytes ? 0 : t->bytes - used;
-        if (w->cmd.argc == 0) continue; /* an empty line */
-        t->cmds--;
-        if (sl_cmd_exec(net->srv, w->ws, &w->cmd, now, &w->batch) == SL_CMD_CLOSE) {
-            st = RUN_CLOSE;
-            break;
-        }
-    }
-    *usedp = pos;
+    w->serving = c;
+    int st = w->net->proto->run(c, p, len, now, t, usedp);
+    w->serving = NULL;
     return st;
 }
 
 /* Runs the commands buffered in c->in: parses the first chain in place and
  * pulls up only as much as a command straddling chains needs. */
-static enum run_status run_buffered(conn *c, int64_t now, turn *t)
+static int run_buffered(conn *c, int64_t now, sl_turn *t)
 {
     for (;;) {
         size_t total = evbuffer_get_length(c->in);
-        if (total == 0) return RUN_AGAIN;
+        if (total == 0) return SL_PROTO_AGAIN;
         struct evbuffer_iovec v;
-        if (evbuffer_peek(c->in, -1, NULL, &v, 1) < 1) return RUN_AGAIN;
+        if (evbuffer_peek(c->in, -1, NULL, &v, 1) < 1) return SL_PROTO_AGAIN;
         size_t used = 0;
-        enum run_status st = run(c, v.iov_base, v.iov_len, now, t, &used);
-        if (st == RUN_CLOSE) return st;
+        int st = run(c, v.iov_base, v.iov_len, now, t, &used);
+        if (st == SL_PROTO_CLOSE) return st;
         evbuffer_drain(c->in, used);
-        if (st == RUN_TURN) return st;
+        if (st == SL_PROTO_TURN) return st;
         size_t left = v.iov_len - used; /* the start of an incomplete command */
         total -= used;
-        if (left == total) return RUN_AGAIN; /* all we have: wait for more */
+        if (left == total) return SL_PROTO_AGAIN; /* all we have: wait for more */
         size_t want = left * 2 > left + 1024 ? left * 2 : left + 1024;
         if (want > total) want = total;
-        if (evbuffer_pullup(c->in, (ev_ssize_t)want) == NULL) return RUN_NOMEM;
+        if (evbuffer_pullup(c->in, (ev_ssize_t)want) == NULL) return SL_PROTO_NOMEM;
     }
 }
 
@@ -446,32 +586,34 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
     worker *w = c->w;
     sl_net *net = w->net;
     int64_t now = sl_now_ms(); /* once per turn: every command of it sees this time */
-    turn t = {SL_NET_TURN_CMDS, SL_NET_TURN_BYTES};
+    sl_turn t = {SL_NET_TURN_CMDS, SL_NET_TURN_BYTES};
     if (all) t.cmds = t.bytes = SIZE_MAX;
-    enum run_status st;
+    int st;
     if (evbuffer_get_length(c->in) == 0 && n > 0) {
         size_t used = 0;
         st = run(c, fresh, n, now, &t, &used); /* in place: the common case */
-        if (st != RUN_CLOSE && used < n && evbuffer_add(c->in, fresh + used, n - used) != 0)
-            st = RUN_NOMEM;
+        if (st != SL_PROTO_CLOSE && used < n && evbuffer_add(c->in, fresh + used, n - used) != 0)
+            st = SL_PROTO_NOMEM;
     } else {
-        st = n > 0 && evbuffer_add(c->in, fresh, n) != 0 ? RUN_NOMEM : run_buffered(c, now, &t);
+        st = n > 0 && evbuffer_add(c->in, fresh, n) != 0 ? SL_PROTO_NOMEM : run_buffered(c, now, &t);
     }
 
     switch (st) {
-    case RUN_NOMEM:
+    case SL_PROTO_NOMEM:
         w->batch.len = 0;
         conn_free(c, "out of memory");
         return -1;
-    case RUN_CLOSE: begin_close(c); break;
-    case RUN_TURN:
+    case SL_PROTO_CLOSE: begin_close(c); break;
+    case SL_PROTO_TURN:
         c->paused_turn = 1;
         event_add(c->resume, &(struct timeval){0, 0}); /* after the next poll */
         break;
-    case RUN_AGAIN:
+    case SL_PROTO_AGAIN:
         c->paused_turn = 0;
         if (evbuffer_get_length(c->in) > net->cfg->max_command) {
-            protocol_error(c, "Protocol error: command larger than max-command");
+            w->serving = c;
+            net->proto->fatal(c, "Protocol error: command larger than max-command");
+            w->serving = NULL;
             begin_close(c);
         }
         break;
@@ -514,6 +656,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         if (!would_block(errno)) conn_free(c, "read error");
         return;
     }
+    if (c->state != C_OPEN) return; /* closing: waiting for replies still in flight */
     if (n == 0) { /* the client is done sending; send what is pending, then close */
         c->eof = 1;
         begin_close(c);
@@ -550,13 +693,24 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     event_del(c->wev);
     c->writing = 0;
     if (c->state == C_CLOSING) {
-        finish_close(c);
+        if (c->nslots == 0) finish_close(c);
         return;
     }
-    if (c->paused_out) {
+    if (c->paused_out && held(c) <= w->net->out_pause) {
         c->paused_out = 0;
         update_reading(c);
     }
+}
+
+/* After replies completed outside a turn (an asynchronous backend): applies
+ * the output limits, starts sending, closes a closing connection whose
+ * last reply went out, resumes reading.  Returns 0, or -1 when c was freed. */
+static int after_async(conn *c)
+{
+    if (flush(c) != 0) return -1;
+    if (c->paused_out && held(c) <= c->w->net->out_pause) c->paused_out = 0;
+    update_reading(c);
+    return 0;
 }
 
 /* ---- workers --------------------------------------------------------- */
@@ -632,7 +786,12 @@ static void *worker_main(void *arg)
     worker *w = arg;
     event_base_dispatch(w->base);
     while (w->conns != NULL) conn_free(w->conns, "worker exit");
-    sl_cmd_thread_done();
+    while (w->free_slots != NULL) {
+        sl_slot *s = w->free_slots;
+        w->free_slots = s->next;
+        free(s->buf.p);
+        free(s);
+    }
     return NULL;
 }
 
@@ -646,12 +805,14 @@ static const struct timeval *common_timeout(struct event_base *b, int64_t ms)
 static void worker_free(worker *w)
 {
     if (w == NULL) return;
+    if (w->svc_ok) sl_svc_ctx_done(&w->svc); /* its backend channel, before the base */
     if (w->pipe_ev) event_free(w->pipe_ev);
     if (w->stop_ev) event_free(w->stop_ev);
     if (w->base) event_base_free(w->base);
     if (w->pipe[0] >= 0) close(w->pipe[0]);
     if (w->pipe[1] >= 0) close(w->pipe[1]);
     free(w->batch.p);
+    free(w->scratch);
     free(w);
 }
 
@@ -664,7 +825,7 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     }
     w->net = net;
     w->id = id;
-    w->ws = &net->srv->workers[id];
+    w->ws = &net->srv->stats.workers[id];
     w->pipe[0] = w->pipe[1] = -1;
     struct event_config *ec = event_config_new();
     if (ec != NULL) {
@@ -687,6 +848,18 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     if (!w->pipe_ev || !w->stop_ev || event_add(w->pipe_ev, NULL) != 0 ||
         (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
         (net->cfg->send_timeout_ms > 0 && !w->send_tv) || !w->linger_tv) {
+        snprintf(err, errlen, "cannot start worker %d: out of memory", id);
+        worker_free(w);
+        return NULL;
+    }
+    if (sl_svc_ctx_init(&w->svc, net->srv, id, w->base, err, errlen) != 0) {
+        worker_free(w);
+        return NULL;
+    }
+    w->svc_ok = 1;
+    w->svcp = &w->svc;
+    w->scratch = calloc(1, net->proto->scratch_size ? net->proto->scratch_size : 1);
+    if (w->scratch == NULL) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
         worker_free(w);
         return NULL;
@@ -891,7 +1064,14 @@ static void stop_threads(sl_net *net)
     sl_net_join(net);
 }
 
-sl_net *sl_net_start(sl_srv *srv, char *err, size_t errlen)
+int sl_net_default_workers(const sl_config *cfg)
+{
+    if (cfg->threads > 0) return cfg->threads;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return cores > 0 ? (int)cores : 1;
+}
+
+sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errlen)
 {
     const sl_config *cfg = srv->cfg;
     sl_net *net = calloc(1, sizeof *net);
@@ -901,10 +1081,9 @@ sl_net *sl_net_start(sl_srv *srv, char *err, size_t errlen)
     }
     net->srv = srv;
     net->cfg = cfg;
+    net->proto = proto;
     net->acc_pipe[0] = net->acc_pipe[1] = -1;
     for (int i = 0; i < MAX_LISTENERS; i++) net->lfds[i] = -1;
-    net->max_bulk =
-        cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command : (size_t)SL_RESP_MAX_BULK;
     net->out_pause = SL_NET_OUT_PAUSE;
     if (net->out_pause > cfg->max_output / 2) net->out_pause = (size_t)(cfg->max_output / 2);
 
@@ -923,14 +1102,9 @@ sl_net *sl_net_start(sl_srv *srv, char *err, size_t errlen)
     }
     srv->port = port;
 
-    int n = cfg->threads;
-    if (n <= 0) {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        n = cores > 0 ? (int)cores : 1;
-    }
-    srv->workers = calloc((size_t)n, sizeof *srv->workers);
+    int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);
-    if (srv->workers == NULL || net->workers == NULL) {
+    if (net->workers == NULL || n < 1) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -1026,9 +1200,6 @@ void sl_net_free(sl_net *net)
     if (net->acc_pipe[1] >= 0) close(net->acc_pipe[1]);
     for (int i = 0; i < net->nworkers; i++) worker_free(net->workers[i]);
     free(net->workers);
-    free(net->srv->workers);
-    net->srv->workers = NULL;
-    net->srv->nworkers = 0;
     free(net);
 }
 

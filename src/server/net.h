@@ -5,8 +5,9 @@
  * One acceptor thread owns the listening sockets (every address in
  * cfg->binds) and hands each accepted connection to the worker thread with
  * the fewest connections; each worker runs its own event_base and serves its
- * connections start to finish: read, parse (resp.c), execute (commands.c),
- * write.  All workers share the one sl_store (itself thread-safe).  The
+ * connections start to finish: read, hand the bytes to the protocol
+ * (proto.h: parse and run, src/proto/resp/), send the replies in request
+ * order (reply slots).  All workers share the one backend (backend.h).  The
  * choices and the limits are described in docs/sluiced.md.
  *
  * Threads: sl_net_start, sl_net_stop, sl_net_join and sl_net_free are
@@ -20,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "proto.h"
 #include "server.h"
 
 /* Reading and fairness. */
@@ -39,18 +41,26 @@
  * input that already reached a client's socket is still read and run. */
 #define SL_NET_STOP_MS   2000
 #define SL_NET_STOP_READ (256 * 1024)
+/* Reply slots (proto.h): a client with more requests than this in flight
+ * is not read until some are answered. */
+#define SL_NET_MAX_SLOTS 4096
 /* Accept errors (e.g. out of file descriptors): pause accepting this long. */
 #define SL_NET_ACCEPT_BACKOFF_MS 100
 
 typedef struct sl_net sl_net;
 
+/* The number of worker threads for cfg: --threads, or one per online core.
+ * The caller sizes srv->stats with it before sl_net_start. */
+int sl_net_default_workers(const sl_config *cfg);
+
 /* Binds every address of srv->cfg (IPv4 and IPv6; port 0 picks a free port,
- * written to srv->port), allocates srv->workers (srv->nworkers of them: the
- * configured count, or one per online core) and starts the threads.
+ * written to srv->port), starts srv->stats.nworkers worker threads, each
+ * with its service context (service.h) and backend channel, and the
+ * acceptor.  Clients speak `proto` (src/proto/).
  * Returns the net, or NULL with a message in err, e.g.
  * "cannot listen on 127.0.0.1:6390: Address already in use"; nothing is
  * left running then. */
-sl_net *sl_net_start(sl_srv *srv, char *err, size_t errlen);
+sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errlen);
 
 /* Starts a graceful stop and returns at once: no more connections are
  * accepted; each worker runs the complete commands its clients sent before
@@ -63,7 +73,19 @@ void sl_net_stop(sl_net *net);
 /* Waits for every thread to exit (after sl_net_stop). */
 void sl_net_join(sl_net *net);
 
-/* Frees the net and srv->workers.  After sl_net_join. */
+/* A connection without a socket, to run a protocol in-process (the unit
+ * tests do): its replies are appended to *sink in request order as they
+ * complete.  Its requests run on context x (not owned) with cfg's limits.
+ * Free it only once every request it started has completed.  NULL when
+ * out of memory. */
+sl_conn *sl_conn_detached_new(const sl_proto *proto, sl_svc_ctx *x, const sl_config *cfg,
+                              sl_buf *sink);
+/* Runs p[0..len) as one turn without budget; returns the protocol's
+ * status (proto.h) and sets *used. */
+int sl_conn_detached_feed(sl_conn *c, const char *p, size_t len, int64_t now, size_t *used);
+void sl_conn_detached_free(sl_conn *c);
+
+/* Frees the net.  After sl_net_join. */
 void sl_net_free(sl_net *net);
 
 /* The "host:port" of listener i (i < sl_net_naddrs), e.g. "[::1]:6390". */

@@ -1,8 +1,8 @@
 /*
  * server.h -- the state sluiced shares between its parts: configuration,
- * the engine's store, and statistics.  The network layer (net.c), the
- * command layer (commands.c) and main.c all see this; nothing in src/lib
- * does.
+ * the backend, the rules, statistics.  The service layer (service.c), the
+ * network layer (net.c), the protocols (src/proto/) and main.c see this;
+ * nothing below src/server does.
  */
 #ifndef SL_SERVER_H
 #define SL_SERVER_H
@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backend.h"
 #include "sluice.h"
+#include "stats.h"
 
 #define SL_SRV_DEFAULT_PORT 6390
 
@@ -38,40 +40,17 @@ typedef struct sl_config {
     int log_level;                  /* SL_LOG_* */
 } sl_config;
 
-/* Per worker-thread counters.  Written only by their worker (relaxed
- * atomic stores of load+1, which compile to plain moves), read by INFO. */
-typedef struct sl_worker_stats {
-    _Atomic uint64_t commands;
-    _Atomic uint64_t decisions[SL_ALGO_COUNT];
-    _Atomic uint64_t allowed[SL_ALGO_COUNT];
-    _Atomic uint64_t denied[SL_ALGO_COUNT];
-    _Atomic uint64_t errors;          /* -ERR replies */
-    _Atomic uint64_t protocol_errors; /* connections closed for bad frames */
-    _Atomic uint64_t net_in;          /* bytes read from clients */
-    _Atomic uint64_t net_out;         /* bytes written to clients */
-    char pad[64];
-} sl_worker_stats;
-
-static inline void sl_stat_inc(_Atomic uint64_t *c, uint64_t n)
-{
-    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
-                          memory_order_relaxed);
-}
-
-static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
-{
-    return atomic_load_explicit(c, memory_order_relaxed);
-}
-
 struct sl_live;
 
 typedef struct sl_srv {
     const sl_config *cfg;
-    sl_store *store;
+    sl_backend *backend;            /* where every decision is made (backend.h) */
+    sl_store *store;                /* the local backend's store, for snapshots and
+                                       expiry (main.c); NULL with another backend */
     struct sl_live *live;           /* the rules (live.h); NULL = started without */
+    sl_stats stats;                 /* every number INFO shows (stats.h) */
     int64_t start_ms;               /* wall clock at start */
-    int nworkers;
-    sl_worker_stats *workers;       /* nworkers of them */
+    int nworkers;                   /* worker threads (= stats.nworkers) */
     int port;                       /* the port actually bound */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */

@@ -1,5 +1,6 @@
 /*
- * resp.h -- where request bytes are parsed: a RESP2 command parser.
+ * resp.h -- RESP2, both ways: where request bytes are parsed (resp.c) and
+ * how replies are written (resp_write.c).
  *
  * It never touches a socket: feed it the bytes a client has sent so far and
  * it answers "here is one complete command", "need more bytes", or "protocol
@@ -12,6 +13,8 @@
 #define SL_RESP_H
 
 #include <stddef.h>
+
+#include "sluice.h"
 
 #define SL_RESP_MAX_ARGS 1024          /* arguments in one command */
 #define SL_RESP_MAX_BULK (1024 * 1024) /* bytes in one argument */
@@ -38,5 +41,23 @@ typedef struct sl_resp_cmd {
  * Work is O(bytes of the command): bulk payloads are skipped, not scanned. */
 int sl_resp_parse(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd, size_t *used,
                   const char **err);
+
+/* ---- the reply writer (resp_write.c) ------------------------------------ */
+
+struct sl_buf;
+
+/* Each appends one RESP2 value to b; an allocation failure leaves b as it
+ * was (net.c then drops the connection when it notices the lost reply). */
+void sl_resp_raw(struct sl_buf *b, const char *s);              /* bytes as given */
+void sl_resp_int(struct sl_buf *b, long long v);                /* :v */
+void sl_resp_array(struct sl_buf *b, long long n);              /* *n (a header) */
+void sl_resp_bulk(struct sl_buf *b, const char *s, size_t n);   /* $n s */
+void sl_resp_bulk_str(struct sl_buf *b, const char *s);
+void sl_resp_nil(struct sl_buf *b);                             /* $-1 */
+/* "-ERR msg"; CR and LF in msg become spaces (an error is one line), and
+ * msg is cut at 511 bytes. */
+void sl_resp_err(struct sl_buf *b, const char *msg);
+/* The six fields of SPEC section 3, as six integers (no array header). */
+void sl_resp_fields(struct sl_buf *b, const sl_result *r);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * main.c -- sluiced: wires the parts together and owns the process's life.
  *
- *     config -> store (+ snapshot load) -> net (acceptor + workers) -> main loop
+ *     config -> store (+ snapshot load) -> local backend -> statistics
+ *            -> rules -> net (acceptor + workers, speaking RESP) -> main loop
  *
  * The main thread runs its own event_base for what is neither network nor
  * decision: signals (TERM/INT stop, HUP reloads the rules), the rules'
@@ -23,10 +24,12 @@
 
 #include <event2/event.h>
 
+#include "backend_local.h"
 #include "config.h"
 #include "live.h"
 #include "log.h"
 #include "net.h"
+#include "resp_commands.h"
 #include "server.h"
 #include "sluice.h"
 
@@ -101,6 +104,19 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
            atomic_load(&a->srv.clients));
     sl_net_stop(a->net);
     event_base_loopbreak(a->base);
+}
+
+/* After every rules load (live.h): the new set's limits are bound to their
+ * names' statistics before it serves, and the reload is counted. */
+static void on_rules_load(void *arg, struct sl_rules *r)
+{
+    sl_stats *st = arg;
+    if (r == NULL) {
+        atomic_fetch_add(&st->reloads_failed, 1);
+        return;
+    }
+    sl_stats_bind(st, r);
+    atomic_fetch_add(&st->reloads_ok, 1);
 }
 
 /* Makes room for max-clients descriptors: raises the soft limit up to the
@@ -196,8 +212,14 @@ int main(int argc, char **argv)
         }
     }
 
+    a.srv.backend = sl_backend_local_new(a.srv.store);
+    if (a.srv.backend == NULL || sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0) {
+        sl_log(SL_LOG_ERROR, "out of memory", NULL);
+        return 1;
+    }
     if (a.cfg.rules[0] != '\0') {
         a.srv.live = sl_live_new(a.cfg.rules);
+        if (a.srv.live != NULL) sl_live_on_load(a.srv.live, on_rules_load, &a.srv.stats);
         if (a.srv.live == NULL || sl_live_reload(a.srv.live, "start", err, sizeof err) != 0) {
             sl_log(SL_LOG_ERROR, "cannot load the rules: refusing to start", "path=%s err=%s",
                    sl_logq(a.cfg.rules), sl_logq(a.srv.live ? err : "out of memory"));
@@ -229,7 +251,7 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_WARN, "not watching the rules: reload with SIGHUP or RL.RULES RELOAD",
                "path=%s err=%s", sl_logq(a.cfg.rules), sl_logq(err));
 
-    a.net = sl_net_start(&a.srv, err, sizeof err);
+    a.net = sl_net_start(&a.srv, &sl_resp_proto, err, sizeof err);
     if (a.net == NULL) {
         sl_log(SL_LOG_ERROR, err, NULL);
         return 1;
@@ -281,6 +303,8 @@ int main(int argc, char **argv)
     for (int i = 0; i < 3; i++) event_free(sigs[i]);
     sl_live_free(a.srv.live); /* its events first, then the base */
     event_base_free(a.base);
+    sl_backend_free(a.srv.backend);
+    sl_stats_free(&a.srv.stats);
     sl_store_free(a.srv.store);
     sl_log(SL_LOG_INFO, "bye", "status=%d", status);
     return status;

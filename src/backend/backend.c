@@ -1,0 +1,33 @@
+/*
+ * backend.c -- what every backend shares: its error state (backend.h).
+ */
+#include <stdarg.h>
+#include <stdio.h>
+
+#include "backend.h"
+
+int sl__backend_set_err(sl_backend *b, int err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(b->errstr, sizeof b->errstr, fmt, ap);
+    va_end(ap);
+    b->err = err;
+    return err;
+}
+
+void sl__backend_clear_err(sl_backend *b)
+{
+    b->err = 0;
+    b->errstr[0] = '\0';
+}
+
+void sl__breq_fail(sl_breq *rq, int rc, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rq->err, sizeof rq->err, fmt, ap);
+    va_end(ap);
+    rq->rc = rc;
+    rq->cb(rq);
+}

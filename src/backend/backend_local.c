@@ -1,0 +1,236 @@
+/*
+ * backend_local.c -- the local backend (backend_local.h): every request
+ * decided on this process's sl_store, inline, before submit returns.
+ *
+ * The hot path is submit -> one switch -> sl_decide -> the callback: no
+ * allocation, no lock beyond the store's own, no copy of the key.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend_local.h"
+
+typedef struct local {
+    sl_backend base;
+    sl_bchan chan; /* one channel serves every worker: it holds no state */
+    sl_store *store;
+} local;
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+{
+    if (err != NULL && errlen > 0) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
+                         size_t errlen)
+{
+    const sl_check_item *it = plan->items;
+    int nit = plan->nitems;
+    int64_t now_ms = plan->now_ms, cost = plan->cost;
+    const sl_params *pool = plan->has_pool ? &plan->pool : NULL;
+    static const char pool_key[] = SL_CHECK_POOL_KEY;
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    memset(o, 0, sizeof *o);
+
+    /* An enforced L = 0 limit denies the request: every other counter is
+     * only peeked (checked, and answered as if alone). */
+    if (plan->denied_never) {
+        for (int k = 0; k < nit; k++) {
+            const sl_check_item *t = &it[k];
+            if (t->zero || t->lead != k) continue;
+            int rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &o->res[k]);
+            if (rc < 0)
+                return fail(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
+        }
+        return 0; /* o->allowed = 0 */
+    }
+
+    /* The enforced counters, all-or-none: sl_decide_all checks every
+     * request before it charges any, and when it charges none answers each
+     * as if alone -- so no peek is needed first. */
+    int allowed = 1;
+    sl_request req[SL_MAX_BATCH];
+    sl_result out[SL_MAX_BATCH];
+    int idx[SL_MAX_BATCH];
+    size_t nreq = 0;
+    for (int k = 0; k < nit; k++) {
+        const sl_check_item *t = &it[k];
+        if (t->zero || t->shadow || t->lead != k) continue;
+        req[nreq].params = &t->p;
+        req[nreq].key = t->key;
+        req[nreq].keylen = t->keylen;
+        req[nreq].cost = t->cost;
+        idx[nreq++] = k;
+    }
+    if (nreq > 0) {
+        int all = 0;
+        int rc = sl_decide_all(s, req, nreq, now_ms, out, &all);
+        if (rc < 0) return fail(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+        for (size_t q = 0; q < nreq; q++) o->res[idx[q]] = out[q];
+        allowed = all != 0;
+
+        /* Denied only by elastic limits: again, all-or-none, with those
+         * at their ceilings and the spare pool charged too. */
+        int stretch = !allowed && pool != NULL && nreq < SL_MAX_BATCH;
+        for (size_t q = 0; q < nreq && stretch; q++)
+            if (!out[q].allowed && !it[idx[q]].elastic) stretch = 0;
+        if (stretch) {
+            sl_params pe[SL_MAX_BATCH];
+            for (size_t q = 0; q < nreq; q++) {
+                const sl_check_item *t = &it[idx[q]];
+                pe[q] = t->p;
+                if (t->elastic) pe[q].limit = t->rl->elastic_limit;
+                req[q].params = &pe[q];
+            }
+            req[nreq].params = pool;
+            req[nreq].key = pool_key;
+            req[nreq].keylen = sizeof pool_key - 1;
+            req[nreq].cost = cost;
+            sl_result out2[SL_MAX_BATCH];
+            rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all);
+            if (rc < 0) return fail(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+            if (all) {
+                allowed = 1;
+                o->pool_charged = 1;
+                for (size_t q = 0; q < nreq; q++) {
+                    int k = idx[q];
+                    /* over L before (state only grows at one instant) */
+                    o->stretched[k] = !o->res[k].allowed;
+                    o->res[k] = out2[q];
+                    if (o->stretched[k] && out2[nreq].remaining < o->res[k].remaining)
+                        o->res[k].remaining = out2[nreq].remaining;
+                }
+            }
+        }
+        /* Within every limit: the request still uses spare capacity. */
+        if (allowed && pool != NULL && !o->pool_charged) {
+            sl_result pr;
+            (void)sl_decide(s, pool, pool_key, sizeof pool_key - 1, now_ms, cost, &pr);
+        }
+    }
+    o->allowed = allowed;
+
+    /* Shadow counters: charged when the request is allowed, else peeked.
+     * Their parameters and keys were checked when the set loaded and when
+     * the keys were built, so neither call fails in practice; if one did,
+     * the counter answers "allowed, all zeros" and the request stands. */
+    for (int k = 0; k < nit; k++) {
+        const sl_check_item *t = &it[k];
+        if (t->zero || !t->shadow || t->lead != k) continue;
+        sl_result *r = &o->res[k];
+        int rc = allowed ? sl_decide(s, &t->p, t->key, t->keylen, now_ms, t->cost, r)
+                         : sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
+        if (rc < 0 && allowed) rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
+        if (rc < 0) {
+            memset(r, 0, sizeof *r);
+            r->allowed = 1;
+        }
+    }
+    return 0;
+}
+
+int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
+                   size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
+                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
+                   char *err, size_t errlen)
+{
+    sl_check_plan plan;
+    sl_check_outcome o;
+    if (s == NULL || overall == NULL || st == NULL)
+        return fail(err, errlen, SL_EINVAL, "invalid argument");
+    int rc = sl_check_plan_make(r, pool, domain, dlen, descs, ndesc, n, cost, now_ms, &plan, err,
+                                errlen);
+    if (rc == 0) rc = sl__local_check_exec(s, &plan, &o, err, errlen);
+    if (rc != 0) return rc;
+    sl_check_report(&plan, &o, overall, st);
+    sl_check_count(&plan, &o);
+    return 0;
+}
+
+/* ---- the backend ------------------------------------------------------ */
+
+static sl_bchan *local_channel(sl_backend *b, void *loop)
+{
+    (void)loop;
+    return &((local *)b)->chan;
+}
+
+static void local_channel_free(sl_bchan *ch) { (void)ch; }
+
+static void local_submit(sl_bchan *ch, sl_breq *rq)
+{
+    sl_store *s = ((local *)ch->b)->store;
+    int rc;
+    rq->err[0] = '\0';
+    switch (rq->op) {
+    case SL_BOP_DECIDE:
+        rc = sl_decide(s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
+        break;
+    case SL_BOP_PEEK:
+        rc = sl_peek(s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
+        break;
+    case SL_BOP_FORGET:
+        rc = 0;
+        rq->existed = 0;
+        for (int a = rq->algo_lo; a < rq->algo_hi && rc >= 0; a++) {
+            rc = sl_forget(s, (sl_algo)a, rq->key, rq->keylen);
+            if (rc == 1) rq->existed = 1;
+        }
+        if (rc > 0) rc = 0;
+        break;
+    case SL_BOP_DECIDE_ALL:
+        rc = sl_decide_all(s, rq->reqs, rq->nreqs, rq->now_ms, rq->results, &rq->all_allowed);
+        break;
+    case SL_BOP_CHECK:
+        rc = sl__local_check_exec(s, rq->plan, rq->outcome, rq->err, sizeof rq->err);
+        break;
+    default:
+        rc = SL_EINVAL;
+        break;
+    }
+    rq->rc = rc < 0 ? rc : 0;
+    rq->cb(rq);
+}
+
+static void local_stats(sl_backend *b, sl_backend_stats *out)
+{
+    sl_store_stats st;
+    sl_store_stats_get(((local *)b)->store, &st);
+    memset(out, 0, sizeof *out);
+    out->keys = st.keys;
+    out->bytes = st.bytes;
+    out->max_bytes = st.max_bytes;
+    out->evictions = st.evictions;
+    out->expired = st.expired;
+}
+
+static void local_free(sl_backend *b) { free(b); }
+
+static const sl_backend_ops local_ops = {
+    "local", local_channel, local_channel_free, local_submit, local_stats, local_free,
+};
+
+sl_backend *sl_backend_local_new(sl_store *s)
+{
+    local *l = calloc(1, sizeof *l);
+    if (l == NULL || s == NULL) {
+        free(l);
+        return NULL;
+    }
+    l->base.ops = &local_ops;
+    l->base.flags = SL_BACKEND_INLINE;
+    l->chan.b = &l->base;
+    l->store = s;
+    return &l->base;
+}

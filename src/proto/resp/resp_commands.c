@@ -1,0 +1,854 @@
+/*
+ * resp_commands.c -- the RESP protocol module: sluiced's commands (SPEC
+ * section 7), from parsed arguments to reply bytes, over the service layer
+ * (service.h).  Decisions are the service's; this file reads arguments,
+ * checks their syntax, and writes replies.
+ *
+ * One table (commands[]) drives dispatch, arity errors and COMMAND.  Every
+ * request opens a reply slot (proto.h) before it runs and fills it when
+ * its answer is known -- at once with the local backend, later with one
+ * that answers asynchronously; net.c sends the replies in request order.
+ *
+ * Every bad argument gets a "-ERR ..." reply naming what is wrong, and the
+ * backend is not asked: everything is checked before a decision.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "live.h"
+#include "proto.h"
+#include "resp.h"
+#include "resp_commands.h"
+#include "service.h"
+
+/* ---- the request being run --------------------------------------------- */
+
+typedef struct req {
+    sl_conn *c;
+    sl_svc_ctx *x;
+    const sl_resp_cmd *cmd;
+    int64_t now;
+} req;
+
+/* Writes an error reply into slot s and counts it. */
+static void slot_err(sl_svc_ctx *x, sl_slot *s, const char *msg)
+{
+    sl_resp_err(sl_slot_buf(s), msg);
+    sl_stat_inc(&x->st->errors, 1);
+    sl_slot_done(s);
+}
+
+/* Opens a slot for an answer that is known now; NULL when out of memory
+ * (the connection is then dropped by net.c: see reply_now's callers). */
+static sl_buf *now_open(req *q, sl_slot **s)
+{
+    *s = sl_conn_slot(q->c);
+    return *s ? sl_slot_buf(*s) : NULL;
+}
+
+/* "-ERR <fmt>" as this request's reply. */
+static void err_reply(req *q, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void err_reply(req *q, const char *fmt, ...)
+{
+    char msg[SL_SVC_ERR];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s != NULL) slot_err(q->x, s, msg);
+}
+
+static int arg_is(const sl_resp_arg *a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a->len == n && strncasecmp(a->p, lit, n) == 0;
+}
+
+static const char *quote(char *dst, size_t cap, const sl_resp_arg *a)
+{
+    return sl_svc_quote(dst, cap, a->p, a->len);
+}
+
+/* ---- the answers of the service ------------------------------------------ */
+
+/* The service's callbacks get the slot as their argument. */
+static void on_fields(void *arg, const sl_svc_reply *r)
+{
+    sl_slot *s = arg;
+    sl_svc_ctx *x = sl_slot_svc(s);
+    if (r->rc < 0) {
+        slot_err(x, s, r->err);
+        return;
+    }
+    sl_buf *b = sl_slot_buf(s);
+    sl_resp_raw(b, "*6\r\n");
+    sl_resp_fields(b, &r->result);
+    sl_slot_done(s);
+}
+
+static void on_reset(void *arg, const sl_svc_reply *r)
+{
+    sl_slot *s = arg;
+    if (r->rc < 0) {
+        slot_err(sl_slot_svc(s), s, r->err);
+        return;
+    }
+    sl_resp_int(sl_slot_buf(s), r->existed);
+    sl_slot_done(s);
+}
+
+/* RL.CHECK's reply: the six fields for the most restrictive outcome, then
+ * per descriptor [code, rule name (nil for NO_RULE), limit, remaining,
+ * retry_after_ms, reset_after_ms]. */
+static void on_check(void *arg, const sl_svc_reply *r)
+{
+    sl_slot *s = arg;
+    if (r->rc < 0) {
+        slot_err(sl_slot_svc(s), s, r->err);
+        return;
+    }
+    sl_buf *b = sl_slot_buf(s);
+    sl_resp_array(b, 6 + r->n);
+    sl_resp_fields(b, &r->result);
+    for (int d = 0; d < r->n; d++) {
+        const sl_check_status *st = &r->st[d];
+        sl_resp_raw(b, "*6\r\n");
+        sl_resp_bulk_str(b, sl_check_code_name(st->code));
+        if (st->name)
+            sl_resp_bulk_str(b, st->name);
+        else
+            sl_resp_nil(b);
+        sl_resp_int(b, st->limit);
+        sl_resp_int(b, st->remaining);
+        sl_resp_int(b, st->retry_after_ms);
+        sl_resp_int(b, st->reset_after_ms);
+    }
+    sl_slot_done(s);
+}
+
+/* ---- RL.ALLOW / RL.PEEK ----------------------------------------------------- */
+
+/* The options of RL.ALLOW and RL.PEEK, in the order the error names them. */
+enum allow_opt { OPT_ALGO, OPT_COST, OPT_BURST, OPT_PRECISION, OPT_LOGREJECTED, OPT_AT, NOPTS };
+static const struct {
+    const char *name;
+    int takes_value;
+} allow_opts[NOPTS] = {
+    [OPT_ALGO] = {"ALGO", 1},           [OPT_COST] = {"COST", 1},
+    [OPT_BURST] = {"BURST", 1},         [OPT_PRECISION] = {"PRECISION", 1},
+    [OPT_LOGREJECTED] = {"LOGREJECTED", 0}, [OPT_AT] = {"AT", 1},
+};
+
+/* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
+ *          [LOGREJECTED] [AT t]   (RL.PEEK: the same, nothing consumed) */
+static void decide(req *q, int commit)
+{
+    const sl_resp_cmd *c = q->cmd;
+    char err[SL_SVC_ERR], qb[80];
+    const sl_resp_arg *key = &c->argv[1];
+    sl_params p = SL_PARAMS_INIT;
+    int64_t cost = 1, at = q->now;
+    if (sl_svc_parse_key(key->p, key->len, err, sizeof err) != 0 ||
+        sl_svc_parse_limit(c->argv[2].p, c->argv[2].len, &p.limit, err, sizeof err) != 0 ||
+        sl_svc_parse_window(c->argv[3].p, c->argv[3].len, &p.window_ms, err, sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    unsigned seen = 0;
+    for (int i = 4; i < c->argc; i++) {
+        const sl_resp_arg *o = &c->argv[i];
+        int which = 0;
+        while (which < NOPTS && !arg_is(o, allow_opts[which].name)) which++;
+        if (which == NOPTS) {
+            err_reply(q,
+                      "unknown option '%s' (expected ALGO, COST, BURST, PRECISION, LOGREJECTED "
+                      "or AT)",
+                      quote(qb, sizeof qb, o));
+            return;
+        }
+        if (seen & (1u << which)) {
+            err_reply(q, "option %s given twice", allow_opts[which].name);
+            return;
+        }
+        seen |= 1u << which;
+        if (!allow_opts[which].takes_value) {
+            p.log_rejected = 1;
+            continue;
+        }
+        if (i + 1 >= c->argc) {
+            err_reply(q, "option %s needs a value", allow_opts[which].name);
+            return;
+        }
+        const sl_resp_arg *v = &c->argv[++i];
+        int rc = 0;
+        switch ((enum allow_opt)which) {
+        case OPT_ALGO: rc = sl_svc_parse_algo(v->p, v->len, &p.algo, err, sizeof err); break;
+        case OPT_COST: rc = sl_svc_parse_cost(v->p, v->len, &cost, err, sizeof err); break;
+        case OPT_BURST: rc = sl_svc_parse_burst(v->p, v->len, &p.burst, err, sizeof err); break;
+        case OPT_PRECISION:
+            rc = sl_svc_parse_precision(v->p, v->len, &p.precision, err, sizeof err);
+            break;
+        case OPT_AT: rc = sl_svc_parse_at(q->x, v->p, v->len, &at, err, sizeof err); break;
+        case OPT_LOGREJECTED:
+        case NOPTS: break;
+        }
+        if (rc != 0) {
+            err_reply(q, "%s", err);
+            return;
+        }
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    /* the service checks the parameters: its error names the bad one */
+    sl_svc_allow(q->x, key->p, key->len, &p, cost, at, commit, on_fields, s);
+}
+
+static void cmd_allow(req *q) { decide(q, 1); }
+static void cmd_peek(req *q) { decide(q, 0); }
+
+/* ---- RL.CHECK --------------------------------------------------------------- */
+
+/* RL.CHECK domain [COST c] [AT t] DESCRIPTOR k v [k v ...] [DESCRIPTOR ...] */
+static void cmd_check(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    char qb[80], err[SL_SVC_ERR];
+    sl_rule_entry ent[SL_CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
+    const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
+    int ndesc[SL_CHECK_MAX_DESC], n = -1;
+    int64_t cost = 1, at = q->now;
+    unsigned seen = 0;
+    for (int i = 2; i < c->argc;) {
+        const sl_resp_arg *o = &c->argv[i];
+        if (arg_is(o, "DESCRIPTOR")) {
+            if (++n == SL_CHECK_MAX_DESC) {
+                err_reply(q, "at most %d descriptors in one RL.CHECK", SL_CHECK_MAX_DESC);
+                return;
+            }
+            descs[n] = ent[n];
+            ndesc[n] = 0;
+            i++;
+            continue;
+        }
+        if (n < 0 && (arg_is(o, "COST") || arg_is(o, "AT"))) {
+            int is_cost = arg_is(o, "COST");
+            if ((seen & (1u << is_cost)) || i + 1 >= c->argc) {
+                err_reply(q, "option %s given twice or without a value", is_cost ? "COST" : "AT");
+                return;
+            }
+            seen |= 1u << is_cost;
+            const sl_resp_arg *v = &c->argv[i + 1];
+            int rc = is_cost ? sl_svc_parse_cost(v->p, v->len, &cost, err, sizeof err)
+                             : sl_svc_parse_at(q->x, v->p, v->len, &at, err, sizeof err);
+            if (rc != 0) {
+                err_reply(q, "%s", err);
+                return;
+            }
+            i += 2;
+            continue;
+        }
+        if (n < 0) {
+            err_reply(q, "expected COST, AT or DESCRIPTOR, got '%s'", quote(qb, sizeof qb, o));
+            return;
+        }
+        if (i + 1 >= c->argc) {
+            err_reply(q, "descriptor key '%s' has no value", quote(qb, sizeof qb, o));
+            return;
+        }
+        if (ndesc[n] == SL_RULES_MAX_DEPTH) {
+            err_reply(q, "at most %d entries in one descriptor", SL_RULES_MAX_DEPTH);
+            return;
+        }
+        ent[n][ndesc[n]++] = (sl_rule_entry){o->p, o->len, c->argv[i + 1].p, c->argv[i + 1].len};
+        i += 2;
+    }
+    n++;
+    for (int d = 0; d < n; d++) {
+        if (ndesc[d] == 0) {
+            err_reply(q, "descriptor %d has no entries (expected DESCRIPTOR key value ...)", d + 1);
+            return;
+        }
+    }
+    if (n == 0) {
+        err_reply(q, "RL.CHECK needs at least one DESCRIPTOR");
+        return;
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_svc_check(q->x, c->argv[1].p, c->argv[1].len, descs, ndesc, n, cost, at, on_check, s);
+}
+
+/* ---- RL.RESET --------------------------------------------------------------- */
+
+/* RL.RESET key [ALGO name] */
+static void cmd_reset(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    char qb[80], err[SL_SVC_ERR];
+    if (c->argc != 2 && c->argc != 4) {
+        err_reply(q, "wrong number of arguments for 'rl.reset' command");
+        return;
+    }
+    const sl_resp_arg *key = &c->argv[1];
+    if (sl_svc_parse_key(key->p, key->len, err, sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    int lo = 0, hi = SL_ALGO_COUNT;
+    if (c->argc == 4) {
+        sl_algo a;
+        if (!arg_is(&c->argv[2], "ALGO")) {
+            err_reply(q, "unknown option '%s' (expected ALGO)", quote(qb, sizeof qb, &c->argv[2]));
+            return;
+        }
+        if (sl_svc_parse_algo(c->argv[3].p, c->argv[3].len, &a, err, sizeof err) != 0) {
+            err_reply(q, "%s", err);
+            return;
+        }
+        lo = (int)a;
+        hi = lo + 1;
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_svc_reset(q->x, key->p, key->len, lo, hi, on_reset, s);
+}
+
+/* ---- RL.RULES --------------------------------------------------------------- */
+
+/* Appends one entry per limit of node and of the nodes below it to dom;
+ * returns how many.  Each: [name, descriptor, limit, mode, checked, over,
+ * shadow_over, elastic] with the counts of this version (sl_rule_counts). */
+static int list_limits(sl_buf *dom, const sl_rule_node *node)
+{
+    int n = 0;
+    for (int j = 0; j < node->nlimits; j++, n++) {
+        const sl_rule_limit *l = &node->limits[j];
+        char desc[200];
+        sl_rules_limit_format(l, desc, sizeof desc);
+        sl_resp_raw(dom, "*8\r\n");
+        sl_resp_bulk_str(dom, l->name);
+        sl_resp_bulk_str(dom, node->path);
+        sl_resp_bulk_str(dom, desc);
+        sl_resp_bulk_str(dom, node->shadow_mode ? "shadow" : "enforce");
+        const sl_rule_counts *k = l->counts;
+        sl_resp_int(dom, (long long)atomic_load_explicit(&k->checked, memory_order_relaxed));
+        sl_resp_int(dom, (long long)atomic_load_explicit(&k->over, memory_order_relaxed));
+        sl_resp_int(dom, (long long)atomic_load_explicit(&k->shadow, memory_order_relaxed));
+        sl_resp_int(dom, (long long)atomic_load_explicit(&k->elastic, memory_order_relaxed));
+    }
+    for (int c = 0; c < node->nchildren; c++) n += list_limits(dom, &node->children[c]);
+    return n;
+}
+
+/* RL.RULES: what is serving, as a flat map:
+ *   version N  loaded_at_ms T  path P  reloads N  reload_failures N
+ *   last_error E ("" if the last reload worked)  last_error_at_ms T
+ *   domains [[domain, file, [[name, descriptor, limit, mode, checked, over,
+ *             shadow_over, elastic], ...]], ...]
+ * RL.RULES RELOAD: reloads now; replies the new version, or an error with
+ * FILE:LINE:COLUMN (the old rules keep serving). */
+static void cmd_rules(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    sl_svc_ctx *x = q->x;
+    char err[SL_SVC_ERR];
+    if (x->srv->live == NULL) {
+        err_reply(q, "%s", sl_svc_no_rules);
+        return;
+    }
+    if (c->argc == 2 && arg_is(&c->argv[1], "RELOAD")) {
+        uint64_t v = sl_svc_reload(x, "RL.RULES RELOAD", err, sizeof err);
+        if (v == 0) {
+            err_reply(q, "%s", err);
+            return;
+        }
+        sl_slot *s;
+        sl_buf *b = now_open(q, &s);
+        if (b == NULL) return;
+        sl_resp_int(b, (long long)v);
+        sl_slot_done(s);
+        return;
+    }
+    if (c->argc != 1) {
+        err_reply(q, "usage: RL.RULES [RELOAD]");
+        return;
+    }
+    sl_rules *r = sl_svc_rules(x, NULL);
+    sl_live_info li;
+    sl_live_info_get(x->srv->live, &li);
+    sl_slot *s;
+    sl_buf *out = now_open(q, &s);
+    if (out == NULL) return;
+    sl_resp_raw(out, "*16\r\n");
+    sl_resp_bulk_str(out, "version");
+    sl_resp_int(out, (long long)sl_rules_generation(r));
+    sl_resp_bulk_str(out, "loaded_at_ms");
+    sl_resp_int(out, sl_rules_loaded_at_ms(r));
+    sl_resp_bulk_str(out, "path");
+    sl_resp_bulk_str(out, sl_live_path(x->srv->live));
+    sl_resp_bulk_str(out, "reloads");
+    sl_resp_int(out, (long long)li.reloads);
+    sl_resp_bulk_str(out, "reload_failures");
+    sl_resp_int(out, (long long)li.failures);
+    sl_resp_bulk_str(out, "last_error");
+    sl_resp_bulk_str(out, li.last_error);
+    sl_resp_bulk_str(out, "last_error_at_ms");
+    sl_resp_int(out, li.last_error_ms);
+    sl_resp_bulk_str(out, "domains");
+    int nd = sl_rules_ndomains(r);
+    sl_resp_array(out, nd);
+    for (int i = 0; i < nd; i++) {
+        const sl_rule_domain *d = sl_rules_domain(r, i);
+        sl_buf dom = {0}; /* the entries, counted as they are written */
+        int nlim = list_limits(&dom, &d->root);
+        sl_resp_raw(out, "*3\r\n");
+        sl_resp_bulk(out, d->name, d->namelen);
+        sl_resp_bulk_str(out, d->file);
+        sl_resp_array(out, nlim);
+        sl_buf_add(out, dom.p ? dom.p : "", dom.len);
+        free(dom.p);
+    }
+    sl_slot_done(s);
+}
+
+/* ---- INFO ------------------------------------------------------------------- */
+
+static void info_line(sl_buf *b, const char *name, unsigned long long v)
+{
+    char line[160];
+    int n = snprintf(line, sizeof line, "%s:%llu\r\n", name, v);
+    sl_buf_add(b, line, (size_t)n);
+}
+
+static void info_text(sl_buf *b, const char *name, const char *v)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof line, "%s:%s\r\n", name, v);
+    if (n > 0) sl_buf_add(b, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static int wants(const sl_resp_cmd *c, const char *section)
+{
+    if (c->argc < 2) return 1;
+    for (int i = 1; i < c->argc; i++)
+        if (arg_is(&c->argv[i], section) || arg_is(&c->argv[i], "all") ||
+            arg_is(&c->argv[i], "default") || arg_is(&c->argv[i], "everything"))
+            return 1;
+    return 0;
+}
+
+static void info_rule(const sl_rule_stats *rs, void *arg)
+{
+    char line[1200];
+    int n = snprintf(line, sizeof line,
+                     "rule_%s:matched=%llu,allowed=%llu,denied=%llu,shadow=%llu,elastic=%llu\r\n",
+                     rs->name, (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->matched),
+                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->allowed),
+                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->denied),
+                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->shadow),
+                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->elastic));
+    if (n > 0) sl_buf_add(arg, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static void cmd_info(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    sl_srv *srv = q->x->srv;
+    const sl_config *cfg = srv->cfg;
+    sl_buf b = {0};
+    sl_stats_sum sum;
+    sl_backend_stats bs;
+    sl_stats_sum_get(&srv->stats, &sum);
+    sl_backend_stats_get(srv->backend, &bs);
+    if (wants(c, "server")) {
+        sl_resp_raw(&b, "# Server\r\n");
+        info_text(&b, "sluice_version", SL_VERSION);
+        info_text(&b, "redis_version", "7.0.0"); /* for clients that parse it */
+        info_line(&b, "process_id", (unsigned long long)getpid());
+        info_line(&b, "tcp_port", (unsigned long long)srv->port);
+        info_line(&b, "uptime_in_seconds", (unsigned long long)((q->now - srv->start_ms) / 1000));
+        info_line(&b, "threads", (unsigned long long)srv->nworkers);
+        info_text(&b, "backend", srv->backend->ops->name);
+        info_text(&b, "trust_client_time", cfg->trust_client_time ? "yes" : "no");
+        info_text(&b, "config_file", cfg->config_file);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "clients")) {
+        sl_resp_raw(&b, "# Clients\r\n");
+        info_line(&b, "connected_clients", (unsigned long long)atomic_load(&srv->clients));
+        info_line(&b, "maxclients", (unsigned long long)cfg->max_clients);
+        info_line(&b, "max_command_bytes", cfg->max_command);
+        info_line(&b, "max_output_bytes", cfg->max_output);
+        info_line(&b, "idle_timeout_ms", (unsigned long long)cfg->idle_timeout_ms);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "stats")) {
+        uint64_t all_dec = 0, all_ok = 0, all_no = 0;
+        sl_resp_raw(&b, "# Stats\r\n");
+        info_line(&b, "total_connections_received", atomic_load(&srv->connections));
+        info_line(&b, "rejected_connections", atomic_load(&srv->rejected));
+        info_line(&b, "total_commands_processed", sum.commands);
+        info_line(&b, "error_replies", sum.errors);
+        info_line(&b, "protocol_errors", sum.protocol_errors);
+        info_line(&b, "clients_cut_output", atomic_load(&srv->cut_output));
+        info_line(&b, "clients_cut_idle", atomic_load(&srv->cut_idle));
+        for (int a = 0; a < SL_ALGO_COUNT; a++) {
+            all_dec += sum.decisions[a];
+            all_ok += sum.allowed[a];
+            all_no += sum.denied[a];
+        }
+        info_line(&b, "decisions", all_dec);
+        info_line(&b, "allowed", all_ok);
+        info_line(&b, "denied", all_no);
+        for (int a = 0; a < SL_ALGO_COUNT; a++) {
+            char line[200];
+            int n = snprintf(line, sizeof line,
+                             "algo_%s:decisions=%llu,allowed=%llu,denied=%llu\r\n",
+                             sl_algo_name((sl_algo)a), (unsigned long long)sum.decisions[a],
+                             (unsigned long long)sum.allowed[a], (unsigned long long)sum.denied[a]);
+            sl_buf_add(&b, line, (size_t)n);
+        }
+        info_line(&b, "checks", sum.checks);
+        info_line(&b, "checks_denied", sum.checks_denied);
+        info_line(&b, "evicted_keys", bs.evictions);
+        info_line(&b, "expired_keys", bs.expired);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "latency")) {
+        static const int64_t bounds[SL_STATS_LAT_NBOUNDS] = SL_STATS_LAT_BOUNDS_US;
+        sl_resp_raw(&b, "# Latency\r\n");
+        info_line(&b, "decision_latency_sampled", sum.lat_count);
+        info_line(&b, "decision_latency_sample_every", SL_STATS_LAT_SAMPLE);
+        info_line(&b, "decision_latency_sum_ns", sum.lat_sum_ns);
+        uint64_t cum = 0;
+        for (int i = 0; i <= SL_STATS_LAT_NBOUNDS; i++) {
+            char name[64];
+            cum += sum.lat[i];
+            if (i < SL_STATS_LAT_NBOUNDS)
+                snprintf(name, sizeof name, "decision_latency_le_%lldus", (long long)bounds[i]);
+            else
+                snprintf(name, sizeof name, "decision_latency_le_inf");
+            info_line(&b, name, cum);
+        }
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "memory")) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        sl_resp_raw(&b, "# Memory\r\n");
+        info_line(&b, "used_memory", bs.bytes);
+        info_line(&b, "maxmemory", bs.max_bytes);
+        info_line(&b, "keys", bs.keys);
+        info_line(&b, "max_rss_bytes", (unsigned long long)ru.ru_maxrss * 1024);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "rules")) {
+        sl_resp_raw(&b, "# Rules\r\n");
+        if (srv->live != NULL) {
+            sl_live_info li;
+            sl_live_info_get(srv->live, &li);
+            info_text(&b, "rules_path", sl_live_path(srv->live));
+            info_line(&b, "rules_version", li.version);
+            info_line(&b, "rules_loaded_at_ms", (unsigned long long)li.loaded_at_ms);
+            info_line(&b, "rules_domains", (unsigned long long)li.ndomains);
+            info_line(&b, "rules_descriptors", (unsigned long long)li.ndescriptors);
+            info_line(&b, "rules_reloads", li.reloads);
+            info_line(&b, "rules_reload_failures", li.failures);
+            info_text(&b, "rules_last_error", li.last_error);
+            info_line(&b, "rules_last_error_at_ms", (unsigned long long)li.last_error_ms);
+            info_text(&b, "rules_watch", li.watching ? "inotify" : "off");
+        } else {
+            info_text(&b, "rules_path", "");
+            info_line(&b, "rules_version", 0);
+        }
+        info_text(&b, "rules_capacity", cfg->capacity);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "rulestats")) { /* per rule, by name, across reloads (stats.h) */
+        sl_resp_raw(&b, "# Rulestats\r\n");
+        info_line(&b, "rules_tracked", srv->stats.nrules);
+        info_line(&b, "rules_untracked", sl_stat_get(&srv->stats.untracked));
+        sl_stats_foreach_rule(&srv->stats, info_rule, &b);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "persistence")) {
+        sl_resp_raw(&b, "# Persistence\r\n");
+        info_text(&b, "snapshot_file", cfg->snapshot);
+        info_line(&b, "snapshot_interval_ms", (unsigned long long)cfg->snapshot_interval_ms);
+        info_line(&b, "snapshots_written", atomic_load(&srv->saves));
+        info_line(&b, "last_snapshot_unix_ms", (unsigned long long)atomic_load(&srv->last_save_ms));
+        info_text(&b, "last_snapshot_status", atomic_load(&srv->last_save_ok) ? "ok" : "err");
+        info_line(&b, "keys_loaded_at_start", atomic_load(&srv->loaded_keys));
+        sl_resp_raw(&b, "\r\n");
+    }
+    sl_slot *s;
+    sl_buf *out = now_open(q, &s);
+    if (out != NULL) {
+        sl_resp_bulk(out, b.p ? b.p : "", b.len);
+        sl_slot_done(s);
+    }
+    free(b.p);
+}
+
+/* ---- small commands --------------------------------------------------------- */
+
+static void reply_raw(req *q, const char *bytes)
+{
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) return;
+    sl_resp_raw(b, bytes);
+    sl_slot_done(s);
+}
+
+static void reply_bulk(req *q, const sl_resp_arg *a)
+{
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) return;
+    sl_resp_bulk(b, a->p, a->len);
+    sl_slot_done(s);
+}
+
+static void cmd_ping(req *q)
+{
+    if (q->cmd->argc == 1)
+        reply_raw(q, "+PONG\r\n");
+    else if (q->cmd->argc == 2)
+        reply_bulk(q, &q->cmd->argv[1]);
+    else
+        err_reply(q, "wrong number of arguments for 'ping' command");
+}
+
+static void cmd_echo(req *q) { reply_bulk(q, &q->cmd->argv[1]); }
+static void cmd_quit(req *q) { reply_raw(q, "+OK\r\n"); }
+
+static void cmd_hello(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    if (c->argc >= 2 && !arg_is(&c->argv[1], "2")) {
+        reply_raw(q, "-NOPROTO sluiced speaks RESP2 only (HELLO 2)\r\n");
+        sl_stat_inc(&q->x->st->errors, 1);
+        return;
+    }
+    if (c->argc > 2) {
+        err_reply(q, "HELLO takes only the protocol version (no AUTH or SETNAME)");
+        return;
+    }
+    sl_slot *s;
+    sl_buf *out = now_open(q, &s);
+    if (out == NULL) return;
+    sl_resp_raw(out, "*14\r\n");
+    sl_resp_bulk_str(out, "server");
+    sl_resp_bulk_str(out, "sluiced");
+    sl_resp_bulk_str(out, "version");
+    sl_resp_bulk_str(out, SL_VERSION);
+    sl_resp_bulk_str(out, "proto");
+    sl_resp_int(out, 2);
+    sl_resp_bulk_str(out, "id");
+    sl_resp_int(out, 0);
+    sl_resp_bulk_str(out, "mode");
+    sl_resp_bulk_str(out, "standalone");
+    sl_resp_bulk_str(out, "role");
+    sl_resp_bulk_str(out, "master");
+    sl_resp_bulk_str(out, "modules");
+    sl_resp_raw(out, "*0\r\n");
+    sl_slot_done(s);
+}
+
+static void unknown(req *q, const sl_resp_arg *name)
+{
+    char qb[80];
+    err_reply(q, "unknown command '%s'", quote(qb, sizeof qb, name));
+}
+
+/* CLIENT SETNAME / SETINFO: accepted for client libraries; not kept. */
+static void cmd_client(req *q)
+{
+    const sl_resp_arg *sub = &q->cmd->argv[1];
+    if (arg_is(sub, "SETNAME") || arg_is(sub, "SETINFO"))
+        reply_raw(q, "+OK\r\n");
+    else
+        unknown(q, &q->cmd->argv[0]);
+}
+
+static void cmd_select(req *q)
+{
+    if (arg_is(&q->cmd->argv[1], "0"))
+        reply_raw(q, "+OK\r\n");
+    else
+        err_reply(q, "sluiced has one database (0)");
+}
+
+/* CONFIG GET: answers the two settings redis-benchmark asks about, and an
+ * empty list for anything else; CONFIG SET is refused. */
+static void cmd_config(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    if (c->argc == 3 && arg_is(&c->argv[1], "GET")) {
+        if (arg_is(&c->argv[2], "save"))
+            reply_raw(q, "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+        else if (arg_is(&c->argv[2], "appendonly"))
+            reply_raw(q, "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+        else
+            reply_raw(q, "*0\r\n");
+        return;
+    }
+    err_reply(q, "CONFIG supports only GET; sluiced is configured by flags or --config FILE");
+}
+
+static void cmd_command(req *q);
+
+/* ---- the table -------------------------------------------------------------- */
+
+#define F_CLOSE 1u /* close the connection after the reply (QUIT) */
+
+typedef struct command {
+    const char *name; /* lower case, as COMMAND lists it */
+    int arity;        /* Redis's convention: N exactly, -N at least N (the name counts) */
+    int first_key;    /* for COMMAND: position of the key, 0 = none */
+    unsigned flags;
+    void (*run)(req *q);
+} command;
+
+static const command commands[] = {
+    {"rl.allow", -4, 1, 0, cmd_allow},   {"rl.peek", -4, 1, 0, cmd_peek},
+    {"rl.reset", -2, 1, 0, cmd_reset},   {"rl.check", -5, 0, 0, cmd_check},
+    {"rl.rules", -1, 0, 0, cmd_rules},   {"ping", -1, 0, 0, cmd_ping},
+    {"echo", 2, 0, 0, cmd_echo},         {"quit", -1, 0, F_CLOSE, cmd_quit},
+    {"info", -1, 0, 0, cmd_info},        {"command", -1, 0, 0, cmd_command},
+    {"hello", -1, 0, 0, cmd_hello},      {"client", -2, 0, 0, cmd_client},
+    {"select", 2, 0, 0, cmd_select},     {"config", -2, 0, 0, cmd_config},
+};
+#define NCOMMANDS (sizeof commands / sizeof commands[0])
+
+static const command *lookup(const sl_resp_arg *name)
+{
+    for (size_t k = 0; k < NCOMMANDS; k++)
+        if (arg_is(name, commands[k].name)) return &commands[k];
+    return NULL;
+}
+
+/* One COMMAND entry: name, arity, flags, first key, last key, step. */
+static void command_entry(sl_buf *out, const command *k)
+{
+    sl_resp_raw(out, "*6\r\n");
+    sl_resp_bulk_str(out, k->name);
+    sl_resp_int(out, k->arity);
+    sl_resp_raw(out, "*1\r\n+fast\r\n");
+    sl_resp_int(out, k->first_key);
+    sl_resp_int(out, k->first_key);
+    sl_resp_int(out, k->first_key ? 1 : 0);
+}
+
+static void cmd_command(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    sl_slot *s;
+    sl_buf *out = now_open(q, &s);
+    if (out == NULL) return;
+    if (c->argc >= 2 && arg_is(&c->argv[1], "COUNT")) {
+        sl_resp_int(out, (long long)NCOMMANDS);
+    } else if (c->argc >= 2 && arg_is(&c->argv[1], "DOCS")) {
+        sl_resp_raw(out, "*0\r\n"); /* no docs: redis-cli falls back to plain input */
+    } else if (c->argc >= 2 && arg_is(&c->argv[1], "INFO")) {
+        sl_resp_array(out, c->argc - 2);
+        for (int i = 2; i < c->argc; i++) {
+            const command *k = lookup(&c->argv[i]);
+            if (k == NULL)
+                sl_resp_raw(out, "*-1\r\n");
+            else
+                command_entry(out, k);
+        }
+    } else {
+        sl_resp_array(out, (long long)NCOMMANDS);
+        for (size_t k = 0; k < NCOMMANDS; k++) command_entry(out, &commands[k]);
+    }
+    sl_slot_done(s);
+}
+
+/* Runs one parsed command; returns SL_PROTO_CLOSE after QUIT, else
+ * SL_PROTO_AGAIN. */
+static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
+{
+    req q = {c, sl_conn_svc(c), cmd, now};
+    sl_stat_inc(&q.x->st->commands, 1);
+    const command *k = lookup(&cmd->argv[0]);
+    if (k == NULL) {
+        unknown(&q, &cmd->argv[0]);
+        return SL_PROTO_AGAIN;
+    }
+    /* RL.CHECK says "no rules" before it looks at its arguments */
+    if (k->run == cmd_check && sl_svc_rules(q.x, NULL) == NULL) {
+        err_reply(&q, "%s", sl_svc_no_rules);
+        return SL_PROTO_AGAIN;
+    }
+    if (k->arity > 0 ? cmd->argc != k->arity : cmd->argc < -k->arity) {
+        err_reply(&q, "wrong number of arguments for '%s' command", k->name);
+        return SL_PROTO_AGAIN;
+    }
+    k->run(&q);
+    return (k->flags & F_CLOSE) ? SL_PROTO_CLOSE : SL_PROTO_AGAIN;
+}
+
+/* ---- the protocol ----------------------------------------------------------- */
+
+/* A protocol error: its reply, then the connection closes. */
+static void fatal(sl_conn *c, const char *msg)
+{
+    sl_slot *s = sl_conn_slot(c);
+    if (s != NULL) {
+        sl_resp_err(sl_slot_buf(s), msg);
+        sl_slot_done(s);
+    }
+    sl_conn_protocol_error(c, msg);
+}
+
+static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *usedp)
+{
+    const sl_config *cfg = sl_conn_cfg(c);
+    size_t max_bulk = cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command
+                                                          : (size_t)SL_RESP_MAX_BULK;
+    size_t pos = 0;
+    sl_resp_cmd *cmd = sl_conn_scratch(c); /* the command being run */
+    int st = SL_PROTO_AGAIN;
+    while (pos < len) {
+        if (t->cmds == 0 || t->bytes == 0) {
+            st = SL_PROTO_TURN;
+            break;
+        }
+        size_t used = 0;
+        const char *perr = NULL;
+        int rc = sl_resp_parse(p + pos, len - pos, max_bulk, cmd, &used, &perr);
+        if (rc == SL_RESP_AGAIN) break;
+        if (rc == SL_RESP_ERROR) {
+            fatal(c, perr ? perr : "Protocol error");
+            st = SL_PROTO_CLOSE;
+            break;
+        }
+        if (used > cfg->max_command) { /* however it arrived: whole or in pieces */
+            fatal(c, "Protocol error: command larger than max-command");
+            st = SL_PROTO_CLOSE;
+            break;
+        }
+        pos += used;
+        t->bytes = used >= t->bytes ? 0 : t->bytes - used;
+        if (cmd->argc == 0) continue; /* an empty line */
+        t->cmds--;
+        if (exec_one(c, cmd, now) == SL_PROTO_CLOSE) {
+            st = SL_PROTO_CLOSE;
+            break;
+        }
+    }
+    *usedp = pos;
+    return st;
+}
+
+const sl_proto sl_resp_proto = {"resp", run, fatal, sizeof(sl_resp_cmd)};

@@ -1,0 +1,84 @@
+/*
+ * proto.h -- what a protocol module (under src/proto/) plugs into net.c, and the
+ * reply slots net.c gives it.
+ *
+ * net.c owns sockets, buffers, fairness and limits; a protocol owns its
+ * bytes: it parses requests out of what a connection has sent and writes
+ * replies.  For each request it runs, in order, a protocol opens a reply
+ * slot (sl_conn_slot), and when the answer is known -- at once, or later
+ * when a backend answers asynchronously -- writes the whole reply into
+ * sl_slot_buf(slot) and calls sl_slot_done(slot).  net.c sends replies in
+ * slot order, whatever order they complete in, batched into one write per
+ * loop turn as far as they are ready.
+ *
+ * Rules for a protocol:
+ *   - write a slot's reply in one go (sl_slot_buf, the bytes, then
+ *     sl_slot_done) without returning to the event loop in between;
+ *   - after sl_slot_done, do not touch the connection again in that
+ *     callback (the last reply may let net.c close and free it);
+ *   - requests still in flight when their connection closes complete into
+ *     orphaned slots that net.c discards.
+ * Pending slots count against the connection's output cap (max-output)
+ * and, beyond SL_NET_MAX_SLOTS, stop the connection being read.
+ */
+#ifndef SL_PROTO_H
+#define SL_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "service.h"
+
+typedef struct sl_conn sl_conn;
+typedef struct sl_slot sl_slot;
+
+/* A client's budget in one loop turn (net.h: SL_NET_TURN_*). */
+typedef struct sl_turn {
+    size_t cmds, bytes;
+} sl_turn;
+
+/* What running a slice of input ended with. */
+enum sl_proto_status {
+    SL_PROTO_AGAIN, /* everything complete was run; waiting for more bytes */
+    SL_PROTO_TURN,  /* the turn's budget is spent; complete requests may remain */
+    SL_PROTO_CLOSE, /* QUIT or a protocol error: close after the replies */
+    SL_PROTO_NOMEM, /* out of memory: drop the connection */
+};
+
+typedef struct sl_proto {
+    const char *name; /* "resp" */
+    /* Runs the complete requests at the start of p[0..len) at time now
+     * (wall clock, ms, read once per turn), within budget t (decrement
+     * t->cmds per request and t->bytes by what is consumed).  Sets *used
+     * to the bytes consumed; returns an sl_proto_status.  p is valid only
+     * during the call. */
+    int (*run)(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *used);
+    /* Answers a framing failure found by net.c (input beyond max-command)
+     * with a last reply; the connection is then closed. */
+    void (*fatal)(sl_conn *c, const char *msg);
+    /* Bytes of per-worker scratch the protocol wants (sl_conn_scratch):
+     * e.g. the parsed command being run. */
+    size_t scratch_size;
+} sl_proto;
+
+/* Opens the next reply slot of c; NULL when out of memory. */
+sl_slot *sl_conn_slot(sl_conn *c);
+/* Where to write the slot's reply. */
+sl_buf *sl_slot_buf(sl_slot *s);
+/* The slot's reply is complete (see the rules above). */
+void sl_slot_done(sl_slot *s);
+
+/* The worker's service context, for c's requests, and for the request of
+ * slot s (also when s is orphaned). */
+sl_svc_ctx *sl_conn_svc(sl_conn *c);
+sl_svc_ctx *sl_slot_svc(sl_slot *s);
+/* The worker's scratch for the protocol (proto.scratch_size bytes, zeroed
+ * once): shared by every connection of the worker, valid during run. */
+void *sl_conn_scratch(sl_conn *c);
+/* The server's limits for c. */
+const sl_config *sl_conn_cfg(const sl_conn *c);
+/* Counts a protocol error (a connection closed for bad framing) and logs it. */
+void sl_conn_protocol_error(sl_conn *c, const char *msg);
+
+#endif

@@ -1,0 +1,423 @@
+/*
+ * service.c -- the protocol-neutral service layer (service.h).
+ *
+ * A decision goes: protocol -> sl_svc_allow / sl_svc_check -> a request
+ * context from the worker's pool -> sl_backend_submit -> (now or later)
+ * done_* -> statistics -> the protocol's callback -> the context back to
+ * the pool.  In steady state nothing is allocated: contexts are reused,
+ * and the pool only grows while more requests are in flight than ever
+ * before on this worker.
+ *
+ * With a backend that completes inline (SL_BACKEND_INLINE) the key and the
+ * rules are read straight from the caller's bytes and the worker's rules
+ * reference.  With one that may answer later, the context keeps a copy of
+ * the key and a reference to the rule set, so a reload or the caller's
+ * buffer moving on cannot pull them away while the request is in flight.
+ */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "service.h"
+
+const char sl_svc_no_rules[] = "no rules loaded (start sluiced with --rules PATH)";
+
+struct svc_req {
+    sl_breq b;
+    sl_svc_ctx *x;
+    sl_svc_cb cb;
+    void *arg;
+    int commit;             /* ALLOW: a decision, counted in the statistics */
+    sl_params p;            /* ALLOW, PEEK: b.params points here */
+    int64_t t0_ns;          /* sampled: submission time; 0 = not timed */
+    sl_rules *held;         /* CHECK, later backends: the set, referenced */
+    char key[SL_MAX_KEY];   /* later backends: the key, copied */
+    sl_check_plan plan;     /* CHECK */
+    sl_check_outcome out;   /* CHECK */
+    sl_check_status st[SL_CHECK_MAX_DESC];
+    svc_req *next;          /* in the free pool */
+};
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, size_t errlen)
+{
+    memset(x, 0, sizeof *x);
+    x->srv = srv;
+    x->id = id;
+    x->st = &srv->stats.workers[id];
+    x->chan = sl_backend_channel(srv->backend, loop);
+    if (x->chan == NULL) {
+        snprintf(err, errlen, "worker %d: cannot reach the %s backend: %s", id,
+                 srv->backend->ops->name, srv->backend->errstr);
+        return -1;
+    }
+    return 0;
+}
+
+void sl_svc_ctx_done(sl_svc_ctx *x)
+{
+    while (x->free != NULL) {
+        svc_req *q = x->free;
+        x->free = q->next;
+        free(q);
+    }
+    sl_backend_channel_free(x->chan);
+    x->chan = NULL;
+    sl_live_cache_drop(&x->rules);
+}
+
+/* A request context from the pool; NULL when out of memory. */
+static svc_req *req_get(sl_svc_ctx *x)
+{
+    svc_req *q = x->free;
+    if (q != NULL) {
+        x->free = q->next;
+    } else if ((q = malloc(sizeof *q)) == NULL) {
+        return NULL;
+    }
+    q->x = x;
+    q->held = NULL;
+    q->t0_ns = 0;
+    q->b.data = q;
+    q->b.now_ms = 0;
+    x->inflight++;
+    if (++x->st->lat_tick % SL_STATS_LAT_SAMPLE == 0) q->t0_ns = mono_ns();
+    return q;
+}
+
+static void req_put(svc_req *q)
+{
+    sl_svc_ctx *x = q->x;
+    if (q->held != NULL) sl_rules_unref(q->held);
+    x->inflight--;
+    q->next = x->free;
+    x->free = q;
+}
+
+static int inline_backend(const sl_svc_ctx *x)
+{
+    return (x->srv->backend->flags & SL_BACKEND_INLINE) != 0;
+}
+
+/* Answers an error that never reached the backend. */
+static void reply_err(sl_svc_cb cb, void *arg, int rc, const char *msg)
+{
+    sl_svc_reply r;
+    memset(&r, 0, sizeof r);
+    r.rc = rc;
+    r.err = msg;
+    cb(arg, &r);
+}
+
+static void timed(svc_req *q)
+{
+    if (q->t0_ns != 0) sl_stats_latency(q->x->st, mono_ns() - q->t0_ns);
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n)
+{
+    size_t k = n < cap - 4 ? n : cap - 4, i;
+    for (i = 0; i < k; i++) dst[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
+    if (k < n) dst[i++] = '.', dst[i++] = '.', dst[i++] = '.';
+    dst[i] = '\0';
+    return dst;
+}
+
+static int bad(char *err, size_t errlen, int code, const char *s, size_t n)
+{
+    char q[80];
+    snprintf(err, errlen, "%s, got '%s'", sl_strerror(code), sl_svc_quote(q, sizeof q, s, n));
+    return -1;
+}
+
+static int parse_int(const char *s, size_t n, int64_t max, int allow_neg, int64_t *out)
+{
+    if (allow_neg && n > 1 && s[0] == '-') {
+        int64_t v;
+        if (sl_int_parse(s + 1, n - 1, max, &v) != 0) return -1;
+        *out = -v;
+        return 0;
+    }
+    return sl_int_parse(s, n, max, out);
+}
+
+int sl_svc_parse_key(const char *s, size_t n, char *err, size_t errlen)
+{
+    (void)s;
+    if (n == 0 || n > SL_MAX_KEY) {
+        snprintf(err, errlen, "%s", sl_strerror(SL_EKEY));
+        return -1;
+    }
+    return 0;
+}
+
+int sl_svc_parse_limit(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    if (parse_int(s, n, SL_MAX_LIMIT, 0, out) != 0 || *out < 1) {
+        snprintf(err, errlen, "%s", sl_strerror(SL_ELIMIT));
+        return -1;
+    }
+    return 0;
+}
+
+int sl_svc_parse_window(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    if (sl_duration_parse(s, n, out) != 0) return bad(err, errlen, SL_EWINDOW, s, n);
+    return 0;
+}
+
+int sl_svc_parse_algo(const char *s, size_t n, sl_algo *out, char *err, size_t errlen)
+{
+    char lower[32], q[80];
+    size_t k = n < sizeof lower ? n : sizeof lower;
+    for (size_t i = 0; i < k; i++) lower[i] = (char)tolower((unsigned char)s[i]);
+    if (n > sizeof lower || sl_algo_parse(lower, k, out) != 0) {
+        snprintf(err, errlen, "unknown algorithm '%s'", sl_svc_quote(q, sizeof q, s, n));
+        return -1;
+    }
+    return 0;
+}
+
+int sl_svc_parse_cost(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    if (parse_int(s, n, SL_MAX_LIMIT, 0, out) != 0) return bad(err, errlen, SL_ECOST, s, n);
+    return 0;
+}
+
+int sl_svc_parse_burst(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    if (parse_int(s, n, SL_MAX_LIMIT, 0, out) != 0 || *out < 1)
+        return bad(err, errlen, SL_EBURST, s, n);
+    return 0;
+}
+
+int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    if (parse_int(s, n, SL_MAX_PRECISION, 0, out) != 0 || *out < 1)
+        return bad(err, errlen, SL_EPRECISION, s, n);
+    return 0;
+}
+
+int sl_svc_parse_at(const sl_svc_ctx *x, const char *s, size_t n, int64_t *out, char *err,
+                    size_t errlen)
+{
+    if (!x->srv->cfg->trust_client_time) {
+        snprintf(err, errlen,
+                 "AT is refused: this server decides at its own clock (start sluiced "
+                 "with --trust-client-time to accept client times)");
+        return -1;
+    }
+    if (parse_int(s, n, SL_MAX_TIME_MS - 1, 1, out) != 0) return bad(err, errlen, SL_ETIME, s, n);
+    return 0;
+}
+
+/* ---- RL.ALLOW / RL.PEEK ---------------------------------------------------- */
+
+static void done_allow(sl_breq *b)
+{
+    svc_req *q = b->data;
+    sl_svc_ctx *x = q->x;
+    timed(q);
+    sl_svc_reply r;
+    r.rc = b->rc;
+    r.err = b->rc < 0 ? (b->err[0] ? b->err : sl_strerror(b->rc)) : "";
+    r.result = b->result;
+    r.existed = 0;
+    r.n = 0;
+    r.st = NULL;
+    if (b->rc == 0 && q->commit) {
+        sl_algo a = q->p.algo;
+        sl_stat_inc(&x->st->decisions[a], 1);
+        sl_stat_inc(b->result.allowed ? &x->st->allowed[a] : &x->st->denied[a], 1);
+    }
+    sl_svc_cb cb = q->cb;
+    void *arg = q->arg;
+    req_put(q); /* before the callback: it may start the next request */
+    cb(arg, &r);
+}
+
+void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
+                  int64_t cost, int64_t at, int commit, sl_svc_cb cb, void *arg)
+{
+    svc_req *q = req_get(x);
+    if (q == NULL) {
+        reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
+        return;
+    }
+    q->cb = cb;
+    q->arg = arg;
+    q->commit = commit;
+    q->p = *p;
+    sl_breq *b = &q->b;
+    b->op = commit ? SL_BOP_DECIDE : SL_BOP_PEEK;
+    b->now_ms = at;
+    b->cb = done_allow;
+    b->params = &q->p;
+    b->cost = cost;
+    b->keylen = keylen;
+    b->key = key;
+    if (!inline_backend(x) && keylen <= sizeof q->key) {
+        memcpy(q->key, key, keylen);
+        b->key = q->key;
+    }
+    sl_backend_submit(x->chan, b);
+}
+
+/* ---- RL.RESET -------------------------------------------------------------- */
+
+static void done_reset(sl_breq *b)
+{
+    svc_req *q = b->data;
+    sl_svc_reply r;
+    memset(&r, 0, sizeof r);
+    r.rc = b->rc;
+    r.err = b->rc < 0 ? (b->err[0] ? b->err : sl_strerror(b->rc)) : "";
+    r.existed = b->existed;
+    sl_svc_cb cb = q->cb;
+    void *arg = q->arg;
+    req_put(q);
+    cb(arg, &r);
+}
+
+void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, int algo_hi,
+                  sl_svc_cb cb, void *arg)
+{
+    svc_req *q = req_get(x);
+    if (q == NULL) {
+        reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
+        return;
+    }
+    q->cb = cb;
+    q->arg = arg;
+    q->t0_ns = 0; /* not a decision */
+    sl_breq *b = &q->b;
+    b->op = SL_BOP_FORGET;
+    b->cb = done_reset;
+    b->key = key;
+    b->keylen = keylen;
+    b->algo_lo = algo_lo;
+    b->algo_hi = algo_hi;
+    if (!inline_backend(x) && keylen <= sizeof q->key) {
+        memcpy(q->key, key, keylen);
+        b->key = q->key;
+    }
+    sl_backend_submit(x->chan, b);
+}
+
+/* ---- RL.CHECK -------------------------------------------------------------- */
+
+/* Adds one decided request to the per-rule statistics (stats.h). */
+static void count_rules(const sl_check_plan *plan, const sl_check_outcome *o)
+{
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        sl_rule_stats *rs = t->rl->stats;
+        if (rs == NULL) continue;
+        atomic_fetch_add_explicit(&rs->matched, 1, memory_order_relaxed);
+        if (!o->res[k].allowed) {
+            atomic_fetch_add_explicit(t->shadow ? &rs->shadow : &rs->denied, 1,
+                                      memory_order_relaxed);
+        } else {
+            atomic_fetch_add_explicit(&rs->allowed, 1, memory_order_relaxed);
+            if (o->stretched[t->lead])
+                atomic_fetch_add_explicit(&rs->elastic, 1, memory_order_relaxed);
+        }
+    }
+}
+
+static void done_check(sl_breq *b)
+{
+    svc_req *q = b->data;
+    sl_svc_ctx *x = q->x;
+    timed(q);
+    sl_svc_reply r;
+    memset(&r, 0, sizeof r);
+    r.rc = b->rc;
+    r.err = "";
+    if (b->rc < 0) {
+        r.err = b->err[0] ? b->err : sl_strerror(b->rc);
+    } else {
+        sl_check_report(&q->plan, &q->out, &r.result, q->st);
+        sl_check_count(&q->plan, &q->out);
+        count_rules(&q->plan, &q->out);
+        sl_stat_inc(&x->st->checks, 1);
+        if (!q->out.allowed) sl_stat_inc(&x->st->checks_denied, 1);
+        r.n = q->plan.n;
+        r.st = q->st;
+    }
+    /* the statuses live in q until the callback returns */
+    q->cb(q->arg, &r);
+    req_put(q);
+}
+
+void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen,
+                  const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
+                  int64_t at, sl_svc_cb cb, void *arg)
+{
+    const char *why;
+    sl_rules *rules = sl_svc_rules(x, &why);
+    if (rules == NULL) {
+        reply_err(cb, arg, SL_EINVAL, why);
+        return;
+    }
+    svc_req *q = req_get(x);
+    if (q == NULL) {
+        reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
+        return;
+    }
+    const sl_config *cfg = x->srv->cfg;
+    char err[SL_SVC_ERR];
+    int rc = sl_check_plan_make(rules, cfg->capacity[0] ? &cfg->pool : NULL, domain, dlen, descs,
+                                ndesc, n, cost, at, &q->plan, err, sizeof err);
+    if (rc != 0) {
+        req_put(q);
+        reply_err(cb, arg, rc, err[0] ? err : sl_strerror(rc));
+        return;
+    }
+    q->cb = cb;
+    q->arg = arg;
+    if (!inline_backend(x)) q->held = sl_rules_ref(rules); /* the plan points into it */
+    sl_breq *b = &q->b;
+    b->op = SL_BOP_CHECK;
+    b->now_ms = at;
+    b->cb = done_check;
+    b->plan = &q->plan;
+    b->outcome = &q->out;
+    sl_backend_submit(x->chan, b);
+}
+
+/* ---- rules ----------------------------------------------------------------- */
+
+sl_rules *sl_svc_rules(sl_svc_ctx *x, const char **why)
+{
+    sl_rules *r = x->srv->live ? sl_live_get(x->srv->live, &x->rules) : NULL;
+    if (r == NULL && why != NULL) *why = sl_svc_no_rules;
+    return r;
+}
+
+uint64_t sl_svc_reload(sl_svc_ctx *x, const char *why, char *err, size_t errlen)
+{
+    char lerr[SL_LIVE_ERR];
+    if (x->srv->live == NULL) {
+        snprintf(err, errlen, "%s", sl_svc_no_rules);
+        return 0;
+    }
+    if (sl_live_reload(x->srv->live, why, lerr, sizeof lerr) != 0) {
+        sl_live_info li;
+        sl_live_info_get(x->srv->live, &li);
+        snprintf(err, errlen, "rules not reloaded, version %llu keeps serving: %s",
+                 (unsigned long long)li.version, lerr);
+        return 0;
+    }
+    return sl_rules_generation(sl_live_get(x->srv->live, &x->rules));
+}

@@ -1,0 +1,117 @@
+/*
+ * service.h -- what sluiced does, whatever the protocol: allow / peek /
+ * reset / check over the backend (backend.h), the rules (list, reload) and
+ * the numbers INFO shows.  A protocol module (src/proto/resp/ today, HTTP
+ * and gRPC later) turns its own syntax into these calls and their answers
+ * into its own replies; nothing here knows RESP, sockets or threads.
+ *
+ * Each worker thread owns one sl_svc_ctx (no thread-locals): its channel
+ * to the backend, its reference to the rules, its statistics shard and a
+ * pool of request contexts.  Every call that decides completes through a
+ * callback, exactly once, on the worker's thread: at once with the local
+ * backend, later with one that answers over a network.  The callback gets
+ * an sl_svc_reply that lives only during the call.
+ *
+ * Bad input never reaches the backend: protocols check every value with
+ * the sl_svc_parse_* helpers, whose messages are what the client is told
+ * ("invalid window: ..., got '5x'"), the same for every protocol.
+ */
+#ifndef SL_SERVICE_H
+#define SL_SERVICE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "check.h"
+#include "live.h"
+#include "rules.h"
+#include "server.h"
+#include "stats.h"
+
+#define SL_SVC_ERR 512 /* bytes of a client-facing error message */
+
+/* An answer, as the callback sees it (valid during the call only). */
+typedef struct sl_svc_reply {
+    int rc;                    /* 0, or < 0: err says what, for the client */
+    const char *err;           /* "" when rc is 0 */
+    sl_result result;          /* ALLOW, PEEK; CHECK: the overall six fields */
+    int existed;               /* RESET: 1 if some state was dropped */
+    int n;                     /* CHECK: descriptors */
+    const sl_check_status *st; /* CHECK: n statuses */
+} sl_svc_reply;
+
+typedef void (*sl_svc_cb)(void *arg, const sl_svc_reply *r);
+
+typedef struct svc_req svc_req;
+
+/* One worker's context.  Used by its thread only. */
+typedef struct sl_svc_ctx {
+    sl_srv *srv;
+    int id;                 /* worker number */
+    sl_bchan *chan;         /* this worker's channel to the backend */
+    sl_live_cache rules;    /* this worker's reference to the rules (live.h) */
+    sl_worker_stats *st;    /* this worker's statistics shard */
+    svc_req *free;          /* request contexts ready for reuse */
+    size_t inflight;        /* requests submitted, not completed */
+} sl_svc_ctx;
+
+/* Makes worker id's context on its event loop `loop` (handed to the
+ * backend's channel).  Returns 0, or -1 with a message in err. */
+int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, size_t errlen);
+
+/* Gives back what x holds.  Requests still in flight must have completed
+ * (or their backend been freed). */
+void sl_svc_ctx_done(sl_svc_ctx *x);
+
+/* ---- values: each parses one, 0 or -1 with the client's message ---------- */
+
+int sl_svc_parse_key(const char *s, size_t n, char *err, size_t errlen);
+int sl_svc_parse_limit(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+int sl_svc_parse_window(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+int sl_svc_parse_algo(const char *s, size_t n, sl_algo *out, char *err, size_t errlen);
+int sl_svc_parse_cost(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+int sl_svc_parse_burst(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+/* AT t: refused unless the server trusts client time (--trust-client-time). */
+int sl_svc_parse_at(const sl_svc_ctx *x, const char *s, size_t n, int64_t *out, char *err,
+                    size_t errlen);
+/* Writes at most cap-1 printable bytes of s into dst for quoting client
+ * input in messages (other bytes become '?', a cut is marked "..."). */
+const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n);
+
+/* ---- decisions ------------------------------------------------------------ */
+
+/* RL.ALLOW (commit = 1) or RL.PEEK (commit = 0) of key with parameters p at
+ * time at, cost cost.  The key is read only during the call.  cb(arg, r)
+ * runs exactly once: r->result, or r->rc < 0 with the engine's message. */
+void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
+                  int64_t cost, int64_t at, int commit, sl_svc_cb cb, void *arg);
+
+/* RL.RESET: forgets key in algorithms [algo_lo, algo_hi).  cb gets
+ * r->existed. */
+void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, int algo_hi,
+                  sl_svc_cb cb, void *arg);
+
+/* RL.CHECK: descriptors as sl_check_plan_make takes them (read only
+ * during the call), against the serving rules, with the server's spare
+ * pool.  cb gets the overall six fields and n statuses, or an error
+ * ("no rules loaded ...", the plan's own message). */
+void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen,
+                  const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
+                  int64_t at, sl_svc_cb cb, void *arg);
+
+/* ---- rules and numbers ----------------------------------------------------- */
+
+/* The serving rules for this worker (borrowed until the next call with x),
+ * or NULL when the server has none (then *why says so). */
+sl_rules *sl_svc_rules(sl_svc_ctx *x, const char **why);
+
+/* Reloads the rules now ("RL.RULES RELOAD").  Returns the new version, or
+ * 0 with the client's message in err (the old rules keep serving). */
+uint64_t sl_svc_reload(sl_svc_ctx *x, const char *why, char *err, size_t errlen);
+
+/* Message for a server started without rules. */
+extern const char sl_svc_no_rules[];
+
+#endif

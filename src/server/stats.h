@@ -1,0 +1,121 @@
+/*
+ * stats.h -- every number sluiced reports, kept in one place: INFO reads
+ * them today, /metrics and the status page will read the same.
+ *
+ *   - per worker (sl_worker_stats, one cache-line-padded shard each,
+ *     written only by its worker with relaxed stores, summed by readers):
+ *     commands, error replies, protocol errors, bytes in and out,
+ *     decisions by algorithm and outcome, and a decision-latency
+ *     histogram;
+ *   - per rule, by the rule's NAME (sl_rule_stats): matched, allowed,
+ *     denied, shadow (over, but in shadow mode), elastic (passed above L on
+ *     the spare pool).  Kept by name across rules reloads: a reload binds
+ *     the new set's limits to the entries of their names (sl_stats_bind),
+ *     so a rule's numbers go on counting through any number of reloads.
+ *     (RL.RULES's own per-set counts, sl_rule_counts, still restart with
+ *     each set, as documented.)  Entries are never freed before the server
+ *     exits; at most SL_STATS_MAX_RULES names are tracked.
+ *   - reloads ok / failed.
+ *
+ * The latency histogram is sampled: one decision in SL_STATS_LAT_SAMPLE per
+ * worker is timed (CLOCK_MONOTONIC, from the request's submission to its
+ * completion: for the local backend, the store's work), so timing costs a
+ * fraction of a clock read per decision.  Buckets are upper bounds in
+ * microseconds, SL_STATS_LAT_BOUNDS_US, plus +Inf.
+ */
+#ifndef SL_STATS_H
+#define SL_STATS_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sluice.h"
+
+struct sl_rules;
+
+#define SL_STATS_LAT_SAMPLE  16
+#define SL_STATS_LAT_NBOUNDS 13
+#define SL_STATS_LAT_BOUNDS_US {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+#define SL_STATS_MAX_RULES   100000
+
+/* One worker's counters.  Written only by their worker (relaxed atomic
+ * stores of load+1, which compile to plain moves), read by anyone. */
+typedef struct sl_worker_stats {
+    _Atomic uint64_t commands;
+    _Atomic uint64_t decisions[SL_ALGO_COUNT];
+    _Atomic uint64_t allowed[SL_ALGO_COUNT];
+    _Atomic uint64_t denied[SL_ALGO_COUNT];
+    _Atomic uint64_t errors;          /* error replies */
+    _Atomic uint64_t protocol_errors; /* connections closed for bad frames */
+    _Atomic uint64_t net_in;          /* bytes read from clients */
+    _Atomic uint64_t net_out;         /* bytes written to clients */
+    _Atomic uint64_t checks;          /* RL.CHECK decisions */
+    _Atomic uint64_t checks_denied;
+    _Atomic uint64_t lat[SL_STATS_LAT_NBOUNDS + 1]; /* sampled decisions per bucket */
+    _Atomic uint64_t lat_sum_ns;      /* their total time */
+    unsigned lat_tick;                /* the worker's sampling counter */
+    char pad[64];
+} sl_worker_stats;
+
+static inline void sl_stat_inc(_Atomic uint64_t *c, uint64_t n)
+{
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+}
+
+static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
+{
+    return atomic_load_explicit(c, memory_order_relaxed);
+}
+
+/* One rule's numbers, by name, across reloads.  Any worker adds (relaxed
+ * atomic adds). */
+typedef struct sl_rule_stats {
+    _Atomic uint64_t matched; /* requests that evaluated the limit */
+    _Atomic uint64_t allowed; /* ... and the limit allowed (elastic included) */
+    _Atomic uint64_t denied;  /* ... it was over, enforced (L = 0 included) */
+    _Atomic uint64_t shadow;  /* ... it was over, in shadow mode: allowed anyway */
+    _Atomic uint64_t elastic; /* ... it passed above L on the spare pool */
+    char name[];              /* NUL-terminated */
+} sl_rule_stats;
+
+typedef struct sl_stats {
+    int nworkers;
+    sl_worker_stats *workers; /* nworkers shards */
+    pthread_mutex_t mu;       /* guards the rule table's shape (not the counts) */
+    sl_rule_stats **rules;    /* open addressing by name; cap a power of two */
+    size_t nrules, cap;
+    _Atomic uint64_t untracked; /* limits not bound: over SL_STATS_MAX_RULES */
+    _Atomic uint64_t reloads_ok;
+    _Atomic uint64_t reloads_failed;
+} sl_stats;
+
+/* Initialises s with nworkers zeroed shards.  Returns 0 or -1 (no memory). */
+int sl_stats_init(sl_stats *s, int nworkers);
+void sl_stats_free(sl_stats *s);
+
+/* Binds every limit of set r (before it serves: the set is still being
+ * built) to the entry of its name, creating entries for new names.
+ * Thread-safe against other binds and readers. */
+void sl_stats_bind(sl_stats *s, struct sl_rules *r);
+
+/* Calls fn for every tracked rule, in no particular order, under the
+ * table's lock (fn must not call back into s). */
+void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg),
+                           void *arg);
+
+/* Records one sampled latency of ns nanoseconds in worker shard w. */
+void sl_stats_latency(sl_worker_stats *w, int64_t ns);
+
+/* The totals of every shard, for readers. */
+typedef struct sl_stats_sum {
+    uint64_t commands, errors, protocol_errors, net_in, net_out, checks, checks_denied;
+    uint64_t decisions[SL_ALGO_COUNT], allowed[SL_ALGO_COUNT], denied[SL_ALGO_COUNT];
+    uint64_t lat[SL_STATS_LAT_NBOUNDS + 1], lat_count, lat_sum_ns;
+} sl_stats_sum;
+
+void sl_stats_sum_get(const sl_stats *s, sl_stats_sum *out);
+
+#endif
