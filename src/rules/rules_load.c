@@ -1,5 +1,5 @@
 /*
- * rules.c -- loads rules files (Lyft ratelimit's YAML format plus sluice's
+ * rules_load.c -- loads rules files (Lyft ratelimit's YAML format plus sluice's
  * extensions) into an immutable, reference-counted rule set, and matches
  * requests against it.  docs/rules.md is the user's side of this file.
  *
