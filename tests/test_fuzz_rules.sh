@@ -1,6 +1,7 @@
 #!/bin/sh
-# test_fuzz_rules.sh -- fuzzes the rules loader (src/rules/rules.c) with
-# libFuzzer for a bounded time, under ASan and UBSan.
+# test_fuzz_rules.sh -- fuzzes the rules loader (src/rules/rules_load.c), and
+# the matcher (rules_match.c) on every set it loads, with libFuzzer for a
+# bounded time, under ASan and UBSan.
 #
 # Steps (build, replay the seeds, fuzz for FUZZ_SECONDS, default 20 s):
 # tests/fuzz/fuzz.sh.
@@ -11,4 +12,4 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target rules 20 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules.c" "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -lyaml
+fuzz_target rules 20 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" "$ROOT/src/rules/rules_match.c" "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -lyaml

@@ -1,7 +1,11 @@
 /*
  * rules.h -- rules files: limits written once, in YAML, in the format of
  * Lyft's (Envoy's) ratelimit service, with sluice's extensions.  See
- * docs/rules.md for the format; this header is the C side.
+ * docs/rules.md for the format; this header is the C side.  Where: the
+ * loader, sl_rules_ref / sl_rules_unref and the accessors (sl_rules_generation
+ * .. sl_rules_domain) are in rules_load.c; sl_rules_find_domain,
+ * sl_rules_match, sl_rules_key, sl_rules_foreach and sl_rules_limit_format in
+ * rules_match.c; the set's private layout they share in rules_int.h.
  *
  * The loader reads a file, or every *.yaml / *.yml file of a directory, with
  * libyaml, validates all of it and returns an immutable rule set -- or NULL

@@ -1,7 +1,9 @@
 /*
- * rules.c -- loads rules files (Lyft ratelimit's YAML format plus sluice's
- * extensions) into an immutable, reference-counted rule set, and matches
- * requests against it.  docs/rules.md is the user's side of this file.
+ * rules_load.c -- loads rules files (Lyft ratelimit's YAML format plus sluice's
+ * extensions) into an immutable, reference-counted rule set.  Matching a
+ * request against the set is rules_match.c; docs/rules.md is the user's side
+ * of both.  Also here: sl_rules_ref / sl_rules_unref (freeing is the
+ * loader's arena) and the accessors of what a load recorded.
  *
  * Loading is three passes over one file, all bounded by named caps:
  *
@@ -20,9 +22,10 @@
  * an arena per file.  Invariant of a loaded set: siblings are unique by
  * (key, value, kind), and each node's lookup tables (exact by key and value,
  * key-only by key, wildcards longest prefix first) are sorted, so matching
- * is a binary search per level and never allocates.
+ * is a binary search per level and never allocates.  Once the loader returns
+ * a set, nothing writes to it but its reference count and its limits'
+ * sl_rule_counts.
  */
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -37,20 +40,16 @@
 
 #include <yaml.h>
 
-#include "rules.h"
+#include "rules_int.h"
 #include "sluice.h"
 
 /* ---- arena ---------------------------------------------------------------- */
 
-typedef struct chunk {
+struct chunk {
     struct chunk *next;
     size_t used, cap;
     max_align_t data[];
-} chunk;
-
-typedef struct arena {
-    chunk *head;
-} arena;
+};
 
 #define ARENA_CHUNK 65536
 
@@ -103,25 +102,6 @@ static void arena_free(arena *a)
 }
 
 /* ---- the set -------------------------------------------------------------- */
-
-struct sl__rule_index {
-    const sl_rule_node **exact;  /* by (key, value) */
-    const sl_rule_node **prefix; /* longest prefix first, then file order */
-    const sl_rule_node **any;    /* by key */
-    int nexact, nprefix, nany;
-};
-
-struct sl_rules {
-    _Atomic long refs;
-    uint64_t generation;
-    int64_t loaded_at_ms; /* wall clock, ms since the epoch */
-    arena mem;            /* everything below */
-    const char *source;
-    sl_rule_domain *domains; /* load order */
-    int ndomains, domains_cap;
-    const sl_rule_domain **by_name; /* sorted by name */
-    size_t nrules;                  /* descriptors */
-};
 
 static _Atomic uint64_t generations; /* sets loaded by this process */
 
@@ -1068,14 +1048,6 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
 
 /* ---- lookup tables -------------------------------------------------------- */
 
-static int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen)
-{
-    size_t n = alen < blen ? alen : blen;
-    int c = n ? memcmp(a, b, n) : 0;
-    if (c != 0) return c;
-    return alen < blen ? -1 : alen > blen;
-}
-
 static int ptr_order(const sl_rule_node *a, const sl_rule_node *b) { return a < b ? -1 : a > b; }
 
 /* by key, value, then file order (siblings share one array) */
@@ -1464,248 +1436,4 @@ int sl_rules_ndomains(const sl_rules *r) { return r ? r->ndomains : 0; }
 const sl_rule_domain *sl_rules_domain(const sl_rules *r, int i)
 {
     return r && i >= 0 && i < r->ndomains ? &r->domains[i] : NULL;
-}
-
-const sl_rule_domain *sl_rules_find_domain(const sl_rules *r, const char *name, size_t len)
-{
-    if (r == NULL || (name == NULL && len > 0)) return NULL;
-    int lo = 0, hi = r->ndomains;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        const sl_rule_domain *d = r->by_name[mid];
-        int c = bytes_cmp(d->name, d->namelen, name, len);
-        if (c == 0) return d;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
-/* ---- matching ------------------------------------------------------------- */
-
-/* The child of node that entry e selects: exact, else the longest wildcard
- * prefix, else key-only; NULL if none. */
-static const sl_rule_node *child_for(const sl_rule_node *node, const sl_rule_entry *e)
-{
-    const struct sl__rule_index *ix = node->sl__index;
-    if (ix == NULL) return NULL;
-    int lo = 0, hi = ix->nexact;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        const sl_rule_node *c = ix->exact[mid];
-        int d = bytes_cmp(c->key, c->keylen, e->key, e->keylen);
-        if (d == 0) d = bytes_cmp(c->value, c->valuelen, e->value, e->valuelen);
-        if (d == 0) return c;
-        if (d < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    for (int i = 0; i < ix->nprefix; i++) {
-        const sl_rule_node *c = ix->prefix[i];
-        if (c->valuelen <= e->valuelen && bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
-            (c->valuelen == 0 || memcmp(c->value, e->value, c->valuelen) == 0))
-            return c;
-    }
-    lo = 0;
-    hi = ix->nany;
-    while (lo < hi) {
-        int mid = lo + (hi - lo) / 2;
-        const sl_rule_node *c = ix->any[mid];
-        int d = bytes_cmp(c->key, c->keylen, e->key, e->keylen);
-        if (d == 0) return c;
-        if (d < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return NULL;
-}
-
-const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t dlen,
-                                   const sl_rule_entry *entries, int n)
-{
-    if (entries == NULL || n < 1 || n > SL_RULES_MAX_DEPTH) return NULL;
-    const sl_rule_domain *d = sl_rules_find_domain(r, domain, dlen);
-    if (d == NULL) return NULL;
-    const sl_rule_node *node = &d->root;
-    for (int i = 0; i < n && node; i++) {
-        const sl_rule_entry *e = &entries[i];
-        if ((e->key == NULL && e->keylen) || (e->value == NULL && e->valuelen)) return NULL;
-        node = child_for(node, e);
-    }
-    return node && node->nlimits > 0 ? node : NULL;
-}
-
-/* ---- counting keys -------------------------------------------------------- */
-
-typedef struct kbuf {
-    char *p;
-    size_t n, max;
-    int over;
-} kbuf;
-
-/* Appends s, escaping the separators when esc. */
-static void kput(kbuf *b, const char *s, size_t len, int esc)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < len && !b->over; i++) {
-        unsigned char c = (unsigned char)s[i];
-        int special = esc && (c == '%' || c == '|' || c == '=' || c == '#');
-        size_t w = special ? 3 : 1;
-        if (b->n + w > b->max) {
-            b->over = 1;
-            return;
-        }
-        if (special) {
-            b->p[b->n++] = '%';
-            b->p[b->n++] = hex[c >> 4];
-            b->p[b->n++] = hex[c & 15];
-        } else {
-            b->p[b->n++] = (char)c;
-        }
-    }
-}
-
-static void mask_bits(unsigned char *a, int bytes, int prefix)
-{
-    for (int i = 0; i < bytes; i++) {
-        int keep = prefix - i * 8;
-        if (keep >= 8) continue;
-        a[i] &= keep <= 0 ? 0 : (unsigned char)(0xFF << (8 - keep));
-    }
-}
-
-/* If v is an IP address and a prefix applies to its family, writes the
- * masked address in canonical form to out and returns its length; else 0.
- * IPv4-mapped IPv6 addresses (::ffff:a.b.c.d) count as IPv4. */
-static size_t mask_ip(const char *v, size_t len, int p4, int p6, char *out, size_t cap)
-{
-    char s[INET6_ADDRSTRLEN];
-    unsigned char a[16];
-    if (len == 0 || len >= sizeof s || cap < INET6_ADDRSTRLEN) return 0;
-    memcpy(s, v, len);
-    s[len] = '\0';
-    if (memchr(s, ':', len) == NULL) {
-        if (p4 < 0 || inet_pton(AF_INET, s, a) != 1) return 0;
-    } else {
-        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-        if (inet_pton(AF_INET6, s, a) != 1) return 0;
-        if (memcmp(a, mapped, sizeof mapped) != 0) {
-            if (p6 < 0) return 0;
-            mask_bits(a, 16, p6);
-            return inet_ntop(AF_INET6, a, out, (socklen_t)cap) ? strlen(out) : 0;
-        }
-        if (p4 < 0) return 0;
-        memmove(a, a + 12, 4);
-    }
-    mask_bits(a, 4, p4);
-    /* dotted quad by hand: inet_ntop goes through snprintf, a measurable
-     * share of a replay of an access log */
-    char *o = out;
-    for (int i = 0; i < 4; i++) {
-        unsigned b = a[i];
-        if (i) *o++ = '.';
-        if (b >= 100) *o++ = (char)('0' + b / 100);
-        if (b >= 10) *o++ = (char)('0' + b / 10 % 10);
-        *o++ = (char)('0' + b % 10);
-    }
-    *o = '\0';
-    return (size_t)(o - out);
-}
-
-int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, int limit,
-                 char *buf, size_t cap, size_t *len)
-{
-    if (node == NULL || entries == NULL || buf == NULL || len == NULL) return SL_EINVAL;
-    if (n < 1 || n != node->depth || limit < -1 || limit >= node->nlimits) return SL_EINVAL;
-    const sl_rule_node *lv[SL_RULES_MAX_DEPTH];
-    const sl_rule_node *x = node;
-    for (int i = n - 1; i >= 0; i--, x = x->parent) lv[i] = x;
-    kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0};
-    const sl_rule_domain *dom = node->domain;
-    kput(&b, dom->name, dom->namelen, 1);
-    for (int i = 0; i < n; i++) {
-        const sl_rule_entry *e = &entries[i];
-        if ((e->value == NULL && e->valuelen) || (e->key == NULL && e->keylen) ||
-            bytes_cmp(e->key, e->keylen, lv[i]->key, lv[i]->keylen) != 0)
-            return SL_EINVAL;
-        kput(&b, "|", 1, 0);
-        kput(&b, lv[i]->key, lv[i]->keylen, 1);
-        kput(&b, "=", 1, 0);
-        char ip[INET6_ADDRSTRLEN];
-        size_t iplen = 0;
-        if (lv[i]->ip4_prefix >= 0 || lv[i]->ip6_prefix >= 0)
-            iplen =
-                mask_ip(e->value, e->valuelen, lv[i]->ip4_prefix, lv[i]->ip6_prefix, ip, sizeof ip);
-        if (iplen)
-            kput(&b, ip, iplen, 1);
-        else
-            kput(&b, e->value, e->valuelen, 1);
-    }
-    if (limit >= 0 && node->nlimits > 1) {
-        char w[24];
-        int wl = snprintf(w, sizeof w, "#%lld", (long long)node->limits[limit].params.window_ms);
-        kput(&b, w, (size_t)wl, 0);
-    }
-    if (b.over) return SL_EKEY;
-    *len = b.n;
-    return 0;
-}
-
-/* ---- listing -------------------------------------------------------------- */
-
-static int visit_node(const sl_rule_node *n, int (*fn)(const sl_rule_node *, void *), void *ctx)
-{
-    int rc = fn(n, ctx);
-    for (int i = 0; rc == 0 && i < n->nchildren; i++) rc = visit_node(&n->children[i], fn, ctx);
-    return rc;
-}
-
-int sl_rules_foreach(const sl_rules *r, int (*fn)(const sl_rule_node *node, void *ctx), void *ctx)
-{
-    if (r == NULL || fn == NULL) return 0;
-    int rc = 0;
-    for (int i = 0; rc == 0 && i < r->ndomains; i++) rc = visit_node(&r->domains[i].root, fn, ctx);
-    return rc;
-}
-
-/* "90s", "1500ms", "2h": the largest unit that divides ms. */
-static void format_window(int64_t ms, char *buf, size_t cap)
-{
-    static const struct {
-        int64_t ms;
-        const char *u;
-    } u[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
-    for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
-        if (ms % u[i].ms == 0) {
-            snprintf(buf, cap, "%lld%s", (long long)(ms / u[i].ms), u[i].u);
-            return;
-        }
-    }
-    snprintf(buf, cap, "%lldms", (long long)ms);
-}
-
-int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap)
-{
-    if (l == NULL) return snprintf(buf, cap, "%s", "");
-    if (l->unlimited) return snprintf(buf, cap, "unlimited");
-    const sl_params *p = &l->params;
-    char w[32], b[48] = "", pr[48] = "", s[48] = "", e[64] = "";
-    if (l->unit != SL_UNIT_NONE)
-        snprintf(w, sizeof w, "%s", sl_rule_unit_name(l->unit));
-    else
-        format_window(p->window_ms, w, sizeof w);
-    if (p->burst) snprintf(b, sizeof b, " burst=%lld", (long long)p->burst);
-    if (p->precision) snprintf(pr, sizeof pr, " precision=%lld", (long long)p->precision);
-    if (l->soft_pct) snprintf(s, sizeof s, " soft=%lld%%", (long long)l->soft_pct);
-    if (l->elastic_pct)
-        snprintf(e, sizeof e, " elastic=%lld%%(%lld)", (long long)l->elastic_pct,
-                 (long long)l->elastic_limit);
-    else if (l->elastic_limit)
-        snprintf(e, sizeof e, " elastic=%lld", (long long)l->elastic_limit);
-    return snprintf(buf, cap, "%lld/%s %s%s%s%s%s", (long long)p->limit, w, sl_algo_name(p->algo),
-                    b, pr, s, e);
 }

@@ -1,0 +1,60 @@
+/*
+ * rules_int.h -- private to src/rules/: what rules_load.c and rules_match.c
+ * share, and no other file includes.  The set's layout (struct sl_rules),
+ * each node's lookup tables (struct sl__rule_index) and bytes_cmp, the one
+ * order those tables are sorted in by the loader and searched in by the
+ * matcher -- kept here so the two cannot disagree.
+ *
+ * rules_load.c writes these structures while it builds a set; once the
+ * loader returns the set, nothing writes to them again but the reference
+ * count (refs, atomic) and the limits' sl_rule_counts, and rules_match.c
+ * only reads.
+ */
+#ifndef SLUICE_RULES_INT_H
+#define SLUICE_RULES_INT_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "rules.h"
+
+/* The set's memory: a list of chunks freed in one go.  struct chunk and the
+ * allocator are in rules_load.c. */
+typedef struct chunk chunk;
+
+typedef struct arena {
+    chunk *head;
+} arena;
+
+struct sl__rule_index {
+    const sl_rule_node **exact;  /* by (key, value) */
+    const sl_rule_node **prefix; /* longest prefix first, then file order */
+    const sl_rule_node **any;    /* by key */
+    int nexact, nprefix, nany;
+};
+
+struct sl_rules {
+    _Atomic long refs;
+    uint64_t generation;
+    int64_t loaded_at_ms; /* wall clock, ms since the epoch */
+    arena mem;            /* everything below */
+    const char *source;
+    sl_rule_domain *domains; /* load order */
+    int ndomains, domains_cap;
+    const sl_rule_domain **by_name; /* sorted by name */
+    size_t nrules;                  /* descriptors */
+};
+
+/* Orders byte strings as memcmp does, a prefix before the longer string;
+ * NULL is fine with length 0.  O(shorter length). */
+static inline int bytes_cmp(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen < blen ? alen : blen;
+    int c = n ? memcmp(a, b, n) : 0;
+    if (c != 0) return c;
+    return alen < blen ? -1 : alen > blen;
+}
+
+#endif /* SLUICE_RULES_INT_H */
