@@ -31,10 +31,13 @@ import collections
 
 FIXED = "fixed-window"
 SLIDING = "sliding-window"
+LOG = "sliding-log"
+BUCKETS = "sliding-buckets"
 TOKEN = "token-bucket"
 GCRA = "gcra"
-ALGORITHMS = (FIXED, SLIDING, TOKEN, GCRA)
-WINDOW_ALGORITHMS = (FIXED, SLIDING)
+ALGORITHMS = (FIXED, SLIDING, LOG, BUCKETS, TOKEN, GCRA)
+WINDOW_ALGORITHMS = (FIXED, SLIDING, LOG, BUCKETS)
+DEFAULT_PRECISION = 10  # SL_DEFAULT_PRECISION
 
 UNITS = {"second": 1000, "minute": 60000, "hour": 3600000, "day": 86400000,
          "week": 7 * 86400000, "month": 30 * 86400000, "year": 365 * 86400000}
@@ -137,6 +140,54 @@ def _sliding(state, t, c, L, W, charge):
     return [int(allowed), L, remaining, retry, reset, 0], new
 
 
+def _retry_after(parts, S, S_after, t, c, L):
+    """parts: [(time it leaves, cost)] in leaving order, S their sum.  The
+    retry of a denied cost c (the first leaving that makes room) and the
+    reset after (when everything in S_after has left)."""
+    retry = 0
+    if S + c > L:
+        if c > L:
+            retry = -1
+        else:
+            left = S
+            for leave, cost in parts:
+                left -= cost
+                if left + c <= L:
+                    retry = leave - t
+                    break
+    return retry
+
+
+def _log(state, t, c, L, W, charge):
+    # exact rolling window (t - W, t]: an entry logged at tj counts while tj > t - W
+    log = [(tj, cj) for tj, cj in (state[1] if state else ()) if tj > t - W]
+    S = sum(cj for _, cj in log)
+    allowed = S + c <= L
+    if allowed and c > 0:
+        log.append((t, c))
+    S_after = S + c if allowed else S
+    retry = _retry_after([(tj + W, cj) for tj, cj in log], S, S_after, t, c, L)
+    reset = 0 if S_after == 0 else max(tj for tj, _ in log) + W - t
+    new = (t, tuple(log)) if charge else state
+    return [int(allowed), L, max(0, L - S_after), retry, reset, 0], new
+
+
+def _buckets(state, t, c, L, W, P, charge):
+    g = W // P
+    b = t // g
+    counts = {k: v for k, v in (state[1] if state else ()) if k > b - P and v}
+    S = sum(counts.values())
+    allowed = S + c <= L
+    if allowed and c > 0:
+        counts[b] = counts.get(b, 0) + c
+    S_after = S + c if allowed else S
+    parts = [((k + P) * g, v) for k, v in sorted(counts.items())]
+    retry = _retry_after(parts, S, S_after, t, c, L)
+    reset = 0 if S_after == 0 else (max(counts) + P) * g - t
+    new = (t, tuple(sorted(counts.items()))) if charge else state
+    return [int(allowed), L, max(0, L - S_after), retry, reset, 0], new
+
+
 def _token(state, t, c, L, W, B, charge):
     # tokens kept exactly, in units of 1/W token: refill is L units a ms
     full = B * W
@@ -158,9 +209,13 @@ def _token(state, t, c, L, W, B, charge):
     return [int(allowed), B, remaining, retry, reset, 0], new
 
 
-def decide(algo, state, t, cost, L, W, B=None, charge=True):
+def decide(algo, state, t, cost, L, W, B=None, charge=True, P=None):
     if state is not None and t < state[0]:
         t = state[0]
+    if algo == LOG:
+        return _log(state, t, cost, L, W, charge)
+    if algo == BUCKETS:
+        return _buckets(state, t, cost, L, W, P or DEFAULT_PRECISION, charge)
     if algo == FIXED:
         return _fixed(state, t, cost, L, W, charge)
     if algo == SLIDING:
@@ -186,6 +241,7 @@ class Limit:
         self.w = UNITS[spec["unit"].lower()] if "unit" in spec else parse_duration(spec["window"])
         self.algo = spec.get("algorithm", FIXED)
         self.burst = spec.get("burst")
+        self.precision = spec.get("precision")
         self.soft = parse_pct(spec["soft"]) if "soft" in spec else None
         el = spec.get("elastic")
         if el is None:
@@ -308,7 +364,8 @@ class RulesModel:
 
     def _decide(self, ckey, lim, t, cost, L, charge):
         sk = (ckey, lim.algo)
-        res, new = decide(lim.algo, self.state.get(sk), t, cost, L, lim.w, lim.burst, charge)
+        res, new = decide(lim.algo, self.state.get(sk), t, cost, L, lim.w, lim.burst, charge,
+                          lim.precision)
         if charge and res[0]:
             self.state[sk] = new
         return res
@@ -395,6 +452,8 @@ class RulesModel:
                     elastic = set(denied)
                     ceilings = raised
                     self.events["elastic: passed on the pool"] += 1
+                    for k in elastic:
+                        self.events["elastic: above L on " + k[1]] += 1
                     if any(counters[k][0].ceiling is not None and k not in elastic
                            for k in enforced):
                         self.events["elastic: another elastic limit within L"] += 1
