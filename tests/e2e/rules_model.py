@@ -402,6 +402,10 @@ class RulesModel:
                 continue
             counted = [lim for lim in n.limits if lim.given_name is None
                        or lim.given_name not in replaced]
+            if any(lim.replaces and lim.given_name in replaced for lim in n.limits):
+                self.events["replaces: a replaced limit replaces too"] += 1
+            if any(lim.soft is not None and lim.algo in (TOKEN, GCRA) for lim in n.limits):
+                self.events["soft: on a token bucket"] += 1
             if len(counted) < len(n.limits):
                 self.events["replaces: all of a descriptor" if not counted
                             else "replaces: some limits of a descriptor"] += 1

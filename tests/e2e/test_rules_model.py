@@ -41,7 +41,8 @@ EVENTS = [  # rules_model.RulesModel.events
     "match: exact before wildcard/key-only", "match: wildcard before key-only",
     "match: longest of several wildcards", "match: greedy, a less specific path had a rule",
     "match: no rule below a matched level",
-    "replaces: all of a descriptor", "replaces: some limits of a descriptor",
+    "replaces: all of a descriptor", "replaces: a replaced limit replaces too",
+    "soft: on a token bucket", "replaces: some limits of a descriptor",
     "same counter twice: costs merged", "elastic: passed on the pool",
     "elastic: another elastic limit within L", "elastic: second try failed",
     "elastic: pool full", "elastic: above L on fixed-window",
@@ -75,6 +76,8 @@ def gen_limit(rng, taken):
     if algo == M.TOKEN:
         if L > 0 and rng.random() < 0.4:
             lim["burst"] = L + rng.randint(0, 3)
+        if L > 0 and rng.random() < 0.12:    # a bucket's soft L: its rate, and B if unset
+            lim["soft"] = "%d%%" % rng.choice([0, 50, 100])
     elif L > 0:
         r = rng.random()
         if r < 0.12:
@@ -142,12 +145,14 @@ def gen_rules(rng):
                 lim["name"] = "d%d_t%d" % (d, i)
                 targets.append(lim)
         for i, lim in enumerate(lims):
-            if any(lim is x for x in targets) or lim.get("unlimited") or not targets or rng.random() > 0.2:
+            # any limit may replace (chains and cycles included), never itself
+            others = [x for x in targets if x is not lim]
+            if lim.get("unlimited") or not others or rng.random() > 0.2:
                 continue
-            if rng.random() < 0.5:
+            if "name" not in lim and rng.random() < 0.5:
                 lim["name"] = "d%d_r%d" % (d, i)
             lim["replaces"] = [{"name": t["name"]}
-                               for t in rng.sample(targets, min(len(targets), rng.randint(1, 2)))]
+                               for t in rng.sample(others, min(len(others), rng.randint(1, 2)))]
         files.append({"domain": "d%d" % d, "descriptors": descs})
     return files
 
