@@ -8,9 +8,11 @@ requests it sends to sluiced, and compares every reply element.
 What it covers (docs/rules-model.md has the list and the questions the
 docs left open, with the answer chosen):
 
-  - three algorithms from SPEC §2, in exact integer arithmetic:
-    fixed-window, sliding-window (the weighted two-window counter) and
-    token-bucket (gcra answers the same), with the six fields of SPEC §3;
+  - the algorithms of SPEC §2 in exact integer arithmetic, with the six
+    fields of SPEC §3: fixed-window, sliding-window (the weighted
+    two-window counter), sliding-log (without log-rejected),
+    sliding-buckets, token-bucket (gcra answers the same); not
+    leaky-bucket;
   - Lyft matching: domain, nested descriptors, key+value, key only (every
     value its own counter), `prefix*` wildcards (longest prefix wins),
     exact > wildcard > key-only at each level, greedy (no backtracking),
@@ -140,10 +142,10 @@ def _sliding(state, t, c, L, W, charge):
     return [int(allowed), L, remaining, retry, reset, 0], new
 
 
-def _retry_after(parts, S, S_after, t, c, L):
-    """parts: [(time it leaves, cost)] in leaving order, S their sum.  The
-    retry of a denied cost c (the first leaving that makes room) and the
-    reset after (when everything in S_after has left)."""
+def _retry_after(parts, S, t, c, L):
+    """parts: [(time it leaves, cost)] in leaving order, S their sum: the
+    retry_after_ms of cost c at t (0 if it fits now, -1 if never, else when
+    the first leaving that makes room happens)."""
     retry = 0
     if S + c > L:
         if c > L:
@@ -166,7 +168,7 @@ def _log(state, t, c, L, W, charge):
     if allowed and c > 0:
         log.append((t, c))
     S_after = S + c if allowed else S
-    retry = _retry_after([(tj + W, cj) for tj, cj in log], S, S_after, t, c, L)
+    retry = _retry_after([(tj + W, cj) for tj, cj in log], S, t, c, L)
     reset = 0 if S_after == 0 else max(tj for tj, _ in log) + W - t
     new = (t, tuple(log)) if charge else state
     return [int(allowed), L, max(0, L - S_after), retry, reset, 0], new
@@ -182,7 +184,7 @@ def _buckets(state, t, c, L, W, P, charge):
         counts[b] = counts.get(b, 0) + c
     S_after = S + c if allowed else S
     parts = [((k + P) * g, v) for k, v in sorted(counts.items())]
-    retry = _retry_after(parts, S, S_after, t, c, L)
+    retry = _retry_after(parts, S, t, c, L)
     reset = 0 if S_after == 0 else (max(counts) + P) * g - t
     new = (t, tuple(sorted(counts.items()))) if charge else state
     return [int(allowed), L, max(0, L - S_after), retry, reset, 0], new
@@ -434,7 +436,8 @@ class RulesModel:
         res = {}
         for k in enforced:
             lim, c, _ = counters[k]
-            res[k] = list(never) if lim.l == 0 else self._decide(k[0], lim, t, c, lim.effective_l(), False)
+            res[k] = (list(never) if lim.l == 0
+                      else self._decide(k[0], lim, t, c, lim.effective_l(), False))
         passed = all(res[k][0] for k in enforced)
         elastic = set()     # over L, passed at the ceiling on the pool
         ceilings = set()    # decided at their ceilings
@@ -478,7 +481,8 @@ class RulesModel:
                 res[k][2] = min(res[k][2], pool_remaining)
         for k in shadow:
             lim, c, _ = counters[k]
-            res[k] = list(never) if lim.l == 0 else self._decide(k[0], lim, t, c, lim.effective_l(), passed)
+            res[k] = (list(never) if lim.l == 0
+                      else self._decide(k[0], lim, t, c, lim.effective_l(), passed))
 
         # statuses
         statuses = []

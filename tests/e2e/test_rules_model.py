@@ -17,7 +17,7 @@ import tempfile
 import unittest
 
 import harness
-from harness import BASE, RespError, Server, assert_clean_stop, encode
+from harness import BASE, Server, assert_clean_stop, encode
 import rules_model as M
 
 SEEDS = list(range(1, 81))          # odd seeds run with a --capacity pool
@@ -47,7 +47,8 @@ EVENTS = [  # rules_model.RulesModel.events
     "elastic: another elastic limit within L", "elastic: second try failed",
     "elastic: pool full", "elastic: above L on fixed-window",
     "elastic: above L on sliding-window", "elastic: above L on sliding-log",
-    "elastic: above L on sliding-buckets", "pool: full, not charged", "several limits: some over, some not",
+    "elastic: above L on sliding-buckets", "pool: full, not charged",
+    "several limits: some over, some not",
     "denied by another descriptor: not charged", "never (-1): L 0 or cost above the limit",
     "shadow: limit 0", "soft: passed above L", "one window, two algorithms: two counters"]
 CODES = (b"OK", b"OVER_LIMIT", b"SHADOW", b"ELASTIC", b"UNLIMITED", b"NO_RULE")
@@ -264,10 +265,6 @@ def command(domain, cost, t, descs):
 
 
 # ---- the tests -----------------------------------------------------------------
-
-def at(offset_ms):
-    return BASE + offset_ms
-
 
 class TestModelSelfCheck(unittest.TestCase):
     """The model against the spec's vectors and the docs' worked examples,
