@@ -932,14 +932,14 @@ static void check_vectors(const vec_target *vt)
     qsort(names, (size_t)nn, sizeof names[0], cmp_names);
     assert_true(nn > 0);
 
-    int lines = 0, bad = 0;
+    int lines = 0, bad = 0, selfcheck = 0;
     for (int f = 0; f < nn; f++) {
         char path[1400];
         snprintf(path, sizeof path, "%s/%s", dir, names[f]);
         FILE *fp = fopen(path, "r");
         assert_non_null(fp);
         sl_params p;
-        int have_params = 0, lineno = 0, checked = 0;
+        int have_params = 0, lineno = 0, checked = 0, model_broken = 0;
         model *m = NULL;
         sl_store *s = NULL;
         char line[1024];
@@ -949,6 +949,7 @@ static void check_vectors(const vec_target *vt)
                 if (parse_args(line + 7, &p) != 0)
                     fail_msg("%s:%d: cannot parse the args line", path, lineno);
                 have_params = 1;
+                model_broken = 0;
                 m = model_new(&p);
                 int err;
                 s = sl_store_new(NULL, &err);
@@ -977,8 +978,13 @@ static void check_vectors(const vec_target *vt)
                     memset(&got, 0xff, sizeof got);
             } else {
                 model_decide(m, key, strlen(key), t, cost, &got);
-                if (model_error(m) != NULL)
+                /* The model's error is sticky: report and count it at the
+                 * line that caused it, once per file. */
+                if (model_error(m) != NULL && !model_broken) {
                     print_error("%s:%d: %s\n", names[f], lineno, model_error(m));
+                    model_broken = 1;
+                    selfcheck++;
+                }
             }
             checked++;
             lines++;
@@ -998,9 +1004,11 @@ static void check_vectors(const vec_target *vt)
         sl_store_free(s);
         free(names[f]);
     }
-    print_message("[ info     ] %s: %d vector lines in %d files, %d wrong\n", vt->who, lines, nn,
-                  bad);
+    print_message("[ info     ] %s: %d vector lines in %d files, %d wrong, %d model self-check "
+                  "failure(s)\n",
+                  vt->who, lines, nn, bad, selfcheck);
     assert_int_equal(bad, 0);
+    assert_int_equal(selfcheck, 0);
 }
 
 static void test_model_vectors(void **state)

@@ -59,11 +59,19 @@ class TestDecisions(ServerTestCase):
         opts = ["ALGO", "fixed-window"]
         self.assertEqual(self.allow("behind", 2, "1h", *opts, "AT", t), [1, 2, 1, 0, 3600000, 0])
         expired0 = int(self.srv.info("stats")["expired_keys"])
-        # give the expiry sweep (every 100 ms) time to run, bounded
-        try:
-            self.srv.wait_info("expired_keys", lambda v: v > expired0, "stats", timeout=1.5)
-        except AssertionError:
-            pass
+        # Give the expiry sweep (every 100 ms) time to run: a witness server
+        # without --trust-client-time must expire two keys one after the
+        # other (so at least one whole sweep period passed, which this
+        # server would have used, had its sweep been on).
+        witness = self.new_server(name="expiry-witness")
+        with witness.raw() as w:
+            for i in range(2):
+                e0 = witness.info_int("expired_keys", "stats")
+                self.assertEqual(w.cmd("RL.ALLOW", "w%d" % i, 1, "1ms")[:3], [1, 1, 0])
+                witness.wait_info("expired_keys", lambda v: v > e0, "stats",
+                                  what="(the witness's expiry sweep never ran)")
+        self.assertEqual(int(self.srv.info("stats")["expired_keys"]), expired0,
+                         "no key expired on the server's clock under --trust-client-time")
         self.assertEqual(self.allow("behind", 2, "1h", *opts, "AT", t + 1),
                          [1, 2, 0, 0, 3599999, 0], "the first request is still counted")
         self.assertEqual(self.allow("behind", 2, "1h", *opts, "AT", t + 2)[0], 0)

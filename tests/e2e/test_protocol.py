@@ -9,7 +9,7 @@ import socket
 import threading
 import time
 
-from harness import (BASE, RawConn, RespError, ServerTestCase, deadline, encode)
+from harness import (BASE, RawConn, RespError, ServerTestCase, encode)
 
 FW = ["ALGO", "fixed-window"]
 
@@ -330,18 +330,29 @@ class TestHostileNoReader(ServerTestCase):
     """A client that connects and never sends, or sends and vanishes."""
 
     def test_abrupt_disconnects(self):
-        """Connections reset mid-command or mid-reply cost nothing."""
+        """Connections reset mid-command or mid-reply cost nothing: every
+        one of them is closed (connected_clients back where it was), and the
+        key holds exactly the decisions the server counted -- each reset
+        connection's commands were run whole or not at all."""
+        limit = 10 ** 6
+        base_clients = self.srv.info_int("connected_clients", "clients")  # INFO's own
+        dec0 = self.srv.info_int("decisions", "stats")
         for i in range(50):
             s = socket.create_connection(("127.0.0.1", self.srv.port), timeout=10)
-            s.sendall(encode("RL.ALLOW", "abrupt", 10 ** 6, "1h", *FW, "AT", BASE) * 500
+            s.sendall(encode("RL.ALLOW", "abrupt", limit, "1h", *FW, "AT", BASE) * 500
                       + b"*3\r\n$4\r\nECHO")
             # RST instead of FIN: SO_LINGER 0
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
             s.close()
-        until = deadline(20)
+        # every reset connection closed by the server (bounded; fails otherwise)
+        self.srv.wait_info("connected_clients", lambda v: v == base_clients, "clients",
+                           what="(want %d: the 50 reset connections still open)" % base_clients)
+        decided = self.srv.info_int("decisions", "stats") - dec0
+        self.assertTrue(0 <= decided <= 50 * 500, decided)
         with self.srv.raw() as c:
-            while time.monotonic() < until:
-                if c.cmd("RL.PEEK", "abrupt", 10 ** 6, "1h", *FW, "AT", BASE)[2] >= 0:
-                    break
+            left = c.cmd("RL.PEEK", "abrupt", limit, "1h", *FW, "AT", BASE)
+            self.assertEqual(left[:3], [1, limit, limit - decided - 1],
+                             "the key holds the %d decisions INFO counted (PEEK answers as the next ALLOW would)" % decided)
             self.assertEqual(c.cmd("PING"), b"PONG")
-        self.srv.wait_info("connected_clients", lambda v: v == 1, "clients")
+        self.assertEqual(self.srv.info_int("decisions", "stats") - dec0, decided,
+                         "nothing was decided after the connections closed")

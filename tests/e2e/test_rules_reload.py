@@ -70,6 +70,27 @@ class ReloadCase(unittest.TestCase):
             time.sleep(0.02)
         self.fail("rule %r never served (last %r)\n%s" % (name, got, s.log()))
 
+    def wait_for(self, what, cond, timeout=10):
+        """Polls cond() until it is true (bounded); fails with `what`."""
+        until = deadline(timeout)
+        while time.monotonic() < until:
+            v = cond()
+            if v:
+                return v
+            time.sleep(0.02)
+        self.fail("%s: not within %gs" % (what, timeout))
+
+    def inotify_fds(self, s):
+        """How many inotify descriptors the server holds."""
+        n = 0
+        fd_dir = "/proc/%d/fd" % s.pid
+        for fd in os.listdir(fd_dir):
+            try:
+                n += os.readlink(os.path.join(fd_dir, fd)) == "anon_inode:inotify"
+            except OSError:
+                pass
+        return n
+
     def rules_reply(self, s):
         with s.raw() as c:
             r = c.cmd("RL.RULES")
@@ -83,11 +104,17 @@ class TestReload(ReloadCase):
         path = os.path.join(self.dir, "api.yaml")
         write(path, rules("first", 10))
         s = self.start("--rules", path, "--watch-rules=no")
+        # a witness watching the same file: its reload shows the edit was
+        # seen by inotify and its debounce had passed
+        witness = self.start("--rules", path)
         self.assertEqual(self.rule(s), ("first", 10))
         self.assertEqual(s.info("rules")["rules_watch"], "off")
+        self.assertEqual(self.inotify_fds(s), 0, "--watch-rules=no: no inotify descriptor")
+        self.assertEqual(self.inotify_fds(witness), 1)
         write(path, rules("second", 20))
-        time.sleep(0.3)
+        self.assertEqual(self.wait_rule(witness, "second"), ("second", 20))
         self.assertEqual(self.rule(s), ("first", 10), "no watch: nothing changes by itself")
+        self.assertEqual(s.info_int("rules_version", "rules"), 1)
         os.kill(s.pid, signal.SIGHUP)
         s.wait_info("rules_version", lambda v: v == 2, "rules")
         self.assertEqual(self.rule(s), ("second", 20))
@@ -120,12 +147,24 @@ class TestReload(ReloadCase):
         self.assertEqual(self.wait_rule(s, "v2"), ("v2", 20))
         replace(path, rules("v3", 30))          # saved by rename
         self.assertEqual(self.wait_rule(s, "v3"), ("v3", 30))
-        # a file beside it that is not the rules changes nothing
-        v = s.info_int("rules_version", "rules")
+        # Files beside it that are not the rules change nothing.  A witness
+        # watching the whole directory sees other.yaml, written after
+        # notes.txt: once it has reloaded, the events of both files have
+        # been read and debounced by this server too.
+        info = s.info("rules")
+        witness = self.start("--rules", self.dir)
         write(os.path.join(self.dir, "notes.txt"), "hello")
-        time.sleep(0.5)
-        self.assertEqual(s.info_int("rules_version", "rules"), v)
+        write(os.path.join(self.dir, "other.yaml"),
+              "domain: other\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, "
+              "requests_per_unit: 1}\n")
+        self.wait_for("the witness reloads with other.yaml",
+                      lambda: witness.info("rules")["rules_domains"] == "2")
+        after = s.info("rules")
+        for k in ("rules_version", "rules_reloads", "rules_reload_failures"):
+            self.assertEqual(after[k], info[k], k)
+        self.assertEqual(self.rule(s), ("v3", 30))
         self.stop(s)
+        self.stop(witness)
 
     def test_inotify_directory_new_file(self):
         write(os.path.join(self.dir, "api.yaml"), rules("api_rule", 10))
@@ -133,9 +172,7 @@ class TestReload(ReloadCase):
         write(os.path.join(self.dir, "web.yaml"),
               "domain: web\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, "
               "requests_per_unit: 3}\n")
-        until = deadline(10)
-        while time.monotonic() < until and len(self.rules_reply(s)["domains"]) < 2:
-            time.sleep(0.02)
+        self.wait_for("web.yaml loaded", lambda: len(self.rules_reply(s)["domains"]) == 2)
         doms = self.rules_reply(s)["domains"]
         self.assertEqual([d[0] for d in doms], [b"api", b"web"])
         self.assertEqual(doms[1][2], [[b"web.path", b"web.path", b"3/second fixed-window",
@@ -165,7 +202,10 @@ class TestReload(ReloadCase):
         self.assertEqual(self.wait_rule(s, "cm2"), ("cm2", 20))
         publish("..2026_11_21_10_10_00.3", rules("cm3", 30), old="..2026_11_21_10_05_00.2")
         self.assertEqual(self.wait_rule(s, "cm3"), ("cm3", 30))
-        time.sleep(0.5)  # let any trailing event's reload happen
+        # A later swap, waited for: any reload the trailing events of the
+        # earlier swaps caused (the old directory's removal) ran before it.
+        publish("..2026_11_21_10_15_00.4", rules("cm4", 40), old="..2026_11_21_10_10_00.3")
+        self.assertEqual(self.wait_rule(s, "cm4"), ("cm4", 40))
         r = self.rules_reply(s)
         self.assertEqual([x[0] for x in r["domains"]], [b"api"], "loaded once, not twice")
         self.assertEqual(r["last_error"], b"")
