@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# bench/compare.sh -- two builds of sluice side by side in one run, for "no
+# regression" claims: the same measurements on each, interleaved in the same
+# minutes (the order alternates every round), the median of REPS rounds, and
+# the ratio new/old.
+#
+#   bench/compare.sh OLD_BUILD_DIR [NEW_BUILD_DIR]      (NEW defaults to build)
+#
+# e.g. against the commit before a change:
+#   git worktree add /tmp/sluice-old <commit> && make -C /tmp/sluice-old all build/bench/bench
+#   make all build/bench/bench && bench/compare.sh /tmp/sluice-old/build
+#
+# Measured, each round, for each build:
+#   lib hot / lib 1M   libsluice decisions/s, token bucket, one thread, 1,000
+#                      hot keys / 1M keys (bench/bench --parts hot,1m)
+#   replay             `sluice replay` lines/s, one thread, REPLAY_LINES lines
+#                      over 100,000 keys (the file is made once, read from
+#                      the page cache)
+#   RL.ALLOW -P 16     sluiced (--threads 1) requests/s from redis-benchmark,
+#                      50 clients, pipeline 16, 100,000 random keys
+# The servers and the benchmarked programs run on CPU 1, the load generator
+# on CPU 0 (taskset), when the machine has two CPUs or more.
+#
+# Environment: REPS (default 5), SECONDS_LIB (default 1), REPLAY_LINES
+# (default 3000000), N (requests per redis-benchmark run, default 400000).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OLD=${1:?usage: bench/compare.sh OLD_BUILD_DIR [NEW_BUILD_DIR]}
+NEW=${2:-$ROOT/build}
+REPS=${REPS:-5}
+SECONDS_LIB=${SECONDS_LIB:-1}
+REPLAY_LINES=${REPLAY_LINES:-3000000}
+N=${N:-400000}
+for d in "$OLD" "$NEW"; do
+    for f in sluiced sluice bench/bench; do
+        [ -x "$d/$f" ] || { echo "compare.sh: no $d/$f (make all build/bench/bench)" >&2; exit 1; }
+    done
+done
+command -v redis-benchmark >/dev/null || { echo "compare.sh: no redis-benchmark" >&2; exit 1; }
+
+if [ "$(nproc)" -ge 2 ]; then
+    WORK="taskset -c 1"
+    LOAD="taskset -c 0"
+else
+    WORK=""
+    LOAD=""
+fi
+TMP=$(mktemp -d /tmp/sluice-compare.XXXXXX)
+PIDS=""
+cleanup() {
+    for p in $PIDS; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+"$NEW/bench/bench" --gen-replay "$REPLAY_LINES" 100000 >"$TMP/trace.txt"
+
+# start_sluiced DIR NAME: starts DIR/sluiced on a free port; sets PORT_<NAME>.
+start_sluiced() {
+    local port
+    port=$("$NEW/bench/bench" --free-port)
+    $WORK "$1/sluiced" --port "$port" --threads 1 --max-memory 1gb >"$TMP/$2.log" 2>&1 &
+    PIDS="$PIDS $!"
+    for _ in $(seq 100); do
+        redis-cli -p "$port" PING >/dev/null 2>&1 && break
+        sleep 0.1
+    done
+    eval "PORT_$2=$port"
+}
+start_sluiced "$OLD" old
+start_sluiced "$NEW" new
+
+# lib DIR: prints "hot many" (M decisions/s)
+lib() {
+    $WORK "$1/bench/bench" --algo token-bucket --parts hot,1m --seconds "$SECONDS_LIB" 2>&1 |
+        awk '$1 == "run" { print $4, $6 }'
+}
+
+# replay DIR: prints M lines/s
+replay() {
+    local t0 t1
+    t0=$(date +%s%N)
+    $WORK "$1/sluice" replay --algo token-bucket --limit 100 --window 10s --threads 1 \
+        "$TMP/trace.txt" >/dev/null
+    t1=$(date +%s%N)
+    awk -v n="$REPLAY_LINES" -v ns="$((t1 - t0))" 'BEGIN { printf "%.3f\n", n / ns * 1000 }'
+}
+
+# allow PORT: prints requests/s of RL.ALLOW, pipeline 16
+allow() {
+    $LOAD redis-benchmark -p "$1" -c 50 -n "$N" -r 100000 -P 16 --csv \
+        RL.ALLOW key:__rand_int__ 100 10s 2>/dev/null |
+        awk -F'"' 'NR > 1 && $4 != "" { print $4; exit }'
+}
+
+declare -A vals
+measure() { # BUILD NAME DIR PORT
+    local which=$1 dir=$2 port=$3 lh lm
+    read -r lh lm < <(lib "$dir")
+    vals[$which,libhot]+=" $lh"
+    vals[$which,lib1m]+=" $lm"
+    vals[$which,replay]+=" $(replay "$dir")"
+    vals[$which,allow]+=" $(allow "$port")"
+}
+
+echo "compare.sh: $REPS rounds, old=$OLD new=$NEW, load $(cut -d' ' -f1 /proc/loadavg) at start" >&2
+for r in $(seq "$REPS"); do
+    if [ $((r % 2)) -eq 1 ]; then
+        measure old "$OLD" "$PORT_old"
+        measure new "$NEW" "$PORT_new"
+    else
+        measure new "$NEW" "$PORT_new"
+        measure old "$OLD" "$PORT_old"
+    fi
+    echo "  round $r done" >&2
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+printf '%-28s | %12s | %12s | %7s | %s\n' "measure (median of $REPS)" old new new/old "all rounds (old ; new)"
+printf -- '-----------------------------+--------------+--------------+---------+------------------------\n'
+for m in libhot lib1m replay allow; do
+    case $m in
+    libhot) label="lib hot keys, M dec/s" ;;
+    lib1m) label="lib 1M keys, M dec/s" ;;
+    replay) label="replay, M lines/s" ;;
+    allow) label="RL.ALLOW -P 16, req/s" ;;
+    esac
+    o=$(echo "${vals[old,$m]}" | median)
+    n=$(echo "${vals[new,$m]}" | median)
+    ratio=$(awk -v o="$o" -v n="$n" 'BEGIN { printf "%.3f", (o > 0) ? n / o : 0 }')
+    printf '%-28s | %12s | %12s | %7s |%s ;%s\n' "$label" "$o" "$n" "$ratio" "${vals[old,$m]}" "${vals[new,$m]}"
+done
+echo "load $(cut -d' ' -f1 /proc/loadavg) at end ($(nproc) CPUs)"
