@@ -164,6 +164,10 @@ static void small_commands(void **state)
     info = run("INFO memory", 0);
     assert_null(strstr(info, "# Server"));
     assert_non_null(strstr(info, "used_memory:"));
+    info = run("INFO latency", 0);
+    assert_non_null(strstr(info, "decision_latency_sample_every:16\r\n"));
+    assert_non_null(strstr(info, "decision_latency_le_inf:"));
+    assert_null(strstr(info, "# Stats"));
 }
 
 static void check_with_rules(void **state)

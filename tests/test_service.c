@@ -1,0 +1,251 @@
+/*
+ * test_service.c -- the protocol-neutral service layer (src/server/service.c)
+ * and the statistics it keeps (src/server/stats.c), without any protocol:
+ * answers arrive through callbacks, values are checked with the messages
+ * every protocol shows, decisions are counted by algorithm and outcome,
+ * the latency histogram is sampled one decision in SL_STATS_LAT_SAMPLE, and
+ * per-rule statistics go on counting across rules reloads (by name).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend_local.h"
+#include "live.h"
+#include "service.h"
+#include "stats.h"
+
+static sl_config cfg;
+static sl_srv srv;
+static sl_svc_ctx svc;
+
+static void on_load(void *arg, struct sl_rules *r)
+{
+    sl_stats *st = arg;
+    if (r == NULL) {
+        atomic_fetch_add(&st->reloads_failed, 1);
+        return;
+    }
+    sl_stats_bind(st, r);
+    atomic_fetch_add(&st->reloads_ok, 1);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    char err[256];
+    memset(&cfg, 0, sizeof cfg);
+    memset(&srv, 0, sizeof srv);
+    cfg.trust_client_time = 1;
+    srv.cfg = &cfg;
+    srv.store = sl_store_new(NULL, NULL);
+    srv.backend = srv.store ? sl_backend_local_new(srv.store) : NULL;
+    if (srv.backend == NULL || sl_stats_init(&srv.stats, 1) != 0) return -1;
+    return sl_svc_ctx_init(&svc, &srv, 0, NULL, err, sizeof err);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    sl_svc_ctx_done(&svc);
+    sl_live_free(srv.live);
+    sl_backend_free(srv.backend);
+    sl_stats_free(&srv.stats);
+    sl_store_free(srv.store);
+    return 0;
+}
+
+/* What a callback saw. */
+typedef struct seen {
+    int calls;
+    sl_svc_reply r;
+    char err[SL_SVC_ERR];
+    sl_check_status st[4];
+} seen;
+
+static void record(void *arg, const sl_svc_reply *r)
+{
+    seen *s = arg;
+    s->calls++;
+    s->r = *r;
+    snprintf(s->err, sizeof s->err, "%s", r->err ? r->err : "");
+    for (int i = 0; i < r->n && i < 4; i++) s->st[i] = r->st[i];
+}
+
+static void allow_counts_by_algorithm_and_outcome(void **state)
+{
+    (void)state;
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = SL_FIXED_WINDOW;
+    p.limit = 2;
+    p.window_ms = 1000;
+    seen s = {0};
+    for (int i = 0; i < 3; i++) sl_svc_allow(&svc, "k", 1, &p, 1, 0, 1, record, &s);
+    assert_int_equal(s.calls, 3); /* the local backend answers before the call returns */
+    assert_int_equal(s.r.result.allowed, 0);
+    assert_int_equal(s.r.result.retry_after_ms, 1000);
+    sl_svc_allow(&svc, "k", 1, &p, 1, 0, 0, record, &s); /* a peek: not a decision */
+    assert_int_equal(s.calls, 4);
+    sl_worker_stats *w = &srv.stats.workers[0];
+    assert_int_equal(sl_stat_get(&w->decisions[SL_FIXED_WINDOW]), 3);
+    assert_int_equal(sl_stat_get(&w->allowed[SL_FIXED_WINDOW]), 2);
+    assert_int_equal(sl_stat_get(&w->denied[SL_FIXED_WINDOW]), 1);
+    assert_int_equal(sl_stat_get(&w->decisions[SL_TOKEN_BUCKET]), 0);
+    assert_int_equal(svc.inflight, 0);
+
+    /* the engine's own refusal comes back as an error, nothing decided */
+    p.algo = SL_FIXED_WINDOW;
+    p.burst = 5;
+    sl_svc_allow(&svc, "k2", 2, &p, 1, 0, 1, record, &s);
+    assert_true(s.r.rc < 0);
+    assert_non_null(strstr(s.err, "burst"));
+    assert_int_equal(sl_stat_get(&w->decisions[SL_FIXED_WINDOW]), 3);
+
+    /* reset answers whether state existed */
+    sl_svc_reset(&svc, "k", 1, 0, SL_ALGO_COUNT, record, &s);
+    assert_int_equal(s.r.existed, 1);
+    sl_svc_reset(&svc, "k", 1, 0, SL_ALGO_COUNT, record, &s);
+    assert_int_equal(s.r.existed, 0);
+}
+
+static void latency_is_sampled(void **state)
+{
+    (void)state;
+    sl_params p = SL_PARAMS_INIT;
+    p.limit = 1000000;
+    p.window_ms = 1000;
+    seen s = {0};
+    int n = SL_STATS_LAT_SAMPLE * 10;
+    for (int i = 0; i < n; i++) sl_svc_allow(&svc, "lat", 3, &p, 1, 0, 1, record, &s);
+    sl_stats_sum sum;
+    sl_stats_sum_get(&srv.stats, &sum);
+    assert_int_equal(sum.lat_count, 10);
+    uint64_t in_buckets = 0;
+    for (int b = 0; b <= SL_STATS_LAT_NBOUNDS; b++) in_buckets += sum.lat[b];
+    assert_int_equal(in_buckets, 10);
+    assert_true(sum.lat_sum_ns > 0);
+}
+
+static void values_name_the_problem(void **state)
+{
+    (void)state;
+    char err[SL_SVC_ERR];
+    int64_t v;
+    sl_algo a;
+    assert_int_equal(sl_svc_parse_window("10x", 3, &v, err, sizeof err), -1);
+    assert_non_null(strstr(err, "got '10x'"));
+    assert_int_equal(sl_svc_parse_algo("tokenbucket", 11, &a, err, sizeof err), -1);
+    assert_string_equal(err, "unknown algorithm 'tokenbucket'");
+    assert_int_equal(sl_svc_parse_algo("GCRA", 4, &a, err, sizeof err), 0);
+    assert_int_equal(a, SL_GCRA);
+    assert_int_equal(sl_svc_parse_limit("0", 1, &v, err, sizeof err), -1);
+    assert_string_equal(err, "limit must be an integer between 1 and 1000000000000");
+    assert_int_equal(sl_svc_parse_key("", 0, err, sizeof err), -1);
+    assert_int_equal(sl_svc_parse_at(&svc, "-5", 2, &v, err, sizeof err), 0);
+    assert_int_equal(v, -5);
+    cfg.trust_client_time = 0;
+    assert_int_equal(sl_svc_parse_at(&svc, "5", 1, &v, err, sizeof err), -1);
+    assert_non_null(strstr(err, "AT is refused"));
+    cfg.trust_client_time = 1;
+    char q[16];
+    assert_string_equal(sl_svc_quote(q, sizeof q, "a\nb", 3), "a?b");
+    assert_string_equal(sl_svc_quote(q, sizeof q, "0123456789abcdefghij", 20), "0123456789ab...");
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+static const sl_rule_stats *rule_stats(const char *name)
+{
+    for (size_t i = 0; i < srv.stats.cap; i++)
+        if (srv.stats.rules[i] && strcmp(srv.stats.rules[i]->name, name) == 0)
+            return srv.stats.rules[i];
+    return NULL;
+}
+
+static void check_one(const char *user, int64_t at, seen *s)
+{
+    sl_rule_entry e = {"user", 4, user, strlen(user)};
+    const sl_rule_entry *d[1] = {&e};
+    int nd[1] = {1};
+    sl_svc_check(&svc, "api", 3, d, nd, 1, 1, at, record, s);
+}
+
+static void rule_stats_survive_reloads(void **state)
+{
+    (void)state;
+    seen s = {0};
+    check_one("bob", 0, &s);
+    assert_int_equal(s.r.rc, SL_EINVAL);
+    assert_string_equal(s.err, sl_svc_no_rules);
+
+    char path[] = "/tmp/sluice-test-service-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    write_file(path, "domain: api\ndescriptors:\n  - key: user\n"
+                     "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}\n");
+    srv.live = sl_live_new(path);
+    assert_non_null(srv.live);
+    sl_live_on_load(srv.live, on_load, &srv.stats);
+    char err[SL_LIVE_ERR];
+    assert_int_equal(sl_live_reload(srv.live, "test", err, sizeof err), 0);
+
+    for (int i = 0; i < 3; i++) check_one("bob", 0, &s); /* 2 allowed, 1 denied */
+    assert_int_equal(s.r.result.allowed, 0);
+    assert_int_equal(s.st[0].code, SL_CHECK_OVER_LIMIT);
+    const sl_rule_stats *rs = rule_stats("per_user");
+    assert_non_null(rs);
+    assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->matched), 3);
+    assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->allowed), 2);
+    assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->denied), 1);
+    assert_int_equal(sl_stat_get(&srv.stats.workers[0].checks), 3);
+    assert_int_equal(sl_stat_get(&srv.stats.workers[0].checks_denied), 1);
+
+    /* a reload with the same name (a new limit): the numbers go on */
+    write_file(path, "domain: api\ndescriptors:\n  - key: user\n"
+                     "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 5}\n"
+                     "  - key: team\n"
+                     "    rate_limit: {name: per_team, unit: minute, requests_per_unit: 5}\n");
+    assert_int_equal(sl_svc_reload(&svc, "test", err, sizeof err), 2);
+    check_one("carol", 0, &s);
+    assert_int_equal(s.r.result.allowed, 1);
+    assert_ptr_equal(rule_stats("per_user"), rs); /* the same entry */
+    assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->matched), 4);
+    assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->allowed), 3);
+    assert_non_null(rule_stats("per_team"));
+    assert_int_equal(srv.stats.nrules, 2);
+
+    /* a refused reload changes nothing and is counted */
+    write_file(path, "domain: api\ndescriptors: [\n");
+    assert_int_equal(sl_svc_reload(&svc, "test", err, sizeof err), 0);
+    assert_non_null(strstr(err, "rules not reloaded, version 2 keeps serving"));
+    assert_int_equal(atomic_load(&srv.stats.reloads_ok), 2);
+    assert_int_equal(atomic_load(&srv.stats.reloads_failed), 1);
+    check_one("carol", 0, &s);
+    assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->matched), 5);
+    unlink(path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(allow_counts_by_algorithm_and_outcome, setup, teardown),
+        cmocka_unit_test_setup_teardown(latency_is_sampled, setup, teardown),
+        cmocka_unit_test_setup_teardown(values_name_the_problem, setup, teardown),
+        cmocka_unit_test_setup_teardown(rule_stats_survive_reloads, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
