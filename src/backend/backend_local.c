@@ -90,7 +90,9 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
             for (size_t q = 0; q < nreq; q++) {
                 const sl_check_item *t = &it[idx[q]];
                 pe[q] = t->p;
-                if (t->elastic) pe[q].limit = t->rl->elastic_limit;
+                /* only the limits that denied go up to their ceilings: one
+                 * that passed at L is decided at L again (check.h) */
+                if (t->elastic && !o->res[idx[q]].allowed) pe[q].limit = t->rl->elastic_limit;
                 req[q].params = &pe[q];
             }
             req[nreq].params = pool;
