@@ -111,6 +111,19 @@ static void protocol_errors(void **state)
     const char *err;
     assert_int_equal(parse(big, SL_RESP_MAX_INLINE + 10, &used, &err), SL_RESP_ERROR);
     assert_int_equal(parse(big, 100, &used, &err), SL_RESP_AGAIN);
+    /* the longest line, SL_RESP_MAX_INLINE bytes, is whole with "\r\n" and
+     * every prefix of it is incomplete -- also the one ending in its '\r'
+     * (a client's write split there); one byte more is refused */
+    big[SL_RESP_MAX_INLINE] = '\r';
+    big[SL_RESP_MAX_INLINE + 1] = '\n';
+    assert_int_equal(parse(big, SL_RESP_MAX_INLINE + 2, &used, &err), SL_RESP_OK);
+    assert_int_equal(used, SL_RESP_MAX_INLINE + 2);
+    assert_int_equal(parse(big, SL_RESP_MAX_INLINE + 1, &used, &err), SL_RESP_AGAIN);
+    assert_int_equal(parse(big, SL_RESP_MAX_INLINE, &used, &err), SL_RESP_AGAIN);
+    big[SL_RESP_MAX_INLINE] = 'a';
+    big[SL_RESP_MAX_INLINE + 1] = 'a';
+    big[SL_RESP_MAX_INLINE + 2] = '\n';
+    assert_int_equal(parse(big, SL_RESP_MAX_INLINE + 3, &used, &err), SL_RESP_ERROR);
     free(big);
     /* the server's own bulk cap */
     assert_int_equal(sl_resp_parse("*1\r\n$600\r\n", 11, 512, &cmd, &used, &err), SL_RESP_ERROR);

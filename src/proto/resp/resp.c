@@ -102,7 +102,9 @@ static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd, size_t *u
     size_t scan = len < SL_RESP_MAX_INLINE + 2 ? len : SL_RESP_MAX_INLINE + 2;
     const char *nl = memchr(buf, '\n', scan);
     if (nl == NULL) {
-        if (len > SL_RESP_MAX_INLINE) {
+        /* a line holds at most SL_RESP_MAX_INLINE bytes, then "\r\n" or
+         * "\n": one byte more may still be that line's '\r' */
+        if (len > SL_RESP_MAX_INLINE + 1) {
             *err = "Protocol error: too big inline request";
             return SL_RESP_ERROR;
         }
@@ -111,6 +113,10 @@ static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd, size_t *u
     size_t end = (size_t)(nl - buf);
     *used = end + 1;
     if (end > 0 && buf[end - 1] == '\r') end--;
+    if (end > SL_RESP_MAX_INLINE) {
+        *err = "Protocol error: too big inline request";
+        return SL_RESP_ERROR;
+    }
     cmd->argc = 0;
     for (size_t i = 0; i < end;) {
         while (i < end && (buf[i] == ' ' || buf[i] == '\t')) i++;
