@@ -78,8 +78,12 @@ def deadline(seconds):
 
 
 def spec_dir():
-    for d in (os.environ.get("SLUICE_SPEC_DIR"), os.path.join(ROOT, "..", "shared", "spec"),
-              "/work/shared/spec"):
+    """The spec folder: $SLUICE_SPEC_DIR when set (and only it, as
+    tests/run.sh), else beside the repo, else /work/shared/spec."""
+    if os.environ.get("SLUICE_SPEC_DIR"):
+        d = os.environ["SLUICE_SPEC_DIR"]
+        return d if os.path.isdir(os.path.join(d, "vectors")) else None
+    for d in (os.path.join(ROOT, "..", "shared", "spec"), "/work/shared/spec"):
         if d and os.path.isdir(os.path.join(d, "vectors")):
             return d
     return None
