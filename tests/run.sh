@@ -291,10 +291,10 @@ reap() {
 }
 stop_all() {
     for id in $running; do
-        [ -s "$STATE/$id.pid" ] && kill -TERM -- "-$(cat "$STATE/$id.pid")" 2>/dev/null
+        [ -s "$STATE/$id.pid" ] && kill -TERM "-$(cat "$STATE/$id.pid")" 2>/dev/null
     done
 }
-trap 'stop_all; exit 130' INT TERM
+trap 'stop_all; echo "run.sh: interrupted; the running tests were stopped" >&2; exit 130' INT TERM
 
 n=0
 while IFS='|' read -r j_layer j_name j_kind j_v j_path; do
