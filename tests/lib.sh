@@ -3,31 +3,44 @@
 #     . "$ROOT/tests/lib.sh"
 #
 # sets BUILD ($SLUICE_BUILD or build/), SLUICE (the sluice binary in it) and
-# T (a scratch folder removed at exit); `ok NAME` and `bad NAME DETAIL...`
-# print one line per check and count them; `finish` prints the count and
-# exits 1 if any check failed.
+# T (a scratch folder removed at exit); `ok NAME`, `bad NAME DETAIL...` and
+# `skip NAME WHY` print one line per check ("ok    NAME", "FAIL  NAME",
+# "SKIP  NAME: WHY": tests/run.sh counts each line as a test case) and tally
+# them in a file, so that checks made in a subshell (a pipe, $(...)) count
+# too; `finish` prints the tally and exits 1 if any check failed.
 
 BUILD=${SLUICE_BUILD:-$ROOT/build}
 SLUICE=$BUILD/sluice
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT
 
-checks=0
-fails=0
+TALLY=$T/.lib-tally
+: >"$TALLY" || exit 1
 ok() {
-    checks=$((checks + 1))
+    echo ok >>"$TALLY"
     echo "ok    $1"
 }
 # bad NAME DETAIL...: each DETAIL line indented under the FAIL line
 bad() {
-    checks=$((checks + 1))
-    fails=$((fails + 1))
+    echo bad >>"$TALLY"
     echo "FAIL  $1"
     shift
     for l in "$@"; do printf '%s\n' "$l" | sed 's/^/        /'; done
 }
+# skip NAME WHY: a check that cannot run here (a skip fails under CI=true)
+skip() {
+    echo skip >>"$TALLY"
+    echo "SKIP  $1: $2"
+}
 finish() {
-    echo "$checks checks, $fails failed"
+    checks=$(grep -c . "$TALLY")
+    fails=$(grep -c '^bad' "$TALLY")
+    skips=$(grep -c '^skip' "$TALLY")
+    if [ "$skips" -eq 0 ]; then
+        echo "$checks checks, $fails failed"
+    else
+        echo "$checks checks, $fails failed, $skips skipped"
+    fi
     [ "$fails" -eq 0 ]
     exit
 }

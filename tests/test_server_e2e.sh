@@ -1,13 +1,16 @@
 #!/bin/sh
 # test_server_e2e.sh -- sluiced end to end: the Python suite in tests/e2e/
 # (stdlib unittest + python3-redis + redis-cli) against $SLUICE_BUILD/sluiced.
-# It starts real servers on kernel-chosen 127.0.0.1 ports, stops them by PID,
-# and covers every command (redis-py, redis-cli, an interactive redis-cli on
+# It starts real servers on kernel-chosen 127.0.0.1 ports, stops them by PID
+# with SIGTERM (a SIGKILL after the deadline, a crash or a sanitizer report in
+# a server's log fails the test that started it), and covers every command (redis-py, redis-cli, an interactive redis-cli on
 # a pty), the spec's vectors replayed through RL.ALLOW ... AT t, pipelining,
 # 200 concurrent connections, hostile bytes, restarts and snapshots, client
 # and memory limits, and configuration.  See tests/e2e/harness.py.
 #
-# tests/run.sh runs it against build/ and build/asan/ (and build/tsan/).
+# tests/run.sh runs it against build/ and build/asan/ (and build/tsan/), and
+# counts the line "CASE PASS|FAIL|SKIP <id> <seconds>" run_e2e.py prints for
+# each test as one case (docs/testing.md).
 # Environment: SLUICE_BUILD, SLUICE_SPEC_DIR, SLUICE_E2E_ARGS (extra
 # arguments for run_e2e.py, e.g. "-v" or "-k pipeline"), SLUICE_E2E_LOGS.
 # sluice-test: +tsan

@@ -4,9 +4,21 @@ a raw RESP connection, and the spec's vectors.
 Server: starts $SLUICE_BUILD/sluiced (default build/sluiced) with --port 0,
 so the kernel picks a free 127.0.0.1 port atomically (no probe-then-bind
 race), reads the port from the "listening" log line, and waits (bounded)
-until it answers PING.  It is stopped by its PID: SIGTERM, then SIGKILL after
-a timeout.  Its log goes to LOG_DIR; the runner (run_e2e.py) deletes LOG_DIR
-when every test passed and prints the failed tests' logs otherwise.
+until it answers PING.  Its log goes to LOG_DIR; the runner (run_e2e.py)
+deletes LOG_DIR when every test passed and prints the failed tests' logs
+otherwise.
+
+Stopping: every way a test's server ends up stopped by the harness is
+SIGTERM, a generous wait (STOP_SECONDS, scaled), and only then SIGKILL --
+which is itself a failure.  Then its log is scanned for sanitizer reports
+(SANITIZER_MARKS); a report, a crash signal or a forced kill fails the test
+that started the server (Server.check).  The paths: assert_clean_stop(), a
+test's cleanup (`self.addCleanup(s.kill)` -- while unittest runs cleanups,
+Server.kill means "clean up", see below), ServerTestCase.new_server(),
+tearDownClass for a class's shared server, run_e2e.py after each test (any
+server the test left running) and at exit.  Only a Server.kill() called
+from a test's body is a real `kill -9` (persistence tests crash a server on
+purpose); its log is still scanned at cleanup.
 
 RawConn: a socket speaking RESP byte for byte, for pipelines, hostile input
 and exact error lines (client libraries hide those).  Every read has a
@@ -45,8 +57,19 @@ os.makedirs(LOG_DIR, exist_ok=True)
 DAY = 86400000
 BASE = (int(time.time() * 1000) // DAY + 2) * DAY
 
-# Every server ever started, so the runner can show logs and kill leftovers.
+# Every server ever started, so the runner can show logs and stop leftovers.
 STARTED = []
+
+# How long a SIGTERMed server may take to exit before SIGKILL (scaled by
+# SLOW): generous, since a forced kill is a failure.
+STOP_SECONDS = 30
+
+# What a sanitizer writes when it finds something (ASan, LSan, UBSan, TSan).
+SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+                   "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
+
+# Signals a server dies of only by a bug (the harness sends SIGTERM/SIGKILL).
+CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
 
 
 def deadline(seconds):
@@ -55,8 +78,12 @@ def deadline(seconds):
 
 
 def spec_dir():
-    for d in (os.environ.get("SLUICE_SPEC_DIR"), os.path.join(ROOT, "..", "shared", "spec"),
-              "/work/shared/spec"):
+    """The spec folder: $SLUICE_SPEC_DIR when set (and only it, as
+    tests/run.sh), else beside the repo, else /work/shared/spec."""
+    if os.environ.get("SLUICE_SPEC_DIR"):
+        d = os.environ["SLUICE_SPEC_DIR"]
+        return d if os.path.isdir(os.path.join(d, "vectors")) else None
+    for d in (os.path.join(ROOT, "..", "shared", "spec"), "/work/shared/spec"):
         if d and os.path.isdir(os.path.join(d, "vectors")):
             return d
     return None
@@ -319,6 +346,8 @@ class Server:
         self.port = None
         self.log_path = None
         self.returncode = None
+        self.forced = None       # why stop() had to SIGKILL, if it did
+        self._reported = set()   # problems check() already returned
 
     @property
     def pid(self):
@@ -331,6 +360,8 @@ class Server:
         safe = re.sub(r"[^A-Za-z0-9_.-]", "_", self.name)
         self.log_path = os.path.join(LOG_DIR, "%03d-%s.log" % (n, safe))
         self.returncode = None
+        self.forced = None
+        self._reported = set()
         log = open(self.log_path, "wb")
         argv = [SLUICED, "--port", str(self.want_port)] + self.args
         log.write(("# " + " ".join(argv) + "\n").encode())
@@ -350,9 +381,7 @@ class Server:
                                      % (self.proc.returncode, self.log()))
             time.sleep(0.02)
         else:
-            self.kill()
-            raise AssertionError("sluiced did not log its address within %ss:\n%s"
-                                 % (timeout * SLOW, self.log()))
+            self._give_up("sluiced did not log its address within %ss" % (timeout * SLOW))
         while time.monotonic() < until:
             try:
                 with RawConn(self.port, timeout=2) as c:
@@ -363,8 +392,15 @@ class Server:
             if self.proc.poll() is not None:
                 break
             time.sleep(0.05)
-        self.kill()
-        raise AssertionError("sluiced did not answer PING:\n%s" % self.log())
+        self._give_up("sluiced did not answer PING")
+
+    def _give_up(self, why):
+        """A start that failed: stops the server (SIGTERM first) and raises
+        AssertionError with why, anything check() finds, and the log."""
+        self.stop(timeout=10)
+        problems = self.check()
+        raise AssertionError("%s%s:\n%s" % (why, "; " + "; ".join(problems) if problems else "",
+                                            self.log()))
 
     def log_bytes(self):
         try:
@@ -379,9 +415,10 @@ class Server:
     def running(self):
         return self.proc is not None and self.proc.poll() is None
 
-    def stop(self, timeout=15):
-        """SIGTERM, wait (bounded), then SIGKILL.  Returns the exit status
-        (negative: killed by that signal)."""
+    def stop(self, timeout=STOP_SECONDS):
+        """SIGTERM, wait up to `timeout` seconds (scaled), then SIGKILL, which
+        check() reports as a failure.  Returns the exit status (negative:
+        killed by that signal)."""
         if self.proc is None:
             return None
         if self.proc.poll() is None:
@@ -391,21 +428,62 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
+                self.forced = ("did not exit within %gs of SIGTERM, killed with SIGKILL"
+                               % (timeout * SLOW))
         self.returncode = self.proc.returncode
         return self.returncode
 
     def kill(self):
-        """SIGKILL, as a crash or `kill -9` would."""
+        """SIGKILL, as a crash or `kill -9` would -- when a test calls it.
+        As a test's cleanup (`self.addCleanup(s.kill)`, run by unittest's
+        doCleanups) it is cleanup(): SIGTERM and check, never kill -9."""
+        if _CLEANING:
+            return self.cleanup()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
         self.returncode = self.proc.returncode if self.proc else None
+        return self.returncode
+
+    def cleanup(self):
+        """The end of a server's life in a test: if still running, stop() it,
+        and it must then exit with status 0; in any case check() its log.
+        Raises AssertionError (failing the test that runs it) on any problem."""
+        if self.proc is None:
+            return
+        problems = []
+        if self.proc.poll() is None:
+            rc = self.stop()
+            if rc != 0 and not self.forced:
+                problems.append("exit status %s after SIGTERM" % rc)
+        problems += self.check()
+        if problems:
+            raise AssertionError("sluiced (%s, pid %s): %s\n%s"
+                                 % (self.name, self.proc.pid, "; ".join(problems),
+                                    self.log()[-4000:]))
+
+    def check(self):
+        """What went wrong with this server that has not been reported yet:
+        a forced SIGKILL by stop(), death by a crash signal, sanitizer
+        reports in its log.  Each problem is returned once."""
+        if self.proc is None:
+            return []
+        problems = []
+        if self.forced:
+            problems.append(self.forced)
+        rc = self.proc.poll()
+        if rc is not None and rc < 0 and -rc in CRASH_SIGNALS:
+            problems.append("died of signal %d (%s)" % (-rc, signal.Signals(-rc).name))
+        reports = self.sanitizer_reports()
+        if reports:
+            problems.append("sanitizer: %s" % ", ".join(reports))
+        new = [p for p in problems if p not in self._reported]
+        self._reported.update(new)
+        return new
 
     def sanitizer_reports(self):
         text = self.log()
-        marks = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                 "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer")
-        return [m for m in marks if m in text]
+        return [m for m in SANITIZER_MARKS if m in text]
 
     # -- clients --
 
@@ -480,7 +558,7 @@ class ServerTestCase(unittest.TestCase):
         """A server of this test's own, stopped (by PID) when the test ends."""
         s = Server(*args, name=name or self.id().split(".")[-1], **kw)
         s.start()
-        self.addCleanup(s.kill)
+        self.addCleanup(s.cleanup)
         return s
 
     def assertAllow(self, reply, allowed, limit, remaining, retry, reset, delay=0, msg=None):
@@ -488,12 +566,35 @@ class ServerTestCase(unittest.TestCase):
 
 
 def assert_clean_stop(srv):
+    """Stops srv (SIGTERM, see Server.stop) and raises AssertionError unless
+    it exited with status 0 and check() finds nothing."""
     rc = srv.stop()
-    reports = srv.sanitizer_reports()
-    if rc != 0 or reports:
+    problems = srv.check()
+    if rc != 0 or problems:
         raise AssertionError("sluiced (%s) did not stop cleanly on SIGTERM: status %s%s\n%s"
-                             % (srv.name, rc, ", sanitizer: %s" % reports if reports else "",
+                             % (srv.name, rc, "; " + "; ".join(problems) if problems else "",
                                 srv.log()[-4000:]))
+
+
+# While unittest runs a test's cleanups, Server.kill is the cleanup path
+# (SIGTERM + check), not a deliberate kill -9: tests register their servers
+# with `self.addCleanup(s.kill)`, and a cleanup must neither skip a
+# sanitizer's exit-time checks (leaks) nor hide a server that hangs on
+# SIGTERM.  A failure raised there fails the test that ran the cleanup.
+_CLEANING = False
+_do_cleanups = unittest.TestCase.doCleanups
+
+
+def _do_cleanups_stopping(self):
+    global _CLEANING
+    was, _CLEANING = _CLEANING, True
+    try:
+        return _do_cleanups(self)
+    finally:
+        _CLEANING = was
+
+
+unittest.TestCase.doCleanups = _do_cleanups_stopping
 
 
 def free_port():
