@@ -77,12 +77,29 @@ static void test_size_rejects(void **state)
 {
     (void)state;
     static const char *const bad[] = {
-        "", "k", "kb", "b", "-1", "+1", " 1", "1 ", "1kib", "1KiB", "1t", "1tb", "1.5k", "0x10",
-        "1bb", "1kk", "1e3", "12q", "1 k",
-        "9223372036854775808",         /* above INT64_MAX */
-        "99999999999999999999999999",  /* far above */
-        "8589934592g",                 /* 2^63 */
-        "9007199254740992k",           /* 2^63 */
+        "",
+        "k",
+        "kb",
+        "b",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1kib",
+        "1KiB",
+        "1t",
+        "1tb",
+        "1.5k",
+        "0x10",
+        "1bb",
+        "1kk",
+        "1e3",
+        "12q",
+        "1 k",
+        "9223372036854775808",        /* above INT64_MAX */
+        "99999999999999999999999999", /* far above */
+        "8589934592g",                /* 2^63 */
+        "9007199254740992k",          /* 2^63 */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         uint64_t v = 777;
@@ -120,8 +137,8 @@ static void test_quota_parse(void **state)
     assert_int_equal(quota("400000 100000"), 4);
     assert_int_equal(quota("1000 100000\n"), 1); /* 1% of a CPU: still one thread */
     assert_int_equal(quota("12000000 1000000\n"), 12);
-    static const char *const bad[] = {"",         "\n",         "abc 100000",  "100000",
-                                      "100000 0", "100000 x",   "-1 100000",   "max x",
+    static const char *const bad[] = {"",         "\n",         "abc 100000", "100000",
+                                      "100000 0", "100000 x",   "-1 100000",  "max x",
                                       "1 2 3",    "100000  10", "1e5 100000"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         if (quota(bad[i]) != -1) fail_msg("'%s' gave %d", bad[i], quota(bad[i]));

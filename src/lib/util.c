@@ -22,7 +22,8 @@ int sl__size_parse(const char *s, size_t len, uint64_t *out)
     static const struct {
         const char *sfx;
         unsigned shift;
-    } sfx[] = {{"", 0}, {"b", 0}, {"k", 10}, {"kb", 10}, {"m", 20}, {"mb", 20}, {"g", 30}, {"gb", 30}};
+    } sfx[] = {{"", 0},   {"b", 0},   {"k", 10}, {"kb", 10},
+               {"m", 20}, {"mb", 20}, {"g", 30}, {"gb", 30}};
     size_t n = 0;
     uint64_t v = 0;
     while (n < len && s[n] >= '0' && s[n] <= '9') {
@@ -32,8 +33,7 @@ int sl__size_parse(const char *s, size_t len, uint64_t *out)
     }
     if (n == 0) return SL_EINVAL;
     for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
-        if (strlen(sfx[i].sfx) != len - n || strncasecmp(s + n, sfx[i].sfx, len - n) != 0)
-            continue;
+        if (strlen(sfx[i].sfx) != len - n || strncasecmp(s + n, sfx[i].sfx, len - n) != 0) continue;
         if (v > ((uint64_t)INT64_MAX >> sfx[i].shift)) return SL_EINVAL;
         *out = v << sfx[i].shift;
         return 0;
