@@ -125,6 +125,8 @@ R="replay --algo token-bucket --window 1000"
     opt_error "missing --window" "missing --window" replay --algo gcra --limit 5
     opt_error "threads 0" "threads must be an integer between 1 and 64, got '0'" $R --limit 5 --threads 0
     opt_error "max-memory junk" "--max-memory must be a number of bytes" $R --limit 5 --max-memory 12q
+    opt_error "max-memory unknown suffix" "--max-memory must be a number of bytes" $R --limit 5 --max-memory 1kib
+    opt_error "max-memory over 2^50" "--max-memory must be a number of bytes up to 2^50" $R --limit 5 --max-memory 1048577g
     opt_error "two files" "only one FILE" $R --limit 5 /dev/null /dev/null
     opt_error "missing file" "cannot open '$T/nonexistent'" $R --limit 5 "$T/nonexistent"
     opt_error "unknown command" "unknown command 'replya'" replya --algo gcra
@@ -290,6 +292,37 @@ if grep -q "allowed *$allowed " "$T/err"; then
     ok "--summary counts the allowed answers ($allowed)"
 else
     bad "--summary allowed count" "want $allowed" "$(head -5 "$T/err")"
+fi
+
+# The default --threads follows the CPUs the process may run on (its affinity
+# mask, as taskset sets it): pinned to one CPU, one thread, as --summary's
+# time line says.  An explicit --threads wins, and --max-memory means one.
+# threads_of ARGS...: the thread count --summary reports for 4000 requests.
+threads_of() {
+    awk 'BEGIN { for (i = 0; i < 4000; i++) printf "%d k%d\n", i, i % 50 }' |
+        "$@" --summary 2>&1 >/dev/null | sed -n 's/^  time .*, \([0-9]*\) threads*$/\1/p'
+}
+R1="$SLUICE replay --algo fixed-window --limit 5 --window 1s"
+cpu=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*\([0-9]*\).*/\1/p' /proc/self/status)
+if ! command -v taskset >/dev/null 2>&1; then
+    bad "default threads under taskset" "no taskset (util-linux)"
+else
+    # shellcheck disable=SC2086
+    pinned=$(threads_of taskset -c "$cpu" $R1)
+    # shellcheck disable=SC2086
+    pinned3=$(threads_of taskset -c "$cpu" $R1 --threads 3)
+    if [ "$pinned" = 1 ] && [ "$pinned3" = 3 ]; then
+        ok "taskset -c $cpu: 1 thread by default, --threads 3 gives 3 (--summary)"
+    else
+        bad "threads under taskset -c $cpu" "want 1 and 3, got '$pinned' and '$pinned3'"
+    fi
+fi
+# shellcheck disable=SC2086
+mm=$(threads_of $R1 --threads 3 --max-memory 1m)
+if [ "$mm" = 1 ]; then
+    ok "--max-memory: 1 thread (--summary)"
+else
+    bad "--max-memory threads" "want 1, got '$mm'"
 fi
 
 # Every key is remembered: key 'first' at t=0, 200000 other keys, then

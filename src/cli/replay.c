@@ -18,28 +18,25 @@
 #include "replay.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "run.h"
 #include "sluice.h"
 #include "text.h"
+#include "util.h"
 #include "whatif.h"
 
 #define IN_BLOCK            (1u << 20) /* bytes asked of each read(2) */
-#define OUT_FLUSH           (1u << 16) /* write(2) once this much output is pending */
-#define OUT_LINE_MAX        (SL__RESULT_MAX + 1) /* one answer and its newline */
 #define TOP_KEYS            10         /* keys listed by --summary */
 #define MAX_THREADS         64         /* --threads */
-#define DEFAULT_THREADS_MAX 4          /* default --threads: online CPUs, at most this */
+#define DEFAULT_THREADS_MAX 4          /* default --threads: usable CPUs, at most this */
 
 /* ---- the line parser ---------------------------------------------------- */
 
@@ -74,19 +71,11 @@ static inline int int_parse(const unsigned char *s, size_t len, int64_t max, int
 }
 
 /* The end of the run of ordinary bytes at p (no blank, no control byte).
- * Eight bytes at a time while none is below 0x21 or is 0x7f (the classic
- * "has a byte less than n" and "has a zero byte" word tricks, exact for
- * whether any byte matches), then byte by byte. */
+ * Eight bytes at a time while none is below 0x21 or is 0x7f (text.h), then
+ * byte by byte. */
 static inline const unsigned char *scan_ordinary(const unsigned char *p, const unsigned char *e)
 {
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    while (e - p >= 8) {
-        uint64_t x, y;
-        memcpy(&x, p, 8);
-        y = x ^ (0x7f * ones);
-        if ((((x - 0x21 * ones) & ~x) | ((y - ones) & ~y)) & highs) break;
-        p += 8;
-    }
+    p = sl__skip_words(p, e, 0x21);
     while (p < e && byte_class[*p] == C_ORD) p++;
     return p;
 }
@@ -190,36 +179,15 @@ key:
     return SL_REPLAY_REQ;
 
 ctl:
-    if (*p == 0)
-        snprintf(err, errlen, "NUL byte at column %zu (binary data?)", (size_t)(p - l) + 1);
-    else
-        snprintf(err, errlen, "control byte 0x%02x at column %zu (binary data?)", *p,
-                 (size_t)(p - l) + 1);
+    sl__ctl_message(err, errlen, *p, (size_t)(p - l) + 1);
     return SL_REPLAY_BAD;
 }
 
 /* ---- output ------------------------------------------------------------- */
 
-typedef struct outbuf {
-    int fd;
-    size_t len;
-    int failed; /* errno of a failed write, or 0 */
-    char buf[OUT_FLUSH + OUT_LINE_MAX];
-} outbuf;
-
-/* Writes everything pending.  Returns 0, or -1 with o->failed set. */
-static int out_flush(outbuf *o)
-{
-    int e = sl__write_all(o->fd, o->buf, o->len);
-    o->len = 0;
-    if (e != 0) {
-        o->failed = e;
-        return -1;
-    }
-    return 0;
-}
-
-static inline void put_result(outbuf *o, const sl_result *r)
+/* Appends one answer line.  The caller flushes once SL__OUT_FLUSH bytes are
+ * pending, so the line (SL__RESULT_MAX + 1 bytes) always fits. */
+static inline void put_result(sl__out *o, const sl_result *r)
 {
     char *p = sl__put_result(o->buf + o->len, r);
     *p++ = '\n';
@@ -243,16 +211,6 @@ typedef struct summary {
     uint64_t requests, allowed, delayed;
     int64_t max_delay_ms;
 } summary;
-
-static uint64_t fnv1a(const char *k, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)k[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 static int summary_grow(summary *s)
 {
@@ -281,7 +239,7 @@ static int summary_add(summary *s, const sl__replay_req *rq, const sl_result *r)
         if (r->delay_ms > s->max_delay_ms) s->max_delay_ms = r->delay_ms;
     }
     if (2 * (s->used + 1) > s->cap && summary_grow(s) != 0) return -1;
-    uint64_t h = fnv1a(rq->key, rq->klen);
+    uint64_t h = sl__fnv1a(rq->key, rq->klen);
     size_t j = h & (s->cap - 1);
     for (;;) {
         key_stat *k = &s->slots[j];
@@ -311,9 +269,12 @@ static int summary_add(summary *s, const sl__replay_req *rq, const sl_result *r)
     }
 }
 
-/* Orders keys for the top list: most denied first, then most requests. */
-static int more_denied(const summary *s, const key_stat *a, const key_stat *b)
+/* Orders keys for the top list: most denied first, then most requests
+ * (sl__top_insert's order; ctx is the summary). */
+static int more_denied(const void *x, const void *y, const void *ctx)
 {
+    const summary *s = ctx;
+    const key_stat *a = x, *b = y;
     uint64_t da = a->requests - a->allowed, db = b->requests - b->allowed;
     if (da != db) return da > db;
     if (a->requests != b->requests) return a->requests > b->requests;
@@ -322,18 +283,10 @@ static int more_denied(const summary *s, const key_stat *a, const key_stat *b)
     return c != 0 ? c < 0 : a->klen < b->klen;
 }
 
-static void pct(char *out, size_t n, uint64_t part, uint64_t whole)
-{
-    uint64_t permille = whole ? (part * 1000 + whole / 2) / whole : 0;
-    snprintf(out, n, "%llu.%llu%%", (unsigned long long)(permille / 10),
-             (unsigned long long)(permille % 10));
-}
-
 static void summary_print(const summary *s, const sl_params *p, uint64_t lines, double secs,
                           int threads, const sl_store_stats *st)
 {
-    char a[32], d[32], q[SL__QBUF];
-    uint64_t denied = s->requests - s->allowed;
+    char d[32], q[SL__QBUF];
     FILE *f = stderr;
 
     fprintf(f, "\nsluice replay summary: %s, limit %lld per %lld ms", sl_algo_name(p->algo),
@@ -342,12 +295,7 @@ static void summary_print(const summary *s, const sl_params *p, uint64_t lines, 
     if (p->precision) fprintf(f, ", precision %lld", (long long)p->precision);
     if (p->log_rejected) fprintf(f, ", log-rejected");
     fprintf(f, "\n");
-    pct(a, sizeof a, s->allowed, s->requests);
-    pct(d, sizeof d, denied, s->requests);
-    fprintf(f, "  requests  %12llu   (%llu lines read)\n", (unsigned long long)s->requests,
-            (unsigned long long)lines);
-    fprintf(f, "  allowed   %12llu   %s\n", (unsigned long long)s->allowed, a);
-    fprintf(f, "  denied    %12llu   %s\n", (unsigned long long)denied, d);
+    sl__print_totals(f, 10, s->requests, s->allowed, lines);
     if (p->algo == SL_LEAKY_BUCKET)
         fprintf(f, "  delayed   %12llu   (longest delay %lld ms)\n", (unsigned long long)s->delayed,
                 (long long)s->max_delay_ms);
@@ -358,26 +306,18 @@ static void summary_print(const summary *s, const sl_params *p, uint64_t lines, 
     fprintf(f, "  time      %12.3f s  %.2f M requests/s, %d thread%s\n", secs,
             secs > 0 ? (double)s->requests / secs / 1e6 : 0.0, threads, threads == 1 ? "" : "s");
 
-    /* The TOP_KEYS most denied keys, by insertion into a short sorted list. */
-    const key_stat *top[TOP_KEYS];
+    /* The TOP_KEYS most denied keys. */
+    const void *top[TOP_KEYS];
     size_t ntop = 0;
-    for (size_t i = 0; i < s->cap; i++) {
-        const key_stat *k = &s->slots[i];
-        if (k->klen == 0) continue;
-        if (ntop == TOP_KEYS && !more_denied(s, k, top[ntop - 1])) continue;
-        size_t j = ntop < TOP_KEYS ? ntop++ : TOP_KEYS - 1;
-        while (j > 0 && more_denied(s, k, top[j - 1])) {
-            top[j] = top[j - 1];
-            j--;
-        }
-        top[j] = k;
-    }
+    for (size_t i = 0; i < s->cap; i++)
+        if (s->slots[i].klen != 0)
+            ntop = sl__top_insert(top, ntop, TOP_KEYS, &s->slots[i], more_denied, s);
     if (ntop == 0) return;
     fprintf(f, "  top %zu keys by denied requests:\n", ntop);
     fprintf(f, "    %10s %10s %10s %8s  %s\n", "requests", "allowed", "denied", "denied%", "key");
     for (size_t i = 0; i < ntop; i++) {
         const key_stat *k = top[i];
-        pct(d, sizeof d, k->requests - k->allowed, k->requests);
+        sl__pct(d, sizeof d, k->requests - k->allowed, k->requests);
         fprintf(f, "    %10llu %10llu %10llu %8s  %s\n", (unsigned long long)k->requests,
                 (unsigned long long)k->allowed, (unsigned long long)(k->requests - k->allowed), d,
                 sl__quote((const unsigned char *)s->arena + k->koff, k->klen, q));
@@ -417,15 +357,17 @@ const char sl__replay_usage[] =
     "  --precision P       buckets per window (sliding-buckets only), must divide W;\n"
     "                      default 10\n"
     "  --log-rejected      sliding-log only: denied requests are logged too\n"
-    "  --max-memory BYTES  bound the memory for per-key state (suffix k, m or g for\n"
-    "                      KiB, MiB, GiB); least recently used keys are then\n"
-    "                      evicted and answers are no longer exact.  Default:\n"
-    "                      every key is remembered\n"
-    "  --summary           when done, print totals and the most denied keys to\n"
-    "                      standard error (standard output is unchanged)\n"
+    "  --max-memory BYTES  bound the memory for per-key state (suffix k, m or g:\n"
+    "                      k = 1024, m = 2^20, g = 2^30, as sluiced reads sizes);\n"
+    "                      least recently used keys are then evicted and answers\n"
+    "                      are no longer exact.  Default: every key is remembered\n"
+    "  --summary           when done, print totals, the threads used and the most\n"
+    "                      denied keys to standard error (standard output is\n"
+    "                      unchanged)\n"
     "  --threads N         threads deciding, keys dealt between them (answers are\n"
-    "                      the same for any N); default: the online CPUs, at most\n"
-    "                      4.  --max-memory implies 1\n"
+    "                      the same for any N); default: the CPUs this process may\n"
+    "                      run on (its CPU affinity, e.g. taskset, and its cgroup's\n"
+    "                      CPU quota), at most 4.  --max-memory implies 1\n"
     "  -h, --help          print this text\n"
     "\n"
     "Exit status: 0 done; 2 bad option or malformed line (\"sluice: line N: ...\"\n"
@@ -441,36 +383,12 @@ typedef struct replay_opts {
     const char *file; /* NULL or "-": standard input */
 } replay_opts;
 
-/* Prints "sluice: <message>" and returns exit status 2. */
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("sluice: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
-
 /* Parses an integer of 1..max for option `name`. */
 static int opt_int(const char *name, const char *v, int64_t min, int64_t max, int64_t *out)
 {
     if (sl_int_parse(v, strlen(v), max, out) != 0 || *out < min) {
         fprintf(stderr, "sluice: %s must be an integer between %lld and %lld, got '%s'\n", name,
                 (long long)min, (long long)max, v);
-        return 2;
-    }
-    return 0;
-}
-
-static int opt_bytes(const char *v, size_t *out)
-{
-    if (sl__bytes_parse(v, out) != 0) {
-        fprintf(stderr,
-                "sluice: --max-memory must be a number of bytes (with an optional k, m or g "
-                "suffix), got '%s'\n",
-                v);
         return 2;
     }
     return 0;
@@ -485,9 +403,7 @@ static int takes_value(const char *name, size_t nlen)
 {
     static const char *const with_value[] = {"algo",      "limit",      "window", "burst",
                                              "precision", "max-memory", "threads"};
-    for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++)
-        if (strlen(with_value[k]) == nlen && memcmp(with_value[k], name, nlen) == 0) return 1;
-    return 0;
+    return sl__name_in(name, nlen, with_value, sizeof with_value / sizeof with_value[0]);
 }
 
 /* Fills o from argv.  Returns -1 when --help was printed, 0, or 2 after
@@ -496,44 +412,38 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->p = (sl_params)SL_PARAMS_INIT;
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    o->threads = cpus < 1 ? 1 : cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : (int)cpus;
+    int cpus = sl__cpu_count(); /* affinity mask and cgroup quota, at least 1 */
+    o->threads = cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : cpus;
 
     sl__args w = {.argc = argc, .argv = argv, .takes = takes_value, .see = "sluice replay --help"};
     sl__opt op;
-    char err[512];
     int rc;
-    while ((rc = sl__args_next(&w, &op, err, sizeof err)) != 0) {
-        if (rc < 0) return usage_error("%s", err);
-        if (rc == 2) {
-            fputs(sl__replay_usage, stdout);
-            return -1;
-        }
-        const char *name = op.name, *val = op.val;
-        size_t nlen = op.nlen;
-#define IS(s) (nlen == strlen(s) && memcmp(name, s, nlen) == 0)
+    while ((rc = sl__opts_next(&w, &op, sl__replay_usage)) == 1) {
+        const char *val = op.val;
+#define IS(s) sl__opt_is(&op, s)
         if (IS("algo")) {
             if (sl_algo_parse(val, strlen(val), &o->p.algo) != 0)
-                return usage_error("unknown algorithm '%s' (expected fixed-window, sliding-log, "
-                                   "sliding-window, sliding-buckets, token-bucket, gcra or "
-                                   "leaky-bucket)",
-                                   val);
+                return sl__usage_error(
+                    "unknown algorithm '%s' (expected fixed-window, sliding-log, "
+                    "sliding-window, sliding-buckets, token-bucket, gcra or "
+                    "leaky-bucket)",
+                    val);
             o->have_algo = 1;
         } else if (IS("limit")) {
             if (opt_int("limit", val, 1, SL_MAX_LIMIT, &o->p.limit)) return 2;
             o->have_limit = 1;
         } else if (IS("window")) {
             if (sl_duration_parse(val, strlen(val), &o->p.window_ms) != 0)
-                return usage_error("window must be a duration from 1ms to 10y (integer ms, or "
-                                   "with a unit: ms, s, m, h, d, w, y), got '%s'",
-                                   val);
+                return sl__usage_error("window must be a duration from 1ms to 10y (integer ms, or "
+                                       "with a unit: ms, s, m, h, d, w, y), got '%s'",
+                                       val);
             o->have_window = 1;
         } else if (IS("burst")) {
             if (opt_int("burst", val, 1, SL_MAX_LIMIT, &o->p.burst)) return 2;
         } else if (IS("precision")) {
             if (opt_int("precision", val, 1, SL_MAX_PRECISION, &o->p.precision)) return 2;
         } else if (IS("max-memory")) {
-            if (opt_bytes(val, &o->max_memory)) return 2;
+            if (sl__opt_max_memory(val, &o->max_memory)) return 2;
         } else if (IS("threads")) {
             int64_t n;
             if (opt_int("threads", val, 1, MAX_THREADS, &n)) return 2;
@@ -543,25 +453,26 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
         } else if (IS("summary")) {
             o->summary = 1;
         } else {
-            return usage_error("unknown option '%s' (see sluice replay --help)", op.arg);
+            return sl__usage_error("unknown option '%s' (see %s)", op.arg, w.see);
         }
 #undef IS
     }
+    if (rc != 0) return rc;
     o->file = w.file;
 
     if (!o->have_algo)
-        return usage_error("missing --algo (fixed-window, sliding-log, sliding-window, "
-                           "sliding-buckets, token-bucket, gcra or leaky-bucket)");
-    if (!o->have_limit) return usage_error("missing --limit (requests per window)");
-    if (!o->have_window) return usage_error("missing --window (e.g. 1000, 10s, 1m)");
+        return sl__usage_error("missing --algo (fixed-window, sliding-log, sliding-window, "
+                               "sliding-buckets, token-bucket, gcra or leaky-bucket)");
+    if (!o->have_limit) return sl__usage_error("missing --limit (requests per window)");
+    if (!o->have_window) return sl__usage_error("missing --window (e.g. 1000, 10s, 1m)");
     const char *algo = sl_algo_name(o->p.algo);
     if (o->p.burst && !is_bucket(o->p.algo))
-        return usage_error("--burst applies only to token-bucket, gcra and leaky-bucket, not %s",
-                           algo);
+        return sl__usage_error(
+            "--burst applies only to token-bucket, gcra and leaky-bucket, not %s", algo);
     if (o->p.precision && o->p.algo != SL_SLIDING_BUCKETS)
-        return usage_error("--precision applies only to sliding-buckets, not %s", algo);
+        return sl__usage_error("--precision applies only to sliding-buckets, not %s", algo);
     if (o->p.log_rejected && o->p.algo != SL_SLIDING_LOG)
-        return usage_error("--log-rejected applies only to sliding-log, not %s", algo);
+        return sl__usage_error("--log-rejected applies only to sliding-log, not %s", algo);
     if (o->p.algo == SL_SLIDING_BUCKETS) {
         int64_t prec = o->p.precision ? o->p.precision : SL_DEFAULT_PRECISION;
         if (o->p.window_ms % prec != 0) {
@@ -573,7 +484,7 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
         }
     }
     rc = sl_params_check(&o->p);
-    if (rc != 0) return usage_error("%s", sl_strerror(rc));
+    if (rc != 0) return sl__usage_error("%s", sl_strerror(rc));
     return 0;
 }
 
@@ -659,13 +570,6 @@ typedef struct pool {
     pthread_mutex_t mu; /* with the two condition variables, for sleeping */
     pthread_cond_t go_cv, done_cv;
 } pool;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static inline void cpu_relax(void)
 {
@@ -863,7 +767,7 @@ static void pool_finish(pool *pl, batch *b)
  * The other buffer holds no live batch (see above).  Returns 0 or -1 (b->err
  * set).  Before a read that may wait (after a short one), output is flushed
  * so that a live stream gets its answers. */
-static int refill(reader *rd, outbuf *out, batch *b)
+static int refill(reader *rd, sl__out *out, batch *b)
 {
     size_t rem = rd->end - rd->pos;
     char *dst = rd->buf[!rd->cur];
@@ -871,12 +775,9 @@ static int refill(reader *rd, outbuf *out, batch *b)
     rd->cur = !rd->cur;
     rd->pos = 0;
     rd->end = rem;
-    if (rd->short_read) out_flush(out);
+    if (rd->short_read) sl__out_flush(out);
     size_t want = IN_BLOCK + SL_REPLAY_MAX_LINE + 1 - rem;
-    ssize_t n;
-    do {
-        n = read(rd->fd, dst + rem, want);
-    } while (n < 0 && errno == EINTR);
+    ssize_t n = sl__read(rd->fd, dst + rem, want);
     if (n < 0) {
         snprintf(b->err, sizeof b->err, "cannot read %s: %s", rd->name, strerror(errno));
         return -1;
@@ -892,7 +793,7 @@ static int refill(reader *rd, outbuf *out, batch *b)
  * buffer at most once (the safety of the two buffers depends on it); if
  * `live` (a batch is still undecided) and input would have to be waited
  * for, returns an empty batch instead, so the live one is answered first. */
-static void parse_batch(reader *rd, outbuf *out, batch *b, int live)
+static void parse_batch(reader *rd, sl__out *out, batch *b, int live)
 {
     b->n = 0;
     b->end = MORE;
@@ -944,7 +845,7 @@ static void parse_batch(reader *rd, outbuf *out, batch *b, int live)
 
 /* Writes the answers of b in order.  Returns 0, or an exit status after
  * printing what went wrong (the answers before it written first). */
-static int answer_batch(const replay_opts *o, outbuf *out, summary *sum, const batch *b)
+static int answer_batch(const replay_opts *o, sl__out *out, summary *sum, const batch *b)
 {
     for (size_t i = 0; i < b->n; i++) {
         const size_t j = b->grouped ? b->pos[i] : i; /* where request i's answer is */
@@ -958,15 +859,15 @@ static int answer_batch(const replay_opts *o, outbuf *out, summary *sum, const b
         else if (o->summary && summary_add(sum, &b->req[i], &b->res[j]) != 0)
             what = "out of memory for --summary";
         if (what != NULL) {
-            out_flush(out);
+            sl__out_flush(out);
             fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->line[i], what);
             return b->rc[j] == SL_ENOMEM || b->rc[j] == 0 ? 1 : 2;
         }
         put_result(out, &b->res[j]);
-        if (out->len >= OUT_FLUSH && out_flush(out) != 0) return 1;
+        if (out->len >= SL__OUT_FLUSH && sl__out_flush(out) != 0) return 1;
     }
     if (b->end == END_BAD || b->end == END_READ) {
-        out_flush(out);
+        sl__out_flush(out);
         if (b->end == END_BAD)
             fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->err_line, b->err);
         else
@@ -978,7 +879,7 @@ static int answer_batch(const replay_opts *o, outbuf *out, summary *sum, const b
 
 /* Reads the input to its end, answering every request.  Returns the exit
  * status. */
-static int replay_run(const replay_opts *o, reader *rd, pool *pl, outbuf *out, summary *sum)
+static int replay_run(const replay_opts *o, reader *rd, pool *pl, sl__out *out, summary *sum)
 {
     batch *bs[2] = {malloc(sizeof(batch)), malloc(sizeof(batch))};
     int rc = 0;
@@ -1014,15 +915,8 @@ int sl__replay_main(int argc, char **argv)
 
     reader rd;
     memset(&rd, 0, sizeof rd);
-    rd.name = "standard input";
-    if (o.file != NULL && strcmp(o.file, "-") != 0) {
-        rd.fd = open(o.file, O_RDONLY | O_CLOEXEC);
-        if (rd.fd < 0) {
-            fprintf(stderr, "sluice: cannot open '%s': %s\n", o.file, strerror(errno));
-            return 2;
-        }
-        rd.name = o.file;
-    }
+    rd.fd = sl__input_open(o.file, &rd.name);
+    if (rd.fd < 0) return 2;
 
     /* One thread with a memory bound: which keys are evicted then depends
      * on the order of decisions across keys.  Otherwise a store per thread
@@ -1039,7 +933,7 @@ int sl__replay_main(int argc, char **argv)
         stores[i] = sl_store_new(&so, &err);
         lims[i] = stores[i] ? sl_limiter_new(&o.p, stores[i], &err) : NULL;
     }
-    outbuf *out = malloc(sizeof *out);
+    sl__out *out = calloc(1, sizeof *out);
     rd.buf[0] = malloc(IN_BLOCK + SL_REPLAY_MAX_LINE + 1);
     rd.buf[1] = malloc(IN_BLOCK + SL_REPLAY_MAX_LINE + 1);
     summary sum;
@@ -1048,26 +942,22 @@ int sl__replay_main(int argc, char **argv)
     int have_pool = 0;
 
     if (err != 0) {
-        fprintf(stderr, "sluice: %s%s\n", sl_strerror(err),
-                o.max_memory && err == SL_ENOMEM ? " (is --max-memory too small?)" : "");
-        rc = err == SL_ENOMEM ? 1 : 2;
+        rc = sl__store_failed(err, o.max_memory);
     } else if (out == NULL || rd.buf[0] == NULL || rd.buf[1] == NULL) {
         fprintf(stderr, "sluice: out of memory\n");
         rc = 1;
     } else {
         out->fd = 1;
-        out->len = 0;
-        out->failed = 0;
         pool_start(&pl, lims, nstores);
         have_pool = 1;
         rd.deal = pl.nthreads > 1;
-        double t0 = now_s();
+        int64_t t0 = sl__mono_ns();
         rc = replay_run(&o, &rd, &pl, out, &sum);
-        if (out_flush(out) != 0 || out->failed) {
+        if (sl__out_flush(out) != 0 || out->failed) {
             fprintf(stderr, "sluice: cannot write the answers: %s\n", strerror(out->failed));
             rc = 1;
         }
-        double secs = now_s() - t0;
+        double secs = (double)(sl__mono_ns() - t0) / 1e9;
         sl_store_stats st, one;
         memset(&st, 0, sizeof st);
         for (int i = 0; i < nstores; i++) {
@@ -1075,11 +965,7 @@ int sl__replay_main(int argc, char **argv)
             st.keys += one.keys;
             st.evictions += one.evictions;
         }
-        if (st.evictions)
-            fprintf(stderr,
-                    "sluice: warning: %llu keys were evicted to stay under --max-memory; their "
-                    "later requests were decided on fresh state\n",
-                    (unsigned long long)st.evictions);
+        sl__warn_evicted(st.evictions, "keys");
         if (o.summary && rc == 0) summary_print(&sum, &o.p, rd.lineno, secs, pl.nthreads, &st);
     }
 

@@ -50,24 +50,12 @@ const char *sl__quote_n(const void *tok, size_t len, size_t max, char *out)
     return out;
 }
 
-int sl__bytes_parse(const char *v, size_t *out)
+void sl__ctl_message(char *err, size_t errlen, unsigned char c, size_t col)
 {
-    size_t n = strlen(v);
-    int64_t mult = 1, x;
-    if (n > 0) {
-        switch (v[n - 1]) {
-        case 'k':
-        case 'K': mult = (int64_t)1 << 10; break;
-        case 'm':
-        case 'M': mult = (int64_t)1 << 20; break;
-        case 'g':
-        case 'G': mult = (int64_t)1 << 30; break;
-        }
-        if (mult > 1) n--;
-    }
-    if (sl_int_parse(v, n, ((int64_t)1 << 50) / mult, &x) != 0) return -1;
-    *out = (size_t)(x * mult);
-    return 0;
+    if (c == 0)
+        snprintf(err, errlen, "NUL byte at column %zu (binary data?)", col);
+    else
+        snprintf(err, errlen, "control byte 0x%02x at column %zu (binary data?)", c, col);
 }
 
 int sl__looks_numeric(const void *tok, size_t len)

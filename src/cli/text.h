@@ -1,7 +1,7 @@
 /*
  * text.h -- small text helpers shared by the `sluice` command's parts
  * (replay.c, whatif.c, whatif_parse.c): quoting a bad token for a message,
- * fast decimal output, byte sizes, and writing a buffer out whole.  No
+ * fast decimal output, the option walk, and writing a buffer out whole.  No
  * state; only sl__write_all touches a descriptor.
  */
 #ifndef SL_CLI_TEXT_H
@@ -24,9 +24,9 @@ const char *sl__quote(const void *tok, size_t len, char *out);
 /* The same, cut to max bytes instead: out holds max * 4 + 4 bytes. */
 const char *sl__quote_n(const void *tok, size_t len, size_t max, char *out);
 
-/* Parses a byte count: digits with an optional k, m or g (binary: 2^10,
- * 2^20, 2^30; either case), at most 2^50 bytes.  Returns 0, or -1. */
-int sl__bytes_parse(const char *v, size_t *out);
+/* Writes to err (errlen bytes) what is wrong with a line holding control
+ * byte c at column col (from 1): "NUL byte at column 7 (binary data?)". */
+void sl__ctl_message(char *err, size_t errlen, unsigned char c, size_t col);
 
 /* Whether tok (len bytes) is "-?[0-9]+": a number, if perhaps out of
  * range -- to say "out of range" rather than "not a number". */
@@ -57,6 +57,25 @@ typedef struct sl__opt {
  * Returns 1 (an option), 2 (-h or --help), 0 (no more arguments), or -1
  * with what is wrong, whole, in err (errlen bytes). */
 int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen);
+
+/* Skips p forward, eight bytes at a time, while no byte of the word is
+ * below lo (at most 0x80) or is 0x7f (DEL); returns where byte-by-byte
+ * scanning must take over (a word holding such a byte, or fewer than 8
+ * bytes before e).  The classic "has a byte less than n" and "has a zero
+ * byte" word tricks, exact for whether any byte matches. */
+static inline const unsigned char *sl__skip_words(const unsigned char *p, const unsigned char *e,
+                                                  unsigned lo)
+{
+    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    while (e - p >= 8) {
+        uint64_t w, y;
+        memcpy(&w, p, 8);
+        y = w ^ (0x7f * ones);
+        if ((((w - lo * ones) & ~w) | ((y - ones) & ~y)) & highs) break;
+        p += 8;
+    }
+    return p;
+}
 
 /* write(2)s n bytes whole, retrying short writes and EINTR.  Returns 0, or
  * the errno of the failed write. */

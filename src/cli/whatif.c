@@ -19,31 +19,28 @@
 #include "whatif.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "backend_local.h"
 #include "check.h"
 #include "rules.h"
+#include "run.h"
 #include "sluice.h"
 #include "text.h"
+#include "util.h"
 #include "whatif_parse.h"
 
 #define IN_BLOCK      (1u << 20)  /* bytes asked of each read(2) */
-#define OUT_FLUSH     (1u << 16)  /* write(2) once this much output is pending */
-#define OUT_SLACK     4096        /* room past OUT_FLUSH: any one out_reserve() */
 #define SHOW_MAX      120         /* bytes of a name or key shown in the summary */
 #define TOP_KEYS      10          /* keys listed by --summary */
 #define TOP_TRACK     4096        /* keys the summary tracks (Space-Saving) */
 #define PROGRESS_MIN  (16u << 20) /* a progress bar for regular files this large */
-#define PROGRESS_TICK 0.1         /* s between redraws, at least */
+#define PROGRESS_TICK 100000000   /* ns between redraws, at least */
 #define PROGRESS_BAR  30          /* characters of the bar */
 
 /* ---- progress bar ------------------------------------------------------- */
@@ -51,18 +48,11 @@
 typedef struct progress {
     int on;         /* stderr is a terminal and the input a large regular file */
     uint64_t total; /* the file's size, bytes */
-    double t0;      /* when the run started, monotonic s */
-    double last;    /* when the bar was last drawn */
+    int64_t t0;     /* when the run started, monotonic ns */
+    int64_t last;   /* when the bar was last drawn, monotonic ns */
     int shown;      /* the bar is on the screen */
     int out_tty;    /* standard output is a terminal too: erase the bar before answers */
 } progress;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static void write_err(const char *s, size_t n)
 {
@@ -74,7 +64,7 @@ static void write_err(const char *s, size_t n)
 static void progress_tick(progress *pg, uint64_t done, uint64_t lines)
 {
     if (!pg->on) return;
-    double t = now_s();
+    int64_t t = sl__mono_ns();
     if (pg->last > 0 && t - pg->last < PROGRESS_TICK) return;
     pg->last = t;
     pg->shown = 1;
@@ -85,7 +75,7 @@ static void progress_tick(progress *pg, uint64_t done, uint64_t lines)
     memset(bar, '#', (size_t)fill);
     memset(bar + fill, '.', (size_t)(PROGRESS_BAR - fill));
     bar[PROGRESS_BAR] = '\0';
-    double secs = t - pg->t0;
+    double secs = (double)(t - pg->t0) / 1e9;
     char line[160];
     int n = snprintf(
         line, sizeof line, "\rsluice replay: [%s] %5.1f%% of %.1f MiB, %.2f M lines/s\033[K", bar,
@@ -101,38 +91,15 @@ static void progress_clear(progress *pg)
     pg->shown = 0;
 }
 
+/* sl__out's hook before each write: when the answers go to the bar's
+ * terminal, the bar is erased first (and redrawn at the next tick). */
+static void progress_before_write(void *ctx)
+{
+    progress *pg = ctx;
+    if (pg->out_tty) progress_clear(pg);
+}
+
 /* ---- output ------------------------------------------------------------- */
-
-typedef struct outbuf {
-    int fd;
-    size_t len;
-    int failed;   /* errno of a failed write, or 0 */
-    progress *pg; /* erased before each write when the answers go to its terminal */
-    char buf[OUT_FLUSH + OUT_SLACK];
-} outbuf;
-
-/* Writes everything pending.  Returns 0, or -1 with o->failed set (and
- * later calls do nothing). */
-static int out_flush(outbuf *o)
-{
-    if (o->failed) return -1;
-    if (o->pg->out_tty) progress_clear(o->pg); /* redrawn at the next tick */
-    int e = sl__write_all(o->fd, o->buf, o->len);
-    o->len = 0;
-    if (e != 0) {
-        o->failed = e;
-        return -1;
-    }
-    return 0;
-}
-
-/* Makes room for n <= OUT_SLACK bytes; returns where they go.  A failed
- * flush drops what was pending (the run stops at the end of the line). */
-static inline char *out_reserve(outbuf *o, size_t n)
-{
-    if (o->len + n > sizeof o->buf && out_flush(o) != 0) o->len = 0;
-    return o->buf + o->len;
-}
 
 /* Bytes a rule name cannot hold as they are in an answer line: blanks and
  * control bytes (they would split the line's fields) and '%' (the escape). */
@@ -140,18 +107,18 @@ static inline int name_escaped(unsigned char c) { return c <= 0x20 || c == 0x7f 
 
 /* Appends a rule name, bytes name_escaped() as %XX; "-" for none (NULL), and
  * a name that is exactly "-" as %2D, so "-" always means no rule. */
-static void put_name(outbuf *o, const char *name)
+static void put_name(sl__out *o, const char *name)
 {
     static const char hex[] = "0123456789ABCDEF";
     if (name == NULL || (name[0] == '-' && name[1] == '\0')) {
         const char *w = name == NULL ? "-" : "%2D";
         size_t n = strlen(w);
-        memcpy(out_reserve(o, n), w, n);
+        memcpy(sl__out_reserve(o, n), w, n);
         o->len += n;
         return;
     }
     for (const unsigned char *s = (const unsigned char *)name; *s;) {
-        char *p = out_reserve(o, 3 * 256), *p0 = p;
+        char *p = sl__out_reserve(o, 3 * 256), *p0 = p;
         for (int i = 0; i < 256 && *s; i++, s++) {
             if (name_escaped(*s)) {
                 *p++ = '%';
@@ -166,22 +133,22 @@ static void put_name(outbuf *o, const char *name)
 }
 
 /* One answer line: the six fields, then " CODE:NAME" per descriptor. */
-static void put_answer(outbuf *o, const sl_result *r, const sl_check_status *st, int n)
+static void put_answer(sl__out *o, const sl_result *r, const sl_check_status *st, int n)
 {
-    char *p = out_reserve(o, SL__RESULT_MAX + 1), *p0 = p;
+    char *p = sl__out_reserve(o, SL__RESULT_MAX + 1), *p0 = p;
     p = sl__put_result(p, r);
     o->len += (size_t)(p - p0);
     for (int i = 0; i < n; i++) {
         const char *code = sl_check_code_name(st[i].code);
         size_t cl = strlen(code);
-        p = out_reserve(o, cl + 2);
+        p = sl__out_reserve(o, cl + 2);
         *p++ = ' ';
         memcpy(p, code, cl);
         p[cl] = ':';
         o->len += cl + 2;
         put_name(o, st[i].name);
     }
-    *out_reserve(o, 1) = '\n';
+    *sl__out_reserve(o, 1) = '\n';
     o->len++;
 }
 
@@ -204,7 +171,7 @@ typedef struct reader {
  * 0 at the end of the input, -1 on a read error (errno set).  Before a read
  * that may wait (after a short one), the answers so far are written, so a
  * live stream (tail -f) gets its answers as it goes. */
-static int next_line(reader *rd, outbuf *out, progress *pg, const char **line, size_t *len)
+static int next_line(reader *rd, sl__out *out, progress *pg, const char **line, size_t *len)
 {
     for (;;) {
         char *s = rd->buf + rd->pos;
@@ -228,12 +195,9 @@ static int next_line(reader *rd, outbuf *out, progress *pg, const char **line, s
         rd->pos = 0;
         rd->end = avail;
         progress_tick(pg, rd->base, rd->lineno);
-        if (rd->short_read) out_flush(out);
+        if (rd->short_read) sl__out_flush(out);
         size_t want = READ_CAP - avail;
-        ssize_t n;
-        do {
-            n = read(rd->fd, rd->buf + avail, want);
-        } while (n < 0 && errno == EINTR);
+        ssize_t n = sl__read(rd->fd, rd->buf + avail, want);
         if (n < 0) return -1;
         rd->eof = n == 0;
         rd->short_read = (size_t)n < want;
@@ -293,16 +257,6 @@ typedef struct summary {
     int32_t slot[TOP_SLOTS]; /* index into keys, -1 = empty */
     uint64_t replaced;       /* keys that took another's place */
 } summary;
-
-static uint64_t fnv1a(const char *k, size_t n)
-{
-    uint64_t h = 1469598103934665603ULL;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)k[i];
-        h *= 1099511628211ULL;
-    }
-    return h;
-}
 
 static inline size_t ptr_hash(const void *p, size_t cap)
 {
@@ -436,7 +390,7 @@ static int top_add(summary *s, const char *key, size_t klen, int shadow)
 {
     const uint32_t mask = TOP_SLOTS - 1;
     if (s->keys == NULL && (s->keys = malloc(TOP_TRACK * sizeof *s->keys)) == NULL) return -1;
-    uint64_t h = fnv1a(key, klen);
+    uint64_t h = sl__fnv1a(key, klen);
     uint32_t j = (uint32_t)(h & mask);
     for (; s->slot[j] >= 0; j = (j + 1) & mask) {
         top_key *k = &s->keys[s->slot[j]];
@@ -530,17 +484,12 @@ static const char *show(const char *s, size_t len, char *out)
     return sl__quote_n(s, len, SHOW_MAX, out);
 }
 
-static void pct(char *out, size_t n, uint64_t part, uint64_t whole)
-{
-    uint64_t permille = whole ? (part * 1000 + whole / 2) / whole : 0;
-    snprintf(out, n, "%llu.%llu%%", (unsigned long long)(permille / 10),
-             (unsigned long long)(permille % 10));
-}
-
 /* Orders keys for the top list: most denials (upper bound) first, then the
- * key's bytes. */
-static int more_denied(const top_key *a, const top_key *b)
+ * key's bytes (sl__top_insert's order). */
+static int more_denied(const void *x, const void *y, const void *ctx)
 {
+    const top_key *a = x, *b = y;
+    (void)ctx;
     if (a->count != b->count) return a->count > b->count;
     size_t n = a->klen < b->klen ? a->klen : b->klen;
     int c = memcmp(a->key, b->key, n);
@@ -563,20 +512,14 @@ static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines
 {
     static const char *const code_names[] = {"OK",      "OVER_LIMIT", "SHADOW",
                                              "ELASTIC", "UNLIMITED",  "NO_RULE"};
-    char a[32], d[32], q[SHOW_MAX * 4 + 4], lim[160];
+    char q[SHOW_MAX * 4 + 4], lim[160];
     FILE *f = stderr;
-    uint64_t denied = s->requests - s->allowed;
 
     fprintf(f, "\nsluice replay summary: rules %s, domain %s", o->rules,
             show(o->domain, strlen(o->domain), q));
     if (o->capacity) fprintf(f, ", capacity %s", o->capacity);
     fprintf(f, "\n");
-    pct(a, sizeof a, s->allowed, s->requests);
-    pct(d, sizeof d, denied, s->requests);
-    fprintf(f, "  requests     %12llu   (%llu lines read)\n", (unsigned long long)s->requests,
-            (unsigned long long)lines);
-    fprintf(f, "  allowed      %12llu   %s\n", (unsigned long long)s->allowed, a);
-    fprintf(f, "  denied       %12llu   %s\n", (unsigned long long)denied, d);
+    sl__print_totals(f, 13, s->requests, s->allowed, lines);
     fprintf(f, "  descriptors  %12llu  ", (unsigned long long)s->descriptors);
     for (int c = 0; c <= SL_CHECK_NO_RULE; c++)
         fprintf(f, " %s %llu%s", code_names[c], (unsigned long long)s->by_code[c],
@@ -604,19 +547,11 @@ static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines
     fprintf(f, "    %10llu %10s %10s %10s %10s %10s  no rule\n",
             (unsigned long long)s->by_code[SL_CHECK_NO_RULE], "", "", "", "", "");
 
-    /* The TOP_KEYS most denied keys, by insertion into a short sorted list. */
-    const top_key *top[TOP_KEYS];
+    /* The TOP_KEYS most denied keys. */
+    const void *top[TOP_KEYS];
     size_t ntop = 0;
-    for (uint32_t i = 0; i < s->nkeys; i++) {
-        const top_key *k = &s->keys[i];
-        if (ntop == TOP_KEYS && !more_denied(k, top[ntop - 1])) continue;
-        size_t j = ntop < TOP_KEYS ? ntop++ : TOP_KEYS - 1;
-        while (j > 0 && more_denied(k, top[j - 1])) {
-            top[j] = top[j - 1];
-            j--;
-        }
-        top[j] = k;
-    }
+    for (uint32_t i = 0; i < s->nkeys; i++)
+        ntop = sl__top_insert(top, ntop, TOP_KEYS, &s->keys[i], more_denied, NULL);
     if (ntop == 0) {
         fprintf(f, "  no counting key was denied\n");
         return;
@@ -671,7 +606,8 @@ const char sl__whatif_usage[] =
     "  --domain D          the domain every request is checked in (required)\n"
     "  --capacity N/DUR    the spare-capacity pool of elastic limits, e.g. 5000/1s\n"
     "  --log-format F      lines (default) or combined\n"
-    "  --max-memory BYTES  bound the memory for counters (suffix k, m or g);\n"
+    "  --max-memory BYTES  bound the memory for counters (suffix k, m or g;\n"
+    "                      k = 1024, m = 2^20, g = 2^30);\n"
     "                      least recently used ones are then evicted and answers\n"
     "                      are no longer exact.  Default: every counter is kept\n"
     "  --summary           when done, print totals, a table per rule and the most\n"
@@ -684,27 +620,6 @@ const char sl__whatif_usage[] =
     "(\"sluice: line N: ...\" on standard error after every line before it has\n"
     "been answered); 1 any other failure (out of memory, read or write error).\n";
 
-/* Prints "sluice: <message>" and returns exit status 2. */
-__attribute__((format(printf, 1, 2))) static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("sluice: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return 2;
-}
-
-static int opt_bytes(const char *v, size_t *out)
-{
-    if (sl__bytes_parse(v, out) != 0)
-        return usage_error("--max-memory must be a number of bytes (with an optional k, m or g "
-                           "suffix), got '%s'",
-                           v);
-    return 0;
-}
-
 /* Options of this mode taking a value (the first MODE_OPTS select the
  * mode), then `sluice replay`'s own, which are refused here (they take a
  * value too, so that the message names the option rather than its value). */
@@ -713,20 +628,13 @@ static const char *const own_value[] = {"rules", "domain", "capacity", "log-form
 static const char *const refused_value[] = {"algo",  "limit",     "window",
                                             "burst", "precision", "threads"};
 
-static int name_is(const char *name, size_t nlen, const char *s)
-{
-    return strlen(s) == nlen && memcmp(name, s, nlen) == 0;
-}
-
 int sl__whatif_wanted(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) return 0;
         if (strncmp(a, "--", 2) != 0) continue;
-        size_t n = strcspn(a + 2, "=");
-        for (size_t k = 0; k < MODE_OPTS; k++)
-            if (name_is(a + 2, n, own_value[k])) return 1;
+        if (sl__name_in(a + 2, strcspn(a + 2, "="), own_value, MODE_OPTS)) return 1;
     }
     return 0;
 }
@@ -734,16 +642,13 @@ int sl__whatif_wanted(int argc, char **argv)
 /* Whether --name is one of `sluice replay`'s own options, refused here. */
 static int refused_opt(const char *name, size_t nlen)
 {
-    for (size_t k = 0; k < sizeof refused_value / sizeof refused_value[0]; k++)
-        if (name_is(name, nlen, refused_value[k])) return 1;
-    return 0;
+    return sl__name_in(name, nlen, refused_value, sizeof refused_value / sizeof refused_value[0]);
 }
 
 static int takes_value(const char *name, size_t nlen)
 {
-    for (size_t k = 0; k < sizeof own_value / sizeof own_value[0]; k++)
-        if (name_is(name, nlen, own_value[k])) return 1;
-    return refused_opt(name, nlen);
+    return sl__name_in(name, nlen, own_value, sizeof own_value / sizeof own_value[0]) ||
+           refused_opt(name, nlen);
 }
 
 /* Fills o from argv.  Returns -1 when --help was printed, 0, or 2 after
@@ -763,56 +668,50 @@ static int parse_opts(int argc, char **argv, whatif_opts *o)
     sl__opt op;
     char err[512];
     int rc;
-    while ((rc = sl__args_next(&w, &op, err, sizeof err)) != 0) {
-        if (rc < 0) return usage_error("%s", err);
-        if (rc == 2) {
-            fputs(sl__whatif_usage, stdout);
-            return -1;
-        }
-        const char *name = op.name, *val = op.val;
-        size_t nlen = op.nlen;
-        int theirs = refused_opt(name, nlen) || name_is(name, nlen, "log-rejected");
+    while ((rc = sl__opts_next(&w, &op, sl__whatif_usage)) == 1) {
+        const char *val = op.val;
+        int theirs = refused_opt(op.name, op.nlen) || sl__opt_is(&op, "log-rejected");
         if (theirs && refused == NULL) {
-            refused = name;
-            refused_len = nlen;
+            refused = op.name;
+            refused_len = op.nlen;
         }
 
-        if (name_is(name, nlen, "rules")) {
+        if (sl__opt_is(&op, "rules")) {
             o->rules = val;
-        } else if (name_is(name, nlen, "domain")) {
+        } else if (sl__opt_is(&op, "domain")) {
             o->domain = val;
             if (rules_only == NULL) rules_only = "--domain";
-        } else if (name_is(name, nlen, "capacity")) {
+        } else if (sl__opt_is(&op, "capacity")) {
             if (sl_check_pool_parse(val, &o->pool, err, sizeof err) != 0)
-                return usage_error("--capacity: %s", err);
+                return sl__usage_error("--capacity: %s", err);
             o->capacity = val;
             if (rules_only == NULL) rules_only = "--capacity";
-        } else if (name_is(name, nlen, "log-format")) {
+        } else if (sl__opt_is(&op, "log-format")) {
             if (sl__whatif_format_parse(val, strlen(val), &o->fmt) != 0)
-                return usage_error("unknown log format '%s' (expected lines or combined)", val);
+                return sl__usage_error("unknown log format '%s' (expected lines or combined)", val);
             if (rules_only == NULL) rules_only = "--log-format";
-        } else if (name_is(name, nlen, "max-memory")) {
-            if (opt_bytes(val, &o->max_memory)) return 2;
-        } else if (name_is(name, nlen, "summary")) {
+        } else if (sl__opt_is(&op, "max-memory")) {
+            if (sl__opt_max_memory(val, &o->max_memory)) return 2;
+        } else if (sl__opt_is(&op, "summary")) {
             o->summary = 1;
         } else if (!theirs) {
-            return usage_error("unknown option '%s' (see sluice replay --rules PATH --help)",
-                               op.arg);
+            return sl__usage_error("unknown option '%s' (see %s)", op.arg, w.see);
         }
     }
+    if (rc != 0) return rc;
     o->file = w.file;
     if (o->rules == NULL)
-        return usage_error("%s needs --rules PATH (what-if replay of a rules file)",
-                           rules_only ? rules_only : "this mode");
-    if (refused != NULL && name_is(refused, refused_len, "threads"))
-        return usage_error("--threads cannot be used with --rules (rules are decided in input "
-                           "order, on one thread)");
+        return sl__usage_error("%s needs --rules PATH (what-if replay of a rules file)",
+                               rules_only ? rules_only : "this mode");
+    if (refused != NULL && refused_len == 7 && memcmp(refused, "threads", 7) == 0)
+        return sl__usage_error("--threads cannot be used with --rules (rules are decided in input "
+                               "order, on one thread)");
     if (refused != NULL)
-        return usage_error("--%.*s cannot be used with --rules (each rule of the file sets its "
-                           "own algorithm and limit)",
-                           (int)refused_len, refused);
+        return sl__usage_error("--%.*s cannot be used with --rules (each rule of the file sets its "
+                               "own algorithm and limit)",
+                               (int)refused_len, refused);
     if (o->domain == NULL)
-        return usage_error("missing --domain (the rules domain every request is checked in)");
+        return sl__usage_error("missing --domain (the rules domain every request is checked in)");
     return 0;
 }
 
@@ -825,7 +724,7 @@ typedef struct run {
     sl_store *store;
     sl__whatif_req *req;
     reader rd;
-    outbuf *out;
+    sl__out *out;
     progress pg;
     summary *sum;
     uint64_t refused;       /* requests answered ERR */
@@ -848,7 +747,7 @@ static int replay_rules(run *r)
         int rc = next_line(&r->rd, r->out, &r->pg, &line, &len);
         if (rc == 0) {
             if (r->refused > 0) {
-                if (out_flush(r->out) != 0) return 1;
+                if (sl__out_flush(r->out) != 0) return 1;
                 progress_clear(&r->pg);
                 fprintf(stderr,
                         "sluice: %llu request%s answered ERR, as RL.CHECK would refuse them; "
@@ -859,7 +758,7 @@ static int replay_rules(run *r)
             return 0;
         }
         if (rc < 0) {
-            out_flush(r->out);
+            sl__out_flush(r->out);
             progress_clear(&r->pg);
             fprintf(stderr, "sluice: cannot read %s: %s\n", r->rd.name, strerror(errno));
             return 1;
@@ -875,7 +774,7 @@ static int replay_rules(run *r)
                                 &overall, st, err, sizeof err);
             if (rc == 0) {
                 put_answer(r->out, &overall, st, r->req->ndesc);
-                if (r->out->len >= OUT_FLUSH && out_flush(r->out) != 0) return 1;
+                if (r->out->len >= SL__OUT_FLUSH && sl__out_flush(r->out) != 0) return 1;
                 if (r->sum == NULL ||
                     summary_add(r->sum, r->rules, r->dom, r->req, &overall, st) == 0)
                     continue;
@@ -887,7 +786,7 @@ static int replay_rules(run *r)
                     /* as sluiced answers -ERR to that one request: an ERR
                      * line, and on with the next */
                     size_t n = strlen(err);
-                    char *p = out_reserve(r->out, n + 5);
+                    char *p = sl__out_reserve(r->out, n + 5);
                     memcpy(p, "ERR ", 4);
                     memcpy(p + 4, err, n);
                     p[4 + n] = '\n';
@@ -896,14 +795,14 @@ static int replay_rules(run *r)
                         r->refused_line = r->rd.lineno;
                         snprintf(r->refused_err, sizeof r->refused_err, "%s", err);
                     }
-                    if (r->out->len >= OUT_FLUSH && out_flush(r->out) != 0) return 1;
+                    if (r->out->len >= SL__OUT_FLUSH && sl__out_flush(r->out) != 0) return 1;
                     continue;
                 }
                 status = 1;
                 if (o->max_memory) hint = " (is --max-memory too small?)";
             }
         }
-        out_flush(r->out);
+        sl__out_flush(r->out);
         progress_clear(&r->pg);
         fprintf(stderr, "sluice: line %llu: %s%s\n", (unsigned long long)r->rd.lineno, what, hint);
         return status;
@@ -948,15 +847,10 @@ int sl__whatif_main(int argc, char **argv)
     if (rules == NULL) return 2;
     r.rules = rules;
 
-    r.rd.name = "standard input";
-    if (o.file != NULL && strcmp(o.file, "-") != 0) {
-        r.rd.fd = open(o.file, O_RDONLY | O_CLOEXEC);
-        if (r.rd.fd < 0) {
-            fprintf(stderr, "sluice: cannot open '%s': %s\n", o.file, strerror(errno));
-            sl_rules_unref(rules);
-            return 2;
-        }
-        r.rd.name = o.file;
+    r.rd.fd = sl__input_open(o.file, &r.rd.name);
+    if (r.rd.fd < 0) {
+        sl_rules_unref(rules);
+        return 2;
     }
     struct stat sb;
     if (isatty(2) && fstat(r.rd.fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
@@ -973,39 +867,32 @@ int sl__whatif_main(int argc, char **argv)
     int err = 0;
     r.store = sl_store_new(&so, &err);
     r.req = malloc(sizeof *r.req);
-    r.out = malloc(sizeof *r.out);
+    r.out = calloc(1, sizeof *r.out);
     r.rd.buf = malloc(READ_CAP);
     summary *sum = o.summary ? malloc(sizeof *sum) : NULL;
     int sum_ok = sum != NULL && summary_init(sum, rules, r.dom) == 0;
     if (r.store == NULL) {
-        fprintf(stderr, "sluice: %s%s\n", sl_strerror(err),
-                o.max_memory && err == SL_ENOMEM ? " (is --max-memory too small?)" : "");
-        rc = err == SL_ENOMEM ? 1 : 2;
+        rc = sl__store_failed(err, o.max_memory);
     } else if (r.req == NULL || r.out == NULL || r.rd.buf == NULL || (o.summary && !sum_ok)) {
         fprintf(stderr, "sluice: out of memory\n");
         rc = 1;
     } else {
         r.out->fd = 1;
-        r.out->len = 0;
-        r.out->failed = 0;
-        r.out->pg = &r.pg;
+        r.out->before = progress_before_write;
+        r.out->ctx = &r.pg;
         r.sum = sum;
-        r.pg.t0 = now_s();
+        r.pg.t0 = sl__mono_ns();
         progress_tick(&r.pg, 0, 0);
         rc = replay_rules(&r);
-        double secs = now_s() - r.pg.t0;
+        double secs = (double)(sl__mono_ns() - r.pg.t0) / 1e9;
         progress_clear(&r.pg);
-        if (out_flush(r.out) != 0) {
+        if (sl__out_flush(r.out) != 0) {
             fprintf(stderr, "sluice: cannot write the answers: %s\n", strerror(r.out->failed));
             rc = 1;
         }
         sl_store_stats st;
         sl_store_stats_get(r.store, &st);
-        if (st.evictions)
-            fprintf(stderr,
-                    "sluice: warning: %llu counters were evicted to stay under --max-memory; "
-                    "their later requests were decided on fresh state\n",
-                    (unsigned long long)st.evictions);
+        sl__warn_evicted(st.evictions, "counters");
         if (sum != NULL && rc == 0) summary_print(sum, &o, r.rd.lineno, secs, &st);
     }
 

@@ -23,19 +23,10 @@ static int is_ctl(unsigned char c) { return is_ctl_any(c) && c != '\t'; }
 static int is_blank(unsigned char c) { return c == ' ' || c == '\t'; }
 
 /* The first control byte (is_ctl_any) in [p, e), or e.  Eight bytes at a
- * time while none is below 0x20 or is 0x7f (the "has a byte less than n"
- * and "has a zero byte" word tricks, exact for whether any byte matches),
- * then byte by byte. */
+ * time while none is below 0x20 or is 0x7f (text.h), then byte by byte. */
 static const unsigned char *find_ctl(const unsigned char *p, const unsigned char *e)
 {
-    const uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
-    while (e - p >= 8) {
-        uint64_t w, y;
-        memcpy(&w, p, 8);
-        y = w ^ (0x7f * ones);
-        if ((((w - 0x20 * ones) & ~w) | ((y - ones) & ~y)) & highs) break;
-        p += 8;
-    }
+    p = sl__skip_words(p, e, 0x20);
     while (p < e && !is_ctl_any(*p)) p++;
     return p;
 }
@@ -43,11 +34,7 @@ static const unsigned char *find_ctl(const unsigned char *p, const unsigned char
 /* The message for the control byte at p (l: the line's start). */
 static int ctl_error(const unsigned char *l, const unsigned char *p, char *err, size_t errlen)
 {
-    if (*p == 0)
-        snprintf(err, errlen, "NUL byte at column %zu (binary data?)", (size_t)(p - l) + 1);
-    else
-        snprintf(err, errlen, "control byte 0x%02x at column %zu (binary data?)", *p,
-                 (size_t)(p - l) + 1);
+    sl__ctl_message(err, errlen, *p, (size_t)(p - l) + 1);
     return SL_WHATIF_BAD;
 }
 

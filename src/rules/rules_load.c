@@ -42,6 +42,7 @@
 
 #include "rules_int.h"
 #include "sluice.h"
+#include "util.h"
 
 /* ---- arena ---------------------------------------------------------------- */
 
@@ -1255,9 +1256,7 @@ static int set_finish(sl_rules *r)
     if (r->by_name == NULL) return -1;
     for (int i = 0; i < r->ndomains; i++) r->by_name[i] = &r->domains[i];
     qsort(r->by_name, (size_t)r->ndomains, sizeof *r->by_name, cmp_domain);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    r->loaded_at_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    r->loaded_at_ms = sl__wall_ms();
     r->generation = atomic_fetch_add(&generations, 1) + 1;
     return 0;
 }

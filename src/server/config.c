@@ -19,6 +19,7 @@
 #include "config.h"
 #include "check.h"
 #include "log.h"
+#include "util.h"
 
 enum opt_id {
     OPT_PORT,
@@ -44,7 +45,7 @@ enum opt_id {
 
 enum opt_kind {
     K_INT,      /* decimal integer in [min, max] */
-    K_SIZE,     /* bytes: integer with an optional k/kb/m/mb/g/gb suffix, in [min, max] */
+    K_SIZE,     /* bytes: integer with an optional b/k/kb/m/mb/g/gb suffix (k = 1024) */
     K_DURATION, /* 0, or an integer with a unit (ms, s, m, h, d) */
     K_STRING,   /* a path */
     K_BOOL,     /* yes/no; a bare flag means yes */
@@ -148,27 +149,14 @@ static const char *tok(const char *s, size_t len, char *buf, size_t cap)
     return buf;
 }
 
-/* Bytes with an optional suffix, redis.conf style: k = 1000, kb = 1024,
- * m = 10^6, mb = 2^20, g = 10^9, gb = 2^30 (case-insensitive; "b" = 1). */
+/* Bytes with an optional suffix: sl__size_parse (util.h), k = kb = 1024,
+ * m = mb = 2^20, g = gb = 2^30, as `sluice replay --max-memory` reads them. */
 static int parse_size(const char *s, size_t len, int64_t *out)
 {
-    static const struct {
-        const char *sfx;
-        int64_t mult;
-    } sfx[] = {{"", 1},        {"b", 1},   {"k", 1000},       {"kb", KB},
-               {"m", 1000000}, {"mb", MB}, {"g", 1000000000}, {"gb", GB}};
-    size_t n = 0;
-    while (n < len && s[n] >= '0' && s[n] <= '9') n++;
-    int64_t v;
-    if (n == 0 || sl_int_parse(s, n, INT64_MAX, &v) != 0) return -1;
-    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
-        if (strlen(sfx[i].sfx) == len - n && strncasecmp(s + n, sfx[i].sfx, len - n) == 0) {
-            if (v > INT64_MAX / sfx[i].mult) return -1;
-            *out = v * sfx[i].mult;
-            return 0;
-        }
-    }
-    return -1;
+    uint64_t v;
+    if (sl__size_parse(s, len, &v) != 0) return -1;
+    *out = (int64_t)v; /* at most INT64_MAX */
+    return 0;
 }
 
 /* "0" (never / off), or a duration with an explicit unit: a bare number
@@ -267,7 +255,7 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         if (parse_size(v, vlen, &x) != 0 || x < op->min || x > op->max) {
             fail(err, errlen, o,
                  "invalid %s%s '%s': expected bytes %lld..%lld, with an optional suffix "
-                 "k, kb, m, mb, g or gb",
+                 "k, m or g (k = kb = 1024)",
                  d, op->name, tok(v, vlen, t, sizeof t), (long long)op->min, (long long)op->max);
             return -1;
         }
@@ -559,8 +547,9 @@ void sl_config_usage(FILE *f)
           "  --help                  show this text\n"
           "  --version               show the version\n"
           "\n"
-          "BYTES take k (1000), kb (1024), m, mb, g or gb.  DUR takes a unit: 500ms, 30s,\n"
-          "5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP reloads the rules.\n"
+          "BYTES take k, m or g (or kb, mb, gb): k = 1024, m = 2^20, g = 2^30.  DUR takes\n"
+          "a unit: 500ms, 30s, 5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP reloads\n"
+          "the rules.\n"
           "Documentation: docs/sluiced.md\n",
           f);
 }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "util.h"
 
 static _Atomic int log_level = SL_LOG_INFO;
 
@@ -111,13 +112,13 @@ void sl_log(int level, const char *msg, const char *fmt, ...)
     if (!sl_log_enabled(level)) return;
     int saved = errno;
     char line[SL_LOG_MAX_LINE];
-    struct timespec ts;
     struct tm tm;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    gmtime_r(&ts.tv_sec, &tm);
+    int64_t now = sl__wall_ms();
+    time_t secs = (time_t)(now / 1000);
+    gmtime_r(&secs, &tm);
     size_t n = strftime(line, sizeof line, "ts=%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t)snprintf(line + n, sizeof line - n,
-                          ".%03dZ level=%s msg=", (int)(ts.tv_nsec / 1000000),
+                          ".%03dZ level=%s msg=", (int)(now % 1000),
                           sl_log_level_name(level));
     quote_into(line + n, sizeof line - n < 512 ? sizeof line - n : 512, msg, 1);
     n += strlen(line + n);
