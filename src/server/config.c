@@ -525,7 +525,7 @@ void sl_config_usage(FILE *f)
           "  --port N                TCP port (default 6390; 0 = any free port)\n"
           "  --bind ADDR[,ADDR...]   addresses to listen on, IPv4 or IPv6; repeatable\n"
           "                          (default 127.0.0.1; 0.0.0.0 or :: for every interface)\n"
-          "  --threads N             worker threads (default 0 = one per core)\n"
+          "  --threads N             worker threads (default 0 = one per CPU this process may use)\n"
           "  --max-memory BYTES      memory bound of the limiter state (default 1gb; 0 = none)\n"
           "  --max-clients N         connections at once (default 10000)\n"
           "  --max-command BYTES     size of one command (default 1mb)\n"

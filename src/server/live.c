@@ -19,6 +19,7 @@
 
 #include "log.h"
 #include "rules.h"
+#include "util.h"
 
 struct sl_live {
     char *path;
@@ -42,20 +43,6 @@ struct sl_live {
     void (*on_load)(void *arg, struct sl_rules *r); /* sl_live_on_load */
     void *on_load_arg;
 };
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 sl_live *sl_live_new(const char *path)
 {
@@ -92,9 +79,9 @@ int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
 {
     char msg[SL_LIVE_ERR];
     pthread_mutex_lock(&l->reload_mu);
-    int64_t t0 = mono_ms();
+    int64_t t0 = sl__mono_ms();
     struct sl_rules *r = sl_rules_load(l->path, msg, sizeof msg);
-    int64_t took = mono_ms() - t0;
+    int64_t took = sl__mono_ms() - t0;
     struct sl_rules *old = NULL;
     if (l->on_load != NULL) l->on_load(l->on_load_arg, r); /* before r serves */
     uint64_t oldgen;
@@ -110,7 +97,7 @@ int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
     } else {
         l->failures++;
         snprintf(l->last_error, sizeof l->last_error, "%s", msg);
-        l->last_error_ms = wall_ms();
+        l->last_error_ms = sl__wall_ms();
     }
     pthread_mutex_unlock(&l->mu);
     pthread_mutex_unlock(&l->reload_mu);
@@ -249,7 +236,7 @@ static void on_inotify(evutil_socket_t fd, short what, void *arg)
         }
     }
     if (!hit) return;
-    int64_t now = mono_ms();
+    int64_t now = sl__mono_ms();
     if (l->first_event_ms == 0) l->first_event_ms = now;
     int64_t wait = SL_LIVE_DEBOUNCE_MS;
     int64_t left = l->first_event_ms + SL_LIVE_DEBOUNCE_MAX_MS - now;

@@ -74,6 +74,7 @@
 #include "log.h"
 #include "net.h"
 #include "proto.h"
+#include "util.h"
 
 #define MAX_LISTENERS    16
 #define BACKLOG          511
@@ -170,12 +171,7 @@ struct sl_net {
     int64_t last_accept_err_log_ms;
 };
 
-int64_t sl_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+int64_t sl_now_ms(void) { return sl__wall_ms(); }
 
 static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
@@ -1066,9 +1062,7 @@ static void stop_threads(sl_net *net)
 
 int sl_net_default_workers(const sl_config *cfg)
 {
-    if (cfg->threads > 0) return cfg->threads;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    return cores > 0 ? (int)cores : 1;
+    return cfg->threads > 0 ? cfg->threads : sl__cpu_count();
 }
 
 sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errlen)

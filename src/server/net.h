@@ -49,7 +49,8 @@
 
 typedef struct sl_net sl_net;
 
-/* The number of worker threads for cfg: --threads, or one per online core.
+/* The number of worker threads for cfg: --threads, or one per CPU this
+ * process may run on (its affinity mask and cgroup CPU quota: sl__cpu_count).
  * The caller sizes srv->stats with it before sl_net_start. */
 int sl_net_default_workers(const sl_config *cfg);
 

@@ -18,9 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "service.h"
+#include "util.h"
 
 const char sl_svc_no_rules[] = "no rules loaded (start sluiced with --rules PATH)";
 
@@ -40,12 +40,6 @@ struct svc_req {
     svc_req *next;          /* in the free pool */
 };
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, size_t errlen)
 {
@@ -89,7 +83,7 @@ static svc_req *req_get(sl_svc_ctx *x)
     q->b.data = q;
     q->b.now_ms = 0;
     x->inflight++;
-    if (++x->st->lat_tick % SL_STATS_LAT_SAMPLE == 0) q->t0_ns = mono_ns();
+    if (++x->st->lat_tick % SL_STATS_LAT_SAMPLE == 0) q->t0_ns = sl__mono_ns();
     return q;
 }
 
@@ -119,7 +113,7 @@ static void reply_err(sl_svc_cb cb, void *arg, int rc, const char *msg)
 
 static void timed(svc_req *q)
 {
-    if (q->t0_ns != 0) sl_stats_latency(q->x->st, mono_ns() - q->t0_ns);
+    if (q->t0_ns != 0) sl_stats_latency(q->x->st, sl__mono_ns() - q->t0_ns);
 }
 
 /* ---- values ---------------------------------------------------------------- */
