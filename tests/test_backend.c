@@ -1322,7 +1322,7 @@ static void run_errors(const bkind *k)
     /* DECIDE_ALL: a bad n, a repeated key, one bad member: nothing charged */
     sl_request reqs[SL_MAX_BATCH + 1];
     sl_result res[SL_MAX_BATCH + 1];
-    char names[SL_MAX_BATCH + 1][8];
+    char names[SL_MAX_BATCH + 1][16];
     for (int i = 0; i <= SL_MAX_BATCH; i++) {
         snprintf(names[i], sizeof names[i], "n%d", i);
         reqs[i] = (sl_request){&okp, names[i], strlen(names[i]), 1};
