@@ -138,9 +138,9 @@ $(B)/tests/test_commands: $(SRV_PARTS)
 $(B)/tests/test_commands: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_service: $(SRV_PARTS)
 $(B)/tests/test_service: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
-$(B)/tests/test_backend: $(SRV_PARTS)
+$(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_backend: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
-$(B)/tests/test_slots_threads: $(SRV_PARTS)
+$(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)
 $(B)/tests/test_live_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
