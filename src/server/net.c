@@ -130,6 +130,7 @@ struct worker {
     int pipe[2]; /* fds from the acceptor; -1 = stop */
     struct event *pipe_ev;
     struct event *stop_ev; /* the shutdown deadline */
+    struct event *exit_ev; /* stopping: re-checks for requests in flight */
     sl_worker_stats *ws;
     sl_svc_ctx svc;     /* this worker's service context (service.h) */
     sl_svc_ctx *svcp;   /* &svc, or a detached connection's context */
@@ -202,6 +203,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void on_resume(evutil_socket_t fd, short what, void *arg);
 static int after_async(conn *c);
+static void maybe_exit(worker *w);
 
 /* ---- reply slots (proto.h) ------------------------------------------- */
 
@@ -383,7 +385,7 @@ static void conn_free(conn *c, const char *why)
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
-    if (w->stopping && w->conns == NULL) event_base_loopexit(w->base, NULL);
+    if (w->stopping && w->conns == NULL) maybe_exit(w);
 }
 
 static void conn_new(worker *w, int fd)
@@ -733,8 +735,29 @@ static void stop_conn(conn *c)
     flush(c);
 }
 
+/* A stopping worker with no connection left ends its loop once no request
+ * of its is in flight at the backend (closed connections' requests
+ * included: their answers free their orphaned slots), checked every
+ * millisecond until then; the stop deadline bounds the wait. */
+static void on_exit_check(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    maybe_exit(arg);
+}
+
+static void maybe_exit(worker *w)
+{
+    if (w->svcp->inflight == 0) {
+        event_base_loopexit(w->base, NULL);
+        return;
+    }
+    struct timeval tv = {0, 1000};
+    evtimer_add(w->exit_ev, &tv);
+}
+
 /* Graceful stop of one worker: every connection is stopped, and the loop
- * ends when the last one is closed or at the deadline. */
+ * ends when the last one is closed (and its requests answered) or at the
+ * deadline. */
 static void worker_begin_stop(worker *w)
 {
     if (w->stopping) return;
@@ -746,7 +769,7 @@ static void worker_begin_stop(worker *w)
         next = c->next; /* stop_conn frees at most c */
         if (c->state == C_OPEN) stop_conn(c);
     }
-    if (w->conns == NULL) event_base_loopexit(w->base, NULL);
+    if (w->conns == NULL) maybe_exit(w);
 }
 
 static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
@@ -782,12 +805,6 @@ static void *worker_main(void *arg)
     worker *w = arg;
     event_base_dispatch(w->base);
     while (w->conns != NULL) conn_free(w->conns, "worker exit");
-    while (w->free_slots != NULL) {
-        sl_slot *s = w->free_slots;
-        w->free_slots = s->next;
-        free(s->buf.p);
-        free(s);
-    }
     return NULL;
 }
 
@@ -801,7 +818,16 @@ static const struct timeval *common_timeout(struct event_base *b, int64_t ms)
 static void worker_free(worker *w)
 {
     if (w == NULL) return;
-    if (w->svc_ok) sl_svc_ctx_done(&w->svc); /* its backend channel, before the base */
+    /* the service context first: closing its backend channel answers the
+     * requests still in flight, which frees their slots into the pool */
+    if (w->svc_ok) sl_svc_ctx_done(&w->svc);
+    while (w->free_slots != NULL) {
+        sl_slot *s = w->free_slots;
+        w->free_slots = s->next;
+        free(s->buf.p);
+        free(s);
+    }
+    if (w->exit_ev) event_free(w->exit_ev);
     if (w->pipe_ev) event_free(w->pipe_ev);
     if (w->stop_ev) event_free(w->stop_ev);
     if (w->base) event_base_free(w->base);
@@ -838,10 +864,11 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     }
     w->pipe_ev = event_new(w->base, w->pipe[0], EV_READ | EV_PERSIST, on_pipe, w);
     w->stop_ev = evtimer_new(w->base, on_stop_deadline, w);
+    w->exit_ev = evtimer_new(w->base, on_exit_check, w);
     w->idle_tv = common_timeout(w->base, net->cfg->idle_timeout_ms);
     w->send_tv = common_timeout(w->base, net->cfg->send_timeout_ms);
     w->linger_tv = common_timeout(w->base, SL_NET_LINGER_MS);
-    if (!w->pipe_ev || !w->stop_ev || event_add(w->pipe_ev, NULL) != 0 ||
+    if (!w->pipe_ev || !w->stop_ev || !w->exit_ev || event_add(w->pipe_ev, NULL) != 0 ||
         (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
         (net->cfg->send_timeout_ms > 0 && !w->send_tv) || !w->linger_tv) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);

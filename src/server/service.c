@@ -24,6 +24,15 @@
 
 const char sl_svc_no_rules[] = "no rules loaded (start sluiced with --rules PATH)";
 
+/* What an RL.CHECK needs beyond a plain request (~13 KB): pooled apart,
+ * so an RL.ALLOW in flight holds only its small context. */
+typedef struct svc_check {
+    sl_check_plan plan;
+    sl_check_outcome out;
+    sl_check_status st[SL_CHECK_MAX_DESC];
+    struct svc_check *next; /* in the free pool */
+} svc_check;
+
 struct svc_req {
     sl_breq b;
     sl_svc_ctx *x;
@@ -33,10 +42,8 @@ struct svc_req {
     sl_params p;            /* ALLOW, PEEK: b.params points here */
     int64_t t0_ns;          /* sampled: submission time; 0 = not timed */
     sl_rules *held;         /* CHECK, later backends: the set, referenced */
+    svc_check *chk;         /* CHECK: its plan and outcome */
     char key[SL_MAX_KEY];   /* later backends: the key, copied */
-    sl_check_plan plan;     /* CHECK */
-    sl_check_outcome out;   /* CHECK */
-    sl_check_status st[SL_CHECK_MAX_DESC];
     svc_req *next;          /* in the free pool */
 };
 
@@ -58,13 +65,20 @@ int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, s
 
 void sl_svc_ctx_done(sl_svc_ctx *x)
 {
+    /* the channel first: a backend answers what it still holds as it
+     * closes, and those answers come back to the pools freed below */
+    sl_backend_channel_free(x->chan);
+    x->chan = NULL;
     while (x->free != NULL) {
         svc_req *q = x->free;
         x->free = q->next;
         free(q);
     }
-    sl_backend_channel_free(x->chan);
-    x->chan = NULL;
+    while (x->free_checks != NULL) {
+        svc_check *k = x->free_checks;
+        x->free_checks = k->next;
+        free(k);
+    }
     sl_live_cache_drop(&x->rules);
 }
 
@@ -79,6 +93,7 @@ static svc_req *req_get(sl_svc_ctx *x)
     }
     q->x = x;
     q->held = NULL;
+    q->chk = NULL;
     q->t0_ns = 0;
     q->b.data = q;
     q->b.now_ms = 0;
@@ -91,6 +106,10 @@ static void req_put(svc_req *q)
 {
     sl_svc_ctx *x = q->x;
     if (q->held != NULL) sl_rules_unref(q->held);
+    if (q->chk != NULL) {
+        q->chk->next = x->free_checks;
+        x->free_checks = q->chk;
+    }
     x->inflight--;
     q->next = x->free;
     x->free = q;
@@ -338,16 +357,17 @@ static void done_check(sl_breq *b)
     memset(&r, 0, sizeof r);
     r.rc = b->rc;
     r.err = "";
+    svc_check *k = q->chk;
     if (b->rc < 0) {
         r.err = b->err[0] ? b->err : sl_strerror(b->rc);
     } else {
-        sl_check_report(&q->plan, &q->out, &r.result, q->st);
-        sl_check_count(&q->plan, &q->out);
-        count_rules(&q->plan, &q->out);
+        sl_check_report(&k->plan, &k->out, &r.result, k->st);
+        sl_check_count(&k->plan, &k->out);
+        count_rules(&k->plan, &k->out);
         sl_stat_inc(&x->st->checks, 1);
-        if (!q->out.allowed) sl_stat_inc(&x->st->checks_denied, 1);
-        r.n = q->plan.n;
-        r.st = q->st;
+        if (!k->out.allowed) sl_stat_inc(&x->st->checks_denied, 1);
+        r.n = k->plan.n;
+        r.st = k->st;
     }
     /* the statuses live in q until the callback returns */
     q->cb(q->arg, &r);
@@ -365,14 +385,22 @@ void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen,
         return;
     }
     svc_req *q = req_get(x);
+    if (q != NULL) {
+        q->chk = x->free_checks;
+        if (q->chk != NULL)
+            x->free_checks = q->chk->next;
+        else if ((q->chk = malloc(sizeof *q->chk)) == NULL)
+            req_put(q), q = NULL;
+    }
     if (q == NULL) {
         reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
         return;
     }
     const sl_config *cfg = x->srv->cfg;
     char err[SL_SVC_ERR];
+    svc_check *k = q->chk;
     int rc = sl_check_plan_make(rules, cfg->capacity[0] ? &cfg->pool : NULL, domain, dlen, descs,
-                                ndesc, n, cost, at, &q->plan, err, sizeof err);
+                                ndesc, n, cost, at, &k->plan, err, sizeof err);
     if (rc != 0) {
         req_put(q);
         reply_err(cb, arg, rc, err[0] ? err : sl_strerror(rc));
@@ -385,8 +413,8 @@ void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen,
     b->op = SL_BOP_CHECK;
     b->now_ms = at;
     b->cb = done_check;
-    b->plan = &q->plan;
-    b->outcome = &q->out;
+    b->plan = &k->plan;
+    b->outcome = &k->out;
     sl_backend_submit(x->chan, b);
 }
 

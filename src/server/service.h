@@ -53,6 +53,7 @@ typedef struct sl_svc_ctx {
     sl_live_cache rules;    /* this worker's reference to the rules (live.h) */
     sl_worker_stats *st;    /* this worker's statistics shard */
     svc_req *free;          /* request contexts ready for reuse */
+    struct svc_check *free_checks; /* RL.CHECK's plans ready for reuse */
     size_t inflight;        /* requests submitted, not completed */
 } sl_svc_ctx;
 
