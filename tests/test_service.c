@@ -26,17 +26,6 @@ static sl_config cfg;
 static sl_srv srv;
 static sl_svc_ctx svc;
 
-static void on_load(void *arg, struct sl_rules *r)
-{
-    sl_stats *st = arg;
-    if (r == NULL) {
-        atomic_fetch_add(&st->reloads_failed, 1);
-        return;
-    }
-    sl_stats_bind(st, r);
-    atomic_fetch_add(&st->reloads_ok, 1);
-}
-
 static int setup(void **state)
 {
     (void)state;
@@ -199,7 +188,7 @@ static void rule_stats_survive_reloads(void **state)
                      "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 2}\n");
     srv.live = sl_live_new(path);
     assert_non_null(srv.live);
-    sl_live_on_load(srv.live, on_load, &srv.stats);
+    sl_live_on_load(srv.live, sl_stats_on_rules_load, &srv.stats);
     char err[SL_LIVE_ERR];
     assert_int_equal(sl_live_reload(srv.live, "test", err, sizeof err), 0);
 

@@ -18,19 +18,6 @@ typedef struct local {
     sl_store *store;
 } local;
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-    if (err != NULL && errlen > 0) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen)
@@ -51,7 +38,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
             if (t->zero || t->lead != k) continue;
             int rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &o->res[k]);
             if (rc < 0)
-                return fail(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
+                return sl__check_err(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
         }
         return 0; /* o->allowed = 0 */
     }
@@ -76,7 +63,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
     if (nreq > 0) {
         int all = 0;
         int rc = sl_decide_all(s, req, nreq, now_ms, out, &all);
-        if (rc < 0) return fail(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+        if (rc < 0) return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
         for (size_t q = 0; q < nreq; q++) o->res[idx[q]] = out[q];
         allowed = all != 0;
 
@@ -101,7 +88,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
             req[nreq].cost = cost;
             sl_result out2[SL_MAX_BATCH];
             rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all);
-            if (rc < 0) return fail(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+            if (rc < 0) return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
             if (all) {
                 allowed = 1;
                 o->pool_charged = 1;
@@ -150,7 +137,7 @@ int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const 
     sl_check_plan plan;
     sl_check_outcome o;
     if (s == NULL || overall == NULL || st == NULL)
-        return fail(err, errlen, SL_EINVAL, "invalid argument");
+        return sl__check_err(err, errlen, SL_EINVAL, "invalid argument");
     int rc = sl_check_plan_make(r, pool, domain, dlen, descs, ndesc, n, cost, now_ms, &plan, err,
                                 errlen);
     if (rc == 0) rc = sl__local_check_exec(s, &plan, &o, err, errlen);

@@ -22,7 +22,7 @@ const char *sl_check_code_name(sl_check_code c)
     return "?";
 }
 
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
+int sl__check_err(char *err, size_t errlen, int code, const char *fmt, ...)
 {
     if (err != NULL && errlen > 0) {
         va_list ap;
@@ -36,18 +36,18 @@ static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
 int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0) err[0] = '\0';
-    if (s == NULL || pool == NULL) return fail(err, errlen, SL_EINVAL, "invalid argument");
+    if (s == NULL || pool == NULL) return sl__check_err(err, errlen, SL_EINVAL, "invalid argument");
     const char *slash = strchr(s, '/');
     int64_t n, w;
     if (slash == NULL)
-        return fail(err, errlen, SL_EINVAL,
+        return sl__check_err(err, errlen, SL_EINVAL,
                     "capacity '%.64s' must be N/DURATION, e.g. 5000/1s", s);
     if (sl_int_parse(s, (size_t)(slash - s), SL_MAX_LIMIT, &n) != 0 || n < 1)
-        return fail(err, errlen, SL_EINVAL,
+        return sl__check_err(err, errlen, SL_EINVAL,
                     "capacity '%.64s': N must be a whole number from 1 to %lld", s,
                     (long long)SL_MAX_LIMIT);
     if (sl_duration_parse(slash + 1, strlen(slash + 1), &w) != 0)
-        return fail(err, errlen, SL_EINVAL,
+        return sl__check_err(err, errlen, SL_EINVAL,
                     "capacity '%.64s': '%.32s' is not a duration (e.g. 1s, 500ms, 1m)", s,
                     slash + 1);
     memset(pool, 0, sizeof *pool);
@@ -108,13 +108,13 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (r == NULL || plan == NULL || (domain == NULL && dlen > 0) || descs == NULL ||
         ndesc == NULL || n < 1)
-        return fail(err, errlen, SL_EINVAL, "invalid argument");
+        return sl__check_err(err, errlen, SL_EINVAL, "invalid argument");
     if (cost < 0 || cost > SL_MAX_LIMIT)
-        return fail(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
+        return sl__check_err(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
     if (now_ms <= -SL_MAX_TIME_MS || now_ms >= SL_MAX_TIME_MS)
-        return fail(err, errlen, SL_ETIME, "%s", sl_strerror(SL_ETIME));
+        return sl__check_err(err, errlen, SL_ETIME, "%s", sl_strerror(SL_ETIME));
     if (n > SL_CHECK_MAX_DESC)
-        return fail(err, errlen, SL_EINVAL, "more than %d descriptors in one request",
+        return sl__check_err(err, errlen, SL_EINVAL, "more than %d descriptors in one request",
                     SL_CHECK_MAX_DESC);
     plan->n = n;
     plan->nitems = 0;
@@ -134,7 +134,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
     for (int i = 0; i < n; i++) {
         memset(&st[i], 0, sizeof st[i]);
         if (ndesc[i] < 1 || ndesc[i] > SL_RULES_MAX_DEPTH || descs[i] == NULL)
-            return fail(err, errlen, SL_EINVAL,
+            return sl__check_err(err, errlen, SL_EINVAL,
                         "descriptor %d must have 1 to %d entries", i + 1, SL_RULES_MAX_DEPTH);
         nodes[i] = sl_rules_match(r, domain, dlen, descs[i], ndesc[i]);
     }
@@ -162,7 +162,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
             }
             counted++;
             if (nit == SL_MAX_BATCH)
-                return fail(err, errlen, SL_EINVAL,
+                return sl__check_err(err, errlen, SL_EINVAL,
                             "more than %d limits in one request", SL_MAX_BATCH);
             sl_check_item *t = &it[nit];
             t->desc = i;
@@ -183,7 +183,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
                 int rc = sl_rules_key(node, descs[i], ndesc[i], j, t->key, sizeof t->key,
                                       &t->keylen);
                 if (rc < 0)
-                    return fail(err, errlen, rc, "descriptor %d, limit %s: %s", i + 1,
+                    return sl__check_err(err, errlen, rc, "descriptor %d, limit %s: %s", i + 1,
                                 rl->name, sl_strerror(rc));
                 t->taglen = node->domain->namelen; /* "domain|...": the domain's bytes */
                 /* the same counter earlier in the request: merge the costs */
@@ -193,13 +193,13 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
                         o->keylen != t->keylen || memcmp(o->key, t->key, t->keylen) != 0)
                         continue;
                     if (!same_params(&o->p, &t->p) || o->shadow != t->shadow)
-                        return fail(err, errlen, SL_EINVAL,
+                        return sl__check_err(err, errlen, SL_EINVAL,
                                     "limits %s and %s count the same key with different "
                                     "parameters",
                                     o->rl->name, rl->name);
                     t->lead = k;
                     if (o->cost > SL_MAX_LIMIT - cost)
-                        return fail(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
+                        return sl__check_err(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
                     o->cost += cost;
                     break;
                 }

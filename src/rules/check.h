@@ -225,6 +225,12 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
 void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *overall,
                      sl_check_status *st);
 
+/* Writes the printf-style message into err (when err is not NULL and
+ * errlen > 0) and returns code: how this layer and the backends that run
+ * its plans fail with a message. */
+int sl__check_err(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 /* Adds one decided request to the per-limit counts of its set (RL.RULES):
  * relaxed atomic adds, any thread. */
 void sl_check_count(const sl_check_plan *plan, const sl_check_outcome *o);

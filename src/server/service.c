@@ -102,19 +102,6 @@ static svc_req *req_get(sl_svc_ctx *x)
     return q;
 }
 
-static void req_put(svc_req *q)
-{
-    sl_svc_ctx *x = q->x;
-    if (q->held != NULL) sl_rules_unref(q->held);
-    if (q->chk != NULL) {
-        q->chk->next = x->free_checks;
-        x->free_checks = q->chk;
-    }
-    x->inflight--;
-    q->next = x->free;
-    x->free = q;
-}
-
 static int inline_backend(const sl_svc_ctx *x)
 {
     return (x->srv->backend->flags & SL_BACKEND_INLINE) != 0;
@@ -129,6 +116,55 @@ static void reply_err(sl_svc_cb cb, void *arg, int rc, const char *msg)
     r.err = msg;
     cb(arg, &r);
 }
+
+/* A context for a request answered by cb(arg, ...), or NULL after
+ * answering "out of memory" itself. */
+static svc_req *req_start(sl_svc_ctx *x, sl_svc_cb cb, void *arg)
+{
+    svc_req *q = req_get(x);
+    if (q == NULL) {
+        reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
+        return NULL;
+    }
+    q->cb = cb;
+    q->arg = arg;
+    return q;
+}
+
+/* Points the request at its key: the caller's bytes for an inline
+ * backend (read during submit only), a copy for one that answers later. */
+static void set_key(svc_req *q, const char *key, size_t keylen)
+{
+    q->b.key = key;
+    q->b.keylen = keylen;
+    if (!inline_backend(q->x) && keylen <= sizeof q->key) {
+        memcpy(q->key, key, keylen);
+        q->b.key = q->key;
+    }
+}
+
+/* The reply fields every answer shares. */
+static void reply_init(sl_svc_reply *r, const sl_breq *b)
+{
+    memset(r, 0, sizeof *r);
+    r->rc = b->rc;
+    r->err = b->rc < 0 ? (b->err[0] ? b->err : sl_strerror(b->rc)) : "";
+}
+
+static void req_put(svc_req *q)
+{
+    sl_svc_ctx *x = q->x;
+    if (q->held != NULL) sl_rules_unref(q->held);
+    if (q->chk != NULL) {
+        q->chk->next = x->free_checks;
+        x->free_checks = q->chk;
+    }
+    x->inflight--;
+    q->next = x->free;
+    x->free = q;
+}
+
+
 
 static void timed(svc_req *q)
 {
@@ -242,12 +278,8 @@ static void done_allow(sl_breq *b)
     sl_svc_ctx *x = q->x;
     timed(q);
     sl_svc_reply r;
-    r.rc = b->rc;
-    r.err = b->rc < 0 ? (b->err[0] ? b->err : sl_strerror(b->rc)) : "";
+    reply_init(&r, b);
     r.result = b->result;
-    r.existed = 0;
-    r.n = 0;
-    r.st = NULL;
     if (b->rc == 0 && q->commit) {
         sl_algo a = q->p.algo;
         sl_stat_inc(&x->st->decisions[a], 1);
@@ -262,13 +294,8 @@ static void done_allow(sl_breq *b)
 void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
                   int64_t cost, int64_t at, int commit, sl_svc_cb cb, void *arg)
 {
-    svc_req *q = req_get(x);
-    if (q == NULL) {
-        reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
-        return;
-    }
-    q->cb = cb;
-    q->arg = arg;
+    svc_req *q = req_start(x, cb, arg);
+    if (q == NULL) return;
     q->commit = commit;
     q->p = *p;
     sl_breq *b = &q->b;
@@ -277,12 +304,7 @@ void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params
     b->cb = done_allow;
     b->params = &q->p;
     b->cost = cost;
-    b->keylen = keylen;
-    b->key = key;
-    if (!inline_backend(x) && keylen <= sizeof q->key) {
-        memcpy(q->key, key, keylen);
-        b->key = q->key;
-    }
+    set_key(q, key, keylen);
     sl_backend_submit(x->chan, b);
 }
 
@@ -292,9 +314,7 @@ static void done_reset(sl_breq *b)
 {
     svc_req *q = b->data;
     sl_svc_reply r;
-    memset(&r, 0, sizeof r);
-    r.rc = b->rc;
-    r.err = b->rc < 0 ? (b->err[0] ? b->err : sl_strerror(b->rc)) : "";
+    reply_init(&r, b);
     r.existed = b->existed;
     sl_svc_cb cb = q->cb;
     void *arg = q->arg;
@@ -305,25 +325,15 @@ static void done_reset(sl_breq *b)
 void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, int algo_hi,
                   sl_svc_cb cb, void *arg)
 {
-    svc_req *q = req_get(x);
-    if (q == NULL) {
-        reply_err(cb, arg, SL_ENOMEM, sl_strerror(SL_ENOMEM));
-        return;
-    }
-    q->cb = cb;
-    q->arg = arg;
+    svc_req *q = req_start(x, cb, arg);
+    if (q == NULL) return;
     q->t0_ns = 0; /* not a decision */
     sl_breq *b = &q->b;
     b->op = SL_BOP_FORGET;
     b->cb = done_reset;
-    b->key = key;
-    b->keylen = keylen;
     b->algo_lo = algo_lo;
     b->algo_hi = algo_hi;
-    if (!inline_backend(x) && keylen <= sizeof q->key) {
-        memcpy(q->key, key, keylen);
-        b->key = q->key;
-    }
+    set_key(q, key, keylen);
     sl_backend_submit(x->chan, b);
 }
 
@@ -354,13 +364,9 @@ static void done_check(sl_breq *b)
     sl_svc_ctx *x = q->x;
     timed(q);
     sl_svc_reply r;
-    memset(&r, 0, sizeof r);
-    r.rc = b->rc;
-    r.err = "";
+    reply_init(&r, b);
     svc_check *k = q->chk;
-    if (b->rc < 0) {
-        r.err = b->err[0] ? b->err : sl_strerror(b->rc);
-    } else {
+    if (b->rc == 0) {
         sl_check_report(&k->plan, &k->out, &r.result, k->st);
         sl_check_count(&k->plan, &k->out);
         count_rules(&k->plan, &k->out);

@@ -106,6 +106,17 @@ void sl_stats_bind(sl_stats *s, sl_rules *r)
     pthread_mutex_unlock(&s->mu);
 }
 
+void sl_stats_on_rules_load(void *arg, sl_rules *r)
+{
+    sl_stats *s = arg;
+    if (r == NULL) {
+        atomic_fetch_add(&s->reloads_failed, 1);
+        return;
+    }
+    sl_stats_bind(s, r);
+    atomic_fetch_add(&s->reloads_ok, 1);
+}
+
 void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg), void *arg)
 {
     pthread_mutex_lock(&s->mu);

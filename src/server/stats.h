@@ -101,6 +101,11 @@ void sl_stats_free(sl_stats *s);
  * Thread-safe against other binds and readers. */
 void sl_stats_bind(sl_stats *s, struct sl_rules *r);
 
+/* The hook for sl_live_on_load (live.h), arg = the sl_stats: binds a new
+ * set (r) before it serves and counts the load, or counts a refused one
+ * (r = NULL). */
+void sl_stats_on_rules_load(void *arg, struct sl_rules *r);
+
 /* Calls fn for every tracked rule, in no particular order, under the
  * table's lock (fn must not call back into s). */
 void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg),

@@ -106,19 +106,6 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(a->base);
 }
 
-/* After every rules load (live.h): the new set's limits are bound to their
- * names' statistics before it serves, and the reload is counted. */
-static void on_rules_load(void *arg, struct sl_rules *r)
-{
-    sl_stats *st = arg;
-    if (r == NULL) {
-        atomic_fetch_add(&st->reloads_failed, 1);
-        return;
-    }
-    sl_stats_bind(st, r);
-    atomic_fetch_add(&st->reloads_ok, 1);
-}
-
 /* Makes room for max-clients descriptors: raises the soft limit up to the
  * hard one, else lowers max-clients (as redis-server does) and says so. */
 static void fit_fd_limit(sl_config *cfg)
@@ -219,7 +206,7 @@ int main(int argc, char **argv)
     }
     if (a.cfg.rules[0] != '\0') {
         a.srv.live = sl_live_new(a.cfg.rules);
-        if (a.srv.live != NULL) sl_live_on_load(a.srv.live, on_rules_load, &a.srv.stats);
+        if (a.srv.live != NULL) sl_live_on_load(a.srv.live, sl_stats_on_rules_load, &a.srv.stats);
         if (a.srv.live == NULL || sl_live_reload(a.srv.live, "start", err, sizeof err) != 0) {
             sl_log(SL_LOG_ERROR, "cannot load the rules: refusing to start", "path=%s err=%s",
                    sl_logq(a.cfg.rules), sl_logq(a.srv.live ? err : "out of memory"));
