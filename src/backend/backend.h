@@ -68,8 +68,8 @@ struct sl_breq {
     const sl_params *params; /* DECIDE, PEEK */
     const char *key;
     size_t keylen;
-    int64_t cost;     /* DECIDE, PEEK */
-    int algo_lo;      /* FORGET: algorithms [algo_lo, algo_hi) */
+    int64_t cost; /* DECIDE, PEEK */
+    int algo_lo;  /* FORGET: algorithms [algo_lo, algo_hi) */
     int algo_hi;
     /* in: DECIDE_ALL */
     const sl_request *reqs;
@@ -78,12 +78,12 @@ struct sl_breq {
     const sl_check_plan *plan;
 
     /* out */
-    int rc;               /* 0, or a negative SL_E* code with err */
-    char err[SL_BREQ_ERR]; /* "" unless rc < 0 (may be "" then: use sl_strerror) */
-    sl_result result;     /* DECIDE, PEEK */
-    int existed;          /* FORGET: 1 if some state was dropped */
-    sl_result *results;   /* DECIDE_ALL: the caller's array of nreqs, filled */
-    int all_allowed;      /* DECIDE_ALL */
+    int rc;                    /* 0, or a negative SL_E* code with err */
+    char err[SL_BREQ_ERR];     /* "" unless rc < 0 (may be "" then: use sl_strerror) */
+    sl_result result;          /* DECIDE, PEEK */
+    int existed;               /* FORGET: 1 if some state was dropped */
+    sl_result *results;        /* DECIDE_ALL: the caller's array of nreqs, filled */
+    int all_allowed;           /* DECIDE_ALL */
     sl_check_outcome *outcome; /* CHECK: the caller's, filled */
 };
 
@@ -118,9 +118,9 @@ typedef struct sl_backend_ops {
 /* The part every backend starts with. */
 struct sl_backend {
     const sl_backend_ops *ops;
-    unsigned flags;            /* SL_BACKEND_INLINE */
-    int err;                   /* 0, or the backend's own failure (SL_E*) */
-    char errstr[128];          /* what err means here; "" when err is 0 */
+    unsigned flags;   /* SL_BACKEND_INLINE */
+    int err;          /* 0, or the backend's own failure (SL_E*) */
+    char errstr[128]; /* what err means here; "" when err is 0 */
 };
 
 /* A channel: the part every backend's channel starts with. */
@@ -140,10 +140,7 @@ static inline void sl_backend_channel_free(sl_bchan *ch)
 
 /* Submits rq on ch (see the top for completion and ownership).  Costs one
  * indirect call over the backend's own work. */
-static inline void sl_backend_submit(sl_bchan *ch, sl_breq *rq)
-{
-    ch->b->ops->submit(ch, rq);
-}
+static inline void sl_backend_submit(sl_bchan *ch, sl_breq *rq) { ch->b->ops->submit(ch, rq); }
 
 static inline void sl_backend_stats_get(sl_backend *b, sl_backend_stats *out)
 {

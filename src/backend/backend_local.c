@@ -18,7 +18,6 @@ typedef struct local {
     sl_store *store;
 } local;
 
-
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen)
 {
@@ -131,8 +130,8 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
 
 int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
                    size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
-                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
-                   char *err, size_t errlen)
+                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st, char *err,
+                   size_t errlen)
 {
     sl_check_plan plan;
     sl_check_outcome o;
@@ -184,9 +183,7 @@ static void local_submit(sl_bchan *ch, sl_breq *rq)
     case SL_BOP_CHECK:
         rc = sl__local_check_exec(s, rq->plan, rq->outcome, rq->err, sizeof rq->err);
         break;
-    default:
-        rc = SL_EINVAL;
-        break;
+    default: rc = SL_EINVAL; break;
     }
     rq->rc = rc < 0 ? rc : 0;
     rq->cb(rq);

@@ -34,7 +34,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
  * about 12 KB of stack for the plan. */
 int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
                    size_t dlen, const sl_rule_entry *const *descs, const int *ndesc, int n,
-                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st,
-                   char *err, size_t errlen);
+                   int64_t cost, int64_t now_ms, sl_result *overall, sl_check_status *st, char *err,
+                   size_t errlen);
 
 #endif

@@ -38,15 +38,14 @@ struct svc_req {
     sl_svc_ctx *x;
     sl_svc_cb cb;
     void *arg;
-    int commit;             /* ALLOW: a decision, counted in the statistics */
-    sl_params p;            /* ALLOW, PEEK: b.params points here */
-    int64_t t0_ns;          /* sampled: submission time; 0 = not timed */
-    sl_rules *held;         /* CHECK, later backends: the set, referenced */
-    svc_check *chk;         /* CHECK: its plan and outcome */
-    char key[SL_MAX_KEY];   /* later backends: the key, copied */
-    svc_req *next;          /* in the free pool */
+    int commit;           /* ALLOW: a decision, counted in the statistics */
+    sl_params p;          /* ALLOW, PEEK: b.params points here */
+    int64_t t0_ns;        /* sampled: submission time; 0 = not timed */
+    sl_rules *held;       /* CHECK, later backends: the set, referenced */
+    svc_check *chk;       /* CHECK: its plan and outcome */
+    char key[SL_MAX_KEY]; /* later backends: the key, copied */
+    svc_req *next;        /* in the free pool */
 };
-
 
 int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, size_t errlen)
 {
@@ -163,8 +162,6 @@ static void req_put(svc_req *q)
     q->next = x->free;
     x->free = q;
 }
-
-
 
 static void timed(svc_req *q)
 {
@@ -291,8 +288,8 @@ static void done_allow(sl_breq *b)
     cb(arg, &r);
 }
 
-void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
-                  int64_t cost, int64_t at, int commit, sl_svc_cb cb, void *arg)
+void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p, int64_t cost,
+                  int64_t at, int commit, sl_svc_cb cb, void *arg)
 {
     svc_req *q = req_start(x, cb, arg);
     if (q == NULL) return;
@@ -380,9 +377,8 @@ static void done_check(sl_breq *b)
     req_put(q);
 }
 
-void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen,
-                  const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                  int64_t at, sl_svc_cb cb, void *arg)
+void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_entry *const *descs,
+                  const int *ndesc, int n, int64_t cost, int64_t at, sl_svc_cb cb, void *arg)
 {
     const char *why;
     sl_rules *rules = sl_svc_rules(x, &why);

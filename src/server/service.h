@@ -48,13 +48,13 @@ typedef struct svc_req svc_req;
 /* One worker's context.  Used by its thread only. */
 typedef struct sl_svc_ctx {
     sl_srv *srv;
-    int id;                 /* worker number */
-    sl_bchan *chan;         /* this worker's channel to the backend */
-    sl_live_cache rules;    /* this worker's reference to the rules (live.h) */
-    sl_worker_stats *st;    /* this worker's statistics shard */
-    svc_req *free;          /* request contexts ready for reuse */
+    int id;                        /* worker number */
+    sl_bchan *chan;                /* this worker's channel to the backend */
+    sl_live_cache rules;           /* this worker's reference to the rules (live.h) */
+    sl_worker_stats *st;           /* this worker's statistics shard */
+    svc_req *free;                 /* request contexts ready for reuse */
     struct svc_check *free_checks; /* RL.CHECK's plans ready for reuse */
-    size_t inflight;        /* requests submitted, not completed */
+    size_t inflight;               /* requests submitted, not completed */
 } sl_svc_ctx;
 
 /* Makes worker id's context on its event loop `loop` (handed to the
@@ -86,8 +86,8 @@ const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n);
 /* RL.ALLOW (commit = 1) or RL.PEEK (commit = 0) of key with parameters p at
  * time at, cost cost.  The key is read only during the call.  cb(arg, r)
  * runs exactly once: r->result, or r->rc < 0 with the engine's message. */
-void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
-                  int64_t cost, int64_t at, int commit, sl_svc_cb cb, void *arg);
+void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p, int64_t cost,
+                  int64_t at, int commit, sl_svc_cb cb, void *arg);
 
 /* RL.RESET: forgets key in algorithms [algo_lo, algo_hi).  cb gets
  * r->existed. */
@@ -98,9 +98,8 @@ void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, in
  * during the call), against the serving rules, with the server's spare
  * pool.  cb gets the overall six fields and n statuses, or an error
  * ("no rules loaded ...", the plan's own message). */
-void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen,
-                  const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                  int64_t at, sl_svc_cb cb, void *arg);
+void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_entry *const *descs,
+                  const int *ndesc, int n, int64_t cost, int64_t at, sl_svc_cb cb, void *arg);
 
 /* ---- rules and numbers ----------------------------------------------------- */
 

@@ -37,8 +37,11 @@ struct sl_rules;
 
 #define SL_STATS_LAT_SAMPLE  16
 #define SL_STATS_LAT_NBOUNDS 13
-#define SL_STATS_LAT_BOUNDS_US {1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
-#define SL_STATS_MAX_RULES   100000
+#define SL_STATS_LAT_BOUNDS_US                                                                     \
+    {                                                                                              \
+        1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000                                \
+    }
+#define SL_STATS_MAX_RULES 100000
 
 /* One worker's counters.  Written only by their worker (relaxed atomic
  * stores of load+1, which compile to plain moves), read by anyone. */
@@ -54,8 +57,8 @@ typedef struct sl_worker_stats {
     _Atomic uint64_t checks;          /* RL.CHECK decisions */
     _Atomic uint64_t checks_denied;
     _Atomic uint64_t lat[SL_STATS_LAT_NBOUNDS + 1]; /* sampled decisions per bucket */
-    _Atomic uint64_t lat_sum_ns;      /* their total time */
-    unsigned lat_tick;                /* the worker's sampling counter */
+    _Atomic uint64_t lat_sum_ns;                    /* their total time */
+    unsigned lat_tick;                              /* the worker's sampling counter */
     char pad[64];
 } sl_worker_stats;
 
@@ -108,8 +111,7 @@ void sl_stats_on_rules_load(void *arg, struct sl_rules *r);
 
 /* Calls fn for every tracked rule, in no particular order, under the
  * table's lock (fn must not call back into s). */
-void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg),
-                           void *arg);
+void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg), void *arg);
 
 /* Records one sampled latency of ns nanoseconds in worker shard w. */
 void sl_stats_latency(sl_worker_stats *w, int64_t ns);

@@ -141,9 +141,12 @@ static const struct {
     const char *name;
     int takes_value;
 } allow_opts[NOPTS] = {
-    [OPT_ALGO] = {"ALGO", 1},           [OPT_COST] = {"COST", 1},
-    [OPT_BURST] = {"BURST", 1},         [OPT_PRECISION] = {"PRECISION", 1},
-    [OPT_LOGREJECTED] = {"LOGREJECTED", 0}, [OPT_AT] = {"AT", 1},
+    [OPT_ALGO] = {"ALGO", 1},
+    [OPT_COST] = {"COST", 1},
+    [OPT_BURST] = {"BURST", 1},
+    [OPT_PRECISION] = {"PRECISION", 1},
+    [OPT_LOGREJECTED] = {"LOGREJECTED", 0},
+    [OPT_AT] = {"AT", 1},
 };
 
 /* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
@@ -509,10 +512,10 @@ static void cmd_info(req *q)
         info_line(&b, "denied", all_no);
         for (int a = 0; a < SL_ALGO_COUNT; a++) {
             char line[200];
-            int n = snprintf(line, sizeof line,
-                             "algo_%s:decisions=%llu,allowed=%llu,denied=%llu\r\n",
-                             sl_algo_name((sl_algo)a), (unsigned long long)sum.decisions[a],
-                             (unsigned long long)sum.allowed[a], (unsigned long long)sum.denied[a]);
+            int n =
+                snprintf(line, sizeof line, "algo_%s:decisions=%llu,allowed=%llu,denied=%llu\r\n",
+                         sl_algo_name((sl_algo)a), (unsigned long long)sum.decisions[a],
+                         (unsigned long long)sum.allowed[a], (unsigned long long)sum.denied[a]);
             sl_buf_add(&b, line, (size_t)n);
         }
         info_line(&b, "checks", sum.checks);
@@ -719,13 +722,13 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-    {"rl.allow", -4, 1, 0, cmd_allow},   {"rl.peek", -4, 1, 0, cmd_peek},
-    {"rl.reset", -2, 1, 0, cmd_reset},   {"rl.check", -5, 0, 0, cmd_check},
-    {"rl.rules", -1, 0, 0, cmd_rules},   {"ping", -1, 0, 0, cmd_ping},
-    {"echo", 2, 0, 0, cmd_echo},         {"quit", -1, 0, F_CLOSE, cmd_quit},
-    {"info", -1, 0, 0, cmd_info},        {"command", -1, 0, 0, cmd_command},
-    {"hello", -1, 0, 0, cmd_hello},      {"client", -2, 0, 0, cmd_client},
-    {"select", 2, 0, 0, cmd_select},     {"config", -2, 0, 0, cmd_config},
+    {"rl.allow", -4, 1, 0, cmd_allow}, {"rl.peek", -4, 1, 0, cmd_peek},
+    {"rl.reset", -2, 1, 0, cmd_reset}, {"rl.check", -5, 0, 0, cmd_check},
+    {"rl.rules", -1, 0, 0, cmd_rules}, {"ping", -1, 0, 0, cmd_ping},
+    {"echo", 2, 0, 0, cmd_echo},       {"quit", -1, 0, F_CLOSE, cmd_quit},
+    {"info", -1, 0, 0, cmd_info},      {"command", -1, 0, 0, cmd_command},
+    {"hello", -1, 0, 0, cmd_hello},    {"client", -2, 0, 0, cmd_client},
+    {"select", 2, 0, 0, cmd_select},   {"config", -2, 0, 0, cmd_config},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -814,8 +817,8 @@ static void fatal(sl_conn *c, const char *msg)
 static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *usedp)
 {
     const sl_config *cfg = sl_conn_cfg(c);
-    size_t max_bulk = cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command
-                                                          : (size_t)SL_RESP_MAX_BULK;
+    size_t max_bulk =
+        cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command : (size_t)SL_RESP_MAX_BULK;
     size_t pos = 0;
     sl_resp_cmd *cmd = sl_conn_scratch(c); /* the command being run */
     int st = SL_PROTO_AGAIN;
