@@ -654,7 +654,6 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         if (!would_block(errno)) conn_free(c, "read error");
         return;
     }
-    if (c->state != C_OPEN) return; /* closing: waiting for replies still in flight */
     if (n == 0) { /* the client is done sending; send what is pending, then close */
         c->eof = 1;
         begin_close(c);
