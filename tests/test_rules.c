@@ -1077,6 +1077,57 @@ static void directory(void **state)
     assert_string_equal(err, "/nonexistent/rules.yaml: No such file or directory");
 }
 
+/* SL_RULES_MAX_TOTAL: the files of a directory together.  16 files just
+ * under SL_RULES_MAX_FILE each fit in 64 MiB and load; a 17th makes the
+ * total too large, and the error names the file where it went over.  Each
+ * file is a valid one-domain rules file padded with YAML comments. */
+static void total_size_cap(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-test-total-XXXXXX", path[128];
+    assert_non_null(mkdtemp(dir));
+    size_t size = SL_RULES_MAX_FILE - 4096; /* 16 of them: 64 MiB - 64 KiB */
+    char *buf = malloc(size);
+    assert_non_null(buf);
+    int nfiles = SL_RULES_MAX_TOTAL / SL_RULES_MAX_FILE + 1; /* 17 */
+    for (int i = 0; i < nfiles; i++) {
+        int n = snprintf(buf, size,
+                         "domain: d%02d\ndescriptors:\n  - key: k\n"
+                         "    rate_limit: {unit: second, requests_per_unit: 1}\n",
+                         i);
+        memset(buf + n, ' ', size - (size_t)n);
+        for (size_t at = (size_t)n; at + 80 < size; at += 80) {
+            buf[at] = '#';
+            buf[at + 79] = '\n';
+        }
+        buf[size - 1] = '\n';
+        snprintf(path, sizeof path, "%s/r%02d.yaml", dir, i);
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        assert_int_equal(fwrite(buf, 1, size, f), size);
+        fclose(f);
+        if (i == nfiles - 2) { /* 16 files: at the cap, loads */
+            sl_rules *r = sl_rules_load(dir, err, sizeof err);
+            if (r == NULL) fail_msg("16 files under the total: %s", err);
+            assert_int_equal(sl_rules_ndomains(r), nfiles - 1);
+            sl_rules_free(r);
+        }
+    }
+    assert_null(sl_rules_load(dir, err, sizeof err));
+    char want[256];
+    snprintf(want, sizeof want,
+             "%s/r%02d.yaml:1:1: the rules files total more than 67108864 bytes "
+             "(SL_RULES_MAX_TOTAL)",
+             dir, nfiles - 1);
+    assert_string_equal(err, want);
+    for (int i = 0; i < nfiles; i++) {
+        snprintf(path, sizeof path, "%s/r%02d.yaml", dir, i);
+        unlink(path);
+    }
+    rmdir(dir);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1100,6 +1151,7 @@ int main(void)
         cmocka_unit_test(bad_bytes),
         cmocka_unit_test(bad_caps),
         cmocka_unit_test(directory),
+        cmocka_unit_test(total_size_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
