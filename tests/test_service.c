@@ -82,11 +82,17 @@ static void allow_counts_by_algorithm_and_outcome(void **state)
     assert_int_equal(s.r.result.retry_after_ms, 1000);
     sl_svc_allow(&svc, "k", 1, &p, 1, 0, 0, record, &s); /* a peek: not a decision */
     assert_int_equal(s.calls, 4);
+    /* no allocation per decision: one pooled context served all four */
+    assert_int_equal(svc.inflight, 0);
+    assert_int_equal(sl_svc_pooled(&svc), 1);
     sl_worker_stats *w = &srv.stats.workers[0];
     assert_int_equal(sl_stat_get(&w->decisions[SL_FIXED_WINDOW]), 3);
     assert_int_equal(sl_stat_get(&w->allowed[SL_FIXED_WINDOW]), 2);
     assert_int_equal(sl_stat_get(&w->denied[SL_FIXED_WINDOW]), 1);
     assert_int_equal(sl_stat_get(&w->decisions[SL_TOKEN_BUCKET]), 0);
+    for (int i = 0; i < 1000; i++) sl_svc_allow(&svc, "many", 4, &p, 1, i, 1, record, &s);
+    assert_int_equal(s.calls, 1004);
+    assert_int_equal(sl_svc_pooled(&svc), 1); /* still the one context */
     assert_int_equal(svc.inflight, 0);
 
     /* the engine's own refusal comes back as an error, nothing decided */
@@ -95,7 +101,7 @@ static void allow_counts_by_algorithm_and_outcome(void **state)
     sl_svc_allow(&svc, "k2", 2, &p, 1, 0, 1, record, &s);
     assert_true(s.r.rc < 0);
     assert_non_null(strstr(s.err, "burst"));
-    assert_int_equal(sl_stat_get(&w->decisions[SL_FIXED_WINDOW]), 3);
+    assert_int_equal(sl_stat_get(&w->decisions[SL_FIXED_WINDOW]), 1003); /* not one more */
 
     /* reset answers whether state existed */
     sl_svc_reset(&svc, "k", 1, 0, SL_ALGO_COUNT, record, &s);

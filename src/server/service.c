@@ -130,6 +130,13 @@ static svc_req *req_start(sl_svc_ctx *x, sl_svc_cb cb, void *arg)
     return q;
 }
 
+size_t sl_svc_pooled(const sl_svc_ctx *x)
+{
+    size_t n = 0;
+    for (const svc_req *q = x->free; q != NULL; q = q->next) n++;
+    return n;
+}
+
 /* Points the request at its key: the caller's bytes for an inline
  * backend (read during submit only), a copy for one that answers later. */
 static void set_key(svc_req *q, const char *key, size_t keylen)

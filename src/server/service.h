@@ -65,6 +65,10 @@ int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, s
  * (or their backend been freed). */
 void sl_svc_ctx_done(sl_svc_ctx *x);
 
+/* Request contexts x keeps for reuse (free now); a worker allocates one
+ * only while more requests are in flight than ever before. */
+size_t sl_svc_pooled(const sl_svc_ctx *x);
+
 /* ---- values: each parses one, 0 or -1 with the client's message ---------- */
 
 int sl_svc_parse_key(const char *s, size_t n, char *err, size_t errlen);
