@@ -12,6 +12,10 @@
  * first run on live.c's reload thread, so a slow or hostile rules file
  * holds up neither a worker nor a signal.
  *
+ * At start, before any client: the snapshot's place is checked by a real
+ * write (sl_store_save_check), then the snapshot and the rules are loaded;
+ * any of them failing refuses the start (exit status 1).
+ *
  * Shutdown order matters for "restarts lose nothing": stop accepting, let
  * the workers finish the replies of commands already read and close, join
  * them, and only then write the snapshot -- so it holds every decision a
@@ -176,6 +180,16 @@ int main(int argc, char **argv)
     a.srv.start_ms = sl_now_ms();
     atomic_store(&a.srv.last_save_ok, 1); /* nothing has failed yet (as redis reports) */
 
+    /* The place of the snapshot, checked now rather than at the first save
+     * (which may be an hour away, or the shutdown, losing the state). */
+    if (a.cfg.snapshot[0] != '\0' && sl_store_save_check(a.cfg.snapshot, err, sizeof err) != 0) {
+        sl_log(SL_LOG_ERROR, "cannot write the snapshot: refusing to start",
+               "file=%s err=%s hint=%s", sl_logq(a.cfg.snapshot), sl_logq(err),
+               sl_logq("create the directory or let this user write in it, or choose another "
+                       "--snapshot"));
+        sl_store_free(a.srv.store);
+        return 1;
+    }
     if (a.cfg.snapshot[0] != '\0') {
         uint64_t nkeys = 0;
         int64_t t0 = sl_now_ms();
