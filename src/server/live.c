@@ -172,7 +172,7 @@ static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, 
 
     if (r == NULL) {
         sl_log(SL_LOG_ERROR, "rules not reloaded: the old rules keep serving",
-               "why=%s path=%s version=%llu err=%s", why, sl_logq(l->path),
+               "why=%s path=%s version=%llu err=%s", sl_logq(why), sl_logq(l->path),
                (unsigned long long)oldgen, sl_logq(msg));
         if (err != NULL && errlen > 0) snprintf(err, errlen, "%s", msg);
         if (version != NULL) *version = oldgen;
@@ -192,7 +192,7 @@ static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, 
     /* Readers that still use the old set hold their own references. */
     sl_rules_unref(old);
     sl_log(ngone ? SL_LOG_WARN : SL_LOG_INFO, "rules loaded",
-           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s", why,
+           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s", sl_logq(why),
            sl_logq(l->path), (unsigned long long)sl_rules_generation(r), sl_rules_ndomains(r),
            sl_rules_count(r), (long long)took, gone_f, added_f);
     if (err != NULL && errlen > 0) err[0] = '\0';
