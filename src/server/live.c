@@ -2,11 +2,12 @@
  * live.c -- the serving rule set, its reloads, the reload thread and the
  * watcher (live.h).
  *
- * Locks, outermost first: reload_mu (one load at a time, held while
- * loading), qmu (the reload thread's queue, the batch it is answering and
- * every inbox's answers; held for list operations and an eventfd write),
- * mu (the serving set and the numbers; held for a few instructions).
- * The reload thread never holds qmu while it loads.
+ * Locks: reload_mu (one load at a time, held while loading) is taken
+ * before mu (the serving set and the numbers; held for a few
+ * instructions).  qmu (the reload thread's queue, the batch it is
+ * answering and every inbox's answers; held for list operations and an
+ * eventfd write) is never held with either: the reload thread lets go of
+ * it while it loads.
  */
 #include "live.h"
 
@@ -16,8 +17,8 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
@@ -58,7 +59,7 @@ struct sl_live {
     pthread_t thread;
     pthread_mutex_t qmu;
     pthread_cond_t qcv;
-    int running;                  /* the thread runs (set and cleared by the main thread) */
+    int running;                  /* the thread was started (sl_live_start) */
     int quit;                     /* sl_live_free: the thread ends */
     int kicked;                   /* a reload nobody waits the answer of is due */
     const char *why_next;         /* why of the first ask or kick since the last start */
@@ -117,7 +118,7 @@ sl_live *sl_live_new(const char *path)
 
 const char *sl_live_path(const sl_live *l) { return l->path; }
 
-/* Appends to list (cap bytes, NUL-terminated) the names of the domains of
+/* Writes into list (cap bytes, NUL-terminated) the names of the domains of
  * a that b does not have, comma-separated; what does not fit is counted in
  * a last "+N more".  Returns how many names there were. */
 static int domains_missing(const struct sl_rules *a, const struct sl_rules *b, char *list,

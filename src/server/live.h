@@ -121,8 +121,9 @@ sl_live_inbox *sl_live_inbox_new(sl_live *l, struct event_base *loop, char *err,
  * done is never called. */
 int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg);
 
-/* Frees an inbox from its loop's thread.  Answers still due run their
- * callbacks here and now: those already known with their answer, those
+/* Frees an inbox, from its loop's thread or once that loop has stopped for
+ * good (net.c frees a worker's after joining it).  Answers still due run
+ * their callbacks here and now: those already known with their answer, those
  * not yet answered with rc -1 "the server is stopping" (the reload thread
  * then never touches them).  Free every inbox before sl_live_free. */
 void sl_live_inbox_free(sl_live_inbox *in);
