@@ -181,10 +181,20 @@ uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records);
 /* ---- snapshots ---------------------------------------------------------- */
 
 /* Writes every key's state to path atomically: path.tmp, fsync, rename,
- * fsync of the directory.  One shard is copied at a time under its lock, so
- * decisions go on meanwhile.  Returns 0, or -1 with a message in err
- * (naming the file and the system error). */
+ * fsync of the directory.  When path is a symbolic link, through it: the
+ * link's final target is written (its .tmp beside it) and the link stays.
+ * One shard is copied at a time under its lock, so decisions go on
+ * meanwhile.  Returns 0, or -1 with a message in err (naming the file and
+ * the system error). */
 int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen);
+
+/* Checks that sl_store_save can write path: the directory of path (of its
+ * final target when path is a symbolic link) exists, and the save's .tmp
+ * file can be created there and removed -- a real write, so it holds
+ * whatever decides it (mode bits, ACLs, a read-only mount, root or not).
+ * Returns 0, or -1 with a message in err naming the path, the directory
+ * and the reason. */
+int sl_store_save_check(const char *path, char *err, size_t errlen);
 
 /* Loads a file written by sl_store_save into s.  The whole file is read and
  * checked (magic, version, length, CRC-32, every record) before anything is

@@ -3,7 +3,8 @@
  * ratelimit's documented examples, loaded from the README's YAML and
  * matched as the README says; each sluice extension in the model; the
  * matching order; counting keys and ip_prefix; every kind of bad file
- * giving FILE:LINE:COLUMN and what is wrong; directories.
+ * giving FILE:LINE:COLUMN and what is wrong; directories, and every kind of
+ * entry that cannot be read (a dangling link, a FIFO, ...) refusing the load.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,7 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <grp.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -996,8 +1002,6 @@ static void directory(void **state)
     assert_int_equal(symlink("..2024_01_01", p), 0);
     snprintf(p, sizeof p, "%s/c.yaml", dir);
     assert_int_equal(symlink("..data/c.yaml", p), 0);
-    snprintf(p, sizeof p, "%s/sub.yaml", dir); /* a directory named *.yaml is skipped */
-    assert_int_equal(mkdir(p, 0700), 0);
 
     sl_rules *r = sl_rules_load(dir, err, sizeof err);
     if (r == NULL) fail_msg("%s", err);
@@ -1063,8 +1067,6 @@ static void directory(void **state)
     remove_file(p, "c.yaml");
     remove_file(p, "zz.yaml");
     rmdir(p);
-    snprintf(p, sizeof p, "%s/sub.yaml", dir);
-    rmdir(p);
     r = sl_rules_load(dir, err, sizeof err);
     assert_non_null(r);
     assert_int_equal(sl_rules_ndomains(r), 0);
@@ -1075,6 +1077,142 @@ static void directory(void **state)
     /* a path that does not exist */
     assert_null(sl_rules_load("/nonexistent/rules.yaml", err, sizeof err));
     assert_string_equal(err, "/nonexistent/rules.yaml: No such file or directory");
+}
+
+/* Makes an entry of one kind at path p; 0 or -1. */
+typedef int (*make_fn)(const char *p);
+
+static int make_dangling(const char *p) { return symlink("missing-target.yaml", p); }
+static int make_loop(const char *p) { return symlink(strrchr(p, '/') + 1, p); } /* itself */
+static int make_fifo(const char *p) { return mkfifo(p, 0600); }
+static int make_device(const char *p) { return symlink("/dev/null", p); }
+static int make_dir(const char *p) { return mkdir(p, 0700); }
+
+static int make_socket(const char *p)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s", p);
+    int rc = fd < 0 ? -1 : bind(fd, (struct sockaddr *)&a, sizeof a);
+    if (fd >= 0) close(fd); /* the socket file stays */
+    return rc;
+}
+
+static void remove_any(const char *p)
+{
+    if (unlink(p) != 0) rmdir(p);
+}
+
+/* Every rules entry that cannot be read as a regular file fails the whole
+ * load, naming the entry and what it is, in a folder and as the rules path
+ * itself -- nothing is skipped, so a set is never silently a domain short.
+ * Symbolic links to regular files (a Kubernetes ConfigMap's) still load.
+ * alarm(): a load that blocked (a FIFO opened for reading waits for a
+ * writer) would kill the test rather than hang it. */
+static void unreadable_entries(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *what;
+        make_fn make;
+        const char *msg;
+    } kinds[] = {
+        {"dangling symlink", make_dangling, "No such file or directory (a dangling symlink)"},
+        {"symlink loop", make_loop, "Too many levels of symbolic links (a symlink loop)"},
+        {"FIFO", make_fifo, "not a regular file (a FIFO)"},
+        {"device", make_device, "not a regular file (a character device)"},
+        {"directory", make_dir, "not a regular file (a directory)"},
+        {"socket", make_socket, "not a regular file (a socket)"},
+    };
+    char dir[] = "/tmp/sluice-test-bad-XXXXXX", p[512], want[1024];
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "a.yaml",
+               "domain: a\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    write_file(dir, "target.txt",
+               "domain: l\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: second, requests_per_unit: 2}\n");
+    snprintf(p, sizeof p, "%s/l.yaml", dir); /* a link to a regular file */
+    assert_int_equal(symlink("target.txt", p), 0);
+    sl_rules *r = sl_rules_load(dir, err, sizeof err);
+    if (r == NULL) fail_msg("%s", err);
+    assert_int_equal(sl_rules_ndomains(r), 2);
+    assert_int_equal(L(MATCH(r, "l", "k", "v")), 2);
+    sl_rules_free(r);
+
+    alarm(30);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        /* in the folder, between two good files */
+        snprintf(p, sizeof p, "%s/b.yaml", dir);
+        if (kinds[i].make(p) != 0) fail_msg("cannot make a %s: %s", kinds[i].what, strerror(errno));
+        assert_null(sl_rules_load(dir, err, sizeof err));
+        snprintf(want, sizeof want, "%s: %s", p, kinds[i].msg);
+        if (strcmp(err, want) != 0)
+            fail_msg("%s: \"%s\", expected \"%s\"", kinds[i].what, err, want);
+        /* and as the rules path itself (a directory there is a rules folder) */
+        if (kinds[i].make == make_dir) {
+            remove_any(p);
+            continue;
+        }
+        assert_null(sl_rules_load(p, err, sizeof err));
+        if (strcmp(err, want) != 0)
+            fail_msg("%s: \"%s\", expected \"%s\"", kinds[i].what, err, want);
+        remove_any(p);
+    }
+    alarm(0);
+    r = sl_rules_load(dir, err, sizeof err); /* all gone: loads again */
+    if (r == NULL) fail_msg("%s", err);
+    assert_int_equal(sl_rules_ndomains(r), 2);
+    sl_rules_free(r);
+    remove_file(dir, "l.yaml");
+    remove_file(dir, "target.txt");
+    remove_file(dir, "a.yaml");
+    rmdir(dir);
+}
+
+/* A rules file the server may not read fails the load with "Permission
+ * denied".  Root reads through mode bits, so when run as root the load runs
+ * in a child that has become nobody (65534) first; its message comes back
+ * through a pipe. */
+static void permission_denied(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-test-perm-XXXXXX", p[512], want[600], got[1024] = "";
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0755), 0);
+    write_file(dir, "a.yaml",
+               "domain: a\ndescriptors:\n  - key: k\n"
+               "    rate_limit: {unit: second, requests_per_unit: 1}\n");
+    write_file(dir, "b.yaml", "domain: b\n");
+    snprintf(p, sizeof p, "%s/b.yaml", dir);
+    assert_int_equal(chmod(p, 0000), 0);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(65534) != 0 || setuid(65534) != 0))
+            _exit(3);
+        char e[1024];
+        sl_rules *r = sl_rules_load(dir, e, sizeof e);
+        ssize_t w = write(fds[1], e, strlen(e));
+        _exit(r == NULL && w >= 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], got, sizeof got - 1);
+    got[n > 0 ? n : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 3) fail_msg("could not become nobody");
+    assert_int_equal(WEXITSTATUS(status), 0); /* refused */
+    snprintf(want, sizeof want, "%s: Permission denied", p);
+    assert_string_equal(got, want);
+    remove_file(dir, "a.yaml");
+    remove_file(dir, "b.yaml");
+    rmdir(dir);
 }
 
 /* SL_RULES_MAX_TOTAL: the files of a directory together.  16 files just
@@ -1151,6 +1289,8 @@ int main(void)
         cmocka_unit_test(bad_bytes),
         cmocka_unit_test(bad_caps),
         cmocka_unit_test(directory),
+        cmocka_unit_test(unreadable_entries),
+        cmocka_unit_test(permission_denied),
         cmocka_unit_test(total_size_cap),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,6 +2,9 @@
  * test_snapshot.c -- sl_store_save / sl_store_load: a restart loses nothing
  * (every key of every algorithm answers the same after a round trip), and a
  * damaged file is refused whole with a message that says what is wrong.
+ * A snapshot path that is a symbolic link is written through (the link
+ * stays); sl_store_save_check finds a place that cannot be written before
+ * the first save does.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -224,15 +229,188 @@ static void unwritable(void **state)
     sl_store_free(a);
 }
 
+/* A fresh directory for one test (mode 0755, so nobody may enter it). */
+static void temp_dir(char *dir, size_t cap)
+{
+    snprintf(dir, cap, "/tmp/sluice-test-snapdir-XXXXXX");
+    assert_non_null(mkdtemp(dir));
+    assert_int_equal(chmod(dir, 0755), 0);
+}
+
+/* How many entries dir has, besides . and .. */
+static int entries_in(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "ls -A '%s' | wc -l", dir);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    int n = -1;
+    assert_int_equal(fscanf(f, "%d", &n), 1);
+    pclose(f);
+    return n;
+}
+
+static void remove_tree(const char *dir)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* A snapshot path that is a symbolic link -- relative, absolute, a chain of
+ * two, to a file that does not exist yet -- is written through: the target
+ * gets the state, the link stays a link pointing where it did, and the
+ * temporary file is made (and gone) beside the target, not the link. */
+static void save_through_symlink(void **state)
+{
+    (void)state;
+    char dir[64], real[128], target[160], link1[160], link2[160], abs_link[160], buf[256];
+    temp_dir(dir, sizeof dir);
+    snprintf(real, sizeof real, "%s/real", dir);
+    assert_int_equal(mkdir(real, 0755), 0);
+    snprintf(target, sizeof target, "%s/state.snap", real);
+    snprintf(link1, sizeof link1, "%s/link1.snap", dir);
+    snprintf(link2, sizeof link2, "%s/link2.snap", dir);
+    snprintf(abs_link, sizeof abs_link, "%s/abs.snap", dir);
+    assert_int_equal(symlink("real/state.snap", link1), 0); /* dangling until the first save */
+    assert_int_equal(symlink("link1.snap", link2), 0);
+    assert_int_equal(symlink(target, abs_link), 0);
+
+    sl_store *a = filled();
+    char err[512];
+    const char *links[] = {link1, link2, abs_link};
+    for (int i = 0; i < 3; i++) {
+        if (sl_store_save_check(links[i], err, sizeof err) != 0) fail_msg("%s", err);
+        if (sl_store_save(a, links[i], err, sizeof err) != 0) fail_msg("%s", err);
+        struct stat st;
+        assert_int_equal(lstat(links[i], &st), 0);
+        assert_true(S_ISLNK(st.st_mode)); /* still a link ... */
+        ssize_t n = readlink(links[i], buf, sizeof buf - 1);
+        assert_true(n > 0);
+        buf[n] = '\0';
+        assert_string_equal(buf, i == 0 ? "real/state.snap" : i == 1 ? "link1.snap" : target);
+        assert_int_equal(lstat(target, &st), 0); /* ... to the file written */
+        assert_true(S_ISREG(st.st_mode));
+        assert_int_equal(entries_in(real), 1);  /* no .tmp left beside it */
+        assert_int_equal(entries_in(dir), 4);   /* real/ and the three links */
+        sl_store *b = sl_store_new(NULL, NULL); /* and it loads, through the link */
+        uint64_t keys = 0;
+        if (sl_store_load(b, links[i], &keys, err, sizeof err) != 0) fail_msg("%s", err);
+        same_answers(a, b);
+        sl_store_free(b);
+        assert_int_equal(unlink(target), 0);
+    }
+    /* a loop is refused, naming the path */
+    snprintf(buf, sizeof buf, "%s/loop.snap", dir);
+    assert_int_equal(symlink("loop.snap", buf), 0);
+    assert_int_equal(sl_store_save(a, buf, err, sizeof err), -1);
+    assert_non_null(strstr(err, "loop.snap: Too many levels of symbolic links"));
+    assert_int_equal(sl_store_save_check(buf, err, sizeof err), -1);
+    sl_store_free(a);
+    remove_tree(dir);
+}
+
+/* sl_store_save_check: a good place passes and is left as it was; a missing
+ * directory, a file where the directory should be, a link whose target's
+ * directory is missing fail with the path and the reason.  alarm(): a FIFO
+ * left at the .tmp name is replaced, not opened and waited on. */
+static void save_check(void **state)
+{
+    (void)state;
+    char dir[64], p[160], q[200], want[400], err[512];
+    temp_dir(dir, sizeof dir);
+    snprintf(p, sizeof p, "%s/state.snap", dir);
+    if (sl_store_save_check(p, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(entries_in(dir), 0); /* the test file is gone */
+
+    snprintf(q, sizeof q, "%s.tmp", p); /* something planted at the .tmp name */
+    assert_int_equal(mkfifo(q, 0600), 0);
+    alarm(30);
+    if (sl_store_save_check(p, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(mkfifo(q, 0600), 0);
+    sl_store *a = sl_store_new(NULL, NULL);
+    if (sl_store_save(a, p, err, sizeof err) != 0) fail_msg("%s", err);
+    /* and a FIFO in the snapshot's place is refused at load, not waited on */
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(mkfifo(p, 0600), 0);
+    assert_int_equal(sl_store_load(a, p, NULL, err, sizeof err), -1);
+    snprintf(want, sizeof want, "snapshot %s: not a regular file", p);
+    assert_string_equal(err, want);
+    alarm(0);
+    assert_int_equal(unlink(p), 0);
+    sl_store_free(a);
+
+    snprintf(p, sizeof p, "%s/no/such/state.snap", dir);
+    assert_int_equal(sl_store_save_check(p, err, sizeof err), -1);
+    snprintf(want, sizeof want, "snapshot %s: its directory %s/no/such: No such file or directory",
+             p, dir);
+    assert_string_equal(err, want);
+
+    snprintf(q, sizeof q, "%s/file", dir);
+    FILE *f = fopen(q, "w");
+    assert_non_null(f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/file/state.snap", dir);
+    assert_int_equal(sl_store_save_check(p, err, sizeof err), -1);
+    snprintf(want, sizeof want, "snapshot %s: its directory %s/file: Not a directory", p, dir);
+    assert_string_equal(err, want);
+
+    snprintf(p, sizeof p, "%s/link.snap", dir); /* the target's directory is what counts */
+    assert_int_equal(symlink("gone/state.snap", p), 0);
+    assert_int_equal(sl_store_save_check(p, err, sizeof err), -1);
+    snprintf(want, sizeof want, "snapshot %s: its directory %s/gone: No such file or directory", p,
+             dir);
+    assert_string_equal(err, want);
+    remove_tree(dir);
+}
+
+/* A directory the server may not write in.  Root writes through mode bits,
+ * so as root the check runs in a child that has become nobody (65534); the
+ * message comes back through a pipe.  This is what the check is for: it
+ * tries a real write, so whatever forbids writing is found. */
+static void save_check_read_only_dir(void **state)
+{
+    (void)state;
+    char dir[64], p[160], want[400], got[512] = "";
+    temp_dir(dir, sizeof dir);
+    assert_int_equal(chmod(dir, 0555), 0);
+    snprintf(p, sizeof p, "%s/state.snap", dir);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0)) _exit(3);
+        char e[512];
+        int rc = sl_store_save_check(p, e, sizeof e);
+        ssize_t w = write(fds[1], e, strlen(e));
+        _exit(rc == -1 && w >= 0 ? 0 : 1);
+    }
+    close(fds[1]);
+    ssize_t n = read(fds[0], got, sizeof got - 1);
+    got[n > 0 ? n : 0] = '\0';
+    close(fds[0]);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    if (WEXITSTATUS(status) == 3) fail_msg("could not become nobody");
+    assert_int_equal(WEXITSTATUS(status), 0);
+    snprintf(want, sizeof want, "snapshot %s: cannot create a file in %s: Permission denied", p,
+             dir);
+    assert_string_equal(got, want);
+    assert_int_equal(chmod(dir, 0755), 0);
+    remove_tree(dir);
+}
+
 int main(void)
 {
     snprintf(path, sizeof(path), "/tmp/sluice-test-snapshot.%d", (int)getpid());
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(round_trip),
-        cmocka_unit_test(spaces_round_trip),
-        cmocka_unit_test(damaged_files),
-        cmocka_unit_test(sparse_stores),
-        cmocka_unit_test(unwritable),
+        cmocka_unit_test(round_trip),    cmocka_unit_test(spaces_round_trip),
+        cmocka_unit_test(damaged_files), cmocka_unit_test(sparse_stores),
+        cmocka_unit_test(unwritable),    cmocka_unit_test(save_through_symlink),
+        cmocka_unit_test(save_check),    cmocka_unit_test(save_check_read_only_dir),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(path);

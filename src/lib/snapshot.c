@@ -11,13 +11,18 @@
  *
  * Saving copies one shard at a time under its lock into memory (decisions
  * on other shards go on; each shard is consistent in itself), writes
- * PATH.tmp, fsyncs it, renames it over PATH and fsyncs the directory.
+ * PATH.tmp, fsyncs it, renames it over PATH and fsyncs the directory.  When
+ * PATH is a symbolic link the save goes through it: PATH is the link's
+ * final target, its .tmp is made beside the target, and the link stays a
+ * link.  sl_store_save_check makes and removes that .tmp, so a server can
+ * find an unwritable place at start rather than at its first save.
  * Loading reads the whole file and checks magic, version, length, checksum
  * and every record before inserting anything: a bad file is refused whole.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,14 +105,89 @@ static int write_all(int fd, const void *p, size_t n)
     return 0;
 }
 
-int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
+#define SNAP_MAX_LINKS 40 /* symbolic links followed, as the kernel's own limit */
+
+/* Where a save of path writes: path itself, or through symbolic links
+ * (resolved one by one, a relative one against its link's directory) the
+ * final target, which need not exist yet.  Fills target and tmp (target
+ * ".tmp").  Returns 0, or -1 with err set. */
+static int save_paths(const char *path, char *target, char *tmp, char *err, size_t errlen)
 {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-        fail(err, errlen, "snapshot %s: path too long", path);
+    char link[PATH_MAX], dir[PATH_MAX];
+    if (snprintf(target, PATH_MAX, "%s", path) >= PATH_MAX) goto toolong;
+    for (int hops = 0;; hops++) {
+        struct stat st;
+        if (lstat(target, &st) != 0 || !S_ISLNK(st.st_mode)) break;
+        if (hops == SNAP_MAX_LINKS) {
+            fail(err, errlen, "snapshot %s: %s", path, strerror(ELOOP));
+            return -1;
+        }
+        ssize_t n = readlink(target, link, sizeof link - 1);
+        if (n < 0) {
+            fail(err, errlen, "snapshot %s: cannot read the link %s: %s", path, target,
+                 strerror(errno));
+            return -1;
+        }
+        link[n] = '\0';
+        snprintf(dir, sizeof dir, "%s", target);
+        if (link[0] != '/' && snprintf(target, PATH_MAX, "%s/%s", dirname(dir), link) >= PATH_MAX)
+            goto toolong;
+        if (link[0] == '/') memcpy(target, link, (size_t)n + 1);
+    }
+    if (snprintf(tmp, PATH_MAX, "%s.tmp", target) >= PATH_MAX) goto toolong;
+    return 0;
+toolong:
+    fail(err, errlen, "snapshot %s: path too long", path);
+    return -1;
+}
+
+/* Creates tmp afresh for writing: whatever was there (a leftover of a
+ * crash, or something planted: a link, a FIFO) is removed first, and
+ * O_EXCL makes sure the file opened is the new one.  Returns the fd, or -1
+ * with errno set. */
+static int create_tmp(const char *tmp)
+{
+    if (unlink(tmp) != 0 && errno != ENOENT) return -1;
+    return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+}
+
+int sl_store_save_check(const char *path, char *err, size_t errlen)
+{
+    char target[PATH_MAX], tmp[PATH_MAX], dir[PATH_MAX];
+    if (path == NULL) {
+        fail(err, errlen, "invalid argument");
         return -1;
     }
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (save_paths(path, target, tmp, err, errlen) != 0) return -1;
+    snprintf(dir, sizeof dir, "%s", target);
+    const char *d = dirname(dir);
+    struct stat st;
+    if (stat(d, &st) != 0) {
+        fail(err, errlen, "snapshot %s: its directory %s: %s", path, d, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fail(err, errlen, "snapshot %s: its directory %s: %s", path, d, strerror(ENOTDIR));
+        return -1;
+    }
+    int fd = create_tmp(tmp);
+    if (fd < 0) {
+        fail(err, errlen, "snapshot %s: cannot create a file in %s: %s", path, d, strerror(errno));
+        return -1;
+    }
+    close(fd);
+    if (unlink(tmp) != 0) {
+        fail(err, errlen, "snapshot %s: cannot remove %s: %s", path, tmp, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
+{
+    char target[PATH_MAX], tmp[PATH_MAX];
+    if (save_paths(path, target, tmp, err, errlen) != 0) return -1;
+    int fd = create_tmp(tmp);
     if (fd < 0) {
         fail(err, errlen, "snapshot %s: cannot create: %s", tmp, strerror(errno));
         return -1;
@@ -141,7 +221,7 @@ int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
     if (!bad && !oom) bad = fsync(fd);
     int saved = errno;
     if (close(fd) != 0 && !bad) bad = -1, saved = errno;
-    if (bad || oom || rename(tmp, path) != 0) {
+    if (bad || oom || rename(tmp, target) != 0) {
         if (!bad && !oom) saved = errno;
         fail(err, errlen, "snapshot %s: cannot write: %s", path,
              oom ? "out of memory" : strerror(saved));
@@ -149,8 +229,8 @@ int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
         return -1;
     }
     /* make the rename itself durable */
-    char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", target);
     int dfd = open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd >= 0) {
         fsync(dfd);
@@ -162,7 +242,9 @@ int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
 /* Reads all of path.  Returns 0, 1 if it does not exist, -1 (err set). */
 static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the snapshot's place is refused below, not
+     * waited on */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) return 1;
         fail(err, errlen, "snapshot %s: cannot open: %s", path, strerror(errno));

@@ -163,6 +163,11 @@ typedef struct sl_rules sl_rules;
  * order of their names (hidden names, such as Kubernetes' "..data", skipped;
  * symbolic links followed).  One domain per file; a domain in two files is
  * an error naming both.  A directory without rules files gives an empty set.
+ * Only regular files are read: a rules name that is anything else -- a
+ * dangling link, a link loop, a FIFO, a device, a directory named x.yaml --
+ * or cannot be opened fails the whole load ("PATH: not a regular file (a
+ * FIFO)", "PATH: No such file or directory (a dangling symlink)",
+ * "PATH: Permission denied"); nothing is opened in a way that can block.
  *
  * Returns a new set holding one reference, with err set to "", or NULL with
  * a message in err ("FILE:LINE:COLUMN: what is wrong", or "PATH: ..." when

@@ -238,35 +238,75 @@ static const char *desc(const ynode *n, char *buf, size_t cap)
 
 /* ---- reading -------------------------------------------------------------- */
 
-/* Reads a whole file of at most SL_RULES_MAX_FILE bytes into *out (malloc'd).
- * A regular file's size is checked before reading.  Returns 0 or -1 with a
- * message. */
+/* What a file of mode m is, for messages: "a FIFO", "a directory", ... */
+static const char *kind_of(mode_t m)
+{
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISLNK(m)) return "a symlink";
+    return "not a file";
+}
+
+/* "PATH: REASON" for a path that could not be followed (stat or open failed
+ * with e), saying what the path is when that explains the reason: "No such
+ * file or directory (a dangling symlink)", "Too many levels of symbolic
+ * links (a symlink loop)". */
+static void path_fail(const char *path, int e, char *err, size_t errlen)
+{
+    struct stat lst;
+    const char *what = "";
+    if (e == ENOENT && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+        what = " (a dangling symlink)";
+    else if (e == ELOOP)
+        what = " (a symlink loop)";
+    snprintf(err, errlen, "%s: %s%s", path, strerror(e), what);
+}
+
+/* Reads a whole regular file of at most SL_RULES_MAX_FILE bytes into *out
+ * (malloc'd), following symbolic links.  Anything else -- a FIFO, a device,
+ * a directory, a socket, a dangling link or a loop -- is refused with its
+ * path and what it is, and never opened for reading in a way that can
+ * block: the path is checked with stat(2) first, then opened with
+ * O_NONBLOCK and checked again on the descriptor (it may have been swapped
+ * in between), so a FIFO put in a file's place cannot hang the caller.
+ * The size is checked before reading.  Returns 0 or -1 with a message. */
 static int read_file(const char *path, char **out, size_t *outlen, char *err, size_t errlen)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        path_fail(path, errno, err, errlen);
         return -1;
     }
-    struct stat st;
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s)", path, kind_of(st.st_mode));
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
+        path_fail(path, errno, err, errlen);
+        return -1;
+    }
     if (fstat(fd, &st) != 0) {
         snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
     }
-    if (S_ISDIR(st.st_mode)) {
-        snprintf(err, errlen, "%s: is a directory", path);
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: not a regular file (%s)", path, kind_of(st.st_mode));
         close(fd);
         return -1;
     }
-    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > SL_RULES_MAX_FILE) {
+    if ((uint64_t)st.st_size > SL_RULES_MAX_FILE) {
         snprintf(err, errlen,
                  "%s:1:1: file too large: %lld bytes (the limit is %u bytes, SL_RULES_MAX_FILE)",
                  path, (long long)st.st_size, (unsigned)SL_RULES_MAX_FILE);
         close(fd);
         return -1;
     }
-    size_t cap = S_ISREG(st.st_mode) ? (size_t)st.st_size + 1 : 65536, len = 0;
+    size_t cap = (size_t)st.st_size + 1, len = 0; /* +1: sees a file that grew */
     char *buf = malloc(cap);
     if (buf == NULL) goto nomem;
     for (;;) {
@@ -1300,7 +1340,12 @@ static void free_names(char **v, int n)
     free(v);
 }
 
-/* The rules files of dir, full paths sorted by name.  Returns 0 or -1. */
+/* The rules files of dir -- every visible name ending in .yaml or .yml,
+ * whatever it is -- as full paths sorted by name.  Nothing is skipped for
+ * what it turns out to be: an entry that cannot be read as a regular file
+ * (a dangling link, a FIFO, a directory named x.yaml) fails the load when
+ * read_file reaches it, rather than making the set silently one domain
+ * short.  Returns 0 or -1. */
 static int list_dir(const char *dir, char ***out, int *nout, char *err, size_t errlen)
 {
     DIR *d = opendir(dir);
@@ -1319,11 +1364,6 @@ static int list_dir(const char *dir, char ***out, int *nout, char *err, size_t e
         char *p = malloc(len);
         if (p == NULL) goto nomem;
         snprintf(p, len, "%s%s%s", dir, slash ? "" : "/", e->d_name);
-        struct stat st;
-        if (stat(p, &st) != 0 || !S_ISREG(st.st_mode)) { /* follows links; skips dangling */
-            free(p);
-            continue;
-        }
         if (n == SL_RULES_MAX_FILES) {
             free(p);
             snprintf(err, errlen, "%s: more than %d rules files (SL_RULES_MAX_FILES)", dir,
@@ -1368,7 +1408,7 @@ sl_rules *sl_rules_load(const char *path, char *err, size_t errlen)
     }
     struct stat st;
     if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "%s: %s", path, strerror(errno));
+        path_fail(path, errno, err, errlen);
         return NULL;
     }
     char **files = NULL;

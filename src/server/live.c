@@ -1,5 +1,13 @@
 /*
- * live.c -- the serving rule set, its reloads and its watcher (live.h).
+ * live.c -- the serving rule set, its reloads, the reload thread and the
+ * watcher (live.h).
+ *
+ * Locks: reload_mu (one load at a time, held while loading) is taken
+ * before mu (the serving set and the numbers; held for a few
+ * instructions).  qmu (the reload thread's queue, the batch it is
+ * answering and every inbox's answers; held for list operations and an
+ * eventfd write) is never held with either: the reload thread lets go of
+ * it while it loads.
  */
 #include "live.h"
 
@@ -9,7 +17,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/inotify.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -20,6 +30,8 @@
 #include "log.h"
 #include "rules.h"
 #include "util.h"
+
+typedef struct live_ask live_ask;
 
 struct sl_live {
     char *path;
@@ -42,6 +54,35 @@ struct sl_live {
 
     void (*on_load)(void *arg, struct sl_rules *r); /* sl_live_on_load */
     void *on_load_arg;
+
+    /* the reload thread (sl_live_start); fields guarded by qmu */
+    pthread_t thread;
+    pthread_mutex_t qmu;
+    pthread_cond_t qcv;
+    int running;                  /* the thread was started (sl_live_start) */
+    int quit;                     /* sl_live_free: the thread ends */
+    int kicked;                   /* a reload nobody waits the answer of is due */
+    const char *why_next;         /* why of the first ask or kick since the last start */
+    live_ask *queue, *queue_tail; /* asked, not started */
+    live_ask *batch;              /* asked before the reload in progress started */
+};
+
+/* One RL.RULES RELOAD waiting for its answer (sl_live_ask). */
+struct live_ask {
+    sl_live_inbox *in;
+    sl_live_done done;
+    void *arg;
+    int rc;
+    uint64_t version;
+    char err[SL_LIVE_ERR];
+    live_ask *next;
+};
+
+struct sl_live_inbox {
+    sl_live *l;
+    int efd;               /* the reload thread writes it when answers are due */
+    struct event *ev;      /* on the worker's loop */
+    live_ask *head, *tail; /* answered, not yet run; guarded by l->qmu */
 };
 
 sl_live *sl_live_new(const char *path)
@@ -68,6 +109,8 @@ sl_live *sl_live_new(const char *path)
     }
     pthread_mutex_init(&l->reload_mu, NULL);
     pthread_mutex_init(&l->mu, NULL);
+    pthread_mutex_init(&l->qmu, NULL);
+    pthread_cond_init(&l->qcv, NULL);
     l->ifd = -1;
     l->wd_dir = l->wd_path = -1;
     return l;
@@ -75,7 +118,33 @@ sl_live *sl_live_new(const char *path)
 
 const char *sl_live_path(const sl_live *l) { return l->path; }
 
-int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
+/* Writes into list (cap bytes, NUL-terminated) the names of the domains of
+ * a that b does not have, comma-separated; what does not fit is counted in
+ * a last "+N more".  Returns how many names there were. */
+static int domains_missing(const struct sl_rules *a, const struct sl_rules *b, char *list,
+                           size_t cap)
+{
+    int n = 0, more = 0;
+    size_t len = 0;
+    list[0] = '\0';
+    for (int i = 0; i < sl_rules_ndomains(a); i++) {
+        const sl_rule_domain *d = sl_rules_domain(a, i);
+        if (sl_rules_find_domain(b, d->name, d->namelen) != NULL) continue;
+        n++;
+        /* room for this name, its comma and a final "+N more" */
+        if (more || len + d->namelen + 1 + 24 > cap) {
+            more++;
+            continue;
+        }
+        len += (size_t)snprintf(list + len, cap - len, "%s%.*s", len ? "," : "", (int)d->namelen,
+                                d->name);
+    }
+    if (more) snprintf(list + len, cap - len, "%s+%d more", len ? "," : "", more);
+    return n;
+}
+
+/* sl_live_reload, also answering the version serving after the attempt. */
+static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, size_t errlen)
 {
     char msg[SL_LIVE_ERR];
     pthread_mutex_lock(&l->reload_mu);
@@ -104,18 +173,239 @@ int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
 
     if (r == NULL) {
         sl_log(SL_LOG_ERROR, "rules not reloaded: the old rules keep serving",
-               "why=%s path=%s version=%llu err=%s", why, sl_logq(l->path),
+               "why=%s path=%s version=%llu err=%s", sl_logq(why), sl_logq(l->path),
                (unsigned long long)oldgen, sl_logq(msg));
         if (err != NULL && errlen > 0) snprintf(err, errlen, "%s", msg);
+        if (version != NULL) *version = oldgen;
         return -1;
+    }
+    /* What changed between the sets, by domain: a domain gone from the
+     * files means its requests now pass as NO_RULE, which the operator
+     * must be able to see. */
+    char gone[480] = "", added[480] = "", gone_f[512] = "", added_f[512] = "";
+    int ngone = 0;
+    if (old != NULL) {
+        ngone = domains_missing(old, r, gone, sizeof gone);
+        if (ngone) snprintf(gone_f, sizeof gone_f, " domains_removed=%s", sl_logq(gone));
+        if (domains_missing(r, old, added, sizeof added))
+            snprintf(added_f, sizeof added_f, " domains_added=%s", sl_logq(added));
     }
     /* Readers that still use the old set hold their own references. */
     sl_rules_unref(old);
-    sl_log(SL_LOG_INFO, "rules loaded", "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld",
-           why, sl_logq(l->path), (unsigned long long)sl_rules_generation(r),
-           sl_rules_ndomains(r), sl_rules_count(r), (long long)took);
+    sl_log(ngone ? SL_LOG_WARN : SL_LOG_INFO, "rules loaded",
+           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s", sl_logq(why),
+           sl_logq(l->path), (unsigned long long)sl_rules_generation(r), sl_rules_ndomains(r),
+           sl_rules_count(r), (long long)took, gone_f, added_f);
     if (err != NULL && errlen > 0) err[0] = '\0';
+    if (version != NULL) *version = sl_rules_generation(r);
     return 0;
+}
+
+int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
+{
+    return do_reload(l, why, NULL, err, errlen);
+}
+
+/* ---- the reload thread ---------------------------------------------------- */
+
+/* Hands an answered ask to its inbox and wakes the inbox's loop.  With
+ * qmu held. */
+static void deliver(live_ask *q)
+{
+    sl_live_inbox *in = q->in;
+    q->next = NULL;
+    if (in->tail)
+        in->tail->next = q;
+    else
+        in->head = q;
+    in->tail = q;
+    uint64_t one = 1;
+    ssize_t w = write(in->efd, &one, sizeof one);
+    (void)w; /* fails only with the counter at its maximum: the loop is awake anyway */
+}
+
+static void *reload_main(void *arg)
+{
+    sl_live *l = arg;
+    char msg[SL_LIVE_ERR];
+    pthread_mutex_lock(&l->qmu);
+    for (;;) {
+        while (!l->quit && l->queue == NULL && !l->kicked) pthread_cond_wait(&l->qcv, &l->qmu);
+        if (l->quit) break;
+        /* everything asked so far shares this reload; what is asked from
+         * now on waits for the next, which will see the files after it */
+        const char *why = l->why_next ? l->why_next : "RL.RULES RELOAD";
+        l->batch = l->queue;
+        l->queue = l->queue_tail = NULL;
+        l->kicked = 0;
+        l->why_next = NULL;
+        pthread_mutex_unlock(&l->qmu);
+
+        uint64_t version = 0;
+        int rc = do_reload(l, why, &version, msg, sizeof msg);
+
+        pthread_mutex_lock(&l->qmu);
+        while (l->batch != NULL) { /* inboxes freed meanwhile took theirs out */
+            live_ask *q = l->batch;
+            l->batch = q->next;
+            q->rc = rc;
+            q->version = version;
+            snprintf(q->err, sizeof q->err, "%s", rc == 0 ? "" : msg);
+            deliver(q);
+        }
+    }
+    pthread_mutex_unlock(&l->qmu);
+    return NULL;
+}
+
+int sl_live_start(sl_live *l, char *err, size_t errlen)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits it */
+    int rc = pthread_create(&l->thread, NULL, reload_main, l);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot start the rules reload thread: %s", strerror(rc));
+        return -1;
+    }
+    pthread_mutex_lock(&l->qmu);
+    l->running = 1;
+    pthread_mutex_unlock(&l->qmu);
+    return 0;
+}
+
+void sl_live_kick(sl_live *l, const char *why)
+{
+    pthread_mutex_lock(&l->qmu);
+    if (!l->running || l->quit) {
+        pthread_mutex_unlock(&l->qmu);
+        sl_live_reload(l, why, NULL, 0);
+        return;
+    }
+    l->kicked = 1;
+    if (l->why_next == NULL) l->why_next = why;
+    pthread_cond_signal(&l->qcv);
+    pthread_mutex_unlock(&l->qmu);
+}
+
+int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg)
+{
+    sl_live *l = in->l;
+    live_ask *q = calloc(1, sizeof *q);
+    if (q == NULL) return -1;
+    q->in = in;
+    q->done = done;
+    q->arg = arg;
+    pthread_mutex_lock(&l->qmu);
+    if (!l->running || l->quit) {
+        pthread_mutex_unlock(&l->qmu);
+        free(q);
+        return -1;
+    }
+    if (l->queue_tail)
+        l->queue_tail->next = q;
+    else
+        l->queue = q;
+    l->queue_tail = q;
+    if (l->why_next == NULL) l->why_next = why;
+    pthread_cond_signal(&l->qcv);
+    pthread_mutex_unlock(&l->qmu);
+    return 0;
+}
+
+/* Runs the answers of in that are due (the eventfd woke its loop). */
+static void on_answers(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    sl_live_inbox *in = arg;
+    uint64_t n;
+    ssize_t r = read(fd, &n, sizeof n);
+    (void)r; /* EAGAIN: this wake-up's answers were run by an earlier one */
+    pthread_mutex_lock(&in->l->qmu);
+    live_ask *q = in->head;
+    in->head = in->tail = NULL;
+    pthread_mutex_unlock(&in->l->qmu);
+    while (q != NULL) {
+        live_ask *next = q->next;
+        q->done(q->arg, q->rc, q->version, q->err);
+        free(q);
+        q = next;
+    }
+}
+
+sl_live_inbox *sl_live_inbox_new(sl_live *l, struct event_base *loop, char *err, size_t errlen)
+{
+    sl_live_inbox *in = calloc(1, sizeof *in);
+    if (in == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    in->l = l;
+    in->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (in->efd < 0) {
+        snprintf(err, errlen, "eventfd: %s", strerror(errno));
+        free(in);
+        return NULL;
+    }
+    in->ev = event_new(loop, in->efd, EV_READ | EV_PERSIST, on_answers, in);
+    if (in->ev == NULL || event_add(in->ev, NULL) != 0) {
+        snprintf(err, errlen, "out of memory");
+        if (in->ev) event_free(in->ev);
+        close(in->efd);
+        free(in);
+        return NULL;
+    }
+    return in;
+}
+
+/* Moves the asks of `in` from *list (tail *tail, or NULL) to the end of
+ * *out.  With qmu held. */
+static void take_asks(live_ask **list, live_ask **tail, sl_live_inbox *in, live_ask ***out)
+{
+    live_ask **pp = list, *last = NULL;
+    while (*pp != NULL) {
+        live_ask *q = *pp;
+        if (q->in != in) {
+            last = q;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        q->next = NULL;
+        **out = q;
+        *out = &q->next;
+    }
+    if (tail != NULL) *tail = last;
+}
+
+void sl_live_inbox_free(sl_live_inbox *in)
+{
+    if (in == NULL) return;
+    sl_live *l = in->l;
+    live_ask *answered, *unanswered = NULL, **end = &unanswered;
+    pthread_mutex_lock(&l->qmu);
+    answered = in->head;
+    in->head = in->tail = NULL;
+    take_asks(&l->queue, &l->queue_tail, in, &end);
+    take_asks(&l->batch, NULL, in, &end);
+    pthread_mutex_unlock(&l->qmu);
+    /* nothing of l points to in or its asks any more */
+    while (answered != NULL) {
+        live_ask *next = answered->next;
+        answered->done(answered->arg, answered->rc, answered->version, answered->err);
+        free(answered);
+        answered = next;
+    }
+    while (unanswered != NULL) {
+        live_ask *next = unanswered->next;
+        unanswered->done(unanswered->arg, -1, 0, "the server is stopping");
+        free(unanswered);
+        unanswered = next;
+    }
+    event_free(in->ev);
+    close(in->efd);
+    free(in);
 }
 
 void sl_live_on_load(sl_live *l, void (*fn)(void *arg, struct sl_rules *r), void *arg)
@@ -210,7 +500,7 @@ static void on_debounced(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     sl_live *l = arg;
     l->first_event_ms = 0;
-    sl_live_reload(l, "inotify", NULL, 0);
+    sl_live_kick(l, "inotify");
     add_watches(l);
 }
 
@@ -271,12 +561,20 @@ int sl_live_watch(sl_live *l, struct event_base *base, char *err, size_t errlen)
 void sl_live_free(sl_live *l)
 {
     if (l == NULL) return;
+    pthread_mutex_lock(&l->qmu);
+    int running = l->running;
+    l->quit = 1;
+    pthread_cond_signal(&l->qcv);
+    pthread_mutex_unlock(&l->qmu);
+    if (running) pthread_join(l->thread, NULL); /* after the reload it may be running */
     if (l->ev) event_free(l->ev);
     if (l->timer) event_free(l->timer);
     if (l->ifd >= 0) close(l->ifd);
     sl_rules_unref(l->cur);
     pthread_mutex_destroy(&l->mu);
     pthread_mutex_destroy(&l->reload_mu);
+    pthread_mutex_destroy(&l->qmu);
+    pthread_cond_destroy(&l->qcv);
     free(l->path);
     free(l->dir);
     free(l->base);

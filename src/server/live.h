@@ -16,6 +16,22 @@
  * the set it started with; the old set is freed when its last reader lets
  * go of it.  So every decision uses exactly one set, old or new.
  *
+ * Where reloads run.  Once sl_live_start has run, every reload after the
+ * first one -- SIGHUP and inotify (sl_live_kick), RL.RULES RELOAD
+ * (sl_live_ask) -- runs on the set's own reload thread, never on a worker's
+ * event loop nor on the main thread, so a slow or broken rules file can
+ * neither stall a worker's clients nor delay SIGTERM.  A reload asked for
+ * while another runs waits for the next one (it must see the files as they
+ * are after it asked), and everything asked meanwhile shares that next
+ * reload: concurrent asks coalesce.  A worker gets its answer through its
+ * inbox (sl_live_inbox): the reload thread queues the answer and wakes the
+ * worker's event loop with an eventfd, and the answer's callback runs on
+ * the worker's thread, as a backend's late completion does.
+ *
+ * A successful reload logs "rules loaded" with every domain that is gone
+ * (domains_removed=..., at level warn: its requests now pass as NO_RULE) and
+ * every new one (domains_added=...).
+ *
  * Watching (sl_live_watch): inotify on the rules path's directory (the
  * path itself when it is a directory, else its parent) and on the path
  * itself.  Kubernetes updates a ConfigMap volume by writing a new hidden
@@ -27,7 +43,9 @@
  * quiet, at most SL_LIVE_DEBOUNCE_MAX_MS after the first) so an editor's or
  * kubelet's burst of events is one reload; a reload that reads a file still
  * being written fails, keeps the old set, and the file's close-after-write
- * event brings the next reload.
+ * event brings the next reload.  (Kubernetes also removes the visible link
+ * of a key deleted from the ConfigMap only after the swap: a reload in
+ * between fails on the dangling link and the removal brings the next one.)
  */
 #ifndef SL_LIVE_H
 #define SL_LIVE_H
@@ -43,6 +61,12 @@ struct event_base;
 #define SL_LIVE_ERR             1024
 
 typedef struct sl_live sl_live;
+typedef struct sl_live_inbox sl_live_inbox;
+
+/* The answer to sl_live_ask: rc 0 and the new version, or rc -1 with the
+ * loader's message in err and the version that keeps serving (0 = none);
+ * err lives only during the call. */
+typedef void (*sl_live_done)(void *arg, int rc, uint64_t version, const char *err);
 
 /* What INFO and RL.RULES show; a copy taken under the mutex. */
 typedef struct sl_live_info {
@@ -69,10 +93,40 @@ typedef struct sl_live_cache {
 sl_live *sl_live_new(const char *path);
 
 /* Loads path and, if the whole set is good, makes it the serving set.
- * `why` ("start", "SIGHUP", "inotify", "RL.RULES RELOAD") goes to the log.
+ * `why` ("start", "SIGHUP", "inotify", "RL.RULES RELOAD") goes to the log;
+ * sl_live_kick and sl_live_ask keep the pointer: pass a string literal.
  * Returns 0, or -1 with the loader's message in err: the serving set is
  * then unchanged.  Thread-safe: concurrent reloads run one after another. */
 int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen);
+
+/* Starts the reload thread (all signals blocked in it).  Call once, after
+ * the first load; from then on sl_live_kick and sl_live_ask reload there.
+ * Returns 0, or -1 with a message in err. */
+int sl_live_start(sl_live *l, char *err, size_t errlen);
+
+/* Asks for a reload without waiting for it (SIGHUP, inotify): on the
+ * reload thread, coalesced with whatever else is pending.  Without a
+ * reload thread (sl_live_start not called: tests, tools) it reloads now,
+ * on the caller's thread. */
+void sl_live_kick(sl_live *l, const char *why);
+
+/* A worker's inbox for the answers of the reloads it asks for: an eventfd
+ * watched on loop, the worker's event_base, which runs the answers'
+ * callbacks.  NULL with a message in err.  Use it from loop's thread. */
+sl_live_inbox *sl_live_inbox_new(sl_live *l, struct event_base *loop, char *err, size_t errlen);
+
+/* Asks the reload thread for a reload whose answer done(arg, ...) runs
+ * later on the inbox's loop, exactly once -- never before this returns.
+ * Returns 0, or -1 (out of memory, or no reload thread running) and then
+ * done is never called. */
+int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg);
+
+/* Frees an inbox, from its loop's thread or once that loop has stopped for
+ * good (net.c frees a worker's after joining it).  Answers still due run
+ * their callbacks here and now: those already known with their answer, those
+ * not yet answered with rc -1 "the server is stopping" (the reload thread
+ * then never touches them).  Free every inbox before sl_live_free. */
+void sl_live_inbox_free(sl_live_inbox *in);
 
 /* Calls fn(arg, set) after every load attempt, before a good set starts
  * serving (set = NULL: the load failed), with the reload lock held: the
@@ -94,12 +148,13 @@ void sl_live_info_get(sl_live *l, sl_live_info *out);
 const char *sl_live_path(const sl_live *l);
 
 /* Starts watching the rules with inotify on base (the main thread's
- * loop): changes trigger sl_live_reload("inotify") from that loop.
+ * loop): changes trigger sl_live_kick("inotify") from that loop.
  * Returns 0, or -1 with a message in err (the server then runs without
  * watching; SIGHUP and RL.RULES RELOAD still work). */
 int sl_live_watch(sl_live *l, struct event_base *base, char *err, size_t errlen);
 
-/* Stops watching and frees l and its set (readers must be done). */
+/* Stops watching, stops the reload thread (after the reload it may be
+ * running) and frees l and its set (readers and inboxes must be done). */
 void sl_live_free(sl_live *l);
 
 #endif

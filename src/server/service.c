@@ -59,6 +59,16 @@ int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, s
                  srv->backend->ops->name, srv->backend->errstr);
         return -1;
     }
+    if (loop != NULL && srv->live != NULL) {
+        char e[128];
+        x->inbox = sl_live_inbox_new(srv->live, loop, e, sizeof e);
+        if (x->inbox == NULL) {
+            snprintf(err, errlen, "worker %d: rules reloads: %s", id, e);
+            sl_backend_channel_free(x->chan);
+            x->chan = NULL;
+            return -1;
+        }
+    }
     return 0;
 }
 
@@ -68,6 +78,8 @@ void sl_svc_ctx_done(sl_svc_ctx *x)
      * closes, and those answers come back to the pools freed below */
     sl_backend_channel_free(x->chan);
     x->chan = NULL;
+    sl_live_inbox_free(x->inbox); /* runs the reload answers still due */
+    x->inbox = NULL;
     while (x->free != NULL) {
         svc_req *q = x->free;
         x->free = q->next;
@@ -436,19 +448,69 @@ sl_rules *sl_svc_rules(sl_svc_ctx *x, const char **why)
     return r;
 }
 
-uint64_t sl_svc_reload(sl_svc_ctx *x, const char *why, char *err, size_t errlen)
+/* A reload being answered: the caller's callback and the worker's context. */
+typedef struct svc_reload {
+    sl_svc_ctx *x;
+    sl_svc_cb cb;
+    void *arg;
+} svc_reload;
+
+/* The answer of a reload, as the client is told it. */
+static void reload_answer(sl_svc_ctx *x, sl_svc_cb cb, void *arg, int rc, uint64_t version,
+                          const char *lerr)
 {
-    char lerr[SL_LIVE_ERR];
-    if (x->srv->live == NULL) {
-        snprintf(err, errlen, "%s", sl_svc_no_rules);
-        return 0;
+    char msg[SL_SVC_ERR];
+    sl_svc_reply r;
+    memset(&r, 0, sizeof r);
+    r.version = version;
+    r.err = "";
+    if (rc != 0) {
+        snprintf(msg, sizeof msg, "rules not reloaded, version %llu keeps serving: %s",
+                 (unsigned long long)version, lerr);
+        r.rc = SL_EINVAL;
+        r.err = msg;
+    } else {
+        sl_live_get(x->srv->live, &x->rules); /* this worker serves it from now on */
     }
-    if (sl_live_reload(x->srv->live, why, lerr, sizeof lerr) != 0) {
+    cb(arg, &r);
+}
+
+static void reload_done(void *arg, int rc, uint64_t version, const char *err)
+{
+    svc_reload *q = arg;
+    sl_svc_ctx *x = q->x;
+    x->inflight--;
+    reload_answer(x, q->cb, q->arg, rc, version, err);
+    free(q);
+}
+
+void sl_svc_reload(sl_svc_ctx *x, const char *why, sl_svc_cb cb, void *arg)
+{
+    sl_live *l = x->srv->live;
+    if (l == NULL) {
+        reply_err(cb, arg, SL_EINVAL, sl_svc_no_rules);
+        return;
+    }
+    if (x->inbox == NULL) { /* no loop to come back to: here and now */
+        char lerr[SL_LIVE_ERR];
+        int rc = sl_live_reload(l, why, lerr, sizeof lerr);
         sl_live_info li;
-        sl_live_info_get(x->srv->live, &li);
-        snprintf(err, errlen, "rules not reloaded, version %llu keeps serving: %s",
-                 (unsigned long long)li.version, lerr);
-        return 0;
+        sl_live_info_get(l, &li);
+        reload_answer(x, cb, arg, rc, li.version, lerr);
+        return;
     }
-    return sl_rules_generation(sl_live_get(x->srv->live, &x->rules));
+    svc_reload *q = malloc(sizeof *q);
+    if (q == NULL) {
+        reply_err(cb, arg, SL_ENOMEM, "out of memory");
+        return;
+    }
+    q->x = x;
+    q->cb = cb;
+    q->arg = arg;
+    x->inflight++; /* a stopping worker waits for the answer (net.c) */
+    if (sl_live_ask(x->inbox, why, reload_done, q) != 0) {
+        x->inflight--;
+        free(q);
+        reply_err(cb, arg, SL_ENOMEM, "rules not reloaded: out of memory, or no reload thread");
+    }
 }

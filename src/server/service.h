@@ -37,6 +37,7 @@ typedef struct sl_svc_reply {
     const char *err;           /* "" when rc is 0 */
     sl_result result;          /* ALLOW, PEEK; CHECK: the overall six fields */
     int existed;               /* RESET: 1 if some state was dropped */
+    uint64_t version;          /* RELOAD: the rules version now serving */
     int n;                     /* CHECK: descriptors */
     const sl_check_status *st; /* CHECK: n statuses */
 } sl_svc_reply;
@@ -55,10 +56,12 @@ typedef struct sl_svc_ctx {
     svc_req *free;                 /* request contexts ready for reuse */
     struct svc_check *free_checks; /* RL.CHECK's plans ready for reuse */
     size_t inflight;               /* requests submitted, not completed */
+    sl_live_inbox *inbox;          /* answers of its rules reloads (live.h); NULL: reload inline */
 } sl_svc_ctx;
 
 /* Makes worker id's context on its event loop `loop` (handed to the
- * backend's channel).  Returns 0, or -1 with a message in err. */
+ * backend's channel, and where the answers of its rules reloads arrive
+ * when the server has rules).  Returns 0, or -1 with a message in err. */
 int sl_svc_ctx_init(sl_svc_ctx *x, sl_srv *srv, int id, void *loop, char *err, size_t errlen);
 
 /* Gives back what x holds.  Requests still in flight must have completed
@@ -111,9 +114,13 @@ void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_
  * or NULL when the server has none (then *why says so). */
 sl_rules *sl_svc_rules(sl_svc_ctx *x, const char **why);
 
-/* Reloads the rules now ("RL.RULES RELOAD").  Returns the new version, or
- * 0 with the client's message in err (the old rules keep serving). */
-uint64_t sl_svc_reload(sl_svc_ctx *x, const char *why, char *err, size_t errlen);
+/* Reloads the rules ("RL.RULES RELOAD").  On the rules' reload thread
+ * (live.h) when x has a loop, so the worker goes on serving while the
+ * files are read; cb then runs later, on the worker's thread; without a
+ * loop (a detached connection) the reload runs now.  cb(arg, r): r->version
+ * is the new version, or r->rc < 0 with the client's message ("rules not
+ * reloaded, version N keeps serving: ...").  why: a string literal. */
+void sl_svc_reload(sl_svc_ctx *x, const char *why, sl_svc_cb cb, void *arg);
 
 /* Message for a server started without rules. */
 extern const char sl_svc_no_rules[];

@@ -5,9 +5,16 @@
  *            -> rules -> net (acceptor + workers, speaking RESP) -> main loop
  *
  * The main thread runs its own event_base for what is neither network nor
- * decision: signals (TERM/INT stop, HUP reloads the rules), the rules'
- * inotify watch (live.c), the periodic snapshot and active expiry.  A snapshot write may take a while on a large store;
- * it blocks only this thread, never the workers or the acceptor.
+ * decision: signals (TERM/INT stop, HUP asks for a rules reload), the
+ * rules' inotify watch (live.c), the periodic snapshot and active expiry.
+ * A snapshot write may take a while on a large store; it blocks only this
+ * thread, never the workers or the acceptor.  Rules reloads after the
+ * first run on live.c's reload thread, so a slow or hostile rules file
+ * holds up neither a worker nor a signal.
+ *
+ * At start, before any client: the snapshot's place is checked by a real
+ * write (sl_store_save_check), then the snapshot and the rules are loaded;
+ * any of them failing refuses the start (exit status 1).
  *
  * Shutdown order matters for "restarts lose nothing": stop accepting, let
  * the workers finish the replies of commands already read and close, join
@@ -93,7 +100,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     app *a = arg;
     if (sig == SIGHUP) {
         if (a->srv.live != NULL)
-            sl_live_reload(a->srv.live, "SIGHUP", NULL, 0);
+            sl_live_kick(a->srv.live, "SIGHUP"); /* on the reload thread */
         else
             sl_log(SL_LOG_INFO, "SIGHUP: no rules to reload (started without --rules)", NULL);
         return;
@@ -173,6 +180,16 @@ int main(int argc, char **argv)
     a.srv.start_ms = sl_now_ms();
     atomic_store(&a.srv.last_save_ok, 1); /* nothing has failed yet (as redis reports) */
 
+    /* The place of the snapshot, checked now rather than at the first save
+     * (which may be an hour away, or the shutdown, losing the state). */
+    if (a.cfg.snapshot[0] != '\0' && sl_store_save_check(a.cfg.snapshot, err, sizeof err) != 0) {
+        sl_log(SL_LOG_ERROR, "cannot write the snapshot: refusing to start",
+               "file=%s err=%s hint=%s", sl_logq(a.cfg.snapshot), sl_logq(err),
+               sl_logq("create the directory or let this user write in it, or choose another "
+                       "--snapshot"));
+        sl_store_free(a.srv.store);
+        return 1;
+    }
     if (a.cfg.snapshot[0] != '\0') {
         uint64_t nkeys = 0;
         int64_t t0 = sl_now_ms();
@@ -210,6 +227,14 @@ int main(int argc, char **argv)
         if (a.srv.live == NULL || sl_live_reload(a.srv.live, "start", err, sizeof err) != 0) {
             sl_log(SL_LOG_ERROR, "cannot load the rules: refusing to start", "path=%s err=%s",
                    sl_logq(a.cfg.rules), sl_logq(a.srv.live ? err : "out of memory"));
+            sl_live_free(a.srv.live);
+            sl_store_free(a.srv.store);
+            return 1;
+        }
+        /* later reloads run on their own thread: never on a worker's loop,
+         * never in the way of a signal */
+        if (sl_live_start(a.srv.live, err, sizeof err) != 0) {
+            sl_log(SL_LOG_ERROR, err, NULL);
             sl_live_free(a.srv.live);
             sl_store_free(a.srv.store);
             return 1;

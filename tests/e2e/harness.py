@@ -332,7 +332,7 @@ class Server:
     choose a free port."""
 
     def __init__(self, *args, name="sluiced", port=0, trust_client_time=False, log_level=None,
-                 threads=None):
+                 threads=None, user=None):
         self.args = [str(a) for a in args]
         if trust_client_time:
             self.args.append("--trust-client-time")
@@ -341,6 +341,7 @@ class Server:
         if log_level:
             self.args += ["--log-level", log_level]
         self.want_port = port
+        self.user = user  # a uid to run as (its gid, no other groups): what it may not do
         self.name = name
         self.proc = None
         self.port = None
@@ -366,8 +367,10 @@ class Server:
         argv = [SLUICED, "--port", str(self.want_port)] + self.args
         log.write(("# " + " ".join(argv) + "\n").encode())
         log.flush()
+        as_user = {} if self.user is None else dict(user=self.user, group=self.user,
+                                                       extra_groups=[])
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, cwd=LOG_DIR)
+                                     stderr=subprocess.STDOUT, cwd=LOG_DIR, **as_user)
         log.close()
         STARTED.append(self)
         until = deadline(timeout)

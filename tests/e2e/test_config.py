@@ -401,11 +401,15 @@ threads 2
 
     def test_log_level_error_hides_warn(self):
         """At error (set in the file): a failing snapshot save is logged;
-        the max-clients warning and every info record are not."""
+        the max-clients warning and every info record are not.  (The
+        snapshot's folder exists at start, which checks it, and is moved
+        away after.)"""
+        os.mkdir(os.path.join(self.dir, "gone"))
         conf = self.write("err.conf", "log-level error\nmax-clients 1\nsnapshot %s\n"
                           "snapshot-interval 100ms\n"
-                          % os.path.join(self.dir, "no", "such", "dir", "x.snap"))
+                          % os.path.join(self.dir, "gone", "x.snap"))
         s = self.start_bare("--port", "0", "--config", conf)
+        os.rename(os.path.join(self.dir, "gone"), os.path.join(self.dir, "moved"))  # atomic
         with hold_the_one_client(s):
             with s.raw() as extra:
                 self.assertEqual(extra.read_until_eof(),

@@ -2,7 +2,9 @@
 kill -9 loses at most what came after the last periodic snapshot; a
 corrupt snapshot is refused with a clear message and left as it was;
 SIGTERM during a pipelined batch still answers what was read, and the
-snapshot holds exactly the decisions the client was told about."""
+snapshot holds exactly the decisions the client was told about.  A
+snapshot place that cannot be written refuses the start; a symlinked
+snapshot path is written through and stays a link."""
 
 import os
 import random
@@ -190,12 +192,16 @@ class TestRestart(unittest.TestCase):
         self.sigterm_during_pipeline(50000)
 
     def test_unwritable_snapshot_is_reported(self):
-        """A snapshot path in a missing folder: the server still serves; the
-        failed save shows in INFO and the exit status."""
-        s = Server("--snapshot", os.path.join(self.dir, "no", "such", "dir", "x.snap"),
-                   "--snapshot-interval", "100ms", name="unwritable")
+        """A snapshot folder that goes away while the server runs (it was
+        checked at start, then moved away): the server still serves; the failed save shows in
+        INFO and the exit status."""
+        sub = os.path.join(self.dir, "sub")
+        os.mkdir(sub)
+        s = Server("--snapshot", os.path.join(sub, "x.snap"), "--snapshot-interval", "100ms",
+                   name="unwritable")
         s.start()
         self.addCleanup(s.kill)
+        os.rename(sub, os.path.join(self.dir, "moved"))  # atomic, whatever a save is doing
         with s.raw() as c:
             self.assertEqual(c.cmd("PING"), b"PONG")
         until = deadline(20)
@@ -205,6 +211,99 @@ class TestRestart(unittest.TestCase):
         self.assertEqual(s.info("persistence")["last_snapshot_status"], "err")
         rc = s.stop()
         self.assertNotEqual(rc, 0, "a shutdown that could not save says so in its status")
+
+
+def run_refused(args, user=None, cwd=None):
+    """Runs sluiced with args on a free port, expecting it to refuse to
+    start.  Returns (exit status, its output); asserts nothing listens on
+    the port and no sanitizer spoke.  user: run as that uid (and gid)."""
+    port = free_port()
+    kw = {}
+    if user is not None:
+        kw = dict(user=user, group=user, extra_groups=[])
+    p = subprocess.run([SLUICED, "--port", str(port)] + list(args), capture_output=True,
+                       timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd=cwd, **kw)
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert nothing_listening(port), msg
+    for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+        assert m not in msg, msg
+    return p.returncode, msg
+
+
+class TestSnapshotPlace(unittest.TestCase):
+    """The snapshot's place is checked at start by a real write (a test file
+    created and removed beside the snapshot): a place that cannot take the
+    snapshot refuses the start, exit status 1 like every start failure,
+    rather than losing the state at the first save or at shutdown."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="sluice-snap-")
+        os.chmod(self.dir, 0o755)  # so that nobody may enter it
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def refused(self, snap, why, user=None):
+        before = sorted(os.listdir(self.dir))
+        rc, msg = run_refused(["--snapshot", snap], user=user, cwd=self.dir)
+        self.assertEqual(rc, 1, msg)
+        self.assertIn('msg="cannot write the snapshot: refusing to start"', msg)
+        self.assertIn("snapshot %s: %s" % (snap, why), msg)
+        self.assertNotIn("listening", msg)
+        self.assertEqual(sorted(os.listdir(self.dir)), before, "nothing was left behind")
+        return msg
+
+    def test_missing_directory(self):
+        snap = os.path.join(self.dir, "no", "such", "state.snap")
+        self.refused(snap, "its directory %s/no/such: No such file or directory" % self.dir)
+
+    def test_file_where_the_directory_should_be(self):
+        with open(os.path.join(self.dir, "file"), "w"):
+            pass
+        snap = os.path.join(self.dir, "file", "state.snap")
+        self.refused(snap, "its directory %s/file: Not a directory" % self.dir)
+
+    def test_read_only_directory(self):
+        """Mode 0555.  Root writes through mode bits, so when the test runs as
+        root sluiced runs as nobody (65534): the check is a real write, and
+        what forbids it (mode bits here, a read-only mount elsewhere) is
+        what the server sees."""
+        ro = os.path.join(self.dir, "ro")
+        os.mkdir(ro)
+        os.chmod(ro, 0o555)
+        user = 65534 if os.geteuid() == 0 else None
+        snap = os.path.join(ro, "state.snap")
+        self.refused(snap, "cannot create a file in %s: Permission denied" % ro, user=user)
+        self.assertEqual(os.listdir(ro), [])
+
+    def test_symlinked_snapshot_stays_a_link(self):
+        """The snapshot path is a link (as a deployment may point a fixed path
+        at a volume): saves go through it to the target, the link stays a
+        link, and a restart reloads the target's state."""
+        real = os.path.join(self.dir, "volume")
+        os.mkdir(real)
+        link = os.path.join(self.dir, "state.snap")
+        os.symlink("volume/data.snap", link)  # the target does not exist yet
+        s = Server("--snapshot", link, name="symlinked", trust_client_time=True)
+        s.start()
+        self.addCleanup(s.kill)
+        with s.raw() as c:
+            for _ in range(3):
+                c.cmd("RL.ALLOW", "linked", 3, "1h", *FW, "AT", BASE)
+        assert_clean_stop(s)
+        self.assertTrue(os.path.islink(link), "the link was replaced by a file")
+        self.assertEqual(os.readlink(link), "volume/data.snap")
+        self.assertEqual(os.listdir(real), ["data.snap"], "written beside the target, no .tmp left")
+        first = os.path.getmtime(os.path.join(real, "data.snap"))
+        s2 = Server("--snapshot", link, name="symlinked-2", trust_client_time=True)
+        s2.start()
+        self.addCleanup(s2.kill)
+        self.assertEqual(s2.info_int("keys_loaded_at_start", "persistence"), 1)
+        with s2.raw() as c:
+            self.assertEqual(c.cmd("RL.ALLOW", "linked", 3, "1h", *FW, "AT", BASE + 1000),
+                             [0, 3, 0, 3599000, 3599000, 0], "the state came back through the link")
+        assert_clean_stop(s2)
+        self.assertTrue(os.path.islink(link))
+        self.assertGreaterEqual(os.path.getmtime(os.path.join(real, "data.snap")), first)
+        self.assertEqual(sorted(os.listdir(self.dir)), ["state.snap", "volume"])
 
 
 class TestSnapshotOff(ServerTestCase):

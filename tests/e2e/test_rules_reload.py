@@ -2,17 +2,23 @@
 place, an editor's rename, a Kubernetes ConfigMap's ..data swap),
 RL.RULES RELOAD; a broken or huge file keeps the old rules serving with the
 error visible in INFO and RL.RULES; and a reload under load never fails a
-request nor mixes two rule sets in one decision."""
+request nor mixes two rule sets in one decision.  A rules entry that cannot
+be read (a dangling link, a loop, a FIFO, a device, a directory named
+x.yaml, no permission) refuses the reload or the start, never shrinks the
+set; a FIFO hangs neither the start, a reload, nor SIGTERM; a domain that
+disappears is named in the log."""
 
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import threading
 import time
 import unittest
 
-from harness import RespError, Server, assert_clean_stop, deadline
+from harness import (SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline, free_port,
+                     nothing_listening)
 
 RULES = """domain: api
 descriptors:
@@ -272,6 +278,239 @@ class TestReload(ReloadCase):
         while time.monotonic() < until and "SIGHUP: no rules" not in s.log():
             time.sleep(0.02)
         self.assertIn("SIGHUP: no rules to reload", s.log())
+        self.stop(s)
+
+
+WEB = """domain: web
+descriptors:
+  - key: path
+    rate_limit: {name: web_path, unit: hour, requests_per_unit: 2}
+"""
+
+NOBODY = 65534
+
+
+def make_dangling(p):
+    os.symlink("gone.yaml", p)
+
+
+def make_loop(p):
+    os.symlink(os.path.basename(p), p)
+
+
+def make_fifo(p):
+    os.mkfifo(p, 0o644)
+
+
+def make_device(p):
+    os.symlink("/dev/null", p)
+
+
+def make_dir(p):
+    os.mkdir(p)
+
+
+# (what, how to make it in a file's place, the reason sluiced gives)
+UNREADABLE = [
+    ("dangling symlink", make_dangling, "No such file or directory (a dangling symlink)"),
+    ("symlink loop", make_loop, "Too many levels of symbolic links (a symlink loop)"),
+    ("FIFO", make_fifo, "not a regular file (a FIFO)"),
+    ("device", make_device, "not a regular file (a character device)"),
+    ("directory named web.yaml", make_dir, "not a regular file (a directory)"),
+]
+
+
+def remove_any(p):
+    if os.path.isdir(p) and not os.path.islink(p):
+        os.rmdir(p)
+    else:
+        os.remove(p)
+
+
+def start_refused(args, user=None):
+    """Runs sluiced with args, which must refuse to start: returns (exit
+    status, output).  A start that hangs fails by the timeout; nothing may
+    listen on its port."""
+    port = free_port()
+    kw = {} if user is None else dict(user=user, group=user, extra_groups=[])
+    p = subprocess.run([SLUICED, "--port", str(port)] + list(args), capture_output=True,
+                       timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd="/", **kw)
+    msg = (p.stdout + p.stderr).decode("utf-8", "replace")
+    assert nothing_listening(port), msg
+    for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):
+        assert m not in msg, msg
+    return p.returncode, msg
+
+
+class TestUnreadableEntries(ReloadCase):
+    """Finding: a rules entry that could not be read was skipped, the reload
+    'succeeded' one domain short, and that domain's requests passed as
+    NO_RULE; a FIFO hung the server.  Now the whole load fails with the
+    entry's path and what it is, and the old rules keep serving."""
+
+    def setUp(self):
+        super().setUp()
+        os.chmod(self.dir, 0o755)
+        self.api = os.path.join(self.dir, "api.yaml")
+        self.web = os.path.join(self.dir, "web.yaml")
+        write(self.api, rules("api_user", 10))
+        write(self.web, WEB)
+
+    def web_check(self, s, c, path="/a"):
+        return c.cmd("RL.CHECK", "web", "DESCRIPTOR", "path", path)
+
+    def assert_web_limited(self, s, path):
+        """web's rule still serves: 2 per hour, then OVER_LIMIT."""
+        with s.raw() as c:
+            self.assertEqual(c.cmd("RL.CHECK", "web", "DESCRIPTOR", "path", path)[6][:3],
+                             [b"OK", b"web_path", 2])
+            self.assertEqual(c.cmd("RL.CHECK", "web", "DESCRIPTOR", "path", path)[6][:3],
+                             [b"OK", b"web_path", 2])
+            r = c.cmd("RL.CHECK", "web", "DESCRIPTOR", "path", path)
+            self.assertEqual(r[0], 0, r)
+            self.assertEqual(r[6][:3], [b"OVER_LIMIT", b"web_path", 2])
+
+    def test_refused_at_reload_old_rules_serve(self):
+        s = self.start("--rules", self.dir, "--watch-rules=no")
+        self.assert_web_limited(s, "/before")
+        for i, (what, make, reason) in enumerate(UNREADABLE):
+            os.remove(self.web)
+            make(self.web)
+            with s.raw() as c:
+                e = c.cmd("RL.RULES", "RELOAD")
+                self.assertEqual(e, RespError("ERR rules not reloaded, version 1 keeps serving: "
+                                              "%s: %s" % (self.web, reason)), what)
+            info = s.info("rules")
+            self.assertEqual(info["rules_domains"], "2", what)
+            self.assertEqual(info["rules_last_error"], "%s: %s" % (self.web, reason), what)
+            self.assert_web_limited(s, "/during-%d" % i)  # not NO_RULE: still its limit
+            remove_any(self.web)
+            write(self.web, WEB)
+        # SIGHUP takes the same path: refused, logged, counted
+        os.remove(self.web)
+        make_dangling(self.web)
+        failures = s.info_int("rules_reload_failures", "rules")
+        os.kill(s.pid, signal.SIGHUP)
+        s.wait_info("rules_reload_failures", lambda v: v == failures + 1, "rules")
+        self.assertIn('msg="rules not reloaded: the old rules keep serving" why=SIGHUP', s.log())
+        self.assert_web_limited(s, "/after-sighup")
+        os.remove(self.web)
+        write(self.web, WEB)
+        with s.raw() as c:
+            self.assertEqual(c.cmd("RL.RULES", "RELOAD"), 2)
+        self.stop(s)
+
+    def test_refused_at_start(self):
+        for what, make, reason in UNREADABLE:
+            os.remove(self.web)
+            make(self.web)
+            rc, msg = start_refused(["--rules", self.dir])
+            self.assertEqual(rc, 1, what + "\n" + msg)
+            self.assertIn('msg="cannot load the rules: refusing to start"', msg, what)
+            self.assertIn("%s: %s" % (self.web, reason), msg, what)
+            self.assertNotIn("listening", msg, what)
+            remove_any(self.web)
+            write(self.web, WEB)
+
+    def test_symlinks_to_regular_files_still_load(self):
+        """As a ConfigMap's visible names are: web.yaml -> data/web.yaml."""
+        os.mkdir(os.path.join(self.dir, "data"))
+        os.rename(self.web, os.path.join(self.dir, "data", "web.yaml"))
+        os.symlink("data/web.yaml", self.web)
+        s = self.start("--rules", self.dir, "--watch-rules=no")
+        self.assertEqual(s.info("rules")["rules_domains"], "2")
+        self.assert_web_limited(s, "/linked")
+        self.stop(s)
+
+    def test_permission_denied(self):
+        """A file sluiced may not read.  Root reads through mode bits, so the
+        server runs as nobody when the test runs as root."""
+        user = NOBODY if os.geteuid() == 0 else None
+        s = Server("--rules", self.dir, "--watch-rules=no", name="perm", user=user)
+        s.start()
+        self.addCleanup(s.kill)
+        os.chmod(self.web, 0)
+        with s.raw() as c:
+            self.assertEqual(c.cmd("RL.RULES", "RELOAD"),
+                             RespError("ERR rules not reloaded, version 1 keeps serving: "
+                                       "%s: Permission denied" % self.web))
+        self.assert_web_limited(s, "/perm")
+        self.stop(s)
+        rc, msg = start_refused(["--rules", self.dir], user=user)
+        self.assertEqual(rc, 1, msg)
+        self.assertIn("cannot load the rules: refusing to start", msg)
+        self.assertIn("%s: Permission denied" % self.web, msg)
+
+
+class TestFifoRules(ReloadCase):
+    """Finding: a FIFO in place of the rules file blocked the main thread in
+    open(); a later RL.RULES RELOAD hung a worker; SIGTERM was then ignored
+    and only kill -9 (losing the snapshot) stopped it."""
+
+    def test_fifo_as_rules_file_refused_at_start(self):
+        path = os.path.join(self.dir, "api.yaml")
+        os.mkfifo(path)
+        rc, msg = start_refused(["--rules", path])  # hangs: fails by the timeout
+        self.assertEqual(rc, 1, msg)
+        self.assertIn("cannot load the rules: refusing to start", msg)
+        self.assertIn("%s: not a regular file (a FIFO)" % path, msg)
+
+    def test_fifo_appearing_later(self):
+        """With inotify on (it sees the swap and reloads by itself), SIGHUP and
+        RL.RULES RELOAD: each answered or logged, none waits; the server keeps
+        serving; SIGTERM stops it with status 0 and its snapshot written."""
+        path = os.path.join(self.dir, "api.yaml")
+        snap = os.path.join(self.dir, "state.snap")
+        write(path, rules("before", 10))
+        s = self.start("--rules", path, "--snapshot", str(snap), "--snapshot-interval", "0",
+                       "--threads", "1")
+        self.assertEqual(self.rule(s, "ann"), ("before", 10))
+        os.remove(path)
+        os.mkfifo(path)
+        want = "%s: not a regular file (a FIFO)" % path
+        self.wait_for("inotify's reload refused",
+                      lambda: s.info("rules")["rules_last_error"] == want)
+        os.kill(s.pid, signal.SIGHUP)
+        with s.raw() as c:
+            for _ in range(3):  # the only worker answers each, and goes on serving
+                e = c.cmd("RL.RULES", "RELOAD", timeout=10)
+                self.assertEqual(e, RespError("ERR rules not reloaded, version 1 keeps serving: "
+                                              + want))
+                self.assertEqual(c.cmd("PING"), b"PONG")
+        self.assertEqual(self.rule(s, "ann")[0], "before")
+        self.assertEqual(s.info("rules")["rules_version"], "1")
+        self.wait_for("SIGHUP's reload refused",
+                      lambda: "why=SIGHUP" in s.log())
+        rc = s.stop()
+        self.assertEqual(rc, 0, s.log()[-3000:])
+        self.assertIsNone(s.forced)
+        self.assertIn('msg="snapshot saved" file=%s reason=shutdown keys=1' % snap, s.log())
+        self.assertGreater(os.path.getsize(snap), 0)
+
+
+class TestDomainsLogged(ReloadCase):
+
+    def test_disappearing_and_new_domains_named(self):
+        write(os.path.join(self.dir, "api.yaml"), rules("api_user", 10))
+        write(os.path.join(self.dir, "web.yaml"), WEB)
+        write(os.path.join(self.dir, "zoo.yaml"), WEB.replace("web", "zoo"))
+        s = self.start("--rules", self.dir, "--watch-rules=no")
+        os.remove(os.path.join(self.dir, "web.yaml"))
+        os.remove(os.path.join(self.dir, "zoo.yaml"))
+        with s.raw() as c:
+            self.assertEqual(c.cmd("RL.RULES", "RELOAD"), 2)
+            r = c.cmd("RL.CHECK", "web", "DESCRIPTOR", "path", "/a")
+            self.assertEqual(r[6][0], b"NO_RULE")  # what the operator must be told about
+        self.assertIn('level=warn msg="rules loaded" why="RL.RULES RELOAD" path=%s version=2 '
+                      'domains=1 ' % self.dir, s.log())
+        self.assertIn(" domains_removed=web,zoo\n", s.log())
+        write(os.path.join(self.dir, "shop.yaml"), WEB.replace("web", "shop"))
+        with s.raw() as c:
+            self.assertEqual(c.cmd("RL.RULES", "RELOAD"), 3)
+        line = [x for x in s.log().splitlines() if "version=3" in x][0]
+        self.assertIn('level=info msg="rules loaded"', line)
+        self.assertTrue(line.endswith(" domains_added=shop"), line)
+        self.assertNotIn("domains_removed", line)
         self.stop(s)
 
 

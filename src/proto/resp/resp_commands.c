@@ -350,33 +350,36 @@ static int list_limits(sl_buf *dom, const sl_rule_node *node)
     return n;
 }
 
+static void on_reload(void *arg, const sl_svc_reply *r)
+{
+    sl_slot *s = arg;
+    if (r->rc != 0) {
+        slot_err(sl_slot_svc(s), s, r->err);
+        return;
+    }
+    sl_resp_int(sl_slot_buf(s), (long long)r->version);
+    sl_slot_done(s);
+}
+
 /* RL.RULES: what is serving, as a flat map:
  *   version N  loaded_at_ms T  path P  reloads N  reload_failures N
  *   last_error E ("" if the last reload worked)  last_error_at_ms T
  *   domains [[domain, file, [[name, descriptor, limit, mode, checked, over,
  *             shadow_over, elastic], ...]], ...]
- * RL.RULES RELOAD: reloads now; replies the new version, or an error with
- * FILE:LINE:COLUMN (the old rules keep serving). */
+ * RL.RULES RELOAD: reloads (on the reload thread: the reply comes later);
+ * replies the new version, or an error with FILE:LINE:COLUMN (the old
+ * rules keep serving). */
 static void cmd_rules(req *q)
 {
     const sl_resp_cmd *c = q->cmd;
     sl_svc_ctx *x = q->x;
-    char err[SL_SVC_ERR];
     if (x->srv->live == NULL) {
         err_reply(q, "%s", sl_svc_no_rules);
         return;
     }
     if (c->argc == 2 && arg_is(&c->argv[1], "RELOAD")) {
-        uint64_t v = sl_svc_reload(x, "RL.RULES RELOAD", err, sizeof err);
-        if (v == 0) {
-            err_reply(q, "%s", err);
-            return;
-        }
-        sl_slot *s;
-        sl_buf *b = now_open(q, &s);
-        if (b == NULL) return;
-        sl_resp_int(b, (long long)v);
-        sl_slot_done(s);
+        sl_slot *s = sl_conn_slot(q->c); /* answered when the reload thread has */
+        if (s != NULL) sl_svc_reload(x, "RL.RULES RELOAD", on_reload, s);
         return;
     }
     if (c->argc != 1) {
