@@ -75,7 +75,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(B)/%.o)
 SRV_SRC := $(wildcard src/server/*.c) $(wildcard src/proto/*/*.c)
 SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
-SRV_LIBS := -levent
+SRV_LIBS := -levent -lcrypto
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
