@@ -146,6 +146,8 @@ $(B)/tests/test_live_threads: $(SRV_PARTS)
 $(B)/tests/test_live_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
 $(B)/tests/test_auth: LDLIBS += -lcrypto
+$(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o
+$(B)/tests/test_auth_threads: LDLIBS += -lcrypto
 $(B)/tests/test_rules: $(RULES_OBJ)
 $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_check: $(RULES_OBJ) $(BACKEND_OBJ)

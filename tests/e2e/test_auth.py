@@ -91,6 +91,7 @@ class AuthServer(ServerTestCase):
             "watch-rules no",
             "snapshot %s" % cls.snapshot,
             "snapshot-interval 0",
+            "auth-fail-limit 50/90s",
             ""]))
         cls.SERVER_ARGS = ("--config", cls.conf) + tuple(cls.EXTRA)
         super().setUpClass()
@@ -131,6 +132,8 @@ class TestLogin(AuthServer):
         for k in ("decisions", "keys", "rules_reloads", "rules_version"):
             self.assertEqual(info[k], before[k], k)
         self.assertEqual(info["auth_required"], "yes")
+        # the config file's auth options, as the start-up log reads them
+        self.assertIn('msg="authentication on" users=6 fail_limit=50/90000ms', self.srv.log())
         # QUIT needs no login
         q = self.conn()
         self.assertEqual(q.cmd("QUIT"), b"OK")
