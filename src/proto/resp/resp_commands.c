@@ -943,13 +943,12 @@ static void cmd_command(req *q)
 static int permitted(req *q, const command *k)
 {
     unsigned need = k->group;
-    char name[80];
-    snprintf(name, sizeof name, "%s", k->name);
+    const char *sub = NULL;
     if (k->subs != NULL && q->cmd->argc >= 2) {
         for (const subcommand *sc = k->subs; sc->name != NULL; sc++) {
             if (arg_is(&q->cmd->argv[1], sc->name)) {
                 need = sc->group;
-                snprintf(name, sizeof name, "%s|%s", k->name, sc->name);
+                sub = sc->name;
                 break;
             }
         }
@@ -957,8 +956,9 @@ static int permitted(req *q, const command *k)
     if (need == 0 || (q->who != NULL && (q->who->groups & need) == need)) return 1;
     sl_auth_count_denied(q->x->srv->auth);
     char line[160];
-    snprintf(line, sizeof line, "-NOPERM this user has no permissions to run the '%s' command\r\n",
-             name);
+    snprintf(line, sizeof line,
+             "-NOPERM this user has no permissions to run the '%s%s%s' command\r\n", k->name,
+             sub ? "|" : "", sub ? sub : "");
     raw_err(q, line);
     return 0;
 }
