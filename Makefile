@@ -75,7 +75,7 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(B)/%.o)
 SRV_SRC := $(wildcard src/server/*.c) $(wildcard src/proto/*/*.c)
 SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
-SRV_LIBS := -levent
+SRV_LIBS := -levent -lcrypto
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -146,6 +146,10 @@ $(B)/tests/test_live_threads: $(SRV_PARTS)
 $(B)/tests/test_live_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_reload_threads: $(SRV_PARTS)
 $(B)/tests/test_reload_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
+$(B)/tests/test_auth: LDLIBS += -lcrypto
+$(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o
+$(B)/tests/test_auth_threads: LDLIBS += -lcrypto
 $(B)/tests/test_rules: $(RULES_OBJ)
 $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_check: $(RULES_OBJ) $(BACKEND_OBJ)

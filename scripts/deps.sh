@@ -17,6 +17,7 @@ libhiredis-dev
 python3-redis
 libyaml-dev
 liburcu-dev
+libssl-dev
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -28,6 +29,8 @@ liburcu-dev
 #   libyaml-dev      rules files (src/rules): the YAML parser
 #   liburcu-dev      the store's lock-free readers: freeing what they may
 #                    still see (src/lib/reclaim.h)
+#   libssl-dev       libcrypto: SHA-256 and constant-time compare of passwords
+#                    (src/server/auth.c)
 
 set -eu
 

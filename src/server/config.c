@@ -16,6 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "auth.h"
 #include "config.h"
 #include "check.h"
 #include "log.h"
@@ -38,6 +39,10 @@ enum opt_id {
     OPT_SNAPSHOT_INTERVAL,
     OPT_TRUST_CLIENT_TIME,
     OPT_LOG_LEVEL,
+    OPT_REQUIREPASS_FILE,
+    OPT_USERS_FILE,
+    OPT_PROTECTED_MODE,
+    OPT_AUTH_FAIL_LIMIT,
     OPT_CONFIG,
     OPT_HELP,
     OPT_VERSION,
@@ -83,6 +88,10 @@ static const opt opts[] = {
     {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
     {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
     {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
+    {"requirepass-file", OPT_REQUIREPASS_FILE, K_STRING, 0, 0, 1},
+    {"users-file", OPT_USERS_FILE, K_STRING, 0, 0, 1},
+    {"protected-mode", OPT_PROTECTED_MODE, K_BOOL, 0, 0, 1},
+    {"auth-fail-limit", OPT_AUTH_FAIL_LIMIT, K_STRING, 0, 0, 1},
     {"config", OPT_CONFIG, K_STRING, 0, 0, 0},
     {"help", OPT_HELP, K_NONE, 0, 0, 0},
     {"version", OPT_VERSION, K_NONE, 0, 0, 0},
@@ -105,6 +114,9 @@ void sl_config_defaults(sl_config *cfg)
     cfg->snapshot_interval_ms = 60000;
     cfg->log_level = SL_LOG_INFO;
     cfg->watch_rules = 1;
+    cfg->protected_mode = 1;
+    cfg->auth_fail_max = 10;
+    cfg->auth_fail_window_ms = 60000;
 }
 
 /* Where a value came from, for messages: the flag or file:line. */
@@ -291,13 +303,19 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
     case OPT_SNAPSHOT:
     case OPT_RULES:
+    case OPT_REQUIREPASS_FILE:
+    case OPT_USERS_FILE:
     case OPT_CONFIG: {
-        char *dst = op->id == OPT_SNAPSHOT ? c->snapshot
-                    : op->id == OPT_RULES  ? c->rules
-                                           : c->config_file;
-        size_t cap = op->id == OPT_SNAPSHOT ? sizeof c->snapshot
-                     : op->id == OPT_RULES  ? sizeof c->rules
-                                            : sizeof c->config_file;
+        char *dst = op->id == OPT_SNAPSHOT           ? c->snapshot
+                    : op->id == OPT_RULES            ? c->rules
+                    : op->id == OPT_REQUIREPASS_FILE ? c->requirepass_file
+                    : op->id == OPT_USERS_FILE       ? c->users_file
+                                                     : c->config_file;
+        size_t cap = op->id == OPT_SNAPSHOT           ? sizeof c->snapshot
+                     : op->id == OPT_RULES            ? sizeof c->rules
+                     : op->id == OPT_REQUIREPASS_FILE ? sizeof c->requirepass_file
+                     : op->id == OPT_USERS_FILE       ? sizeof c->users_file
+                                                      : sizeof c->config_file;
         if (vlen == 0 || vlen >= cap || memchr(v, '\0', vlen) != NULL) {
             fail(err, errlen, o, "invalid %s%s '%s': expected a file name of 1..%zu bytes", d,
                  op->name, tok(v, vlen, t, sizeof t), cap - 1);
@@ -308,6 +326,7 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         break;
     }
     case OPT_TRUST_CLIENT_TIME:
+    case OPT_PROTECTED_MODE:
     case OPT_WATCH_RULES: {
         int b;
         if (parse_bool(v, vlen, &b) != 0) {
@@ -317,8 +336,27 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         }
         if (op->id == OPT_WATCH_RULES)
             c->watch_rules = b;
+        else if (op->id == OPT_PROTECTED_MODE)
+            c->protected_mode = b;
         else
             c->trust_client_time = b;
+        break;
+    }
+    case OPT_AUTH_FAIL_LIMIT: { /* N/DUR: N failed logins per address in DUR */
+        const char *slash = memchr(v, '/', vlen);
+        int64_t n = 0, w = 0;
+        if (slash == NULL || sl_int_parse(v, (size_t)(slash - v), SL_AUTH_MAX_FAILS, &n) != 0 ||
+            n < 1 ||
+            parse_duration(slash + 1, vlen - (size_t)(slash + 1 - v), &w, &needs_unit) != 0 ||
+            w == 0) {
+            fail(err, errlen, o,
+                 "invalid %s%s '%s': expected N/DURATION (N failed logins per client address "
+                 "in DURATION, N from 1 to %d), e.g. 10/1m",
+                 d, op->name, tok(v, vlen, t, sizeof t), SL_AUTH_MAX_FAILS);
+            return -1;
+        }
+        c->auth_fail_max = n;
+        c->auth_fail_window_ms = w;
         break;
     }
     case OPT_CAPACITY: {
@@ -472,8 +510,14 @@ static const opt *next_arg(int argc, char **argv, int *i, const char **val, size
         *val = "";
         *vlen = 0;
     } else if (op->kind == K_BOOL) {
-        *val = "yes";
-        *vlen = 3;
+        int b; /* `--protected-mode no`: a yes/no word after the flag is its value */
+        if (*i + 1 < argc && parse_bool(argv[*i + 1], strlen(argv[*i + 1]), &b) == 0) {
+            *val = argv[++*i];
+            *vlen = strlen(*val);
+        } else {
+            *val = "yes"; /* a bare flag */
+            *vlen = 3;
+        }
     } else if (*i + 1 < argc) {
         *val = argv[++*i];
         *vlen = strlen(*val);
@@ -542,6 +586,14 @@ void sl_config_usage(FILE *f)
           "  --capacity N/DUR        spare-capacity pool for `elastic` rules: N requests\n"
           "                          per DUR through RL.CHECK in all (default: none)\n"
           "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"
+          "  --requirepass-file FILE clients must AUTH with the password in FILE (the user\n"
+          "                          \"default\", who may run every command)\n"
+          "  --users-file FILE       users, their passwords and command groups\n"
+          "                          (docs/sluiced.md, \"The users file\")\n"
+          "  --auth-fail-limit N/DUR failed logins per client address in DUR; beyond, AUTH\n"
+          "                          is refused unchecked until one is DUR old (default 10/1m)\n"
+          "  --protected-mode yes|no refuse to listen beyond loopback without a password\n"
+          "                          (default yes)\n"
           "  --config FILE           read options from FILE; flags override it\n"
           "  --log-level LEVEL       debug, info, warn or error (default info)\n"
           "  --help                  show this text\n"

@@ -118,6 +118,7 @@ struct sl_conn {
     sl_slot *head, *tail; /* reply slots not yet sent, in request order */
     size_t nslots;        /* how many */
     size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
+    const void *pdata;    /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
 };
 
@@ -288,6 +289,19 @@ sl_svc_ctx *sl_conn_svc(conn *c) { return c->w->svcp; }
 sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
 void *sl_conn_scratch(conn *c) { return c->w->scratch; }
 const sl_config *sl_conn_cfg(const conn *c) { return c->w->net->cfg; }
+const void *sl_conn_pdata(const conn *c) { return c->pdata; }
+void sl_conn_set_pdata(conn *c, const void *p) { c->pdata = p; }
+
+const char *sl_conn_peer_host(const conn *c, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (c->fd < 0 || cap == 0 || getpeername(c->fd, (struct sockaddr *)&ss, &sl) != 0) return NULL;
+    const void *a = NULL;
+    if (ss.ss_family == AF_INET) a = &((struct sockaddr_in *)&ss)->sin_addr;
+    if (ss.ss_family == AF_INET6) a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
+    return a != NULL && inet_ntop(ss.ss_family, a, buf, (socklen_t)cap) != NULL ? buf : NULL;
+}
 
 /* Detaches c's pending slots: the done ones are freed, the ones still in
  * flight are left to their backend's completion, which frees them. */

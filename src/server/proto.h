@@ -78,6 +78,15 @@ sl_svc_ctx *sl_slot_svc(sl_slot *s);
 void *sl_conn_scratch(sl_conn *c);
 /* The server's limits for c. */
 const sl_config *sl_conn_cfg(const sl_conn *c);
+/* One word the protocol keeps per connection (resp_commands.c: who the
+ * client logged in as); NULL when the connection opens, never freed by
+ * net.c, so it must point at something that outlives every connection. */
+const void *sl_conn_pdata(const sl_conn *c);
+void sl_conn_set_pdata(sl_conn *c, const void *p);
+/* The client's address without its port ("10.0.0.7", "::1") in buf, or
+ * NULL when it has none (a detached connection) or it cannot be read.  A
+ * syscall: for rare commands (AUTH), not per request. */
+const char *sl_conn_peer_host(const sl_conn *c, char *buf, size_t cap);
 /* Counts a protocol error (a connection closed for bad framing) and logs it. */
 void sl_conn_protocol_error(sl_conn *c, const char *msg);
 

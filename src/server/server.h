@@ -38,9 +38,15 @@ typedef struct sl_config {
     int trust_client_time;          /* accept AT t */
     char config_file[1024];
     int log_level;                  /* SL_LOG_* */
+    char requirepass_file[1024];    /* "" = none: the password of the user "default" */
+    char users_file[1024];          /* "" = none: users, passwords, groups (auth.h) */
+    int protected_mode;             /* refuse a non-loopback bind without a password; default 1 */
+    int64_t auth_fail_max;          /* failed logins per address per window; default 10 */
+    int64_t auth_fail_window_ms;    /* default 60 s */
 } sl_config;
 
 struct sl_live;
+struct sl_auth;
 
 typedef struct sl_srv {
     const sl_config *cfg;
@@ -48,6 +54,7 @@ typedef struct sl_srv {
     sl_store *store;                /* the local backend's store, for snapshots and
                                        expiry (main.c); NULL with another backend */
     struct sl_live *live;           /* the rules (live.h); NULL = started without */
+    struct sl_auth *auth;           /* users and failed logins (auth.h); NULL = no auth */
     sl_stats stats;                 /* every number INFO shows (stats.h) */
     int64_t start_ms;               /* wall clock at start */
     int nworkers;                   /* worker threads (= stats.nworkers) */

@@ -1,8 +1,9 @@
 /*
  * main.c -- sluiced: wires the parts together and owns the process's life.
  *
- *     config -> store (+ snapshot load) -> local backend -> statistics
- *            -> rules -> net (acceptor + workers, speaking RESP) -> main loop
+ *     config (+ protected mode) -> users -> store (+ snapshot load)
+ *            -> local backend -> statistics -> rules
+ *            -> net (acceptor + workers, speaking RESP) -> main loop
  *
  * The main thread runs its own event_base for what is neither network nor
  * decision: signals (TERM/INT stop, HUP asks for a rules reload), the
@@ -21,16 +22,19 @@
  * them, and only then write the snapshot -- so it holds every decision a
  * client was told about.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <event2/event.h>
 
+#include "auth.h"
 #include "backend_local.h"
 #include "config.h"
 #include "live.h"
@@ -90,6 +94,7 @@ static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     app *a = arg;
+    sl_auth_expire(a->srv.auth, sl_now_ms()); /* failed logins: always the server's clock */
     if (a->srv.cfg->trust_client_time) return;
     sl_store_expire(a->srv.store, sl_now_ms(), EXPIRE_MAX_RECORDS);
 }
@@ -132,6 +137,56 @@ static void fit_fd_limit(sl_config *cfg)
     cfg->max_clients = fit;
 }
 
+/* Is addr (as --bind holds it) a loopback address: 127.0.0.0/8, ::1, or
+ * 127.0.0.0/8 mapped into IPv6? */
+static int is_loopback(const char *addr)
+{
+    unsigned char b[16];
+    static const unsigned char v6_lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (inet_pton(AF_INET, addr, b) == 1) return b[0] == 127;
+    if (inet_pton(AF_INET6, addr, b) != 1) return 0;
+    return memcmp(b, v6_lo, 16) == 0 || (memcmp(b, mapped, 12) == 0 && b[12] == 127);
+}
+
+/* The first --bind address beyond loopback, or NULL. */
+static const char *beyond_loopback(const sl_config *cfg)
+{
+    for (int i = 0; i < cfg->nbinds; i++)
+        if (!is_loopback(cfg->binds[i])) return cfg->binds[i];
+    return NULL;
+}
+
+/* Protected mode, as redis-server's, but at start: listening beyond
+ * loopback with no password configured is refused before any socket is
+ * made.  Returns 0, or -1 with the message written to stderr. */
+static int protected_mode_check(const sl_config *cfg)
+{
+    const char *addr = beyond_loopback(cfg);
+    if (!cfg->protected_mode || addr == NULL || cfg->requirepass_file[0] != '\0' ||
+        cfg->users_file[0] != '\0')
+        return 0;
+    fprintf(stderr,
+            "sluiced: refusing to listen on %s without a password (protected mode): anyone who "
+            "can reach it could reset any limit and reload the rules.\n"
+            "Either set a password (--requirepass-file FILE, or --users-file FILE: see "
+            "docs/security.md), or, if a firewall lets only trusted clients reach it, start "
+            "with --protected-mode no.\n",
+            addr);
+    return -1;
+}
+
+/* Warns when a file of passwords can be read by every user of the machine
+ * (a users file may hold only hashes, but a SHA-256 of a weak password is
+ * guessed offline quickly). */
+static void warn_if_readable(const char *opt, const char *path)
+{
+    struct stat st;
+    if (path[0] == '\0' || stat(path, &st) != 0 || (st.st_mode & 0007) == 0) return;
+    sl_log(SL_LOG_WARN, "a password file is readable by every user: chmod o-rwx it",
+           "option=%s file=%s mode=%04o", opt, sl_logq(path), (unsigned)(st.st_mode & 07777));
+}
+
 static void fmt_duration(char *buf, size_t cap, int64_t ms)
 {
     if (ms == 0)
@@ -161,10 +216,32 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluiced: %s\nTry 'sluiced --help'.\n", err);
         return 2;
     }
+    if (protected_mode_check(&a.cfg) != 0) return 2;
+    sl_auth_opts ao = {a.cfg.requirepass_file, a.cfg.users_file, a.cfg.auth_fail_max,
+                       a.cfg.auth_fail_window_ms};
+    a.srv.auth = sl_auth_new(&ao, err, sizeof err);
+    if (a.srv.auth == NULL) {
+        fprintf(stderr, "sluiced: %s\n", err);
+        return 2;
+    }
     sl_log_set_level(a.cfg.log_level);
     signal(SIGPIPE, SIG_IGN);
     fit_fd_limit(&a.cfg);
     sl_log(SL_LOG_INFO, "sluiced starting", "version=%s pid=%ld", SL_VERSION, (long)getpid());
+    warn_if_readable("--requirepass-file", a.cfg.requirepass_file);
+    warn_if_readable("--users-file", a.cfg.users_file);
+    if (sl_auth_required(a.srv.auth))
+        sl_log(SL_LOG_INFO, "authentication on", "users=%d fail_limit=%lld/%lldms",
+               sl_auth_nusers(a.srv.auth), (long long)a.cfg.auth_fail_max,
+               (long long)a.cfg.auth_fail_window_ms);
+    if (beyond_loopback(&a.cfg) != NULL && sl_auth_required(a.srv.auth))
+        sl_log(SL_LOG_WARN,
+               "listening beyond loopback: passwords and limits cross the network "
+               "in clear (no TLS on this port)",
+               "addr=%s", beyond_loopback(&a.cfg));
+    else if (beyond_loopback(&a.cfg) != NULL)
+        sl_log(SL_LOG_WARN, "listening beyond loopback without a password (--protected-mode no)",
+               "addr=%s", beyond_loopback(&a.cfg));
 
     sl_store_opts so;
     memset(&so, 0, sizeof so);
@@ -318,6 +395,7 @@ int main(int argc, char **argv)
     sl_backend_free(a.srv.backend);
     sl_stats_free(&a.srv.stats);
     sl_store_free(a.srv.store);
+    sl_auth_free(a.srv.auth);
     sl_log(SL_LOG_INFO, "bye", "status=%d", status);
     return status;
 }

@@ -388,7 +388,9 @@ class Server:
         while time.monotonic() < until:
             try:
                 with RawConn(self.port, timeout=2) as c:
-                    if c.cmd("PING", timeout=2) == b"PONG":
+                    v = c.cmd("PING", timeout=2)
+                    # with a password configured, NOAUTH is its answer
+                    if v == b"PONG" or v == RespError("NOAUTH Authentication required."):
                         return self
             except (OSError, EOFError, TimeoutError):
                 pass

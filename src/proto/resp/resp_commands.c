@@ -11,6 +11,15 @@
  *
  * Every bad argument gets a "-ERR ..." reply naming what is wrong, and the
  * backend is not asked: everything is checked before a decision.
+ *
+ * Who may run what (auth.h): each connection remembers the user it logged
+ * in as (sl_conn_pdata); each row of the table names the command group it
+ * needs.  Before a login, with a password configured, only AUTH, HELLO and
+ * QUIT run; every other command, known or not, answers "-NOAUTH
+ * Authentication required." (SPEC section 7).  A logged-in user without the
+ * command's group gets Redis 7.0's "-NOPERM this user has no permissions to
+ * run the 'x' command".  File paths in INFO and RL.RULES are shown to
+ * admin users only.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -20,6 +29,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "live.h"
 #include "proto.h"
 #include "resp.h"
@@ -33,7 +43,20 @@ typedef struct req {
     sl_svc_ctx *x;
     const sl_resp_cmd *cmd;
     int64_t now;
+    const sl_auth_user *who; /* the connection's user; NULL: not logged in */
 } req;
+
+/* What a non-admin user sees in place of a file path. */
+#define HIDDEN "(hidden: admin only)"
+
+static int is_admin(const req *q) { return q->who != NULL && (q->who->groups & SL_AUTH_ADMIN); }
+
+/* A file path as q's user may see it: admins see it, others HIDDEN (an
+ * unset path stays ""). */
+static const char *path_for(const req *q, const char *path)
+{
+    return path[0] == '\0' || is_admin(q) ? path : HIDDEN;
+}
 
 /* Writes an error reply into slot s and counts it. */
 static void slot_err(sl_svc_ctx *x, sl_slot *s, const char *msg)
@@ -63,6 +86,16 @@ static void err_reply(req *q, const char *fmt, ...)
     va_end(ap);
     sl_slot *s = sl_conn_slot(q->c);
     if (s != NULL) slot_err(q->x, s, msg);
+}
+
+/* A whole error line ("-CODE text\r\n") as this request's reply. */
+static void raw_err(req *q, const char *line)
+{
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_resp_raw(sl_slot_buf(s), line);
+    sl_stat_inc(&q->x->st->errors, 1);
+    sl_slot_done(s);
 }
 
 static int arg_is(const sl_resp_arg *a, const char *lit)
@@ -361,6 +394,19 @@ static void on_reload(void *arg, const sl_svc_reply *r)
     sl_slot_done(s);
 }
 
+/* A rules file's name as q's user may see it: admins the path, others the
+ * name below the rules path (or its last component), which says nothing of
+ * where on the system it lives. */
+static const char *rules_file_for(const req *q, const char *root, const char *file)
+{
+    if (is_admin(q)) return file;
+    size_t n = strlen(root);
+    if (n > 0 && strncmp(file, root, n) == 0 && file[n] == '/' && file[n + 1] != '\0')
+        return file + n + 1;
+    const char *slash = strrchr(file, '/');
+    return slash != NULL && slash[1] != '\0' ? slash + 1 : file;
+}
+
 /* RL.RULES: what is serving, as a flat map:
  *   version N  loaded_at_ms T  path P  reloads N  reload_failures N
  *   last_error E ("" if the last reload worked)  last_error_at_ms T
@@ -368,7 +414,9 @@ static void on_reload(void *arg, const sl_svc_reply *r)
  *             shadow_over, elastic], ...]], ...]
  * RL.RULES RELOAD: reloads (on the reload thread: the reply comes later);
  * replies the new version, or an error with FILE:LINE:COLUMN (the old
- * rules keep serving). */
+ * rules keep serving).  RELOAD is for admin users (the table); for the
+ * others the listing hides the paths: path and last_error read HIDDEN, and
+ * each domain's file its name in the folder. */
 static void cmd_rules(req *q)
 {
     const sl_resp_cmd *c = q->cmd;
@@ -397,14 +445,15 @@ static void cmd_rules(req *q)
     sl_resp_int(out, (long long)sl_rules_generation(r));
     sl_resp_bulk_str(out, "loaded_at_ms");
     sl_resp_int(out, sl_rules_loaded_at_ms(r));
+    const char *root = sl_live_path(x->srv->live);
     sl_resp_bulk_str(out, "path");
-    sl_resp_bulk_str(out, sl_live_path(x->srv->live));
+    sl_resp_bulk_str(out, path_for(q, root));
     sl_resp_bulk_str(out, "reloads");
     sl_resp_int(out, (long long)li.reloads);
     sl_resp_bulk_str(out, "reload_failures");
     sl_resp_int(out, (long long)li.failures);
     sl_resp_bulk_str(out, "last_error");
-    sl_resp_bulk_str(out, li.last_error);
+    sl_resp_bulk_str(out, path_for(q, li.last_error)); /* it names the file */
     sl_resp_bulk_str(out, "last_error_at_ms");
     sl_resp_int(out, li.last_error_ms);
     sl_resp_bulk_str(out, "domains");
@@ -416,7 +465,7 @@ static void cmd_rules(req *q)
         int nlim = list_limits(&dom, &d->root);
         sl_resp_raw(out, "*3\r\n");
         sl_resp_bulk(out, d->name, d->namelen);
-        sl_resp_bulk_str(out, d->file);
+        sl_resp_bulk_str(out, rules_file_for(q, root, d->file));
         sl_resp_array(out, nlim);
         sl_buf_add(out, dom.p ? dom.p : "", dom.len);
         free(dom.p);
@@ -483,7 +532,9 @@ static void cmd_info(req *q)
         info_line(&b, "threads", (unsigned long long)srv->nworkers);
         info_text(&b, "backend", srv->backend->ops->name);
         info_text(&b, "trust_client_time", cfg->trust_client_time ? "yes" : "no");
-        info_text(&b, "config_file", cfg->config_file);
+        info_text(&b, "config_file", path_for(q, cfg->config_file));
+        info_text(&b, "auth_required", sl_auth_required(srv->auth) ? "yes" : "no");
+        info_text(&b, "protected_mode", cfg->protected_mode ? "yes" : "no");
         sl_resp_raw(&b, "\r\n");
     }
     if (wants(c, "clients")) {
@@ -525,6 +576,12 @@ static void cmd_info(req *q)
         info_line(&b, "checks_denied", sum.checks_denied);
         info_line(&b, "evicted_keys", bs.evictions);
         info_line(&b, "expired_keys", bs.expired);
+        sl_auth_stats as;
+        sl_auth_stats_get(srv->auth, &as);
+        info_line(&b, "auth_ok", as.ok);
+        info_line(&b, "acl_access_denied_auth", as.failed);    /* Redis's name: failed logins */
+        info_line(&b, "acl_access_denied_cmd", as.denied_cmd); /* NOPERM replies */
+        info_line(&b, "auth_blocked", as.blocked);
         sl_resp_raw(&b, "\r\n");
     }
     if (wants(c, "latency")) {
@@ -560,14 +617,14 @@ static void cmd_info(req *q)
         if (srv->live != NULL) {
             sl_live_info li;
             sl_live_info_get(srv->live, &li);
-            info_text(&b, "rules_path", sl_live_path(srv->live));
+            info_text(&b, "rules_path", path_for(q, sl_live_path(srv->live)));
             info_line(&b, "rules_version", li.version);
             info_line(&b, "rules_loaded_at_ms", (unsigned long long)li.loaded_at_ms);
             info_line(&b, "rules_domains", (unsigned long long)li.ndomains);
             info_line(&b, "rules_descriptors", (unsigned long long)li.ndescriptors);
             info_line(&b, "rules_reloads", li.reloads);
             info_line(&b, "rules_reload_failures", li.failures);
-            info_text(&b, "rules_last_error", li.last_error);
+            info_text(&b, "rules_last_error", path_for(q, li.last_error));
             info_line(&b, "rules_last_error_at_ms", (unsigned long long)li.last_error_ms);
             info_text(&b, "rules_watch", li.watching ? "inotify" : "off");
         } else {
@@ -586,7 +643,7 @@ static void cmd_info(req *q)
     }
     if (wants(c, "persistence")) {
         sl_resp_raw(&b, "# Persistence\r\n");
-        info_text(&b, "snapshot_file", cfg->snapshot);
+        info_text(&b, "snapshot_file", path_for(q, cfg->snapshot));
         info_line(&b, "snapshot_interval_ms", (unsigned long long)cfg->snapshot_interval_ms);
         info_line(&b, "snapshots_written", atomic_load(&srv->saves));
         info_line(&b, "last_snapshot_unix_ms", (unsigned long long)atomic_load(&srv->last_save_ms));
@@ -636,16 +693,93 @@ static void cmd_ping(req *q)
 static void cmd_echo(req *q) { reply_bulk(q, &q->cmd->argv[1]); }
 static void cmd_quit(req *q) { reply_raw(q, "+OK\r\n"); }
 
+/* ---- AUTH and HELLO ---------------------------------------------------------- */
+
+/* Logs q's connection in as user with pass, at the server's clock (q->now;
+ * never a client's AT).  On success the connection and q are that user and
+ * 0 is returned; otherwise the error is q's reply and -1 is returned:
+ * Redis's WRONGPASS, or, for an address with too many recent failures, an
+ * error that says when to retry (the password is then not looked at). */
+static int login(req *q, const sl_resp_arg *user, const sl_resp_arg *pass)
+{
+    sl_auth *a = q->x->srv->auth;
+    const sl_auth_user *u = NULL;
+    int64_t retry = 0;
+    char host[64];
+    const char *peer = sl_conn_peer_host(q->c, host, sizeof host);
+    int rc;
+    if (a != NULL)
+        rc = sl_auth_login(a, peer, user->p, user->len, pass->p, pass->len, q->now, &u, &retry);
+    else /* no auth configured: "default" is a user without a password */
+        rc = arg_is(user, "default") ? (u = sl_auth_anonymous(NULL), SL_AUTH_OK) : SL_AUTH_WRONG;
+    if (rc == SL_AUTH_OK) {
+        sl_conn_set_pdata(q->c, u);
+        q->who = u;
+        return 0;
+    }
+    if (rc == SL_AUTH_BLOCKED) {
+        const sl_config *cfg = q->x->srv->cfg;
+        err_reply(q,
+                  "too many failed logins from %s: retry in %lld ms (at most %lld failures per "
+                  "%lld ms; this password was not checked)",
+                  peer ? peer : "this client", (long long)retry, (long long)cfg->auth_fail_max,
+                  (long long)cfg->auth_fail_window_ms);
+        return -1;
+    }
+    raw_err(q, "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+    return -1;
+}
+
+/* AUTH password | AUTH username password, as Redis: the one-argument form
+ * logs in as "default". */
+static void cmd_auth(req *q)
+{
+    static const sl_resp_arg dflt = {"default", 7};
+    const sl_resp_cmd *c = q->cmd;
+    if (c->argc > 3) {
+        err_reply(q, "syntax error");
+        return;
+    }
+    if (c->argc == 2 && !sl_auth_required(q->x->srv->auth)) {
+        err_reply(q, "AUTH <password> called without any password configured for the default "
+                     "user. Are you sure your configuration is correct?");
+        return;
+    }
+    const sl_resp_arg *user = c->argc == 2 ? &dflt : &c->argv[1];
+    if (login(q, user, &c->argv[c->argc - 1]) == 0) reply_raw(q, "+OK\r\n");
+}
+
+/* HELLO [2 [AUTH username password] [SETNAME name]]: as Redis 7.0, the
+ * version is checked first (only 2: RESP3 is not spoken yet), then AUTH
+ * logs in; a connection not logged in by then gets NOAUTH.  SETNAME is
+ * accepted and not kept, as CLIENT SETNAME. */
 static void cmd_hello(req *q)
 {
     const sl_resp_cmd *c = q->cmd;
+    char qb[80];
     if (c->argc >= 2 && !arg_is(&c->argv[1], "2")) {
-        reply_raw(q, "-NOPROTO sluiced speaks RESP2 only (HELLO 2)\r\n");
-        sl_stat_inc(&q->x->st->errors, 1);
+        raw_err(q, "-NOPROTO sluiced speaks RESP2 only (HELLO 2)\r\n");
         return;
     }
-    if (c->argc > 2) {
-        err_reply(q, "HELLO takes only the protocol version (no AUTH or SETNAME)");
+    const sl_resp_arg *user = NULL, *pass = NULL;
+    for (int i = 2; i < c->argc; i++) {
+        int more = c->argc - 1 - i;
+        if (arg_is(&c->argv[i], "AUTH") && more >= 2) {
+            user = &c->argv[i + 1];
+            pass = &c->argv[i + 2];
+            i += 2;
+        } else if (arg_is(&c->argv[i], "SETNAME") && more >= 1) {
+            i++;
+        } else {
+            err_reply(q, "Syntax error in HELLO option '%s'", quote(qb, sizeof qb, &c->argv[i]));
+            return;
+        }
+    }
+    if (user != NULL && login(q, user, pass) != 0) return;
+    if (q->who == NULL) {
+        raw_err(q, "-NOAUTH HELLO must be called with the client already authenticated, "
+                   "otherwise the HELLO AUTH <user> <pass> option can be used to authenticate "
+                   "the client and select the RESP protocol version at the same time\r\n");
         return;
     }
     sl_slot *s;
@@ -714,24 +848,48 @@ static void cmd_command(req *q);
 
 /* ---- the table -------------------------------------------------------------- */
 
-#define F_CLOSE 1u /* close the connection after the reply (QUIT) */
+#define F_CLOSE  1u /* close the connection after the reply (QUIT) */
+#define F_NOAUTH 2u /* runs before a login (AUTH, HELLO, QUIT) */
+
+/* The groups of auth.h, short; 0: any logged-in user. */
+#define G_DECIDE SL_AUTH_DECIDING
+#define G_READ   SL_AUTH_READING
+#define G_ADMIN  SL_AUTH_ADMIN
+
+/* A subcommand that needs another group than its command. */
+typedef struct subcommand {
+    const char *name; /* lower case; NOPERM names it "command|sub", as Redis */
+    unsigned group;
+} subcommand;
 
 typedef struct command {
     const char *name; /* lower case, as COMMAND lists it */
     int arity;        /* Redis's convention: N exactly, -N at least N (the name counts) */
     int first_key;    /* for COMMAND: position of the key, 0 = none */
-    unsigned flags;
+    unsigned flags;   /* F_* */
+    unsigned group;   /* G_*: what a user needs to run it; 0 = any logged-in user */
     void (*run)(req *q);
+    const subcommand *subs; /* argv[1] values with a group of their own; NULL-ended */
 } command;
 
+static const subcommand rules_subs[] = {{"reload", G_ADMIN}, {NULL, 0}};
+
 static const command commands[] = {
-    {"rl.allow", -4, 1, 0, cmd_allow}, {"rl.peek", -4, 1, 0, cmd_peek},
-    {"rl.reset", -2, 1, 0, cmd_reset}, {"rl.check", -5, 0, 0, cmd_check},
-    {"rl.rules", -1, 0, 0, cmd_rules}, {"ping", -1, 0, 0, cmd_ping},
-    {"echo", 2, 0, 0, cmd_echo},       {"quit", -1, 0, F_CLOSE, cmd_quit},
-    {"info", -1, 0, 0, cmd_info},      {"command", -1, 0, 0, cmd_command},
-    {"hello", -1, 0, 0, cmd_hello},    {"client", -2, 0, 0, cmd_client},
-    {"select", 2, 0, 0, cmd_select},   {"config", -2, 0, 0, cmd_config},
+    {"rl.allow", -4, 1, 0, G_DECIDE, cmd_allow, NULL},
+    {"rl.peek", -4, 1, 0, G_READ, cmd_peek, NULL},
+    {"rl.reset", -2, 1, 0, G_ADMIN, cmd_reset, NULL},
+    {"rl.check", -5, 0, 0, G_DECIDE, cmd_check, NULL},
+    {"rl.rules", -1, 0, 0, G_READ, cmd_rules, rules_subs},
+    {"ping", -1, 0, 0, 0, cmd_ping, NULL},
+    {"echo", 2, 0, 0, 0, cmd_echo, NULL},
+    {"quit", -1, 0, F_CLOSE | F_NOAUTH, 0, cmd_quit, NULL},
+    {"info", -1, 0, 0, G_READ, cmd_info, NULL},
+    {"command", -1, 0, 0, G_READ, cmd_command, NULL},
+    {"hello", -1, 0, F_NOAUTH, 0, cmd_hello, NULL},
+    {"auth", -2, 0, F_NOAUTH, 0, cmd_auth, NULL},
+    {"client", -2, 0, 0, 0, cmd_client, NULL},
+    {"select", 2, 0, 0, 0, cmd_select, NULL},
+    {"config", -2, 0, 0, 0, cmd_config, NULL},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -782,15 +940,47 @@ static void cmd_command(req *q)
 
 /* Runs one parsed command; returns SL_PROTO_CLOSE after QUIT, else
  * SL_PROTO_AGAIN. */
+/* May q's user run command k with q's arguments?  If not, the reply
+ * (NOPERM, naming the command or "command|sub" as Redis 7.0 does) is
+ * written and 0 returned. */
+static int permitted(req *q, const command *k)
+{
+    unsigned need = k->group;
+    const char *sub = NULL;
+    if (k->subs != NULL && q->cmd->argc >= 2) {
+        for (const subcommand *sc = k->subs; sc->name != NULL; sc++) {
+            if (arg_is(&q->cmd->argv[1], sc->name)) {
+                need = sc->group;
+                sub = sc->name;
+                break;
+            }
+        }
+    }
+    if (need == 0 || (q->who != NULL && (q->who->groups & need) == need)) return 1;
+    sl_auth_count_denied(q->x->srv->auth);
+    char line[160];
+    snprintf(line, sizeof line,
+             "-NOPERM this user has no permissions to run the '%s%s%s' command\r\n", k->name,
+             sub ? "|" : "", sub ? sub : "");
+    raw_err(q, line);
+    return 0;
+}
+
 static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
 {
-    req q = {c, sl_conn_svc(c), cmd, now};
+    req q = {c, sl_conn_svc(c), cmd, now, sl_conn_pdata(c)};
+    if (q.who == NULL) q.who = sl_auth_anonymous(q.x->srv->auth);
     sl_stat_inc(&q.x->st->commands, 1);
     const command *k = lookup(&cmd->argv[0]);
+    if (q.who == NULL && (k == NULL || !(k->flags & F_NOAUTH))) {
+        raw_err(&q, "-NOAUTH Authentication required.\r\n");
+        return SL_PROTO_AGAIN;
+    }
     if (k == NULL) {
         unknown(&q, &cmd->argv[0]);
         return SL_PROTO_AGAIN;
     }
+    if (!permitted(&q, k)) return SL_PROTO_AGAIN;
     /* RL.CHECK says "no rules" before it looks at its arguments */
     if (k->run == cmd_check && sl_svc_rules(q.x, NULL) == NULL) {
         err_reply(&q, "%s", sl_svc_no_rules);

@@ -1,0 +1,269 @@
+/*
+ * fuzz_auth.c -- libFuzzer target for the AUTH / HELLO path: arbitrary
+ * bytes run through the RESP module (src/proto/resp/resp_commands.c) on a
+ * fresh detached connection of a server with a password file and a users
+ * file (src/server/auth.c), one command at a time, each checked against a
+ * small model of who the connection is:
+ *   - it starts logged out; it becomes user U only by an AUTH or HELLO 2
+ *     AUTH naming U with one of U's passwords while its address has fewer
+ *     than FAILS failures, and a failed login leaves it as it was
+ *     (sl_conn_pdata is compared with the model after every command);
+ *   - logged out, every command but AUTH, HELLO and QUIT answers exactly
+ *     "-NOAUTH Authentication required.";
+ *   - logged in, a command outside the user's groups answers "-NOPERM ...",
+ *     and a NOPERM answers only such a command;
+ *   - a wrong login answers exactly WRONGPASS, and past FAILS failures a
+ *     login answers "too many failed logins" whatever the password;
+ *   - no reply to a non-admin user holds a file path (the config and
+ *     snapshot paths below), and every command gets a reply.
+ * Any broken promise aborts, so libFuzzer keeps the input.
+ *
+ * Each input gets a server of its own (users, stores, service context),
+ * freed after it: inputs do not depend on each other, and libFuzzer's leak
+ * check sees every allocation an input leaves behind.  (A store kept alive
+ * across inputs would also trip it falsely: a sliding log's buffer pointer
+ * sits unaligned inside its record, where LeakSanitizer does not look.)
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "auth.h"
+#include "backend_local.h"
+#include "net.h"
+#include "resp.h"
+#include "resp_commands.h"
+#include "service.h"
+
+#define FAILS      5 /* --auth-fail-limit FAILS/1s */
+#define SECRET_DIR "/secret-dir-of-the-fuzzer"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static sl_config cfg;
+static sl_srv srv;
+static sl_svc_ctx svc;
+static sl_buf sink;
+static sl_resp_cmd cmd;
+static const int64_t now = 1000000000000;
+static char pass_file[] = "/tmp/fuzz-auth-pass-XXXXXX",
+            users_file[] = "/tmp/fuzz-auth-users-XXXXXX";
+
+/* The model's users: the files below say the same. */
+static const struct {
+    const char *name, *pass, *pass2;
+    unsigned groups;
+    int on;
+} users[] = {
+    {"default", "pw", NULL, SL_AUTH_ALL, 1}, {"dec", "d", NULL, SL_AUTH_DECIDING, 1},
+    {"rd", "r", "r2", SL_AUTH_READING, 1},   {"adm", "a", NULL, SL_AUTH_ADMIN, 1},
+    {"off", "o", NULL, SL_AUTH_ALL, 0},
+};
+#define NUSERS (sizeof users / sizeof users[0])
+
+static void die(const char *why)
+{
+    fprintf(stderr, "fuzz_auth: %s\n", why);
+    __builtin_trap();
+}
+
+static void write_file(char *path, const char *text)
+{
+    int fd = mkstemp(path);
+    if (fd < 0 || write(fd, text, strlen(text)) != (ssize_t)strlen(text)) die("temp file");
+    close(fd);
+}
+
+static void remove_files(void)
+{
+    unlink(pass_file);
+    unlink(users_file);
+}
+
+/* Once: the two files (removed at exit). */
+static void setup_files(void)
+{
+    char text[512], hex[2 * SL_AUTH_DIGEST + 1];
+    unsigned char d[SL_AUTH_DIGEST];
+    sl__auth_sha256("r2", 2, d);
+    for (int i = 0; i < SL_AUTH_DIGEST; i++) sprintf(hex + 2 * i, "%02x", d[i]);
+    write_file(pass_file, "pw\n");
+    snprintf(text, sizeof text,
+             "user dec >d +deciding\nuser rd >r #%s +reading\nuser adm >a +admin\n"
+             "user off off >o +all\n",
+             hex);
+    write_file(users_file, text);
+    atexit(remove_files);
+}
+
+/* Per input: a server with those users and empty stores. */
+static void setup(void)
+{
+    char err[512];
+    memset(&cfg, 0, sizeof cfg);
+    memset(&srv, 0, sizeof srv);
+    sl_auth_opts o = {pass_file, users_file, FAILS, 1000};
+    srv.auth = sl_auth_new(&o, err, sizeof err);
+    if (srv.auth == NULL) die(err);
+    cfg.max_command = 1 << 20;
+    cfg.auth_fail_max = FAILS;
+    cfg.auth_fail_window_ms = 1000;
+    strcpy(cfg.config_file, SECRET_DIR "/sluiced.conf");
+    strcpy(cfg.snapshot, SECRET_DIR "/state.snap");
+    srv.cfg = &cfg;
+    sl_store_opts so = {0};
+    so.max_bytes = 64u << 20;
+    srv.store = sl_store_new(&so, NULL);
+    srv.backend = srv.store ? sl_backend_local_new(srv.store) : NULL;
+    srv.nworkers = 1;
+    if (srv.backend == NULL || sl_stats_init(&srv.stats, 1) != 0 ||
+        sl_svc_ctx_init(&svc, &srv, 0, NULL, err, sizeof err) != 0)
+        die("setup");
+}
+
+static void teardown(void)
+{
+    sl_svc_ctx_done(&svc);
+    sl_backend_free(srv.backend);
+    sl_stats_free(&srv.stats);
+    sl_store_free(srv.store);
+    sl_auth_free(srv.auth);
+    free(sink.p);
+    memset(&sink, 0, sizeof sink);
+}
+
+static int is(const sl_resp_arg *a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a->len == n && strncasecmp(a->p, lit, n) == 0;
+}
+
+static int same(const sl_resp_arg *a, const char *lit)
+{
+    return lit != NULL && a->len == strlen(lit) && memcmp(a->p, lit, a->len) == 0;
+}
+
+/* The user u names with password p, or -1. */
+static int check(const sl_resp_arg *u, const sl_resp_arg *p)
+{
+    for (size_t i = 0; i < NUSERS; i++)
+        if (same(u, users[i].name))
+            return users[i].on && (same(p, users[i].pass) || same(p, users[i].pass2)) ? (int)i : -1;
+    return -1;
+}
+
+/* The group a command needs (0: any logged-in user); -1 unknown. */
+static int group_of(const sl_resp_cmd *c)
+{
+    const sl_resp_arg *n = &c->argv[0];
+    if (is(n, "rl.allow") || is(n, "rl.check")) return SL_AUTH_DECIDING;
+    if (is(n, "rl.rules"))
+        return c->argc >= 2 && is(&c->argv[1], "reload") ? SL_AUTH_ADMIN : SL_AUTH_READING;
+    if (is(n, "rl.peek") || is(n, "info") || is(n, "command")) return SL_AUTH_READING;
+    if (is(n, "rl.reset")) return SL_AUTH_ADMIN;
+    static const char *const any[] = {"ping", "echo",   "quit",   "hello",
+                                      "auth", "client", "select", "config"};
+    for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
+        if (is(n, any[i])) return 0;
+    return -1;
+}
+
+static int starts(const char *r, size_t n, const char *lit)
+{
+    return n >= strlen(lit) && memcmp(r, lit, strlen(lit)) == 0;
+}
+
+static const char noauth[] = "-NOAUTH Authentication required.\r\n";
+static const char wrongpass[] =
+    "-WRONGPASS invalid username-password pair or user is disabled.\r\n";
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static int ready;
+    if (!ready) {
+        setup_files();
+        ready = 1;
+    }
+    setup();
+    sl_conn *c = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink);
+    if (c == NULL) die("out of memory");
+    int who = -1, fails = 0;
+    const char *buf = (const char *)data;
+    size_t off = 0;
+    while (off < size) {
+        size_t used = 0, fed = 0;
+        const char *perr = NULL;
+        int rc = sl_resp_parse(buf + off, size - off, 1 << 20, &cmd, &used, &perr);
+        if (rc != SL_RESP_OK) break; /* incomplete, or a protocol error: not this target's */
+        sink.len = 0;
+        int st = sl_conn_detached_feed(c, buf + off, used, now, &fed);
+        if (fed != used) die("a whole command was not consumed");
+        off += used;
+        if (cmd.argc == 0) {
+            if (sink.len != 0) die("a reply to an empty line");
+            continue;
+        }
+        const char *r = sink.p;
+        size_t n = sink.len;
+        if (n == 0 || !strchr("+-:$*", r[0])) die("no reply");
+        int g = group_of(&cmd);
+        const sl_resp_arg *a = cmd.argv;
+        int is_auth = is(&a[0], "auth"), is_hello = is(&a[0], "hello");
+        int was = who;
+
+        /* what the model expects of a login */
+        const sl_resp_arg *u = NULL, *p = NULL;
+        int syntax_ok = 1;
+        if (is_auth && cmd.argc >= 2 && cmd.argc <= 3) {
+            static const sl_resp_arg dflt = {"default", 7};
+            u = cmd.argc == 2 ? &dflt : &a[1];
+            p = &a[cmd.argc - 1];
+        } else if (is_hello && (cmd.argc < 2 || same(&a[1], "2"))) {
+            for (int i = 2; i < cmd.argc && syntax_ok; i++) {
+                int more = cmd.argc - 1 - i;
+                if (is(&a[i], "auth") && more >= 2) {
+                    u = &a[i + 1];
+                    p = &a[i + 2];
+                    i += 2;
+                } else if (is(&a[i], "setname") && more >= 1) {
+                    i++;
+                } else {
+                    syntax_ok = 0;
+                }
+            }
+            if (!syntax_ok) u = p = NULL;
+        }
+        if (u != NULL) {
+            if (fails >= FAILS) {
+                if (!starts(r, n, "-ERR too many failed logins from")) die("not blocked");
+            } else if (check(u, p) >= 0) {
+                who = check(u, p);
+                if (is_auth && !(n == 5 && memcmp(r, "+OK\r\n", 5) == 0)) die("AUTH not +OK");
+            } else {
+                fails++;
+                if (n != sizeof wrongpass - 1 || memcmp(r, wrongpass, n) != 0) die("not WRONGPASS");
+            }
+        }
+        const sl_auth_user *got = sl_conn_pdata(c);
+        if (who < 0 ? got != NULL : got == NULL || strcmp(got->name, users[who].name) != 0)
+            die("the connection is not who the model says");
+
+        if (was < 0 && !is_auth && !is_hello && !is(&a[0], "quit")) {
+            if (n != sizeof noauth - 1 || memcmp(r, noauth, n) != 0) die("not NOAUTH");
+        } else if (was >= 0 && g > 0) {
+            int allowed = (users[was].groups & (unsigned)g) != 0;
+            if (allowed == starts(r, n, "-NOPERM")) die("NOPERM where allowed, or not where not");
+        }
+        if (starts(r, n, "-NOPERM") && !(was >= 0 && g > 0)) die("NOPERM out of place");
+        if ((was < 0 || !(users[was].groups & SL_AUTH_ADMIN)) && memmem(r, n, SECRET_DIR, 10) &&
+            !memmem(buf + off - used, used, SECRET_DIR, 10)) /* not an echo of the request */
+            die("a path shown to a non-admin");
+        if (st == SL_PROTO_CLOSE) break; /* QUIT */
+    }
+    sl_conn_detached_free(c);
+    teardown();
+    return 0;
+}
