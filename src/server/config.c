@@ -37,6 +37,7 @@ enum opt_id {
     OPT_CAPACITY,
     OPT_SNAPSHOT_INTERVAL,
     OPT_TRUST_CLIENT_TIME,
+    OPT_MAX_CLIENT_SKEW,
     OPT_LOG_LEVEL,
     OPT_CONFIG,
     OPT_HELP,
@@ -82,6 +83,7 @@ static const opt opts[] = {
     {"capacity", OPT_CAPACITY, K_STRING, 0, 0, 1},
     {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
     {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
+    {"max-client-skew", OPT_MAX_CLIENT_SKEW, K_DURATION, 0, 0, 1},
     {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
     {"config", OPT_CONFIG, K_STRING, 0, 0, 0},
     {"help", OPT_HELP, K_NONE, 0, 0, 0},
@@ -103,6 +105,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->idle_timeout_ms = 300000;
     cfg->send_timeout_ms = 60000;
     cfg->snapshot_interval_ms = 60000;
+    cfg->max_client_skew_ms = 3600000;
     cfg->log_level = SL_LOG_INFO;
     cfg->watch_rules = 1;
 }
@@ -262,7 +265,9 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         break;
     case K_DURATION:
         if (parse_duration(v, vlen, &x, &needs_unit) != 0) {
-            const char *zero = op->id == OPT_SNAPSHOT_INTERVAL ? "only at shutdown" : "never";
+            const char *zero = op->id == OPT_SNAPSHOT_INTERVAL ? "only at shutdown"
+                               : op->id == OPT_MAX_CLIENT_SKEW ? "no bound"
+                                                               : "never";
             if (needs_unit)
                 fail(err, errlen, o,
                      "invalid %s%s '%s': give a unit (ms, s, m, h or d), or 0 for %s", d, op->name,
@@ -288,6 +293,7 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_IDLE_TIMEOUT: c->idle_timeout_ms = x; break;
     case OPT_SEND_TIMEOUT: c->send_timeout_ms = x; break;
     case OPT_SNAPSHOT_INTERVAL: c->snapshot_interval_ms = x; break;
+    case OPT_MAX_CLIENT_SKEW: c->max_client_skew_ms = x; break;
     case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
     case OPT_SNAPSHOT:
     case OPT_RULES:
@@ -542,6 +548,8 @@ void sl_config_usage(FILE *f)
           "  --capacity N/DUR        spare-capacity pool for `elastic` rules: N requests\n"
           "                          per DUR through RL.CHECK in all (default: none)\n"
           "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"
+          "  --max-client-skew DUR   with --trust-client-time, refuse AT t more than DUR\n"
+          "                          ahead of the server's clock (default 1h; 0 = no bound)\n"
           "  --config FILE           read options from FILE; flags override it\n"
           "  --log-level LEVEL       debug, info, warn or error (default info)\n"
           "  --help                  show this text\n"
