@@ -17,6 +17,8 @@ libhiredis-dev
 python3-redis
 libyaml-dev
 liburcu-dev
+faketime
+libfaketime
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -28,6 +30,8 @@ liburcu-dev
 #   libyaml-dev      rules files (src/rules): the YAML parser
 #   liburcu-dev      the store's lock-free readers: freeing what they may
 #                    still see (src/lib/reclaim.h)
+#   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
+#                    (LD_PRELOAD of libfaketime.so.1)
 
 set -eu
 

@@ -391,7 +391,8 @@ class TestClientSkew(ServerTestCase):
         now = wall_ms()
         with self.srv.raw() as c:
             self.assertEqual(c.cmd("RL.ALLOW", "past", 1, "1h", "AT", 1), [1, 1, 0, 0, HOUR_MS, 0])
-            self.assertEqual(c.cmd("RL.ALLOW", "past2", 1, "1h", "AT", now), [1, 1, 0, 0, HOUR_MS, 0])
+            self.assertEqual(c.cmd("RL.ALLOW", "past2", 1, "1h", "AT", now),
+                             [1, 1, 0, 0, HOUR_MS, 0])
             self.assertEqual(c.cmd("RL.ALLOW", "past2", 1, "1h", "AT", now - 10 * HOUR_MS),
                              [0, 1, 0, HOUR_MS, HOUR_MS, 0], "decided at the key's latest time")
 
