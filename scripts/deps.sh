@@ -31,7 +31,7 @@ libfaketime
 #   liburcu-dev      the store's lock-free readers: freeing what they may
 #                    still see (src/lib/reclaim.h)
 #   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
-#                    (LD_PRELOAD of libfaketime.so.1)
+#                    (LD_PRELOAD of libfaketimeMT.so.1)
 
 set -eu
 

@@ -5,7 +5,9 @@ clock in either direction changes no decision; with --trust-client-time,
 refused and nothing is decided.
 
 The wall clock is stepped with Debian's libfaketime: sluiced runs with
-LD_PRELOAD of it, FAKETIME_TIMESTAMP_FILE names a file holding an offset in
+LD_PRELOAD of it (libfaketimeMT.so.1, the variant for threaded programs:
+the plain libfaketime.so.1 races on its own state between sluiced's
+threads, which TSan reports), FAKETIME_TIMESTAMP_FILE names a file holding an offset in
 seconds ("+0", "-3600") that the test rewrites, FAKETIME_NO_CACHE=1 makes
 every clock read see the file as it is, and FAKETIME_DONT_FAKE_MONOTONIC=1
 leaves the monotonic clocks (CLOCK_BOOTTIME among them) alone: only the
@@ -38,14 +40,14 @@ HOUR_MS = 3600000
 
 
 def faketime_lib():
-    """Debian's libfaketime.so.1 (package libfaketime, scripts/deps.sh)."""
+    """Debian's libfaketimeMT.so.1 (package libfaketime, scripts/deps.sh)."""
     try:
         out = subprocess.run(["dpkg", "-L", "libfaketime"], capture_output=True, text=True,
                              timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
         out = ""
     for line in out.splitlines():
-        if line.endswith("/libfaketime.so.1"):
+        if line.endswith("/libfaketimeMT.so.1"):
             return line
     raise AssertionError("libfaketime is not installed: run scripts/deps.sh")
 
