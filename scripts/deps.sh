@@ -18,6 +18,8 @@ python3-redis
 libyaml-dev
 liburcu-dev
 libssl-dev
+faketime
+libfaketime
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -31,6 +33,8 @@ libssl-dev
 #                    still see (src/lib/reclaim.h)
 #   libssl-dev       libcrypto: SHA-256 and constant-time compare of passwords
 #                    (src/server/auth.c)
+#   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
+#                    (LD_PRELOAD of libfaketimeMT.so.1)
 
 set -eu
 

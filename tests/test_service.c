@@ -143,15 +143,52 @@ static void values_name_the_problem(void **state)
     assert_int_equal(sl_svc_parse_limit("0", 1, &v, err, sizeof err), -1);
     assert_string_equal(err, "limit must be an integer between 1 and 1000000000000");
     assert_int_equal(sl_svc_parse_key("", 0, err, sizeof err), -1);
-    assert_int_equal(sl_svc_parse_at(&svc, "-5", 2, &v, err, sizeof err), 0);
+    assert_int_equal(sl_svc_parse_at(&svc, 0, "-5", 2, &v, err, sizeof err), 0);
     assert_int_equal(v, -5);
     cfg.trust_client_time = 0;
-    assert_int_equal(sl_svc_parse_at(&svc, "5", 1, &v, err, sizeof err), -1);
+    assert_int_equal(sl_svc_parse_at(&svc, 0, "5", 1, &v, err, sizeof err), -1);
     assert_non_null(strstr(err, "AT is refused"));
     cfg.trust_client_time = 1;
     char q[16];
     assert_string_equal(sl_svc_quote(q, sizeof q, "a\nb", 3), "a?b");
     assert_string_equal(sl_svc_quote(q, sizeof q, "0123456789abcdefghij", 20), "0123456789ab...");
+}
+
+/* AT t with --max-client-skew: at most the bound ahead of the server's
+ * clock (inclusive), any distance behind it; the refusal names t, how far
+ * ahead it is, the server's clock and the bound, and leaves *out alone. */
+static void at_skew_is_bounded(void **state)
+{
+    (void)state;
+    char err[SL_SVC_ERR], t[32];
+    int64_t now = 1800000000000, v = -1;
+    cfg.max_client_skew_ms = 3600000;
+    snprintf(t, sizeof t, "%lld", (long long)(now + 3600000));
+    assert_int_equal(sl_svc_parse_at(&svc, now, t, strlen(t), &v, err, sizeof err), 0);
+    assert_int_equal(v, now + 3600000);
+    v = -1;
+    snprintf(t, sizeof t, "%lld", (long long)(now + 3600001));
+    assert_int_equal(sl_svc_parse_at(&svc, now, t, strlen(t), &v, err, sizeof err), -1);
+    assert_string_equal(err, "AT 1800003600001 is 3600001 ms ahead of the server's clock "
+                             "(1800000000000); --max-client-skew allows at most 3600000 ms");
+    assert_int_equal(v, -1);
+    /* ten years ahead: refused; the far past: accepted (SPEC section 4) */
+    assert_int_equal(sl_svc_parse_at(&svc, now, "2115576000000", 13, &v, err, sizeof err), -1);
+    assert_non_null(strstr(err, "is 315576000000 ms ahead"));
+    assert_int_equal(sl_svc_parse_at(&svc, now, "1", 1, &v, err, sizeof err), 0);
+    assert_int_equal(v, 1);
+    assert_int_equal(sl_svc_parse_at(&svc, now, "-4611686018427387903", 20, &v, err, sizeof err),
+                     0);
+    /* a bound of 0 is none: the largest time the engine takes is accepted */
+    cfg.max_client_skew_ms = 0;
+    assert_int_equal(sl_svc_parse_at(&svc, now, "4611686018427387903", 19, &v, err, sizeof err), 0);
+    assert_int_equal(v, 4611686018427387903LL);
+    /* a server clock far from t does not overflow the difference */
+    cfg.max_client_skew_ms = 1;
+    assert_int_equal(sl_svc_parse_at(&svc, -4611686018427387903LL, "4611686018427387903", 19, &v,
+                                     err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "is 9223372036854775806 ms ahead"));
 }
 
 static void write_file(const char *path, const char *text)
@@ -246,6 +283,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(allow_counts_by_algorithm_and_outcome, setup, teardown),
         cmocka_unit_test_setup_teardown(latency_is_sampled, setup, teardown),
         cmocka_unit_test_setup_teardown(values_name_the_problem, setup, teardown),
+        cmocka_unit_test_setup_teardown(at_skew_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(rule_stats_survive_reloads, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,5 +1,6 @@
 /*
- * test_util.c -- the helpers of src/lib/util.h: the clocks, the byte-size
+ * test_util.c -- the helpers of src/lib/util.h: the clocks (the anchored
+ * clock sluiced decides on among them), the byte-size
  * parser both `sluiced` and `sluice replay` use (k = 1024), and the CPU
  * count (the affinity mask, the cgroup quota read from files this test
  * writes in a temporary folder).
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -34,6 +36,101 @@ static void test_clocks(void **state)
     assert_true(a <= b);
     assert_true(ns / 1000000 >= a && ns / 1000000 <= b);
     assert_true(sl__mono_ns() >= ns);
+}
+
+/* ---- the anchored clock -------------------------------------------------- */
+
+static int64_t boot_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_BOOTTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Runs first (main's order): nothing has anchored the clock yet, so its
+ * first reading anchors it to the wall clock. */
+static void test_clock_unanchored_reads_wall(void **state)
+{
+    (void)state;
+    int64_t s0 = sl__steady_ms(), w0 = sl__wall_ms(), c = sl__clock_ms(), w1 = sl__wall_ms();
+    assert_true(c >= w0 && c <= w1 + 1); /* (+1: the two clocks round apart) */
+    /* and that anchor holds: a second reading has moved by the steady time */
+    int64_t c2 = sl__clock_ms(), s1 = sl__steady_ms();
+    assert_true(c2 >= c && c2 - c <= s1 - s0);
+}
+
+/* The pure core: a reading is offset + steady time, and no wall time
+ * enters it -- which is why a wall-clock step changes nothing. */
+static void test_clock_pure(void **state)
+{
+    (void)state;
+    int64_t off = sl__clock_offset(1800000000000, 5000);
+    assert_int_equal(sl__clock_at(off, 5000), 1800000000000);
+    assert_int_equal(sl__clock_at(off, 5250), 1800000000250);
+    assert_int_equal(sl__clock_at(off, 4999), 1799999999999);
+    /* a steady clock near its zero and a time before 1970 both work */
+    off = sl__clock_offset(-1000, 0);
+    assert_int_equal(sl__clock_at(off, 3000), 2000);
+}
+
+/* The steady clock is CLOCK_BOOTTIME, which also counts a suspension. */
+static void test_steady_is_boottime(void **state)
+{
+    (void)state;
+    int64_t a = boot_ms(), s = sl__steady_ms(), b = boot_ms();
+    assert_true(a <= s && s <= b);
+}
+
+/* Anchored to a time far from the wall clock, it reads that time and then
+ * advances exactly as the steady clock does -- over a real pause, not a
+ * simulated one. */
+static void test_clock_anchor_follows_steady(void **state)
+{
+    (void)state;
+    const int64_t t = 1000000000000; /* 2001-09-09, far from the wall clock */
+    int64_t s0 = sl__steady_ms();
+    sl__clock_anchor(t);
+    int64_t c0 = sl__clock_ms(), s1 = sl__steady_ms();
+    assert_true(c0 >= t && c0 <= t + (s1 - s0));
+    struct timespec pause = {0, 30 * 1000000};
+    nanosleep(&pause, NULL);
+    int64_t sa = sl__steady_ms(), c1 = sl__clock_ms(), sb = sl__steady_ms();
+    /* c1 - c0 is the steady time between the readings, to the ms */
+    assert_true(c1 - c0 >= 30);
+    assert_true(c1 - c0 >= sa - s1 && c1 - c0 <= sb - s0);
+    /* anchoring again (a snapshot's later times) moves it there */
+    sl__clock_anchor(t + 3600000);
+    int64_t c2 = sl__clock_ms();
+    assert_true(c2 >= t + 3600000 && c2 <= t + 3600000 + 1000);
+}
+
+enum { CLOCK_READERS = 4, CLOCK_READS = 20000 };
+
+static void *read_clock(void *arg)
+{
+    int64_t *bad = arg, last = sl__clock_ms();
+    for (int i = 0; i < CLOCK_READS; i++) {
+        int64_t c = sl__clock_ms();
+        if (c < last) (*bad)++;
+        last = c;
+    }
+    return NULL;
+}
+
+/* Threads read it while it is anchored forward: each sees its time never
+ * run backwards (and TSan sees no race on the anchor). */
+static void test_clock_threads(void **state)
+{
+    (void)state;
+    pthread_t th[CLOCK_READERS];
+    int64_t bad[CLOCK_READERS] = {0};
+    for (int i = 0; i < CLOCK_READERS; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, read_clock, &bad[i]), 0);
+    sl__clock_anchor(sl__clock_ms() + 86400000); /* forward only: readers may see either */
+    for (int i = 0; i < CLOCK_READERS; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(bad[i], 0);
+    }
 }
 
 /* ---- sl__size_parse ----------------------------------------------------- */
@@ -277,7 +374,12 @@ static void test_cpu_count_follows_affinity(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_clock_unanchored_reads_wall), /* first: nothing anchored yet */
         cmocka_unit_test(test_clocks),
+        cmocka_unit_test(test_clock_pure),
+        cmocka_unit_test(test_steady_is_boottime),
+        cmocka_unit_test(test_clock_anchor_follows_steady),
+        cmocka_unit_test(test_clock_threads),
         cmocka_unit_test(test_size_accepts),
         cmocka_unit_test(test_size_rejects),
         cmocka_unit_test(test_size_takes_length),

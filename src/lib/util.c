@@ -1,10 +1,12 @@
 /*
- * util.c -- byte sizes and the CPU count for the programs around
- * libsluice (util.h).  Nothing here is called on a decision's path.
+ * util.c -- the anchored clock, byte sizes and the CPU count for the
+ * programs around libsluice (util.h).  Only the clock is read on a
+ * decision's path, by the server, once per loop turn.
  */
 #include "util.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <sched.h>
@@ -14,6 +16,43 @@
 #include <unistd.h>
 
 #include "sluice.h"
+
+/* ---- the anchored clock -------------------------------------------------- */
+
+#define CLOCK_UNSET INT64_MIN /* no anchor yet */
+
+/* anchor - steady_at_anchor (util.h); CLOCK_UNSET until anchored */
+static _Atomic int64_t clock_offset = CLOCK_UNSET;
+
+int64_t sl__steady_ms(void)
+{
+    struct timespec ts;
+#ifdef CLOCK_BOOTTIME
+    if (clock_gettime(CLOCK_BOOTTIME, &ts) == 0)
+        return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+#endif
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void sl__clock_anchor(int64_t now_ms)
+{
+    atomic_store_explicit(&clock_offset, sl__clock_offset(now_ms, sl__steady_ms()),
+                          memory_order_relaxed);
+}
+
+int64_t sl__clock_ms(void)
+{
+    int64_t off = atomic_load_explicit(&clock_offset, memory_order_relaxed);
+    if (off == CLOCK_UNSET) {
+        /* first reader anchors; a racing one keeps the winner's anchor */
+        int64_t mine = sl__clock_offset(sl__wall_ms(), sl__steady_ms());
+        if (atomic_compare_exchange_strong_explicit(&clock_offset, &off, mine, memory_order_relaxed,
+                                                    memory_order_relaxed))
+            off = mine;
+    }
+    return sl__clock_at(off, sl__steady_ms());
+}
 
 /* ---- byte sizes --------------------------------------------------------- */
 

@@ -11,12 +11,14 @@
  * them; nothing in sluice.h exposes them.
  *
  *   sl__wall_ms, sl__mono_ms, sl__mono_ns   the clocks
+ *   sl__clock_ms, sl__clock_anchor          the anchored clock sluiced decides on
  *   sl__size_parse                          "64k" -> 65536 (k = 1024)
  *   sl__cpu_count                           CPUs this process may run on
  *   sl__cpu_quota_parse, sl__cpu_quota_at   its cgroup's CPU quota (testable)
  *
- * No state, no locks: every function may be called from any thread.  The
- * clocks are inline here; the rest is in util.c (libsluice.a).
+ * No locks: every function may be called from any thread.  The one piece
+ * of state is the anchored clock's offset (one atomic word, util.c).  The
+ * plain clocks are inline here; the rest is in util.c (libsluice.a).
  */
 #ifndef SL_UTIL_H
 #define SL_UTIL_H
@@ -31,7 +33,8 @@
  * needs no util.o for them. */
 
 /* CLOCK_REALTIME in ms since the epoch: wall time, for what a user reads
- * (log lines, "loaded at", the server's `now`).  May jump. */
+ * (log lines, "loaded at", "saved at").  May jump either way (an NTP step,
+ * a VM restore, an operator's `date -s`): never decide on it. */
 static inline int64_t sl__wall_ms(void)
 {
     struct timespec ts;
@@ -50,6 +53,56 @@ static inline int64_t sl__mono_ns(void)
 
 /* The same in ms. */
 static inline int64_t sl__mono_ms(void) { return sl__mono_ns() / 1000000; }
+
+/* ---- the anchored clock -------------------------------------------------- */
+
+/*
+ * The clock a server decides on: it reads like the wall clock (ms since the
+ * epoch, so times stored in snapshots and shown to clients mean something)
+ * but moves only with a steady clock, so a step of the wall clock in either
+ * direction changes no decision:
+ *
+ *     now = anchor + (steady - steady_at_anchor)
+ *
+ * kept as one offset, anchor - steady_at_anchor.  The steady clock is
+ * CLOCK_BOOTTIME: monotonic like CLOCK_MONOTONIC, and it also counts the
+ * time the machine was suspended, during which a limit's window went on
+ * passing for its clients (CLOCK_MONOTONIC would stop there, and every key
+ * would then need the suspension's length more to refill -- the symptom of
+ * a wall clock stepped back).  Where CLOCK_BOOTTIME is not available,
+ * CLOCK_MONOTONIC.  Its rate is the kernel's NTP-disciplined one, as the
+ * wall clock's; only steps are ignored.
+ */
+
+/* The steady clock above, in ms; its zero is arbitrary (boot). */
+int64_t sl__steady_ms(void);
+
+/* The offset that makes the anchored clock read now_ms while the steady
+ * clock reads steady_ms.  Pure; sl__clock_at(sl__clock_offset(n, s), s)
+ * == n. */
+static inline int64_t sl__clock_offset(int64_t now_ms, int64_t steady_ms)
+{
+    return now_ms - steady_ms;
+}
+
+/* The anchored clock's reading at steady time steady_ms, for an offset from
+ * sl__clock_offset.  Pure: no wall clock enters it. */
+static inline int64_t sl__clock_at(int64_t offset, int64_t steady_ms) { return offset + steady_ms; }
+
+/*
+ * Anchors the process's clock: from this call on, sl__clock_ms() reads
+ * now_ms and then advances with the steady clock.  A server calls it once
+ * at start with the wall clock, and again only to move it past the times a
+ * loaded snapshot holds (sluiced's main.c); nothing re-anchors it to the
+ * wall clock while it runs.  Thread-safe (one atomic store), but readers
+ * racing an anchor see the old clock or the new one.
+ */
+void sl__clock_anchor(int64_t now_ms);
+
+/* The anchored clock now, in ms since the epoch.  Anchored to the wall
+ * clock by the first call if sl__clock_anchor was never called.  Lock
+ * free: one atomic load and one clock read. */
+int64_t sl__clock_ms(void);
 
 /* ---- byte sizes --------------------------------------------------------- */
 

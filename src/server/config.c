@@ -38,6 +38,7 @@ enum opt_id {
     OPT_CAPACITY,
     OPT_SNAPSHOT_INTERVAL,
     OPT_TRUST_CLIENT_TIME,
+    OPT_MAX_CLIENT_SKEW,
     OPT_LOG_LEVEL,
     OPT_REQUIREPASS_FILE,
     OPT_USERS_FILE,
@@ -87,6 +88,7 @@ static const opt opts[] = {
     {"capacity", OPT_CAPACITY, K_STRING, 0, 0, 1},
     {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
     {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
+    {"max-client-skew", OPT_MAX_CLIENT_SKEW, K_DURATION, 0, 0, 1},
     {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
     {"requirepass-file", OPT_REQUIREPASS_FILE, K_STRING, 0, 0, 1},
     {"users-file", OPT_USERS_FILE, K_STRING, 0, 0, 1},
@@ -112,6 +114,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->idle_timeout_ms = 300000;
     cfg->send_timeout_ms = 60000;
     cfg->snapshot_interval_ms = 60000;
+    cfg->max_client_skew_ms = 3600000;
     cfg->log_level = SL_LOG_INFO;
     cfg->watch_rules = 1;
     cfg->protected_mode = 1;
@@ -274,7 +277,9 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         break;
     case K_DURATION:
         if (parse_duration(v, vlen, &x, &needs_unit) != 0) {
-            const char *zero = op->id == OPT_SNAPSHOT_INTERVAL ? "only at shutdown" : "never";
+            const char *zero = op->id == OPT_SNAPSHOT_INTERVAL ? "only at shutdown"
+                               : op->id == OPT_MAX_CLIENT_SKEW ? "no bound"
+                                                               : "never";
             if (needs_unit)
                 fail(err, errlen, o,
                      "invalid %s%s '%s': give a unit (ms, s, m, h or d), or 0 for %s", d, op->name,
@@ -300,6 +305,7 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_IDLE_TIMEOUT: c->idle_timeout_ms = x; break;
     case OPT_SEND_TIMEOUT: c->send_timeout_ms = x; break;
     case OPT_SNAPSHOT_INTERVAL: c->snapshot_interval_ms = x; break;
+    case OPT_MAX_CLIENT_SKEW: c->max_client_skew_ms = x; break;
     case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
     case OPT_SNAPSHOT:
     case OPT_RULES:
@@ -594,6 +600,8 @@ void sl_config_usage(FILE *f)
           "                          is refused unchecked until one is DUR old (default 10/1m)\n"
           "  --protected-mode yes|no refuse to listen beyond loopback without a password\n"
           "                          (default yes)\n"
+          "  --max-client-skew DUR   with --trust-client-time, refuse AT t more than DUR\n"
+          "                          ahead of the server's clock (default 1h; 0 = no bound)\n"
           "  --config FILE           read options from FILE; flags override it\n"
           "  --log-level LEVEL       debug, info, warn or error (default info)\n"
           "  --help                  show this text\n"

@@ -173,7 +173,7 @@ struct sl_net {
     int64_t last_accept_err_log_ms;
 };
 
-int64_t sl_now_ms(void) { return sl__wall_ms(); }
+int64_t sl_now_ms(void) { return sl__clock_ms(); }
 
 static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 

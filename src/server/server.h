@@ -36,6 +36,8 @@ typedef struct sl_config {
     sl_params pool;                 /* capacity, parsed: the elastic limits' pool */
     int64_t snapshot_interval_ms;   /* default 60 s */
     int trust_client_time;          /* accept AT t */
+    int64_t max_client_skew_ms;     /* AT at most this far ahead of the server's
+                                       clock; 0 = no bound; default 1 h */
     char config_file[1024];
     int log_level;                  /* SL_LOG_* */
     char requirepass_file[1024];    /* "" = none: the password of the user "default" */
@@ -56,7 +58,7 @@ typedef struct sl_srv {
     struct sl_live *live;           /* the rules (live.h); NULL = started without */
     struct sl_auth *auth;           /* users and failed logins (auth.h); NULL = no auth */
     sl_stats stats;                 /* every number INFO shows (stats.h) */
-    int64_t start_ms;               /* wall clock at start */
+    int64_t start_ms;               /* the server's clock (sl_now_ms) at start */
     int nworkers;                   /* worker threads (= stats.nworkers) */
     int port;                       /* the port actually bound */
     _Atomic int clients;            /* connected now */
@@ -64,13 +66,18 @@ typedef struct sl_srv {
     _Atomic uint64_t rejected;      /* refused: max clients */
     _Atomic uint64_t cut_output;    /* closed: unsent replies over max_output */
     _Atomic uint64_t cut_idle;      /* closed: idle timeout */
-    _Atomic int64_t last_save_ms;   /* wall clock of the last good snapshot; 0 = none */
+    _Atomic int64_t last_save_ms;   /* wall clock (sl__wall_ms) when the last good
+                                       snapshot was written; 0 = none */
     _Atomic int last_save_ok;       /* 1 ok, 0 failed */
     _Atomic uint64_t saves;         /* snapshots written */
     _Atomic uint64_t loaded_keys;   /* keys loaded from the snapshot at start */
 } sl_srv;
 
-/* Wall clock in ms. */
+/* The server's clock, in ms since the epoch: the anchored clock
+ * (sl__clock_ms, util.h) -- anchored to the wall clock at start, then
+ * steady, so a wall-clock step changes no decision.  Every decision,
+ * expiry and uptime uses it; what a person reads (log times, "saved at")
+ * uses the wall clock. */
 int64_t sl_now_ms(void);
 
 #endif

@@ -273,16 +273,28 @@ int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, siz
     return 0;
 }
 
-int sl_svc_parse_at(const sl_svc_ctx *x, const char *s, size_t n, int64_t *out, char *err,
-                    size_t errlen)
+int sl_svc_parse_at(const sl_svc_ctx *x, int64_t now, const char *s, size_t n, int64_t *out,
+                    char *err, size_t errlen)
 {
-    if (!x->srv->cfg->trust_client_time) {
+    const sl_config *cfg = x->srv->cfg;
+    int64_t at;
+    if (!cfg->trust_client_time) {
         snprintf(err, errlen,
                  "AT is refused: this server decides at its own clock (start sluiced "
                  "with --trust-client-time to accept client times)");
         return -1;
     }
-    if (parse_int(s, n, SL_MAX_TIME_MS - 1, 1, out) != 0) return bad(err, errlen, SL_ETIME, s, n);
+    if (parse_int(s, n, SL_MAX_TIME_MS - 1, 1, &at) != 0) return bad(err, errlen, SL_ETIME, s, n);
+    /* both within +-2^62: the difference cannot overflow */
+    if (cfg->max_client_skew_ms > 0 && at - now > cfg->max_client_skew_ms) {
+        snprintf(err, errlen,
+                 "AT %lld is %lld ms ahead of the server's clock (%lld); --max-client-skew "
+                 "allows at most %lld ms",
+                 (long long)at, (long long)(at - now), (long long)now,
+                 (long long)cfg->max_client_skew_ms);
+        return -1;
+    }
+    *out = at;
     return 0;
 }
 

@@ -81,9 +81,16 @@ int sl_svc_parse_algo(const char *s, size_t n, sl_algo *out, char *err, size_t e
 int sl_svc_parse_cost(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
 int sl_svc_parse_burst(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
 int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
-/* AT t: refused unless the server trusts client time (--trust-client-time). */
-int sl_svc_parse_at(const sl_svc_ctx *x, const char *s, size_t n, int64_t *out, char *err,
-                    size_t errlen);
+/* AT t, for a request the server would otherwise decide at `now` (its own
+ * clock, sl_now_ms, as read for this turn): refused unless the server
+ * trusts client time (--trust-client-time), and refused when t - now is
+ * above --max-client-skew (a bound of 0: none), the message naming t, how
+ * far ahead it is, now and the bound.  A t at exactly now + the bound is
+ * accepted; a t in the past is never refused for being early (SPEC
+ * section 4 decides it at the key's latest time, so it cannot reopen a
+ * window).  *out is written only on success. */
+int sl_svc_parse_at(const sl_svc_ctx *x, int64_t now, const char *s, size_t n, int64_t *out,
+                    char *err, size_t errlen);
 /* Writes at most cap-1 printable bytes of s into dst for quoting client
  * input in messages (other bytes become '?', a cut is marked "..."). */
 const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n);

@@ -21,6 +21,13 @@
  * the workers finish the replies of commands already read and close, join
  * them, and only then write the snapshot -- so it holds every decision a
  * client was told about.
+ *
+ * Time: decisions, expiry and snapshots use the server's clock (sl_now_ms,
+ * the anchored clock of util.h).  main() anchors it to the wall clock before
+ * anything reads it, and moves it once more only if a loaded snapshot holds
+ * later times than that (so the clock never runs backwards across a
+ * restart); after that only the steady clock moves it.  The expiry timer
+ * also watches the wall clock and logs when it steps away.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,10 +50,13 @@
 #include "resp_commands.h"
 #include "server.h"
 #include "sluice.h"
+#include "store.h"
+#include "util.h"
 
 #define EXPIRE_EVERY_MS    100
 #define EXPIRE_MAX_RECORDS 10000
 #define FD_RESERVE         64 /* descriptors kept for listeners, pipes, logs, snapshot */
+#define WALL_STEP_LOG_MS   1000 /* a wall-clock step this large is logged */
 
 typedef struct app {
     sl_config cfg;
@@ -54,23 +64,24 @@ typedef struct app {
     sl_net *net;
     struct event_base *base;
     int stopping;
+    int64_t wall_offset_ms; /* wall clock - server's clock, as last logged */
 } app;
 
 /* Writes the snapshot, updates the INFO fields, logs.  Returns 0 or -1. */
 static int save_snapshot(app *a, const char *why)
 {
     char err[512];
-    int64_t t0 = sl_now_ms();
+    int64_t t0 = sl__mono_ms();
     if (sl_store_save(a->srv.store, a->cfg.snapshot, err, sizeof err) != 0) {
         atomic_store(&a->srv.last_save_ok, 0);
         sl_log(SL_LOG_ERROR, "snapshot save failed", "file=%s reason=%s err=%s",
                sl_logq(a->cfg.snapshot), why, sl_logq(err));
         return -1;
     }
-    int64_t t1 = sl_now_ms();
+    int64_t t1 = sl__mono_ms();
     sl_store_stats st;
     sl_store_stats_get(a->srv.store, &st);
-    atomic_store(&a->srv.last_save_ms, t1);
+    atomic_store(&a->srv.last_save_ms, sl__wall_ms()); /* for a person: wall time */
     atomic_store(&a->srv.last_save_ok, 1);
     atomic_fetch_add(&a->srv.saves, 1);
     sl_log(SL_LOG_INFO, "snapshot saved", "file=%s reason=%s keys=%llu ms=%lld",
@@ -85,18 +96,74 @@ static void on_snapshot_timer(evutil_socket_t fd, short what, void *arg)
     if (!a->stopping) save_snapshot(a, "periodic");
 }
 
-/* Active expiry: drops keys whose reset time has passed by the server's
- * clock.  Not with --trust-client-time: keys then live on the clients'
- * clocks, which may lag the server's, and a key judged expired by the wall
- * clock may still be inside its window for its client; expiry then happens
- * only under memory pressure, judged at the inserting request's time. */
+/* Logs a step of the wall clock away from the server's clock (an NTP
+ * correction, a VM restore, `date -s`), once per step of WALL_STEP_LOG_MS or
+ * more.  Nothing else changes: decisions keep the server's clock. */
+static void watch_wall_clock(app *a)
+{
+    int64_t off = sl__wall_ms() - sl_now_ms();
+    int64_t step = off - a->wall_offset_ms;
+    if (step > -WALL_STEP_LOG_MS && step < WALL_STEP_LOG_MS) return;
+    a->wall_offset_ms = off;
+    sl_log(SL_LOG_WARN, "wall clock stepped: decisions keep the server's clock",
+           "step_ms=%lld wall_clock_offset_ms=%lld", (long long)step, (long long)off);
+}
+
+/* Every EXPIRE_EVERY_MS: the wall-clock watch, then active expiry, which
+ * drops keys whose reset time has passed by the server's clock.  Not with
+ * --trust-client-time: keys then live on the clients' clocks, which may
+ * lag the server's, and a key judged expired by the server's clock may
+ * still be inside its window for its client; expiry then happens only
+ * under memory pressure, judged at the inserting request's time. */
 static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     app *a = arg;
     sl_auth_expire(a->srv.auth, sl_now_ms()); /* failed logins: always the server's clock */
+    watch_wall_clock(a);
     if (a->srv.cfg->trust_client_time) return;
     sl_store_expire(a->srv.store, sl_now_ms(), EXPIRE_MAX_RECORDS);
+}
+
+static int later_clock(const uint8_t *rec, void *ctx)
+{
+    int64_t *latest = ctx;
+    if (sl__rec_clock(rec) > *latest) *latest = sl__rec_clock(rec);
+    return 0;
+}
+
+/* The latest time any key of s has seen (INT64_MIN for an empty store).
+ * O(keys): once, at start. */
+static int64_t latest_key_time(sl_store *s)
+{
+    int64_t latest = INT64_MIN;
+    for (unsigned i = 0; i < sl__store_nshards(s); i++) {
+        sl__shard *sh = sl__store_shard_at(s, i);
+        sl__shard_lock(sh);
+        sl__shard_foreach(sh, later_clock, &latest);
+        sl__shard_unlock(sh);
+    }
+    return latest;
+}
+
+/* After a snapshot loaded: if its keys have seen times later than the
+ * server's clock -- the wall clock stepped back while sluiced was down, or
+ * while it ran before (its clock went on and its keys hold those times) --
+ * the clock is moved up to the latest of them, so it never runs backwards
+ * across a restart; otherwise every key at its limit would stay denied
+ * until the wall clock caught up.  The time the server was down is then
+ * not counted (it cannot be known).  Not with --trust-client-time: keys
+ * then hold the clients' times, which say nothing of the server's clock. */
+static void clock_after_load(app *a)
+{
+    if (a->cfg.trust_client_time) return;
+    int64_t latest = latest_key_time(a->srv.store), now = sl_now_ms();
+    if (latest <= now) return;
+    sl__clock_anchor(latest);
+    sl_log(SL_LOG_WARN,
+           "the snapshot holds later times than the wall clock: the server's clock "
+           "starts at the latest of them",
+           "behind_ms=%lld clock_ms=%lld", (long long)(latest - now), (long long)latest);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -216,6 +283,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "sluiced: %s\nTry 'sluiced --help'.\n", err);
         return 2;
     }
+    sl__clock_anchor(sl__wall_ms()); /* before anything reads the server's clock */
     if (protected_mode_check(&a.cfg) != 0) return 2;
     sl_auth_opts ao = {a.cfg.requirepass_file, a.cfg.users_file, a.cfg.auth_fail_max,
                        a.cfg.auth_fail_window_ms};
@@ -254,7 +322,6 @@ int main(int argc, char **argv)
                (unsigned long long)a.cfg.max_memory, sl_logq(sl_strerror(serr)));
         return 1;
     }
-    a.srv.start_ms = sl_now_ms();
     atomic_store(&a.srv.last_save_ok, 1); /* nothing has failed yet (as redis reports) */
 
     /* The place of the snapshot, checked now rather than at the first save
@@ -269,7 +336,7 @@ int main(int argc, char **argv)
     }
     if (a.cfg.snapshot[0] != '\0') {
         uint64_t nkeys = 0;
-        int64_t t0 = sl_now_ms();
+        int64_t t0 = sl__mono_ms();
         int lr = sl_store_load(a.srv.store, a.cfg.snapshot, &nkeys, err, sizeof err);
         if (lr < 0) {
             char hint[1200];
@@ -289,9 +356,12 @@ int main(int argc, char **argv)
             atomic_store(&a.srv.loaded_keys, nkeys);
             sl_log(SL_LOG_INFO, "snapshot loaded", "file=%s keys=%llu ms=%lld",
                    sl_logq(a.cfg.snapshot), (unsigned long long)nkeys,
-                   (long long)(sl_now_ms() - t0));
+                   (long long)(sl__mono_ms() - t0));
+            clock_after_load(&a);
         }
     }
+    a.srv.start_ms = sl_now_ms();
+    a.wall_offset_ms = sl__wall_ms() - a.srv.start_ms;
 
     a.srv.backend = sl_backend_local_new(a.srv.store);
     if (a.srv.backend == NULL || sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0) {
@@ -370,10 +440,10 @@ int main(int argc, char **argv)
     fmt_duration(d2, sizeof d2, a.cfg.send_timeout_ms);
     sl_log(SL_LOG_INFO, "limits",
            "max_clients=%d max_memory=%llu max_command=%llu max_output=%llu idle_timeout=%s "
-           "send_timeout=%s trust_client_time=%s",
+           "send_timeout=%s trust_client_time=%s max_client_skew_ms=%lld",
            a.cfg.max_clients, (unsigned long long)a.cfg.max_memory,
            (unsigned long long)a.cfg.max_command, (unsigned long long)a.cfg.max_output, d1, d2,
-           a.cfg.trust_client_time ? "yes" : "no");
+           a.cfg.trust_client_time ? "yes" : "no", (long long)a.cfg.max_client_skew_ms);
     char hint[96];
     snprintf(hint, sizeof hint, "try: redis-cli -p %d RL.ALLOW user:42 5 10s", a.srv.port);
     sl_log(SL_LOG_INFO, "ready", "hint=%s", sl_logq(hint));

@@ -313,6 +313,7 @@ rules %s
 watch-rules no
 capacity 6/1m
 trust-client-time
+max-client-skew 7d
 threads 2
 """ % (snap, rules))
         s = self.start("--config", conf)
@@ -323,6 +324,7 @@ threads 2
         self.assertEqual(info["rules_watch"], "off")
         self.assertEqual(info["rules_capacity"], "6/1m")
         self.assertEqual(info["trust_client_time"], "yes")
+        self.assertEqual(info["max_client_skew_ms"], str(7 * 86400000))
         self.assertEqual(info["threads"], "2")
         with s.raw() as c:
             r = c.cmd("RL.CHECK", "api", "AT", BASE, "DESCRIPTOR", "user", "ann")

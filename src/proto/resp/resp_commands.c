@@ -35,6 +35,7 @@
 #include "resp.h"
 #include "resp_commands.h"
 #include "service.h"
+#include "util.h"
 
 /* ---- the request being run --------------------------------------------- */
 
@@ -231,7 +232,7 @@ static void decide(req *q, int commit)
         case OPT_PRECISION:
             rc = sl_svc_parse_precision(v->p, v->len, &p.precision, err, sizeof err);
             break;
-        case OPT_AT: rc = sl_svc_parse_at(q->x, v->p, v->len, &at, err, sizeof err); break;
+        case OPT_AT: rc = sl_svc_parse_at(q->x, q->now, v->p, v->len, &at, err, sizeof err); break;
         case OPT_LOGREJECTED:
         case NOPTS: break;
         }
@@ -282,7 +283,7 @@ static void cmd_check(req *q)
             seen |= 1u << is_cost;
             const sl_resp_arg *v = &c->argv[i + 1];
             int rc = is_cost ? sl_svc_parse_cost(v->p, v->len, &cost, err, sizeof err)
-                             : sl_svc_parse_at(q->x, v->p, v->len, &at, err, sizeof err);
+                             : sl_svc_parse_at(q->x, q->now, v->p, v->len, &at, err, sizeof err);
             if (rc != 0) {
                 err_reply(q, "%s", err);
                 return;
@@ -532,6 +533,13 @@ static void cmd_info(req *q)
         info_line(&b, "threads", (unsigned long long)srv->nworkers);
         info_text(&b, "backend", srv->backend->ops->name);
         info_text(&b, "trust_client_time", cfg->trust_client_time ? "yes" : "no");
+        info_line(&b, "max_client_skew_ms", (unsigned long long)cfg->max_client_skew_ms);
+        /* the clock decisions use, and how far the wall clock is from it
+         * (non-zero after a wall-clock step: docs/sluiced.md, "Time") */
+        char skew[32];
+        snprintf(skew, sizeof skew, "%lld", (long long)(sl__wall_ms() - q->now));
+        info_line(&b, "clock_ms", (unsigned long long)q->now);
+        info_text(&b, "wall_clock_offset_ms", skew);
         info_text(&b, "config_file", path_for(q, cfg->config_file));
         info_text(&b, "auth_required", sl_auth_required(srv->auth) ? "yes" : "no");
         info_text(&b, "protected_mode", cfg->protected_mode ? "yes" : "no");
