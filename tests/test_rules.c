@@ -336,8 +336,9 @@ static void lyft_example_9(void **state)
                        "      requests_per_unit: 20\n");
     const sl_rule_node *n = MATCH(r, "example9", "key1", "value_1");
     assert_int_equal(L(n), 20);
-    assert_int_equal(n->match, SL_MATCH_PREFIX);
-    assert_int_equal(n->valuelen, 5);
+    assert_int_equal(n->match, SL_MATCH_WILDCARD);
+    assert_int_equal(n->valuelen, 6);
+    assert_string_equal(n->value, "value*");
     assert_string_equal(n->path, "example9.key1_value*");
     assert_ptr_equal(n, MATCH(r, "example9", "key1", "value_2"));
     assert_ptr_equal(n, MATCH(r, "example9", "key1", "value"));
@@ -495,7 +496,8 @@ static void match_order(void **state)
                        "    value: '*'\n"
                        "    rate_limit: {unit: second, requests_per_unit: 5}\n");
     assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/users")), 4);  /* exact */
-    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/orders")), 3); /* longest prefix */
+    /* the first wildcard in file order wins, as in Lyft: value 2 comes before 3 */
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/orders")), 2);
     assert_int_equal(L(MATCH(r, "prio", "path", "/api/v1/users")), 2);
     assert_int_equal(L(MATCH(r, "prio", "path", "/api/")), 2);
     assert_int_equal(L(MATCH(r, "prio", "path", "/api")), 1); /* key only */
@@ -755,7 +757,8 @@ static void bad_structure(void **state)
     /* unknown fields are errors, named */
     expect_error("domain: api\ndescriptors:\n  - key: user\n    rate_limt: {}\n", "t.yaml:4:5: ",
                  "unknown field 'rate_limt' in a descriptor (expected key, value, rate_limit, "
-                 "descriptors, shadow_mode, detailed_metric or ip_prefix)");
+                 "descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, "
+                 "share_threshold, metadata or ip_prefix)");
     expect_error(HEAD "      units: second\n",
                  "t.yaml:5:7: ", "unknown field 'units' in a rate_limit");
     expect_error("domain: api\nversion: 2\n", "t.yaml:2:1: ", "unknown field 'version'");
@@ -1043,7 +1046,10 @@ static void directory(void **state)
     /* a domain in two files is refused, naming both */
     write_file(dir, "d.yaml", "domain: a\n");
     assert_null(sl_rules_load(dir, err, sizeof err));
-    snprintf(q, sizeof q, "%s/d.yaml:1:9: domain 'a' is already defined in %s/a.yml:1:9", dir, dir);
+    snprintf(q, sizeof q,
+             "%s/d.yaml:1:9: domain 'a' is already defined in %s/a.yml:1:9 (--merge-domains "
+             "merges them, as Lyft's MERGE_DOMAIN_CONFIG does)",
+             dir, dir);
     assert_string_equal(err, q);
     remove_file(dir, "d.yaml");
 

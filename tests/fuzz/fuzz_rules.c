@@ -30,7 +30,7 @@ static int request_for(const sl_rule_node *node, sl_rule_entry *e, int *exact)
         if (x->match == SL_MATCH_EXACT) {
             y->value = x->value;
             y->valuelen = x->valuelen;
-        } else if (x->match == SL_MATCH_PREFIX) {
+        } else if (x->match == SL_MATCH_WILDCARD) {
             char *z = zvalue[x->depth - 1];
             memcpy(z, x->value, x->valuelen);
             z[x->valuelen] = 'z';
