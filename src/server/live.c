@@ -35,6 +35,7 @@ typedef struct live_ask live_ask;
 
 struct sl_live {
     char *path;
+    unsigned flags; /* SL_RULES_* of every load; set before the first */
     char *dir;  /* the directory watched */
     char *base; /* path's last component when path is a file; NULL for a directory */
 
@@ -143,13 +144,15 @@ static int domains_missing(const struct sl_rules *a, const struct sl_rules *b, c
     return n;
 }
 
+void sl_live_set_flags(sl_live *l, unsigned flags) { l->flags = flags; }
+
 /* sl_live_reload, also answering the version serving after the attempt. */
 static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, size_t errlen)
 {
     char msg[SL_LIVE_ERR];
     pthread_mutex_lock(&l->reload_mu);
     int64_t t0 = sl__mono_ms();
-    struct sl_rules *r = sl_rules_load(l->path, msg, sizeof msg);
+    struct sl_rules *r = sl_rules_load_flags(l->path, l->flags, msg, sizeof msg);
     int64_t took = sl__mono_ms() - t0;
     struct sl_rules *old = NULL;
     if (l->on_load != NULL) l->on_load(l->on_load_arg, r); /* before r serves */
