@@ -277,8 +277,9 @@ int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap);
 
 /* Describes what of a node's Lyft fields RL.RULES should mention, appended
  * to a limit's description: "" for most nodes, else e.g.
- * " share_threshold; metadata: not applicable".  Writes at most cap bytes
- * including the NUL; returns what snprintf returns. */
+ * " share_threshold metadata: not applicable" (the fields that change
+ * nothing in sluice say so).  Writes at most cap bytes including the NUL;
+ * returns what snprintf returns. */
 int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap);
 
 /* Lyft's statistics name for a request that matched node (the same n

@@ -311,12 +311,14 @@ int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap)
 int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap)
 {
     if (node == NULL) return snprintf(buf, cap, "%s", "");
-    /* what RL.RULES cannot show otherwise; metadata goes to Envoy in
-     * Lyft's gRPC reply, and a RESP reply has no place for it */
+    /* what RL.RULES cannot show otherwise.  metadata goes to Envoy in
+     * Lyft's gRPC reply, and a RESP reply has no place for it; the two
+     * metric fields name Lyft's statistics (sl_rules_metric_name), which
+     * INFO rulestats does not use: it keeps one entry per rule name */
     return snprintf(buf, cap, "%s%s%s%s%s", node->share_threshold ? " share_threshold" : "",
                     node->quota_mode ? " quota_mode" : "",
-                    node->detailed_metric ? " detailed_metric" : "",
-                    node->value_to_metric ? " value_to_metric" : "",
+                    node->detailed_metric ? " detailed_metric: not applicable" : "",
+                    node->value_to_metric ? " value_to_metric: not applicable" : "",
                     node->has_metadata ? " metadata: not applicable" : "");
 }
 
