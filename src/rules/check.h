@@ -33,7 +33,8 @@
  *   - `elastic` (window algorithms only; the loader refuses the others):
  *     with a spare-capacity pool (`--capacity N/W`, a fixed-window counter
  *     under the key "|spare-capacity", which no rule key can be), every
- *     allowed request that counted some enforced limit also charges the
+ *     allowed request that counted some non-shadow limit (enforced or
+ *     quota) also charges the
  *     pool its cost (best effort: a full pool is not charged further and
  *     denies nothing by itself).  When the batch is denied ONLY by elastic
  *     limits, it is decided once more, all-or-none, with those limits at
