@@ -141,7 +141,7 @@ static int64_t peek_rem(fx *f, const char *key, int64_t L, int64_t W, int64_t no
 }
 
 static int at; /* the caller's line, for failures */
-#define status_is(...) (at = __LINE__, status_is_(__VA_ARGS__))
+#define status_is(...)  (at = __LINE__, status_is_(__VA_ARGS__))
 #define overall_is(...) (at = __LINE__, overall_is_(__VA_ARGS__))
 
 static void status_is_(int i, sl_check_code code, const char *name, int64_t limit, int64_t rem,
@@ -164,8 +164,7 @@ static void status_is_(int i, sl_check_code code, const char *name, int64_t limi
     assert_int_equal(st[i].reset_after_ms, reset);
 }
 
-static void overall_is_(int64_t allowed, int64_t limit, int64_t rem, int64_t retry,
-                        int64_t reset)
+static void overall_is_(int64_t allowed, int64_t limit, int64_t rem, int64_t retry, int64_t reset)
 {
     if (ov.allowed != allowed || ov.limit != limit || ov.remaining != rem ||
         ov.retry_after_ms != retry || ov.reset_after_ms != reset)
@@ -482,8 +481,9 @@ static void use(fx *f, const char *y, unsigned flags)
 }
 
 /* CHECK_IN(f, dom, cost, now, k, v, ...): asserts success. */
-#define CHECK_IN(f, dom, cost, now, ...)                                                      \
-    assert_int_equal(check_kv((f), (dom), (cost), (now), (const char *const[]){__VA_ARGS__, NULL}), 0)
+#define CHECK_IN(f, dom, cost, now, ...)                                                           \
+    assert_int_equal(                                                                              \
+        check_kv((f), (dom), (cost), (now), (const char *const[]){__VA_ARGS__, NULL}), 0)
 
 /* share_threshold: every value the wildcard matches spends one counter. */
 static void share_threshold(void **state)
@@ -579,8 +579,7 @@ static void quota_mode(void **state)
     status_is(0, SL_CHECK_SHADOW, "q.sq", 1, 0, 57000, 57000);
     overall_is(1, 0, 0, 0, 0);
     /* RL.RULES counts: a was found over 6 times in 8 (2 of them it denied) */
-    const sl_rule_node *n = sl_rules_match(
-        f->r, "q", 1, &(sl_rule_entry){"backend", 7, "a", 1}, 1);
+    const sl_rule_node *n = sl_rules_match(f->r, "q", 1, &(sl_rule_entry){"backend", 7, "a", 1}, 1);
     assert_int_equal(atomic_load(&n->limits[0].counts->checked), 8);
     assert_int_equal(atomic_load(&n->limits[0].counts->over), 6);
 }

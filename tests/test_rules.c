@@ -1329,7 +1329,7 @@ static void lyft_wildcards(void **state)
     assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foo_x_bar_y_baz")), 24);
     assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foobarbarbaz")), 24);
     assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foo*bar*baz")), 24); /* its text */
-    assert_null(MATCH(r, "test-domain", "multiWild", "foobazbar")); /* order */
+    assert_null(MATCH(r, "test-domain", "multiWild", "foobazbar"));               /* order */
     assert_null(MATCH(r, "test-domain", "multiWild", "foobarbaz!"));
     assert_null(MATCH(r, "test-domain", "multiWild", "foobaz"));
     /* README example 9's path pattern, two '*' between slashes */
@@ -1376,14 +1376,14 @@ static void lyft_wildcard_precedence(void **state)
                        "  - key: q\n"
                        "    value: a*\n"
                        "    rate_limit: {unit: second, requests_per_unit: 7}\n");
-    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/x")), 5);    /* exact first */
-    assert_int_equal(L(MATCH(r, "d", "p", "/a/c/x")), 2);    /* first wildcard in file order */
-    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/y")), 3);    /* 4 comes after 3 in the file */
-    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/*")), 4);    /* a wildcard's own text: exact */
-    assert_int_equal(L(MATCH(r, "d", "p", "/b")), 1);        /* key only last */
-    assert_int_equal(L(MATCH(r, "d", "q", "abc")), 6);       /* '*' alone: every value */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/x")), 5); /* exact first */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/c/x")), 2); /* first wildcard in file order */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/y")), 3); /* 4 comes after 3 in the file */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/*")), 4); /* a wildcard's own text: exact */
+    assert_int_equal(L(MATCH(r, "d", "p", "/b")), 1);     /* key only last */
+    assert_int_equal(L(MATCH(r, "d", "q", "abc")), 6);    /* '*' alone: every value */
     assert_int_equal(L(MATCH(r, "d", "q", "")), 6);
-    assert_int_equal(L(MATCH(r, "d", "q", "a*")), 7);        /* unreachable but by its text */
+    assert_int_equal(L(MATCH(r, "d", "q", "a*")), 7); /* unreachable but by its text */
     sl_rules_free(r);
 }
 
@@ -1467,7 +1467,8 @@ static const char *metric_kv(const sl_rules *r, const char *dom, int *dynamic,
     assert_int_equal(len, strlen(b));
     return b;
 }
-#define METRIC(r, dom, dyn, ...) metric_kv((r), (dom), (dyn), (const char *const[]){__VA_ARGS__, NULL})
+#define METRIC(r, dom, dyn, ...)                                                                   \
+    metric_kv((r), (dom), (dyn), (const char *const[]){__VA_ARGS__, NULL})
 
 static void lyft_share_threshold(void **state)
 {
@@ -1527,7 +1528,8 @@ static void lyft_share_threshold(void **state)
     assert_null(MATCH(r, D, "midpath", "/api/users/v2"));
     assert_string_equal(KEY(r, D, 0, "multiroute", "svc-a-ep-b-rpc"),
                         "test-domain|multiroute=svc*ep*rpc");
-    assert_string_equal(METRIC(r, D, &dyn, "midroute", "/api/x/v2"), "test-domain.midroute_/api*v2");
+    assert_string_equal(METRIC(r, D, &dyn, "midroute", "/api/x/v2"),
+                        "test-domain.midroute_/api*v2");
     assert_string_equal(KEY(r, D, 0, "tenant", "t1prod", "resource", "res-1-v2"),
                         "test-domain|tenant=t*prod|resource=res*v2");
     assert_string_equal(KEY(r, D, 0, "tenant", "t2prod", "resource", "res-2-v2"),
@@ -1539,23 +1541,24 @@ static void lyft_share_threshold(void **state)
 static void lyft_metric_names(void **state)
 {
     (void)state;
-    sl_rules *r = load("domain: d\n"
-                       "descriptors:\n"
-                       "  - key: route\n"
-                       "    value_to_metric: true\n"
-                       "    descriptors:\n"
-                       "      - {key: method, rate_limit: {unit: minute, requests_per_unit: 60}}\n"
-                       "  - {key: wild, value: foo*, rate_limit: {unit: minute, requests_per_unit: 1}}\n"
-                       "  - {key: wild2, value: foo*, value_to_metric: true,\n"
-                       "     rate_limit: {unit: minute, requests_per_unit: 1}}\n"
-                       "  - {key: key7, detailed_metric: true,\n"
-                       "     rate_limit: {unit: minute, requests_per_unit: 70}}\n"
-                       "  - key: a\n"
-                       "    value: x\n"
-                       "    descriptors:\n"
-                       "      - {key: b, value_to_metric: true,\n"
-                       "         rate_limit: {unit: minute, requests_per_unit: 2}}\n"
-                       "  - {key: plain, rate_limit: {unit: minute, requests_per_unit: 3}}\n");
+    sl_rules *r =
+        load("domain: d\n"
+             "descriptors:\n"
+             "  - key: route\n"
+             "    value_to_metric: true\n"
+             "    descriptors:\n"
+             "      - {key: method, rate_limit: {unit: minute, requests_per_unit: 60}}\n"
+             "  - {key: wild, value: foo*, rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+             "  - {key: wild2, value: foo*, value_to_metric: true,\n"
+             "     rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+             "  - {key: key7, detailed_metric: true,\n"
+             "     rate_limit: {unit: minute, requests_per_unit: 70}}\n"
+             "  - key: a\n"
+             "    value: x\n"
+             "    descriptors:\n"
+             "      - {key: b, value_to_metric: true,\n"
+             "         rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+             "  - {key: plain, rate_limit: {unit: minute, requests_per_unit: 3}}\n");
     int dyn;
     /* value_to_metric on a key-only level above the limit */
     assert_string_equal(METRIC(r, "d", &dyn, "route", "/users", "method", "GET"),
@@ -1632,14 +1635,14 @@ static void lyft_new_fields(void **state)
     sl_rules_free(r);
 
     /* the new fields' bad values */
-    expect_error("domain: d\ndescriptors:\n  - key: k\n    quota_mode: \"yes\"\n", "t.yaml:4:17: ",
-                 "quota_mode must be true or false, not 'yes'");
-    expect_error("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: 1\n", "t.yaml:4:22: ",
-                 "value_to_metric must be true or false, not '1'");
-    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n", "t.yaml:4:15: ",
-                 "metadata must be a map (name: value ...), not a list");
-    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: text\n", "t.yaml:4:15: ",
-                 "metadata must be a map (name: value ...), not 'text'");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    quota_mode: \"yes\"\n",
+                 "t.yaml:4:17: ", "quota_mode must be true or false, not 'yes'");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: 1\n",
+                 "t.yaml:4:22: ", "value_to_metric must be true or false, not '1'");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n",
+                 "t.yaml:4:15: ", "metadata must be a map (name: value ...), not a list");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: text\n",
+                 "t.yaml:4:15: ", "metadata must be a map (name: value ...), not 'text'");
     /* Lyft: "share_threshold can only be used with wildcard values" */
     expect_error("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
                  "t.yaml:5:22: ", "share_threshold needs a wildcard value (one with '*'), not 'v'");
@@ -1650,8 +1653,9 @@ static void lyft_new_fields(void **state)
     /* share_threshold: false is fine anywhere */
     sl_rules_free(load("domain: d\ndescriptors:\n  - key: k\n    share_threshold: false\n"));
     /* two wildcards with the same text are one descriptor twice */
-    expect_error("domain: d\ndescriptors:\n  - {key: k, value: a*b}\n  - {key: k, value: a*b}\n",
-                 "t.yaml:4:5: ", "duplicate descriptor: key 'k' value 'a*b' again (first at line 3)");
+    expect_error(
+        "domain: d\ndescriptors:\n  - {key: k, value: a*b}\n  - {key: k, value: a*b}\n",
+        "t.yaml:4:5: ", "duplicate descriptor: key 'k' value 'a*b' again (first at line 3)");
 }
 
 /* Lyft's refusals (test/config's bad files and config_test.go's messages),
@@ -1665,31 +1669,32 @@ static void lyft_bad_files(void **state)
         /* "config file cannot have empty domain" */
         {"domain: \"\"\ndescriptors: []\n", "t.yaml:1:9: ", "domain is empty"},
         /* "descriptor has empty key" */
-        {"domain: d\ndescriptors:\n  - key: \"\"\n", "t.yaml:3:10: ", "descriptor has an empty key"},
+        {"domain: d\ndescriptors:\n  - key: \"\"\n",
+         "t.yaml:3:10: ", "descriptor has an empty key"},
         /* "duplicate descriptor composite key 'test-domain.key1_value1'" */
         {"domain: test-domain\ndescriptors:\n  - {key: key1, value: value1}\n"
          "  - {key: key1, value: value1}\n",
          "t.yaml:4:5: ", "duplicate descriptor: key 'key1' value 'value1' again"},
         /* "invalid rate limit unit 'foo'" */
-        {HEAD "      unit: foo\n      requests_per_unit: 5\n", "t.yaml:5:13: ",
-         "unknown unit 'foo'"},
+        {HEAD "      unit: foo\n      requests_per_unit: 5\n",
+         "t.yaml:5:13: ", "unknown unit 'foo'"},
         /* "error loading config file: yaml: line 2: found unexpected end of stream" */
         {"domain: d\ndescriptors: \"\n", "t.yaml:", "YAML syntax error"},
         /* "config error, unknown key 'ratelimit'" */
-        {"domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day}\n", "t.yaml:4:5: ",
-         "unknown field 'ratelimit' in a descriptor"},
+        {"domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day}\n",
+         "t.yaml:4:5: ", "unknown field 'ratelimit' in a descriptor"},
         /* "config error, unknown key 'requestsperunit'" */
-        {HEAD "      unit: day\n      requestsperunit: 5\n", "t.yaml:6:7: ",
-         "unknown field 'requestsperunit' in a rate_limit"},
+        {HEAD "      unit: day\n      requestsperunit: 5\n",
+         "t.yaml:6:7: ", "unknown field 'requestsperunit' in a rate_limit"},
         /* "config error, key is not of type string: 0.25" */
-        {"0.25: test-domain\ndescriptors: []\n", "t.yaml:1:1: ",
-         "unknown field '0.25' in a rules file"},
+        {"0.25: test-domain\ndescriptors: []\n",
+         "t.yaml:1:1: ", "unknown field '0.25' in a rules file"},
         /* "config error, yaml file contains list of type other than map: a" */
-        {"domain: d\ndescriptors:\n  - a\n  - b\n", "t.yaml:3:5: ",
-         "each descriptor must be a map (key: ..., value: ...), not 'a'"},
+        {"domain: d\ndescriptors:\n  - a\n  - b\n",
+         "t.yaml:3:5: ", "each descriptor must be a map (key: ..., value: ...), not 'a'"},
         /* "should not specify rate limit unit when unlimited" */
-        {HEAD "      unlimited: true\n      unit: second\n", "t.yaml:6:13: ",
-         "unit must not be given with unlimited: true"},
+        {HEAD "      unlimited: true\n      unit: second\n",
+         "t.yaml:6:13: ", "unit must not be given with unlimited: true"},
         /* "should not have an empty replaces entry" */
         {HEAD "      name: self\n      replaces:\n        - name:\n      unit: second\n"
               "      requests_per_unit: 5\n",
@@ -1702,8 +1707,8 @@ static void lyft_bad_files(void **state)
         {"domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n",
          "t.yaml:3:41: ", "share_threshold needs a wildcard value"},
         /* "error parsing metadata: ..." (a map is all Lyft takes) */
-        {"domain: d\ndescriptors:\n  - {key: k, metadata: [1]}\n", "t.yaml:3:24: ",
-         "metadata must be a map"},
+        {"domain: d\ndescriptors:\n  - {key: k, metadata: [1]}\n",
+         "t.yaml:3:24: ", "metadata must be a map"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         expect_error(bad[i].yaml, bad[i].where, bad[i].what);
@@ -1721,14 +1726,15 @@ static void lyft_merge_domains(void **state)
                "descriptors:\n"
                "  - {key: key1, value: value1, rate_limit: {unit: minute, requests_per_unit: 10}}\n"
                "  - {key: w, value: a*, rate_limit: {unit: minute, requests_per_unit: 11}}\n");
-    write_file(dir, "merge2.yaml",
-               "domain: test-domain\n"
-               "descriptors:\n"
-               "  - {key: key2, value: value2, rate_limit: {unit: minute, requests_per_unit: 20}}\n"
-               "  - {key: w, value: ab*, rate_limit: {unit: minute, requests_per_unit: 21}}\n"
-               "  - key: n\n"
-               "    descriptors:\n"
-               "      - {key: m, ip_prefix: 24, rate_limit: {unit: second, requests_per_unit: 22}}\n");
+    write_file(
+        dir, "merge2.yaml",
+        "domain: test-domain\n"
+        "descriptors:\n"
+        "  - {key: key2, value: value2, rate_limit: {unit: minute, requests_per_unit: 20}}\n"
+        "  - {key: w, value: ab*, rate_limit: {unit: minute, requests_per_unit: 21}}\n"
+        "  - key: n\n"
+        "    descriptors:\n"
+        "      - {key: m, ip_prefix: 24, rate_limit: {unit: second, requests_per_unit: 22}}\n");
     write_file(dir, "other.yaml", "domain: other\ndescriptors: []\n");
 
     /* without the option: refused, naming both files, as Lyft's error */
@@ -1767,10 +1773,11 @@ static void lyft_merge_domains(void **state)
     sl_rules_free(r);
 
     /* the same descriptor in both files: refused, naming the other file */
-    write_file(dir, "merge3.yaml",
-               "domain: test-domain\n"
-               "descriptors:\n"
-               "  - {key: key1, value: value1, rate_limit: {unit: minute, requests_per_unit: 5}}\n");
+    write_file(
+        dir, "merge3.yaml",
+        "domain: test-domain\n"
+        "descriptors:\n"
+        "  - {key: key1, value: value1, rate_limit: {unit: minute, requests_per_unit: 5}}\n");
     assert_null(sl_rules_load_flags(dir, SL_RULES_MERGE_DOMAINS, err, sizeof err));
     snprintf(q, sizeof q,
              "%s/merge3.yaml:3:5: duplicate descriptor: key 'key1' value 'value1', already in "
@@ -1778,8 +1785,7 @@ static void lyft_merge_domains(void **state)
              dir, dir);
     assert_string_equal(err, q);
     remove_file(dir, "merge3.yaml");
-    write_file(dir, "merge3.yaml",
-               "domain: test-domain\ndescriptors:\n  - key: n\n");
+    write_file(dir, "merge3.yaml", "domain: test-domain\ndescriptors:\n  - key: n\n");
     assert_null(sl_rules_load_flags(dir, SL_RULES_MERGE_DOMAINS, err, sizeof err));
     assert_non_null(strstr(err, "merge3.yaml:3:5: duplicate descriptor: key 'n' without a value, "
                                 "already in domain 'test-domain'"));

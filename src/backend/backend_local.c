@@ -104,8 +104,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
             const sl_check_item *t = &it[k];
             if (decided[k] || t->lead != k) continue;
             if ((rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &o->res[k])) < 0)
-                return sl__check_err(err, errlen, rc, "limit %s: %s", t->rl->name,
-                                     sl_strerror(rc));
+                return sl__check_err(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
             if (!o->res[k].allowed && !t->shadow && !t->quota) quota_denied = 0;
         }
         o->quota_denied = quota_denied;

@@ -268,8 +268,7 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
             else if (it[worst].quota && !o->quota_denied)
                 code = SL_CHECK_OVER_QUOTA; /* the request did not fail for it */
             set_status(&st[i], code, &it[worst], &o->res[worst]);
-        }
-        else if (over >= 0)
+        } else if (over >= 0)
             set_status(&st[i], SL_CHECK_ELASTIC, &it[over], &o->res[over]);
         else if (least >= 0)
             set_status(&st[i], SL_CHECK_OK, &it[least], &o->res[least]);

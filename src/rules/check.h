@@ -125,8 +125,8 @@
 typedef enum sl_check_code {
     SL_CHECK_OK = 0,
     SL_CHECK_OVER_LIMIT,
-    SL_CHECK_SHADOW,    /* over the limit, but the rule is in shadow mode: allowed */
-    SL_CHECK_ELASTIC,   /* above its own limit, allowed on the spare pool */
+    SL_CHECK_SHADOW,  /* over the limit, but the rule is in shadow mode: allowed */
+    SL_CHECK_ELASTIC, /* above its own limit, allowed on the spare pool */
     SL_CHECK_UNLIMITED,
     SL_CHECK_NO_RULE,
     SL_CHECK_OVER_QUOTA /* over the limit, but the rule is in quota mode and another

@@ -61,12 +61,12 @@
 
 /* Loading options (sl_rules_load_flags).  The set keeps them
  * (sl_rules_flags): a reload is given the same ones by its caller. */
-#define SL_RULES_MERGE_DOMAINS 0x1u /* a domain in several files is one domain, their
-                                       descriptors together (Lyft's MERGE_DOMAIN_CONFIG);
-                                       without it, an error naming both files */
-#define SL_RULES_COUNT_DENIED  0x2u /* Lyft's counting: RL.CHECK charges every matched
-                                       fixed-window counter of every request, denied
-                                       ones too (check.h); without it, all-or-none */
+/* a domain in several files is one domain, their descriptors together
+ * (Lyft's MERGE_DOMAIN_CONFIG); without it, an error naming both files */
+#define SL_RULES_MERGE_DOMAINS 0x1u
+/* Lyft's counting: RL.CHECK charges every matched fixed-window counter of
+ * every request, denied ones too (check.h); without it, all-or-none */
+#define SL_RULES_COUNT_DENIED 0x2u
 
 /* Lyft's units: fixed lengths, no calendar (month = 30 days, year = 365). */
 typedef enum sl_rule_unit {
@@ -212,8 +212,8 @@ sl_rules *sl_rules_load_flags(const char *path, unsigned flags, char *err, size_
 sl_rules *sl_rules_load_buffer(const char *name, const char *data, size_t len, char *err,
                                size_t errlen);
 /* ... with SL_RULES_* options. */
-sl_rules *sl_rules_load_buffer_flags(const char *name, const char *data, size_t len,
-                                     unsigned flags, char *err, size_t errlen);
+sl_rules *sl_rules_load_buffer_flags(const char *name, const char *data, size_t len, unsigned flags,
+                                     char *err, size_t errlen);
 
 /* Reference counting (atomic).  sl_rules_ref returns r.  sl_rules_unref and
  * sl_rules_free (the same thing) drop one reference and free the set with
@@ -255,10 +255,11 @@ const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t
  * value separately; a level whose node has share_threshold writes its
  * pattern instead (every value it matches shares the counter); a level
  * whose node has ip_prefix has its IP value masked to the prefix and
- * printed canonically (values that are not IP addresses count as they are).  '%', '|', '=' and '#' in any part are written as %25,
- * %7C, %3D, %23, so different requests never share a key.  "#W" (W = the
- * window in ms) is added when the node has several limits; limit = -1 gives
- * the key without it.  Not NUL-terminated.
+ * printed canonically (values that are not IP addresses count as they
+ * are).  '%', '|', '=' and '#' in any part are written as %25, %7C, %3D,
+ * %23, so different requests never share a key.  "#W" (W = the window in
+ * ms) is added when the node has several limits; limit = -1 gives the key
+ * without it.  Not NUL-terminated.
  *
  * Returns 0 and sets *len; SL_EKEY if the key would exceed SL_MAX_KEY bytes
  * or cap; SL_EINVAL if n or limit do not fit node. */

@@ -1030,9 +1030,9 @@ enum {
     D_N
 };
 static const char *const desc_fields[D_N] = {
-    "key",         "value",           "rate_limit",      "descriptors",
-    "shadow_mode", "quota_mode",      "detailed_metric", "value_to_metric",
-    "share_threshold", "metadata",    "ip_prefix",
+    "key",        "value",           "rate_limit",      "descriptors",     "shadow_mode",
+    "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
+    "ip_prefix",
 };
 #define DESC_EXPECTED                                                                              \
     "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, "              \
@@ -1273,8 +1273,7 @@ static int merge_domain(loader *ld, sl_rule_domain *dom, const ynode *list)
     int n = old->nchildren + add.nchildren;
     sl_rule_node *kids = arena_alloc(&ld->set->mem, (size_t)(n ? n : 1) * sizeof *kids);
     if (kids == NULL) return oom(ld);
-    if (old->nchildren)
-        memcpy(kids, old->children, (size_t)old->nchildren * sizeof *kids);
+    if (old->nchildren) memcpy(kids, old->children, (size_t)old->nchildren * sizeof *kids);
     if (add.nchildren)
         memcpy(kids + old->nchildren, add.children, (size_t)add.nchildren * sizeof *kids);
     for (int i = 0; i < n; i++) {
@@ -1415,8 +1414,8 @@ sl_rules *sl_rules_load_buffer(const char *name, const char *data, size_t len, c
     return sl_rules_load_buffer_flags(name, data, len, 0, err, errlen);
 }
 
-sl_rules *sl_rules_load_buffer_flags(const char *name, const char *data, size_t len,
-                                     unsigned flags, char *err, size_t errlen)
+sl_rules *sl_rules_load_buffer_flags(const char *name, const char *data, size_t len, unsigned flags,
+                                     char *err, size_t errlen)
 {
     if (name == NULL || (data == NULL && len > 0) || (flags & ~FLAGS_KNOWN)) {
         if (errlen) snprintf(err, errlen, "invalid argument");

@@ -55,8 +55,7 @@ static int glob_match(const char *p, size_t pn, const char *v, size_t vn)
 {
     const char *first = memchr(p, '*', pn), *last = memrchr(p, '*', pn);
     size_t head = (size_t)(first - p), tail = pn - (size_t)(last - p) - 1;
-    if (vn < head + tail || memcmp(v, p, head) != 0 ||
-        memcmp(v + vn - tail, last + 1, tail) != 0)
+    if (vn < head + tail || memcmp(v, p, head) != 0 || memcmp(v + vn - tail, last + 1, tail) != 0)
         return 0;
     const char *s = v + head, *end = v + vn - tail; /* what the middle parts share */
     const char *q = first + 1;
@@ -347,8 +346,7 @@ static void mput(mbuf *b, const char *s, size_t len)
 int sl_rules_metric_name(const sl_rule_node *node, const sl_rule_entry *entries, int n, char *buf,
                          size_t cap, size_t *len)
 {
-    if (node == NULL || entries == NULL || buf == NULL || len == NULL || n != node->depth ||
-        n < 1)
+    if (node == NULL || entries == NULL || buf == NULL || len == NULL || n != node->depth || n < 1)
         return SL_EINVAL;
     const sl_rule_node *lv[SL_RULES_MAX_DEPTH];
     const sl_rule_node *x = node;
