@@ -20,9 +20,12 @@
  *
  * The model lives in one arena per set (freed in one go); each YAML tree in
  * an arena per file.  Invariant of a loaded set: siblings are unique by
- * (key, value, kind), and each node's lookup tables (exact by key and value,
- * key-only by key, wildcards longest prefix first) are sorted, so matching
- * is a binary search per level and never allocates.  Once the loader returns
+ * (key, value) among those with a value and by key among the others, and
+ * each node's lookup tables (exact and wildcard values by key and value,
+ * key-only by key) are sorted, with the wildcards also kept in file order,
+ * so matching is a binary search per level plus a scan of the wildcards,
+ * and never allocates.  With SL_RULES_MERGE_DOMAINS a later file's
+ * descriptors join its domain's root (merge_domain).  Once the loader returns
  * a set, nothing writes to it but its reference count and its limits'
  * sl_rule_counts.
  */
