@@ -46,6 +46,7 @@ static int quota_all_over(const sl_check_plan *plan, const sl_check_outcome *o,
 {
     const sl_check_item *it = plan->items;
     int n = 0;
+    if (plan->nquota == 0) return 0; /* the usual request: no quota descriptor */
     for (int k = 0; k < plan->nitems; k++)
         if (it[k].quota && decided[it[k].lead] && over(o, it, k)) qover[it[k].desc] = 1;
     for (int i = 0; i < plan->n; i++) n += qover[i];

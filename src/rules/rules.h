@@ -162,6 +162,8 @@ typedef struct sl_rule_node {
     int ip6_prefix;                         /*   bits before counting; -1 = not set */
     unsigned line, column;                  /* of the descriptor in its file */
     const struct sl__rule_index *sl__index; /* internal: lookup tables */
+    size_t sl__whead, sl__wtail;            /* internal, WILDCARD: the bytes before the
+                                               first '*' and after the last */
 } sl_rule_node;
 
 typedef struct sl_rule_domain {

@@ -29,10 +29,10 @@ typedef struct arena {
 } arena;
 
 struct sl__rule_index {
-    const sl_rule_node **exact; /* EXACT and WILDCARD children by (key, value as
-                                   written): Lyft looks a wildcard's own text up
-                                   exactly too */
-    const sl_rule_node **wild;  /* WILDCARD children in file order */
+    const sl_rule_node **exact; /* EXACT children by (key, value) */
+    const sl_rule_node **wild;  /* WILDCARD children in file order (Lyft also looks
+                                   a wildcard's own text up exactly: a value
+                                   holding '*' is compared with each first) */
     const sl_rule_node **any;   /* ANY children by key */
     int nexact, nwild, nany;
 };

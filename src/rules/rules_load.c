@@ -1075,9 +1075,14 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
             return FAIL(ld, f[D_VALUE], "value longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
         if (vlen > 0) {
             /* Lyft: a '*' anywhere makes a wildcard, each '*' any run */
-            node->match = memchr(val, '*', vlen) ? SL_MATCH_WILDCARD : SL_MATCH_EXACT;
+            const char *star = memchr(val, '*', vlen);
+            node->match = star ? SL_MATCH_WILDCARD : SL_MATCH_EXACT;
             node->valuelen = vlen;
             if ((node->value = arena_strndup(&ld->set->mem, val, vlen)) == NULL) return oom(ld);
+            if (star) { /* the matcher's fixed ends */
+                node->sl__whead = (size_t)(star - val);
+                node->sl__wtail = vlen - 1 - (size_t)((const char *)memrchr(val, '*', vlen) - val);
+            }
         }
     }
     /* Lyft's full key: parent.key or parent.key_value (the value as written) */
@@ -1168,9 +1173,10 @@ static int sort_unique(loader *ld, const sl_rule_node **v, int n)
     return 0;
 }
 
-/* Builds node's lookup tables (rules_int.h): exact and wildcard children by
- * (key, value as written), the wildcards again in file order, key-only
- * children by key.  Refuses duplicate siblings.  O(n log n). */
+/* Builds node's lookup tables (rules_int.h): exact children by (key,
+ * value), wildcard children in file order, key-only children by key.
+ * Refuses duplicate siblings (the wildcards through a sorted copy).
+ * O(n log n). */
 static int build_index(loader *ld, sl_rule_node *node)
 {
     struct sl__rule_index *ix = arena_alloc(&ld->set->mem, sizeof *ix);
@@ -1178,24 +1184,29 @@ static int build_index(loader *ld, sl_rule_node *node)
     int n = node->nchildren, ne = 0, nw = 0, na = 0;
     for (int i = 0; i < n; i++) {
         sl_rule_match m = node->children[i].match;
-        ne += m == SL_MATCH_EXACT || m == SL_MATCH_WILDCARD;
+        ne += m == SL_MATCH_EXACT;
         nw += m == SL_MATCH_WILDCARD;
         na += m == SL_MATCH_ANY;
     }
     ix->exact = arena_alloc(&ld->set->mem, (size_t)(ne + nw + na + 1) * sizeof(sl_rule_node *));
-    if (ix->exact == NULL) return oom(ld);
+    const sl_rule_node **wsorted = arena_alloc(&ld->tmp, (size_t)(nw + 1) * sizeof *wsorted);
+    if (ix->exact == NULL || wsorted == NULL) return oom(ld);
     ix->wild = ix->exact + ne;
     ix->any = ix->wild + nw;
     for (int i = 0; i < n; i++) {
         const sl_rule_node *c = &node->children[i];
-        if (c->match == SL_MATCH_ANY) {
+        if (c->match == SL_MATCH_EXACT) {
+            ix->exact[ix->nexact++] = c;
+        } else if (c->match == SL_MATCH_WILDCARD) {
+            wsorted[ix->nwild] = c;
+            ix->wild[ix->nwild++] = c; /* file order */
+        } else {
             ix->any[ix->nany++] = c;
-            continue;
         }
-        ix->exact[ix->nexact++] = c;
-        if (c->match == SL_MATCH_WILDCARD) ix->wild[ix->nwild++] = c; /* file order */
     }
-    if (sort_unique(ld, ix->exact, ne) != 0 || sort_unique(ld, ix->any, na) != 0) return -1;
+    if (sort_unique(ld, ix->exact, ne) != 0 || sort_unique(ld, wsorted, nw) != 0 ||
+        sort_unique(ld, ix->any, na) != 0)
+        return -1;
     node->sl__index = ix;
     return 0;
 }
@@ -1224,10 +1235,17 @@ static int load_descriptors(loader *ld, sl_rule_node *parent, const ynode *list)
 }
 
 /* The child of parent (a domain's root, its index built) that has c's key
- * and value, or NULL.  O(log children). */
+ * and value, or NULL.  O(log children), O(wildcards) for a wildcard. */
 static const sl_rule_node *same_child(const sl_rule_node *parent, const sl_rule_node *c)
 {
     const struct sl__rule_index *ix = parent->sl__index;
+    if (c->match == SL_MATCH_WILDCARD) {
+        for (int i = 0; i < ix->nwild; i++)
+            if (bytes_cmp(ix->wild[i]->key, ix->wild[i]->keylen, c->key, c->keylen) == 0 &&
+                bytes_cmp(ix->wild[i]->value, ix->wild[i]->valuelen, c->value, c->valuelen) == 0)
+                return ix->wild[i];
+        return NULL;
+    }
     const sl_rule_node *const *v = c->match == SL_MATCH_ANY ? ix->any : ix->exact;
     int lo = 0, hi = c->match == SL_MATCH_ANY ? ix->nany : ix->nexact;
     while (lo < hi) {

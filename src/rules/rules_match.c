@@ -44,21 +44,23 @@ const sl_rule_domain *sl_rules_find_domain(const sl_rules *r, const char *name, 
 
 /* ---- matching ------------------------------------------------------------- */
 
-/* Does v (vn bytes) match the wildcard pattern p (pn bytes, at least one
- * '*')?  Each '*' matches any run of bytes, the empty one too; the rest
- * must be there as written, in order: the part before the first '*' starts
- * v, the part after the last ends it, and each part between is found,
- * leftmost, in what is left between them (leftmost is never wrong: a later
- * find only leaves less room to the parts after it).  No allocation;
- * O(vn * parts) at worst. */
-static int glob_match(const char *p, size_t pn, const char *v, size_t vn)
+/* Does v (vn bytes) match the wildcard node c's pattern?  Each '*' matches
+ * any run of bytes, the empty one too; the rest must be there as written,
+ * in order: the c->sl__whead bytes before the first '*' start v, the
+ * c->sl__wtail bytes after the last end it (both measured at load, so a
+ * pattern that cannot match is mostly refused by one memcmp), and each part
+ * between is found, leftmost, in what is left between them (leftmost is
+ * never wrong: a later find only leaves less room to the parts after it).
+ * No allocation; O(vn * parts) at worst. */
+static int glob_match(const sl_rule_node *c, const char *v, size_t vn)
 {
-    const char *first = memchr(p, '*', pn), *last = memrchr(p, '*', pn);
-    size_t head = (size_t)(first - p), tail = pn - (size_t)(last - p) - 1;
-    if (vn < head + tail || memcmp(v, p, head) != 0 || memcmp(v + vn - tail, last + 1, tail) != 0)
+    const char *p = c->value;
+    size_t pn = c->valuelen, head = c->sl__whead, tail = c->sl__wtail;
+    if (vn < head + tail || memcmp(v, p, head) != 0 ||
+        memcmp(v + vn - tail, p + pn - tail, tail) != 0)
         return 0;
     const char *s = v + head, *end = v + vn - tail; /* what the middle parts share */
-    const char *q = first + 1;
+    const char *q = p + head + 1, *last = p + pn - tail - 1;
     while (q < last) {
         const char *star = memchr(q, '*', (size_t)(last - q) + 1);
         size_t seg = (size_t)(star - q);
@@ -92,10 +94,19 @@ static const sl_rule_node *child_for(const sl_rule_node *node, const sl_rule_ent
         else
             hi = mid;
     }
+    /* a value holding '*' may be a wildcard's own text: Lyft's exact step */
+    if (ix->nwild > 0 && e->valuelen > 0 && memchr(e->value, '*', e->valuelen) != NULL) {
+        for (int i = 0; i < ix->nwild; i++) {
+            const sl_rule_node *c = ix->wild[i];
+            if (bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
+                bytes_cmp(c->value, c->valuelen, e->value, e->valuelen) == 0)
+                return c;
+        }
+    }
     for (int i = 0; i < ix->nwild; i++) {
         const sl_rule_node *c = ix->wild[i];
         if (bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
-            glob_match(c->value, c->valuelen, e->value ? e->value : "", e->valuelen))
+            glob_match(c, e->value ? e->value : "", e->valuelen))
             return c;
     }
     lo = 0;
