@@ -368,6 +368,8 @@ int sl_rules_metric_name(const sl_rule_node *node, const sl_rule_entry *entries,
         mput(&b, node->path, strlen(node->path));
     } else {
         const sl_rule_domain *dom = node->domain;
+        int shared = 0; /* Lyft builds a detailed name two ways: with or without them */
+        for (int i = 0; i < n; i++) shared |= lv[i]->share_threshold;
         mput(&b, dom->name, dom->namelen);
         for (int i = 0; i < n; i++) {
             const sl_rule_entry *e = &entries[i];
@@ -386,8 +388,9 @@ int sl_rules_metric_name(const sl_rule_node *node, const sl_rule_entry *entries,
             }
             mput(&b, ".", 1);
             mput(&b, e->key, e->keylen);
-            /* Lyft writes "key_" for an empty value only in a detailed name */
-            if (vl > 0 || (node->detailed_metric && !l->share_threshold)) mput(&b, "_", 1);
+            /* Lyft writes "key_" for an empty value only in a detailed name
+             * without shared levels */
+            if (vl > 0 || (node->detailed_metric && !shared)) mput(&b, "_", 1);
             mput(&b, v, vl);
         }
     }
