@@ -1558,7 +1558,13 @@ static void lyft_metric_names(void **state)
              "    descriptors:\n"
              "      - {key: b, value_to_metric: true,\n"
              "         rate_limit: {unit: minute, requests_per_unit: 2}}\n"
-             "  - {key: plain, rate_limit: {unit: minute, requests_per_unit: 3}}\n");
+             "  - {key: plain, rate_limit: {unit: minute, requests_per_unit: 3}}\n"
+             "  - key: s\n"
+             "    value: s*\n"
+             "    share_threshold: true\n"
+             "    descriptors:\n"
+             "      - {key: e, detailed_metric: true,\n"
+             "         rate_limit: {unit: minute, requests_per_unit: 4}}\n");
     int dyn;
     /* value_to_metric on a key-only level above the limit */
     assert_string_equal(METRIC(r, "d", &dyn, "route", "/users", "method", "GET"),
@@ -1574,6 +1580,9 @@ static void lyft_metric_names(void **state)
                         "d.key7_unspecified_value");
     assert_string_equal(METRIC(r, "d", &dyn, "key7", "another_value"), "d.key7_another_value");
     assert_string_equal(METRIC(r, "d", &dyn, "key7", ""), "d.key7_");
+    /* below a shared level Lyft leaves out the '_' of an empty value */
+    assert_string_equal(METRIC(r, "d", &dyn, "s", "s1", "e", ""), "d.s_s*.e");
+    assert_string_equal(METRIC(r, "d", &dyn, "s", "s1", "e", "x"), "d.s_s*.e_x");
     assert_string_equal(METRIC(r, "d", &dyn, "a", "x", "b", "y"), "d.a_x.b_y");
     /* nothing asked: the descriptor's path */
     assert_string_equal(METRIC(r, "d", &dyn, "plain", "v"), "d.plain");
