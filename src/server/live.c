@@ -196,9 +196,11 @@ static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, 
     /* Readers that still use the old set hold their own references. */
     sl_rules_unref(old);
     sl_log(ngone ? SL_LOG_WARN : SL_LOG_INFO, "rules loaded",
-           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s", sl_logq(why),
+           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s%s%s", sl_logq(why),
            sl_logq(l->path), (unsigned long long)sl_rules_generation(r), sl_rules_ndomains(r),
-           sl_rules_count(r), (long long)took, gone_f, added_f);
+           sl_rules_count(r), (long long)took, gone_f, added_f,
+           (l->flags & SL_RULES_MERGE_DOMAINS) ? " merge_domains=yes" : "",
+           (l->flags & SL_RULES_COUNT_DENIED) ? " count_denied=yes" : "");
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (version != NULL) *version = sl_rules_generation(r);
     return 0;

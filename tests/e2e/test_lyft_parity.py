@@ -355,6 +355,9 @@ class TestLyftCounting(TestLyftIntegration):
 
     EXTRA = ("--count-denied",)
 
+    def test_the_log_says_so(self):
+        self.assertIn(" count_denied=yes", self.srv.log())
+
     def test_over_limit_on_two_keys(self):
         got = self.repeat(15, "another", ("key2", "seq-two"), ("key3", "seq-two"), at=BASE + 7)
         for i, r in enumerate(got):
@@ -415,6 +418,8 @@ class TestLyftMergeDomains(unittest.TestCase):
         self.assertEqual([d[0] for d in rules[15]], [b"test-domain"])
         self.assertEqual(rules[15][0][1], os.path.join(MERGE, "key1.yaml").encode())
         self.assertEqual(len(rules[15][0][2]), 4)
+        self.assertIn("domains=1 descriptors=4", s.log())
+        self.assertIn(" merge_domains=yes", s.log())   # the log says how it loaded
         s.stop()
         assert_clean_stop(s)
 
