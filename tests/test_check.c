@@ -3,7 +3,9 @@
  * on one descriptor all-or-none, several descriptors all-or-none (a denied
  * request charges nobody), shadow mode, soft limits at their edge,
  * unlimited, no rule, requests_per_unit 0, the batch cap, repeated counters,
- * elastic limits on the spare pool at their edges, Lyft's `replaces`.
+ * elastic limits on the spare pool at their edges, Lyft's `replaces`;
+ * Lyft's current format: share_threshold, quota_mode, and Lyft's counting
+ * of denied requests (SL_RULES_COUNT_DENIED).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -138,9 +140,19 @@ static int64_t peek_rem(fx *f, const char *key, int64_t L, int64_t W, int64_t no
     return r.remaining;
 }
 
-static void status_is(int i, sl_check_code code, const char *name, int64_t limit, int64_t rem,
-                      int64_t retry, int64_t reset)
+static int at; /* the caller's line, for failures */
+#define status_is(...)  (at = __LINE__, status_is_(__VA_ARGS__))
+#define overall_is(...) (at = __LINE__, overall_is_(__VA_ARGS__))
+
+static void status_is_(int i, sl_check_code code, const char *name, int64_t limit, int64_t rem,
+                       int64_t retry, int64_t reset)
 {
+    if (st[i].code != code || st[i].limit != limit || st[i].remaining != rem ||
+        st[i].retry_after_ms != retry || st[i].reset_after_ms != reset)
+        print_error("line %d: status %d is %s %s %lld %lld %lld %lld\n", at, i,
+                    sl_check_code_name(st[i].code), st[i].name ? st[i].name : "(nil)",
+                    (long long)st[i].limit, (long long)st[i].remaining,
+                    (long long)st[i].retry_after_ms, (long long)st[i].reset_after_ms);
     assert_string_equal(sl_check_code_name(st[i].code), sl_check_code_name(code));
     if (name == NULL)
         assert_null(st[i].name);
@@ -152,8 +164,13 @@ static void status_is(int i, sl_check_code code, const char *name, int64_t limit
     assert_int_equal(st[i].reset_after_ms, reset);
 }
 
-static void overall_is(int64_t allowed, int64_t limit, int64_t rem, int64_t retry, int64_t reset)
+static void overall_is_(int64_t allowed, int64_t limit, int64_t rem, int64_t retry, int64_t reset)
 {
+    if (ov.allowed != allowed || ov.limit != limit || ov.remaining != rem ||
+        ov.retry_after_ms != retry || ov.reset_after_ms != reset)
+        print_error("line %d: overall is %lld %lld %lld %lld %lld\n", at, (long long)ov.allowed,
+                    (long long)ov.limit, (long long)ov.remaining, (long long)ov.retry_after_ms,
+                    (long long)ov.reset_after_ms);
     assert_int_equal(ov.allowed, allowed);
     assert_int_equal(ov.limit, limit);
     assert_int_equal(ov.remaining, rem);
@@ -453,6 +470,174 @@ static void replaces(void **state)
     assert_int_equal(peek_rem(f, "api|team=red", 2, 60000, 0), 0); /* not charged */
 }
 
+/* ---- Lyft's current format ------------------------------------------------ */
+
+/* Replaces the fixture's rules with yaml, loaded with SL_RULES_* flags. */
+static void use(fx *f, const char *y, unsigned flags)
+{
+    sl_rules_free(f->r);
+    f->r = sl_rules_load_buffer_flags("t.yaml", y, strlen(y), flags, err, sizeof err);
+    if (f->r == NULL) fail_msg("load: %s", err);
+}
+
+/* CHECK_IN(f, dom, cost, now, k, v, ...): asserts success. */
+#define CHECK_IN(f, dom, cost, now, ...)                                                           \
+    assert_int_equal(                                                                              \
+        check_kv((f), (dom), (cost), (now), (const char *const[]){__VA_ARGS__, NULL}), 0)
+
+/* share_threshold: every value the wildcard matches spends one counter. */
+static void share_threshold(void **state)
+{
+    fx *f = *state;
+    use(f,
+        "domain: s\n"
+        "descriptors:\n"
+        "  - {key: files, value: files/*, share_threshold: true,\n"
+        "     rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+        "  - {key: path, value: /api/*/v1, rate_limit: {unit: minute, requests_per_unit: 2}}\n",
+        0);
+    CHECK_IN(f, "s", 1, 1000, "files", "files/a.txt");
+    status_is(0, SL_CHECK_OK, "s.files_files/*", 2, 1, 0, 59000);
+    CHECK_IN(f, "s", 1, 1000, "files", "files/b.txt");
+    status_is(0, SL_CHECK_OK, "s.files_files/*", 2, 0, 0, 59000);
+    CHECK_IN(f, "s", 1, 1000, "files", "files/c.txt"); /* a third value: the same counter */
+    status_is(0, SL_CHECK_OVER_LIMIT, "s.files_files/*", 2, 0, 59000, 59000);
+    assert_int_equal(peek_rem(f, "s|files=files/*", 2, 60000, 1000), 0);
+    /* without share_threshold, a middle wildcard counts each value apart */
+    for (int i = 0; i < 2; i++) {
+        CHECK_IN(f, "s", 1, 1000, "path", "/api/users/v1");
+        assert_int_equal(ov.allowed, 1);
+    }
+    CHECK_IN(f, "s", 1, 1000, "path", "/api/orders/v1");
+    status_is(0, SL_CHECK_OK, "s.path_/api/*/v1", 2, 1, 0, 59000);
+    CHECK_IN(f, "s", 1, 1000, "path", "/api/users/v1");
+    assert_int_equal(ov.allowed, 0);
+}
+
+/* quota_mode: a quota descriptor over its limit does not deny, unless every
+ * quota descriptor of the request is over (Lyft's rule since PR 1059). */
+static void quota_mode(void **state)
+{
+    fx *f = *state;
+    use(f,
+        "domain: q\n"
+        "descriptors:\n"
+        "  - {key: backend, value: a, quota_mode: true,\n"
+        "     rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+        "  - {key: backend, value: b, quota_mode: true,\n"
+        "     rate_limit: {unit: second, requests_per_unit: 3}}\n"
+        "  - {key: user, rate_limit: {unit: minute, requests_per_unit: 5}}\n"
+        "  - {key: sq, quota_mode: true, shadow_mode: true,\n"
+        "     rate_limit: {unit: minute, requests_per_unit: 1}}\n",
+        0);
+    const char *a = "q.backend_a", *b = "q.backend_b";
+    CHECK_IN(f, "q", 1, 1000, "backend", "a", "backend", "b", "user", "u");
+    status_is(0, SL_CHECK_OK, a, 2, 1, 0, 59000);
+    status_is(1, SL_CHECK_OK, b, 3, 2, 0, 1000);
+    status_is(2, SL_CHECK_OK, "q.user", 5, 4, 0, 59000);
+    overall_is(1, 2, 1, 0, 59000); /* a quota descriptor counts like any */
+    CHECK_IN(f, "q", 1, 1000, "backend", "a", "backend", "b", "user", "u");
+    overall_is(1, 2, 0, 0, 59000);
+    /* a is over: it does not deny, and is not charged; b and user are */
+    CHECK_IN(f, "q", 1, 1000, "backend", "a", "backend", "b", "user", "u");
+    status_is(0, SL_CHECK_OVER_QUOTA, a, 2, 0, 59000, 59000);
+    status_is(1, SL_CHECK_OK, b, 3, 0, 0, 1000);
+    status_is(2, SL_CHECK_OK, "q.user", 5, 2, 0, 59000);
+    overall_is(1, 3, 0, 0, 1000);
+    assert_int_equal(peek_rem(f, "q|backend=a", 2, 60000, 1000), 0);
+    /* both over: denied; the overall answer is the first to have room (b) */
+    CHECK_IN(f, "q", 1, 1000, "backend", "a", "backend", "b", "user", "u");
+    status_is(0, SL_CHECK_OVER_LIMIT, a, 2, 0, 59000, 59000);
+    status_is(1, SL_CHECK_OVER_LIMIT, b, 3, 0, 1000, 1000);
+    status_is(2, SL_CHECK_OK, "q.user", 5, 1, 0, 59000); /* as if alone: not charged */
+    overall_is(0, 3, 0, 1000, 1000);
+    assert_int_equal(peek_rem(f, "q|user=u", 5, 60000, 1000), 2);
+    /* the next second b has room again: allowed */
+    CHECK_IN(f, "q", 1, 2000, "backend", "a", "backend", "b", "user", "u");
+    status_is(0, SL_CHECK_OVER_QUOTA, a, 2, 0, 58000, 58000);
+    status_is(1, SL_CHECK_OK, b, 3, 2, 0, 1000);
+    overall_is(1, 5, 1, 0, 58000); /* user: 4 of 5 */
+    /* one quota descriptor alone, over: every quota descriptor is over */
+    CHECK_IN(f, "q", 1, 2000, "backend", "a");
+    status_is(0, SL_CHECK_OVER_LIMIT, a, 2, 0, 58000, 58000);
+    overall_is(0, 2, 0, 58000, 58000);
+    /* an enforced descriptor denies: then the quota ones over are not why */
+    CHECK_IN(f, "q", 1, 2000, "user", "u", "backend", "a", "backend", "b");
+    status_is(0, SL_CHECK_OK, "q.user", 5, 0, 0, 58000); /* its 5th */
+    status_is(1, SL_CHECK_OVER_QUOTA, a, 2, 0, 58000, 58000);
+    status_is(2, SL_CHECK_OK, b, 3, 1, 0, 1000);
+    CHECK_IN(f, "q", 1, 2000, "backend", "b");
+    status_is(0, SL_CHECK_OK, b, 3, 0, 0, 1000);
+    CHECK_IN(f, "q", 1, 2000, "user", "u", "backend", "a", "backend", "b");
+    status_is(0, SL_CHECK_OVER_LIMIT, "q.user", 5, 0, 58000, 58000);
+    status_is(1, SL_CHECK_OVER_QUOTA, a, 2, 0, 58000, 58000);
+    status_is(2, SL_CHECK_OVER_QUOTA, b, 3, 0, 1000, 1000);
+    overall_is(0, 5, 0, 58000, 58000); /* the enforced one, as always */
+    /* shadow wins over quota: never denies, not a quota descriptor */
+    CHECK_IN(f, "q", 1, 3000, "sq", "x");
+    CHECK_IN(f, "q", 1, 3000, "sq", "x");
+    status_is(0, SL_CHECK_SHADOW, "q.sq", 1, 0, 57000, 57000);
+    overall_is(1, 0, 0, 0, 0);
+    /* RL.RULES counts: a was found over 6 times in 8 (2 of them it denied) */
+    const sl_rule_node *n = sl_rules_match(f->r, "q", 1, &(sl_rule_entry){"backend", 7, "a", 1}, 1);
+    assert_int_equal(atomic_load(&n->limits[0].counts->checked), 8);
+    assert_int_equal(atomic_load(&n->limits[0].counts->over), 6);
+}
+
+/* SL_RULES_COUNT_DENIED (sluiced --count-denied): Lyft's counting.  A
+ * denied request still charges every matched fixed-window counter, and each
+ * is judged against L after the charge, as Lyft's INCRBY. */
+static void count_denied(void **state)
+{
+    fx *f = *state;
+    static const char y[] =
+        "domain: c\n"
+        "descriptors:\n"
+        "  - {key: a, rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+        "  - {key: b, rate_limit: {unit: minute, requests_per_unit: 10}}\n"
+        "  - {key: tb, rate_limit: {algorithm: token-bucket, unit: minute, requests_per_unit: 5}}\n"
+        "  - {key: s, shadow_mode: true, rate_limit: {unit: minute, requests_per_unit: 1}}\n";
+    use(f, y, SL_RULES_COUNT_DENIED);
+    assert_int_equal(sl_rules_flags(f->r), SL_RULES_COUNT_DENIED);
+    for (int i = 1; i <= 2; i++) CHECK_IN(f, "c", 1, 1000, "a", "x", "b", "y", "tb", "z");
+    status_is(0, SL_CHECK_OK, "c.a", 2, 0, 0, 59000);
+    status_is(1, SL_CHECK_OK, "c.b", 10, 8, 0, 59000);
+    /* the 3rd: a is over and denies -- and still b, and a itself, are charged */
+    CHECK_IN(f, "c", 1, 1000, "a", "x", "b", "y", "tb", "z");
+    status_is(0, SL_CHECK_OVER_LIMIT, "c.a", 2, 0, 59000, 59000);
+    status_is(1, SL_CHECK_OK, "c.b", 10, 7, 0, 59000);
+    overall_is(0, 2, 0, 59000, 59000);
+    assert_int_equal(peek_rem(f, "c|b=y", 10, 60000, 1000), 7);
+    /* the token bucket keeps all-or-none: only peeked when denied */
+    status_is(2, SL_CHECK_OK, "c.tb", 5, 2, 0, 36000);
+    /* the count went past L: a 4th is over, and counted */
+    CHECK_IN(f, "c", 1, 1000, "a", "x");
+    status_is(0, SL_CHECK_OVER_LIMIT, "c.a", 2, 0, 59000, 59000);
+    CHECK_IN(f, "c", 1, 1000, "b", "y");
+    status_is(0, SL_CHECK_OK, "c.b", 10, 6, 0, 59000);
+    /* a cost above L: over, never */
+    CHECK_IN(f, "c", 3, 1000, "a", "w");
+    status_is(0, SL_CHECK_OVER_LIMIT, "c.a", 2, 0, -1, 59000);
+    /* a new window starts from 0 */
+    CHECK_IN(f, "c", 1, 60000, "a", "x");
+    status_is(0, SL_CHECK_OK, "c.a", 2, 1, 0, 60000);
+    /* shadow counters are charged too, and never deny */
+    CHECK_IN(f, "c", 1, 1000, "s", "v");
+    CHECK_IN(f, "c", 1, 1000, "s", "v");
+    status_is(0, SL_CHECK_SHADOW, "c.s", 1, 0, 59000, 59000);
+    overall_is(1, 0, 0, 0, 0);
+    CHECK_IN(f, "c", 1, 1000, "s", "v");
+    status_is(0, SL_CHECK_SHADOW, "c.s", 1, 0, 59000, 59000);
+
+    /* the default, for contrast: the denied request charges nobody */
+    sl_store_free(f->s);
+    f->s = sl_store_new(NULL, NULL);
+    use(f, y, 0);
+    for (int i = 1; i <= 3; i++) CHECK_IN(f, "c", 1, 1000, "a", "x", "b", "y");
+    status_is(1, SL_CHECK_OK, "c.b", 10, 7, 0, 59000); /* as if alone */
+    assert_int_equal(peek_rem(f, "c|b=y", 10, 60000, 1000), 8);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -467,6 +652,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(bad_arguments, setup, teardown),
         cmocka_unit_test_setup_teardown(elastic, setup, teardown),
         cmocka_unit_test_setup_teardown(replaces, setup, teardown),
+        cmocka_unit_test_setup_teardown(share_threshold, setup, teardown),
+        cmocka_unit_test_setup_teardown(quota_mode, setup, teardown),
+        cmocka_unit_test_setup_teardown(count_denied, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -336,8 +336,9 @@ static void lyft_example_9(void **state)
                        "      requests_per_unit: 20\n");
     const sl_rule_node *n = MATCH(r, "example9", "key1", "value_1");
     assert_int_equal(L(n), 20);
-    assert_int_equal(n->match, SL_MATCH_PREFIX);
-    assert_int_equal(n->valuelen, 5);
+    assert_int_equal(n->match, SL_MATCH_WILDCARD);
+    assert_int_equal(n->valuelen, 6);
+    assert_string_equal(n->value, "value*");
     assert_string_equal(n->path, "example9.key1_value*");
     assert_ptr_equal(n, MATCH(r, "example9", "key1", "value_2"));
     assert_ptr_equal(n, MATCH(r, "example9", "key1", "value"));
@@ -495,7 +496,8 @@ static void match_order(void **state)
                        "    value: '*'\n"
                        "    rate_limit: {unit: second, requests_per_unit: 5}\n");
     assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/users")), 4);  /* exact */
-    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/orders")), 3); /* longest prefix */
+    /* the first wildcard in file order wins, as in Lyft: value 2 comes before 3 */
+    assert_int_equal(L(MATCH(r, "prio", "path", "/api/v2/orders")), 2);
     assert_int_equal(L(MATCH(r, "prio", "path", "/api/v1/users")), 2);
     assert_int_equal(L(MATCH(r, "prio", "path", "/api/")), 2);
     assert_int_equal(L(MATCH(r, "prio", "path", "/api")), 1); /* key only */
@@ -755,7 +757,8 @@ static void bad_structure(void **state)
     /* unknown fields are errors, named */
     expect_error("domain: api\ndescriptors:\n  - key: user\n    rate_limt: {}\n", "t.yaml:4:5: ",
                  "unknown field 'rate_limt' in a descriptor (expected key, value, rate_limit, "
-                 "descriptors, shadow_mode, detailed_metric or ip_prefix)");
+                 "descriptors, shadow_mode, quota_mode, detailed_metric, value_to_metric, "
+                 "share_threshold, metadata or ip_prefix)");
     expect_error(HEAD "      units: second\n",
                  "t.yaml:5:7: ", "unknown field 'units' in a rate_limit");
     expect_error("domain: api\nversion: 2\n", "t.yaml:2:1: ", "unknown field 'version'");
@@ -1043,7 +1046,10 @@ static void directory(void **state)
     /* a domain in two files is refused, naming both */
     write_file(dir, "d.yaml", "domain: a\n");
     assert_null(sl_rules_load(dir, err, sizeof err));
-    snprintf(q, sizeof q, "%s/d.yaml:1:9: domain 'a' is already defined in %s/a.yml:1:9", dir, dir);
+    snprintf(q, sizeof q,
+             "%s/d.yaml:1:9: domain 'a' is already defined in %s/a.yml:1:9 (--merge-domains "
+             "merges them, as Lyft's MERGE_DOMAIN_CONFIG does)",
+             dir, dir);
     assert_string_equal(err, q);
     remove_file(dir, "d.yaml");
 
@@ -1266,6 +1272,541 @@ static void total_size_cap(void **state)
     free(buf);
 }
 
+/* ---- Lyft's current format (envoyproxy/ratelimit's config tests) ----------
+ *
+ * Our own fixtures for the cases of Lyft's test/config: wildcards anywhere
+ * in a value (TestWildcardConfig, README example 9), share_threshold,
+ * value_to_metric and detailed_metric names, quota_mode and metadata,
+ * merged domains, and the files Lyft refuses. */
+
+static void lyft_wildcards(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: test-domain\n"
+                       "descriptors:\n"
+                       "  - key: wild\n"
+                       "    value: foo*\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 20}\n"
+                       "  - key: noWild\n"
+                       "    value: foo\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 21}\n"
+                       "  - key: noVal\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 22}\n"
+                       "  - key: midWild\n"
+                       "    value: bar*b\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 23}\n"
+                       "  - key: multiWild\n"
+                       "    value: foo*bar*baz\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 24}\n"
+                       "  - key: path\n"
+                       "    value: /api/*/resource/*/action\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 25}\n"
+                       "  - key: stars\n"
+                       "    value: a**b\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 26}\n");
+    /* key only: every value, each its own counter */
+    assert_ptr_equal(MATCH(r, "test-domain", "noVal", "foo1"),
+                     MATCH(r, "test-domain", "noVal", "foo2"));
+    /* a trailing '*': every value it starts, the empty rest included */
+    const sl_rule_node *w = MATCH(r, "test-domain", "wild", "foo1");
+    assert_int_equal(L(w), 20);
+    assert_int_equal(w->match, SL_MATCH_WILDCARD);
+    assert_ptr_equal(w, MATCH(r, "test-domain", "wild", "foo2"));
+    assert_ptr_equal(w, MATCH(r, "test-domain", "wild", "foo"));
+    assert_null(MATCH(r, "test-domain", "wild", "bar"));
+    assert_null(MATCH(r, "test-domain", "wild", "fo"));
+    assert_null(MATCH(r, "test-domain", "noWild", "foo1")); /* no '*': exact only */
+    /* in the middle: Lyft's "bar*b" now matches "barab" */
+    assert_int_equal(L(MATCH(r, "test-domain", "midWild", "barab")), 23);
+    assert_int_equal(L(MATCH(r, "test-domain", "midWild", "barb")), 23); /* '*' empty */
+    assert_int_equal(L(MATCH(r, "test-domain", "midWild", "bar/x/b")), 23);
+    assert_null(MATCH(r, "test-domain", "midWild", "bar"));   /* no 'b' after "bar" */
+    assert_null(MATCH(r, "test-domain", "midWild", "barbx")); /* must end in 'b' */
+    assert_null(MATCH(r, "test-domain", "midWild", "bab"));
+    /* several '*': the parts in order, each '*' any run */
+    assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foobarbaz")), 24);
+    assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foo-bar-baz")), 24);
+    assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foo_x_bar_y_baz")), 24);
+    assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foobarbarbaz")), 24);
+    assert_int_equal(L(MATCH(r, "test-domain", "multiWild", "foo*bar*baz")), 24); /* its text */
+    assert_null(MATCH(r, "test-domain", "multiWild", "foobazbar"));               /* order */
+    assert_null(MATCH(r, "test-domain", "multiWild", "foobarbaz!"));
+    assert_null(MATCH(r, "test-domain", "multiWild", "foobaz"));
+    /* README example 9's path pattern, two '*' between slashes */
+    assert_int_equal(L(MATCH(r, "test-domain", "path", "/api/v1/resource/42/action")), 25);
+    assert_int_equal(L(MATCH(r, "test-domain", "path", "/api//resource//action")), 25);
+    assert_int_equal(L(MATCH(r, "test-domain", "path", "/api/a/b/resource/c/d/action")), 25);
+    assert_null(MATCH(r, "test-domain", "path", "/api/v1/resource/42/actions"));
+    assert_null(MATCH(r, "test-domain", "path", "/api/v1/42/action"));
+    assert_null(MATCH(r, "test-domain", "path", "/api/resource/action"));
+    /* "**" is one '*' */
+    assert_int_equal(L(MATCH(r, "test-domain", "stars", "ab")), 26);
+    assert_int_equal(L(MATCH(r, "test-domain", "stars", "a-b")), 26);
+    /* without share_threshold each value counts on its own */
+    assert_string_equal(KEY(r, "test-domain", 0, "midWild", "barab"), "test-domain|midWild=barab");
+    assert_string_equal(KEY(r, "test-domain", 0, "midWild", "barb"), "test-domain|midWild=barb");
+    assert_string_equal(w->path, "test-domain.wild_foo*");
+    sl_rules_free(r);
+}
+
+/* Lyft's order at each level: the same key and value (a wildcard's own text
+ * too), else the FIRST wildcard in file order that matches, else key only. */
+static void lyft_wildcard_precedence(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: d\n"
+                       "descriptors:\n"
+                       "  - key: p\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 1}\n"
+                       "  - key: p\n"
+                       "    value: /a/*/x\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 2}\n"
+                       "  - key: p\n"
+                       "    value: /a/*\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 3}\n"
+                       "  - key: p\n"
+                       "    value: /a/b/*\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 4}\n"
+                       "  - key: p\n"
+                       "    value: /a/b/x\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+                       "  - key: q\n"
+                       "    value: '*'\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 6}\n"
+                       "  - key: q\n"
+                       "    value: a*\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 7}\n");
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/x")), 5); /* exact first */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/c/x")), 2); /* first wildcard in file order */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/y")), 3); /* 4 comes after 3 in the file */
+    assert_int_equal(L(MATCH(r, "d", "p", "/a/b/*")), 4); /* a wildcard's own text: exact */
+    assert_int_equal(L(MATCH(r, "d", "p", "/b")), 1);     /* key only last */
+    assert_int_equal(L(MATCH(r, "d", "q", "abc")), 6);    /* '*' alone: every value */
+    assert_int_equal(L(MATCH(r, "d", "q", "")), 6);
+    assert_int_equal(L(MATCH(r, "d", "q", "a*")), 7); /* unreachable but by its text */
+    sl_rules_free(r);
+}
+
+/* The cases of Lyft's test/config/share_threshold.yaml, in our own file. */
+static const char share_yaml[] =
+    "domain: test-domain\n"
+    "descriptors:\n"
+    "  - {key: files, value: files/*, share_threshold: true,\n"
+    "     rate_limit: {unit: minute, requests_per_unit: 100}}\n"
+    "  - key: nested\n"
+    "    value: parent\n"
+    "    descriptors:\n"
+    "      - {key: files, value: nested/*, share_threshold: true,\n"
+    "         rate_limit: {unit: minute, requests_per_unit: 200}}\n"
+    "  - key: files\n"
+    "    value: top/*\n"
+    "    share_threshold: true\n"
+    "    descriptors:\n"
+    "      - {key: files, value: nested/*, share_threshold: true,\n"
+    "         rate_limit: {unit: minute, requests_per_unit: 300}}\n"
+    "  - key: route\n"
+    "    value: api/*\n"
+    "    share_threshold: true\n"
+    "    value_to_metric: true\n"
+    "    descriptors:\n"
+    "      - {key: method, rate_limit: {unit: minute, requests_per_unit: 60}}\n"
+    "  - key: service\n"
+    "    value: svc/*\n"
+    "    share_threshold: true\n"
+    "    descriptors:\n"
+    "      - {key: endpoint, detailed_metric: true,\n"
+    "         rate_limit: {unit: minute, requests_per_unit: 80}}\n"
+    "  - key: path\n"
+    "    value: path/*\n"
+    "    share_threshold: true\n"
+    "    descriptors:\n"
+    "      - key: file\n"
+    "        value: file/*\n"
+    "        share_threshold: false\n"
+    "        descriptors:\n"
+    "          - {key: type, rate_limit: {unit: minute, requests_per_unit: 120}}\n"
+    "  - key: user\n"
+    "    value: user/*\n"
+    "    share_threshold: true\n"
+    "    descriptors:\n"
+    "      - key: resource\n"
+    "        value: res/*\n"
+    "        share_threshold: true\n"
+    "        descriptors:\n"
+    "          - {key: action, rate_limit: {unit: minute, requests_per_unit: 150}}\n"
+    "  - {key: file, value: test1, rate_limit: {unit: minute, requests_per_unit: 50}}\n"
+    "  - {key: file, value: test*, share_threshold: true,\n"
+    "     rate_limit: {unit: minute, requests_per_unit: 100}}\n"
+    "  - {key: midpath, value: /api*v1, share_threshold: true,\n"
+    "     rate_limit: {unit: minute, requests_per_unit: 100}}\n"
+    "  - {key: multiroute, value: svc*ep*rpc, share_threshold: true,\n"
+    "     rate_limit: {unit: minute, requests_per_unit: 50}}\n"
+    "  - {key: midroute, value: /api*v2, share_threshold: true, value_to_metric: true,\n"
+    "     rate_limit: {unit: minute, requests_per_unit: 80}}\n"
+    "  - key: tenant\n"
+    "    value: t*prod\n"
+    "    share_threshold: true\n"
+    "    descriptors:\n"
+    "      - {key: resource, value: res*v2, share_threshold: true,\n"
+    "         rate_limit: {unit: minute, requests_per_unit: 60}}\n";
+
+/* Lyft's statistics name of the request kv, as a string. */
+static const char *metric_kv(const sl_rules *r, const char *dom, int *dynamic,
+                             const char *const *kv)
+{
+    static char buf[4][SL_MAX_KEY + 1];
+    static int turn;
+    char *b = buf[turn++ % 4];
+    sl_rule_entry e[SL_RULES_MAX_DEPTH + 1];
+    int n = entries(e, kv);
+    const sl_rule_node *node = sl_rules_match(r, dom, strlen(dom), e, n);
+    assert_non_null(node);
+    size_t len = 0;
+    *dynamic = sl_rules_metric_name(node, e, n, b, sizeof buf[0], &len);
+    assert_int_equal(*dynamic, sl_rules_metric_dynamic(node));
+    assert_int_equal(len, strlen(b));
+    return b;
+}
+#define METRIC(r, dom, dyn, ...)                                                                   \
+    metric_kv((r), (dom), (dyn), (const char *const[]){__VA_ARGS__, NULL})
+
+static void lyft_share_threshold(void **state)
+{
+    (void)state;
+    sl_rules *r = load(share_yaml);
+    int dyn;
+    const char *D = "test-domain";
+    /* every value the wildcard matches shares one counter: the pattern's */
+    assert_int_equal(L(MATCH(r, D, "files", "files/a.txt")), 100);
+    assert_string_equal(KEY(r, D, 0, "files", "files/a.txt"), "test-domain|files=files/*");
+    assert_string_equal(KEY(r, D, 0, "files", "files/b.txt"), "test-domain|files=files/*");
+    assert_true(MATCH(r, D, "files", "files/a.txt")->share_threshold);
+    /* nested below an exact level */
+    assert_int_equal(L(MATCH(r, D, "nested", "parent", "files", "nested/x")), 200);
+    assert_string_equal(KEY(r, D, 0, "nested", "parent", "files", "nested/x"),
+                        "test-domain|nested=parent|files=nested/*");
+    /* the same key name at two levels, both shared */
+    assert_int_equal(L(MATCH(r, D, "files", "top/1", "files", "nested/2")), 300);
+    assert_string_equal(KEY(r, D, 0, "files", "top/1", "files", "nested/2"),
+                        "test-domain|files=top/*|files=nested/*");
+    /* a shared level above a key-only leaf: the leaf's values still apart */
+    assert_int_equal(L(MATCH(r, D, "route", "api/users", "method", "GET")), 60);
+    assert_string_equal(KEY(r, D, 0, "route", "api/users", "method", "GET"),
+                        "test-domain|route=api/*|method=GET");
+    assert_string_equal(KEY(r, D, 0, "route", "api/orders", "method", "POST"),
+                        "test-domain|route=api/*|method=POST");
+    /* share_threshold wins over value_to_metric: the pattern names it */
+    assert_string_equal(METRIC(r, D, &dyn, "route", "api/users", "method", "GET"),
+                        "test-domain.route_api/*.method");
+    assert_int_equal(dyn, 0);
+    /* detailed_metric below a shared level: the pattern, then the value */
+    assert_string_equal(METRIC(r, D, &dyn, "service", "svc/a", "endpoint", "ep1"),
+                        "test-domain.service_svc/*.endpoint_ep1");
+    assert_int_equal(dyn, 1);
+    assert_string_equal(KEY(r, D, 0, "service", "svc/a", "endpoint", "ep1"),
+                        "test-domain|service=svc/*|endpoint=ep1");
+    /* mixed: a shared level, an unshared wildcard, a key-only leaf */
+    assert_int_equal(L(MATCH(r, D, "path", "path/1", "file", "file/a", "type", "pdf")), 120);
+    assert_string_equal(KEY(r, D, 0, "path", "path/1", "file", "file/a", "type", "pdf"),
+                        "test-domain|path=path/*|file=file/a|type=pdf");
+    assert_string_equal(KEY(r, D, 0, "path", "path/2", "file", "file/b", "type", "pdf"),
+                        "test-domain|path=path/*|file=file/b|type=pdf");
+    /* both wildcards shared */
+    assert_string_equal(KEY(r, D, 0, "user", "user/1", "resource", "res/9", "action", "read"),
+                        "test-domain|user=user/*|resource=res/*|action=read");
+    assert_string_equal(KEY(r, D, 0, "user", "user/2", "resource", "res/8", "action", "read"),
+                        "test-domain|user=user/*|resource=res/*|action=read");
+    /* an exact value before a shared wildcard */
+    assert_int_equal(L(MATCH(r, D, "file", "test1")), 50);
+    assert_string_equal(KEY(r, D, 0, "file", "test1"), "test-domain|file=test1");
+    assert_int_equal(L(MATCH(r, D, "file", "test2")), 100);
+    assert_string_equal(KEY(r, D, 0, "file", "test2"), "test-domain|file=test*");
+    assert_string_equal(KEY(r, D, 0, "file", "test3"), "test-domain|file=test*");
+    /* a '*' in the middle, and several */
+    assert_string_equal(KEY(r, D, 0, "midpath", "/api/users/v1"), "test-domain|midpath=/api*v1");
+    assert_string_equal(KEY(r, D, 0, "midpath", "/apiv1"), "test-domain|midpath=/api*v1");
+    assert_null(MATCH(r, D, "midpath", "/api/users/v2"));
+    assert_string_equal(KEY(r, D, 0, "multiroute", "svc-a-ep-b-rpc"),
+                        "test-domain|multiroute=svc*ep*rpc");
+    assert_string_equal(METRIC(r, D, &dyn, "midroute", "/api/x/v2"),
+                        "test-domain.midroute_/api*v2");
+    assert_string_equal(KEY(r, D, 0, "tenant", "t1prod", "resource", "res-1-v2"),
+                        "test-domain|tenant=t*prod|resource=res*v2");
+    assert_string_equal(KEY(r, D, 0, "tenant", "t2prod", "resource", "res-2-v2"),
+                        "test-domain|tenant=t*prod|resource=res*v2");
+    sl_rules_free(r);
+}
+
+/* Lyft's statistics names (stats keys): value_to_metric and detailed_metric. */
+static void lyft_metric_names(void **state)
+{
+    (void)state;
+    sl_rules *r =
+        load("domain: d\n"
+             "descriptors:\n"
+             "  - key: route\n"
+             "    value_to_metric: true\n"
+             "    descriptors:\n"
+             "      - {key: method, rate_limit: {unit: minute, requests_per_unit: 60}}\n"
+             "  - {key: wild, value: foo*, rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+             "  - {key: wild2, value: foo*, value_to_metric: true,\n"
+             "     rate_limit: {unit: minute, requests_per_unit: 1}}\n"
+             "  - {key: key7, detailed_metric: true,\n"
+             "     rate_limit: {unit: minute, requests_per_unit: 70}}\n"
+             "  - key: a\n"
+             "    value: x\n"
+             "    descriptors:\n"
+             "      - {key: b, value_to_metric: true,\n"
+             "         rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+             "  - {key: plain, rate_limit: {unit: minute, requests_per_unit: 3}}\n"
+             "  - key: s\n"
+             "    value: s*\n"
+             "    share_threshold: true\n"
+             "    descriptors:\n"
+             "      - {key: e, detailed_metric: true,\n"
+             "         rate_limit: {unit: minute, requests_per_unit: 4}}\n");
+    int dyn;
+    /* value_to_metric on a key-only level above the limit */
+    assert_string_equal(METRIC(r, "d", &dyn, "route", "/users", "method", "GET"),
+                        "d.route_/users.method");
+    assert_int_equal(dyn, 1);
+    /* a wildcard without it keeps the pattern; with it, the value */
+    assert_string_equal(METRIC(r, "d", &dyn, "wild", "foo1"), "d.wild_foo*");
+    assert_int_equal(dyn, 0);
+    assert_string_equal(METRIC(r, "d", &dyn, "wild2", "foo1"), "d.wild2_foo1");
+    assert_int_equal(dyn, 1);
+    /* Lyft's basic_config key7: detailed_metric puts the value in */
+    assert_string_equal(METRIC(r, "d", &dyn, "key7", "unspecified_value"),
+                        "d.key7_unspecified_value");
+    assert_string_equal(METRIC(r, "d", &dyn, "key7", "another_value"), "d.key7_another_value");
+    assert_string_equal(METRIC(r, "d", &dyn, "key7", ""), "d.key7_");
+    /* below a shared level Lyft leaves out the '_' of an empty value */
+    assert_string_equal(METRIC(r, "d", &dyn, "s", "s1", "e", ""), "d.s_s*.e");
+    assert_string_equal(METRIC(r, "d", &dyn, "s", "s1", "e", "x"), "d.s_s*.e_x");
+    assert_string_equal(METRIC(r, "d", &dyn, "a", "x", "b", "y"), "d.a_x.b_y");
+    /* nothing asked: the descriptor's path */
+    assert_string_equal(METRIC(r, "d", &dyn, "plain", "v"), "d.plain");
+    assert_int_equal(dyn, 0);
+    /* a small buffer is cut, the length is the whole name's */
+    sl_rule_entry e[1];
+    entries(e, (const char *const[]){"key7", "unspecified_value", NULL});
+    const sl_rule_node *n = sl_rules_match(r, "d", 1, e, 1);
+    char small[8];
+    size_t len = 0;
+    assert_int_equal(sl_rules_metric_name(n, e, 1, small, sizeof small, &len), 1);
+    assert_string_equal(small, "d.key7_");
+    assert_int_equal(len, strlen("d.key7_unspecified_value"));
+    assert_int_equal(sl_rules_metric_name(n, e, 2, small, sizeof small, &len), SL_EINVAL);
+    sl_rules_free(r);
+}
+
+/* quota_mode, metadata and the fields RL.RULES lists. */
+static void lyft_new_fields(void **state)
+{
+    (void)state;
+    sl_rules *r = load("domain: d\n"
+                       "descriptors:\n"
+                       "  - key: backend\n"
+                       "    value: aws\n"
+                       "    quota_mode: true\n"
+                       "    rate_limit: {unit: minute, requests_per_unit: 1000}\n"
+                       "    metadata:\n"
+                       "      service_with_quota:\n"
+                       "        name: service_2\n"
+                       "        tags: [a, b, {c: 1}]\n"
+                       "  - key: k\n"
+                       "    metadata: {}\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+                       "  - key: empty\n"
+                       "    metadata:\n"
+                       "    rate_limit: {unit: second, requests_per_unit: 5}\n"
+                       "  - {key: s, value: s*, share_threshold: true, detailed_metric: true,\n"
+                       "     value_to_metric: true, quota_mode: false,\n"
+                       "     rate_limit: {unit: second, requests_per_unit: 5}}\n");
+    char buf[200];
+    const sl_rule_node *n = MATCH(r, "d", "backend", "aws");
+    assert_true(n->quota_mode);
+    assert_true(n->has_metadata);
+    assert_false(n->shadow_mode);
+    sl_rules_node_notes(n, buf, sizeof buf);
+    assert_string_equal(buf, " quota_mode metadata: not applicable");
+    n = MATCH(r, "d", "k", "v");
+    assert_true(n->has_metadata);
+    assert_false(n->quota_mode);
+    n = MATCH(r, "d", "empty", "v"); /* a null value: as if not given */
+    assert_false(n->has_metadata);
+    sl_rules_node_notes(n, buf, sizeof buf);
+    assert_string_equal(buf, "");
+    n = MATCH(r, "d", "s", "s1");
+    sl_rules_node_notes(n, buf, sizeof buf);
+    assert_string_equal(buf, " share_threshold detailed_metric: not applicable"
+                             " value_to_metric: not applicable");
+    sl_rules_free(r);
+
+    /* the new fields' bad values */
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    quota_mode: \"yes\"\n",
+                 "t.yaml:4:17: ", "quota_mode must be true or false, not 'yes'");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    value_to_metric: 1\n",
+                 "t.yaml:4:22: ", "value_to_metric must be true or false, not '1'");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: [a]\n",
+                 "t.yaml:4:15: ", "metadata must be a map (name: value ...), not a list");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    metadata: text\n",
+                 "t.yaml:4:15: ", "metadata must be a map (name: value ...), not 'text'");
+    /* Lyft: "share_threshold can only be used with wildcard values" */
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n",
+                 "t.yaml:5:22: ", "share_threshold needs a wildcard value (one with '*'), not 'v'");
+    expect_error("domain: d\ndescriptors:\n  - key: k\n    share_threshold: true\n",
+                 "t.yaml:4:22: ",
+                 "share_threshold needs a wildcard value (one with '*'), and descriptor 'k' "
+                 "has no value");
+    /* share_threshold: false is fine anywhere */
+    sl_rules_free(load("domain: d\ndescriptors:\n  - key: k\n    share_threshold: false\n"));
+    /* two wildcards with the same text are one descriptor twice */
+    expect_error(
+        "domain: d\ndescriptors:\n  - {key: k, value: a*b}\n  - {key: k, value: a*b}\n",
+        "t.yaml:4:5: ", "duplicate descriptor: key 'k' value 'a*b' again (first at line 3)");
+}
+
+/* Lyft's refusals (test/config's bad files and config_test.go's messages),
+ * each refused by sluice too, with its own message. */
+static void lyft_bad_files(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *yaml, *where, *what; /* what Lyft says, in a comment */
+    } bad[] = {
+        /* "config file cannot have empty domain" */
+        {"domain: \"\"\ndescriptors: []\n", "t.yaml:1:9: ", "domain is empty"},
+        /* "descriptor has empty key" */
+        {"domain: d\ndescriptors:\n  - key: \"\"\n",
+         "t.yaml:3:10: ", "descriptor has an empty key"},
+        /* "duplicate descriptor composite key 'test-domain.key1_value1'" */
+        {"domain: test-domain\ndescriptors:\n  - {key: key1, value: value1}\n"
+         "  - {key: key1, value: value1}\n",
+         "t.yaml:4:5: ", "duplicate descriptor: key 'key1' value 'value1' again"},
+        /* "invalid rate limit unit 'foo'" */
+        {HEAD "      unit: foo\n      requests_per_unit: 5\n",
+         "t.yaml:5:13: ", "unknown unit 'foo'"},
+        /* "error loading config file: yaml: line 2: found unexpected end of stream" */
+        {"domain: d\ndescriptors: \"\n", "t.yaml:", "YAML syntax error"},
+        /* "config error, unknown key 'ratelimit'" */
+        {"domain: d\ndescriptors:\n  - key: k\n    ratelimit: {unit: day}\n",
+         "t.yaml:4:5: ", "unknown field 'ratelimit' in a descriptor"},
+        /* "config error, unknown key 'requestsperunit'" */
+        {HEAD "      unit: day\n      requestsperunit: 5\n",
+         "t.yaml:6:7: ", "unknown field 'requestsperunit' in a rate_limit"},
+        /* "config error, key is not of type string: 0.25" */
+        {"0.25: test-domain\ndescriptors: []\n",
+         "t.yaml:1:1: ", "unknown field '0.25' in a rules file"},
+        /* "config error, yaml file contains list of type other than map: a" */
+        {"domain: d\ndescriptors:\n  - a\n  - b\n",
+         "t.yaml:3:5: ", "each descriptor must be a map (key: ..., value: ...), not 'a'"},
+        /* "should not specify rate limit unit when unlimited" */
+        {HEAD "      unlimited: true\n      unit: second\n",
+         "t.yaml:6:13: ", "unit must not be given with unlimited: true"},
+        /* "should not have an empty replaces entry" */
+        {HEAD "      name: self\n      replaces:\n        - name:\n      unit: second\n"
+              "      requests_per_unit: 5\n",
+         "t.yaml:7:11: ", "a replaces entry needs a name"},
+        /* "replaces should not contain name of same descriptor" */
+        {HEAD "      name: self\n      replaces:\n        - name: self\n      unit: second\n"
+              "      requests_per_unit: 5\n",
+         "t.yaml:7:17: ", "a limit cannot replace itself ('self')"},
+        /* "share_threshold can only be used with wildcard values (containing '*')" */
+        {"domain: d\ndescriptors:\n  - {key: k, value: v, share_threshold: true}\n",
+         "t.yaml:3:41: ", "share_threshold needs a wildcard value"},
+        /* "error parsing metadata: ..." (a map is all Lyft takes) */
+        {"domain: d\ndescriptors:\n  - {key: k, metadata: [1]}\n",
+         "t.yaml:3:24: ", "metadata must be a map"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_error(bad[i].yaml, bad[i].where, bad[i].what);
+}
+
+/* Lyft's MERGE_DOMAIN_CONFIG (TestDomainMerge, TestDuplicateKeyDomainMerge)
+ * as SL_RULES_MERGE_DOMAINS; without it, Lyft's "duplicate domain". */
+static void lyft_merge_domains(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/sluice-merge-XXXXXX", q[2200];
+    assert_non_null(mkdtemp(dir));
+    write_file(dir, "merge1.yaml",
+               "domain: test-domain\n"
+               "descriptors:\n"
+               "  - {key: key1, value: value1, rate_limit: {unit: minute, requests_per_unit: 10}}\n"
+               "  - {key: w, value: a*, rate_limit: {unit: minute, requests_per_unit: 11}}\n");
+    write_file(
+        dir, "merge2.yaml",
+        "domain: test-domain\n"
+        "descriptors:\n"
+        "  - {key: key2, value: value2, rate_limit: {unit: minute, requests_per_unit: 20}}\n"
+        "  - {key: w, value: ab*, rate_limit: {unit: minute, requests_per_unit: 21}}\n"
+        "  - key: n\n"
+        "    descriptors:\n"
+        "      - {key: m, ip_prefix: 24, rate_limit: {unit: second, requests_per_unit: 22}}\n");
+    write_file(dir, "other.yaml", "domain: other\ndescriptors: []\n");
+
+    /* without the option: refused, naming both files, as Lyft's error */
+    assert_null(sl_rules_load(dir, err, sizeof err));
+    snprintf(q, sizeof q,
+             "%s/merge2.yaml:1:9: domain 'test-domain' is already defined in %s/merge1.yaml:1:9 "
+             "(--merge-domains merges them, as Lyft's MERGE_DOMAIN_CONFIG does)",
+             dir, dir);
+    assert_string_equal(err, q);
+
+    sl_rules *r = sl_rules_load_flags(dir, SL_RULES_MERGE_DOMAINS, err, sizeof err);
+    assert_non_null(r);
+    assert_string_equal(err, "");
+    assert_int_equal(sl_rules_flags(r), SL_RULES_MERGE_DOMAINS);
+    assert_int_equal(sl_rules_ndomains(r), 2);
+    const sl_rule_domain *d = sl_rules_find_domain(r, "test-domain", 11);
+    assert_int_equal(d->nfiles, 2);
+    snprintf(q, sizeof q, "%s/merge1.yaml", dir);
+    assert_string_equal(d->file, q);
+    assert_int_equal(d->root.nchildren, 5);
+    assert_int_equal(L(MATCH(r, "test-domain", "key1", "value1")), 10);
+    assert_int_equal(L(MATCH(r, "test-domain", "key2", "value2")), 20);
+    /* wildcards in file order across the files: merge1's "a*" first */
+    assert_int_equal(L(MATCH(r, "test-domain", "w", "abc")), 11);
+    assert_int_equal(L(MATCH(r, "test-domain", "w", "ab*")), 21); /* its own text */
+    /* a nested node of the second file still knows its path */
+    assert_int_equal(L(MATCH(r, "test-domain", "n", "x", "m", "192.0.2.77")), 22);
+    assert_string_equal(KEY(r, "test-domain", 0, "n", "x", "m", "192.0.2.77"),
+                        "test-domain|n=x|m=192.0.2.0");
+    assert_string_equal(MATCH(r, "test-domain", "n", "x", "m", "1")->path, "test-domain.n.m");
+    char paths[512] = "";
+    sl_rules_foreach(r, count_nodes, paths);
+    assert_string_equal(paths, "test-domain test-domain.key1_value1 test-domain.w_a* "
+                               "test-domain.key2_value2 test-domain.w_ab* test-domain.n "
+                               "test-domain.n.m other ");
+    sl_rules_free(r);
+
+    /* the same descriptor in both files: refused, naming the other file */
+    write_file(
+        dir, "merge3.yaml",
+        "domain: test-domain\n"
+        "descriptors:\n"
+        "  - {key: key1, value: value1, rate_limit: {unit: minute, requests_per_unit: 5}}\n");
+    assert_null(sl_rules_load_flags(dir, SL_RULES_MERGE_DOMAINS, err, sizeof err));
+    snprintf(q, sizeof q,
+             "%s/merge3.yaml:3:5: duplicate descriptor: key 'key1' value 'value1', already in "
+             "domain 'test-domain' of %s/merge1.yaml (line 3)",
+             dir, dir);
+    assert_string_equal(err, q);
+    remove_file(dir, "merge3.yaml");
+    write_file(dir, "merge3.yaml", "domain: test-domain\ndescriptors:\n  - key: n\n");
+    assert_null(sl_rules_load_flags(dir, SL_RULES_MERGE_DOMAINS, err, sizeof err));
+    assert_non_null(strstr(err, "merge3.yaml:3:5: duplicate descriptor: key 'n' without a value, "
+                                "already in domain 'test-domain'"));
+    assert_null(sl_rules_load_flags(dir, 0x80, err, sizeof err));
+    assert_string_equal(err, "invalid argument");
+    remove_file(dir, "merge1.yaml");
+    remove_file(dir, "merge2.yaml");
+    remove_file(dir, "merge3.yaml");
+    remove_file(dir, "other.yaml");
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1292,6 +1833,13 @@ int main(void)
         cmocka_unit_test(unreadable_entries),
         cmocka_unit_test(permission_denied),
         cmocka_unit_test(total_size_cap),
+        cmocka_unit_test(lyft_wildcards),
+        cmocka_unit_test(lyft_wildcard_precedence),
+        cmocka_unit_test(lyft_share_threshold),
+        cmocka_unit_test(lyft_metric_names),
+        cmocka_unit_test(lyft_new_fields),
+        cmocka_unit_test(lyft_bad_files),
+        cmocka_unit_test(lyft_merge_domains),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,6 +18,41 @@ typedef struct local {
     sl_store *store;
 } local;
 
+/* A Lyft-counted item's answer (check.h, SL_RULES_COUNT_DENIED) from the
+ * engine's answer at L = SL_MAX_LIMIT, which charged it: the count after the
+ * charge judged against the item's own L, as Lyft compares INCRBY's result. */
+static void lyft_answer(const sl_check_item *t, const sl_result *big, sl_result *r)
+{
+    int64_t L = t->p.limit, after = SL_MAX_LIMIT - big->remaining;
+    memset(r, 0, sizeof *r);
+    r->allowed = after <= L;
+    r->limit = L;
+    r->remaining = after <= L ? L - after : 0;
+    r->reset_after_ms = big->reset_after_ms;
+    r->retry_after_ms = r->allowed ? 0 : t->cost > L ? -1 : big->reset_after_ms;
+}
+
+/* Is item t over, by the answer of its counter? */
+static int over(const sl_check_outcome *o, const sl_check_item *it, int k)
+{
+    return it[k].zero || !o->res[it[k].lead].allowed;
+}
+
+/* Marks in qover[] the descriptors whose quota counters found one over
+ * (items in[] that are quota); returns 1 when every quota descriptor of the
+ * plan is marked. */
+static int quota_all_over(const sl_check_plan *plan, const sl_check_outcome *o,
+                          const unsigned char *decided, unsigned char *qover)
+{
+    const sl_check_item *it = plan->items;
+    int n = 0;
+    if (plan->nquota == 0) return 0; /* the usual request: no quota descriptor */
+    for (int k = 0; k < plan->nitems; k++)
+        if (it[k].quota && decided[it[k].lead] && over(o, it, k)) qover[it[k].desc] = 1;
+    for (int i = 0; i < plan->n; i++) n += qover[i];
+    return plan->nquota > 0 && n == plan->nquota;
+}
+
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen)
 {
@@ -26,68 +61,125 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
     int64_t now_ms = plan->now_ms, cost = plan->cost;
     const sl_params *pool = plan->has_pool ? &plan->pool : NULL;
     static const char pool_key[] = SL_CHECK_POOL_KEY;
+    sl_request req[SL_MAX_BATCH];
+    sl_result out[SL_MAX_BATCH];
+    sl_params big[SL_MAX_BATCH];
+    int idx[SL_MAX_BATCH];
+    unsigned char decided[SL_MAX_BATCH] = {0}; /* leaders with an answer in o->res */
+    unsigned char qover[SL_CHECK_MAX_DESC] = {0};
+    size_t nreq = 0;
+    int rc;
     if (err != NULL && errlen > 0) err[0] = '\0';
     memset(o, 0, sizeof *o);
 
-    /* An enforced L = 0 limit denies the request: every other counter is
-     * only peeked (checked, and answered as if alone). */
-    if (plan->denied_never) {
-        for (int k = 0; k < nit; k++) {
-            const sl_check_item *t = &it[k];
-            if (t->zero || t->lead != k) continue;
-            int rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &o->res[k]);
-            if (rc < 0)
-                return sl__check_err(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
-        }
-        return 0; /* o->allowed = 0 */
-    }
-
-    /* The enforced counters, all-or-none: sl_decide_all checks every
-     * request before it charges any, and when it charges none answers each
-     * as if alone -- so no peek is needed first. */
-    int allowed = 1;
-    sl_request req[SL_MAX_BATCH];
-    sl_result out[SL_MAX_BATCH];
-    int idx[SL_MAX_BATCH];
-    size_t nreq = 0;
+    /* Lyft's counting: these counters are charged whatever the answer, at
+     * once (all pass at L = SL_MAX_LIMIT), then judged against their L. */
     for (int k = 0; k < nit; k++) {
         const sl_check_item *t = &it[k];
-        if (t->zero || t->shadow || t->lead != k) continue;
-        req[nreq].params = &t->p;
-        req[nreq].key = t->key;
-        req[nreq].keylen = t->keylen;
-        req[nreq].cost = t->cost;
+        if (!t->lyft || t->lead != k) continue;
+        big[nreq] = t->p;
+        big[nreq].limit = SL_MAX_LIMIT;
+        req[nreq] = (sl_request){&big[nreq], t->key, t->keylen, t->cost};
         idx[nreq++] = k;
     }
     if (nreq > 0) {
-        int all = 0;
-        int rc = sl_decide_all(s, req, nreq, now_ms, out, &all);
-        if (rc < 0) return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
-        for (size_t q = 0; q < nreq; q++) o->res[idx[q]] = out[q];
-        allowed = all != 0;
+        if ((rc = sl_decide_all(s, req, nreq, now_ms, out, NULL)) < 0)
+            return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+        for (size_t q = 0; q < nreq; q++) {
+            lyft_answer(&it[idx[q]], &out[q], &o->res[idx[q]]);
+            decided[idx[q]] = 1;
+        }
+    }
+    for (int k = 0; k < nit; k++)
+        if (it[k].zero) decided[k] = 1; /* "denied, never": sl_check_report's answer */
 
-        /* Denied only by elastic limits: again, all-or-none, with those
-         * at their ceilings and the spare pool charged too. */
-        int stretch = !allowed && pool != NULL && nreq < SL_MAX_BATCH;
-        for (size_t q = 0; q < nreq && stretch; q++)
-            if (!out[q].allowed && !it[idx[q]].elastic) stretch = 0;
-        if (stretch) {
+    /* Denied already -- by an enforced L = 0 or Lyft-counted counter, or
+     * every quota descriptor over: every other counter is only peeked
+     * (checked, and answered as if alone). */
+    int denied = plan->denied_never;
+    for (int k = 0; k < nit && !denied; k++)
+        denied = it[k].lyft && !it[k].shadow && !it[k].quota && over(o, it, k);
+    int quota_denied = !denied && quota_all_over(plan, o, decided, qover);
+    if (denied || quota_denied) {
+        for (int k = 0; k < nit; k++) {
+            const sl_check_item *t = &it[k];
+            if (decided[k] || t->lead != k) continue;
+            if ((rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &o->res[k])) < 0)
+                return sl__check_err(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
+            if (!o->res[k].allowed && !t->shadow && !t->quota) quota_denied = 0;
+        }
+        o->quota_denied = quota_denied;
+        return 0; /* o->allowed = 0 */
+    }
+
+    /* The enforced and quota counters, all-or-none: sl_decide_all checks
+     * every request before it charges any, and when it charges none answers
+     * each as if alone -- so no peek is needed first.  A quota counter that
+     * denies leaves the batch and the rest is decided again (each round
+     * one fewer: at most nquota + 1 rounds). */
+    int allowed = 0, enforced = 0;
+    unsigned char outq[SL_MAX_BATCH] = {0}; /* quota counters out of the batch */
+    for (;;) {
+        nreq = 0;
+        for (int k = 0; k < nit; k++) {
+            const sl_check_item *t = &it[k];
+            if (t->zero || t->shadow || t->lyft || t->lead != k || outq[k]) continue;
+            req[nreq] = (sl_request){&t->p, t->key, t->keylen, t->cost};
+            idx[nreq++] = k;
+        }
+        if (nreq == 0) {
+            allowed = 1;
+            break;
+        }
+        enforced = 1;
+        int all = 0;
+        if ((rc = sl_decide_all(s, req, nreq, now_ms, out, &all)) < 0)
+            return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+        for (size_t q = 0; q < nreq; q++) {
+            o->res[idx[q]] = out[q];
+            decided[idx[q]] = 1;
+        }
+        if (all) {
+            allowed = 1;
+            break;
+        }
+        int hard = 0, soft = 0, quota = 0; /* who denied: plain, elastic, quota */
+        for (size_t q = 0; q < nreq; q++) {
+            const sl_check_item *t = &it[idx[q]];
+            if (out[q].allowed) continue;
+            if (t->quota)
+                quota = 1;
+            else if (t->elastic)
+                soft = 1;
+            else
+                hard = 1;
+        }
+        if (hard) break;
+        if (quota) { /* out of the batch; denied when every quota descriptor is over */
+            for (size_t q = 0; q < nreq; q++)
+                if (!out[q].allowed && it[idx[q]].quota) outq[idx[q]] = 1;
+            if (quota_all_over(plan, o, decided, qover)) {
+                o->quota_denied = 1;
+                break;
+            }
+            continue;
+        }
+        /* Denied only by elastic limits: again, all-or-none, with those at
+         * their ceilings and the spare pool charged too. */
+        if (soft && pool != NULL && nreq < SL_MAX_BATCH) {
             sl_params pe[SL_MAX_BATCH];
             for (size_t q = 0; q < nreq; q++) {
                 const sl_check_item *t = &it[idx[q]];
                 pe[q] = t->p;
                 /* only the limits that denied go up to their ceilings: one
                  * that passed at L is decided at L again (check.h) */
-                if (t->elastic && !o->res[idx[q]].allowed) pe[q].limit = t->rl->elastic_limit;
+                if (t->elastic && !out[q].allowed) pe[q].limit = t->rl->elastic_limit;
                 req[q].params = &pe[q];
             }
-            req[nreq].params = pool;
-            req[nreq].key = pool_key;
-            req[nreq].keylen = sizeof pool_key - 1;
-            req[nreq].cost = cost;
+            req[nreq] = (sl_request){pool, pool_key, sizeof pool_key - 1, cost};
             sl_result out2[SL_MAX_BATCH];
-            rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all);
-            if (rc < 0) return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+            if ((rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all)) < 0)
+                return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
             if (all) {
                 allowed = 1;
                 o->pool_charged = 1;
@@ -101,11 +193,13 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
                 }
             }
         }
-        /* Within every limit: the request still uses spare capacity. */
-        if (allowed && pool != NULL && !o->pool_charged) {
-            sl_result pr;
-            (void)sl_decide(s, pool, pool_key, sizeof pool_key - 1, now_ms, cost, &pr);
-        }
+        break;
+    }
+    /* Within every limit: the request still uses spare capacity. */
+    for (int k = 0; k < nit && !enforced; k++) enforced = it[k].lyft && !it[k].shadow;
+    if (allowed && enforced && pool != NULL && !o->pool_charged) {
+        sl_result pr;
+        (void)sl_decide(s, pool, pool_key, sizeof pool_key - 1, now_ms, cost, &pr);
     }
     o->allowed = allowed;
 
@@ -115,10 +209,10 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
      * the counter answers "allowed, all zeros" and the request stands. */
     for (int k = 0; k < nit; k++) {
         const sl_check_item *t = &it[k];
-        if (t->zero || !t->shadow || t->lead != k) continue;
+        if (t->zero || !t->shadow || t->lyft || t->lead != k) continue;
         sl_result *r = &o->res[k];
-        int rc = allowed ? sl_decide(s, &t->p, t->key, t->keylen, now_ms, t->cost, r)
-                         : sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
+        rc = allowed ? sl_decide(s, &t->p, t->key, t->keylen, now_ms, t->cost, r)
+                     : sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
         if (rc < 0 && allowed) rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
         if (rc < 0) {
             memset(r, 0, sizeof *r);

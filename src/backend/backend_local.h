@@ -18,13 +18,17 @@
  * NULL when out of memory. */
 sl_backend *sl_backend_local_new(sl_store *s);
 
-/* Executes a planned RL.CHECK on store s: today's rounds (check.h) --
- * every counter peeked when an enforced L = 0 limit denies; else one
- * sl_decide_all over the enforced counters, a second one with the elastic
- * limits at their ceilings and the pool when only elastic limits denied,
- * the pool's charge, and the shadow counters decided (or peeked when the
- * request is denied).  Fills *o.  Returns 0, or a negative SL_E* code with
- * a message in err: nothing was charged then. */
+/* Executes a planned RL.CHECK on store s: today's rounds (check.h) -- the
+ * Lyft-counted counters charged (SL_RULES_COUNT_DENIED); every other counter
+ * peeked when the request is denied already (an enforced L = 0 or
+ * Lyft-counted limit over, or every quota descriptor over); else
+ * sl_decide_all over the enforced and quota counters, again without the
+ * quota counters that denied until it passes or every quota descriptor is
+ * over, a round with the elastic limits at their ceilings and the pool when
+ * only elastic limits denied, the pool's charge, and the shadow counters
+ * decided (or peeked when the request is denied).  Fills *o.  Returns 0, or
+ * a negative SL_E* code with a message in err: nothing was charged then but
+ * the Lyft-counted counters, which are charged first (as Lyft's INCRBY). */
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen);
 

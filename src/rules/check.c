@@ -18,6 +18,7 @@ const char *sl_check_code_name(sl_check_code c)
     case SL_CHECK_ELASTIC: return "ELASTIC";
     case SL_CHECK_UNLIMITED: return "UNLIMITED";
     case SL_CHECK_NO_RULE: return "NO_RULE";
+    case SL_CHECK_OVER_QUOTA: return "OVER_QUOTA";
     }
     return "?";
 }
@@ -119,6 +120,8 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
     plan->n = n;
     plan->nitems = 0;
     plan->denied_never = 0;
+    plan->nquota = 0;
+    int count_denied = (sl_rules_flags(r) & SL_RULES_COUNT_DENIED) != 0;
     plan->cost = cost;
     plan->now_ms = now_ms;
     plan->has_pool = pool != NULL;
@@ -148,6 +151,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
             continue;
         }
         st[i].shadow = node->shadow_mode != 0;
+        int quota = node->quota_mode && !node->shadow_mode; /* shadow: never denies */
         st[i].code = SL_CHECK_UNLIMITED; /* unless a counted limit follows */
         st[i].rule = &node->limits[0];
         st[i].name = node->limits[0].name;
@@ -173,12 +177,16 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
             t->keylen = 0;
             t->taglen = 0;
             t->shadow = st[i].shadow;
+            t->quota = quota;
             t->zero = t->p.limit == 0;
-            t->elastic = pool != NULL && rl->elastic_limit > 0 && !t->shadow && !t->zero;
+            t->elastic =
+                pool != NULL && rl->elastic_limit > 0 && !t->shadow && !t->quota && !t->zero;
+            t->lyft = count_denied && t->p.algo == SL_FIXED_WINDOW && !t->elastic && !t->zero;
             t->cost = cost;
             t->lead = nit;
             if (t->zero) {
-                if (!t->shadow) plan->denied_never = 1; /* denied, never: no backend call */
+                /* denied, never: no backend call */
+                if (!t->shadow && !t->quota) plan->denied_never = 1;
             } else {
                 int rc = sl_rules_key(node, descs[i], ndesc[i], j, t->key, sizeof t->key,
                                       &t->keylen);
@@ -206,6 +214,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
             }
             nit++;
         }
+        if (counted > 0 && quota) plan->nquota++;
         if (counted == 0 && first_replaced != NULL) {
             /* every counted limit replaced: applied as nothing, as Lyft does */
             st[i].code = SL_CHECK_OK;
@@ -252,10 +261,14 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
                 least = k;
             }
         }
-        if (worst >= 0)
-            set_status(&st[i], st[i].shadow ? SL_CHECK_SHADOW : SL_CHECK_OVER_LIMIT, &it[worst],
-                       &o->res[worst]);
-        else if (over >= 0)
+        if (worst >= 0) {
+            sl_check_code code = SL_CHECK_OVER_LIMIT;
+            if (st[i].shadow)
+                code = SL_CHECK_SHADOW;
+            else if (it[worst].quota && !o->quota_denied)
+                code = SL_CHECK_OVER_QUOTA; /* the request did not fail for it */
+            set_status(&st[i], code, &it[worst], &o->res[worst]);
+        } else if (over >= 0)
             set_status(&st[i], SL_CHECK_ELASTIC, &it[over], &o->res[over]);
         else if (least >= 0)
             set_status(&st[i], SL_CHECK_OK, &it[least], &o->res[least]);
@@ -266,11 +279,15 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
     int allowed = o->allowed;
     memset(overall, 0, sizeof *overall);
     const sl_check_status *pick = NULL;
+    /* denied because every quota descriptor was over (and nothing else):
+     * the first of them to have room again lets the request pass */
+    int soonest = !allowed && o->quota_denied;
     for (int i = 0; i < n; i++) {
         const sl_check_status *c = &st[i];
         if (!allowed) {
             if (c->code == SL_CHECK_OVER_LIMIT &&
-                (pick == NULL || later_retry(c->retry_after_ms, pick->retry_after_ms)))
+                (pick == NULL || (soonest ? later_retry(pick->retry_after_ms, c->retry_after_ms)
+                                          : later_retry(c->retry_after_ms, pick->retry_after_ms))))
                 pick = c;
         } else if ((c->code == SL_CHECK_OK || c->code == SL_CHECK_ELASTIC) && !c->shadow &&
                    c->rule != NULL && c->limit > 0 &&

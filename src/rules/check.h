@@ -33,7 +33,8 @@
  *   - `elastic` (window algorithms only; the loader refuses the others):
  *     with a spare-capacity pool (`--capacity N/W`, a fixed-window counter
  *     under the key "|spare-capacity", which no rule key can be), every
- *     allowed request that counted some enforced limit also charges the
+ *     allowed request that counted some non-shadow limit (enforced or
+ *     quota) also charges the
  *     pool its cost (best effort: a full pool is not charged further and
  *     denies nothing by itself).  When the batch is denied ONLY by elastic
  *     limits, it is decided once more, all-or-none, with those limits at
@@ -45,6 +46,29 @@
  *     the ceiling's and the pool's.  If the second try fails, the answer
  *     is the first one's (at L).  Without a pool (NULL) an elastic limit
  *     is a plain limit at L.
+ *   - `quota_mode` (Lyft): a descriptor whose node is in quota mode (and
+ *     not in shadow mode) holds "quota" counters.  Over its limit, such a
+ *     descriptor does not deny: the request is denied only when some
+ *     enforced counter denies, or when EVERY quota-mode descriptor of the
+ *     request is over (then those descriptors answer OVER_LIMIT and the
+ *     overall answer is the one with the SMALLEST retry_after, -1 the
+ *     largest: the first to have room again lets the request pass).
+ *     Quota counters are decided all-or-none with the enforced ones; one
+ *     that denies leaves the batch (its descriptor answers OVER_QUOTA,
+ *     with the numbers a hard limit would answer) and the rest is decided
+ *     again, until it passes or cannot: at most one round more than there
+ *     are quota counters.  So a quota counter is charged only when the
+ *     request passes and it has room, like a shadow one.
+ *   - SL_RULES_COUNT_DENIED (sluiced --count-denied, Lyft's counting): every
+ *     fixed-window counter that is not elastic (with a pool) is charged the
+ *     request's cost on EVERY request, allowed or denied, as Lyft's INCRBY
+ *     does, and then judged against its limit: over when the count after
+ *     the charge exceeds L (the status: limit L, remaining L - count or 0,
+ *     retry_after the window's end, or -1 when cost > L).  Shadow and quota
+ *     counters too.  The other counters (other algorithms, elastic ones)
+ *     keep the all-or-none rule and are charged only when the request
+ *     passes; a request already denied by a Lyft-counted counter only peeks
+ *     them.
  *   - `replaces` (Lyft): a named limit that another limit matched by the
  *     same request lists under `replaces` is not applied: not decided, not
  *     charged.  A descriptor whose every counted limit is replaced answers
@@ -65,6 +89,9 @@
  *   SHADOW      its node is in shadow mode and one of its limits is over;
  *               reported: that limit (largest retry_after), with the
  *               numbers a hard limit would answer (retry_after > 0).
+ *   OVER_QUOTA  its node is in quota mode, one of its limits is over, and
+ *               the request was not denied for every quota descriptor being
+ *               over; reported as SHADOW is.
  *   ELASTIC     allowed, and one of its limits passed above L on the pool;
  *               reported: that limit (smallest remaining).
  *   OK          reported: the limit with the smallest remaining (first on
@@ -77,11 +104,14 @@
  * The overall answer (SPEC §3's six fields) counts enforced limits only --
  * shadow-mode descriptors never change what the client sees:
  *   denied  (some OVER_LIMIT): the result of the OVER_LIMIT descriptor with
- *           the largest retry_after (-1 if any is never); allowed = 0.
+ *           the largest retry_after (-1 if any is never); allowed = 0.  When
+ *           only quota descriptors are OVER_LIMIT (every one was over), the
+ *           one with the smallest retry_after instead (-1 only if all are).
  *   allowed: the result of the OK or ELASTIC, non-shadow descriptor with a
  *           counted limit and the smallest
  *           remaining (first on ties); all zeros but allowed = 1 when no
- *           enforced limit applied (only NO_RULE / UNLIMITED / shadow).
+ *           enforced limit applied (only NO_RULE / UNLIMITED / shadow /
+ *           OVER_QUOTA).
  */
 #ifndef SLUICE_CHECK_H
 #define SLUICE_CHECK_H
@@ -95,16 +125,18 @@
 typedef enum sl_check_code {
     SL_CHECK_OK = 0,
     SL_CHECK_OVER_LIMIT,
-    SL_CHECK_SHADOW,    /* over the limit, but the rule is in shadow mode: allowed */
-    SL_CHECK_ELASTIC,   /* above its own limit, allowed on the spare pool */
+    SL_CHECK_SHADOW,  /* over the limit, but the rule is in shadow mode: allowed */
+    SL_CHECK_ELASTIC, /* above its own limit, allowed on the spare pool */
     SL_CHECK_UNLIMITED,
-    SL_CHECK_NO_RULE
+    SL_CHECK_NO_RULE,
+    SL_CHECK_OVER_QUOTA /* over the limit, but the rule is in quota mode and another
+                           quota descriptor of the request has room: allowed */
 } sl_check_code;
 
 /* Descriptors in one request: RL.CHECK's cap, and `sluice replay --rules`'s. */
 #define SL_CHECK_MAX_DESC 16
 
-/* "OK", "OVER_LIMIT", "SHADOW", "ELASTIC", "UNLIMITED", "NO_RULE". */
+/* "OK", "OVER_LIMIT", "SHADOW", "ELASTIC", "UNLIMITED", "NO_RULE", "OVER_QUOTA". */
 const char *sl_check_code_name(sl_check_code c);
 
 /* The status of one descriptor of the request. */
@@ -137,12 +169,14 @@ int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen
  *   1. sl_check_plan_make  (here, pure: rules in, no store): matches every
  *      descriptor, applies `replaces`, builds each counted limit's key and
  *      parameters, merges repeated counters' costs, and marks each counter
- *      shadow / zero / elastic.  The plan lists every counter one request
+ *      shadow / quota / zero / elastic / lyft.  The plan lists every counter one request
  *      touches, with its hash tag (below).
  *   2. execution, by a backend (src/backend/): the local backend runs the
- *      rounds on its store (sl__local_check_exec: peek when an L = 0 limit
- *      denies, one sl_decide_all, the elastic second round with the pool,
- *      the pool charge, the shadow decides) and fills an sl_check_outcome.
+ *      rounds on its store (sl__local_check_exec: the Lyft-counted charges,
+ *      peeks when the request is already denied, sl_decide_all rounds until
+ *      the quota counters that deny are out, the elastic second round with
+ *      the pool, the pool charge, the shadow decides) and fills an
+ *      sl_check_outcome.
  *   3. sl_check_report (here, pure): turns plan + outcome into the six
  *      overall fields and each descriptor's status, as described above.
  *   sl_check_count adds the outcome to the per-limit counts (RL.RULES).
@@ -168,8 +202,12 @@ typedef struct sl_check_item {
     size_t keylen;
     size_t taglen;           /* key[0..taglen): the hash tag (the domain) */
     int shadow;              /* node in shadow mode: never denies */
+    int quota;               /* node in quota mode (and not shadow): denies only
+                                with every other quota descriptor */
     int zero;                /* L = 0: denied, never; no backend call */
     int elastic;             /* may pass up to rl->elastic_limit (pool given) */
+    int lyft;                /* SL_RULES_COUNT_DENIED: charged on every request,
+                                then judged against L (fixed-window, not elastic) */
     int lead;                /* index of the item holding the counter (itself
                                 unless the same counter came earlier) */
     int64_t cost;            /* leaders: the merged cost */
@@ -187,6 +225,7 @@ typedef struct sl_check_plan {
                                                descriptor whose limits are all
                                                replaced; code/rule/name/shadow */
     int denied_never;                      /* an enforced L = 0 limit matched */
+    int nquota;                            /* descriptors holding quota counters */
     int has_pool;                          /* pool is set */
     sl_params pool;                        /* the spare-capacity pool, space 1 */
     int64_t cost, now_ms;
@@ -196,6 +235,7 @@ typedef struct sl_check_plan {
  * lead == k) that are not zero; sl_check_report copies them to followers. */
 typedef struct sl_check_outcome {
     int allowed;                        /* the request passed */
+    int quota_denied;                   /* denied because every quota descriptor was over */
     int pool_charged;                   /* the elastic round passed on the pool */
     unsigned char stretched[SL_MAX_BATCH]; /* leader k passed above L, on the pool */
     sl_result res[SL_MAX_BATCH];

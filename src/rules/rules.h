@@ -14,16 +14,21 @@
  *
  * A rule set is a tree per domain.  A request names a domain and an ordered
  * list of (key, value) entries (a Lyft "descriptor"); sl_rules_match walks
- * the tree one entry per level, preferring at each level
+ * the tree one entry per level, preferring at each level, as Lyft does
  *
- *     1. a child with the same key and value           (exact)
- *     2. a child with the key whose value ends in '*'  (prefix; longest wins)
+ *     1. a child with the same key and value           (exact; a wildcard
+ *                                                       child's own text too)
+ *     2. the first child, in file order, with the key and a value holding
+ *        '*' that the value matches ('*' matches any run of bytes, the
+ *        empty one too: `foo*`, `bar*b`, `foo*bar*baz`)
  *     3. a child with the key and no value             (any value)
  *
  * without backtracking, and answers the node reached by the last entry if
  * it carries limits.  sl_rules_key then builds the counting key
  * "domain|key=value|key2=value2" from the request's own values, so a node
- * without a value counts every value separately.
+ * without a value counts every value separately -- except at a wildcard
+ * level with `share_threshold`, which writes the pattern instead, so every
+ * value it matches shares one counter.
  *
  * Ownership and threads: a set is immutable once loaded, so any number of
  * threads may match against it at once.  It is reference counted: the
@@ -53,6 +58,15 @@
 #define SL_RULES_MAX_ANCHORS    1024        /* YAML anchors (&name) in a file */
 #define SL_RULES_MAX_LIMITS     8           /* limits on one descriptor */
 #define SL_RULES_MAX_PCT        1000        /* soft and elastic percentages */
+
+/* Loading options (sl_rules_load_flags).  The set keeps them
+ * (sl_rules_flags): a reload is given the same ones by its caller. */
+/* a domain in several files is one domain, their descriptors together
+ * (Lyft's MERGE_DOMAIN_CONFIG); without it, an error naming both files */
+#define SL_RULES_MERGE_DOMAINS 0x1u
+/* Lyft's counting: RL.CHECK charges every matched fixed-window counter of
+ * every request, denied ones too (check.h); without it, all-or-none */
+#define SL_RULES_COUNT_DENIED 0x2u
 
 /* Lyft's units: fixed lengths, no calendar (month = 30 days, year = 365). */
 typedef enum sl_rule_unit {
@@ -110,7 +124,8 @@ typedef struct sl_rule_limit {
 typedef enum sl_rule_match {
     SL_MATCH_ROOT = 0, /* a domain's root: no key */
     SL_MATCH_EXACT,    /* key and value */
-    SL_MATCH_PREFIX,   /* key and a value ending in '*': value holds the prefix */
+    SL_MATCH_WILDCARD, /* key and a value holding '*': value holds the pattern as
+                          written, each '*' matching any run of bytes */
     SL_MATCH_ANY       /* key only: every value, each counted separately */
 } sl_rule_match;
 
@@ -121,8 +136,8 @@ struct sl__rule_index;
 typedef struct sl_rule_node {
     const char *key; /* NUL-terminated; NULL for a root */
     size_t keylen;
-    const char *value; /* EXACT: the value; PREFIX: the prefix without
-                          '*'; ANY and ROOT: NULL */
+    const char *value; /* EXACT: the value; WILDCARD: the pattern, '*'s
+                          included; ANY and ROOT: NULL */
     size_t valuelen;
     sl_rule_match match;
     const char *path;                  /* Lyft's full key: "domain.key_value.key2" */
@@ -134,17 +149,28 @@ typedef struct sl_rule_node {
     const sl_rule_limit *limits; /* none: the node only routes */
     int nlimits;
     int shadow_mode;                        /* decide and count, but always answer OK */
+    int quota_mode;                         /* Lyft: over its limit, the descriptor does
+                                               not deny unless every quota-mode
+                                               descriptor of the request is over (check.h) */
+    int share_threshold;                    /* Lyft: a WILDCARD level whose values share
+                                               one counter (the key holds the pattern) */
     int detailed_metric;                    /* Lyft: per-value statistics */
+    int value_to_metric;                    /* Lyft: this level's value in the metric name */
+    int has_metadata;                       /* Lyft's `metadata:` was given (kept for
+                                               nothing: RESP replies carry none) */
     int ip4_prefix;                         /* `ip_prefix`: mask IPv4 values to this many */
     int ip6_prefix;                         /*   bits before counting; -1 = not set */
     unsigned line, column;                  /* of the descriptor in its file */
     const struct sl__rule_index *sl__index; /* internal: lookup tables */
+    size_t sl__whead, sl__wtail;            /* internal, WILDCARD: the bytes before the
+                                               first '*' and after the last */
 } sl_rule_node;
 
 typedef struct sl_rule_domain {
     const char *name; /* NUL-terminated */
     size_t namelen;
-    const char *file;      /* the file that defined it */
+    const char *file;      /* the (first) file that defined it */
+    int nfiles;            /* files that define it: 1, more with SL_RULES_MERGE_DOMAINS */
     unsigned line, column; /* of the domain's name */
     sl_rule_node root;     /* root.children: the top-level descriptors */
 } sl_rule_domain;
@@ -162,7 +188,8 @@ typedef struct sl_rules sl_rules;
 /* Loads path: a file, or every *.yaml / *.yml file of a directory in byte
  * order of their names (hidden names, such as Kubernetes' "..data", skipped;
  * symbolic links followed).  One domain per file; a domain in two files is
- * an error naming both.  A directory without rules files gives an empty set.
+ * an error naming both (unless SL_RULES_MERGE_DOMAINS, sl_rules_load_flags).
+ * A directory without rules files gives an empty set.
  * Only regular files are read: a rules name that is anything else -- a
  * dangling link, a link loop, a FIFO, a device, a directory named x.yaml --
  * or cannot be opened fails the whole load ("PATH: not a regular file (a
@@ -175,10 +202,20 @@ typedef struct sl_rules sl_rules;
  * the wall clock for sl_rules_loaded_at_ms. */
 sl_rules *sl_rules_load(const char *path, char *err, size_t errlen);
 
+/* As sl_rules_load, with SL_RULES_* options (0 = sl_rules_load).  With
+ * SL_RULES_MERGE_DOMAINS, files naming one domain add their descriptors to
+ * it in file-name order; two of them defining the same descriptor (key and
+ * value) is an error naming both files.  Unknown bits are SL_EINVAL's
+ * "invalid argument". */
+sl_rules *sl_rules_load_flags(const char *path, unsigned flags, char *err, size_t errlen);
+
 /* As sl_rules_load, for one file already in memory (len bytes, any bytes);
  * name is the file name used in messages and in sl_rule_domain.file. */
 sl_rules *sl_rules_load_buffer(const char *name, const char *data, size_t len, char *err,
                                size_t errlen);
+/* ... with SL_RULES_* options. */
+sl_rules *sl_rules_load_buffer_flags(const char *name, const char *data, size_t len, unsigned flags,
+                                     char *err, size_t errlen);
 
 /* Reference counting (atomic).  sl_rules_ref returns r.  sl_rules_unref and
  * sl_rules_free (the same thing) drop one reference and free the set with
@@ -195,6 +232,8 @@ int64_t sl_rules_loaded_at_ms(const sl_rules *r);
 const char *sl_rules_source(const sl_rules *r);
 /* Number of descriptors in the set. */
 size_t sl_rules_count(const sl_rules *r);
+/* The SL_RULES_* options it was loaded with. */
+unsigned sl_rules_flags(const sl_rules *r);
 
 /* Domains, in load order (file name order). */
 int sl_rules_ndomains(const sl_rules *r);
@@ -215,12 +254,14 @@ const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t
  *     domain|key=value|key2=value2[#W]
  *
  * Values are the request's own, so a key-only or wildcard node counts each
- * value separately; a level whose node has ip_prefix has its IP value masked
- * to the prefix and printed canonically (values that are not IP addresses
- * count as they are).  '%', '|', '=' and '#' in any part are written as %25,
- * %7C, %3D, %23, so different requests never share a key.  "#W" (W = the
- * window in ms) is added when the node has several limits; limit = -1 gives
- * the key without it.  Not NUL-terminated.
+ * value separately; a level whose node has share_threshold writes its
+ * pattern instead (every value it matches shares the counter); a level
+ * whose node has ip_prefix has its IP value masked to the prefix and
+ * printed canonically (values that are not IP addresses count as they
+ * are).  '%', '|', '=' and '#' in any part are written as %25, %7C, %3D,
+ * %23, so different requests never share a key.  "#W" (W = the window in
+ * ms) is added when the node has several limits; limit = -1 gives the key
+ * without it.  Not NUL-terminated.
  *
  * Returns 0 and sets *len; SL_EKEY if the key would exceed SL_MAX_KEY bytes
  * or cap; SL_EINVAL if n or limit do not fit node. */
@@ -236,5 +277,27 @@ int sl_rules_foreach(const sl_rules *r, int (*fn)(const sl_rule_node *node, void
  * "100/90s token-bucket burst=150 soft=10%", "unlimited".  Writes at most
  * cap bytes including the NUL; returns what snprintf returns. */
 int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap);
+
+/* Describes what of a node's Lyft fields RL.RULES should mention, appended
+ * to a limit's description: "" for most nodes, else e.g.
+ * " share_threshold metadata: not applicable" (the fields that change
+ * nothing in sluice say so).  Writes at most cap bytes including the NUL;
+ * returns what snprintf returns. */
+int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap);
+
+/* Lyft's statistics name for a request that matched node (the same n
+ * entries): "domain.key_value.key2..." as Lyft builds it -- node->path,
+ * except that `detailed_metric` on node puts every level's value in it
+ * (share_threshold levels keep their pattern), and `value_to_metric` on a
+ * key-only or wildcard level (without share_threshold) puts that level's
+ * value in it.  Returns 1 when the name depends on the request's values
+ * (such a node: sl_rules_metric_dynamic), 0 when it is node->path; writes
+ * at most cap bytes (NUL-terminated, cut if longer) and sets *len to the
+ * untruncated length.  Pure; no allocation. */
+int sl_rules_metric_name(const sl_rule_node *node, const sl_rule_entry *entries, int n, char *buf,
+                         size_t cap, size_t *len);
+/* Whether node's statistics name depends on the request (detailed_metric on
+ * node, or value_to_metric on a key-only or wildcard level above it). */
+int sl_rules_metric_dynamic(const sl_rule_node *node);
 
 #endif /* SLUICE_RULES_H */

@@ -29,10 +29,12 @@ typedef struct arena {
 } arena;
 
 struct sl__rule_index {
-    const sl_rule_node **exact;  /* by (key, value) */
-    const sl_rule_node **prefix; /* longest prefix first, then file order */
-    const sl_rule_node **any;    /* by key */
-    int nexact, nprefix, nany;
+    const sl_rule_node **exact; /* EXACT children by (key, value) */
+    const sl_rule_node **wild;  /* WILDCARD children in file order (Lyft also looks
+                                   a wildcard's own text up exactly: a value
+                                   holding '*' is compared with each first) */
+    const sl_rule_node **any;   /* ANY children by key */
+    int nexact, nwild, nany;
 };
 
 struct sl_rules {
@@ -45,6 +47,7 @@ struct sl_rules {
     int ndomains, domains_cap;
     const sl_rule_domain **by_name; /* sorted by name */
     size_t nrules;                  /* descriptors */
+    unsigned flags;                 /* SL_RULES_* it was loaded with */
 };
 
 /* Orders byte strings as memcmp does, a prefix before the longer string;

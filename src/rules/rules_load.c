@@ -20,9 +20,12 @@
  *
  * The model lives in one arena per set (freed in one go); each YAML tree in
  * an arena per file.  Invariant of a loaded set: siblings are unique by
- * (key, value, kind), and each node's lookup tables (exact by key and value,
- * key-only by key, wildcards longest prefix first) are sorted, so matching
- * is a binary search per level and never allocates.  Once the loader returns
+ * (key, value) among those with a value and by key among the others, and
+ * each node's lookup tables (exact and wildcard values by key and value,
+ * key-only by key) are sorted, with the wildcards also kept in file order,
+ * so matching is a binary search per level plus a scan of the wildcards,
+ * and never allocates.  With SL_RULES_MERGE_DOMAINS a later file's
+ * descriptors join its domain's root (merge_domain).  Once the loader returns
  * a set, nothing writes to it but its reference count and its limits'
  * sl_rule_counts.
  */
@@ -1015,12 +1018,28 @@ static int load_ip_prefix(loader *ld, sl_rule_node *node, const ynode *v)
 
 static int load_descriptors(loader *ld, sl_rule_node *parent, const ynode *list);
 
-enum { D_KEY, D_VALUE, D_RATE_LIMIT, D_DESCRIPTORS, D_SHADOW, D_DETAILED, D_IP_PREFIX, D_N };
+enum {
+    D_KEY,
+    D_VALUE,
+    D_RATE_LIMIT,
+    D_DESCRIPTORS,
+    D_SHADOW,
+    D_QUOTA,
+    D_DETAILED,
+    D_VALUE_TO_METRIC,
+    D_SHARE,
+    D_METADATA,
+    D_IP_PREFIX,
+    D_N
+};
 static const char *const desc_fields[D_N] = {
-    "key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "ip_prefix",
+    "key",        "value",           "rate_limit",      "descriptors",     "shadow_mode",
+    "quota_mode", "detailed_metric", "value_to_metric", "share_threshold", "metadata",
+    "ip_prefix",
 };
 #define DESC_EXPECTED                                                                              \
-    "key, value, rate_limit, descriptors, shadow_mode, detailed_metric or ip_prefix"
+    "key, value, rate_limit, descriptors, shadow_mode, quota_mode, detailed_metric, "              \
+    "value_to_metric, share_threshold, metadata or ip_prefix"
 
 static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node *node,
                            const ynode *map)
@@ -1055,10 +1074,15 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
         if (vlen > SL_MAX_KEY)
             return FAIL(ld, f[D_VALUE], "value longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
         if (vlen > 0) {
-            node->match = val[vlen - 1] == '*' ? SL_MATCH_PREFIX : SL_MATCH_EXACT;
-            node->valuelen = node->match == SL_MATCH_PREFIX ? vlen - 1 : vlen;
-            if ((node->value = arena_strndup(&ld->set->mem, val, node->valuelen)) == NULL)
-                return oom(ld);
+            /* Lyft: a '*' anywhere makes a wildcard, each '*' any run */
+            const char *star = memchr(val, '*', vlen);
+            node->match = star ? SL_MATCH_WILDCARD : SL_MATCH_EXACT;
+            node->valuelen = vlen;
+            if ((node->value = arena_strndup(&ld->set->mem, val, vlen)) == NULL) return oom(ld);
+            if (star) { /* the matcher's fixed ends */
+                node->sl__whead = (size_t)(star - val);
+                node->sl__wtail = vlen - 1 - (size_t)((const char *)memrchr(val, '*', vlen) - val);
+            }
         }
     }
     /* Lyft's full key: parent.key or parent.key_value (the value as written) */
@@ -1072,9 +1096,34 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
     node->path = path;
 
     if (f[D_SHADOW] && get_bool(ld, f[D_SHADOW], "shadow_mode", &node->shadow_mode) != 0) return -1;
+    if (f[D_QUOTA] && get_bool(ld, f[D_QUOTA], "quota_mode", &node->quota_mode) != 0) return -1;
     if (f[D_DETAILED] &&
         get_bool(ld, f[D_DETAILED], "detailed_metric", &node->detailed_metric) != 0)
         return -1;
+    if (f[D_VALUE_TO_METRIC] &&
+        get_bool(ld, f[D_VALUE_TO_METRIC], "value_to_metric", &node->value_to_metric) != 0)
+        return -1;
+    if (f[D_SHARE]) {
+        if (get_bool(ld, f[D_SHARE], "share_threshold", &node->share_threshold) != 0) return -1;
+        /* Lyft refuses it where no value is shared: without a '*' */
+        if (node->share_threshold && node->match != SL_MATCH_WILDCARD) {
+            char vt[80];
+            if (node->match == SL_MATCH_ANY)
+                return FAIL(ld, f[D_SHARE],
+                            "share_threshold needs a wildcard value (one with '*'), "
+                            "and descriptor '%s' has no value",
+                            tok_text(node->key, node->keylen, vt, sizeof vt));
+            return FAIL(ld, f[D_SHARE],
+                        "share_threshold needs a wildcard value (one with '*'), not '%s'",
+                        tok_text(node->value, node->valuelen, vt, sizeof vt));
+        }
+    }
+    if (f[D_METADATA]) { /* Lyft hands it to Envoy; a RESP reply has no place for it */
+        if (f[D_METADATA]->type != Y_MAP)
+            return FAIL(ld, f[D_METADATA], "metadata must be a map (name: value ...), not %s",
+                        desc(f[D_METADATA], d, sizeof d));
+        node->has_metadata = 1;
+    }
     if (f[D_IP_PREFIX] && load_ip_prefix(ld, node, f[D_IP_PREFIX]) != 0) return -1;
     if (f[D_RATE_LIMIT] && load_limits(ld, node, f[D_RATE_LIMIT]) != 0) return -1;
     if (f[D_DESCRIPTORS]) {
@@ -1100,15 +1149,8 @@ static int cmp_key_value(const void *x, const void *y)
     return c ? c : ptr_order(a, b);
 }
 
-/* longest prefix first, then file order */
-static int cmp_prefix_len(const void *x, const void *y)
-{
-    const sl_rule_node *a = *(const sl_rule_node *const *)x, *b = *(const sl_rule_node *const *)y;
-    if (a->valuelen != b->valuelen) return a->valuelen > b->valuelen ? -1 : 1;
-    return ptr_order(a, b);
-}
-
-/* Sorts one kind of siblings and refuses two with the same key and value. */
+/* Sorts one table of siblings by (key, value) and refuses two with the same
+ * key and value. */
 static int sort_unique(loader *ld, const sl_rule_node **v, int n)
 {
     qsort(v, (size_t)n, sizeof *v, cmp_key_value);
@@ -1125,41 +1167,46 @@ static int sort_unique(loader *ld, const sl_rule_node **v, int n)
                            "(first at line %u)",
                            k, a->line);
         return fail_at(ld, b->line, b->column,
-                       "duplicate descriptor: key '%s' value '%s%s' again (first at line %u)", k,
-                       tok_text(b->value, b->valuelen, val, sizeof val),
-                       b->match == SL_MATCH_PREFIX ? "*" : "", a->line);
+                       "duplicate descriptor: key '%s' value '%s' again (first at line %u)", k,
+                       tok_text(b->value, b->valuelen, val, sizeof val), a->line);
     }
     return 0;
 }
 
+/* Builds node's lookup tables (rules_int.h): exact children by (key,
+ * value), wildcard children in file order, key-only children by key.
+ * Refuses duplicate siblings (the wildcards through a sorted copy).
+ * O(n log n). */
 static int build_index(loader *ld, sl_rule_node *node)
 {
     struct sl__rule_index *ix = arena_alloc(&ld->set->mem, sizeof *ix);
     if (ix == NULL) return oom(ld);
-    int n = node->nchildren, ne = 0, np = 0, na = 0;
+    int n = node->nchildren, ne = 0, nw = 0, na = 0;
     for (int i = 0; i < n; i++) {
         sl_rule_match m = node->children[i].match;
         ne += m == SL_MATCH_EXACT;
-        np += m == SL_MATCH_PREFIX;
+        nw += m == SL_MATCH_WILDCARD;
         na += m == SL_MATCH_ANY;
     }
-    ix->exact = arena_alloc(&ld->set->mem, (size_t)(ne + np + na + 1) * sizeof(sl_rule_node *));
-    if (ix->exact == NULL) return oom(ld);
-    ix->prefix = ix->exact + ne;
-    ix->any = ix->prefix + np;
+    ix->exact = arena_alloc(&ld->set->mem, (size_t)(ne + nw + na + 1) * sizeof(sl_rule_node *));
+    const sl_rule_node **wsorted = arena_alloc(&ld->tmp, (size_t)(nw + 1) * sizeof *wsorted);
+    if (ix->exact == NULL || wsorted == NULL) return oom(ld);
+    ix->wild = ix->exact + ne;
+    ix->any = ix->wild + nw;
     for (int i = 0; i < n; i++) {
         const sl_rule_node *c = &node->children[i];
-        if (c->match == SL_MATCH_EXACT)
+        if (c->match == SL_MATCH_EXACT) {
             ix->exact[ix->nexact++] = c;
-        else if (c->match == SL_MATCH_PREFIX)
-            ix->prefix[ix->nprefix++] = c;
-        else
+        } else if (c->match == SL_MATCH_WILDCARD) {
+            wsorted[ix->nwild] = c;
+            ix->wild[ix->nwild++] = c; /* file order */
+        } else {
             ix->any[ix->nany++] = c;
+        }
     }
-    if (sort_unique(ld, ix->exact, ne) != 0 || sort_unique(ld, ix->prefix, np) != 0 ||
+    if (sort_unique(ld, ix->exact, ne) != 0 || sort_unique(ld, wsorted, nw) != 0 ||
         sort_unique(ld, ix->any, na) != 0)
         return -1;
-    qsort(ix->prefix, (size_t)np, sizeof *ix->prefix, cmp_prefix_len);
     node->sl__index = ix;
     return 0;
 }
@@ -1187,7 +1234,82 @@ static int load_descriptors(loader *ld, sl_rule_node *parent, const ynode *list)
     return build_index(ld, parent);
 }
 
-/* The file's tree into the next domain of the set. */
+/* The child of parent (a domain's root, its index built) that has c's key
+ * and value, or NULL.  O(log children), O(wildcards) for a wildcard. */
+static const sl_rule_node *same_child(const sl_rule_node *parent, const sl_rule_node *c)
+{
+    const struct sl__rule_index *ix = parent->sl__index;
+    if (c->match == SL_MATCH_WILDCARD) {
+        for (int i = 0; i < ix->nwild; i++)
+            if (bytes_cmp(ix->wild[i]->key, ix->wild[i]->keylen, c->key, c->keylen) == 0 &&
+                bytes_cmp(ix->wild[i]->value, ix->wild[i]->valuelen, c->value, c->valuelen) == 0)
+                return ix->wild[i];
+        return NULL;
+    }
+    const sl_rule_node *const *v = c->match == SL_MATCH_ANY ? ix->any : ix->exact;
+    int lo = 0, hi = c->match == SL_MATCH_ANY ? ix->nany : ix->nexact;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        int d = bytes_cmp(v[mid]->key, v[mid]->keylen, c->key, c->keylen);
+        if (d == 0) d = bytes_cmp(v[mid]->value, v[mid]->valuelen, c->value, c->valuelen);
+        if (d == 0) return v[mid];
+        if (d < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return NULL;
+}
+
+/* SL_RULES_MERGE_DOMAINS: the descriptors of this file (list) added to dom,
+ * which an earlier file defined, after its own -- as Lyft's
+ * MERGE_DOMAIN_CONFIG does.  A descriptor both files define (key and value)
+ * is an error naming the other file.  The top-level nodes move to one new
+ * array, so their children's parent pointers are set again. */
+static int merge_domain(loader *ld, sl_rule_domain *dom, const ynode *list)
+{
+    sl_rule_node *old = &dom->root, add;
+    memset(&add, 0, sizeof add);
+    add.match = SL_MATCH_ROOT;
+    add.path = dom->name;
+    add.domain = dom;
+    add.ip4_prefix = add.ip6_prefix = -1;
+    if (load_descriptors(ld, &add, list) != 0) return -1;
+    for (int i = 0; i < add.nchildren; i++) {
+        const sl_rule_node *c = &add.children[i], *o = same_child(old, c);
+        if (o == NULL) continue;
+        char k[80], v[80];
+        tok_text(c->key, c->keylen, k, sizeof k);
+        if (c->match == SL_MATCH_ANY)
+            return fail_at(ld, c->line, c->column,
+                           "duplicate descriptor: key '%s' without a value, already in domain "
+                           "'%s' of %s (line %u)",
+                           k, dom->name, dom->file, o->line);
+        return fail_at(ld, c->line, c->column,
+                       "duplicate descriptor: key '%s' value '%s', already in domain '%s' of %s "
+                       "(line %u)",
+                       k, tok_text(c->value, c->valuelen, v, sizeof v), dom->name, dom->file,
+                       o->line);
+    }
+    int n = old->nchildren + add.nchildren;
+    sl_rule_node *kids = arena_alloc(&ld->set->mem, (size_t)(n ? n : 1) * sizeof *kids);
+    if (kids == NULL) return oom(ld);
+    if (old->nchildren) memcpy(kids, old->children, (size_t)old->nchildren * sizeof *kids);
+    if (add.nchildren)
+        memcpy(kids + old->nchildren, add.children, (size_t)add.nchildren * sizeof *kids);
+    for (int i = 0; i < n; i++) {
+        kids[i].parent = old;
+        for (int j = 0; j < kids[i].nchildren; j++)
+            ((sl_rule_node *)&kids[i].children[j])->parent = &kids[i];
+    }
+    old->children = kids;
+    old->nchildren = n;
+    dom->nfiles++;
+    return build_index(ld, old);
+}
+
+/* The file's tree into the next domain of the set (or, merging, into the
+ * domain an earlier file defined). */
 static int load_domain(loader *ld)
 {
     static const char *const fields[] = {"domain", "descriptors"};
@@ -1208,10 +1330,13 @@ static int load_domain(loader *ld)
         return FAIL(ld, f[0], "domain longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
     sl_rules *set = ld->set;
     for (int i = 0; i < set->ndomains; i++) {
-        const sl_rule_domain *o = &set->domains[i];
-        if (bytes_cmp(o->name, o->namelen, s, len) == 0)
-            return FAIL(ld, f[0], "domain '%s' is already defined in %s:%u:%u",
-                        tok(f[0], t, sizeof t), o->file, o->line, o->column);
+        sl_rule_domain *o = &set->domains[i];
+        if (bytes_cmp(o->name, o->namelen, s, len) != 0) continue;
+        if (set->flags & SL_RULES_MERGE_DOMAINS) return merge_domain(ld, o, f[1]);
+        return FAIL(ld, f[0],
+                    "domain '%s' is already defined in %s:%u:%u (--merge-domains merges "
+                    "them, as Lyft's MERGE_DOMAIN_CONFIG does)",
+                    tok(f[0], t, sizeof t), o->file, o->line, o->column);
     }
     sl_rule_domain *dom = &set->domains[set->ndomains];
     memset(dom, 0, sizeof *dom);
@@ -1219,6 +1344,7 @@ static int load_domain(loader *ld)
         (dom->file = arena_strndup(&set->mem, ld->file, strlen(ld->file))) == NULL)
         return oom(ld);
     dom->namelen = len;
+    dom->nfiles = 1;
     dom->line = f[0]->line;
     dom->column = f[0]->col;
     sl_rule_node *r = &dom->root;
@@ -1301,10 +1427,18 @@ static int set_finish(sl_rules *r)
     return 0;
 }
 
+#define FLAGS_KNOWN (SL_RULES_MERGE_DOMAINS | SL_RULES_COUNT_DENIED)
+
 sl_rules *sl_rules_load_buffer(const char *name, const char *data, size_t len, char *err,
                                size_t errlen)
 {
-    if (name == NULL || (data == NULL && len > 0)) {
+    return sl_rules_load_buffer_flags(name, data, len, 0, err, errlen);
+}
+
+sl_rules *sl_rules_load_buffer_flags(const char *name, const char *data, size_t len, unsigned flags,
+                                     char *err, size_t errlen)
+{
+    if (name == NULL || (data == NULL && len > 0) || (flags & ~FLAGS_KNOWN)) {
         if (errlen) snprintf(err, errlen, "invalid argument");
         return NULL;
     }
@@ -1313,6 +1447,7 @@ sl_rules *sl_rules_load_buffer(const char *name, const char *data, size_t len, c
         if (errlen) snprintf(err, errlen, "%s: out of memory", name);
         return NULL;
     }
+    r->flags = flags;
     if (load_one(r, name, data ? data : "", len, err, errlen) != 0 || set_finish(r) != 0) {
         if (errlen && err[0] == '\0') snprintf(err, errlen, "%s: out of memory", name);
         set_destroy(r);
@@ -1397,12 +1532,17 @@ nomem:
 
 sl_rules *sl_rules_load(const char *path, char *err, size_t errlen)
 {
+    return sl_rules_load_flags(path, 0, err, errlen);
+}
+
+sl_rules *sl_rules_load_flags(const char *path, unsigned flags, char *err, size_t errlen)
+{
     char dummy[1];
     if (err == NULL || errlen == 0) {
         err = dummy;
         errlen = sizeof dummy;
     }
-    if (path == NULL) {
+    if (path == NULL || (flags & ~FLAGS_KNOWN)) {
         snprintf(err, errlen, "invalid argument");
         return NULL;
     }
@@ -1422,6 +1562,7 @@ sl_rules *sl_rules_load(const char *path, char *err, size_t errlen)
         free_names(files, files ? nfiles : 0);
         return NULL;
     }
+    r->flags = flags;
     uint64_t total = 0;
     int rc = 0;
     for (int i = 0; i < nfiles && rc == 0; i++) {
@@ -1470,6 +1611,7 @@ uint64_t sl_rules_generation(const sl_rules *r) { return r ? r->generation : 0; 
 int64_t sl_rules_loaded_at_ms(const sl_rules *r) { return r ? r->loaded_at_ms : 0; }
 const char *sl_rules_source(const sl_rules *r) { return r ? r->source : NULL; }
 size_t sl_rules_count(const sl_rules *r) { return r ? r->nrules : 0; }
+unsigned sl_rules_flags(const sl_rules *r) { return r ? r->flags : 0; }
 int sl_rules_ndomains(const sl_rules *r) { return r ? r->ndomains : 0; }
 
 const sl_rule_domain *sl_rules_domain(const sl_rules *r, int i)

@@ -1,15 +1,18 @@
 /*
  * rules_match.c -- answers requests from a rule set rules_load.c has loaded:
  * the domain by name (sl_rules_find_domain), the node whose limits apply
- * (sl_rules_match: Lyft's exact value, else the longest wildcard prefix, else
- * key only, one request entry per level, no backtracking), the counting key
- * of a limit (sl_rules_key: the request's values, IP prefixes masked,
- * separators escaped), and listing (sl_rules_foreach, sl_rules_limit_format).
+ * (sl_rules_match: Lyft's exact value, else the first wildcard in file order
+ * that matches, else key only, one request entry per level, no
+ * backtracking), the counting key of a limit (sl_rules_key: the request's
+ * values -- a share_threshold level's pattern --, IP prefixes masked,
+ * separators escaped), Lyft's statistics name (sl_rules_metric_name), and
+ * listing (sl_rules_foreach, sl_rules_limit_format, sl_rules_node_notes).
  *
  * Invariants kept: nothing here writes to a set or allocates, so any number
  * of threads may use one set at once; and every part of a counting key has
- * its separators escaped, so two different requests never share a key.  It
- * relies on the loader's invariant (rules_load.c): siblings are unique and
+ * its separators escaped, so two different requests never share a key
+ * unless a share_threshold level says they do.  It relies on the loader's
+ * invariant (rules_load.c): siblings are unique and
  * each node's lookup tables are sorted by bytes_cmp, so a level is a binary
  * search.
  */
@@ -41,8 +44,40 @@ const sl_rule_domain *sl_rules_find_domain(const sl_rules *r, const char *name, 
 
 /* ---- matching ------------------------------------------------------------- */
 
-/* The child of node that entry e selects: exact, else the longest wildcard
- * prefix, else key-only; NULL if none. */
+/* Does v (vn bytes) match the wildcard node c's pattern?  Each '*' matches
+ * any run of bytes, the empty one too; the rest must be there as written,
+ * in order: the c->sl__whead bytes before the first '*' start v, the
+ * c->sl__wtail bytes after the last end it (both measured at load, so a
+ * pattern that cannot match is mostly refused by one memcmp), and each part
+ * between is found, leftmost, in what is left between them (leftmost is
+ * never wrong: a later find only leaves less room to the parts after it).
+ * No allocation; O(vn * parts) at worst. */
+static int glob_match(const sl_rule_node *c, const char *v, size_t vn)
+{
+    const char *p = c->value;
+    size_t pn = c->valuelen, head = c->sl__whead, tail = c->sl__wtail;
+    if (vn < head + tail || memcmp(v, p, head) != 0 ||
+        memcmp(v + vn - tail, p + pn - tail, tail) != 0)
+        return 0;
+    const char *s = v + head, *end = v + vn - tail; /* what the middle parts share */
+    const char *q = p + head + 1, *last = p + pn - tail - 1;
+    while (q < last) {
+        const char *star = memchr(q, '*', (size_t)(last - q) + 1);
+        size_t seg = (size_t)(star - q);
+        if (seg > 0) {
+            const char *at = memmem(s, (size_t)(end - s), q, seg);
+            if (at == NULL) return 0;
+            s = at + seg;
+        }
+        q = star + 1;
+    }
+    return 1;
+}
+
+/* The child of node that entry e selects, as Lyft does: the same key and
+ * value (a wildcard child's own text included), else the first wildcard
+ * child in file order whose pattern the value matches, else the key-only
+ * child; NULL if none. */
 static const sl_rule_node *child_for(const sl_rule_node *node, const sl_rule_entry *e)
 {
     const struct sl__rule_index *ix = node->sl__index;
@@ -59,10 +94,19 @@ static const sl_rule_node *child_for(const sl_rule_node *node, const sl_rule_ent
         else
             hi = mid;
     }
-    for (int i = 0; i < ix->nprefix; i++) {
-        const sl_rule_node *c = ix->prefix[i];
-        if (c->valuelen <= e->valuelen && bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
-            (c->valuelen == 0 || memcmp(c->value, e->value, c->valuelen) == 0))
+    /* a value holding '*' may be a wildcard's own text: Lyft's exact step */
+    if (ix->nwild > 0 && e->valuelen > 0 && memchr(e->value, '*', e->valuelen) != NULL) {
+        for (int i = 0; i < ix->nwild; i++) {
+            const sl_rule_node *c = ix->wild[i];
+            if (bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
+                bytes_cmp(c->value, c->valuelen, e->value, e->valuelen) == 0)
+                return c;
+        }
+    }
+    for (int i = 0; i < ix->nwild; i++) {
+        const sl_rule_node *c = ix->wild[i];
+        if (bytes_cmp(c->key, c->keylen, e->key, e->keylen) == 0 &&
+            glob_match(c, e->value ? e->value : "", e->valuelen))
             return c;
     }
     lo = 0;
@@ -191,6 +235,14 @@ int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, 
         kput(&b, "|", 1, 0);
         kput(&b, lv[i]->key, lv[i]->keylen, 1);
         kput(&b, "=", 1, 0);
+        if (lv[i]->share_threshold) {
+            /* every value the pattern matches shares this counter.  Still
+             * one counter per node: the only request value equal to the
+             * pattern's text is the pattern itself, which this node takes
+             * first (child_for's exact step) */
+            kput(&b, lv[i]->value, lv[i]->valuelen, 1);
+            continue;
+        }
         char ip[INET6_ADDRSTRLEN];
         size_t iplen = 0;
         if (lv[i]->ip4_prefix >= 0 || lv[i]->ip6_prefix >= 0)
@@ -264,4 +316,85 @@ int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap)
         snprintf(e, sizeof e, " elastic=%lld", (long long)l->elastic_limit);
     return snprintf(buf, cap, "%lld/%s %s%s%s%s%s", (long long)p->limit, w, sl_algo_name(p->algo),
                     b, pr, s, e);
+}
+
+int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap)
+{
+    if (node == NULL) return snprintf(buf, cap, "%s", "");
+    /* what RL.RULES cannot show otherwise.  metadata goes to Envoy in
+     * Lyft's gRPC reply, and a RESP reply has no place for it; the two
+     * metric fields name Lyft's statistics (sl_rules_metric_name), which
+     * INFO rulestats does not use: it keeps one entry per rule name */
+    return snprintf(buf, cap, "%s%s%s%s%s", node->share_threshold ? " share_threshold" : "",
+                    node->quota_mode ? " quota_mode" : "",
+                    node->detailed_metric ? " detailed_metric: not applicable" : "",
+                    node->value_to_metric ? " value_to_metric: not applicable" : "",
+                    node->has_metadata ? " metadata: not applicable" : "");
+}
+
+/* ---- Lyft's statistics names --------------------------------------------- */
+
+int sl_rules_metric_dynamic(const sl_rule_node *node)
+{
+    if (node == NULL) return 0;
+    if (node->detailed_metric) return 1;
+    for (const sl_rule_node *x = node; x != NULL && x->depth > 0; x = x->parent)
+        if (x->value_to_metric && !x->share_threshold && x->match != SL_MATCH_EXACT) return 1;
+    return 0;
+}
+
+typedef struct mbuf {
+    char *p;
+    size_t n, cap;
+} mbuf;
+
+static void mput(mbuf *b, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++, b->n++)
+        if (b->n + 1 < b->cap) b->p[b->n] = s[i];
+}
+
+int sl_rules_metric_name(const sl_rule_node *node, const sl_rule_entry *entries, int n, char *buf,
+                         size_t cap, size_t *len)
+{
+    if (node == NULL || entries == NULL || buf == NULL || len == NULL || n != node->depth || n < 1)
+        return SL_EINVAL;
+    const sl_rule_node *lv[SL_RULES_MAX_DEPTH];
+    const sl_rule_node *x = node;
+    for (int i = n - 1; i >= 0; i--, x = x->parent) lv[i] = x;
+    int dynamic = sl_rules_metric_dynamic(node);
+    mbuf b = {buf, 0, cap};
+    if (!dynamic) {
+        mput(&b, node->path, strlen(node->path));
+    } else {
+        const sl_rule_domain *dom = node->domain;
+        int shared = 0; /* Lyft builds a detailed name two ways: with or without them */
+        for (int i = 0; i < n; i++) shared |= lv[i]->share_threshold;
+        mput(&b, dom->name, dom->namelen);
+        for (int i = 0; i < n; i++) {
+            const sl_rule_entry *e = &entries[i];
+            const sl_rule_node *l = lv[i];
+            const char *v = NULL;
+            size_t vl = 0;
+            if (l->share_threshold) { /* the pattern, always */
+                v = l->value;
+                vl = l->valuelen;
+            } else if (node->detailed_metric || l->match == SL_MATCH_EXACT || l->value_to_metric) {
+                v = e->value;
+                vl = e->valuelen;
+            } else if (l->match == SL_MATCH_WILDCARD) {
+                v = l->value;
+                vl = l->valuelen;
+            }
+            mput(&b, ".", 1);
+            mput(&b, e->key, e->keylen);
+            /* Lyft writes "key_" for an empty value only in a detailed name
+             * without shared levels */
+            if (vl > 0 || (node->detailed_metric && !shared)) mput(&b, "_", 1);
+            mput(&b, v, vl);
+        }
+    }
+    if (cap > 0) buf[b.n < cap ? b.n : cap - 1] = '\0';
+    *len = b.n;
+    return dynamic;
 }

@@ -35,6 +35,8 @@ enum opt_id {
     OPT_SNAPSHOT,
     OPT_RULES,
     OPT_WATCH_RULES,
+    OPT_MERGE_DOMAINS,
+    OPT_COUNT_DENIED,
     OPT_CAPACITY,
     OPT_SNAPSHOT_INTERVAL,
     OPT_TRUST_CLIENT_TIME,
@@ -85,6 +87,8 @@ static const opt opts[] = {
     {"snapshot", OPT_SNAPSHOT, K_STRING, 0, 0, 1},
     {"rules", OPT_RULES, K_STRING, 0, 0, 1},
     {"watch-rules", OPT_WATCH_RULES, K_BOOL, 0, 0, 1},
+    {"merge-domains", OPT_MERGE_DOMAINS, K_BOOL, 0, 0, 1},
+    {"count-denied", OPT_COUNT_DENIED, K_BOOL, 0, 0, 1},
     {"capacity", OPT_CAPACITY, K_STRING, 0, 0, 1},
     {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
     {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
@@ -333,6 +337,8 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     }
     case OPT_TRUST_CLIENT_TIME:
     case OPT_PROTECTED_MODE:
+    case OPT_MERGE_DOMAINS:
+    case OPT_COUNT_DENIED:
     case OPT_WATCH_RULES: {
         int b;
         if (parse_bool(v, vlen, &b) != 0) {
@@ -344,6 +350,10 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
             c->watch_rules = b;
         else if (op->id == OPT_PROTECTED_MODE)
             c->protected_mode = b;
+        else if (op->id == OPT_MERGE_DOMAINS)
+            c->merge_domains = b;
+        else if (op->id == OPT_COUNT_DENIED)
+            c->count_denied = b;
         else
             c->trust_client_time = b;
         break;
@@ -589,6 +599,13 @@ void sl_config_usage(FILE *f)
           "                          (docs/rules.md); reloaded on SIGHUP, RL.RULES RELOAD\n"
           "                          and, unless --watch-rules no, when the files change\n"
           "  --watch-rules yes|no    watch the rules with inotify (default yes)\n"
+          "  --merge-domains yes|no  a domain in several rules files is one domain, their\n"
+          "                          descriptors together (Lyft's MERGE_DOMAIN_CONFIG;\n"
+          "                          default no: refused, naming both files)\n"
+          "  --count-denied yes|no   Lyft's counting: RL.CHECK charges every matched\n"
+          "                          fixed-window counter of denied requests too\n"
+          "                          (default no: all-or-none, a denied request is\n"
+          "                          charged to none)\n"
           "  --capacity N/DUR        spare-capacity pool for `elastic` rules: N requests\n"
           "                          per DUR through RL.CHECK in all (default: none)\n"
           "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"

@@ -35,6 +35,7 @@ typedef struct live_ask live_ask;
 
 struct sl_live {
     char *path;
+    unsigned flags; /* SL_RULES_* of every load; set before the first */
     char *dir;  /* the directory watched */
     char *base; /* path's last component when path is a file; NULL for a directory */
 
@@ -143,13 +144,15 @@ static int domains_missing(const struct sl_rules *a, const struct sl_rules *b, c
     return n;
 }
 
+void sl_live_set_flags(sl_live *l, unsigned flags) { l->flags = flags; }
+
 /* sl_live_reload, also answering the version serving after the attempt. */
 static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, size_t errlen)
 {
     char msg[SL_LIVE_ERR];
     pthread_mutex_lock(&l->reload_mu);
     int64_t t0 = sl__mono_ms();
-    struct sl_rules *r = sl_rules_load(l->path, msg, sizeof msg);
+    struct sl_rules *r = sl_rules_load_flags(l->path, l->flags, msg, sizeof msg);
     int64_t took = sl__mono_ms() - t0;
     struct sl_rules *old = NULL;
     if (l->on_load != NULL) l->on_load(l->on_load_arg, r); /* before r serves */
@@ -193,9 +196,11 @@ static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, 
     /* Readers that still use the old set hold their own references. */
     sl_rules_unref(old);
     sl_log(ngone ? SL_LOG_WARN : SL_LOG_INFO, "rules loaded",
-           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s", sl_logq(why),
+           "why=%s path=%s version=%llu domains=%d descriptors=%zu ms=%lld%s%s%s%s", sl_logq(why),
            sl_logq(l->path), (unsigned long long)sl_rules_generation(r), sl_rules_ndomains(r),
-           sl_rules_count(r), (long long)took, gone_f, added_f);
+           sl_rules_count(r), (long long)took, gone_f, added_f,
+           (l->flags & SL_RULES_MERGE_DOMAINS) ? " merge_domains=yes" : "",
+           (l->flags & SL_RULES_COUNT_DENIED) ? " count_denied=yes" : "");
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (version != NULL) *version = sl_rules_generation(r);
     return 0;

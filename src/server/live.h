@@ -92,6 +92,10 @@ typedef struct sl_live_cache {
  * NULL when out of memory. */
 sl_live *sl_live_new(const char *path);
 
+/* The SL_RULES_* loading options (rules.h) of every later load, the first
+ * included: set before it.  Default 0. */
+void sl_live_set_flags(sl_live *l, unsigned flags);
+
 /* Loads path and, if the whole set is good, makes it the serving set.
  * `why` ("start", "SIGHUP", "inotify", "RL.RULES RELOAD") goes to the log;
  * sl_live_kick and sl_live_ask keep the pointer: pass a string literal.

@@ -32,6 +32,10 @@ typedef struct sl_config {
     char snapshot[1024];            /* "" = no snapshot */
     char rules[1024];               /* "" = no rules (RL.CHECK refused) */
     int watch_rules;                /* reload when the rules change (inotify); default 1 */
+    int merge_domains;              /* a domain in several rules files: merged (Lyft's
+                                       MERGE_DOMAIN_CONFIG); default 0 = refused */
+    int count_denied;               /* RL.CHECK charges denied requests too (Lyft's
+                                       counting, SL_RULES_COUNT_DENIED); default 0 */
     char capacity[64];              /* "" = no spare-capacity pool; else N/DURATION */
     sl_params pool;                 /* capacity, parsed: the elastic limits' pool */
     int64_t snapshot_interval_ms;   /* default 60 s */

@@ -370,7 +370,11 @@ int main(int argc, char **argv)
     }
     if (a.cfg.rules[0] != '\0') {
         a.srv.live = sl_live_new(a.cfg.rules);
-        if (a.srv.live != NULL) sl_live_on_load(a.srv.live, sl_stats_on_rules_load, &a.srv.stats);
+        if (a.srv.live != NULL) {
+            sl_live_on_load(a.srv.live, sl_stats_on_rules_load, &a.srv.stats);
+            sl_live_set_flags(a.srv.live, (a.cfg.merge_domains ? SL_RULES_MERGE_DOMAINS : 0u) |
+                                              (a.cfg.count_denied ? SL_RULES_COUNT_DENIED : 0u));
+        }
         if (a.srv.live == NULL || sl_live_reload(a.srv.live, "start", err, sizeof err) != 0) {
             sl_log(SL_LOG_ERROR, "cannot load the rules: refusing to start", "path=%s err=%s",
                    sl_logq(a.cfg.rules), sl_logq(a.srv.live ? err : "out of memory"));

@@ -14,22 +14,28 @@ docs left open, with the answer chosen):
     sliding-buckets, token-bucket (gcra answers the same); not
     leaky-bucket;
   - Lyft matching: domain, nested descriptors, key+value, key only (every
-    value its own counter), `prefix*` wildcards (longest prefix wins),
-    exact > wildcard > key-only at each level, greedy (no backtracking),
-    depth must equal the number of entries;
+    value its own counter), wildcards (each `*` any run, anywhere in the
+    value; the first matching one in file order wins), exact (a wildcard's
+    own text included) > wildcard > key-only at each level, greedy (no
+    backtracking), depth must equal the number of entries;
+    `share_threshold` (a wildcard level counts under its pattern); merged
+    domains (`--merge-domains`);
   - several limits per descriptor, all-or-none across every limit of every
     descriptor of a request; the same counter named twice (costs merged);
-  - `replaces`, `shadow_mode`, `soft: N%`, `elastic` with a spare-capacity
-    pool, `unlimited`, `requests_per_unit: 0`, COST;
+  - `replaces`, `shadow_mode`, `quota_mode`, `soft: N%`, `elastic` with a
+    spare-capacity pool, `unlimited`, `requests_per_unit: 0`, COST; Lyft's
+    counting of denied requests (`--count-denied`);
   - the reply: the six overall fields, then per descriptor
     [code, rule name, limit, remaining, retry_after_ms, reset_after_ms].
 
 Rules are given as the plain structure a YAML file holds: a dict per file,
 {"domain": ..., "descriptors": [{"key", "value", "shadow_mode",
-"rate_limit": dict or list of dicts, "descriptors"}]}.
+"quota_mode", "share_threshold", "rate_limit": dict or list of dicts,
+"descriptors"}]}.
 """
 
 import collections
+import re
 
 FIXED = "fixed-window"
 SLIDING = "sliding-window"
@@ -259,13 +265,23 @@ class Limit:
         return self.l + self.l * self.soft // 100 if self.soft is not None else self.l
 
 
+def wildcard_re(pattern):
+    """docs/rules.md "Matching": each `*` any run of characters (the empty
+    one too), the rest as written, the whole value."""
+    return re.compile(".*".join(re.escape(p) for p in pattern.split("*")), re.DOTALL)
+
+
 class Node:
     def __init__(self, spec, domain, parent_path):
         self.key = spec["key"]
         v = spec.get("value")
         self.value = v if v else None
-        self.wild = self.value is not None and self.value.endswith("*")
+        self.wild = self.value is not None and "*" in self.value
+        self.regex = wildcard_re(self.value) if self.wild else None
         self.shadow = bool(spec.get("shadow_mode", False))
+        # a shadow descriptor never changes the answer, quota or not
+        self.quota = bool(spec.get("quota_mode", False)) and not self.shadow
+        self.share = bool(spec.get("share_threshold", False))
         part = self.key + ("_" + self.value if self.value is not None else "")
         self.path = parent_path + "." + part
         rl = spec.get("rate_limit")
@@ -279,7 +295,8 @@ class Node:
 
 
 def match_level(children, key, value, events=None):
-    """docs/rules.md "Matching": exact, else longest wildcard prefix, else key only."""
+    """docs/rules.md "Matching": the same value (a wildcard's own text too),
+    else the first matching wildcard in file order, else key only."""
     exact = wild = keyonly = None
     wilds = 0
     for c in children:
@@ -287,20 +304,23 @@ def match_level(children, key, value, events=None):
             continue
         if c.value is None:
             keyonly = c
-        elif c.wild:
-            prefix = c.value[:-1]
-            wilds += value.startswith(prefix)
-            if value.startswith(prefix) and (wild is None or len(prefix) > len(wild.value) - 1):
-                wild = c
         elif c.value == value:
             exact = c
+        elif c.wild and c.regex.fullmatch(value):
+            wilds += 1
+            if wild is None:
+                wild = c
     if events is not None:
         if exact and (wild or keyonly):
             events["match: exact before wildcard/key-only"] += 1
         if wild and keyonly and not exact:
             events["match: wildcard before key-only"] += 1
         if wilds > 1 and not exact:
-            events["match: longest of several wildcards"] += 1
+            events["match: first of several wildcards"] += 1
+        if not exact and wild and wild.value.rstrip("*").count("*"):
+            events["match: a '*' inside the value"] += 1
+        if exact and exact.wild:
+            events["match: a wildcard's own text, exactly"] += 1
     return exact or wild or keyonly
 
 
@@ -313,7 +333,7 @@ def _any_path(level, entries):
     for c in level:
         if c.key != k:
             continue
-        if c.value is not None and not (c.value == v or (c.wild and v.startswith(c.value[:-1]))):
+        if c.value is not None and not (c.value == v or (c.wild and c.regex.fullmatch(v))):
             continue
         if len(entries) == 1 and c.limits or _any_path(c.children, entries[1:]):
             return True
@@ -321,9 +341,12 @@ def _any_path(level, entries):
 
 
 class RulesModel:
-    def __init__(self, files, capacity=None, within_l_at_ceiling=False):
-        """files: list of dicts (one per YAML file); capacity: None or
-        (N, W ms), the --capacity pool.
+    def __init__(self, files, capacity=None, within_l_at_ceiling=False, count_denied=False,
+                 merge_domains=False):
+        """files: list of dicts (one per YAML file, in file-name order);
+        capacity: None or (N, W ms), the --capacity pool; count_denied:
+        sluiced --count-denied (Lyft's counting); merge_domains: sluiced
+        --merge-domains (files of one domain are one domain, in order).
 
         within_l_at_ceiling: in the elastic second try, also decide (and
         report) the elastic limits that were within L at their ceilings.
@@ -335,7 +358,11 @@ class RulesModel:
         self.domains = {}
         for f in files:
             d = f["domain"]
-            self.domains[d] = [Node(c, d, d) for c in f.get("descriptors", [])]
+            if d in self.domains and not merge_domains:
+                raise ValueError("domain %r in two files" % d)
+            self.domains.setdefault(d, []).extend(
+                Node(c, d, d) for c in f.get("descriptors", []))
+        self.count_denied = count_denied
         self.capacity = capacity
         self.within_l_at_ceiling = within_l_at_ceiling
         self.state = {}   # (counting key, algorithm) -> state
@@ -343,12 +370,16 @@ class RulesModel:
         self.events = collections.Counter()
 
     def match(self, domain, entries):
+        """The node whose limits apply, or None; self.chain: the nodes of
+        its levels, top first."""
+        self.chain = []
         level = self.domains.get(domain)
         if level is None or not entries:
             return None
         node = None
         for i, (k, v) in enumerate(entries):
             node = match_level(level, k, v, self.events)
+            self.chain.append(node)
             if node is None:
                 if i > 0:
                     self.events["match: no rule below a matched level"] += 1
@@ -380,22 +411,39 @@ class RulesModel:
             self.state[sk] = new
         return res
 
+    def _lyft(self, k, lim, t, c):
+        """docs/rules.md "Counting denied requests the Lyft way": charged
+        whatever the answer, then the count after the charge against L."""
+        sk = (k[0], lim.algo)
+        big = 10 ** 12
+        res, new = decide(FIXED, self.state.get(sk), t, c, big, lim.w, None, True)
+        self.state[sk] = new
+        L = lim.effective_l()
+        after = big - res[2]
+        if after <= L:
+            return [1, L, L - after, 0, res[4], 0]
+        return [0, L, 0, -1 if c > L else res[4], res[4], 0]
+
     def check(self, domain, cost, t, descriptors):
         """One RL.CHECK.  descriptors: list of lists of (key, value).  Returns
         the reply as sluiced's RESP parses (harness.parse_reply): six ints,
         then per descriptor [code bytes, name bytes or None, 4 ints]."""
-        nodes = [self.match(domain, d) for d in descriptors]
+        nodes, chains = [], []
+        for d in descriptors:
+            nodes.append(self.match(domain, d))
+            chains.append(self.chain)
         replaced = set()
         for n in nodes:
             if n is not None:
                 for lim in n.limits:
                     replaced.update(lim.replaces)
 
-        # the counters: key -> [limit, merged cost, enforced]
+        # the counters: key -> [limit, merged cost, kind, descriptors]
         counters = {}
         order = []
         per_desc = []   # per descriptor: None, "unlimited", ("replaced", name), [(ckey, lim)]
-        for d, n in zip(descriptors, nodes):
+        quota_descs = set()
+        for i, (d, n, chain) in enumerate(zip(descriptors, nodes, chains)):
             if n is None:
                 per_desc.append(None)
                 continue
@@ -414,75 +462,150 @@ class RulesModel:
             if not counted:
                 per_desc.append(("replaced", n.limits[0].name))
                 continue
+            kind = "shadow" if n.shadow else "quota" if n.quota else "enforced"
+            if kind == "quota":
+                quota_descs.add(i)
+            # share_threshold: that level counts under its pattern
+            parts = tuple((k, ("*share*", c.value) if c.share else v)
+                          for (k, v), c in zip(d, chain))
+            if any(c.share for c in chain):
+                self.events["share: a level counted under its pattern"] += 1
             mine = []
             for lim in counted:
-                ckey = (domain, tuple(d), lim.w if lim.multi else None)
+                ckey = (domain, parts, lim.w if lim.multi else None)
                 if (ckey, lim.algo) not in counters:
-                    counters[(ckey, lim.algo)] = [lim, 0, not n.shadow]
+                    counters[(ckey, lim.algo)] = [lim, 0, kind, set()]
                     order.append((ckey, lim.algo))
                 else:
                     self.events["same counter twice: costs merged"] += 1
+                    if parts != tuple(d):
+                        self.events["share: two values, one counter"] += 1
                 counters[(ckey, lim.algo)][1] += cost
+                counters[(ckey, lim.algo)][3].add(i)
                 mine.append((ckey, lim))
             per_desc.append(mine)
 
         if len({k[0] for k in order}) < len(order):
             self.events["one window, two algorithms: two counters"] += 1
         never = [0, 0, 0, -1, 0, 0]
-        enforced = [k for k in order if counters[k][2]]
-        shadow = [k for k in order if not counters[k][2]]
 
-        # first decision: every enforced limit at L (soft: its soft limit)
+        def elastic_ok(k):
+            lim, _, kind, _ = counters[k]
+            return (kind == "enforced" and self.capacity is not None and lim.l > 0
+                    and lim.ceiling is not None)
+
+        def lyft(k):
+            lim = counters[k][0]
+            return self.count_denied and lim.algo == FIXED and lim.l > 0 and not elastic_ok(k)
+
         res = {}
-        for k in enforced:
-            lim, c, _ = counters[k]
-            res[k] = (list(never) if lim.l == 0
-                      else self._decide(k[0], lim, t, c, lim.effective_l(), False))
-        passed = all(res[k][0] for k in enforced)
+        # Lyft's counting: charged first, whatever comes next
+        for k in order:
+            lim, c, kind, _ = counters[k]
+            if lim.l == 0:
+                res[k] = list(never)
+            elif lyft(k):
+                res[k] = self._lyft(k, lim, t, c)
+                if not res[k][0] and not (kind == "enforced" and lim.l > 0 and c > lim.l):
+                    self.events["count-denied: over, charged"] += 1
+
+        qover = set()
+
+        def all_quota_over():
+            for k in res:
+                if counters[k][2] == "quota" and not res[k][0]:
+                    qover.update(counters[k][3])
+            return bool(quota_descs) and qover >= quota_descs
+
+        passed = False
+        quota_denied = False
         elastic = set()     # over L, passed at the ceiling on the pool
         ceilings = set()    # decided at their ceilings
         pool_remaining = None
-        if not passed and self.capacity is not None:
-            denied = [k for k in enforced if not res[k][0]]
-            if all(counters[k][0].l > 0 and counters[k][0].ceiling is not None for k in denied):
-                res2 = dict(res)
-                raised = set(denied)
+        batch_ran = False
+        denied = any(counters[k][2] == "enforced" and not res[k][0] for k in res)
+        if not denied and all_quota_over():
+            quota_denied = True
+        if denied or quota_denied:
+            for k in order:
+                if k not in res:
+                    lim, c, kind, _ = counters[k]
+                    res[k] = self._decide(k[0], lim, t, c, lim.effective_l(), False)
+                    if kind == "enforced" and not res[k][0]:
+                        quota_denied = False
+            if self.count_denied and any(lyft(k) for k in order):
+                self.events["count-denied: denied, the rest peeked"] += 1
+        else:
+            out = set()
+            while True:
+                batch = [k for k in order if counters[k][2] != "shadow" and k not in out
+                         and counters[k][0].l > 0 and not lyft(k)]
+                if not batch:
+                    passed = True
+                    break
+                batch_ran = True
+                for k in batch:
+                    lim, c, _, _ = counters[k]
+                    res[k] = self._decide(k[0], lim, t, c, lim.effective_l(), False)
+                if all(res[k][0] for k in batch):
+                    passed = True
+                    break
+                no = [k for k in batch if not res[k][0]]
+                if any(counters[k][2] == "enforced" and not elastic_ok(k) for k in no):
+                    break
+                quota_no = [k for k in no if counters[k][2] == "quota"]
+                if quota_no:
+                    self.events["quota: over, out of the batch"] += 1
+                    out.update(quota_no)
+                    if all_quota_over():
+                        quota_denied = True
+                        break
+                    continue
+                # denied only by elastic limits: the second try on the pool
+                raised = set(no)
                 if self.within_l_at_ceiling:
-                    raised.update(k for k in enforced if counters[k][0].ceiling is not None)
+                    raised.update(k for k in batch if elastic_ok(k))
+                res2 = dict(res)
                 for k in raised:
-                    lim, c, _ = counters[k]
+                    lim, c, _, _ = counters[k]
                     res2[k] = self._decide(k[0], lim, t, c, lim.ceiling, False)
                 pres = self._pool(t, cost, False)
-                if all(res2[k][0] for k in enforced) and pres[0]:
+                if all(res2[k][0] for k in batch) and pres[0]:
                     passed = True
                     res = res2
-                    elastic = set(denied)
+                    elastic = set(no)
                     ceilings = raised
                     self.events["elastic: passed on the pool"] += 1
                     for k in elastic:
                         self.events["elastic: above L on " + k[1]] += 1
-                    if any(counters[k][0].ceiling is not None and k not in elastic
-                           for k in enforced):
+                    if any(elastic_ok(k) and k not in elastic for k in batch):
                         self.events["elastic: another elastic limit within L"] += 1
                 else:
                     self.events["elastic: second try failed" if pres[0]
                                 else "elastic: pool full"] += 1
-        if passed:
-            for k in enforced:
-                lim, c, _ = counters[k]
-                L = lim.ceiling if k in ceilings else lim.effective_l()
-                res[k] = self._decide(k[0], lim, t, c, L, True)
-            if enforced and self.capacity is not None:
-                pres = self._pool(t, cost, True)   # best effort: a full pool takes nothing
-                if not pres[0]:
-                    self.events["pool: full, not charged"] += 1
-                pool_remaining = pres[2]
-            for k in elastic:
-                res[k][2] = min(res[k][2], pool_remaining)
-        for k in shadow:
-            lim, c, _ = counters[k]
-            res[k] = (list(never) if lim.l == 0
-                      else self._decide(k[0], lim, t, c, lim.effective_l(), passed))
+                break
+            if passed:
+                for k in batch:
+                    lim, c, _, _ = counters[k]
+                    L = lim.ceiling if k in ceilings else lim.effective_l()
+                    res[k] = self._decide(k[0], lim, t, c, L, True)
+                if out:
+                    self.events["quota: over, allowed"] += 1
+                counted = batch_ran or any(lyft(k) and counters[k][2] != "shadow"
+                                           for k in order)
+                if counted and self.capacity is not None:
+                    pres = self._pool(t, cost, True)   # best effort: a full pool takes nothing
+                    if not pres[0]:
+                        self.events["pool: full, not charged"] += 1
+                    pool_remaining = pres[2]
+                for k in elastic:
+                    res[k][2] = min(res[k][2], pool_remaining)
+        if quota_denied:
+            self.events["quota: every one over, denied"] += 1
+        for k in order:
+            lim, c, kind, _ = counters[k]
+            if kind == "shadow" and k not in res:
+                res[k] = self._decide(k[0], lim, t, c, lim.effective_l(), passed)
 
         # statuses
         statuses = []
@@ -511,7 +634,12 @@ class RulesModel:
                     it[1][0] and it[0].soft and it[1][1] - it[1][2] > it[0].l for it in items):
                 self.events["soft: passed above L"] += 1
             if over:
-                code = b"SHADOW" if n.shadow else b"OVER_LIMIT"
+                if n.shadow:
+                    code = b"SHADOW"
+                elif n.quota and not quota_denied:
+                    code = b"OVER_QUOTA"
+                else:
+                    code = b"OVER_LIMIT"
                 pick = over[0]
                 for it in over[1:]:
                     if pick[1][3] != -1 and (it[1][3] == -1 or it[1][3] > pick[1][3]):
@@ -532,7 +660,12 @@ class RulesModel:
             for x in results:
                 if x is None or x[0] != b"OVER_LIMIT":
                     continue
-                if best is None or (best[3] != -1 and (x[1][3] == -1 or x[1][3] > best[3])):
+                if best is None:
+                    best = x[1]
+                elif quota_denied:   # the first to have room again
+                    if x[1][3] != -1 and (best[3] == -1 or x[1][3] < best[3]):
+                        best = x[1]
+                elif best[3] != -1 and (x[1][3] == -1 or x[1][3] > best[3]):
                     best = x[1]
             overall = [0, best[1], best[2], best[3], best[4], 0]
         else:

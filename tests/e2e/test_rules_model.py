@@ -1,7 +1,9 @@
 """RL.CHECK against an independent model (rules_model.py, written from the
 docs, not from src/rules/check.c): random rule sets (nested descriptors,
-exact / wildcard / key-only values, several limits, shadow, soft, elastic,
-unlimited, replaces, a limit of 0) and random requests (several
+exact / wildcard (a '*' anywhere, several) / key-only values, several
+limits, shadow, quota, share_threshold, soft, elastic, unlimited,
+replaces, a limit of 0; some seeds with --count-denied, some with a domain
+in two files and --merge-domains) and random requests (several
 descriptors, repeated ones, costs, unknown domains, wrong depths), every
 element of every reply compared.  Deterministic: a fixed list of seeds,
 each named on failure with the rules file, the request and both replies.
@@ -20,7 +22,9 @@ import harness
 from harness import BASE, Server, assert_clean_stop, encode
 import rules_model as M
 
-SEEDS = list(range(1, 81))          # odd seeds run with a --capacity pool
+SEEDS = list(range(1, 81))          # odd seeds run with a --capacity pool,
+                                    # seeds 2 mod 4 with --count-denied,
+                                    # seeds 4 mod 8 with --merge-domains
 REQUESTS = 400                      # per seed
 
 # Before 2026-11-23 sluiced decided, in the elastic second try, every elastic
@@ -32,13 +36,17 @@ SERVER_ELASTIC_WITHIN_L = False
 
 KEYS = ["a", "b", "c"]
 VALUES = ["x", "y", "xa", "xb", "xab", "ya", "z"]
-WILDS = ["x*", "xa*", "y*", "*"]
+WILDS = ["x*", "xa*", "y*", "*", "x*b", "*a*", "x*a*b", "*b"]
 SUFFIXES = ["", "a", "b", "ab", "q"]
 WINDOWS = [("unit", "second"), ("window", "2s"), ("window", "5s"), ("window", "500ms"),
            ("unit", "minute"), ("window", "10s"), ("window", 1500)]
 EVENTS = [  # rules_model.RulesModel.events
     "match: exact before wildcard/key-only", "match: wildcard before key-only",
-    "match: longest of several wildcards", "match: greedy, a less specific path had a rule",
+    "match: first of several wildcards", "match: greedy, a less specific path had a rule",
+    "match: a '*' inside the value", "match: a wildcard's own text, exactly",
+    "share: a level counted under its pattern", "share: two values, one counter",
+    "quota: over, out of the batch", "quota: over, allowed", "quota: every one over, denied",
+    "count-denied: over, charged", "count-denied: denied, the rest peeked",
     "match: no rule below a matched level",
     "replaces: all of a descriptor", "replaces: a replaced limit replaces too",
     "soft: on a token bucket", "replaces: some limits of a descriptor",
@@ -50,7 +58,7 @@ EVENTS = [  # rules_model.RulesModel.events
     "several limits: some over, some not",
     "denied by another descriptor: not charged", "never (-1): L 0 or cost above the limit",
     "shadow: limit 0", "soft: passed above L", "one window, two algorithms: two counters"]
-CODES = (b"OK", b"OVER_LIMIT", b"SHADOW", b"ELASTIC", b"UNLIMITED", b"NO_RULE")
+CODES = (b"OK", b"OVER_LIMIT", b"SHADOW", b"ELASTIC", b"UNLIMITED", b"NO_RULE", b"OVER_QUOTA")
 
 
 # ---- random rules -------------------------------------------------------------
@@ -118,6 +126,10 @@ def gen_level(rng, depth):
             nested = depth < 2 and rng.random() < 0.3
             if rng.random() < 0.1:
                 node["shadow_mode"] = True
+            if rng.random() < 0.15:
+                node["quota_mode"] = True
+            if v is not None and "*" in v and rng.random() < 0.35:
+                node["share_threshold"] = True
             if not nested or rng.random() < 0.3:
                 node["rate_limit"] = gen_rate_limit(rng)
             if nested:
@@ -186,8 +198,9 @@ def y_nodes(nodes, ind):
         sub = ind + "  "
         if "value" in n:
             out.append("%svalue: %s" % (sub, y_scalar("value", n["value"])))
-        if n.get("shadow_mode"):
-            out.append("%sshadow_mode: true" % sub)
+        for flag in ("shadow_mode", "quota_mode", "share_threshold"):
+            if n.get(flag):
+                out.append("%s%s: true" % (sub, flag))
         rl = n.get("rate_limit")
         if isinstance(rl, list):
             out.append("%srate_limit:" % sub)
@@ -214,10 +227,13 @@ def gen_entries(rng, tree):
         node = rng.choice(level) if level and rng.random() > 0.08 else None
         key = node["key"] if node else rng.choice(KEYS)
         v = node.get("value") if node else None
-        if v and not v.endswith("*") and rng.random() < 0.7:
+        if v and "*" not in v and rng.random() < 0.7:
             value = v
-        elif v and v.endswith("*") and rng.random() < 0.7:
-            value = v[:-1] + rng.choice(SUFFIXES)
+        elif v and "*" in v and rng.random() < 0.04:
+            value = v               # a wildcard's own text
+        elif v and "*" in v and rng.random() < 0.7:
+            value = "".join(p + (rng.choice(SUFFIXES) if i else "")
+                            for i, p in enumerate(v.split("*")))
         else:
             value = rng.choice(VALUES)
         if not value:
@@ -233,7 +249,9 @@ def gen_entries(rng, tree):
 
 
 def gen_requests(rng, files, n):
-    trees = {f["domain"]: f["descriptors"] for f in files}
+    trees = {}
+    for f in files:
+        trees.setdefault(f["domain"], []).extend(f["descriptors"])
     t = BASE + rng.randint(0, 999)
     out = []
     for _ in range(n):
@@ -411,19 +429,32 @@ class TestRulesModel(unittest.TestCase):
             n, w = rng.randint(3, 12), rng.choice(["1s", "2s", "5s", "10s"])
             capacity = (n, M.parse_duration(w))
             args = ["--capacity", "%d/%s" % (n, w)]
+        count_denied = seed % 4 == 2
+        if count_denied:
+            args.append("--count-denied")
+        names = [f["domain"] for f in files]
+        if seed % 8 == 4:
+            # the first domain in two files: its top-level descriptors split
+            f0 = files[0]
+            cut = rng.randint(0, len(f0["descriptors"]))
+            files = [{"domain": f0["domain"], "descriptors": f0["descriptors"][:cut]},
+                     {"domain": f0["domain"], "descriptors": f0["descriptors"][cut:]}] + files[1:]
+            names = [f0["domain"], f0["domain"] + "z"] + names[1:]  # after it by name
+            args.append("--merge-domains")
         reqs = gen_requests(rng, files, REQUESTS)
         d = tempfile.mkdtemp(prefix="sluice-model-")
         self.addCleanup(shutil.rmtree, d, True)
         yaml_text = ""
-        for f in files:
+        for name, f in zip(names, files):
             text = to_yaml(f)
-            yaml_text += "# %s.yaml\n%s" % (f["domain"], text)
-            with open(os.path.join(d, f["domain"] + ".yaml"), "w") as fh:
+            yaml_text += "# %s.yaml\n%s" % (name, text)
+            with open(os.path.join(d, name + ".yaml"), "w") as fh:
                 fh.write(text)
         srv = Server("--rules", d, *args, trust_client_time=True, name="model-seed-%d" % seed)
         srv.start()
         self.addCleanup(srv.kill)
-        model = M.RulesModel(files, capacity, within_l_at_ceiling=SERVER_ELASTIC_WITHIN_L)
+        model = M.RulesModel(files, capacity, within_l_at_ceiling=SERVER_ELASTIC_WITHIN_L,
+                             count_denied=count_denied, merge_domains=seed % 8 == 4)
         cmds = [command(*r) for r in reqs]
         with srv.raw(timeout=30) as c:
             c.send(b"".join(encode(*a) for a in cmds))
@@ -434,7 +465,7 @@ class TestRulesModel(unittest.TestCase):
                 ctx = "\n".join("  #%d %s -> %r" % (j, " ".join(map(str, cmds[j])), got[j])
                                 for j in range(max(0, i - 8), i))
                 self.fail("seed %d, request #%d differs from the model\n"
-                          "capacity: %s\nrules:\n%s\nthe requests before it:\n%s\n"
+                          "options: %s\nrules:\n%s\nthe requests before it:\n%s\n"
                           "request: %s\nsluiced: %r\nmodel:   %r"
                           % (seed, i, " ".join(args) or "none", yaml_text, ctx,
                              " ".join(map(str, cmd)), reply, want))

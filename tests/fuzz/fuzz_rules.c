@@ -4,7 +4,8 @@
  * a set, or no set and a "fuzz.yaml:..." message, never both; and for a set,
  * that every descriptor reached only through exact values is what matching
  * finds for those values, that matching never fails on any descriptor's own
- * path, and that counting keys stay within SL_MAX_KEY.
+ * path (a wildcard level gets a value its pattern matches), that counting
+ * keys stay within SL_MAX_KEY, and that Lyft's statistics names are whole.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -30,12 +31,12 @@ static int request_for(const sl_rule_node *node, sl_rule_entry *e, int *exact)
         if (x->match == SL_MATCH_EXACT) {
             y->value = x->value;
             y->valuelen = x->valuelen;
-        } else if (x->match == SL_MATCH_PREFIX) {
+        } else if (x->match == SL_MATCH_WILDCARD) {
+            /* the pattern with each '*' as "z": a value it matches */
             char *z = zvalue[x->depth - 1];
-            memcpy(z, x->value, x->valuelen);
-            z[x->valuelen] = 'z';
+            for (size_t i = 0; i < x->valuelen; i++) z[i] = x->value[i] == '*' ? 'z' : x->value[i];
             y->value = z;
-            y->valuelen = x->valuelen + 1;
+            y->valuelen = x->valuelen;
             *exact = 0;
         } else {
             y->value = "v";
@@ -77,6 +78,12 @@ static int check_node(const sl_rule_node *node, void *ctx)
                 sl_rules_limit_format(l, text, sizeof text);
             }
         }
+        size_t mlen = 0;
+        int dyn = sl_rules_metric_name(m, e, n, key, sizeof key, &mlen);
+        if (dyn != sl_rules_metric_dynamic(m) ||
+            strlen(key) != (mlen < sizeof key ? mlen : sizeof key - 1))
+            abort();
+        sl_rules_node_notes(m, text, sizeof text);
     }
     return 0;
 }

@@ -367,13 +367,17 @@ static int list_limits(sl_buf *dom, const sl_rule_node *node)
     int n = 0;
     for (int j = 0; j < node->nlimits; j++, n++) {
         const sl_rule_limit *l = &node->limits[j];
-        char desc[200];
-        sl_rules_limit_format(l, desc, sizeof desc);
+        char desc[300];
+        int dl = sl_rules_limit_format(l, desc, sizeof desc);
+        if (dl >= 0 && (size_t)dl < sizeof desc)
+            sl_rules_node_notes(node, desc + dl, sizeof desc - (size_t)dl);
         sl_resp_raw(dom, "*8\r\n");
         sl_resp_bulk_str(dom, l->name);
         sl_resp_bulk_str(dom, node->path);
         sl_resp_bulk_str(dom, desc);
-        sl_resp_bulk_str(dom, node->shadow_mode ? "shadow" : "enforce");
+        sl_resp_bulk_str(dom, node->shadow_mode  ? "shadow"
+                              : node->quota_mode ? "quota"
+                                                 : "enforce");
         const sl_rule_counts *k = l->counts;
         sl_resp_int(dom, (long long)atomic_load_explicit(&k->checked, memory_order_relaxed));
         sl_resp_int(dom, (long long)atomic_load_explicit(&k->over, memory_order_relaxed));
