@@ -30,8 +30,10 @@ enum opt_id {
     OPT_MAX_CLIENTS,
     OPT_MAX_COMMAND,
     OPT_MAX_OUTPUT,
+    OPT_MAX_OUTPUT_TOTAL,
     OPT_IDLE_TIMEOUT,
     OPT_SEND_TIMEOUT,
+    OPT_RECV_TIMEOUT,
     OPT_SNAPSHOT,
     OPT_RULES,
     OPT_WATCH_RULES,
@@ -82,8 +84,10 @@ static const opt opts[] = {
     {"max-clients", OPT_MAX_CLIENTS, K_INT, 1, SL_CONFIG_MAX_CLIENTS, 1},
     {"max-command", OPT_MAX_COMMAND, K_SIZE, KB, 512 * MB, 1},
     {"max-output", OPT_MAX_OUTPUT, K_SIZE, KB, 1024 * GB, 1},
+    {"max-output-total", OPT_MAX_OUTPUT_TOTAL, K_SIZE, MB, 1024 * GB, 1},
     {"idle-timeout", OPT_IDLE_TIMEOUT, K_DURATION, 0, 0, 1},
     {"send-timeout", OPT_SEND_TIMEOUT, K_DURATION, 0, 0, 1},
+    {"recv-timeout", OPT_RECV_TIMEOUT, K_DURATION, 0, 0, 1},
     {"snapshot", OPT_SNAPSHOT, K_STRING, 0, 0, 1},
     {"rules", OPT_RULES, K_STRING, 0, 0, 1},
     {"watch-rules", OPT_WATCH_RULES, K_BOOL, 0, 0, 1},
@@ -117,6 +121,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->max_output = 8 * (uint64_t)MB;
     cfg->idle_timeout_ms = 300000;
     cfg->send_timeout_ms = 60000;
+    cfg->recv_timeout_ms = 10000;
     cfg->snapshot_interval_ms = 60000;
     cfg->max_client_skew_ms = 3600000;
     cfg->log_level = SL_LOG_INFO;
@@ -124,6 +129,14 @@ void sl_config_defaults(sl_config *cfg)
     cfg->protected_mode = 1;
     cfg->auth_fail_max = 10;
     cfg->auth_fail_window_ms = 60000;
+}
+
+uint64_t sl_config_output_total(const sl_config *cfg)
+{
+    if (cfg->max_output_total > 0) return cfg->max_output_total;
+    if (cfg->max_memory == 0) return SL_CONFIG_OUTPUT_TOTAL_UNBOUNDED;
+    uint64_t v = cfg->max_memory / 4;
+    return v > SL_CONFIG_OUTPUT_TOTAL_MIN ? v : SL_CONFIG_OUTPUT_TOTAL_MIN;
 }
 
 /* Where a value came from, for messages: the flag or file:line. */
@@ -306,8 +319,10 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_MAX_CLIENTS: c->max_clients = (int)x; break;
     case OPT_MAX_COMMAND: c->max_command = (uint64_t)x; break;
     case OPT_MAX_OUTPUT: c->max_output = (uint64_t)x; break;
+    case OPT_MAX_OUTPUT_TOTAL: c->max_output_total = (uint64_t)x; break;
     case OPT_IDLE_TIMEOUT: c->idle_timeout_ms = x; break;
     case OPT_SEND_TIMEOUT: c->send_timeout_ms = x; break;
+    case OPT_RECV_TIMEOUT: c->recv_timeout_ms = x; break;
     case OPT_SNAPSHOT_INTERVAL: c->snapshot_interval_ms = x; break;
     case OPT_MAX_CLIENT_SKEW: c->max_client_skew_ms = x; break;
     case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
@@ -590,9 +605,15 @@ void sl_config_usage(FILE *f)
           "  --max-clients N         connections at once (default 10000)\n"
           "  --max-command BYTES     size of one command (default 1mb)\n"
           "  --max-output BYTES      unsent replies held for one client (default 8mb)\n"
+          "  --max-output-total BYTES\n"
+          "                          unsent replies held for all clients; over it the\n"
+          "                          clients holding the most are cut (default: a quarter\n"
+          "                          of --max-memory, at least 16mb; 256mb if it is 0)\n"
           "  --idle-timeout DUR      close a client silent this long (default 300s; 0 = never)\n"
           "  --send-timeout DUR      close a client that takes none of its pending replies\n"
           "                          for this long (default 60s; 0 = never)\n"
+          "  --recv-timeout DUR      close a client whose command, once begun, has not\n"
+          "                          arrived whole within DUR (default 10s; 0 = never)\n"
           "  --snapshot FILE         save the limiter state to FILE and load it at start\n"
           "  --snapshot-interval DUR save every DUR (default 60s; 0 = only at shutdown)\n"
           "  --rules PATH            rules for RL.CHECK: a YAML file or a folder of them\n"

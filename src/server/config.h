@@ -20,6 +20,10 @@
 #define SL_CONFIG_MAX_THREADS 256
 #define SL_CONFIG_MAX_CLIENTS 1000000
 #define SL_CONFIG_MAX_LINE    4096 /* bytes of one config-file line */
+/* --max-output-total when not given: a quarter of --max-memory, at least
+ * the first; the second when --max-memory is 0 (no bound). */
+#define SL_CONFIG_OUTPUT_TOTAL_MIN       (16ULL << 20)
+#define SL_CONFIG_OUTPUT_TOTAL_UNBOUNDED (256ULL << 20)
 
 /* Return codes of sl_config_parse_args besides 0 and -1. */
 #define SL_CONFIG_HELP    1 /* --help given: print sl_config_usage, exit 0 */
@@ -37,6 +41,10 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
 /* Applies the config file at path to cfg.  Returns 0, or -1 with a message
  * ("path:line: ...", or why the file cannot be read) and cfg untouched. */
 int sl_config_load_file(const char *path, sl_config *cfg, char *err, size_t errlen);
+
+/* The budget of unsent replies of all clients: --max-output-total, or
+ * when not given, derived from --max-memory (SL_CONFIG_OUTPUT_TOTAL_*). */
+uint64_t sl_config_output_total(const sl_config *cfg);
 
 /* Writes the --help text. */
 void sl_config_usage(FILE *f);

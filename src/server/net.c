@@ -35,14 +35,41 @@
  * Limits.  Per loop turn a client gets at most SL_NET_TURN_CMDS commands or
  * SL_NET_TURN_BYTES of input; if more is buffered, its reading is paused
  * and a zero timer resumes it after the next poll, so every other ready
- * client runs first (a flood cannot starve anyone).  A client whose unsent
- * replies exceed SL_NET_OUT_PAUSE is not read until they are sent, so a
- * client that pipelines without reading is held by TCP's own flow control,
- * at a bounded cost; one whose replies exceed max-output after a batch is
- * cut at once; one that accepts none of its pending replies for
- * send-timeout is cut; one that sends nothing for idle-timeout is cut.
- * A command (or input without a complete one) beyond max-command is a
- * protocol error.
+ * client runs first (a flood cannot starve anyone).
+ *
+ * Output is bounded per client and in all.  What a client holds (held():
+ * unsent replies, replies done behind an earlier slot, a slot's size per
+ * request in flight, and while it is served the batch being built for it)
+ * is checked as each reply is made: past out_pause (SL_NET_OUT_PAUSE) the
+ * turn runs no further command (the protocol sees its budget spent); if
+ * after the send it still holds more than out_pause, the client is paused
+ * (paused_out): it is not read and none of the commands it already sent
+ * runs until its replies drain -- then the resume timer runs them as a
+ * turn of their own.  So a client that pipelines without reading is held
+ * by TCP's own flow control at out_pause plus one reply (a reply may be
+ * larger than the bound by itself: it is sent, and nothing more runs
+ * until it is).  One whose replies exceed max-output after a batch is cut
+ * at once; one that accepts none of its pending replies for send-timeout
+ * is cut; one that sends nothing for idle-timeout is cut; one whose
+ * command, once begun, is not whole within recv-timeout is cut.  A command
+ * (or input without a complete one) beyond max-command is a protocol
+ * error.
+ *
+ * The budget of all clients (max-output-total).  Each connection's held()
+ * bytes are counted, when they change after a turn or a send (account()),
+ * in the server's total (stats.output_bytes, an atomic) and in its
+ * worker's size classes (hold[]: bytes held by connections holding
+ * [2^b, 2^(b+1)) bytes).  A worker that takes the total over the budget
+ * sends every worker a shed token through its pipe; each then cuts its
+ * clients of the size classes that, from the largest down, hold the
+ * excess across all workers, largest first, until the total is within the
+ * budget (shed()).  The fast path -- every reply sent at once -- holds
+ * nothing and touches none of it.
+ *
+ * Memory back to the system.  Buffers are freed as they drain (evbuffer
+ * chains; the batch beyond SCRATCH_KEEP; pooled slots beyond SLOT_KEEP
+ * and SLOT_POOL_MAX); SL_NET_TRIM_MS after SL_NET_TRIM_BYTES released, malloc_trim
+ * returns free pages to the kernel, at most once per SL_NET_TRIM_MS.
  *
  * Closing.  QUIT, protocol errors, end of input and shutdown all close the
  * same way: stop reading, send what is pending, then close -- but if the
@@ -66,11 +93,15 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <event2/buffer.h>
 #include <event2/event.h>
 #include <event2/listener.h>
 
+#include "config.h"
 #include "log.h"
 #include "net.h"
 #include "proto.h"
@@ -80,7 +111,15 @@
 #define BACKLOG          511
 #define SCRATCH_KEEP     (1024 * 1024) /* reply-batch capacity kept between batches */
 #define LINGER_MAX_BYTES (64 * 1024 * 1024) /* time (SL_NET_LINGER_MS) is the real bound */
-#define SLOT_KEEP        (64 * 1024) /* a pooled slot keeps at most this much buffer */
+#define SLOT_KEEP        (16 * 1024)        /* a pooled slot keeps at most this much buffer */
+#define SLOT_POOL_MAX    1024               /* free slots a worker keeps for reuse */
+#define HOLD_CLASSES     48                 /* size classes of held output: 2^0 .. 2^47+ bytes */
+#define SHED_LOG_PER_S   10 /* cut clients logged one by one per second per worker */
+#define RECV_LOG_PER_S   1  /* recv-timeout cuts logged at info per second per worker */
+
+/* What the acceptor (and shed_request) write into a worker's pipe besides fds. */
+#define PIPE_STOP -1 /* stop gracefully; always the last */
+#define PIPE_SHED -2 /* the output of all clients is over max-output-total */
 
 enum conn_state {
     C_OPEN,    /* reading and running commands */
@@ -110,9 +149,13 @@ struct sl_conn {
     unsigned paused_out : 1;  /* too much unsent output; not reading */
     unsigned eof : 1;         /* the client closed its side */
     unsigned oom : 1;         /* a reply could not be stored: drop at flush */
+    unsigned recv_armed : 1;  /* recv_ev is added: a command is arriving */
     sl_buf *sink;             /* detached (no socket): replies go here */
     size_t discarded;         /* C_LINGER: bytes thrown away */
+    size_t acct;              /* held() as last counted in the totals (account) */
+    size_t stop_read;         /* stopping: bytes read since the stop */
     struct event *rev, *wev, *resume;
+    struct event *recv_ev; /* the recv-timeout of the command arriving */
     struct evbuffer *in;  /* an incomplete command, or input beyond a turn */
     struct evbuffer *out; /* replies the kernel did not take yet */
     sl_slot *head, *tail; /* reply slots not yet sent, in request order */
@@ -137,14 +180,27 @@ struct worker {
     sl_svc_ctx *svcp;   /* &svc, or a detached connection's context */
     void *scratch;      /* the protocol's (proto.h: scratch_size) */
     sl_slot *free_slots; /* reply slots ready for reuse */
+    size_t nfree_slots;  /* how many */
     conn *serving;      /* the connection whose input is being run: replies
                            of its first pending slot go straight to batch */
+    sl_turn *turn;      /* serving's budget in this turn */
     _Atomic int nconns; /* +1 by the acceptor on hand-off, -1 here on close */
     conn *conns;        /* every connection of this worker */
     int stopping;
     int svc_ok; /* svc is initialised */
-    const struct timeval *idle_tv, *send_tv, *linger_tv; /* NULL = none */
-    sl_buf batch;                                        /* replies of the commands being run */
+    const struct timeval *idle_tv, *send_tv, *linger_tv, *recv_tv; /* NULL = none */
+    sl_buf batch;             /* replies of the commands being run */
+    _Atomic int shed_pending; /* a PIPE_SHED token is on its way to this worker */
+    /* bytes held by this worker's connections holding [2^b, 2^(b+1)) bytes
+     * (the last class: more); written by this worker only, read by any */
+    _Atomic uint64_t hold[HOLD_CLASSES];
+    size_t released;       /* bytes released since the last malloc_trim */
+    struct event *trim_ev; /* a malloc_trim put off (SL_NET_TRIM_MS) */
+    int64_t cut_log_ms;    /* monotonic ms: the second of cut_log_n */
+    int cut_log_n;         /* max-output-total cuts logged in that second */
+    uint64_t cut_unlogged; /* ... and not logged one by one since the last line */
+    int64_t recv_log_ms;   /* monotonic ms: the last recv-timeout line */
+    int recv_log_n;
     char rbuf[SL_NET_READ_CHUNK];
 };
 
@@ -153,6 +209,8 @@ struct sl_net {
     const sl_config *cfg;
     const sl_proto *proto; /* what the clients speak */
     size_t out_pause; /* effective SL_NET_OUT_PAUSE */
+    uint64_t out_total_max;       /* max-output-total, effective (sl_config_output_total) */
+    _Atomic int64_t last_trim_ms; /* monotonic ms of the last malloc_trim */
     _Atomic int stopped;
     int nworkers;
     worker **workers;
@@ -203,14 +261,41 @@ static const char *peer(int fd, char *buf, size_t cap)
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void on_resume(evutil_socket_t fd, short what, void *arg);
+static void on_recv_deadline(evutil_socket_t fd, short what, void *arg);
 static int after_async(conn *c);
 static void maybe_exit(worker *w);
+static void stop_step(conn *c);
+static void conn_free(conn *c, const char *why);
+static void conn_cut(conn *c, const char *why);
+
+/* Bytes c holds for its client: unsent replies, replies waiting behind an
+ * earlier slot, and a slot's own size for each pending one. */
+static size_t held(const conn *c)
+{
+    return evbuffer_get_length(c->out) + c->slot_bytes + c->nslots * sizeof(sl_slot);
+}
+
+/* While c is being served: once what it holds, the batch being built for
+ * it included, is over its pause bound, the turn runs no further command
+ * (its budget is spent: proto.h).  The reply that crossed the bound is
+ * kept whole. */
+static void check_bound(conn *c)
+{
+    worker *w = c->w;
+    if (w->serving == c && w->turn != NULL && held(c) + w->batch.len > w->net->out_pause)
+        w->turn->cmds = 0;
+}
 
 /* ---- reply slots (proto.h) ------------------------------------------- */
 
 static void slot_free(sl_slot *s)
 {
     worker *w = s->w;
+    if (w->nfree_slots >= SLOT_POOL_MAX) { /* the pool is full: back to malloc */
+        free(s->buf.p);
+        free(s);
+        return;
+    }
     s->buf.len = 0;
     if (s->buf.cap > SLOT_KEEP) {
         free(s->buf.p);
@@ -219,16 +304,19 @@ static void slot_free(sl_slot *s)
     }
     s->next = w->free_slots;
     w->free_slots = s;
+    w->nfree_slots++;
 }
 
 sl_slot *sl_conn_slot(conn *c)
 {
     worker *w = c->w;
     sl_slot *s = w->free_slots;
-    if (s != NULL)
+    if (s != NULL) {
         w->free_slots = s->next;
-    else if ((s = calloc(1, sizeof *s)) == NULL)
+        w->nfree_slots--;
+    } else if ((s = calloc(1, sizeof *s)) == NULL) {
         return NULL;
+    }
     s->w = w;
     s->c = c;
     s->done = 0;
@@ -239,6 +327,7 @@ sl_slot *sl_conn_slot(conn *c)
         c->head = s;
     c->tail = s;
     c->nslots++;
+    check_bound(c); /* a request in flight holds its slot */
     return s;
 }
 
@@ -264,6 +353,7 @@ void sl_slot_done(sl_slot *s)
     }
     if (s != c->head) { /* waits for an earlier reply */
         c->slot_bytes += s->buf.len;
+        check_bound(c);
         return;
     }
     worker *w = c->w;
@@ -282,7 +372,10 @@ void sl_slot_done(sl_slot *s)
         slot_free(h);
     }
     if (rc != 0) c->oom = 1; /* a reply is lost: flush drops the connection */
-    if (!serving) after_async(c);
+    if (!serving)
+        after_async(c);
+    else
+        check_bound(c);
 }
 
 sl_svc_ctx *sl_conn_svc(conn *c) { return c->w->svcp; }
@@ -318,11 +411,163 @@ static void orphan_slots(conn *c)
     c->slot_bytes = 0;
 }
 
-/* Bytes c holds for its client: unsent replies, replies waiting behind an
- * earlier slot, and a slot's own size for each pending one. */
-static size_t held(const conn *c)
+/* ---- the output budget, memory back to the system -------------------- */
+
+static int hold_class(size_t n)
 {
-    return evbuffer_get_length(c->out) + c->slot_bytes + c->nslots * sizeof(sl_slot);
+    int b = 63 - __builtin_clzll((unsigned long long)n);
+    return b < HOLD_CLASSES ? b : HOLD_CLASSES - 1;
+}
+
+/* Moves a connection's count in w's size classes from `from` bytes to `to`. */
+static void hold_move(worker *w, size_t from, size_t to)
+{
+    if (from > 0) {
+        _Atomic uint64_t *h = &w->hold[hold_class(from)];
+        atomic_store_explicit(h, atomic_load_explicit(h, memory_order_relaxed) - from,
+                              memory_order_relaxed);
+    }
+    if (to > 0) sl_stat_inc(&w->hold[hold_class(to)], to);
+}
+
+static void trim_later(worker *w, int64_t ms)
+{
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(w->trim_ev, &tv);
+}
+
+/* Memory back to the system: SL_NET_TRIM_MS after w released
+ * SL_NET_TRIM_BYTES of buffers (whatever it releases meanwhile rides
+ * along), malloc_trim, but never twice within SL_NET_TRIM_MS in the process
+ * (it walks every arena, taking each one's lock): too soon, it is put off
+ * to the end of the interval.  glibc's malloc_trim returns the free pages
+ * of every arena, those inside the heaps included; elsewhere there is
+ * none, and the allocator does what it does. */
+static void on_trim(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    worker *w = arg;
+    sl_net *net = w->net;
+    int64_t now = sl__mono_ms();
+    int64_t last = atomic_load_explicit(&net->last_trim_ms, memory_order_relaxed);
+    if (now - last < SL_NET_TRIM_MS ||
+        !atomic_compare_exchange_strong(&net->last_trim_ms, &last, now)) {
+        int64_t wait = SL_NET_TRIM_MS - (now - last);
+        trim_later(w, wait < 1 || wait > SL_NET_TRIM_MS ? SL_NET_TRIM_MS : wait);
+        return;
+    }
+    w->released = 0;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
+}
+
+/* w freed n bytes of buffers: counts them towards a trim (on_trim). */
+static void release(worker *w, size_t n)
+{
+    w->released += n;
+    if (w->released >= SL_NET_TRIM_BYTES && w->trim_ev != NULL &&
+        !evtimer_pending(w->trim_ev, NULL))
+        trim_later(w, SL_NET_TRIM_MS);
+}
+
+/* Asks every worker to shed: one PIPE_SHED token each, not sent again
+ * until that worker has run shed(). */
+static void shed_request(sl_net *net)
+{
+    for (int i = 0; i < net->nworkers; i++) {
+        worker *w = net->workers[i];
+        if (atomic_exchange(&w->shed_pending, 1)) continue;
+        int v = PIPE_SHED;
+        if (write(w->pipe[1], &v, sizeof v) != (ssize_t)sizeof v) /* full: ask again later */
+            atomic_store(&w->shed_pending, 0);
+    }
+}
+
+/* Counts c in the totals as holding `now` bytes: the server's total
+ * (stats.output_bytes) and its worker's size classes.  Taking the total
+ * over max-output-total asks the workers to shed; a release may trim.
+ * Nothing to do, and nothing done, when the count did not change -- the
+ * fast path, where every reply was sent at once, holds 0. */
+static void account_as(conn *c, size_t now)
+{
+    if (now == c->acct) return;
+    worker *w = c->w;
+    sl_net *net = w->net;
+    hold_move(w, c->acct, now);
+    int64_t d = (int64_t)now - (int64_t)c->acct;
+    c->acct = now;
+    int64_t total =
+        atomic_fetch_add_explicit(&net->srv->stats.output_bytes, d, memory_order_relaxed) + d;
+    if (d < 0)
+        release(w, (size_t)-d);
+    else if ((uint64_t)total > net->out_total_max)
+        shed_request(net);
+}
+
+static void account(conn *c) { account_as(c, held(c)); }
+
+/* The floor of the size classes to cut: the largest 2^b such that the
+ * connections of all workers holding 2^b bytes or more hold `excess` in
+ * all (1 if even all of them hold less). */
+static size_t shed_floor(const sl_net *net, uint64_t excess)
+{
+    uint64_t sum = 0;
+    for (int b = HOLD_CLASSES - 1; b > 0; b--) {
+        for (int i = 0; i < net->nworkers; i++)
+            sum += atomic_load_explicit(&net->workers[i]->hold[b], memory_order_relaxed);
+        if (sum >= excess) return (size_t)1 << b;
+    }
+    return 1;
+}
+
+/* A warn line per client cut over max-output-total, at most
+ * SHED_LOG_PER_S a second per worker; `unlogged` counts those cut since
+ * the last line without one of their own. */
+static void log_cut(worker *w, conn *c, int64_t total)
+{
+    int64_t now = sl__mono_ms();
+    if (now - w->cut_log_ms >= 1000) {
+        w->cut_log_ms = now;
+        w->cut_log_n = 0;
+    }
+    if (w->cut_log_n >= SHED_LOG_PER_S) {
+        w->cut_unlogged++;
+        return;
+    }
+    w->cut_log_n++;
+    char pb[80];
+    sl_log(SL_LOG_WARN, "max-output-total reached: cutting the client holding the most output",
+           "client=%s worker=%d held=%zu output_total=%lld max_output_total=%llu unlogged=%llu",
+           peer(c->fd, pb, sizeof pb), w->id, c->acct, (long long)total,
+           (unsigned long long)w->net->out_total_max, (unsigned long long)w->cut_unlogged);
+    w->cut_unlogged = 0;
+}
+
+/* A PIPE_SHED token: while the output of all clients is over
+ * max-output-total, cuts this worker's clients in the size classes that
+ * hold the excess (shed_floor), the one holding the most first.  Every
+ * worker does the same, each re-reading the total, so together they cut
+ * the largest holders across the server, to within a size class, and stop
+ * as soon as the total is back within the budget.  O(clients) per cut;
+ * runs only over the budget. */
+static void shed(worker *w)
+{
+    sl_net *net = w->net;
+    _Atomic int64_t *total = &net->srv->stats.output_bytes;
+    atomic_store(&w->shed_pending, 0);
+    int64_t t = atomic_load_explicit(total, memory_order_relaxed);
+    if (t <= (int64_t)net->out_total_max) return;
+    size_t floor = shed_floor(net, (uint64_t)t - net->out_total_max);
+    while ((t = atomic_load_explicit(total, memory_order_relaxed)) > (int64_t)net->out_total_max) {
+        conn *big = NULL;
+        for (conn *c = w->conns; c != NULL; c = c->next)
+            if (c->acct >= floor && (big == NULL || c->acct > big->acct)) big = c;
+        if (big == NULL) break;
+        log_cut(w, big, t);
+        atomic_fetch_add_explicit(&net->srv->stats.cut_output_total, 1, memory_order_relaxed);
+        conn_cut(big, "max-output-total");
+    }
 }
 
 /* ---- detached connections (net.h) ------------------------------------ */
@@ -367,6 +612,7 @@ void sl_conn_detached_free(sl_conn *c)
         free(s->buf.p);
         free(s);
     }
+    w->nfree_slots = 0;
     free(w->scratch);
     free(w->net);
     free(w);
@@ -385,9 +631,12 @@ static void conn_free(conn *c, const char *why)
                peer(c->fd, pb, sizeof pb), w->id, why);
     }
     orphan_slots(c);
+    size_t in = evbuffer_get_length(c->in);
+    account_as(c, 0);
     event_free(c->rev);
     event_free(c->wev);
     event_free(c->resume);
+    event_free(c->recv_ev);
     evbuffer_free(c->in);
     evbuffer_free(c->out);
     close(c->fd);
@@ -399,7 +648,19 @@ static void conn_free(conn *c, const char *why)
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (in > 0) release(w, in);
     if (w->stopping && w->conns == NULL) maybe_exit(w);
+}
+
+/* Cuts c, a client that does not read its replies: closed with a reset
+ * (SO_LINGER 0), so that the kernel drops the replies queued for it at
+ * once rather than keep them, and the socket, for as long as the client
+ * keeps its window shut. */
+static void conn_cut(conn *c, const char *why)
+{
+    struct linger lg = {1, 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    conn_free(c, why);
 }
 
 static void conn_new(worker *w, int fd)
@@ -414,14 +675,16 @@ static void conn_new(worker *w, int fd)
         c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_read, c);
         c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
         c->resume = evtimer_new(w->base, on_resume, c);
+        c->recv_ev = evtimer_new(w->base, on_recv_deadline, c);
     }
-    if (c == NULL || !c->in || !c->out || !c->rev || !c->wev || !c->resume ||
+    if (c == NULL || !c->in || !c->out || !c->rev || !c->wev || !c->resume || !c->recv_ev ||
         event_add(c->rev, w->idle_tv) != 0) {
         sl_log(SL_LOG_ERROR, "cannot serve a client: out of memory", "worker=%d", w->id);
         if (c != NULL) {
             if (c->rev) event_free(c->rev);
             if (c->wev) event_free(c->wev);
             if (c->resume) event_free(c->resume);
+            if (c->recv_ev) event_free(c->recv_ev);
             if (c->in) evbuffer_free(c->in);
             if (c->out) evbuffer_free(c->out);
             free(c);
@@ -446,7 +709,8 @@ static void conn_new(worker *w, int fd)
 static void update_reading(conn *c)
 {
     if (c->state != C_OPEN) return;
-    int want = !c->paused_turn && !c->paused_out && c->nslots < SL_NET_MAX_SLOTS;
+    int want = !c->paused_turn && !c->paused_out && c->nslots < SL_NET_MAX_SLOTS &&
+               !c->w->stopping; /* stopping: stop_step reads what is left */
     if (want && !c->reading)
         event_add(c->rev, c->w->idle_tv);
     else if (!want && c->reading)
@@ -464,6 +728,8 @@ static void begin_close(conn *c)
     c->reading = 0;
     event_del(c->resume);
     c->paused_turn = 0;
+    if (c->recv_armed) event_del(c->recv_ev);
+    c->recv_armed = 0;
     evbuffer_drain(c->in, evbuffer_get_length(c->in));
 }
 
@@ -516,6 +782,7 @@ static int flush(conn *c)
         int rc = off < b->len ? evbuffer_add(c->out, b->p + off, b->len - off) : 0;
         b->len = 0;
         if (b->cap > SCRATCH_KEEP) {
+            release(w, b->cap);
             free(b->p);
             b->p = NULL;
             b->cap = 0;
@@ -528,9 +795,10 @@ static int flush(conn *c)
     size_t pending = held(c);
     if (pending > net->cfg->max_output) {
         atomic_fetch_add_explicit(&net->srv->cut_output, 1, memory_order_relaxed);
-        conn_free(c, "max-output");
+        conn_cut(c, "max-output");
         return -1;
     }
+    account_as(c, pending);
     if (pending == 0) return c->state == C_CLOSING ? finish_close(c) : 0;
     if (!c->writing && evbuffer_get_length(c->out) > 0) {
         event_add(c->wev, w->send_tv);
@@ -561,8 +829,10 @@ static int run(conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size
 {
     worker *w = c->w;
     w->serving = c;
+    w->turn = t;
     int st = w->net->proto->run(c, p, len, now, t, usedp);
     w->serving = NULL;
+    w->turn = NULL;
     return st;
 }
 
@@ -589,10 +859,31 @@ static int run_buffered(conn *c, int64_t now, sl_turn *t)
     }
 }
 
+/* The recv-timeout of c after a turn: none while c->in is empty (every
+ * command it sent was whole); started when a command begins to arrive,
+ * and started again when a turn completed commands (what is left is a
+ * newer command); otherwise kept, so the clock of a command that trickles
+ * in is never reset by its own bytes.  No cost while c->in stays empty. */
+static void recv_deadline(conn *c, int progressed)
+{
+    worker *w = c->w;
+    if (w->recv_tv == NULL || c->state != C_OPEN) return;
+    if (evbuffer_get_length(c->in) == 0) {
+        if (c->recv_armed) event_del(c->recv_ev);
+        c->recv_armed = 0;
+    } else if (!c->recv_armed || progressed) {
+        event_add(c->recv_ev, w->recv_tv);
+        c->recv_armed = 1;
+    }
+}
+
 /* Runs what c has read -- fresh[0..n) just read into the worker's read
- * buffer, after whatever c->in holds -- and sends the replies.  With
- * `all`, ignores the turn budget (shutdown).  Returns 0, or -1 when c was
- * freed. */
+ * buffer, after whatever c->in holds -- and sends the replies.  A turn
+ * ends at the budget or at c's output bound (check_bound); what it leaves
+ * in c->in runs in a turn of its own, from the resume timer, once c's
+ * output is within its bound.  With `all` (stopping), there is no budget
+ * but the bound, and the caller (stop_step) goes on.  Returns 0, or -1
+ * when c was freed. */
 static int serve(conn *c, const char *fresh, size_t n, int all)
 {
     worker *w = c->w;
@@ -600,8 +891,9 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
     int64_t now = sl_now_ms(); /* once per turn: every command of it sees this time */
     sl_turn t = {SL_NET_TURN_CMDS, SL_NET_TURN_BYTES};
     if (all) t.cmds = t.bytes = SIZE_MAX;
+    size_t had = evbuffer_get_length(c->in);
     int st;
-    if (evbuffer_get_length(c->in) == 0 && n > 0) {
+    if (had == 0 && n > 0) {
         size_t used = 0;
         st = run(c, fresh, n, now, &t, &used); /* in place: the common case */
         if (st != SL_PROTO_CLOSE && used < n && evbuffer_add(c->in, fresh + used, n - used) != 0)
@@ -616,10 +908,7 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
         conn_free(c, "out of memory");
         return -1;
     case SL_PROTO_CLOSE: begin_close(c); break;
-    case SL_PROTO_TURN:
-        c->paused_turn = 1;
-        event_add(c->resume, &(struct timeval){0, 0}); /* after the next poll */
-        break;
+    case SL_PROTO_TURN: c->paused_turn = 1; break;
     case SL_PROTO_AGAIN:
         c->paused_turn = 0;
         if (evbuffer_get_length(c->in) > net->cfg->max_command) {
@@ -630,7 +919,10 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
         }
         break;
     }
+    recv_deadline(c, evbuffer_get_length(c->in) < had + n);
     if (flush(c) != 0) return -1;
+    if (c->paused_turn && !c->paused_out && !all && c->state == C_OPEN)
+        event_add(c->resume, &(struct timeval){0, 0}); /* after the next poll */
     update_reading(c);
     return 0;
 }
@@ -678,11 +970,60 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     serve(c, w->rbuf, (size_t)n, 0);
 }
 
+/* The commands c sent and we have not run yet, as a turn of their own
+ * (after a turn's budget, or once c's output drained). */
 static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     conn *c = arg;
-    if (c->state == C_OPEN) serve(c, NULL, 0, 0);
+    if (c->state != C_OPEN || c->paused_out) return;
+    if (c->w->stopping)
+        stop_step(c);
+    else
+        serve(c, NULL, 0, 0);
+}
+
+/* c's output drained: if within its bound, c may run and be read again --
+ * first what it already sent, from the resume timer. */
+static void unpause(conn *c)
+{
+    if (c->paused_out && held(c) <= c->w->net->out_pause) {
+        c->paused_out = 0;
+        if (c->state == C_OPEN && (c->paused_turn || c->w->stopping))
+            event_add(c->resume, &(struct timeval){0, 0});
+    }
+    update_reading(c);
+}
+
+/* recv-timeout: a command began to arrive that long ago and is not whole.
+ * While we are not reading c (its output, its turn), the wait is ours,
+ * not the client's: the deadline starts again. */
+static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    conn *c = arg;
+    worker *w = c->w;
+    c->recv_armed = 0;
+    if (c->state != C_OPEN) return;
+    if (!c->reading) {
+        event_add(c->recv_ev, w->recv_tv);
+        c->recv_armed = 1;
+        return;
+    }
+    atomic_fetch_add_explicit(&w->net->srv->stats.cut_recv, 1, memory_order_relaxed);
+    int64_t now = sl__mono_ms();
+    if (now - w->recv_log_ms >= 1000) {
+        w->recv_log_ms = now;
+        w->recv_log_n = 0;
+    }
+    if (w->recv_log_n++ < RECV_LOG_PER_S && sl_log_enabled(SL_LOG_INFO)) {
+        char pb[80];
+        sl_log(SL_LOG_INFO, "client cut: a command did not arrive whole within recv-timeout",
+               "client=%s worker=%d partial_bytes=%zu recv_timeout_ms=%lld",
+               peer(c->fd, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
+               (long long)w->net->cfg->recv_timeout_ms);
+    }
+    conn_free(c, "recv-timeout");
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)
@@ -691,7 +1032,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     worker *w = c->w;
     if (what & EV_TIMEOUT) { /* not one byte taken for send-timeout */
         atomic_fetch_add_explicit(&w->net->srv->cut_output, 1, memory_order_relaxed);
-        conn_free(c, "send-timeout");
+        conn_cut(c, "send-timeout");
         return;
     }
     int n = evbuffer_write(c->out, fd);
@@ -700,6 +1041,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
         return;
     }
     sl_stat_inc(&w->ws->net_out, (uint64_t)n);
+    account(c);
     if (evbuffer_get_length(c->out) > 0) return;
     event_del(c->wev);
     c->writing = 0;
@@ -707,10 +1049,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
         if (c->nslots == 0) finish_close(c);
         return;
     }
-    if (c->paused_out && held(c) <= w->net->out_pause) {
-        c->paused_out = 0;
-        update_reading(c);
-    }
+    unpause(c);
 }
 
 /* After replies completed outside a turn (an asynchronous backend): applies
@@ -719,8 +1058,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
 static int after_async(conn *c)
 {
     if (flush(c) != 0) return -1;
-    if (c->paused_out && held(c) <= c->w->net->out_pause) c->paused_out = 0;
-    update_reading(c);
+    unpause(c);
     return 0;
 }
 
@@ -728,21 +1066,28 @@ static int after_async(conn *c)
 
 /* Stops one connection gracefully: runs every complete command it has
  * sent before now -- buffered, or already waiting in the socket (up to
- * SL_NET_STOP_READ bytes) -- then closes it after the replies. */
-static void stop_conn(conn *c)
+ * SL_NET_STOP_READ bytes since the stop) -- then closes it after the
+ * replies.  Within c's output bound: paused by it, c goes on from
+ * on_resume once its replies drain (or is dropped at the stop deadline). */
+static void stop_step(conn *c)
 {
     worker *w = c->w;
-    size_t got = 0;
-    if (serve(c, NULL, 0, 1) != 0) return;
-    while (c->state == C_OPEN && got < SL_NET_STOP_READ) {
-        ssize_t n = read(c->fd, w->rbuf, sizeof w->rbuf);
-        if (n <= 0) {
-            if (n == 0) c->eof = 1;
+    const char *p = NULL;
+    size_t n = 0;
+    for (;;) {
+        if (serve(c, p, n, 1) != 0) return;
+        if (c->state != C_OPEN || c->paused_out) return;
+        p = NULL, n = 0;
+        if (c->paused_turn) continue; /* stopped at the bound, and all of it sent */
+        if (c->stop_read >= SL_NET_STOP_READ) break;
+        ssize_t got = read(c->fd, w->rbuf, sizeof w->rbuf);
+        if (got <= 0) {
+            if (got == 0) c->eof = 1;
             break;
         }
-        got += (size_t)n;
-        sl_stat_inc(&w->ws->net_in, (uint64_t)n);
-        if (serve(c, w->rbuf, (size_t)n, 1) != 0) return;
+        c->stop_read += (size_t)got;
+        sl_stat_inc(&w->ws->net_in, (uint64_t)got);
+        p = w->rbuf, n = (size_t)got;
     }
     begin_close(c);
     flush(c);
@@ -779,8 +1124,8 @@ static void worker_begin_stop(worker *w)
     evtimer_add(w->stop_ev, &tv);
     conn *next;
     for (conn *c = w->conns; c != NULL; c = next) {
-        next = c->next; /* stop_conn frees at most c */
-        if (c->state == C_OPEN) stop_conn(c);
+        next = c->next; /* stop_step frees at most c */
+        if (c->state == C_OPEN) stop_step(c);
     }
     if (w->conns == NULL) maybe_exit(w);
 }
@@ -798,7 +1143,8 @@ static void on_stop_deadline(evutil_socket_t fd, short what, void *arg)
     event_base_loopexit(w->base, NULL);
 }
 
-/* Hand-offs from the acceptor: fds, then -1 for stop (always last). */
+/* The pipe: fds from the acceptor, then PIPE_STOP (always last); and
+ * PIPE_SHED tokens from any worker (shed_request). */
 static void on_pipe(evutil_socket_t pfd, short what, void *arg)
 {
     (void)what;
@@ -808,6 +1154,8 @@ static void on_pipe(evutil_socket_t pfd, short what, void *arg)
     for (ssize_t i = 0; i < n / (ssize_t)sizeof fds[0]; i++) {
         if (fds[i] >= 0)
             conn_new(w, fds[i]);
+        else if (fds[i] == PIPE_SHED)
+            shed(w);
         else
             worker_begin_stop(w);
     }
@@ -841,6 +1189,7 @@ static void worker_free(worker *w)
         free(s);
     }
     if (w->exit_ev) event_free(w->exit_ev);
+    if (w->trim_ev) event_free(w->trim_ev);
     if (w->pipe_ev) event_free(w->pipe_ev);
     if (w->stop_ev) event_free(w->stop_ev);
     if (w->base) event_base_free(w->base);
@@ -878,12 +1227,15 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     w->pipe_ev = event_new(w->base, w->pipe[0], EV_READ | EV_PERSIST, on_pipe, w);
     w->stop_ev = evtimer_new(w->base, on_stop_deadline, w);
     w->exit_ev = evtimer_new(w->base, on_exit_check, w);
+    w->trim_ev = evtimer_new(w->base, on_trim, w);
     w->idle_tv = common_timeout(w->base, net->cfg->idle_timeout_ms);
     w->send_tv = common_timeout(w->base, net->cfg->send_timeout_ms);
+    w->recv_tv = common_timeout(w->base, net->cfg->recv_timeout_ms);
     w->linger_tv = common_timeout(w->base, SL_NET_LINGER_MS);
-    if (!w->pipe_ev || !w->stop_ev || !w->exit_ev || event_add(w->pipe_ev, NULL) != 0 ||
-        (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
-        (net->cfg->send_timeout_ms > 0 && !w->send_tv) || !w->linger_tv) {
+    if (!w->pipe_ev || !w->stop_ev || !w->exit_ev || !w->trim_ev ||
+        event_add(w->pipe_ev, NULL) != 0 || (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
+        (net->cfg->send_timeout_ms > 0 && !w->send_tv) ||
+        (net->cfg->recv_timeout_ms > 0 && !w->recv_tv) || !w->linger_tv) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
         worker_free(w);
         return NULL;
@@ -1011,7 +1363,7 @@ static void on_acc_pipe(evutil_socket_t pfd, short what, void *arg)
         net->lev[i] = NULL;
         net->lfds[i] = -1;
     }
-    int stop = -1;
+    int stop = PIPE_STOP;
     for (int i = 0; i < net->nworkers; i++) {
         /* a full pipe empties as its worker reads it; keep trying */
         while (write(net->workers[i]->pipe[1], &stop, sizeof stop) != (ssize_t)sizeof stop) {
@@ -1092,7 +1444,7 @@ static void stop_threads(sl_net *net)
     if (net->acc_started) {
         sl_net_stop(net);
     } else {
-        int stop = -1;
+        int stop = PIPE_STOP;
         for (int i = 0; i < net->nworkers; i++)
             if (write(net->workers[i]->pipe[1], &stop, sizeof stop) < 0) {
             }
@@ -1120,6 +1472,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
     for (int i = 0; i < MAX_LISTENERS; i++) net->lfds[i] = -1;
     net->out_pause = SL_NET_OUT_PAUSE;
     if (net->out_pause > cfg->max_output / 2) net->out_pause = (size_t)(cfg->max_output / 2);
+    net->out_total_max = sl_config_output_total(cfg);
 
     /* listeners first: a port in use must fail before anything starts */
     int port = cfg->port;

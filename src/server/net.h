@@ -28,11 +28,17 @@
 #define SL_NET_READ_CHUNK (64 * 1024) /* bytes asked of one read(2) */
 #define SL_NET_TURN_BYTES (64 * 1024) /* input consumed per client per loop turn */
 #define SL_NET_TURN_CMDS  1024        /* commands run per client per loop turn */
-/* Backpressure: a client stops being read while more than this many bytes
- * of its replies wait in user space (the kernel's socket buffer is already
- * full by then); reading resumes once they are sent.  Effective value:
- * min(this, max_output / 2). */
+/* Backpressure: a client's turn ends as soon as the replies held for it
+ * (in user space: the kernel's socket buffer is full by then) pass this
+ * many bytes; while they still do after the send, it is neither read nor
+ * served -- not even the commands it already sent -- until they are sent.
+ * Effective value: min(this, max_output / 2). */
 #define SL_NET_OUT_PAUSE (64 * 1024)
+/* Memory back to the system: malloc_trim SL_NET_TRIM_MS after a worker
+ * released this many bytes of buffers, at most once per SL_NET_TRIM_MS in
+ * the process. */
+#define SL_NET_TRIM_BYTES (1024 * 1024)
+#define SL_NET_TRIM_MS    1000
 /* Closing: after the last reply, how long to wait for the client's FIN
  * while discarding what it still sends (so the kernel does not turn the
  * close into a reset that could destroy replies not yet read). */

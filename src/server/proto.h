@@ -20,6 +20,11 @@
  *     orphaned slots that net.c discards.
  * Pending slots count against the connection's output cap (max-output)
  * and, beyond SL_NET_MAX_SLOTS, stop the connection being read.
+ *
+ * net.c may spend a turn's budget while a request runs (t->cmds = 0, when
+ * the connection's replies passed its output bound): the protocol checks
+ * the budget before each request and stops there, as for any spent
+ * budget; the request that crossed the bound completes.
  */
 #ifndef SL_PROTO_H
 #define SL_PROTO_H
@@ -50,7 +55,9 @@ typedef struct sl_proto {
     const char *name; /* "resp" */
     /* Runs the complete requests at the start of p[0..len) at time now
      * (wall clock, ms, read once per turn), within budget t (decrement
-     * t->cmds per request and t->bytes by what is consumed).  Sets *used
+     * t->cmds per request and t->bytes by what is consumed; stop before a
+     * request when either is 0, even if it became 0 during the previous
+     * request -- see above).  Sets *used
      * to the bytes consumed; returns an sl_proto_status.  p is valid only
      * during the call. */
     int (*run)(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *used);

@@ -27,8 +27,12 @@ typedef struct sl_config {
     int max_clients;                /* default 10000 */
     uint64_t max_command;           /* bytes of one command (query buffer); default 1 MB */
     uint64_t max_output;            /* unsent reply bytes per client; default 8 MB */
+    uint64_t max_output_total;      /* unsent reply bytes of all clients; 0 = derived from
+                                       max_memory (sl_config_output_total) */
     int64_t idle_timeout_ms;        /* 0 = never; default 300 s */
     int64_t send_timeout_ms;        /* replies pending, none taken: close; 0 = never; default 60 s */
+    int64_t recv_timeout_ms;        /* a command begun must arrive whole within; 0 = never;
+                                       default 10 s */
     char snapshot[1024];            /* "" = no snapshot */
     char rules[1024];               /* "" = no rules (RL.CHECK refused) */
     int watch_rules;                /* reload when the rules change (inotify); default 1 */

@@ -15,7 +15,10 @@
  *     (RL.RULES's own per-set counts, sl_rule_counts, still restart with
  *     each set, as documented.)  Entries are never freed before the server
  *     exits; at most SL_STATS_MAX_RULES names are tracked.
- *   - reloads ok / failed.
+ *   - reloads ok / failed;
+ *   - the network layer's: the reply bytes held for all clients (the
+ *     max-output-total budget), clients cut over it, clients cut for a
+ *     command not whole within recv-timeout.
  *
  * The latency histogram is sampled: one decision in SL_STATS_LAT_SAMPLE per
  * worker is timed (CLOCK_MONOTONIC, from the request's submission to its
@@ -93,6 +96,10 @@ typedef struct sl_stats {
     _Atomic uint64_t untracked; /* limits not bound: over SL_STATS_MAX_RULES */
     _Atomic uint64_t reloads_ok;
     _Atomic uint64_t reloads_failed;
+    /* the network layer's (net.c), any worker adds */
+    _Atomic int64_t output_bytes;      /* replies held for all clients now (a gauge) */
+    _Atomic uint64_t cut_output_total; /* clients closed: over max-output-total */
+    _Atomic uint64_t cut_recv;         /* clients closed: a command not whole in recv-timeout */
 } sl_stats;
 
 /* Initialises s with nworkers zeroed shards.  Returns 0 or -1 (no memory). */

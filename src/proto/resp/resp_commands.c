@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "config.h"
 #include "live.h"
 #include "proto.h"
 #include "resp.h"
@@ -555,7 +556,11 @@ static void cmd_info(req *q)
         info_line(&b, "maxclients", (unsigned long long)cfg->max_clients);
         info_line(&b, "max_command_bytes", cfg->max_command);
         info_line(&b, "max_output_bytes", cfg->max_output);
+        info_line(&b, "max_output_total_bytes", sl_config_output_total(cfg));
+        info_line(&b, "client_output_bytes",
+                  (unsigned long long)atomic_load(&srv->stats.output_bytes));
         info_line(&b, "idle_timeout_ms", (unsigned long long)cfg->idle_timeout_ms);
+        info_line(&b, "recv_timeout_ms", (unsigned long long)cfg->recv_timeout_ms);
         sl_resp_raw(&b, "\r\n");
     }
     if (wants(c, "stats")) {
@@ -567,7 +572,9 @@ static void cmd_info(req *q)
         info_line(&b, "error_replies", sum.errors);
         info_line(&b, "protocol_errors", sum.protocol_errors);
         info_line(&b, "clients_cut_output", atomic_load(&srv->cut_output));
+        info_line(&b, "clients_cut_output_total", atomic_load(&srv->stats.cut_output_total));
         info_line(&b, "clients_cut_idle", atomic_load(&srv->cut_idle));
+        info_line(&b, "clients_cut_recv", atomic_load(&srv->stats.cut_recv));
         for (int a = 0; a < SL_ALGO_COUNT; a++) {
             all_dec += sum.decisions[a];
             all_ok += sum.allowed[a];
