@@ -58,20 +58,34 @@ static const sl_rule_node *match_kv(const sl_rules *r, const char *dom, const ch
 }
 #define MATCH(r, dom, ...) match_kv((r), (dom), (const char *const[]){__VA_ARGS__, NULL})
 
+/* A request kv matched in dom (it must match), with a string buffer for
+ * what the caller builds from it: one of four, so a test may hold a few. */
+typedef struct {
+    sl_rule_entry e[SL_RULES_MAX_DEPTH + 1];
+    int n;
+    const sl_rule_node *node;
+    char *buf;
+} matched;
+
+static void match_into(matched *m, const sl_rules *r, const char *dom, const char *const *kv)
+{
+    static char bufs[4][SL_MAX_KEY + 1];
+    static int turn;
+    m->buf = bufs[turn++ % 4];
+    m->n = entries(m->e, kv);
+    m->node = sl_rules_match(r, dom, strlen(dom), m->e, m->n);
+    assert_non_null(m->node);
+}
+
 /* The counting key of limit `lim` of the node matched by kv, as a string. */
 static const char *key_kv(const sl_rules *r, const char *dom, int lim, const char *const *kv)
 {
-    static char buf[4][SL_MAX_KEY + 1];
-    static int turn;
-    char *b = buf[turn++ % 4];
-    sl_rule_entry e[SL_RULES_MAX_DEPTH + 1];
-    int n = entries(e, kv);
-    const sl_rule_node *node = sl_rules_match(r, dom, strlen(dom), e, n);
-    assert_non_null(node);
+    matched m;
+    match_into(&m, r, dom, kv);
     size_t len = 0;
-    assert_int_equal(sl_rules_key(node, e, n, lim, b, SL_MAX_KEY, &len), 0);
-    b[len] = '\0';
-    return b;
+    assert_int_equal(sl_rules_key(m.node, m.e, m.n, lim, m.buf, SL_MAX_KEY, &len), 0);
+    m.buf[len] = '\0';
+    return m.buf;
 }
 #define KEY(r, dom, lim, ...) key_kv((r), (dom), (lim), (const char *const[]){__VA_ARGS__, NULL})
 
@@ -1454,18 +1468,13 @@ static const char share_yaml[] =
 static const char *metric_kv(const sl_rules *r, const char *dom, int *dynamic,
                              const char *const *kv)
 {
-    static char buf[4][SL_MAX_KEY + 1];
-    static int turn;
-    char *b = buf[turn++ % 4];
-    sl_rule_entry e[SL_RULES_MAX_DEPTH + 1];
-    int n = entries(e, kv);
-    const sl_rule_node *node = sl_rules_match(r, dom, strlen(dom), e, n);
-    assert_non_null(node);
+    matched m;
+    match_into(&m, r, dom, kv);
     size_t len = 0;
-    *dynamic = sl_rules_metric_name(node, e, n, b, sizeof buf[0], &len);
-    assert_int_equal(*dynamic, sl_rules_metric_dynamic(node));
-    assert_int_equal(len, strlen(b));
-    return b;
+    *dynamic = sl_rules_metric_name(m.node, m.e, m.n, m.buf, SL_MAX_KEY + 1, &len);
+    assert_int_equal(*dynamic, sl_rules_metric_dynamic(m.node));
+    assert_int_equal(len, strlen(m.buf));
+    return m.buf;
 }
 #define METRIC(r, dom, dyn, ...)                                                                   \
     metric_kv((r), (dom), (dyn), (const char *const[]){__VA_ARGS__, NULL})

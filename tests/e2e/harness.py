@@ -36,6 +36,7 @@ import os
 import re
 import select
 import signal
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -560,7 +561,19 @@ class ServerTestCase(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        assert_clean_stop(cls.srv)
+        try:
+            assert_clean_stop(cls.srv)
+        finally:
+            d = cls.__dict__.get("dir")
+            if d is not None:
+                shutil.rmtree(d, True)
+
+    @classmethod
+    def class_dir(cls, prefix):
+        """A temporary folder for the class's files (rules, configs,
+        snapshots), as cls.dir; removed after the class's server stopped."""
+        cls.dir = tempfile.mkdtemp(prefix=prefix)
+        return cls.dir
 
     def new_server(self, *args, name=None, **kw):
         """A server of this test's own, stopped (by PID) when the test ends."""

@@ -79,7 +79,7 @@ class AuthServer(ServerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="sluice-auth-")
+        cls.class_dir("sluice-auth-")
         cls.rules = os.path.join(cls.dir, "rules")
         os.mkdir(cls.rules)
         write(os.path.join(cls.rules, "api.yaml"), RULES, 0o644)
@@ -96,12 +96,6 @@ class AuthServer(ServerTestCase):
         cls.SERVER_ARGS = ("--config", cls.conf) + tuple(cls.EXTRA)
         super().setUpClass()
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.dir, True)
 
     def conn(self, user=None, password=None):
         """A raw connection, logged in as user when given (asserting +OK)."""

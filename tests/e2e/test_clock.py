@@ -300,19 +300,13 @@ class TestClientSkew(ServerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="sluice-skew-")
+        cls.class_dir("sluice-skew-")
         rules = os.path.join(cls.dir, "api.yaml")
         with open(rules, "w") as f:
             f.write(RULES)
         cls.SERVER_ARGS = ("--trust-client-time", "--rules", rules)
         super().setUpClass()
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.dir, True)
 
     def refused(self, reply, at, bound=HOUR_MS):
         """reply is the skew error for AT at, with the server's clock near

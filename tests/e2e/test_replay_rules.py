@@ -164,19 +164,13 @@ class TestReplayRulesMatchesServer(ServerTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="sluice-replay-rules-")
+        cls.class_dir("sluice-replay-rules-")
         cls.rules = os.path.join(cls.dir, "edge.yaml")
         with open(cls.rules, "w") as f:
             f.write(RULES)
         cls.SERVER_ARGS = ("--rules", cls.rules, "--capacity", "8/1s")
         super().setUpClass()
 
-    @classmethod
-    def tearDownClass(cls):
-        try:
-            super().tearDownClass()
-        finally:
-            shutil.rmtree(cls.dir, ignore_errors=True)
 
     def replay(self, *args, stdin_text):
         p = subprocess.run([SLUICE, "replay"] + list(args), input=stdin_text.encode(),
