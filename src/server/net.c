@@ -118,7 +118,7 @@ struct sl_conn {
     sl_slot *head, *tail; /* reply slots not yet sent, in request order */
     size_t nslots;        /* how many */
     size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
-    const void *pdata;    /* the protocol's word (proto.h: sl_conn_pdata) */
+    void *pdata;          /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
 };
 
@@ -289,8 +289,8 @@ sl_svc_ctx *sl_conn_svc(conn *c) { return c->w->svcp; }
 sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
 void *sl_conn_scratch(conn *c) { return c->w->scratch; }
 const sl_config *sl_conn_cfg(const conn *c) { return c->w->net->cfg; }
-const void *sl_conn_pdata(const conn *c) { return c->pdata; }
-void sl_conn_set_pdata(conn *c, const void *p) { c->pdata = p; }
+void *sl_conn_pdata(const conn *c) { return c->pdata; }
+void sl_conn_set_pdata(conn *c, void *p) { c->pdata = p; }
 
 const char *sl_conn_peer_host(const conn *c, char *buf, size_t cap)
 {
@@ -367,6 +367,7 @@ void sl_conn_detached_free(sl_conn *c)
         free(s->buf.p);
         free(s);
     }
+    if (w->net->proto->closed) w->net->proto->closed(c->pdata);
     free(w->scratch);
     free(w->net);
     free(w);
@@ -396,6 +397,7 @@ static void conn_free(conn *c, const char *why)
     else
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
+    if (w->net->proto->closed) w->net->proto->closed(c->pdata);
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
