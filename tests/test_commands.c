@@ -117,6 +117,25 @@ static long long client_id(sl_conn *cn)
     return strtoll(r + 1, NULL, 10);
 }
 
+/* CLIENT INFO's line for a detached connection (no socket: no addresses,
+ * fd -1), as a reply in protocol proto (RESP3: a verbatim string). */
+static const char *client_info_reply(int proto, long long id, const char *name, long long age,
+                                     const char *lib_name, const char *lib_ver)
+{
+    static char line[1024], want[1100];
+    int n = snprintf(line, sizeof line,
+                     "id=%lld addr= laddr= fd=-1 name=%s age=%lld idle=0 flags=N db=0 sub=0 psub=0 "
+                     "ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 "
+                     "oll=0 omem=0 tot-mem=0 events=r cmd=client|info user=default redir=-1 "
+                     "resp=%d lib-name=%s lib-ver=%s\n",
+                     id, name, age, proto, lib_name, lib_ver);
+    if (proto == 3)
+        snprintf(want, sizeof want, "=%d\r\ntxt:%s\r\n", n + 4, line);
+    else
+        snprintf(want, sizeof want, "$%d\r\n%s\r\n", n, line);
+    return want;
+}
+
 /* HELLO's reply for protocol proto and id: a map in RESP3, pairs in RESP2. */
 static const char *hello_reply(int proto, long long id)
 {
@@ -415,12 +434,7 @@ static void resp3_replies(void **state)
     body[blen] = '\0';
     assert_non_null(strstr(body, "# Clients\r\nconnected_clients:"));
     long long id = client_id(conn);
-    snprintf(want, sizeof want,
-             "$%zu\r\nid=%lld addr= name= db=0 user=default resp=2 lib-name= lib-ver=\n\r\n",
-             strlen("id= addr= name= db=0 user=default resp=2 lib-name= lib-ver=\n") +
-                 (size_t)snprintf(NULL, 0, "%lld", id),
-             id);
-    REPLY("CLIENT INFO", 0, want);
+    REPLY("CLIENT INFO", 0, client_info_reply(2, id, "", 0, "", ""));
 
     /* RESP3 */
     REPLY("HELLO 3", 0, hello_reply(3, id));
@@ -439,12 +453,7 @@ static void resp3_replies(void **state)
     REPLY("CLIENT GETNAME", 0, "_\r\n");
     snprintf(want, sizeof want, "=%zu\r\ntxt:%s\r\n", blen + 4, body);
     REPLY("INFO clients", 0, want);
-    snprintf(want, sizeof want,
-             "=%zu\r\ntxt:id=%lld addr= name= db=0 user=default resp=3 lib-name= lib-ver=\n\r\n",
-             strlen("txt:id= addr= name= db=0 user=default resp=3 lib-name= lib-ver=\n") +
-                 (size_t)snprintf(NULL, 0, "%lld", id),
-             id);
-    REPLY("CLIENT INFO", 0, want);
+    REPLY("CLIENT INFO", 0, client_info_reply(3, id, "", 0, "", ""));
     /* errors are the same lines */
     REPLY("RL.ALLOW k 5", 0, "-ERR wrong number of arguments for 'rl.allow' command\r\n");
     REPLY("CLIENT NOSUCH", 0, "-ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP.\r\n");
@@ -491,13 +500,11 @@ static void client_and_select(void **state)
     REPLY("CLIENT SETINFO LIB-NAME", 0,
           "-ERR wrong number of arguments for 'client|setinfo' command\r\n");
     long long id = client_id(conn);
-    char line[600];
-    int n = snprintf(line, sizeof line,
-                     "id=%lld addr= name=%s db=0 user=default resp=2 lib-name=redis-py "
-                     "lib-ver=5.0.1\n",
-                     id, longname);
-    snprintf(want, sizeof want, "$%d\r\n%s\r\n", n, line);
-    REPLY("CLIENT INFO", 0, want);
+    REPLY("CLIENT INFO", 0, client_info_reply(2, id, longname, 0, "redis-py", "5.0.1"));
+    /* age: seconds since the connection's first command (at 0 here) */
+    REPLY("CLIENT INFO", 7999, client_info_reply(2, id, longname, 7, "redis-py", "5.0.1"));
+    REPLY("CLIENT SETINFO LIB-VER 5.0.2", 0, "+OK\r\n"); /* replaced */
+    REPLY("CLIENT INFO", 0, client_info_reply(2, id, longname, 0, "redis-py", "5.0.2"));
     REPLYV("+OK\r\n", "CLIENT", "SETNAME", ""); /* "" removes the name */
     REPLY("CLIENT GETNAME", 0, "$-1\r\n");
     assert_memory_equal(run("CLIENT HELP", 0), "*13\r\n+CLIENT <subcommand>", 21);
@@ -529,11 +536,16 @@ static void resp3_per_connection(void **state)
                         "-ERR no rules loaded (start sluiced with --rules PATH)\r\n");
     REPLY("CLIENT GETNAME", 0, "$3\r\none\r\n");
     sl_conn_detached_free(other);
-    /* a fresh connection keeps nothing: no state until it needs one */
+    /* a new connection: its state from its first command on, with the next id */
     sl_conn *fresh = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink);
     assert_non_null(fresh);
-    assert_string_equal(runv_on(fresh, "PING", NULL), "+PONG\r\n");
     assert_null(sl_conn_pdata(fresh));
+    long long last = client_id(conn);
+    assert_string_equal(runv_on(fresh, "PING", NULL), "+PONG\r\n");
+    assert_non_null(sl_conn_pdata(fresh));
+    assert_int_equal(client_id(fresh), last + 2); /* "other" had last + 1 */
+    assert_null(sl_resp_conn_user(fresh));
+    assert_int_equal(sl_resp_conn_proto(fresh), SL_RESP2);
     sl_conn_detached_free(fresh);
 }
 

@@ -92,6 +92,11 @@ void sl_conn_set_pdata(sl_conn *c, void *p);
  * NULL when it has none (a detached connection) or it cannot be read.  A
  * syscall: for rare commands (AUTH), not per request. */
 const char *sl_conn_peer_host(const sl_conn *c, char *buf, size_t cap);
+/* One end of c's socket as Redis's CLIENT INFO writes it, "ip:port"
+ * ("[ip6]:port"): the client's (local 0) or sluiced's (local 1), in buf;
+ * NULL as above.  And c's socket, -1 when it has none.  For CLIENT INFO. */
+const char *sl_conn_addr(const sl_conn *c, int local, char *buf, size_t cap);
+int sl_conn_fd(const sl_conn *c);
 /* Counts a protocol error (a connection closed for bad framing) and logs it. */
 void sl_conn_protocol_error(sl_conn *c, const char *msg);
 

@@ -28,9 +28,9 @@
  * the decision arrays of RL.ALLOW, RL.PEEK and RL.CHECK are the same
  * integers on both, so code that reads them reads them the same way.
  *
- * The state of a connection (struct client: its user, protocol, id and
- * name) is allocated when it first differs from a fresh connection's, and
- * freed by net.c through sl_resp_proto.closed.
+ * The state of a connection (struct client: its user, protocol, id, name)
+ * is allocated at its first command and freed by net.c through
+ * sl_resp_proto.closed.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -51,23 +51,33 @@
 
 /* ---- the state of a connection ----------------------------------------- */
 
-/* What the module keeps per connection (sl_conn_pdata), once anything
- * differs from a fresh connection's: not logged in, RESP2, no name, no id
- * yet.  Owned by the connection; touched only by its worker. */
+/* What the module keeps per connection (sl_conn_pdata), from its first
+ * command on (NULL before, or if that allocation failed: then it is tried
+ * again by the commands that need it).  Owned by the connection; touched
+ * only by its worker. */
 typedef struct client {
-    const sl_auth_user *who;             /* logged in as (AUTH, HELLO); NULL: not */
-    unsigned long long id;               /* CLIENT ID: unique in the process, from 1 */
-    int proto;                           /* SL_RESP2 or SL_RESP3 */
-    char name[SL_RESP_MAX_NAME + 1];     /* CLIENT SETNAME; "": none */
-    char lib_name[SL_RESP_MAX_NAME + 1]; /* CLIENT SETINFO LIB-NAME; "": none */
-    char lib_ver[SL_RESP_MAX_NAME + 1];  /* CLIENT SETINFO LIB-VER; "": none */
+    const sl_auth_user *who; /* logged in as (AUTH, HELLO); NULL: not */
+    unsigned long long id;   /* CLIENT ID: unique in the process, from 1 */
+    int proto;               /* SL_RESP2 or SL_RESP3 */
+    int64_t since_ms;        /* the server's clock at its first command (CLIENT INFO's age) */
+    char *name;              /* CLIENT SETNAME; NULL: none.  malloc'd, as the two below */
+    char *lib_name;          /* CLIENT SETINFO LIB-NAME; NULL: none */
+    char *lib_ver;           /* CLIENT SETINFO LIB-VER; NULL: none */
 } client;
 
-/* The last id given (CLIENT ID, HELLO's id): ids are handed out as
- * connections first need one, so they are unique, not in connect order. */
+/* The last id given (CLIENT ID, HELLO's id), as Redis: in the order
+ * connections send their first command, from 1. */
 static _Atomic unsigned long long last_id;
 
-static void client_free(void *pdata) { free(pdata); }
+static void client_free(void *pdata)
+{
+    client *cl = pdata;
+    if (cl == NULL) return;
+    free(cl->name);
+    free(cl->lib_name);
+    free(cl->lib_ver);
+    free(cl);
+}
 
 const sl_auth_user *sl_resp_conn_user(const sl_conn *c)
 {
@@ -93,8 +103,8 @@ typedef struct req {
     int proto;               /* what replies are framed in: SL_RESP2 or SL_RESP3 */
 } req;
 
-/* q's connection's state, allocated (with its id) if it has none; NULL
- * when out of memory. */
+/* q's connection's state, allocated (with its id) if it has none yet;
+ * NULL when out of memory. */
 static client *client_of(req *q)
 {
     if (q->cl == NULL) {
@@ -102,6 +112,7 @@ static client *client_of(req *q)
         if (cl == NULL) return NULL;
         cl->id = atomic_fetch_add_explicit(&last_id, 1, memory_order_relaxed) + 1;
         cl->proto = SL_RESP2;
+        cl->since_ms = q->now;
         sl_conn_set_pdata(q->c, cl);
         q->cl = cl;
     }
@@ -871,11 +882,19 @@ static int name_ok(req *q, const sl_resp_arg *a, const char *what)
     return 1;
 }
 
-/* Copies a (checked by name_ok) into dst, which holds SL_RESP_MAX_NAME + 1. */
-static void set_name(char *dst, const sl_resp_arg *a)
+/* Sets *dst to a copy of a (checked by name_ok), or to NULL for "";
+ * returns 0, or -1 when out of memory (*dst unchanged). */
+static int set_name(char **dst, const sl_resp_arg *a)
 {
-    memcpy(dst, a->p, a->len);
-    dst[a->len] = '\0';
+    char *v = NULL;
+    if (a->len > 0) {
+        if ((v = malloc(a->len + 1)) == NULL) return -1;
+        memcpy(v, a->p, a->len);
+        v[a->len] = '\0';
+    }
+    free(*dst);
+    *dst = v;
+    return 0;
 }
 
 /* HELLO [protover [AUTH username password] [SETNAME name]], in Redis 7.0's
@@ -924,11 +943,10 @@ static void cmd_hello(req *q)
     }
     if (name != NULL && !name_ok(q, name, "Client names")) return;
     client *cl = client_of(q);
-    if (cl == NULL) {
+    if (cl == NULL || (name != NULL && set_name(&cl->name, name) != 0)) {
         err_reply(q, "out of memory");
         return;
     }
-    if (name != NULL) set_name(cl->name, name);
     if (ver != 0) cl->proto = q->proto = (int)ver;
     sl_slot *s;
     sl_buf *out = now_open(q, &s);
@@ -980,7 +998,7 @@ static void client_getname(req *q)
     sl_slot *s;
     sl_buf *b = now_open(q, &s);
     if (b == NULL) return;
-    if (q->cl != NULL && q->cl->name[0] != '\0')
+    if (q->cl != NULL && q->cl->name != NULL)
         sl_resp_bulk_str(b, q->cl->name);
     else
         sl_resp_null(b, q->proto);
@@ -992,16 +1010,11 @@ static void client_setname(req *q)
 {
     const sl_resp_arg *name = &q->cmd->argv[2];
     if (!name_ok(q, name, "Client names")) return;
-    if (name->len == 0 && q->cl == NULL) { /* nothing to remove */
-        reply_raw(q, "+OK\r\n");
-        return;
-    }
     client *cl = client_of(q);
-    if (cl == NULL) {
+    if (cl == NULL || set_name(&cl->name, name) != 0) {
         err_reply(q, "out of memory");
         return;
     }
-    set_name(cl->name, name);
     reply_raw(q, "+OK\r\n");
 }
 
@@ -1018,17 +1031,22 @@ static void client_setinfo(req *q)
     }
     if (!name_ok(q, v, quote(qb, sizeof qb, attr))) return;
     client *cl = client_of(q);
-    if (cl == NULL) {
+    if (cl == NULL || set_name(is_name ? &cl->lib_name : &cl->lib_ver, v) != 0) {
         err_reply(q, "out of memory");
         return;
     }
-    set_name(is_name ? cl->lib_name : cl->lib_ver, v);
     reply_raw(q, "+OK\r\n");
 }
 
-/* CLIENT INFO: one line of Redis's CLIENT INFO fields that sluiced knows,
- * in Redis's order: id, addr (the client's address without its port),
- * name, db, user, resp, lib-name, lib-ver.  A verbatim string in RESP3. */
+/* CLIENT INFO: one line, with the fields of Redis 7.2's CLIENT INFO in its
+ * order (client libraries parse them and some want every one, e.g.
+ * redis-py's client_info()).  What sluiced knows is true: id, addr,
+ * laddr, fd, name, age (seconds since the connection's first command),
+ * idle (0: it is running this command), db, user, resp, lib-name,
+ * lib-ver, and flags, sub..., multi, events, cmd, redir, which are what
+ * Redis shows for a plain connection; Redis's buffer sizes (qbuf ...
+ * tot-mem), which sluiced does not track, read 0.  A verbatim string in
+ * RESP3, as Redis. */
 static void client_info(req *q)
 {
     client *cl = client_of(q);
@@ -1036,12 +1054,17 @@ static void client_info(req *q)
         err_reply(q, "out of memory");
         return;
     }
-    char host[64], line[160 + 3 * SL_RESP_MAX_NAME + SL_AUTH_MAX_NAME];
-    const char *peer = sl_conn_peer_host(q->c, host, sizeof host);
+    char peer[80], local[80], line[512 + 3 * SL_RESP_MAX_NAME + SL_AUTH_MAX_NAME];
+    const char *pa = sl_conn_addr(q->c, 0, peer, sizeof peer);
+    const char *la = sl_conn_addr(q->c, 1, local, sizeof local);
     int n = snprintf(line, sizeof line,
-                     "id=%llu addr=%s name=%s db=0 user=%s resp=%d lib-name=%s lib-ver=%s\n",
-                     cl->id, peer ? peer : "", cl->name, q->who ? q->who->name : "", q->proto,
-                     cl->lib_name, cl->lib_ver);
+                     "id=%llu addr=%s laddr=%s fd=%d name=%s age=%lld idle=0 flags=N db=0 sub=0 "
+                     "psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 "
+                     "rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client|info user=%s "
+                     "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
+                     cl->id, pa ? pa : "", la ? la : "", sl_conn_fd(q->c), cl->name ? cl->name : "",
+                     (long long)((q->now - cl->since_ms) / 1000), q->who ? q->who->name : "",
+                     q->proto, cl->lib_name ? cl->lib_name : "", cl->lib_ver ? cl->lib_ver : "");
     size_t len = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
     sl_slot *s;
     sl_buf *b = now_open(q, &s);
@@ -1059,7 +1082,7 @@ static void client_help(req *q)
         "ID",
         "    The connection's id.",
         "INFO",
-        "    One line about the connection: id, addr, name, db, user, resp, lib-name, lib-ver.",
+        "    One line about the connection, with Redis's CLIENT INFO fields.",
         "SETINFO (LIB-NAME <name> | LIB-VER <version>)",
         "    Names the client library and its version (shown by INFO).",
         "SETNAME <name>",
@@ -1270,6 +1293,7 @@ static int permitted(req *q, const command *k)
 static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
 {
     req q = {c, sl_conn_svc(c), cmd, now, NULL, sl_conn_pdata(c), SL_RESP2};
+    if (q.cl == NULL) client_of(&q); /* its first command; NULL (no memory): tried again */
     if (q.cl != NULL) {
         q.who = q.cl->who;
         q.proto = q.cl->proto;
