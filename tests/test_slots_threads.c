@@ -784,6 +784,7 @@ static void stop_with_orphans_in_flight(void **state)
     sl_net_join(s->net);
     backend_delay_release(s->delay);
     sl_net_free(s->net); /* closes the channels: what was held is answered */
+    sl_live_free(s->srv.live);
     assert_int_equal(backend_delay_inflight(s->delay), 0);
     s->net = NULL;
     sl_backend_free(s->delay);
