@@ -99,7 +99,7 @@ typedef struct req {
     const sl_resp_cmd *cmd;
     int64_t now;
     const sl_auth_user *who; /* the connection's user; NULL: not logged in */
-    client *cl;              /* the connection's state; NULL: a fresh connection's */
+    client *cl;              /* the connection's state; NULL only if it could not be allocated */
     int proto;               /* what replies are framed in: SL_RESP2 or SL_RESP3 */
 } req;
 
