@@ -20,6 +20,8 @@ liburcu-dev
 libssl-dev
 faketime
 libfaketime
+nodejs
+npm
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -35,12 +37,24 @@ libfaketime
 #                    (src/server/auth.c)
 #   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
 #                    (LD_PRELOAD of libfaketimeMT.so.1)
+#   nodejs, npm      tests/e2e/test_clients.py runs node-redis and ioredis
+#                    (npm ci from tests/e2e/node/package-lock.json); they
+#                    need Node.js 20 or later (Debian 12 has 18; NodeSource's
+#                    nodejs, which provides npm itself, counts as installed)
 
 set -eu
 
+# installed PKG: PKG is installed, or an installed package provides it
+# (NodeSource's nodejs provides npm, and conflicts with Debian's npm).
+installed() {
+    dpkg -s "$1" 2>/dev/null | grep -q '^Status: install ok installed' && return 0
+    dpkg-query -W -f='${Status}|${Provides}\n' 2>/dev/null | sed -n 's/^install ok installed|//p' |
+        tr ',' '\n' | sed 's/(.*//; s/[[:space:]]//g' | grep -qxF "$1"
+}
+
 missing=""
 for p in $PACKAGES; do
-    if ! dpkg -s "$p" 2>/dev/null | grep -q '^Status: install ok installed'; then
+    if ! installed "$p"; then
         missing="$missing $p"
     fi
 done

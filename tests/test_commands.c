@@ -2,7 +2,8 @@
  * test_commands.c -- sluiced's commands without a network: RESP bytes in
  * through the RESP module (src/proto/resp/) on a detached connection,
  * exact RESP bytes out.  Bad arguments get an "-ERR" naming the problem and
- * leave the key's state as it was.
+ * leave the key's state as it was.  Every command's reply is checked in
+ * RESP2 and, after HELLO 3, in RESP3 (resp3_* tests).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -78,6 +79,75 @@ static const char *run(const char *line, int64_t now)
 
 #define REPLY(line, now, want) assert_string_equal(run(line, now), want)
 
+/* Runs the command of argc arguments (NULL-ended list of strings, sent as a
+ * multibulk, so arguments may hold spaces or be empty) on connection cn at
+ * time 0; returns its reply (static). */
+static const char *runv_on(sl_conn *cn, const char *arg0, ...)
+{
+    static char req[4096], reply[65536];
+    const char *args[32];
+    int argc = 0;
+    va_list ap;
+    va_start(ap, arg0);
+    for (const char *a = arg0; a != NULL && argc < 32; a = va_arg(ap, const char *))
+        args[argc++] = a;
+    va_end(ap);
+    size_t n = (size_t)snprintf(req, sizeof req, "*%d\r\n", argc);
+    for (int i = 0; i < argc; i++)
+        n += (size_t)snprintf(req + n, sizeof req - n, "$%zu\r\n%s\r\n", strlen(args[i]), args[i]);
+    assert_true(n < sizeof req);
+    size_t used = 0;
+    sink.len = 0;
+    sl_conn_detached_feed(cn, req, n, 0, &used);
+    assert_int_equal(used, n);
+    assert_true(sink.len < sizeof(reply));
+    memcpy(reply, sink.p, sink.len);
+    reply[sink.len] = '\0';
+    return reply;
+}
+
+#define runv(...)         runv_on(conn, __VA_ARGS__, NULL)
+#define REPLYV(want, ...) assert_string_equal(runv_on(conn, __VA_ARGS__, NULL), want)
+
+/* The connection's id (CLIENT ID). */
+static long long client_id(sl_conn *cn)
+{
+    const char *r = runv_on(cn, "CLIENT", "ID", NULL);
+    assert_int_equal(r[0], ':');
+    return strtoll(r + 1, NULL, 10);
+}
+
+/* CLIENT INFO's line for a detached connection (no socket: no addresses,
+ * fd -1), as a reply in protocol proto (RESP3: a verbatim string). */
+static const char *client_info_reply(int proto, long long id, const char *name, long long age,
+                                     const char *lib_name, const char *lib_ver)
+{
+    static char line[1024], want[1100];
+    int n = snprintf(line, sizeof line,
+                     "id=%lld addr= laddr= fd=-1 name=%s age=%lld idle=0 flags=N db=0 sub=0 psub=0 "
+                     "ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 "
+                     "oll=0 omem=0 tot-mem=0 events=r cmd=client|info user=default redir=-1 "
+                     "resp=%d lib-name=%s lib-ver=%s\n",
+                     id, name, age, proto, lib_name, lib_ver);
+    if (proto == 3)
+        snprintf(want, sizeof want, "=%d\r\ntxt:%s\r\n", n + 4, line);
+    else
+        snprintf(want, sizeof want, "$%d\r\n%s\r\n", n, line);
+    return want;
+}
+
+/* HELLO's reply for protocol proto and id: a map in RESP3, pairs in RESP2. */
+static const char *hello_reply(int proto, long long id)
+{
+    static char want[512];
+    snprintf(want, sizeof want,
+             "%s\r\n$6\r\nserver\r\n$7\r\nsluiced\r\n$7\r\nversion\r\n$%zu\r\n%s\r\n"
+             "$5\r\nproto\r\n:%d\r\n$2\r\nid\r\n:%lld\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n"
+             "$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
+             proto == 3 ? "%7" : "*14", strlen(SL_VERSION), SL_VERSION, proto, id);
+    return want;
+}
+
 static void allow_and_peek(void **state)
 {
     (void)state;
@@ -152,7 +222,7 @@ static void small_commands(void **state)
     REPLY("ECHO hi", 0, "$2\r\nhi\r\n");
     REPLY("QUIT", 0, "+OK\r\n");
     assert_non_null(strstr(run("HELLO 2", 0), "$7\r\nsluiced\r\n"));
-    assert_non_null(strstr(run("HELLO 3", 0), "-NOPROTO"));
+    REPLY("HELLO 4", 0, "-NOPROTO unsupported protocol version\r\n");
     assert_non_null(strstr(run("COMMAND", 0), "rl.allow"));
     REPLY("COMMAND COUNT", 0, ":15\r\n"); /* AUTH is the 15th */
     const char *info = run("INFO", 0);
@@ -253,10 +323,230 @@ static void check_with_rules(void **state)
     assert_non_null(strstr(info, "rules_last_error:\r\n"));
     assert_non_null(strstr(info, "rules_reloads:2\r\n"));
 
+    /* RESP3: RL.RULES is a map, NO_RULE's name a null; all else the same */
+    char *r2 = strdup(run("RL.RULES", 0));
+    assert_memory_equal(run("HELLO 3", 0), "%7\r\n", 4);
+    r = run("RL.RULES", 0);
+    assert_memory_equal(r, "%8\r\n$7\r\nversion\r\n:", 17);
+    assert_memory_equal(r2, "*16\r\n", 5);
+    assert_string_equal(r + 4, r2 + 5);
+    assert_memory_equal(run("HELLO 2", 0), "*14\r\n", 5);
+    char *c2 = strdup(run("RL.CHECK api DESCRIPTOR user dave DESCRIPTOR team red", 0));
+    assert_memory_equal(run("HELLO 3", 0), "%7\r\n", 4);
+    r = run("RL.CHECK api DESCRIPTOR user erin DESCRIPTOR team red", 0); /* erin: as dave */
+    char *no_rule = strstr(c2, "$7\r\nNO_RULE\r\n$-1\r\n");
+    assert_non_null(no_rule);
+    /* the same bytes but the null: RESP2's "$-1" is RESP3's "_" */
+    size_t head = (size_t)(no_rule - c2) + strlen("$7\r\nNO_RULE\r\n");
+    assert_memory_equal(r, c2, head);
+    assert_memory_equal(r + head, "_\r\n", 3);
+    assert_string_equal(r + head + 3, c2 + head + 5);
+    free(r2);
+    free(c2);
+
     sl_live_cache_drop(&svc.rules);
     sl_live_free(srv.live);
     srv.live = NULL;
     unlink(path);
+}
+
+/* HELLO 3 switches the connection to RESP3 and HELLO 2 back; HELLO alone
+ * answers in the current protocol; a refused HELLO changes nothing. */
+static void resp3_hello(void **state)
+{
+    (void)state;
+    long long id = client_id(conn);
+    assert_true(id > 0);
+    assert_int_equal(sl_resp_conn_proto(conn), SL_RESP2);
+    REPLY("HELLO", 0, hello_reply(2, id));
+    REPLY("HELLO 3", 0, hello_reply(3, id));
+    assert_int_equal(sl_resp_conn_proto(conn), SL_RESP3);
+    REPLY("HELLO", 0, hello_reply(3, id)); /* no version: the current one */
+    /* refused versions: Redis's errors, and the protocol stays RESP3 */
+    REPLY("HELLO 4", 0, "-NOPROTO unsupported protocol version\r\n");
+    REPLY("HELLO 1", 0, "-NOPROTO unsupported protocol version\r\n");
+    REPLY("HELLO -1", 0, "-NOPROTO unsupported protocol version\r\n");
+    REPLY("HELLO 2x", 0, "-ERR Protocol version is not an integer or out of range\r\n");
+    REPLY("HELLO 03", 0, "-ERR Protocol version is not an integer or out of range\r\n");
+    REPLY("HELLO 99999999999999999999", 0,
+          "-ERR Protocol version is not an integer or out of range\r\n");
+    REPLYV("-ERR Protocol version is not an integer or out of range\r\n", "HELLO", "");
+    REPLY("HELLO 2 FOO", 0, "-ERR Syntax error in HELLO option 'FOO'\r\n");
+    REPLY("HELLO 2 SETNAME", 0, "-ERR Syntax error in HELLO option 'SETNAME'\r\n");
+    REPLYV("-ERR Client names cannot contain spaces, newlines or special characters.\r\n", "HELLO",
+           "2", "SETNAME", "a b");
+    assert_int_equal(sl_resp_conn_proto(conn), SL_RESP3);
+    REPLY("CLIENT GETNAME", 0, "_\r\n"); /* and no name was set */
+    /* HELLO 2 SETNAME: back to RESP2, named */
+    REPLY("HELLO 2 SETNAME app", 0, hello_reply(2, id));
+    assert_int_equal(sl_resp_conn_proto(conn), SL_RESP2);
+    REPLY("CLIENT GETNAME", 0, "$3\r\napp\r\n");
+    REPLY("hello 3 setname app2", 0, hello_reply(3, id));
+    REPLY("CLIENT GETNAME", 0, "$4\r\napp2\r\n");
+    /* HELLO 3 AUTH default (no password configured: default logs in) */
+    REPLY("HELLO 3 AUTH default anything", 0, hello_reply(3, id));
+    assert_string_equal(sl_resp_conn_user(conn)->name, "default");
+    REPLY("HELLO 3 AUTH nobody x", 0,
+          "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+    assert_int_equal(client_id(conn), id); /* one id for the connection's life */
+}
+
+/* The replies that RESP3 frames differently (maps, nulls, sets, verbatim
+ * strings), exactly, on both protocols; and the ones it does not (the
+ * decision arrays, integers, simple strings, errors): the same bytes. */
+static void resp3_replies(void **state)
+{
+    (void)state;
+    static const char *const same[] = {
+        "RL.ALLOW k 3 1000",
+        "RL.PEEK k 3 1000",
+        "RL.RESET k",
+        "PING",
+        "PING hi",
+        "ECHO x",
+        "SELECT 0",
+        "RL.ALLOW k 0 1000",
+        "NOSUCH",
+        "COMMAND COUNT",
+        "CLIENT ID",
+        "CLIENT SETNAME n",
+    };
+    const char *r2[sizeof same / sizeof same[0]];
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) r2[i] = strdup(run(same[i], 0));
+    REPLY("CLIENT SETNAME", 0, "-ERR wrong number of arguments for 'client|setname' command\r\n");
+    REPLYV("+OK\r\n", "CLIENT", "SETNAME", "");
+
+    /* RESP2 */
+    REPLY("CONFIG GET save", 0, "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+    REPLY("CONFIG GET appendonly", 0, "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+    REPLY("CONFIG GET nosuch", 0, "*0\r\n");
+    REPLY("COMMAND DOCS", 0, "*0\r\n");
+    REPLY("COMMAND INFO rl.peek nosuch", 0,
+          "*2\r\n*6\r\n$7\r\nrl.peek\r\n:-4\r\n*1\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*-1\r\n");
+    REPLY("CLIENT GETNAME", 0, "$-1\r\n");
+    char body[4096], want[4200];
+    const char *info = run("INFO clients", 0);
+    assert_memory_equal(info, "$", 1);
+    const char *nl = strstr(info, "\r\n");
+    size_t blen = strtoul(info + 1, NULL, 10);
+    assert_true(blen < sizeof body);
+    memcpy(body, nl + 2, blen);
+    body[blen] = '\0';
+    assert_non_null(strstr(body, "# Clients\r\nconnected_clients:"));
+    long long id = client_id(conn);
+    REPLY("CLIENT INFO", 0, client_info_reply(2, id, "", 0, "", ""));
+
+    /* RESP3 */
+    REPLY("HELLO 3", 0, hello_reply(3, id));
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        assert_string_equal(run(same[i], 0), r2[i]);
+        free((void *)r2[i]);
+    }
+    REPLYV("+OK\r\n", "CLIENT", "SETNAME", "");
+    REPLY("CONFIG GET save", 0, "%1\r\n$4\r\nsave\r\n$0\r\n\r\n");
+    REPLY("CONFIG GET appendonly", 0, "%1\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+    REPLY("CONFIG GET nosuch", 0, "%0\r\n");
+    REPLY("COMMAND DOCS", 0, "%0\r\n");
+    REPLY("COMMAND INFO rl.peek nosuch", 0,
+          "*2\r\n*6\r\n$7\r\nrl.peek\r\n:-4\r\n~1\r\n+fast\r\n:1\r\n:1\r\n:1\r\n_\r\n");
+    assert_memory_equal(run("COMMAND", 0), "*15\r\n*6\r\n$8\r\nrl.allow\r\n:-4\r\n~1\r\n", 31);
+    REPLY("CLIENT GETNAME", 0, "_\r\n");
+    snprintf(want, sizeof want, "=%zu\r\ntxt:%s\r\n", blen + 4, body);
+    REPLY("INFO clients", 0, want);
+    REPLY("CLIENT INFO", 0, client_info_reply(3, id, "", 0, "", ""));
+    /* errors are the same lines */
+    REPLY("RL.ALLOW k 5", 0, "-ERR wrong number of arguments for 'rl.allow' command\r\n");
+    REPLY("CLIENT NOSUCH", 0, "-ERR unknown subcommand 'NOSUCH'. Try CLIENT HELP.\r\n");
+
+    /* and HELLO 2 brings RESP2's framing back */
+    REPLY("HELLO 2", 0, hello_reply(2, id));
+    REPLY("CONFIG GET nosuch", 0, "*0\r\n");
+    REPLY("CLIENT GETNAME", 0, "$-1\r\n");
+}
+
+/* CLIENT's subcommands and SELECT, with Redis's replies and errors. */
+static void client_and_select(void **state)
+{
+    (void)state;
+    REPLY("CLIENT GETNAME", 0, "$-1\r\n");
+    REPLY("CLIENT SETNAME checkout-7", 0, "+OK\r\n");
+    REPLY("CLIENT GETNAME", 0, "$10\r\ncheckout-7\r\n");
+    static const char bad[] = "-ERR Client names cannot contain spaces, newlines or special "
+                              "characters.\r\n";
+    REPLYV(bad, "CLIENT", "SETNAME", "a b");
+    REPLYV(bad, "CLIENT", "SETNAME", "a\nb");
+    REPLYV(bad, "CLIENT", "SETNAME", "caf\xc3\xa9");
+    char longname[SL_RESP_MAX_NAME + 2];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = '\0';
+    char want[700];
+    snprintf(want, sizeof want, "-ERR Client names: at most %d bytes (got %d)\r\n",
+             SL_RESP_MAX_NAME, SL_RESP_MAX_NAME + 1);
+    REPLYV(want, "CLIENT", "SETNAME", longname);
+    longname[SL_RESP_MAX_NAME] = '\0'; /* exactly the bound: kept */
+    REPLYV("+OK\r\n", "CLIENT", "SETNAME", longname);
+    snprintf(want, sizeof want, "$%d\r\n%s\r\n", SL_RESP_MAX_NAME, longname);
+    REPLY("CLIENT GETNAME", 0, want);
+    REPLY("CLIENT GETNAME x", 0, "-ERR wrong number of arguments for 'client|getname' command\r\n");
+    REPLY("CLIENT SETNAME a b", 0,
+          "-ERR wrong number of arguments for 'client|setname' command\r\n");
+    REPLY("CLIENT", 0, "-ERR wrong number of arguments for 'client' command\r\n");
+
+    REPLY("CLIENT SETINFO LIB-NAME redis-py", 0, "+OK\r\n");
+    REPLY("client setinfo lib-ver 5.0.1", 0, "+OK\r\n");
+    REPLY("CLIENT SETINFO LIB-FOO x", 0, "-ERR Unrecognized option 'LIB-FOO'\r\n");
+    REPLYV("-ERR LIB-NAME cannot contain spaces, newlines or special characters.\r\n", "CLIENT",
+           "SETINFO", "LIB-NAME", "my lib");
+    REPLY("CLIENT SETINFO LIB-NAME", 0,
+          "-ERR wrong number of arguments for 'client|setinfo' command\r\n");
+    long long id = client_id(conn);
+    REPLY("CLIENT INFO", 0, client_info_reply(2, id, longname, 0, "redis-py", "5.0.1"));
+    /* age: seconds since the connection's first command (at 0 here) */
+    REPLY("CLIENT INFO", 7999, client_info_reply(2, id, longname, 7, "redis-py", "5.0.1"));
+    REPLY("CLIENT SETINFO LIB-VER 5.0.2", 0, "+OK\r\n"); /* replaced */
+    REPLY("CLIENT INFO", 0, client_info_reply(2, id, longname, 0, "redis-py", "5.0.2"));
+    REPLYV("+OK\r\n", "CLIENT", "SETNAME", ""); /* "" removes the name */
+    REPLY("CLIENT GETNAME", 0, "$-1\r\n");
+    assert_memory_equal(run("CLIENT HELP", 0), "*13\r\n+CLIENT <subcommand>", 21);
+    REPLY("CLIENT LIST", 0, "-ERR unknown subcommand 'LIST'. Try CLIENT HELP.\r\n");
+    REPLY("CLIENT MAINT_NOTIFICATIONS ON moving-endpoint-type none", 0,
+          "-ERR unknown subcommand 'MAINT_NOTIFICATIONS'. Try CLIENT HELP.\r\n");
+
+    REPLY("SELECT 0", 0, "+OK\r\n");
+    REPLY("SELECT 1", 0, "-ERR DB index is out of range\r\n");
+    REPLY("SELECT -1", 0, "-ERR DB index is out of range\r\n");
+    REPLY("SELECT 00", 0, "-ERR value is not an integer or out of range\r\n");
+    REPLY("SELECT x", 0, "-ERR value is not an integer or out of range\r\n");
+    REPLY("SELECT", 0, "-ERR wrong number of arguments for 'select' command\r\n");
+}
+
+/* Each connection has its own state: protocol, name, id; freeing it frees
+ * that (the ASan build's leak check sees it). */
+static void resp3_per_connection(void **state)
+{
+    (void)state;
+    sl_conn *other = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink); /* one sink */
+    assert_non_null(other);
+    assert_string_equal(runv("HELLO", "3", "SETNAME", "one"), hello_reply(3, client_id(conn)));
+    assert_int_equal(sl_resp_conn_proto(conn), SL_RESP3);
+    assert_int_equal(sl_resp_conn_proto(other), SL_RESP2);
+    assert_true(client_id(other) != client_id(conn));
+    assert_string_equal(runv_on(other, "CLIENT", "GETNAME", NULL), "$-1\r\n");
+    assert_string_equal(runv_on(other, "RL.CHECK", "api", "DESCRIPTOR", "a", "b", NULL),
+                        "-ERR no rules loaded (start sluiced with --rules PATH)\r\n");
+    REPLY("CLIENT GETNAME", 0, "$3\r\none\r\n");
+    sl_conn_detached_free(other);
+    /* a new connection: its state from its first command on, with the next id */
+    sl_conn *fresh = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink);
+    assert_non_null(fresh);
+    assert_null(sl_conn_pdata(fresh));
+    long long last = client_id(conn);
+    assert_string_equal(runv_on(fresh, "PING", NULL), "+PONG\r\n");
+    assert_non_null(sl_conn_pdata(fresh));
+    assert_int_equal(client_id(fresh), last + 2); /* "other" had last + 1 */
+    assert_null(sl_resp_conn_user(fresh));
+    assert_int_equal(sl_resp_conn_proto(fresh), SL_RESP2);
+    sl_conn_detached_free(fresh);
 }
 
 int main(void)
@@ -268,6 +558,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(trusted_client_time, setup, teardown),
         cmocka_unit_test_setup_teardown(small_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(check_with_rules, setup, teardown),
+        cmocka_unit_test_setup_teardown(resp3_hello, setup, teardown),
+        cmocka_unit_test_setup_teardown(resp3_replies, setup, teardown),
+        cmocka_unit_test_setup_teardown(client_and_select, setup, teardown),
+        cmocka_unit_test_setup_teardown(resp3_per_connection, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

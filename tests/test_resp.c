@@ -1,6 +1,7 @@
 /*
  * test_resp.c -- the RESP parser on handcrafted hostile input: negative and
- * huge lengths, unterminated frames, binary arguments, one byte at a time.
+ * huge lengths, unterminated frames, binary arguments, one byte at a time;
+ * and the reply writers, byte for byte, in RESP2 and RESP3.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,9 @@
 
 #include <cmocka.h>
 
+#include <math.h>
+
+#include "buf.h"
 #include "resp.h"
 
 static sl_resp_cmd cmd;
@@ -141,12 +145,89 @@ static void empty_and_null_multibulk(void **state)
     assert_int_equal(cmd.argc, 0);
 }
 
+/* ---- the writers ---------------------------------------------------------- */
+
+static sl_buf out;
+
+/* out's bytes as a string, then out emptied. */
+static const char *written(void)
+{
+    static char s[1024];
+    assert_true(out.len < sizeof s);
+    memcpy(s, out.p ? out.p : "", out.len);
+    s[out.len] = '\0';
+    out.len = 0;
+    return s;
+}
+
+#define WROTE(call, want)                                                                          \
+    do {                                                                                           \
+        call;                                                                                      \
+        assert_string_equal(written(), want);                                                      \
+    } while (0)
+
+static void writers_resp2(void **state)
+{
+    (void)state;
+    WROTE(sl_resp_int(&out, -42), ":-42\r\n");
+    WROTE(sl_resp_int(&out, -9223372036854775807LL - 1), ":-9223372036854775808\r\n");
+    WROTE(sl_resp_array(&out, 3), "*3\r\n");
+    WROTE(sl_resp_bulk(&out, "a\r\nb", 4), "$4\r\na\r\nb\r\n");
+    WROTE(sl_resp_bulk_str(&out, ""), "$0\r\n\r\n");
+    WROTE(sl_resp_nil(&out), "$-1\r\n");
+    WROTE(sl_resp_err(&out, "bad\r\nthing"), "-ERR bad  thing\r\n");
+    /* RESP3's types, as Redis writes them to a RESP2 client */
+    WROTE(sl_resp_null(&out, SL_RESP2), "$-1\r\n");
+    WROTE(sl_resp_null_array(&out, SL_RESP2), "*-1\r\n");
+    WROTE(sl_resp_map(&out, SL_RESP2, 7), "*14\r\n");
+    WROTE(sl_resp_map(&out, SL_RESP2, 0), "*0\r\n");
+    WROTE(sl_resp_set(&out, SL_RESP2, 2), "*2\r\n");
+    WROTE(sl_resp_verbatim(&out, SL_RESP2, "txt", "a:b\r\n", 5), "$5\r\na:b\r\n\r\n");
+    WROTE(sl_resp_bool(&out, SL_RESP2, 1), ":1\r\n");
+    WROTE(sl_resp_bool(&out, SL_RESP2, 0), ":0\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP2, 1.5), "$3\r\n1.5\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP2, 0.1), "$19\r\n0.10000000000000001\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP2, -INFINITY), "$4\r\n-inf\r\n");
+    sl_result r = {1, 10, 9, 0, 1000, 0};
+    WROTE(sl_resp_fields(&out, &r), ":1\r\n:10\r\n:9\r\n:0\r\n:1000\r\n:0\r\n");
+    free(out.p);
+    out = (sl_buf){0};
+}
+
+static void writers_resp3(void **state)
+{
+    (void)state;
+    WROTE(sl_resp_null(&out, SL_RESP3), "_\r\n");
+    WROTE(sl_resp_null_array(&out, SL_RESP3), "_\r\n");
+    WROTE(sl_resp_map(&out, SL_RESP3, 7), "%7\r\n");
+    WROTE(sl_resp_map(&out, SL_RESP3, 0), "%0\r\n");
+    WROTE(sl_resp_set(&out, SL_RESP3, 2), "~2\r\n");
+    /* the length counts "txt:" */
+    WROTE(sl_resp_verbatim(&out, SL_RESP3, "txt", "a:b\r\n", 5), "=9\r\ntxt:a:b\r\n\r\n");
+    WROTE(sl_resp_verbatim(&out, SL_RESP3, "mkd", "", 0), "=4\r\nmkd:\r\n");
+    WROTE(sl_resp_bool(&out, SL_RESP3, 7), "#t\r\n");
+    WROTE(sl_resp_bool(&out, SL_RESP3, 0), "#f\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, 1.5), ",1.5\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, -0.25), ",-0.25\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, 1e300), ",1.0000000000000001e+300\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, 10), ",10\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, INFINITY), ",inf\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, -INFINITY), ",-inf\r\n");
+    WROTE(sl_resp_double(&out, SL_RESP3, NAN), ",nan\r\n");
+    /* the rest is RESP2's */
+    WROTE(sl_resp_int(&out, 5), ":5\r\n");
+    WROTE(sl_resp_bulk_str(&out, "x"), "$1\r\nx\r\n");
+    free(out.p);
+    out = (sl_buf){0};
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(multibulk),        cmocka_unit_test(inline_commands),
         cmocka_unit_test(binary_arguments), cmocka_unit_test(one_byte_at_a_time),
         cmocka_unit_test(protocol_errors),  cmocka_unit_test(empty_and_null_multibulk),
+        cmocka_unit_test(writers_resp2),    cmocka_unit_test(writers_resp3),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

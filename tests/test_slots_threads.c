@@ -10,7 +10,10 @@
  * Each pipeline's replies must equal, byte for byte, what the same
  * pipeline gets from a detached connection over a plain local backend
  * (tests/test_commands.c's way, no sockets, inline): ordering is kept and
- * the asynchronous path changes no reply.
+ * the asynchronous path changes no reply.  Both load the same rules file,
+ * and mixed pipelines switch protocols (HELLO 3, HELLO 2) between RL.CHECKs
+ * still in flight: each reply is framed in the protocol of its request
+ * (HELLO's ids, which differ between the two connections, are masked).
  *
  *   ordered_replies          one client, 2000 mixed commands in one write
  *                            (also against a second server on the plain
@@ -51,6 +54,7 @@
 
 #include "backend_local.h"
 #include "config.h"
+#include "live.h"
 #include "log.h"
 #include "net.h"
 #include "resp_commands.h"
@@ -76,6 +80,33 @@ static void pause_ms(int ms)
 {
     struct timespec ts = {0, (long)ms * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* ---- the rules both servers load -------------------------------------------- */
+
+static char rules_file[] = "/tmp/sluice-test-slots-rules-XXXXXX";
+
+static void rules_remove(void) { unlink(rules_file); }
+
+/* The rules (a path, written once, removed at exit) loaded into a new
+ * sl_live for srv. */
+static void rules_load(sl_srv *srv)
+{
+    static const char yaml[] = "domain: api\n"
+                               "descriptors:\n"
+                               "  - key: user\n"
+                               "    rate_limit: {unit: second, requests_per_unit: 3}\n";
+    if (rules_file[sizeof rules_file - 2] == 'X') {
+        int fd = mkstemp(rules_file);
+        assert_true(fd >= 0);
+        assert_int_equal(write(fd, yaml, sizeof yaml - 1), (ssize_t)(sizeof yaml - 1));
+        close(fd);
+        atexit(rules_remove);
+    }
+    char err[SL_LIVE_ERR];
+    srv->live = sl_live_new(rules_file);
+    assert_non_null(srv->live);
+    if (sl_live_reload(srv->live, "test", err, sizeof err) != 0) fail_msg("%s", err);
 }
 
 /* ---- a server, wired as main.c wires sluiced ------------------------------ */
@@ -114,6 +145,7 @@ static server *server_start(int delayed, uint64_t seed)
         s->srv.backend = s->delay;
     }
     assert_int_equal(sl_stats_init(&s->srv.stats, sl_net_default_workers(&s->cfg)), 0);
+    rules_load(&s->srv);
     s->net = sl_net_start(&s->srv, &sl_resp_proto, err, sizeof err);
     if (s->net == NULL) fail_msg("sl_net_start: %s", err);
     assert_int_equal(s->srv.nworkers, 2);
@@ -126,6 +158,7 @@ static void server_stop(server *s)
     sl_net_stop(s->net);
     sl_net_join(s->net);
     sl_net_free(s->net);
+    sl_live_free(s->srv.live);
     if (s->delay != NULL) {
         assert_int_equal(backend_delay_inflight(s->delay), 0);
         sl_backend_free(s->delay);
@@ -194,6 +227,7 @@ static int reference(const char *in, size_t len, sl_buf *out)
     srv.nworkers = 1;
     assert_non_null(srv.backend);
     assert_int_equal(sl_stats_init(&srv.stats, 1), 0);
+    rules_load(&srv);
     sl_svc_ctx svc;
     if (sl_svc_ctx_init(&svc, &srv, 0, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     sl_conn *c = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, out);
@@ -204,6 +238,7 @@ static int reference(const char *in, size_t len, sl_buf *out)
     if (st != SL_PROTO_CLOSE) assert_int_equal(used, len);
     sl_conn_detached_free(c);
     sl_svc_ctx_done(&svc);
+    sl_live_free(srv.live);
     sl_backend_free(srv.backend);
     sl_stats_free(&srv.stats);
     sl_store_free(srv.store);
@@ -260,8 +295,10 @@ static const char *const algos[] = {"fixed-window",    "sliding-log",  "sliding-
 
 /* Appends n commands on keys "<prefix>:k0".."k5" to b.  With only_async,
  * every command is one the backend answers (valid RL.ALLOW, RL.PEEK,
- * RL.RESET); otherwise PING, ECHO, unknown commands, wrong arities and bad
- * arguments are mixed in.  Returns how many of them reach the backend. */
+ * RL.RESET); otherwise PING, ECHO, unknown commands, wrong arities, bad
+ * arguments, RL.CHECK, CONFIG GET and protocol switches (HELLO 3, HELLO 2)
+ * are mixed in.  Returns how many of them reach the backend (counting
+ * only RL.ALLOW, RL.PEEK and RL.RESET). */
 static int gen(rng *r, const char *prefix, int n, int only_async, sl_buf *b)
 {
     static int64_t t = 1000000000; /* AT times: mostly forward, sometimes back */
@@ -274,6 +311,17 @@ static int gen(rng *r, const char *prefix, int n, int only_async, sl_buf *b)
         int64_t limit = rnd_in(r, 1, 5), cost = rnd(r) % 4 == 0 ? rnd_in(r, 0, 3) : 1;
         const char *window = rnd(r) % 2 ? "1000" : "10s";
         t += rnd(r) % 10 == 0 ? -rnd_in(r, 1, 2000) : rnd_in(r, 0, 400);
+        if (!only_async && rnd(r) % 8 == 0) { /* replies RESP3 frames its own way */
+            int w = (int)(rnd(r) % 4);
+            if (w == 0)
+                cmd(b, "HELLO %d", rnd(r) % 2 ? 3 : 2);
+            else if (w == 1)
+                cmd(b, "CONFIG GET save");
+            else /* a NO_RULE row: a null name, $-1 or _ */
+                cmd(b, "RL.CHECK api AT %lld DESCRIPTOR user %s-u%d DESCRIPTOR team red",
+                    (long long)t, prefix, k);
+            continue;
+        }
         if (c < 45) {
             cmd(b, "RL.ALLOW %s:k%d %lld %s ALGO %s AT %lld COST %lld", prefix, k, (long long)limit,
                 window, algo, (long long)t, (long long)cost);
@@ -332,13 +380,15 @@ static int client_connect(int port)
 
 /* One exchange: writes in[0..inlen) (one write, then the rest as the socket
  * takes it) while reading replies, until `want` bytes have arrived, or
- * with until_eof until the server closes.  Thread-safe (no cmocka):
- * returns 0, or -1 with why in err. */
+ * with tail until what arrived ends with tail[0..want) (the last reply:
+ * HELLO's ids make the length vary), or with until_eof until the server
+ * closes.  Thread-safe (no cmocka): returns 0, or -1 with why in err. */
 typedef struct xchg {
     int port;
     const char *in;
     size_t inlen;
     size_t want;
+    const char *tail;
     int until_eof;
     sl_buf out;
     int eof;
@@ -356,7 +406,10 @@ static int exchange(xchg *x)
     double until = mono_s() + DEADLINE_S;
     char buf[65536];
     int rc = 0;
-    while (x->until_eof ? !x->eof : x->out.len < x->want) {
+    while (x->until_eof ? !x->eof
+           : x->tail
+               ? x->out.len < x->want || memcmp(x->out.p + x->out.len - x->want, x->tail, x->want)
+               : x->out.len < x->want) {
         if (mono_s() > until) {
             snprintf(x->err, sizeof x->err, "deadline: %zu of %zu bytes sent, %zu received", sent,
                      x->inlen, x->out.len);
@@ -429,14 +482,54 @@ static void same_bytes(const sl_buf *got, const sl_buf *want, const char *who)
              shown(want, from), want->p ? want->p + from : "");
 }
 
-/* One pipeline over one connection, compared with the reference. */
-static void run_pipeline(server *s, const sl_buf *in, const char *who)
+/* Replaces the id in every HELLO reply of b by '#' (the two connections
+ * compared have ids of their own). */
+static void mask_ids(sl_buf *b)
 {
-    sl_buf want = {0};
-    reference(in->p, in->len, &want);
-    xchg x = {.port = s->srv.port, .in = in->p, .inlen = in->len, .want = want.len};
+    static const char key[] = "$2\r\nid\r\n:";
+    size_t w = 0;
+    for (size_t r = 0; r < b->len;) {
+        if (b->len - r >= sizeof key - 1 && memcmp(b->p + r, key, sizeof key - 1) == 0) {
+            memmove(b->p + w, b->p + r, sizeof key - 1);
+            w += sizeof key - 1;
+            r += sizeof key - 1;
+            while (r < b->len && b->p[r] >= '0' && b->p[r] <= '9') r++;
+            b->p[w++] = '#'; /* after the digits: w stays behind r */
+        } else {
+            b->p[w++] = b->p[r++];
+        }
+    }
+    b->len = w;
+}
+
+/* The last reply of out: ECHO's "$n\r\n<text>\r\n" for the pipeline's last
+ * command, ECHO text.  Its length. */
+static size_t echo_reply(char *dst, size_t cap, const char *text)
+{
+    int n = snprintf(dst, cap, "$%zu\r\n%s\r\n", strlen(text), text);
+    assert_true(n > 0 && (size_t)n < cap);
+    return (size_t)n;
+}
+
+/* One pipeline over one connection, compared with the reference; an ECHO
+ * after it marks the end of the replies. */
+static void run_pipeline(server *s, const sl_buf *in0, const char *who)
+{
+    sl_buf in = {0}, want = {0};
+    char tail[64];
+    assert_int_equal(sl_buf_add(&in, in0->p, in0->len), 0);
+    cmd(&in, "ECHO end-of-run");
+    reference(in.p, in.len, &want);
+    xchg x = {.port = s->srv.port,
+              .in = in.p,
+              .inlen = in.len,
+              .want = echo_reply(tail, sizeof tail, "end-of-run"),
+              .tail = tail};
     if (exchange(&x) != 0) fail_msg("%s: %s", who, x.err);
+    mask_ids(&x.out);
+    mask_ids(&want);
     same_bytes(&x.out, &want, who);
+    free(in.p);
     free(x.out.p);
     free(want.p);
 }
@@ -450,6 +543,12 @@ static void ordered_replies(void **state)
     sl_buf in = {0};
     gen(&r, "one", NCMDS, 0, &in);
     cmd(&in, "ECHO end-of-pipeline");
+    sl_buf ref = {0}; /* the mix has RL.CHECKs answered in each protocol */
+    reference(in.p, in.len, &ref);
+    assert_non_null(memmem(ref.p, ref.len, "%7\r\n$6\r\nserver", 14));
+    assert_non_null(memmem(ref.p, ref.len, "NO_RULE\r\n_\r\n", 12));
+    assert_non_null(memmem(ref.p, ref.len, "NO_RULE\r\n$-1\r\n", 14));
+    free(ref.p);
 
     server *s = server_start(1, 1);
     run_pipeline(s, &in, "delay backend");
@@ -481,6 +580,7 @@ static void many_clients(void **state)
     (void)state;
     server *s = server_start(1, 2);
     sl_buf in[NCLIENTS], want[NCLIENTS];
+    char tails[NCLIENTS][64];
     xchg x[NCLIENTS];
     pthread_t tid[NCLIENTS];
     memset(in, 0, sizeof in);
@@ -493,7 +593,13 @@ static void many_clients(void **state)
         gen(&r, prefix, NCMDS, 0, &in[i]);
         cmd(&in[i], "ECHO end-of-%s", prefix);
         reference(in[i].p, in[i].len, &want[i]);
-        x[i] = (xchg){.port = s->srv.port, .in = in[i].p, .inlen = in[i].len, .want = want[i].len};
+        char end[32];
+        snprintf(end, sizeof end, "end-of-%s", prefix);
+        x[i] = (xchg){.port = s->srv.port,
+                      .in = in[i].p,
+                      .inlen = in[i].len,
+                      .want = echo_reply(tails[i], sizeof tails[i], end),
+                      .tail = tails[i]};
     }
     for (int i = 0; i < NCLIENTS; i++)
         assert_int_equal(pthread_create(&tid[i], NULL, client_thread, &x[i]), 0);
@@ -502,6 +608,8 @@ static void many_clients(void **state)
         char who[32];
         snprintf(who, sizeof who, "client %d", i);
         if (x[i].err[0]) fail_msg("%s: %s", who, x[i].err);
+        mask_ids(&x[i].out);
+        mask_ids(&want[i]);
         same_bytes(&x[i].out, &want[i], who);
         free(x[i].out.p);
         free(in[i].p);
@@ -676,6 +784,7 @@ static void stop_with_orphans_in_flight(void **state)
     sl_net_join(s->net);
     backend_delay_release(s->delay);
     sl_net_free(s->net); /* closes the channels: what was held is answered */
+    sl_live_free(s->srv.live);
     assert_int_equal(backend_delay_inflight(s->delay), 0);
     s->net = NULL;
     sl_backend_free(s->delay);

@@ -161,7 +161,7 @@ struct sl_conn {
     sl_slot *head, *tail; /* reply slots not yet sent, in request order */
     size_t nslots;        /* how many */
     size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
-    const void *pdata;    /* the protocol's word (proto.h: sl_conn_pdata) */
+    void *pdata;          /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
 };
 
@@ -235,25 +235,35 @@ int64_t sl_now_ms(void) { return sl__clock_ms(); }
 
 static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
-/* The client's address for debug logs (a syscall: only when logging). */
-static const char *peer(int fd, char *buf, size_t cap)
+/* One end of socket fd, "ip:port" ("[ip6]:port", as Redis writes
+ * addresses): the peer's, or with local our own; NULL if it cannot be read.
+ * A syscall: for logs and rare commands. */
+static const char *sock_addr(int fd, int local, char *buf, size_t cap)
 {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     char host[INET6_ADDRSTRLEN];
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return "?";
+    if (fd < 0 || (local ? getsockname(fd, (struct sockaddr *)&ss, &sl)
+                         : getpeername(fd, (struct sockaddr *)&ss, &sl)) != 0)
+        return NULL;
+    int n = -1;
     if (ss.ss_family == AF_INET) {
         struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-        snprintf(buf, cap, "%s:%u", host, ntohs(a->sin_port));
+        if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof host))
+            n = snprintf(buf, cap, "%s:%u", host, ntohs(a->sin_port));
     } else if (ss.ss_family == AF_INET6) {
         struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-        snprintf(buf, cap, "[%s]:%u", host, ntohs(a->sin6_port));
-    } else {
-        return "?";
+        if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host))
+            n = snprintf(buf, cap, "[%s]:%u", host, ntohs(a->sin6_port));
     }
-    return buf;
+    return n > 0 && (size_t)n < cap ? buf : NULL;
+}
+
+/* The client's address for debug logs (a syscall: only when logging). */
+static const char *peer(int fd, char *buf, size_t cap)
+{
+    const char *a = sock_addr(fd, 0, buf, cap);
+    return a ? a : "?";
 }
 
 /* ---- connections ----------------------------------------------------- */
@@ -382,8 +392,8 @@ sl_svc_ctx *sl_conn_svc(conn *c) { return c->w->svcp; }
 sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
 void *sl_conn_scratch(conn *c) { return c->w->scratch; }
 const sl_config *sl_conn_cfg(const conn *c) { return c->w->net->cfg; }
-const void *sl_conn_pdata(const conn *c) { return c->pdata; }
-void sl_conn_set_pdata(conn *c, const void *p) { c->pdata = p; }
+void *sl_conn_pdata(const conn *c) { return c->pdata; }
+void sl_conn_set_pdata(conn *c, void *p) { c->pdata = p; }
 
 const char *sl_conn_peer_host(const conn *c, char *buf, size_t cap)
 {
@@ -395,6 +405,13 @@ const char *sl_conn_peer_host(const conn *c, char *buf, size_t cap)
     if (ss.ss_family == AF_INET6) a = &((struct sockaddr_in6 *)&ss)->sin6_addr;
     return a != NULL && inet_ntop(ss.ss_family, a, buf, (socklen_t)cap) != NULL ? buf : NULL;
 }
+
+const char *sl_conn_addr(const conn *c, int local, char *buf, size_t cap)
+{
+    return sock_addr(c->fd, local, buf, cap);
+}
+
+int sl_conn_fd(const conn *c) { return c->fd; }
 
 /* Detaches c's pending slots: the done ones are freed, the ones still in
  * flight are left to their backend's completion, which frees them. */
@@ -613,6 +630,7 @@ void sl_conn_detached_free(sl_conn *c)
         free(s);
     }
     w->nfree_slots = 0;
+    if (w->net->proto->closed) w->net->proto->closed(c->pdata);
     free(w->scratch);
     free(w->net);
     free(w);
@@ -645,6 +663,7 @@ static void conn_free(conn *c, const char *why)
     else
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
+    if (w->net->proto->closed) w->net->proto->closed(c->pdata);
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);

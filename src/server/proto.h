@@ -67,6 +67,10 @@ typedef struct sl_proto {
     /* Bytes of per-worker scratch the protocol wants (sl_conn_scratch):
      * e.g. the parsed command being run. */
     size_t scratch_size;
+    /* Called once as a connection is freed, with its pdata (possibly
+     * NULL): frees what the protocol keeps for that connection.  NULL:
+     * nothing to free. */
+    void (*closed)(void *pdata);
 } sl_proto;
 
 /* Opens the next reply slot of c; NULL when out of memory. */
@@ -85,15 +89,21 @@ sl_svc_ctx *sl_slot_svc(sl_slot *s);
 void *sl_conn_scratch(sl_conn *c);
 /* The server's limits for c. */
 const sl_config *sl_conn_cfg(const sl_conn *c);
-/* One word the protocol keeps per connection (resp_commands.c: who the
- * client logged in as); NULL when the connection opens, never freed by
- * net.c, so it must point at something that outlives every connection. */
-const void *sl_conn_pdata(const sl_conn *c);
-void sl_conn_set_pdata(sl_conn *c, const void *p);
+/* One word the protocol keeps per connection (resp_commands.c: its state
+ * of the connection -- who logged in, the protocol version, the name);
+ * NULL when the connection opens; handed to proto.closed when the
+ * connection is freed.  Only the connection's worker touches it. */
+void *sl_conn_pdata(const sl_conn *c);
+void sl_conn_set_pdata(sl_conn *c, void *p);
 /* The client's address without its port ("10.0.0.7", "::1") in buf, or
  * NULL when it has none (a detached connection) or it cannot be read.  A
  * syscall: for rare commands (AUTH), not per request. */
 const char *sl_conn_peer_host(const sl_conn *c, char *buf, size_t cap);
+/* One end of c's socket as Redis's CLIENT INFO writes it, "ip:port"
+ * ("[ip6]:port"): the client's (local 0) or sluiced's (local 1), in buf;
+ * NULL as above.  And c's socket, -1 when it has none.  For CLIENT INFO. */
+const char *sl_conn_addr(const sl_conn *c, int local, char *buf, size_t cap);
+int sl_conn_fd(const sl_conn *c);
 /* Counts a protocol error (a connection closed for bad framing) and logs it. */
 void sl_conn_protocol_error(sl_conn *c, const char *msg);
 

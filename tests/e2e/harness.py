@@ -170,6 +170,23 @@ class Incomplete(Exception):
     pass
 
 
+class Map(dict):
+    """A RESP3 map (%): its pairs, in the order sent."""
+
+
+class Set(list):
+    """A RESP3 set (~), as a list in the order sent."""
+
+
+class Verbatim(bytes):
+    """A RESP3 verbatim string (=): the text, with .fmt ("txt", "mkd")."""
+
+    def __new__(cls, fmt, text):
+        v = super().__new__(cls, text)
+        v.fmt = fmt
+        return v
+
+
 def encode(*args):
     """One command as a RESP multibulk."""
     parts = [b"*%d\r\n" % len(args)]
@@ -183,10 +200,11 @@ def encode(*args):
 
 
 def parse_reply(buf, pos=0):
-    """Parses one RESP2 reply at buf[pos:].  Returns (value, new pos) or
-    raises Incomplete.  Simple strings and bulks are bytes, integers int,
-    null None, errors RespError (returned, not raised), arrays lists.  A
-    malformed reply raises ValueError."""
+    """Parses one RESP2 or RESP3 reply at buf[pos:].  Returns (value, new
+    pos) or raises Incomplete.  Simple strings and bulks are bytes, integers
+    int, nulls None, errors RespError (returned, not raised), arrays lists;
+    RESP3's maps Map, sets Set, verbatim strings Verbatim, booleans bool,
+    doubles float.  A malformed reply raises ValueError."""
     end = buf.find(b"\r\n", pos)
     if end < 0:
         raise Incomplete()
@@ -216,6 +234,29 @@ def parse_reply(buf, pos=0):
             v, nxt = parse_reply(buf, nxt)
             items.append(v)
         return items, nxt
+    # RESP3
+    if kind == b"_" and line == b"":
+        return None, nxt
+    if kind == b"#" and line in (b"t", b"f"):
+        return line == b"t", nxt
+    if kind == b",":
+        return float(line), nxt
+    if kind in (b"%", b"~"):
+        n = int(line)
+        items = []
+        for _ in range(2 * n if kind == b"%" else n):
+            v, nxt = parse_reply(buf, nxt)
+            items.append(v)
+        if kind == b"~":
+            return Set(items), nxt
+        return Map(zip(items[::2], items[1::2])), nxt
+    if kind == b"=":
+        n = int(line)
+        if len(buf) < nxt + n + 2:
+            raise Incomplete()
+        if n < 4 or buf[nxt + 3:nxt + 4] != b":" or buf[nxt + n:nxt + n + 2] != b"\r\n":
+            raise ValueError("malformed verbatim string at %d" % pos)
+        return Verbatim(bytes(buf[nxt:nxt + 3]).decode(), bytes(buf[nxt + 4:nxt + n])), nxt + n + 2
     raise ValueError("not a RESP reply: %r" % bytes(buf[pos:pos + 40]))
 
 

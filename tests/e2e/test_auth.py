@@ -18,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from harness import (BASE, HOST, SLOW, SLUICED, RawConn, RespError, Server, ServerTestCase,
+from harness import (BASE, HOST, SLOW, SLUICED, Map, RawConn, RespError, Server, ServerTestCase,
                      deadline, parse_info)
 
 REDIS_CLI = shutil.which("redis-cli")
@@ -157,10 +157,11 @@ class TestLogin(AuthServer):
 
     def test_hello_auth(self):
         c = self.conn()
-        # HELLO 3 stays NOPROTO, checked before AUTH: nothing logs in
-        self.assertTrue(c.cmd("HELLO", "3", "AUTH", "dec", USERS["dec"]).line.startswith(
-            "NOPROTO"))
+        # an unknown version is NOPROTO, checked before AUTH: nothing logs in
+        self.assertEqual(c.cmd("HELLO", "4", "AUTH", "dec", USERS["dec"]),
+                         RespError("NOPROTO unsupported protocol version"))
         self.assertEqual(c.cmd("PING"), NOAUTH)
+        self.assertEqual(c.cmd("HELLO", "3"), NOAUTH_HELLO)  # RESP3 needs a login too
         self.assertEqual(c.cmd("HELLO", "2", "AUTH", "dec"),
                          RespError("ERR Syntax error in HELLO option 'AUTH'"))
         self.assertEqual(c.cmd("HELLO", "2", "FOO"),
@@ -171,6 +172,17 @@ class TestLogin(AuthServer):
         self.assertEqual(h[:6], [b"server", b"sluiced", b"version", h[3], b"proto", 2])
         self.assertEqual(c.cmd("RL.ALLOW", "hello:k", 5, "10s")[:3], [1, 5, 4])
         self.assertEqual(c.cmd("HELLO", "2"), h)  # logged in: HELLO alone works
+        # HELLO 3 AUTH: logs in (as another user) and switches to RESP3 at once
+        h3 = c.cmd("HELLO", "3", "AUTH", "grafana", USERS["grafana"])
+        self.assertIsInstance(h3, Map)
+        self.assertEqual(list(h3.items())[:3], [(b"server", b"sluiced"), (b"version", h[3]),
+                                                (b"proto", 3)])
+        self.assertEqual(c.cmd("RL.ALLOW", "hello:k", 5, "10s"), noperm("rl.allow"))
+        self.assertEqual(c.cmd("CLIENT", "GETNAME"), b"checkout")  # the name stays
+        # a wrong password in HELLO 3 changes neither the user nor the protocol
+        self.assertEqual(c.cmd("HELLO", "2", "AUTH", "dec", "nope"), WRONGPASS)
+        self.assertIsInstance(c.cmd("CONFIG", "GET", "save"), Map)
+        self.assertEqual(c.cmd("RL.PEEK", "hello:k", 5, "10s")[:3], [1, 5, 3])
 
     @unittest.skipIf(REDIS_CLI is None, "redis-cli")  # never true: deps.sh installs it
     def test_redis_cli(self):

@@ -5,7 +5,7 @@ HELLO, and the error replies of section 5."""
 
 import redis
 
-from harness import BASE, RespError, ServerTestCase, load_vectors, parse_info
+from harness import BASE, Map, RespError, ServerTestCase, load_vectors, parse_info
 
 ALGOS = ["fixed-window", "sliding-log", "sliding-window", "sliding-buckets", "token-bucket",
          "gcra", "leaky-bucket"]
@@ -338,13 +338,19 @@ class TestRawReplies(ServerTestCase):
             self.assertEqual(m[b"proto"], 2)
             self.assertEqual(m[b"server"], b"sluiced")
             self.assertIn(b"version", m)
+            # HELLO 3: the same pairs as a RESP3 map, and RESP3 from then on
             h3 = c.cmd("HELLO", "3")
-            self.assertIsInstance(h3, RespError)
-            self.assertTrue(h3.line.startswith("NOPROTO"), h3)
-            self.assertIn("RESP2", h3.line)
-            # the connection keeps speaking RESP2
-            self.assertEqual(c.cmd("PING"), b"PONG")
-            self.assertEqual(c.cmd("HELLO"), h)
+            self.assertIsInstance(h3, Map)
+            self.assertEqual(h3, {**m, b"proto": 3})
+            self.assertEqual(list(h3), h[::2], "the same keys in the same order")
+            self.assertEqual(c.cmd("HELLO"), h3)
+            self.assertEqual(c.cmd("HELLO", "4"), RespError("NOPROTO unsupported protocol version"))
+            self.assertEqual(c.cmd("HELLO", "three"),
+                             RespError("ERR Protocol version is not an integer or out of range"))
+            self.assertIsInstance(c.cmd("CONFIG", "GET", "save"), Map, "still RESP3")
+            # HELLO 2 goes back to RESP2
+            self.assertEqual(c.cmd("HELLO", "2"), h)
+            self.assertEqual(c.cmd("CONFIG", "GET", "save"), [b"save", b""])
 
 
 class TestInfo(ServerTestCase):

@@ -53,7 +53,13 @@ class TestRedisCli(ServerTestCase):
         self.assertIn("rl.allow", self.cli("COMMAND"))
         hello = self.cli("HELLO", "2").split("\n")
         self.assertEqual(hello[hello.index("proto") + 1], "2")
-        self.assertIn("NOPROTO", self.cli("HELLO", "3"))
+        self.assertEqual(self.cli("HELLO", "4"), "NOPROTO unsupported protocol version\n\n")
+        # redis-cli -3 says HELLO 3 first: the decision reads the same in RESP3
+        self.assertEqual(self.cli("-3", "RL.ALLOW", "cli3", 5, "10s", "AT", t),
+                         "1\n5\n4\n0\n2000\n0\n")
+        hello = self.cli("-3", "HELLO").split("\n")
+        self.assertEqual(hello[2:3], ["proto 3"])
+        self.assertEqual(self.cli("-3", "CONFIG", "GET", "save"), "save \n")
         self.assertEqual(self.cli("RL.ALLOW", "k", 5, 1000, "ALGO", "tokenbucket").strip(),
                          "ERR unknown algorithm 'tokenbucket'")
         self.assertEqual(self.cli("RL.ALLOW", "k", 0, 1000).strip(),

@@ -4,10 +4,14 @@
  * fresh detached connection of a server with a password file and a users
  * file (src/server/auth.c), one command at a time, each checked against a
  * small model of who the connection is:
- *   - it starts logged out; it becomes user U only by an AUTH or HELLO 2
+ *   - it starts logged out; it becomes user U only by an AUTH or HELLO 2|3
  *     AUTH naming U with one of U's passwords while its address has fewer
  *     than FAILS failures, and a failed login leaves it as it was
- *     (sl_conn_pdata is compared with the model after every command);
+ *     (sl_resp_conn_user is compared with the model after every command);
+ *   - it starts in RESP2; only a HELLO 2 or HELLO 3 that succeeds (a valid
+ *     login if it has AUTH, logged in, a valid SETNAME if any) switches
+ *     it, and its reply is then a RESP3 map or a RESP2 array of 14
+ *     (sl_resp_conn_proto is compared with the model after every command);
  *   - logged out, every command but AUTH, HELLO and QUIT answers exactly
  *     "-NOAUTH Authentication required.";
  *   - logged in, a command outside the user's groups answers "-NOPERM ...",
@@ -155,6 +159,14 @@ static int check(const sl_resp_arg *u, const sl_resp_arg *p)
     return -1;
 }
 
+/* Would sluiced keep a as a connection's name (HELLO ... SETNAME)? */
+static int name_ok(const sl_resp_arg *a)
+{
+    for (size_t i = 0; i < a->len; i++)
+        if (a->p[i] < '!' || a->p[i] > '~') return 0;
+    return a->len <= SL_RESP_MAX_NAME;
+}
+
 /* The group a command needs (0: any logged-in user); -1 unknown. */
 static int group_of(const sl_resp_cmd *c)
 {
@@ -190,7 +202,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     setup();
     sl_conn *c = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink);
     if (c == NULL) die("out of memory");
-    int who = -1, fails = 0;
+    int who = -1, fails = 0, proto = SL_RESP2;
     const char *buf = (const char *)data;
     size_t off = 0;
     while (off < size) {
@@ -208,20 +220,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         const char *r = sink.p;
         size_t n = sink.len;
-        if (n == 0 || !strchr("+-:$*", r[0])) die("no reply");
+        if (n == 0 || !strchr("+-:$*%_=~", r[0])) die("no reply");
         int g = group_of(&cmd);
         const sl_resp_arg *a = cmd.argv;
         int is_auth = is(&a[0], "auth"), is_hello = is(&a[0], "hello");
         int was = who;
 
         /* what the model expects of a login */
-        const sl_resp_arg *u = NULL, *p = NULL;
-        int syntax_ok = 1;
+        const sl_resp_arg *u = NULL, *p = NULL, *name = NULL;
+        int syntax_ok = 1, hello_ver = 0;
         if (is_auth && cmd.argc >= 2 && cmd.argc <= 3) {
             static const sl_resp_arg dflt = {"default", 7};
             u = cmd.argc == 2 ? &dflt : &a[1];
             p = &a[cmd.argc - 1];
-        } else if (is_hello && (cmd.argc < 2 || same(&a[1], "2"))) {
+        } else if (is_hello && (cmd.argc < 2 || same(&a[1], "2") || same(&a[1], "3"))) {
+            hello_ver = cmd.argc < 2 ? proto : a[1].p[0] - '0';
             for (int i = 2; i < cmd.argc && syntax_ok; i++) {
                 int more = cmd.argc - 1 - i;
                 if (is(&a[i], "auth") && more >= 2) {
@@ -229,17 +242,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     p = &a[i + 2];
                     i += 2;
                 } else if (is(&a[i], "setname") && more >= 1) {
-                    i++;
+                    name = &a[++i];
                 } else {
                     syntax_ok = 0;
                 }
             }
-            if (!syntax_ok) u = p = NULL;
+            if (!syntax_ok) u = p = NULL, hello_ver = 0;
         }
+        int login_ok = u == NULL;
         if (u != NULL) {
             if (fails >= FAILS) {
                 if (!starts(r, n, "-ERR too many failed logins from")) die("not blocked");
             } else if (check(u, p) >= 0) {
+                login_ok = 1;
                 who = check(u, p);
                 if (is_auth && !(n == 5 && memcmp(r, "+OK\r\n", 5) == 0)) die("AUTH not +OK");
             } else {
@@ -247,9 +262,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 if (n != sizeof wrongpass - 1 || memcmp(r, wrongpass, n) != 0) die("not WRONGPASS");
             }
         }
-        const sl_auth_user *got = sl_conn_pdata(c);
+        const sl_auth_user *got = sl_resp_conn_user(c);
         if (who < 0 ? got != NULL : got == NULL || strcmp(got->name, users[who].name) != 0)
             die("the connection is not who the model says");
+        if (hello_ver != 0 && login_ok && who >= 0 && (name == NULL || name_ok(name))) {
+            proto = hello_ver;
+            if (!(proto == SL_RESP3 ? starts(r, n, "%7\r\n") : starts(r, n, "*14\r\n")))
+                die("a HELLO that worked did not answer in its protocol");
+        }
+        if (sl_resp_conn_proto(c) != proto) die("the connection's protocol is not the model's");
 
         if (was < 0 && !is_auth && !is_hello && !is(&a[0], "quit")) {
             if (n != sizeof noauth - 1 || memcmp(r, noauth, n) != 0) die("not NOAUTH");

@@ -1,6 +1,6 @@
 /*
- * resp.h -- RESP2, both ways: where request bytes are parsed (resp.c) and
- * how replies are written (resp_write.c).
+ * resp.h -- RESP, both ways: where request bytes are parsed (resp.c) and
+ * how replies are written (resp_write.c), in RESP2 or RESP3.
  *
  * It never touches a socket: feed it the bytes a client has sent so far and
  * it answers "here is one complete command", "need more bytes", or "protocol
@@ -46,18 +46,45 @@ int sl_resp_parse(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd
 
 struct sl_buf;
 
-/* Each appends one RESP2 value to b; an allocation failure leaves b as it
- * was (net.c then drops the connection when it notices the lost reply). */
+/* The protocol versions a connection may speak (HELLO 2 / HELLO 3).  Every
+ * connection starts in RESP2.  Requests are the same in both; replies
+ * differ only where RESP3 has a type of its own (a map, a set, a null...),
+ * so the writers below that take `proto` write that type in RESP3 and what
+ * Redis writes for it in RESP2; the others are the same in both. */
+#define SL_RESP2 2
+#define SL_RESP3 3
+
+/* Each appends one value to b; an allocation failure leaves b as it was
+ * (net.c then drops the connection when it notices the lost reply). */
 void sl_resp_raw(struct sl_buf *b, const char *s);              /* bytes as given */
 void sl_resp_int(struct sl_buf *b, long long v);                /* :v */
 void sl_resp_array(struct sl_buf *b, long long n);              /* *n (a header) */
 void sl_resp_bulk(struct sl_buf *b, const char *s, size_t n);   /* $n s */
 void sl_resp_bulk_str(struct sl_buf *b, const char *s);
-void sl_resp_nil(struct sl_buf *b);                             /* $-1 */
+void sl_resp_nil(struct sl_buf *b); /* $-1 (RESP2's null) */
 /* "-ERR msg"; CR and LF in msg become spaces (an error is one line), and
  * msg is cut at 511 bytes. */
 void sl_resp_err(struct sl_buf *b, const char *msg);
-/* The six fields of SPEC section 3, as six integers (no array header). */
+/* The six fields of SPEC section 3, as six integers (no array header):
+ * the same in both protocols. */
 void sl_resp_fields(struct sl_buf *b, const sl_result *r);
+
+/* RESP3 types, with their RESP2 form (what Redis sends a RESP2 client):
+ *   null          _            $-1 (a null bulk string)
+ *   null_array    _            *-1 (where RESP2 has a null array)
+ *   map header    %n           *2n (the n pairs follow, key then value)
+ *   set header    ~n           *n
+ *   verbatim      =len fmt:s   $n s  (fmt: 3 bytes, "txt" or "mkd")
+ *   bool          #t / #f      :1 / :0
+ *   double        ,d           $n d  (d as printf's %.17g: exact; inf,
+ *                                     -inf and nan spelled so)
+ * proto is SL_RESP2 or SL_RESP3. */
+void sl_resp_null(struct sl_buf *b, int proto);
+void sl_resp_null_array(struct sl_buf *b, int proto);
+void sl_resp_map(struct sl_buf *b, int proto, long long npairs);
+void sl_resp_set(struct sl_buf *b, int proto, long long n);
+void sl_resp_verbatim(struct sl_buf *b, int proto, const char *fmt, const char *s, size_t n);
+void sl_resp_bool(struct sl_buf *b, int proto, int v);
+void sl_resp_double(struct sl_buf *b, int proto, double d);
 
 #endif

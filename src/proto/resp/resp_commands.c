@@ -20,8 +20,20 @@
  * command's group gets Redis 7.0's "-NOPERM this user has no permissions to
  * run the 'x' command".  File paths in INFO and RL.RULES are shown to
  * admin users only.
+ *
+ * Protocols: a connection speaks RESP2 until HELLO 3 switches it to RESP3
+ * (HELLO 2 switches back).  Replies are framed as Redis 7 frames them on
+ * each (resp.h): in RESP3 key/value replies are maps (HELLO, RL.RULES,
+ * CONFIG GET), INFO and CLIENT INFO verbatim strings, absent values nulls;
+ * the decision arrays of RL.ALLOW, RL.PEEK and RL.CHECK are the same
+ * integers on both, so code that reads them reads them the same way.
+ *
+ * The state of a connection (struct client: its user, protocol, id, name)
+ * is allocated at its first command and freed by net.c through
+ * sl_resp_proto.closed.
  */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +50,48 @@
 #include "service.h"
 #include "util.h"
 
+/* ---- the state of a connection ----------------------------------------- */
+
+/* What the module keeps per connection (sl_conn_pdata), from its first
+ * command on (NULL before, or if that allocation failed: then it is tried
+ * again by the commands that need it).  Owned by the connection; touched
+ * only by its worker. */
+typedef struct client {
+    const sl_auth_user *who; /* logged in as (AUTH, HELLO); NULL: not */
+    unsigned long long id;   /* CLIENT ID: unique in the process, from 1 */
+    int proto;               /* SL_RESP2 or SL_RESP3 */
+    int64_t since_ms;        /* the server's clock at its first command (CLIENT INFO's age) */
+    char *name;              /* CLIENT SETNAME; NULL: none.  malloc'd, as the two below */
+    char *lib_name;          /* CLIENT SETINFO LIB-NAME; NULL: none */
+    char *lib_ver;           /* CLIENT SETINFO LIB-VER; NULL: none */
+} client;
+
+/* The last id given (CLIENT ID, HELLO's id), as Redis: in the order
+ * connections send their first command, from 1. */
+static _Atomic unsigned long long last_id;
+
+static void client_free(void *pdata)
+{
+    client *cl = pdata;
+    if (cl == NULL) return;
+    free(cl->name);
+    free(cl->lib_name);
+    free(cl->lib_ver);
+    free(cl);
+}
+
+const sl_auth_user *sl_resp_conn_user(const sl_conn *c)
+{
+    const client *cl = sl_conn_pdata(c);
+    return cl ? cl->who : NULL;
+}
+
+int sl_resp_conn_proto(const sl_conn *c)
+{
+    const client *cl = sl_conn_pdata(c);
+    return cl ? cl->proto : SL_RESP2;
+}
+
 /* ---- the request being run --------------------------------------------- */
 
 typedef struct req {
@@ -46,7 +100,25 @@ typedef struct req {
     const sl_resp_cmd *cmd;
     int64_t now;
     const sl_auth_user *who; /* the connection's user; NULL: not logged in */
+    client *cl;              /* the connection's state; NULL only if it could not be allocated */
+    int proto;               /* what replies are framed in: SL_RESP2 or SL_RESP3 */
 } req;
+
+/* q's connection's state, allocated (with its id) if it has none yet;
+ * NULL when out of memory. */
+static client *client_of(req *q)
+{
+    if (q->cl == NULL) {
+        client *cl = calloc(1, sizeof *cl);
+        if (cl == NULL) return NULL;
+        cl->id = atomic_fetch_add_explicit(&last_id, 1, memory_order_relaxed) + 1;
+        cl->proto = SL_RESP2;
+        cl->since_ms = q->now;
+        sl_conn_set_pdata(q->c, cl);
+        q->cl = cl;
+    }
+    return q->cl;
+}
 
 /* What a non-admin user sees in place of a file path. */
 #define HIDDEN "(hidden: admin only)"
@@ -140,11 +212,12 @@ static void on_reset(void *arg, const sl_svc_reply *r)
 }
 
 /* RL.CHECK's reply: the six fields for the most restrictive outcome, then
- * per descriptor [code, rule name (nil for NO_RULE), limit, remaining,
- * retry_after_ms, reset_after_ms]. */
-static void on_check(void *arg, const sl_svc_reply *r)
+ * per descriptor [code, rule name (null for NO_RULE), limit, remaining,
+ * retry_after_ms, reset_after_ms].  Written when the service answers, maybe
+ * later: the protocol comes with the callback (on_check2, on_check3), as
+ * the connection may be gone by then. */
+static void on_check(sl_slot *s, const sl_svc_reply *r, int proto)
 {
-    sl_slot *s = arg;
     if (r->rc < 0) {
         slot_err(sl_slot_svc(s), s, r->err);
         return;
@@ -159,7 +232,7 @@ static void on_check(void *arg, const sl_svc_reply *r)
         if (st->name)
             sl_resp_bulk_str(b, st->name);
         else
-            sl_resp_nil(b);
+            sl_resp_null(b, proto);
         sl_resp_int(b, st->limit);
         sl_resp_int(b, st->remaining);
         sl_resp_int(b, st->retry_after_ms);
@@ -167,6 +240,9 @@ static void on_check(void *arg, const sl_svc_reply *r)
     }
     sl_slot_done(s);
 }
+
+static void on_check2(void *arg, const sl_svc_reply *r) { on_check(arg, r, SL_RESP2); }
+static void on_check3(void *arg, const sl_svc_reply *r) { on_check(arg, r, SL_RESP3); }
 
 /* ---- RL.ALLOW / RL.PEEK ----------------------------------------------------- */
 
@@ -320,7 +396,8 @@ static void cmd_check(req *q)
     }
     sl_slot *s = sl_conn_slot(q->c);
     if (s == NULL) return;
-    sl_svc_check(q->x, c->argv[1].p, c->argv[1].len, descs, ndesc, n, cost, at, on_check, s);
+    sl_svc_check(q->x, c->argv[1].p, c->argv[1].len, descs, ndesc, n, cost, at,
+                 q->proto == SL_RESP3 ? on_check3 : on_check2, s);
 }
 
 /* ---- RL.RESET --------------------------------------------------------------- */
@@ -413,7 +490,7 @@ static const char *rules_file_for(const req *q, const char *root, const char *fi
     return slash != NULL && slash[1] != '\0' ? slash + 1 : file;
 }
 
-/* RL.RULES: what is serving, as a flat map:
+/* RL.RULES: what is serving, as a map (RESP2: a flat array of pairs):
  *   version N  loaded_at_ms T  path P  reloads N  reload_failures N
  *   last_error E ("" if the last reload worked)  last_error_at_ms T
  *   domains [[domain, file, [[name, descriptor, limit, mode, checked, over,
@@ -446,7 +523,7 @@ static void cmd_rules(req *q)
     sl_slot *s;
     sl_buf *out = now_open(q, &s);
     if (out == NULL) return;
-    sl_resp_raw(out, "*16\r\n");
+    sl_resp_map(out, q->proto, 8);
     sl_resp_bulk_str(out, "version");
     sl_resp_int(out, (long long)sl_rules_generation(r));
     sl_resp_bulk_str(out, "loaded_at_ms");
@@ -672,8 +749,8 @@ static void cmd_info(req *q)
     }
     sl_slot *s;
     sl_buf *out = now_open(q, &s);
-    if (out != NULL) {
-        sl_resp_bulk(out, b.p ? b.p : "", b.len);
+    if (out != NULL) { /* RESP3: a verbatim string, as Redis 7 */
+        sl_resp_verbatim(out, q->proto, "txt", b.p ? b.p : "", b.len);
         sl_slot_done(s);
     }
     free(b.p);
@@ -732,7 +809,12 @@ static int login(req *q, const sl_resp_arg *user, const sl_resp_arg *pass)
     else /* no auth configured: "default" is a user without a password */
         rc = arg_is(user, "default") ? (u = sl_auth_anonymous(NULL), SL_AUTH_OK) : SL_AUTH_WRONG;
     if (rc == SL_AUTH_OK) {
-        sl_conn_set_pdata(q->c, u);
+        client *cl = client_of(q);
+        if (cl == NULL) {
+            err_reply(q, "out of memory: not logged in");
+            return -1;
+        }
+        cl->who = u;
         q->who = u;
         return 0;
     }
@@ -768,19 +850,88 @@ static void cmd_auth(req *q)
     if (login(q, user, &c->argv[c->argc - 1]) == 0) reply_raw(q, "+OK\r\n");
 }
 
-/* HELLO [2 [AUTH username password] [SETNAME name]]: as Redis 7.0, the
- * version is checked first (only 2: RESP3 is not spoken yet), then AUTH
- * logs in; a connection not logged in by then gets NOAUTH.  SETNAME is
- * accepted and not kept, as CLIENT SETNAME. */
+/* Parses a in Redis's strict way (string2ll: an optional '-', digits, no
+ * leading zero, no '+', no spaces, within a long long).  Returns 0 and sets
+ * *out, or -1. */
+static int redis_ll(const sl_resp_arg *a, long long *out)
+{
+    const char *p = a->p;
+    size_t n = a->len, i = 0;
+    int neg = 0;
+    if (n > 0 && p[0] == '-') {
+        neg = 1;
+        i = 1;
+    }
+    if (i == n || n - i > 19 || (p[i] == '0' && n - i > 1) || (neg && p[i] == '0')) return -1;
+    unsigned long long v = 0;
+    for (; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (unsigned long long)(p[i] - '0'); /* 19 digits: no overflow */
+    }
+    if (v > (neg ? 9223372036854775808ULL : 9223372036854775807ULL)) return -1;
+    *out = neg ? (long long)(0ULL - v) : (long long)v;
+    return 0;
+}
+
+/* Is a fit to be a connection's name or a CLIENT SETINFO attribute?  As
+ * Redis: printable bytes other than space ('!' to '~'), so that a CLIENT
+ * INFO line stays one line of space-separated fields.  On no, replies
+ * "<what> cannot contain ..." (Redis's words) or, beyond SL_RESP_MAX_NAME
+ * bytes, says so, and returns 0. */
+static int name_ok(req *q, const sl_resp_arg *a, const char *what)
+{
+    for (size_t i = 0; i < a->len; i++) {
+        if (a->p[i] < '!' || a->p[i] > '~') {
+            err_reply(q, "%s cannot contain spaces, newlines or special characters.", what);
+            return 0;
+        }
+    }
+    if (a->len > SL_RESP_MAX_NAME) {
+        err_reply(q, "%s: at most %d bytes (got %zu)", what, SL_RESP_MAX_NAME, a->len);
+        return 0;
+    }
+    return 1;
+}
+
+/* Sets *dst to a copy of a (checked by name_ok), or to NULL for "";
+ * returns 0, or -1 when out of memory (*dst unchanged). */
+static int set_name(char **dst, const sl_resp_arg *a)
+{
+    char *v = NULL;
+    if (a->len > 0) {
+        if ((v = malloc(a->len + 1)) == NULL) return -1;
+        memcpy(v, a->p, a->len);
+        v[a->len] = '\0';
+    }
+    free(*dst);
+    *dst = v;
+    return 0;
+}
+
+/* HELLO [protover [AUTH username password] [SETNAME name]], in Redis 7.0's
+ * order: the version is checked first (an integer, else an error; 2 or 3,
+ * else NOPROTO), then the options' syntax, then AUTH logs in; a connection
+ * not logged in by then gets NOAUTH; then the name is checked and set, and
+ * only then is the protocol switched (a failure anywhere before changes
+ * neither).  The reply, in the protocol now spoken: server, version, proto,
+ * id, mode, role, modules -- a map in RESP3, pairs in an array in RESP2.
+ * Without a version HELLO answers in the connection's current protocol. */
 static void cmd_hello(req *q)
 {
     const sl_resp_cmd *c = q->cmd;
     char qb[80];
-    if (c->argc >= 2 && !arg_is(&c->argv[1], "2")) {
-        raw_err(q, "-NOPROTO sluiced speaks RESP2 only (HELLO 2)\r\n");
-        return;
+    long long ver = 0;
+    if (c->argc >= 2) {
+        if (redis_ll(&c->argv[1], &ver) != 0) {
+            err_reply(q, "Protocol version is not an integer or out of range");
+            return;
+        }
+        if (ver != SL_RESP2 && ver != SL_RESP3) {
+            raw_err(q, "-NOPROTO unsupported protocol version\r\n");
+            return;
+        }
     }
-    const sl_resp_arg *user = NULL, *pass = NULL;
+    const sl_resp_arg *user = NULL, *pass = NULL, *name = NULL;
     for (int i = 2; i < c->argc; i++) {
         int more = c->argc - 1 - i;
         if (arg_is(&c->argv[i], "AUTH") && more >= 2) {
@@ -788,7 +939,7 @@ static void cmd_hello(req *q)
             pass = &c->argv[i + 2];
             i += 2;
         } else if (arg_is(&c->argv[i], "SETNAME") && more >= 1) {
-            i++;
+            name = &c->argv[++i];
         } else {
             err_reply(q, "Syntax error in HELLO option '%s'", quote(qb, sizeof qb, &c->argv[i]));
             return;
@@ -801,24 +952,31 @@ static void cmd_hello(req *q)
                    "the client and select the RESP protocol version at the same time\r\n");
         return;
     }
+    if (name != NULL && !name_ok(q, name, "Client names")) return;
+    client *cl = client_of(q);
+    if (cl == NULL || (name != NULL && set_name(&cl->name, name) != 0)) {
+        err_reply(q, "out of memory");
+        return;
+    }
+    if (ver != 0) cl->proto = q->proto = (int)ver;
     sl_slot *s;
     sl_buf *out = now_open(q, &s);
     if (out == NULL) return;
-    sl_resp_raw(out, "*14\r\n");
+    sl_resp_map(out, q->proto, 7);
     sl_resp_bulk_str(out, "server");
     sl_resp_bulk_str(out, "sluiced");
     sl_resp_bulk_str(out, "version");
     sl_resp_bulk_str(out, SL_VERSION);
     sl_resp_bulk_str(out, "proto");
-    sl_resp_int(out, 2);
+    sl_resp_int(out, q->proto);
     sl_resp_bulk_str(out, "id");
-    sl_resp_int(out, 0);
+    sl_resp_int(out, (long long)cl->id);
     sl_resp_bulk_str(out, "mode");
     sl_resp_bulk_str(out, "standalone");
     sl_resp_bulk_str(out, "role");
     sl_resp_bulk_str(out, "master");
     sl_resp_bulk_str(out, "modules");
-    sl_resp_raw(out, "*0\r\n");
+    sl_resp_array(out, 0); /* an empty array in RESP3 too, as Redis */
     sl_slot_done(s);
 }
 
@@ -828,36 +986,192 @@ static void unknown(req *q, const sl_resp_arg *name)
     err_reply(q, "unknown command '%s'", quote(qb, sizeof qb, name));
 }
 
-/* CLIENT SETNAME / SETINFO: accepted for client libraries; not kept. */
-static void cmd_client(req *q)
+/* ---- CLIENT ----------------------------------------------------------------- */
+
+/* CLIENT ID: the connection's id (the one HELLO reports). */
+static void client_id(req *q)
 {
-    const sl_resp_arg *sub = &q->cmd->argv[1];
-    if (arg_is(sub, "SETNAME") || arg_is(sub, "SETINFO"))
-        reply_raw(q, "+OK\r\n");
-    else
-        unknown(q, &q->cmd->argv[0]);
+    client *cl = client_of(q);
+    if (cl == NULL) {
+        err_reply(q, "out of memory");
+        return;
+    }
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) return;
+    sl_resp_int(b, (long long)cl->id);
+    sl_slot_done(s);
 }
 
+/* CLIENT GETNAME: the name, or a null when none is set. */
+static void client_getname(req *q)
+{
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) return;
+    if (q->cl != NULL && q->cl->name != NULL)
+        sl_resp_bulk_str(b, q->cl->name);
+    else
+        sl_resp_null(b, q->proto);
+    sl_slot_done(s);
+}
+
+/* CLIENT SETNAME name: "" removes the name, as in Redis. */
+static void client_setname(req *q)
+{
+    const sl_resp_arg *name = &q->cmd->argv[2];
+    if (!name_ok(q, name, "Client names")) return;
+    client *cl = client_of(q);
+    if (cl == NULL || set_name(&cl->name, name) != 0) {
+        err_reply(q, "out of memory");
+        return;
+    }
+    reply_raw(q, "+OK\r\n");
+}
+
+/* CLIENT SETINFO LIB-NAME name | LIB-VER version (Redis 7.2): what client
+ * libraries say of themselves on connecting; shown by CLIENT INFO. */
+static void client_setinfo(req *q)
+{
+    const sl_resp_arg *attr = &q->cmd->argv[2], *v = &q->cmd->argv[3];
+    char qb[80];
+    int is_name = arg_is(attr, "lib-name");
+    if (!is_name && !arg_is(attr, "lib-ver")) {
+        err_reply(q, "Unrecognized option '%s'", quote(qb, sizeof qb, attr));
+        return;
+    }
+    if (!name_ok(q, v, quote(qb, sizeof qb, attr))) return;
+    client *cl = client_of(q);
+    if (cl == NULL || set_name(is_name ? &cl->lib_name : &cl->lib_ver, v) != 0) {
+        err_reply(q, "out of memory");
+        return;
+    }
+    reply_raw(q, "+OK\r\n");
+}
+
+/* CLIENT INFO: one line, with the fields of Redis 7.2's CLIENT INFO in its
+ * order (client libraries parse them and some want every one, e.g.
+ * redis-py's client_info()).  What sluiced knows is true: id, addr,
+ * laddr, fd, name, age (seconds since the connection's first command),
+ * idle (0: it is running this command), db, user, resp, lib-name,
+ * lib-ver, and flags, sub..., multi, events, cmd, redir, which are what
+ * Redis shows for a plain connection; Redis's buffer sizes (qbuf ...
+ * tot-mem), which sluiced does not track, read 0.  A verbatim string in
+ * RESP3, as Redis. */
+static void client_info(req *q)
+{
+    client *cl = client_of(q);
+    if (cl == NULL) {
+        err_reply(q, "out of memory");
+        return;
+    }
+    char peer[80], local[80], line[512 + 3 * SL_RESP_MAX_NAME + SL_AUTH_MAX_NAME];
+    const char *pa = sl_conn_addr(q->c, 0, peer, sizeof peer);
+    const char *la = sl_conn_addr(q->c, 1, local, sizeof local);
+    int n = snprintf(line, sizeof line,
+                     "id=%llu addr=%s laddr=%s fd=%d name=%s age=%lld idle=0 flags=N db=0 sub=0 "
+                     "psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 "
+                     "rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=client|info user=%s "
+                     "redir=-1 resp=%d lib-name=%s lib-ver=%s\n",
+                     cl->id, pa ? pa : "", la ? la : "", sl_conn_fd(q->c), cl->name ? cl->name : "",
+                     (long long)((q->now - cl->since_ms) / 1000), q->who ? q->who->name : "",
+                     q->proto, cl->lib_name ? cl->lib_name : "", cl->lib_ver ? cl->lib_ver : "");
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) return;
+    sl_resp_verbatim(b, q->proto, "txt", line, len);
+    sl_slot_done(s);
+}
+
+static void client_help(req *q)
+{
+    static const char *const lines[] = {
+        "CLIENT <subcommand> [<arg> ...]. Subcommands are:",
+        "GETNAME",
+        "    The connection's name, or a null if it has none.",
+        "ID",
+        "    The connection's id.",
+        "INFO",
+        "    One line about the connection, with Redis's CLIENT INFO fields.",
+        "SETINFO (LIB-NAME <name> | LIB-VER <version>)",
+        "    Names the client library and its version (shown by INFO).",
+        "SETNAME <name>",
+        "    Names the connection (\"\" removes the name).",
+        "HELP",
+        "    This text.",
+    };
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) return;
+    sl_resp_array(b, (long long)(sizeof lines / sizeof lines[0]));
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        sl_resp_raw(b, "+");
+        sl_resp_raw(b, lines[i]);
+        sl_resp_raw(b, "\r\n");
+    }
+    sl_slot_done(s);
+}
+
+/* CLIENT <subcommand> ...: the subcommands client libraries send when they
+ * connect (SETNAME, SETINFO), and those that read what they set.  Other
+ * subcommands (LIST, KILL, TRACKING, MAINT_NOTIFICATIONS...) get Redis 7.0's
+ * "unknown subcommand" error, which the libraries that send them on
+ * connecting ignore. */
+static void cmd_client(req *q)
+{
+    static const struct {
+        const char *name; /* lower case: errors name it "client|name", as Redis */
+        int argc;         /* arguments, CLIENT and the subcommand included */
+        void (*run)(req *q);
+    } subs[] = {
+        {"id", 2, client_id},           {"getname", 2, client_getname},
+        {"setname", 3, client_setname}, {"setinfo", 4, client_setinfo},
+        {"info", 2, client_info},       {"help", 2, client_help},
+    };
+    const sl_resp_arg *sub = &q->cmd->argv[1];
+    char qb[80];
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        if (!arg_is(sub, subs[i].name)) continue;
+        if (q->cmd->argc != subs[i].argc)
+            err_reply(q, "wrong number of arguments for 'client|%s' command", subs[i].name);
+        else
+            subs[i].run(q);
+        return;
+    }
+    err_reply(q, "unknown subcommand '%s'. Try CLIENT HELP.", quote(qb, sizeof qb, sub));
+}
+
+/* SELECT db: sluiced has one database, 0; the others get Redis's error for
+ * a database beyond its `databases` setting. */
 static void cmd_select(req *q)
 {
-    if (arg_is(&q->cmd->argv[1], "0"))
-        reply_raw(q, "+OK\r\n");
+    long long db;
+    if (redis_ll(&q->cmd->argv[1], &db) != 0)
+        err_reply(q, "value is not an integer or out of range");
+    else if (db != 0)
+        err_reply(q, "DB index is out of range");
     else
-        err_reply(q, "sluiced has one database (0)");
+        reply_raw(q, "+OK\r\n");
 }
 
 /* CONFIG GET: answers the two settings redis-benchmark asks about, and an
- * empty list for anything else; CONFIG SET is refused. */
+ * empty map for anything else (RESP2: a flat array); CONFIG SET is
+ * refused. */
 static void cmd_config(req *q)
 {
     const sl_resp_cmd *c = q->cmd;
     if (c->argc == 3 && arg_is(&c->argv[1], "GET")) {
-        if (arg_is(&c->argv[2], "save"))
-            reply_raw(q, "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
-        else if (arg_is(&c->argv[2], "appendonly"))
-            reply_raw(q, "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
-        else
-            reply_raw(q, "*0\r\n");
+        int save = arg_is(&c->argv[2], "save"), aof = arg_is(&c->argv[2], "appendonly");
+        sl_slot *s;
+        sl_buf *b = now_open(q, &s);
+        if (b == NULL) return;
+        sl_resp_map(b, q->proto, save || aof);
+        if (save || aof) {
+            sl_resp_bulk_str(b, save ? "save" : "appendonly");
+            sl_resp_bulk_str(b, save ? "" : "no");
+        }
+        sl_slot_done(s);
         return;
     }
     err_reply(q, "CONFIG supports only GET; sluiced is configured by flags or --config FILE");
@@ -919,13 +1233,15 @@ static const command *lookup(const sl_resp_arg *name)
     return NULL;
 }
 
-/* One COMMAND entry: name, arity, flags, first key, last key, step. */
-static void command_entry(sl_buf *out, const command *k)
+/* One COMMAND entry: name, arity, flags (a set in RESP3), first key, last
+ * key, step. */
+static void command_entry(sl_buf *out, int proto, const command *k)
 {
     sl_resp_raw(out, "*6\r\n");
     sl_resp_bulk_str(out, k->name);
     sl_resp_int(out, k->arity);
-    sl_resp_raw(out, "*1\r\n+fast\r\n");
+    sl_resp_set(out, proto, 1);
+    sl_resp_raw(out, "+fast\r\n");
     sl_resp_int(out, k->first_key);
     sl_resp_int(out, k->first_key);
     sl_resp_int(out, k->first_key ? 1 : 0);
@@ -940,19 +1256,19 @@ static void cmd_command(req *q)
     if (c->argc >= 2 && arg_is(&c->argv[1], "COUNT")) {
         sl_resp_int(out, (long long)NCOMMANDS);
     } else if (c->argc >= 2 && arg_is(&c->argv[1], "DOCS")) {
-        sl_resp_raw(out, "*0\r\n"); /* no docs: redis-cli falls back to plain input */
+        sl_resp_map(out, q->proto, 0); /* no docs: redis-cli falls back to plain input */
     } else if (c->argc >= 2 && arg_is(&c->argv[1], "INFO")) {
         sl_resp_array(out, c->argc - 2);
         for (int i = 2; i < c->argc; i++) {
             const command *k = lookup(&c->argv[i]);
             if (k == NULL)
-                sl_resp_raw(out, "*-1\r\n");
+                sl_resp_null_array(out, q->proto);
             else
-                command_entry(out, k);
+                command_entry(out, q->proto, k);
         }
     } else {
         sl_resp_array(out, (long long)NCOMMANDS);
-        for (size_t k = 0; k < NCOMMANDS; k++) command_entry(out, &commands[k]);
+        for (size_t k = 0; k < NCOMMANDS; k++) command_entry(out, q->proto, &commands[k]);
     }
     sl_slot_done(s);
 }
@@ -987,7 +1303,12 @@ static int permitted(req *q, const command *k)
 
 static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
 {
-    req q = {c, sl_conn_svc(c), cmd, now, sl_conn_pdata(c)};
+    req q = {c, sl_conn_svc(c), cmd, now, NULL, sl_conn_pdata(c), SL_RESP2};
+    if (q.cl == NULL) client_of(&q); /* its first command; NULL (no memory): tried again */
+    if (q.cl != NULL) {
+        q.who = q.cl->who;
+        q.proto = q.cl->proto;
+    }
     if (q.who == NULL) q.who = sl_auth_anonymous(q.x->srv->auth);
     sl_stat_inc(&q.x->st->commands, 1);
     const command *k = lookup(&cmd->argv[0]);
@@ -1066,4 +1387,4 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
     return st;
 }
 
-const sl_proto sl_resp_proto = {"resp", run, fatal, sizeof(sl_resp_cmd)};
+const sl_proto sl_resp_proto = {"resp", run, fatal, sizeof(sl_resp_cmd), client_free};

@@ -6,8 +6,20 @@
 #ifndef SL_RESP_COMMANDS_H
 #define SL_RESP_COMMANDS_H
 
+#include "auth.h"
 #include "proto.h"
 
+/* Bytes of a connection's name (CLIENT SETNAME, HELLO ... SETNAME) and of
+ * each of its CLIENT SETINFO attributes (lib-name, lib-ver).  Redis sets no
+ * bound; sluiced keeps them per connection, so it does. */
+#define SL_RESP_MAX_NAME 256
+
 extern const sl_proto sl_resp_proto;
+
+/* What the RESP module knows of connection c, for tests: the user it
+ * logged in as by AUTH or HELLO (NULL: none yet), and the protocol its
+ * replies are in (SL_RESP2 or SL_RESP3). */
+const sl_auth_user *sl_resp_conn_user(const sl_conn *c);
+int sl_resp_conn_proto(const sl_conn *c);
 
 #endif

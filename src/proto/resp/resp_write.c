@@ -1,6 +1,9 @@
 /*
- * resp_write.c -- RESP2 replies, appended to a buffer (resp.h).
+ * resp_write.c -- replies, appended to a buffer (resp.h): RESP2's types,
+ * and RESP3's with the RESP2 form Redis gives each of them.
  */
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "buf.h"
@@ -58,4 +61,72 @@ void sl_resp_fields(sl_buf *b, const sl_result *r)
     num(b, ':', r->retry_after_ms);
     num(b, ':', r->reset_after_ms);
     num(b, ':', r->delay_ms);
+}
+
+/* ---- RESP3 ------------------------------------------------------------------ */
+
+void sl_resp_null(sl_buf *b, int proto)
+{
+    if (proto == SL_RESP3)
+        sl_buf_add(b, "_\r\n", 3);
+    else
+        sl_resp_nil(b);
+}
+
+void sl_resp_null_array(sl_buf *b, int proto)
+{
+    if (proto == SL_RESP3)
+        sl_buf_add(b, "_\r\n", 3);
+    else
+        sl_buf_add(b, "*-1\r\n", 5);
+}
+
+void sl_resp_map(sl_buf *b, int proto, long long npairs)
+{
+    if (proto == SL_RESP3)
+        num(b, '%', npairs);
+    else
+        num(b, '*', 2 * npairs);
+}
+
+void sl_resp_set(sl_buf *b, int proto, long long n) { num(b, proto == SL_RESP3 ? '~' : '*', n); }
+
+void sl_resp_verbatim(sl_buf *b, int proto, const char *fmt, const char *s, size_t n)
+{
+    if (proto != SL_RESP3) {
+        sl_resp_bulk(b, s, n);
+        return;
+    }
+    num(b, '=', (long long)(n + 4));
+    sl_buf_add(b, fmt, 3);
+    sl_buf_add(b, ":", 1);
+    sl_buf_add(b, s, n);
+    sl_buf_add(b, "\r\n", 2);
+}
+
+void sl_resp_bool(sl_buf *b, int proto, int v)
+{
+    if (proto == SL_RESP3)
+        sl_buf_add(b, v ? "#t\r\n" : "#f\r\n", 4);
+    else
+        num(b, ':', v ? 1 : 0);
+}
+
+void sl_resp_double(sl_buf *b, int proto, double d)
+{
+    char tmp[40];
+    int n;
+    if (isnan(d))
+        n = snprintf(tmp, sizeof tmp, "nan");
+    else if (isinf(d))
+        n = snprintf(tmp, sizeof tmp, "%s", d > 0 ? "inf" : "-inf");
+    else
+        n = snprintf(tmp, sizeof tmp, "%.17g", d); /* at most 24 bytes */
+    if (proto != SL_RESP3) {
+        sl_resp_bulk(b, tmp, (size_t)n);
+        return;
+    }
+    sl_buf_add(b, ",", 1);
+    sl_buf_add(b, tmp, (size_t)n);
+    sl_buf_add(b, "\r\n", 2);
 }
