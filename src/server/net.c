@@ -32,8 +32,9 @@
  * chains, only that much more is pulled up (doubling, so a large command
  * costs amortised O(its size)).
  *
- * Limits.  Per loop turn a client gets at most SL_NET_TURN_CMDS commands or
- * SL_NET_TURN_BYTES of input; if more is buffered, its reading is paused
+ * Limits.  Per loop turn a client gets at most SL_NET_TURN_CMDS commands,
+ * SL_NET_TURN_BYTES of input or SL_NET_TURN_OUT of replies built (the
+ * reply that crosses it is kept whole); if more is buffered, its reading is paused
  * and a zero timer resumes it after the next poll, so every other ready
  * client runs first (a flood cannot starve anyone).
  *
@@ -292,7 +293,8 @@ static size_t held(const conn *c)
 static void check_bound(conn *c)
 {
     worker *w = c->w;
-    if (w->serving == c && w->turn != NULL && held(c) + w->batch.len > w->net->out_pause)
+    if (w->serving == c && w->turn != NULL &&
+        (held(c) + w->batch.len > w->net->out_pause || w->batch.len > SL_NET_TURN_OUT))
         w->turn->cmds = 0;
 }
 

@@ -28,6 +28,10 @@
 #define SL_NET_READ_CHUNK (64 * 1024) /* bytes asked of one read(2) */
 #define SL_NET_TURN_BYTES (64 * 1024) /* input consumed per client per loop turn */
 #define SL_NET_TURN_CMDS  1024        /* commands run per client per loop turn */
+/* Replies built for one client per loop turn: a client whose commands are
+ * costly to answer (INFO, RL.RULES) ends its turn once this much is built,
+ * so one round over many such clients stays short for everyone else. */
+#define SL_NET_TURN_OUT   (16 * 1024)
 /* Backpressure: a client's turn ends as soon as the replies held for it
  * (in user space: the kernel's socket buffer is full by then) pass this
  * many bytes; while they still do after the send, it is neither read nor
