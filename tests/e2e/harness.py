@@ -554,6 +554,24 @@ class Server:
             raise AssertionError("INFO failed: %s" % v.line)
         return parse_info(v)
 
+    def sole_client(self, timeout=10):
+        """A RawConn that has seen, in INFO, that it is the server's only
+        client: connections closed before (the start-up probe, INFO's own)
+        are then no longer counted against --max-clients, which a test of
+        that limit must know (a lingering one refused a client under ASan
+        and TSan).  Raises AssertionError if another stays past timeout."""
+        c = self.raw()
+        until = deadline(timeout)
+        while True:
+            n = int(parse_info(c.cmd("INFO", "clients"))["connected_clients"])
+            if n == 1:
+                return c
+            if time.monotonic() >= until:
+                c.close()
+                raise AssertionError("connected_clients stayed at %d: a client from "
+                                     "before the test is still connected" % n)
+            time.sleep(0.02)
+
     def info_int(self, field, section=None):
         return int(self.info(section)[field])
 
