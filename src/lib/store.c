@@ -213,7 +213,8 @@ struct sl__shard {
     uint64_t refused;      /* SL_EFULL failures */
     int deny;              /* SL_FULL_DENY: never evict a restricted record */
     int starved;           /* the last reclaim found only restricted records
-                              (SL_FULL_DENY); cleared when a record is dropped */
+                              (SL_FULL_DENY); cleared when one at rest is dropped
+                              (any other drop leaves room: no search then) */
     int fail;              /* why the last insert or resize failed (sl__shard_fail) */
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
@@ -870,7 +871,6 @@ static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
     slot_delete(sh, i);
     rec_give(sh, h);
     sh->count--;
-    sh->starved = 0;
     if (!sh->count) shard_emptied(sh);
 }
 
@@ -881,6 +881,7 @@ static void count_drop(sl__shard *sh, int lv, int room)
     if (lv == SL__AT_REST) {
         sh->expired++;
         sh->evict_rest += (uint64_t)room;
+        sh->starved = 0; /* keys are coming to rest: worth looking again */
         return;
     }
     sh->evictions++;
