@@ -225,7 +225,9 @@ int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen);
  * inserted: on any problem it returns -1 with a message naming the file and
  * what is wrong, and s is unchanged.  Returns 1 if path does not exist, 0
  * when loaded (*nkeys = records read; may be NULL).  Keys beyond the
- * store's memory bound are evicted as usual. */
+ * store's memory bound are dropped as new keys would be: records at rest
+ * first, then evicted (SL_FULL_EVICT) or not loaded (SL_FULL_DENY: the
+ * records read first are kept). */
 int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, size_t errlen);
 
 /* ---- decisions ---------------------------------------------------------- */

@@ -79,10 +79,12 @@
  * old table or directory) is not freed when replaced but put in the
  * shard's limbo, still counted; the limbo is emptied after a grace period
  * (sl__reclaim_wait, ~1 us) when the shard needs the room, when it holds
- * SL__LIMBO_MAX bytes, when the shard empties, and by sl_store_expire.  So
- * memory waiting for readers is bounded and counted: handing it to a
- * background thread (call_rcu) let a flood of large records pile up
- * gigabytes of it per second, uncounted.
+ * 1/32 of what the shard holds (at least SL__LIMBO_MIN), when the shard
+ * empties, and by sl_store_expire: a grace period per 3% of the shard
+ * retired, so at most ~3% of a growing store waits there.  So memory
+ * waiting for readers is bounded and counted: handed to a background
+ * thread (call_rcu), it piled up by ~100 MB, uncounted, under a flood of
+ * 64 KB records (each one evicting another) into an 8 MB store.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* getrandom */
@@ -117,7 +119,7 @@
 #define SL__MAX_SHARDS       65536u
 #define SL__SAMPLE           16u /* table slots sampled for an eviction */
 #define SL__MAP_MIN          (64u * 1024)  /* bytes: blocks this big are mapped, not malloc'd */
-#define SL__LIMBO_MAX        (256u * 1024) /* bytes of limbo that make the shard empty it */
+#define SL__LIMBO_MIN        (16u * 1024) /* bytes of limbo that may make the shard empty it */
 
 /* Waiting for a shard lock (lock_wait). */
 #define SL__SPINS  128u  /* busy waits before yielding the CPU */
@@ -468,7 +470,7 @@ static void limbo_add(sl__shard *sh, void *blk, size_t n)
     l->next = sh->limbo;
     sh->limbo = l;
     sh->limbo_bytes += blk_cost(n);
-    if (sh->limbo_bytes >= SL__LIMBO_MAX) limbo_flush(sh);
+    if (sh->limbo_bytes >= SL__LIMBO_MIN && sh->limbo_bytes >= sh->bytes / 32) limbo_flush(sh);
 }
 
 /* A zeroed table of size slots, its size in front (slot[-1]); NULL if out
