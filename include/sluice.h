@@ -4,9 +4,12 @@
  * Two objects:
  *
  *   sl_store    per-key state for every algorithm: a sharded, thread-safe hash
- *               table with a memory bound, a keyed (SipHash) hash with a random
- *               per-process seed, expired-first then least-recently-used
- *               eviction.  One store may serve many limiters.
+ *               table with a memory bound that counts every byte a key holds,
+ *               a keyed (SipHash) hash with a random per-process seed.  Under
+ *               the bound it drops keys at rest first (they hold no
+ *               restriction); what happens when every key it could drop
+ *               holds one is the store's choice (sl_store_opts.on_full).  One
+ *               store may serve many limiters.
  *   sl_limiter  an algorithm and its parameters bound to a store: the classic
  *               "limiter.allow(key, now)" object.
  *
@@ -70,6 +73,8 @@ extern "C" {
 #define SL_ETIME -9       /* time outside (-SL_MAX_TIME_MS, SL_MAX_TIME_MS) */
 #define SL_ELOGREJECTED -10 /* log-rejected given to an algorithm other than sliding-log */
 #define SL_EINVAL -11     /* other invalid argument (NULL pointer, bad option) */
+#define SL_EFULL -12      /* no room, and every key to drop holds a limit (SL_FULL_DENY) */
+#define SL_ETOOBIG -13    /* one key could take over 1/SL_STORE_REC_SHARE of the bound */
 
 /* Returns a static, human-readable description of an SL_E* code. */
 const char *sl_strerror(int err);
@@ -148,12 +153,33 @@ typedef struct sl_store sl_store;
  * Both are safe with any number of threads; docs/store.md has the numbers. */
 enum { SL_LOCK_RECORD = 0, SL_LOCK_SHARD = 1 };
 
+/* What a bounded store does when a new key needs room and every key it
+ * could drop holds a restriction -- dropping it would hand its owner back
+ * part of a limit (sl_store_opts.on_full).  Keys at rest (whose state
+ * answers exactly as a fresh key's would) are always dropped first, and
+ * without counting as a choice:
+ *   SL_FULL_EVICT  evict the least restricted key seen: one below its
+ *                  limit before one at it, the one nearest to rest first.
+ *                  A zeroed sl_store_opts gives this (as before it existed).
+ *   SL_FULL_DENY   refuse the new key (SL_EFULL); no limit is ever reset to
+ *                  make room.  What sluiced does by default. */
+enum { SL_FULL_EVICT = 0, SL_FULL_DENY = 1 };
+
+/* A bounded store refuses (SL_ETOOBIG) parameters under which one key's
+ * state -- its record with the longest key and everything it may allocate,
+ * e.g. a sliding-log's whole ring -- could take more than 1/SL_STORE_REC_SHARE
+ * of max_bytes: such a key could not share the bound with others. */
+#define SL_STORE_REC_SHARE 64
+
 typedef struct sl_store_opts {
-    size_t max_bytes; /* memory bound for keys and tables; 0 = unbounded */
+    size_t max_bytes; /* memory bound: every byte the store holds for keys
+                         (records, tables, logs, memory waiting to be freed);
+                         0 = unbounded */
     unsigned shards;  /* power of two; 0 = chosen from max_bytes (at most 64) */
     unsigned locking; /* SL_LOCK_RECORD (0) or SL_LOCK_SHARD */
     int fixed_seed;   /* nonzero: use `seed` instead of a random one (tests) */
     uint8_t seed[16];
+    unsigned on_full; /* SL_FULL_EVICT (0) or SL_FULL_DENY */
 } sl_store_opts;
 
 /* Creates a store.  opts may be NULL (unbounded, random seed).
@@ -162,12 +188,20 @@ sl_store *sl_store_new(const sl_store_opts *opts, int *err);
 /* Frees the store and every key.  No other thread may be using it. */
 void sl_store_free(sl_store *s);
 
+/* What the store holds and what it dropped.  A key is dropped at rest
+ * (`expired`: its reset time had passed, so its state answered as a fresh
+ * key's) or evicted while it held a restriction (`evictions`). */
 typedef struct sl_store_stats {
     uint64_t keys;          /* live records */
-    uint64_t bytes;         /* memory held: pages, tables, external buffers */
+    uint64_t bytes;         /* memory held: pages, tables, page directories,
+                               sliding-log rings, memory waiting to be freed */
     uint64_t max_bytes;     /* the bound (0 = none) */
-    uint64_t expired;       /* records dropped because their reset time had passed */
-    uint64_t evictions;     /* live records evicted to stay under the bound */
+    uint64_t expired;       /* keys dropped at rest: by sl_store_expire or to make room */
+    uint64_t evictions;     /* keys evicted while holding a restriction (SL_FULL_EVICT) */
+    uint64_t evicted_at_rest;  /* of `expired`, those dropped to make room */
+    uint64_t evicted_at_limit; /* of `evictions`, those at their limit (their last
+                                  request denied or leaving nothing) */
+    uint64_t refused;          /* requests refused for room: SL_EFULL (SL_FULL_DENY) */
 } sl_store_stats;
 
 void sl_store_stats_get(sl_store *s, sl_store_stats *out);
@@ -201,7 +235,9 @@ int sl_store_save_check(const char *path, char *err, size_t errlen);
  * inserted: on any problem it returns -1 with a message naming the file and
  * what is wrong, and s is unchanged.  Returns 1 if path does not exist, 0
  * when loaded (*nkeys = records read; may be NULL).  Keys beyond the
- * store's memory bound are evicted as usual. */
+ * store's memory bound are dropped as new keys would be: records at rest
+ * first, then evicted (SL_FULL_EVICT) or not loaded (SL_FULL_DENY: the
+ * records read first are kept). */
 int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, size_t errlen);
 
 /* ---- decisions ---------------------------------------------------------- */
@@ -214,7 +250,10 @@ int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, siz
  * carries over (counts kept, capacities clamped).
  *
  * Returns 0 and fills *out, or a negative SL_E* code with the state untouched
- * (bad parameters, key, cost or time; SL_ENOMEM if the key cannot be stored). */
+ * (bad parameters, key, cost or time; SL_ETOOBIG for parameters too big for
+ * the store's bound; SL_EFULL when a new key -- or an existing key's state
+ * that must grow -- finds no room and the store refuses to reset a limit
+ * (SL_FULL_DENY); SL_ENOMEM if it cannot be stored otherwise). */
 int sl_decide(sl_store *s, const sl_params *p, const void *key, size_t keylen,
               int64_t now_ms, int64_t cost, sl_result *out);
 

@@ -5,7 +5,8 @@
  * the interleaving, a fixed window of L must allow exactly L per key per
  * window, a token bucket exactly its burst plus its refill, and a sliding log
  * exactly L -- never one more; sl_decide_all and sl_decide_many keep their
- * promises under the same load.  Runs under ThreadSanitizer too.
+ * promises under the same load; a bounded store flooded from several
+ * threads never frees a key at its limit.  Runs under ThreadSanitizer too.
  */
 #include <pthread.h>
 #include <setjmp.h>
@@ -382,6 +383,111 @@ static void decide_many_while_growing(void **state)
     sl_store_free(s);
 }
 
+/* Keys at their limit, checked on the quick way by one thread, while the
+ * others flood a small bounded store with new keys: token-bucket keys, and
+ * 6 KB sliding-buckets records whose pages are freed (after a grace period,
+ * store.c's limbo) under the checker.  SL_FULL_DENY: the flood is refused
+ * (SL_EFULL, no other error); SL_FULL_EVICT: flood keys are evicted, none
+ * at its limit.  Either way, every check of a limited key is a denial. */
+#define NVIPS            50
+#define FLOOD_PER_THREAD 20000
+
+typedef struct flood_job {
+    sl_store *store;
+    int id; /* 0: the checker */
+    int stop;
+    int64_t checks, passed, errors, refused;
+} flood_job;
+
+static void *flood_or_check(void *arg)
+{
+    flood_job *j = arg;
+    sl_params vip = SL_PARAMS_INIT, big = SL_PARAMS_INIT;
+    vip.limit = 5;
+    vip.window_ms = 3600000;
+    big.algo = SL_SLIDING_BUCKETS;
+    big.limit = 100;
+    big.window_ms = 6000;
+    big.precision = 6000;
+    char key[48];
+    sl_result r;
+    if (j->id == 0) {
+        while (!__atomic_load_n(&j->stop, __ATOMIC_ACQUIRE)) {
+            for (int v = 0; v < NVIPS; v++) {
+                int n = snprintf(key, sizeof key, "vip:%d", v);
+                int rc = sl_decide(j->store, &vip, key, (size_t)n, 1000, 1, &r);
+                j->checks++;
+                if (rc != 0)
+                    j->errors++;
+                else
+                    j->passed += r.allowed;
+            }
+        }
+        return NULL;
+    }
+    for (int i = 0; i < FLOOD_PER_THREAD; i++) {
+        int n = snprintf(key, sizeof key, "f:%d:%d", j->id, i);
+        const sl_params *p = i % 8 == 0 ? &big : &vip;
+        int rc = sl_decide(j->store, p, key, (size_t)n, 1000, 1, &r);
+        if (rc == SL_EFULL)
+            j->refused++;
+        else if (rc != 0)
+            j->errors++;
+    }
+    return NULL;
+}
+
+static void flood_threads_keep_limits(void **state)
+{
+    (void)state;
+    for (unsigned mode = SL_FULL_EVICT; mode <= SL_FULL_DENY; mode++) {
+        sl_store_opts o = {0};
+        o.max_bytes = 512 * 1024;
+        o.on_full = mode;
+        sl_store *s = sl_store_new(&o, NULL);
+        assert_non_null(s);
+        sl_params vip = SL_PARAMS_INIT;
+        vip.limit = 5;
+        vip.window_ms = 3600000;
+        char key[32];
+        sl_result r;
+        for (int v = 0; v < NVIPS; v++) { /* five passes and one denial each */
+            int n = snprintf(key, sizeof key, "vip:%d", v);
+            for (int i = 0; i < 6; i++)
+                assert_int_equal(sl_decide(s, &vip, key, (size_t)n, 1000, 1, &r), 0);
+            assert_int_equal(r.allowed, 0);
+        }
+        static flood_job jobs[NTHREADS];
+        pthread_t th[NTHREADS];
+        for (int i = 0; i < NTHREADS; i++) {
+            jobs[i] = (flood_job){.store = s, .id = i};
+            assert_int_equal(pthread_create(&th[i], NULL, flood_or_check, &jobs[i]), 0);
+        }
+        for (int i = 1; i < NTHREADS; i++) pthread_join(th[i], NULL);
+        __atomic_store_n(&jobs[0].stop, 1, __ATOMIC_RELEASE);
+        pthread_join(th[0], NULL);
+        int64_t refused = 0;
+        for (int i = 0; i < NTHREADS; i++) {
+            assert_int_equal(jobs[i].errors, 0);
+            refused += jobs[i].refused;
+        }
+        assert_true(jobs[0].checks >= NVIPS);
+        assert_int_equal(jobs[0].passed, 0);
+        sl_store_stats st;
+        sl_store_stats_get(s, &st);
+        assert_true(st.bytes <= o.max_bytes);
+        assert_int_equal(st.evicted_at_limit, 0);
+        if (mode == SL_FULL_DENY) {
+            assert_true(refused > 0);
+            assert_int_equal(st.evictions, 0);
+        } else {
+            assert_int_equal(refused, 0);
+            assert_true(st.evictions > 0);
+        }
+        sl_store_free(s);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -393,6 +499,7 @@ int main(void)
         cmocka_unit_test(quick_way_while_evicting),
         cmocka_unit_test(decide_all_is_atomic),
         cmocka_unit_test(decide_many_while_growing),
+        cmocka_unit_test(flood_threads_keep_limits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -94,6 +94,9 @@ typedef struct sl_backend_stats {
     uint64_t max_bytes; /* the bound; 0 = none */
     uint64_t evictions; /* keys dropped to stay under the bound */
     uint64_t expired;   /* keys dropped because their time was up */
+    uint64_t evicted_at_rest;  /* of expired: dropped to make room */
+    uint64_t evicted_at_limit; /* of evictions: keys at their limit */
+    uint64_t refused;          /* requests refused: no room, nothing at rest to drop */
 } sl_backend_stats;
 
 typedef struct sl_backend sl_backend;

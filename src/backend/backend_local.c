@@ -293,6 +293,9 @@ static void local_stats(sl_backend *b, sl_backend_stats *out)
     out->max_bytes = st.max_bytes;
     out->evictions = st.evictions;
     out->expired = st.expired;
+    out->evicted_at_rest = st.evicted_at_rest;
+    out->evicted_at_limit = st.evicted_at_limit;
+    out->refused = st.refused;
 }
 
 static void local_free(sl_backend *b) { free(b); }

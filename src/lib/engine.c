@@ -419,8 +419,9 @@ static unsigned put_varint(uint8_t *p, uint64_t v)
     return n;
 }
 
-/* Appends (t, cost), growing the ring (accounted to the shard).  Returns 0
- * or SL_ENOMEM with the log unchanged. */
+/* Appends (t, cost), growing the ring (from the store, counted by the
+ * shard).  Returns 0, or SL_ENOMEM / SL_EFULL (no room: sl__shard_reserve)
+ * with the log unchanged. */
 static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, int64_t cost,
                       int64_t now)
 {
@@ -432,8 +433,10 @@ static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, 
     if (lg->used + len > lg->cap) {
         uint32_t cap = lg->cap, ncap = log_grown_cap(cap, lg->used + len);
         if (ncap == 0) return SL_ENOMEM;
-        if (!sl__shard_reserve(sh, ncap - cap, rec, now)) return SL_ENOMEM;
-        uint8_t *nb = malloc(ncap);
+        /* the old ring is freed only after the copy: room for the whole new one */
+        int rc = sl__shard_reserve(sh, sl__ext_cost(ncap), rec, now);
+        if (rc != 0) return rc;
+        uint8_t *nb = sl__ext_alloc(sh, ncap);
         if (nb == NULL) return SL_ENOMEM;
         uint32_t tail = cap - lg->head; /* bytes from head to the old end */
         if (lg->used > tail) {          /* wrapped: two pieces */
@@ -442,8 +445,7 @@ static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, 
         } else if (lg->used > 0) {
             memcpy(nb, lg->buf + lg->head, lg->used);
         }
-        free(lg->buf);
-        sl__shard_account(sh, (int64_t)ncap - (int64_t)cap);
+        sl__ext_free(sh, lg->buf, cap);
         lg->buf = nb;
         lg->cap = ncap;
         lg->head = 0;
@@ -525,7 +527,6 @@ static int sliding_log(sl__shard *sh, uint8_t *rec, uint8_t *st, const sl__norm 
         }
     }
     log_save(st, &lg);
-    if (lg.buf) sl__rec_set_flags(rec, sl__rec_flags(rec) | SL__REC_EXT);
     return 0;
 }
 
@@ -544,6 +545,31 @@ void sl__norm_from(sl__norm *n, const sl_params *p)
     n->bw64 = __builtin_mul_overflow((uint64_t)n->B, (uint64_t)n->W, &bw) || bw >= (uint64_t)1 << 62
                   ? 0
                   : bw;
+    n->big = n->algo == SL_SLIDING_LOG || n->algo == SL_SLIDING_BUCKETS ? sl__state_max(n) : 0;
+}
+
+uint64_t sl__state_max(const sl__norm *n)
+{
+    uint64_t rec = SL__REC_HDR + SL_MAX_KEY + sl__state_len(n) + 1;
+    if (n->algo != SL_SLIDING_LOG) return rec;
+    /* Entries: at most L, or L + 1 kept by log-rejected, plus the one being
+     * appended.  A time gap is below W, its varint (of 2 * gap + 1) at most
+     * varint_len(2W) bytes; and a varint of x takes at most 1 + x / 127
+     * bytes, while the gaps sum below 2W (the entries span less than W, the
+     * first one's gap is below W): the gaps take at most the smaller of
+     * e * varint_len(2W) and e + (4W + e) / 127 bytes.  The costs -- a
+     * varint only for a cost of 2 or more, their sum at most L but for the
+     * first entry and the new one, 6 bytes each at most -- take at most the
+     * smaller of L / 2 * varint_len(L) and L / 2 + L / 127, plus 12. */
+    uint64_t L = (uint64_t)n->L, W = (uint64_t)n->W, e = L + 2;
+    uint8_t tmp[10];
+    uint64_t gaps = e * put_varint(tmp, 2 * W), gaps2 = e + (4 * W + e) / 127;
+    uint64_t costs = L / 2 * put_varint(tmp, L), costs2 = L / 2 + L / 127;
+    uint64_t used =
+        (gaps < gaps2 ? gaps : gaps2) + (costs < costs2 ? costs : costs2) + 12 + LOG_ENTRY_MAX;
+    uint64_t cap = used + used / 4 + LOG_CAP_STEP; /* grown by a quarter at most */
+    if (cap > LOG_MAX_CAP) cap = LOG_MAX_CAP;      /* a ring never grows past it */
+    return rec + sl__ext_cost((size_t)cap);
 }
 
 size_t sl__state_len(const sl__norm *n)
@@ -709,12 +735,11 @@ int sl__state_load(sl__shard *sh, uint8_t *r, const uint8_t *src, size_t len, in
     lg.head = 0;
     if (lg.used > 0) {
         uint32_t cap = log_grown_cap(0, lg.used);
-        if (!sl__shard_reserve(sh, cap, r, now) || (lg.buf = malloc(cap)) == NULL)
-            return SL_ENOMEM;
+        int rc = sl__shard_reserve(sh, sl__ext_cost(cap), r, now);
+        if (rc != 0) return rc;
+        if ((lg.buf = sl__ext_alloc(sh, cap)) == NULL) return SL_ENOMEM;
         memcpy(lg.buf, src + 44, lg.used);
         lg.cap = cap;
-        sl__shard_account(sh, cap);
-        sl__rec_set_flags(r, sl__rec_flags(r) | SL__REC_EXT);
     }
     log_save(st, &lg);
     return 0;

@@ -27,6 +27,8 @@ typedef struct sl__norm {
                        SL__KIND_SPACE in key space 1 (sl_params.space) */
     uint64_t bw64;  /* B*W if below 2^62 (the inline bucket paths apply),
                        else 0 */
+    uint64_t big;   /* sliding-log and sliding-buckets: the most bytes one
+                       key's state may cost (sl__state_max); else 0 */
 } sl__norm;
 
 /* Fills n from p (which must have passed sl_params_check). */
@@ -34,6 +36,14 @@ void sl__norm_from(sl__norm *n, const sl_params *p);
 
 /* State bytes a new record needs for these parameters. */
 size_t sl__state_len(const sl__norm *n);
+
+/* The most bytes one key's state may cost in a store under these
+ * parameters, whatever its requests: its record with the longest key, and
+ * for sliding-log the largest ring its log can need (every entry as long
+ * as its varints can be, given that the entries' time gaps add up to less
+ * than 2W and their costs to at most L plus two outliers).  An upper
+ * bound, tight within ~2x for long logs.  O(1). */
+uint64_t sl__state_max(const sl__norm *n);
 
 /* Whether the state st must change layout to serve these parameters (a new
  * precision or wider counters for sliding-buckets, or a fresh record): 0 if

@@ -28,6 +28,16 @@ static int check_request(const void *key, size_t klen, int64_t now, int64_t cost
     return 0;
 }
 
+/* SL_ETOOBIG if one key under n could take more than its share of s's
+ * bound (sl__store_rec_max), else 0.  a is n->algo: only sliding-log and
+ * sliding-buckets can grow large, so for the others (and on the paths
+ * compiled per algorithm) this is nothing. */
+static inline int check_size(const sl_store *s, const sl__norm *n, sl_algo a)
+{
+    if (a != SL_SLIDING_LOG && a != SL_SLIDING_BUCKETS) return 0;
+    return n->big > sl__store_rec_max(s) ? SL_ETOOBIG : 0;
+}
+
 /* Answers on a private copy of r adapted to n (answer-only with a changed
  * sliding-buckets layout: the stored record must not change). */
 static int decide_on_copy(sl__shard *sh, const uint8_t *r, size_t need, const sl__norm *n,
@@ -64,11 +74,12 @@ static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const
     if (need > sl__rec_state_cap(sh, r)) {
         uint8_t *nr = sl__shard_resize(sh, h, r, need);
         if (nr == NULL) {
+            int rc = sl__shard_fail(sh);
             if (fresh) {
                 sl__shard_remove(sh, h, r);
                 *rp = NULL;
             }
-            return SL_ENOMEM;
+            return rc;
         }
         *rp = r = nr;
     }
@@ -103,7 +114,7 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
 
     if (fresh && commit) {
         r = sl__shard_insert(sh, h, n->kind, key, klen, sl__state_len(n), now);
-        if (r == NULL) return SL_ENOMEM;
+        if (r == NULL) return sl__shard_fail(sh);
         *rp = r;
         *mp = sl__rec_meta(r);
     }
@@ -121,9 +132,10 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
         }
         return rc;
     }
-    if (commit) {
+    if (commit) { /* what the store reads to choose what to drop (store.h) */
         sl__rec_set_clock(r, t);
         sl__rec_set_reset(r, out->reset_after_ms);
+        sl__rec_mark_limit(r, mp, !out->allowed || out->remaining == 0);
     }
     return 0;
 }
@@ -167,6 +179,7 @@ SL__HOT_INLINE int decide(sl_store *s, const sl__norm *n, sl_algo a, const void 
     int rc = check_request(key, klen, now, cost);
     if (rc != 0) return rc;
     if (s == NULL || out == NULL) return SL_EINVAL;
+    if ((rc = check_size(s, n, a)) != 0) return rc;
     return decide_hashed(s, n, a, key, klen, 0, 0, now, cost, commit, out);
 }
 
@@ -234,6 +247,7 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
         if (rc == 0) rc = check_request(reqs[i].key, reqs[i].keylen, now_ms, reqs[i].cost);
         if (rc != 0) return rc;
         sl__norm_from(&norm[i], reqs[i].params);
+        if ((rc = check_size(s, &norm[i], norm[i].algo)) != 0) return rc;
         for (size_t j = 0; j < i; j++) /* one state may not be charged twice */
             if (norm[j].kind == norm[i].kind && reqs[j].keylen == reqs[i].keylen &&
                 memcmp(reqs[j].key, reqs[i].key, reqs[i].keylen) == 0)
@@ -314,6 +328,9 @@ static size_t decide_many(sl_store *s, const sl__norm *shared, const sl_call *ca
                     sl__norm_from(&a->own, c->params);
                     a->norm = &a->own;
                 }
+                a->rc = check_size(s, a->norm, a->norm->algo);
+            }
+            if (a->rc == 0) {
                 a->hash = sl__store_hash(s, a->norm->kind, c->key, c->keylen);
                 a->far = sl__store_prefetch(s, a->hash) > SL__NEAR_SLOTS;
             }

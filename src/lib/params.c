@@ -27,6 +27,8 @@ int sl_algo_parse(const char *name, size_t len, sl_algo *out)
     return SL_EALGO;
 }
 
+_Static_assert(SL_STORE_REC_SHARE == 64, "sl_strerror(SL_ETOOBIG) quotes the share");
+
 const char *sl_strerror(int err)
 {
     switch (err) {
@@ -50,6 +52,12 @@ const char *sl_strerror(int err)
     case SL_ETIME: return "time must be an integer of milliseconds with absolute value below 2^62";
     case SL_ELOGREJECTED: return "log-rejected applies only to sliding-log";
     case SL_EINVAL: return "invalid argument";
+    case SL_EFULL:
+        return "store full: every key it could drop to make room still holds a limit, "
+               "so new keys are refused";
+    case SL_ETOOBIG:
+        return "one key under these parameters could take more than 1/64 of the memory "
+               "bound: lower the precision or the limit, or raise the bound";
     default: return "unknown error";
     }
 }

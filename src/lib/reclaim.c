@@ -50,3 +50,9 @@ void sl__retire(void *block)
 #endif
     urcu_bp_call_rcu(&r->head, retired_free);
 }
+
+void sl__reclaim_wait(void)
+{
+    urcu_bp_synchronize_rcu();
+    after_grace();
+}

@@ -63,4 +63,12 @@ static inline void sl__read_end(void)
  * it waits for that point and frees at once).  NULL is ignored. */
 void sl__retire(void *block);
 
+/* Waits until every critical section that began before this call has
+ * ended (a grace period: ~1 us to a few us, readers' sections being a
+ * table walk), after which whatever was unpublished before the call may be
+ * freed by the caller.  The store frees its own retired blocks this way
+ * (store.c, "limbo"), so that the memory they hold is counted and bounded.
+ * Must not be called inside a critical section. */
+void sl__reclaim_wait(void);
+
 #endif

@@ -4,8 +4,10 @@
  * Format (little-endian), version 1:
  *   "sluice snapshot\n"  16 bytes of magic
  *   u32 version, u32 reserved (0)
- *   records: u16 meta (key length - 1 | algorithm << 10 | flags << 13, without
- *            SL__REC_EXT; SL__REC_SPACE marks a key of space 1), u16 reset code,
+ *   records: u16 meta (key length - 1 | algorithm << 10 | flags << 13:
+ *            SL__REC_SPACE marks a key of space 1, SL__REC_LIMIT one at its
+ *            limit -- a bit files written before it existed leave 0, which
+ *            only makes such a key look less restricted), u16 reset code,
  *            i64 clock, u32 state bytes, key, state (sl__state_dump)
  *   u64 record count, u32 CRC-32 (zlib) of every byte before it
  *
@@ -81,9 +83,8 @@ static int dump_record(const uint8_t *r, void *ctx)
     size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
     uint8_t *p = snap_room(b, SNAP_REC_HDR + klen + slen);
     if (p == NULL) return -1;
-    /* the external-buffer flag is about this process's memory, not state;
-     * the lock bit about this moment (the record is held while dumped) */
-    sl__st16(p, (uint16_t)(sl__rec_meta(r) & ~(SL__REC_EXT << 13) & ~SL__REC_LOCK));
+    /* the lock bit is about this moment (the record is held while dumped) */
+    sl__st16(p, (uint16_t)(sl__rec_meta(r) & ~SL__REC_LOCK));
     memcpy(p + 2, r + 2, 10);                       /* reset code, clock */
     sl__st32(p + 12, (uint32_t)slen);
     memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
@@ -294,8 +295,8 @@ static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uin
         const uint8_t *key = p + pos + SNAP_REC_HDR, *st = key + klen;
         const char *why = NULL;
         size_t room = 0;
-        if ((meta >> 13) & SL__REC_EXT) why = "unknown flags";
-        else if (algo >= SL_ALGO_COUNT) why = "unknown algorithm";
+        if (algo >= SL_ALGO_COUNT)
+            why = "unknown algorithm";
         else if (klen > SL_MAX_KEY) why = "key longer than 512 bytes";
         else if (end - pos - SNAP_REC_HDR < klen || end - pos - SNAP_REC_HDR - klen < slen)
             why = "runs past the end of the file";

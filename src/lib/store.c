@@ -47,23 +47,44 @@
  * moves between classes.  Records never move while they live, except
  * through sl__shard_resize.
  *
- * Memory bound.  A shard's bytes = its pages (+ a small per-page overhead) +
- * its table + external buffers; its budget is max_bytes / shards.  When a
- * record does not fit (SL__ROUNDS rounds at most per call, so the work per
- * call is bounded):
+ * Memory bound.  A shard's bytes are every block it holds, at what the
+ * block costs the process (blk_cost: malloc's chunk, or whole pages for a
+ * block of SL__MAP_MIN bytes or more, which is mapped so that freeing it
+ * gives it back to the system whichever thread frees it): pages, the page
+ * directory, the table, sliding-log rings, and blocks retired but not yet
+ * freed (limbo, below).  Its budget is max_bytes / shards.  Records come to
+ * rest (their reset time passes: sl__rec_restriction) and then hold
+ * nothing; when a record does not fit (SL__ROUNDS rounds at most per call,
+ * so the work per call is bounded):
  *   1. an expiry sweep walks the slab from a hand (SL__SCAN live records a
- *      round) and drops every record whose reset time has passed: it holds
- *      no information.  While sweeps find such records, only sweep.
- *   2. otherwise SL__SAMPLE random table slots are sampled and the least
- *      recently used record seen (oldest clock) is evicted, preferring one
- *      whose slot the new record fits in, so that one eviction makes room;
- *      if none fits (the new record is bigger than every one sampled), the
- *      sampled page with the fewest live records is evicted whole.
+ *      round) and drops every record at rest.  While sweeps find such
+ *      records, only sweep.
+ *   2. otherwise SL__SAMPLE random table slots are sampled; records at rest
+ *      met there are dropped too.  Only SL_FULL_EVICT goes further: it
+ *      evicts the least restricted record seen (below its limit before at
+ *      it, then the soonest reset), preferring, at that level, one whose
+ *      slot the new record fits in, so that one eviction makes room; if
+ *      none fits (the new record is bigger than every one sampled), the
+ *      sampled page with the fewest live records is emptied of what is no
+ *      more restricted than that.  SL_FULL_DENY refuses instead (SL_EFULL)
+ *      and, until something is dropped, tries one round only per call, so
+ *      a flood of new keys against a full store costs little each.
  *   3. once the budget holds no new page, a free record of a bigger class
  *      is used rather than evicting.
  * A record that fits nowhere is placed anyway if nothing else lives in the
  * shard (a key bigger than the budget still works, alone).  sl_store_expire
  * runs the expiry sweep on demand.
+ *
+ * Limbo.  A block that lock-free readers may still be reading (a page, an
+ * old table or directory) is not freed when replaced but put in the
+ * shard's limbo, still counted; the limbo is emptied after a grace period
+ * (sl__reclaim_wait, ~1 us) when the shard needs the room, when it holds
+ * 1/32 of what the shard holds (at least SL__LIMBO_MIN), when the shard
+ * empties, and by sl_store_expire: a grace period per 3% of the shard
+ * retired, so at most ~3% of a growing store waits there.  So memory
+ * waiting for readers is bounded and counted: handed to a background
+ * thread (call_rcu), it piled up by ~100 MB, uncounted, under a flood of
+ * 64 KB records (each one evicting another) into an 8 MB store.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* getrandom */
@@ -75,6 +96,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,6 +118,8 @@
 #define SL__SHARD_BUDGET_MIN (256u * 1024) /* bytes: auto shard count keeps this */
 #define SL__MAX_SHARDS       65536u
 #define SL__SAMPLE           16u /* table slots sampled for an eviction */
+#define SL__MAP_MIN          (64u * 1024)  /* bytes: blocks this big are mapped, not malloc'd */
+#define SL__LIMBO_MIN        (16u * 1024) /* bytes of limbo that may make the shard empty it */
 
 /* Waiting for a shard lock (lock_wait). */
 #define SL__SPINS  128u  /* busy waits before yielding the CPU */
@@ -131,20 +155,27 @@ typedef struct page {
     uint16_t live;   /* records in use */
     uint16_t bump;   /* records [0, bump) have been handed out before */
     uint16_t free;   /* first free record: index + 1, 0 = none */
-    uint16_t listed; /* on its class's list of pages with room */
+    uint8_t listed;  /* on its class's list of pages with room */
+    uint8_t zeroed;  /* records [bump, cap) are still all zero but for their
+                        meta (a mapped page: never written before) */
 } page;
 
-/* What a page costs besides its records: the directory entry and malloc's
- * chunk header, so the count follows the process's real footprint. */
-#define SL__PAGE_OVERHEAD (sizeof(page) + 16u)
+/* A block retired to the shard's limbo (see the top). */
+typedef struct limbo {
+    struct limbo *next;
+    void *blk;
+    size_t n; /* bytes asked for (blk_free) */
+} limbo;
 
-/* Eviction candidates seen by one sample (handles, 0 = none). */
+/* Eviction candidates seen by one sample: handles (0 = none), each the
+ * least restricted of its kind by rank (rank_of: level, then time to rest). */
 typedef struct victims {
-    uint32_t fit;                            /* oldest record whose slot a record of `want` fits */
-    uint32_t ext;                            /* oldest record holding an external buffer */
-    uint32_t any;                            /* oldest record */
-    uint32_t thin;                           /* a record on the page with the fewest live records */
-    int64_t fit_clock, ext_clock, any_clock; /* ms */
+    uint32_t best; /* the least restricted record */
+    uint32_t fit;  /* ... whose slot a record of `want` fits */
+    uint32_t ext;  /* ... holding an external buffer */
+    uint32_t thin; /* a record at best's level on the page with
+                      the fewest live records */
+    uint64_t best_rank, fit_rank, ext_rank;
     uint32_t thin_live;
 } victims;
 
@@ -171,11 +202,22 @@ struct sl__shard {
     uint32_t npages;       /* directory entries in use or on the unused list */
     uint32_t pcap;         /* directory entries allocated */
     uint32_t punused;      /* first unused entry (index + 1), 0 = none */
-    uint64_t bytes;        /* pages + overhead + table + external, bytes */
+    uint64_t bytes;        /* every block held, at blk_cost: pages, directory, table,
+                              external buffers, limbo */
     uint64_t budget;       /* bytes; 0 = unbounded */
-    uint64_t ext;          /* bytes in SL__REC_EXT buffers */
-    uint64_t expired;      /* records dropped because their reset had passed */
-    uint64_t evictions;    /* live records evicted to stay under budget */
+    uint64_t ext;          /* bytes in external buffers (sl__rec_has_ext) */
+    limbo *limbo;          /* retired blocks waiting for readers to leave */
+    uint64_t limbo_bytes;  /* what they cost (included in bytes) */
+    uint64_t expired;      /* records dropped at rest (reset passed) */
+    uint64_t evictions;    /* records evicted while holding a restriction */
+    uint64_t evict_rest;   /* of expired: dropped to make room */
+    uint64_t evict_limit;  /* of evictions: at their limit */
+    uint64_t refused;      /* SL_EFULL failures */
+    int deny;              /* SL_FULL_DENY: never evict a restricted record */
+    int starved;           /* the last reclaim found only restricted records
+                              (SL_FULL_DENY); cleared when one at rest is dropped
+                              (any other drop leaves room: no search then) */
+    int fail;              /* why the last insert or resize failed (sl__shard_fail) */
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
@@ -190,6 +232,7 @@ struct sl_store {
     unsigned nshards;   /* power of two */
     unsigned shift;     /* 64 - log2(nshards); 64 when there is one shard */
     uint64_t max_bytes; /* 0 = unbounded */
+    int deny;           /* on_full == SL_FULL_DENY */
     atomic_uint next;   /* shard where the next sl_store_expire starts */
     sl__shard *shard;
 };
@@ -339,11 +382,105 @@ static inline void slot_set(sl__shard *sh, uint32_t i, uint32_t v)
     __atomic_store_n(&sh->slot[i], v, __ATOMIC_RELEASE);
 }
 
+/* ---- blocks: what the shard's memory costs ------------------------------------
+ *
+ * Every block a shard holds is allocated here and counted at blk_cost, what
+ * it costs the process: a block of SL__MAP_MIN bytes or more is mapped
+ * (whole pages, returned to the system when freed, whichever thread frees
+ * it: such blocks are few -- large records, large tables and logs -- and
+ * malloc would keep them in per-thread arenas, where a flood of 64 KB
+ * records left RSS at 3-16x the count); a smaller one is malloc'd and
+ * costs malloc's chunk: the size plus an 8-byte header, rounded up to 16,
+ * at least 32 (glibc's chunks; other allocators differ by a few bytes). */
+
+static size_t os_page(void)
+{
+    static _Atomic size_t page_size;
+    size_t p = atomic_load_explicit(&page_size, memory_order_relaxed);
+    if (!p) {
+        long v = sysconf(_SC_PAGESIZE);
+        p = v > 0 ? (size_t)v : 4096;
+        atomic_store_explicit(&page_size, p, memory_order_relaxed);
+    }
+    return p;
+}
+
+static uint64_t blk_cost(size_t n)
+{
+    if (n >= SL__MAP_MIN) return ((uint64_t)n + os_page() - 1) / os_page() * os_page();
+    uint64_t c = ((uint64_t)n + 8 + 15) & ~(uint64_t)15;
+    return c < 32 ? 32 : c;
+}
+
+/* A block of n bytes (zeroed if `zero`; mapped blocks always are), or NULL. */
+static void *blk_new(size_t n, int zero)
+{
+    if (n >= SL__MAP_MIN) {
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    return zero ? calloc(1, n) : malloc(n);
+}
+
+static void blk_free(void *p, size_t n)
+{
+    if (!p) return;
+    if (n >= SL__MAP_MIN)
+        munmap(p, n);
+    else
+        free(p);
+}
+
+size_t sl__ext_cost(size_t bytes) { return (size_t)blk_cost(bytes); }
+
+/* Empties the limbo: waits for every reader that may still see a block in
+ * it (a grace period), then frees them all.  Returns 1 if it freed any. */
+static int limbo_flush(sl__shard *sh)
+{
+    limbo *l = sh->limbo;
+    if (!l) return 0;
+    sl__reclaim_wait();
+    while (l) {
+        limbo *next = l->next;
+        blk_free(l->blk, l->n);
+        free(l);
+        l = next;
+    }
+    sh->limbo = NULL;
+    sh->bytes -= sh->limbo_bytes;
+    sh->limbo_bytes = 0;
+    return 1;
+}
+
+/* Retires block blk of n bytes, which is counted in bytes and which
+ * lock-free readers may still be reading: into the limbo, counted until
+ * freed (its 24-byte node is not: it would push a full shard over its
+ * bound as it frees memory). */
+static void limbo_add(sl__shard *sh, void *blk, size_t n)
+{
+    limbo *l = malloc(sizeof *l);
+    if (!l) { /* no node: wait for the readers here */
+        sl__reclaim_wait();
+        blk_free(blk, n);
+        sh->bytes -= blk_cost(n);
+        return;
+    }
+    l->blk = blk;
+    l->n = n;
+    l->next = sh->limbo;
+    sh->limbo = l;
+    sh->limbo_bytes += blk_cost(n);
+    if (sh->limbo_bytes >= SL__LIMBO_MIN && sh->limbo_bytes >= sh->bytes / 32) limbo_flush(sh);
+}
+
 /* A zeroed table of size slots, its size in front (slot[-1]); NULL if out
- * of memory.  table_block gives back the block to free or retire. */
+ * of memory.  table_block gives back the block to free or retire, of
+ * table_bytes(size) bytes. */
+static inline size_t table_bytes(uint32_t size) { return ((size_t)size + 1) * sizeof(uint32_t); }
+
 static uint32_t *table_new(uint32_t size)
 {
-    uint32_t *b = calloc((size_t)size + 1, sizeof *b);
+    uint32_t *b = blk_new(table_bytes(size), 1);
     if (!b) return NULL;
     b[0] = size;
     return b + 1;
@@ -465,11 +602,11 @@ static void slot_put(sl__shard *sh, uint64_t hash, uint32_t h)
     slot_set(sh, i, h | tag_of(hash));
 }
 
-/* Bytes of the bigger table if one more record needs it, else 0. */
+/* What the bigger table costs if one more record needs it, else 0. */
 static uint64_t grow_bytes(const sl__shard *sh)
 {
     if ((uint64_t)(sh->count + 1) * 5 <= (uint64_t)sh->size * 4) return 0;
-    return ((uint64_t)sh->size + sh->size / 2) * sizeof(uint32_t);
+    return blk_cost(table_bytes(sh->size + sh->size / 2));
 }
 
 /* Rehashes into a table 1.5x bigger.  O(records): every key is hashed
@@ -495,8 +632,8 @@ static int table_grow(sl__shard *sh)
      * without the lock. */
     __atomic_store_n(&sh->slot, t, __ATOMIC_RELEASE);
     __atomic_store_n(&sh->size, ns, __ATOMIC_RELAXED);
-    sl__retire(table_block(o));
-    sh->bytes += (uint64_t)(ns - old) * sizeof(uint32_t);
+    sh->bytes += blk_cost(table_bytes(ns));
+    limbo_add(sh, table_block(o), table_bytes(old));
     return 0;
 }
 
@@ -538,9 +675,21 @@ static int avail_from(const sl__shard *sh, unsigned c)
     return -1;
 }
 
-static inline uint64_t page_cost(uint32_t cap, uint32_t rsize)
+/* Directory entries after it grows (double), when a new page needs it;
+ * else 0. */
+static uint32_t dir_grown(const sl__shard *sh)
 {
-    return (uint64_t)cap * rsize + SL__PAGE_OVERHEAD;
+    if (sh->punused || sh->npages < sh->pcap) return 0;
+    return sh->pcap ? sh->pcap * 2 : 16;
+}
+
+/* What a new page of cap records of rsize bytes costs: its block, and the
+ * bigger directory if it needs one (the old one then waits in the limbo,
+ * still counted). */
+static inline uint64_t page_cost(const sl__shard *sh, uint32_t cap, uint32_t rsize)
+{
+    uint32_t nc = dir_grown(sh);
+    return blk_cost((size_t)cap * rsize) + (nc ? blk_cost((size_t)nc * sizeof(page)) : 0);
 }
 
 /* A new page of cap records of rsize bytes.  Returns its index + 1, or 0
@@ -552,19 +701,20 @@ static uint32_t page_new(sl__shard *sh, uint32_t rsize, unsigned cls, uint32_t c
         pi = sh->punused - 1;
     } else {
         if (sh->npages >= SL__MAX_PAGES) return 0;
-        if (sh->npages == sh->pcap) { /* a bigger copy; readers may hold the old */
-            uint32_t nc = sh->pcap ? sh->pcap * 2 : 16;
-            page *np = calloc(nc, sizeof *np);
+        uint32_t nc = dir_grown(sh);
+        if (nc) { /* a bigger copy; readers may hold the old */
+            page *np = blk_new((size_t)nc * sizeof *np, 1);
             if (!np) return 0;
             if (sh->pcap) memcpy(np, sh->pages, (size_t)sh->pcap * sizeof *np);
             page *op = sh->pages;
             __atomic_store_n(&sh->pages, np, __ATOMIC_RELEASE);
-            sl__retire(op);
+            sh->bytes += blk_cost((size_t)nc * sizeof *np);
+            if (op) limbo_add(sh, op, (size_t)sh->pcap * sizeof *op);
             sh->pcap = nc;
         }
         pi = sh->npages;
     }
-    uint8_t *mem = malloc((size_t)cap * rsize);
+    uint8_t *mem = blk_new((size_t)cap * rsize, 0);
     if (!mem) return 0;
     /* Every record free until handed out: a reader that lands here through
      * a stale handle finds it held, never a key. */
@@ -576,11 +726,12 @@ static uint32_t page_new(sl__shard *sh, uint32_t rsize, unsigned cls, uint32_t c
     page *p = &sh->pages[pi];
     p->next = p->prev = 0;
     p->live = p->bump = p->free = p->listed = 0;
+    p->zeroed = (size_t)cap * rsize >= SL__MAP_MIN; /* blk_new mapped it */
     p->cls = (uint16_t)cls;
     __atomic_store_n(&p->rsize, rsize, __ATOMIC_RELEASE);
     __atomic_store_n(&p->cap, (uint16_t)cap, __ATOMIC_RELEASE);
     __atomic_store_n(&p->mem, mem, __ATOMIC_RELEASE);
-    sh->bytes += page_cost(cap, rsize);
+    sh->bytes += blk_cost((size_t)cap * rsize);
     if (cls != SL__NOCLASS) {
         sh->npclass[cls]++;
         avail_link(sh, pi);
@@ -593,12 +744,11 @@ static void page_release(sl__shard *sh, uint32_t pi)
     page *p = &sh->pages[pi];
     if (p->listed) avail_unlink(sh, pi);
     if (p->cls != SL__NOCLASS) sh->npclass[p->cls]--;
-    sh->bytes -= page_cost(p->cap, p->rsize);
     uint8_t *mem = p->mem;
     __atomic_store_n(&p->mem, NULL, __ATOMIC_RELEASE);
-    sl__retire(mem);
     p->next = sh->punused;
     sh->punused = pi + 1;
+    limbo_add(sh, mem, (size_t)p->cap * p->rsize); /* still counted until freed */
 }
 
 /* Hands out a zeroed record of page pi (which has room). */
@@ -606,16 +756,21 @@ static uint32_t rec_take(sl__shard *sh, uint32_t pi)
 {
     page *p = &sh->pages[pi];
     uint32_t idx;
+    int fresh = 0;
     if (p->free) {
         idx = p->free - 1u;
         p->free = sl__ld16(p->mem + (size_t)idx * p->rsize + 2);
     } else {
         idx = p->bump++;
+        fresh = p->zeroed;
     }
     if (++p->live == p->cap && p->listed) avail_unlink(sh, pi);
     /* All but the meta, which stays SL__FREE_MARK until the record is
-     * given an identity (sl__shard_insert, sl__shard_resize). */
-    memset(p->mem + (size_t)idx * p->rsize + 2, 0, p->rsize - 2);
+     * given an identity (sl__shard_insert, sl__shard_resize).  A record
+     * of a fresh mapped page is zero already: not writing it leaves the
+     * pages of a large record that its state never touches unfaulted
+     * (a new 64 KB sliding-buckets record: 2 pages, not 16). */
+    if (!fresh) memset(p->mem + (size_t)idx * p->rsize + 2, 0, p->rsize - 2);
     return h_make(pi, idx);
 }
 
@@ -654,7 +809,7 @@ static uint32_t rec_alloc(sl__shard *sh, uint32_t rsize, uint64_t reserve, int f
 {
     uint64_t left = force ? UINT64_MAX : room(sh, reserve);
     if (rsize > SL__CLASS_MAX) {
-        if (page_cost(1, rsize) > left) return 0;
+        if (page_cost(sh, 1, rsize) > left) return 0;
         uint32_t p = page_new(sh, rsize, SL__NOCLASS, 1);
         return p ? rec_take(sh, p - 1) : 0;
     }
@@ -665,10 +820,15 @@ static uint32_t rec_alloc(sl__shard *sh, uint32_t rsize, uint64_t reserve, int f
     if (target > SL__PAGE_MAX) target = SL__PAGE_MAX;
     uint32_t cap = target / rsize ? target / rsize : 1;
     if (force) cap = 1;
-    if (page_cost(cap, rsize) > left) {
+    if (page_cost(sh, cap, rsize) > left) {
         int c2 = avail_from(sh, c + 1);
         if (c2 >= 0) return rec_take(sh, sh->avail[c2] - 1);
-        cap = left > SL__PAGE_OVERHEAD ? (uint32_t)((left - SL__PAGE_OVERHEAD) / rsize) : 0;
+        /* a smaller page, as many records as fit (pages are below
+         * SL__MAP_MIN: malloc'd, costing at most 24 bytes more) */
+        uint64_t fixed = page_cost(sh, 0, rsize) - blk_cost(0) + 24;
+        cap = left > fixed ? (uint32_t)((left - fixed) / rsize) : 0;
+        if (cap > target / rsize) cap = target / rsize;
+        while (cap && page_cost(sh, cap, rsize) > left) cap--;
         if (!cap) return 0;
     }
     uint32_t p = page_new(sh, rsize, c, cap);
@@ -677,16 +837,31 @@ static uint32_t rec_alloc(sl__shard *sh, uint32_t rsize, uint64_t reserve, int f
 
 /* ---- dropping records ------------------------------------------------------- */
 
+/* The shard's last record is gone: it gives back all but its table.  Its
+ * pages are in the limbo; after the grace period (limbo_flush) no reader
+ * holds a handle (every slot has been empty since before it began, and
+ * nothing is added under the lock), so nobody reads the directory any
+ * more: it is freed at once, and the next page starts a new one. */
+static void shard_emptied(sl__shard *sh)
+{
+    if (!sh->pages) return;
+    if (!limbo_flush(sh)) sl__reclaim_wait();
+    blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
+    sh->bytes -= blk_cost((size_t)sh->pcap * sizeof(page));
+    __atomic_store_n(&sh->pages, NULL, __ATOMIC_RELEASE);
+    sh->pcap = sh->npages = sh->punused = 0;
+    sh->hand_pi = sh->hand_idx = 0;
+}
+
 static void free_ext(sl__shard *sh, uint8_t *r)
 {
     uint8_t *st = sl__rec_state(r);
     void *buf;
     memcpy(&buf, st, sizeof buf);
-    uint32_t n = sl__ld32(st + 8);
-    free(buf);
+    if (!buf) return;
+    sl__ext_free(sh, buf, sl__ld32(st + 8));
     sl__st64(st, 0);
-    sh->ext = sh->ext > n ? sh->ext - n : 0;
-    sh->bytes = sh->bytes > n ? sh->bytes - n : 0;
+    sl__st32(st + 8, 0);
 }
 
 /* Removes the record h held in slot i; the caller holds the record's lock,
@@ -694,39 +869,57 @@ static void free_ext(sl__shard *sh, uint8_t *r)
 static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
 {
     uint8_t *r = rec_at(sh, h);
-    if (sl__rec_flags(r) & SL__REC_EXT) free_ext(sh, r);
+    if (sl__rec_has_ext(r)) free_ext(sh, r);
     slot_delete(sh, i);
     rec_give(sh, h);
     sh->count--;
+    if (!sh->count) shard_emptied(sh);
 }
 
-/* Evicts record h unless a thread holds it right now (then it is in use:
- * not the least recently used).  Returns 1 if evicted. */
-static int evict_one(sl__shard *sh, uint32_t h)
+/* Counts a record dropped at level `lv` (sl__rec_restriction); `room`: to
+ * make room (else by the expiry sweep on demand). */
+static void count_drop(sl__shard *sh, int lv, int room)
+{
+    if (lv == SL__AT_REST) {
+        sh->expired++;
+        sh->evict_rest += (uint64_t)room;
+        sh->starved = 0; /* keys are coming to rest: worth looking again */
+        return;
+    }
+    sh->evictions++;
+    sh->evict_limit += lv == SL__AT_LIMIT;
+}
+
+/* Evicts record h if it is at most at level max_lv at `now`, unless a
+ * thread holds it right now (then it is in use: not a candidate).  Returns
+ * 1 if evicted. */
+static int evict_one(sl__shard *sh, uint32_t h, int64_t now, int max_lv)
 {
     uint8_t *r = rec_at(sh, h);
     if (!rec_trylock(sh, r)) return 0;
-    uint32_t i = slot_of_handle(sh, rec_hash(sh, r), h);
-    if (i == UINT32_MAX) { /* cannot happen: every live record has a slot */
+    int lv = sl__rec_restriction(r, now);
+    uint32_t i = lv <= max_lv ? slot_of_handle(sh, rec_hash(sh, r), h) : UINT32_MAX;
+    if (i == UINT32_MAX) { /* too restricted (no live record lacks a slot) */
         sl__rec_unlock(r);
         return 0;
     }
     drop_slot(sh, i, h);
-    sh->evictions++;
+    count_drop(sh, lv, 1);
     return 1;
 }
 
-/* Evicts every live record of page pi that nobody holds (the page is then
- * freed if none was held).  At most 1024 records, each a hash and a probe:
- * bounded, and done only when no sampled record had a slot the new record
- * fits in.  Returns the number evicted. */
-static uint32_t evict_page(sl__shard *sh, uint32_t pi)
+/* Evicts every live record of page pi that nobody holds and that is at
+ * most at level max_lv (the page is then freed if that was all of them).
+ * At most 1024 records, each a hash and a probe: bounded, and done only
+ * when no sampled record had a slot the new record fits in.  Returns the
+ * number evicted. */
+static uint32_t evict_page(sl__shard *sh, uint32_t pi, int64_t now, int max_lv)
 {
-    uint32_t n = 0;
-    for (uint32_t idx = 0; sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
+    uint32_t n = 0; /* the shard may empty on the way: pages is then NULL */
+    for (uint32_t idx = 0; sh->pages && sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
         const page *p = &sh->pages[pi];
         if (sl__rec_meta(p->mem + (size_t)idx * p->rsize) != SL__FREE_MARK)
-            n += (uint32_t)evict_one(sh, h_make(pi, idx));
+            n += (uint32_t)evict_one(sh, h_make(pi, idx), now, max_lv);
     }
     return n;
 }
@@ -737,17 +930,32 @@ static void victims_init(victims *v)
     v->thin_live = UINT32_MAX;
 }
 
+/* How restricted a record is at `now`, as one number, lower = evicted
+ * first: its level (sl__rec_restriction) in the top bits, then the time
+ * until it comes to rest. */
+static uint64_t rank_of(const uint8_t *r, int lv, int64_t now)
+{
+    int64_t at = sl__rec_reset_at(r);
+    uint64_t left = at > now ? (uint64_t)at - (uint64_t)now : 0;
+    if (left >= (uint64_t)1 << 61) left = ((uint64_t)1 << 61) - 1;
+    return (uint64_t)lv << 61 | left;
+}
+
+static inline int rank_level(uint64_t rank) { return (int)(rank >> 61); }
+
 /*
  * The expiry sweep: examines up to `max` live records in slab order from
- * the hand, dropping each one whose reset time is <= now (never `keep`).
+ * the hand, dropping each one at rest at `now` (never `keep`).
  * Slab order, not table order: the records it drops are spread evenly over
  * the table (dropping a run of table slots while inserts land everywhere
  * would pack the rest of the table into one long cluster), and it reads
  * memory sequentially.  Visits each page at most once per call, and steps
- * over at most 32 * max free records.  Returns the number dropped; *seen
- * (may be NULL) counts records examined.
+ * over at most 32 * max free records.  `room`: sweeping to make room
+ * (counted so).  Returns the number dropped; *seen (may be NULL) counts
+ * records examined.
  */
-static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen)
+static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
+                      int room)
 {
     uint64_t n = 0, dropped = 0, skip = max > UINT64_MAX / 32 ? UINT64_MAX : max * 32;
     uint32_t pi = sh->hand_pi, idx = sh->hand_idx, visited = 0;
@@ -772,13 +980,13 @@ static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, u
             continue;
         }
         n++;
-        /* A held record is being decided on: not expired, skip it. */
+        /* A held record is being decided on: not at rest, skip it. */
         if (h == keep || !rec_trylock(sh, r)) continue;
         uint32_t i;
-        if (sl__rec_reset_at(r) <= now &&
+        if (sl__rec_restriction(r, now) == SL__AT_REST &&
             (i = slot_of_handle(sh, rec_hash(sh, r), h)) != UINT32_MAX) {
             drop_slot(sh, i, h); /* may free the page: p->mem is then NULL */
-            sh->expired++;
+            count_drop(sh, SL__AT_REST, room);
             sh->pass_drops++;
             dropped++;
         } else {
@@ -794,7 +1002,7 @@ static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, u
 /*
  * Samples up to SL__SAMPLE records at random table slots (the first record
  * at or after each), noting in v the eviction candidates for a record of
- * `want` bytes; expired ones found on the way are dropped (returned).
+ * `want` bytes; records at rest found on the way are dropped (returned).
  * Random slots sample records evenly whatever their size or age.
  */
 static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep, victims *v)
@@ -814,28 +1022,35 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
         if (h == keep) continue;
         uint8_t *r = rec_at(sh, h);
         if (!rec_trylock(sh, r)) continue; /* in use right now: not a candidate */
-        if (sl__rec_reset_at(r) <= now) {
+        int lv = sl__rec_restriction(r, now);
+        if (lv == SL__AT_REST) {
             drop_slot(sh, i, h);
-            sh->expired++;
+            count_drop(sh, lv, 1);
             dropped++;
             continue;
         }
-        int64_t clk = sl__rec_clock(r);
+        uint64_t rank = rank_of(r, lv, now);
+        int ext = sl__rec_has_ext(r) && sl__ld32(sl__rec_state(r) + 8) > 0;
         sl__rec_unlock(r);
         const page *p = &sh->pages[h_page(h)];
-        if (p->rsize >= want && (!v->fit || clk < v->fit_clock)) {
+        if (p->rsize >= want && (!v->fit || rank < v->fit_rank)) {
             v->fit = h;
-            v->fit_clock = clk;
+            v->fit_rank = rank;
         }
-        if ((sl__rec_flags(r) & SL__REC_EXT) && (!v->ext || clk < v->ext_clock)) {
+        if (ext && (!v->ext || rank < v->ext_rank)) {
             v->ext = h;
-            v->ext_clock = clk;
+            v->ext_rank = rank;
         }
-        if (!v->any || clk < v->any_clock) {
-            v->any = h;
-            v->any_clock = clk;
+        if (!v->best || rank_level(rank) < rank_level(v->best_rank)) {
+            v->thin = 0; /* a lower level: thin pages are judged at it */
+            v->thin_live = UINT32_MAX;
         }
-        if (p->live < v->thin_live && h_page(h) != keep_pi) {
+        if (!v->best || rank < v->best_rank) {
+            v->best = h;
+            v->best_rank = rank;
+        }
+        if (rank_level(rank) == rank_level(v->best_rank) && p->live < v->thin_live &&
+            h_page(h) != keep_pi) {
             v->thin = h;
             v->thin_live = p->live;
         }
@@ -844,65 +1059,89 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
 }
 
 /*
- * Makes room by evicting one candidate of v: for a record (want > 0), the
- * oldest whose slot it fits in; for memory (want == 0) or when none fits,
- * the oldest holding an external buffer, else the page with the fewest live
- * records, whole.  `shrink_table`: the table cannot grow, so any record will
- * do.  Returns 0 if nothing was evicted: v holds no candidate, or the one
- * chosen is held by a thread right now (the caller samples again).
+ * Makes room by evicting, at the level of the least restricted candidate
+ * of v: for a record (want > 0), the least restricted whose slot it fits
+ * in, else the page with the fewest live records, emptied of what is no
+ * more restricted than that level (a new page, maybe a bigger page
+ * directory, must fit: freeing a ring or a smaller slot may never make
+ * that much room); for memory (want == 0), the least restricted holding an
+ * external buffer, else that page.
+ * `shrink_table`: the table cannot grow, so the least restricted record of
+ * all will do.  Only with SL_FULL_EVICT: a SL_FULL_DENY shard never
+ * evicts a restricted record.  Returns 0 if nothing was evicted: v holds
+ * no candidate, or the one chosen is held by a thread right now (the
+ * caller samples again).
  */
-static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_table)
+static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_table, int64_t now)
 {
-    if (shrink_table && v->any) return evict_one(sh, v->any);
-    if (want && v->fit) return evict_one(sh, v->fit);
-    if (v->ext) return evict_one(sh, v->ext);
-    if (v->thin) return evict_page(sh, h_page(v->thin)) > 0;
-    return 0;
+    if (sh->deny || !v->best) return 0;
+    int lv = rank_level(v->best_rank);
+    if (shrink_table) return evict_one(sh, v->best, now, lv);
+    if (want && v->fit && rank_level(v->fit_rank) == lv) return evict_one(sh, v->fit, now, lv);
+    if (!want && v->ext && rank_level(v->ext_rank) == lv) return evict_one(sh, v->ext, now, lv);
+    if (v->thin && evict_page(sh, h_page(v->thin), now, lv) > 0) return 1;
+    return evict_one(sh, v->best, now, lv);
 }
 
 /* A record of rsize bytes within budget, growing the table first if
- * `adding` a record needs it.  Returns the handle or 0. */
+ * `adding` a record needs it; if what stands in the way is memory in the
+ * limbo, takes it back and tries again.  Returns the handle or 0. */
 static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
 {
-    uint64_t tb = adding ? grow_bytes(sh) : 0;
-    if (!force && tb > room(sh, 0)) return 0;
-    uint32_t h = rec_alloc(sh, rsize, tb, force);
-    if (h && tb && table_grow(sh) != 0) {
-        rec_give(sh, h);
-        return 0;
+    for (int again = 0;; again = 1) {
+        uint64_t tb = adding ? grow_bytes(sh) : 0;
+        uint32_t h = 0;
+        if (force || tb <= room(sh, 0)) {
+            h = rec_alloc(sh, rsize, tb, force);
+            if (h && tb && table_grow(sh) != 0) {
+                rec_give(sh, h);
+                h = 0;
+            }
+        }
+        if (h || again || !limbo_flush(sh)) return h;
     }
-    return h;
 }
 
 /*
  * Finds a record of rsize bytes, reclaiming as the file comment says; keep
- * (a handle, or 0) is never dropped.  Expired records go first: while the
+ * (a handle, or 0) is never dropped.  Records at rest go first: while the
  * sweep drops some, or dropped some during the hand's current or previous
  * pass over the table (so more are likely ahead), up to half the rounds only
- * sweep; a live record is evicted only when sweeping finds nothing (at once
- * when nothing has expired lately: the steady state costs one round).  If
- * nothing else lives in the shard the record is placed even beyond the
- * budget (a key bigger than the budget still works, alone).
+ * sweep; a restricted record is evicted only when sweeping finds nothing
+ * (at once when nothing has come to rest lately: the steady state costs one
+ * round), and only by a SL_FULL_EVICT shard; a SL_FULL_DENY shard that met
+ * only restricted records says SL_EFULL (sh->fail) and, until a record is
+ * dropped, tries one round per call.  If nothing else lives in the shard
+ * the record is placed even beyond the budget (a key bigger than the
+ * budget still works, alone).
  */
 static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, uint32_t keep)
 {
+    sh->fail = SL_ENOMEM;
     uint32_t h = try_alloc(sh, rsize, adding, 0);
     if (h || !sh->budget) return h;
-    for (int round = 0; round < SL__ROUNDS; round++) {
-        uint64_t dropped = sweep(sh, now, SL__SCAN, keep, NULL);
+    int rounds = sh->starved ? 1 : SL__ROUNDS, declined = 0;
+    for (int round = 0; round < rounds; round++) {
+        uint64_t dropped = sweep(sh, now, SL__SCAN, keep, NULL, 1);
         if (dropped && (h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
-        if (round < SL__ROUNDS / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
+        if (round < rounds / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
         victims v;
         victims_init(&v);
         if (sample(sh, now, rsize, keep, &v)) {
             if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
             continue;
         }
+        declined |= sh->deny && v.best;
         int table_full = adding && grow_bytes(sh) > room(sh, 0);
-        if (!evict(sh, &v, rsize, table_full) && !dropped && !v.any) break;
+        if (!evict(sh, &v, rsize, table_full, now) && !dropped && !v.best) break;
         if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
     }
     if (sh->count == (keep ? 1u : 0u)) return try_alloc(sh, rsize, adding, 1);
+    if (declined) {
+        sh->fail = SL_EFULL;
+        sh->starved = 1;
+        sh->refused++;
+    }
     return 0;
 }
 
@@ -1107,6 +1346,7 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const void *key, size_t klen,
                           size_t state_len, int64_t now_ms)
 {
+    sh->fail = SL_ENOMEM;
     if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || kind > 15) return NULL;
     uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
     if (!h) return NULL;
@@ -1131,8 +1371,11 @@ size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
     return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r);
 }
 
+int sl__shard_fail(const sl__shard *sh) { return sh->fail; }
+
 uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_state_len)
 {
+    sh->fail = SL_ENOMEM;
     if (new_state_len > SL__STATE_MAX) return NULL;
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i == UINT32_MAX) return NULL;
@@ -1165,39 +1408,62 @@ void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
     if (i != UINT32_MAX) drop_slot(sh, i, s_h(sh->slot[i]));
 }
 
-void sl__shard_account(sl__shard *sh, int64_t delta)
+void *sl__ext_alloc(sl__shard *sh, size_t bytes)
 {
-    if (delta >= 0) {
-        sh->ext += (uint64_t)delta;
-        sh->bytes += (uint64_t)delta;
-    } else {
-        uint64_t d = (uint64_t)0 - (uint64_t)delta;
-        sh->ext = sh->ext > d ? sh->ext - d : 0;
-        sh->bytes = sh->bytes > d ? sh->bytes - d : 0;
+    void *p = blk_new(bytes, 0);
+    if (p) {
+        sh->ext += blk_cost(bytes);
+        sh->bytes += blk_cost(bytes);
     }
+    return p;
+}
+
+void sl__ext_free(sl__shard *sh, void *buf, size_t bytes)
+{
+    if (!buf) return;
+    blk_free(buf, bytes);
+    uint64_t c = blk_cost(bytes);
+    sh->ext = sh->ext > c ? sh->ext - c : 0;
+    sh->bytes = sh->bytes > c ? sh->bytes - c : 0;
 }
 
 int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t now_ms)
 {
-    if (room(sh, 0) >= bytes) return 1;
-    if ((uint64_t)sh->size * sizeof *sh->slot + bytes > sh->budget)
-        return 0; /* could never fit: evict nothing */
+    sh->fail = SL_ENOMEM;
+    if (room(sh, 0) >= bytes) return 0;
+    if (limbo_flush(sh) && room(sh, 0) >= bytes) return 0;
+    if ((uint64_t)blk_cost(table_bytes(sh->size)) + bytes > sh->budget)
+        return SL_ENOMEM; /* could never fit: evict nothing */
     uint32_t keep_h = 0;
     if (keep) {
         uint32_t i = slot_of_rec(sh, rec_hash(sh, keep), keep);
         if (i != UINT32_MAX) keep_h = s_h(sh->slot[i]);
     }
-    for (int round = 0; round < SL__ROUNDS; round++) {
-        uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL);
-        if (room(sh, 0) >= bytes) return 1;
-        if (round < SL__ROUNDS / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
+    int rounds = sh->starved ? 1 : SL__ROUNDS, declined = 0;
+    for (int round = 0; round < rounds; round++) {
+        uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL, 1);
+        limbo_flush(sh);
+        if (room(sh, 0) >= bytes) return 0;
+        if (round < rounds / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
         victims v;
         victims_init(&v);
-        if (sample(sh, now_ms, 0, keep_h, &v) == 0 && !evict(sh, &v, 0, 0) && !dropped && !v.any)
-            break;
-        if (room(sh, 0) >= bytes) return 1;
+        uint64_t sampled = sample(sh, now_ms, 0, keep_h, &v);
+        declined |= sh->deny && v.best;
+        if (!sampled && !evict(sh, &v, 0, 0, now_ms) && !dropped && !v.best) break;
+        limbo_flush(sh);
+        if (room(sh, 0) >= bytes) return 0;
     }
-    return 0;
+    if (declined) {
+        sh->fail = SL_EFULL;
+        sh->starved = 1;
+        sh->refused++;
+    }
+    return sh->fail;
+}
+
+uint64_t sl__store_rec_max(const sl_store *s)
+{
+    return s->max_bytes ? s->max_bytes / SL_STORE_REC_SHARE : UINT64_MAX;
 }
 
 /* ---- the public store API --------------------------------------------------- */
@@ -1230,24 +1496,35 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
     sh->store = s;
     sh->quick = s->quick;
     sh->budget = budget;
+    sh->deny = s->deny;
     sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
     __atomic_store_n(&sh->size, SL__TABLE_MIN, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->slot, table_new(SL__TABLE_MIN), __ATOMIC_RELAXED);
     if (!sh->slot) return -1;
-    sh->bytes = (uint64_t)sh->size * sizeof *sh->slot;
+    sh->bytes = blk_cost(table_bytes(SL__TABLE_MIN));
     atomic_init(&sh->lock, 0);
     return 0;
 }
 
+/* Frees everything; no reader is left (sl_store_free's contract), so the
+ * limbo is freed without waiting. */
 static void shard_fini(sl__shard *sh)
 {
     for (uint32_t i = 0; i < sh->size; i++) {
         uint32_t h = s_h(sh->slot[i]);
-        if (h && (sl__rec_flags(rec_at(sh, h)) & SL__REC_EXT)) free_ext(sh, rec_at(sh, h));
+        if (h && sl__rec_has_ext(rec_at(sh, h))) free_ext(sh, rec_at(sh, h));
     }
-    for (uint32_t pi = 0; pi < sh->npages; pi++) free(sh->pages[pi].mem);
-    free(sh->pages);
-    free(table_block(sh->slot));
+    for (uint32_t pi = 0; pi < sh->npages; pi++) {
+        const page *p = &sh->pages[pi];
+        if (p->mem) blk_free(p->mem, (size_t)p->cap * p->rsize);
+    }
+    blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
+    blk_free(table_block(sh->slot), table_bytes(sh->size));
+    for (limbo *l = sh->limbo, *next; l; l = next) {
+        next = l->next;
+        blk_free(l->blk, l->n);
+        free(l);
+    }
 }
 
 sl_store *sl_store_new(const sl_store_opts *opts, int *err)
@@ -1259,6 +1536,7 @@ sl_store *sl_store_new(const sl_store_opts *opts, int *err)
         memset(&o, 0, sizeof o);
     int e = SL_EINVAL;
     if (o.locking != SL_LOCK_RECORD && o.locking != SL_LOCK_SHARD) goto fail;
+    if (o.on_full != SL_FULL_EVICT && o.on_full != SL_FULL_DENY) goto fail;
     unsigned n = o.shards;
     if (n) {
         if (n > SL__MAX_SHARDS || (n & (n - 1))) goto fail;
@@ -1288,6 +1566,7 @@ sl_store *sl_store_new(const sl_store_opts *opts, int *err)
         sl__sipkey_init(&s->sip[a], key);
     }
     s->quick = o.locking != SL_LOCK_SHARD;
+    s->deny = o.on_full == SL_FULL_DENY;
     s->nshards = n;
     s->shift = 64;
     for (unsigned m = n; m > 1; m >>= 1) s->shift--;
@@ -1334,6 +1613,9 @@ void sl_store_stats_get(sl_store *s, sl_store_stats *out)
         out->bytes += sh->bytes;
         out->expired += sh->expired;
         out->evictions += sh->evictions;
+        out->evicted_at_rest += sh->evict_rest;
+        out->evicted_at_limit += sh->evict_limit;
+        out->refused += sh->refused;
         sl__shard_unlock(sh);
     }
 }
@@ -1346,7 +1628,8 @@ uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records)
         sl__shard *sh = &s->shard[(start + k) & (s->nshards - 1)];
         uint64_t seen = 0;
         sl__shard_lock(sh);
-        dropped += sweep(sh, now_ms, left, 0, &seen);
+        dropped += sweep(sh, now_ms, left, 0, &seen, 0);
+        limbo_flush(sh); /* what readers might still see has waited long enough */
         sl__shard_unlock(sh);
         if (max_records) left -= seen < left ? seen : left;
     }

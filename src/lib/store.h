@@ -24,8 +24,15 @@
  * Records are 2-byte aligned only: read multi-byte fields with memcpy (the
  * sl__ld / sl__st helpers), except meta, which is read and written only
  * atomically (sl__rec_meta): a thread may test it while another holds the
- * record.  Nothing here knows any algorithm: the engine (limiter.c)
- * decides, the store only keeps bytes and bounds memory.
+ * record.  The store knows no algorithm's arithmetic: the engine
+ * (limiter.c) decides, the store only keeps bytes and bounds memory.  What
+ * it knows of a record is what the engine writes in its header at every
+ * committed decision: when the state comes to rest (exp, the reset time:
+ * from then on it answers as a fresh key would) and whether the key is at
+ * its limit (SL__REC_LIMIT) -- enough to drop keys at rest first and, if it
+ * must, the least restricted (sl__rec_restriction).  One more fact: a
+ * sliding-log record's state starts with its ring, a buffer outside the
+ * record (sl__rec_has_ext).
  *
  * Locking, two levels.  A record's own lock (SL__REC_LOCK in its meta)
  * guards its bytes after the meta: whoever decides on a record, reads its
@@ -51,9 +58,10 @@
 #include "sluice.h"
 
 #define SL__REC_HDR 12         /* bytes before the key */
-#define SL__REC_EXT 0x1        /* state starts with a malloc'd pointer (8 bytes)
-                                  then a uint32 of its size in bytes; the
-                                  store frees it with the record */
+/* SL__REC_LIMIT: the key was at its limit at its clock -- its last committed
+ * request was denied or left nothing (written by the engine, read by
+ * eviction: sl__rec_restriction). */
+#define SL__REC_LIMIT 0x1
 #define SL__REC_F1 0x2         /* free for the algorithm's use */
 #define SL__REC_SPACE 0x4      /* the record is in key space 1: part of its
                                   identity, set at insert, never changed */
@@ -112,6 +120,11 @@ static inline unsigned sl__rec_kind(const uint8_t *r)
 {
     return sl__rec_algo(r) | (sl__rec_flags(r) & SL__REC_SPACE ? SL__KIND_SPACE : 0);
 }
+/* Whether r's state starts with a buffer outside the record: a pointer (8
+ * bytes, NULL until there is one) then a uint32 of its size in bytes,
+ * allocated with sl__ext_alloc and freed by the store with the record.
+ * Sliding-log's ring is the one such buffer. */
+static inline int sl__rec_has_ext(const uint8_t *r) { return sl__rec_algo(r) == SL_SLIDING_LOG; }
 static inline const uint8_t *sl__rec_key(const uint8_t *r) { return r + SL__REC_HDR; }
 static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__rec_klen(r); }
 static inline int64_t sl__rec_clock(const uint8_t *r) { return (int64_t)sl__ld64(r + 4); }
@@ -148,6 +161,40 @@ static inline void sl__rec_set_reset(uint8_t *r, int64_t reset_after_ms)
 }
 /* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX. */
 int64_t sl__rec_reset_at(const uint8_t *r);
+
+/* Sets or clears SL__REC_LIMIT in *meta, the meta of a record the caller
+ * holds as it knows it; writes the record's meta only when that changes
+ * (rarely: a key reaching or leaving its limit), so a decision pays a
+ * compare, not a store. */
+static inline void sl__rec_mark_limit(uint8_t *r, uint16_t *meta, int at_limit)
+{
+    uint16_t m =
+        (uint16_t)(at_limit ? *meta | SL__REC_LIMIT << 13 : *meta & ~(SL__REC_LIMIT << 13));
+    if (m != *meta) {
+        *meta = m;
+        sl__rec_meta_set(r, m);
+    }
+}
+
+/* What dropping a record at `now` would change, from what the engine wrote
+ * at its last decision (the store never sees parameters):
+ *   SL__AT_REST     its reset time has passed: its state answers as a fresh
+ *                   key's would, so dropping it changes no answer at or
+ *                   after now (SPEC 3: reset_after_ms is the time until
+ *                   `remaining` is back to the full limit; the engine
+ *                   writes it at every decision, exactly, rounded up);
+ *   SL__RESTRICTED  it holds a restriction, and its last request passed
+ *                   with room to spare;
+ *   SL__AT_LIMIT    it was at its limit: dropping it would let a denied
+ *                   client through.
+ * The order is the eviction order: lower first. */
+enum { SL__AT_REST = 0, SL__RESTRICTED = 1, SL__AT_LIMIT = 2 };
+
+static inline int sl__rec_restriction(const uint8_t *r, int64_t now)
+{
+    if (sl__rec_reset_at(r) <= now) return SL__AT_REST;
+    return (sl__rec_flags(r) & SL__REC_LIMIT) ? SL__AT_LIMIT : SL__RESTRICTED;
+}
 
 /* Keyed hash of (kind, key) with the store's seed (the space does not
  * change it). */
@@ -217,36 +264,57 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
 
 /* Inserts a new record with room for at least state_len state bytes, all
  * zero, clock = now_ms, reset coded as 0.  When the memory bound would be
- * passed it first drops expired records (reset time <= now_ms), then evicts
- * the least recently used (oldest clock) of those it examines; this work is
- * bounded per call; held records are never dropped.  Returns the record,
- * held, or NULL (SL_ENOMEM) if the record cannot be placed.  Never called
- * for a key that is already present. */
+ * passed it first drops records at rest (reset time <= now_ms), then --
+ * only with SL_FULL_EVICT -- evicts the least restricted of those it
+ * examines (sl__rec_restriction: below its limit before at it, then the
+ * soonest reset); this work is bounded per call; held records are never
+ * dropped.  Returns the record, held, or NULL if it cannot be placed:
+ * sl__shard_fail then says why (SL_EFULL: only restricted records were
+ * left to drop and the store refuses to; SL_ENOMEM otherwise).  Never
+ * called for a key that is already present. */
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
                           const void *key, size_t klen, size_t state_len,
                           int64_t now_ms);
+
+/* Why the shard's last sl__shard_insert or sl__shard_resize returned NULL:
+ * SL_EFULL or SL_ENOMEM (shard lock held). */
+int sl__shard_fail(const sl__shard *sh);
 
 /* Room for state bytes in r (>= the state_len it was made with). */
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r);
 
 /* Moves r (held) to a record with room for new_state_len state bytes,
- * copying the header, key and min(old, new) state bytes (the rest zero).
- * Returns the new record, held (r is then gone), or NULL (SL_ENOMEM) with
- * r untouched and still held. */
+ * copying the header, key and min(old, new) state bytes (the rest zero),
+ * reclaiming as sl__shard_insert does (never r) at r's clock.
+ * Returns the new record, held (r is then gone), or NULL (sl__shard_fail)
+ * with r untouched and still held. */
 uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r,
                           size_t new_state_len);
 
-/* Removes r, which the caller holds (freeing an SL__REC_EXT buffer); its
- * lock goes with it. */
+/* Removes r, which the caller holds (freeing its external buffer,
+ * sl__rec_has_ext); its lock goes with it. */
 void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r);
 
-/* Adds delta bytes (may be negative) to the shard's count of memory held
- * outside records (SL__REC_EXT buffers). */
-void sl__shard_account(sl__shard *sh, int64_t delta);
-
-/* Whether an external buffer of `bytes` more fits under the bound, after
- * reclaiming as sl__shard_insert does (never evicting `keep`). */
+/* External buffers (sl__rec_has_ext) come from the store, so that the
+ * shard counts what they really cost (the allocator's chunk, or whole
+ * pages for a mapped block):
+ *   sl__ext_cost     what a buffer of `bytes` costs, to reserve room;
+ *   sl__shard_reserve makes `bytes` more room under the bound, reclaiming
+ *                    as sl__shard_insert does (never evicting `keep`):
+ *                    0, or SL_EFULL / SL_ENOMEM as sl__shard_fail;
+ *   sl__ext_alloc    a buffer of `bytes`, counted (NULL if out of memory;
+ *                    reserve first: it does not reclaim);
+ *   sl__ext_free     frees one (NULL is ignored) and stops counting it.
+ * Shard lock held for all but sl__ext_cost.  Only a record's holder uses
+ * its buffer, so it may be freed at once. */
+size_t sl__ext_cost(size_t bytes);
 int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t now_ms);
+void *sl__ext_alloc(sl__shard *sh, size_t bytes);
+void sl__ext_free(sl__shard *sh, void *buf, size_t bytes);
+
+/* The most bytes one key's state may take in this store (the bound over
+ * SL_STORE_REC_SHARE), or UINT64_MAX when the store is unbounded. */
+uint64_t sl__store_rec_max(const sl_store *s);
 
 /* Shards by index, for walking the whole store (snapshots). */
 unsigned sl__store_nshards(const sl_store *s);

@@ -27,6 +27,7 @@ enum opt_id {
     OPT_BIND,
     OPT_THREADS,
     OPT_MAX_MEMORY,
+    OPT_ON_STORE_FULL,
     OPT_MAX_CLIENTS,
     OPT_MAX_COMMAND,
     OPT_MAX_OUTPUT,
@@ -61,6 +62,7 @@ enum opt_kind {
     K_BOOL,     /* yes/no; a bare flag means yes */
     K_BIND,     /* list of addresses */
     K_LEVEL,    /* log level */
+    K_FULL,     /* deny-new or evict */
     K_NONE,     /* takes no value (--help, --version) */
 };
 
@@ -81,6 +83,7 @@ static const opt opts[] = {
     {"bind", OPT_BIND, K_BIND, 0, 0, 1},
     {"threads", OPT_THREADS, K_INT, 0, SL_CONFIG_MAX_THREADS, 1},
     {"max-memory", OPT_MAX_MEMORY, K_SIZE, 0, 1024 * 1024 * GB, 1},
+    {"on-store-full", OPT_ON_STORE_FULL, K_FULL, 0, 0, 1},
     {"max-clients", OPT_MAX_CLIENTS, K_INT, 1, SL_CONFIG_MAX_CLIENTS, 1},
     {"max-command", OPT_MAX_COMMAND, K_SIZE, KB, 512 * MB, 1},
     {"max-output", OPT_MAX_OUTPUT, K_SIZE, KB, 1024 * GB, 1},
@@ -116,6 +119,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->port = SL_SRV_DEFAULT_PORT;
     cfg->threads = 0;
     cfg->max_memory = (uint64_t)GB;
+    cfg->on_store_full = SL_FULL_DENY; /* never reset a limit to make room (docs/sluiced.md) */
     cfg->max_clients = 10000;
     cfg->max_command = (uint64_t)MB;
     cfg->max_output = 8 * (uint64_t)MB;
@@ -408,6 +412,17 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         c->pool = pool;
         break;
     }
+    case OPT_ON_STORE_FULL:
+        if (vlen == 8 && memcmp(v, "deny-new", 8) == 0) {
+            c->on_store_full = SL_FULL_DENY;
+        } else if (vlen == 5 && memcmp(v, "evict", 5) == 0) {
+            c->on_store_full = SL_FULL_EVICT;
+        } else {
+            fail(err, errlen, o, "invalid %s%s '%s': expected deny-new or evict", d, op->name,
+                 tok(v, vlen, t, sizeof t));
+            return -1;
+        }
+        break;
     case OPT_LOG_LEVEL: {
         int lv;
         if (sl_log_level_parse(v, vlen, &lv) != 0) {
@@ -602,6 +617,10 @@ void sl_config_usage(FILE *f)
           "                          (default 127.0.0.1; 0.0.0.0 or :: for every interface)\n"
           "  --threads N             worker threads (default 0 = one per CPU this process may use)\n"
           "  --max-memory BYTES      memory bound of the limiter state (default 1gb; 0 = none)\n"
+          "  --on-store-full deny-new|evict\n"
+          "                          when the bound is reached and every key that could go\n"
+          "                          still holds a limit: refuse new keys (default) or evict\n"
+          "                          the least restricted\n"
           "  --max-clients N         connections at once (default 10000)\n"
           "  --max-command BYTES     size of one command (default 1mb)\n"
           "  --max-output BYTES      unsent replies held for one client (default 8mb)\n"

@@ -24,6 +24,7 @@ typedef struct sl_config {
     int port;                       /* default SL_SRV_DEFAULT_PORT; 0 = any free */
     int threads;                    /* worker threads; 0 = one per core */
     uint64_t max_memory;            /* store bound in bytes; default 1 GB */
+    int on_store_full;              /* SL_FULL_DENY (default) or SL_FULL_EVICT */
     int max_clients;                /* default 10000 */
     uint64_t max_command;           /* bytes of one command (query buffer); default 1 MB */
     uint64_t max_output;            /* unsent reply bytes per client; default 8 MB */

@@ -31,6 +31,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,6 +56,7 @@
 
 #define EXPIRE_EVERY_MS    100
 #define EXPIRE_MAX_RECORDS 10000
+#define FULL_WARN_MS       1000 /* "store full" is logged at most this often */
 #define FD_RESERVE         64 /* descriptors kept for listeners, pipes, logs, snapshot */
 #define WALL_STEP_LOG_MS   1000 /* a wall-clock step this large is logged */
 
@@ -65,6 +67,9 @@ typedef struct app {
     struct event_base *base;
     int stopping;
     int64_t wall_offset_ms; /* wall clock - server's clock, as last logged */
+    int64_t full_checked_ms; /* when the store was last checked for "store full" */
+    uint64_t refused_seen;   /* its stats then: refused requests ... */
+    uint64_t at_limit_seen;  /* ... and evictions of keys at their limit */
 } app;
 
 /* Writes the snapshot, updates the INFO fields, logs.  Returns 0 or -1. */
@@ -119,10 +124,27 @@ static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     app *a = arg;
-    sl_auth_expire(a->srv.auth, sl_now_ms()); /* failed logins: always the server's clock */
+    int64_t now = sl_now_ms();
+    sl_auth_expire(a->srv.auth, now); /* failed logins: always the server's clock */
     watch_wall_clock(a);
-    if (a->srv.cfg->trust_client_time) return;
-    sl_store_expire(a->srv.store, sl_now_ms(), EXPIRE_MAX_RECORDS);
+    if (!a->srv.cfg->trust_client_time) sl_store_expire(a->srv.store, now, EXPIRE_MAX_RECORDS);
+    if (now - a->full_checked_ms < FULL_WARN_MS) return;
+    a->full_checked_ms = now;
+    /* The store at its bound with nothing at rest to drop: say so, at most
+     * once a second (INFO keeps the counts). */
+    sl_store_stats st;
+    sl_store_stats_get(a->srv.store, &st);
+    if (st.refused == a->refused_seen && st.evicted_at_limit == a->at_limit_seen) return;
+    sl_log(SL_LOG_WARN,
+           a->cfg.on_store_full == SL_FULL_DENY
+               ? "store full: every key that could go still holds a limit; new keys refused"
+               : "store full: keys at their limit evicted (their limits restart)",
+           "max_memory=%llu keys=%llu refused=%llu evicted=%llu evicted_at_limit=%llu",
+           (unsigned long long)st.max_bytes, (unsigned long long)st.keys,
+           (unsigned long long)(st.refused - a->refused_seen), (unsigned long long)st.evictions,
+           (unsigned long long)st.evicted_at_limit);
+    a->refused_seen = st.refused;
+    a->at_limit_seen = st.evicted_at_limit;
 }
 
 static int later_clock(const uint8_t *rec, void *ctx)
@@ -311,9 +333,18 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_WARN, "listening beyond loopback without a password (--protected-mode no)",
                "addr=%s", beyond_loopback(&a.cfg));
 
+    /* One malloc arena: the store's records are made and freed by every
+     * worker, and glibc keeps what a thread frees in the arena that made
+     * it, so with an arena per worker a flood of mid-size records (1-64 KB)
+     * held up to twice --max-memory (measured: 16 MB RSS for 8 MB of
+     * records with two workers, 10.7 MB with one arena).  Nothing on the
+     * request path allocates, so one arena costs no contention there. */
+    mallopt(M_ARENA_MAX, 1);
+
     sl_store_opts so;
     memset(&so, 0, sizeof so);
     so.max_bytes = (size_t)a.cfg.max_memory;
+    so.on_full = (unsigned)a.cfg.on_store_full;
     int serr = 0;
     a.srv.cfg = &a.cfg;
     a.srv.store = sl_store_new(&so, &serr);
@@ -443,9 +474,10 @@ int main(int argc, char **argv)
     fmt_duration(d1, sizeof d1, a.cfg.idle_timeout_ms);
     fmt_duration(d2, sizeof d2, a.cfg.send_timeout_ms);
     sl_log(SL_LOG_INFO, "limits",
-           "max_clients=%d max_memory=%llu max_command=%llu max_output=%llu idle_timeout=%s "
-           "send_timeout=%s trust_client_time=%s max_client_skew_ms=%lld",
+           "max_clients=%d max_memory=%llu on_store_full=%s max_command=%llu max_output=%llu "
+           "idle_timeout=%s send_timeout=%s trust_client_time=%s max_client_skew_ms=%lld",
            a.cfg.max_clients, (unsigned long long)a.cfg.max_memory,
+           a.cfg.on_store_full == SL_FULL_DENY ? "deny-new" : "evict",
            (unsigned long long)a.cfg.max_command, (unsigned long long)a.cfg.max_output, d1, d2,
            a.cfg.trust_client_time ? "yes" : "no", (long long)a.cfg.max_client_skew_ms);
     char hint[96];

@@ -196,7 +196,10 @@ class TestIdleTimeout(ServerTestCase):
 
 
 class TestMaxMemory(ServerTestCase):
-    SERVER_ARGS = ("--max-memory", "2mb")
+    # evict: this test is about a store that keeps taking new keys (the
+    # default, deny-new, refuses them once every key holds a limit:
+    # test_store_full.py)
+    SERVER_ARGS = ("--max-memory", "2mb", "--on-store-full", "evict")
 
     def test_100k_keys_in_2mb(self):
         """100,000 distinct keys into a 2 MB store: every request is still

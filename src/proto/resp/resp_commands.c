@@ -671,7 +671,10 @@ static void cmd_info(req *q)
         info_line(&b, "checks", sum.checks);
         info_line(&b, "checks_denied", sum.checks_denied);
         info_line(&b, "evicted_keys", bs.evictions);
+        info_line(&b, "evicted_at_limit_keys", bs.evicted_at_limit);
         info_line(&b, "expired_keys", bs.expired);
+        info_line(&b, "evicted_at_rest_keys", bs.evicted_at_rest);
+        info_line(&b, "store_full_refusals", bs.refused);
         sl_auth_stats as;
         sl_auth_stats_get(srv->auth, &as);
         info_line(&b, "auth_ok", as.ok);
@@ -704,6 +707,7 @@ static void cmd_info(req *q)
         sl_resp_raw(&b, "# Memory\r\n");
         info_line(&b, "used_memory", bs.bytes);
         info_line(&b, "maxmemory", bs.max_bytes);
+        info_text(&b, "on_store_full", cfg->on_store_full == SL_FULL_DENY ? "deny-new" : "evict");
         info_line(&b, "keys", bs.keys);
         info_line(&b, "max_rss_bytes", (unsigned long long)ru.ru_maxrss * 1024);
         sl_resp_raw(&b, "\r\n");
