@@ -84,7 +84,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
     }
     if (nreq > 0) {
         if ((rc = sl_decide_all(s, req, nreq, now_ms, out, NULL)) < 0)
-            return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+            return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
         for (size_t q = 0; q < nreq; q++) {
             lyft_answer(&it[idx[q]], &out[q], &o->res[idx[q]]);
             decided[idx[q]] = 1;
@@ -134,7 +134,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
         enforced = 1;
         int all = 0;
         if ((rc = sl_decide_all(s, req, nreq, now_ms, out, &all)) < 0)
-            return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+            return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
         for (size_t q = 0; q < nreq; q++) {
             o->res[idx[q]] = out[q];
             decided[idx[q]] = 1;
@@ -179,7 +179,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
             req[nreq] = (sl_request){pool, pool_key, sizeof pool_key - 1, cost};
             sl_result out2[SL_MAX_BATCH];
             if ((rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all)) < 0)
-                return sl__check_err(err, errlen, rc, "sl_decide_all: %s", sl_strerror(rc));
+                return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
             if (all) {
                 allowed = 1;
                 o->pool_charged = 1;
