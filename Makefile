@@ -1,5 +1,5 @@
-# sluice -- build.  `make` builds libsluice (static + shared) and the `sluice`
-# tool; `make check` builds and runs every test (plain, ASan+UBSan, TSan);
+# sluice -- build.  `make` builds libsluice (static + shared), the server
+# `sluiced` and the command line tool `sluicectl`; `make check` builds and runs every test (plain, ASan+UBSan, TSan);
 # `make bench` runs the benchmarks.  Outputs go under build/ (never committed).
 #
 # Variants share these rules and differ by output folder and flags:
@@ -61,7 +61,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
 # The CLI's parts without main(), for unit tests of the tool's parsers.
-CLI_PARTS := $(filter-out $(B)/src/cli/sluice.o,$(CLI_OBJ))
+CLI_PARTS := $(filter-out $(B)/src/cli/sluicectl.o,$(CLI_OBJ))
 # Rules files (src/rules): the YAML loader and matcher, RL.CHECK's plan.
 RULES_SRC := $(wildcard src/rules/*.c)
 RULES_OBJ := $(RULES_SRC:%.c=$(B)/%.o)
@@ -86,7 +86,7 @@ TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 all: lib cli sluiced
 
 lib: $(B)/libsluice.a $(B)/libsluice.so
-cli: $(B)/sluice
+cli: $(B)/sluicectl $(B)/sluice
 sluiced: $(B)/sluiced
 tests: $(TEST_BIN)
 
@@ -118,9 +118,15 @@ $(B)/libsluice.a: $(LIB_OBJ)
 $(B)/libsluice.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libsluice.so.0 $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# sluice replay --rules decides with src/rules and the local backend, hence libyaml.
-$(B)/sluice: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
+# sluicectl replay --rules decides with src/rules and the local backend, hence libyaml.
+$(B)/sluicectl: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(RULES_LIBS) $(LDLIBS)
+
+# The tool's old name, in the build tree only and for one release: a link
+# that runs sluicectl, which then notes its new name on stderr.  Never
+# installed (Debian's package "sluice" owns /usr/bin/sluice).
+$(B)/sluice: $(B)/sluicectl
+	ln -sf sluicectl $@
 
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
@@ -169,7 +175,7 @@ tsan:
 check:
 	./tests/run.sh
 
-bench: $(B)/bench/bench $(B)/sluice
+bench: $(B)/bench/bench $(B)/sluicectl
 	./bench/run.sh
 
 run:

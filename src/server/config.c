@@ -324,7 +324,7 @@ static const char *tok(const char *s, size_t len, char *buf, size_t cap)
 }
 
 /* Bytes with an optional suffix: sl__size_parse (util.h), k = kb = 1024,
- * m = mb = 2^20, g = gb = 2^30, as `sluice replay --max-memory` reads them. */
+ * m = mb = 2^20, g = gb = 2^30, as `sluicectl replay --max-memory` reads them. */
 static int parse_size(const char *s, size_t len, int64_t *out)
 {
     uint64_t v;
