@@ -8,9 +8,27 @@
 #     make tsan                build/tsan/    ThreadSanitizer
 # which is the same as `make B=build/asan CFLAGS=... LDFLAGS=... all tests`.
 
-PREFIX  ?= /usr/local
 CC      ?= cc
 VERSION := 0.1.0
+# The shared library's soname is libsluice.so.$(SOVERSION): raised when the
+# ABI breaks.  Installed as $(SO_REAL), with the soname and libsluice.so
+# linking to it.
+SOVERSION := 0
+SO_REAL   := libsluice.so.$(VERSION)
+
+# Where `make install` puts things: each may be set on the command line, and
+# DESTDIR is put before all of them (a staging root, as packagers use).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/sluice
+# Run after installing the shared library into the real system as root
+# (not with DESTDIR, not as another user): `make install LDCONFIG=:` skips it.
+LDCONFIG   ?= ldconfig
 
 WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes
 CFLAGS  ?= -O2 -g
@@ -81,7 +99,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
-.PHONY: all lib cli sluiced tests check asan tsan run bench install clean fmt print-layer
+.PHONY: all lib cli sluiced tests check asan tsan run bench install uninstall man clean fmt print-layer
 .SECONDARY: # keep objects made by chained rules (tests/*.o)
 all: lib cli sluiced
 
@@ -116,7 +134,7 @@ $(B)/libsluice.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(B)/libsluice.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libsluice.so.0 $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libsluice.so.$(SOVERSION) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # sluicectl replay --rules decides with src/rules and the local backend, hence libyaml.
 $(B)/sluicectl: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
@@ -181,16 +199,80 @@ bench: $(B)/bench/bench $(B)/sluicectl
 run:
 	./scripts/run.sh
 
-# sluice.pc is made from sluice.pc.in at install time: it carries PREFIX.
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 include/sluice.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(B)/libsluice.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(B)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.$(VERSION)
-	ln -sf libsluice.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsluice.so.0
-	ln -sf libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/libsluice.so
-	install -m 755 $(B)/sluice $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sluice.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
+# ---- install ------------------------------------------------------------
+# Man pages: man/*.in with the version put in; sluiced(8)'s OPTIONS come
+# from the option table itself (`sluiced --dump-options`), so they list
+# exactly what sluiced takes.
+MAN_PAGES := $(B)/man/sluiced.8 $(B)/man/sluicectl.1 $(B)/man/libsluice.3
+man: $(MAN_PAGES)
+
+$(B)/man/sluiced.8: man/sluiced.8.in man/options.awk $(B)/sluiced
+	@mkdir -p $(dir $@)
+	$(B)/sluiced --dump-options | awk -f man/options.awk >$@.options
+	awk -v v=$(VERSION) 'FNR == NR { o = o $$0 "\n"; next } /^@OPTIONS@$$/ { printf "%s", o; next } \
+	    { gsub(/@VERSION@/, v); print }' $@.options $< >$@.tmp
+	rm -f $@.options
+	mv $@.tmp $@
+
+$(B)/man/%: man/%.in
+	@mkdir -p $(dir $@)
+	sed 's/@VERSION@/$(VERSION)/g' $< >$@.tmp
+	mv $@.tmp $@
+
+# The files made at install time carry the install paths.
+$(B)/sluice.pc: sluice.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< >$@
+$(B)/sluiced.service: examples/sluiced.service.in Makefile
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' $< >$@
+# Made anew at each install, so a PREFIX given then is the one they hold.
+.PHONY: $(B)/sluice.pc $(B)/sluiced.service
+
+# `make install [PREFIX=/usr/local] [DESTDIR=/staging/root]`:
+#   sbin/sluiced             the server: a daemon an administrator or systemd
+#                            starts, documented in section 8 (as sshd, nginx)
+#   bin/sluicectl            the command line tool (never bin/sluice: that is
+#                            Debian's unrelated package "sluice")
+#   lib/$(SO_REAL)   the shared library; libsluice.so.0 (its soname)
+#                            and libsluice.so (for -lsluice) link to it
+#   lib/libsluice.a          the static library
+#   include/sluice.h, lib/pkgconfig/sluice.pc
+#   share/man/man8/sluiced.8, man1/sluicectl.1, man3/libsluice.3
+#   share/doc/sluice/examples/sluiced.service   a hardened systemd unit
+# then ldconfig when installing into the real system as root.
+install: all man $(B)/sluice.pc $(B)/sluiced.service
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
+	    $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR)/examples
+	install -m 755 $(B)/sluiced $(DESTDIR)$(SBINDIR)/sluiced
+	install -m 755 $(B)/sluicectl $(DESTDIR)$(BINDIR)/sluicectl
+	install -m 644 include/sluice.h $(DESTDIR)$(INCLUDEDIR)/sluice.h
+	install -m 644 $(B)/libsluice.a $(DESTDIR)$(LIBDIR)/libsluice.a
+	install -m 755 $(B)/libsluice.so $(DESTDIR)$(LIBDIR)/$(SO_REAL)
+	ln -sf $(SO_REAL) $(DESTDIR)$(LIBDIR)/libsluice.so.$(SOVERSION)
+	ln -sf libsluice.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsluice.so
+	install -m 644 $(B)/sluice.pc $(DESTDIR)$(PKGCONFIGDIR)/sluice.pc
+	install -m 644 $(B)/man/sluicectl.1 $(DESTDIR)$(MANDIR)/man1/sluicectl.1
+	install -m 644 $(B)/man/libsluice.3 $(DESTDIR)$(MANDIR)/man3/libsluice.3
+	install -m 644 $(B)/man/sluiced.8 $(DESTDIR)$(MANDIR)/man8/sluiced.8
+	install -m 644 $(B)/sluiced.service $(DESTDIR)$(DOCDIR)/examples/sluiced.service
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then \
+	    echo "$(LDCONFIG)"; $(LDCONFIG); \
+	else \
+	    echo "not running ldconfig (DESTDIR set, or not root)"; \
+	fi
+
+# Removes what `make install` put there (same PREFIX and DESTDIR).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/sluiced $(DESTDIR)$(BINDIR)/sluicectl \
+	    $(DESTDIR)$(INCLUDEDIR)/sluice.h $(DESTDIR)$(LIBDIR)/libsluice.a \
+	    $(DESTDIR)$(LIBDIR)/libsluice.so $(DESTDIR)$(LIBDIR)/libsluice.so.$(SOVERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(SO_REAL) \
+	    $(DESTDIR)$(PKGCONFIGDIR)/sluice.pc $(DESTDIR)$(MANDIR)/man1/sluicectl.1 \
+	    $(DESTDIR)$(MANDIR)/man3/libsluice.3 $(DESTDIR)$(MANDIR)/man8/sluiced.8 \
+	    $(DESTDIR)$(DOCDIR)/examples/sluiced.service
+	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then $(LDCONFIG); fi
 
 fmt:
 	clang-format -i $(wildcard include/*.h src/*/*.c src/*/*.h src/proto/*/*.[ch] tests/*.c bench/*.c)

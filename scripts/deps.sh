@@ -20,6 +20,9 @@ liburcu-dev
 libssl-dev
 faketime
 libfaketime
+man-db
+groff-base
+systemd
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -35,6 +38,11 @@ libfaketime
 #                    (src/server/auth.c)
 #   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
 #                    (LD_PRELOAD of libfaketimeMT.so.1)
+#   man-db, groff-base  tests/test_install.sh renders the installed man pages
+#                    (man --warnings -l, groff -ww, lexgrog)
+#   systemd          tests/test_install.sh checks the example unit with
+#                    systemd-analyze verify / security (offline: no systemd
+#                    need be running)
 
 set -eu
 
