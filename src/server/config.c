@@ -13,12 +13,14 @@
  * Numbers are parsed by length (sl_int_parse), never with atoi/strtol, and
  * every error quotes the token.
  *
- * Adding an option: one row in opts[], in the order --help lists them.  A
- * value of a built-in kind (INT, SIZE, DUR, BOOL, PATH: a field of that
- * type in sl_config, checked at compile time) needs nothing else; any
- * other value is CUSTOM(set, show) with a function that parses it into the
- * config and one that prints it back.  Then a row in docs/sluiced.md's
- * option table (the test names what is missing or differs).
+ * Adding an option: its field in sl_config (server.h) and its default in
+ * sl_config_defaults(), then one row in opts[], where --help should list
+ * it.  A value of a built-in kind (INT, SIZE, DUR, BOOL, PATH: a field of
+ * that type, checked at compile time) needs nothing else; any other value
+ * is CUSTOM(set, show) with a function that parses it into the config and
+ * one that prints it back.  Then a row in docs/sluiced.md's option table
+ * (tests/test_options.sh names what is missing or differs, and checks that
+ * the row's default is the real one).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -76,7 +78,7 @@ struct opt {
     int flag_only;      /* 1: refused in a config file */
     const char *arg;    /* the value's name in --help ("N", "BYTES"); none for K_ACTION */
     const char *def;    /* the default as --help and docs/sluiced.md write it; NULL: none */
-    const char *zero;   /* K_DURATION: what 0 means ("never") */
+    const char *zero;   /* K_DURATION: what 0 means; NULL: "never" */
     const char *help;   /* what it does, one sentence (--help wraps it) */
     opt_set_fn *set;    /* K_CUSTOM: the parser */
     opt_show_fn *show;  /* how --dump-options shows the value; NULL: by its kind */
@@ -451,15 +453,16 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
         return 0;
     case K_DURATION:
         if (parse_duration(v, vlen, &x, &needs_unit) != 0) {
+            const char *zero = op->zero != NULL ? op->zero : "never";
             if (needs_unit)
                 fail(err, errlen, o,
                      "invalid %s%s '%s': give a unit (ms, s, m, h or d), or 0 for %s", d, op->name,
-                     tok(v, vlen, t, sizeof t), op->zero);
+                     tok(v, vlen, t, sizeof t), zero);
             else
                 fail(err, errlen, o,
                      "invalid %s%s '%s': expected a duration such as 500ms, 30s, 5m or 1h, "
                      "or 0 for %s",
-                     d, op->name, tok(v, vlen, t, sizeof t), op->zero);
+                     d, op->name, tok(v, vlen, t, sizeof t), zero);
             return -1;
         }
         *(int64_t *)(void *)field = x;
@@ -859,8 +862,8 @@ static size_t put_wrapped(FILE *f, const char *s, size_t col, size_t indent)
  * and, for a duration, what 0 means. */
 static void describe(const opt *op, char *buf, size_t cap)
 {
-    if (op->kind == K_DURATION && op->zero != NULL)
-        snprintf(buf, cap, "%s; 0 = %s", op->help, op->zero);
+    if (op->kind == K_DURATION)
+        snprintf(buf, cap, "%s; 0 = %s", op->help, op->zero != NULL ? op->zero : "never");
     else
         snprintf(buf, cap, "%s", op->help);
 }
