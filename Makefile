@@ -1,5 +1,5 @@
-# sluice -- build.  `make` builds libsluice (static + shared) and the `sluice`
-# tool; `make check` builds and runs every test (plain, ASan+UBSan, TSan);
+# sluice -- build.  `make` builds libsluice (static + shared), the server
+# `sluiced` and the command line tool `sluicectl`; `make check` builds and runs every test (plain, ASan+UBSan, TSan);
 # `make bench` runs the benchmarks.  Outputs go under build/ (never committed).
 #
 # Variants share these rules and differ by output folder and flags:
@@ -8,9 +8,27 @@
 #     make tsan                build/tsan/    ThreadSanitizer
 # which is the same as `make B=build/asan CFLAGS=... LDFLAGS=... all tests`.
 
-PREFIX  ?= /usr/local
 CC      ?= cc
 VERSION := 0.1.0
+# The shared library's soname is libsluice.so.$(SOVERSION): raised when the
+# ABI breaks.  Installed as $(SO_REAL), with the soname and libsluice.so
+# linking to it.
+SOVERSION := 0
+SO_REAL   := libsluice.so.$(VERSION)
+
+# Where `make install` puts things: each may be set on the command line, and
+# DESTDIR is put before all of them (a staging root, as packagers use).
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MANDIR     ?= $(PREFIX)/share/man
+DOCDIR     ?= $(PREFIX)/share/doc/sluice
+# Run after installing the shared library into the real system as root
+# (not with DESTDIR, not as another user): `make install LDCONFIG=:` skips it.
+LDCONFIG   ?= ldconfig
 
 WARN    := -Wall -Wextra -Wpedantic -Werror -Wshadow -Wstrict-prototypes
 CFLAGS  ?= -O2 -g
@@ -61,7 +79,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
 # The CLI's parts without main(), for unit tests of the tool's parsers.
-CLI_PARTS := $(filter-out $(B)/src/cli/sluice.o,$(CLI_OBJ))
+CLI_PARTS := $(filter-out $(B)/src/cli/sluicectl.o,$(CLI_OBJ))
 # Rules files (src/rules): the YAML loader and matcher, RL.CHECK's plan.
 RULES_SRC := $(wildcard src/rules/*.c)
 RULES_OBJ := $(RULES_SRC:%.c=$(B)/%.o)
@@ -81,12 +99,12 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
-.PHONY: all lib cli sluiced tests check asan tsan run bench install clean fmt print-layer
+.PHONY: all lib cli sluiced tests check asan tsan run bench install uninstall man clean fmt print-layer
 .SECONDARY: # keep objects made by chained rules (tests/*.o)
 all: lib cli sluiced
 
 lib: $(B)/libsluice.a $(B)/libsluice.so
-cli: $(B)/sluice
+cli: $(B)/sluicectl $(B)/sluice
 sluiced: $(B)/sluiced
 tests: $(TEST_BIN)
 
@@ -105,7 +123,7 @@ $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(LAYER) -c $< -o $@
 
--include $(shell find $(B) -name '*.d' 2>/dev/null)
+-include $(shell find $(B)/src $(B)/tests $(B)/bench -type f -name '*.d' 2>/dev/null)
 
 # `make -s print-layer L=server`: a layer's compile flags (tests/test_layers.sh).
 print-layer:
@@ -116,11 +134,17 @@ $(B)/libsluice.a: $(LIB_OBJ)
 	ar rcs $@ $^
 
 $(B)/libsluice.so: $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libsluice.so.0 $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libsluice.so.$(SOVERSION) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# sluice replay --rules decides with src/rules and the local backend, hence libyaml.
-$(B)/sluice: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
+# sluicectl replay --rules decides with src/rules and the local backend, hence libyaml.
+$(B)/sluicectl: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(RULES_LIBS) $(LDLIBS)
+
+# The tool's old name, in the build tree only and for one release: a link
+# that runs sluicectl, which then notes its new name on stderr.  Never
+# installed (Debian's package "sluice" owns /usr/bin/sluice).
+$(B)/sluice: $(B)/sluicectl
+	ln -sf sluicectl $@
 
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
@@ -170,22 +194,86 @@ tsan:
 check:
 	./tests/run.sh
 
-bench: $(B)/bench/bench $(B)/sluice
+bench: $(B)/bench/bench $(B)/sluicectl
 	./bench/run.sh
 
 run:
 	./scripts/run.sh
 
-# sluice.pc is made from sluice.pc.in at install time: it carries PREFIX.
-install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 include/sluice.h $(DESTDIR)$(PREFIX)/include/
-	install -m 644 $(B)/libsluice.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(B)/libsluice.so $(DESTDIR)$(PREFIX)/lib/libsluice.so.$(VERSION)
-	ln -sf libsluice.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libsluice.so.0
-	ln -sf libsluice.so.0 $(DESTDIR)$(PREFIX)/lib/libsluice.so
-	install -m 755 $(B)/sluice $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' sluice.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/sluice.pc
+# ---- install ------------------------------------------------------------
+# Man pages: man/*.in with the version put in; sluiced(8)'s OPTIONS come
+# from the option table itself (`sluiced --dump-options`), so they list
+# exactly what sluiced takes.
+MAN_PAGES := $(B)/man/sluiced.8 $(B)/man/sluicectl.1 $(B)/man/libsluice.3
+man: $(MAN_PAGES)
+
+$(B)/man/sluiced.8: man/sluiced.8.in man/options.awk $(B)/sluiced
+	@mkdir -p $(dir $@)
+	$(B)/sluiced --dump-options | awk -f man/options.awk >$@.options
+	awk -v v=$(VERSION) 'FNR == NR { o = o $$0 "\n"; next } /^@OPTIONS@$$/ { printf "%s", o; next } \
+	    { gsub(/@VERSION@/, v); print }' $@.options $< >$@.tmp
+	rm -f $@.options
+	mv $@.tmp $@
+
+$(B)/man/%: man/%.in
+	@mkdir -p $(dir $@)
+	sed 's/@VERSION@/$(VERSION)/g' $< >$@.tmp
+	mv $@.tmp $@
+
+# The files made at install time carry the install paths.
+$(B)/sluice.pc: sluice.pc.in Makefile
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< >$@
+$(B)/sluiced.service: examples/sluiced.service.in Makefile
+	sed -e 's|@SBINDIR@|$(SBINDIR)|g' $< >$@
+# Made anew at each install, so a PREFIX given then is the one they hold.
+.PHONY: $(B)/sluice.pc $(B)/sluiced.service
+
+# `make install [PREFIX=/usr/local] [DESTDIR=/staging/root]`:
+#   sbin/sluiced             the server: a daemon an administrator or systemd
+#                            starts, documented in section 8 (as sshd, nginx)
+#   bin/sluicectl            the command line tool (never bin/sluice: that is
+#                            Debian's unrelated package "sluice")
+#   lib/$(SO_REAL)   the shared library; libsluice.so.0 (its soname)
+#                            and libsluice.so (for -lsluice) link to it
+#   lib/libsluice.a          the static library
+#   include/sluice.h, lib/pkgconfig/sluice.pc
+#   share/man/man8/sluiced.8, man1/sluicectl.1, man3/libsluice.3
+#   share/doc/sluice/examples/sluiced.service   a hardened systemd unit
+# then ldconfig when installing into the real system as root.
+install: all man $(B)/sluice.pc $(B)/sluiced.service
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
+	    $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1 \
+	    $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR)/examples
+	install -m 755 $(B)/sluiced $(DESTDIR)$(SBINDIR)/sluiced
+	install -m 755 $(B)/sluicectl $(DESTDIR)$(BINDIR)/sluicectl
+	install -m 644 include/sluice.h $(DESTDIR)$(INCLUDEDIR)/sluice.h
+	install -m 644 $(B)/libsluice.a $(DESTDIR)$(LIBDIR)/libsluice.a
+	install -m 755 $(B)/libsluice.so $(DESTDIR)$(LIBDIR)/$(SO_REAL)
+	ln -sf $(SO_REAL) $(DESTDIR)$(LIBDIR)/libsluice.so.$(SOVERSION)
+	ln -sf libsluice.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsluice.so
+	install -m 644 $(B)/sluice.pc $(DESTDIR)$(PKGCONFIGDIR)/sluice.pc
+	install -m 644 $(B)/man/sluicectl.1 $(DESTDIR)$(MANDIR)/man1/sluicectl.1
+	install -m 644 $(B)/man/libsluice.3 $(DESTDIR)$(MANDIR)/man3/libsluice.3
+	install -m 644 $(B)/man/sluiced.8 $(DESTDIR)$(MANDIR)/man8/sluiced.8
+	install -m 644 $(B)/sluiced.service $(DESTDIR)$(DOCDIR)/examples/sluiced.service
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then \
+	    echo "$(LDCONFIG)"; $(LDCONFIG); \
+	else \
+	    echo "not running ldconfig (DESTDIR set, or not root)"; \
+	fi
+
+# Removes what `make install` put there (same PREFIX and DESTDIR).
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/sluiced $(DESTDIR)$(BINDIR)/sluicectl \
+	    $(DESTDIR)$(INCLUDEDIR)/sluice.h $(DESTDIR)$(LIBDIR)/libsluice.a \
+	    $(DESTDIR)$(LIBDIR)/libsluice.so $(DESTDIR)$(LIBDIR)/libsluice.so.$(SOVERSION) \
+	    $(DESTDIR)$(LIBDIR)/$(SO_REAL) \
+	    $(DESTDIR)$(PKGCONFIGDIR)/sluice.pc $(DESTDIR)$(MANDIR)/man1/sluicectl.1 \
+	    $(DESTDIR)$(MANDIR)/man3/libsluice.3 $(DESTDIR)$(MANDIR)/man8/sluiced.8 \
+	    $(DESTDIR)$(DOCDIR)/examples/sluiced.service
+	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then $(LDCONFIG); fi
 
 fmt:
 	clang-format -i $(wildcard include/*.h src/*/*.c src/*/*.h src/proto/*/*.[ch] tests/*.c bench/*.c)

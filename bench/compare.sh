@@ -13,7 +13,7 @@
 # Measured, each round, for each build:
 #   lib hot / lib 1M   libsluice decisions/s, token bucket, one thread, 1,000
 #                      hot keys / 1M keys (bench/bench --parts hot,1m)
-#   replay             `sluice replay` lines/s, one thread, REPLAY_LINES lines
+#   replay             `sluicectl replay` lines/s, one thread, REPLAY_LINES lines
 #                      over 100,000 keys (the file is made once, read from
 #                      the page cache)
 #   RL.ALLOW -P 16     sluiced (--threads 1) requests/s from redis-benchmark,
@@ -33,10 +33,15 @@ SECONDS_LIB=${SECONDS_LIB:-1}
 REPLAY_LINES=${REPLAY_LINES:-3000000}
 N=${N:-400000}
 for d in "$OLD" "$NEW"; do
-    for f in sluiced sluice bench/bench; do
+    for f in sluiced bench/bench; do
         [ -x "$d/$f" ] || { echo "compare.sh: no $d/$f (make all build/bench/bench)" >&2; exit 1; }
     done
+    [ -x "$d/sluicectl" ] || [ -x "$d/sluice" ] ||
+        { echo "compare.sh: no $d/sluicectl (make all build/bench/bench)" >&2; exit 1; }
 done
+# tool DIR: the command line tool of a build: sluicectl, or in a build from
+# before its rename, sluice
+tool() { if [ -x "$1/sluicectl" ]; then echo "$1/sluicectl"; else echo "$1/sluice"; fi; }
 command -v redis-benchmark >/dev/null || { echo "compare.sh: no redis-benchmark" >&2; exit 1; }
 
 if [ "$(nproc)" -ge 2 ]; then
@@ -81,7 +86,7 @@ lib() {
 replay() {
     local t0 t1
     t0=$(date +%s%N)
-    $WORK "$1/sluice" replay --algo token-bucket --limit 100 --window 10s --threads 1 \
+    $WORK "$(tool "$1")" replay --algo token-bucket --limit 100 --window 10s --threads 1 \
         "$TMP/trace.txt" >/dev/null
     t1=$(date +%s%N)
     awk -v n="$REPLAY_LINES" -v ns="$((t1 - t0))" 'BEGIN { printf "%.3f\n", n / ns * 1000 }'

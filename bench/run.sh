@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh -- the whole benchmark: libsluice (bench/bench), `sluice replay`
+# bench/run.sh -- the whole benchmark: libsluice (bench/bench), `sluicectl replay`
 # lines per second, and redis-server started in the same run as the peer.
 #
 #   bench/run.sh            full run (a few minutes)
@@ -33,7 +33,7 @@ case $B in
 *) BD=$ROOT/$B ;;
 esac
 BENCH=$BD/bench/bench
-SLUICE=$BD/sluice
+SLUICE=$BD/sluicectl
 TMP=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 REDIS_PID=
 
@@ -56,7 +56,7 @@ ours() {
         END { if (!f) print "-"; else if (v == int(v)) print v; else printf "%.2f\n", v }' "$TMP/results.txt"
 }
 
-timeout 600 make -s -C "$ROOT" "$B/bench/bench" "$B/sluice" >&2
+timeout 600 make -s -C "$ROOT" "$B/bench/bench" "$B/sluicectl" >&2
 
 # ---- 1. the library ---------------------------------------------------------
 echo "== libsluice (bench/bench $QUICK) =="
@@ -65,7 +65,7 @@ timeout 1200 "$BENCH" $QUICK --results "$TMP/results.txt" 2>"$TMP/bench.err" || 
     exit 1
 }
 
-# ---- 2. sluice replay -------------------------------------------------------
+# ---- 2. sluicectl replay ----------------------------------------------------
 # One ms per 1,000 lines, keys uniform over REPLAY_KEYS: a key sees about
 # 1000 * 1000 / REPLAY_KEYS requests per second (10/s at 100k keys).  The
 # limits below allow twice that, so most lines are allowed.
@@ -83,7 +83,7 @@ replay_args() {
 }
 
 echo
-echo "== sluice replay: $REPLAY_LINES lines, $REPLAY_KEYS keys, best of $REPLAY_RUNS =="
+echo "== sluicectl replay: $REPLAY_LINES lines, $REPLAY_KEYS keys, best of $REPLAY_RUNS =="
 printf '%-16s | %-44s | %9s | %7s | %8s | %s\n' algorithm "options" "M lines/s" allowed goal "met?"
 printf -- '-----------------+----------------------------------------------+-----------+---------+----------+-----\n'
 for algo in fixed-window sliding-log sliding-window sliding-buckets token-bucket gcra leaky-bucket; do
@@ -93,7 +93,7 @@ for algo in fixed-window sliding-log sliding-window sliding-buckets token-bucket
     timeout 300 "$SLUICE" replay --algo "$algo" $args "$TMP/replay.txt" >"$TMP/replay.out"
     out_lines=$(wc -l <"$TMP/replay.out")
     if [ "$out_lines" -ne "$REPLAY_LINES" ]; then
-        echo "sluice replay --algo $algo: $out_lines output lines for $REPLAY_LINES input lines" >&2
+        echo "sluicectl replay --algo $algo: $out_lines output lines for $REPLAY_LINES input lines" >&2
         exit 1
     fi
     allowed=$(awk '$1 == 1 { a++ } END { printf "%.1f%%", 100 * a / NR }' "$TMP/replay.out")

@@ -149,7 +149,7 @@ typedef struct sl_store sl_store;
  *                   atomic read-modify-write on the key's own state, ~10%
  *                   faster for one thread, but two threads take the same
  *                   locks and slow each other down.  For a store one
- *                   thread uses (sluice replay does).
+ *                   thread uses (sluicectl replay does).
  * Both are safe with any number of threads; docs/store.md has the numbers. */
 enum { SL_LOCK_RECORD = 0, SL_LOCK_SHARD = 1 };
 

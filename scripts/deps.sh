@@ -22,6 +22,9 @@ faketime
 libfaketime
 nodejs
 npm
+man-db
+groff-base
+systemd
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -41,6 +44,11 @@ npm
 #                    (npm ci from tests/e2e/node/package-lock.json); they
 #                    need Node.js 20 or later (Debian 12 has 18; NodeSource's
 #                    nodejs, which provides npm itself, counts as installed)
+#   man-db, groff-base  tests/test_install.sh renders the installed man pages
+#                    (man --warnings -l, groff -ww, lexgrog)
+#   systemd          tests/test_install.sh checks the example unit with
+#                    systemd-analyze verify / security (offline: no systemd
+#                    need be running)
 
 set -eu
 

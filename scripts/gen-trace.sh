@@ -1,5 +1,5 @@
 #!/bin/sh
-# gen-trace.sh -- writes a realistic request trace for `sluice replay` to
+# gen-trace.sh -- writes a realistic request trace for `sluicectl replay` to
 # standard output: two minutes of traffic to a small web API.
 #
 #   ./scripts/gen-trace.sh [SECONDS [SEED]] > examples/sample-trace.txt
@@ -24,7 +24,7 @@ cat <<HDR
 # Keys: 10 signed-in users (user:*; user:dave uploads at cost 5), 6 anonymous clients (ip:198.51.100.*),
 # a report job bursting 30 requests of cost 2 every 30 s (svc:report-builder), and a scraper
 # hammering about 25 requests a second (ip:203.0.113.66).
-# Try: sluice replay --algo token-bucket --limit 10 --window 1s --burst 20 --summary examples/sample-trace.txt
+# Try: build/sluicectl replay --algo token-bucket --limit 10 --window 1s --burst 20 --summary examples/sample-trace.txt
 HDR
 
 awk -v secs="$SECONDS_" -v seed="$SEED" '

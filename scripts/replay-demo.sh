@@ -8,7 +8,7 @@
 #   ./scripts/replay-demo.sh examples/sample-trace.txt --algo sliding-log --limit 100 --window 1m
 #
 # The answers (one line per request, SPEC section 6) are written to
-# build/replay-answers.txt; the summary comes from `sluice replay --summary`.
+# build/replay-answers.txt; the summary comes from `sluicectl replay --summary`.
 set -eu
 
 ROOT=$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)
@@ -26,11 +26,11 @@ OUT=build/replay-answers.txt
 
 echo "sluice: an exact rate limiter.  Replaying a recorded trace with a candidate limit:"
 echo
-echo "    build/sluice replay $* $TRACE"
+echo "    build/sluicectl replay $* $TRACE"
 echo
 grep '^#' "$TRACE" | head -n 5 | sed 's/^/    /'
 echo
-build/sluice replay "$@" --summary "$TRACE" >"$OUT" 2>build/replay-summary.txt || {
+build/sluicectl replay "$@" --summary "$TRACE" >"$OUT" 2>build/replay-summary.txt || {
     rc=$?
     cat build/replay-summary.txt >&2
     exit "$rc"

@@ -2,7 +2,7 @@
 #
 #     . "$ROOT/tests/lib.sh"
 #
-# sets BUILD ($SLUICE_BUILD or build/), SLUICE (the sluice binary in it) and
+# sets BUILD ($SLUICE_BUILD or build/), SLUICE (the sluicectl binary in it) and
 # T (a scratch folder removed at exit); `ok NAME`, `bad NAME DETAIL...` and
 # `skip NAME WHY` print one line per check ("ok    NAME", "FAIL  NAME",
 # "SKIP  NAME: WHY": tests/run.sh counts each line as a test case) and tally
@@ -10,7 +10,7 @@
 # too; `finish` prints the tally and exits 1 if any check failed.
 
 BUILD=${SLUICE_BUILD:-$ROOT/build}
-SLUICE=$BUILD/sluice
+SLUICE=$BUILD/sluicectl
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT
 
@@ -44,7 +44,7 @@ finish() {
     [ "$fails" -eq 0 ]
     exit
 }
-# need_sluice: fails at once without a built sluice
+# need_sluice: fails at once without a built sluicectl
 need_sluice() {
     if [ ! -x "$SLUICE" ]; then
         echo "FAIL  no $SLUICE (build first)"

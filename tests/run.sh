@@ -170,7 +170,7 @@ for v in plain asan tsan; do
         show_tail "$log"
     fi
     echo "builds|$t0|$(ms)|0" >>"$TIMINGS"
-    [ -x "$(dir_of "$v")/sluice" ] && built="$built $v"
+    [ -x "$(dir_of "$v")/sluicectl" ] && built="$built $v"
 done
 
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
@@ -190,7 +190,7 @@ start_job() {
         if [ "$kind" = c ] && [ ! -x "$path" ]; then
             why="not built: $path (see build/logs/build_$v.log)"
         elif [ "$kind" = sh ] && ! is_built "$v"; then
-            why="$(dir_of "$v")/sluice not built (see build/logs/build_$v.log)"
+            why="$(dir_of "$v")/sluicectl not built (see build/logs/build_$v.log)"
         fi
         if [ -n "$why" ]; then
             echo "$why" >"$log"

@@ -1,17 +1,17 @@
 #!/bin/sh
-# test_replay.sh -- `sluice replay` end to end (SPEC sections 5 and 6).
+# test_replay.sh -- `sluicectl replay` end to end (SPEC sections 5 and 6).
 #
 #   - every vector file of $SLUICE_SPEC_DIR/vectors/: the request parts fed to
-#     `sluice replay <its args>` give exactly the expected parts -- from
+#     `sluicectl replay <its args>` give exactly the expected parts -- from
 #     standard input, from a FILE, and reformatted (tabs, CRLF, comments, blank
 #     lines, no final newline);
-#   - bad options: exit status 2, `sluice: <what is wrong>`, nothing on stdout;
-#   - malformed lines: exit status 2, `sluice: line N: <what is wrong>`, and
+#   - bad options: exit status 2, `sluicectl: <what is wrong>`, nothing on stdout;
+#   - malformed lines: exit status 2, `sluicectl: line N: <what is wrong>`, and
 #     every line before N answered exactly as a run of those lines alone;
 #   - large inputs across read-block boundaries, pipes vs files, --summary,
 #     --max-memory, and that every key is remembered by default.
 #
-# Runs against $SLUICE_BUILD/sluice (tests/run.sh runs it for build/ and
+# Runs against $SLUICE_BUILD/sluicectl (tests/run.sh runs it for build/ and
 # build/asan/).  Prints one line per check; exits 1 if any failed.
 # Argument lists are kept in variables and split on purpose:
 # shellcheck disable=SC2086
@@ -73,18 +73,18 @@ fi
 
 # ---- bad options ---------------------------------------------------------
 
-# opt_error NAME PHRASE ARGS...: exit 2, "sluice: ...PHRASE..." on stderr, no stdout.
+# opt_error NAME PHRASE ARGS...: exit 2, "sluicectl: ...PHRASE..." on stderr, no stdout.
 opt_error() {
     name=$1
     phrase=$2
     shift 2
     printf '0 k\n1 k\n' | "$SLUICE" "$@" >"$T/out" 2>"$T/err"
     rc=$?
-    if [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && grep -q '^sluice: ' "$T/err" &&
+    if [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && grep -q '^sluicectl: ' "$T/err" &&
         grep -qF -- "$phrase" "$T/err"; then
         ok "option error: $name -> $(head -n 1 "$T/err")"
     else
-        bad "option error: $name (sluice $*)" "want exit 2, '$phrase' on stderr, empty stdout" \
+        bad "option error: $name (sluicectl $*)" "want exit 2, '$phrase' on stderr, empty stdout" \
             "got exit $rc, stderr: $(head -c 500 "$T/err")" "stdout: $(head -c 200 "$T/out")"
     fi
 }
@@ -133,20 +133,51 @@ R="replay --algo token-bucket --window 1000"
 }
 "$SLUICE" >"$T/out" 2>"$T/err"
 rc=$?
-if [ "$rc" -eq 2 ] && grep -q 'usage: sluice' "$T/err"; then ok "no command: usage, exit 2"; else bad "no command" "exit $rc"; fi
+if [ "$rc" -eq 2 ] && grep -q 'usage: sluicectl' "$T/err"; then ok "no command: usage, exit 2"; else bad "no command" "exit $rc"; fi
 
 for a in --help -h; do
     "$SLUICE" replay "$a" >"$T/out" 2>"$T/err"
     rc=$?
-    if [ "$rc" -eq 0 ] && grep -q '^usage: sluice replay --algo ALGO --limit L --window W' "$T/out"; then
-        ok "sluice replay $a"
+    if [ "$rc" -eq 0 ] && grep -q '^usage: sluicectl replay --algo ALGO --limit L --window W' "$T/out"; then
+        ok "sluicectl replay $a"
     else
-        bad "sluice replay $a" "exit $rc"
+        bad "sluicectl replay $a" "exit $rc"
     fi
 done
-if "$SLUICE" --help >"$T/out" 2>&1 && grep -q 'replay' "$T/out"; then ok "sluice --help"; else bad "sluice --help"; fi
+if "$SLUICE" --help >"$T/out" 2>&1 && grep -q 'replay' "$T/out"; then ok "sluicectl --help"; else bad "sluicectl --help"; fi
 v=$("$SLUICE" --version)
-case $v in "sluice "[0-9]*.[0-9]*) ok "sluice --version: $v" ;; *) bad "sluice --version" "got '$v'" ;; esac
+case $v in "sluicectl "[0-9]*.[0-9]*) ok "sluicectl --version: $v" ;; *) bad "sluicectl --version" "got '$v'" ;; esac
+
+# The old name, for one release: build/sluice runs sluicectl, with the same
+# output and status, and one line more on stderr saying what it is called now.
+OLD_NOTE="sluice: note: this command is now called sluicectl; the name 'sluice' goes away in the next release"
+printf '0 k\n0 k\nnot a line\n' >"$T/old.in"
+"$SLUICE" replay --algo gcra --limit 1 --window 1s "$T/old.in" >"$T/new.out" 2>"$T/new.err"
+new_rc=$?
+if [ -L "$BUILD/sluice" ]; then
+    "$BUILD/sluice" replay --algo gcra --limit 1 --window 1s "$T/old.in" >"$T/old.out" 2>"$T/old.err"
+    old_rc=$?
+    { echo "$OLD_NOTE"; cat "$T/new.err"; } >"$T/old.want"
+    if [ "$old_rc" -eq "$new_rc" ] && [ "$new_rc" -eq 2 ] && cmp -s "$T/old.out" "$T/new.out" &&
+        cmp -s "$T/old.err" "$T/old.want"; then
+        ok "build/sluice (old name): sluicectl's answers and status, and the note first on stderr"
+    else
+        bad "build/sluice (old name): exit $old_rc (sluicectl $new_rc)" "stderr: $(cat "$T/old.err")" \
+            "stdout: $(cat "$T/old.out")"
+    fi
+    if [ "$("$BUILD/sluice" --version 2>"$T/old.err")" = "$v" ] && [ "$(cat "$T/old.err")" = "$OLD_NOTE" ]; then
+        ok "build/sluice --version: '$v' and the one-line note"
+    else
+        bad "build/sluice --version" "$(cat "$T/old.err")"
+    fi
+else
+    bad "no $BUILD/sluice: the old name must keep working in the build tree for this release"
+fi
+if grep -q '^sluicectl: line 3: ' "$T/new.err" && ! grep -q 'sluice: note' "$T/new.err"; then
+    ok "sluicectl itself prints no note"
+else
+    bad "sluicectl prints: $(cat "$T/new.err")"
+fi
 
 # ---- malformed lines -----------------------------------------------------
 
@@ -158,7 +189,7 @@ printf '# a trace\n0 a\n1 a\n\n2 b 3\n' >"$T/head"
 "$SLUICE" $LINE_ARGS <"$T/head" >"$T/head.want" 2>"$T/err" || bad "good head" "$(cat "$T/err")"
 
 # line_error NAME N PHRASE FILE: FILE is answered up to line N-1, then exit 2
-# with "sluice: line N: ...PHRASE..." on stderr.
+# with "sluicectl: line N: ...PHRASE..." on stderr.
 line_error() {
     name=$1
     n=$2
@@ -171,11 +202,11 @@ line_error() {
     "$SLUICE" $LINE_ARGS <"$input" >"$T/got" 2>"$T/err"
     rc=$?
     if [ "$rc" -eq 2 ] && cmp -s "$T/want" "$T/got" &&
-        grep -q "^sluice: line $n: " "$T/err" && grep -qF -- "$phrase" "$T/err" &&
+        grep -q "^sluicectl: line $n: " "$T/err" && grep -qF -- "$phrase" "$T/err" &&
         [ "$(wc -l <"$T/err")" -eq 1 ]; then
         ok "bad line: $name -> $(head -c 150 "$T/err")"
     else
-        bad "bad line: $name" "want exit 2, 'sluice: line $n: ...$phrase...', the lines before answered" \
+        bad "bad line: $name" "want exit 2, 'sluicectl: line $n: ...$phrase...', the lines before answered" \
             "got exit $rc, stderr: $(head -c 300 "$T/err")" \
             "stdout: $(wc -l <"$T/got") lines, want $(wc -l <"$T/want"): $(diff "$T/want" "$T/got" | head -5)"
     fi

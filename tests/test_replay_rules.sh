@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_replay_rules.sh -- `sluice replay --rules` (what-if replay of a rules
+# test_replay_rules.sh -- `sluicectl replay --rules` (what-if replay of a rules
 # file, docs/replay.md) end to end:
 #
 #   - exact answers for a small rules file and trace: OK, OVER_LIMIT, SHADOW,
@@ -10,7 +10,7 @@
 #     newline); nginx's combined format (zones, IPv6 with ip_prefix);
 #   - --summary: standard output unchanged, the per-rule table and the most
 #     denied counting keys on standard error;
-#   - errors, each with exit status 2 and one `sluice: ...` line: option
+#   - errors, each with exit status 2 and one `sluicectl: ...` line: option
 #     misuse (--algo or --threads with --rules, missing --domain, ...), a bad
 #     rules file (its FILE:LINE:COLUMN message), an unknown domain, malformed
 #     lines (every line before answered); a request RL.CHECK would refuse
@@ -20,7 +20,7 @@
 #     for a file of 16 MiB or more, and cleared; never when standard error
 #     is a file, nor for a small file.
 #
-# Runs against $SLUICE_BUILD/sluice (tests/run.sh runs it for build/ and
+# Runs against $SLUICE_BUILD/sluicectl (tests/run.sh runs it for build/ and
 # build/asan/).  Prints one line per check; exits 1 if any failed.
 # shellcheck disable=SC2086
 set -u
@@ -206,7 +206,7 @@ fi
 grep -v '^  time ' "$T/err" >"$T/sum"
 cat >"$T/sumwant" <<'EOF'
 
-sluice replay summary: rules RULES, domain api, capacity 2/1s
+sluicectl replay summary: rules RULES, domain api, capacity 2/1s
   requests               22   (23 lines read)
   allowed                15   68.2%
   denied                  7   31.8%
@@ -270,7 +270,7 @@ fi
 
 # ---- errors: options ---------------------------------------------------------
 
-# opt_error NAME PHRASE ARGS...: exit 2, one line "sluice: ...PHRASE...", no stdout.
+# opt_error NAME PHRASE ARGS...: exit 2, one line "sluicectl: ...PHRASE...", no stdout.
 opt_error() {
     name=$1
     phrase=$2
@@ -278,44 +278,44 @@ opt_error() {
     "$SLUICE" "$@" <"$T/trace" >"$T/out" 2>"$T/err"
     rc=$?
     if [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] &&
-        grep -q '^sluice: ' "$T/err" && grep -qF -- "$phrase" "$T/err"; then
+        grep -q '^sluicectl: ' "$T/err" && grep -qF -- "$phrase" "$T/err"; then
         ok "error: $name -> $(head -c 160 "$T/err")"
     else
-        bad "error: $name (sluice $*)" "want exit 2, one line with '$phrase' on stderr, empty stdout" \
+        bad "error: $name (sluicectl $*)" "want exit 2, one line with '$phrase' on stderr, empty stdout" \
             "got exit $rc, stderr: $(head -c 600 "$T/err")" "stdout: $(head -c 200 "$T/out")"
     fi
 }
 
-opt_error "missing --domain" "sluice: missing --domain (the rules domain every request is checked in)" \
+opt_error "missing --domain" "sluicectl: missing --domain (the rules domain every request is checked in)" \
     replay --rules "$T/rules.yaml"
 opt_error "--algo with --rules" \
-    "sluice: --algo cannot be used with --rules (each rule of the file sets its own algorithm and limit)" \
+    "sluicectl: --algo cannot be used with --rules (each rule of the file sets its own algorithm and limit)" \
     $RR --algo token-bucket
-opt_error "--limit=5 with --rules" "sluice: --limit cannot be used with --rules" $RR --limit=5
-opt_error "--window with --rules" "sluice: --window cannot be used with --rules" $RR --window 1s
-opt_error "--log-rejected with --rules" "sluice: --log-rejected cannot be used with --rules" $RR --log-rejected
+opt_error "--limit=5 with --rules" "sluicectl: --limit cannot be used with --rules" $RR --limit=5
+opt_error "--window with --rules" "sluicectl: --window cannot be used with --rules" $RR --window 1s
+opt_error "--log-rejected with --rules" "sluicectl: --log-rejected cannot be used with --rules" $RR --log-rejected
 opt_error "--threads with --rules" \
-    "sluice: --threads cannot be used with --rules (rules are decided in input order, on one thread)" \
+    "sluicectl: --threads cannot be used with --rules (rules are decided in input order, on one thread)" \
     $RR --threads 2
-opt_error "--domain without --rules" "sluice: --domain needs --rules PATH" replay --domain api
-opt_error "--log-format without --rules" "sluice: --log-format needs --rules PATH" \
+opt_error "--domain without --rules" "sluicectl: --domain needs --rules PATH" replay --domain api
+opt_error "--log-format without --rules" "sluicectl: --log-format needs --rules PATH" \
     replay --algo gcra --limit 1 --window 1s --log-format combined
-opt_error "bad --log-format" "sluice: unknown log format 'json' (expected lines or combined)" \
+opt_error "bad --log-format" "sluicectl: unknown log format 'json' (expected lines or combined)" \
     $RR --log-format json
-opt_error "bad --capacity" "sluice: --capacity: capacity '5000' must be N/DURATION" $RR --capacity 5000
-opt_error "bad --max-memory" "sluice: --max-memory must be a number of bytes" $RR --max-memory 12q
-opt_error "--rules without a value" "sluice: option '--rules' needs a value" replay --domain api --rules
-opt_error "unknown option" "sluice: unknown option '--bogus'" $RR --bogus
-opt_error "two files" "sluice: only one FILE may be given" $RR "$T/trace" "$T/trace"
-opt_error "missing file" "sluice: cannot open '$T/nonexistent'" $RR "$T/nonexistent"
-opt_error "missing rules file" "sluice: $T/none.yaml: " replay --rules "$T/none.yaml" --domain api
-opt_error "unknown domain" "sluice: domain 'apx' is not in $T/rules.yaml (it defines: api)" \
+opt_error "bad --capacity" "sluicectl: --capacity: capacity '5000' must be N/DURATION" $RR --capacity 5000
+opt_error "bad --max-memory" "sluicectl: --max-memory must be a number of bytes" $RR --max-memory 12q
+opt_error "--rules without a value" "sluicectl: option '--rules' needs a value" replay --domain api --rules
+opt_error "unknown option" "sluicectl: unknown option '--bogus'" $RR --bogus
+opt_error "two files" "sluicectl: only one FILE may be given" $RR "$T/trace" "$T/trace"
+opt_error "missing file" "sluicectl: cannot open '$T/nonexistent'" $RR "$T/nonexistent"
+opt_error "missing rules file" "sluicectl: $T/none.yaml: " replay --rules "$T/none.yaml" --domain api
+opt_error "unknown domain" "sluicectl: domain 'apx' is not in $T/rules.yaml (it defines: api)" \
     replay --rules "$T/rules.yaml" --domain apx
 
 # a bad rules file: its FILE:LINE:COLUMN message
 printf 'domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minutes, requests_per_unit: 2}\n' >"$T/bad.yaml"
-opt_error "bad rules file" "sluice: $T/bad.yaml:4:" replay --rules "$T/bad.yaml" --domain api
-if grep -q "^sluice: $T/bad.yaml:4:[0-9]*: unknown unit 'minutes'" "$T/err"; then
+opt_error "bad rules file" "sluicectl: $T/bad.yaml:4:" replay --rules "$T/bad.yaml" --domain api
+if grep -q "^sluicectl: $T/bad.yaml:4:[0-9]*: unknown unit 'minutes'" "$T/err"; then
     ok "bad rules file: FILE:LINE:COLUMN: what is wrong"
 else
     bad "bad rules file message" "$(cat "$T/err")"
@@ -324,23 +324,23 @@ fi
 for a in --help -h; do
     "$SLUICE" replay --rules "$T/rules.yaml" "$a" >"$T/out" 2>"$T/err"
     rc=$?
-    if [ "$rc" -eq 0 ] && grep -q '^usage: sluice replay --rules PATH --domain D' "$T/out" &&
+    if [ "$rc" -eq 0 ] && grep -q '^usage: sluicectl replay --rules PATH --domain D' "$T/out" &&
         grep -q 'CODE:RULE' "$T/out"; then
-        ok "sluice replay --rules PATH $a"
+        ok "sluicectl replay --rules PATH $a"
     else
-        bad "sluice replay --rules PATH $a" "exit $rc" "$(head -5 "$T/out")"
+        bad "sluicectl replay --rules PATH $a" "exit $rc" "$(head -5 "$T/out")"
     fi
 done
-if "$SLUICE" replay --help | grep -q 'sluice replay --rules PATH --domain D'; then
-    ok "sluice replay --help names the --rules form"
+if "$SLUICE" replay --help | grep -q 'sluicectl replay --rules PATH --domain D'; then
+    ok "sluicectl replay --help names the --rules form"
 else
-    bad "sluice replay --help names the --rules form"
+    bad "sluicectl replay --help names the --rules form"
 fi
 
 # ---- errors: malformed lines -------------------------------------------------
 
 # line_error NAME N PHRASE FILE ARGS...: FILE is answered up to line N-1 as
-# those lines alone would be, then exit 2 with one line "sluice: line N: PHRASE".
+# those lines alone would be, then exit 2 with one line "sluicectl: line N: PHRASE".
 line_error() {
     name=$1
     n=$2
@@ -352,10 +352,10 @@ line_error() {
     "$SLUICE" "$@" <"$input" >"$T/got" 2>"$T/err"
     rc=$?
     if [ "$rc" -eq 2 ] && cmp -s "$T/want" "$T/got" && [ "$(wc -l <"$T/err")" -eq 1 ] &&
-        grep -qF -- "sluice: line $n: $phrase" "$T/err"; then
+        grep -qF -- "sluicectl: line $n: $phrase" "$T/err"; then
         ok "bad line: $name -> $(head -c 160 "$T/err")"
     else
-        bad "bad line: $name" "want exit 2, 'sluice: line $n: $phrase', the lines before answered" \
+        bad "bad line: $name" "want exit 2, 'sluicectl: line $n: $phrase', the lines before answered" \
             "got exit $rc, stderr: $(head -c 300 "$T/err")" \
             "stdout: $(wc -l <"$T/got") lines, want $(wc -l <"$T/want")"
     fi
@@ -390,7 +390,7 @@ w=$(wc -l <"$T/want")
 if [ "$rc" -eq 0 ] && [ "$(head -n "$w" "$T/got")" = "$(cat "$T/want")" ] &&
     [ "$(sed -n "$((w + 1))p" "$T/got")" = "ERR descriptor 1, limit api.user: key must be 1 to 512 bytes" ] &&
     [ "$(sed -n "$((w + 2))p" "$T/got")" = "$(cat "$T/last")" ] && [ "$(wc -l <"$T/got")" -eq $((w + 2)) ] &&
-    grep -qF "sluice: 1 request answered ERR, as RL.CHECK would refuse them; the first at line 6: descriptor 1, limit api.user" "$T/err"; then
+    grep -qF "sluicectl: 1 request answered ERR, as RL.CHECK would refuse them; the first at line 6: descriptor 1, limit api.user" "$T/err"; then
     ok "a request RL.CHECK refuses (key too long): ERR line, the run goes on"
 else
     bad "a request RL.CHECK refuses (key too long)" "exit $rc" "$(cat "$T/got" | head -8)" "$(head -c 300 "$T/err")"
@@ -457,7 +457,7 @@ else
     script -qec "'$SLUICE' $RR '$T/big' >'$T/big.pty'" /dev/null </dev/null >"$T/pty" 2>&1
     rc=$?
     if [ $rc -eq 0 ] && cmp -s "$T/big.file" "$T/big.pty" &&
-        grep -q 'sluice replay: \[[#.]*\] *[0-9.]*% of [0-9.]* MiB, [0-9.]* M lines/s' "$T/pty" &&
+        grep -q 'sluicectl replay: \[[#.]*\] *[0-9.]*% of [0-9.]* MiB, [0-9.]* M lines/s' "$T/pty" &&
         [ "$(tail -c 4 "$T/pty" | od -An -c | tr -d ' ')" = "\\r033[K" ]; then
         ok "progress bar on a terminal for a $size-byte file, cleared at the end"
     else

@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_replay_threads.sh -- `sluice replay --threads N` gives the answers of
+# test_replay_threads.sh -- `sluicectl replay --threads N` gives the answers of
 # one thread, byte for byte, for every algorithm; a malformed line stops it
 # at the same place; and answers stream out while input is still arriving.
 # Runs against build/, build/asan/ and, for the threads, build/tsan/.
@@ -8,7 +8,7 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 BUILD=${SLUICE_BUILD:-$ROOT/build}
-SLUICE=$BUILD/sluice
+SLUICE=$BUILD/sluicectl
 T=$(mktemp -d) || exit 1
 trap 'rm -rf "$T"' EXIT
 fails=0
@@ -62,7 +62,7 @@ for n in 1 2 4; do
     "$SLUICE" replay --algo gcra --limit 5 --window 1s --threads $n "$T/bad" >"$T/out.$n" 2>"$T/err.$n"
     echo $? >"$T/rc.$n"
 done
-want_err="sluice: line $((LINES + 1)): cost 'x' is not an integer"
+want_err="sluicectl: line $((LINES + 1)): cost 'x' is not an integer"
 for n in 1 2 4; do
     if [ "$(cat "$T/rc.$n")" = 2 ] && [ "$(cat "$T/err.$n")" = "$want_err" ] &&
         [ "$(wc -l <"$T/out.$n")" -eq "$LINES" ] && cmp -s "$T/out.1" "$T/out.$n"; then

@@ -33,7 +33,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
                          size_t errlen);
 
 /* Plans, executes on s, reports and counts one RL.CHECK request, in one
- * synchronous call: what `sluice replay --rules` and the tests use.
+ * synchronous call: what `sluicectl replay --rules` and the tests use.
  * Arguments and results as sl_check_plan_make and sl_check_report.  Uses
  * about 12 KB of stack for the plan. */
 int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,

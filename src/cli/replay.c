@@ -1,5 +1,5 @@
 /*
- * replay.c -- `sluice replay` (SPEC section 6): every request of a trace
+ * replay.c -- `sluicectl replay` (SPEC section 6): every request of a trace
  * decided by libsluice, one answer line per request, in input order.
  *
  * The hot path keeps to a few tens of nanoseconds a line besides the
@@ -12,7 +12,7 @@
  * (see "the command" below); the answers do not depend on it.
  *
  * On a malformed line everything before it has been answered (stdout is
- * flushed first), then `sluice: line N: <what is wrong>` goes to stderr and
+ * flushed first), then `sluicectl: line N: <what is wrong>` goes to stderr and
  * the exit status is 2.
  */
 #include "replay.h"
@@ -289,7 +289,7 @@ static void summary_print(const summary *s, const sl_params *p, uint64_t lines, 
     char d[32], q[SL__QBUF];
     FILE *f = stderr;
 
-    fprintf(f, "\nsluice replay summary: %s, limit %lld per %lld ms", sl_algo_name(p->algo),
+    fprintf(f, "\nsluicectl replay summary: %s, limit %lld per %lld ms", sl_algo_name(p->algo),
             (long long)p->limit, (long long)p->window_ms);
     if (p->burst) fprintf(f, ", burst %lld", (long long)p->burst);
     if (p->precision) fprintf(f, ", precision %lld", (long long)p->precision);
@@ -327,14 +327,14 @@ static void summary_print(const summary *s, const sl_params *p, uint64_t lines, 
 /* ---- options ------------------------------------------------------------ */
 
 const char sl__replay_usage[] =
-    "usage: sluice replay --algo ALGO --limit L --window W [--burst B] [--precision P]\n"
+    "usage: sluicectl replay --algo ALGO --limit L --window W [--burst B] [--precision P]\n"
     "                     [--log-rejected] [--max-memory BYTES] [--summary]\n"
     "                     [--threads N] [FILE]\n"
-    "       sluice replay --rules PATH --domain D [...] [FILE]\n"
+    "       sluicectl replay --rules PATH --domain D [...] [FILE]\n"
     "\n"
     "Decides every request of a recorded trace as a limiter would have, and\n"
     "prints one answer per request, in input order.  With --rules, as sluiced's\n"
-    "RL.CHECK would with that rules file (sluice replay --rules PATH --help).\n"
+    "RL.CHECK would with that rules file (sluicectl replay --rules PATH --help).\n"
     "\n"
     "Input: FILE, or standard input if FILE is absent or '-'.  One request a line:\n"
     "    T KEY [COST]     T: time in integer milliseconds (may be negative);\n"
@@ -371,7 +371,7 @@ const char sl__replay_usage[] =
     "                      CPU quota), at most 4.  --max-memory implies 1\n"
     "  -h, --help          print this text\n"
     "\n"
-    "Exit status: 0 done; 2 bad option or malformed line (\"sluice: line N: ...\"\n"
+    "Exit status: 0 done; 2 bad option or malformed line (\"sluicectl: line N: ...\"\n"
     "on standard error after every line before it has been answered); 1 any\n"
     "other failure (out of memory, read or write error).\n";
 
@@ -388,7 +388,7 @@ typedef struct replay_opts {
 static int opt_int(const char *name, const char *v, int64_t min, int64_t max, int64_t *out)
 {
     if (sl_int_parse(v, strlen(v), max, out) != 0 || *out < min) {
-        fprintf(stderr, "sluice: %s must be an integer between %lld and %lld, got '%s'\n", name,
+        fprintf(stderr, "sluicectl: %s must be an integer between %lld and %lld, got '%s'\n", name,
                 (long long)min, (long long)max, v);
         return 2;
     }
@@ -416,7 +416,8 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
     int cpus = sl__cpu_count(); /* affinity mask and cgroup quota, at least 1 */
     o->threads = cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : cpus;
 
-    sl__args w = {.argc = argc, .argv = argv, .takes = takes_value, .see = "sluice replay --help"};
+    sl__args w = {
+        .argc = argc, .argv = argv, .takes = takes_value, .see = "sluicectl replay --help"};
     sl__opt op;
     int rc;
     while ((rc = sl__opts_next(&w, &op, sl__replay_usage)) == 1) {
@@ -478,7 +479,7 @@ static int parse_opts(int argc, char **argv, replay_opts *o)
         int64_t prec = o->p.precision ? o->p.precision : SL_DEFAULT_PRECISION;
         if (o->p.window_ms % prec != 0) {
             fprintf(stderr,
-                    "sluice: window %lld ms is not divisible by precision %lld "
+                    "sluicectl: window %lld ms is not divisible by precision %lld "
                     "(sliding-buckets splits the window into equal buckets)\n",
                     (long long)o->p.window_ms, (long long)prec);
             return 2;
@@ -861,7 +862,7 @@ static int answer_batch(const replay_opts *o, sl__out *out, summary *sum, const 
             what = "out of memory for --summary";
         if (what != NULL) {
             sl__out_flush(out);
-            fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->line[i], what);
+            fprintf(stderr, "sluicectl: line %llu: %s\n", (unsigned long long)b->line[i], what);
             return b->rc[j] == SL_ENOMEM || b->rc[j] == 0 ? 1 : 2;
         }
         put_result(out, &b->res[j]);
@@ -870,9 +871,9 @@ static int answer_batch(const replay_opts *o, sl__out *out, summary *sum, const 
     if (b->end == END_BAD || b->end == END_READ) {
         sl__out_flush(out);
         if (b->end == END_BAD)
-            fprintf(stderr, "sluice: line %llu: %s\n", (unsigned long long)b->err_line, b->err);
+            fprintf(stderr, "sluicectl: line %llu: %s\n", (unsigned long long)b->err_line, b->err);
         else
-            fprintf(stderr, "sluice: %s\n", b->err);
+            fprintf(stderr, "sluicectl: %s\n", b->err);
         return b->end == END_BAD ? 2 : 1;
     }
     return 0;
@@ -885,7 +886,7 @@ static int replay_run(const replay_opts *o, reader *rd, pool *pl, sl__out *out, 
     batch *bs[2] = {malloc(sizeof(batch)), malloc(sizeof(batch))};
     int rc = 0;
     if (bs[0] == NULL || bs[1] == NULL) {
-        fprintf(stderr, "sluice: out of memory\n");
+        fprintf(stderr, "sluicectl: out of memory\n");
         rc = 1;
         goto out;
     }
@@ -945,7 +946,7 @@ int sl__replay_main(int argc, char **argv)
     if (err != 0) {
         rc = sl__store_failed(err, o.max_memory);
     } else if (out == NULL || rd.buf[0] == NULL || rd.buf[1] == NULL) {
-        fprintf(stderr, "sluice: out of memory\n");
+        fprintf(stderr, "sluicectl: out of memory\n");
         rc = 1;
     } else {
         out->fd = 1;
@@ -955,7 +956,7 @@ int sl__replay_main(int argc, char **argv)
         int64_t t0 = sl__mono_ns();
         rc = replay_run(&o, &rd, &pl, out, &sum);
         if (sl__out_flush(out) != 0 || out->failed) {
-            fprintf(stderr, "sluice: cannot write the answers: %s\n", strerror(out->failed));
+            fprintf(stderr, "sluicectl: cannot write the answers: %s\n", strerror(out->failed));
             rc = 1;
         }
         double secs = (double)(sl__mono_ns() - t0) / 1e9;

@@ -1,5 +1,5 @@
 /*
- * replay.h -- `sluice replay`: decide every request of a recorded trace
+ * replay.h -- `sluicectl replay`: decide every request of a recorded trace
  * (SPEC section 6).
  *
  * Two parts, usable apart:
@@ -44,18 +44,18 @@ typedef struct sl__replay_req {
  *
  * Returns SL_REPLAY_REQ, SL_REPLAY_SKIP, or SL_REPLAY_BAD with a
  * NUL-terminated message of at most errlen bytes in err (no line number, no
- * "sluice:" prefix), e.g. "cost 'x' is not an integer".  Reads only the len
+ * "sluicectl:" prefix), e.g. "cost 'x' is not an integer".  Reads only the len
  * bytes given; allocates nothing.
  */
 int sl__replay_parse_line(const char *line, size_t len, sl__replay_req *req, char *err,
                           size_t errlen);
 
-/* `sluice replay ARGS...`: argv[0] is "replay".  Returns the exit status:
+/* `sluicectl replay ARGS...`: argv[0] is "replay".  Returns the exit status:
  * 0 done, 2 bad option or malformed input line (SPEC section 6), 1 other
  * failure (out of memory, read or write error). */
 int sl__replay_main(int argc, char **argv);
 
-/* The usage text of `sluice replay`. */
+/* The usage text of `sluicectl replay`. */
 extern const char sl__replay_usage[];
 
 #endif

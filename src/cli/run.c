@@ -1,5 +1,5 @@
 /*
- * run.c -- what the two modes of `sluice replay` share (run.h).
+ * run.c -- what the two modes of `sluicectl replay` share (run.h).
  */
 #include "run.h"
 
@@ -15,7 +15,7 @@ int sl__usage_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fputs("sluice: ", stderr);
+    fputs("sluicectl: ", stderr);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
@@ -58,7 +58,7 @@ int sl__input_open(const char *file, const char **name)
     if (file == NULL || strcmp(file, "-") == 0) return 0;
     int fd = open(file, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-        fprintf(stderr, "sluice: cannot open '%s': %s\n", file, strerror(errno));
+        fprintf(stderr, "sluicectl: cannot open '%s': %s\n", file, strerror(errno));
         return -1;
     }
     *name = file;
@@ -76,7 +76,7 @@ ssize_t sl__read(int fd, void *buf, size_t n)
 
 int sl__store_failed(int err, size_t max_memory)
 {
-    fprintf(stderr, "sluice: %s%s\n", sl_strerror(err),
+    fprintf(stderr, "sluicectl: %s%s\n", sl_strerror(err),
             max_memory && err == SL_ENOMEM ? " (is --max-memory too small?)" : "");
     return err == SL_ENOMEM ? 1 : 2;
 }
@@ -85,7 +85,7 @@ void sl__warn_evicted(uint64_t n, const char *what)
 {
     if (n == 0) return;
     fprintf(stderr,
-            "sluice: warning: %llu %s were evicted to stay under --max-memory; their later "
+            "sluicectl: warning: %llu %s were evicted to stay under --max-memory; their later "
             "requests were decided on fresh state\n",
             (unsigned long long)n, what);
 }

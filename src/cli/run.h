@@ -1,10 +1,10 @@
 /*
- * run.h -- what the two modes of `sluice replay` share: replay.c (one
+ * run.h -- what the two modes of `sluicectl replay` share: replay.c (one
  * limit, --algo) and whatif.c (a rules file, --rules).  The walk over
  * their options with its messages, --max-memory, opening the input,
  * reading it, the buffered output of the answers, and the summary's
  * arithmetic (key hash, percentages, the top-N list).  Everything that
- * prints goes to stderr as "sluice: ...", the answers alone to stdout.
+ * prints goes to stderr as "sluicectl: ...", the answers alone to stdout.
  */
 #ifndef SL_CLI_RUN_H
 #define SL_CLI_RUN_H
@@ -20,7 +20,7 @@
 
 /* ---- options ------------------------------------------------------------ */
 
-/* Prints "sluice: <message>" to stderr; returns 2, the exit status of a bad
+/* Prints "sluicectl: <message>" to stderr; returns 2, the exit status of a bad
  * option. */
 __attribute__((format(printf, 1, 2))) int sl__usage_error(const char *fmt, ...);
 

@@ -1,5 +1,5 @@
 /*
- * text.c -- text helpers of the `sluice` command (text.h).
+ * text.c -- text helpers of the `sluicectl` command (text.h).
  */
 #include "text.h"
 

@@ -1,5 +1,5 @@
 /*
- * text.h -- small text helpers shared by the `sluice` command's parts
+ * text.h -- small text helpers shared by the `sluicectl` command's parts
  * (replay.c, whatif.c, whatif_parse.c): quoting a bad token for a message,
  * fast decimal output, the option walk, and writing a buffer out whole.  No
  * state; only sl__write_all touches a descriptor.
@@ -32,7 +32,7 @@ void sl__ctl_message(char *err, size_t errlen, unsigned char c, size_t col);
  * range -- to say "out of range" rather than "not a number". */
 int sl__looks_numeric(const void *tok, size_t len);
 
-/* A walk over the arguments of a `sluice replay` mode, the shape both
+/* A walk over the arguments of a `sluicectl replay` mode, the shape both
  * modes take: at most one FILE ("-" is one), "--" ending the options,
  * -h/--help, and --name, --name=value or --name value.  Set argc, argv,
  * takes and see; the rest starts zero. */
@@ -41,7 +41,7 @@ typedef struct sl__args {
     char **argv;
     int (*takes)(const char *name, size_t nlen); /* does --name take a value? */
     const char *see;                             /* named by an unknown option's
-                                                    message, e.g. "sluice replay --help" */
+                                                    message, e.g. "sluicectl replay --help" */
     int i;                                       /* arguments used (0: none yet) */
     int only_files;                              /* after "--" */
     const char *file;                            /* the FILE, or NULL */
@@ -113,7 +113,7 @@ static inline char *sl__put_i64(char *o, int64_t v)
     return o + n;
 }
 
-/* Appends the six fields of r (SPEC 3) separated by spaces, as `sluice
+/* Appends the six fields of r (SPEC 3) separated by spaces, as `sluicectl
  * replay` prints them; returns the end.  At most SL__RESULT_MAX bytes. */
 #define SL__RESULT_MAX (6 * 21)
 static inline char *sl__put_result(char *p, const sl_result *r)

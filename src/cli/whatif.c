@@ -1,19 +1,19 @@
 /*
- * whatif.c -- `sluice replay --rules PATH --domain D`: what-if replay of a
+ * whatif.c -- `sluicectl replay --rules PATH --domain D`: what-if replay of a
  * rules file (docs/replay.md).  Each request of the trace is decided by
  * sl_rules_check, the very function behind sluiced's RL.CHECK, on one store,
  * in input order, so the answers are the server's for the same requests sent
  * one after the other (with AT t).
  *
  * One thread: a request's descriptors may share counters with any other
- * request, so decisions cannot be dealt out by key as `sluice replay` does.
+ * request, so decisions cannot be dealt out by key as `sluicectl replay` does.
  * The loop reads 1 MiB blocks, finds lines with memchr, parses each into one
  * reused request (whatif_parse.c), decides it, and formats the answer by
  * hand into a buffer written 64 KiB at a time; nothing is allocated per line
  * (the summary's tables grow by doubling, or not at all for the top keys).
  *
  * On a malformed line everything before it has been answered (stdout is
- * flushed first), then `sluice: line N: <what is wrong>` goes to stderr and
+ * flushed first), then `sluicectl: line N: <what is wrong>` goes to stderr and
  * the exit status is 2.
  */
 #include "whatif.h"
@@ -77,9 +77,10 @@ static void progress_tick(progress *pg, uint64_t done, uint64_t lines)
     bar[PROGRESS_BAR] = '\0';
     double secs = (double)(t - pg->t0) / 1e9;
     char line[160];
-    int n = snprintf(
-        line, sizeof line, "\rsluice replay: [%s] %5.1f%% of %.1f MiB, %.2f M lines/s\033[K", bar,
-        frac * 100, (double)pg->total / (1 << 20), secs > 0 ? (double)lines / secs / 1e6 : 0.0);
+    int n = snprintf(line, sizeof line,
+                     "\rsluicectl replay: [%s] %5.1f%% of %.1f MiB, %.2f M lines/s\033[K", bar,
+                     frac * 100, (double)pg->total / (1 << 20),
+                     secs > 0 ? (double)lines / secs / 1e6 : 0.0);
     if (n > 0) write_err(line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
 }
 
@@ -515,7 +516,7 @@ static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines
     char q[SHOW_MAX * 4 + 4], lim[160];
     FILE *f = stderr;
 
-    fprintf(f, "\nsluice replay summary: rules %s, domain %s", o->rules,
+    fprintf(f, "\nsluicectl replay summary: rules %s, domain %s", o->rules,
             show(o->domain, strlen(o->domain), q));
     if (o->capacity) fprintf(f, ", capacity %s", o->capacity);
     fprintf(f, "\n");
@@ -576,7 +577,7 @@ static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines
 /* ---- options ------------------------------------------------------------ */
 
 const char sl__whatif_usage[] =
-    "usage: sluice replay --rules PATH --domain D [--capacity N/DURATION]\n"
+    "usage: sluicectl replay --rules PATH --domain D [--capacity N/DURATION]\n"
     "                     [--log-format lines|combined] [--summary]\n"
     "                     [--max-memory BYTES] [FILE]\n"
     "\n"
@@ -618,11 +619,11 @@ const char sl__whatif_usage[] =
     "a regular file of 16 MiB or more.\n"
     "\n"
     "Exit status: 0 done; 2 bad option, bad rules file or malformed line\n"
-    "(\"sluice: line N: ...\" on standard error after every line before it has\n"
+    "(\"sluicectl: line N: ...\" on standard error after every line before it has\n"
     "been answered); 1 any other failure (out of memory, read or write error).\n";
 
 /* Options of this mode taking a value (the first MODE_OPTS select the
- * mode), then `sluice replay`'s own, which are refused here (they take a
+ * mode), then `sluicectl replay`'s own, which are refused here (they take a
  * value too, so that the message names the option rather than its value). */
 static const char *const own_value[] = {"rules", "domain", "capacity", "log-format", "max-memory"};
 #define MODE_OPTS 4
@@ -640,7 +641,7 @@ int sl__whatif_wanted(int argc, char **argv)
     return 0;
 }
 
-/* Whether --name is one of `sluice replay`'s own options, refused here. */
+/* Whether --name is one of `sluicectl replay`'s own options, refused here. */
 static int refused_opt(const char *name, size_t nlen)
 {
     return sl__name_in(name, nlen, refused_value, sizeof refused_value / sizeof refused_value[0]);
@@ -657,7 +658,7 @@ static int takes_value(const char *name, size_t nlen)
 static int parse_opts(int argc, char **argv, whatif_opts *o)
 {
     const char *rules_only = NULL; /* the first option that needs --rules */
-    const char *refused = NULL;    /* the first of `sluice replay`'s own options */
+    const char *refused = NULL;    /* the first of `sluicectl replay`'s own options */
     size_t refused_len = 0;
     memset(o, 0, sizeof *o);
     o->fmt = SL_WHATIF_LINES;
@@ -665,7 +666,7 @@ static int parse_opts(int argc, char **argv, whatif_opts *o)
     sl__args w = {.argc = argc,
                   .argv = argv,
                   .takes = takes_value,
-                  .see = "sluice replay --rules PATH --help"};
+                  .see = "sluicectl replay --rules PATH --help"};
     sl__opt op;
     char err[512];
     int rc;
@@ -751,7 +752,7 @@ static int replay_rules(run *r)
                 if (sl__out_flush(r->out) != 0) return 1;
                 progress_clear(&r->pg);
                 fprintf(stderr,
-                        "sluice: %llu request%s answered ERR, as RL.CHECK would refuse them; "
+                        "sluicectl: %llu request%s answered ERR, as RL.CHECK would refuse them; "
                         "the first at line %llu: %s\n",
                         (unsigned long long)r->refused, r->refused == 1 ? "" : "s",
                         (unsigned long long)r->refused_line, r->refused_err);
@@ -761,7 +762,7 @@ static int replay_rules(run *r)
         if (rc < 0) {
             sl__out_flush(r->out);
             progress_clear(&r->pg);
-            fprintf(stderr, "sluice: cannot read %s: %s\n", r->rd.name, strerror(errno));
+            fprintf(stderr, "sluicectl: cannot read %s: %s\n", r->rd.name, strerror(errno));
             return 1;
         }
         r->rd.lineno++;
@@ -805,7 +806,8 @@ static int replay_rules(run *r)
         }
         sl__out_flush(r->out);
         progress_clear(&r->pg);
-        fprintf(stderr, "sluice: line %llu: %s%s\n", (unsigned long long)r->rd.lineno, what, hint);
+        fprintf(stderr, "sluicectl: line %llu: %s%s\n", (unsigned long long)r->rd.lineno, what,
+                hint);
         return status;
     }
 }
@@ -817,14 +819,14 @@ static sl_rules *load_rules(const whatif_opts *o, const sl_rule_domain **dom)
     char err[1024];
     sl_rules *rules = sl_rules_load(o->rules, err, sizeof err);
     if (rules == NULL) {
-        fprintf(stderr, "sluice: %s\n", err);
+        fprintf(stderr, "sluicectl: %s\n", err);
         return NULL;
     }
     *dom = sl_rules_find_domain(rules, o->domain, strlen(o->domain));
     if (*dom != NULL) return rules;
     int n = sl_rules_ndomains(rules);
     char q[SHOW_MAX * 4 + 4];
-    fprintf(stderr, "sluice: domain '%s' is not in %s", show(o->domain, strlen(o->domain), q),
+    fprintf(stderr, "sluicectl: domain '%s' is not in %s", show(o->domain, strlen(o->domain), q),
             o->rules);
     if (n == 0) fprintf(stderr, " (it defines no domain)\n");
     for (int i = 0; i < n && i < 10; i++)
@@ -875,7 +877,7 @@ int sl__whatif_main(int argc, char **argv)
     if (r.store == NULL) {
         rc = sl__store_failed(err, o.max_memory);
     } else if (r.req == NULL || r.out == NULL || r.rd.buf == NULL || (o.summary && !sum_ok)) {
-        fprintf(stderr, "sluice: out of memory\n");
+        fprintf(stderr, "sluicectl: out of memory\n");
         rc = 1;
     } else {
         r.out->fd = 1;
@@ -888,7 +890,7 @@ int sl__whatif_main(int argc, char **argv)
         double secs = (double)(sl__mono_ns() - r.pg.t0) / 1e9;
         progress_clear(&r.pg);
         if (sl__out_flush(r.out) != 0) {
-            fprintf(stderr, "sluice: cannot write the answers: %s\n", strerror(r.out->failed));
+            fprintf(stderr, "sluicectl: cannot write the answers: %s\n", strerror(r.out->failed));
             rc = 1;
         }
         sl_store_stats st;

@@ -1,5 +1,5 @@
 /*
- * whatif_parse.c -- the line parsers of `sluice replay --rules`; the formats
+ * whatif_parse.c -- the line parsers of `sluicectl replay --rules`; the formats
  * are described in whatif_parse.h and docs/replay.md.
  *
  * Each parser makes one pass over (pointer, length), fills a caller-owned

@@ -1,5 +1,5 @@
 /*
- * whatif_parse.h -- the line parsers of `sluice replay --rules` (what-if
+ * whatif_parse.h -- the line parsers of `sluicectl replay --rules` (what-if
  * replay of a rules file, docs/replay.md): one input line in, one RL.CHECK
  * request out (a time, a cost and up to SL_WHATIF_MAX_DESC descriptors).
  *
@@ -20,7 +20,7 @@
 #include "check.h"
 #include "rules.h"
 
-/* The longest line accepted, in bytes, without its newline (as sluice
+/* The longest line accepted, in bytes, without its newline (as sluicectl
  * replay's SL_REPLAY_MAX_LINE). */
 #define SL_WHATIF_MAX_LINE 65536
 /* Descriptors in one request: RL.CHECK's own cap. */
@@ -57,7 +57,7 @@ typedef struct sl__whatif_req {
  * The lines format.  Parses one line of len bytes without its '\n' (a
  * trailing '\r' is ignored).  Fields are separated by spaces or tabs:
  *
- *   T            time in integer ms, as `sluice replay`'s T (may be negative,
+ *   T            time in integer ms, as `sluicectl replay`'s T (may be negative,
  *                |T| < SL_MAX_TIME_MS)
  *   k=v,k=v...   one field per descriptor, its entries separated by ','; an
  *                entry is split at its first '=': the key (1 byte at least)
@@ -77,7 +77,7 @@ typedef struct sl__whatif_req {
  *
  * Returns SL_WHATIF_REQ, SL_WHATIF_SKIP, or SL_WHATIF_BAD with a
  * NUL-terminated message of at most errlen bytes in err (no line number, no
- * "sluice:" prefix).  Reads only the len bytes given; allocates nothing.
+ * "sluicectl:" prefix).  Reads only the len bytes given; allocates nothing.
  */
 int sl__whatif_parse_lines(const char *line, size_t len, sl__whatif_req *req, char *err,
                            size_t errlen);

@@ -133,7 +133,7 @@ typedef enum sl_check_code {
                            quota descriptor of the request has room: allowed */
 } sl_check_code;
 
-/* Descriptors in one request: RL.CHECK's cap, and `sluice replay --rules`'s. */
+/* Descriptors in one request: RL.CHECK's cap, and `sluicectl replay --rules`'s. */
 #define SL_CHECK_MAX_DESC 16
 
 /* "OK", "OVER_LIMIT", "SHADOW", "ELASTIC", "UNLIMITED", "NO_RULE", "OVER_QUOTA". */
@@ -154,7 +154,7 @@ typedef struct sl_check_status {
 } sl_check_status;
 
 /* Parses a spare-capacity pool, the value of `--capacity` (sluiced and
- * `sluice replay --rules`): "N/DURATION", e.g. "5000/1s" -- at most N
+ * `sluicectl replay --rules`): "N/DURATION", e.g. "5000/1s" -- at most N
  * requests per DURATION (SPEC §1 durations) through all rules together.
  * Fills *pool (a fixed-window limit) and returns 0, or returns SL_EINVAL with
  * a message in err naming what is wrong. */

@@ -1,15 +1,31 @@
 /*
  * config.c -- sluiced's settings from flags and a config file (config.h).
  *
- * One table describes every option once: its name (the flag is "--" + name,
- * the file key is the name), what kind of value it takes and its range.
- * Flags and file lines both go through set_option(), so the two can never
- * disagree on what a value means.  Numbers are parsed by length
- * (sl_int_parse), never with atoi/strtol, and every error quotes the token.
+ * One table, opts[], describes every option once: its name (the flag is
+ * "--" + name, the file key is the name), the field of sl_config it sets
+ * and what kind of value that field takes, its range, the name of its
+ * value, its default as the docs write it, and its line of help.  From it
+ * come the parser (flags and file lines both go through set_option(), so
+ * the two can never disagree on what a value means), `--help`
+ * (sl_config_usage), `--dump-options` (sl_config_dump: the table and the
+ * values a command line gives, which tests/test_options.sh checks
+ * docs/sluiced.md's option table against) and the OPTIONS of sluiced(8).
+ * Numbers are parsed by length (sl_int_parse), never with atoi/strtol, and
+ * every error quotes the token.
+ *
+ * Adding an option: its field in sl_config (server.h) and its default in
+ * sl_config_defaults(), then one row in opts[], where --help should list
+ * it.  A value of a built-in kind (INT, SIZE, DUR, BOOL, PATH: a field of
+ * that type, checked at compile time) needs nothing else; any other value
+ * is CUSTOM(set, show) with a function that parses it into the config and
+ * one that prints it back.  Then a row in docs/sluiced.md's option table
+ * (tests/test_options.sh names what is missing or differs, and checks that
+ * the row's default is the real one).
  */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,92 +38,236 @@
 #include "log.h"
 #include "util.h"
 
-enum opt_id {
-    OPT_PORT,
-    OPT_BIND,
-    OPT_THREADS,
-    OPT_MAX_MEMORY,
-    OPT_ON_STORE_FULL,
-    OPT_MAX_CLIENTS,
-    OPT_MAX_COMMAND,
-    OPT_MAX_OUTPUT,
-    OPT_MAX_OUTPUT_TOTAL,
-    OPT_IDLE_TIMEOUT,
-    OPT_SEND_TIMEOUT,
-    OPT_RECV_TIMEOUT,
-    OPT_SNAPSHOT,
-    OPT_RULES,
-    OPT_WATCH_RULES,
-    OPT_MERGE_DOMAINS,
-    OPT_COUNT_DENIED,
-    OPT_CAPACITY,
-    OPT_SNAPSHOT_INTERVAL,
-    OPT_TRUST_CLIENT_TIME,
-    OPT_MAX_CLIENT_SKEW,
-    OPT_LOG_LEVEL,
-    OPT_REQUIREPASS_FILE,
-    OPT_USERS_FILE,
-    OPT_PROTECTED_MODE,
-    OPT_AUTH_FAIL_LIMIT,
-    OPT_CONFIG,
-    OPT_HELP,
-    OPT_VERSION,
-};
-
-enum opt_kind {
-    K_INT,      /* decimal integer in [min, max] */
-    K_SIZE,     /* bytes: integer with an optional b/k/kb/m/mb/g/gb suffix (k = 1024) */
-    K_DURATION, /* 0, or an integer with a unit (ms, s, m, h, d) */
-    K_STRING,   /* a path */
-    K_BOOL,     /* yes/no; a bare flag means yes */
-    K_BIND,     /* list of addresses */
-    K_LEVEL,    /* log level */
-    K_FULL,     /* deny-new or evict */
-    K_NONE,     /* takes no value (--help, --version) */
-};
-
-typedef struct opt {
-    const char *name;
-    enum opt_id id;
-    enum opt_kind kind;
-    int64_t min, max;
-    int in_file; /* allowed in a config file */
-} opt;
-
 #define KB 1024LL
 #define MB (1024LL * KB)
 #define GB (1024LL * MB)
 
+/* Where a value came from, for messages: the flag or file:line. */
+typedef struct origin {
+    const char *file; /* NULL: the command line */
+    int line;
+    int binds_reset; /* this source has already replaced the bind list */
+} origin;
+
+enum opt_kind {
+    K_INT,      /* decimal integer in [min, max], into an int */
+    K_SIZE,     /* bytes: integer with an optional b/k/kb/m/mb/g/gb suffix (k = 1024), in
+                   [min, max], into a uint64_t */
+    K_DURATION, /* 0, or an integer with a unit (ms, s, m, h, d): ms into an int64_t */
+    K_PATH,     /* a file name, into a char array */
+    K_BOOL,     /* yes/no into an int; a bare flag means yes */
+    K_CUSTOM,   /* parsed by the row's own set() */
+    K_ACTION,   /* takes no value: --help, --version, --dump-options */
+};
+
+typedef struct opt opt;
+
+/* A K_CUSTOM option's parser: sets v[0..vlen) in c, or returns -1 with a
+ * message in err (fail(), naming the option as o says). */
+typedef int opt_set_fn(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                       char *err, size_t errlen);
+/* Writes the option's value in c as a flag would give it (cap bytes). */
+typedef void opt_show_fn(const sl_config *c, char *buf, size_t cap);
+
+struct opt {
+    const char *name;   /* the flag is "--" + name, the config-file key is name */
+    char short_flag;    /* also "-" + this letter; 0: none */
+    enum opt_kind kind; /* what the value is; the macros below set it */
+    size_t off, size;   /* the sl_config field a built-in kind sets */
+    int64_t min, max;   /* K_INT, K_SIZE: the accepted range */
+    int flag_only;      /* 1: refused in a config file */
+    const char *arg;    /* the value's name in --help ("N", "BYTES"); none for K_ACTION */
+    const char *def;    /* the default as --help and docs/sluiced.md write it; NULL: none */
+    const char *zero;   /* K_DURATION: what 0 means; NULL: "never" */
+    const char *help;   /* what it does, one sentence (--help wraps it) */
+    opt_set_fn *set;    /* K_CUSTOM: the parser */
+    opt_show_fn *show;  /* how --dump-options shows the value; NULL: by its kind */
+    int action;         /* K_ACTION: what sl_config_parse_args returns for it */
+};
+
+/* The field f of sl_config, which must be of the type the kind stores:
+ * a row naming a field of another type does not compile. */
+/* clang-format off */
+#define FIELD(f, type)                                                                             \
+    .off = _Generic(((sl_config *)0)->f, type: offsetof(sl_config, f)),                           \
+    .size = sizeof(((sl_config *)0)->f)
+/* clang-format on */
+#define INT(f)              .kind = K_INT, FIELD(f, int)
+#define SIZE(f)             .kind = K_SIZE, FIELD(f, uint64_t), .arg = "BYTES"
+#define DUR(f)              .kind = K_DURATION, FIELD(f, int64_t), .arg = "DUR"
+#define BOOL(f)             .kind = K_BOOL, FIELD(f, int), .arg = "yes|no"
+#define PATH(f)             .kind = K_PATH, FIELD(f, char *)
+#define CUSTOM(setf, showf) .kind = K_CUSTOM, .set = setf, .show = showf
+#define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
+
+static opt_set_fn set_bind, set_on_store_full, set_capacity, set_auth_fail_limit, set_log_level;
+static opt_show_fn show_bind, show_on_store_full, show_output_total, show_capacity,
+    show_auth_fail_limit, show_log_level;
+
+/* Every option, in the order --help lists them. */
 static const opt opts[] = {
-    {"port", OPT_PORT, K_INT, 0, 65535, 1},
-    {"bind", OPT_BIND, K_BIND, 0, 0, 1},
-    {"threads", OPT_THREADS, K_INT, 0, SL_CONFIG_MAX_THREADS, 1},
-    {"max-memory", OPT_MAX_MEMORY, K_SIZE, 0, 1024 * 1024 * GB, 1},
-    {"on-store-full", OPT_ON_STORE_FULL, K_FULL, 0, 0, 1},
-    {"max-clients", OPT_MAX_CLIENTS, K_INT, 1, SL_CONFIG_MAX_CLIENTS, 1},
-    {"max-command", OPT_MAX_COMMAND, K_SIZE, KB, 512 * MB, 1},
-    {"max-output", OPT_MAX_OUTPUT, K_SIZE, KB, 1024 * GB, 1},
-    {"max-output-total", OPT_MAX_OUTPUT_TOTAL, K_SIZE, MB, 1024 * GB, 1},
-    {"idle-timeout", OPT_IDLE_TIMEOUT, K_DURATION, 0, 0, 1},
-    {"send-timeout", OPT_SEND_TIMEOUT, K_DURATION, 0, 0, 1},
-    {"recv-timeout", OPT_RECV_TIMEOUT, K_DURATION, 0, 0, 1},
-    {"snapshot", OPT_SNAPSHOT, K_STRING, 0, 0, 1},
-    {"rules", OPT_RULES, K_STRING, 0, 0, 1},
-    {"watch-rules", OPT_WATCH_RULES, K_BOOL, 0, 0, 1},
-    {"merge-domains", OPT_MERGE_DOMAINS, K_BOOL, 0, 0, 1},
-    {"count-denied", OPT_COUNT_DENIED, K_BOOL, 0, 0, 1},
-    {"capacity", OPT_CAPACITY, K_STRING, 0, 0, 1},
-    {"snapshot-interval", OPT_SNAPSHOT_INTERVAL, K_DURATION, 0, 0, 1},
-    {"trust-client-time", OPT_TRUST_CLIENT_TIME, K_BOOL, 0, 0, 1},
-    {"max-client-skew", OPT_MAX_CLIENT_SKEW, K_DURATION, 0, 0, 1},
-    {"log-level", OPT_LOG_LEVEL, K_LEVEL, 0, 0, 1},
-    {"requirepass-file", OPT_REQUIREPASS_FILE, K_STRING, 0, 0, 1},
-    {"users-file", OPT_USERS_FILE, K_STRING, 0, 0, 1},
-    {"protected-mode", OPT_PROTECTED_MODE, K_BOOL, 0, 0, 1},
-    {"auth-fail-limit", OPT_AUTH_FAIL_LIMIT, K_STRING, 0, 0, 1},
-    {"config", OPT_CONFIG, K_STRING, 0, 0, 0},
-    {"help", OPT_HELP, K_NONE, 0, 0, 0},
-    {"version", OPT_VERSION, K_NONE, 0, 0, 0},
+    {.name = "port",
+     INT(port),
+     .min = 0,
+     .max = 65535,
+     .arg = "N",
+     .def = "6390",
+     .help = "TCP port; 0 = any free port"},
+    {.name = "bind",
+     CUSTOM(set_bind, show_bind),
+     .arg = "ADDR[,ADDR...]",
+     .def = "127.0.0.1",
+     .help = "addresses to listen on, IPv4 or IPv6; repeatable; 0.0.0.0 or :: for every "
+             "interface"},
+    {.name = "threads",
+     INT(threads),
+     .min = 0,
+     .max = SL_CONFIG_MAX_THREADS,
+     .arg = "N",
+     .def = "0",
+     .help = "worker threads; 0 = one per CPU this process may use"},
+    {.name = "max-memory",
+     SIZE(max_memory),
+     .min = 0,
+     .max = 1024 * 1024 * GB,
+     .def = "1gb",
+     .help = "memory bound of the limiter state; 0 = none"},
+    {.name = "on-store-full",
+     CUSTOM(set_on_store_full, show_on_store_full),
+     .arg = "deny-new|evict",
+     .def = "deny-new",
+     .help = "when the bound is reached and every key that could go still holds a limit: refuse "
+             "new keys, or evict the least restricted"},
+    {.name = "max-clients",
+     INT(max_clients),
+     .min = 1,
+     .max = SL_CONFIG_MAX_CLIENTS,
+     .arg = "N",
+     .def = "10000",
+     .help = "connections at once"},
+    {.name = "max-command",
+     SIZE(max_command),
+     .min = KB,
+     .max = 512 * MB,
+     .def = "1mb",
+     .help = "size of one command"},
+    {.name = "max-output",
+     SIZE(max_output),
+     .min = KB,
+     .max = 1024 * GB,
+     .def = "8mb",
+     .help = "unsent replies held for one client"},
+    {.name = "max-output-total",
+     SIZE(max_output_total),
+     .min = MB,
+     .max = 1024 * GB,
+     .show = show_output_total,
+     .def = "a quarter of --max-memory, at least 16mb; 256mb when --max-memory is 0",
+     .help = "unsent replies held for all clients; over it the clients holding the most are cut"},
+    {.name = "idle-timeout",
+     DUR(idle_timeout_ms),
+     .def = "300s",
+     .zero = "never",
+     .help = "close a client silent this long"},
+    {.name = "send-timeout",
+     DUR(send_timeout_ms),
+     .def = "60s",
+     .zero = "never",
+     .help = "close a client that takes none of its pending replies for this long"},
+    {.name = "recv-timeout",
+     DUR(recv_timeout_ms),
+     .def = "10s",
+     .zero = "never",
+     .help = "close a client whose command, once begun, has not arrived whole within DUR"},
+    {.name = "snapshot",
+     PATH(snapshot),
+     .arg = "FILE",
+     .def = "none",
+     .help = "save the limiter state to FILE and load it at start"},
+    {.name = "snapshot-interval",
+     DUR(snapshot_interval_ms),
+     .def = "60s",
+     .zero = "only at shutdown",
+     .help = "save every DUR"},
+    {.name = "rules",
+     PATH(rules),
+     .arg = "PATH",
+     .def = "none",
+     .help = "rules for RL.CHECK: a YAML file or a folder of them (docs/rules.md); reloaded on "
+             "SIGHUP, RL.RULES RELOAD and, unless --watch-rules no, when the files change"},
+    {.name = "watch-rules",
+     BOOL(watch_rules),
+     .def = "yes",
+     .help = "watch the rules with inotify"},
+    {.name = "merge-domains",
+     BOOL(merge_domains),
+     .def = "no",
+     .help = "a domain in several rules files is one domain, their descriptors together "
+             "(Lyft's MERGE_DOMAIN_CONFIG); no: refused, naming both files"},
+    {.name = "count-denied",
+     BOOL(count_denied),
+     .def = "no",
+     .help = "Lyft's counting: RL.CHECK charges every matched fixed-window counter of denied "
+             "requests too; no: all-or-none, a denied request is charged to none"},
+    {.name = "capacity",
+     CUSTOM(set_capacity, show_capacity),
+     .arg = "N/DUR",
+     .def = "none",
+     .help = "spare-capacity pool for `elastic` rules: N requests per DUR through RL.CHECK in "
+             "all"},
+    {.name = "trust-client-time",
+     BOOL(trust_client_time),
+     .def = "no",
+     .help = "accept a caller's time (RL.ALLOW ... AT t)"},
+    {.name = "requirepass-file",
+     PATH(requirepass_file),
+     .arg = "FILE",
+     .def = "none",
+     .help = "clients must AUTH with the password in FILE (the user \"default\", who may run "
+             "every command)"},
+    {.name = "users-file",
+     PATH(users_file),
+     .arg = "FILE",
+     .def = "none",
+     .help = "users, their passwords and command groups (docs/sluiced.md, \"The users file\")"},
+    {.name = "auth-fail-limit",
+     CUSTOM(set_auth_fail_limit, show_auth_fail_limit),
+     .arg = "N/DUR",
+     .def = "10/1m",
+     .help = "failed logins per client address in DUR; beyond, AUTH is refused unchecked until "
+             "one is DUR old"},
+    {.name = "protected-mode",
+     BOOL(protected_mode),
+     .def = "yes",
+     .help = "refuse to listen beyond loopback without a password"},
+    {.name = "max-client-skew",
+     DUR(max_client_skew_ms),
+     .def = "1h",
+     .zero = "no bound",
+     .help = "with --trust-client-time, refuse AT t more than DUR ahead of the server's clock"},
+    {.name = "config",
+     PATH(config_file),
+     .flag_only = 1,
+     .arg = "FILE",
+     .def = "none",
+     .help = "read options from FILE; flags override it"},
+    {.name = "log-level",
+     CUSTOM(set_log_level, show_log_level),
+     .arg = "LEVEL",
+     .def = "info",
+     .help = "debug, info, warn or error"},
+    {.name = "help",
+     .short_flag = 'h',
+     ACTION(SL_CONFIG_HELP),
+     .help = "print this list of options and exit"},
+    {.name = "version",
+     .short_flag = 'v',
+     ACTION(SL_CONFIG_VERSION),
+     .help = "print the version and exit"},
+    {.name = "dump-options",
+     ACTION(SL_CONFIG_DUMP),
+     .help = "print every option as a tab-separated line (name, short flag, value's name, "
+             "config file or not, default, the value this command line gives it, help) and exit"},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
@@ -142,13 +302,6 @@ uint64_t sl_config_output_total(const sl_config *cfg)
     uint64_t v = cfg->max_memory / 4;
     return v > SL_CONFIG_OUTPUT_TOTAL_MIN ? v : SL_CONFIG_OUTPUT_TOTAL_MIN;
 }
-
-/* Where a value came from, for messages: the flag or file:line. */
-typedef struct origin {
-    const char *file; /* NULL: the command line */
-    int line;
-    int binds_reset; /* this source has already replaced the bind list */
-} origin;
 
 static void fail(char *err, size_t errlen, const origin *o, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -186,7 +339,7 @@ static const char *tok(const char *s, size_t len, char *buf, size_t cap)
 }
 
 /* Bytes with an optional suffix: sl__size_parse (util.h), k = kb = 1024,
- * m = mb = 2^20, g = gb = 2^30, as `sluice replay --max-memory` reads them. */
+ * m = mb = 2^20, g = gb = 2^30, as `sluicectl replay --max-memory` reads them. */
 static int parse_size(const char *s, size_t len, int64_t *out)
 {
     uint64_t v;
@@ -271,14 +424,21 @@ static int add_binds(sl_config *c, const char *s, size_t len, origin *o, char *e
     return 0;
 }
 
-/* Sets option o to the value v[0..vlen) in c.  Returns 0 or -1 with err. */
+/* The --config row: read before every other flag, never in a file. */
+static int is_config(const opt *op)
+{
+    return op->kind == K_PATH && op->off == offsetof(sl_config, config_file);
+}
+
+/* Sets option op to the value v[0..vlen) in c.  Returns 0 or -1 with err. */
 static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o, char *err,
                       size_t errlen)
 {
     char t[80];
     int64_t x;
-    int needs_unit;
+    int needs_unit, b;
     const char *d = dash(o);
+    char *field = (char *)c + op->off;
     switch (op->kind) {
     case K_INT:
         if (sl_int_parse(v, vlen, op->max, &x) != 0 || x < op->min) {
@@ -286,7 +446,8 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
                  tok(v, vlen, t, sizeof t), (long long)op->min, (long long)op->max);
             return -1;
         }
-        break;
+        *(int *)(void *)field = (int)x;
+        return 0;
     case K_SIZE:
         if (parse_size(v, vlen, &x) != 0 || x < op->min || x > op->max) {
             fail(err, errlen, o,
@@ -295,12 +456,11 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
                  d, op->name, tok(v, vlen, t, sizeof t), (long long)op->min, (long long)op->max);
             return -1;
         }
-        break;
+        *(uint64_t *)(void *)field = (uint64_t)x;
+        return 0;
     case K_DURATION:
         if (parse_duration(v, vlen, &x, &needs_unit) != 0) {
-            const char *zero = op->id == OPT_SNAPSHOT_INTERVAL ? "only at shutdown"
-                               : op->id == OPT_MAX_CLIENT_SKEW ? "no bound"
-                                                               : "never";
+            const char *zero = op->zero != NULL ? op->zero : "never";
             if (needs_unit)
                 fail(err, errlen, o,
                      "invalid %s%s '%s': give a unit (ms, s, m, h or d), or 0 for %s", d, op->name,
@@ -312,137 +472,218 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
                      d, op->name, tok(v, vlen, t, sizeof t), zero);
             return -1;
         }
-        break;
-    default: x = 0; break;
-    }
-
-    switch (op->id) {
-    case OPT_PORT: c->port = (int)x; break;
-    case OPT_THREADS: c->threads = (int)x; break;
-    case OPT_MAX_MEMORY: c->max_memory = (uint64_t)x; break;
-    case OPT_MAX_CLIENTS: c->max_clients = (int)x; break;
-    case OPT_MAX_COMMAND: c->max_command = (uint64_t)x; break;
-    case OPT_MAX_OUTPUT: c->max_output = (uint64_t)x; break;
-    case OPT_MAX_OUTPUT_TOTAL: c->max_output_total = (uint64_t)x; break;
-    case OPT_IDLE_TIMEOUT: c->idle_timeout_ms = x; break;
-    case OPT_SEND_TIMEOUT: c->send_timeout_ms = x; break;
-    case OPT_RECV_TIMEOUT: c->recv_timeout_ms = x; break;
-    case OPT_SNAPSHOT_INTERVAL: c->snapshot_interval_ms = x; break;
-    case OPT_MAX_CLIENT_SKEW: c->max_client_skew_ms = x; break;
-    case OPT_BIND: return add_binds(c, v, vlen, o, err, errlen);
-    case OPT_SNAPSHOT:
-    case OPT_RULES:
-    case OPT_REQUIREPASS_FILE:
-    case OPT_USERS_FILE:
-    case OPT_CONFIG: {
-        char *dst = op->id == OPT_SNAPSHOT           ? c->snapshot
-                    : op->id == OPT_RULES            ? c->rules
-                    : op->id == OPT_REQUIREPASS_FILE ? c->requirepass_file
-                    : op->id == OPT_USERS_FILE       ? c->users_file
-                                                     : c->config_file;
-        size_t cap = op->id == OPT_SNAPSHOT           ? sizeof c->snapshot
-                     : op->id == OPT_RULES            ? sizeof c->rules
-                     : op->id == OPT_REQUIREPASS_FILE ? sizeof c->requirepass_file
-                     : op->id == OPT_USERS_FILE       ? sizeof c->users_file
-                                                      : sizeof c->config_file;
-        if (vlen == 0 || vlen >= cap || memchr(v, '\0', vlen) != NULL) {
+        *(int64_t *)(void *)field = x;
+        return 0;
+    case K_PATH:
+        if (vlen == 0 || vlen >= op->size || memchr(v, '\0', vlen) != NULL) {
             fail(err, errlen, o, "invalid %s%s '%s': expected a file name of 1..%zu bytes", d,
-                 op->name, tok(v, vlen, t, sizeof t), cap - 1);
+                 op->name, tok(v, vlen, t, sizeof t), op->size - 1);
             return -1;
         }
-        memcpy(dst, v, vlen);
-        dst[vlen] = '\0';
-        break;
-    }
-    case OPT_TRUST_CLIENT_TIME:
-    case OPT_PROTECTED_MODE:
-    case OPT_MERGE_DOMAINS:
-    case OPT_COUNT_DENIED:
-    case OPT_WATCH_RULES: {
-        int b;
+        memcpy(field, v, vlen);
+        field[vlen] = '\0';
+        return 0;
+    case K_BOOL:
         if (parse_bool(v, vlen, &b) != 0) {
             fail(err, errlen, o, "invalid %s%s '%s': expected yes or no", d, op->name,
                  tok(v, vlen, t, sizeof t));
             return -1;
         }
-        if (op->id == OPT_WATCH_RULES)
-            c->watch_rules = b;
-        else if (op->id == OPT_PROTECTED_MODE)
-            c->protected_mode = b;
-        else if (op->id == OPT_MERGE_DOMAINS)
-            c->merge_domains = b;
-        else if (op->id == OPT_COUNT_DENIED)
-            c->count_denied = b;
-        else
-            c->trust_client_time = b;
-        break;
-    }
-    case OPT_AUTH_FAIL_LIMIT: { /* N/DUR: N failed logins per address in DUR */
-        const char *slash = memchr(v, '/', vlen);
-        int64_t n = 0, w = 0;
-        if (slash == NULL || sl_int_parse(v, (size_t)(slash - v), SL_AUTH_MAX_FAILS, &n) != 0 ||
-            n < 1 ||
-            parse_duration(slash + 1, vlen - (size_t)(slash + 1 - v), &w, &needs_unit) != 0 ||
-            w == 0) {
-            fail(err, errlen, o,
-                 "invalid %s%s '%s': expected N/DURATION (N failed logins per client address "
-                 "in DURATION, N from 1 to %d), e.g. 10/1m",
-                 d, op->name, tok(v, vlen, t, sizeof t), SL_AUTH_MAX_FAILS);
-            return -1;
-        }
-        c->auth_fail_max = n;
-        c->auth_fail_window_ms = w;
-        break;
-    }
-    case OPT_CAPACITY: {
-        char buf[sizeof c->capacity], why[160];
-        sl_params pool;
-        if (vlen >= sizeof buf || memchr(v, '\0', vlen) != NULL) {
-            fail(err, errlen, o, "invalid %s%s '%s': expected N/DURATION, e.g. 5000/1s", d,
-                 op->name, tok(v, vlen, t, sizeof t));
-            return -1;
-        }
-        memcpy(buf, v, vlen);
-        buf[vlen] = '\0';
-        if (sl_check_pool_parse(buf, &pool, why, sizeof why) != 0) {
-            fail(err, errlen, o, "invalid %s%s: %s", d, op->name, why);
-            return -1;
-        }
-        memcpy(c->capacity, buf, vlen + 1);
-        c->pool = pool;
-        break;
-    }
-    case OPT_ON_STORE_FULL:
-        if (vlen == 8 && memcmp(v, "deny-new", 8) == 0) {
-            c->on_store_full = SL_FULL_DENY;
-        } else if (vlen == 5 && memcmp(v, "evict", 5) == 0) {
-            c->on_store_full = SL_FULL_EVICT;
-        } else {
-            fail(err, errlen, o, "invalid %s%s '%s': expected deny-new or evict", d, op->name,
-                 tok(v, vlen, t, sizeof t));
-            return -1;
-        }
-        break;
-    case OPT_LOG_LEVEL: {
-        int lv;
-        if (sl_log_level_parse(v, vlen, &lv) != 0) {
-            fail(err, errlen, o, "invalid %s%s '%s': expected debug, info, warn or error", d,
-                 op->name, tok(v, vlen, t, sizeof t));
-            return -1;
-        }
-        c->log_level = lv;
-        break;
-    }
-    case OPT_HELP:
-    case OPT_VERSION: break;
+        *(int *)(void *)field = b;
+        return 0;
+    case K_CUSTOM: return op->set(c, op, v, vlen, o, err, errlen);
+    case K_ACTION: return 0;
     }
     return 0;
+}
+
+static int set_bind(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o, char *err,
+                    size_t errlen)
+{
+    (void)op;
+    return add_binds(c, v, vlen, o, err, errlen);
+}
+
+/* N/DUR: N failed logins per client address in DUR. */
+static int set_auth_fail_limit(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                               char *err, size_t errlen)
+{
+    char t[80];
+    const char *slash = memchr(v, '/', vlen);
+    int64_t n = 0, w = 0;
+    int needs_unit;
+    if (slash == NULL || sl_int_parse(v, (size_t)(slash - v), SL_AUTH_MAX_FAILS, &n) != 0 ||
+        n < 1 || parse_duration(slash + 1, vlen - (size_t)(slash + 1 - v), &w, &needs_unit) != 0 ||
+        w == 0) {
+        fail(err, errlen, o,
+             "invalid %s%s '%s': expected N/DURATION (N failed logins per client address "
+             "in DURATION, N from 1 to %d), e.g. 10/1m",
+             dash(o), op->name, tok(v, vlen, t, sizeof t), SL_AUTH_MAX_FAILS);
+        return -1;
+    }
+    c->auth_fail_max = n;
+    c->auth_fail_window_ms = w;
+    return 0;
+}
+
+/* N/DUR: the elastic rules' pool (sl_check_pool_parse). */
+static int set_capacity(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                        char *err, size_t errlen)
+{
+    char t[80], buf[sizeof c->capacity], why[160];
+    sl_params pool;
+    if (vlen >= sizeof buf || memchr(v, '\0', vlen) != NULL) {
+        fail(err, errlen, o, "invalid %s%s '%s': expected N/DURATION, e.g. 5000/1s", dash(o),
+             op->name, tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    memcpy(buf, v, vlen);
+    buf[vlen] = '\0';
+    if (sl_check_pool_parse(buf, &pool, why, sizeof why) != 0) {
+        fail(err, errlen, o, "invalid %s%s: %s", dash(o), op->name, why);
+        return -1;
+    }
+    memcpy(c->capacity, buf, vlen + 1);
+    c->pool = pool;
+    return 0;
+}
+
+static int set_on_store_full(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                             char *err, size_t errlen)
+{
+    char t[80];
+    if (vlen == 8 && memcmp(v, "deny-new", 8) == 0) {
+        c->on_store_full = SL_FULL_DENY;
+    } else if (vlen == 5 && memcmp(v, "evict", 5) == 0) {
+        c->on_store_full = SL_FULL_EVICT;
+    } else {
+        fail(err, errlen, o, "invalid %s%s '%s': expected deny-new or evict", dash(o), op->name,
+             tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    return 0;
+}
+
+static int set_log_level(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                         char *err, size_t errlen)
+{
+    char t[80];
+    int lv;
+    if (sl_log_level_parse(v, vlen, &lv) != 0) {
+        fail(err, errlen, o, "invalid %s%s '%s': expected debug, info, warn or error", dash(o),
+             op->name, tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    c->log_level = lv;
+    return 0;
+}
+
+/* ---- showing values (--dump-options) --------------------------------- */
+
+/* ms as the largest unit that divides it exactly: 300000 -> "5m". */
+static void show_ms(char *buf, size_t cap, int64_t ms)
+{
+    static const struct {
+        int64_t ms;
+        const char *unit;
+    } units[] = {{86400000, "d"}, {3600000, "h"}, {60000, "m"}, {1000, "s"}};
+    if (ms == 0) {
+        snprintf(buf, cap, "0");
+        return;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (ms % units[i].ms == 0) {
+            snprintf(buf, cap, "%lld%s", (long long)(ms / units[i].ms), units[i].unit);
+            return;
+        }
+    }
+    snprintf(buf, cap, "%lldms", (long long)ms);
+}
+
+/* Bytes as the largest suffix that divides them exactly: 1 << 30 -> "1gb". */
+static void show_bytes(char *buf, size_t cap, uint64_t v)
+{
+    if (v != 0 && v % (uint64_t)GB == 0)
+        snprintf(buf, cap, "%llugb", (unsigned long long)(v / (uint64_t)GB));
+    else if (v != 0 && v % (uint64_t)MB == 0)
+        snprintf(buf, cap, "%llumb", (unsigned long long)(v / (uint64_t)MB));
+    else if (v != 0 && v % (uint64_t)KB == 0)
+        snprintf(buf, cap, "%llukb", (unsigned long long)(v / (uint64_t)KB));
+    else
+        snprintf(buf, cap, "%llu", (unsigned long long)v);
+}
+
+static void show_bind(const sl_config *c, char *buf, size_t cap)
+{
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < c->nbinds && n < cap; i++) {
+        int k = snprintf(buf + n, cap - n, "%s%s", i ? "," : "", c->binds[i]);
+        if (k < 0) break;
+        n += (size_t)k;
+    }
+}
+
+/* The budget in force: --max-output-total, or the one derived from
+ * --max-memory when it was not given. */
+static void show_output_total(const sl_config *c, char *buf, size_t cap)
+{
+    show_bytes(buf, cap, sl_config_output_total(c));
+}
+
+static void show_capacity(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->capacity);
+}
+
+static void show_auth_fail_limit(const sl_config *c, char *buf, size_t cap)
+{
+    char w[32];
+    show_ms(w, sizeof w, c->auth_fail_window_ms);
+    snprintf(buf, cap, "%lld/%s", (long long)c->auth_fail_max, w);
+}
+
+static void show_on_store_full(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->on_store_full == SL_FULL_DENY ? "deny-new" : "evict");
+}
+
+static void show_log_level(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", sl_log_level_name(c->log_level));
+}
+
+/* Writes op's value in c to buf (cap bytes), as its flag would take it. */
+static void show_option(const sl_config *c, const opt *op, char *buf, size_t cap)
+{
+    const char *field = (const char *)c + op->off;
+    buf[0] = '\0';
+    if (op->show != NULL) {
+        op->show(c, buf, cap);
+        return;
+    }
+    switch (op->kind) {
+    case K_INT: snprintf(buf, cap, "%d", *(const int *)(const void *)field); break;
+    case K_SIZE: show_bytes(buf, cap, *(const uint64_t *)(const void *)field); break;
+    case K_DURATION: show_ms(buf, cap, *(const int64_t *)(const void *)field); break;
+    case K_PATH: snprintf(buf, cap, "%s", field); break;
+    case K_BOOL: snprintf(buf, cap, "%s", *(const int *)(const void *)field ? "yes" : "no"); break;
+    case K_CUSTOM:
+    case K_ACTION: break;
+    }
 }
 
 static const opt *find_opt(const char *name, size_t len)
 {
     for (size_t i = 0; i < NOPTS; i++)
         if (strlen(opts[i].name) == len && memcmp(opts[i].name, name, len) == 0) return &opts[i];
+    return NULL;
+}
+
+static const opt *find_short(char letter)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (opts[i].short_flag != 0 && opts[i].short_flag == letter) return &opts[i];
     return NULL;
 }
 
@@ -489,8 +730,8 @@ int sl_config_load_file(const char *path, sl_config *cfg, char *err, size_t errl
         size_t vlen = len - i;
         if (vlen >= 2 && val[0] == '"' && val[vlen - 1] == '"') val++, vlen -= 2;
         const opt *op = find_opt(name, nlen);
-        if (op == NULL || !op->in_file) {
-            if (op != NULL && op->id == OPT_CONFIG)
+        if (op == NULL || op->flag_only) {
+            if (op != NULL && is_config(op))
                 fail(err, errlen, &o, "'config' cannot be used inside a config file");
             else
                 fail(err, errlen, &o, "unknown option '%s'", tok(name, nlen, t, sizeof t));
@@ -521,17 +762,26 @@ int sl_config_load_file(const char *path, sl_config *cfg, char *err, size_t errl
     return rc;
 }
 
-/* Splits argv[*i] ("--name" or "--name=value") into its option and value,
- * taking the value from argv[*i + 1] when needed.  Returns the option, or
- * NULL with err set. */
+/* Splits argv[*i] ("--name", "--name=value", or a short flag such as -h)
+ * into its option and value, taking the value from argv[*i + 1] when
+ * needed.  A yes/no option takes the next word as its value unless that
+ * starts with '-' (sluiced takes no other words), so `--watch-rules no`
+ * and `--watch-rules maybe` are both read as the value given.  Returns the
+ * option, or NULL with err set. */
 static const opt *next_arg(int argc, char **argv, int *i, const char **val, size_t *vlen, char *err,
                            size_t errlen)
 {
     const char *a = argv[*i];
     char t[80];
     origin o = {NULL, 0, 0};
-    if (strcmp(a, "-h") == 0) return find_opt("help", 4);
-    if (strcmp(a, "-v") == 0) return find_opt("version", 7);
+    if (a[0] == '-' && a[1] != '-' && a[1] != '\0' && a[2] == '\0') {
+        const opt *op = find_short(a[1]);
+        if (op != NULL) {
+            *val = "";
+            *vlen = 0;
+            return op;
+        }
+    }
     if (strncmp(a, "--", 2) != 0) {
         fail(err, errlen, &o, "unexpected argument '%s' (options start with --)",
              tok(a, strlen(a), t, sizeof t));
@@ -546,18 +796,17 @@ static const opt *next_arg(int argc, char **argv, int *i, const char **val, size
         return NULL;
     }
     if (eq != NULL) {
-        if (op->kind == K_NONE) {
+        if (op->kind == K_ACTION) {
             fail(err, errlen, &o, "--%s takes no value", op->name);
             return NULL;
         }
         *val = eq + 1;
         *vlen = strlen(eq + 1);
-    } else if (op->kind == K_NONE) {
+    } else if (op->kind == K_ACTION) {
         *val = "";
         *vlen = 0;
     } else if (op->kind == K_BOOL) {
-        int b; /* `--protected-mode no`: a yes/no word after the flag is its value */
-        if (*i + 1 < argc && parse_bool(argv[*i + 1], strlen(argv[*i + 1]), &b) == 0) {
+        if (*i + 1 < argc && argv[*i + 1][0] != '-') {
             *val = argv[++*i];
             *vlen = strlen(*val);
         } else {
@@ -579,14 +828,18 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
     sl_config tmp = *cfg;
     const char *val;
     size_t vlen;
+    int dump = 0;
 
-    /* First pass: --help, --version, --config (the file comes before the flags). */
+    /* First pass: --help, --version, --config (the file comes before the
+     * flags); --dump-options waits until everything else has parsed. */
     for (int i = 1; i < argc; i++) {
         const opt *op = next_arg(argc, argv, &i, &val, &vlen, err, errlen);
         if (op == NULL) return -1;
-        if (op->id == OPT_HELP) return SL_CONFIG_HELP;
-        if (op->id == OPT_VERSION) return SL_CONFIG_VERSION;
-        if (op->id == OPT_CONFIG) {
+        if (op->kind == K_ACTION && op->action == SL_CONFIG_DUMP)
+            dump = 1;
+        else if (op->kind == K_ACTION)
+            return op->action;
+        if (is_config(op)) {
             origin o = {NULL, 0, 0};
             if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
         }
@@ -598,75 +851,109 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
     for (int i = 1; i < argc; i++) {
         const opt *op = next_arg(argc, argv, &i, &val, &vlen, err, errlen);
         if (op == NULL) return -1;
-        if (op->id == OPT_CONFIG) continue;
+        if (is_config(op)) continue;
         if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
     }
     *cfg = tmp;
-    return 0;
+    return dump ? SL_CONFIG_DUMP : 0;
+}
+
+/* ---- --help and --dump-options ---------------------------------------- */
+
+#define HELP_WIDTH  79 /* columns of --help */
+#define HELP_INDENT 26 /* where an option's help starts */
+
+/* Writes s word by word from column col, breaking lines before HELP_WIDTH
+ * and starting each new one at column indent.  Returns the column it
+ * ends at. */
+static size_t put_wrapped(FILE *f, const char *s, size_t col, size_t indent)
+{
+    while (*s != '\0') {
+        while (*s == ' ') s++;
+        size_t n = strcspn(s, " ");
+        if (n == 0) break;
+        if (col > indent && col + 1 + n > HELP_WIDTH) {
+            fprintf(f, "\n%*s", (int)indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(s, 1, n, f);
+        col += n;
+        s += n;
+    }
+    return col;
+}
+
+/* op's help as --help, --dump-options and sluiced(8) give it: its sentence
+ * and, for a duration, what 0 means. */
+static void describe(const opt *op, char *buf, size_t cap)
+{
+    if (op->kind == K_DURATION)
+        snprintf(buf, cap, "%s; 0 = %s", op->help, op->zero != NULL ? op->zero : "never");
+    else
+        snprintf(buf, cap, "%s", op->help);
 }
 
 void sl_config_usage(FILE *f)
 {
+    char text[1024], flag[64];
     fputs("usage: sluiced [options]\n"
           "\n"
-          "sluiced is a rate-limit server speaking the Redis protocol (RESP2).\n"
-          "Every option may also be set in a config file as `name value`.\n"
-          "\n"
-          "  --port N                TCP port (default 6390; 0 = any free port)\n"
-          "  --bind ADDR[,ADDR...]   addresses to listen on, IPv4 or IPv6; repeatable\n"
-          "                          (default 127.0.0.1; 0.0.0.0 or :: for every interface)\n"
-          "  --threads N             worker threads (default 0 = one per CPU this process may use)\n"
-          "  --max-memory BYTES      memory bound of the limiter state (default 1gb; 0 = none)\n"
-          "  --on-store-full deny-new|evict\n"
-          "                          when the bound is reached and every key that could go\n"
-          "                          still holds a limit: refuse new keys (default) or evict\n"
-          "                          the least restricted\n"
-          "  --max-clients N         connections at once (default 10000)\n"
-          "  --max-command BYTES     size of one command (default 1mb)\n"
-          "  --max-output BYTES      unsent replies held for one client (default 8mb)\n"
-          "  --max-output-total BYTES\n"
-          "                          unsent replies held for all clients; over it the\n"
-          "                          clients holding the most are cut (default: a quarter\n"
-          "                          of --max-memory, at least 16mb; 256mb if it is 0)\n"
-          "  --idle-timeout DUR      close a client silent this long (default 300s; 0 = never)\n"
-          "  --send-timeout DUR      close a client that takes none of its pending replies\n"
-          "                          for this long (default 60s; 0 = never)\n"
-          "  --recv-timeout DUR      close a client whose command, once begun, has not\n"
-          "                          arrived whole within DUR (default 10s; 0 = never)\n"
-          "  --snapshot FILE         save the limiter state to FILE and load it at start\n"
-          "  --snapshot-interval DUR save every DUR (default 60s; 0 = only at shutdown)\n"
-          "  --rules PATH            rules for RL.CHECK: a YAML file or a folder of them\n"
-          "                          (docs/rules.md); reloaded on SIGHUP, RL.RULES RELOAD\n"
-          "                          and, unless --watch-rules no, when the files change\n"
-          "  --watch-rules yes|no    watch the rules with inotify (default yes)\n"
-          "  --merge-domains yes|no  a domain in several rules files is one domain, their\n"
-          "                          descriptors together (Lyft's MERGE_DOMAIN_CONFIG;\n"
-          "                          default no: refused, naming both files)\n"
-          "  --count-denied yes|no   Lyft's counting: RL.CHECK charges every matched\n"
-          "                          fixed-window counter of denied requests too\n"
-          "                          (default no: all-or-none, a denied request is\n"
-          "                          charged to none)\n"
-          "  --capacity N/DUR        spare-capacity pool for `elastic` rules: N requests\n"
-          "                          per DUR through RL.CHECK in all (default: none)\n"
-          "  --trust-client-time     accept a caller's time (RL.ALLOW ... AT t)\n"
-          "  --requirepass-file FILE clients must AUTH with the password in FILE (the user\n"
-          "                          \"default\", who may run every command)\n"
-          "  --users-file FILE       users, their passwords and command groups\n"
-          "                          (docs/sluiced.md, \"The users file\")\n"
-          "  --auth-fail-limit N/DUR failed logins per client address in DUR; beyond, AUTH\n"
-          "                          is refused unchecked until one is DUR old (default 10/1m)\n"
-          "  --protected-mode yes|no refuse to listen beyond loopback without a password\n"
-          "                          (default yes)\n"
-          "  --max-client-skew DUR   with --trust-client-time, refuse AT t more than DUR\n"
-          "                          ahead of the server's clock (default 1h; 0 = no bound)\n"
-          "  --config FILE           read options from FILE; flags override it\n"
-          "  --log-level LEVEL       debug, info, warn or error (default info)\n"
-          "  --help                  show this text\n"
-          "  --version               show the version\n"
-          "\n"
-          "BYTES take k, m or g (or kb, mb, gb): k = 1024, m = 2^20, g = 2^30.  DUR takes\n"
-          "a unit: 500ms, 30s, 5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP reloads\n"
-          "the rules.\n"
-          "Documentation: docs/sluiced.md\n",
+          "sluiced is a rate-limit server speaking the Redis protocol (RESP2 and RESP3).\n",
           f);
+    size_t col = put_wrapped(f, "Options other than", 0, 0);
+    size_t nflag = 0, seen = 0;
+    for (size_t i = 0; i < NOPTS; i++) nflag += opts[i].flag_only != 0;
+    for (size_t i = 0; i < NOPTS; i++) { /* "--a, --b and --c" */
+        if (!opts[i].flag_only) continue;
+        seen++;
+        if (seen > 1 && seen == nflag) col = put_wrapped(f, "and", col, 0);
+        snprintf(flag, sizeof flag, "--%s%s", opts[i].name, seen + 1 < nflag ? "," : "");
+        col = put_wrapped(f, flag, col, 0);
+    }
+    put_wrapped(f, "may also be set in a config file as `name value`.", col, 0);
+    fputs("\n\n", f);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *op = &opts[i];
+        int n = fprintf(f, "  --%s%s%s", op->name, op->arg ? " " : "", op->arg ? op->arg : "");
+        if (op->short_flag) n += fprintf(f, ", -%c", op->short_flag);
+        if (n + 1 >= HELP_INDENT) {
+            fprintf(f, "\n%*s", HELP_INDENT, "");
+        } else {
+            fprintf(f, "%*s", HELP_INDENT - n, "");
+        }
+        describe(op, text, sizeof text);
+        if (op->def != NULL) {
+            size_t len = strlen(text);
+            snprintf(text + len, sizeof text - len, " (default %s)", op->def);
+        }
+        put_wrapped(f, text, HELP_INDENT, HELP_INDENT);
+        fputc('\n', f);
+    }
+    fputs("\n", f);
+    put_wrapped(f,
+                "A yes|no option alone means yes; its value is the next word or follows '=' "
+                "(--watch-rules no, --watch-rules=no); true/false, on/off and 1/0 are taken too.  "
+                "BYTES take k, m or g (or kb, mb, gb): k = 1024, m = 2^20, g = 2^30.  DUR takes a "
+                "unit: 500ms, 30s, 5m, 1h, 1d.  Signals: TERM/INT save and exit; HUP reloads the "
+                "rules.",
+                0, 0);
+    fputs("\nDocumentation: sluiced(8), docs/sluiced.md\n", f);
+}
+
+void sl_config_dump(FILE *f, const sl_config *cfg)
+{
+    char value[1200], text[1024], t[1200];
+    fputs("# name\tshort\tvalue-name\tconfig-file\tdefault\tvalue\thelp\n", f);
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *op = &opts[i];
+        show_option(cfg, op, value, sizeof value);
+        describe(op, text, sizeof text);
+        char letter[3] = {op->short_flag ? '-' : '\0', op->short_flag, '\0'};
+        fprintf(f, "%s\t%s\t%s\t%s\t%s\t", op->name, letter, op->arg ? op->arg : "",
+                op->flag_only ? "no" : "yes", op->def ? op->def : "");
+        fprintf(f, "%s\t%s\n", tok(value, strlen(value), t, sizeof t), text);
+    }
 }

@@ -301,6 +301,10 @@ int main(int argc, char **argv)
         printf("sluiced %s\n", SL_VERSION);
         return 0;
     }
+    if (rc == SL_CONFIG_DUMP) {
+        sl_config_dump(stdout, &a.cfg);
+        return 0;
+    }
     if (rc != 0) {
         fprintf(stderr, "sluiced: %s\nTry 'sluiced --help'.\n", err);
         return 2;

@@ -1,10 +1,10 @@
-"""`sluice replay --rules` against sluiced's RL.CHECK: the same rules, the
+"""`sluicectl replay --rules` against sluiced's RL.CHECK: the same rules, the
 same requests, the same decisions.
 
 A generated nginx `combined` access log (a few thousand lines: IPv4 and
 IPv6 clients, several methods, paths with query strings, a wildcard-matched
 path, escaped quotes, times advancing with repeats of the same second, zone
-offsets other than +0000) is replayed with `build/sluice replay --rules R
+offsets other than +0000) is replayed with `build/sluicectl replay --rules R
 --domain edge --log-format combined`; then sluiced is started with the same
 rules, `--capacity` and `--trust-client-time`, and the same requests are
 sent, in order, as `RL.CHECK edge AT t DESCRIPTOR remote_address A
@@ -29,7 +29,7 @@ import urllib.parse
 import harness
 from harness import BASE, RespError, ServerTestCase, encode
 
-SLUICE = os.path.join(harness.BUILD, "sluice")
+SLUICE = os.path.join(harness.BUILD, "sluicectl")
 
 RULES = """\
 domain: edge
@@ -176,7 +176,7 @@ class TestReplayRulesMatchesServer(ServerTestCase):
         p = subprocess.run([SLUICE, "replay"] + list(args), input=stdin_text.encode(),
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            timeout=120 * harness.SLOW)
-        self.assertEqual(p.returncode, 0, "sluice replay %s failed: %s"
+        self.assertEqual(p.returncode, 0, "sluicectl replay %s failed: %s"
                          % (" ".join(args), p.stderr.decode(errors="replace")[-2000:]))
         return p.stdout.decode().splitlines(), p.stderr.decode(errors="replace")
 

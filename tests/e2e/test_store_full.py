@@ -189,7 +189,7 @@ class TestOptions(ServerTestCase):
         """--on-store-full deny-new|evict, its config-file twin, the default
         (deny-new) in INFO memory, a bad value refused naming it."""
         self.assertEqual(self.srv.info("memory")["on_store_full"], "deny-new")
-        d = self.srv.log_path + ".d"
+        d = self.srv.log_path + "-files"
         os.makedirs(d, exist_ok=True)
         conf = os.path.join(d, "full.conf")
         with open(conf, "w") as f:

@@ -1,5 +1,5 @@
 /*
- * fuzz_whatif.c -- libFuzzer target for the line parsers of `sluice replay
+ * fuzz_whatif.c -- libFuzzer target for the line parsers of `sluicectl replay
  * --rules` (src/cli/whatif_parse.c).  The first byte picks the format (even:
  * lines, odd: combined), the rest is one line.  Checks the parsers' promises:
  *

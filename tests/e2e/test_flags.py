@@ -1,0 +1,144 @@
+"""Every yes/no option of sluiced, read from its option table (`sluiced
+--dump-options`), given each documented way to a running server, and the
+setting seen where a user sees it: INFO (`trust_client_time`,
+`protected_mode`, `rules_watch`) or the `rules loaded` log line
+(`merge_domains=yes`, `count_denied=yes`).  tests/test_options.sh checks
+every spelling of every yes/no option against the parsed values; this
+checks that the server runs with what it parsed, and that the two agree."""
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+
+from harness import SLUICED, ServerTestCase, deadline
+
+RULES = """\
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: second, requests_per_unit: 1}
+"""
+
+
+def log_says(pattern):
+    """How to read an option from the `rules loaded` log line: yes when
+    pattern is on it."""
+    def read(srv):
+        until = deadline(20)
+        while time.monotonic() < until:
+            line = re.search(r'msg="rules loaded"[^\n]*', srv.log())
+            if line:
+                return "yes" if pattern in line.group(0) else "no"
+            time.sleep(0.02)
+        raise AssertionError("no 'rules loaded' line:\n" + srv.log())
+    return read
+
+
+def info_says(field, yes="yes", no="no"):
+    """How to read an option from INFO: field is `yes` or `no`."""
+    def read(srv):
+        v = srv.info()[field]
+        if v not in (yes, no):
+            raise AssertionError("INFO %s is %r, neither %r nor %r" % (field, v, yes, no))
+        return "yes" if v == yes else "no"
+    return read
+
+
+# Where each yes/no option shows on a running server.  A yes/no option the
+# table has and this does not fails test_every_yes_no_option_is_seen.
+SEEN = {
+    "trust-client-time": info_says("trust_client_time"),
+    "protected-mode": info_says("protected_mode"),
+    "watch-rules": info_says("rules_watch", yes="inotify", no="off"),
+    "merge-domains": log_says(" merge_domains=yes"),
+    "count-denied": log_says(" count_denied=yes"),
+}
+
+
+def table():
+    """The option table: name -> (value name, default) for every option."""
+    out = subprocess.run([SLUICED, "--dump-options"], capture_output=True, text=True,
+                         check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("#"):
+            continue
+        name, _short, arg, _file, default, _value, _help = line.split("\t")
+        rows[name] = (arg, default)
+    return rows
+
+
+def dumped(args, name):
+    """The value `sluiced ARGS --dump-options` gives option name."""
+    out = subprocess.run([SLUICED] + list(args) + ["--dump-options"], capture_output=True,
+                         text=True, check=True).stdout
+    for line in out.splitlines():
+        f = line.split("\t")
+        if f[0] == name:
+            return f[5]
+    raise AssertionError("no %s in --dump-options" % name)
+
+
+class TestYesNoFlags(ServerTestCase):
+    """One server per spelling, each started and stopped cleanly."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-flags-")
+        cls.rules = os.path.join(cls.dir, "rules.yaml")
+        with open(cls.rules, "w") as f:
+            f.write(RULES)
+        cls.bools = {n: d for n, (arg, d) in table().items() if arg == "yes|no"}
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def conf(self, text):
+        """A config file of its own holding text."""
+        fd, path = tempfile.mkstemp(suffix=".conf", dir=self.dir)
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        return path
+
+    def test_every_yes_no_option_is_seen(self):
+        self.assertGreaterEqual(len(self.bools), 5, self.bools)
+        self.assertEqual(sorted(self.bools), sorted(SEEN),
+                         "a yes/no option the table has and SEEN does not (or the reverse)")
+
+    def test_each_spelling_on_a_running_server(self):
+        for name in sorted(self.bools):
+            default = self.bools[name]
+            other = "no" if default == "yes" else "yes"
+            spellings = [
+                (["--" + name], "yes"),
+                (["--" + name, "no"], "no"),
+                (["--" + name, "yes"], "yes"),
+                (["--" + name + "=no"], "no"),
+                (["--" + name + "=yes"], "yes"),
+                (["--" + name, "Off"], "no"),
+                (["--config", self.conf("%s\n" % name)], "yes"),
+                (["--config", self.conf("%s no\n" % name)], "no"),
+                (["--config", self.conf("%s %s\n" % (name, other)), "--" + name, default],
+                 default),
+                ([], default),
+            ]
+            for args, want in spellings:
+                with self.subTest(option=name, args=args):
+                    full = ["--rules", self.rules] + args
+                    self.assertEqual(dumped(full, name), want, "--dump-options")
+                    s = self.new_server(*full, name="%s_%s" % (name, len(args)))
+                    self.assertEqual(SEEN[name](s), want, "sluiced %s" % " ".join(full))
+                    s.cleanup()
+
+    def test_a_word_not_yes_or_no_is_refused(self):
+        for name in sorted(self.bools):
+            with self.subTest(option=name):
+                p = subprocess.run([SLUICED, "--port", "0", "--" + name, "maybe"],
+                                   capture_output=True, text=True, timeout=30)
+                self.assertEqual(p.returncode, 2, p.stderr)
+                self.assertEqual(p.stderr.splitlines()[0],
+                                 "sluiced: invalid --%s 'maybe': expected yes or no" % name)
