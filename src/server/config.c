@@ -48,6 +48,11 @@ enum opt_id {
     OPT_USERS_FILE,
     OPT_PROTECTED_MODE,
     OPT_AUTH_FAIL_LIMIT,
+    OPT_TLS_PORT,
+    OPT_TLS_CERT_FILE,
+    OPT_TLS_KEY_FILE,
+    OPT_TLS_CA_CERT_FILE,
+    OPT_TLS_AUTH_CLIENTS,
     OPT_CONFIG,
     OPT_HELP,
     OPT_VERSION,
@@ -102,11 +107,23 @@ static const opt opts[] = {
     {"users-file", OPT_USERS_FILE, K_STRING, 0, 0, 1},
     {"protected-mode", OPT_PROTECTED_MODE, K_BOOL, 0, 0, 1},
     {"auth-fail-limit", OPT_AUTH_FAIL_LIMIT, K_STRING, 0, 0, 1},
+    {"tls-port", OPT_TLS_PORT, K_INT, 0, 65535, 1},
+    {"tls-cert-file", OPT_TLS_CERT_FILE, K_STRING, 0, 0, 1},
+    {"tls-key-file", OPT_TLS_KEY_FILE, K_STRING, 0, 0, 1},
+    {"tls-ca-cert-file", OPT_TLS_CA_CERT_FILE, K_STRING, 0, 0, 1},
+    {"tls-auth-clients", OPT_TLS_AUTH_CLIENTS, K_STRING, 0, 0, 1},
     {"config", OPT_CONFIG, K_STRING, 0, 0, 0},
     {"help", OPT_HELP, K_NONE, 0, 0, 0},
     {"version", OPT_VERSION, K_NONE, 0, 0, 0},
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
+
+/* set_option copies every path into a field of one size */
+#define SAME_SIZE(f) (sizeof((sl_config *)0)->f == sizeof((sl_config *)0)->config_file)
+_Static_assert(SAME_SIZE(snapshot) && SAME_SIZE(rules) && SAME_SIZE(requirepass_file) &&
+                   SAME_SIZE(users_file) && SAME_SIZE(tls_cert_file) && SAME_SIZE(tls_key_file) &&
+                   SAME_SIZE(tls_ca_cert_file),
+               "path fields differ in size");
 
 void sl_config_defaults(sl_config *cfg)
 {
@@ -129,6 +146,8 @@ void sl_config_defaults(sl_config *cfg)
     cfg->protected_mode = 1;
     cfg->auth_fail_max = 10;
     cfg->auth_fail_window_ms = 60000;
+    cfg->tls_port = -1;
+    cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
 }
 
 uint64_t sl_config_output_total(const sl_config *cfg)
@@ -275,9 +294,21 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     int64_t x;
     int needs_unit;
     const char *d = dash(o);
+    if (op->id == OPT_PORT && vlen == 3 && strncasecmp(v, "off", 3) == 0) {
+        c->port = -1; /* no plain listener: TLS only */
+        return 0;
+    }
     switch (op->kind) {
     case K_INT:
         if (sl_int_parse(v, vlen, op->max, &x) != 0 || x < op->min) {
+            if (op->id == OPT_PORT) {
+                fail(err, errlen, o,
+                     "invalid %s%s '%s': expected an integer %lld..%lld, or off (no plain "
+                     "listener: TLS only)",
+                     d, op->name, tok(v, vlen, t, sizeof t), (long long)op->min,
+                     (long long)op->max);
+                return -1;
+            }
             fail(err, errlen, o, "invalid %s%s '%s': expected an integer %lld..%lld", d, op->name,
                  tok(v, vlen, t, sizeof t), (long long)op->min, (long long)op->max);
             return -1;
@@ -314,6 +345,7 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
 
     switch (op->id) {
     case OPT_PORT: c->port = (int)x; break;
+    case OPT_TLS_PORT: c->tls_port = (int)x; break;
     case OPT_THREADS: c->threads = (int)x; break;
     case OPT_MAX_MEMORY: c->max_memory = (uint64_t)x; break;
     case OPT_MAX_CLIENTS: c->max_clients = (int)x; break;
@@ -330,17 +362,20 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_RULES:
     case OPT_REQUIREPASS_FILE:
     case OPT_USERS_FILE:
+    case OPT_TLS_CERT_FILE:
+    case OPT_TLS_KEY_FILE:
+    case OPT_TLS_CA_CERT_FILE:
     case OPT_CONFIG: {
-        char *dst = op->id == OPT_SNAPSHOT           ? c->snapshot
-                    : op->id == OPT_RULES            ? c->rules
-                    : op->id == OPT_REQUIREPASS_FILE ? c->requirepass_file
-                    : op->id == OPT_USERS_FILE       ? c->users_file
-                                                     : c->config_file;
-        size_t cap = op->id == OPT_SNAPSHOT           ? sizeof c->snapshot
-                     : op->id == OPT_RULES            ? sizeof c->rules
-                     : op->id == OPT_REQUIREPASS_FILE ? sizeof c->requirepass_file
-                     : op->id == OPT_USERS_FILE       ? sizeof c->users_file
-                                                      : sizeof c->config_file;
+        char *dst = op->id == OPT_SNAPSHOT             ? c->snapshot
+                    : op->id == OPT_RULES              ? c->rules
+                    : op->id == OPT_REQUIREPASS_FILE   ? c->requirepass_file
+                    : op->id == OPT_USERS_FILE         ? c->users_file
+                    : op->id == OPT_TLS_CERT_FILE      ? c->tls_cert_file
+                    : op->id == OPT_TLS_KEY_FILE       ? c->tls_key_file
+                    : op->id == OPT_TLS_CA_CERT_FILE   ? c->tls_ca_cert_file
+                                                       : c->config_file;
+        /* every path field has the same size */
+        size_t cap = sizeof c->config_file;
         if (vlen == 0 || vlen >= cap || memchr(v, '\0', vlen) != NULL) {
             fail(err, errlen, o, "invalid %s%s '%s': expected a file name of 1..%zu bytes", d,
                  op->name, tok(v, vlen, t, sizeof t), cap - 1);
@@ -371,6 +406,19 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
             c->count_denied = b;
         else
             c->trust_client_time = b;
+        break;
+    }
+    case OPT_TLS_AUTH_CLIENTS: { /* Redis's words: yes, no or optional */
+        int b;
+        if (vlen == 8 && strncasecmp(v, "optional", 8) == 0) {
+            c->tls_auth_clients = SL_TLS_AUTH_OPTIONAL;
+        } else if (parse_bool(v, vlen, &b) == 0) {
+            c->tls_auth_clients = b ? SL_TLS_AUTH_YES : SL_TLS_AUTH_NO;
+        } else {
+            fail(err, errlen, o, "invalid %s%s '%s': expected yes, no or optional", d, op->name,
+                 tok(v, vlen, t, sizeof t));
+            return -1;
+        }
         break;
     }
     case OPT_AUTH_FAIL_LIMIT: { /* N/DUR: N failed logins per address in DUR */
@@ -559,6 +607,49 @@ static const opt *next_arg(int argc, char **argv, int *i, const char **val, size
     return op;
 }
 
+/* What no single option can say wrong: the listeners and TLS taken
+ * together.  Returns 0, or -1 with err (options named as flags). */
+static int check_listeners(const sl_config *c, char *err, size_t errlen)
+{
+    int tls = c->tls_port >= 0;
+    if (c->port < 0 && !tls) {
+        snprintf(err, errlen,
+                 "--port off leaves nothing to listen on: give --tls-port N (with its "
+                 "certificate and key) for TLS only");
+        return -1;
+    }
+    if (tls && (c->tls_cert_file[0] == '\0' || c->tls_key_file[0] == '\0')) {
+        snprintf(err, errlen,
+                 "--tls-port needs --tls-cert-file and --tls-key-file (the server's "
+                 "certificate and its private key)");
+        return -1;
+    }
+    if (!tls && (c->tls_cert_file[0] != '\0' || c->tls_key_file[0] != '\0' ||
+                 c->tls_ca_cert_file[0] != '\0')) {
+        snprintf(err, errlen,
+                 "%s is given but --tls-port is not: add --tls-port N for a TLS listener "
+                 "(sluiced would otherwise serve in clear only)",
+                 c->tls_cert_file[0]  ? "--tls-cert-file"
+                 : c->tls_key_file[0] ? "--tls-key-file"
+                                      : "--tls-ca-cert-file");
+        return -1;
+    }
+    if (tls && c->tls_port != 0 && c->tls_port == c->port) {
+        snprintf(err, errlen, "--tls-port %d is also --port: give them different ports",
+                 c->tls_port);
+        return -1;
+    }
+    if (tls && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {
+        snprintf(err, errlen,
+                 "--tls-auth-clients %s%s needs --tls-ca-cert-file, the CA that signs the "
+                 "clients' certificates; or give --tls-auth-clients no to ask clients for none",
+                 c->tls_auth_clients == SL_TLS_AUTH_YES ? "yes" : "optional",
+                 c->tls_auth_clients == SL_TLS_AUTH_YES ? " (the default, as Redis's)" : "");
+        return -1;
+    }
+    return 0;
+}
+
 int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_t errlen)
 {
     sl_config tmp = *cfg;
@@ -586,6 +677,7 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
         if (op->id == OPT_CONFIG) continue;
         if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
     }
+    if (check_listeners(&tmp, err, errlen) != 0) return -1;
     *cfg = tmp;
     return 0;
 }
@@ -597,7 +689,8 @@ void sl_config_usage(FILE *f)
           "sluiced is a rate-limit server speaking the Redis protocol (RESP2).\n"
           "Every option may also be set in a config file as `name value`.\n"
           "\n"
-          "  --port N                TCP port (default 6390; 0 = any free port)\n"
+          "  --port N                TCP port (default 6390; 0 = any free port; off = no\n"
+          "                          plain listener: TLS only, with --tls-port)\n"
           "  --bind ADDR[,ADDR...]   addresses to listen on, IPv4 or IPv6; repeatable\n"
           "                          (default 127.0.0.1; 0.0.0.0 or :: for every interface)\n"
           "  --threads N             worker threads (default 0 = one per CPU this process may use)\n"
@@ -639,7 +732,18 @@ void sl_config_usage(FILE *f)
           "  --protected-mode yes|no refuse to listen beyond loopback without a password\n"
           "                          (default yes)\n"
           "  --max-client-skew DUR   with --trust-client-time, refuse AT t more than DUR\n"
-          "                          ahead of the server's clock (default 1h; 0 = no bound)\n"
+          "                          ahead of the server's clock (default 1h; 0 = no bound)\n",
+          f);
+    /* two strings: a C11 compiler need not take one longer than 4095 bytes */
+    fputs("  --tls-port N            also listen for TLS on port N on each --bind address\n"
+          "                          (default: none; 0 = any free port); TLS 1.2 and 1.3\n"
+          "  --tls-cert-file FILE    the server's certificate chain (PEM), for --tls-port\n"
+          "  --tls-key-file FILE     its private key (PEM, not encrypted)\n"
+          "  --tls-ca-cert-file FILE CA certificates that sign the clients' certificates\n"
+          "  --tls-auth-clients yes|no|optional\n"
+          "                          TLS clients must show a certificate of those CAs (yes,\n"
+          "                          the default, as Redis), may (optional), or are not\n"
+          "                          asked (no)\n"
           "  --config FILE           read options from FILE; flags override it\n"
           "  --log-level LEVEL       debug, info, warn or error (default info)\n"
           "  --help                  show this text\n"
