@@ -185,6 +185,9 @@ struct sl_conn {
                              bufferevent's output, which it owns) */
     struct bufferevent *bev;           /* TLS: its bytes go through it; NULL: plain */
     struct evbuffer_cb_entry *out_cb;  /* TLS: on_tls_drained on out */
+    struct sockaddr_storage *tls_peer; /* TLS: the client's address, read at accept: a
+                                          failed handshake's log names it even once the
+                                          client has gone (NULL: unknown) */
     sl_slot *head, *tail; /* reply slots not yet sent, in request order */
     size_t nslots;        /* how many */
     size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
@@ -265,13 +268,11 @@ int64_t sl_now_ms(void) { return sl__clock_ms(); }
 
 static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
-/* The client's address for debug logs (a syscall: only when logging). */
-static const char *peer(int fd, char *buf, size_t cap)
+/* "host:port" of a socket address, or "?". */
+static const char *format_peer(const struct sockaddr_storage *sa, char *buf, size_t cap)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
+    const struct sockaddr_storage ss = *sa;
     char host[INET6_ADDRSTRLEN];
-    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return "?";
     if (ss.ss_family == AF_INET) {
         struct sockaddr_in *a = (struct sockaddr_in *)&ss;
         inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
@@ -284,6 +285,22 @@ static const char *peer(int fd, char *buf, size_t cap)
         return "?";
     }
     return buf;
+}
+
+/* The client's address for debug logs (a syscall: only when logging). */
+static const char *peer(int fd, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) != 0) return "?";
+    return format_peer(&ss, buf, cap);
+}
+
+/* The client of c, for logs: the address a TLS connection kept at
+ * accept, else read now (a syscall: only when logging). */
+static const char *conn_peer(const struct sl_conn *c, char *buf, size_t cap)
+{
+    return c->tls_peer != NULL ? format_peer(c->tls_peer, buf, cap) : peer(c->fd, buf, cap);
 }
 
 /* ---- connections ----------------------------------------------------- */
@@ -573,7 +590,7 @@ static void log_cut(worker *w, conn *c, int64_t total)
     char pb[80];
     sl_log(SL_LOG_WARN, "max-output-total reached: cutting the client holding the most output",
            "client=%s worker=%d held=%zu output_total=%lld max_output_total=%llu unlogged=%llu",
-           peer(c->fd, pb, sizeof pb), w->id, c->acct, (long long)total,
+           conn_peer(c, pb, sizeof pb), w->id, c->acct, (long long)total,
            (unsigned long long)w->net->out_total_max, (unsigned long long)w->cut_unlogged);
     w->cut_unlogged = 0;
 }
@@ -662,7 +679,7 @@ static void conn_free(conn *c, const char *why)
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
         sl_log(SL_LOG_DEBUG, "client closed", "client=%s worker=%d reason=%s",
-               peer(c->fd, pb, sizeof pb), w->id, sl_logq(why));
+               conn_peer(c, pb, sizeof pb), w->id, sl_logq(why));
     }
     orphan_slots(c);
     size_t in = evbuffer_get_length(c->in);
@@ -681,6 +698,7 @@ static void conn_free(conn *c, const char *why)
     event_free(c->resume);
     event_free(c->recv_ev);
     evbuffer_free(c->in);
+    free(c->tls_peer);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -714,6 +732,12 @@ static void conn_cut(conn *c, const char *why)
 static int tls_start(conn *c)
 {
     worker *w = c->w;
+    socklen_t sl = sizeof *c->tls_peer;
+    if ((c->tls_peer = calloc(1, sizeof *c->tls_peer)) == NULL) return -1;
+    if (getpeername(c->fd, (struct sockaddr *)c->tls_peer, &sl) != 0) {
+        free(c->tls_peer);
+        c->tls_peer = NULL;
+    }
     SSL *ssl = sl_tls_ssl_new(w->net->srv->tls);
     if (ssl == NULL) return -1;
     /* on failure it frees ssl (BEV_OPT_CLOSE_ON_FREE) but leaves the fd */
@@ -765,6 +789,7 @@ static void conn_new(worker *w, int fd, int tls)
             if (c->resume) event_free(c->resume);
             if (c->recv_ev) event_free(c->recv_ev);
             if (c->in) evbuffer_free(c->in);
+            free(c->tls_peer);
             if (c->bev) {
                 if (c->out_cb) evbuffer_remove_cb_entry(c->out, c->out_cb);
                 bufferevent_free(c->bev); /* closes fd */
@@ -926,7 +951,7 @@ void sl_conn_protocol_error(conn *c, const char *msg)
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
         sl_log(SL_LOG_DEBUG, "protocol error", "client=%s worker=%d err=%s",
-               peer(c->fd, pb, sizeof pb), w->id, sl_logq(msg));
+               conn_peer(c, pb, sizeof pb), w->id, sl_logq(msg));
     }
 }
 
@@ -1134,7 +1159,7 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
         char pb[80];
         sl_log(SL_LOG_INFO, "client cut: a command did not arrive whole within recv-timeout",
                "client=%s worker=%d partial_bytes=%zu recv_timeout_ms=%lld",
-               peer(c->fd, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
+               conn_peer(c, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
                (long long)w->net->cfg->recv_timeout_ms);
     }
     conn_free(c, "recv-timeout");
@@ -1197,7 +1222,7 @@ static void tls_failed(conn *c, const char *why)
         char pb[80];
         if (level == SL_LOG_INFO) w->tls_log_n++;
         sl_log(level, "TLS handshake failed", "client=%s worker=%d err=%s",
-               peer(c->fd, pb, sizeof pb), w->id, sl_logq(why));
+               conn_peer(c, pb, sizeof pb), w->id, sl_logq(why));
     }
     conn_free(c, "tls handshake failed");
 }
@@ -1296,7 +1321,7 @@ static void on_tls_event(struct bufferevent *bev, short what, void *arg)
         }
         return;
     }
-    if ((what & BEV_EVENT_EOF) && c->state != C_LINGER) {
+    if ((what & BEV_EVENT_EOF) && (what & BEV_EVENT_READING) && c->state != C_LINGER) {
         /* the client is done sending; send what is pending, then close.
          * The bufferevent stopped writing at the EOF: start it again. */
         c->eof = 1;
@@ -1304,17 +1329,22 @@ static void on_tls_event(struct bufferevent *bev, short what, void *arg)
         if (flush(c) == 0 && evbuffer_get_length(c->out) > 0) bufferevent_enable(bev, EV_WRITE);
         return;
     }
-    if (what & BEV_EVENT_EOF) {
+    if (c->state == C_LINGER) {
         conn_free(c, "closed after replies");
         return;
     }
-    unsigned long e = bufferevent_get_openssl_error(bev);
-    while (bufferevent_get_openssl_error(bev) != 0) {
-    }
-    char why[160];
-    snprintf(why, sizeof why, "tls error: %s",
-             e != 0 && ERR_reason_error_string(e) ? ERR_reason_error_string(e) : "read error");
-    conn_free(c, e != 0 ? why : "read error");
+    /* an error, or the end while writing: the client is gone */
+    unsigned long errs[4], e;
+    int n = 0;
+    while ((e = bufferevent_get_openssl_error(bev)) != 0)
+        if (n < 4 && ERR_GET_LIB(e) != 0) errs[n++] = e;
+    char why[200] = "write error";
+    if (n > 0)
+        snprintf(why, sizeof why, "tls error: %s",
+                 sl_tls_why(NULL, errs, n, why + 100, sizeof why - 100));
+    else if (what & BEV_EVENT_READING)
+        snprintf(why, sizeof why, "read error");
+    conn_free(c, why);
 }
 
 /* Stopping: whether a TLS client has sent more than we have decrypted
