@@ -366,14 +366,14 @@ static int set_option(sl_config *c, const opt *op, const char *v, size_t vlen, o
     case OPT_TLS_KEY_FILE:
     case OPT_TLS_CA_CERT_FILE:
     case OPT_CONFIG: {
-        char *dst = op->id == OPT_SNAPSHOT             ? c->snapshot
-                    : op->id == OPT_RULES              ? c->rules
-                    : op->id == OPT_REQUIREPASS_FILE   ? c->requirepass_file
-                    : op->id == OPT_USERS_FILE         ? c->users_file
-                    : op->id == OPT_TLS_CERT_FILE      ? c->tls_cert_file
-                    : op->id == OPT_TLS_KEY_FILE       ? c->tls_key_file
-                    : op->id == OPT_TLS_CA_CERT_FILE   ? c->tls_ca_cert_file
-                                                       : c->config_file;
+        char *dst = op->id == OPT_SNAPSHOT           ? c->snapshot
+                    : op->id == OPT_RULES            ? c->rules
+                    : op->id == OPT_REQUIREPASS_FILE ? c->requirepass_file
+                    : op->id == OPT_USERS_FILE       ? c->users_file
+                    : op->id == OPT_TLS_CERT_FILE    ? c->tls_cert_file
+                    : op->id == OPT_TLS_KEY_FILE     ? c->tls_key_file
+                    : op->id == OPT_TLS_CA_CERT_FILE ? c->tls_ca_cert_file
+                                                     : c->config_file;
         /* every path field has the same size */
         size_t cap = sizeof c->config_file;
         if (vlen == 0 || vlen >= cap || memchr(v, '\0', vlen) != NULL) {

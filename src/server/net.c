@@ -231,8 +231,8 @@ struct worker {
     uint64_t cut_unlogged; /* ... and not logged one by one since the last line */
     int64_t recv_log_ms;   /* monotonic ms: the last recv-timeout line */
     int recv_log_n;
-    int64_t tls_log_ms;    /* monotonic ms: the second of tls_log_n */
-    int tls_log_n;         /* failed handshakes logged at info in that second */
+    int64_t tls_log_ms; /* monotonic ms: the second of tls_log_n */
+    int tls_log_n;      /* failed handshakes logged at info in that second */
     char rbuf[SL_NET_READ_CHUNK];
 };
 
@@ -810,8 +810,9 @@ static void conn_new(worker *w, int fd, int tls)
     w->conns = c;
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
-        sl_log(SL_LOG_DEBUG, "client connected", tls ? "client=%s worker=%d tls=yes" : "client=%s worker=%d",
-               peer(fd, pb, sizeof pb), w->id);
+        sl_log(SL_LOG_DEBUG, "client connected",
+               tls ? "client=%s worker=%d tls=yes" : "client=%s worker=%d", peer(fd, pb, sizeof pb),
+               w->id);
     }
 }
 

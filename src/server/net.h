@@ -61,8 +61,9 @@ typedef struct sl_net sl_net;
 int sl_net_default_workers(const sl_config *cfg);
 
 /* Binds every address of srv->cfg (IPv4 and IPv6; port 0 picks a free port,
- * written to srv->port), and with --tls-port a TLS listener beside each
- * (srv->tls, tls.h, must be made first; the port goes to srv->tls_port), starts srv->stats.nworkers worker threads, each
+ * written to srv->port; none with --port off), and with --tls-port a TLS
+ * listener on each too (srv->tls, tls.h, must be made first; the port goes
+ * to srv->tls_port); starts srv->stats.nworkers worker threads, each
  * with its service context (service.h) and backend channel, and the
  * acceptor.  Clients speak `proto` (src/proto/).
  * Returns the net, or NULL with a message in err, e.g.

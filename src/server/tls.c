@@ -93,8 +93,8 @@ static char *read_file(const char *opt, const char *path, size_t *len, char *err
         goto fail;
     }
     if (st.st_size > SL_TLS_MAX_FILE) {
-        snprintf(err, errlen, "%s '%s': larger than %d bytes: not a certificate or key", opt,
-                 path, SL_TLS_MAX_FILE);
+        snprintf(err, errlen, "%s '%s': larger than %d bytes: not a certificate or key", opt, path,
+                 SL_TLS_MAX_FILE);
         goto fail;
     }
     /* one byte more than it says, to see a file that grew meanwhile */
@@ -176,8 +176,8 @@ static int load_chain(SSL_CTX *ctx, const char *path, char *err, size_t errlen)
         n++;
         if (SSL_CTX_add0_chain_cert(ctx, x) != 1) {
             X509_free(x);
-            snprintf(err, errlen, "%s '%s': chain certificate %d cannot be used (OpenSSL: %s)",
-                     opt, path, n, ssl_errors(why, sizeof why));
+            snprintf(err, errlen, "%s '%s': chain certificate %d cannot be used (OpenSSL: %s)", opt,
+                     path, n, ssl_errors(why, sizeof why));
             goto out;
         }
     }
@@ -246,8 +246,8 @@ static int load_cas(SSL_CTX *ctx, const char *path, char *err, size_t errlen)
         int ok = X509_STORE_add_cert(store, x) == 1 && SSL_CTX_add_client_CA(ctx, x) == 1;
         X509_free(x);
         if (!ok) {
-            snprintf(err, errlen, "%s '%s': certificate %d cannot be used (OpenSSL: %s)", opt,
-                     path, n, ssl_errors(why, sizeof why));
+            snprintf(err, errlen, "%s '%s': certificate %d cannot be used (OpenSSL: %s)", opt, path,
+                     n, ssl_errors(why, sizeof why));
             goto out;
         }
     }
@@ -343,9 +343,10 @@ const char *sl_tls_describe(const sl_tls *t, char *buf, size_t cap, int *expired
         X509_NAME_oneline(X509_get_subject_name(x), subject, sizeof subject);
         const ASN1_TIME *end = X509_get0_notAfter(x);
         struct tm tm;
-        if (ASN1_TIME_to_tm(end, &tm) == 1) strftime(until, sizeof until, "%Y-%m-%dT%H:%M:%SZ", &tm);
-        *expired = X509_cmp_current_time(X509_get0_notBefore(x)) > 0 ||
-                   X509_cmp_current_time(end) < 0;
+        if (ASN1_TIME_to_tm(end, &tm) == 1)
+            strftime(until, sizeof until, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        *expired =
+            X509_cmp_current_time(X509_get0_notBefore(x)) > 0 || X509_cmp_current_time(end) < 0;
     }
     snprintf(buf, cap, "subject=%s not_after=%s auth_clients=%s protocols=TLSv1.2,TLSv1.3",
              sl_logq(subject), until, auth[t->auth_clients % 3]);

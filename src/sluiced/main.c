@@ -471,7 +471,8 @@ int main(int argc, char **argv)
     if (a.srv.port != 0)
         snprintf(hint, sizeof hint, "try: redis-cli -p %d RL.ALLOW user:42 5 10s", a.srv.port);
     else
-        snprintf(hint, sizeof hint, "try: redis-cli --tls --cacert CA.crt -p %d RL.ALLOW user:42 5 10s",
+        snprintf(hint, sizeof hint,
+                 "try: redis-cli --tls --cacert CA.crt -p %d RL.ALLOW user:42 5 10s",
                  a.srv.tls_port);
     sl_log(SL_LOG_INFO, "ready", "hint=%s", sl_logq(hint));
 
