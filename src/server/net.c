@@ -1339,10 +1339,10 @@ static void on_tls_event(struct bufferevent *bev, short what, void *arg)
     int n = 0;
     while ((e = bufferevent_get_openssl_error(bev)) != 0)
         if (n < 4 && ERR_GET_LIB(e) != 0) errs[n++] = e;
-    char why[200] = "write error";
+    char why[200] = "write error", reason[160];
     if (n > 0)
         snprintf(why, sizeof why, "tls error: %s",
-                 sl_tls_why(NULL, errs, n, why + 100, sizeof why - 100));
+                 sl_tls_why(NULL, errs, n, reason, sizeof reason));
     else if (what & BEV_EVENT_READING)
         snprintf(why, sizeof why, "read error");
     conn_free(c, why);

@@ -291,6 +291,30 @@ class TestTlsClients(TlsTestCase):
         finally:
             r.close()
 
+    def test_auth_over_tls(self):
+        """A server with a password, over TLS: `redis-cli --tls -a PASS` and
+        redis-py's ssl=True with password= log in and decide; without the
+        password, NOAUTH, as over TCP."""
+        d = tempfile.mkdtemp(prefix="sluice-tls-auth-")
+        self.addCleanup(shutil.rmtree, d, True)
+        pw = os.path.join(d, "password")
+        with open(pw, "w") as f:
+            f.write("tls-s3cret\n")
+        os.chmod(pw, 0o600)
+        s = self.tls_server(*tls_args(), "--requirepass-file", pw, trust_client_time=True)
+        rc, out, err = redis_cli(s.tls_port, "--cacert", cert("ca.crt"), "--no-auth-warning",
+                                 "-a", "tls-s3cret", "RL.ALLOW", "authed", 2, "1h", *FW, "AT", BASE)
+        self.assertEqual((rc, out), (0, "1\n2\n1\n0\n3600000\n0\n"))
+        rc, out, err = redis_cli(s.tls_port, "--cacert", cert("ca.crt"), "RL.ALLOW", "authed", 2,
+                                 "1h")
+        self.assertEqual(out.strip(), "NOAUTH Authentication required.")
+        r = s.tls_redis(password="tls-s3cret")
+        try:
+            self.assertEqual(r.execute_command("RL.ALLOW", "authed", 2, "1h", *FW, "AT", BASE),
+                             [1, 2, 0, 0, 3600000, 0])
+        finally:
+            r.close()
+
     def test_quit_over_tls(self):
         """QUIT: +OK, then a clean TLS close (close_notify, then EOF)."""
         with self.srv.tls() as c:
