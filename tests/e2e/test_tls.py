@@ -153,8 +153,14 @@ class TlsServer(Server):
         tls_only = any(a[i] == "--port" and a[i + 1] == "off" for i in range(len(a) - 1))
         if not tls_only:
             Server.start(self, timeout)
-            self.tls_port = int(TLS_LISTEN_RE.search(self.log_bytes()).group(1))
-            return self
+            until = deadline(timeout)  # its line comes after the plain one's
+            while time.monotonic() < until:
+                m = TLS_LISTEN_RE.search(self.log_bytes())
+                if m:
+                    self.tls_port = int(m.group(1))
+                    return self
+                time.sleep(0.02)
+            self._give_up("sluiced did not log its TLS address")
         # TLS only: the harness's start (plain PING) cannot find it
         n = len(STARTED)
         self.log_path = os.path.join(LOG_DIR, "%03d-%s.log" % (n, self.name))
