@@ -269,16 +269,15 @@ int64_t sl_now_ms(void) { return sl__clock_ms(); }
 static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
 /* "host:port" of a socket address, or "?". */
-static const char *format_peer(const struct sockaddr_storage *sa, char *buf, size_t cap)
+static const char *format_peer(const struct sockaddr_storage *ss, char *buf, size_t cap)
 {
-    const struct sockaddr_storage ss = *sa;
     char host[INET6_ADDRSTRLEN];
-    if (ss.ss_family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
         inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
         snprintf(buf, cap, "%s:%u", host, ntohs(a->sin_port));
-    } else if (ss.ss_family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
         inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
         snprintf(buf, cap, "[%s]:%u", host, ntohs(a->sin6_port));
     } else {
@@ -313,6 +312,7 @@ static void on_tls_read(struct bufferevent *bev, void *arg);
 static void on_tls_write(struct bufferevent *bev, void *arg);
 static void on_tls_event(struct bufferevent *bev, short what, void *arg);
 static void on_tls_drained(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg);
+static void tls_failed(conn *c, const char *why);
 static int after_async(conn *c);
 static void maybe_exit(worker *w);
 static void stop_step(conn *c);
@@ -1131,9 +1131,8 @@ static void unpause(conn *c)
 
 /* recv-timeout: a command began to arrive that long ago and is not whole.
  * While we are not reading c (its output, its turn), the wait is ours,
- * not the client's: the deadline starts again. */
-static void tls_failed(conn *c, const char *why);
-
+ * not the client's: the deadline starts again.  For a TLS connection
+ * whose handshake is not done, the handshake is what did not arrive. */
 static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;

@@ -611,6 +611,23 @@ class TestTlsLimits(TlsTestCase):
             self.assertEqual(c.read_until_eof(timeout=10), [])
         srv.wait_info("clients_cut_recv", lambda v: v == 1, "stats")
 
+    def test_idle_timeout_closes_a_silent_tls_client(self):
+        """--idle-timeout: a TLS client that has sent nothing for that long
+        is closed (cleanly) and counted in clients_cut_idle; one that sends
+        in time is not."""
+        idle = int(1000 * SLOW)
+        srv = self.tls_server(*tls_args(), "--idle-timeout", "%dms" % idle)
+        with srv.tls() as quiet, srv.tls() as busy:
+            self.assertEqual(quiet.cmd("PING"), b"PONG")
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 1.5 * idle / 1000:
+                self.assertEqual(busy.cmd("PING"), b"PONG")
+                time.sleep(idle / 4000)
+            self.assertEqual(quiet.read_until_eof(timeout=10), [])
+            self.assertGreaterEqual(time.monotonic() - t0, idle / 1000 * 0.9)
+            self.assertEqual(busy.cmd("PING"), b"PONG")
+        srv.wait_info("clients_cut_idle", lambda v: v == 1, "stats")
+
     def test_stop_answers_what_tls_clients_sent(self):
         """SIGTERM right after a TLS client sent commands: every one of them
         is answered before its connection closes (cleanly), as a plain
