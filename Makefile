@@ -93,7 +93,9 @@ BACKEND_OBJ := $(BACKEND_SRC:%.c=$(B)/%.o)
 SRV_SRC := $(wildcard src/server/*.c) $(wildcard src/proto/*/*.c)
 SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
-SRV_LIBS := -levent -lcrypto
+# libevent_openssl + libssl: the TLS listeners (src/server/tls.c, net.c);
+# libcrypto: also the passwords' SHA-256 (src/server/auth.c).
+SRV_LIBS := -levent -levent_openssl -lssl -lcrypto
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))

@@ -18,6 +18,7 @@ python3-redis
 libyaml-dev
 liburcu-dev
 libssl-dev
+openssl
 faketime
 libfaketime
 nodejs
@@ -37,7 +38,10 @@ systemd
 #   liburcu-dev      the store's lock-free readers: freeing what they may
 #                    still see (src/lib/reclaim.h)
 #   libssl-dev       libcrypto: SHA-256 and constant-time compare of passwords
-#                    (src/server/auth.c)
+#                    (src/server/auth.c); libssl: the TLS listeners
+#                    (src/server/tls.c), through libevent-dev's
+#                    libevent_openssl (bufferevent_openssl, src/server/net.c)
+#   openssl          tests/e2e/test_tls.py makes its certificates with it
 #   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
 #                    (LD_PRELOAD of libfaketimeMT.so.1)
 #   nodejs, npm      tests/e2e/test_clients.py runs node-redis and ioredis

@@ -100,19 +100,18 @@ struct opt {
 #define CUSTOM(setf, showf) .kind = K_CUSTOM, .set = setf, .show = showf
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
-static opt_set_fn set_bind, set_on_store_full, set_capacity, set_auth_fail_limit, set_log_level;
-static opt_show_fn show_bind, show_on_store_full, show_output_total, show_capacity,
-    show_auth_fail_limit, show_log_level;
+static opt_set_fn set_port, set_tls_port, set_tls_auth_clients, set_bind, set_on_store_full,
+    set_capacity, set_auth_fail_limit, set_log_level;
+static opt_show_fn show_port, show_tls_port, show_tls_auth_clients, show_bind, show_on_store_full,
+    show_output_total, show_capacity, show_auth_fail_limit, show_log_level;
 
 /* Every option, in the order --help lists them. */
 static const opt opts[] = {
     {.name = "port",
-     INT(port),
-     .min = 0,
-     .max = 65535,
-     .arg = "N",
+     CUSTOM(set_port, show_port),
+     .arg = "N|off",
      .def = "6390",
-     .help = "TCP port; 0 = any free port"},
+     .help = "TCP port; 0 = any free port; off = no plain listener (TLS only, with --tls-port)"},
     {.name = "bind",
      CUSTOM(set_bind, show_bind),
      .arg = "ADDR[,ADDR...]",
@@ -245,6 +244,33 @@ static const opt opts[] = {
      .def = "1h",
      .zero = "no bound",
      .help = "with --trust-client-time, refuse AT t more than DUR ahead of the server's clock"},
+    {.name = "tls-port",
+     CUSTOM(set_tls_port, show_tls_port),
+     .arg = "N",
+     .def = "none",
+     .help = "also listen for TLS (1.2 and 1.3) on port N of each --bind address; 0 = any free "
+             "port"},
+    {.name = "tls-cert-file",
+     PATH(tls_cert_file),
+     .arg = "FILE",
+     .def = "none",
+     .help = "the server's certificate chain (PEM), for --tls-port"},
+    {.name = "tls-key-file",
+     PATH(tls_key_file),
+     .arg = "FILE",
+     .def = "none",
+     .help = "its private key (PEM, not encrypted)"},
+    {.name = "tls-ca-cert-file",
+     PATH(tls_ca_cert_file),
+     .arg = "FILE",
+     .def = "none",
+     .help = "CA certificates that sign the clients' certificates"},
+    {.name = "tls-auth-clients",
+     CUSTOM(set_tls_auth_clients, show_tls_auth_clients),
+     .arg = "yes|no|optional",
+     .def = "yes",
+     .help = "TLS clients must show a certificate of those CAs (yes, as Redis), may (optional), "
+             "or are not asked (no)"},
     {.name = "config",
      PATH(config_file),
      .flag_only = 1,
@@ -271,6 +297,13 @@ static const opt opts[] = {
 };
 #define NOPTS (sizeof opts / sizeof opts[0])
 
+/* set_option copies every path into a field of one size */
+#define SAME_SIZE(f) (sizeof((sl_config *)0)->f == sizeof((sl_config *)0)->config_file)
+_Static_assert(SAME_SIZE(snapshot) && SAME_SIZE(rules) && SAME_SIZE(requirepass_file) &&
+                   SAME_SIZE(users_file) && SAME_SIZE(tls_cert_file) && SAME_SIZE(tls_key_file) &&
+                   SAME_SIZE(tls_ca_cert_file),
+               "path fields differ in size");
+
 void sl_config_defaults(sl_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -293,6 +326,8 @@ void sl_config_defaults(sl_config *cfg)
     cfg->protected_mode = 1;
     cfg->auth_fail_max = 10;
     cfg->auth_fail_window_ms = 60000;
+    cfg->tls_port = -1;
+    cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
 }
 
 uint64_t sl_config_output_total(const sl_config *cfg)
@@ -548,6 +583,56 @@ static int set_capacity(sl_config *c, const opt *op, const char *v, size_t vlen,
     return 0;
 }
 
+/* A port: 0..65535; with off (--port only), no listener (-1). */
+static int port_value(const opt *op, const char *v, size_t vlen, origin *o, int off_word,
+                      int *out, char *err, size_t errlen)
+{
+    char t[80];
+    int64_t x;
+    if (off_word && vlen == 3 && strncasecmp(v, "off", 3) == 0) {
+        *out = -1;
+        return 0;
+    }
+    if (sl_int_parse(v, vlen, 65535, &x) != 0) {
+        fail(err, errlen, o, "invalid %s%s '%s': expected an integer 0..65535%s", dash(o),
+             op->name, tok(v, vlen, t, sizeof t),
+             off_word ? ", or off (no plain listener: TLS only)" : "");
+        return -1;
+    }
+    *out = (int)x;
+    return 0;
+}
+
+static int set_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o, char *err,
+                    size_t errlen)
+{
+    return port_value(op, v, vlen, o, 1, &c->port, err, errlen);
+}
+
+static int set_tls_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                        char *err, size_t errlen)
+{
+    return port_value(op, v, vlen, o, 0, &c->tls_port, err, errlen);
+}
+
+/* Redis's words: yes, no or optional. */
+static int set_tls_auth_clients(sl_config *c, const opt *op, const char *v, size_t vlen,
+                                origin *o, char *err, size_t errlen)
+{
+    char t[80];
+    int b;
+    if (vlen == 8 && strncasecmp(v, "optional", 8) == 0) {
+        c->tls_auth_clients = SL_TLS_AUTH_OPTIONAL;
+    } else if (parse_bool(v, vlen, &b) == 0) {
+        c->tls_auth_clients = b ? SL_TLS_AUTH_YES : SL_TLS_AUTH_NO;
+    } else {
+        fail(err, errlen, o, "invalid %s%s '%s': expected yes, no or optional", dash(o), op->name,
+             tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    return 0;
+}
+
 static int set_on_store_full(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
                              char *err, size_t errlen)
 {
@@ -641,6 +726,30 @@ static void show_auth_fail_limit(const sl_config *c, char *buf, size_t cap)
     char w[32];
     show_ms(w, sizeof w, c->auth_fail_window_ms);
     snprintf(buf, cap, "%lld/%s", (long long)c->auth_fail_max, w);
+}
+
+static void show_port(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->port < 0)
+        snprintf(buf, cap, "off");
+    else
+        snprintf(buf, cap, "%d", c->port);
+}
+
+static void show_tls_port(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->tls_port < 0)
+        snprintf(buf, cap, "%s", ""); /* none, as an unset path shows */
+    else
+        snprintf(buf, cap, "%d", c->tls_port);
+}
+
+static void show_tls_auth_clients(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s",
+             c->tls_auth_clients == SL_TLS_AUTH_YES  ? "yes"
+             : c->tls_auth_clients == SL_TLS_AUTH_NO ? "no"
+                                                     : "optional");
 }
 
 static void show_on_store_full(const sl_config *c, char *buf, size_t cap)
@@ -823,6 +932,49 @@ static const opt *next_arg(int argc, char **argv, int *i, const char **val, size
     return op;
 }
 
+/* What no single option can say wrong: the listeners and TLS taken
+ * together.  Returns 0, or -1 with err (options named as flags). */
+static int check_listeners(const sl_config *c, char *err, size_t errlen)
+{
+    int tls = c->tls_port >= 0;
+    if (c->port < 0 && !tls) {
+        snprintf(err, errlen,
+                 "--port off leaves nothing to listen on: give --tls-port N (with its "
+                 "certificate and key) for TLS only");
+        return -1;
+    }
+    if (tls && (c->tls_cert_file[0] == '\0' || c->tls_key_file[0] == '\0')) {
+        snprintf(err, errlen,
+                 "--tls-port needs --tls-cert-file and --tls-key-file (the server's "
+                 "certificate and its private key)");
+        return -1;
+    }
+    if (!tls && (c->tls_cert_file[0] != '\0' || c->tls_key_file[0] != '\0' ||
+                 c->tls_ca_cert_file[0] != '\0')) {
+        snprintf(err, errlen,
+                 "%s is given but --tls-port is not: add --tls-port N for a TLS listener "
+                 "(sluiced would otherwise serve in clear only)",
+                 c->tls_cert_file[0]  ? "--tls-cert-file"
+                 : c->tls_key_file[0] ? "--tls-key-file"
+                                      : "--tls-ca-cert-file");
+        return -1;
+    }
+    if (tls && c->tls_port != 0 && c->tls_port == c->port) {
+        snprintf(err, errlen, "--tls-port %d is also --port: give them different ports",
+                 c->tls_port);
+        return -1;
+    }
+    if (tls && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {
+        snprintf(err, errlen,
+                 "--tls-auth-clients %s%s needs --tls-ca-cert-file, the CA that signs the "
+                 "clients' certificates; or give --tls-auth-clients no to ask clients for none",
+                 c->tls_auth_clients == SL_TLS_AUTH_YES ? "yes" : "optional",
+                 c->tls_auth_clients == SL_TLS_AUTH_YES ? " (the default, as Redis's)" : "");
+        return -1;
+    }
+    return 0;
+}
+
 int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_t errlen)
 {
     sl_config tmp = *cfg;
@@ -854,6 +1006,7 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
         if (is_config(op)) continue;
         if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
     }
+    if (check_listeners(&tmp, err, errlen) != 0) return -1;
     *cfg = tmp;
     return dump ? SL_CONFIG_DUMP : 0;
 }

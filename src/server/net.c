@@ -72,6 +72,21 @@
  * and SLOT_POOL_MAX); SL_NET_TRIM_MS after SL_NET_TRIM_BYTES released, malloc_trim
  * returns free pages to the kernel, at most once per SL_NET_TRIM_MS.
  *
+ * TLS (--tls-port).  A TLS listener beside each plain one; its
+ * connections are served by the same code, with the same protocol, reply
+ * slots and limits.  Only their bytes travel differently: through a
+ * libevent bufferevent_openssl on the accepted socket (tls.h makes the
+ * SSL), which reads and decrypts into its input -- moved as it arrives into
+ * c->in, where the usual turn runs it -- and encrypts and writes whatever
+ * is appended to its output, which is c->out.  So what waits there counts
+ * as the connection's unsent replies, as the plain path's c->out does:
+ * the pause, max-output, the total budget (accounted as OpenSSL drains
+ * it: on_tls_drained) and send-timeout (the bufferevent's write timeout)
+ * all hold; idle-timeout is its read timeout, and recv-timeout also bounds
+ * the handshake.  The plain path is untouched: a TLS connection is a
+ * non-NULL c->bev, tested where the two differ, with no syscall or
+ * allocation added to a plain request.
+ *
  * Closing.  QUIT, protocol errors, end of input and shutdown all close the
  * same way: stop reading, send what is pending, then close -- but if the
  * client still has bytes in flight to us, first shutdown(SHUT_WR) and read
@@ -99,13 +114,18 @@
 #endif
 
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/event.h>
 #include <event2/listener.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "config.h"
 #include "log.h"
 #include "net.h"
 #include "proto.h"
+#include "tls.h"
 #include "util.h"
 
 #define MAX_LISTENERS    16
@@ -117,10 +137,12 @@
 #define HOLD_CLASSES     48                 /* size classes of held output: 2^0 .. 2^47+ bytes */
 #define SHED_LOG_PER_S   10 /* cut clients logged one by one per second per worker */
 #define RECV_LOG_PER_S   1  /* recv-timeout cuts logged at info per second per worker */
+#define TLS_LOG_PER_S    1  /* failed TLS handshakes logged at info per second per worker */
 
 /* What the acceptor (and shed_request) write into a worker's pipe besides fds. */
 #define PIPE_STOP -1 /* stop gracefully; always the last */
 #define PIPE_SHED -2 /* the output of all clients is over max-output-total */
+#define PIPE_TLS  (1 << 30) /* or'ed into an fd: it came from a TLS listener */
 
 enum conn_state {
     C_OPEN,    /* reading and running commands */
@@ -151,6 +173,8 @@ struct sl_conn {
     unsigned eof : 1;         /* the client closed its side */
     unsigned oom : 1;         /* a reply could not be stored: drop at flush */
     unsigned recv_armed : 1;  /* recv_ev is added: a command is arriving */
+    unsigned tls_ready : 1;   /* TLS: the handshake is done */
+    unsigned stop_more : 1;   /* TLS, stopping: more input is on its way (stop_step) */
     sl_buf *sink;             /* detached (no socket): replies go here */
     size_t discarded;         /* C_LINGER: bytes thrown away */
     size_t acct;              /* held() as last counted in the totals (account) */
@@ -158,7 +182,13 @@ struct sl_conn {
     struct event *rev, *wev, *resume;
     struct event *recv_ev; /* the recv-timeout of the command arriving */
     struct evbuffer *in;  /* an incomplete command, or input beyond a turn */
-    struct evbuffer *out; /* replies the kernel did not take yet */
+    struct evbuffer *out; /* replies the kernel did not take yet (TLS: the
+                             bufferevent's output, which it owns) */
+    struct bufferevent *bev;           /* TLS: its bytes go through it; NULL: plain */
+    struct evbuffer_cb_entry *out_cb;  /* TLS: on_tls_drained on out */
+    struct sockaddr_storage *tls_peer; /* TLS: the client's address, read at accept: a
+                                          failed handshake's log names it even once the
+                                          client has gone (NULL: unknown) */
     sl_slot *head, *tail; /* reply slots not yet sent, in request order */
     size_t nslots;        /* how many */
     size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
@@ -202,6 +232,8 @@ struct worker {
     uint64_t cut_unlogged; /* ... and not logged one by one since the last line */
     int64_t recv_log_ms;   /* monotonic ms: the last recv-timeout line */
     int recv_log_n;
+    int64_t tls_log_ms; /* monotonic ms: the second of tls_log_n */
+    int tls_log_n;      /* failed handshakes logged at info in that second */
     char rbuf[SL_NET_READ_CHUNK];
 };
 
@@ -226,6 +258,7 @@ struct sl_net {
     struct event *backoff_ev;
     int nlisteners;
     int lfds[MAX_LISTENERS];
+    int ltls[MAX_LISTENERS]; /* 1: a TLS listener */
     struct evconnlistener *lev[MAX_LISTENERS];
     char addrs[MAX_LISTENERS][80];
     int64_t last_reject_log_ms;
@@ -236,28 +269,35 @@ int64_t sl_now_ms(void) { return sl__clock_ms(); }
 
 static int would_block(int e) { return e == EAGAIN || e == EWOULDBLOCK || e == EINTR; }
 
-/* One end of socket fd, "ip:port" ("[ip6]:port", as Redis writes
- * addresses): the peer's, or with local our own; NULL if it cannot be read.
- * A syscall: for logs and rare commands. */
-static const char *sock_addr(int fd, int local, char *buf, size_t cap)
+/* ss as "ip:port" ("[ip6]:port", as Redis writes addresses) in buf; NULL
+ * if it is neither IPv4 nor IPv6 or does not fit. */
+static const char *format_sockaddr(const struct sockaddr_storage *ss, char *buf, size_t cap)
 {
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
     char host[INET6_ADDRSTRLEN];
-    if (fd < 0 || (local ? getsockname(fd, (struct sockaddr *)&ss, &sl)
-                         : getpeername(fd, (struct sockaddr *)&ss, &sl)) != 0)
-        return NULL;
     int n = -1;
-    if (ss.ss_family == AF_INET) {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+    if (ss->ss_family == AF_INET) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)ss;
         if (inet_ntop(AF_INET, &a->sin_addr, host, sizeof host))
             n = snprintf(buf, cap, "%s:%u", host, ntohs(a->sin_port));
-    } else if (ss.ss_family == AF_INET6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+    } else if (ss->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
         if (inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host))
             n = snprintf(buf, cap, "[%s]:%u", host, ntohs(a->sin6_port));
     }
     return n > 0 && (size_t)n < cap ? buf : NULL;
+}
+
+/* One end of socket fd, as format_sockaddr writes it: the peer's, or with
+ * local our own; NULL if it cannot be read.  A syscall: for logs and rare
+ * commands. */
+static const char *sock_addr(int fd, int local, char *buf, size_t cap)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (fd < 0 || (local ? getsockname(fd, (struct sockaddr *)&ss, &sl)
+                         : getpeername(fd, (struct sockaddr *)&ss, &sl)) != 0)
+        return NULL;
+    return format_sockaddr(&ss, buf, cap);
 }
 
 /* The client's address for debug logs (a syscall: only when logging). */
@@ -267,12 +307,26 @@ static const char *peer(int fd, char *buf, size_t cap)
     return a ? a : "?";
 }
 
+/* The client of c, for logs: the address a TLS connection kept at
+ * accept, else read now (a syscall: only when logging). */
+static const char *conn_peer(const struct sl_conn *c, char *buf, size_t cap)
+{
+    if (c->tls_peer == NULL) return peer(c->fd, buf, cap);
+    const char *a = format_sockaddr(c->tls_peer, buf, cap);
+    return a ? a : "?";
+}
+
 /* ---- connections ----------------------------------------------------- */
 
 static void on_read(evutil_socket_t fd, short what, void *arg);
 static void on_write(evutil_socket_t fd, short what, void *arg);
 static void on_resume(evutil_socket_t fd, short what, void *arg);
 static void on_recv_deadline(evutil_socket_t fd, short what, void *arg);
+static void on_tls_read(struct bufferevent *bev, void *arg);
+static void on_tls_write(struct bufferevent *bev, void *arg);
+static void on_tls_event(struct bufferevent *bev, short what, void *arg);
+static void on_tls_drained(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg);
+static void tls_failed(conn *c, const char *why);
 static int after_async(conn *c);
 static void maybe_exit(worker *w);
 static void stop_step(conn *c);
@@ -558,7 +612,7 @@ static void log_cut(worker *w, conn *c, int64_t total)
     char pb[80];
     sl_log(SL_LOG_WARN, "max-output-total reached: cutting the client holding the most output",
            "client=%s worker=%d held=%zu output_total=%lld max_output_total=%llu unlogged=%llu",
-           peer(c->fd, pb, sizeof pb), w->id, c->acct, (long long)total,
+           conn_peer(c, pb, sizeof pb), w->id, c->acct, (long long)total,
            (unsigned long long)w->net->out_total_max, (unsigned long long)w->cut_unlogged);
     w->cut_unlogged = 0;
 }
@@ -648,18 +702,26 @@ static void conn_free(conn *c, const char *why)
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
         sl_log(SL_LOG_DEBUG, "client closed", "client=%s worker=%d reason=%s",
-               peer(c->fd, pb, sizeof pb), w->id, why);
+               conn_peer(c, pb, sizeof pb), w->id, sl_logq(why));
     }
     orphan_slots(c);
     size_t in = evbuffer_get_length(c->in);
     account_as(c, 0);
-    event_free(c->rev);
-    event_free(c->wev);
+    if (c->bev != NULL) {
+        evbuffer_remove_cb_entry(c->out, c->out_cb);
+        /* frees the SSL and closes the socket (BEV_OPT_CLOSE_ON_FREE), at
+         * once or when the loop next runs if it is inside its callbacks */
+        bufferevent_free(c->bev);
+    } else {
+        event_free(c->rev);
+        event_free(c->wev);
+        evbuffer_free(c->out);
+        close(c->fd);
+    }
     event_free(c->resume);
     event_free(c->recv_ev);
     evbuffer_free(c->in);
-    evbuffer_free(c->out);
-    close(c->fd);
+    free(c->tls_peer);
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -684,22 +746,66 @@ static void conn_cut(conn *c, const char *why)
     conn_free(c, why);
 }
 
-static void conn_new(worker *w, int fd)
+/* A TLS connection on fd: its bufferevent_openssl, accepting.  Reading
+ * takes at most SL_NET_READ_CHUNK ahead of what the turn consumed, the
+ * bufferevent's timeouts are idle-timeout (reading) and send-timeout
+ * (writing, while replies wait), and the handshake must be done within
+ * recv-timeout: it is the client's first message, and one sent a byte at a
+ * time must not hold a connection slot (idle-timeout restarts with every
+ * byte).  Returns 0, or -1 (the caller frees what is set). */
+static int tls_start(conn *c)
+{
+    worker *w = c->w;
+    socklen_t sl = sizeof *c->tls_peer;
+    if ((c->tls_peer = calloc(1, sizeof *c->tls_peer)) == NULL) return -1;
+    if (getpeername(c->fd, (struct sockaddr *)c->tls_peer, &sl) != 0) {
+        free(c->tls_peer);
+        c->tls_peer = NULL;
+    }
+    SSL *ssl = sl_tls_ssl_new(w->net->srv->tls);
+    if (ssl == NULL) return -1;
+    /* on failure it frees ssl (BEV_OPT_CLOSE_ON_FREE) but leaves the fd */
+    c->bev = bufferevent_openssl_socket_new(w->base, c->fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                            BEV_OPT_CLOSE_ON_FREE);
+    if (c->bev == NULL) return -1;
+    c->out = bufferevent_get_output(c->bev);
+    /* a client that closes without TLS's close_notify has simply left */
+    bufferevent_openssl_set_allow_dirty_shutdown(c->bev, 1);
+    bufferevent_setcb(c->bev, on_tls_read, on_tls_write, on_tls_event, c);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, SL_NET_READ_CHUNK);
+    bufferevent_set_timeouts(c->bev, w->idle_tv, w->send_tv);
+    c->out_cb = evbuffer_add_cb(c->out, on_tls_drained, c);
+    if (c->out_cb == NULL || bufferevent_enable(c->bev, EV_READ) != 0) return -1;
+    if (w->recv_tv != NULL) {
+        event_add(c->recv_ev, w->recv_tv);
+        c->recv_armed = 1;
+    }
+    return 0;
+}
+
+static void conn_new(worker *w, int fd, int tls)
 {
     sl_srv *srv = w->net->srv;
     conn *c = calloc(1, sizeof *c);
+    int ok = 0;
     if (c != NULL) {
         c->w = w;
         c->fd = fd;
         c->in = evbuffer_new();
-        c->out = evbuffer_new();
-        c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_read, c);
-        c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
         c->resume = evtimer_new(w->base, on_resume, c);
         c->recv_ev = evtimer_new(w->base, on_recv_deadline, c);
+        if (c->in && c->resume && c->recv_ev) {
+            if (tls) {
+                ok = tls_start(c) == 0;
+            } else {
+                c->out = evbuffer_new();
+                c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_read, c);
+                c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
+                ok = c->out && c->rev && c->wev && event_add(c->rev, w->idle_tv) == 0;
+            }
+        }
     }
-    if (c == NULL || !c->in || !c->out || !c->rev || !c->wev || !c->resume || !c->recv_ev ||
-        event_add(c->rev, w->idle_tv) != 0) {
+    if (!ok) {
         sl_log(SL_LOG_ERROR, "cannot serve a client: out of memory", "worker=%d", w->id);
         if (c != NULL) {
             if (c->rev) event_free(c->rev);
@@ -707,10 +813,17 @@ static void conn_new(worker *w, int fd)
             if (c->resume) event_free(c->resume);
             if (c->recv_ev) event_free(c->recv_ev);
             if (c->in) evbuffer_free(c->in);
-            if (c->out) evbuffer_free(c->out);
+            free(c->tls_peer);
+            if (c->bev) {
+                if (c->out_cb) evbuffer_remove_cb_entry(c->out, c->out_cb);
+                bufferevent_free(c->bev); /* closes fd */
+                fd = -1;
+            } else if (c->out) {
+                evbuffer_free(c->out);
+            }
             free(c);
         }
-        close(fd);
+        if (fd >= 0) close(fd);
         atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
         atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
         return;
@@ -721,7 +834,8 @@ static void conn_new(worker *w, int fd)
     w->conns = c;
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
-        sl_log(SL_LOG_DEBUG, "client connected", "client=%s worker=%d", peer(fd, pb, sizeof pb),
+        sl_log(SL_LOG_DEBUG, "client connected",
+               tls ? "client=%s worker=%d tls=yes" : "client=%s worker=%d", peer(fd, pb, sizeof pb),
                w->id);
     }
 }
@@ -731,11 +845,18 @@ static void update_reading(conn *c)
 {
     if (c->state != C_OPEN) return;
     int want = !c->paused_turn && !c->paused_out && c->nslots < SL_NET_MAX_SLOTS &&
-               !c->w->stopping; /* stopping: stop_step reads what is left */
-    if (want && !c->reading)
-        event_add(c->rev, c->w->idle_tv);
-    else if (!want && c->reading)
-        event_del(c->rev);
+               (!c->w->stopping || c->stop_more); /* stopping: stop_step reads what is left */
+    if (want && !c->reading) {
+        if (c->bev != NULL)
+            bufferevent_enable(c->bev, EV_READ);
+        else
+            event_add(c->rev, c->w->idle_tv);
+    } else if (!want && c->reading) {
+        if (c->bev != NULL)
+            bufferevent_disable(c->bev, EV_READ);
+        else
+            event_del(c->rev);
+    }
     c->reading = (unsigned)want;
 }
 
@@ -745,7 +866,12 @@ static void begin_close(conn *c)
 {
     if (c->state != C_OPEN) return;
     c->state = C_CLOSING;
-    if (c->reading) event_del(c->rev);
+    if (c->reading) {
+        if (c->bev != NULL)
+            bufferevent_disable(c->bev, EV_READ);
+        else
+            event_del(c->rev);
+    }
     c->reading = 0;
     event_del(c->resume);
     c->paused_turn = 0;
@@ -759,15 +885,26 @@ static void begin_close(conn *c)
 static int finish_close(conn *c)
 {
     int unread = 0;
+    if (c->bev != NULL && c->tls_ready && !c->eof) {
+        /* TLS's close_notify before our FIN, so the client knows the
+         * replies are complete (written at once: nothing waits in out) */
+        SSL_shutdown(bufferevent_openssl_get_ssl(c->bev));
+        ERR_clear_error();
+    }
     if (c->eof || ioctl(c->fd, FIONREAD, &unread) != 0 || unread == 0) {
         conn_free(c, c->eof ? "client closed" : "closed after replies");
         return -1;
     }
     shutdown(c->fd, SHUT_WR);
     c->state = C_LINGER;
-    if (c->writing) event_del(c->wev);
+    if (c->bev != NULL) {
+        bufferevent_set_timeouts(c->bev, c->w->linger_tv, NULL);
+        bufferevent_enable(c->bev, EV_READ);
+    } else {
+        if (c->writing) event_del(c->wev);
+        event_add(c->rev, c->w->linger_tv);
+    }
     c->writing = 0;
-    event_add(c->rev, c->w->linger_tv);
     c->reading = 1;
     return 0;
 }
@@ -787,7 +924,7 @@ static int flush(conn *c)
     }
     if (b->len > 0) {
         size_t off = 0;
-        if (evbuffer_get_length(c->out) == 0) {
+        if (c->bev == NULL && evbuffer_get_length(c->out) == 0) {
             ssize_t n = send(c->fd, b->p, b->len, MSG_NOSIGNAL);
             if (n < 0) {
                 if (!would_block(errno)) {
@@ -822,7 +959,7 @@ static int flush(conn *c)
     account_as(c, pending);
     if (pending == 0) return c->state == C_CLOSING ? finish_close(c) : 0;
     if (!c->writing && evbuffer_get_length(c->out) > 0) {
-        event_add(c->wev, w->send_tv);
+        if (c->bev == NULL) event_add(c->wev, w->send_tv); /* TLS: the bufferevent writes */
         c->writing = 1;
     }
     if (pending > net->out_pause && !c->paused_out) {
@@ -839,7 +976,7 @@ void sl_conn_protocol_error(conn *c, const char *msg)
     if (sl_log_enabled(SL_LOG_DEBUG)) {
         char pb[80];
         sl_log(SL_LOG_DEBUG, "protocol error", "client=%s worker=%d err=%s",
-               peer(c->fd, pb, sizeof pb), w->id, sl_logq(msg));
+               conn_peer(c, pb, sizeof pb), w->id, sl_logq(msg));
     }
 }
 
@@ -1018,7 +1155,8 @@ static void unpause(conn *c)
 
 /* recv-timeout: a command began to arrive that long ago and is not whole.
  * While we are not reading c (its output, its turn), the wait is ours,
- * not the client's: the deadline starts again. */
+ * not the client's: the deadline starts again.  For a TLS connection
+ * whose handshake is not done, the handshake is what did not arrive. */
 static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
@@ -1026,6 +1164,10 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
     worker *w = c->w;
     c->recv_armed = 0;
     if (c->state != C_OPEN) return;
+    if (c->bev != NULL && !c->tls_ready) {
+        tls_failed(c, "no handshake within recv-timeout");
+        return;
+    }
     if (!c->reading) {
         event_add(c->recv_ev, w->recv_tv);
         c->recv_armed = 1;
@@ -1041,7 +1183,7 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
         char pb[80];
         sl_log(SL_LOG_INFO, "client cut: a command did not arrive whole within recv-timeout",
                "client=%s worker=%d partial_bytes=%zu recv_timeout_ms=%lld",
-               peer(c->fd, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
+               conn_peer(c, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
                (long long)w->net->cfg->recv_timeout_ms);
     }
     conn_free(c, "recv-timeout");
@@ -1083,6 +1225,163 @@ static int after_async(conn *c)
     return 0;
 }
 
+/* ---- TLS connections ------------------------------------------------- */
+
+/* A TLS connection closed before its handshake completed (a client that
+ * is not speaking TLS, a certificate refused by either side, a protocol
+ * refused, a timeout, a client gone): counted (INFO tls_handshake_failures),
+ * logged at info at most TLS_LOG_PER_S a second per worker and at debug
+ * otherwise, and closed. */
+static void tls_failed(conn *c, const char *why)
+{
+    worker *w = c->w;
+    sl_stat_inc(&w->net->srv->stats.tls_failures, 1);
+    int64_t now = sl__mono_ms();
+    if (now - w->tls_log_ms >= 1000) {
+        w->tls_log_ms = now;
+        w->tls_log_n = 0;
+    }
+    int level = w->tls_log_n < TLS_LOG_PER_S ? SL_LOG_INFO : SL_LOG_DEBUG;
+    if (sl_log_enabled(level)) {
+        char pb[80];
+        if (level == SL_LOG_INFO) w->tls_log_n++;
+        sl_log(level, "TLS handshake failed", "client=%s worker=%d err=%s",
+               conn_peer(c, pb, sizeof pb), w->id, sl_logq(why));
+    }
+    conn_free(c, "tls handshake failed");
+}
+
+/* Decrypted input arrived: onto c->in, and run as the plain path runs a
+ * read.  Stopping, it is what stop_step waits for.  Closing or
+ * lingering, it is thrown away. */
+static void on_tls_read(struct bufferevent *bev, void *arg)
+{
+    conn *c = arg;
+    worker *w = c->w;
+    struct evbuffer *src = bufferevent_get_input(bev);
+    size_t n = evbuffer_get_length(src);
+    if (c->state != C_OPEN) {
+        evbuffer_drain(src, n);
+        c->discarded += n;
+        if (c->state == C_LINGER && c->discarded > LINGER_MAX_BYTES)
+            conn_free(c, "closed after replies");
+        return;
+    }
+    sl_stat_inc(&w->ws->net_in, (uint64_t)n);
+    if (evbuffer_add_buffer(c->in, src) != 0) {
+        conn_free(c, "out of memory");
+        return;
+    }
+    if (w->stopping) {
+        c->stop_read += n;
+        stop_step(c);
+        return;
+    }
+    serve(c, NULL, 0, 0);
+}
+
+/* OpenSSL took replies from c->out (into the kernel): count them as sent
+ * at once, so the budget of all clients sees a draining client shrink. */
+static void on_tls_drained(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)b;
+    conn *c = arg;
+    if (info->n_deleted == 0) return;
+    sl_stat_inc(&c->w->ws->net_out, (uint64_t)info->n_deleted);
+    account(c);
+}
+
+/* c->out is empty (the bufferevent's write low-water mark, 0): as the
+ * plain path's on_write when its output drained. */
+static void on_tls_write(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    conn *c = arg;
+    if (evbuffer_get_length(c->out) > 0) return;
+    c->writing = 0;
+    if (c->state == C_CLOSING) {
+        if (c->nslots == 0) finish_close(c);
+        return;
+    }
+    if (c->state == C_OPEN) unpause(c);
+}
+
+/* The handshake done, the end of the client's input, a timeout, an error. */
+static void on_tls_event(struct bufferevent *bev, short what, void *arg)
+{
+    conn *c = arg;
+    worker *w = c->w;
+    sl_srv *srv = w->net->srv;
+    if (what & BEV_EVENT_CONNECTED) {
+        c->tls_ready = 1;
+        sl_stat_inc(&srv->stats.tls_handshakes, 1);
+        recv_deadline(c, 1); /* nothing is arriving: the handshake's deadline is off */
+        return;
+    }
+    if (!c->tls_ready) {
+        char why[256];
+        if (what & BEV_EVENT_TIMEOUT) {
+            snprintf(why, sizeof why, "no handshake within %s",
+                     what & BEV_EVENT_WRITING ? "send-timeout" : "idle-timeout");
+        } else {
+            unsigned long errs[4], e;
+            int n = 0;
+            while ((e = bufferevent_get_openssl_error(bev)) != 0)
+                if (n < 4) errs[n++] = e;
+            sl_tls_why(bufferevent_openssl_get_ssl(bev), errs, n, why, sizeof why);
+        }
+        tls_failed(c, why);
+        return;
+    }
+    if (what & BEV_EVENT_TIMEOUT) {
+        if (what & BEV_EVENT_WRITING) { /* not one byte taken for send-timeout */
+            atomic_fetch_add_explicit(&srv->cut_output, 1, memory_order_relaxed);
+            conn_cut(c, "send-timeout");
+        } else if (c->state == C_LINGER) {
+            conn_free(c, "linger timeout");
+        } else if (!c->writing) { /* replies still going out: not idle */
+            atomic_fetch_add_explicit(&srv->cut_idle, 1, memory_order_relaxed);
+            conn_free(c, "idle-timeout");
+        }
+        return;
+    }
+    if ((what & BEV_EVENT_EOF) && (what & BEV_EVENT_READING) && c->state != C_LINGER) {
+        /* the client is done sending; send what is pending, then close.
+         * The bufferevent stopped writing at the EOF: start it again. */
+        c->eof = 1;
+        begin_close(c);
+        if (flush(c) == 0 && evbuffer_get_length(c->out) > 0) bufferevent_enable(bev, EV_WRITE);
+        return;
+    }
+    if (c->state == C_LINGER) {
+        conn_free(c, "closed after replies");
+        return;
+    }
+    /* an error, or the end while writing: the client is gone */
+    unsigned long errs[4], e;
+    int n = 0;
+    while ((e = bufferevent_get_openssl_error(bev)) != 0)
+        if (n < 4 && ERR_GET_LIB(e) != 0) errs[n++] = e;
+    char why[200] = "write error", reason[160];
+    if (n > 0)
+        snprintf(why, sizeof why, "tls error: %s",
+                 sl_tls_why(NULL, errs, n, reason, sizeof reason));
+    else if (what & BEV_EVENT_READING)
+        snprintf(why, sizeof why, "read error");
+    conn_free(c, why);
+}
+
+/* Stopping: whether a TLS client has sent more than we have decrypted
+ * (bytes in the socket, or a record OpenSSL holds) -- stop_step then
+ * waits for it through on_tls_read.  A syscall: only when stopping. */
+static int tls_more(conn *c)
+{
+    int unread = 0;
+    if (c->eof) return 0;
+    return (ioctl(c->fd, FIONREAD, &unread) == 0 && unread > 0) ||
+           SSL_pending(bufferevent_openssl_get_ssl(c->bev)) > 0;
+}
+
 /* ---- workers --------------------------------------------------------- */
 
 /* Stops one connection gracefully: runs every complete command it has
@@ -1095,12 +1394,19 @@ static void stop_step(conn *c)
     worker *w = c->w;
     const char *p = NULL;
     size_t n = 0;
+    c->stop_more = 0;
     for (;;) {
         if (serve(c, p, n, 1) != 0) return;
         if (c->state != C_OPEN || c->paused_out) return;
         p = NULL, n = 0;
         if (c->paused_turn) continue; /* stopped at the bound, and all of it sent */
         if (c->stop_read >= SL_NET_STOP_READ) break;
+        if (c->bev != NULL) { /* TLS: what is left arrives through on_tls_read */
+            if (!c->tls_ready || !tls_more(c)) break;
+            c->stop_more = 1;
+            update_reading(c);
+            return;
+        }
         ssize_t got = read(c->fd, w->rbuf, sizeof w->rbuf);
         if (got <= 0) {
             if (got == 0) c->eof = 1;
@@ -1174,7 +1480,7 @@ static void on_pipe(evutil_socket_t pfd, short what, void *arg)
     ssize_t n = read(pfd, fds, sizeof fds);
     for (ssize_t i = 0; i < n / (ssize_t)sizeof fds[0]; i++) {
         if (fds[i] >= 0)
-            conn_new(w, fds[i]);
+            conn_new(w, fds[i] & ~PIPE_TLS, (fds[i] & PIPE_TLS) != 0);
         else if (fds[i] == PIPE_SHED)
             shed(w);
         else
@@ -1291,9 +1597,11 @@ static worker *pick_worker(sl_net *net)
     return best;
 }
 
-/* Takes one accepted connection: refuses it over max-clients, else hands
- * it to a worker. */
-static void hand_off(sl_net *net, int fd)
+/* Takes one accepted connection (from a TLS listener: tls): refuses it
+ * over max-clients, else hands it to a worker.  A refused TLS client is
+ * closed without the error line, which it could not read before a
+ * handshake (one is not spent on a client that is refused anyway). */
+static void hand_off(sl_net *net, int fd, int tls)
 {
     sl_srv *srv = net->srv;
     int n = atomic_fetch_add_explicit(&srv->clients, 1, memory_order_relaxed);
@@ -1301,7 +1609,8 @@ static void hand_off(sl_net *net, int fd)
         static const char msg[] = "-ERR max number of clients reached\r\n";
         atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&srv->rejected, 1, memory_order_relaxed);
-        if (send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* best effort */
+        if (!tls && send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+            /* best effort */
         }
         close(fd);
         int64_t now = sl_now_ms();
@@ -1317,7 +1626,7 @@ static void hand_off(sl_net *net, int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     worker *w = pick_worker(net);
     atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
-    int v = fd;
+    int v = fd | (tls ? PIPE_TLS : 0);
     if (write(w->pipe[1], &v, sizeof v) != (ssize_t)sizeof v) { /* worker far behind */
         sl_log(SL_LOG_WARN, "worker busy: dropping a new connection", "worker=%d err=%s", w->id,
                sl_logq(strerror(errno)));
@@ -1331,7 +1640,14 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                       void *arg)
 {
     (void)l, (void)sa, (void)salen;
-    hand_off(arg, fd);
+    hand_off(arg, fd, 0);
+}
+
+static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                          int salen, void *arg)
+{
+    (void)l, (void)sa, (void)salen;
+    hand_off(arg, fd, 1);
 }
 
 static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
@@ -1378,7 +1694,7 @@ static void on_acc_pipe(evutil_socket_t pfd, short what, void *arg)
         for (int k = 0; k < BACKLOG; k++) {
             int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) break;
-            hand_off(net, fd);
+            hand_off(net, fd, net->ltls[i]);
         }
         evconnlistener_free(net->lev[i]); /* closes the socket */
         net->lev[i] = NULL;
@@ -1495,20 +1811,32 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
     if (net->out_pause > cfg->max_output / 2) net->out_pause = (size_t)(cfg->max_output / 2);
     net->out_total_max = sl_config_output_total(cfg);
 
-    /* listeners first: a port in use must fail before anything starts */
-    int port = cfg->port;
-    for (int i = 0; i < cfg->nbinds && i < MAX_LISTENERS; i++) {
-        int fd = listen_on(cfg->binds[i], &port, err, errlen);
-        if (fd < 0) goto fail;
-        net->lfds[net->nlisteners] = fd;
-        format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i], port);
-        net->nlisteners++;
+    /* listeners first: a port in use must fail before anything starts.
+     * The plain ones (unless --port off), then the TLS ones (--tls-port);
+     * port 0 is chosen by the first bind and kept for the others. */
+    if (cfg->tls_port >= 0 && srv->tls == NULL) {
+        snprintf(err, errlen, "--tls-port: no TLS context");
+        goto fail;
+    }
+    int ports[2] = {cfg->port, cfg->tls_port};
+    for (int tls = 0; tls < 2; tls++) {
+        for (int i = 0; ports[tls] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
+             i++) {
+            int fd = listen_on(cfg->binds[i], &ports[tls], err, errlen);
+            if (fd < 0) goto fail;
+            net->lfds[net->nlisteners] = fd;
+            net->ltls[net->nlisteners] = tls;
+            format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i],
+                        ports[tls]);
+            net->nlisteners++;
+        }
     }
     if (net->nlisteners == 0) {
         snprintf(err, errlen, "no address to listen on");
         goto fail;
     }
-    srv->port = port;
+    srv->port = cfg->port >= 0 ? ports[0] : 0;
+    srv->tls_port = cfg->tls_port >= 0 ? ports[1] : 0;
 
     int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);
@@ -1537,7 +1865,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
     }
     for (int i = 0; i < net->nlisteners; i++) {
         net->lev[i] =
-            evconnlistener_new(net->acc_base, on_accept, net,
+            evconnlistener_new(net->acc_base, net->ltls[i] ? on_accept_tls : on_accept, net,
                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, net->lfds[i]);
         if (net->lev[i] == NULL) {
             snprintf(err, errlen, "cannot listen on %s: out of memory", net->addrs[i]);
@@ -1616,4 +1944,9 @@ int sl_net_naddrs(const sl_net *net) { return net->nlisteners; }
 const char *sl_net_addr(const sl_net *net, int i)
 {
     return i >= 0 && i < net->nlisteners ? net->addrs[i] : "";
+}
+
+int sl_net_addr_tls(const sl_net *net, int i)
+{
+    return i >= 0 && i < net->nlisteners && net->ltls[i];
 }

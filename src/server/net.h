@@ -65,7 +65,9 @@ typedef struct sl_net sl_net;
 int sl_net_default_workers(const sl_config *cfg);
 
 /* Binds every address of srv->cfg (IPv4 and IPv6; port 0 picks a free port,
- * written to srv->port), starts srv->stats.nworkers worker threads, each
+ * written to srv->port; none with --port off), and with --tls-port a TLS
+ * listener on each too (srv->tls, tls.h, must be made first; the port goes
+ * to srv->tls_port); starts srv->stats.nworkers worker threads, each
  * with its service context (service.h) and backend channel, and the
  * acceptor.  Clients speak `proto` (src/proto/).
  * Returns the net, or NULL with a message in err, e.g.
@@ -99,8 +101,10 @@ void sl_conn_detached_free(sl_conn *c);
 /* Frees the net.  After sl_net_join. */
 void sl_net_free(sl_net *net);
 
-/* The "host:port" of listener i (i < sl_net_naddrs), e.g. "[::1]:6390". */
+/* The "host:port" of listener i (i < sl_net_naddrs), e.g. "[::1]:6390";
+ * the plain listeners first, then the TLS ones (sl_net_addr_tls: 1). */
 int sl_net_naddrs(const sl_net *net);
 const char *sl_net_addr(const sl_net *net, int i);
+int sl_net_addr_tls(const sl_net *net, int i);
 
 #endif

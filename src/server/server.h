@@ -21,7 +21,8 @@
 typedef struct sl_config {
     char binds[8][64];              /* addresses to listen on; default 127.0.0.1 */
     int nbinds;
-    int port;                       /* default SL_SRV_DEFAULT_PORT; 0 = any free */
+    int port;                       /* default SL_SRV_DEFAULT_PORT; 0 = any free;
+                                       -1 = none ("off": TLS only) */
     int threads;                    /* worker threads; 0 = one per core */
     uint64_t max_memory;            /* store bound in bytes; default 1 GB */
     int on_store_full;              /* SL_FULL_DENY (default) or SL_FULL_EVICT */
@@ -54,10 +55,23 @@ typedef struct sl_config {
     int protected_mode;             /* refuse a non-loopback bind without a password; default 1 */
     int64_t auth_fail_max;          /* failed logins per address per window; default 10 */
     int64_t auth_fail_window_ms;    /* default 60 s */
+    int tls_port;                   /* TLS listener (tls.h) on each bind address; -1 = none
+                                       (default); 0 = any free port */
+    char tls_cert_file[1024];       /* the server's certificate chain (PEM) */
+    char tls_key_file[1024];        /* its private key (PEM, not encrypted) */
+    char tls_ca_cert_file[1024];    /* CA(s) that sign client certificates; "" = none */
+    int tls_auth_clients;           /* SL_TLS_AUTH_*: client certificates; default yes */
 } sl_config;
+
+/* --tls-auth-clients: whether a TLS client must show a certificate that
+ * --tls-ca-cert-file signed (Redis's tls-auth-clients). */
+#define SL_TLS_AUTH_NO       0 /* not asked for */
+#define SL_TLS_AUTH_YES      1 /* required: a client without one fails the handshake */
+#define SL_TLS_AUTH_OPTIONAL 2 /* asked for; checked if shown */
 
 struct sl_live;
 struct sl_auth;
+struct sl_tls;
 
 typedef struct sl_srv {
     const sl_config *cfg;
@@ -66,10 +80,12 @@ typedef struct sl_srv {
                                        expiry (main.c); NULL with another backend */
     struct sl_live *live;           /* the rules (live.h); NULL = started without */
     struct sl_auth *auth;           /* users and failed logins (auth.h); NULL = no auth */
+    struct sl_tls *tls;             /* the TLS context (tls.h); NULL = no TLS listener */
     sl_stats stats;                 /* every number INFO shows (stats.h) */
     int64_t start_ms;               /* the server's clock (sl_now_ms) at start */
     int nworkers;                   /* worker threads (= stats.nworkers) */
-    int port;                       /* the port actually bound */
+    int port;                       /* the port actually bound; 0 = none (--port off) */
+    int tls_port;                   /* the TLS port actually bound; 0 = none */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

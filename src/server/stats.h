@@ -100,6 +100,8 @@ typedef struct sl_stats {
     _Atomic int64_t output_bytes;      /* replies held for all clients now (a gauge) */
     _Atomic uint64_t cut_output_total; /* clients closed: over max-output-total */
     _Atomic uint64_t cut_recv;         /* clients closed: a command not whole in recv-timeout */
+    _Atomic uint64_t tls_handshakes;   /* TLS handshakes completed */
+    _Atomic uint64_t tls_failures;     /* TLS connections closed before their handshake completed */
 } sl_stats;
 
 /* Initialises s with nworkers zeroed shards.  Returns 0 or -1 (no memory). */

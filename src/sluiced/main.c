@@ -1,7 +1,7 @@
 /*
  * main.c -- sluiced: wires the parts together and owns the process's life.
  *
- *     config (+ protected mode) -> users -> store (+ snapshot load)
+ *     config (+ protected mode) -> users -> TLS -> store (+ snapshot load)
  *            -> local backend -> statistics -> rules
  *            -> net (acceptor + workers, speaking RESP) -> main loop
  *
@@ -52,6 +52,7 @@
 #include "server.h"
 #include "sluice.h"
 #include "store.h"
+#include "tls.h"
 #include "util.h"
 
 #define EXPIRE_EVERY_MS    100
@@ -328,10 +329,27 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_INFO, "authentication on", "users=%d fail_limit=%lld/%lldms",
                sl_auth_nusers(a.srv.auth), (long long)a.cfg.auth_fail_max,
                (long long)a.cfg.auth_fail_window_ms);
-    if (beyond_loopback(&a.cfg) != NULL && sl_auth_required(a.srv.auth))
+    if (a.cfg.tls_port >= 0) { /* the certificate and key, before any state is loaded */
+        char what[512];
+        int expired = 0;
+        a.srv.tls = sl_tls_new(&a.cfg, err, sizeof err);
+        if (a.srv.tls == NULL) {
+            fprintf(stderr, "sluiced: %s\n", err);
+            sl_auth_free(a.srv.auth);
+            return 2;
+        }
+        sl_tls_describe(a.srv.tls, what, sizeof what, &expired);
+        sl_log(expired ? SL_LOG_WARN : SL_LOG_INFO,
+               expired ? "TLS on, but the certificate is not valid now: clients will refuse it"
+                       : "TLS on",
+               "cert=%s %s", sl_logq(a.cfg.tls_cert_file), what);
+    }
+    if (beyond_loopback(&a.cfg) != NULL && sl_auth_required(a.srv.auth) && a.cfg.port >= 0)
         sl_log(SL_LOG_WARN,
-               "listening beyond loopback: passwords and limits cross the network "
-               "in clear (no TLS on this port)",
+               a.cfg.tls_port >= 0 ? "listening beyond loopback: passwords and limits cross the "
+                                     "network in clear on the plain port (--port off: TLS only)"
+                                   : "listening beyond loopback: passwords and limits cross the "
+                                     "network in clear (no TLS on this port)",
                "addr=%s", beyond_loopback(&a.cfg));
     else if (beyond_loopback(&a.cfg) != NULL)
         sl_log(SL_LOG_WARN, "listening beyond loopback without a password (--protected-mode no)",
@@ -468,8 +486,9 @@ int main(int argc, char **argv)
 
     char d1[32], d2[32];
     for (int i = 0; i < sl_net_naddrs(a.net); i++)
-        sl_log(SL_LOG_INFO, "listening", "addr=%s threads=%d", sl_net_addr(a.net, i),
-               a.srv.nworkers);
+        sl_log(SL_LOG_INFO, "listening",
+               sl_net_addr_tls(a.net, i) ? "addr=%s threads=%d tls=yes" : "addr=%s threads=%d",
+               sl_net_addr(a.net, i), a.srv.nworkers);
     fmt_duration(d1, sizeof d1, a.cfg.snapshot_interval_ms);
     if (a.cfg.snapshot[0] != '\0')
         sl_log(SL_LOG_INFO, "snapshot", "file=%s interval=%s", sl_logq(a.cfg.snapshot), d1);
@@ -484,8 +503,13 @@ int main(int argc, char **argv)
            a.cfg.on_store_full == SL_FULL_DENY ? "deny-new" : "evict",
            (unsigned long long)a.cfg.max_command, (unsigned long long)a.cfg.max_output, d1, d2,
            a.cfg.trust_client_time ? "yes" : "no", (long long)a.cfg.max_client_skew_ms);
-    char hint[96];
-    snprintf(hint, sizeof hint, "try: redis-cli -p %d RL.ALLOW user:42 5 10s", a.srv.port);
+    char hint[160];
+    if (a.srv.port != 0)
+        snprintf(hint, sizeof hint, "try: redis-cli -p %d RL.ALLOW user:42 5 10s", a.srv.port);
+    else
+        snprintf(hint, sizeof hint,
+                 "try: redis-cli --tls --cacert CA.crt -p %d RL.ALLOW user:42 5 10s",
+                 a.srv.tls_port);
     sl_log(SL_LOG_INFO, "ready", "hint=%s", sl_logq(hint));
 
     event_base_dispatch(a.base);
@@ -506,6 +530,7 @@ int main(int argc, char **argv)
     sl_stats_free(&a.srv.stats);
     sl_store_free(a.srv.store);
     sl_auth_free(a.srv.auth);
+    sl_tls_free(a.srv.tls); /* after the workers' connections */
     sl_log(SL_LOG_INFO, "bye", "status=%d", status);
     return status;
 }

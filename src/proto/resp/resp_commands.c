@@ -611,6 +611,7 @@ static void cmd_info(req *q)
         info_text(&b, "redis_version", "7.0.0"); /* for clients that parse it */
         info_line(&b, "process_id", (unsigned long long)getpid());
         info_line(&b, "tcp_port", (unsigned long long)srv->port);
+        info_line(&b, "tls_port", (unsigned long long)srv->tls_port);
         info_line(&b, "uptime_in_seconds", (unsigned long long)((q->now - srv->start_ms) / 1000));
         info_line(&b, "threads", (unsigned long long)srv->nworkers);
         info_text(&b, "backend", srv->backend->ops->name);
@@ -652,6 +653,8 @@ static void cmd_info(req *q)
         info_line(&b, "clients_cut_output_total", atomic_load(&srv->stats.cut_output_total));
         info_line(&b, "clients_cut_idle", atomic_load(&srv->cut_idle));
         info_line(&b, "clients_cut_recv", atomic_load(&srv->stats.cut_recv));
+        info_line(&b, "tls_handshakes", atomic_load(&srv->stats.tls_handshakes));
+        info_line(&b, "tls_handshake_failures", atomic_load(&srv->stats.tls_failures));
         for (int a = 0; a < SL_ALGO_COUNT; a++) {
             all_dec += sum.decisions[a];
             all_ok += sum.allowed[a];
