@@ -13,7 +13,9 @@
  * published the same way; the old one stays readable (s->retired) until
  * the server exits.  So a name the rule already has costs a hash and a
  * probe; only a new name -- at most SL_STATS_MAX_VALUES per rule, ever --
- * takes s->mu.  The entries themselves are the rule table's, by name.
+ * takes s->mu, and a rule at its cap takes it no more (the count of names,
+ * published after each name, says so).  The entries themselves are the
+ * rule table's, by name.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,7 +181,8 @@ static void values_put(struct sl_stats_values *v, sl_rule_stats *e)
 static int values_add(sl_stats *s, sl_rule_stats *rs, sl_rule_stats *e)
 {
     struct sl_stats_values *v = atomic_load_explicit(&rs->values, memory_order_relaxed);
-    if (v == NULL || (rs->nvalues + 1) * 2 > v->cap) {
+    size_t n = atomic_load_explicit(&rs->nvalues, memory_order_relaxed);
+    if (v == NULL || (n + 1) * 2 > v->cap) {
         size_t cap = v ? v->cap * 2 : 16;
         struct sl_stats_values *nv = calloc(1, sizeof *nv + cap * sizeof nv->slot[0]);
         if (nv == NULL) return -1;
@@ -196,7 +199,7 @@ static int values_add(sl_stats *s, sl_rule_stats *rs, sl_rule_stats *e)
         v = nv;
     }
     values_put(v, e);
-    rs->nvalues++;
+    atomic_store_explicit(&rs->nvalues, n + 1, memory_order_release); /* after the name */
     return 0;
 }
 
@@ -228,10 +231,16 @@ sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *
     uint64_t h = fnv(buf);
     sl_rule_stats *e = values_find(atomic_load_explicit(&rs->values, memory_order_acquire), buf, h);
     if (e != NULL) return e;
+    /* full for good (names are never dropped): no lock for the requests
+     * of a rule at its cap, whatever values they send.  Seeing the count
+     * (acquire) shows every name added before it: look once more */
+    if (atomic_load_explicit(&rs->nvalues, memory_order_acquire) >= SL_STATS_MAX_VALUES)
+        return values_find(atomic_load_explicit(&rs->values, memory_order_acquire), buf, h);
     pthread_mutex_lock(&s->mu);
     /* again under the lock: another worker may have added it */
     e = values_find(atomic_load_explicit(&rs->values, memory_order_relaxed), buf, h);
-    if (e == NULL && rs->nvalues < SL_STATS_MAX_VALUES) {
+    if (e == NULL &&
+        atomic_load_explicit(&rs->nvalues, memory_order_relaxed) < SL_STATS_MAX_VALUES) {
         e = entry(s, buf);
         if (e != NULL && values_add(s, rs, e) != 0) e = NULL;
     }

@@ -106,7 +106,8 @@ typedef struct sl_rule_stats {
                                                  SL_STATS_MAX_VALUES, too long, table full) */
     _Atomic(struct sl_stats_values *) values; /* its per-value names (read without
                                                  a lock); NULL until the first */
-    size_t nvalues;                           /* names in values; under sl_stats.mu */
+    _Atomic size_t nvalues;                   /* names in values: written under
+                                                 sl_stats.mu, read by anyone */
     int per_value;                            /* bound to a node that names its statistics
                                                  per value (INFO shows values= and
                                                  overflow=); under sl_stats.mu */

@@ -596,7 +596,8 @@ static void info_rule(const sl_rule_stats *rs, void *arg)
                      GET(matched), GET(allowed), GET(denied), GET(shadow), GET(elastic),
                      GET(over_quota));
     if (rs->per_value && n > 0 && (size_t)n < sizeof line)
-        n += snprintf(line + n, sizeof line - (size_t)n, ",values=%zu,overflow=%llu", rs->nvalues,
+        n += snprintf(line + n, sizeof line - (size_t)n, ",values=%zu,overflow=%llu",
+                      atomic_load_explicit((_Atomic size_t *)&rs->nvalues, memory_order_relaxed),
                       GET(overflow));
 #undef GET
     if (n <= 0 || (size_t)n >= sizeof line) return; /* cannot happen: 9 numbers */
