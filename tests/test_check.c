@@ -638,6 +638,40 @@ static void count_denied(void **state)
     assert_int_equal(peek_rem(f, "c|b=y", 10, 60000, 1000), 8);
 }
 
+/* The plan names each descriptor's node, and counts those whose statistics
+ * go per value (detailed_metric, value_to_metric): 0 for every other
+ * request, which is what spares them any per-value work in sluiced. */
+static void plan_metric_nodes(void **state)
+{
+    fx *f = *state;
+    use(f,
+        "domain: m\n"
+        "descriptors:\n"
+        "  - {key: user, value_to_metric: true, rate_limit: {unit: minute, requests_per_unit: 2}}\n"
+        "  - {key: key7, detailed_metric: true, rate_limit: {unit: minute, requests_per_unit: "
+        "70}}\n"
+        "  - {key: ip, rate_limit: {unit: minute, requests_per_unit: 3}}\n"
+        "  - {key: w, value: 'a*', value_to_metric: true, share_threshold: true,\n"
+        "     rate_limit: {unit: minute, requests_per_unit: 3}}\n",
+        0);
+    static sl_check_plan plan; /* large: not on the stack */
+    req q;
+    build(&q, (const char *const[]){"ip", "1.2.3.4", "w", "ab", "color", "red", NULL});
+    assert_int_equal(
+        sl_check_plan_make(f->r, NULL, "m", 1, q.d, q.nd, q.n, 1, 0, &plan, err, sizeof err), 0);
+    assert_int_equal(plan.nmetric, 0); /* a shared wildcard keeps its pattern: static */
+    assert_string_equal(plan.node[0]->path, "m.ip");
+    assert_string_equal(plan.node[1]->path, "m.w_a*");
+    assert_null(plan.node[2]); /* NO_RULE */
+    build(&q, (const char *const[]){"user", "bob", "ip", "1.2.3.4", "key7", "x", NULL});
+    assert_int_equal(
+        sl_check_plan_make(f->r, NULL, "m", 1, q.d, q.nd, q.n, 1, 0, &plan, err, sizeof err), 0);
+    assert_int_equal(plan.nmetric, 2);
+    assert_true(plan.node[0]->metric_dynamic);
+    assert_false(plan.node[1]->metric_dynamic);
+    assert_true(plan.node[2]->metric_dynamic);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -655,6 +689,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(share_threshold, setup, teardown),
         cmocka_unit_test_setup_teardown(quota_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(count_denied, setup, teardown),
+        cmocka_unit_test_setup_teardown(plan_metric_nodes, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

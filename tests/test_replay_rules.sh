@@ -10,6 +10,9 @@
 #     newline); nginx's combined format (zones, IPv6 with ip_prefix);
 #   - --summary: standard output unchanged, the per-rule table and the most
 #     denied counting keys on standard error;
+#   - sluiced's loader options, --merge-domains and --count-denied: every
+#     spelling (bare, yes|no after, =VALUE), exact answers with and without
+#     (tests/e2e/test_replay_rules.py compares them with sluiced's);
 #   - errors, each with exit status 2 and one `sluicectl: ...` line: option
 #     misuse (--algo or --threads with --rules, missing --domain, ...), a bad
 #     rules file (its FILE:LINE:COLUMN message), an unknown domain, malformed
@@ -210,7 +213,7 @@ sluicectl replay summary: rules RULES, domain api, capacity 2/1s
   requests               22   (23 lines read)
   allowed                15   68.2%
   denied                  7   31.8%
-  descriptors            26   OK 15, OVER_LIMIT 7, SHADOW 1, ELASTIC 1, UNLIMITED 1, NO_RULE 1
+  descriptors            26   OK 15, OVER_LIMIT 7, SHADOW 1, ELASTIC 1, UNLIMITED 1, NO_RULE 1, OVER_QUOTA 0
   keys                   10   (counters in the store)
   rules (a descriptor counts for the limit its answer names; elsewhere: passed it, denied by another):
        matched    allowed     denied  elsewhere     shadow    elastic  rule (limit)
@@ -268,6 +271,48 @@ else
     bad "--summary beyond 4096 keys" "exit $rc, first '$first'" "$(tail -14 "$T/err")"
 fi
 
+# ---- sluiced's loader options: --merge-domains, --count-denied ----------------
+
+# One domain in two files (Lyft's MERGE_DOMAIN_CONFIG); `a` at 2 a minute,
+# `b` at 10.  The third request is denied by a: all-or-none leaves b
+# uncharged (7 left after the fourth), Lyft's counting charges it (6 left).
+mkdir "$T/lyft"
+printf 'domain: api\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 2}\n' >"$T/lyft/a.yaml"
+printf 'domain: api\ndescriptors:\n  - key: b\n    rate_limit: {unit: minute, requests_per_unit: 10}\n' >"$T/lyft/b.yaml"
+printf '0 a=1 b=1\n1 a=1 b=1\n2 a=1 b=1\n3 b=1\n' >"$T/lyft.trace"
+cat >"$T/lyft.want" <<'EOF'
+1 2 1 0 60000 0 OK:api.a OK:api.b
+1 2 0 0 59999 0 OK:api.a OK:api.b
+0 2 0 59998 59998 0 OVER_LIMIT:api.a OK:api.b
+1 10 7 0 59997 0 OK:api.b
+EOF
+sed '4s/ 7 / 6 /' "$T/lyft.want" >"$T/lyft.want_counted"
+RL="replay --rules $T/lyft --domain api"
+for flags in "--merge-domains" "--merge-domains yes" "--merge-domains=yes" "--merge-domains=on" \
+    "--merge-domains true --count-denied no" "--merge-domains 1 --count-denied=no" \
+    "--merge-domains --count-denied=off" "--merge-domains --count-denied --count-denied no"; do
+    "$SLUICE" $RL $flags "$T/lyft.trace" >"$T/got" 2>"$T/err"
+    same "$flags: merged, all or none" "$T/lyft.want" "$T/got" $?
+done
+for flags in "--merge-domains --count-denied" "--merge-domains --count-denied yes" \
+    "--count-denied=yes --merge-domains" "--count-denied=true --merge-domains=1" \
+    "--merge-domains --count-denied on" "--merge-domains --count-denied no --count-denied"; do
+    "$SLUICE" $RL $flags "$T/lyft.trace" >"$T/got" 2>"$T/err"
+    same "$flags: merged, Lyft's counting" "$T/lyft.want_counted" "$T/got" $?
+done
+# a bare flag before FILE: FILE is not its value; from standard input too
+"$SLUICE" $RL --merge-domains --count-denied "$T/lyft.trace" >"$T/got" 2>"$T/err"
+same "--count-denied FILE: a bare flag, then the file" "$T/lyft.want_counted" "$T/got" $?
+"$SLUICE" $RL --merge-domains --count-denied <"$T/lyft.trace" >"$T/got" 2>"$T/err"
+same "--count-denied at the end, standard input" "$T/lyft.want_counted" "$T/got" $?
+"$SLUICE" replay --rules "$T/lyft" --help >"$T/out"
+if grep -q -- '--merge-domains yes|no' "$T/out" && grep -q -- '--count-denied yes|no' "$T/out" &&
+    grep -q "MERGE_DOMAIN_CONFIG" "$T/out"; then
+    ok "--help: --merge-domains and --count-denied"
+else
+    bad "--help: --merge-domains and --count-denied" "$(cat "$T/out")"
+fi
+
 # ---- errors: options ---------------------------------------------------------
 
 # opt_error NAME PHRASE ARGS...: exit 2, one line "sluicectl: ...PHRASE...", no stdout.
@@ -311,6 +356,19 @@ opt_error "missing file" "sluicectl: cannot open '$T/nonexistent'" $RR "$T/nonex
 opt_error "missing rules file" "sluicectl: $T/none.yaml: " replay --rules "$T/none.yaml" --domain api
 opt_error "unknown domain" "sluicectl: domain 'apx' is not in $T/rules.yaml (it defines: api)" \
     replay --rules "$T/rules.yaml" --domain apx
+opt_error "bad --count-denied" "sluicectl: invalid --count-denied 'maybe': expected yes or no" \
+    $RR --count-denied=maybe
+opt_error "bad --merge-domains" "sluicectl: invalid --merge-domains '': expected yes or no" \
+    $RR --merge-domains=
+opt_error "--count-denied without --rules" \
+    "sluicectl: --count-denied needs --rules PATH (what-if replay of a rules file)" replay --count-denied
+opt_error "--merge-domains without --rules" "sluicectl: --merge-domains needs --rules PATH" \
+    replay --algo gcra --limit 1 --window 1s --merge-domains=no
+opt_error "a domain in two files, no --merge-domains" \
+    "sluicectl: $T/lyft/b.yaml:1:9: domain 'api' is already defined in $T/lyft/a.yaml:1:9 (--merge-domains merges them" \
+    $RL --count-denied
+opt_error "a domain in two files, --merge-domains no" "domain 'api' is already defined in" \
+    $RL --merge-domains no
 
 # a bad rules file: its FILE:LINE:COLUMN message
 printf 'domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minutes, requests_per_unit: 2}\n' >"$T/bad.yaml"
@@ -478,6 +536,26 @@ else
     else
         bad "no progress bar for a pipe" "$(od -c "$T/pty" | head -4)"
     fi
+fi
+
+# ---- quota mode in the summary ---------------------------------------------
+# Two quota descriptors, the first over on the third request: it answers
+# OVER_QUOTA (the other has room, so the request passes), and the summary
+# counts it among the descriptors' answers.
+cat >"$T/quota.yaml" <<'EOF'
+domain: q
+descriptors:
+  - {key: backend, value: primary, quota_mode: true, rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: backend, value: fallback, quota_mode: true, rate_limit: {unit: hour, requests_per_unit: 3}}
+EOF
+printf '1000 backend=primary backend=fallback\n%.0s' 1 2 3 >"$T/qtrace"
+"$SLUICE" replay --rules "$T/quota.yaml" --domain q --summary "$T/qtrace" >"$T/got" 2>"$T/err"
+rc=$?
+if [ $rc -eq 0 ] && sed -n 3p "$T/got" | grep -q '^1 .* OVER_QUOTA:q.backend_primary OK:q.backend_fallback$' &&
+    grep -q -F 'OK 5, OVER_LIMIT 0, SHADOW 0, ELASTIC 0, UNLIMITED 0, NO_RULE 0, OVER_QUOTA 1' "$T/err"; then
+    ok "quota mode: the third request passes with OVER_QUOTA, counted in the summary"
+else
+    bad "quota mode in the summary" "exit $rc" "$(cat "$T/got")" "$(grep descriptors "$T/err")"
 fi
 
 finish

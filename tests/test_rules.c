@@ -1473,6 +1473,7 @@ static const char *metric_kv(const sl_rules *r, const char *dom, int *dynamic,
     size_t len = 0;
     *dynamic = sl_rules_metric_name(m.node, m.e, m.n, m.buf, SL_MAX_KEY + 1, &len);
     assert_int_equal(*dynamic, sl_rules_metric_dynamic(m.node));
+    assert_int_equal(*dynamic, m.node->metric_dynamic); /* the loader's, RL.CHECK's */
     assert_int_equal(len, strlen(m.buf));
     return m.buf;
 }
@@ -1648,8 +1649,8 @@ static void lyft_new_fields(void **state)
     assert_string_equal(buf, "");
     n = MATCH(r, "d", "s", "s1");
     sl_rules_node_notes(n, buf, sizeof buf);
-    assert_string_equal(buf, " share_threshold detailed_metric: not applicable"
-                             " value_to_metric: not applicable");
+    /* the metric fields name INFO rulestats' per-value entries: applicable */
+    assert_string_equal(buf, " share_threshold detailed_metric value_to_metric");
     sl_rules_free(r);
 
     /* the new fields' bad values */

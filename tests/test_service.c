@@ -277,6 +277,264 @@ static void rule_stats_survive_reloads(void **state)
     unlink(path);
 }
 
+/* Loads text as the serving rules (the first load, or a reload). */
+static void serve_rules(const char *path, const char *text)
+{
+    write_file(path, text);
+    if (srv.live == NULL) {
+        srv.live = sl_live_new(path);
+        assert_non_null(srv.live);
+        sl_live_on_load(srv.live, sl_stats_on_rules_load, &srv.stats);
+    }
+    char err[SL_LIVE_ERR];
+    assert_int_equal(sl_live_reload(srv.live, "test", err, sizeof err), 0);
+}
+
+/* RL.CHECK in domain dom at time at, cost 1: descriptors of one or more
+ * entries, given as "k=v" strings, a NULL between descriptors and two at
+ * the end. */
+static void check_in(const char *dom, int64_t at, seen *s, const char *const *kv)
+{
+    static sl_rule_entry e[32];
+    const sl_rule_entry *d[8];
+    int nd[8], n = 0, ne = 0;
+    for (int i = 0; kv[i] != NULL; i++) {
+        d[n] = &e[ne];
+        nd[n] = 0;
+        for (; kv[i] != NULL; i++, ne++, nd[n]++) {
+            const char *eq = strchr(kv[i], '=');
+            e[ne] = (sl_rule_entry){kv[i], (size_t)(eq - kv[i]), eq + 1, strlen(eq + 1)};
+        }
+        n++;
+    }
+    s->calls = 0;
+    sl_svc_check(&svc, dom, strlen(dom), d, nd, n, 1, at, record, s);
+    assert_int_equal(s->calls, 1);
+    assert_int_equal(s->r.rc, 0);
+}
+#define CHECK_IN(dom, at, s, ...)                                                                  \
+    check_in((dom), (at), (s), (const char *const[]){__VA_ARGS__, NULL, NULL})
+
+/* A rule's counts: matched allowed denied over_quota shadow elastic. */
+static void counts_are_(int line, const char *name, uint64_t m, uint64_t a, uint64_t d, uint64_t q,
+                        uint64_t sh, uint64_t el)
+{
+    const sl_rule_stats *rs = rule_stats(name);
+    if (rs == NULL) fail_msg("line %d: no statistics named '%s'", line, name);
+#define G(f) sl_stat_get((_Atomic uint64_t *)&rs->f)
+    if (G(matched) != m || G(allowed) != a || G(denied) != d || G(over_quota) != q ||
+        G(shadow) != sh || G(elastic) != el)
+        fail_msg("line %d: %s: matched=%llu allowed=%llu denied=%llu over_quota=%llu shadow=%llu "
+                 "elastic=%llu, want %llu %llu %llu %llu %llu %llu",
+                 line, name, (unsigned long long)G(matched), (unsigned long long)G(allowed),
+                 (unsigned long long)G(denied), (unsigned long long)G(over_quota),
+                 (unsigned long long)G(shadow), (unsigned long long)G(elastic),
+                 (unsigned long long)m, (unsigned long long)a, (unsigned long long)d,
+                 (unsigned long long)q, (unsigned long long)sh, (unsigned long long)el);
+    /* every evaluation is exactly one of these */
+    assert_int_equal(G(matched), G(allowed) + G(denied) + G(over_quota) + G(shadow));
+#undef G
+}
+#define counts_are(...) counts_are_(__LINE__, __VA_ARGS__)
+
+static const char *code(const seen *s, int i) { return sl_check_code_name(s->st[i].code); }
+
+/* A quota-mode limit that is over but did not deny is counted as
+ * over_quota, not denied: when another quota descriptor carried the
+ * request, and when an enforced limit denied it.  Only when every quota
+ * descriptor is over (the request denied for that) is it denied. */
+static void quota_over_is_its_own_count(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/sluice-test-service-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    serve_rules(path, "domain: route\n"
+                      "descriptors:\n"
+                      "  - key: backend\n"
+                      "    value: primary\n"
+                      "    quota_mode: true\n"
+                      "    rate_limit: {name: primary, unit: minute, requests_per_unit: 2}\n"
+                      "  - key: backend\n"
+                      "    value: fallback\n"
+                      "    quota_mode: true\n"
+                      "    rate_limit: {name: fallback, unit: minute, requests_per_unit: 3}\n"
+                      "  - key: user\n"
+                      "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 1}\n");
+    seen s = {0};
+    const char *want[][2] = {{"OK", "OK"},
+                             {"OK", "OK"},
+                             {"OVER_QUOTA", "OK"},         /* fallback carries it */
+                             {"OVER_LIMIT", "OVER_LIMIT"}, /* both over: denied */
+                             {"OVER_LIMIT", "OVER_LIMIT"},
+                             {"OVER_LIMIT", "OVER_LIMIT"}};
+    for (int i = 0; i < 6; i++) {
+        CHECK_IN("route", i, &s, "backend=primary", NULL, "backend=fallback");
+        assert_int_equal(s.r.result.allowed, i < 3);
+        assert_string_equal(code(&s, 0), want[i][0]);
+        assert_string_equal(code(&s, 1), want[i][1]);
+    }
+    counts_are("primary", 6, 2, 3, 1, 0, 0);
+    counts_are("fallback", 6, 3, 3, 0, 0, 0);
+
+    /* the next minute: an enforced limit denies while primary is over and
+     * fallback has room -- primary answers OVER_QUOTA, not what denied */
+    int64_t t = 60000;
+    CHECK_IN("route", t, &s, "backend=primary", NULL, "backend=fallback", NULL, "user=bob");
+    assert_int_equal(s.r.result.allowed, 1);
+    CHECK_IN("route", t + 1, &s, "backend=primary", NULL, "backend=fallback");
+    assert_int_equal(s.r.result.allowed, 1); /* primary now at 2 of 2 */
+    CHECK_IN("route", t + 2, &s, "backend=primary", NULL, "backend=fallback", NULL, "user=bob");
+    assert_int_equal(s.r.result.allowed, 0);
+    assert_string_equal(code(&s, 0), "OVER_QUOTA");
+    assert_string_equal(code(&s, 1), "OK");
+    assert_string_equal(code(&s, 2), "OVER_LIMIT");
+    counts_are("primary", 9, 4, 3, 2, 0, 0);
+    counts_are("fallback", 9, 6, 3, 0, 0, 0);
+    counts_are("per_user", 2, 1, 1, 0, 0, 0);
+    unlink(path);
+}
+
+static const sl_rule_stats *must(const char *name)
+{
+    const sl_rule_stats *rs = rule_stats(name);
+    if (rs == NULL) fail_msg("no statistics named '%s'", name);
+    return rs;
+}
+
+static uint64_t overflow_of(const char *name)
+{
+    return sl_stat_get((_Atomic uint64_t *)&must(name)->overflow);
+}
+
+static const char metric_rules[] =
+    "domain: m\n"
+    "descriptors:\n"
+    "  - key: route                 # Lyft's README example: route and method in the name\n"
+    "    value_to_metric: true\n"
+    "    descriptors:\n"
+    "      - key: method\n"
+    "        value_to_metric: true\n"
+    "        descriptors:\n"
+    "          - key: subject\n"
+    "            rate_limit: {unit: minute, requests_per_unit: 2}\n"
+    "  - key: key7\n"
+    "    detailed_metric: true\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 70}\n"
+    "  - key: team                  # two limits: #1, #2 as their rules\n"
+    "    detailed_metric: true\n"
+    "    rate_limit:\n"
+    "      - {unit: second, requests_per_unit: 1}\n"
+    "      - {unit: minute, requests_per_unit: 5}\n"
+    "  - key: plan                  # every level exact: Lyft's name is the rule's\n"
+    "    value: gold\n"
+    "    detailed_metric: true\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+    "  - key: other                 # a rule named as key7's value 'shared' is\n"
+    "    rate_limit: {name: m.key7_shared, unit: minute, requests_per_unit: 9}\n"
+    "  - key: ip\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 3}\n";
+
+/* detailed_metric and value_to_metric: each request counted under its rule
+ * AND under Lyft's per-value name (sl_rules_metric_name), names written as
+ * INFO writes them, at most SL_STATS_MAX_VALUES per rule (then the rule's
+ * overflow), kept across reloads like the rules' own. */
+static void per_value_statistics(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/sluice-test-service-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    serve_rules(path, metric_rules);
+    seen s = {0};
+    for (int i = 0; i < 3; i++) CHECK_IN("m", i, &s, "route=/a", "method=GET", "subject=u1");
+    assert_string_equal(code(&s, 0), "OVER_LIMIT");
+    CHECK_IN("m", 10, &s, "route=/b", "method=POST", "subject=u1");
+    counts_are("m.route.method.subject", 4, 3, 1, 0, 0, 0); /* the rule: every request */
+    counts_are("m.route_/a.method_GET.subject", 3, 2, 1, 0, 0, 0);
+    counts_are("m.route_/b.method_POST.subject", 1, 1, 0, 0, 0, 0);
+    assert_int_equal(must("m.route.method.subject")->nvalues, 2);
+    assert_true(must("m.route.method.subject")->per_value);
+    assert_int_equal(overflow_of("m.route.method.subject"), 0);
+
+    /* detailed_metric: Lyft's basic_config key7 */
+    CHECK_IN("m", 20, &s, "key7=unspecified_value");
+    CHECK_IN("m", 21, &s, "key7=unspecified_value");
+    CHECK_IN("m", 22, &s, "key7=another");
+    counts_are("m.key7", 3, 3, 0, 0, 0, 0);
+    counts_are("m.key7_unspecified_value", 2, 2, 0, 0, 0, 0);
+    counts_are("m.key7_another", 1, 1, 0, 0, 0, 0);
+    /* a node of two limits: each limit's own name, "#N" as the rules' */
+    CHECK_IN("m", 30, &s, "team=t1");
+    CHECK_IN("m", 31, &s, "team=t1"); /* over 1 a second: denied, both peeked */
+    assert_int_equal(s.r.result.allowed, 0);
+    counts_are("m.team#1", 2, 1, 1, 0, 0, 0);
+    counts_are("m.team_t1#1", 2, 1, 1, 0, 0, 0);
+    counts_are("m.team_t1#2", 2, 2, 0, 0, 0, 0);
+    assert_null(rule_stats("m.team_t1"));
+    /* Lyft's name is the rule's own: counted once */
+    CHECK_IN("m", 40, &s, "plan=gold");
+    counts_are("m.plan_gold", 1, 1, 0, 0, 0, 0);
+    assert_int_equal(must("m.plan_gold")->nvalues, 0);
+    /* the same name is the same entry: key7's value 'shared' and the rule
+     * named m.key7_shared count together, as Lyft's stats by name */
+    CHECK_IN("m", 50, &s, "other=x");
+    CHECK_IN("m", 51, &s, "key7=shared");
+    counts_are("m.key7_shared", 2, 2, 0, 0, 0, 0);
+    assert_false(must("m.key7_shared")->per_value); /* a rule of its own: no values= */
+    /* request bytes in a name: outside '!'..'~' and % : , as %XX */
+    CHECK_IN("m", 60, &s, "key7=a b:c,d%\r\n\xff");
+    counts_are("m.key7_a%20b%3Ac%2Cd%25%0D%0A%FF", 1, 1, 0, 0, 0, 0);
+    /* a name longer than SL_STATS_MAX_NAME (200 blanks: a 208-byte key,
+     * a 607-byte name): not tracked, the overflow */
+    char big[200 + 6];
+    memcpy(big, "key7=", 5);
+    memset(big + 5, ' ', 200);
+    big[205] = '\0';
+    size_t before = srv.stats.nrules;
+    CHECK_IN("m", 70, &s, big);
+    assert_int_equal(srv.stats.nrules, before);
+    counts_are("m.key7", 6, 6, 0, 0, 0, 0);
+    assert_int_equal(overflow_of("m.key7"), 1);
+    assert_int_equal(must("m.key7")->nvalues, 4);
+    /* other rules: no per-value work, no values= */
+    CHECK_IN("m", 80, &s, "ip=10.0.0.1");
+    counts_are("m.ip", 1, 1, 0, 0, 0, 0);
+    assert_false(must("m.ip")->per_value);
+    assert_null(must("m.ip")->values);
+
+    /* the cap: 1000 names for a rule, then its overflow; names it has go
+     * on counting */
+    char v[64];
+    for (int i = 0; i < SL_STATS_MAX_VALUES + 5; i++) {
+        snprintf(v, sizeof v, "route=/v%d", i);
+        CHECK_IN("m", 1000 + i, &s, v, "method=GET", "subject=u2");
+    }
+    const sl_rule_stats *rt = must("m.route.method.subject");
+    assert_int_equal(rt->nvalues, SL_STATS_MAX_VALUES);
+    assert_int_equal(overflow_of("m.route.method.subject"), 2 + 5); /* /v998 .. /v1004 */
+    counts_are("m.route.method.subject", 4 + SL_STATS_MAX_VALUES + 5, 3 + SL_STATS_MAX_VALUES + 5,
+               1, 0, 0, 0);
+    counts_are("m.route_/v997.method_GET.subject", 1, 1, 0, 0, 0, 0);
+    assert_null(rule_stats("m.route_/v998.method_GET.subject"));
+    CHECK_IN("m", 3000, &s, "route=/a", "method=GET", "subject=u3");
+    counts_are("m.route_/a.method_GET.subject", 4, 3, 1, 0, 0, 0);
+    assert_int_equal(overflow_of("m.route.method.subject"), 7);
+
+    /* a reload: the same entries go on, the cap too */
+    size_t tracked = srv.stats.nrules;
+    serve_rules(path, metric_rules);
+    CHECK_IN("m", 4000, &s, "route=/b", "method=POST", "subject=u1");
+    counts_are("m.route_/b.method_POST.subject", 2, 2, 0, 0, 0, 0);
+    CHECK_IN("m", 4001, &s, "route=/new", "method=GET", "subject=u1");
+    assert_int_equal(overflow_of("m.route.method.subject"), 8);
+    assert_int_equal(srv.stats.nrules, tracked);
+    assert_ptr_equal(must("m.route.method.subject"), rt);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -285,6 +543,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(values_name_the_problem, setup, teardown),
         cmocka_unit_test_setup_teardown(at_skew_is_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(rule_stats_survive_reloads, setup, teardown),
+        cmocka_unit_test_setup_teardown(quota_over_is_its_own_count, setup, teardown),
+        cmocka_unit_test_setup_teardown(per_value_statistics, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -328,8 +328,8 @@ static void summary_print(const summary *s, const sl_params *p, uint64_t lines, 
 
 const char sl__replay_usage[] =
     "usage: sluicectl replay --algo ALGO --limit L --window W [--burst B] [--precision P]\n"
-    "                     [--log-rejected] [--max-memory BYTES] [--summary]\n"
-    "                     [--threads N] [FILE]\n"
+    "                        [--log-rejected] [--max-memory BYTES] [--summary]\n"
+    "                        [--threads N] [FILE]\n"
     "       sluicectl replay --rules PATH --domain D [...] [FILE]\n"
     "\n"
     "Decides every request of a recorded trace as a limiter would have, and\n"

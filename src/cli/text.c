@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "sluice.h"
@@ -82,6 +83,18 @@ int sl__write_all(int fd, const char *p, size_t n)
     return 0;
 }
 
+int sl__bool_parse(const char *s, size_t len, int *out)
+{
+    static const char *const words[] = {"no", "false", "off", "0", "yes", "true", "on", "1"};
+    for (int i = 0; i < 8; i++) {
+        if (strlen(words[i]) == len && strncasecmp(s, words[i], len) == 0) {
+            *out = i >= 4;
+            return 0;
+        }
+    }
+    return -1;
+}
+
 int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen)
 {
     if (w->i == 0) w->i = 1;
@@ -110,7 +123,14 @@ int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen)
         o->name = arg + 2;
         o->nlen = eq ? (size_t)(eq - o->name) : strlen(o->name);
         o->val = NULL;
-        if (w->takes(o->name, o->nlen)) {
+        if (w->flag != NULL && w->flag(o->name, o->nlen)) {
+            int b; /* `--count-denied no`: a yes/no word after the flag is its value */
+            if (eq)
+                o->val = eq + 1;
+            else if (w->i < w->argc &&
+                     sl__bool_parse(w->argv[w->i], strlen(w->argv[w->i]), &b) == 0)
+                o->val = w->argv[w->i++];
+        } else if (w->takes(o->name, o->nlen)) {
             if (eq) {
                 o->val = eq + 1;
             } else if (w->i < w->argc) {

@@ -34,12 +34,16 @@ int sl__looks_numeric(const void *tok, size_t len);
 
 /* A walk over the arguments of a `sluicectl replay` mode, the shape both
  * modes take: at most one FILE ("-" is one), "--" ending the options,
- * -h/--help, and --name, --name=value or --name value.  Set argc, argv,
- * takes and see; the rest starts zero. */
+ * -h/--help, and --name, --name=value or --name value -- and, for a yes/no
+ * option (flag), --name (yes), --name=VALUE or --name yes|no, as sluiced
+ * takes them (a word after the flag is its value only if it is a yes/no
+ * word: sl__bool_parse).  Set argc, argv, takes, see and perhaps flag; the
+ * rest starts zero. */
 typedef struct sl__args {
     int argc;
     char **argv;
     int (*takes)(const char *name, size_t nlen); /* does --name take a value? */
+    int (*flag)(const char *name, size_t nlen);  /* is --name yes/no? NULL: none is */
     const char *see;                             /* named by an unknown option's
                                                     message, e.g. "sluicectl replay --help" */
     int i;                                       /* arguments used (0: none yet) */
@@ -53,7 +57,12 @@ typedef struct sl__opt {
     size_t nlen;
 } sl__opt;
 
+/* Parses a yes/no word as sluiced does: yes, true, on, 1 -> 1; no, false,
+ * off, 0 -> 0 (any case).  Returns 0, or -1 for any other word. */
+int sl__bool_parse(const char *s, size_t len, int *out);
+
 /* The next option into *o, taking FILE arguments into w->file on the way.
+ * A flag's o->val is its yes/no word, or NULL when bare (yes).
  * Returns 1 (an option), 2 (-h or --help), 0 (no more arguments), or -1
  * with what is wrong, whole, in err (errlen bytes). */
 int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen);

@@ -251,7 +251,7 @@ typedef struct summary {
     uint32_t *rval;
     size_t rcap; /* power of two */
     uint64_t requests, allowed, descriptors;
-    uint64_t by_code[SL_CHECK_NO_RULE + 1];
+    uint64_t by_code[SL_CHECK_OVER_QUOTA + 1]; /* descriptors by their answer */
     top_key *keys; /* TOP_TRACK, allocated at the first denial */
     uint32_t nkeys;
     uint32_t heap[TOP_TRACK];
@@ -449,7 +449,7 @@ static int summary_add(summary *s, const sl_rules *r, const sl_rule_domain *dom,
     for (int i = 0; i < req->ndesc; i++) {
         const sl_check_status *c = &st[i];
         s->descriptors++;
-        if ((unsigned)c->code <= SL_CHECK_NO_RULE) s->by_code[c->code]++;
+        if ((unsigned)c->code <= SL_CHECK_OVER_QUOTA) s->by_code[c->code]++;
         rule_stat *rs = rule_of(s, c->rule);
         if (rs != NULL) {
             rs->matched++;
@@ -505,14 +505,13 @@ typedef struct whatif_opts {
     sl__whatif_format fmt;
     size_t max_memory;
     int summary;
+    unsigned flags;   /* SL_RULES_*: --merge-domains, --count-denied */
     const char *file; /* NULL or "-": standard input */
 } whatif_opts;
 
 static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines, double secs,
                           const sl_store_stats *st)
 {
-    static const char *const code_names[] = {"OK",      "OVER_LIMIT", "SHADOW",
-                                             "ELASTIC", "UNLIMITED",  "NO_RULE"};
     char q[SHOW_MAX * 4 + 4], lim[160];
     FILE *f = stderr;
 
@@ -522,9 +521,9 @@ static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines
     fprintf(f, "\n");
     sl__print_totals(f, 13, s->requests, s->allowed, lines);
     fprintf(f, "  descriptors  %12llu  ", (unsigned long long)s->descriptors);
-    for (int c = 0; c <= SL_CHECK_NO_RULE; c++)
-        fprintf(f, " %s %llu%s", code_names[c], (unsigned long long)s->by_code[c],
-                c < SL_CHECK_NO_RULE ? "," : "\n");
+    for (int c = 0; c <= SL_CHECK_OVER_QUOTA; c++)
+        fprintf(f, " %s %llu%s", sl_check_code_name((sl_check_code)c),
+                (unsigned long long)s->by_code[c], c < SL_CHECK_OVER_QUOTA ? "," : "\n");
     fprintf(f, "  keys         %12llu   (counters in the store)\n", (unsigned long long)st->keys);
     if (st->evictions)
         fprintf(f, "  evicted      %12llu   (counters dropped to stay under --max-memory)\n",
@@ -578,8 +577,9 @@ static void summary_print(const summary *s, const whatif_opts *o, uint64_t lines
 
 const char sl__whatif_usage[] =
     "usage: sluicectl replay --rules PATH --domain D [--capacity N/DURATION]\n"
-    "                     [--log-format lines|combined] [--summary]\n"
-    "                     [--max-memory BYTES] [FILE]\n"
+    "                        [--merge-domains yes|no] [--count-denied yes|no]\n"
+    "                        [--log-format lines|combined] [--summary]\n"
+    "                        [--max-memory BYTES] [FILE]\n"
     "\n"
     "What-if replay of a rules file: decides every request of a trace exactly as\n"
     "sluiced's RL.CHECK would with the same rules (--rules PATH, AT t), in input\n"
@@ -599,13 +599,22 @@ const char sl__whatif_usage[] =
     "Output, one line per request:\n"
     "    ALLOWED LIMIT REMAINING RETRY_AFTER_MS RESET_AFTER_MS DELAY_MS CODE:RULE ...\n"
     "  with one CODE:RULE per descriptor, in request order: CODE is OK, OVER_LIMIT,\n"
-    "  SHADOW, ELASTIC, UNLIMITED or NO_RULE, RULE the limit's name (blanks,\n"
+    "  SHADOW, ELASTIC, UNLIMITED, NO_RULE or OVER_QUOTA, RULE the limit's name (blanks,\n"
     "  control bytes and '%' written %XX), '-' for NO_RULE.\n"
     "\n"
     "Options:\n"
     "  --rules PATH        a rules file, or a folder of *.yaml (docs/rules.md)\n"
     "  --domain D          the domain every request is checked in (required)\n"
     "  --capacity N/DUR    the spare-capacity pool of elastic limits, e.g. 5000/1s\n"
+    "  --merge-domains yes|no\n"
+    "                      a domain in several rules files is one domain, their\n"
+    "                      descriptors together (Lyft's MERGE_DOMAIN_CONFIG), as\n"
+    "                      sluiced --merge-domains (default no)\n"
+    "  --count-denied yes|no\n"
+    "                      Lyft's counting: every matched fixed-window counter is\n"
+    "                      charged on every request, denied ones too, as sluiced\n"
+    "                      --count-denied (default no: all or none)\n"
+    "  (a yes/no option alone means yes; --name=VALUE works too)\n"
     "  --log-format F      lines (default) or combined\n"
     "  --max-memory BYTES  bound the memory for counters (suffix k, m or g;\n"
     "                      k = 1024, m = 2^20, g = 2^30);\n"
@@ -629,6 +638,25 @@ static const char *const own_value[] = {"rules", "domain", "capacity", "log-form
 #define MODE_OPTS 4
 static const char *const refused_value[] = {"algo",  "limit",     "window",
                                             "burst", "precision", "threads"};
+/* This mode's yes/no options (they select it too): sluiced's, with its
+ * meanings -- each the loader's flag of the same name. */
+static const struct {
+    const char *name, *arg;
+    unsigned bit;
+} own_flag[] = {{"merge-domains", "--merge-domains", SL_RULES_MERGE_DOMAINS},
+                {"count-denied", "--count-denied", SL_RULES_COUNT_DENIED}};
+#define NFLAGS (sizeof own_flag / sizeof own_flag[0])
+
+/* Which of own_flag --name is, plus one; 0 for none. */
+static int flag_index(const char *name, size_t nlen)
+{
+    for (size_t f = 0; f < NFLAGS; f++)
+        if (strlen(own_flag[f].name) == nlen && memcmp(own_flag[f].name, name, nlen) == 0)
+            return (int)f + 1;
+    return 0;
+}
+
+static int is_flag(const char *name, size_t nlen) { return flag_index(name, nlen) != 0; }
 
 int sl__whatif_wanted(int argc, char **argv)
 {
@@ -636,7 +664,8 @@ int sl__whatif_wanted(int argc, char **argv)
         const char *a = argv[i];
         if (strcmp(a, "--") == 0) return 0;
         if (strncmp(a, "--", 2) != 0) continue;
-        if (sl__name_in(a + 2, strcspn(a + 2, "="), own_value, MODE_OPTS)) return 1;
+        size_t n = strcspn(a + 2, "=");
+        if (sl__name_in(a + 2, n, own_value, MODE_OPTS) || flag_index(a + 2, n)) return 1;
     }
     return 0;
 }
@@ -666,12 +695,14 @@ static int parse_opts(int argc, char **argv, whatif_opts *o)
     sl__args w = {.argc = argc,
                   .argv = argv,
                   .takes = takes_value,
+                  .flag = is_flag,
                   .see = "sluicectl replay --rules PATH --help"};
     sl__opt op;
     char err[512];
     int rc;
     while ((rc = sl__opts_next(&w, &op, sl__whatif_usage)) == 1) {
         const char *val = op.val;
+        int f;
         int theirs = refused_opt(op.name, op.nlen) || sl__opt_is(&op, "log-rejected");
         if (theirs && refused == NULL) {
             refused = op.name;
@@ -696,6 +727,13 @@ static int parse_opts(int argc, char **argv, whatif_opts *o)
             if (sl__opt_max_memory(val, &o->max_memory)) return 2;
         } else if (sl__opt_is(&op, "summary")) {
             o->summary = 1;
+        } else if ((f = flag_index(op.name, op.nlen)) != 0) {
+            int yes = 1; /* a bare flag */
+            if (op.val != NULL && sl__bool_parse(op.val, strlen(op.val), &yes) != 0)
+                return sl__usage_error("invalid %s '%s': expected yes or no", own_flag[f - 1].arg,
+                                       op.val);
+            o->flags = yes ? o->flags | own_flag[f - 1].bit : o->flags & ~own_flag[f - 1].bit;
+            if (rules_only == NULL) rules_only = own_flag[f - 1].arg;
         } else if (!theirs) {
             return sl__usage_error("unknown option '%s' (see %s)", op.arg, w.see);
         }
@@ -817,7 +855,7 @@ static int replay_rules(run *r)
 static sl_rules *load_rules(const whatif_opts *o, const sl_rule_domain **dom)
 {
     char err[1024];
-    sl_rules *rules = sl_rules_load(o->rules, err, sizeof err);
+    sl_rules *rules = sl_rules_load_flags(o->rules, o->flags, err, sizeof err);
     if (rules == NULL) {
         fprintf(stderr, "sluicectl: %s\n", err);
         return NULL;

@@ -121,6 +121,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
     plan->nitems = 0;
     plan->denied_never = 0;
     plan->nquota = 0;
+    plan->nmetric = 0;
     int count_denied = (sl_rules_flags(r) & SL_RULES_COUNT_DENIED) != 0;
     plan->cost = cost;
     plan->now_ms = now_ms;
@@ -131,7 +132,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
     }
     sl_check_item *it = plan->items;
     sl_check_status *st = plan->pre;
-    const sl_rule_node *nodes[SL_CHECK_MAX_DESC];
+    const sl_rule_node **nodes = plan->node;
 
     /* Match every descriptor (all first: `replaces` looks across them). */
     for (int i = 0; i < n; i++) {
@@ -140,6 +141,7 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
             return sl__check_err(err, errlen, SL_EINVAL,
                         "descriptor %d must have 1 to %d entries", i + 1, SL_RULES_MAX_DEPTH);
         nodes[i] = sl_rules_match(r, domain, dlen, descs[i], ndesc[i]);
+        if (nodes[i] != NULL) plan->nmetric += nodes[i]->metric_dynamic;
     }
 
     /* Collect the counted limits. */

@@ -224,6 +224,12 @@ typedef struct sl_check_plan {
                                                NO_RULE, UNLIMITED, or OK for a
                                                descriptor whose limits are all
                                                replaced; code/rule/name/shadow */
+    /* each descriptor's matched node, or NULL (NO_RULE) */
+    const sl_rule_node *node[SL_CHECK_MAX_DESC];
+    int nmetric;                           /* descriptors whose node names its statistics
+                                              by the request's values (metric_dynamic:
+                                              detailed_metric, value_to_metric); 0 for
+                                              most requests */
     int denied_never;                      /* an enforced L = 0 limit matched */
     int nquota;                            /* descriptors holding quota counters */
     int has_pool;                          /* pool is set */

@@ -156,6 +156,9 @@ typedef struct sl_rule_node {
                                                one counter (the key holds the pattern) */
     int detailed_metric;                    /* Lyft: per-value statistics */
     int value_to_metric;                    /* Lyft: this level's value in the metric name */
+    int metric_dynamic;                     /* sl_rules_metric_dynamic(node), set once by
+                                               the loader: RL.CHECK asks this field, so a
+                                               node without either field costs nothing */
     int has_metadata;                       /* Lyft's `metadata:` was given (kept for
                                                nothing: RESP replies carry none) */
     int ip4_prefix;                         /* `ip_prefix`: mask IPv4 values to this many */
@@ -280,9 +283,11 @@ int sl_rules_limit_format(const sl_rule_limit *l, char *buf, size_t cap);
 
 /* Describes what of a node's Lyft fields RL.RULES should mention, appended
  * to a limit's description: "" for most nodes, else e.g.
- * " share_threshold metadata: not applicable" (the fields that change
- * nothing in sluice say so).  Writes at most cap bytes including the NUL;
- * returns what snprintf returns. */
+ * " share_threshold detailed_metric metadata: not applicable" (the field
+ * that changes nothing in sluice says so; detailed_metric and
+ * value_to_metric name the per-value statistics of INFO rulestats).
+ * Writes at most cap bytes including the NUL; returns what snprintf
+ * returns. */
 int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap);
 
 /* Lyft's statistics name for a request that matched node (the same n

@@ -1118,6 +1118,7 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
                         tok_text(node->value, node->valuelen, vt, sizeof vt));
         }
     }
+    node->metric_dynamic = sl_rules_metric_dynamic(node); /* its ancestors are loaded */
     if (f[D_METADATA]) { /* Lyft hands it to Envoy; a RESP reply has no place for it */
         if (f[D_METADATA]->type != Y_MAP)
             return FAIL(ld, f[D_METADATA], "metadata must be a map (name: value ...), not %s",

@@ -323,12 +323,12 @@ int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap)
     if (node == NULL) return snprintf(buf, cap, "%s", "");
     /* what RL.RULES cannot show otherwise.  metadata goes to Envoy in
      * Lyft's gRPC reply, and a RESP reply has no place for it; the two
-     * metric fields name Lyft's statistics (sl_rules_metric_name), which
-     * INFO rulestats does not use: it keeps one entry per rule name */
+     * metric fields name Lyft's per-value statistics (sl_rules_metric_name),
+     * which INFO rulestats keeps beside the rule's own */
     return snprintf(buf, cap, "%s%s%s%s%s", node->share_threshold ? " share_threshold" : "",
                     node->quota_mode ? " quota_mode" : "",
-                    node->detailed_metric ? " detailed_metric: not applicable" : "",
-                    node->value_to_metric ? " value_to_metric: not applicable" : "",
+                    node->detailed_metric ? " detailed_metric" : "",
+                    node->value_to_metric ? " value_to_metric" : "",
                     node->has_metadata ? " metadata: not applicable" : "");
 }
 

@@ -30,7 +30,11 @@ typedef struct svc_check {
     sl_check_plan plan;
     sl_check_outcome out;
     sl_check_status st[SL_CHECK_MAX_DESC];
-    struct svc_check *next; /* in the free pool */
+    /* set only when plan.nmetric > 0 (metric_entries): */
+    sl_rule_stats *metric[SL_MAX_BATCH];  /* item k's per-value entry; NULL: none
+                                             beyond its rule's own */
+    unsigned char overflow[SL_MAX_BATCH]; /* item k's per-value name not tracked */
+    struct svc_check *next;               /* in the free pool */
 } svc_check;
 
 struct svc_req {
@@ -367,22 +371,73 @@ void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, in
 
 /* ---- RL.CHECK -------------------------------------------------------------- */
 
-/* Adds one decided request to the per-rule statistics (stats.h). */
-static void count_rules(const sl_check_plan *plan, const sl_check_outcome *o)
+/* Adds item k's answer to the statistics entry rs. */
+static void count_item(sl_rule_stats *rs, const sl_check_item *t, const sl_check_outcome *o, int k)
 {
-    for (int k = 0; k < plan->nitems; k++) {
-        const sl_check_item *t = &plan->items[k];
+    atomic_fetch_add_explicit(&rs->matched, 1, memory_order_relaxed);
+    if (!o->res[k].allowed) {
+        /* a quota limit that was over denies only with every quota
+         * descriptor over (quota_denied); otherwise it answered OVER_QUOTA,
+         * as sl_check_report says */
+        _Atomic uint64_t *c = t->shadow                      ? &rs->shadow
+                              : t->quota && !o->quota_denied ? &rs->over_quota
+                                                             : &rs->denied;
+        atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+    } else {
+        atomic_fetch_add_explicit(&rs->allowed, 1, memory_order_relaxed);
+        if (o->stretched[t->lead]) atomic_fetch_add_explicit(&rs->elastic, 1, memory_order_relaxed);
+    }
+}
+
+/* Adds one decided request to the per-rule statistics (stats.h): each
+ * limit's rule, and its per-value name when k has one (k->plan.nmetric). */
+static void count_rules(const svc_check *k)
+{
+    const sl_check_plan *plan = &k->plan;
+    for (int j = 0; j < plan->nitems; j++) {
+        const sl_check_item *t = &plan->items[j];
         sl_rule_stats *rs = t->rl->stats;
         if (rs == NULL) continue;
-        atomic_fetch_add_explicit(&rs->matched, 1, memory_order_relaxed);
-        if (!o->res[k].allowed) {
-            atomic_fetch_add_explicit(t->shadow ? &rs->shadow : &rs->denied, 1,
-                                      memory_order_relaxed);
-        } else {
-            atomic_fetch_add_explicit(&rs->allowed, 1, memory_order_relaxed);
-            if (o->stretched[t->lead])
-                atomic_fetch_add_explicit(&rs->elastic, 1, memory_order_relaxed);
+        count_item(rs, t, &k->out, j);
+        if (plan->nmetric == 0) continue; /* the usual request */
+        if (k->metric[j] != NULL)
+            count_item(k->metric[j], t, &k->out, j);
+        else if (k->overflow[j])
+            atomic_fetch_add_explicit(&rs->overflow, 1, memory_order_relaxed);
+    }
+}
+
+/* Finds the per-value statistics entry (stats.h) of every item whose node
+ * names its statistics by the request's values -- before the request is
+ * submitted, while descs (the caller's bytes) are still there.  Called
+ * only when k->plan.nmetric > 0: requests of other rules pay nothing.
+ * O(items + the names' lengths); a new name takes the statistics' lock. */
+static void metric_entries(sl_stats *s, svc_check *k, const sl_rule_entry *const *descs,
+                           const int *ndesc)
+{
+    const sl_check_plan *plan = &k->plan;
+    char name[SL_STATS_MAX_NAME + 1];
+    size_t len = 0;
+    int named = -1, fits = 0; /* the descriptor whose name is in name; it fit */
+    for (int j = 0; j < plan->nitems; j++) {
+        const sl_check_item *t = &plan->items[j];
+        const sl_rule_node *node = plan->node[t->desc];
+        k->metric[j] = NULL;
+        k->overflow[j] = 0;
+        if (!node->metric_dynamic || t->rl->stats == NULL) continue;
+        if (named != t->desc) {
+            named = t->desc;
+            fits = sl_rules_metric_name(node, descs[t->desc], ndesc[t->desc], name, sizeof name,
+                                        &len) >= 0 &&
+                   len < sizeof name;
         }
+        /* a node of several limits: "#N" after the name, as its rules' names */
+        int nth = node->nlimits > 1 ? (int)(t->rl - node->limits) + 1 : 0;
+        sl_rule_stats *e = fits ? sl_stats_value_entry(s, t->rl->stats, name, len, nth) : NULL;
+        if (e == NULL)
+            k->overflow[j] = 1;
+        else if (e != t->rl->stats)
+            k->metric[j] = e;
     }
 }
 
@@ -397,7 +452,7 @@ static void done_check(sl_breq *b)
     if (b->rc == 0) {
         sl_check_report(&k->plan, &k->out, &r.result, k->st);
         sl_check_count(&k->plan, &k->out);
-        count_rules(&k->plan, &k->out);
+        count_rules(k);
         sl_stat_inc(&x->st->checks, 1);
         if (!k->out.allowed) sl_stat_inc(&x->st->checks_denied, 1);
         r.n = k->plan.n;
@@ -439,6 +494,7 @@ void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_
         reply_err(cb, arg, rc, err[0] ? err : sl_strerror(rc));
         return;
     }
+    if (k->plan.nmetric > 0) metric_entries(&x->srv->stats, k, descs, ndesc);
     q->cb = cb;
     q->arg = arg;
     if (!inline_backend(x)) q->held = sl_rules_ref(rules); /* the plan points into it */

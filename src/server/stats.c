@@ -4,7 +4,20 @@
  * The rule table is open addressing on the name's FNV-1a hash, grown by
  * doubling at half full, under s->mu; counters are reached through the
  * pointer bound on each limit, so deciding never takes the lock.
+ *
+ * A rule's per-value names (detailed_metric, value_to_metric) hang from its
+ * entry in a small table of their own (struct sl_stats_values), open
+ * addressing too, that workers read without a lock: a slot goes once from
+ * NULL to an entry (a release store, after the entry is whole), and a
+ * table that fills past half is replaced by a copy twice its size,
+ * published the same way; the old one stays readable (s->retired) until
+ * the server exits.  So a name the rule already has costs a hash and a
+ * probe; only a new name -- at most SL_STATS_MAX_VALUES per rule, ever --
+ * takes s->mu, and a rule at its cap takes it no more (the count of names,
+ * published after each name, says so).  The entries themselves are the
+ * rule table's, by name.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,6 +25,12 @@
 #include "stats.h"
 
 static const int64_t lat_bounds_us[SL_STATS_LAT_NBOUNDS] = SL_STATS_LAT_BOUNDS_US;
+
+struct sl_stats_values {
+    struct sl_stats_values *retired; /* next in sl_stats.retired, once outgrown */
+    size_t cap;                      /* slots, a power of two */
+    _Atomic(sl_rule_stats *) slot[];
+};
 
 int sl_stats_init(sl_stats *s, int nworkers)
 {
@@ -27,7 +46,16 @@ int sl_stats_init(sl_stats *s, int nworkers)
 void sl_stats_free(sl_stats *s)
 {
     if (s->workers == NULL) return;
-    for (size_t i = 0; i < s->cap; i++) free(s->rules[i]);
+    for (size_t i = 0; i < s->cap; i++) {
+        if (s->rules[i] == NULL) continue;
+        free(atomic_load_explicit(&s->rules[i]->values, memory_order_relaxed));
+        free(s->rules[i]);
+    }
+    while (s->retired != NULL) {
+        struct sl_stats_values *v = s->retired;
+        s->retired = v->retired;
+        free(v);
+    }
     free(s->rules);
     free(s->workers);
     pthread_mutex_destroy(&s->mu);
@@ -41,11 +69,13 @@ static uint64_t fnv(const char *p)
     return h;
 }
 
-/* The slot of name (its entry, or the empty slot where it goes).  Under mu. */
-static size_t find(const sl_stats *s, const char *name)
+/* The slot of name, of hash h (its entry, or the empty slot where it
+ * goes).  Under mu. */
+static size_t find(const sl_stats *s, const char *name, uint64_t h)
 {
-    size_t m = s->cap - 1, i = (size_t)fnv(name) & m;
-    while (s->rules[i] != NULL && strcmp(s->rules[i]->name, name) != 0) i = (i + 1) & m;
+    size_t m = s->cap - 1, i = (size_t)h & m;
+    while (s->rules[i] != NULL && (s->rules[i]->hash != h || strcmp(s->rules[i]->name, name) != 0))
+        i = (i + 1) & m;
     return i;
 }
 
@@ -61,7 +91,7 @@ static int grow(sl_stats *s)
     }
     s->cap = cap;
     for (size_t i = 0; i < ocap; i++)
-        if (old[i] != NULL) s->rules[find(s, old[i]->name)] = old[i];
+        if (old[i] != NULL) s->rules[find(s, old[i]->name, old[i]->hash)] = old[i];
     free(old);
     return 0;
 }
@@ -70,16 +100,18 @@ static int grow(sl_stats *s)
 static sl_rule_stats *entry(sl_stats *s, const char *name)
 {
     if (s->cap == 0 && grow(s) != 0) return NULL;
-    size_t i = find(s, name);
+    uint64_t h = fnv(name);
+    size_t i = find(s, name, h);
     if (s->rules[i] != NULL) return s->rules[i];
     if (s->nrules >= SL_STATS_MAX_RULES) return NULL;
     if ((s->nrules + 1) * 2 > s->cap) {
         if (grow(s) != 0) return NULL;
-        i = find(s, name);
+        i = find(s, name, h);
     }
     size_t n = strlen(name);
     sl_rule_stats *e = calloc(1, sizeof *e + n + 1);
     if (e == NULL) return NULL;
+    e->hash = h;
     memcpy(e->name, name, n + 1);
     s->rules[i] = e;
     s->nrules++;
@@ -94,7 +126,10 @@ static int bind_node(const sl_rule_node *node, void *arg)
          * late write, so the const of a loaded set is cast away here only */
         sl_rule_limit *l = (sl_rule_limit *)&node->limits[j];
         l->stats = entry(s, l->name);
-        if (l->stats == NULL) atomic_fetch_add_explicit(&s->untracked, 1, memory_order_relaxed);
+        if (l->stats == NULL)
+            atomic_fetch_add_explicit(&s->untracked, 1, memory_order_relaxed);
+        else if (node->metric_dynamic)
+            l->stats->per_value = 1;
     }
     return 0;
 }
@@ -115,6 +150,102 @@ void sl_stats_on_rules_load(void *arg, sl_rules *r)
     }
     sl_stats_bind(s, r);
     atomic_fetch_add(&s->reloads_ok, 1);
+}
+
+/* ---- per-value names ------------------------------------------------------ */
+
+/* The entry named name (hash h) in table v, or NULL.  Without a lock: a
+ * slot read as NULL ends the probe, and one read as an entry (acquire)
+ * shows that entry whole. */
+static sl_rule_stats *values_find(const struct sl_stats_values *v, const char *name, uint64_t h)
+{
+    if (v == NULL) return NULL;
+    size_t m = v->cap - 1;
+    for (size_t i = (size_t)h & m;; i = (i + 1) & m) {
+        sl_rule_stats *e = atomic_load_explicit(&v->slot[i], memory_order_acquire);
+        if (e == NULL) return NULL;
+        if (e->hash == h && strcmp(e->name, name) == 0) return e;
+    }
+}
+
+static void values_put(struct sl_stats_values *v, sl_rule_stats *e)
+{
+    size_t m = v->cap - 1, i = (size_t)e->hash & m;
+    while (atomic_load_explicit(&v->slot[i], memory_order_relaxed) != NULL) i = (i + 1) & m;
+    atomic_store_explicit(&v->slot[i], e, memory_order_release);
+}
+
+/* Adds e to rs's names, replacing the table by one twice its size past
+ * half full (the old one retired, still readable).  Under mu.  Returns 0,
+ * or -1 when out of memory. */
+static int values_add(sl_stats *s, sl_rule_stats *rs, sl_rule_stats *e)
+{
+    struct sl_stats_values *v = atomic_load_explicit(&rs->values, memory_order_relaxed);
+    size_t n = atomic_load_explicit(&rs->nvalues, memory_order_relaxed);
+    if (v == NULL || (n + 1) * 2 > v->cap) {
+        size_t cap = v ? v->cap * 2 : 16;
+        struct sl_stats_values *nv = calloc(1, sizeof *nv + cap * sizeof nv->slot[0]);
+        if (nv == NULL) return -1;
+        nv->cap = cap;
+        for (size_t i = 0; v != NULL && i < v->cap; i++) {
+            sl_rule_stats *o = atomic_load_explicit(&v->slot[i], memory_order_relaxed);
+            if (o != NULL) values_put(nv, o);
+        }
+        atomic_store_explicit(&rs->values, nv, memory_order_release);
+        if (v != NULL) {
+            v->retired = s->retired;
+            s->retired = v;
+        }
+        v = nv;
+    }
+    values_put(v, e);
+    atomic_store_explicit(&rs->nvalues, n + 1, memory_order_release); /* after the name */
+    return 0;
+}
+
+sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *name, size_t len,
+                                    int nth)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char buf[SL_STATS_MAX_NAME + 1];
+    size_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)name[i];
+        int esc = c <= ' ' || c > '~' || c == '%' || c == ':' || c == ',';
+        if (n + (esc ? 3 : 1) > SL_STATS_MAX_NAME) return NULL;
+        if (esc) {
+            buf[n++] = '%';
+            buf[n++] = hex[c >> 4];
+            buf[n++] = hex[c & 15];
+        } else {
+            buf[n++] = (char)c;
+        }
+    }
+    if (nth > 0) {
+        int k = snprintf(buf + n, sizeof buf - n, "#%d", nth);
+        if (k < 0 || n + (size_t)k > SL_STATS_MAX_NAME) return NULL;
+        n += (size_t)k;
+    }
+    buf[n] = '\0';
+    if (strcmp(buf, rs->name) == 0) return rs; /* Lyft's name is the rule's own */
+    uint64_t h = fnv(buf);
+    sl_rule_stats *e = values_find(atomic_load_explicit(&rs->values, memory_order_acquire), buf, h);
+    if (e != NULL) return e;
+    /* full for good (names are never dropped): no lock for the requests
+     * of a rule at its cap, whatever values they send.  Seeing the count
+     * (acquire) shows every name added before it: look once more */
+    if (atomic_load_explicit(&rs->nvalues, memory_order_acquire) >= SL_STATS_MAX_VALUES)
+        return values_find(atomic_load_explicit(&rs->values, memory_order_acquire), buf, h);
+    pthread_mutex_lock(&s->mu);
+    /* again under the lock: another worker may have added it */
+    e = values_find(atomic_load_explicit(&rs->values, memory_order_relaxed), buf, h);
+    if (e == NULL &&
+        atomic_load_explicit(&rs->nvalues, memory_order_relaxed) < SL_STATS_MAX_VALUES) {
+        e = entry(s, buf);
+        if (e != NULL && values_add(s, rs, e) != 0) e = NULL;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return e;
 }
 
 void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg), void *arg)

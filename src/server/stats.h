@@ -8,13 +8,21 @@
  *     decisions by algorithm and outcome, and a decision-latency
  *     histogram;
  *   - per rule, by the rule's NAME (sl_rule_stats): matched, allowed,
- *     denied, shadow (over, but in shadow mode), elastic (passed above L on
- *     the spare pool).  Kept by name across rules reloads: a reload binds
+ *     denied, over_quota (over, in quota mode, and not what denied),
+ *     shadow (over, but in shadow mode), elastic (passed above L on the
+ *     spare pool).  Kept by name across rules reloads: a reload binds
  *     the new set's limits to the entries of their names (sl_stats_bind),
  *     so a rule's numbers go on counting through any number of reloads.
  *     (RL.RULES's own per-set counts, sl_rule_counts, still restart with
  *     each set, as documented.)  Entries are never freed before the server
  *     exits; at most SL_STATS_MAX_RULES names are tracked.
+ *   - per value, for a rule whose descriptor names its statistics by the
+ *     request's values (Lyft's detailed_metric / value_to_metric,
+ *     sl_rules_metric_name): one more entry per name Lyft would use, found
+ *     from the rule's entry (sl_stats_value_entry), counted as well as the
+ *     rule's own.  At most SL_STATS_MAX_VALUES names per rule: past them a
+ *     request counts under the rule's name only, and in its `overflow`.
+ *     Per-value entries live in the same table, by name, as the rules'.
  *   - reloads ok / failed;
  *   - the network layer's: the reply bytes held for all clients (the
  *     max-output-total budget), clients cut over it, clients cut for a
@@ -45,6 +53,10 @@ struct sl_rules;
         1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000                                \
     }
 #define SL_STATS_MAX_RULES 100000
+/* per-value names (detailed_metric, value_to_metric) one rule may have, and
+ * the longest (bytes, as INFO writes them: sl_stats_value_entry) */
+#define SL_STATS_MAX_VALUES 1000
+#define SL_STATS_MAX_NAME   512
 
 /* One worker's counters.  Written only by their worker (relaxed atomic
  * stores of load+1, which compile to plain moves), read by anyone. */
@@ -76,15 +88,31 @@ static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
     return atomic_load_explicit(c, memory_order_relaxed);
 }
 
-/* One rule's numbers, by name, across reloads.  Any worker adds (relaxed
- * atomic adds). */
+struct sl_stats_values;
+
+/* One rule's numbers, by name, across reloads -- or one per-value name's.
+ * Any worker adds (relaxed atomic adds).  matched = allowed + denied +
+ * over_quota + shadow. */
 typedef struct sl_rule_stats {
-    _Atomic uint64_t matched; /* requests that evaluated the limit */
-    _Atomic uint64_t allowed; /* ... and the limit allowed (elastic included) */
-    _Atomic uint64_t denied;  /* ... it was over, enforced (L = 0 included) */
-    _Atomic uint64_t shadow;  /* ... it was over, in shadow mode: allowed anyway */
-    _Atomic uint64_t elastic; /* ... it passed above L on the spare pool */
-    char name[];              /* NUL-terminated */
+    _Atomic uint64_t matched;                 /* requests that evaluated the limit */
+    _Atomic uint64_t allowed;                 /* ... and the limit allowed (elastic included) */
+    _Atomic uint64_t denied;                  /* ... it was over, enforced (L = 0 included), or in
+                                                 quota mode with every quota descriptor over */
+    _Atomic uint64_t over_quota;              /* ... it was over, in quota mode, and the request
+                                                 was not denied for it (OVER_QUOTA) */
+    _Atomic uint64_t shadow;                  /* ... it was over, in shadow mode: allowed anyway */
+    _Atomic uint64_t elastic;                 /* ... it passed above L on the spare pool */
+    _Atomic uint64_t overflow;                /* ... its per-value name was not tracked (over
+                                                 SL_STATS_MAX_VALUES, too long, table full) */
+    _Atomic(struct sl_stats_values *) values; /* its per-value names (read without
+                                                 a lock); NULL until the first */
+    _Atomic size_t nvalues;                   /* names in values: written under
+                                                 sl_stats.mu, read by anyone */
+    int per_value;                            /* bound to a node that names its statistics
+                                                 per value (INFO shows values= and
+                                                 overflow=); under sl_stats.mu */
+    uint64_t hash;                            /* of name */
+    char name[];                              /* NUL-terminated */
 } sl_rule_stats;
 
 typedef struct sl_stats {
@@ -93,7 +121,9 @@ typedef struct sl_stats {
     pthread_mutex_t mu;       /* guards the rule table's shape (not the counts) */
     sl_rule_stats **rules;    /* open addressing by name; cap a power of two */
     size_t nrules, cap;
-    _Atomic uint64_t untracked; /* limits not bound: over SL_STATS_MAX_RULES */
+    struct sl_stats_values *retired; /* per-value tables outgrown: freed at exit
+                                        (a worker may still be reading one) */
+    _Atomic uint64_t untracked;      /* limits not bound: over SL_STATS_MAX_RULES */
     _Atomic uint64_t reloads_ok;
     _Atomic uint64_t reloads_failed;
     /* the network layer's (net.c), any worker adds */
@@ -117,6 +147,21 @@ void sl_stats_bind(sl_stats *s, struct sl_rules *r);
  * set (r) before it serves and counts the load, or counts a refused one
  * (r = NULL). */
 void sl_stats_on_rules_load(void *arg, struct sl_rules *r);
+
+/* The entry to count a request of rule rs under its per-value name, for a
+ * limit of a node with metric_dynamic (rules.h): name (len bytes, any
+ * bytes) as sl_rules_metric_name wrote it, with "#nth" appended when nth >
+ * 0 (the limit's number on a node of several, as the rule's own derived
+ * name has it).  The name is kept as INFO writes it: bytes outside '!'..'~'
+ * and '%', ':', ',' as %XX.  Returns rs itself when that name is rs's own;
+ * the entry of that name (created if new, shared with any entry of the same
+ * name); or NULL when it is not tracked -- rs already has
+ * SL_STATS_MAX_VALUES names, the name is longer than SL_STATS_MAX_NAME, the
+ * table is full or memory is out -- and the caller counts rs->overflow.
+ * Lock-free for a name rs already has (O(length of the name)); a new name
+ * takes the table's lock.  Any thread. */
+sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *name, size_t len,
+                                    int nth);
 
 /* Calls fn for every tracked rule, in no particular order, under the
  * table's lock (fn must not call back into s). */

@@ -124,10 +124,12 @@ class TestLyftConfig(LyftCase):
         # a key-only level counts each value on its own
         r = self.check("test-domain", ("key1", "value1", "subkey1", "other"))
         self.assertEqual(r[6][2:4], [5, 4])
-        # detailed_metric: per-value statistics in Lyft; the same limit here
+        # detailed_metric: per-value statistics (TestLyftStatistics); the
+        # same limit for every value
         r = self.check("test-domain", ("key7", "another_value"))
         self.assertEqual(r[6], [b"OK", b"test-domain.key7", 70, 69, 0, MINUTE])
-        self.assertIn(b"detailed_metric: not applicable", self.rules_entry("test-domain.key7")[2])
+        self.assertEqual(self.rules_entry("test-domain.key7")[2],
+                         b"70/minute fixed-window detailed_metric")
         # unlimited: always OK (Lyft: OK without a limit), nothing counted
         for r in self.repeat(60, "test-domain", ("key6", "foo")):
             self.assertEqual(r, [1, 0, 0, 0, 0, 0, [b"UNLIMITED", b"test-domain.key6", 0, 0, 0, 0]])
@@ -379,6 +381,106 @@ class TestLyftCounting(TestLyftIntegration):
         self.assertEqual(got[1][6][4], DAY - 1)    # retry: the day's end
         # a cost above the limit can never pass
         self.assertEqual(self.check("another", ("key4", "big"), cost=21)[6][4], -1)
+
+
+class TestLyftStatistics(LyftCase):
+    """Lyft names its statistics by descriptor path, and with
+    `value_to_metric` / `detailed_metric` by the request's values too.
+    INFO rulestats counts each request under its rule's name AND under
+    Lyft's per-value name (docs/rules.md, "Statistics names"), at most
+    1,000 names per rule (then the rule's `overflow`).  A quota limit that
+    was over without denying is `over_quota`, not `denied`."""
+
+    PLAIN = "matched=%d,allowed=%d,denied=%d,shadow=0,elastic=0,over_quota=%d"
+
+    def rulestats(self):
+        """INFO rulestats: {name: the text after the colon}, and the info."""
+        info = self.srv.info("rulestats")
+        return {k[5:]: v for k, v in info.items() if k.startswith("rule_")}, info
+
+    def test_value_to_metric_names(self):
+        """Lyft's README example: route and method values in the name, the
+        limited key without its value."""
+        self.checks([rl_check("metric-domain", [d], BASE) for d in (
+            ("route", "api", "http_method", "GET", "subject_id", "123"),
+            ("route", "api", "http_method", "GET", "subject_id", "124"),
+            ("route", "web", "http_method", "POST", "subject_id", "456"))])
+        stats, _ = self.rulestats()
+        p = "metric-domain.route"
+        self.assertEqual(stats[p + ".http_method.subject_id"],
+                         self.PLAIN % (3, 3, 0, 0) + ",values=2,overflow=0")
+        self.assertEqual(stats[p + "_api.http_method_GET.subject_id"], self.PLAIN % (2, 2, 0, 0))
+        self.assertEqual(stats[p + "_web.http_method_POST.subject_id"], self.PLAIN % (1, 1, 0, 0))
+        self.assertEqual(len([n for n in stats if n.startswith(p)]), 3)
+
+    def test_wildcard_value_in_name(self):
+        """value_to_metric on a wildcard: the request's value, not the
+        pattern; denials counted under both names."""
+        got = self.checks([rl_check("metric-domain", [("path", v)], BASE + 1)
+                           for v in ("/api/users", "/api/users", "/api/users", "/api/orders")])
+        self.assertEqual([r[0] for r in got], [1, 1, 0, 1])
+        stats, _ = self.rulestats()
+        self.assertEqual(stats["metric-domain.path_/api/*"],
+                         self.PLAIN % (4, 3, 1, 0) + ",values=2,overflow=0")
+        self.assertEqual(stats["metric-domain.path_/api/users"], self.PLAIN % (3, 2, 1, 0))
+        self.assertEqual(stats["metric-domain.path_/api/orders"], self.PLAIN % (1, 1, 0, 0))
+        self.assertEqual(self.rules_entry("metric-domain.path_/api/*")[2],
+                         b"2/minute fixed-window value_to_metric")
+
+    def test_detailed_metric_and_request_bytes(self):
+        """Lyft's basic_config key7; a value that tries to write a line of
+        its own into INFO is written %XX (bytes outside '!'..'~', '%', ':'
+        and ',')."""
+        forged = "x\r\nrule_forged:matched=99, y%"
+        self.checks([rl_check("test-domain", [("key7", v)], BASE + 2)
+                     for v in ("unspecified_value", "unspecified_value", "another_value", forged)])
+        stats, info = self.rulestats()
+        self.assertEqual(stats["test-domain.key7"], self.PLAIN % (4, 4, 0, 0) + ",values=3,overflow=0")
+        self.assertEqual(stats["test-domain.key7_unspecified_value"], self.PLAIN % (2, 2, 0, 0))
+        self.assertEqual(stats["test-domain.key7_another_value"], self.PLAIN % (1, 1, 0, 0))
+        self.assertEqual(stats["test-domain.key7_x%0D%0Arule_forged%3Amatched=99%2C%20y%25"],
+                         self.PLAIN % (1, 1, 0, 0))
+        self.assertNotIn("forged", stats)
+        self.assertNotIn("rule_forged", info)
+        # a rule without either field: its line as before, nothing per value
+        self.check("test-domain", ("key2", "plain"), at=BASE + 2)
+        stats, _ = self.rulestats()
+        self.assertEqual(stats["test-domain.key2"], self.PLAIN % (1, 1, 0, 0))
+        self.assertNotIn("test-domain.key2_plain", stats)
+
+    def test_names_per_rule_are_capped(self):
+        """1,000 names per rule; past them a request counts under the
+        rule's name and its overflow, and the names it has go on."""
+        _, info = self.rulestats()
+        tracked = int(info["rules_tracked"])
+        got = self.checks([rl_check("metric-domain", [("client", "c%d" % i)], BASE + 3)
+                           for i in range(1005)])
+        self.assertEqual(sum(r[0] for r in got), 1005)
+        self.checks([rl_check("metric-domain", [("client", c)], BASE + 3)
+                     for c in ("c0", "c999", "c1000", "new")])
+        stats, info = self.rulestats()
+        self.assertEqual(stats["metric-domain.client"],
+                         self.PLAIN % (1009, 1009, 0, 0) + ",values=1000,overflow=7")
+        names = [n for n in stats if n.startswith("metric-domain.client_")]
+        self.assertEqual(len(names), 1000)
+        self.assertEqual(stats["metric-domain.client_c0"], self.PLAIN % (2, 2, 0, 0))
+        self.assertEqual(stats["metric-domain.client_c999"], self.PLAIN % (2, 2, 0, 0))
+        self.assertNotIn("metric-domain.client_c1000", stats)
+        self.assertEqual(int(info["rules_tracked"]), tracked + 1000)
+
+    def test_over_quota_counted_apart(self):
+        """Lyft's quota_mode sequence (TestLyftConfig.test_quota_mode):
+        over without denying is over_quota; over with every quota
+        descriptor over (the request denied for it) is denied."""
+        both = [("backend", "primary"), ("backend", "fallback")]
+        got = self.checks([rl_check("quota-domain", both, BASE + i) for i in range(6)] +
+                          [rl_check("quota-domain", both, BASE + MINUTE)])
+        self.assertEqual([(r[0], r[6][0], r[7][0]) for r in got],
+                         [(1, b"OK", b"OK")] * 2 + [(1, b"OVER_QUOTA", b"OK")] +
+                         [(0, b"OVER_LIMIT", b"OVER_LIMIT")] * 3 + [(1, b"OK", b"OVER_QUOTA")])
+        stats, _ = self.rulestats()
+        self.assertEqual(stats["quota-domain.backend_primary"], self.PLAIN % (7, 3, 3, 1))
+        self.assertEqual(stats["quota-domain.backend_fallback"], self.PLAIN % (7, 3, 3, 1))
 
 
 def start_refused(args):

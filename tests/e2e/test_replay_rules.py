@@ -14,7 +14,8 @@ name.  The rules exercise a per-IP limit with ip_prefix, a block list
 (limit 0), a wildcard path with two limits (all-or-none), a shadow rule, an
 unlimited path, an elastic limit on the spare pool and a sliding-window
 limit.  A second test does the same for the `lines` format (several
-entries per descriptor, costs, %XX escapes).
+entries per descriptor, costs, %XX escapes), and a third for sluiced's
+loader options, `--merge-domains` and `--count-denied`, given to both.
 """
 
 import datetime
@@ -74,6 +75,32 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 2}
   - key: route
     rate_limit: {algorithm: sliding-log, unit: second, requests_per_unit: 4}
+"""
+
+# One domain in two files (--merge-domains); fixed windows, counted Lyft's
+# way with --count-denied, beside a sliding window and a quota descriptor,
+# which keep all-or-none.
+RULES_LYFT_A = """\
+domain: lyft
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: route
+    value: /api/*
+    rate_limit: {unit: second, requests_per_unit: 5}
+"""
+RULES_LYFT_B = """\
+domain: lyft
+descriptors:
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 40}
+  - key: route
+    value: /login
+    rate_limit: {algorithm: sliding-window, unit: second, requests_per_unit: 2}
+  - key: backend
+    value: primary
+    quota_mode: true
+    rate_limit: {unit: second, requests_per_unit: 4}
 """
 
 CLIENTS = ["203.0.113.5", "203.0.113.77",            # one /24
@@ -258,6 +285,48 @@ class TestReplayRulesMatchesServer(ServerTestCase):
         self.assertEqual(len(answers), len(lines))
         codes = self.compare(answers, self.ask(srv, cmds), lines)
         self.assertGreater(codes.get("OVER_LIMIT", 0), 0, codes)
+
+    def test_merge_domains_and_count_denied_as_sluiced(self):
+        """`--merge-domains` and `--count-denied` mean what they mean to
+        sluiced: one domain in two files, Lyft's counting; the same
+        requests get the same answers from both."""
+        d = os.path.join(self.dir, "lyft")
+        os.mkdir(d)
+        with open(os.path.join(d, "a.yaml"), "w") as f:
+            f.write(RULES_LYFT_A)
+        with open(os.path.join(d, "b.yaml"), "w") as f:
+            f.write(RULES_LYFT_B)
+        srv = self.new_server("--rules", d, "--merge-domains", "--count-denied",
+                              trust_client_time=True)
+        rnd = random.Random(5)
+        t = BASE
+        lines, cmds = [], []
+        for i in range(2000):
+            t += rnd.choice([0, 0, 40, 150, 300, 1000])
+            descs = [("user", rnd.choice(["ann", "bob", "cy"])),
+                     ("route", rnd.choice(["/api/a", "/api/b", "/login", "/x"]))]
+            if rnd.random() < 0.5:
+                descs.append(("tenant", rnd.choice(["t1", "t2"])))
+            if rnd.random() < 0.3:
+                descs.append(("backend", "primary"))
+            cost = rnd.choice([1, 1, 1, 2])
+            lines.append("%d %s%s" % (t, " ".join("%s=%s" % kv for kv in descs),
+                                      " cost=2" if cost == 2 else ""))
+            cmd = ["RL.CHECK", "lyft", "COST", cost, "AT", t]
+            for k, v in descs:
+                cmd += ["DESCRIPTOR", k, v]
+            cmds.append(cmd)
+        text = "\n".join(lines) + "\n"
+        answers, _ = self.replay("--rules", d, "--domain", "lyft", "--merge-domains",
+                                 "--count-denied", stdin_text=text)
+        codes = self.compare(answers, self.ask(srv, cmds), lines)
+        for code in ("OK", "OVER_LIMIT", "OVER_QUOTA", "NO_RULE"):
+            self.assertGreater(codes.get(code, 0), 0, codes)
+        # all-or-none answers otherwise: the flag is what made them agree
+        plain, _ = self.replay("--rules", d, "--domain", "lyft", "--merge-domains=yes",
+                               "--count-denied=no", stdin_text=text)
+        self.assertEqual(len(plain), len(answers))
+        self.assertGreater(sum(1 for a, b in zip(plain, answers) if a != b), 100)
 
 
 if __name__ == "__main__":

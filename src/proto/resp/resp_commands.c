@@ -582,17 +582,29 @@ static int wants(const sl_resp_cmd *c, const char *section)
     return 0;
 }
 
+/* One line of INFO rulestats: a rule's name or a per-value name (stats.h),
+ * its counts, and for a rule whose names go per value, how many it has and
+ * the requests counted past them.  Called under the statistics' lock. */
 static void info_rule(const sl_rule_stats *rs, void *arg)
 {
-    char line[1200];
+    sl_buf *b = arg;
+    char line[400];
+#define GET(f) (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->f)
     int n = snprintf(line, sizeof line,
-                     "rule_%s:matched=%llu,allowed=%llu,denied=%llu,shadow=%llu,elastic=%llu\r\n",
-                     rs->name, (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->matched),
-                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->allowed),
-                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->denied),
-                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->shadow),
-                     (unsigned long long)sl_stat_get((_Atomic uint64_t *)&rs->elastic));
-    if (n > 0) sl_buf_add(arg, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+                     ":matched=%llu,allowed=%llu,denied=%llu,shadow=%llu,elastic=%llu,"
+                     "over_quota=%llu",
+                     GET(matched), GET(allowed), GET(denied), GET(shadow), GET(elastic),
+                     GET(over_quota));
+    if (rs->per_value && n > 0 && (size_t)n < sizeof line)
+        n += snprintf(line + n, sizeof line - (size_t)n, ",values=%zu,overflow=%llu",
+                      atomic_load_explicit((_Atomic size_t *)&rs->nvalues, memory_order_relaxed),
+                      GET(overflow));
+#undef GET
+    if (n <= 0 || (size_t)n >= sizeof line) return; /* cannot happen: 9 numbers */
+    sl_resp_raw(b, "rule_");
+    sl_buf_add(b, rs->name, strlen(rs->name));
+    sl_buf_add(b, line, (size_t)n);
+    sl_resp_raw(b, "\r\n");
 }
 
 static void cmd_info(req *q)
