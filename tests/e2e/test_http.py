@@ -189,6 +189,21 @@ class TestHttpAllow(ServerTestCase):
         r = self.conn.getresponse()
         r.read()
         self.assertEqual(r.status, 414)
+        # beyond SL_HTTP_MAX_READ evhttp itself refuses (docs/http.md: 400)
+        # and closes; a body beyond SL_HTTP_MAX_BODY: 413
+        for headers, body, want in (({"X-Big": "a" * 70000}, None, 400),
+                                    ({}, b"a" * 70000, 413)):
+            c = self.srv.http_conn()
+            self.addCleanup(c.close)
+            try:
+                c.request("POST" if body else "GET", "/healthz", body=body, headers=headers)
+                r = c.getresponse()
+                r.read()
+                self.assertEqual(r.status, want)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # closed while the request was still being sent: refused too
+            self.assertEqual(self.get("/healthz", conn=other)[0], 200)
+            self.assertIs(other.sock, sock)
 
 
 class TestHttpClientTime(ServerTestCase):
