@@ -61,7 +61,7 @@ INC_lib     := -Iinclude -Isrc/lib
 INC_rules   := $(INC_lib) -Isrc/rules
 INC_backend := $(INC_rules) -Isrc/backend
 INC_server  := $(INC_backend) -Isrc/server
-INC_proto   := $(INC_server) -Isrc/proto/resp
+INC_proto   := $(INC_server) -Isrc/proto/resp -Isrc/proto/http
 INC_sluiced := $(INC_proto) -Isrc/sluiced
 INC_cli     := $(INC_backend) -Isrc/cli
 INC_tests   := $(INC_proto) -Isrc/cli -Itests
@@ -95,7 +95,8 @@ SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
 # libevent_openssl + libssl: the TLS listeners (src/server/tls.c, net.c);
 # libcrypto: also the passwords' SHA-256 (src/server/auth.c).
-SRV_LIBS := -levent -levent_openssl -lssl -lcrypto
+# libjansson: the HTTP module's JSON (src/proto/http).
+SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))

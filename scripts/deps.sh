@@ -13,6 +13,7 @@ clang
 libclang-rt-14-dev
 redis-server
 libevent-dev
+libjansson-dev
 libhiredis-dev
 python3-redis
 libyaml-dev
@@ -34,6 +35,7 @@ systemd
 #   clang, libclang-rt-14-dev  libFuzzer targets
 #   redis-server, libevent-dev, libhiredis-dev, python3-redis
 #                    the server (sluiced) and its end-to-end tests
+#   libjansson-dev   the HTTP module's JSON (src/proto/http/http.c)
 #   libyaml-dev      rules files (src/rules): the YAML parser
 #   liburcu-dev      the store's lock-free readers: freeing what they may
 #                    still see (src/lib/reclaim.h)

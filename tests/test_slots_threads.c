@@ -146,7 +146,7 @@ static server *server_start(int delayed, uint64_t seed)
     }
     assert_int_equal(sl_stats_init(&s->srv.stats, sl_net_default_workers(&s->cfg)), 0);
     rules_load(&s->srv);
-    s->net = sl_net_start(&s->srv, &sl_resp_proto, err, sizeof err);
+    s->net = sl_net_start(&s->srv, &sl_resp_proto, NULL, err, sizeof err);
     if (s->net == NULL) fail_msg("sl_net_start: %s", err);
     assert_int_equal(s->srv.nworkers, 2);
     assert_true(s->srv.port > 0);

@@ -100,9 +100,9 @@ struct opt {
 #define CUSTOM(setf, showf) .kind = K_CUSTOM, .set = setf, .show = showf
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
-static opt_set_fn set_port, set_tls_port, set_tls_auth_clients, set_bind, set_on_store_full,
+static opt_set_fn set_port, set_tls_port, set_http_port, set_tls_auth_clients, set_bind, set_on_store_full,
     set_capacity, set_auth_fail_limit, set_log_level;
-static opt_show_fn show_port, show_tls_port, show_tls_auth_clients, show_bind, show_on_store_full,
+static opt_show_fn show_port, show_tls_port, show_http_port, show_tls_auth_clients, show_bind, show_on_store_full,
     show_output_total, show_capacity, show_auth_fail_limit, show_log_level;
 
 /* Every option, in the order --help lists them. */
@@ -250,6 +250,12 @@ static const opt opts[] = {
      .def = "none",
      .help = "also listen for TLS (1.2 and 1.3) on port N of each --bind address; 0 = any free "
              "port"},
+    {.name = "http-port",
+     CUSTOM(set_http_port, show_http_port),
+     .arg = "N|any",
+     .def = "8390",
+     .help = "also serve HTTP/1.1 (docs/http.md) on port N of each --bind address; 0 = off; "
+             "any = any free port"},
     {.name = "tls-cert-file",
      PATH(tls_cert_file),
      .arg = "FILE",
@@ -327,6 +333,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->auth_fail_max = 10;
     cfg->auth_fail_window_ms = 60000;
     cfg->tls_port = -1;
+    cfg->http_port = SL_HTTP_DEFAULT_PORT;
     cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
 }
 
@@ -615,6 +622,27 @@ static int set_tls_port(sl_config *c, const opt *op, const char *v, size_t vlen,
     return port_value(op, v, vlen, o, 0, &c->tls_port, err, errlen);
 }
 
+/* SPEC section 8: 0 turns HTTP off; "any" lets the kernel pick a free
+ * port (what --port 0 does for RESP; tests use it). */
+static int set_http_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                         char *err, size_t errlen)
+{
+    char t[80];
+    int64_t x;
+    if (vlen == 3 && strncasecmp(v, "any", 3) == 0) {
+        c->http_port = SL_HTTP_PORT_ANY;
+        return 0;
+    }
+    if (sl_int_parse(v, vlen, 65535, &x) != 0) {
+        fail(err, errlen, o,
+             "invalid %s%s '%s': expected an integer 0..65535 (0 = off), or any (a free port)",
+             dash(o), op->name, tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    c->http_port = (int)x;
+    return 0;
+}
+
 /* Redis's words: yes, no or optional. */
 static int set_tls_auth_clients(sl_config *c, const opt *op, const char *v, size_t vlen,
                                 origin *o, char *err, size_t errlen)
@@ -742,6 +770,14 @@ static void show_tls_port(const sl_config *c, char *buf, size_t cap)
         snprintf(buf, cap, "%s", ""); /* none, as an unset path shows */
     else
         snprintf(buf, cap, "%d", c->tls_port);
+}
+
+static void show_http_port(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->http_port == SL_HTTP_PORT_ANY)
+        snprintf(buf, cap, "any");
+    else
+        snprintf(buf, cap, "%d", c->http_port);
 }
 
 static void show_tls_auth_clients(const sl_config *c, char *buf, size_t cap)
@@ -962,6 +998,11 @@ static int check_listeners(const sl_config *c, char *err, size_t errlen)
     if (tls && c->tls_port != 0 && c->tls_port == c->port) {
         snprintf(err, errlen, "--tls-port %d is also --port: give them different ports",
                  c->tls_port);
+        return -1;
+    }
+    if (c->http_port > 0 && (c->http_port == c->port || (tls && c->http_port == c->tls_port))) {
+        snprintf(err, errlen, "--http-port %d is also --%s: give them different ports",
+                 c->http_port, c->http_port == c->port ? "port" : "tls-port");
         return -1;
     }
     if (tls && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {

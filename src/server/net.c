@@ -207,6 +207,7 @@ struct worker {
     struct event *stop_ev; /* the shutdown deadline */
     struct event *exit_ev; /* stopping: re-checks for requests in flight */
     sl_worker_stats *ws;
+    void *side;         /* the side protocol's handle (net.h: sl_net_side); NULL: none */
     sl_svc_ctx svc;     /* this worker's service context (service.h) */
     sl_svc_ctx *svcp;   /* &svc, or a detached connection's context */
     void *scratch;      /* the protocol's (proto.h: scratch_size) */
@@ -241,6 +242,7 @@ struct sl_net {
     sl_srv *srv;
     const sl_config *cfg;
     const sl_proto *proto; /* what the clients speak */
+    const sl_net_side *side; /* what the HTTP listeners' clients speak; NULL: none */
     size_t out_pause; /* effective SL_NET_OUT_PAUSE */
     uint64_t out_total_max;       /* max-output-total, effective (sl_config_output_total) */
     _Atomic int64_t last_trim_ms; /* monotonic ms of the last malloc_trim */
@@ -259,6 +261,9 @@ struct sl_net {
     int nlisteners;
     int lfds[MAX_LISTENERS];
     int ltls[MAX_LISTENERS]; /* 1: a TLS listener */
+    int lhttp[MAX_LISTENERS]; /* 1: an HTTP listener: the workers accept (side), lev is NULL */
+    int hfds[MAX_LISTENERS];  /* the HTTP listeners' fds, for side->start */
+    int nhttp;
     struct evconnlistener *lev[MAX_LISTENERS];
     char addrs[MAX_LISTENERS][80];
     int64_t last_reject_log_ms;
@@ -1447,6 +1452,10 @@ static void worker_begin_stop(worker *w)
 {
     if (w->stopping) return;
     w->stopping = 1;
+    if (w->side != NULL) { /* no graceful drain for HTTP yet: docs/http.md */
+        w->net->side->stop(w->side);
+        w->side = NULL;
+    }
     struct timeval tv = {SL_NET_STOP_MS / 1000, (SL_NET_STOP_MS % 1000) * 1000};
     evtimer_add(w->stop_ev, &tv);
     conn *next;
@@ -1506,6 +1515,7 @@ static const struct timeval *common_timeout(struct event_base *b, int64_t ms)
 static void worker_free(worker *w)
 {
     if (w == NULL) return;
+    if (w->side != NULL) w->net->side->stop(w->side); /* it uses svc */
     /* the service context first: closing its backend channel answers the
      * requests still in flight, which frees their slots into the pool */
     if (w->svc_ok) sl_svc_ctx_done(&w->svc);
@@ -1573,6 +1583,13 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     }
     w->svc_ok = 1;
     w->svcp = &w->svc;
+    if (net->nhttp > 0) {
+        w->side = net->side->start(w->base, &w->svc, net->cfg, net->hfds, net->nhttp, err, errlen);
+        if (w->side == NULL) {
+            worker_free(w);
+            return NULL;
+        }
+    }
     w->scratch = calloc(1, net->proto->scratch_size ? net->proto->scratch_size : 1);
     if (w->scratch == NULL) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
@@ -1689,6 +1706,10 @@ static void on_acc_pipe(evutil_socket_t pfd, short what, void *arg)
     if (read(pfd, v, sizeof v) < 0 && !would_block(errno)) return;
     if (!atomic_load(&net->stopped)) return;
     for (int i = 0; i < net->nlisteners; i++) {
+        if (net->lhttp[i] && net->lfds[i] >= 0) { /* the workers close their copies */
+            close(net->lfds[i]);
+            net->lfds[i] = -1;
+        }
         if (net->lev[i] == NULL) continue;
         int lfd = evconnlistener_get_fd(net->lev[i]);
         for (int k = 0; k < BACKLOG; k++) {
@@ -1794,7 +1815,8 @@ int sl_net_default_workers(const sl_config *cfg)
     return cfg->threads > 0 ? cfg->threads : sl__cpu_count();
 }
 
-sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errlen)
+sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side, char *err,
+                     size_t errlen)
 {
     const sl_config *cfg = srv->cfg;
     sl_net *net = calloc(1, sizeof *net);
@@ -1805,6 +1827,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
     net->srv = srv;
     net->cfg = cfg;
     net->proto = proto;
+    net->side = side;
     net->acc_pipe[0] = net->acc_pipe[1] = -1;
     for (int i = 0; i < MAX_LISTENERS; i++) net->lfds[i] = -1;
     net->out_pause = SL_NET_OUT_PAUSE;
@@ -1818,16 +1841,22 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
         snprintf(err, errlen, "--tls-port: no TLS context");
         goto fail;
     }
-    int ports[2] = {cfg->port, cfg->tls_port};
-    for (int tls = 0; tls < 2; tls++) {
-        for (int i = 0; ports[tls] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
+    /* kinds: 0 plain, 1 TLS, 2 HTTP (--http-port: 0 is off, "any" is 0 here) */
+    int http = side == NULL || cfg->http_port == 0 ? -1
+               : cfg->http_port == SL_HTTP_PORT_ANY ? 0
+                                                   : cfg->http_port;
+    int ports[3] = {cfg->port, cfg->tls_port, http};
+    for (int kind = 0; kind < 3; kind++) {
+        for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
-            int fd = listen_on(cfg->binds[i], &ports[tls], err, errlen);
+            int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
-            net->ltls[net->nlisteners] = tls;
+            net->ltls[net->nlisteners] = kind == 1;
+            net->lhttp[net->nlisteners] = kind == 2;
+            if (kind == 2) net->hfds[net->nhttp++] = fd;
             format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i],
-                        ports[tls]);
+                        ports[kind]);
             net->nlisteners++;
         }
     }
@@ -1837,6 +1866,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
     }
     srv->port = cfg->port >= 0 ? ports[0] : 0;
     srv->tls_port = cfg->tls_port >= 0 ? ports[1] : 0;
+    srv->http_port = http >= 0 ? ports[2] : 0;
 
     int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);
@@ -1864,6 +1894,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errle
         goto fail;
     }
     for (int i = 0; i < net->nlisteners; i++) {
+        if (net->lhttp[i]) continue; /* the workers accept these (sl_net_side) */
         net->lev[i] =
             evconnlistener_new(net->acc_base, net->ltls[i] ? on_accept_tls : on_accept, net,
                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, net->lfds[i]);
@@ -1949,4 +1980,9 @@ const char *sl_net_addr(const sl_net *net, int i)
 int sl_net_addr_tls(const sl_net *net, int i)
 {
     return i >= 0 && i < net->nlisteners && net->ltls[i];
+}
+
+int sl_net_addr_http(const sl_net *net, int i)
+{
+    return i >= 0 && i < net->nlisteners && net->lhttp[i];
 }

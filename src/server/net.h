@@ -59,6 +59,27 @@
 
 typedef struct sl_net sl_net;
 
+struct event_base;
+
+/* A protocol that owns its connections on a worker's loop -- HTTP, on
+ * libevent's evhttp (src/proto/http/), whose public API takes connections
+ * only from a listener it accepts on itself.  So each worker serves the
+ * side protocol's listening sockets (bound by sl_net_start, shared by every
+ * worker: the worker that wakes first accepts) on its own loop, with its
+ * own service context, beside the connections the acceptor hands it. */
+typedef struct sl_net_side {
+    const char *name; /* "http" */
+    /* Starts serving lfds[0..n) (duplicate them: net.c keeps its own) on
+     * worker loop `base` with svc (both outlive the handle).  Runs on the
+     * main thread before the worker's thread starts.  Returns the
+     * handle, or NULL with a message in err. */
+    void *(*start)(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg,
+                   const int *lfds, int n, char *err, size_t errlen);
+    /* Stops accepting, closes every connection, frees the handle.  On the
+     * worker's thread when it stops (or after it exited). */
+    void (*stop)(void *h);
+} sl_net_side;
+
 /* The number of worker threads for cfg: --threads, or one per CPU this
  * process may run on (its affinity mask and cgroup CPU quota: sl__cpu_count).
  * The caller sizes srv->stats with it before sl_net_start. */
@@ -69,11 +90,14 @@ int sl_net_default_workers(const sl_config *cfg);
  * listener on each too (srv->tls, tls.h, must be made first; the port goes
  * to srv->tls_port); starts srv->stats.nworkers worker threads, each
  * with its service context (service.h) and backend channel, and the
- * acceptor.  Clients speak `proto` (src/proto/).
+ * acceptor.  Clients speak `proto` (src/proto/).  With side (NULL: none)
+ * and --http-port other than 0, each bind address also gets an HTTP
+ * listener (srv->http_port), served by side on every worker.
  * Returns the net, or NULL with a message in err, e.g.
  * "cannot listen on 127.0.0.1:6390: Address already in use"; nothing is
  * left running then. */
-sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, char *err, size_t errlen);
+sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side, char *err,
+                     size_t errlen);
 
 /* Starts a graceful stop and returns at once: no more connections are
  * accepted; each worker runs the complete commands its clients sent before
@@ -102,9 +126,11 @@ void sl_conn_detached_free(sl_conn *c);
 void sl_net_free(sl_net *net);
 
 /* The "host:port" of listener i (i < sl_net_naddrs), e.g. "[::1]:6390";
- * the plain listeners first, then the TLS ones (sl_net_addr_tls: 1). */
+ * the plain listeners first, then the TLS ones (sl_net_addr_tls: 1), then
+ * the HTTP ones (sl_net_addr_http: 1). */
 int sl_net_naddrs(const sl_net *net);
 const char *sl_net_addr(const sl_net *net, int i);
 int sl_net_addr_tls(const sl_net *net, int i);
+int sl_net_addr_http(const sl_net *net, int i);
 
 #endif

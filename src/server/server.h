@@ -61,7 +61,13 @@ typedef struct sl_config {
     char tls_key_file[1024];        /* its private key (PEM, not encrypted) */
     char tls_ca_cert_file[1024];    /* CA(s) that sign client certificates; "" = none */
     int tls_auth_clients;           /* SL_TLS_AUTH_*: client certificates; default yes */
+    int http_port;                  /* HTTP listener (src/proto/http) on each bind address;
+                                       default SL_HTTP_DEFAULT_PORT; 0 = off;
+                                       SL_HTTP_PORT_ANY = any free port */
 } sl_config;
+
+#define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */
+#define SL_HTTP_PORT_ANY     (-1) /* --http-port any: the kernel picks (the log says which) */
 
 /* --tls-auth-clients: whether a TLS client must show a certificate that
  * --tls-ca-cert-file signed (Redis's tls-auth-clients). */
@@ -86,6 +92,7 @@ typedef struct sl_srv {
     int nworkers;                   /* worker threads (= stats.nworkers) */
     int port;                       /* the port actually bound; 0 = none (--port off) */
     int tls_port;                   /* the TLS port actually bound; 0 = none */
+    int http_port;                  /* the HTTP port actually bound; 0 = none */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

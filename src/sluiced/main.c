@@ -45,6 +45,7 @@
 #include "auth.h"
 #include "backend_local.h"
 #include "config.h"
+#include "http.h"
 #include "live.h"
 #include "log.h"
 #include "net.h"
@@ -467,7 +468,7 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_WARN, "not watching the rules: reload with SIGHUP or RL.RULES RELOAD",
                "path=%s err=%s", sl_logq(a.cfg.rules), sl_logq(err));
 
-    a.net = sl_net_start(&a.srv, &sl_resp_proto, err, sizeof err);
+    a.net = sl_net_start(&a.srv, &sl_resp_proto, &sl_http_side, err, sizeof err);
     if (a.net == NULL) {
         sl_log(SL_LOG_ERROR, err, NULL);
         return 1;
@@ -487,7 +488,9 @@ int main(int argc, char **argv)
     char d1[32], d2[32];
     for (int i = 0; i < sl_net_naddrs(a.net); i++)
         sl_log(SL_LOG_INFO, "listening",
-               sl_net_addr_tls(a.net, i) ? "addr=%s threads=%d tls=yes" : "addr=%s threads=%d",
+               sl_net_addr_tls(a.net, i)    ? "addr=%s threads=%d tls=yes"
+               : sl_net_addr_http(a.net, i) ? "addr=%s threads=%d http=yes"
+                                            : "addr=%s threads=%d",
                sl_net_addr(a.net, i), a.srv.nworkers);
     fmt_duration(d1, sizeof d1, a.cfg.snapshot_interval_ms);
     if (a.cfg.snapshot[0] != '\0')

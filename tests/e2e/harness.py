@@ -4,7 +4,11 @@ a raw RESP connection, and the spec's vectors.
 Server: starts $SLUICE_BUILD/sluiced (default build/sluiced) with --port 0,
 so the kernel picks a free 127.0.0.1 port atomically (no probe-then-bind
 race), reads the port from the "listening" log line, and waits (bounded)
-until it answers PING.  Its log goes to LOG_DIR; the runner (run_e2e.py)
+until it answers PING.  HTTP (--http-port, on by default at 8390) is
+off (`--http-port 0`) unless the test asks for it with http=True: then
+`--http-port any` has the kernel pick its port too, read from the
+"listening ... http=yes" line into Server.http_port (http_conn() opens an
+http.client connection to it).  Its log goes to LOG_DIR; the runner (run_e2e.py)
 deletes LOG_DIR when every test passed and prints the failed tests' logs
 otherwise.
 
@@ -368,6 +372,7 @@ class RawConn:
 # ---- the server -------------------------------------------------------------
 
 LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+)')
+HTTP_LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ http=yes')
 
 
 class Server:
@@ -375,8 +380,9 @@ class Server:
     choose a free port."""
 
     def __init__(self, *args, name="sluiced", port=0, trust_client_time=False, log_level=None,
-                 threads=None, user=None):
+                 threads=None, user=None, http=False):
         self.args = [str(a) for a in args]
+        self.http = http
         if trust_client_time:
             # BASE is up to two days ahead of the server's clock: allow it
             # (the default --max-client-skew, 1h, is tested in test_clock.py)
@@ -390,6 +396,7 @@ class Server:
         self.name = name
         self.proc = None
         self.port = None
+        self.http_port = None
         self.log_path = None
         self.returncode = None
         self.forced = None       # why stop() had to SIGKILL, if it did
@@ -409,7 +416,8 @@ class Server:
         self.forced = None
         self._reported = set()
         log = open(self.log_path, "wb")
-        argv = [SLUICED, "--port", str(self.want_port)] + self.args
+        argv = [SLUICED, "--port", str(self.want_port),
+                "--http-port", "any" if self.http else "0"] + self.args
         log.write(("# " + " ".join(argv) + "\n").encode())
         log.flush()
         as_user = {} if self.user is None else dict(user=self.user, group=self.user,
@@ -420,9 +428,13 @@ class Server:
         STARTED.append(self)
         until = deadline(timeout)
         while time.monotonic() < until:
-            m = LISTEN_RE.search(self.log_bytes())
-            if m:
+            text = self.log_bytes()
+            m = LISTEN_RE.search(text)
+            h = HTTP_LISTEN_RE.search(text) if self.http else True
+            if m and h:
                 self.port = int(m.group(1))
+                if self.http:
+                    self.http_port = int(h.group(1))
                 break
             if self.proc.poll() is not None:
                 raise AssertionError("sluiced exited with status %s at start:\n%s"
@@ -546,6 +558,11 @@ class Server:
         kw.setdefault("socket_connect_timeout", 10 * SLOW)
         return redis.Redis(host=HOST, port=self.port, **kw)
 
+    def http_conn(self, timeout=10):
+        """An http.client connection to the HTTP port (started with http=True)."""
+        import http.client
+        return http.client.HTTPConnection(HOST, self.http_port, timeout=timeout * SLOW)
+
     def info(self, section=None):
         """INFO [section] as a dict of str -> str (over a fresh connection)."""
         with self.raw() as c:
@@ -612,10 +629,12 @@ class ServerTestCase(unittest.TestCase):
 
     SERVER_ARGS = ()
     TRUST = True
+    HTTP = False  # True: the class's server also serves HTTP (Server.http_port)
 
     @classmethod
     def setUpClass(cls):
-        cls.srv = Server(*cls.SERVER_ARGS, name=cls.__name__, trust_client_time=cls.TRUST)
+        cls.srv = Server(*cls.SERVER_ARGS, name=cls.__name__, trust_client_time=cls.TRUST,
+                         http=cls.HTTP)
         cls.srv.start()
 
     @classmethod

@@ -1,0 +1,363 @@
+/*
+ * http.c -- HTTP/1.1 on evhttp (http.h): one struct evhttp per worker,
+ * bound to the HTTP listening sockets that every worker shares, so a
+ * request is parsed, decided and answered on the worker that accepted its
+ * connection, with that worker's service context.  evhttp does the
+ * framing, keep-alive and pipelining (requests on one connection are
+ * answered in order); this file routes, checks values with the service
+ * layer's sl_svc_parse_* (so a 400 says what RESP's -ERR says), and writes
+ * JSON with jansson and the RateLimit headers.
+ *
+ * A decision's answer is written in the service's callback.  With the
+ * local backend that runs before sl_svc_allow returns; a backend that
+ * answers later would need the request kept alive past its connection
+ * (evhttp frees it with the connection): not built yet (docs/http.md).
+ */
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/queue.h>
+#include <unistd.h>
+
+#include <event2/event.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <jansson.h>
+
+#include "auth.h"
+#include "config.h"
+#include "http.h"
+#include "service.h"
+
+typedef struct http_worker {
+    struct evhttp *http;
+    sl_svc_ctx *svc;       /* the worker's (not owned) */
+    int id;                /* its number: servers[id] is this; -1 until registered */
+    struct event *backoff; /* re-enables the listeners after an accept failure */
+    int nlev;
+    struct evconnlistener *lev[8]; /* owned by http (its bound sockets) */
+} http_worker;
+
+/* ---- answers ---------------------------------------------------------------- */
+
+/* Sends obj (consumed) as the JSON body of a `code` answer. */
+static void send_json(struct evhttp_request *req, int code, const char *reason, json_t *obj)
+{
+    struct evbuffer *b = evbuffer_new();
+    char *text = obj ? json_dumps(obj, 0) : NULL;
+    json_decref(obj);
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Content-Type", "application/json");
+    if (b == NULL || text == NULL) { /* out of memory: an answer without a body */
+        free(text);
+        if (b) evbuffer_free(b);
+        evhttp_send_reply(req, 500, "Internal Server Error", NULL);
+        return;
+    }
+    evbuffer_add(b, text, strlen(text));
+    evbuffer_add(b, "\n", 1);
+    free(text);
+    evhttp_send_reply(req, code, reason, b);
+    evbuffer_free(b);
+}
+
+/* {"error": msg} with status code. */
+static void send_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
+{
+    send_json(req, code, reason, json_pack("{s:s}", "error", msg));
+}
+
+/* ceil(ms / 1000) for ms >= 0. */
+static long long ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
+
+/* The headers of every decision (SPEC section 8) for the one limit named
+ * "default": RateLimit-Policy and RateLimit as structured-field lists
+ * (RFC 9651; draft-ietf-httpapi-ratelimit-headers), the X-RateLimit-*
+ * trio, and Retry-After on a denial that can ever be allowed.  w is the
+ * window in seconds rounded up (at least 1: a structured-field integer
+ * cannot say half a second). */
+static void decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms)
+{
+    char v[128];
+    long long w = ceil_s(window_ms);
+    if (w < 1) w = 1;
+    snprintf(v, sizeof v, "\"default\";q=%lld;w=%lld", (long long)r->limit, w);
+    evhttp_add_header(h, "RateLimit-Policy", v);
+    snprintf(v, sizeof v, "\"default\";r=%lld;t=%lld", (long long)r->remaining,
+             ceil_s(r->reset_after_ms));
+    evhttp_add_header(h, "RateLimit", v);
+    snprintf(v, sizeof v, "%lld", (long long)r->limit);
+    evhttp_add_header(h, "X-RateLimit-Limit", v);
+    snprintf(v, sizeof v, "%lld", (long long)r->remaining);
+    evhttp_add_header(h, "X-RateLimit-Remaining", v);
+    snprintf(v, sizeof v, "%lld", ceil_s(r->reset_after_ms));
+    evhttp_add_header(h, "X-RateLimit-Reset", v);
+    if (!r->allowed && r->retry_after_ms >= 0) {
+        long long s = ceil_s(r->retry_after_ms);
+        snprintf(v, sizeof v, "%lld", s < 1 ? 1 : s);
+        evhttp_add_header(h, "Retry-After", v);
+    }
+}
+
+/* ---- GET /v1/allow ------------------------------------------------------------ */
+
+/* A decision in flight: what its answer needs besides the result. */
+typedef struct allow_req {
+    struct evhttp_request *req;
+    int64_t window_ms;
+} allow_req;
+
+static void on_allowed(void *arg, const sl_svc_reply *r)
+{
+    allow_req *a = arg;
+    if (r->rc < 0) {
+        send_error(a->req, 400, "Bad Request", r->err);
+        return;
+    }
+    const sl_result *x = &r->result;
+    decision_headers(evhttp_request_get_output_headers(a->req), x, a->window_ms);
+    json_t *o = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "allowed", x->allowed != 0, "limit",
+                          (json_int_t)x->limit, "remaining", (json_int_t)x->remaining,
+                          "retry_after_ms", (json_int_t)x->retry_after_ms, "reset_after_ms",
+                          (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms);
+    if (x->allowed)
+        send_json(a->req, 200, "OK", o);
+    else
+        send_json(a->req, 429, "Too Many Requests", o);
+}
+
+/* The parameters of /v1/allow, in the order RL.ALLOW takes them. */
+static const char *const allow_params[] = {"key",  "limit", "window",    "algo",
+                                           "cost", "burst", "precision", "at"};
+#define NPARAMS (sizeof allow_params / sizeof allow_params[0])
+
+static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *query)
+{
+    char err[SL_SVC_ERR], qb[80];
+    sl_svc_ctx *x = hw->svc;
+    if (sl_auth_required(x->srv->auth)) {
+        /* bearer tokens are not built yet: refuse rather than decide for anyone */
+        send_error(req, 401, "Unauthorized",
+                   "a password is configured: HTTP decisions need a bearer token, not "
+                   "supported yet");
+        return;
+    }
+    if (query == NULL) query = "";
+    /* %00 would decode to a NUL and cut the value short: refuse it */
+    for (const char *p = query; (p = strchr(p, '%')) != NULL; p++)
+        if (p[1] == '0' && p[2] == '0') {
+            send_error(req, 400, "Bad Request", "a parameter holds a NUL byte (%00)");
+            return;
+        }
+    struct evkeyvalq kv;
+    TAILQ_INIT(&kv);
+    if (evhttp_parse_query_str(query, &kv) != 0) {
+        evhttp_clear_headers(&kv);
+        send_error(req, 400, "Bad Request", "malformed query string: expected name=value&...");
+        return;
+    }
+    const char *val[NPARAMS] = {0};
+    struct evkeyval *e;
+    int bad = 0;
+    TAILQ_FOREACH(e, &kv, next)
+    {
+        size_t i = 0;
+        while (i < NPARAMS && strcmp(e->key, allow_params[i]) != 0) i++;
+        if (i == NPARAMS) {
+            snprintf(err, sizeof err,
+                     "unknown parameter '%s' (expected key, limit, window, algo, cost, burst, "
+                     "precision or at)",
+                     sl_svc_quote(qb, sizeof qb, e->key, strlen(e->key)));
+            bad = 1;
+            break;
+        }
+        if (val[i] != NULL) {
+            snprintf(err, sizeof err, "parameter %s given twice", allow_params[i]);
+            bad = 1;
+            break;
+        }
+        val[i] = e->value;
+    }
+    for (size_t i = 0; !bad && i < 3; i++)
+        if (val[i] == NULL) {
+            snprintf(err, sizeof err, "missing parameter %s (key, limit and window are needed)",
+                     allow_params[i]);
+            bad = 1;
+        }
+    sl_params p = SL_PARAMS_INIT;
+    int64_t cost = 1, now = sl_now_ms(), at = now;
+#define LEN(i) strlen(val[i])
+    if (!bad)
+        bad = sl_svc_parse_key(val[0], LEN(0), err, sizeof err) != 0 ||
+              sl_svc_parse_limit(val[1], LEN(1), &p.limit, err, sizeof err) != 0 ||
+              sl_svc_parse_window(val[2], LEN(2), &p.window_ms, err, sizeof err) != 0 ||
+              (val[3] && sl_svc_parse_algo(val[3], LEN(3), &p.algo, err, sizeof err) != 0) ||
+              (val[4] && sl_svc_parse_cost(val[4], LEN(4), &cost, err, sizeof err) != 0) ||
+              (val[5] && sl_svc_parse_burst(val[5], LEN(5), &p.burst, err, sizeof err) != 0) ||
+              (val[6] &&
+               sl_svc_parse_precision(val[6], LEN(6), &p.precision, err, sizeof err) != 0) ||
+              (val[7] && sl_svc_parse_at(x, now, val[7], LEN(7), &at, err, sizeof err) != 0);
+#undef LEN
+    if (bad) {
+        evhttp_clear_headers(&kv);
+        send_error(req, 400, "Bad Request", err);
+        return;
+    }
+    allow_req a = {req, p.window_ms};
+    /* the service checks the parameters together: its error names the bad one */
+    sl_svc_allow(x, val[0], strlen(val[0]), &p, cost, at, 1, on_allowed, &a);
+    evhttp_clear_headers(&kv);
+}
+
+/* ---- routing ---------------------------------------------------------------- */
+
+/* Bytes of the request's headers as sent: "name: value\r\n" each. */
+static size_t headers_size(struct evhttp_request *req)
+{
+    size_t n = 0;
+    struct evkeyval *e;
+    TAILQ_FOREACH(e, evhttp_request_get_input_headers(req), next)
+    n += strlen(e->key) + strlen(e->value) + 4;
+    return n;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+    http_worker *hw = arg;
+    const char *target = evhttp_request_get_uri(req);
+    if (strlen(target) > SL_HTTP_MAX_URI) {
+        send_error(req, 414, "URI Too Long", "request target longer than SL_HTTP_MAX_URI bytes");
+        return;
+    }
+    if (headers_size(req) > SL_HTTP_MAX_HEADERS) {
+        send_error(req, 431, "Request Header Fields Too Large",
+                   "request headers longer than SL_HTTP_MAX_HEADERS bytes");
+        return;
+    }
+    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+    const char *path = u ? evhttp_uri_get_path(u) : NULL;
+    if (path == NULL) {
+        send_error(req, 400, "Bad Request", "malformed request target");
+        return;
+    }
+    enum evhttp_cmd_type m = evhttp_request_get_command(req);
+    int is_allow = strcmp(path, "/v1/allow") == 0, is_health = strcmp(path, "/healthz") == 0;
+    if (!is_allow && !is_health) {
+        char qb[80], msg[128];
+        snprintf(msg, sizeof msg, "no such path: %s",
+                 sl_svc_quote(qb, sizeof qb, path, strlen(path)));
+        send_error(req, 404, "Not Found", msg);
+        return;
+    }
+    if (m != EVHTTP_REQ_GET && !(is_health && m == EVHTTP_REQ_HEAD)) {
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
+                          is_health ? "GET, HEAD" : "GET");
+        send_error(req, 405, "Method Not Allowed",
+                   is_health ? "method not allowed: use GET or HEAD"
+                             : "method not allowed: use GET");
+        return;
+    }
+    if (is_health) {
+        send_json(req, 200, "OK", json_pack("{s:s}", "status", "alive"));
+        return;
+    }
+    v1_allow(hw, req, evhttp_uri_get_query(u));
+}
+
+/* ---- the worker's server ---------------------------------------------------- */
+
+static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    http_worker *hw = arg;
+    for (int i = 0; i < hw->nlev; i++) evconnlistener_enable(hw->lev[i]);
+}
+
+/* Every worker's server, by worker number, for on_accept_error, which
+ * evhttp calls with its struct evhttp (the listener's argument is evhttp's
+ * own).  Written before the worker's thread starts and when it stops (on
+ * that thread); atomic as other workers scan it. */
+static _Atomic(http_worker *) servers[SL_CONFIG_MAX_THREADS];
+
+/* accept(2) failed (most likely out of file descriptors): rest instead of
+ * spinning on a listener that stays readable. */
+static void on_accept_error(struct evconnlistener *l, void *arg)
+{
+    (void)l;
+    http_worker *hw = NULL;
+    for (int i = 0; i < SL_CONFIG_MAX_THREADS && hw == NULL; i++) {
+        http_worker *h = atomic_load_explicit(&servers[i], memory_order_acquire);
+        if (h != NULL && h->http == arg) hw = h;
+    }
+    if (hw == NULL) return;
+    for (int i = 0; i < hw->nlev; i++) evconnlistener_disable(hw->lev[i]);
+    struct timeval tv = {0, SL_HTTP_ACCEPT_BACKOFF_MS * 1000};
+    evtimer_add(hw->backoff, &tv);
+}
+
+static void http_stop(void *h)
+{
+    http_worker *hw = h;
+    if (hw == NULL) return;
+    if (hw->id >= 0) atomic_store_explicit(&servers[hw->id], NULL, memory_order_release);
+    if (hw->http) evhttp_free(hw->http); /* its listeners (and their fds) and connections */
+    if (hw->backoff) event_free(hw->backoff);
+    free(hw);
+}
+
+static void *http_start(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg,
+                        const int *lfds, int n, char *err, size_t errlen)
+{
+    http_worker *hw = calloc(1, sizeof *hw);
+    if (hw == NULL) goto nomem;
+    hw->svc = svc;
+    hw->id = -1;
+    hw->http = evhttp_new(base);
+    hw->backoff = evtimer_new(base, on_backoff_done, hw);
+    if (hw->http == NULL || hw->backoff == NULL) goto nomem;
+    evhttp_set_gencb(hw->http, on_request, hw);
+    evhttp_set_max_headers_size(hw->http, SL_HTTP_MAX_READ);
+    evhttp_set_max_body_size(hw->http, SL_HTTP_MAX_BODY);
+    int64_t ms = cfg->recv_timeout_ms > 0 ? cfg->recv_timeout_ms : SL_HTTP_TIMEOUT_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evhttp_set_timeout_tv(hw->http, &tv);
+    /* every method reaches on_request, which answers 405 where it must
+     * (evhttp itself would answer 501 to those not in the set) */
+    evhttp_set_allowed_methods(hw->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
+                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+                                             EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    for (int i = 0; i < n && i < (int)(sizeof hw->lev / sizeof hw->lev[0]); i++) {
+        int fd = dup(lfds[i]);
+        struct evconnlistener *l =
+            fd < 0 ? NULL
+                   : evconnlistener_new(base, NULL, NULL,
+                                        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
+        if (l == NULL) {
+            if (fd >= 0) close(fd);
+            goto nomem;
+        }
+        if (evhttp_bind_listener(hw->http, l) == NULL) {
+            evconnlistener_free(l);
+            goto nomem;
+        }
+        evconnlistener_set_error_cb(l, on_accept_error);
+        hw->lev[hw->nlev++] = l;
+    }
+    if (svc->id >= 0 && svc->id < SL_CONFIG_MAX_THREADS) {
+        hw->id = svc->id;
+        atomic_store_explicit(&servers[hw->id], hw, memory_order_release);
+    }
+    return hw;
+nomem:
+    snprintf(err, errlen, "cannot serve HTTP: out of memory or file descriptors");
+    http_stop(hw);
+    return NULL;
+}
+
+const sl_net_side sl_http_side = {"http", http_start, http_stop};
