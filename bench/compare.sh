@@ -63,9 +63,12 @@ trap cleanup EXIT
 
 # start_sluiced DIR NAME: starts DIR/sluiced on a free port; sets PORT_<NAME>.
 start_sluiced() {
-    local port
+    local port http=
     port=$("$NEW/bench/bench" --free-port)
-    $WORK "$1/sluiced" --port "$port" --threads 1 --max-memory 1gb >"$TMP/$2.log" 2>&1 &
+    # builds with an HTTP listener: off, so two servers never both want 8390
+    "$1/sluiced" --help 2>&1 | grep -q -- --http-port && http="--http-port 0"
+    # shellcheck disable=SC2086 # $http is empty or two words
+    $WORK "$1/sluiced" --port "$port" $http --threads 1 --max-memory 1gb >"$TMP/$2.log" 2>&1 &
     PIDS="$PIDS $!"
     for _ in $(seq 100); do
         redis-cli -p "$port" PING >/dev/null 2>&1 && break
