@@ -622,20 +622,22 @@ static void log_cut(worker *w, conn *c, int64_t total)
     w->cut_unlogged = 0;
 }
 
-/* A PIPE_SHED token: while the output of all clients is over
- * max-output-total, cuts this worker's clients in the size classes that
- * hold the excess (shed_floor), the one holding the most first.  Every
- * worker does the same, each re-reading the total, so together they cut
- * the largest holders across the server, to within a size class, and stop
- * as soon as the total is back within the budget.  O(clients) per cut;
- * runs only over the budget. */
-static void shed(worker *w)
+/* A PIPE_SHED token, or a shed request seen before serving a client
+ * (shed_due): while the output of all clients is over max-output-total,
+ * cuts this worker's clients in the size classes that hold the excess
+ * (shed_floor), the one holding the most first.  Every worker does the
+ * same, each re-reading the total, so together they cut the largest
+ * holders across the server, to within a size class, and stop as soon as
+ * the total is back within the budget.  O(clients) per cut; runs only
+ * over the budget.  Returns 1 if `watch` (may be NULL) was cut. */
+static int shed(worker *w, const conn *watch)
 {
     sl_net *net = w->net;
     _Atomic int64_t *total = &net->srv->stats.output_bytes;
+    int watch_cut = 0;
     atomic_store(&w->shed_pending, 0);
     int64_t t = atomic_load_explicit(total, memory_order_relaxed);
-    if (t <= (int64_t)net->out_total_max) return;
+    if (t <= (int64_t)net->out_total_max) return 0;
     size_t floor = shed_floor(net, (uint64_t)t - net->out_total_max);
     while ((t = atomic_load_explicit(total, memory_order_relaxed)) > (int64_t)net->out_total_max) {
         conn *big = NULL;
@@ -644,8 +646,22 @@ static void shed(worker *w)
         if (big == NULL) break;
         log_cut(w, big, t);
         atomic_fetch_add_explicit(&net->srv->stats.cut_output_total, 1, memory_order_relaxed);
+        watch_cut |= big == watch;
         conn_cut(big, "max-output-total");
     }
+    return watch_cut;
+}
+
+/* Before c is served: a shed asked of this worker runs now, not when its
+ * PIPE_SHED token comes round -- a worker serving a batch of ready clients
+ * would otherwise build a reply for each of them first, and the total
+ * could overshoot max-output-total by a batch of replies instead of one
+ * per worker.  One relaxed load when nothing is asked.  Returns 1 if c
+ * itself was cut (c is freed). */
+static int shed_due(worker *w, const conn *c)
+{
+    if (!atomic_load_explicit(&w->shed_pending, memory_order_relaxed)) return 0;
+    return shed(w, c);
 }
 
 /* ---- detached connections (net.h) ------------------------------------ */
@@ -1118,6 +1134,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         conn_free(c, "idle-timeout");
         return;
     }
+    if (shed_due(w, c)) return;
     ssize_t n = read(fd, w->rbuf, sizeof w->rbuf);
     if (n < 0) {
         if (!would_block(errno)) conn_free(c, "read error");
@@ -1140,6 +1157,7 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     conn *c = arg;
     if (c->state != C_OPEN || c->paused_out) return;
+    if (shed_due(c->w, c)) return;
     if (c->w->stopping)
         stop_step(c);
     else
@@ -1272,6 +1290,7 @@ static void on_tls_read(struct bufferevent *bev, void *arg)
             conn_free(c, "closed after replies");
         return;
     }
+    if (shed_due(w, c)) return;
     sl_stat_inc(&w->ws->net_in, (uint64_t)n);
     if (evbuffer_add_buffer(c->in, src) != 0) {
         conn_free(c, "out of memory");
@@ -1491,7 +1510,7 @@ static void on_pipe(evutil_socket_t pfd, short what, void *arg)
         if (fds[i] >= 0)
             conn_new(w, fds[i] & ~PIPE_TLS, (fds[i] & PIPE_TLS) != 0);
         else if (fds[i] == PIPE_SHED)
-            shed(w);
+            shed(w, NULL);
         else
             worker_begin_stop(w);
     }

@@ -305,9 +305,13 @@ class TestRulesListingFlood(ServerTestCase):
                 self.assertEqual(int(info["clients_cut_output"]), 0)
                 self.assertLessEqual(int(info["client_output_bytes"]), self.BUDGET)
                 # the budget, each client's bound, a reply being built per
-                # worker (x2: the batch and its copy), and slack
+                # worker (x2: the batch and its copy) and one per worker
+                # over the budget (a worker sheds before serving its next
+                # client, not after a batch of them: net.c's shed_due), and
+                # a quarter of the usual slack -- without shed_due the peak
+                # was ~105 MB over base here, with it ~35 MB
                 bound = (self.BUDGET // KB + self.N * PER_CLIENT_KB +
-                         int(info["threads"]) * 2 * reply_kb + SLACK_KB + ALLOC_KB)
+                         int(info["threads"]) * 3 * reply_kb + SLACK_KB // 4 + ALLOC_KB)
                 self.assertLess(peak - base, bound,
                                 "VmRSS %d kB at peak, %d kB before" % (peak, base))
             finally:
