@@ -32,21 +32,12 @@
 #include "auth.h"
 #include "config.h"
 #include "http.h"
+#include "http_int.h"
 #include "service.h"
-
-typedef struct http_worker {
-    struct evhttp *http;
-    sl_svc_ctx *svc;       /* the worker's (not owned) */
-    int id;                /* its number: servers[id] is this; -1 until registered */
-    struct event *backoff; /* re-enables the listeners after an accept failure */
-    int nlev;
-    struct evconnlistener *lev[8]; /* owned by http (its bound sockets) */
-} http_worker;
 
 /* ---- answers ---------------------------------------------------------------- */
 
-/* Sends obj (consumed) as the JSON body of a `code` answer. */
-static void send_json(struct evhttp_request *req, int code, const char *reason, json_t *obj)
+void sl_http_send_json(struct evhttp_request *req, int code, const char *reason, json_t *obj)
 {
     struct evbuffer *b = evbuffer_new();
     char *text = obj ? json_dumps(obj, 0) : NULL;
@@ -66,39 +57,31 @@ static void send_json(struct evhttp_request *req, int code, const char *reason, 
     evbuffer_free(b);
 }
 
-/* {"error": msg} with status code. */
-static void send_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
+void sl_http_send_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
 {
-    send_json(req, code, reason, json_pack("{s:s}", "error", msg));
+    sl_http_send_json(req, code, reason, json_pack("{s:s}", "error", msg));
 }
 
-/* ceil(ms / 1000) for ms >= 0. */
-static long long ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
+long long sl_http_ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
 
-/* The headers of every decision (SPEC section 8) for the one limit named
- * "default": RateLimit-Policy and RateLimit as structured-field lists
- * (RFC 9651; draft-ietf-httpapi-ratelimit-headers), the X-RateLimit-*
- * trio, and Retry-After on a denial that can ever be allowed.  w is the
- * window in seconds rounded up (at least 1: a structured-field integer
- * cannot say half a second). */
-static void decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms)
+void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms)
 {
     char v[128];
-    long long w = ceil_s(window_ms);
+    long long w = sl_http_ceil_s(window_ms);
     if (w < 1) w = 1;
     snprintf(v, sizeof v, "\"default\";q=%lld;w=%lld", (long long)r->limit, w);
     evhttp_add_header(h, "RateLimit-Policy", v);
     snprintf(v, sizeof v, "\"default\";r=%lld;t=%lld", (long long)r->remaining,
-             ceil_s(r->reset_after_ms));
+             sl_http_ceil_s(r->reset_after_ms));
     evhttp_add_header(h, "RateLimit", v);
     snprintf(v, sizeof v, "%lld", (long long)r->limit);
     evhttp_add_header(h, "X-RateLimit-Limit", v);
     snprintf(v, sizeof v, "%lld", (long long)r->remaining);
     evhttp_add_header(h, "X-RateLimit-Remaining", v);
-    snprintf(v, sizeof v, "%lld", ceil_s(r->reset_after_ms));
+    snprintf(v, sizeof v, "%lld", sl_http_ceil_s(r->reset_after_ms));
     evhttp_add_header(h, "X-RateLimit-Reset", v);
     if (!r->allowed && r->retry_after_ms >= 0) {
-        long long s = ceil_s(r->retry_after_ms);
+        long long s = sl_http_ceil_s(r->retry_after_ms);
         snprintf(v, sizeof v, "%lld", s < 1 ? 1 : s);
         evhttp_add_header(h, "Retry-After", v);
     }
@@ -116,19 +99,19 @@ static void on_allowed(void *arg, const sl_svc_reply *r)
 {
     allow_req *a = arg;
     if (r->rc < 0) {
-        send_error(a->req, 400, "Bad Request", r->err);
+        sl_http_send_error(a->req, 400, "Bad Request", r->err);
         return;
     }
     const sl_result *x = &r->result;
-    decision_headers(evhttp_request_get_output_headers(a->req), x, a->window_ms);
+    sl_http_decision_headers(evhttp_request_get_output_headers(a->req), x, a->window_ms);
     json_t *o = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "allowed", x->allowed != 0, "limit",
                           (json_int_t)x->limit, "remaining", (json_int_t)x->remaining,
                           "retry_after_ms", (json_int_t)x->retry_after_ms, "reset_after_ms",
                           (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms);
     if (x->allowed)
-        send_json(a->req, 200, "OK", o);
+        sl_http_send_json(a->req, 200, "OK", o);
     else
-        send_json(a->req, 429, "Too Many Requests", o);
+        sl_http_send_json(a->req, 429, "Too Many Requests", o);
 }
 
 /* The parameters of /v1/allow, in the order RL.ALLOW takes them. */
@@ -136,29 +119,32 @@ static const char *const allow_params[] = {"key",  "limit", "window",    "algo",
                                            "cost", "burst", "precision", "at"};
 #define NPARAMS (sizeof allow_params / sizeof allow_params[0])
 
-static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *query)
+static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *path,
+                     const char *query)
 {
+    (void)path;
     char err[SL_SVC_ERR], qb[80];
     sl_svc_ctx *x = hw->svc;
     if (sl_auth_required(x->srv->auth)) {
         /* bearer tokens are not built yet: refuse rather than decide for anyone */
-        send_error(req, 401, "Unauthorized",
-                   "a password is configured: HTTP decisions need a bearer token, not "
-                   "supported yet");
+        sl_http_send_error(req, 401, "Unauthorized",
+                           "a password is configured: HTTP decisions need a bearer token, not "
+                           "supported yet");
         return;
     }
     if (query == NULL) query = "";
     /* %00 would decode to a NUL and cut the value short: refuse it */
     for (const char *p = query; (p = strchr(p, '%')) != NULL; p++)
         if (p[1] == '0' && p[2] == '0') {
-            send_error(req, 400, "Bad Request", "a parameter holds a NUL byte (%00)");
+            sl_http_send_error(req, 400, "Bad Request", "a parameter holds a NUL byte (%00)");
             return;
         }
     struct evkeyvalq kv;
     TAILQ_INIT(&kv);
     if (evhttp_parse_query_str(query, &kv) != 0) {
         evhttp_clear_headers(&kv);
-        send_error(req, 400, "Bad Request", "malformed query string: expected name=value&...");
+        sl_http_send_error(req, 400, "Bad Request",
+                           "malformed query string: expected name=value&...");
         return;
     }
     const char *val[NPARAMS] = {0};
@@ -205,7 +191,7 @@ static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *qu
 #undef LEN
     if (bad) {
         evhttp_clear_headers(&kv);
-        send_error(req, 400, "Bad Request", err);
+        sl_http_send_error(req, 400, "Bad Request", err);
         return;
     }
     allow_req a = {req, p.window_ms};
@@ -215,6 +201,33 @@ static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *qu
 }
 
 /* ---- routing ---------------------------------------------------------------- */
+
+static void healthz(http_worker *hw, struct evhttp_request *req, const char *path,
+                    const char *query)
+{
+    (void)hw, (void)path, (void)query;
+    sl_http_send_json(req, 200, "OK", json_pack("{s:s}", "status", "alive"));
+}
+
+#define GET  EVHTTP_REQ_GET
+#define HEAD EVHTTP_REQ_HEAD
+
+/* Every endpoint: the first row that matches the path wins.  Each
+ * endpoint family's file adds its rows here. */
+static const sl_http_route routes[] = {
+    {"/v1/allow", 0, GET, "GET", v1_allow},
+    {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
+};
+
+static const sl_http_route *route_for(const char *path)
+{
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        const sl_http_route *r = &routes[i];
+        if (r->prefix ? strncmp(path, r->path, strlen(r->path)) == 0 : strcmp(path, r->path) == 0)
+            return r;
+    }
+    return NULL;
+}
 
 /* Bytes of the request's headers as sent: "name: value\r\n" each. */
 static size_t headers_size(struct evhttp_request *req)
@@ -231,42 +244,38 @@ static void on_request(struct evhttp_request *req, void *arg)
     http_worker *hw = arg;
     const char *target = evhttp_request_get_uri(req);
     if (strlen(target) > SL_HTTP_MAX_URI) {
-        send_error(req, 414, "URI Too Long", "request target longer than SL_HTTP_MAX_URI bytes");
+        sl_http_send_error(req, 414, "URI Too Long",
+                           "request target longer than SL_HTTP_MAX_URI bytes");
         return;
     }
     if (headers_size(req) > SL_HTTP_MAX_HEADERS) {
-        send_error(req, 431, "Request Header Fields Too Large",
-                   "request headers longer than SL_HTTP_MAX_HEADERS bytes");
+        sl_http_send_error(req, 431, "Request Header Fields Too Large",
+                           "request headers longer than SL_HTTP_MAX_HEADERS bytes");
         return;
     }
     const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
     const char *path = u ? evhttp_uri_get_path(u) : NULL;
     if (path == NULL) {
-        send_error(req, 400, "Bad Request", "malformed request target");
+        sl_http_send_error(req, 400, "Bad Request", "malformed request target");
         return;
     }
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    int is_allow = strcmp(path, "/v1/allow") == 0, is_health = strcmp(path, "/healthz") == 0;
-    if (!is_allow && !is_health) {
+    const sl_http_route *r = route_for(path);
+    if (r == NULL) {
         char qb[80], msg[128];
         snprintf(msg, sizeof msg, "no such path: %s",
                  sl_svc_quote(qb, sizeof qb, path, strlen(path)));
-        send_error(req, 404, "Not Found", msg);
+        sl_http_send_error(req, 404, "Not Found", msg);
         return;
     }
-    if (m != EVHTTP_REQ_GET && !(is_health && m == EVHTTP_REQ_HEAD)) {
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow",
-                          is_health ? "GET, HEAD" : "GET");
-        send_error(req, 405, "Method Not Allowed",
-                   is_health ? "method not allowed: use GET or HEAD"
-                             : "method not allowed: use GET");
+    if (!(r->methods & (unsigned)m)) {
+        char msg[96];
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", r->allow);
+        snprintf(msg, sizeof msg, "method not allowed: use %s", r->allow);
+        sl_http_send_error(req, 405, "Method Not Allowed", msg);
         return;
     }
-    if (is_health) {
-        send_json(req, 200, "OK", json_pack("{s:s}", "status", "alive"));
-        return;
-    }
-    v1_allow(hw, req, evhttp_uri_get_query(u));
+    r->fn(hw, req, path, evhttp_uri_get_query(u));
 }
 
 /* ---- the worker's server ---------------------------------------------------- */
@@ -316,6 +325,7 @@ static void *http_start(struct event_base *base, sl_svc_ctx *svc, const sl_confi
     http_worker *hw = calloc(1, sizeof *hw);
     if (hw == NULL) goto nomem;
     hw->svc = svc;
+    hw->cfg = cfg;
     hw->id = -1;
     hw->http = evhttp_new(base);
     hw->backoff = evtimer_new(base, on_backoff_done, hw);

@@ -1,0 +1,65 @@
+/*
+ * http_int.h -- what the files of the HTTP module share (not an API):
+ * the worker's server, the route table's handler type, and the answers
+ * every endpoint writes the same way.  http.c owns the listener and the
+ * routing (its `routes[]`); each endpoint family has its own file and adds
+ * its rows there.
+ */
+#ifndef SL_HTTP_INT_H
+#define SL_HTTP_INT_H
+
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/listener.h>
+#include <jansson.h>
+
+#include "service.h"
+
+/* One worker's HTTP server: its evhttp and the listeners it watches. */
+typedef struct http_worker {
+    struct evhttp *http;
+    sl_svc_ctx *svc;       /* the worker's (not owned) */
+    const sl_config *cfg;  /* the server's (not owned) */
+    int id;                /* its number: servers[id] is this; -1 until registered */
+    struct event *backoff; /* re-enables the listeners after an accept failure */
+    int nlev;
+    struct evconnlistener *lev[8]; /* owned by http (its bound sockets) */
+} http_worker;
+
+/* An endpoint: called on the worker's thread for a request whose path
+ * matched its route and whose method is in the route's set.  `path` is
+ * the decoded-free path of the target (no query), `query` its query
+ * string (NULL: none).  The handler answers req -- now, or later from a
+ * callback while the connection lives. */
+typedef void sl_http_handler(http_worker *hw, struct evhttp_request *req, const char *path,
+                             const char *query);
+
+typedef struct sl_http_route {
+    const char *path;  /* exact, or a prefix when it ends in '/' and prefix is set */
+    int prefix;        /* 1: every path that starts with `path` */
+    unsigned methods;  /* enum evhttp_cmd_type bits; others get 405 */
+    const char *allow; /* the Allow header of that 405, e.g. "GET, HEAD" */
+    sl_http_handler *fn;
+} sl_http_route;
+
+/* Sends obj (consumed; NULL: out of memory) as the JSON body of a `code`
+ * answer with Content-Type application/json. */
+void sl_http_send_json(struct evhttp_request *req, int code, const char *reason, json_t *obj);
+
+/* {"error": msg} with status code (SPEC section 8's error body). */
+void sl_http_send_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
+
+/* ceil(ms / 1000) for ms >= 0: seconds never shorter than ms. */
+long long sl_http_ceil_s(int64_t ms);
+
+/* The headers of every decision (SPEC section 8) for the one limit named
+ * "default": RateLimit-Policy and RateLimit as structured-field lists
+ * (RFC 9651; draft-ietf-httpapi-ratelimit-headers), the X-RateLimit-*
+ * trio, and Retry-After on a denial that can ever be allowed.  The window
+ * is in seconds rounded up (at least 1: a structured-field integer cannot
+ * say half a second). */
+void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms);
+
+#endif
