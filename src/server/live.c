@@ -344,8 +344,8 @@ void sl_live_kick(sl_live *l, const char *why)
 }
 
 /* Queues an ask (an edit when edit is not NULL). */
-static int enqueue(sl_live_inbox *in, const char *why, const sl_live_edit *edit,
-                   sl_live_done done, void *arg)
+static int enqueue(sl_live_inbox *in, const char *why, const sl_live_edit *edit, sl_live_done done,
+                   void *arg)
 {
     sl_live *l = in->l;
     live_ask *q = calloc(1, sizeof *q);
@@ -377,8 +377,8 @@ int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg
     return enqueue(in, why, NULL, done, arg);
 }
 
-int sl_live_change(sl_live_inbox *in, const char *why, const sl_live_edit *edit,
-                   sl_live_done done, void *arg)
+int sl_live_change(sl_live_inbox *in, const char *why, const sl_live_edit *edit, sl_live_done done,
+                   void *arg)
 {
     if (edit == NULL || edit->apply == NULL || edit->undo == NULL) return -1;
     return enqueue(in, why, edit, done, arg);

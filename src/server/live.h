@@ -145,8 +145,8 @@ typedef struct sl_live_edit {
  * order asked, each with its own reload (never coalesced).  edit is
  * copied; edit->arg must live until done runs (sl_live_inbox_free waits
  * for a change in progress).  Returns 0, or -1 as sl_live_ask. */
-int sl_live_change(sl_live_inbox *in, const char *why, const sl_live_edit *edit,
-                   sl_live_done done, void *arg);
+int sl_live_change(sl_live_inbox *in, const char *why, const sl_live_edit *edit, sl_live_done done,
+                   void *arg);
 
 /* Frees an inbox, from its loop's thread or once that loop has stopped for
  * good (net.c frees a worker's after joining it).  Answers still due run
