@@ -8,7 +8,8 @@
  * returns, and come from a reload that started after the ask (its version
  * is newer than the one serving when it was asked: the files were read
  * after the ask).  A FIFO in the rules file's place is answered with an
- * error at once.  An inbox freed with answers due runs them there.  Run
+ * error at once.  An inbox freed with answers due runs them there.  A
+ * change (sl_live_change) serves before its answer, or is undone.  Run
  * under TSan by tests/run.sh (the name contains "thread").
  */
 #include <setjmp.h>
@@ -263,6 +264,120 @@ static void inbox_freed_with_asks_due(void **state)
     sl_live_free(l); /* joins the thread after whatever reload it runs */
 }
 
+/* What one sl_live_change's callbacks saw and do. */
+typedef struct edit {
+    const char *text; /* apply writes it as the rules file; NULL: apply refuses */
+    int applied, undone;
+    int sleep_us; /* apply takes this long */
+} edit;
+
+static int edit_apply(void *arg, const struct sl_rules *serving, const char *p, char *err,
+                      size_t errlen)
+{
+    edit *e = arg;
+    assert_non_null(serving);
+    assert_string_equal(p, path);
+    if (e->sleep_us) usleep((useconds_t)e->sleep_us);
+    if (e->text == NULL) {
+        snprintf(err, errlen, "refused by apply");
+        return -1;
+    }
+    put(e->text);
+    e->applied++;
+    return 0;
+}
+
+static void edit_undo(void *arg)
+{
+    edit *e = arg;
+    put(good);
+    e->undone++;
+}
+
+/* sl_live_change: a good change serves before its answer; a change whose
+ * set is refused is undone and changes nothing; one that apply refuses
+ * reloads nothing; an inbox freed while its change runs waits for it. */
+static void changes_apply_undo_and_wait(void **state)
+{
+    (void)state;
+    char err[SL_LIVE_ERR];
+    sl_live *l = sl_live_new(path);
+    assert_non_null(l);
+    assert_int_equal(sl_live_reload(l, "start", err, sizeof err), 0);
+    assert_int_equal(sl_live_start(l, err, sizeof err), 0);
+    struct event_base *loop = new_loop();
+    sl_live_inbox *in = sl_live_inbox_new(l, loop, err, sizeof err);
+    assert_non_null(in);
+    sl_live_info li;
+    sl_live_info_get(l, &li);
+    uint64_t v1 = li.version, reloads = li.reloads, failures = li.failures;
+
+    static const char better[] = "domain: api\n"
+                                 "descriptors:\n"
+                                 "  - key: user\n"
+                                 "    rate_limit: {unit: hour, requests_per_unit: 20}\n";
+    edit e1 = {better, 0, 0, 0};
+    sl_live_edit le = {edit_apply, edit_undo, &e1};
+    answer a = {0};
+    assert_int_equal(sl_live_change(in, "test", &le, on_answer, &a), 0);
+    assert_int_equal(wait_answer(loop, &a), 0);
+    assert_int_equal(a.rc, 0);
+    assert_true(a.version > v1);
+    sl_live_info_get(l, &li);
+    assert_int_equal(li.version, a.version); /* serving when answered */
+    assert_int_equal(e1.applied, 1);
+    assert_int_equal(e1.undone, 0);
+    uint64_t v2 = a.version;
+
+    edit e2 = {"domain: api\ndescriptors: nope\n", 0, 0, 0};
+    le.arg = &e2;
+    memset(&a, 0, sizeof a);
+    assert_int_equal(sl_live_change(in, "test", &le, on_answer, &a), 0);
+    assert_int_equal(wait_answer(loop, &a), 0);
+    assert_int_equal(a.rc, -1);
+    assert_int_equal(a.version, v2);
+    assert_non_null(strstr(a.err, "api.yaml:2:14: "));
+    assert_int_equal(e2.applied, 1);
+    assert_int_equal(e2.undone, 1);
+    sl_live_info_get(l, &li);
+    assert_int_equal(li.version, v2);
+    assert_int_equal(li.failures, failures + 1);
+
+    edit e3 = {NULL, 0, 0, 0};
+    le.arg = &e3;
+    memset(&a, 0, sizeof a);
+    assert_int_equal(sl_live_change(in, "test", &le, on_answer, &a), 0);
+    assert_int_equal(wait_answer(loop, &a), 0);
+    assert_int_equal(a.rc, -1);
+    assert_string_equal(a.err, "refused by apply");
+    sl_live_info_get(l, &li);
+    assert_int_equal(li.version, v2);
+    assert_int_equal(li.reloads, reloads + 1);
+    assert_int_equal(li.failures, failures + 1);
+
+    /* freed while a slow change may be running: it finishes first */
+    for (int round = 0; round < 20; round++) {
+        edit e4 = {better, 0, 0, 2000};
+        le.arg = &e4;
+        memset(&a, 0, sizeof a);
+        assert_int_equal(sl_live_change(in, "test", &le, on_answer, &a), 0);
+        if (round % 2) usleep(500);
+        sl_live_inbox_free(in);
+        assert_int_equal(a.calls, 1);
+        if (a.rc == 0)
+            assert_int_equal(e4.applied, 1);
+        else {
+            assert_string_equal(a.err, "the server is stopping");
+            assert_int_equal(e4.applied, 0);
+        }
+        in = sl_live_inbox_new(l, loop, err, sizeof err);
+        assert_non_null(in);
+    }
+    sl_live_inbox_free(in);
+    event_base_free(loop);
+    sl_live_free(l);
+}
+
 int main(void)
 {
     sl_log_set_level(SL_LOG_ERROR + 1); /* quiet: hundreds of reloads */
@@ -270,6 +385,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(concurrent_asks, setup, teardown),
         cmocka_unit_test_setup_teardown(fifo_is_answered_at_once, setup, teardown),
         cmocka_unit_test_setup_teardown(inbox_freed_with_asks_due, setup, teardown),
+        cmocka_unit_test_setup_teardown(changes_apply_undo_and_wait, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -256,6 +256,12 @@ static const opt opts[] = {
      .def = "8390",
      .help = "also serve HTTP/1.1 (docs/http.md) on port N of each --bind address; 0 = off; "
              "any = any free port"},
+    {.name = "admin-token-file",
+     PATH(admin_token_file),
+     .arg = "FILE",
+     .def = "none",
+     .help = "the rules service (HTTP /v1/rules) answers requests that carry \"Authorization: "
+             "Bearer TOKEN\" with the token in FILE; none: it answers 404"},
     {.name = "tls-cert-file",
      PATH(tls_cert_file),
      .arg = "FILE",
@@ -307,7 +313,7 @@ static const opt opts[] = {
 #define SAME_SIZE(f) (sizeof((sl_config *)0)->f == sizeof((sl_config *)0)->config_file)
 _Static_assert(SAME_SIZE(snapshot) && SAME_SIZE(rules) && SAME_SIZE(requirepass_file) &&
                    SAME_SIZE(users_file) && SAME_SIZE(tls_cert_file) && SAME_SIZE(tls_key_file) &&
-                   SAME_SIZE(tls_ca_cert_file),
+                   SAME_SIZE(tls_ca_cert_file) && SAME_SIZE(admin_token_file),
                "path fields differ in size");
 
 void sl_config_defaults(sl_config *cfg)
@@ -968,6 +974,54 @@ static const opt *next_arg(int argc, char **argv, int *i, const char **val, size
     return op;
 }
 
+/* Reads the --admin-token-file token into c: the whole file less one final
+ * newline ("\n" or "\r\n"), 1 to SL_ADMIN_TOKEN_MAX visible ASCII bytes (a
+ * space could never arrive whole in a header).  Returns 0, or -1 with err
+ * naming the file. */
+static int read_admin_token(sl_config *c, char *err, size_t errlen)
+{
+    c->admin_token_len = 0;
+    c->admin_token[0] = '\0';
+    if (c->admin_token_file[0] == '\0') return 0;
+    const char *f = c->admin_token_file;
+    FILE *fp = fopen(f, "re");
+    if (fp == NULL) {
+        snprintf(err, errlen, "--admin-token-file %s: cannot read it: %s", f, strerror(errno));
+        return -1;
+    }
+    char buf[SL_ADMIN_TOKEN_MAX + 3];
+    size_t n = fread(buf, 1, sizeof buf, fp);
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        snprintf(err, errlen, "--admin-token-file %s: cannot read it", f);
+        return -1;
+    }
+    if (n > 0 && buf[n - 1] == '\n') n--;
+    if (n > 0 && buf[n - 1] == '\r') n--;
+    if (n == 0) {
+        snprintf(err, errlen, "--admin-token-file %s is empty: write the token in it", f);
+        return -1;
+    }
+    if (n > SL_ADMIN_TOKEN_MAX) {
+        snprintf(err, errlen, "--admin-token-file %s: the token is longer than %d bytes", f,
+                 SL_ADMIN_TOKEN_MAX);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)buf[i] <= ' ' || (unsigned char)buf[i] >= 0x7f) {
+            snprintf(err, errlen,
+                     "--admin-token-file %s: byte %zu of the token is a space, a control "
+                     "character or not ASCII (a bearer token is printable ASCII)",
+                     f, i + 1);
+            return -1;
+        }
+    memcpy(c->admin_token, buf, n);
+    c->admin_token[n] = '\0';
+    c->admin_token_len = n;
+    return 0;
+}
+
 /* What no single option can say wrong: the listeners and TLS taken
  * together.  Returns 0, or -1 with err (options named as flags). */
 static int check_listeners(const sl_config *c, char *err, size_t errlen)
@@ -1048,6 +1102,8 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
         if (set_option(&tmp, op, val, vlen, &o, err, errlen) != 0) return -1;
     }
     if (check_listeners(&tmp, err, errlen) != 0) return -1;
+    /* the token is read to start, not to print the options */
+    if (!dump && read_admin_token(&tmp, err, errlen) != 0) return -1;
     *cfg = tmp;
     return dump ? SL_CONFIG_DUMP : 0;
 }

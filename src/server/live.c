@@ -66,6 +66,8 @@ struct sl_live {
     const char *why_next;         /* why of the first ask or kick since the last start */
     live_ask *queue, *queue_tail; /* asked, not started */
     live_ask *batch;              /* asked before the reload in progress started */
+    live_ask *editing;            /* the change being made (sl_live_change); NULL: none */
+    pthread_cond_t edit_cv;       /* signalled when editing goes back to NULL */
 };
 
 /* One RL.RULES RELOAD waiting for its answer (sl_live_ask). */
@@ -73,6 +75,8 @@ struct live_ask {
     sl_live_inbox *in;
     sl_live_done done;
     void *arg;
+    sl_live_edit edit; /* sl_live_change: apply is set */
+    const char *why;   /* sl_live_change's */
     int rc;
     uint64_t version;
     char err[SL_LIVE_ERR];
@@ -112,6 +116,7 @@ sl_live *sl_live_new(const char *path)
     pthread_mutex_init(&l->mu, NULL);
     pthread_mutex_init(&l->qmu, NULL);
     pthread_cond_init(&l->qcv, NULL);
+    pthread_cond_init(&l->edit_cv, NULL);
     l->ifd = -1;
     l->wd_dir = l->wd_path = -1;
     return l;
@@ -146,11 +151,12 @@ static int domains_missing(const struct sl_rules *a, const struct sl_rules *b, c
 
 void sl_live_set_flags(sl_live *l, unsigned flags) { l->flags = flags; }
 
-/* sl_live_reload, also answering the version serving after the attempt. */
-static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, size_t errlen)
+/* sl_live_reload with reload_mu held, also answering the version serving
+ * after the attempt. */
+static int do_reload_locked(sl_live *l, const char *why, uint64_t *version, char *err,
+                            size_t errlen)
 {
     char msg[SL_LIVE_ERR];
-    pthread_mutex_lock(&l->reload_mu);
     int64_t t0 = sl__mono_ms();
     struct sl_rules *r = sl_rules_load_flags(l->path, l->flags, msg, sizeof msg);
     int64_t took = sl__mono_ms() - t0;
@@ -172,7 +178,6 @@ static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, 
         l->last_error_ms = sl__wall_ms();
     }
     pthread_mutex_unlock(&l->mu);
-    pthread_mutex_unlock(&l->reload_mu);
 
     if (r == NULL) {
         sl_log(SL_LOG_ERROR, "rules not reloaded: the old rules keep serving",
@@ -206,9 +211,39 @@ static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, 
     return 0;
 }
 
+static int do_reload(sl_live *l, const char *why, uint64_t *version, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&l->reload_mu);
+    int rc = do_reload_locked(l, why, version, err, errlen);
+    pthread_mutex_unlock(&l->reload_mu);
+    return rc;
+}
+
 int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen)
 {
     return do_reload(l, why, NULL, err, errlen);
+}
+
+/* Makes the change q asks for and reloads; undoes it if the new set is
+ * refused.  On the reload thread, no lock held.  Sets q->rc, q->version,
+ * q->err. */
+static void do_edit(sl_live *l, live_ask *q, const char *why)
+{
+    pthread_mutex_lock(&l->reload_mu); /* nothing reloads between the change and its load */
+    pthread_mutex_lock(&l->mu);
+    struct sl_rules *serving = sl_rules_ref(l->cur);
+    uint64_t gen = atomic_load_explicit(&l->gen, memory_order_relaxed);
+    pthread_mutex_unlock(&l->mu);
+    q->err[0] = '\0';
+    if (q->edit.apply(q->edit.arg, serving, l->path, q->err, sizeof q->err) != 0) {
+        q->rc = -1;
+        q->version = gen;
+    } else {
+        q->rc = do_reload_locked(l, why, &q->version, q->err, sizeof q->err);
+        if (q->rc != 0) q->edit.undo(q->edit.arg);
+    }
+    pthread_mutex_unlock(&l->reload_mu);
+    sl_rules_unref(serving);
 }
 
 /* ---- the reload thread ---------------------------------------------------- */
@@ -237,6 +272,20 @@ static void *reload_main(void *arg)
     for (;;) {
         while (!l->quit && l->queue == NULL && !l->kicked) pthread_cond_wait(&l->qcv, &l->qmu);
         if (l->quit) break;
+        if (l->queue != NULL && l->queue->edit.apply != NULL) {
+            /* a change is made and answered on its own, in the order asked */
+            live_ask *q = l->queue;
+            l->queue = q->next;
+            if (l->queue == NULL) l->queue_tail = NULL;
+            l->editing = q;
+            pthread_mutex_unlock(&l->qmu);
+            do_edit(l, q, q->why);
+            pthread_mutex_lock(&l->qmu);
+            l->editing = NULL;
+            pthread_cond_broadcast(&l->edit_cv);
+            deliver(q);
+            continue;
+        }
         /* everything asked so far shares this reload; what is asked from
          * now on waits for the next, which will see the files after it */
         const char *why = l->why_next ? l->why_next : "RL.RULES RELOAD";
@@ -294,7 +343,9 @@ void sl_live_kick(sl_live *l, const char *why)
     pthread_mutex_unlock(&l->qmu);
 }
 
-int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg)
+/* Queues an ask (an edit when edit is not NULL). */
+static int enqueue(sl_live_inbox *in, const char *why, const sl_live_edit *edit, sl_live_done done,
+                   void *arg)
 {
     sl_live *l = in->l;
     live_ask *q = calloc(1, sizeof *q);
@@ -302,6 +353,8 @@ int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg
     q->in = in;
     q->done = done;
     q->arg = arg;
+    q->why = why;
+    if (edit != NULL) q->edit = *edit;
     pthread_mutex_lock(&l->qmu);
     if (!l->running || l->quit) {
         pthread_mutex_unlock(&l->qmu);
@@ -313,10 +366,22 @@ int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg
     else
         l->queue = q;
     l->queue_tail = q;
-    if (l->why_next == NULL) l->why_next = why;
+    if (edit == NULL && l->why_next == NULL) l->why_next = why;
     pthread_cond_signal(&l->qcv);
     pthread_mutex_unlock(&l->qmu);
     return 0;
+}
+
+int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg)
+{
+    return enqueue(in, why, NULL, done, arg);
+}
+
+int sl_live_change(sl_live_inbox *in, const char *why, const sl_live_edit *edit, sl_live_done done,
+                   void *arg)
+{
+    if (edit == NULL || edit->apply == NULL || edit->undo == NULL) return -1;
+    return enqueue(in, why, edit, done, arg);
 }
 
 /* Runs the answers of in that are due (the eventfd woke its loop). */
@@ -390,6 +455,8 @@ void sl_live_inbox_free(sl_live_inbox *in)
     sl_live *l = in->l;
     live_ask *answered, *unanswered = NULL, **end = &unanswered;
     pthread_mutex_lock(&l->qmu);
+    /* a change of in's being made uses its arg: wait for its answer */
+    while (l->editing != NULL && l->editing->in == in) pthread_cond_wait(&l->edit_cv, &l->qmu);
     answered = in->head;
     in->head = in->tail = NULL;
     take_asks(&l->queue, &l->queue_tail, in, &end);
@@ -580,6 +647,7 @@ void sl_live_free(sl_live *l)
     pthread_mutex_destroy(&l->reload_mu);
     pthread_mutex_destroy(&l->qmu);
     pthread_cond_destroy(&l->qcv);
+    pthread_cond_destroy(&l->edit_cv);
     free(l->path);
     free(l->dir);
     free(l->base);

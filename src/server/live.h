@@ -125,6 +125,29 @@ sl_live_inbox *sl_live_inbox_new(sl_live *l, struct event_base *loop, char *err,
  * done is never called. */
 int sl_live_ask(sl_live_inbox *in, const char *why, sl_live_done done, void *arg);
 
+/* A change to the rules files that a reload must accept (sl_live_change). */
+typedef struct sl_live_edit {
+    /* Changes the files under path; serving is the set serving now (NULL:
+     * none), for finding a domain's file.  Returns 0, or -1 with a message
+     * in err having changed nothing (no reload follows). */
+    int (*apply)(void *arg, const struct sl_rules *serving, const char *path, char *err,
+                 size_t errlen);
+    /* Puts the files back as apply found them: the set they made was refused. */
+    void (*undo)(void *arg);
+    void *arg;
+} sl_live_edit;
+
+/* Asks the reload thread to make a change and reload, as one step no other
+ * reload runs inside: apply, then a reload; if that reload is refused,
+ * undo (the serving set never changed).  done(arg, ...) then runs on the
+ * inbox's loop as for sl_live_ask: rc 0 and the new version, or rc -1 and
+ * apply's or the loader's message.  Changes run one at a time, in the
+ * order asked, each with its own reload (never coalesced).  edit is
+ * copied; edit->arg must live until done runs (sl_live_inbox_free waits
+ * for a change in progress).  Returns 0, or -1 as sl_live_ask. */
+int sl_live_change(sl_live_inbox *in, const char *why, const sl_live_edit *edit, sl_live_done done,
+                   void *arg);
+
 /* Frees an inbox, from its loop's thread or once that loop has stopped for
  * good (net.c frees a worker's after joining it).  Answers still due run
  * their callbacks here and now: those already known with their answer, those

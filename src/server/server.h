@@ -17,6 +17,8 @@
 
 #define SL_SRV_DEFAULT_PORT 6390
 
+#define SL_ADMIN_TOKEN_MAX 1024 /* bytes of the --admin-token-file token */
+
 /* Configuration: every flag has a config-file twin (docs/sluiced.md). */
 typedef struct sl_config {
     char binds[8][64];              /* addresses to listen on; default 127.0.0.1 */
@@ -64,6 +66,9 @@ typedef struct sl_config {
     int http_port;                  /* HTTP listener (src/proto/http) on each bind address;
                                        default SL_HTTP_DEFAULT_PORT; 0 = off;
                                        SL_HTTP_PORT_ANY = any free port */
+    char admin_token_file[1024];    /* "" = none: the rules service answers 404 */
+    char admin_token[SL_ADMIN_TOKEN_MAX + 1]; /* its bearer token, read at start */
+    size_t admin_token_len;         /* 0 = none */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */

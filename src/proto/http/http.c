@@ -217,6 +217,8 @@ static void healthz(http_worker *hw, struct evhttp_request *req, const char *pat
 static const sl_http_route routes[] = {
     {"/v1/allow", 0, GET, "GET", v1_allow},
     {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
+    {"/v1/rules", 0, ~0u, "GET", sl_http_rules_list},
+    {"/v1/rules/", 1, ~0u, "GET, PUT, DELETE", sl_http_rules_domain},
 };
 
 static const sl_http_route *route_for(const char *path)

@@ -62,4 +62,9 @@ long long sl_http_ceil_s(int64_t ms);
  * say half a second). */
 void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms);
 
+/* The rules service (admin.c): GET /v1/rules, and GET|PUT|DELETE
+ * /v1/rules/<domain>.  Their routes take every method: without a token
+ * configured every request is 404, so they answer 405 themselves. */
+sl_http_handler sl_http_rules_list, sl_http_rules_domain;
+
 #endif
