@@ -63,7 +63,8 @@ struct sl_live {
     int running;                  /* the thread was started (sl_live_start) */
     int quit;                     /* sl_live_free: the thread ends */
     int kicked;                   /* a reload nobody waits the answer of is due */
-    const char *why_next;         /* why of the first ask or kick since the last start */
+    const char *whys[SL_LIVE_WHYS]; /* the distinct whys asked or kicked since the last start */
+    int nwhys;
     live_ask *queue, *queue_tail; /* asked, not started */
     live_ask *batch;              /* asked before the reload in progress started */
     live_ask *editing;            /* the change being made (sl_live_change); NULL: none */
@@ -264,6 +265,32 @@ static void deliver(live_ask *q)
     (void)w; /* fails only with the counter at its maximum: the loop is awake anyway */
 }
 
+/* Notes why (a string that outlives the reload: a literal) among the
+ * reasons of the next reload, once each, the first SL_LIVE_WHYS of them.
+ * Under qmu. */
+static void whys_add(sl_live *l, const char *why)
+{
+    for (int i = 0; i < l->nwhys; i++)
+        if (strcmp(l->whys[i], why) == 0) return;
+    if (l->nwhys < SL_LIVE_WHYS) l->whys[l->nwhys++] = why;
+}
+
+/* The reasons of the reload starting, joined with '+' in the order they
+ * came ("SIGHUP+inotify"), into b: every request a reload shares is named
+ * in its log line, not only the first.  None (cannot happen: a reload
+ * starts because one was asked): "RL.RULES RELOAD".  Under qmu. */
+static void whys_join(const sl_live *l, char *b, size_t cap)
+{
+    size_t n = 0;
+    b[0] = '\0';
+    for (int i = 0; i < l->nwhys && n < cap; i++) {
+        int w = snprintf(b + n, cap - n, "%s%s", i ? "+" : "", l->whys[i]);
+        if (w < 0) break;
+        n += (size_t)w;
+    }
+    if (l->nwhys == 0) snprintf(b, cap, "RL.RULES RELOAD");
+}
+
 static void *reload_main(void *arg)
 {
     sl_live *l = arg;
@@ -288,11 +315,12 @@ static void *reload_main(void *arg)
         }
         /* everything asked so far shares this reload; what is asked from
          * now on waits for the next, which will see the files after it */
-        const char *why = l->why_next ? l->why_next : "RL.RULES RELOAD";
+        char why[SL_LIVE_WHYS * 32];
+        whys_join(l, why, sizeof why);
         l->batch = l->queue;
         l->queue = l->queue_tail = NULL;
         l->kicked = 0;
-        l->why_next = NULL;
+        l->nwhys = 0;
         pthread_mutex_unlock(&l->qmu);
 
         uint64_t version = 0;
@@ -338,7 +366,7 @@ void sl_live_kick(sl_live *l, const char *why)
         return;
     }
     l->kicked = 1;
-    if (l->why_next == NULL) l->why_next = why;
+    whys_add(l, why);
     pthread_cond_signal(&l->qcv);
     pthread_mutex_unlock(&l->qmu);
 }
@@ -366,7 +394,7 @@ static int enqueue(sl_live_inbox *in, const char *why, const sl_live_edit *edit,
     else
         l->queue = q;
     l->queue_tail = q;
-    if (edit == NULL && l->why_next == NULL) l->why_next = why;
+    if (edit == NULL) whys_add(l, why);
     pthread_cond_signal(&l->qcv);
     pthread_mutex_unlock(&l->qmu);
     return 0;

@@ -59,6 +59,9 @@ struct event_base;
 #define SL_LIVE_DEBOUNCE_MS     200
 #define SL_LIVE_DEBOUNCE_MAX_MS 2000
 #define SL_LIVE_ERR             1024
+/* the distinct reasons one reload's log line names ("SIGHUP+inotify"):
+ * reloads asked while one runs share the next */
+#define SL_LIVE_WHYS 4
 
 typedef struct sl_live sl_live;
 typedef struct sl_live_inbox sl_live_inbox;
