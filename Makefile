@@ -152,6 +152,9 @@ $(B)/sluice: $(B)/sluicectl
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
 
+# The status page is built into status.o (an assembler .incbin of the file).
+$(B)/src/proto/http/status.o: src/proto/http/status.html
+
 $(B)/sluiced: $(B)/src/sluiced/main.o $(SRV_PARTS) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(RULES_LIBS) $(LDLIBS)
 

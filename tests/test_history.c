@@ -81,7 +81,7 @@ static void test_counts_land_in_the_second_before_the_sample(void **state)
     int64_t last;
     assert_int_equal(sl_history_foreach(h, collect, &(seen){0}), -1); /* nothing yet */
     add(r, 3, 2, 0, 1);                                               /* before the first sample */
-    sample(h, 100005, &r, 1); /* at 100.005 s: second 99 */
+    sample(h, 100005, &r, 1);                                         /* at 100.005 s: second 99 */
     const sl_history_series *sr = series_of(h, "api.path_/login", &last);
     assert_non_null(sr);
     assert_int_equal(last, 99);

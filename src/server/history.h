@@ -38,8 +38,9 @@
 #define SL_HISTORY_RULES         16  /* rules with a series */
 #define SL_HISTORY_TOPK          64  /* counters of one worker's sketch (a generation) */
 #define SL_HISTORY_TOPK_PERIOD_S 60  /* a generation's length */
-#define SL_HISTORY_KEY_MAX       200 /* bytes of a key kept; longer keys are cut
-                                        (and counted apart by their full hash) */
+#define SL_HISTORY_KEY_MAX                                                                         \
+    200 /* bytes of a key kept; longer keys are cut                                                \
+           (and counted apart by their full hash) */
 
 enum { SL_HIST_ALLOWED, SL_HIST_DENIED, SL_HIST_SHADOW, SL_HIST_ELASTIC, SL_HIST_NCOUNTS };
 
@@ -76,10 +77,10 @@ typedef struct sl_topk {
 struct sl_history_seen;
 
 typedef struct sl_history {
-    pthread_mutex_t mu;         /* guards everything below but the sketches */
-    int64_t last_sec;           /* the second of the latest sample; -1: none yet */
-    int64_t rotated_sec;        /* when the sketches last rotated */
-    int64_t sample_sec;         /* during a sample: the second it counts into */
+    pthread_mutex_t mu;           /* guards everything below but the sketches */
+    int64_t last_sec;             /* the second of the latest sample; -1: none yet */
+    int64_t rotated_sec;          /* when the sketches last rotated */
+    int64_t sample_sec;           /* during a sample: the second it counts into */
     struct sl_history_seen *seen; /* every rule's counts at the last sample */
     sl_history_series series[SL_HISTORY_RULES];
     int nworkers;

@@ -34,6 +34,7 @@
 #include "http.h"
 #include "http_int.h"
 #include "service.h"
+#include "status.h"
 
 /* ---- answers ---------------------------------------------------------------- */
 
@@ -217,6 +218,8 @@ static void healthz(http_worker *hw, struct evhttp_request *req, const char *pat
 static const sl_http_route routes[] = {
     {"/v1/allow", 0, GET, "GET", v1_allow},
     {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
+    {"/v1/status", 0, GET | HEAD, "GET, HEAD", sl_http_status_json},
+    {"/", 0, GET | HEAD, "GET, HEAD", sl_http_status_page},
 };
 
 static const sl_http_route *route_for(const char *path)
