@@ -181,6 +181,8 @@ $(B)/tests/test_stats_threads: $(SRV_PARTS)
 $(B)/tests/test_stats_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_history: $(B)/src/server/history.o $(B)/src/server/stats.o $(RULES_OBJ)
 $(B)/tests/test_history: LDLIBS += $(RULES_LIBS)
+$(B)/tests/test_history_threads: $(B)/src/server/history.o $(B)/src/server/stats.o $(RULES_OBJ)
+$(B)/tests/test_history_threads: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
 $(B)/tests/test_auth: LDLIBS += -lcrypto
 $(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o
