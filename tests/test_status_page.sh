@@ -64,6 +64,7 @@ descriptors:
   - key: path
     rate_limit: {unit: minute, requests_per_unit: 1, name: path_limit}
 EOF
+: >"$T/sluiced.log" # before the poll below reads it
 "$SLUICED" --port 0 --http-port any --bind 127.0.0.1 --rules "$T/api.yaml" \
     >"$T/sluiced.log" 2>&1 </dev/null &
 PID=$!
