@@ -152,6 +152,9 @@ $(B)/sluice: $(B)/sluicectl
 $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $(filter %.o,$^) $(filter %.a,$^) -lcmocka $(LDLIBS)
 
+# The status page is built into status.o (an assembler .incbin of the file).
+$(B)/src/proto/http/status.o: src/proto/http/status.html
+
 $(B)/sluiced: $(B)/src/sluiced/main.o $(SRV_PARTS) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(RULES_LIBS) $(LDLIBS)
 
@@ -176,6 +179,10 @@ $(B)/tests/test_reload_threads: $(SRV_PARTS)
 $(B)/tests/test_reload_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_stats_threads: $(SRV_PARTS)
 $(B)/tests/test_stats_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_history: $(B)/src/server/history.o $(B)/src/server/stats.o $(RULES_OBJ)
+$(B)/tests/test_history: LDLIBS += $(RULES_LIBS)
+$(B)/tests/test_history_threads: $(B)/src/server/history.o $(B)/src/server/stats.o $(RULES_OBJ)
+$(B)/tests/test_history_threads: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
 $(B)/tests/test_auth: LDLIBS += -lcrypto
 $(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o

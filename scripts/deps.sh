@@ -27,6 +27,7 @@ npm
 man-db
 groff-base
 systemd
+chromium
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -52,6 +53,9 @@ systemd
 #                    nodejs, which provides npm itself, counts as installed)
 #   man-db, groff-base  tests/test_install.sh renders the installed man pages
 #                    (man --warnings -l, groff -ww, lexgrog)
+#   chromium         tests/test_status_page.sh loads the status page (GET /)
+#                    headless, through playwright-core (npm ci from
+#                    tests/e2e/browser/package-lock.json)
 #   systemd          tests/test_install.sh checks the example unit with
 #                    systemd-analyze verify / security (offline: no systemd
 #                    need be running)

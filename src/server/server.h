@@ -83,6 +83,7 @@ typedef struct sl_config {
 struct sl_live;
 struct sl_auth;
 struct sl_tls;
+struct sl_history;
 
 typedef struct sl_srv {
     const sl_config *cfg;
@@ -93,6 +94,8 @@ typedef struct sl_srv {
     struct sl_auth *auth;           /* users and failed logins (auth.h); NULL = no auth */
     struct sl_tls *tls;             /* the TLS context (tls.h); NULL = no TLS listener */
     sl_stats stats;                 /* every number INFO shows (stats.h) */
+    struct sl_history *history;     /* the status page's recent past (history.h);
+                                       NULL: none kept */
     int64_t start_ms;               /* the server's clock (sl_now_ms) at start */
     int nworkers;                   /* worker threads (= stats.nworkers) */
     int port;                       /* the port actually bound; 0 = none (--port off) */

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "history.h"
 #include "service.h"
 #include "util.h"
 
@@ -316,6 +317,7 @@ static void done_allow(sl_breq *b)
         sl_algo a = q->p.algo;
         sl_stat_inc(&x->st->decisions[a], 1);
         sl_stat_inc(b->result.allowed ? &x->st->allowed[a] : &x->st->denied[a], 1);
+        if (!b->result.allowed) sl_history_denied(x->srv->history, x->id, b->key, b->keylen);
     }
     sl_svc_cb cb = q->cb;
     void *arg = q->arg;
@@ -441,6 +443,19 @@ static void metric_entries(sl_stats *s, svc_check *k, const sl_rule_entry *const
     }
 }
 
+/* The status page's most-limited keys (history.h): each counting key
+ * that denied this request, once. */
+static void note_denied(sl_svc_ctx *x, const svc_check *k)
+{
+    const sl_check_plan *plan = &k->plan;
+    for (int j = 0; j < plan->nitems; j++) {
+        const sl_check_item *t = &plan->items[j];
+        if (t->lead == j && !k->out.res[j].allowed && !t->shadow &&
+            !(t->quota && !k->out.quota_denied))
+            sl_history_denied(x->srv->history, x->id, t->key, t->keylen);
+    }
+}
+
 static void done_check(sl_breq *b)
 {
     svc_req *q = b->data;
@@ -454,7 +469,10 @@ static void done_check(sl_breq *b)
         sl_check_count(&k->plan, &k->out);
         count_rules(k);
         sl_stat_inc(&x->st->checks, 1);
-        if (!k->out.allowed) sl_stat_inc(&x->st->checks_denied, 1);
+        if (!k->out.allowed) {
+            sl_stat_inc(&x->st->checks_denied, 1);
+            if (x->srv->history != NULL) note_denied(x, k);
+        }
         r.n = k->plan.n;
         r.st = k->st;
     }

@@ -45,6 +45,7 @@
 #include "auth.h"
 #include "backend_local.h"
 #include "config.h"
+#include "history.h"
 #include "http.h"
 #include "live.h"
 #include "log.h"
@@ -61,12 +62,14 @@
 #define FULL_WARN_MS       1000 /* "store full" is logged at most this often */
 #define FD_RESERVE         64 /* descriptors kept for listeners, pipes, logs, snapshot */
 #define WALL_STEP_LOG_MS   1000 /* a wall-clock step this large is logged */
+#define HISTORY_LAG_MS     5    /* the history's sample, after each second begins */
 
 typedef struct app {
     sl_config cfg;
     sl_srv srv;
     sl_net *net;
     struct event_base *base;
+    struct event *history_ev; /* samples the status page's history each second */
     int stopping;
     int64_t wall_offset_ms; /* wall clock - server's clock, as last logged */
     int64_t full_checked_ms; /* when the store was last checked for "store full" */
@@ -101,6 +104,23 @@ static void on_snapshot_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd, (void)what;
     app *a = arg;
     if (!a->stopping) save_snapshot(a, "periodic");
+}
+
+/* Arms the history's sampler for just after the next second of the
+ * server's clock begins (history.h counts into the second before). */
+static void history_arm(app *a)
+{
+    int64_t ms = 1000 - sl_now_ms() % 1000 + HISTORY_LAG_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    event_add(a->history_ev, &tv);
+}
+
+static void on_history_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    app *a = arg;
+    sl_history_sample(a->srv.history, &a->srv.stats, sl_now_ms());
+    history_arm(a);
 }
 
 /* Logs a step of the wall clock away from the server's clock (an NTP
@@ -418,7 +438,8 @@ int main(int argc, char **argv)
     a.wall_offset_ms = sl__wall_ms() - a.srv.start_ms;
 
     a.srv.backend = sl_backend_local_new(a.srv.store);
-    if (a.srv.backend == NULL || sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0) {
+    if (a.srv.backend == NULL || sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0 ||
+        (a.srv.history = sl_history_new(a.srv.stats.nworkers)) == NULL) {
         sl_log(SL_LOG_ERROR, "out of memory", NULL);
         return 1;
     }
@@ -477,6 +498,8 @@ int main(int argc, char **argv)
     struct timeval tv = {0, EXPIRE_EVERY_MS * 1000};
     struct event *expire_ev = event_new(a.base, -1, EV_PERSIST, on_expire_timer, &a);
     if (expire_ev) event_add(expire_ev, &tv);
+    a.history_ev = evtimer_new(a.base, on_history_timer, &a);
+    if (a.history_ev) history_arm(&a);
     struct event *snap_ev = NULL;
     if (a.cfg.snapshot[0] != '\0' && a.cfg.snapshot_interval_ms > 0) {
         struct timeval stv = {(time_t)(a.cfg.snapshot_interval_ms / 1000),
@@ -526,11 +549,13 @@ int main(int argc, char **argv)
     sl_net_free(a.net);
     if (snap_ev) event_free(snap_ev);
     if (expire_ev) event_free(expire_ev);
+    if (a.history_ev) event_free(a.history_ev);
     for (int i = 0; i < 3; i++) event_free(sigs[i]);
     sl_live_free(a.srv.live); /* its events first, then the base */
     event_base_free(a.base);
     sl_backend_free(a.srv.backend);
     sl_stats_free(&a.srv.stats);
+    sl_history_free(a.srv.history);
     sl_store_free(a.srv.store);
     sl_auth_free(a.srv.auth);
     sl_tls_free(a.srv.tls); /* after the workers' connections */

@@ -34,6 +34,7 @@
 #include "http.h"
 #include "http_int.h"
 #include "service.h"
+#include "status.h"
 
 /* ---- answers ---------------------------------------------------------------- */
 
@@ -219,6 +220,8 @@ static const sl_http_route routes[] = {
     {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
     {"/v1/rules", 0, ~0u, "GET", sl_http_rules_list},
     {"/v1/rules/", 1, ~0u, "GET, PUT, DELETE", sl_http_rules_domain},
+    {"/v1/status", 0, GET | HEAD, "GET, HEAD", sl_http_status_json},
+    {"/", 0, GET | HEAD, "GET, HEAD", sl_http_status_page},
 };
 
 static const sl_http_route *route_for(const char *path)

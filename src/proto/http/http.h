@@ -6,7 +6,8 @@
  * has each worker serve them (net.h: sl_net_side).
  *
  * What it answers today: GET /v1/allow (a decision, 200 or 429, with the
- * RateLimit headers) and GET /healthz.  Every other path is 404.
+ * RateLimit headers), GET /healthz, and the status page, GET / and GET
+ * /v1/status (status.h).  Every other path is 404.
  */
 #ifndef SL_HTTP_H
 #define SL_HTTP_H
