@@ -18,6 +18,16 @@
 #define SL_SRV_DEFAULT_PORT 6390
 
 /* Configuration: every flag has a config-file twin (docs/sluiced.md). */
+/* A CIDR block of --trusted-proxies: an IPv4 (family AF_INET, addr[0..4))
+ * or IPv6 (AF_INET6, addr[0..16)) network of `bits` leading bits. */
+typedef struct sl_cidr {
+    int family;
+    int bits;
+    unsigned char addr[16];
+} sl_cidr;
+
+#define SL_CONFIG_MAX_TRUSTED 64 /* CIDR blocks in --trusted-proxies */
+
 typedef struct sl_config {
     char binds[8][64];              /* addresses to listen on; default 127.0.0.1 */
     int nbinds;
@@ -64,6 +74,11 @@ typedef struct sl_config {
     int http_port;                  /* HTTP listener (src/proto/http) on each bind address;
                                        default SL_HTTP_DEFAULT_PORT; 0 = off;
                                        SL_HTTP_PORT_ANY = any free port */
+    char user_header[128];          /* forward-auth: the header naming the user; "" = none */
+    char trusted_proxies[1024];     /* --trusted-proxies as given ("" = none), for --dump-options */
+    int ntrusted;                   /* ... parsed: trusted[0..ntrusted) */
+    sl_cidr trusted[SL_CONFIG_MAX_TRUSTED];
+    int auth_deny_status;           /* forward-auth's answer to a denied request; default 429 */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */

@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "auth.h"
+#include "check_int.h"
 #include "config.h"
 #include "http.h"
 #include "http_int.h"
@@ -217,6 +218,8 @@ static void healthz(http_worker *hw, struct evhttp_request *req, const char *pat
 static const sl_http_route routes[] = {
     {"/v1/allow", 0, GET, "GET", v1_allow},
     {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
+    {"/v1/check", 0, EVHTTP_REQ_POST, "POST", sl_http_v1_check},
+    {"/v1/auth/", 1, ~0u, "", sl_http_v1_auth},
 };
 
 static const sl_http_route *route_for(const char *path)
