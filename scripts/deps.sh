@@ -27,6 +27,7 @@ npm
 man-db
 groff-base
 systemd
+nginx
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -55,6 +56,8 @@ systemd
 #   systemd          tests/test_install.sh checks the example unit with
 #                    systemd-analyze verify / security (offline: no systemd
 #                    need be running)
+#   nginx            tests/e2e/test_nginx.py runs examples/nginx/ (auth_request
+#                    in front of an upstream, asking sluiced's forward-auth)
 
 set -eu
 
