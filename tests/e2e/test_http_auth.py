@@ -10,6 +10,9 @@ ForwardAuth and Envoy's ext_authz HTTP service send (neither runs here)."""
 
 import http.client
 import os
+import re
+
+from harness import ROOT
 
 from harness import HOST, ServerTestCase
 from sf_list import parse_list
@@ -53,6 +56,15 @@ def auth(conn, path="/v1/auth/edge", method="GET", headers=()):
     r = conn.getresponse()
     body = r.read()
     return r.status, r.reason, {k: v for k, v in r.getheaders()}, body
+
+
+def example_value(name, key):
+    """The value of the first `key: value` line of examples/NAME: what the
+    example tells the proxy to send, so the tests send the same."""
+    with open(os.path.join(ROOT, "examples", name)) as f:
+        m = re.search(r"^\s*%s:\s*(\S+)\s*$" % re.escape(key), f.read(), re.M)
+    assert m is not None, "no %s in examples/%s" % (key, name)
+    return m.group(1)
 
 
 def policies(h):
@@ -125,10 +137,21 @@ class TestAuthBehindTrustedProxy(AuthCase):
         """Traefik's ForwardAuth: the original request's method, URI and
         client in X-Forwarded-Method, -Uri and -For, sent as a GET to the
         configured address (examples/traefik/)."""
+        address = example_value("traefik/dynamic.yml", "address")
+        self.assertEqual(address, '"http://127.0.0.1:8390/v1/auth/edge"')
         got = self.names(headers=[("X-Forwarded-Method", "POST"), ("X-Forwarded-Proto", "http"),
                                   ("X-Forwarded-Host", "shop.example"),
                                   ("X-Forwarded-Uri", "/shop?q=1"),
                                   ("X-Forwarded-For", "203.0.113.7")])
+        self.assertEqual(got, ["addr-client", "method-post", "path-shop"])
+
+    def test_envoy_ext_authz_request_through_a_trusted_envoy(self):
+        """Envoy with use_remote_address appends the client's address to
+        X-Forwarded-For (after whatever the client wrote there)."""
+        prefix = example_value("envoy/envoy.yaml", "path_prefix")
+        self.assertEqual(prefix, "/v1/auth/edge")
+        got = self.names(method="POST", path=prefix + "/shop?id=3",
+                         headers=[("X-Forwarded-For", "10.0.0.9, 203.0.113.7")])
         self.assertEqual(got, ["addr-client", "method-post", "path-shop"])
 
     def test_x_original_wins_over_x_forwarded(self):
@@ -187,7 +210,8 @@ class TestAuthFromUntrustedPeer(AuthCase):
         """Envoy's ext_authz HTTP service: the original method, and
         path_prefix + the original path and query as the target
         (examples/envoy/)."""
-        self.assertEqual(self.names(method="POST", path="/v1/auth/edge/shop?id=3"),
+        prefix = example_value("envoy/envoy.yaml", "path_prefix")
+        self.assertEqual(self.names(method="POST", path=prefix + "/shop?id=3"),
                          ["addr-v4-loopback", "method-post", "path-shop"])
         self.assertEqual(self.names(path="/v1/auth/edge"),
                          ["addr-v4-loopback", "method-get", "path-none"])
