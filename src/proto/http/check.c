@@ -80,8 +80,7 @@ void sl_http_check_headers(struct evkeyvalq *h, const sl_svc_reply *r)
     for (int d = 0; pol && now && d < r->n; d++) {
         const sl_check_status *st = &r->st[d];
         int again = 0;
-        for (int e = 0; e < d && !again; e++)
-            again = shown(&r->st[e]) && r->st[e].rule == st->rule;
+        for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
         if (!shown(st) || again) continue;
         if (sl_http_sf_string(name, sizeof name, st->name, strlen(st->name)) == NULL) continue;
         long long w = sl_http_ceil_s(st->rule->params.window_ms);
@@ -149,13 +148,13 @@ static void on_checked(void *arg, const sl_svc_reply *r)
         return;
     }
     json_t *st = statuses(r);
-    json_t *o = st == NULL ? NULL
-                           : json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:o}", "allowed", x->allowed != 0,
-                                       "limit", (json_int_t)x->limit, "remaining",
-                                       (json_int_t)x->remaining, "retry_after_ms",
-                                       (json_int_t)x->retry_after_ms, "reset_after_ms",
-                                       (json_int_t)x->reset_after_ms, "delay_ms",
-                                       (json_int_t)x->delay_ms, "statuses", st);
+    json_t *o =
+        st == NULL ? NULL
+                   : json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:o}", "allowed", x->allowed != 0, "limit",
+                               (json_int_t)x->limit, "remaining", (json_int_t)x->remaining,
+                               "retry_after_ms", (json_int_t)x->retry_after_ms, "reset_after_ms",
+                               (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms,
+                               "statuses", st);
     if (x->allowed)
         sl_http_send_json(c->req, 200, "OK", o);
     else
@@ -208,8 +207,8 @@ static int parse_entry(check_body *b, int d, int i, const json_t *e, char *err, 
 {
     char qb[80];
     if (!json_is_object(e)) {
-        snprintf(err, errlen, "descriptors[%d][%d] must be an object {\"key\": K, \"value\": V}",
-                 d, i);
+        snprintf(err, errlen, "descriptors[%d][%d] must be an object {\"key\": K, \"value\": V}", d,
+                 i);
         return -1;
     }
     const char *k;
@@ -217,8 +216,9 @@ static int parse_entry(check_body *b, int d, int i, const json_t *e, char *err, 
     json_object_foreach((json_t *)e, k, v)
     {
         if (strcmp(k, "key") != 0 && strcmp(k, "value") != 0) {
-            snprintf(err, errlen, "descriptors[%d][%d] has an unknown field '%s' (expected key "
-                                  "and value)",
+            snprintf(err, errlen,
+                     "descriptors[%d][%d] has an unknown field '%s' (expected key "
+                     "and value)",
                      d, i, sl_svc_quote(qb, sizeof qb, k, strlen(k)));
             return -1;
         }
@@ -244,8 +244,9 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
 {
     char qb[80], txt[32];
     if (!json_is_object(root)) {
-        snprintf(err, errlen, "the body must be a JSON object {\"domain\": D, \"descriptors\": "
-                              "[[{\"key\": K, \"value\": V}, ...], ...]}");
+        snprintf(err, errlen,
+                 "the body must be a JSON object {\"domain\": D, \"descriptors\": "
+                 "[[{\"key\": K, \"value\": V}, ...], ...]}");
         return -1;
     }
     const char *k;
@@ -254,8 +255,7 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     {
         if (strcmp(k, "domain") && strcmp(k, "descriptors") && strcmp(k, "cost") &&
             strcmp(k, "at")) {
-            snprintf(err, errlen,
-                     "unknown field '%s' (expected domain, descriptors, cost or at)",
+            snprintf(err, errlen, "unknown field '%s' (expected domain, descriptors, cost or at)",
                      sl_svc_quote(qb, sizeof qb, k, strlen(k)));
             return -1;
         }
@@ -279,8 +279,9 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
         return -1;
     const json_t *ds = json_object_get(root, "descriptors");
     if (!json_is_array(ds) || json_array_size(ds) == 0) {
-        snprintf(err, errlen, "descriptors must be a non-empty array of descriptors "
-                              "([[{\"key\": K, \"value\": V}, ...], ...])%s",
+        snprintf(err, errlen,
+                 "descriptors must be a non-empty array of descriptors "
+                 "([[{\"key\": K, \"value\": V}, ...], ...])%s",
                  ds == NULL ? " (it is missing)" : "");
         return -1;
     }
@@ -293,8 +294,9 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     for (int d = 0; d < b->n; d++) {
         const json_t *one = json_array_get(ds, (size_t)d);
         if (!json_is_array(one) || json_array_size(one) == 0) {
-            snprintf(err, errlen, "descriptors[%d] must be a non-empty array of entries "
-                                  "[{\"key\": K, \"value\": V}, ...]",
+            snprintf(err, errlen,
+                     "descriptors[%d] must be a non-empty array of entries "
+                     "[{\"key\": K, \"value\": V}, ...]",
                      d);
             return -1;
         }
@@ -334,8 +336,8 @@ void sl_http_v1_check(http_worker *hw, struct evhttp_request *req, const char *p
     json_error_t je;
     json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL) {
-        snprintf(err, sizeof err, "the body is not JSON: %s (line %d, column %d)", je.text,
-                 je.line, je.column);
+        snprintf(err, sizeof err, "the body is not JSON: %s (line %d, column %d)", je.text, je.line,
+                 je.column);
         sl_http_send_error(req, 400, "Bad Request", err);
         return;
     }

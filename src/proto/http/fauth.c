@@ -94,8 +94,7 @@ static int trusted(const sl_config *cfg, const ipaddr *x)
         if (c->family != x->family) continue;
         int whole = c->bits / 8, rest = c->bits % 8;
         if (memcmp(c->addr, x->a, (size_t)whole) != 0) continue;
-        if (rest == 0 || ((x->a[whole] ^ c->addr[whole]) & (0xff00u >> rest) & 0xff) == 0)
-            return 1;
+        if (rest == 0 || ((x->a[whole] ^ c->addr[whole]) & (0xff00u >> rest) & 0xff) == 0) return 1;
     }
     return 0;
 }
@@ -200,8 +199,8 @@ void sl_http_v1_auth(http_worker *hw, struct evhttp_request *req, const char *pa
     }
     struct evkeyvalq *h = evhttp_request_get_input_headers(req);
     ipaddr peer;
-    if (addr_from_sockaddr(evhttp_connection_get_addr(evhttp_request_get_connection(req)),
-                           &peer) != 0) {
+    if (addr_from_sockaddr(evhttp_connection_get_addr(evhttp_request_get_connection(req)), &peer) !=
+        0) {
         sl_http_send_error(req, 400, "Bad Request", "the peer has no IP address");
         return;
     }
