@@ -11,10 +11,9 @@ ForwardAuth and Envoy's ext_authz HTTP service send (neither runs here)."""
 import http.client
 import os
 import re
+import subprocess
 
-from harness import ROOT
-
-from harness import HOST, ServerTestCase
+from harness import HOST, ROOT, SLUICED, ServerTestCase
 from sf_list import parse_list
 
 BIG = "{unit: hour, requests_per_unit: 100000, name: %s}"
@@ -124,6 +123,13 @@ class TestAuthBehindTrustedProxy(AuthCase):
         got = self.names(headers=[("X-Forwarded-For", "203.0.113.7"),
                                   ("X-Forwarded-For", "10.0.0.9")])
         self.assertEqual(got[0], "addr-client")
+
+    def test_more_than_16_x_forwarded_for_headers_are_not_believed(self):
+        hops = [("X-Forwarded-For", "10.0.0.9")] * 16
+        self.assertEqual(self.names(headers=[("X-Forwarded-For", "203.0.113.7")] + hops)[0],
+                         "addr-v4-loopback")
+        self.assertEqual(self.names(headers=[("X-Forwarded-For", "203.0.113.7")] + hops[1:])[0],
+                         "addr-client")
 
     def test_x_forwarded_for_wins_over_x_real_ip(self):
         got = self.names(headers=[("X-Real-IP", "2001:db8::7"),
@@ -293,3 +299,23 @@ class TestAuthIPv6(AuthCase):
         self.assertEqual(policies(auth(c6, headers=xff)[2])[0], "addr-client6")
         # the IPv4 loopback is not in ::1/128
         self.assertEqual(policies(auth(c4, headers=xff)[2])[0], "addr-v4-loopback")
+
+
+class TestAuthOptions(ServerTestCase):
+    def refused(self, *args):
+        p = subprocess.run([SLUICED, *args, "--dump-options"], capture_output=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p)
+        return p.stderr.decode().splitlines()[0]
+
+    def test_bad_values_are_refused_naming_them(self):
+        self.assertEqual(self.refused("--trusted-proxies", "127.0.0.1, 10.0.0.0/33"),
+                         "sluiced: invalid --trusted-proxies: '10.0.0.0/33' is not an address or "
+                         "CIDR block (expected e.g. 127.0.0.1, 10.0.0.0/8 or ::1/128)")
+        self.assertEqual(self.refused("--trusted-proxies", "localhost"),
+                         "sluiced: invalid --trusted-proxies: 'localhost' is not an address or "
+                         "CIDR block (expected e.g. 127.0.0.1, 10.0.0.0/8 or ::1/128)")
+        self.assertEqual(self.refused("--user-header", "X User"),
+                         "sluiced: invalid --user-header 'X User': expected a header name "
+                         "(1..127 letters, digits or !#$%&'*+-.^_`|~)")
+        self.assertEqual(self.refused("--auth-deny-status", "200"),
+                         "sluiced: invalid --auth-deny-status '200': expected an integer 400..499")

@@ -104,7 +104,8 @@ static int trusted(const sl_config *cfg, const ipaddr *x)
  * right, skipping trusted addresses: the first untrusted one, or the
  * left-most when all are trusted -- nginx's real_ip_recursive.  A member
  * that is not an address ends the walk at the peer (as nginx ignores such
- * a header).  Without X-Forwarded-For, X-Real-IP when it is one address. */
+ * a header), and so do more than 16 X-Forwarded-For headers.  Without
+ * X-Forwarded-For, X-Real-IP when it is one address. */
 static ipaddr client_addr(const sl_config *cfg, struct evkeyvalq *h, const ipaddr *peer)
 {
     if (!trusted(cfg, peer)) return *peer;
@@ -112,7 +113,10 @@ static ipaddr client_addr(const sl_config *cfg, struct evkeyvalq *h, const ipadd
     int nx = 0;
     struct evkeyval *e;
     TAILQ_FOREACH(e, h, next)
-    if (strcasecmp(e->key, "X-Forwarded-For") == 0 && nx < 16) xff[nx++] = e->value;
+    if (strcasecmp(e->key, "X-Forwarded-For") == 0) {
+        if (nx == 16) return *peer; /* more than anyone sends: believe none */
+        xff[nx++] = e->value;
+    }
     if (nx == 0) {
         const char *r = evhttp_find_header(h, "X-Real-IP");
         ipaddr x;
