@@ -28,6 +28,7 @@ man-db
 groff-base
 systemd
 chromium
+nginx
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -59,6 +60,8 @@ chromium
 #   systemd          tests/test_install.sh checks the example unit with
 #                    systemd-analyze verify / security (offline: no systemd
 #                    need be running)
+#   nginx            tests/e2e/test_nginx.py runs examples/nginx/ (auth_request
+#                    in front of an upstream, asking sluiced's forward-auth)
 
 set -eu
 

@@ -100,6 +100,8 @@ struct opt {
 #define CUSTOM(setf, showf) .kind = K_CUSTOM, .set = setf, .show = showf
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
+static opt_set_fn set_user_header, set_trusted_proxies;
+static opt_show_fn show_trusted_proxies, show_user_header;
 static opt_set_fn set_port, set_tls_port, set_http_port, set_tls_auth_clients, set_bind, set_on_store_full,
     set_capacity, set_auth_fail_limit, set_log_level;
 static opt_show_fn show_port, show_tls_port, show_http_port, show_tls_auth_clients, show_bind, show_on_store_full,
@@ -262,6 +264,25 @@ static const opt opts[] = {
      .def = "none",
      .help = "the rules service (HTTP /v1/rules) answers requests that carry \"Authorization: "
              "Bearer TOKEN\" with the token in FILE; none: it answers 404"},
+    {.name = "user-header",
+     CUSTOM(set_user_header, show_user_header),
+     .arg = "NAME",
+     .def = "none",
+     .help = "forward-auth (/v1/auth/DOMAIN): the request header whose value is the descriptor "
+             "user"},
+    {.name = "trusted-proxies",
+     CUSTOM(set_trusted_proxies, show_trusted_proxies),
+     .arg = "CIDR[,CIDR...]",
+     .def = "none",
+     .help = "forward-auth: peers whose X-Forwarded-For, X-Real-IP, X-Original-* and "
+             "X-Forwarded-Method/-Uri are believed"},
+    {.name = "auth-deny-status",
+     INT(auth_deny_status),
+     .min = 400,
+     .max = 499,
+     .arg = "N",
+     .def = "429",
+     .help = "forward-auth's status for a denied request (403 for nginx's auth_request)"},
     {.name = "tls-cert-file",
      PATH(tls_cert_file),
      .arg = "FILE",
@@ -340,6 +361,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->auth_fail_window_ms = 60000;
     cfg->tls_port = -1;
     cfg->http_port = SL_HTTP_DEFAULT_PORT;
+    cfg->auth_deny_status = 429;
     cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
 }
 
@@ -647,6 +669,111 @@ static int set_http_port(sl_config *c, const opt *op, const char *v, size_t vlen
     }
     c->http_port = (int)x;
     return 0;
+}
+
+/* An HTTP header name (RFC 9110 token): 1..127 of its characters. */
+static int set_user_header(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                           char *err, size_t errlen)
+{
+    char t[80];
+    size_t i;
+    for (i = 0; i < vlen; i++) {
+        unsigned char ch = (unsigned char)v[i];
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+              (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL)))
+            break;
+    }
+    if (vlen == 0 || i < vlen || vlen >= sizeof c->user_header) {
+        fail(err, errlen, o,
+             "invalid %s%s '%s': expected a header name (1..%zu letters, digits or "
+             "!#$%%&'*+-.^_`|~)",
+             dash(o), op->name, tok(v, vlen, t, sizeof t), sizeof c->user_header - 1);
+        return -1;
+    }
+    memcpy(c->user_header, v, vlen);
+    c->user_header[vlen] = '\0';
+    return 0;
+}
+
+/* One "ADDR[/BITS]" (n bytes) into *out; 0 or -1. */
+static int cidr_parse(const char *s, size_t n, sl_cidr *out)
+{
+    char a[INET6_ADDRSTRLEN + 1];
+    const char *slash = memchr(s, '/', n);
+    size_t alen = slash ? (size_t)(slash - s) : n;
+    if (alen == 0 || alen >= sizeof a) return -1;
+    memcpy(a, s, alen);
+    a[alen] = '\0';
+    sl_cidr c = {0};
+    if (inet_pton(AF_INET, a, c.addr) == 1)
+        c.family = AF_INET, c.bits = 32;
+    else if (inet_pton(AF_INET6, a, c.addr) == 1)
+        c.family = AF_INET6, c.bits = 128;
+    else
+        return -1;
+    if (slash != NULL) {
+        int64_t b;
+        if (sl_int_parse(slash + 1, n - alen - 1, c.bits, &b) != 0) return -1;
+        c.bits = (int)b;
+    }
+    for (int i = c.bits; i < 128; i++) /* the host bits: 0, so a match is a compare */
+        c.addr[i / 8] &= (unsigned char)~(0x80u >> (i % 8));
+    *out = c;
+    return 0;
+}
+
+/* --trusted-proxies: a comma-separated list of CIDR blocks (spaces around
+ * the commas allowed); "" or "none" empties it.  Replaces the list: the
+ * last one given wins, whole or not at all. */
+static int set_trusted_proxies(sl_config *c, const opt *op, const char *v, size_t vlen,
+                               origin *o, char *err, size_t errlen)
+{
+    char t[80];
+    sl_cidr list[SL_CONFIG_MAX_TRUSTED];
+    int n = 0;
+    if (vlen >= sizeof c->trusted_proxies || memchr(v, '\0', vlen) != NULL) {
+        fail(err, errlen, o, "invalid %s%s: longer than %zu bytes", dash(o), op->name,
+             sizeof c->trusted_proxies - 1);
+        return -1;
+    }
+    int none = vlen == 0 || (vlen == 4 && strncasecmp(v, "none", 4) == 0);
+    for (size_t i = 0; !none && i <= vlen;) {
+        size_t j = i;
+        while (j < vlen && v[j] != ',') j++;
+        size_t a = i, b = j;
+        while (a < b && v[a] == ' ') a++;
+        while (b > a && v[b - 1] == ' ') b--;
+        if (n == SL_CONFIG_MAX_TRUSTED) {
+            fail(err, errlen, o, "invalid %s%s: more than %d blocks", dash(o), op->name,
+                 SL_CONFIG_MAX_TRUSTED);
+            return -1;
+        }
+        if (cidr_parse(v + a, b - a, &list[n]) != 0) {
+            fail(err, errlen, o,
+                 "invalid %s%s: '%s' is not an address or CIDR block (expected e.g. "
+                 "127.0.0.1, 10.0.0.0/8 or ::1/128)",
+                 dash(o), op->name, tok(v + a, b - a, t, sizeof t));
+            return -1;
+        }
+        n++;
+        i = j + 1;
+    }
+    memcpy(c->trusted, list, (size_t)n * sizeof list[0]);
+    c->ntrusted = n;
+    memcpy(c->trusted_proxies, v, vlen);
+    c->trusted_proxies[vlen] = '\0';
+    if (none) c->trusted_proxies[0] = '\0';
+    return 0;
+}
+
+static void show_user_header(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->user_header);
+}
+
+static void show_trusted_proxies(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->trusted_proxies);
 }
 
 /* Redis's words: yes, no or optional. */

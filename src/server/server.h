@@ -20,6 +20,16 @@
 #define SL_ADMIN_TOKEN_MAX 1024 /* bytes of the --admin-token-file token */
 
 /* Configuration: every flag has a config-file twin (docs/sluiced.md). */
+/* A CIDR block of --trusted-proxies: an IPv4 (family AF_INET, addr[0..4))
+ * or IPv6 (AF_INET6, addr[0..16)) network of `bits` leading bits. */
+typedef struct sl_cidr {
+    int family;
+    int bits;
+    unsigned char addr[16];
+} sl_cidr;
+
+#define SL_CONFIG_MAX_TRUSTED 64 /* CIDR blocks in --trusted-proxies */
+
 typedef struct sl_config {
     char binds[8][64];              /* addresses to listen on; default 127.0.0.1 */
     int nbinds;
@@ -69,6 +79,11 @@ typedef struct sl_config {
     char admin_token_file[1024];    /* "" = none: the rules service answers 404 */
     char admin_token[SL_ADMIN_TOKEN_MAX + 1]; /* its bearer token, read at start */
     size_t admin_token_len;         /* 0 = none */
+    char user_header[128];          /* forward-auth: the header naming the user; "" = none */
+    char trusted_proxies[1024];     /* --trusted-proxies as given ("" = none), for --dump-options */
+    int ntrusted;                   /* ... parsed: trusted[0..ntrusted) */
+    sl_cidr trusted[SL_CONFIG_MAX_TRUSTED];
+    int auth_deny_status;           /* forward-auth's answer to a denied request; default 429 */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */

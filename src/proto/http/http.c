@@ -30,6 +30,7 @@
 #include <jansson.h>
 
 #include "auth.h"
+#include "check_int.h"
 #include "config.h"
 #include "http.h"
 #include "http_int.h"
@@ -222,6 +223,8 @@ static const sl_http_route routes[] = {
     {"/v1/rules/", 1, ~0u, "GET, PUT, DELETE", sl_http_rules_domain},
     {"/v1/status", 0, GET | HEAD, "GET, HEAD", sl_http_status_json},
     {"/", 0, GET | HEAD, "GET, HEAD", sl_http_status_page},
+    {"/v1/check", 0, EVHTTP_REQ_POST, "POST", sl_http_v1_check},
+    {"/v1/auth/", 1, ~0u, "", sl_http_v1_auth},
 };
 
 static const sl_http_route *route_for(const char *path)

@@ -1,0 +1,358 @@
+/*
+ * check.c -- POST /v1/check (SPEC section 8): RL.CHECK as JSON.  The body
+ * is parsed with jansson into the descriptors RL.CHECK takes, decided by
+ * the service layer (sl_svc_check, the very call RESP's RL.CHECK makes),
+ * and answered with the overall six fields, one status per descriptor and
+ * the RateLimit headers of the rules that applied.  The answer is shared
+ * with forward-auth (fauth.c): check_int.h.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <jansson.h>
+
+#include "auth.h"
+#include "check_int.h"
+#include "http_int.h"
+#include "service.h"
+
+/* ---- the answer ------------------------------------------------------------- */
+
+char *sl_http_sf_string(char *dst, size_t cap, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    if (cap < 3) return NULL;
+    dst[o++] = '"';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (o + 5 > cap) return NULL; /* room for the longest (3) and the closing '"', NUL */
+        if (ch == '"' || ch == '\\') {
+            dst[o++] = '\\';
+            dst[o++] = (char)ch;
+        } else if (ch < 0x20 || ch > 0x7e || ch == '%') {
+            dst[o++] = '%';
+            dst[o++] = hex[ch >> 4];
+            dst[o++] = hex[ch & 15];
+        } else {
+            dst[o++] = (char)ch;
+        }
+    }
+    dst[o++] = '"';
+    dst[o] = '\0';
+    return dst;
+}
+
+/* Whether status st is a limit the client is held to (check_int.h). */
+static int shown(const sl_check_status *st)
+{
+    if (st->rule == NULL || st->name == NULL || st->shadow) return 0;
+    if (st->code == SL_CHECK_NO_RULE || st->code == SL_CHECK_UNLIMITED) return 0;
+    return !(st->code == SL_CHECK_OK && st->limit == 0); /* a replaced limit */
+}
+
+/* Appends ", " (after the first) and one list member to b. */
+static void member(struct evbuffer *b, const char *name, const char *k1, int64_t v1, const char *k2,
+                   int64_t v2)
+{
+    if (evbuffer_get_length(b) > 0) evbuffer_add(b, ", ", 2);
+    evbuffer_add_printf(b, "%s;%s=%" PRId64 ";%s=%" PRId64, name, k1, v1, k2, v2);
+}
+
+/* Adds the header `name` with b's bytes as its value. */
+static void add_buf(struct evkeyvalq *h, const char *name, struct evbuffer *b)
+{
+    size_t len = evbuffer_get_length(b);
+    const char *p = len ? (const char *)evbuffer_pullup(b, -1) : NULL;
+    char *v = p ? strndup(p, len) : NULL;
+    if (v != NULL) evhttp_add_header(h, name, v);
+    free(v);
+}
+
+void sl_http_check_headers(struct evkeyvalq *h, const sl_svc_reply *r)
+{
+    struct evbuffer *pol = evbuffer_new(), *now = evbuffer_new();
+    char name[3 * 256 + 8], v[32];
+    for (int d = 0; pol && now && d < r->n; d++) {
+        const sl_check_status *st = &r->st[d];
+        int again = 0;
+        for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
+        if (!shown(st) || again) continue;
+        if (sl_http_sf_string(name, sizeof name, st->name, strlen(st->name)) == NULL) continue;
+        long long w = sl_http_ceil_s(st->rule->params.window_ms);
+        member(pol, name, "q", st->limit, "w", w < 1 ? 1 : w);
+        member(now, name, "r", st->remaining, "t", sl_http_ceil_s(st->reset_after_ms));
+    }
+    int any = pol && evbuffer_get_length(pol) > 0;
+    if (any) {
+        add_buf(h, "RateLimit-Policy", pol);
+        add_buf(h, "RateLimit", now);
+    }
+    if (pol) evbuffer_free(pol);
+    if (now) evbuffer_free(now);
+    const sl_result *x = &r->result;
+    if (!any && x->allowed) return; /* no limit applied: nothing to tell */
+    snprintf(v, sizeof v, "%lld", (long long)x->limit);
+    evhttp_add_header(h, "X-RateLimit-Limit", v);
+    snprintf(v, sizeof v, "%lld", (long long)x->remaining);
+    evhttp_add_header(h, "X-RateLimit-Remaining", v);
+    snprintf(v, sizeof v, "%lld", sl_http_ceil_s(x->reset_after_ms));
+    evhttp_add_header(h, "X-RateLimit-Reset", v);
+    if (!x->allowed && x->retry_after_ms >= 0) {
+        long long s = sl_http_ceil_s(x->retry_after_ms);
+        snprintf(v, sizeof v, "%lld", s < 1 ? 1 : s);
+        evhttp_add_header(h, "Retry-After", v);
+    }
+}
+
+static json_t *statuses(const sl_svc_reply *r)
+{
+    json_t *a = json_array();
+    for (int d = 0; a && d < r->n; d++) {
+        const sl_check_status *st = &r->st[d];
+        json_t *o = json_pack("{s:s,s:o,s:I,s:I,s:I,s:I}", "code", sl_check_code_name(st->code),
+                              "rule", st->name ? json_string(st->name) : json_null(), "limit",
+                              (json_int_t)st->limit, "remaining", (json_int_t)st->remaining,
+                              "retry_after_ms", (json_int_t)st->retry_after_ms, "reset_after_ms",
+                              (json_int_t)st->reset_after_ms);
+        if (o == NULL || json_array_append_new(a, o) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static void on_checked(void *arg, const sl_svc_reply *r)
+{
+    const sl_http_check *c = arg;
+    if (r->rc < 0) {
+        if (r->rc == SL_ENOMEM)
+            sl_http_send_error(c->req, 503, "Service Unavailable", r->err);
+        else
+            sl_http_send_error(c->req, 400, "Bad Request", r->err);
+        return;
+    }
+    const sl_result *x = &r->result;
+    sl_http_check_headers(evhttp_request_get_output_headers(c->req), r);
+    if (!c->json) {
+        if (x->allowed)
+            evhttp_send_reply(c->req, 200, "OK", NULL);
+        else /* NULL: libevent's own phrase for the status */
+            evhttp_send_reply(c->req, c->deny_status,
+                              c->deny_status == 429 ? "Too Many Requests" : NULL, NULL);
+        return;
+    }
+    json_t *st = statuses(r);
+    json_t *o =
+        st == NULL ? NULL
+                   : json_pack("{s:b,s:I,s:I,s:I,s:I,s:I,s:o}", "allowed", x->allowed != 0, "limit",
+                               (json_int_t)x->limit, "remaining", (json_int_t)x->remaining,
+                               "retry_after_ms", (json_int_t)x->retry_after_ms, "reset_after_ms",
+                               (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms,
+                               "statuses", st);
+    if (x->allowed)
+        sl_http_send_json(c->req, 200, "OK", o);
+    else
+        sl_http_send_json(c->req, 429, "Too Many Requests", o);
+}
+
+void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *domain, size_t dlen,
+                       const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
+                       int64_t at)
+{
+    const char *why;
+    if (sl_svc_rules(hw->svc, &why) == NULL) {
+        sl_http_send_error(c->req, 503, "Service Unavailable", why);
+        return;
+    }
+    sl_http_check cc = *c;
+    /* the local backend answers before this returns (http.c's note) */
+    sl_svc_check(hw->svc, domain, dlen, descs, ndesc, n, cost, at, on_checked, &cc);
+}
+
+/* ---- POST /v1/check --------------------------------------------------------- */
+
+/* The body's descriptors, as RL.CHECK takes them; strings borrowed from
+ * the parsed JSON. */
+typedef struct check_body {
+    const char *domain;
+    size_t dlen;
+    int n;
+    int ndesc[SL_CHECK_MAX_DESC];
+    const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
+    sl_rule_entry ent[SL_CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
+    int64_t cost, at;
+} check_body;
+
+/* Reads the JSON number v of field `name` as the decimal text the RESP
+ * parsers take, so their messages are the ones a client gets. */
+static int int_field(const json_t *v, const char *name, char *txt, size_t cap, char *err,
+                     size_t errlen)
+{
+    if (!json_is_integer(v)) {
+        snprintf(err, errlen, "%s must be an integer", name);
+        return -1;
+    }
+    snprintf(txt, cap, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+    return 0;
+}
+
+/* One descriptor entry {"key": K, "value": V} at descriptors[d][i]. */
+static int parse_entry(check_body *b, int d, int i, const json_t *e, char *err, size_t errlen)
+{
+    char qb[80];
+    if (!json_is_object(e)) {
+        snprintf(err, errlen, "descriptors[%d][%d] must be an object {\"key\": K, \"value\": V}", d,
+                 i);
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)e, k, v)
+    {
+        if (strcmp(k, "key") != 0 && strcmp(k, "value") != 0) {
+            snprintf(err, errlen,
+                     "descriptors[%d][%d] has an unknown field '%s' (expected key "
+                     "and value)",
+                     d, i, sl_svc_quote(qb, sizeof qb, k, strlen(k)));
+            return -1;
+        }
+    }
+    static const char *const f[2] = {"key", "value"};
+    const json_t *s[2];
+    for (int j = 0; j < 2; j++) {
+        s[j] = json_object_get(e, f[j]);
+        if (!json_is_string(s[j])) {
+            snprintf(err, errlen, "descriptors[%d][%d].%s must be a string%s", d, i, f[j],
+                     s[j] == NULL ? " (it is missing)" : "");
+            return -1;
+        }
+    }
+    b->ent[d][i] = (sl_rule_entry){json_string_value(s[0]), json_string_length(s[0]),
+                                   json_string_value(s[1]), json_string_length(s[1])};
+    return 0;
+}
+
+/* The body's fields into *b; 0, or -1 with the client's message in err. */
+static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_body *b, char *err,
+                      size_t errlen)
+{
+    char qb[80], txt[32];
+    if (!json_is_object(root)) {
+        snprintf(err, errlen,
+                 "the body must be a JSON object {\"domain\": D, \"descriptors\": "
+                 "[[{\"key\": K, \"value\": V}, ...], ...]}");
+        return -1;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)root, k, v)
+    {
+        if (strcmp(k, "domain") && strcmp(k, "descriptors") && strcmp(k, "cost") &&
+            strcmp(k, "at")) {
+            snprintf(err, errlen, "unknown field '%s' (expected domain, descriptors, cost or at)",
+                     sl_svc_quote(qb, sizeof qb, k, strlen(k)));
+            return -1;
+        }
+    }
+    const json_t *dom = json_object_get(root, "domain");
+    if (!json_is_string(dom)) {
+        snprintf(err, errlen, "domain must be a string%s", dom == NULL ? " (it is missing)" : "");
+        return -1;
+    }
+    b->domain = json_string_value(dom);
+    b->dlen = json_string_length(dom);
+    b->cost = 1;
+    b->at = now;
+    if ((v = json_object_get(root, "cost")) != NULL &&
+        (int_field(v, "cost", txt, sizeof txt, err, errlen) != 0 ||
+         sl_svc_parse_cost(txt, strlen(txt), &b->cost, err, errlen) != 0))
+        return -1;
+    if ((v = json_object_get(root, "at")) != NULL &&
+        (int_field(v, "at", txt, sizeof txt, err, errlen) != 0 ||
+         sl_svc_parse_at(hw->svc, now, txt, strlen(txt), &b->at, err, errlen) != 0))
+        return -1;
+    const json_t *ds = json_object_get(root, "descriptors");
+    if (!json_is_array(ds) || json_array_size(ds) == 0) {
+        snprintf(err, errlen,
+                 "descriptors must be a non-empty array of descriptors "
+                 "([[{\"key\": K, \"value\": V}, ...], ...])%s",
+                 ds == NULL ? " (it is missing)" : "");
+        return -1;
+    }
+    if (json_array_size(ds) > SL_CHECK_MAX_DESC) {
+        snprintf(err, errlen, "at most %d descriptors in one RL.CHECK, got %zu", SL_CHECK_MAX_DESC,
+                 json_array_size(ds));
+        return -1;
+    }
+    b->n = (int)json_array_size(ds);
+    for (int d = 0; d < b->n; d++) {
+        const json_t *one = json_array_get(ds, (size_t)d);
+        if (!json_is_array(one) || json_array_size(one) == 0) {
+            snprintf(err, errlen,
+                     "descriptors[%d] must be a non-empty array of entries "
+                     "[{\"key\": K, \"value\": V}, ...]",
+                     d);
+            return -1;
+        }
+        if (json_array_size(one) > SL_RULES_MAX_DEPTH) {
+            snprintf(err, errlen, "descriptors[%d]: at most %d entries in one descriptor", d,
+                     SL_RULES_MAX_DEPTH);
+            return -1;
+        }
+        b->ndesc[d] = (int)json_array_size(one);
+        b->descs[d] = b->ent[d];
+        for (int i = 0; i < b->ndesc[d]; i++)
+            if (parse_entry(b, d, i, json_array_get(one, (size_t)i), err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+void sl_http_v1_check(http_worker *hw, struct evhttp_request *req, const char *path,
+                      const char *query)
+{
+    (void)path;
+    char err[SL_SVC_ERR];
+    if (sl_auth_required(hw->svc->srv->auth)) { /* as GET /v1/allow (http.c) */
+        sl_http_send_error(req, 401, "Unauthorized",
+                           "a password is configured: HTTP decisions need a bearer token, not "
+                           "supported yet");
+        return;
+    }
+    if (query != NULL && query[0] != '\0') {
+        sl_http_send_error(req, 400, "Bad Request",
+                           "POST /v1/check takes no query string: send the request as the JSON "
+                           "body");
+        return;
+    }
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    const char *data = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    json_error_t je;
+    json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
+    if (root == NULL) {
+        snprintf(err, sizeof err, "the body is not JSON: %s (line %d, column %d)", je.text, je.line,
+                 je.column);
+        sl_http_send_error(req, 400, "Bad Request", err);
+        return;
+    }
+    check_body *b = malloc(sizeof *b);
+    if (b == NULL) {
+        json_decref(root);
+        sl_http_send_error(req, 503, "Service Unavailable", "out of memory");
+        return;
+    }
+    if (parse_body(hw, root, sl_now_ms(), b, err, sizeof err) != 0) {
+        sl_http_send_error(req, 400, "Bad Request", err);
+    } else {
+        sl_http_check c = {req, 1, 0};
+        sl_http_check_run(hw, &c, b->domain, b->dlen, b->descs, b->ndesc, b->n, b->cost, b->at);
+    }
+    free(b);
+    json_decref(root);
+}

@@ -1,0 +1,292 @@
+"""POST /v1/check (SPEC section 8, docs/http.md): RL.CHECK as JSON.
+
+The reference is RESP: the same requests, at the same times, sent as
+RL.CHECK to a second server with the same rules must give the same six
+fields and the same statuses, descriptor by descriptor.  The RateLimit
+headers are parsed as RFC 9651 lists (sf_list.py, written from the RFC).
+
+Times are exact: both servers trust client time and every request carries
+at = BASE + offset (BASE is a multiple of a day)."""
+
+import json
+import os
+
+from harness import BASE, ServerTestCase
+from sf_list import parse_list
+
+RULES = r"""
+domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 3}
+  - key: path
+    value: /login
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: path
+    value: /blocked
+    rate_limit: {unit: second, requests_per_unit: 0}
+  - key: path
+    value: /free
+    rate_limit: {unlimited: true}
+  - key: tenant
+    value: trial*
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1}
+  - key: tenant
+    value: acme
+    descriptors:
+      - key: user
+        rate_limit: {unit: hour, requests_per_unit: 2, name: 'acme "users" \ café'}
+"""
+
+ACME = 'acme "users" \\ café'
+ACME_SF = '"acme \\"users\\" \\\\ caf%C3%A9"'  # the name as an sf-string, on the wire
+
+
+def d(*pairs):
+    """One descriptor from key, value, key, value..."""
+    return [{"key": pairs[i], "value": pairs[i + 1]} for i in range(0, len(pairs), 2)]
+
+
+class TestHttpCheck(ServerTestCase):
+    HTTP = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.class_dir("sluice-http-check-")
+        cls.rules = os.path.join(cls.dir, "api.yaml")
+        with open(cls.rules, "w") as f:
+            f.write(RULES)
+        cls.SERVER_ARGS = ("--rules", cls.rules)
+        super().setUpClass()
+
+    def setUp(self):
+        self.conn = self.srv.http_conn()
+        self.addCleanup(self.conn.close)
+
+    def post(self, body, path="/v1/check", conn=None):
+        """POST body (an object: sent as JSON; bytes: as is); returns
+        (status, headers as a dict, the parsed JSON answer)."""
+        c = conn or self.conn
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        c.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        raw = r.read()
+        self.assertEqual(r.getheader("Content-Type"), "application/json", raw)
+        return r.status, {k: v for k, v in r.getheaders()}, json.loads(raw)
+
+    def check(self, descs, at, cost=None, domain="api", conn=None):
+        body = {"domain": domain, "descriptors": descs, "at": BASE + at}
+        if cost is not None:
+            body["cost"] = cost
+        return self.post(body, conn=conn)
+
+    def test_answer_is_six_fields_then_statuses_in_request_order(self):
+        status, h, body = self.check([d("user", "ann"), d("path", "/nothing"), d("path", "/free")],
+                                     at=0)
+        self.assertEqual(status, 200)
+        self.assertEqual(list(body), ["allowed", "limit", "remaining", "retry_after_ms",
+                                      "reset_after_ms", "delay_ms", "statuses"])
+        self.assertEqual(body, {
+            "allowed": True, "limit": 3, "remaining": 2, "retry_after_ms": 0,
+            "reset_after_ms": 1000, "delay_ms": 0,
+            "statuses": [
+                {"code": "OK", "rule": "api.user", "limit": 3, "remaining": 2,
+                 "retry_after_ms": 0, "reset_after_ms": 1000},
+                {"code": "NO_RULE", "rule": None, "limit": 0, "remaining": 0,
+                 "retry_after_ms": 0, "reset_after_ms": 0},
+                {"code": "UNLIMITED", "rule": "api.path_/free", "limit": 0, "remaining": 0,
+                 "retry_after_ms": 0, "reset_after_ms": 0}]})
+        self.assertEqual(list(body["statuses"][0]), ["code", "rule", "limit", "remaining",
+                                                     "retry_after_ms", "reset_after_ms"])
+        # only the descriptor with a limit is a policy; NO_RULE and UNLIMITED are not
+        self.assertEqual(parse_list(h["RateLimit-Policy"]), [("api.user", {"q": 3, "w": 1})])
+        self.assertEqual(parse_list(h["RateLimit"]), [("api.user", {"r": 2, "t": 1})])
+        self.assertEqual((h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"],
+                          h["X-RateLimit-Reset"]), ("3", "2", "1"))
+        self.assertNotIn("Retry-After", h)
+
+    def test_denied_is_429_with_every_policy_and_the_most_restrictive_numbers(self):
+        for i in range(2):
+            status, h, body = self.check([d("user", "bo"), d("path", "/login")], at=100 + i)
+            self.assertEqual((status, body["allowed"]), (200, True))
+        status, h, body = self.check([d("user", "bo"), d("path", "/login")], at=500)
+        self.assertEqual(status, 429)
+        self.assertEqual([s["code"] for s in body["statuses"]], ["OK", "OVER_LIMIT"])
+        # the denial: /login's 2 a minute, full again at BASE + 60 s
+        self.assertEqual([body[k] for k in ("allowed", "limit", "remaining", "retry_after_ms",
+                                             "reset_after_ms", "delay_ms")],
+                         [False, 2, 0, 59500, 59500, 0])
+        self.assertEqual(parse_list(h["RateLimit-Policy"]),
+                         [("api.user", {"q": 3, "w": 1}), ("api.path_/login", {"q": 2, "w": 60})])
+        # user's numbers are a peek (a denied request charges nothing): 3 - 2 - 1 = 0
+        self.assertEqual(parse_list(h["RateLimit"]),
+                         [("api.user", {"r": 0, "t": 1}), ("api.path_/login", {"r": 0, "t": 60})])
+        self.assertEqual((h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"],
+                          h["X-RateLimit-Reset"], h["Retry-After"]), ("2", "0", "60", "60"))
+
+    def test_name_is_an_escaped_sf_string(self):
+        status, h, body = self.check([d("tenant", "acme", "user", "cy")], at=0)
+        self.assertEqual((status, body["statuses"][0]["rule"]), (200, ACME))
+        self.assertEqual(h["RateLimit-Policy"], ACME_SF + ";q=2;w=3600")
+        self.assertEqual(parse_list(h["RateLimit-Policy"]),
+                         [("acme \"users\" \\ caf%C3%A9", {"q": 2, "w": 3600})])
+        self.assertEqual(h["RateLimit"], ACME_SF + ";r=1;t=3600")
+
+    def test_shadow_is_never_a_policy(self):
+        status, h, body = self.check([d("tenant", "trial-s")], at=7000)
+        self.assertEqual((status, body["statuses"][0]["code"]), (200, "OK"))
+        status, h, body = self.check([d("tenant", "trial-s")], at=7001)
+        self.assertEqual((status, body["statuses"][0]["code"]), (200, "SHADOW"))
+        for k in ("RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "Retry-After"):
+            self.assertNotIn(k, h)
+
+    def test_never_allowed_has_no_retry_after(self):
+        status, h, body = self.check([d("path", "/blocked")], at=0)
+        self.assertEqual((status, body["retry_after_ms"], body["limit"]), (429, -1, 0))
+        self.assertNotIn("Retry-After", h)
+        self.assertEqual(parse_list(h["RateLimit-Policy"]),
+                         [("api.path_/blocked", {"q": 0, "w": 1})])
+        self.assertEqual(h["X-RateLimit-Limit"], "0")
+        # cost above the limit: -1 too
+        status, h, body = self.check([d("user", "huge")], at=0, cost=4)
+        self.assertEqual((status, body["retry_after_ms"]), (429, -1))
+        self.assertNotIn("Retry-After", h)
+
+    def test_retry_after_rounds_up(self):
+        """acme's users: fixed-window 2 an hour; denied at 3600000 - r ms
+        the retry is r ms, said in whole seconds rounded up."""
+        hour = 3600000
+        for r, want in ((999, "1"), (1000, "1"), (1001, "2")):
+            user = "round%d" % r
+            desc = [d("tenant", "acme", "user", user)]
+            self.assertEqual(self.check(desc, at=0, cost=2)[0], 200)
+            status, h, body = self.check(desc, at=hour - r)
+            self.assertEqual((status, body["retry_after_ms"], body["reset_after_ms"]),
+                             (429, r, r), r)
+            self.assertEqual(h["Retry-After"], want, r)
+            self.assertEqual(h["X-RateLimit-Reset"], want, r)
+            self.assertEqual(parse_list(h["RateLimit"])[0][1], {"r": 0, "t": int(want)}, r)
+            # waiting exactly retry_after_ms is allowed (SPEC section 3)
+            self.assertEqual(self.check(desc, at=hour)[0], 200, r)
+
+    def test_unknown_domain_allows_without_headers(self):
+        status, h, body = self.check([d("user", "x")], at=0, domain="nosuch")
+        self.assertEqual(status, 200)
+        self.assertEqual(body["statuses"][0]["code"], "NO_RULE")
+        for k in ("RateLimit-Policy", "RateLimit", "X-RateLimit-Limit", "X-RateLimit-Remaining",
+                  "X-RateLimit-Reset", "Retry-After"):
+            self.assertNotIn(k, h)
+
+    def test_bad_bodies_are_400_naming_what_and_where(self):
+        cases = [
+            (b"", "the body is not JSON: '[' or '{' expected near end of file (line 1, column 0)"),
+            (b"{\"domain\": \"api\",", None),
+            ([1], "the body must be a JSON object {\"domain\": D, \"descriptors\": "
+                  "[[{\"key\": K, \"value\": V}, ...], ...]}"),
+            ({"descriptors": [d("a", "b")]}, "domain must be a string (it is missing)"),
+            ({"domain": 5, "descriptors": [d("a", "b")]}, "domain must be a string"),
+            ({"domain": "api"}, "descriptors must be a non-empty array of descriptors "
+                                "([[{\"key\": K, \"value\": V}, ...], ...]) (it is missing)"),
+            ({"domain": "api", "descriptors": []}, "descriptors must be a non-empty array of "
+             "descriptors ([[{\"key\": K, \"value\": V}, ...], ...])"),
+            ({"domain": "api", "descriptors": [d("a", "b"), []]},
+             "descriptors[1] must be a non-empty array of entries [{\"key\": K, \"value\": V}, ...]"),
+            ({"domain": "api", "descriptors": [d("a", "b"), [{"key": 1, "value": "v"}]]},
+             "descriptors[1][0].key must be a string"),
+            ({"domain": "api", "descriptors": [d("a", "b", "c", "d") + [{"key": "e"}]]},
+             "descriptors[0][2].value must be a string (it is missing)"),
+            ({"domain": "api", "descriptors": [[{"key": "a", "value": "b", "x": 1}]]},
+             "descriptors[0][0] has an unknown field 'x' (expected key and value)"),
+            ({"domain": "api", "descriptors": [["a"]]},
+             "descriptors[0][0] must be an object {\"key\": K, \"value\": V}"),
+            ({"domain": "api", "descriptors": [d("a", "b")] * 17},
+             "at most 16 descriptors in one RL.CHECK, got 17"),
+            ({"domain": "api", "descriptors": [d("a", "b")], "colour": 1},
+             "unknown field 'colour' (expected domain, descriptors, cost or at)"),
+            ({"domain": "api", "descriptors": [d("a", "b")], "cost": "1"},
+             "cost must be an integer"),
+            ({"domain": "api", "descriptors": [d("a", "b")], "cost": 1.5},
+             "cost must be an integer"),
+            ({"domain": "api", "descriptors": [d("a", "b")], "cost": -1}, None),
+            ({"domain": "api", "descriptors": [d("a", "b")], "at": "now"}, "at must be an integer"),
+            (b'{"domain": "api", "domain": "b", "descriptors": [[{"key": "a", "value": "b"}]]}',
+             None),
+        ]
+        for body, want in cases:
+            status, h, got = self.post(body)
+            self.assertEqual(status, 400, body)
+            self.assertEqual(list(got), ["error"], body)
+            if want is not None:
+                self.assertEqual(got["error"], want, body)
+            self.assertNotIn("RateLimit", h)
+        # the RESP words for a bad cost
+        status, _, got = self.post({"domain": "api", "descriptors": [d("a", "b")], "cost": -1})
+        with self.srv.raw() as c:
+            resp = c.cmd("RL.CHECK", "api", "COST", "-1", "DESCRIPTOR", "a", "b")
+        self.assertEqual("ERR " + got["error"], resp.line)
+
+    def test_only_post(self):
+        self.conn.request("GET", "/v1/check")
+        r = self.conn.getresponse()
+        body = json.loads(r.read())
+        self.assertEqual((r.status, r.getheader("Allow"), body),
+                         (405, "POST", {"error": "method not allowed: use POST"}))
+
+    def test_same_decisions_as_rl_check_over_resp(self):
+        """The same sequence to this server over HTTP and to a second one
+        over RESP: every answer equal, field by field."""
+        ref = self.new_server("--rules", self.rules, trust_client_time=True)
+        seq = []
+        for i in range(12):
+            at = 3 * 86400000 + i * 137  # after every other test's times
+            descs = [d("user", "u%d" % (i % 3))]
+            if i % 2:
+                descs.append(d("path", "/login"))
+            if i % 3 == 0:
+                descs.append(d("tenant", "acme", "user", "u%d" % (i % 3)))
+            if i in (4, 5, 9):
+                descs.append(d("tenant", "trial-x"))
+            if i == 7:
+                descs.append(d("path", "/blocked"))
+            seq.append((descs, at, 2 if i == 5 else None))
+        codes, statuses = set(), set()
+        with ref.raw() as c:
+            for descs, at, cost in seq:
+                status, h, body = self.check(descs, at, cost=cost, domain="api")
+                args = ["RL.CHECK", "api", "AT", BASE + at]
+                if cost is not None:
+                    args += ["COST", cost]
+                for one in descs:
+                    args.append("DESCRIPTOR")
+                    for e in one:
+                        args += [e["key"], e["value"]]
+                reply = c.cmd(*args)
+                want_six = reply[:6]
+                got_six = [int(body["allowed"])] + [body[k] for k in (
+                    "limit", "remaining", "retry_after_ms", "reset_after_ms", "delay_ms")]
+                self.assertEqual(got_six, want_six, (descs, at))
+                self.assertEqual(status, 200 if want_six[0] else 429)
+                want_st = [[s[0].decode(), None if s[1] is None else s[1].decode()] + s[2:]
+                           for s in reply[6:]]
+                got_st = [[s["code"], s["rule"], s["limit"], s["remaining"], s["retry_after_ms"],
+                           s["reset_after_ms"]] for s in body["statuses"]]
+                self.assertEqual(got_st, want_st, (descs, at))
+                codes.update(x[0] for x in got_st)
+                statuses.add(status)
+        # the sequence meets every kind of answer it is meant to compare
+        self.assertEqual(statuses, {200, 429})
+        self.assertTrue({"OK", "OVER_LIMIT", "SHADOW"} <= codes, codes)
+
+
+class TestHttpCheckWithoutRules(ServerTestCase):
+    HTTP = True
+
+    def test_no_rules_is_503(self):
+        c = self.srv.http_conn()
+        self.addCleanup(c.close)
+        c.request("POST", "/v1/check",
+                  body=json.dumps({"domain": "a", "descriptors": [d("k", "v")]}))
+        r = c.getresponse()
+        self.assertEqual((r.status, json.loads(r.read())),
+                         (503, {"error": "no rules loaded (start sluiced with --rules PATH)"}))
