@@ -33,6 +33,7 @@
 #include "config.h"
 #include "http.h"
 #include "http_int.h"
+#include "metrics.h"
 #include "service.h"
 
 /* ---- answers ---------------------------------------------------------------- */
@@ -217,6 +218,8 @@ static void healthz(http_worker *hw, struct evhttp_request *req, const char *pat
 static const sl_http_route routes[] = {
     {"/v1/allow", 0, GET, "GET", v1_allow},
     {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
+    {"/readyz", 0, GET | HEAD, "GET, HEAD", sl_http_readyz},
+    {"/metrics", 0, GET | HEAD, "GET, HEAD", sl_http_metrics},
 };
 
 static const sl_http_route *route_for(const char *path)
