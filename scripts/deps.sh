@@ -27,6 +27,7 @@ npm
 man-db
 groff-base
 systemd
+prometheus
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -55,6 +56,8 @@ systemd
 #   systemd          tests/test_install.sh checks the example unit with
 #                    systemd-analyze verify / security (offline: no systemd
 #                    need be running)
+#   prometheus       promtool: tests/e2e/test_http_metrics.py checks the
+#                    /metrics page with `promtool check metrics`
 
 set -eu
 
