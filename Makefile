@@ -176,6 +176,8 @@ $(B)/tests/test_reload_threads: $(SRV_PARTS)
 $(B)/tests/test_reload_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_stats_threads: $(SRV_PARTS)
 $(B)/tests/test_stats_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_http_ready: $(SRV_PARTS)
+$(B)/tests/test_http_ready: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
 $(B)/tests/test_auth: LDLIBS += -lcrypto
 $(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o

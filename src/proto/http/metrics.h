@@ -18,10 +18,12 @@
 
 /* Rules (distinct statistics entries of the serving set's limits) shown on
  * one page; past it, sluice_metrics_omitted{what="rules"} says how many
- * were left out.  About 5 series and 500 bytes each: 5 MB at the cap. */
+ * were left out.  5 series each (about 470 bytes). */
 #define SL_METRICS_MAX_RULES 10000
 /* Per-value names (stats.h) shown on one page, all rules together; past
- * it, sluice_metrics_omitted{what="values"}.  About 4 series each. */
+ * it, sluice_metrics_omitted{what="values"}.  4 series each (about 260
+ * bytes).  With both caps reached the page is about 7.3 MB, written in
+ * some 40 ms (tests/test_http_ready.c prints both). */
 #define SL_METRICS_MAX_VALUES 10000
 
 #define SL_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
