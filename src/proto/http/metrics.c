@@ -86,21 +86,25 @@ static void sample(page *p, const char *name, uint64_t v) { put(p, "%s %" PRIu64
 
 /* ---- the serving set's rules -------------------------------------------------- */
 
-/* One rule shown: its statistics entry and the domain of the first limit
- * bound to it. */
+/* One rule shown: its statistics entry, the domain of the first limit
+ * bound to it, and whether a node bound to it names statistics per value
+ * (the serving set's metric_dynamic: rs->per_value is the table's, written
+ * under its lock by every bind). */
 typedef struct row {
     const sl_rule_stats *rs;
     const sl_rule_domain *d;
+    int per_value;
 } row;
 
 /* The rules to show, distinct entries in load order, at most
- * SL_METRICS_MAX_RULES; `seen` is an open-addressing set of the entries
- * taken (SEEN_CAP slots, over twice the cap, so it never fills). */
+ * SL_METRICS_MAX_RULES; `seen` is an open-addressing set of the rows taken
+ * (their index + 1; SEEN_CAP slots, over twice the cap, so it never
+ * fills). */
 #define SEEN_CAP 32768
 typedef struct rules_walk {
     row *rows;
     size_t n;
-    const sl_rule_stats **seen;
+    uint32_t *seen;
     uint64_t omitted; /* limits not shown: their rule was past the cap */
 } rules_walk;
 
@@ -112,14 +116,17 @@ static void walk_node(rules_walk *w, const sl_rule_domain *d, const sl_rule_node
         const sl_rule_stats *rs = node->limits[j].stats;
         if (rs == NULL) continue; /* not tracked (stats.h: rules_untracked) */
         size_t i = (size_t)(((uintptr_t)rs >> 4) * 0x9E3779B97F4A7C15ULL >> 40) & (SEEN_CAP - 1);
-        while (w->seen[i] != NULL && w->seen[i] != rs) i = (i + 1) & (SEEN_CAP - 1);
-        if (w->seen[i] == rs) continue; /* shown under an earlier limit */
+        while (w->seen[i] != 0 && w->rows[w->seen[i] - 1].rs != rs) i = (i + 1) & (SEEN_CAP - 1);
+        if (w->seen[i] != 0) { /* shown under an earlier limit */
+            w->rows[w->seen[i] - 1].per_value |= node->metric_dynamic != 0;
+            continue;
+        }
         if (w->n >= SL_METRICS_MAX_RULES) {
             w->omitted++;
             continue;
         }
-        w->seen[i] = rs;
-        w->rows[w->n++] = (row){rs, d};
+        w->rows[w->n++] = (row){rs, d, node->metric_dynamic != 0};
+        w->seen[i] = (uint32_t)w->n;
     }
     for (int c = 0; c < node->nchildren; c++) walk_node(w, d, &node->children[c]);
 }
@@ -188,7 +195,7 @@ static void write_rules(page *p, const sl_rules *r, uint64_t omitted[2])
     if (w.n > 0) vals = malloc(SL_METRICS_MAX_VALUES * sizeof *vals);
     if (w.n > 0 && vals == NULL) p->failed = 1;
     for (size_t i = 0; vals != NULL && i < w.n; i++) {
-        if (!w.rows[i].rs->per_value) continue;
+        if (!w.rows[i].per_value) continue;
         size_t room = SL_METRICS_MAX_VALUES - nl;
         size_t has = sl_stats_values_list(w.rows[i].rs, vals, room);
         size_t k = has < room ? has : room;
@@ -208,7 +215,7 @@ static void write_rules(page *p, const sl_rules *r, uint64_t omitted[2])
            "Requests of the rule whose per-value name was not tracked (over SL_STATS_MAX_VALUES "
            "names, or too long).");
     for (size_t i = 0; i < w.n; i++) {
-        if (!w.rows[i].rs->per_value) continue;
+        if (!w.rows[i].per_value) continue;
         put(p, "sluice_rule_value_overflow_total{");
         rule_labels(p, &w.rows[i]);
         put(p, "} %" PRIu64 "\n", GET(w.rows[i].rs, overflow));
