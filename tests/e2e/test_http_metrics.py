@@ -2,7 +2,8 @@
 health"), as Prometheus and a probe see them: the page passes Debian's
 `promtool check metrics`, and its counters are exactly the traffic sent
 through RESP and HTTP -- decisions by algorithm and outcome, RL.CHECK by
-rule (with its domain) and outcome, per-value names, the latency
+rule (with its domain) and outcome (allowed, denied, over_quota in quota
+mode, shadow in shadow mode) and elastic passes, per-value names, the latency
 histogram's count, keys, memory, reloads ok / failed across a good and a
 bad SIGHUP, the rules version, clients per protocol.  /readyz answers 200
 while rules serve (a refused reload keeps it so); its 503 cases, which a
@@ -41,6 +42,14 @@ descriptors:
   - key: route
     value_to_metric: true
     rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: qa
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: qb
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 100}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 1, elastic: 2, name: stretchy}
 """
 WEB = """domain: web
 descriptors:
@@ -122,7 +131,8 @@ class TestHttpMetrics(ServerTestCase):
             f.write(WEB % "login_limit")
 
     def server(self, *args):
-        return self.new_server("--rules", self.rules, "--watch-rules=no", *args, http=True,
+        return self.new_server("--rules", self.rules, "--watch-rules=no", "--capacity", "100/1m",
+                               *args, http=True,
                                trust_client_time=True, threads=1)
 
     def http(self, s, path):
@@ -200,7 +210,17 @@ class TestHttpMetrics(ServerTestCase):
         # per-value names (value_to_metric): route a twice, route "b\"\\" once
         for v in ("a", "a", 'b"\\'):
             self.assertEqual(self.check(resp, "api", "route", v), 1)
-        sent += 7 + 6 + 2 + 3
+        # quota mode: qa over on the second request but qb is not, so the
+        # request passes and qa counts it over_quota
+        for _ in range(2):
+            r = resp.cmd("RL.CHECK", "api", "AT", BASE, "DESCRIPTOR", "qa", "x",
+                         "DESCRIPTOR", "qb", "x")
+            self.assertNotIsInstance(r, RespError, r)
+            self.assertEqual(r[0], 1)
+        # elastic: 1 within the limit, 1 more on the spare pool (up to 2), then denied
+        got = [self.check(resp, "api", "tenant", "t") for _ in range(3)]
+        self.assertEqual(got, [1, 1, 0])
+        sent += 7 + 6 + 2 + 3 + 2 + 3
 
         m = self.scrape(s)
         for a in ALGOS:
@@ -209,8 +229,8 @@ class TestHttpMetrics(ServerTestCase):
                               m.get("sluice_decisions_total", algorithm=a, outcome="denied")),
                              want, a)
         self.assertEqual(len(m.series("sluice_decisions_total")), 2 * len(ALGOS))
-        self.assertEqual(m.get("sluice_checks_total", outcome="allowed"), 5 + 6 + 1 + 3)
-        self.assertEqual(m.get("sluice_checks_total", outcome="denied"), 2 + 1)
+        self.assertEqual(m.get("sluice_checks_total", outcome="allowed"), 5 + 6 + 1 + 3 + 2 + 2)
+        self.assertEqual(m.get("sluice_checks_total", outcome="denied"), 2 + 1 + 1)
 
         def rule(domain, name):
             return {o: m.get("sluice_rule_requests_total", domain=domain, rule=name, outcome=o)
@@ -224,9 +244,16 @@ class TestHttpMetrics(ServerTestCase):
                          {"allowed": 3, "denied": 0, "over_quota": 0, "shadow": 0})
         self.assertEqual(rule("web", "login_limit"),
                          {"allowed": 1, "denied": 1, "over_quota": 0, "shadow": 0})
-        self.assertEqual(len(m.series("sluice_rule_requests_total")), 4 * 4)
+        self.assertEqual(rule("api", "api.qa"),
+                         {"allowed": 1, "denied": 0, "over_quota": 1, "shadow": 0})
+        self.assertEqual(rule("api", "api.qb"),
+                         {"allowed": 2, "denied": 0, "over_quota": 0, "shadow": 0})
+        self.assertEqual(rule("api", "stretchy"),
+                         {"allowed": 2, "denied": 1, "over_quota": 0, "shadow": 0})
+        self.assertEqual(len(m.series("sluice_rule_requests_total")), 7 * 4)
+        self.assertEqual(m.get("sluice_rule_elastic_total", domain="api", rule="stretchy"), 1)
         self.assertEqual(m.get("sluice_rule_elastic_total", domain="api", rule="per_user"), 0)
-        self.assertEqual(len(m.series("sluice_rule_elastic_total")), 4)
+        self.assertEqual(len(m.series("sluice_rule_elastic_total")), 7)
         values = {(dict(k)["name"], dict(k)["outcome"]): v
                   for k, v in m.series("sluice_rule_value_requests_total").items()
                   if dict(k)["outcome"] in ("allowed", "denied")}
@@ -239,7 +266,7 @@ class TestHttpMetrics(ServerTestCase):
         # the histogram: one decision in 16 timed, buckets cumulative
         self.assertEqual(self.types["sluice_decision_latency_seconds"], "histogram")
         count = m.get("sluice_decision_latency_seconds_count")
-        self.assertEqual(sent, 53)
+        self.assertEqual(sent, 58)
         self.assertEqual(count, sent // LAT_SAMPLE)
         buckets = sorted((float(dict(k)["le"]), v)
                          for k, v in m.series("sluice_decision_latency_seconds_bucket").items())
