@@ -183,6 +183,8 @@ $(B)/tests/test_history: $(B)/src/server/history.o $(B)/src/server/stats.o $(RUL
 $(B)/tests/test_history: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_history_threads: $(B)/src/server/history.o $(B)/src/server/stats.o $(RULES_OBJ)
 $(B)/tests/test_history_threads: LDLIBS += $(RULES_LIBS)
+$(B)/tests/test_http_ready: $(SRV_PARTS)
+$(B)/tests/test_http_ready: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
 $(B)/tests/test_auth: LDLIBS += -lcrypto
 $(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o

@@ -29,6 +29,7 @@ groff-base
 systemd
 chromium
 nginx
+prometheus
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -62,6 +63,8 @@ nginx
 #                    need be running)
 #   nginx            tests/e2e/test_nginx.py runs examples/nginx/ (auth_request
 #                    in front of an upstream, asking sluiced's forward-auth)
+#   prometheus       promtool: tests/e2e/test_http_metrics.py checks the
+#                    /metrics page with `promtool check metrics`
 
 set -eu
 

@@ -35,7 +35,8 @@ typedef struct shared {
     sl_rule_stats *got[THREADS][NAMES];
     pthread_barrier_t go; /* the workers start together */
     _Atomic int done;
-    _Atomic long listed; /* entries seen by the reader, in all its passes */
+    _Atomic long listed;   /* entries seen by the reader, in all its passes */
+    _Atomic int bad_value; /* the reader listed a per-value entry not whole */
 } shared;
 
 typedef struct worker {
@@ -77,10 +78,20 @@ static void count_one(const sl_rule_stats *rs, void *arg)
     atomic_fetch_add_explicit((_Atomic long *)arg, 1, memory_order_relaxed);
 }
 
+/* Lists as INFO does, and the rule's per-value names as /metrics does
+ * (sl_stats_values_list, lock-free: each entry listed must be whole). */
 static void *list(void *arg)
 {
     shared *sh = arg;
-    while (!atomic_load(&sh->done)) sl_stats_foreach_rule(&sh->stats, count_one, &sh->listed);
+    static const sl_rule_stats *vals[SL_STATS_MAX_VALUES];
+    while (!atomic_load(&sh->done)) {
+        sl_stats_foreach_rule(&sh->stats, count_one, &sh->listed);
+        size_t n = sl_stats_values_list(sh->rule, vals, SL_STATS_MAX_VALUES);
+        for (size_t i = 0; i < n && i < SL_STATS_MAX_VALUES; i++)
+            if (strncmp(vals[i]->name, "d.user_", 7) != 0 ||
+                sl_stat_get((_Atomic uint64_t *)&vals[i]->matched) > THREADS * ROUNDS)
+                atomic_store(&sh->bad_value, 1);
+    }
     return NULL;
 }
 
@@ -130,6 +141,13 @@ static void many_workers_one_rule(void **state)
     assert_int_equal(sh.stats.nrules, 1 + SL_STATS_MAX_VALUES);
     assert_int_equal(counted + sl_stat_get(&sh.rule->overflow), (uint64_t)THREADS * ROUNDS * NAMES);
     assert_true(atomic_load(&sh.listed) > 0);
+    assert_int_equal(atomic_load(&sh.bad_value), 0);
+    static const sl_rule_stats *vals[SL_STATS_MAX_VALUES + 1];
+    assert_int_equal(sl_stats_values_list(sh.rule, vals, SL_STATS_MAX_VALUES + 1),
+                     SL_STATS_MAX_VALUES);
+    for (int i = 0; i < SL_STATS_MAX_VALUES; i++)
+        assert_int_equal(sl_stat_get((_Atomic uint64_t *)&vals[i]->matched), THREADS * ROUNDS);
+    assert_int_equal(sl_stats_values_list(sh.rule, vals, 3), SL_STATS_MAX_VALUES); /* all counted */
     pthread_barrier_destroy(&sh.go);
     sl_stats_free(&sh.stats);
     sl_rules_unref(r);

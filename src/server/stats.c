@@ -256,6 +256,21 @@ void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void
     pthread_mutex_unlock(&s->mu);
 }
 
+size_t sl_stats_values_list(const sl_rule_stats *rs, const sl_rule_stats **out, size_t max)
+{
+    const struct sl_stats_values *v = atomic_load_explicit(
+        (_Atomic(struct sl_stats_values *) *)&rs->values, memory_order_acquire);
+    size_t n = 0;
+    for (size_t i = 0; v != NULL && i < v->cap; i++) {
+        sl_rule_stats *e = atomic_load_explicit((_Atomic(sl_rule_stats *) *)&v->slot[i],
+                                                memory_order_acquire);
+        if (e == NULL) continue;
+        if (n < max) out[n] = e;
+        n++;
+    }
+    return n;
+}
+
 void sl_stats_latency(sl_worker_stats *w, int64_t ns)
 {
     int b = 0;

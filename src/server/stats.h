@@ -132,6 +132,7 @@ typedef struct sl_stats {
     _Atomic uint64_t cut_recv;         /* clients closed: a command not whole in recv-timeout */
     _Atomic uint64_t tls_handshakes;   /* TLS handshakes completed */
     _Atomic uint64_t tls_failures;     /* TLS connections closed before their handshake completed */
+    _Atomic int64_t http_clients;      /* HTTP connections open now (a gauge; src/proto/http) */
 } sl_stats;
 
 /* Initialises s with nworkers zeroed shards.  Returns 0 or -1 (no memory). */
@@ -166,6 +167,12 @@ sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *
 /* Calls fn for every tracked rule, in no particular order, under the
  * table's lock (fn must not call back into s). */
 void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg), void *arg);
+
+/* Copies up to max of rs's per-value entries (its names past the rule's
+ * own, sl_stats_value_entry) into out, in no particular order.  Returns
+ * how many rs has, which may be more than max.  Lock-free (as a worker
+ * finds a name): any thread, while others add names. */
+size_t sl_stats_values_list(const sl_rule_stats *rs, const sl_rule_stats **out, size_t max);
 
 /* Records one sampled latency of ns nanoseconds in worker shard w. */
 void sl_stats_latency(sl_worker_stats *w, int64_t ns);

@@ -34,6 +34,7 @@
 #include "config.h"
 #include "http.h"
 #include "http_int.h"
+#include "metrics.h"
 #include "service.h"
 #include "status.h"
 
@@ -225,6 +226,8 @@ static const sl_http_route routes[] = {
     {"/", 0, GET | HEAD, "GET, HEAD", sl_http_status_page},
     {"/v1/check", 0, EVHTTP_REQ_POST, "POST", sl_http_v1_check},
     {"/v1/auth/", 1, ~0u, "", sl_http_v1_auth},
+    {"/readyz", 0, GET | HEAD, "GET, HEAD", sl_http_readyz},
+    {"/metrics", 0, GET | HEAD, "GET, HEAD", sl_http_metrics},
 };
 
 static const sl_http_route *route_for(const char *path)
