@@ -125,13 +125,6 @@ static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *pa
     (void)path;
     char err[SL_SVC_ERR], qb[80];
     sl_svc_ctx *x = hw->svc;
-    if (sl_auth_required(x->srv->auth)) {
-        /* bearer tokens are not built yet: refuse rather than decide for anyone */
-        sl_http_send_error(req, 401, "Unauthorized",
-                           "a password is configured: HTTP decisions need a bearer token, not "
-                           "supported yet");
-        return;
-    }
     if (query == NULL) query = "";
     /* %00 would decode to a NUL and cut the value short: refuse it */
     for (const char *p = query; (p = strchr(p, '%')) != NULL; p++)
@@ -215,8 +208,8 @@ static void healthz(http_worker *hw, struct evhttp_request *req, const char *pat
 /* Every endpoint: the first row that matches the path wins.  Each
  * endpoint family's file adds its rows here. */
 static const sl_http_route routes[] = {
-    {"/v1/allow", 0, GET, "GET", v1_allow},
-    {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz},
+    {"/v1/allow", 0, GET, "GET", v1_allow, SL_AUTH_DECIDING},
+    {"/healthz", 0, GET | HEAD, "GET, HEAD", healthz, 0},
 };
 
 static const sl_http_route *route_for(const char *path)
@@ -237,6 +230,97 @@ static size_t headers_size(struct evhttp_request *req)
     TAILQ_FOREACH(e, evhttp_request_get_input_headers(req), next)
     n += strlen(e->key) + strlen(e->value) + 4;
     return n;
+}
+
+/* ---- bearer tokens ------------------------------------------------------------ */
+
+/* Refuses req with 401: the JSON error msg and a WWW-Authenticate
+ * challenge (RFC 6750 section 3: no error code when no credentials came,
+ * `error` naming what was wrong with those that did). */
+static void unauthorized(struct evhttp_request *req, const char *error, const char *msg)
+{
+    char v[96];
+    if (error == NULL)
+        snprintf(v, sizeof v, "Bearer realm=\"sluiced\"");
+    else
+        snprintf(v, sizeof v, "Bearer realm=\"sluiced\", error=\"%s\"", error);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", v);
+    sl_http_send_error(req, 401, "Unauthorized", msg);
+}
+
+/* Whether req may reach a route that needs the groups `need` (SL_AUTH_*
+ * bits), at time now.  With no password configured, or need 0, everyone
+ * may.  Otherwise the request carries `Authorization: Bearer TOKEN`, TOKEN
+ * being the password of "default" (--requirepass-file) or USER:PASSWORD
+ * (a --users-file user; a token with a ':' is always read so, split at
+ * its first ':'); it is checked as RESP's AUTH checks it (sl_auth_login:
+ * constant time, failures counted against the client's address), and the
+ * user must hold every group of need.  Returns 1, or 0 after answering
+ * req: 401 (no, malformed or wrong credentials; an address with too many
+ * recent failures, with Retry-After) or 403 (a user without the group). */
+static int authorized(http_worker *hw, struct evhttp_request *req, unsigned need, int64_t now)
+{
+    sl_auth *a = hw->svc->srv->auth;
+    if (need == 0 || !sl_auth_required(a)) return 1;
+    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    if (h == NULL) {
+        unauthorized(req, NULL,
+                     "a password is configured: send Authorization: Bearer <password> (or "
+                     "Bearer <user>:<password>)");
+        return 0;
+    }
+    /* the scheme is case-insensitive (RFC 9110 section 11.1), then one or
+     * more spaces, then the token: no spaces, not empty */
+    const char *tok = h;
+    if (strncasecmp(tok, "Bearer", 6) != 0 || tok[6] != ' ') tok = NULL;
+    if (tok != NULL) {
+        tok += 6;
+        while (*tok == ' ') tok++;
+        if (*tok == '\0' || strpbrk(tok, " \t") != NULL) tok = NULL;
+    }
+    if (tok == NULL) {
+        unauthorized(req, "invalid_request",
+                     "malformed Authorization header: expected Bearer <password> or Bearer "
+                     "<user>:<password>");
+        return 0;
+    }
+    const char *colon = strchr(tok, ':');
+    const char *user = colon ? tok : "default", *pass = colon ? colon + 1 : tok;
+    size_t ulen = colon ? (size_t)(colon - tok) : 7;
+    char *host = NULL, msg[256];
+    ev_uint16_t port = 0;
+    evhttp_connection_get_peer(evhttp_request_get_connection(req), &host, &port);
+    const sl_auth_user *who = NULL;
+    int64_t retry = 0;
+    int rc = sl_auth_login(a, host, user, ulen, pass, strlen(pass), now, &who, &retry);
+    if (rc == SL_AUTH_BLOCKED) {
+        const sl_config *cfg = hw->svc->srv->cfg;
+        snprintf(msg, sizeof msg, "%lld", sl_http_ceil_s(retry));
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", msg);
+        snprintf(msg, sizeof msg,
+                 "too many failed logins from %s: retry in %lld ms (at most %lld failures per "
+                 "%lld ms; this token was not checked)",
+                 host ? host : "this client", (long long)retry, (long long)cfg->auth_fail_max,
+                 (long long)cfg->auth_fail_window_ms);
+        unauthorized(req, "invalid_token", msg);
+        return 0;
+    }
+    if (rc != SL_AUTH_OK) {
+        unauthorized(req, "invalid_token",
+                     "invalid bearer token: wrong user or password, or the user is disabled");
+        return 0;
+    }
+    if ((who->groups & need) != need) {
+        sl_auth_count_denied(a);
+        snprintf(msg, sizeof msg, "user '%s' has no permission for this endpoint (it needs %s)",
+                 who->name,
+                 need & SL_AUTH_ADMIN     ? "+admin"
+                 : need & SL_AUTH_READING ? "+reading"
+                                          : "+deciding");
+        sl_http_send_error(req, 403, "Forbidden", msg);
+        return 0;
+    }
+    return 1;
 }
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -275,6 +359,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         sl_http_send_error(req, 405, "Method Not Allowed", msg);
         return;
     }
+    if (!authorized(hw, req, r->needs_auth, sl_now_ms())) return;
     r->fn(hw, req, path, evhttp_uri_get_query(u));
 }
 

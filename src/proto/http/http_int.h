@@ -42,6 +42,11 @@ typedef struct sl_http_route {
     unsigned methods;  /* enum evhttp_cmd_type bits; others get 405 */
     const char *allow; /* the Allow header of that 405, e.g. "GET, HEAD" */
     sl_http_handler *fn;
+    /* The SL_AUTH_* groups (auth.h) a caller must hold when a password is
+     * configured: on_request checks `Authorization: Bearer ...` before the
+     * handler runs (401 / 403 otherwise), so handlers need nothing.  0: open
+     * to everyone (/healthz); SL_AUTH_DECIDING (1) for decision endpoints. */
+    unsigned needs_auth;
 } sl_http_route;
 
 /* Sends obj (consumed; NULL: out of memory) as the JSON body of a `code`
