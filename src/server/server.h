@@ -64,6 +64,8 @@ typedef struct sl_config {
     int http_port;                  /* HTTP listener (src/proto/http) on each bind address;
                                        default SL_HTTP_DEFAULT_PORT; 0 = off;
                                        SL_HTTP_PORT_ANY = any free port */
+    int https_port;                 /* HTTP over TLS (the TLS context above) on each bind
+                                       address; 0 = off (default); SL_HTTP_PORT_ANY = any */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */
@@ -93,6 +95,7 @@ typedef struct sl_srv {
     int port;                       /* the port actually bound; 0 = none (--port off) */
     int tls_port;                   /* the TLS port actually bound; 0 = none */
     int http_port;                  /* the HTTP port actually bound; 0 = none */
+    int https_port;                 /* the HTTPS port actually bound; 0 = none */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

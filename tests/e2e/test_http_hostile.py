@@ -8,14 +8,19 @@ Every answer is read as a client reads it: status, exact headers, exact
 JSON."""
 
 import hashlib
+import http.client
 import json
 import os
 import re
 import shutil
 import socket
+import ssl
 import tempfile
+import time
 
-from harness import BASE, HOST, ServerTestCase, parse_info
+from harness import (BASE, HOST, SANITIZED, SLOW, RespError, ServerTestCase, deadline,
+                     free_port, parse_info)
+import test_tls  # its certificate helpers (only the module: its tests stay its own)
 
 PASSWORD = "default-pw"
 USERS = {"dec": "dec-pw", "reader": "read-pw", "colon": "pw:with:colons"}
@@ -153,3 +158,175 @@ class TestHttpBearer(ServerTestCase):
         retry_ms = int(m.group(1))
         self.assertTrue(0 < retry_ms <= 90000, retry_ms)
         self.assertEqual(h["Retry-After"], str((retry_ms + 999) // 1000))
+
+
+HTTPS_LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ https=yes')
+CERTS = None
+
+
+def setUpModule():
+    global CERTS
+    CERTS = tempfile.mkdtemp(prefix="sluice-https-")
+    test_tls.make_cert(CERTS, "ca", "sluice test CA")
+    test_tls.make_cert(CERTS, "server", "localhost", ca="ca", san="IP:127.0.0.1,DNS:localhost")
+
+
+def tearDownModule():
+    shutil.rmtree(CERTS, True)
+
+
+def https_args(*more):
+    return ("--https-port", "any", "--tls-cert-file", os.path.join(CERTS, "server.crt"),
+            "--tls-key-file", os.path.join(CERTS, "server.key"),
+            "--tls-auth-clients", "no") + more
+
+
+def https_port(srv):
+    m = HTTPS_LISTEN_RE.search(srv.log().encode())
+    if m is None:
+        raise AssertionError("no https=yes listener in the log:\n" + srv.log()[-2000:])
+    return int(m.group(1))
+
+
+def read_close(sock, limit=1 << 20):
+    """Everything sock receives until the peer closes it (bounded)."""
+    out = b""
+    while len(out) < limit:
+        try:
+            d = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not d:
+            break
+        out += d
+    return out
+
+
+class TestHttps(ServerTestCase):
+    """--https-port: HTTP over the server's TLS context."""
+
+    HTTP = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.SERVER_ARGS = https_args()
+        super().setUpClass()
+        cls.port = https_port(cls.srv)
+
+    def https_conn(self):
+        ctx = ssl.create_default_context(cafile=os.path.join(CERTS, "ca.crt"))
+        c = http.client.HTTPSConnection(HOST, self.port, timeout=10 * SLOW, context=ctx)
+        self.addCleanup(c.close)
+        return c
+
+    def test_decisions_over_https(self):
+        c = self.https_conn()
+        for i in range(3):
+            status, h, body = http_get(c, "/v1/allow?key=tls&limit=2&window=1m&at=%d" % BASE)
+            self.assertEqual(status, 200 if i < 2 else 429)
+            self.assertEqual(body["remaining"], max(1 - i, 0))
+            self.assertEqual(h["X-RateLimit-Limit"], "2")
+        self.assertEqual(c.sock.version() in ("TLSv1.2", "TLSv1.3"), True, c.sock.version())
+        self.assertEqual(http_get(c, "/healthz")[2], {"status": "alive"})
+
+    def test_the_plain_port_still_serves_http(self):
+        c = self.srv.http_conn()
+        self.addCleanup(c.close)
+        self.assertEqual(http_get(c, "/healthz")[:3:2], (200, {"status": "alive"}))
+
+    def test_a_client_that_does_not_check_the_ca_is_refused_by_itself(self):
+        ctx = ssl.create_default_context()  # the system's CAs: ours is not one
+        c = http.client.HTTPSConnection(HOST, self.port, timeout=10 * SLOW, context=ctx)
+        self.addCleanup(c.close)
+        with self.assertRaises(ssl.SSLCertVerificationError):
+            c.request("GET", "/healthz")
+
+    def test_plain_text_on_the_https_port_is_closed_without_an_answer(self):
+        with socket.create_connection((HOST, self.port), timeout=10 * SLOW) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            out = read_close(s)
+        self.assertNotIn(b"HTTP/1.", out)
+        self.assertNotIn(b"alive", out)
+        # and the server goes on serving HTTPS
+        self.assertEqual(http_get(self.https_conn(), "/healthz")[0], 200)
+
+    def test_https_clients_are_counted(self):
+        c = self.https_conn()
+        self.assertEqual(http_get(c, "/healthz")[0], 200)
+        self.srv.wait_info("http_clients", lambda n: n >= 1, "clients")
+        c.close()
+        self.srv.wait_info("http_clients", lambda n: n == 0, "clients")
+
+    def test_https_port_needs_a_certificate(self):
+        rc, msg = test_tls.refused_start(["--https-port", "any"])
+        self.assertEqual((rc, msg), (2, "sluiced: --https-port needs --tls-cert-file and "
+                                        "--tls-key-file (the server's certificate and its "
+                                        "private key)\nTry 'sluiced --help'.\n"))
+
+    def test_https_port_clashes_are_refused(self):
+        p = str(free_port())
+        rc, msg = test_tls.refused_start(list(https_args()[2:]) + ["--https-port", p,
+                                                                   "--http-port", p])
+        self.assertEqual((rc, msg), (2, "sluiced: --https-port %s is also --http-port: give "
+                                        "them different ports\nTry 'sluiced --help'.\n" % p))
+
+    def test_bad_https_port_value(self):
+        rc, msg = test_tls.refused_start(["--https-port", "x"])
+        self.assertEqual((rc, msg), (2, "sluiced: invalid --https-port 'x': expected an integer "
+                                        "0..65535 (0 = off), or any (a free port)\n"
+                                        "Try 'sluiced --help'.\n"))
+
+
+class TestHttpClients(ServerTestCase):
+    """HTTP connections in INFO (http_clients, connected_clients) and
+    against --max-clients."""
+
+    HTTP = True
+
+    def test_http_clients_gauge(self):
+        base = self.srv.info_int("connected_clients", "clients")
+        conns = [self.srv.http_conn() for _ in range(3)]
+        for c in conns:
+            self.addCleanup(c.close)
+            self.assertEqual(http_get(c, "/healthz")[0], 200)
+        # a connection that never sends a byte counts too
+        idle = socket.create_connection((HOST, self.srv.http_port))
+        self.addCleanup(idle.close)
+        self.srv.wait_info("http_clients", lambda n: n == 4, "clients")
+        self.assertGreaterEqual(self.srv.info_int("connected_clients", "clients"), base + 4)
+        for c in conns:
+            c.close()
+        idle.close()
+        self.srv.wait_info("http_clients", lambda n: n == 0, "clients")
+
+    def test_max_clients_counts_http_and_refuses_with_503(self):
+        srv = self.new_server("--max-clients", "2", http=True)
+        resp = srv.sole_client()  # 1: this RESP client
+        self.addCleanup(resp.close)
+        a = srv.http_conn()
+        self.addCleanup(a.close)
+        self.assertEqual(http_get(a, "/healthz")[0], 200)  # 2: full now
+        b = srv.http_conn()
+        self.addCleanup(b.close)
+        b.request("GET", "/healthz")
+        r = b.getresponse()
+        self.assertEqual(r.status, 503)
+        self.assertEqual(r.getheader("Connection"), "close")
+        self.assertEqual(json.loads(r.read()), {"error": "max number of clients reached"})
+        # RESP sees the HTTP client too
+        with srv.raw() as extra:
+            self.assertEqual(extra.read_reply(), RespError("ERR max number of clients reached"))
+        self.assertEqual(int(parse_info(resp.cmd("INFO", "clients"))["http_clients"]), 1)
+        a.close()
+        b.close()
+        until = deadline(20)
+        while True:  # the slot comes back once the server saw a close
+            c = srv.http_conn()
+            try:
+                status = http_get(c, "/healthz")[0]
+            finally:
+                c.close()
+            if status == 200 or time.monotonic() >= until:
+                break
+            time.sleep(0.02)
+        self.assertEqual(status, 200)

@@ -24,6 +24,8 @@
 
 #include <event2/event.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/bufferevent_ssl.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
@@ -34,6 +36,8 @@
 #include "http.h"
 #include "http_int.h"
 #include "service.h"
+#include "tls.h"
+#include "util.h"
 
 /* ---- answers ---------------------------------------------------------------- */
 
@@ -323,6 +327,8 @@ static int authorized(http_worker *hw, struct evhttp_request *req, unsigned need
     return 1;
 }
 
+static int refused(http_worker *hw, struct evhttp_request *req);
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
     http_worker *hw = arg;
@@ -343,6 +349,7 @@ static void on_request(struct evhttp_request *req, void *arg)
         sl_http_send_error(req, 400, "Bad Request", "malformed request target");
         return;
     }
+    if (refused(hw, req)) return;
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     const sl_http_route *r = route_for(path);
     if (r == NULL) {
@@ -361,6 +368,220 @@ static void on_request(struct evhttp_request *req, void *arg)
     }
     if (!authorized(hw, req, r->needs_auth, sl_now_ms())) return;
     r->fn(hw, req, path, evhttp_uri_get_query(u));
+}
+
+/* ---- connections ------------------------------------------------------------ */
+
+/* One HTTP connection.  libevent 2.1's evhttp keeps its connections to
+ * itself: it tells of a new one only by asking for its bufferevent
+ * (evhttp_set_bevcb, before the connection exists), and of its end only to
+ * a close callback set on the connection.  So each new connection's
+ * bufferevent is made here with an hconn, queued on hw->fresh, and
+ * adopted (its evhttp_connection found, the close callback set) by an
+ * event activated at once: it runs in the same loop turn, after evhttp has
+ * made the connection and before any byte of it can be read.  The hconn is
+ * counted (--max-clients, INFO http_clients) from its bufferevent to its
+ * close callback, and holds the connection's deadline. */
+struct hconn {
+    struct bufferevent *bev;          /* the connection's (evhttp's once adopted) */
+    struct evhttp_connection *evcon;  /* NULL until adopted */
+    struct evbuffer_cb_entry *out_cb; /* on bev's output: an answer re-arms the deadline */
+    http_worker *hw;
+    int64_t deadline;     /* monotonic ms: closed if its next request is not answered by then */
+    hconn *prev, *next;   /* in hw's list: fresh, head..tail, or refused */
+    unsigned counted : 1; /* counts in srv->clients and stats.http_clients */
+    unsigned refused : 1; /* beyond --max-clients: its first request is answered 503 */
+    unsigned doomed : 1;  /* its TLS could not be made: closed at once */
+    unsigned closing : 1; /* told to close */
+};
+
+/* The list c is on. */
+static hconn **list_of(http_worker *hw, hconn *c)
+{
+    return c->evcon == NULL ? &hw->fresh : c->refused ? &hw->refused : &hw->head;
+}
+
+static void unlink_conn(http_worker *hw, hconn *c)
+{
+    hconn **head = list_of(hw, c);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        *head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    else if (head == &hw->head)
+        hw->tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+/* Puts c on its list with deadline `at`.  The counted list stays ordered
+ * by deadline, as every deadline there is "now + timeout" when set. */
+static void link_conn(http_worker *hw, hconn *c, int64_t at)
+{
+    hconn **head = list_of(hw, c);
+    c->deadline = at;
+    c->prev = NULL;
+    if (head != &hw->head) {
+        c->next = *head;
+        if (*head) (*head)->prev = c;
+        *head = c;
+        return;
+    }
+    c->next = NULL;
+    c->prev = hw->tail;
+    if (hw->tail)
+        hw->tail->next = c;
+    else
+        hw->head = c;
+    hw->tail = c;
+}
+
+/* Forgets c: uncounted, off its list, freed. */
+static void conn_drop(http_worker *hw, hconn *c)
+{
+    unlink_conn(hw, c);
+    if (c->counted) {
+        sl_srv *srv = hw->svc->srv;
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
+    }
+    free(c);
+}
+
+/* evhttp frees the connection (closed by either side, timed out, or the
+ * server stopping). */
+static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
+{
+    (void)evcon;
+    hconn *c = arg;
+    if (c->out_cb) evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
+    conn_drop(c->hw, c);
+}
+
+/* Bytes added to the connection's output: an answer, so its next request
+ * has --recv-timeout from now. */
+static void on_output(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)b;
+    hconn *c = arg;
+    if (info->n_added == 0 || c->refused) return;
+    unlink_conn(c->hw, c);
+    link_conn(c->hw, c, sl__mono_ms() + c->hw->timeout_ms);
+}
+
+/* Has evhttp close c's connection as one that timed out (deferred: evhttp
+ * frees the connection, and c, from the loop). */
+static void conn_close(hconn *c)
+{
+    if (c->closing) return;
+    c->closing = 1;
+    bufferevent_trigger_event(c->bev, BEV_EVENT_TIMEOUT | BEV_EVENT_READING,
+                              BEV_TRIG_DEFER_CALLBACKS);
+}
+
+/* The connections made since the last run: finds each one's
+ * evhttp_connection (the argument evhttp gave its bufferevent's callbacks)
+ * and sets the close callback.  One whose callbacks are gone was freed by
+ * evhttp at once (out of memory): its bufferevent waits for the loop to
+ * finalize it, so it can still be read here. */
+static void on_adopt(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    http_worker *hw = arg;
+    while (hw->fresh != NULL) {
+        hconn *c = hw->fresh;
+        void *evcon = NULL;
+        bufferevent_getcb(c->bev, NULL, NULL, NULL, &evcon);
+        if (evcon == NULL) {
+            conn_drop(hw, c);
+            continue;
+        }
+        unlink_conn(hw, c);
+        c->evcon = evcon;
+        evhttp_connection_set_closecb(c->evcon, on_conn_closed, c);
+        c->out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev), on_output, c);
+        link_conn(hw, c, c->doomed ? 0 : c->deadline);
+        if (c->doomed) conn_close(c);
+    }
+}
+
+/* Every tick: closes the connections past their deadline, soonest first
+ * (a request not whole within --recv-timeout of the connection's start or
+ * of its last answer: a slow or stalled sender), refused ones included. */
+static void on_sweep(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    http_worker *hw = arg;
+    int64_t now = sl__mono_ms();
+    for (hconn *c = hw->head; c != NULL && (c->closing || c->deadline <= now); c = c->next)
+        conn_close(c);
+    for (hconn *c = hw->refused; c != NULL; c = c->next)
+        if (c->deadline <= now) conn_close(c);
+}
+
+/* A new connection's bufferevent (evhttp_set_bevcb), on the worker's
+ * thread: the socket's, or for TLS OpenSSL's (accepting).  Counted
+ * against --max-clients as RESP's clients are; beyond it the connection is
+ * served only a 503.  NULL when out of memory (evhttp then makes a plain
+ * one of its own, or more likely fails too). */
+static struct bufferevent *conn_bev(http_worker *hw, struct event_base *base, int tls)
+{
+    sl_srv *srv = hw->svc->srv;
+    hconn *c = calloc(1, sizeof *c);
+    if (c == NULL) return NULL;
+    SSL *ssl = tls ? sl_tls_ssl_new(srv->tls) : NULL;
+    if (ssl != NULL)
+        c->bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
+                                                BEV_OPT_CLOSE_ON_FREE);
+    else /* without TLS state, a TLS client is closed at once, never served in clear */
+        c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+    if (c->bev == NULL) {
+        if (ssl) SSL_free(ssl);
+        free(c);
+        return NULL;
+    }
+    c->hw = hw;
+    c->doomed = tls && ssl == NULL;
+    int n = atomic_fetch_add_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (n >= hw->cfg->max_clients) {
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&srv->rejected, 1, memory_order_relaxed);
+        c->refused = 1;
+    } else {
+        c->counted = 1;
+        atomic_fetch_add_explicit(&srv->connections, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
+    }
+    link_conn(hw, c, sl__mono_ms() + hw->timeout_ms); /* on fresh */
+    event_active(hw->adopt, EV_TIMEOUT, 0);
+    return c->bev;
+}
+
+static struct bufferevent *bev_plain(struct event_base *base, void *arg)
+{
+    return conn_bev(arg, base, 0);
+}
+
+static struct bufferevent *bev_tls(struct event_base *base, void *arg)
+{
+    return conn_bev(arg, base, 1);
+}
+
+/* Whether req came on a connection beyond --max-clients: then it is
+ * answered 503 and the connection closed.  The refused list is empty
+ * unless the server is full. */
+static int refused(http_worker *hw, struct evhttp_request *req)
+{
+    if (hw->refused == NULL) return 0;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    for (hconn *c = hw->refused; c != NULL; c = c->next)
+        if (c->evcon == evcon) {
+            evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+            sl_http_send_error(req, 503, "Service Unavailable", "max number of clients reached");
+            return 1;
+        }
+    return 0;
 }
 
 /* ---- the worker's server ---------------------------------------------------- */
@@ -386,7 +607,7 @@ static void on_accept_error(struct evconnlistener *l, void *arg)
     http_worker *hw = NULL;
     for (int i = 0; i < SL_CONFIG_MAX_THREADS && hw == NULL; i++) {
         http_worker *h = atomic_load_explicit(&servers[i], memory_order_acquire);
-        if (h != NULL && h->http == arg) hw = h;
+        if (h != NULL && (h->http == arg || h->https == arg)) hw = h;
     }
     if (hw == NULL) return;
     for (int i = 0; i < hw->nlev; i++) evconnlistener_disable(hw->lev[i]);
@@ -399,35 +620,59 @@ static void http_stop(void *h)
     http_worker *hw = h;
     if (hw == NULL) return;
     if (hw->id >= 0) atomic_store_explicit(&servers[hw->id], NULL, memory_order_release);
+    if (hw->adopt) on_adopt(-1, 0, hw);  /* then freeing a connection frees its hconn */
     if (hw->http) evhttp_free(hw->http); /* its listeners (and their fds) and connections */
+    if (hw->https) evhttp_free(hw->https);
+    if (hw->adopt) event_free(hw->adopt);
     if (hw->backoff) event_free(hw->backoff);
+    if (hw->sweep) event_free(hw->sweep);
     free(hw);
 }
 
+/* A new evhttp on base answering through on_request, with the bounds of
+ * http.h; bevcb makes its connections' bufferevents. */
+static struct evhttp *new_server(http_worker *hw, struct event_base *base,
+                                 struct bufferevent *(*bevcb)(struct event_base *, void *))
+{
+    struct evhttp *http = evhttp_new(base);
+    if (http == NULL) return NULL;
+    evhttp_set_gencb(http, on_request, hw);
+    evhttp_set_bevcb(http, bevcb, hw);
+    evhttp_set_max_headers_size(http, SL_HTTP_MAX_READ);
+    evhttp_set_max_body_size(http, SL_HTTP_MAX_BODY);
+    struct timeval tv = {(time_t)(hw->timeout_ms / 1000),
+                         (suseconds_t)(hw->timeout_ms % 1000) * 1000};
+    evhttp_set_timeout_tv(http, &tv);
+    /* every method reaches on_request, which answers 405 where it must
+     * (evhttp itself would answer 501 to those not in the set) */
+    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                         EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                         EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    return http;
+}
+
 static void *http_start(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg,
-                        const int *lfds, int n, char *err, size_t errlen)
+                        const int *lfds, const int *tls, int n, char *err, size_t errlen)
 {
     http_worker *hw = calloc(1, sizeof *hw);
     if (hw == NULL) goto nomem;
     hw->svc = svc;
     hw->cfg = cfg;
     hw->id = -1;
-    hw->http = evhttp_new(base);
+    hw->timeout_ms = cfg->recv_timeout_ms > 0 ? cfg->recv_timeout_ms : SL_HTTP_TIMEOUT_MS;
     hw->backoff = evtimer_new(base, on_backoff_done, hw);
-    if (hw->http == NULL || hw->backoff == NULL) goto nomem;
-    evhttp_set_gencb(hw->http, on_request, hw);
-    evhttp_set_max_headers_size(hw->http, SL_HTTP_MAX_READ);
-    evhttp_set_max_body_size(hw->http, SL_HTTP_MAX_BODY);
-    int64_t ms = cfg->recv_timeout_ms > 0 ? cfg->recv_timeout_ms : SL_HTTP_TIMEOUT_MS;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    evhttp_set_timeout_tv(hw->http, &tv);
-    /* every method reaches on_request, which answers 405 where it must
-     * (evhttp itself would answer 501 to those not in the set) */
-    evhttp_set_allowed_methods(hw->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
-                                             EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+    hw->sweep = event_new(base, -1, EV_PERSIST, on_sweep, hw);
+    hw->adopt = event_new(base, -1, 0, on_adopt, hw);
+    if (hw->backoff == NULL || hw->sweep == NULL || hw->adopt == NULL) goto nomem;
+    int64_t tick = hw->timeout_ms / 8 < 10    ? 10
+                   : hw->timeout_ms / 8 > 250 ? 250
+                                              : hw->timeout_ms / 8;
+    struct timeval tv = {(time_t)(tick / 1000), (suseconds_t)(tick % 1000) * 1000};
+    if (event_add(hw->sweep, &tv) != 0) goto nomem;
     for (int i = 0; i < n && i < (int)(sizeof hw->lev / sizeof hw->lev[0]); i++) {
+        struct evhttp **http = tls[i] ? &hw->https : &hw->http;
+        if (*http == NULL && (*http = new_server(hw, base, tls[i] ? bev_tls : bev_plain)) == NULL)
+            goto nomem;
         int fd = dup(lfds[i]);
         struct evconnlistener *l =
             fd < 0 ? NULL
@@ -437,7 +682,7 @@ static void *http_start(struct event_base *base, sl_svc_ctx *svc, const sl_confi
             if (fd >= 0) close(fd);
             goto nomem;
         }
-        if (evhttp_bind_listener(hw->http, l) == NULL) {
+        if (evhttp_bind_listener(*http, l) == NULL) {
             evconnlistener_free(l);
             goto nomem;
         }

@@ -17,15 +17,26 @@
 
 #include "service.h"
 
-/* One worker's HTTP server: its evhttp and the listeners it watches. */
+typedef struct hconn hconn;
+
+/* One worker's HTTP server: its evhttp for --http-port and the one for
+ * --https-port (TLS), the listeners they watch, and its connections
+ * (http.c: hconn). */
 typedef struct http_worker {
-    struct evhttp *http;
+    struct evhttp *http;   /* plain HTTP; NULL: none */
+    struct evhttp *https;  /* HTTP over TLS; NULL: none */
     sl_svc_ctx *svc;       /* the worker's (not owned) */
     const sl_config *cfg;  /* the server's (not owned) */
     int id;                /* its number: servers[id] is this; -1 until registered */
     struct event *backoff; /* re-enables the listeners after an accept failure */
+    struct event *sweep;   /* closes connections past their deadline (http.c) */
+    struct event *adopt;   /* finds new connections' evhttp_connection (http.c) */
+    int64_t timeout_ms;    /* --recv-timeout, or SL_HTTP_TIMEOUT_MS */
+    hconn *fresh;          /* connections not yet adopted */
+    hconn *head, *tail;    /* counted connections, by deadline, soonest first */
+    hconn *refused;        /* connections beyond --max-clients (answered 503) */
     int nlev;
-    struct evconnlistener *lev[8]; /* owned by http (its bound sockets) */
+    struct evconnlistener *lev[8]; /* owned by http / https (their bound sockets) */
 } http_worker;
 
 /* An endpoint: called on the worker's thread for a request whose path
