@@ -330,3 +330,129 @@ class TestHttpClients(ServerTestCase):
                 break
             time.sleep(0.02)
         self.assertEqual(status, 200)
+
+
+class TestHttpHostile(ServerTestCase):
+    """Slow, malformed and pipelined clients, on a server with a short
+    --recv-timeout."""
+
+    HTTP = True
+    SERVER_ARGS = ("--recv-timeout", "1s")
+
+    def healthz(self):
+        c = self.srv.http_conn()
+        try:
+            return http_get(c, "/healthz")[::2]
+        finally:
+            c.close()
+
+    def test_slowloris_is_closed_while_others_are_served(self):
+        """Connections trickling a request line a byte at a time, faster
+        than evhttp's inactivity timeout could notice, are closed at their
+        deadline; a normal client is served meanwhile; RSS stays bounded."""
+        n = 40 if SANITIZED else 200
+        line = b"GET /healthz?" + b"x" * 4000 + b" HTTP/1.1\r\n"
+        rss0 = self.srv.rss_kb()
+        socks = []
+        for _ in range(n):
+            s = socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW)
+            s.setblocking(False)
+            socks.append(s)
+        open_ = {s: 0 for s in socks}  # socket -> bytes sent
+        cut_at = []  # bytes sent by each connection when it was closed
+        closed, served, until = 0, 0, deadline(60)
+        got = b""
+        while open_ and time.monotonic() < until:
+            for s in list(open_):
+                try:
+                    d = s.recv(4096)
+                    got += d
+                    if d == b"":
+                        raise ConnectionResetError
+                except BlockingIOError:
+                    pass
+                except (ConnectionResetError, BrokenPipeError):
+                    cut_at.append(open_.pop(s))
+                    closed += 1
+                    continue
+                i = open_[s]
+                if i < len(line):
+                    try:
+                        s.send(line[i:i + 1])
+                        open_[s] = i + 1
+                    except (ConnectionResetError, BrokenPipeError):
+                        cut_at.append(open_.pop(s))
+                        closed += 1
+                    except BlockingIOError:
+                        pass
+            if served < 20:  # another client, served while the trickle goes on
+                self.assertEqual(self.healthz(), (200, {"status": "alive"}))
+                served += 1
+            time.sleep(0.05)
+        for s in socks:
+            s.close()
+        self.assertEqual((closed, len(open_)), (n, 0), "trickling connections left open")
+        self.assertEqual(got, b"", "a trickling connection was answered")
+        self.assertEqual(served, 20)
+        # each line was cut before its end: no request was ever whole
+        self.assertEqual(len(cut_at), n)
+        self.assertLess(max(cut_at), len(line))
+        self.srv.wait_info("http_clients", lambda v: v == 0, "clients")
+        grown = self.srv.rss_kb() - rss0
+        self.assertLess(grown, 64 * 1024, "RSS grew by %d KB for %d connections" % (grown, n))
+        self.assertEqual(self.healthz(), (200, {"status": "alive"}))
+
+    B400 = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\nConnection: close\r\n"
+    B413 = (b"HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/html\r\n"
+            b"Connection: close\r\n")
+    # (what, bytes sent, the start of evhttp's own answer; its body is HTML)
+    MALFORMED = [
+        ("garbage", b"garbage\r\n\r\n", B400),
+        ("bad version", b"GET /healthz HTTP/9.9\r\n\r\n", B400),
+        ("not HTTP", b"GET /healthz FOO/1.1\r\n\r\n", B400),
+        ("no target", b"GET\r\n\r\n", B400),
+        ("empty target", b"GET  HTTP/1.1\r\n\r\n", B400),
+        ("NUL in the target", b"GET /heal\x00thz HTTP/1.1\r\n\r\n", B400),
+        ("header without colon", b"GET /healthz HTTP/1.1\r\nNoColonHere\r\n\r\n", B400),
+        ("binary", b"\x00\x01\x02\xff\r\n\r\n", B400),
+        ("lone LF lines", b"\n\n\n\n", B400),
+        ("negative length", b"POST /v1/allow HTTP/1.1\r\nContent-Length: -5\r\n\r\n", B400),
+        ("huge length",
+         b"POST /v1/allow HTTP/1.1\r\nContent-Length: 99999999999999999999\r\n\r\n", B413),
+        ("bad chunk", b"POST /v1/allow HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+         B413),
+    ]
+
+    def test_malformed_requests_get_a_clean_error_and_close(self):
+        for name, raw, answer in self.MALFORMED:
+            with self.subTest(name=name):
+                with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+                    s.sendall(raw)
+                    out = read_close(s)  # closed after the answer
+                self.assertTrue(out.startswith(answer), (name, out[:200]))
+                self.assertTrue(out.endswith(b"</BODY></HTML>\n"), (name, out[-100:]))
+                self.assertEqual(self.healthz(), (200, {"status": "alive"}), name)
+        self.srv.wait_info("http_clients", lambda v: v == 0, "clients")
+
+    def test_a_nul_in_a_header_value_cuts_it(self):
+        """evhttp reads header values as C strings: a NUL ends the value.
+        The request is answered, and nothing after the NUL is seen."""
+        with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\x00b\r\nConnection: close\r\n\r\n")
+            out = read_close(s)
+        self.assertTrue(out.startswith(b"HTTP/1.1 200 OK\r\n"), out)
+        self.assertTrue(out.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
+
+    def test_pipelined_requests_in_one_send_answered_in_order(self):
+        reqs = [b"GET /v1/allow?key=pipe&limit=2&window=1m&at=%d HTTP/1.1\r\nHost: x\r\n\r\n"
+                % BASE] * 3 + [b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n",
+                               b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"]
+        with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+            s.sendall(b"".join(reqs))
+            out = read_close(s)
+        statuses = re.findall(rb"^HTTP/1\.1 (\d{3}) ", out, re.M)
+        self.assertEqual(statuses, [b"200", b"200", b"429", b"404", b"200"])
+        bodies = re.findall(rb"\r\n\r\n(\{[^\n]*\})\n", out)
+        self.assertEqual([json.loads(b).get("remaining") for b in bodies[:3]], [1, 0, 0])
+        self.assertEqual(json.loads(bodies[3]), {"error": "no such path: /nope"})
+        self.assertEqual(json.loads(bodies[4]), {"status": "alive"})
