@@ -456,3 +456,33 @@ class TestHttpHostile(ServerTestCase):
         self.assertEqual([json.loads(b).get("remaining") for b in bodies[:3]], [1, 0, 0])
         self.assertEqual(json.loads(bodies[3]), {"error": "no such path: /nope"})
         self.assertEqual(json.loads(bodies[4]), {"status": "alive"})
+
+    def test_head_is_framed_and_pipelining_goes_on(self):
+        """HEAD gets the GET's headers (Content-Length included) and no
+        body, so the next answer on the connection is not mistaken for
+        one (found by tests/fuzz/fuzz_http.c)."""
+        with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+            s.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                      b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            out = read_close(s)
+        first, rest = out.split(b"\r\n\r\n", 1)
+        self.assertTrue(first.startswith(b"HTTP/1.1 200 OK\r\n"), out)
+        self.assertIn(b"\r\nContent-Length: 20", first)
+        self.assertTrue(rest.startswith(b"HTTP/1.1 200 OK\r\n"), out)
+        self.assertTrue(rest.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
+
+    def test_http_versions(self):
+        """HTTP/0.x is refused (505, in HTTP/1.0); a later HTTP/1 minor
+        version is answered as HTTP/1.1."""
+        for req, start, body in (
+                (b"GET /healthz HTTP/0.9\r\n\r\n",
+                 b"HTTP/1.0 505 HTTP Version Not Supported\r\nConnection: close\r\n",
+                 {"error": "only HTTP/1.0 and HTTP/1.1 are served"}),
+                (b"GET /healthz HTTP/1.5\r\nConnection: close\r\n\r\n", b"HTTP/1.1 200 OK\r\n",
+                 {"status": "alive"})):
+            with self.subTest(req=req):
+                with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+                    s.sendall(req)
+                    out = read_close(s)
+                self.assertTrue(out.startswith(start), out)
+                self.assertEqual(json.loads(out.split(b"\r\n\r\n", 1)[1]), body)

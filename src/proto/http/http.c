@@ -27,6 +27,7 @@
 #include <event2/bufferevent.h>
 #include <event2/bufferevent_ssl.h>
 #include <event2/http.h>
+#include <event2/http_struct.h>
 #include <event2/keyvalq_struct.h>
 #include <event2/listener.h>
 #include <jansson.h>
@@ -57,7 +58,17 @@ void sl_http_send_json(struct evhttp_request *req, int code, const char *reason,
     evbuffer_add(b, text, strlen(text));
     evbuffer_add(b, "\n", 1);
     free(text);
-    evhttp_send_reply(req, code, reason, b);
+    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
+        /* the headers of the GET without its body: evhttp 2.1 would send
+         * the body, unframed, and the next answer on the connection after
+         * it (found by tests/fuzz/fuzz_http.c) */
+        char n[24];
+        snprintf(n, sizeof n, "%zu", evbuffer_get_length(b));
+        evhttp_add_header(h, "Content-Length", n);
+        evhttp_send_reply(req, code, reason, NULL);
+    } else {
+        evhttp_send_reply(req, code, reason, b);
+    }
     evbuffer_free(b);
 }
 
@@ -332,6 +343,19 @@ static int refused(http_worker *hw, struct evhttp_request *req);
 static void on_request(struct evhttp_request *req, void *arg)
 {
     http_worker *hw = arg;
+    /* evhttp takes HTTP/0.x and HTTP/1.x for any x, and answers in the
+     * request's version (libevent 2.1 has no accessor for it): a later
+     * HTTP/1 is answered as HTTP/1.1 (RFC 9110 section 2.5); HTTP/0.x, and
+     * a negative number (its sscanf takes one), is refused in HTTP/1.0 */
+    if (req->major == 1 && req->minor > 1) req->minor = 1;
+    if (req->major != 1 || req->minor < 0) {
+        req->major = 1;
+        req->minor = 0;
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+        sl_http_send_error(req, 505, "HTTP Version Not Supported",
+                           "only HTTP/1.0 and HTTP/1.1 are served");
+        return;
+    }
     const char *target = evhttp_request_get_uri(req);
     if (strlen(target) > SL_HTTP_MAX_URI) {
         sl_http_send_error(req, 414, "URI Too Long",
