@@ -1458,7 +1458,8 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
 
 static void maybe_exit(worker *w)
 {
-    if (w->svcp->inflight == 0) {
+    /* the side's connections too: it closes them as they go idle */
+    if (w->svcp->inflight == 0 && (w->side == NULL || w->net->side->drain(w->side) == 0)) {
         event_base_loopexit(w->base, NULL);
         return;
     }
@@ -1473,10 +1474,7 @@ static void worker_begin_stop(worker *w)
 {
     if (w->stopping) return;
     w->stopping = 1;
-    if (w->side != NULL) { /* no graceful drain for HTTP yet: docs/http.md */
-        w->net->side->stop(w->side);
-        w->side = NULL;
-    }
+    if (w->side != NULL) w->net->side->drain(w->side); /* stops accepting; freed at exit */
     struct timeval tv = {SL_NET_STOP_MS / 1000, (SL_NET_STOP_MS % 1000) * 1000};
     evtimer_add(w->stop_ev, &tv);
     conn *next;

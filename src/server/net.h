@@ -76,6 +76,11 @@ typedef struct sl_net_side {
      * starts.  Returns the handle, or NULL with a message in err. */
     void *(*start)(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg, const int *lfds,
                    const int *tls, int n, char *err, size_t errlen);
+    /* A graceful stop, on the worker's thread, called again until it
+     * returns 0: stops accepting, closes the connections that are idle,
+     * and has the others closed once answered.  Returns the connections
+     * still open. */
+    int (*drain)(void *h);
     /* Stops accepting, closes every connection, frees the handle.  On the
      * worker's thread when it stops (or after it exited). */
     void (*stop)(void *h);

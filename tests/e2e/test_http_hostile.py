@@ -13,13 +13,14 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import tempfile
 import time
 
-from harness import (BASE, HOST, SANITIZED, SLOW, RespError, ServerTestCase, deadline,
-                     free_port, parse_info)
+from harness import (BASE, HOST, SANITIZED, SLOW, RespError, ServerTestCase,
+                     assert_clean_stop, deadline, free_port, nothing_listening, parse_info)
 import test_tls  # its certificate helpers (only the module: its tests stay its own)
 
 PASSWORD = "default-pw"
@@ -486,3 +487,31 @@ class TestHttpHostile(ServerTestCase):
                     out = read_close(s)
                 self.assertTrue(out.startswith(start), out)
                 self.assertEqual(json.loads(out.split(b"\r\n\r\n", 1)[1]), body)
+
+
+class TestHttpGracefulStop(ServerTestCase):
+    """SIGTERM: no new HTTP connection, idle ones closed, a request under
+    way answered (with Connection: close) before the exit."""
+
+    def test_sigterm_answers_the_request_under_way(self):
+        srv = self.new_server(http=True)
+        idle = srv.http_conn()
+        self.addCleanup(idle.close)
+        self.assertEqual(http_get(idle, "/healthz")[0], 200)  # keep-alive, idle now
+        busy = socket.create_connection((HOST, srv.http_port), timeout=10 * SLOW)
+        self.addCleanup(busy.close)
+        busy.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # not whole yet
+        srv.proc.send_signal(signal.SIGTERM)
+        until = deadline(20)
+        while "shutting down" not in srv.log() and time.monotonic() < until:
+            time.sleep(0.01)
+        self.assertIn("shutting down", srv.log())
+        busy.sendall(b"\r\n")
+        out = read_close(busy)
+        self.assertTrue(out.startswith(b"HTTP/1.1 200 OK\r\n"), out)
+        self.assertIn(b"\r\nConnection: close\r\n", out)
+        self.assertTrue(out.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
+        self.assertEqual(read_close(idle.sock), b"")  # closed, unanswered: it asked nothing
+        self.assertEqual(srv.proc.wait(20 * SLOW), 0)
+        assert_clean_stop(srv)
+        self.assertTrue(nothing_listening(srv.http_port))

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/ioctl.h>
 #include <sys/queue.h>
 #include <unistd.h>
 
@@ -373,6 +374,8 @@ static void on_request(struct evhttp_request *req, void *arg)
         sl_http_send_error(req, 400, "Bad Request", "malformed request target");
         return;
     }
+    if (hw->stopping) /* the server is stopping: this answer is the last */
+        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
     if (refused(hw, req)) return;
     enum evhttp_cmd_type m = evhttp_request_get_command(req);
     const sl_http_route *r = route_for(path);
@@ -410,6 +413,7 @@ struct hconn {
     struct bufferevent *bev;          /* the connection's (evhttp's once adopted) */
     struct evhttp_connection *evcon;  /* NULL until adopted */
     struct evbuffer_cb_entry *out_cb; /* on bev's output: an answer re-arms the deadline */
+    struct evbuffer_cb_entry *in_cb;  /* on bev's input: a request has begun */
     http_worker *hw;
     int64_t deadline;     /* monotonic ms: closed if its next request is not answered by then */
     hconn *prev, *next;   /* in hw's list: fresh, head..tail, or refused */
@@ -417,6 +421,7 @@ struct hconn {
     unsigned refused : 1; /* beyond --max-clients: its first request is answered 503 */
     unsigned doomed : 1;  /* its TLS could not be made: closed at once */
     unsigned closing : 1; /* told to close */
+    unsigned busy : 1;    /* bytes came since its last answer: a request is under way */
 };
 
 /* The list c is on. */
@@ -480,6 +485,7 @@ static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
     (void)evcon;
     hconn *c = arg;
     if (c->out_cb) evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
+    if (c->in_cb) evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->in_cb);
     conn_drop(c->hw, c);
 }
 
@@ -489,9 +495,19 @@ static void on_output(struct evbuffer *b, const struct evbuffer_cb_info *info, v
 {
     (void)b;
     hconn *c = arg;
-    if (info->n_added == 0 || c->refused) return;
+    if (info->n_added == 0) return;
+    c->busy = 0;
+    if (c->refused) return;
     unlink_conn(c->hw, c);
     link_conn(c->hw, c, sl__mono_ms() + c->hw->timeout_ms);
+}
+
+/* Bytes read: a request has begun (evhttp consumes its lines as they
+ * come, so the input buffer alone does not say). */
+static void on_input(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
+{
+    (void)b;
+    if (info->n_added > 0) ((hconn *)arg)->busy = 1;
 }
 
 /* Has evhttp close c's connection as one that timed out (deferred: evhttp
@@ -525,6 +541,7 @@ static void on_adopt(evutil_socket_t fd, short what, void *arg)
         c->evcon = evcon;
         evhttp_connection_set_closecb(c->evcon, on_conn_closed, c);
         c->out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev), on_output, c);
+        c->in_cb = evbuffer_add_cb(bufferevent_get_input(c->bev), on_input, c);
         link_conn(hw, c, c->doomed ? 0 : c->deadline);
         if (c->doomed) conn_close(c);
     }
@@ -601,7 +618,9 @@ static int refused(http_worker *hw, struct evhttp_request *req)
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
     for (hconn *c = hw->refused; c != NULL; c = c->next)
         if (c->evcon == evcon) {
-            evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+            struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+            if (evhttp_find_header(h, "Connection") == NULL)
+                evhttp_add_header(h, "Connection", "close");
             sl_http_send_error(req, 503, "Service Unavailable", "max number of clients reached");
             return 1;
         }
@@ -651,6 +670,39 @@ static void http_stop(void *h)
     if (hw->backoff) event_free(hw->backoff);
     if (hw->sweep) event_free(hw->sweep);
     free(hw);
+}
+
+/* Whether c's connection is between requests: nothing of a request read
+ * since its last answer, nothing in the socket, and nothing of an answer
+ * left to send. */
+static int idle(const hconn *c)
+{
+    int fd = (int)bufferevent_getfd(c->bev), n = 0;
+    return !c->busy && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
+           evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
+           (fd < 0 || (ioctl(fd, FIONREAD, &n) == 0 && n == 0));
+}
+
+/* sl_net_side.drain: no more connections; from now on every answer says
+ * Connection: close (on_request), so evhttp closes a connection once it
+ * has answered; connections idle now are closed at once. */
+static int http_drain(void *h)
+{
+    http_worker *hw = h;
+    if (!hw->stopping) {
+        hw->stopping = 1;
+        for (int i = 0; i < hw->nlev; i++) evconnlistener_disable(hw->lev[i]);
+        event_del(hw->backoff);
+    }
+    on_adopt(-1, 0, hw);
+    int open = 0;
+    hconn *lists[2] = {hw->head, hw->refused};
+    for (int k = 0; k < 2; k++)
+        for (hconn *c = lists[k]; c != NULL; c = c->next) {
+            if (!c->closing && idle(c)) conn_close(c);
+            open++;
+        }
+    return open;
 }
 
 /* A new evhttp on base answering through on_request, with the bounds of
@@ -724,4 +776,4 @@ nomem:
     return NULL;
 }
 
-const sl_net_side sl_http_side = {"http", http_start, http_stop};
+const sl_net_side sl_http_side = {"http", http_start, http_drain, http_stop};

@@ -32,6 +32,7 @@ typedef struct http_worker {
     struct event *sweep;   /* closes connections past their deadline (http.c) */
     struct event *adopt;   /* finds new connections' evhttp_connection (http.c) */
     int64_t timeout_ms;    /* --recv-timeout, or SL_HTTP_TIMEOUT_MS */
+    int stopping;          /* sl_net_side.drain was called */
     hconn *fresh;          /* connections not yet adopted */
     hconn *head, *tail;    /* counted connections, by deadline, soonest first */
     hconn *refused;        /* connections beyond --max-clients (answered 503) */
