@@ -102,9 +102,9 @@ struct opt {
 
 static opt_set_fn set_user_header, set_trusted_proxies;
 static opt_show_fn show_trusted_proxies, show_user_header;
-static opt_set_fn set_port, set_tls_port, set_http_port, set_tls_auth_clients, set_bind, set_on_store_full,
+static opt_set_fn set_port, set_tls_port, set_http_port, set_https_port, set_tls_auth_clients, set_bind, set_on_store_full,
     set_capacity, set_auth_fail_limit, set_log_level;
-static opt_show_fn show_port, show_tls_port, show_http_port, show_tls_auth_clients, show_bind, show_on_store_full,
+static opt_show_fn show_port, show_tls_port, show_http_port, show_https_port, show_tls_auth_clients, show_bind, show_on_store_full,
     show_output_total, show_capacity, show_auth_fail_limit, show_log_level;
 
 /* Every option, in the order --help lists them. */
@@ -283,6 +283,12 @@ static const opt opts[] = {
      .arg = "N",
      .def = "429",
      .help = "forward-auth's status for a denied request (403 for nginx's auth_request)"},
+    {.name = "https-port",
+     CUSTOM(set_https_port, show_https_port),
+     .arg = "N|any",
+     .def = "0",
+     .help = "also serve HTTP/1.1 over TLS (--tls-cert-file etc.) on port N of each --bind "
+             "address; 0 = off; any = any free port"},
     {.name = "tls-cert-file",
      PATH(tls_cert_file),
      .arg = "FILE",
@@ -362,6 +368,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->tls_port = -1;
     cfg->http_port = SL_HTTP_DEFAULT_PORT;
     cfg->auth_deny_status = 429;
+    cfg->https_port = 0;
     cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
 }
 
@@ -651,14 +658,15 @@ static int set_tls_port(sl_config *c, const opt *op, const char *v, size_t vlen,
 }
 
 /* SPEC section 8: 0 turns HTTP off; "any" lets the kernel pick a free
- * port (what --port 0 does for RESP; tests use it). */
-static int set_http_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
-                         char *err, size_t errlen)
+ * port (what --port 0 does for RESP; tests use it).  --http-port and
+ * --https-port into *dst. */
+static int http_port_value(const opt *op, const char *v, size_t vlen, origin *o, int *dst,
+                           char *err, size_t errlen)
 {
     char t[80];
     int64_t x;
     if (vlen == 3 && strncasecmp(v, "any", 3) == 0) {
-        c->http_port = SL_HTTP_PORT_ANY;
+        *dst = SL_HTTP_PORT_ANY;
         return 0;
     }
     if (sl_int_parse(v, vlen, 65535, &x) != 0) {
@@ -667,7 +675,7 @@ static int set_http_port(sl_config *c, const opt *op, const char *v, size_t vlen
              dash(o), op->name, tok(v, vlen, t, sizeof t));
         return -1;
     }
-    c->http_port = (int)x;
+    *dst = (int)x;
     return 0;
 }
 
@@ -774,6 +782,18 @@ static void show_user_header(const sl_config *c, char *buf, size_t cap)
 static void show_trusted_proxies(const sl_config *c, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", c->trusted_proxies);
+}
+
+static int set_http_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                         char *err, size_t errlen)
+{
+    return http_port_value(op, v, vlen, o, &c->http_port, err, errlen);
+}
+
+static int set_https_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                          char *err, size_t errlen)
+{
+    return http_port_value(op, v, vlen, o, &c->https_port, err, errlen);
 }
 
 /* Redis's words: yes, no or optional. */
@@ -911,6 +931,14 @@ static void show_http_port(const sl_config *c, char *buf, size_t cap)
         snprintf(buf, cap, "any");
     else
         snprintf(buf, cap, "%d", c->http_port);
+}
+
+static void show_https_port(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->https_port == SL_HTTP_PORT_ANY)
+        snprintf(buf, cap, "any");
+    else
+        snprintf(buf, cap, "%d", c->https_port);
 }
 
 static void show_tls_auth_clients(const sl_config *c, char *buf, size_t cap)
@@ -1153,20 +1181,21 @@ static int read_admin_token(sl_config *c, char *err, size_t errlen)
  * together.  Returns 0, or -1 with err (options named as flags). */
 static int check_listeners(const sl_config *c, char *err, size_t errlen)
 {
-    int tls = c->tls_port >= 0;
+    int tls = c->tls_port >= 0, https = c->https_port != 0;
     if (c->port < 0 && !tls) {
         snprintf(err, errlen,
                  "--port off leaves nothing to listen on: give --tls-port N (with its "
                  "certificate and key) for TLS only");
         return -1;
     }
-    if (tls && (c->tls_cert_file[0] == '\0' || c->tls_key_file[0] == '\0')) {
+    if ((tls || https) && (c->tls_cert_file[0] == '\0' || c->tls_key_file[0] == '\0')) {
         snprintf(err, errlen,
-                 "--tls-port needs --tls-cert-file and --tls-key-file (the server's "
-                 "certificate and its private key)");
+                 "--%s needs --tls-cert-file and --tls-key-file (the server's "
+                 "certificate and its private key)",
+                 tls ? "tls-port" : "https-port");
         return -1;
     }
-    if (!tls && (c->tls_cert_file[0] != '\0' || c->tls_key_file[0] != '\0' ||
+    if (!tls && !https && (c->tls_cert_file[0] != '\0' || c->tls_key_file[0] != '\0' ||
                  c->tls_ca_cert_file[0] != '\0')) {
         snprintf(err, errlen,
                  "%s is given but --tls-port is not: add --tls-port N for a TLS listener "
@@ -1186,7 +1215,17 @@ static int check_listeners(const sl_config *c, char *err, size_t errlen)
                  c->http_port, c->http_port == c->port ? "port" : "tls-port");
         return -1;
     }
-    if (tls && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {
+    if (c->https_port > 0 &&
+        (c->https_port == c->port || (tls && c->https_port == c->tls_port) ||
+         c->https_port == c->http_port)) {
+        snprintf(err, errlen, "--https-port %d is also --%s: give them different ports",
+                 c->https_port,
+                 c->https_port == c->port        ? "port"
+                 : c->https_port == c->http_port ? "http-port"
+                                                 : "tls-port");
+        return -1;
+    }
+    if ((tls || https) && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {
         snprintf(err, errlen,
                  "--tls-auth-clients %s%s needs --tls-ca-cert-file, the CA that signs the "
                  "clients' certificates; or give --tls-auth-clients no to ask clients for none",

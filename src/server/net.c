@@ -262,7 +262,9 @@ struct sl_net {
     int lfds[MAX_LISTENERS];
     int ltls[MAX_LISTENERS]; /* 1: a TLS listener */
     int lhttp[MAX_LISTENERS]; /* 1: an HTTP listener: the workers accept (side), lev is NULL */
+    int lhttps[MAX_LISTENERS]; /* 1: and it is HTTPS */
     int hfds[MAX_LISTENERS];  /* the HTTP listeners' fds, for side->start */
+    int htls[MAX_LISTENERS];  /* 1: hfds[i] is an HTTPS listener (--https-port) */
     int nhttp;
     struct evconnlistener *lev[MAX_LISTENERS];
     char addrs[MAX_LISTENERS][80];
@@ -1456,7 +1458,8 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
 
 static void maybe_exit(worker *w)
 {
-    if (w->svcp->inflight == 0) {
+    /* the side's connections too: it closes them as they go idle */
+    if (w->svcp->inflight == 0 && (w->side == NULL || w->net->side->drain(w->side) == 0)) {
         event_base_loopexit(w->base, NULL);
         return;
     }
@@ -1471,10 +1474,7 @@ static void worker_begin_stop(worker *w)
 {
     if (w->stopping) return;
     w->stopping = 1;
-    if (w->side != NULL) { /* no graceful drain for HTTP yet: docs/http.md */
-        w->net->side->stop(w->side);
-        w->side = NULL;
-    }
+    if (w->side != NULL) w->net->side->drain(w->side); /* stops accepting; freed at exit */
     struct timeval tv = {SL_NET_STOP_MS / 1000, (SL_NET_STOP_MS % 1000) * 1000};
     evtimer_add(w->stop_ev, &tv);
     conn *next;
@@ -1603,7 +1603,8 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     w->svc_ok = 1;
     w->svcp = &w->svc;
     if (net->nhttp > 0) {
-        w->side = net->side->start(w->base, &w->svc, net->cfg, net->hfds, net->nhttp, err, errlen);
+        w->side = net->side->start(w->base, &w->svc, net->cfg, net->hfds, net->htls, net->nhttp,
+                                   err, errlen);
         if (w->side == NULL) {
             worker_free(w);
             return NULL;
@@ -1860,20 +1861,32 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
         snprintf(err, errlen, "--tls-port: no TLS context");
         goto fail;
     }
-    /* kinds: 0 plain, 1 TLS, 2 HTTP (--http-port: 0 is off, "any" is 0 here) */
+    /* kinds: 0 plain, 1 TLS, 2 HTTP, 3 HTTPS (--http-port, --https-port: 0
+     * is off, "any" is 0 here) */
     int http = side == NULL || cfg->http_port == 0 ? -1
                : cfg->http_port == SL_HTTP_PORT_ANY ? 0
                                                    : cfg->http_port;
-    int ports[3] = {cfg->port, cfg->tls_port, http};
-    for (int kind = 0; kind < 3; kind++) {
+    int https = side == NULL || cfg->https_port == 0 ? -1
+                : cfg->https_port == SL_HTTP_PORT_ANY ? 0
+                                                     : cfg->https_port;
+    if (https >= 0 && srv->tls == NULL) {
+        snprintf(err, errlen, "--https-port: no TLS context");
+        goto fail;
+    }
+    int ports[4] = {cfg->port, cfg->tls_port, http, https};
+    for (int kind = 0; kind < 4; kind++) {
         for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
             int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
             net->ltls[net->nlisteners] = kind == 1;
-            net->lhttp[net->nlisteners] = kind == 2;
-            if (kind == 2) net->hfds[net->nhttp++] = fd;
+            net->lhttp[net->nlisteners] = kind >= 2;
+            net->lhttps[net->nlisteners] = kind == 3;
+            if (kind >= 2) {
+                net->htls[net->nhttp] = kind == 3;
+                net->hfds[net->nhttp++] = fd;
+            }
             format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i],
                         ports[kind]);
             net->nlisteners++;
@@ -1886,6 +1899,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
     srv->port = cfg->port >= 0 ? ports[0] : 0;
     srv->tls_port = cfg->tls_port >= 0 ? ports[1] : 0;
     srv->http_port = http >= 0 ? ports[2] : 0;
+    srv->https_port = https >= 0 ? ports[3] : 0;
 
     int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);
@@ -2003,5 +2017,10 @@ int sl_net_addr_tls(const sl_net *net, int i)
 
 int sl_net_addr_http(const sl_net *net, int i)
 {
-    return i >= 0 && i < net->nlisteners && net->lhttp[i];
+    return i >= 0 && i < net->nlisteners && net->lhttp[i] && !net->lhttps[i];
+}
+
+int sl_net_addr_https(const sl_net *net, int i)
+{
+    return i >= 0 && i < net->nlisteners && net->lhttps[i];
 }

@@ -70,11 +70,17 @@ struct event_base;
 typedef struct sl_net_side {
     const char *name; /* "http" */
     /* Starts serving lfds[0..n) (duplicate them: net.c keeps its own) on
-     * worker loop `base` with svc (both outlive the handle).  Runs on the
-     * main thread before the worker's thread starts.  Returns the
-     * handle, or NULL with a message in err. */
-    void *(*start)(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg,
-                   const int *lfds, int n, char *err, size_t errlen);
+     * worker loop `base` with svc (both outlive the handle); tls[i] 1:
+     * lfds[i]'s clients speak TLS first (--https-port; the context is
+     * svc->srv->tls).  Runs on the main thread before the worker's thread
+     * starts.  Returns the handle, or NULL with a message in err. */
+    void *(*start)(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg, const int *lfds,
+                   const int *tls, int n, char *err, size_t errlen);
+    /* A graceful stop, on the worker's thread, called again until it
+     * returns 0: stops accepting, closes the connections that are idle,
+     * and has the others closed once answered.  Returns the connections
+     * still open. */
+    int (*drain)(void *h);
     /* Stops accepting, closes every connection, frees the handle.  On the
      * worker's thread when it stops (or after it exited). */
     void (*stop)(void *h);
@@ -127,10 +133,12 @@ void sl_net_free(sl_net *net);
 
 /* The "host:port" of listener i (i < sl_net_naddrs), e.g. "[::1]:6390";
  * the plain listeners first, then the TLS ones (sl_net_addr_tls: 1), then
- * the HTTP ones (sl_net_addr_http: 1). */
+ * the HTTP ones (sl_net_addr_http: 1), then the HTTPS ones
+ * (sl_net_addr_https: 1). */
 int sl_net_naddrs(const sl_net *net);
 const char *sl_net_addr(const sl_net *net, int i);
 int sl_net_addr_tls(const sl_net *net, int i);
 int sl_net_addr_http(const sl_net *net, int i);
+int sl_net_addr_https(const sl_net *net, int i);
 
 #endif

@@ -84,6 +84,8 @@ typedef struct sl_config {
     int ntrusted;                   /* ... parsed: trusted[0..ntrusted) */
     sl_cidr trusted[SL_CONFIG_MAX_TRUSTED];
     int auth_deny_status;           /* forward-auth's answer to a denied request; default 429 */
+    int https_port;                 /* HTTP over TLS (the TLS context above) on each bind
+                                       address; 0 = off (default); SL_HTTP_PORT_ANY = any */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */
@@ -116,6 +118,7 @@ typedef struct sl_srv {
     int port;                       /* the port actually bound; 0 = none (--port off) */
     int tls_port;                   /* the TLS port actually bound; 0 = none */
     int http_port;                  /* the HTTP port actually bound; 0 = none */
+    int https_port;                 /* the HTTPS port actually bound; 0 = none */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

@@ -132,7 +132,7 @@ typedef struct sl_stats {
     _Atomic uint64_t cut_recv;         /* clients closed: a command not whole in recv-timeout */
     _Atomic uint64_t tls_handshakes;   /* TLS handshakes completed */
     _Atomic uint64_t tls_failures;     /* TLS connections closed before their handshake completed */
-    _Atomic int64_t http_clients;      /* HTTP connections open now (a gauge; src/proto/http) */
+    _Atomic int64_t http_clients;      /* HTTP(S) connections now (a gauge; src/proto/http) */
 } sl_stats;
 
 /* Initialises s with nworkers zeroed shards.  Returns 0 or -1 (no memory). */

@@ -287,8 +287,9 @@ class TestHttpMetrics(ServerTestCase):
         self.assertEqual(m.get("sluice_memory_max_bytes"), int(info["maxmemory"]))
         self.assertEqual(m.get("sluice_evictions_total"), 0)
         self.assertEqual(m.get("sluice_clients", protocol="resp"), 1)
-        # the HTTP gauge is kept by the listener (stats.h http_clients)
-        self.assertIn(frozenset({("protocol", "http")}), m.series("sluice_clients"))
+        # the HTTP gauge is kept by the listener (stats.h http_clients): at
+        # least the connection this page came on
+        self.assertGreaterEqual(m.get("sluice_clients", protocol="http"), 1)
         self.assertEqual(m.get("sluice_rules_version"), 1)
         self.assertEqual(m.get("sluice_rules_reloads_total", result="ok"), 1)
         self.assertEqual(m.get("sluice_rules_reloads_total", result="failed"), 0)

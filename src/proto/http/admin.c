@@ -415,14 +415,15 @@ static void op_free(admin_op *op)
     free(op);
 }
 
-/* evhttp frees a connection: a request of it still waiting is either freed
- * with it (it is still the connection's: the server is stopping) or was
- * handed over when the client hung up (it has no connection: answering it
- * frees it). */
-static void on_conn_closed(struct evhttp_connection *conn, void *arg)
+/* http_int.h: evhttp frees conn (http.c's close callback calls this: a
+ * connection has one close callback, and http.c's counts connections).
+ * A request of conn still waiting is either freed with it (it is still
+ * the connection's: the server is stopping) or was handed over when the
+ * client hung up (it has no connection: answering it frees it). */
+void sl_http_admin_conn_closed(http_worker *hw, struct evhttp_connection *conn)
 {
-    admin_op **list = arg;
-    for (admin_op *op = *list; op != NULL; op = op->next)
+    if (hw->svc->id < 0 || hw->svc->id >= SL_CONFIG_MAX_THREADS) return;
+    for (admin_op *op = pending[hw->svc->id]; op != NULL; op = op->next)
         if (op->conn == conn && op->req != NULL && evhttp_request_get_connection(op->req) == conn)
             op->req = NULL;
 }
@@ -477,8 +478,6 @@ static void ask_change(http_worker *hw, struct evhttp_request *req, admin_op *op
     }
     op->next = pending[op->worker];
     pending[op->worker] = op;
-    if (op->conn != NULL)
-        evhttp_connection_set_closecb(op->conn, on_conn_closed, &pending[op->worker]);
 }
 
 /* ---- the endpoints ---------------------------------------------------------------- */

@@ -15,7 +15,6 @@
 #include <event2/http.h>
 #include <jansson.h>
 
-#include "auth.h"
 #include "check_int.h"
 #include "http_int.h"
 #include "service.h"
@@ -318,12 +317,6 @@ void sl_http_v1_check(http_worker *hw, struct evhttp_request *req, const char *p
 {
     (void)path;
     char err[SL_SVC_ERR];
-    if (sl_auth_required(hw->svc->srv->auth)) { /* as GET /v1/allow (http.c) */
-        sl_http_send_error(req, 401, "Unauthorized",
-                           "a password is configured: HTTP decisions need a bearer token, not "
-                           "supported yet");
-        return;
-    }
     if (query != NULL && query[0] != '\0') {
         sl_http_send_error(req, 400, "Bad Request",
                            "POST /v1/check takes no query string: send the request as the JSON "

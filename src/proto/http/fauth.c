@@ -26,7 +26,6 @@
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 
-#include "auth.h"
 #include "check_int.h"
 #include "config.h"
 #include "http.h"
@@ -189,12 +188,6 @@ void sl_http_v1_auth(http_worker *hw, struct evhttp_request *req, const char *pa
 {
     (void)query;
     const sl_config *cfg = hw->cfg;
-    if (sl_auth_required(hw->svc->srv->auth)) { /* as GET /v1/allow (http.c) */
-        sl_http_send_error(req, 401, "Unauthorized",
-                           "a password is configured: HTTP decisions need a bearer token, not "
-                           "supported yet");
-        return;
-    }
     const char *domain = path + strlen(AUTH_PREFIX), *rest = strchr(domain, '/');
     size_t dlen = rest ? (size_t)(rest - domain) : strlen(domain);
     if (dlen == 0) {

@@ -17,15 +17,27 @@
 
 #include "service.h"
 
-/* One worker's HTTP server: its evhttp and the listeners it watches. */
+typedef struct hconn hconn;
+
+/* One worker's HTTP server: its evhttp for --http-port and the one for
+ * --https-port (TLS), the listeners they watch, and its connections
+ * (http.c: hconn). */
 typedef struct http_worker {
-    struct evhttp *http;
+    struct evhttp *http;   /* plain HTTP; NULL: none */
+    struct evhttp *https;  /* HTTP over TLS; NULL: none */
     sl_svc_ctx *svc;       /* the worker's (not owned) */
     const sl_config *cfg;  /* the server's (not owned) */
     int id;                /* its number: servers[id] is this; -1 until registered */
     struct event *backoff; /* re-enables the listeners after an accept failure */
+    struct event *sweep;   /* closes connections past their deadline (http.c) */
+    struct event *adopt;   /* finds new connections' evhttp_connection (http.c) */
+    int64_t timeout_ms;    /* --recv-timeout, or SL_HTTP_TIMEOUT_MS */
+    int stopping;          /* sl_net_side.drain was called */
+    hconn *fresh;          /* connections not yet adopted */
+    hconn *head, *tail;    /* counted connections, by deadline, soonest first */
+    hconn *refused;        /* connections beyond --max-clients (answered 503) */
     int nlev;
-    struct evconnlistener *lev[8]; /* owned by http (its bound sockets) */
+    struct evconnlistener *lev[8]; /* owned by http / https (their bound sockets) */
 } http_worker;
 
 /* An endpoint: called on the worker's thread for a request whose path
@@ -42,6 +54,11 @@ typedef struct sl_http_route {
     unsigned methods;  /* enum evhttp_cmd_type bits; others get 405 */
     const char *allow; /* the Allow header of that 405, e.g. "GET, HEAD" */
     sl_http_handler *fn;
+    /* The SL_AUTH_* groups (auth.h) a caller must hold when a password is
+     * configured: on_request checks `Authorization: Bearer ...` before the
+     * handler runs (401 / 403 otherwise), so handlers need nothing.  0: open
+     * to everyone (/healthz); SL_AUTH_DECIDING (1) for decision endpoints. */
+    unsigned needs_auth;
 } sl_http_route;
 
 /* Sends obj (consumed; NULL: out of memory) as the JSON body of a `code`
@@ -66,5 +83,10 @@ void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t w
  * /v1/rules/<domain>.  Their routes take every method: without a token
  * configured every request is 404, so they answer 405 themselves. */
 sl_http_handler sl_http_rules_list, sl_http_rules_domain;
+
+/* admin.c: evhttp is freeing conn, a connection of hw (http.c's close
+ * callback, the one a connection has, calls it): forgets conn in the rules
+ * changes still waiting for their answer. */
+void sl_http_admin_conn_closed(http_worker *hw, struct evhttp_connection *conn);
 
 #endif

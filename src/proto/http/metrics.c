@@ -295,9 +295,12 @@ int sl_metrics_write(struct evbuffer *b, sl_srv *srv, const sl_rules *r)
     sample(&p, "sluice_rules_untracked", sl_stat_get(&srv->stats.untracked));
 
     family(&p, "sluice_clients", "gauge", "Client connections open now, by protocol.");
-    put(&p, "sluice_clients{protocol=\"resp\"} %d\n", atomic_load(&srv->clients));
-    put(&p, "sluice_clients{protocol=\"http\"} %" PRId64 "\n",
-        atomic_load(&srv->stats.http_clients));
+    /* srv->clients counts every connection (--max-clients); HTTP's are
+     * also in http_clients.  Two loads: a connection coming or going
+     * between them may show for an instant in neither or both. */
+    int64_t http = atomic_load(&srv->stats.http_clients), all = atomic_load(&srv->clients);
+    put(&p, "sluice_clients{protocol=\"resp\"} %" PRId64 "\n", all > http ? all - http : 0);
+    put(&p, "sluice_clients{protocol=\"http\"} %" PRId64 "\n", http);
 
     family(&p, "sluice_metrics_omitted", "gauge",
            "Left off this page by its caps: limits whose rule was past SL_METRICS_MAX_RULES, "

@@ -643,6 +643,7 @@ static void cmd_info(req *q)
     if (wants(c, "clients")) {
         sl_resp_raw(&b, "# Clients\r\n");
         info_line(&b, "connected_clients", (unsigned long long)atomic_load(&srv->clients));
+        info_line(&b, "http_clients", (unsigned long long)atomic_load(&srv->stats.http_clients));
         info_line(&b, "maxclients", (unsigned long long)cfg->max_clients);
         info_line(&b, "max_command_bytes", cfg->max_command);
         info_line(&b, "max_output_bytes", cfg->max_output);
