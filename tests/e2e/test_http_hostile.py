@@ -119,6 +119,37 @@ class TestHttpBearer(ServerTestCase):
                                          "(it needs +deciding)"})
         self.assertNotIn("WWW-Authenticate", h)
 
+    def test_every_route_is_guarded_as_its_row_says(self):
+        """The guard is the router's, from each route's row: the decisions
+        (/v1/check, /v1/auth/) need +deciding, the status page and its JSON
+        (they name clients' keys) +reading, and /metrics, /healthz,
+        /readyz stay open (rule names and counts only)."""
+        dec, rd = {"Authorization": "Bearer dec:dec-pw"}, {"Authorization": "Bearer reader:read-pw"}
+        check = json.dumps({"domain": "none", "descriptors": [[{"key": "k", "value": "v"}]]})
+        cases = [  # method, path, body, needs
+            ("POST", "/v1/check", check, "deciding"),
+            ("GET", "/v1/auth/none", None, "deciding"),
+            ("GET", "/v1/status", None, "reading"),
+            ("GET", "/", None, "reading"),
+            ("GET", "/metrics", None, None),
+            ("GET", "/readyz", None, None),
+        ]
+        for method, path, body, needs in cases:
+            with self.subTest(path=path):
+                def ask(headers):
+                    self.conn.request(method, path, body=body, headers=headers)
+                    r = self.conn.getresponse()
+                    r.read()
+                    return r.status
+                if needs is None:
+                    self.assertEqual(ask({}), 200)
+                    continue
+                self.assertEqual(ask({}), 401)
+                good, other = (dec, rd) if needs == "deciding" else (rd, dec)
+                self.assertEqual(ask(other), 403)
+                # without rules, check answers 503 and auth 503: past the guard
+                self.assertIn(ask(good), (200, 503))
+
     def test_healthz_stays_open(self):
         status, h, body = http_get(self.conn, "/healthz")
         self.assertEqual((status, body), (200, {"status": "alive"}))
