@@ -75,7 +75,7 @@ static void add_buf(struct evkeyvalq *h, const char *name, struct evbuffer *b)
 void sl_http_check_headers(struct evkeyvalq *h, const sl_svc_reply *r)
 {
     struct evbuffer *pol = evbuffer_new(), *now = evbuffer_new();
-    char name[3 * 256 + 8], v[32];
+    char name[3 * 256 + 8];
     for (int d = 0; pol && now && d < r->n; d++) {
         const sl_check_status *st = &r->st[d];
         int again = 0;
@@ -95,17 +95,7 @@ void sl_http_check_headers(struct evkeyvalq *h, const sl_svc_reply *r)
     if (now) evbuffer_free(now);
     const sl_result *x = &r->result;
     if (!any && x->allowed) return; /* no limit applied: nothing to tell */
-    snprintf(v, sizeof v, "%lld", (long long)x->limit);
-    evhttp_add_header(h, "X-RateLimit-Limit", v);
-    snprintf(v, sizeof v, "%lld", (long long)x->remaining);
-    evhttp_add_header(h, "X-RateLimit-Remaining", v);
-    snprintf(v, sizeof v, "%lld", sl_http_ceil_s(x->reset_after_ms));
-    evhttp_add_header(h, "X-RateLimit-Reset", v);
-    if (!x->allowed && x->retry_after_ms >= 0) {
-        long long s = sl_http_ceil_s(x->retry_after_ms);
-        snprintf(v, sizeof v, "%lld", s < 1 ? 1 : s);
-        evhttp_add_header(h, "Retry-After", v);
-    }
+    sl_http_overall_headers(h, x);
 }
 
 static json_t *statuses(const sl_svc_reply *r)

@@ -93,6 +93,12 @@ void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t w
     snprintf(v, sizeof v, "\"default\";r=%lld;t=%lld", (long long)r->remaining,
              sl_http_ceil_s(r->reset_after_ms));
     evhttp_add_header(h, "RateLimit", v);
+    sl_http_overall_headers(h, r);
+}
+
+void sl_http_overall_headers(struct evkeyvalq *h, const sl_result *r)
+{
+    char v[32];
     snprintf(v, sizeof v, "%lld", (long long)r->limit);
     evhttp_add_header(h, "X-RateLimit-Limit", v);
     snprintf(v, sizeof v, "%lld", (long long)r->remaining);

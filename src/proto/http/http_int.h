@@ -79,6 +79,12 @@ long long sl_http_ceil_s(int64_t ms);
  * say half a second). */
 void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms);
 
+/* The headers every decision carries whatever its policies: the
+ * X-RateLimit-* trio of r (Reset: seconds, rounded up) and, on a denial
+ * that can ever be allowed, Retry-After (seconds rounded up, at least 1;
+ * none when retry_after_ms is -1). */
+void sl_http_overall_headers(struct evkeyvalq *h, const sl_result *r);
+
 /* The rules service (admin.c): GET /v1/rules, and GET|PUT|DELETE
  * /v1/rules/<domain>.  Their routes take every method: without a token
  * configured every request is 404, so they answer 405 themselves. */
