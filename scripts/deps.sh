@@ -30,6 +30,7 @@ systemd
 chromium
 nginx
 prometheus
+wrk
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -65,6 +66,7 @@ prometheus
 #                    in front of an upstream, asking sluiced's forward-auth)
 #   prometheus       promtool: tests/e2e/test_http_metrics.py checks the
 #                    /metrics page with `promtool check metrics`
+#   wrk              bench/http.sh's load generator (HTTP against nginx)
 
 set -eu
 
