@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -145,6 +146,7 @@ static int start_redis(int port)
     pid_t pid = fork();
     if (pid < 0) return -1;
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a killed test does not leave it running */
         int null = open("/dev/null", O_RDWR);
         if (null >= 0) {
             dup2(null, 0);
