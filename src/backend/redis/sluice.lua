@@ -1,0 +1,571 @@
+--[[
+sluice.lua -- every algorithm of sluice as one atomic Redis script.
+
+The ABI (fixed, docs/redis-scripts.md):
+    EVALSHA <sha> <n> K1 .. Kn  <op> <now> <7 fields for K1> .. <7 for Kn>
+op D (decide, n = 1), P (peek: nothing written), A (decide-all, n 1..16:
+all charged or none); now "" = Redis's TIME, else trusted client ms; the 7
+fields: algo L W B(0 = L) P(0 = 10) log_rejected cost.  Replies: 6
+integers (allowed limit remaining retry_after_ms reset_after_ms delay_ms),
+for A 1 + 6n (all_allowed first); a refused request is an error reply
+starting "SLUICE " and writes nothing.
+
+The decisions are those of src/lib/engine.c, step for step, on the same
+state quantities (so a change of parameters carries over the same way).
+Lua numbers are doubles: every quantity used stays an exact integer of at
+most 2^53.  Where parameters (or a kept count) could pass that, the
+request is refused before anything is read back or written; the bounds and
+why they suffice are in docs/redis-scripts.md.  Divisions go through fdiv
+(exact: C's fmod is exact), never through Lua's % or a rounded quotient.
+
+State, one Redis key per counter (decimal integers):
+  fixed-window     string  "clock count"
+  sliding-window   string  "clock cur prev"
+  sliding-buckets  string  "clock P sum c0 .. c(P-1)"
+  token-bucket     string  "clock dw dr"   tokens = dw + dr/W
+  gcra             string  "clock dw dr"   TAT - clock = (dw*W + dr)/L ms
+  leaky-bucket     string  "clock dw dr"   level = dw + dr/W
+  sliding-log      hash    k clock, s sum, f first, l last, h head, n next;
+                           field <seq> = "time" or "time cost" per entry
+--]]
+
+local TWO53 = 9007199254740992
+local HOUR_MS = 3600000
+local RANGE_TAIL = " passes 2^53, the Redis backend's exact range (docs/redis-scripts.md)"
+
+local fmod, floor = math.fmod, math.floor
+
+-- A refusal: caught at the top and turned into an error reply.
+local function refuse(msg)
+    error({sluice = msg}, 0)
+end
+
+-- The integer x as decimal digits (tostring would print 1e+15).
+local function dec(x)
+    return string.format("%d", x)
+end
+
+-- floor(a / b) and a - b*floor(a / b), exact for |a| <= 2^53, 0 < b.
+local function fdiv(a, b)
+    local r = fmod(a, b)
+    local q = (a - r) / b
+    if r < 0 then
+        return q - 1, r + b
+    end
+    return q, r
+end
+
+-- ceil(a / b) for 0 <= a <= 2^53, 0 < b.
+local function cdiv(a, b)
+    local q, r = fdiv(a, b)
+    if r > 0 then
+        return q + 1
+    end
+    return q
+end
+
+-- a*b in decimal, exact for 0 <= a, b < 2^42 (for messages only).
+local function mulstr(a, b)
+    local M = 1000000
+    local a1, a0 = fdiv(a, M)
+    local b1, b0 = fdiv(b, M)
+    local mid1, mid0 = fdiv(a1 * b0 + a0 * b1, M)
+    local carry, lo = fdiv(a0 * b0 + mid0 * M, M * M)
+    local hi = a1 * b1 + mid1 + carry
+    if hi == 0 then
+        return dec(lo)
+    end
+    return dec(hi) .. string.format("%012d", lo)
+end
+
+-- Refuses unless a*b <= 2^53 (a, b >= 0 integers); what names a*b.
+local function within(a, b, what)
+    if b > 0 and a > fdiv(TWO53, b) then
+        refuse("range: " .. what .. " = " .. mulstr(a, b) .. RANGE_TAIL)
+    end
+end
+
+-- The six fields (SPEC 3): remaining clamped at 0, retry only when
+-- denied, delay only when allowed.
+local function answer(allowed, limit, remaining, retry, reset, delay)
+    if remaining < 0 then remaining = 0 end
+    if allowed then
+        return {1, limit, remaining, 0, reset, delay}
+    end
+    return {0, limit, remaining, retry, reset, 0}
+end
+
+-- ---- string states: parse / format ---------------------------------------
+
+local function parse_ints(s)
+    local v = {}
+    for w in string.gmatch(s, "%S+") do
+        v[#v + 1] = tonumber(w)
+    end
+    return v
+end
+
+local function join_ints(v)
+    local out = {}
+    for i = 1, #v do
+        out[i] = dec(v[i])
+    end
+    return table.concat(out, " ")
+end
+
+-- ---- fixed-window --------------------------------------------------------
+-- st = {count} or nil.  Returns the reply and the new state.
+
+local function fixed_window(st, n, clock_old, t, cost)
+    local W, L = n.W, n.L
+    local i, e = fdiv(t, W)
+    local count = 0
+    if st and fdiv(clock_old, W) == i then
+        count = st[1]
+    end
+    local allowed = count + cost <= L
+    if allowed then count = count + cost end
+    local to_end = W - e
+    local retry = to_end
+    if cost > L then retry = -1 end
+    local reset = 0
+    if count > 0 then reset = to_end end
+    return answer(allowed, L, L - count, retry, reset, 0), {count}
+end
+
+-- ---- sliding-window ------------------------------------------------------
+-- st = {cur, prev}: the counts of the clock's window and the one before.
+
+-- floor(p * x / W): p*x <= 2^53 by the range checks.
+local function weigh(p, x, W)
+    return (fdiv(p * x, W))
+end
+
+-- Smallest offset e in [0, W] at which floor(p * (W - e) / W) <= r.
+local function weighed_below(p, r, W)
+    if p == 0 then return 0 end
+    local k = fdiv((r + 1) * W - 1, p)
+    if k >= W then return 0 end
+    return W - k
+end
+
+local function sliding_window(st, n, clock_old, t, cost)
+    local W, L = n.W, n.L
+    local i, e = fdiv(t, W)
+    local io = fdiv(clock_old, W)
+    local cur, prev = 0, 0
+    if st and i == io then
+        cur, prev = st[1], st[2]
+    elseif st and i == io + 1 then
+        prev = st[1]
+    end
+    within(prev, W, "the previous window's count*W")
+    local used = cur + weigh(prev, W - e, W)
+    local allowed = used + cost <= L
+    if allowed then
+        cur = cur + cost
+        used = used + cost
+    end
+    local retry = -1
+    if not allowed and cost <= L then
+        local r = L - cost - cur
+        local e1
+        if r >= 0 then e1 = weighed_below(prev, r, W) end
+        if r >= 0 and e1 < W and e1 > e then
+            retry = e1 - e
+        else
+            local e2 = weighed_below(cur, L - cost, W)
+            if e2 < W then retry = W - e + e2 else retry = W - e + W end
+        end
+    end
+    local reset
+    if cur > 0 then
+        reset = W - e + weighed_below(cur, 0, W)
+    else
+        reset = weighed_below(prev, 0, W)
+        if reset < e then reset = e end
+        reset = reset - e
+    end
+    return answer(allowed, L, L - used, retry, reset, 0), {cur, prev}
+end
+
+-- ---- sliding-buckets -----------------------------------------------------
+-- st = {P, sum, c0, .., c(P-1)} (counter j at st[3 + j]).
+
+local function sliding_buckets(st, n, clock_old, t, cost, commit)
+    local L, P = n.L, n.P
+    local g = n.W / P -- P divides W (sl_params_check)
+    local sum, c = 0, nil -- c nil: a fresh key (peek)
+    if not st and commit then
+        c = {}
+        for j = 0, P - 1 do c[j] = 0 end
+    end
+    if st then
+        sum = st[2]
+        c = {}
+        if st[1] == P then
+            for j = 0, P - 1 do c[j] = st[3 + j] end
+        else
+            -- A new precision: the window's count moves to the bucket of
+            -- the key's latest time (engine.c, sl__state_adapt).
+            for j = 0, P - 1 do c[j] = 0 end
+            local q = fdiv(clock_old, g)
+            local _, j = fdiv(q, P)
+            c[j] = sum
+        end
+    end
+    local b, tm = fdiv(t, g)
+    local bo = fdiv(clock_old, g)
+    local _, bp = fdiv(b, P) -- b's counter
+    local stale = b - bo
+    if stale > P then stale = P end
+    if c and stale == P then
+        sum = 0
+        for j = 0, P - 1 do c[j] = 0 end
+    elseif c and stale > 0 then
+        for k = 1, stale do
+            local j = (bp - stale + k) % P -- (bo + k) mod P, small operands
+            sum = sum - c[j]
+            c[j] = 0
+        end
+    end
+    -- The count of bucket b + d (d <= 0) of the window (b - P, b].
+    local function count(d)
+        if c == nil or b + d > bo then return 0 end
+        return c[(bp + d) % P]
+    end
+    local allowed = sum + cost <= L
+    if allowed then
+        sum = sum + cost
+        if commit and cost > 0 then c[bp] = count(0) + cost end
+    end
+    local retry = -1
+    if not allowed and cost <= L then
+        local need, freed = sum + cost - L, 0
+        for k = 1, P do
+            freed = freed + count(k - P)
+            if freed >= need then
+                retry = k * g - tm
+                break
+            end
+        end
+    end
+    local reset = 0
+    if sum > 0 then
+        local d = 0
+        while d > -P and count(d) == 0 and not (allowed and cost > 0 and d == 0) do
+            d = d - 1
+        end
+        reset = (d + P) * g - tm
+    end
+    local new
+    if commit then
+        new = {P, sum}
+        for j = 0, P - 1 do new[3 + j] = c and c[j] or 0 end
+    end
+    return answer(allowed, L, L - sum, retry, reset, 0), new
+end
+
+-- ---- token-bucket, leaky-bucket, gcra ------------------------------------
+-- One exact quantity in units of 1/W of a request, stored split as
+-- dw*W + dr: the tokens (mode 0), the level (1), TAT - clock (2).  d below
+-- is the deficit: capacity minus tokens, the level, or TAT - t.  B*W <=
+-- 2^53 (checked), so every sum and difference below is exact.
+
+local function bucket(st, n, mode, clock_old, t, cost)
+    local W, L, B = n.W, n.L, n.B
+    local BW = B * W
+    local d = 0
+    if st then
+        local dw, dr = st[1], st[2]
+        if dr >= W then dr = W - 1 end
+        if dw > B then
+            d = BW
+        else
+            d = dw * W + dr -- may round only above BW: clamped below
+            if d > BW then d = BW end
+        end
+        if mode == 0 then d = BW - d end
+    end
+    -- A refill past 2^53 rounds, but only to a number >= 2^53 >= d.
+    local refill = (t - clock_old) * L
+    if refill >= d then d = 0 else d = d - refill end
+
+    local before = d
+    local allowed, retry, delay = false, 0, 0
+    if cost > B then
+        retry = -1
+    else
+        local cW = cost * W
+        allowed = cW <= BW - d
+        if allowed then
+            d = d + cW
+        else
+            retry = cdiv(cW - (BW - before), L)
+        end
+    end
+    if allowed and mode == 1 then delay = cdiv(before, L) end
+    local v = d
+    if mode == 0 then v = BW - d end
+    local q, r = fdiv(v, W)
+    local remaining
+    if mode == 1 then
+        remaining = B - q
+        if r ~= 0 then remaining = remaining - 1 end
+    else
+        remaining = fdiv(BW - d, W)
+    end
+    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), {q, r}
+end
+
+-- ---- sliding-log ---------------------------------------------------------
+-- A hash: the header fields and one field per entry, numbered from h
+-- (oldest) to n - 1 (newest).  The view lg reads entries on demand and
+-- remembers what a commit must delete and add.
+
+local function log_entry(lg, seq)
+    local e = lg.cache[seq]
+    if e == nil then
+        local s = redis.call("HGET", lg.key, dec(seq))
+        local tt, cc = string.match(s, "^(%-?%d+) ?(%d*)$")
+        e = {tonumber(tt), cc == "" and 1 or tonumber(cc)}
+        lg.cache[seq] = e
+    end
+    return e
+end
+
+local function log_pop(lg)
+    local e = log_entry(lg, lg.head)
+    lg.dropped[#lg.dropped + 1] = lg.head
+    lg.head = lg.head + 1
+    lg.sum = lg.sum - e[2]
+    if lg.head < lg.next then lg.first = log_entry(lg, lg.head)[1] end
+end
+
+-- Time of the entry at which the entries, oldest first, first sum to >=
+-- need; t if they never do.
+local function log_expiry_of(lg, need, t)
+    local freed = 0
+    for seq = lg.head, lg.next - 1 do
+        local e = log_entry(lg, seq)
+        freed = freed + e[2]
+        if freed >= need then return e[1] end
+    end
+    return t
+end
+
+local function sliding_log(lg, n, t, cost, commit)
+    local L, W = n.L, n.W
+    -- Drop entries no longer inside (t - W, t] (first <= clock <= t).
+    while lg.head < lg.next and t - lg.first >= W do log_pop(lg) end
+
+    local allowed, logged
+    local sum, last = lg.sum, lg.last
+    if n.lr then
+        logged = cost > 0
+        sum = sum + cost
+        allowed = sum <= L
+    else
+        allowed = sum + cost <= L
+        logged = allowed and cost > 0
+        if allowed then sum = sum + cost end
+    end
+    if logged then last = t end
+    local retry = -1
+    if not allowed and cost <= L then
+        local need = lg.sum + cost - L
+        if n.lr then need = sum + cost - L end
+        local at = t
+        if need <= lg.sum then at = log_expiry_of(lg, need, t) end
+        retry = W - (t - at)
+    end
+    local reset = 0
+    if sum > 0 then reset = W - (t - last) end
+    local ans = answer(allowed, L, L - sum, retry, reset, 0)
+
+    if commit and logged then
+        if lg.head == lg.next then lg.first = t end
+        local seq = lg.next
+        lg.cache[seq] = {t, cost}
+        lg.added = seq
+        lg.next = seq + 1
+        lg.last = t
+        lg.sum = lg.sum + cost
+        if n.lr then
+            -- Keep only the newest entries whose costs exceed L.
+            while lg.sum - log_entry(lg, lg.head)[2] >= L + 1 do log_pop(lg) end
+        end
+    end
+    return ans
+end
+
+local function log_load(key)
+    local h = redis.call("HMGET", key, "k", "s", "f", "l", "h", "n")
+    local lg = {key = key, cache = {}, dropped = {}, sum = 0, first = 0, last = 0,
+                head = 0, next = 0}
+    if h[1] then
+        lg.clock = tonumber(h[1])
+        lg.sum, lg.first, lg.last = tonumber(h[2]), tonumber(h[3]), tonumber(h[4])
+        lg.head, lg.next = tonumber(h[5]), tonumber(h[6])
+    end
+    return lg
+end
+
+local function log_save(lg, clock, ttl)
+    local key = lg.key
+    local dropped = lg.dropped
+    for i = 1, #dropped, 1000 do
+        local chunk = {}
+        for j = i, math.min(i + 999, #dropped) do chunk[#chunk + 1] = dec(dropped[j]) end
+        redis.call("HDEL", key, unpack(chunk))
+    end
+    local args = {"k", dec(clock), "s", dec(lg.sum), "f", dec(lg.first), "l", dec(lg.last),
+                  "h", dec(lg.head), "n", dec(lg.next)}
+    if lg.added and lg.added >= lg.head then
+        local e = lg.cache[lg.added]
+        args[#args + 1] = dec(lg.added)
+        args[#args + 1] = e[2] == 1 and dec(e[1]) or (dec(e[1]) .. " " .. dec(e[2]))
+    end
+    redis.call("HSET", key, unpack(args))
+    redis.call("PEXPIRE", key, ttl)
+end
+
+-- ---- one request ---------------------------------------------------------
+
+local ALGOS = 7
+
+-- The 7 fields of request i (1-based) from ARGV, checked for the script's
+-- own range.
+local function request(i)
+    local base = 2 + (i - 1) * 7
+    local f = {}
+    for k = 1, 7 do
+        local v = tonumber(ARGV[base + k])
+        if v == nil or v ~= floor(v) then
+            refuse("args: field " .. k .. " of key " .. i .. " is not an integer")
+        end
+        f[k] = v
+    end
+    local n = {algo = f[1], L = f[2], W = f[3], B = f[4], P = f[5], lr = f[6] ~= 0, cost = f[7]}
+    if n.algo < 0 or n.algo >= ALGOS then refuse("args: algo " .. dec(n.algo) .. " of key " .. i) end
+    if n.L < 1 or n.W < 1 or n.cost < 0 or n.B < 0 or n.P < 0 then
+        refuse("args: L, W, B, P or cost of key " .. i .. " out of range")
+    end
+    if n.B == 0 then n.B = n.L end
+    if n.P == 0 then n.P = 10 end
+    if n.algo == 2 then
+        within(n.L + 1, n.W, "(L+1)*W")
+    elseif n.algo >= 4 then
+        within(n.B, n.W, "B*W")
+    end
+    return n
+end
+
+-- Decides request n on key at now (commit: D, or A's second pass).
+-- Returns the reply and, when committing, a function that writes.
+local function decide(key, n, now, commit)
+    local a = n.algo
+    if a == 1 then
+        local lg = log_load(key)
+        local clock_old = lg.clock or now
+        local t = now > clock_old and now or clock_old
+        local ans = sliding_log(lg, n, t, n.cost, commit)
+        return ans, function(ttl) log_save(lg, t, ttl) end
+    end
+    local s = redis.call("GET", key)
+    local st, clock_old = nil, now
+    if s then
+        st = parse_ints(s)
+        clock_old = table.remove(st, 1)
+    end
+    local t = now > clock_old and now or clock_old
+    local ans, new
+    if a == 0 then
+        ans, new = fixed_window(st, n, clock_old, t, n.cost)
+    elseif a == 2 then
+        ans, new = sliding_window(st, n, clock_old, t, n.cost)
+    elseif a == 3 then
+        ans, new = sliding_buckets(st, n, clock_old, t, n.cost, commit)
+    elseif a == 4 then
+        ans, new = bucket(st, n, 0, clock_old, t, n.cost)
+    elseif a == 5 then
+        ans, new = bucket(st, n, 2, clock_old, t, n.cost)
+    else
+        ans, new = bucket(st, n, 1, clock_old, t, n.cost)
+    end
+    return ans, function(ttl)
+        table.insert(new, 1, t)
+        redis.call("SET", key, join_ints(new), "PX", ttl)
+    end
+end
+
+-- The expiry of a write whose reply is ans: never before the state is a
+-- fresh key's, and with client time not before an hour of real time.
+local function ttl_of(ans, client_time)
+    local ttl = ans[5]
+    if ttl < 1 then ttl = 1 end
+    if client_time and ttl < HOUR_MS then ttl = HOUR_MS end
+    return ttl
+end
+
+local function main()
+    local op, nowarg = ARGV[1], ARGV[2]
+    local nkeys = #KEYS
+    if op ~= "D" and op ~= "P" and op ~= "A" then refuse("args: unknown op '" .. tostring(op) .. "'") end
+    if nkeys < 1 or (op ~= "A" and nkeys ~= 1) or nkeys > 16 then
+        refuse("args: op " .. op .. " with " .. nkeys .. " keys")
+    end
+    if #ARGV ~= 2 + 7 * nkeys then refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys") end
+    local now
+    local client_time = nowarg ~= ""
+    if client_time then
+        now = tonumber(nowarg)
+        if now == nil or now ~= floor(now) then refuse("args: now '" .. nowarg .. "' is not an integer") end
+        if now >= TWO53 or now <= -TWO53 then
+            refuse("range: |now| = " .. string.gsub(nowarg, "^-", "") .. RANGE_TAIL)
+        end
+    else
+        local tm = redis.call("TIME")
+        now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
+    end
+    local reqs = {}
+    for i = 1, nkeys do
+        reqs[i] = request(i)
+        for j = 1, i - 1 do
+            if KEYS[j] == KEYS[i] then refuse("args: key " .. i .. " repeats key " .. j) end
+        end
+    end
+
+    if op == "P" then
+        return (decide(KEYS[1], reqs[1], now, false))
+    end
+    if op == "D" then
+        local ans, write = decide(KEYS[1], reqs[1], now, true)
+        write(ttl_of(ans, client_time))
+        return ans
+    end
+    -- A: every answer first without charging; all charged only if all pass.
+    local out, all = {1}, true
+    for i = 1, nkeys do
+        local ans = decide(KEYS[i], reqs[i], now, false)
+        if ans[1] == 0 then all = false end
+        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = ans[k] end
+    end
+    if not all then
+        out[1] = 0
+        return out
+    end
+    local writes = {}
+    for i = 1, nkeys do
+        local ans, write = decide(KEYS[i], reqs[i], now, true)
+        writes[i] = {write, ttl_of(ans, client_time)}
+        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = ans[k] end
+    end
+    for i = 1, nkeys do writes[i][1](writes[i][2]) end
+    return out
+end
+
+local ok, res = pcall(main)
+if ok then return res end
+if type(res) == "table" and res.sluice then return redis.error_reply("SLUICE " .. res.sluice) end
+error(res, 0)

@@ -1,0 +1,1008 @@
+/*
+ * test_redis_scripts.c -- src/backend/redis/sluice.lua, the Redis
+ * backend's one script, against the local engine (docs/redis-scripts.md).
+ *
+ * Starts its own redis-server on a free loopback port (fork + exec, no
+ * persistence, stopped by its PID at the end; fails, naming the cause, when
+ * redis-server cannot run), loads the script with SCRIPT LOAD and calls it
+ * with EVALSHA per the ABI (keys built as the C side builds them, binary):
+ *
+ *   vectors     every line of $SLUICE_SPEC_DIR/vectors/, six fields exact;
+ *   traces      random traces per algorithm (costs 0, 1, the capacity,
+ *               above it; times that also run backwards; binary keys with
+ *               '{', '}' and NUL; peeks among decisions) against sl_decide /
+ *               sl_peek on a local store and the reference model
+ *               (tests/model.h): identical replies;
+ *   carryover   the same with L, W, B, P changed up and down mid-trace
+ *               (local engine only: the model knows one set of parameters);
+ *   decide_all  op A against sl_decide_all, and a batch with one denied
+ *               member charging none and writing nothing;
+ *   range       parameters, kept counts and times past the exact range are
+ *               refused with the SLUICE message and write nothing; the
+ *               largest in-range values decide exactly as the local engine;
+ *   server_time now = "": a fresh key's reply is sane, a second call sees
+ *               the first;
+ *   expiry      PTTL after a write covers reset_after_ms (and an hour with
+ *               client time); with server time a key of a tiny window is
+ *               gone once it has passed (bounded wait).
+ *
+ * SLUICE_SEED=N changes the random seeds.  SLUICE_REDIS_BENCH=N also times
+ * N token-bucket decisions through EVALSHA (one client, no pipelining) and
+ * prints decisions/s (bench/redis_script.sh measures with redis-benchmark).
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <dirent.h>
+#include <hiredis/hiredis.h>
+
+#include "model.h"
+#include "sluice.h"
+
+#define SCRIPT_PATH   "src/backend/redis/sluice.lua"
+#define START_SECONDS 10 /* redis-server must answer PING within this */
+#define TWO53         9007199254740992LL
+#define HOUR_MS       3600000LL
+#define MAX_LINE      4096
+
+static pid_t redis_pid = -1;
+static redisContext *rc;
+static char sha[48];
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void)
+{
+    /* splitmix64 */
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi]. */
+static int64_t rin(int64_t lo, int64_t hi)
+{
+    return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1));
+}
+
+static void seed(uint64_t salt)
+{
+    const char *s = getenv("SLUICE_SEED");
+    rng_state = (s && *s ? strtoull(s, NULL, 0) : 0x736c756963650aULL) ^ salt;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *fmt_res(const sl_result *r, char *buf, size_t n)
+{
+    snprintf(buf, n, "%lld %lld %lld %lld %lld %lld", (long long)r->allowed, (long long)r->limit,
+             (long long)r->remaining, (long long)r->retry_after_ms, (long long)r->reset_after_ms,
+             (long long)r->delay_ms);
+    return buf;
+}
+
+static int same_res(const sl_result *a, const sl_result *b)
+{
+    return a->allowed == b->allowed && a->limit == b->limit && a->remaining == b->remaining &&
+           a->retry_after_ms == b->retry_after_ms && a->reset_after_ms == b->reset_after_ms &&
+           a->delay_ms == b->delay_ms;
+}
+
+static const char *fmt_params(const sl_params *p, char *buf, size_t n)
+{
+    snprintf(buf, n, "%s L=%lld W=%lld B=%lld P=%lld%s", model_algo_name(p->algo),
+             (long long)p->limit, (long long)p->window_ms, (long long)p->burst,
+             (long long)p->precision, p->log_rejected ? " log-rejected" : "");
+    return buf;
+}
+
+/* ---- the server ----------------------------------------------------------- */
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int port = -1;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+/* Starts redis-server on port; 0, or -1 with the reason printed. */
+static int start_redis(int port)
+{
+    char p[16];
+    snprintf(p, sizeof p, "%d", port);
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) return -1;
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGTERM); /* a killed test does not leave it running */
+        int null = open("/dev/null", O_RDWR);
+        if (null >= 0) {
+            dup2(null, 0);
+            dup2(null, 1);
+        }
+        char *argv[] = {"redis-server", "--port",      p,    "--bind",
+                        "127.0.0.1",    "--save",      "",   "--appendonly",
+                        "no",           "--daemonize", "no", NULL};
+        execvp(argv[0], argv);
+        int e = errno;
+        if (write(pfd[1], &e, sizeof e) < 0) _exit(126);
+        _exit(127);
+    }
+    close(pfd[1]);
+    int e = 0;
+    ssize_t got = read(pfd[0], &e, sizeof e);
+    close(pfd[0]);
+    if (got > 0) {
+        waitpid(pid, NULL, 0);
+        print_error("cannot run redis-server: %s (the redis-server package; scripts/deps.sh)\n",
+                    strerror(e));
+        return -2;
+    }
+    redis_pid = pid;
+    int64_t deadline = now_ms() + START_SECONDS * 1000;
+    while (now_ms() < deadline) {
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            redis_pid = -1;
+            print_error("redis-server on port %d exited at start (status %d)\n", port, status);
+            return -1;
+        }
+        struct timeval tv = {1, 0};
+        redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+        if (c && !c->err) {
+            redisReply *r = redisCommand(c, "PING");
+            int ok = r && r->type == REDIS_REPLY_STATUS && strcmp(r->str, "PONG") == 0;
+            freeReplyObject(r);
+            if (ok) {
+                rc = c;
+                return 0;
+            }
+        }
+        redisFree(c);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    print_error("redis-server on port %d did not answer PING within %d s\n", port, START_SECONDS);
+    return -1;
+}
+
+static void stop_redis(void)
+{
+    if (rc) redisFree(rc);
+    rc = NULL;
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGTERM);
+        waitpid(redis_pid, NULL, 0);
+    }
+    redis_pid = -1;
+}
+
+static int load_script(void)
+{
+    FILE *f = fopen(SCRIPT_PATH, "r");
+    if (f == NULL) {
+        char cwd[1024];
+        print_error("cannot open %s (from %s): %s\n", SCRIPT_PATH,
+                    getcwd(cwd, sizeof cwd) ? cwd : "?", strerror(errno));
+        return -1;
+    }
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    redisReply *r = redisCommand(rc, "SCRIPT LOAD %b", text, n);
+    int ok = r && r->type == REDIS_REPLY_STRING && r->len == 40;
+    if (ok)
+        memcpy(sha, r->str, 41);
+    else
+        print_error("SCRIPT LOAD failed: %s\n", r ? r->str : rc->errstr);
+    freeReplyObject(r);
+    return ok ? 0 : -1;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    for (int attempt = 0; attempt < 3; attempt++) { /* a port taken between free_port and bind */
+        int port = free_port(), r = port > 0 ? start_redis(port) : -1;
+        if (r == 0) return load_script();
+        if (r == -2) break;
+    }
+    return -1;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    stop_redis();
+    return 0;
+}
+
+static redisReply *cmd(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(rc, fmt, ap);
+    va_end(ap);
+    if (r == NULL) fail_msg("redis: %s", rc->errstr);
+    return r;
+}
+
+static void flushall(void) { freeReplyObject(cmd("FLUSHALL")); }
+
+/* ---- the ABI --------------------------------------------------------------- */
+
+/* The Redis key of (algo, key): "sl:" algo space ":{" key "}" (the whole
+ * key is the hash tag). */
+static size_t rkey(char *out, const sl_params *p, const void *key, size_t klen)
+{
+    int n = sprintf(out, "sl:%d%d:{", (int)p->algo, p->space ? 1 : 0);
+    memcpy(out + n, key, klen);
+    out[n + klen] = '}';
+    return (size_t)n + klen + 1;
+}
+
+typedef struct call {
+    const sl_params *p;
+    const void *key;
+    size_t klen;
+    int64_t cost;
+} call;
+
+/* EVALSHA op now with the calls.  now NULL: server time.  Returns the
+ * reply (the caller frees it); an error reply is returned as it is. */
+static redisReply *evalsha(char op, const int64_t *now, const call *c, size_t n)
+{
+    enum { MAXA = 4 + 16 + 2 + 16 * 7 };
+    const char *argv[MAXA];
+    size_t lens[MAXA];
+    static char keys[16][SL_MAX_KEY + 16], nums[16 * 7 + 2][24];
+    size_t a = 0, k = 0;
+    argv[a] = "EVALSHA", lens[a++] = 7;
+    argv[a] = sha, lens[a++] = 40;
+    snprintf(nums[k], sizeof nums[k], "%zu", n);
+    argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+    for (size_t i = 0; i < n; i++) {
+        argv[a] = keys[i];
+        lens[a++] = rkey(keys[i], c[i].p, c[i].key, c[i].klen);
+    }
+    static char opbuf[2];
+    opbuf[0] = op;
+    argv[a] = opbuf, lens[a++] = 1;
+    if (now)
+        snprintf(nums[k], sizeof nums[k], "%lld", (long long)*now);
+    else
+        nums[k][0] = '\0';
+    argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+    for (size_t i = 0; i < n; i++) {
+        const sl_params *p = c[i].p;
+        int64_t f[7] = {p->algo,      p->limit,        p->window_ms, p->burst,
+                        p->precision, p->log_rejected, c[i].cost};
+        for (int j = 0; j < 7; j++) {
+            snprintf(nums[k], sizeof nums[k], "%lld", (long long)f[j]);
+            argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+        }
+    }
+    redisReply *r = redisCommandArgv(rc, (int)a, argv, lens);
+    if (r == NULL) fail_msg("redis: %s", rc->errstr);
+    return r;
+}
+
+/* Fills out[0..n) (and *all for A) from a script reply; fails on an error
+ * reply or a malformed one. */
+static void parse_reply(redisReply *r, char op, size_t n, sl_result *out, int *all)
+{
+    if (r->type == REDIS_REPLY_ERROR) fail_msg("script error: %s", r->str);
+    size_t want = op == 'A' ? 1 + 6 * n : 6, off = op == 'A';
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != want)
+        fail_msg("script reply: type %d with %zu elements, want an array of %zu", r->type,
+                 r->elements, want);
+    for (size_t i = 0; i < want; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER)
+            fail_msg("script reply element %zu is not an integer", i);
+    if (all) *all = op == 'A' ? (int)r->element[0]->integer : -1;
+    for (size_t i = 0; i < n; i++) {
+        sl_result *o = &out[i];
+        o->allowed = r->element[off + 6 * i]->integer;
+        o->limit = r->element[off + 6 * i + 1]->integer;
+        o->remaining = r->element[off + 6 * i + 2]->integer;
+        o->retry_after_ms = r->element[off + 6 * i + 3]->integer;
+        o->reset_after_ms = r->element[off + 6 * i + 4]->integer;
+        o->delay_ms = r->element[off + 6 * i + 5]->integer;
+    }
+}
+
+/* One D or P through the script. */
+static void script_one(char op, const int64_t *now, const sl_params *p, const void *key,
+                       size_t klen, int64_t cost, sl_result *out)
+{
+    call c = {p, key, klen, cost};
+    redisReply *r = evalsha(op, now, &c, 1);
+    parse_reply(r, op, 1, out, NULL);
+    freeReplyObject(r);
+}
+
+/* The error text of a call that must be refused. */
+static void expect_refused(char op, const int64_t *now, const call *c, size_t n, const char *want)
+{
+    redisReply *r = evalsha(op, now, c, n);
+    if (r->type != REDIS_REPLY_ERROR)
+        fail_msg("expected the error '%s', got reply type %d", want, r->type);
+    if (strcmp(r->str, want) != 0) fail_msg("error\n  got  '%s'\n  want '%s'", r->str, want);
+    freeReplyObject(r);
+}
+
+static long long dbsize(void)
+{
+    redisReply *r = cmd("DBSIZE");
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
+/* A dump of the whole database (every key, its type, value and TTL
+ * present or not): equal before and after means nothing was written. */
+static char *db_dump(void)
+{
+    size_t cap = 1 << 16, len = 0;
+    char *out = malloc(cap);
+    assert_non_null(out);
+    out[0] = '\0';
+    redisReply *ks = cmd("KEYS *");
+    for (size_t i = 0; i < ks->elements; i++) {
+        redisReply *k = ks->element[i];
+        redisReply *d = cmd("DUMP %b", k->str, k->len);
+        redisReply *t = cmd("PTTL %b", k->str, k->len);
+        size_t need = len + k->len + d->len + 64;
+        if (need > cap) {
+            cap = need * 2;
+            out = realloc(out, cap);
+            assert_non_null(out);
+        }
+        memcpy(out + len, k->str, k->len);
+        len += k->len;
+        out[len++] = '=';
+        memcpy(out + len, d->str, d->len);
+        len += d->len;
+        len += (size_t)sprintf(out + len, " ttl:%s;", t->integer >= 0 ? "yes" : "no");
+        out[len] = '\0';
+        freeReplyObject(d);
+        freeReplyObject(t);
+    }
+    freeReplyObject(ks);
+    return out;
+}
+
+/* ---- (a) the spec's vectors ------------------------------------------------ */
+
+static const char *parse_args(char *s, sl_params *p)
+{
+    static char why[300];
+    char *save = NULL;
+    *p = (sl_params)SL_PARAMS_INIT;
+    for (char *tok = strtok_r(s, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+        if (strcmp(tok, "--log-rejected") == 0) {
+            p->log_rejected = 1;
+            continue;
+        }
+        char *v = strtok_r(NULL, " \t", &save);
+        int64_t x = 0;
+        int r = v == NULL ? -1 : 0;
+        if (r == 0 && strcmp(tok, "--algo") == 0)
+            r = sl_algo_parse(v, strlen(v), &p->algo);
+        else if (r == 0 && strcmp(tok, "--window") == 0)
+            r = sl_duration_parse(v, strlen(v), &p->window_ms);
+        else if (r == 0 && (r = sl_int_parse(v, strlen(v), INT64_MAX, &x)) == 0) {
+            if (strcmp(tok, "--limit") == 0)
+                p->limit = x;
+            else if (strcmp(tok, "--burst") == 0)
+                p->burst = x;
+            else if (strcmp(tok, "--precision") == 0)
+                p->precision = x;
+            else
+                r = -1;
+        }
+        if (r != 0) {
+            snprintf(why, sizeof why, "bad args token '%s'", tok);
+            return why;
+        }
+    }
+    return sl_params_check(p) == 0 ? NULL : "args fail sl_params_check";
+}
+
+static void run_vector_file(const char *path, long *lines)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) fail_msg("%s: cannot open: %s", path, strerror(errno));
+    flushall();
+    char line[MAX_LINE];
+    int lineno = 0, have_args = 0;
+    sl_params p;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        line[strcspn(line, "\r\n")] = '\0';
+        if (strncmp(line, "# args:", 7) == 0) {
+            const char *why = parse_args(line + 7, &p);
+            if (why) fail_msg("%s:%d: %s", path, lineno, why);
+            have_args = 1;
+            continue;
+        }
+        if (line[strspn(line, " \t")] == '\0' || line[0] == '#') continue;
+        char *bar = strchr(line, '|');
+        if (bar == NULL || !have_args) fail_msg("%s:%d: not a request line", path, lineno);
+        *bar = '\0';
+        char key[SL_MAX_KEY + 1];
+        long long t, cost = 1, w[6];
+        int n = sscanf(line, "%lld %512s %lld", &t, key, &cost);
+        if (n < 2) fail_msg("%s:%d: request is not 'T KEY [COST]'", path, lineno);
+        if (sscanf(bar + 1, "%lld %lld %lld %lld %lld %lld", &w[0], &w[1], &w[2], &w[3], &w[4],
+                   &w[5]) != 6)
+            fail_msg("%s:%d: expected reply is not six integers", path, lineno);
+        sl_result got, want = {w[0], w[1], w[2], w[3], w[4], w[5]};
+        int64_t now = t;
+        script_one('D', &now, &p, key, strlen(key), cost, &got);
+        char a[128], b[128];
+        if (!same_res(&got, &want))
+            fail_msg("%s:%d: got %s, want %s", path, lineno, fmt_res(&got, a, sizeof a),
+                     fmt_res(&want, b, sizeof b));
+        (*lines)++;
+    }
+    fclose(f);
+    if (!have_args) fail_msg("%s: no '# args:' line", path);
+}
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void test_vectors(void **state)
+{
+    (void)state;
+    const char *dir = getenv("SLUICE_SPEC_DIR");
+    if (dir == NULL || *dir == '\0') fail_msg("SLUICE_SPEC_DIR is not set (tests/run.sh sets it)");
+    char vdir[2048];
+    snprintf(vdir, sizeof vdir, "%s/vectors", dir);
+    DIR *d = opendir(vdir);
+    if (d == NULL) fail_msg("cannot open %s: %s", vdir, strerror(errno));
+    char *names[256];
+    int nn = 0;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        size_t len = strlen(de->d_name);
+        if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".txt") != 0) continue;
+        if (nn < 256) names[nn++] = strdup(de->d_name);
+    }
+    closedir(d);
+    if (nn == 0) fail_msg("no vector files in %s", vdir);
+    qsort(names, (size_t)nn, sizeof names[0], by_name);
+    long lines = 0;
+    for (int i = 0; i < nn; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", vdir, names[i]);
+        run_vector_file(path, &lines);
+        free(names[i]);
+    }
+    print_message("vectors: %d files, %ld lines\n", nn, lines);
+}
+
+/* ---- (b) random traces against the local engine and the model -------------- */
+
+/* The keys of a trace: binary, with the hash tag's braces and NUL bytes. */
+static const struct {
+    const char *k;
+    size_t len;
+} trace_keys[] = {
+    {"a", 1}, {"{x}", 3}, {"k\0}{\0", 6}, {"}", 1}, {"user:\xff\x00\x01{42", 10},
+};
+#define NKEYS (sizeof trace_keys / sizeof trace_keys[0])
+
+/* Random parameters of algorithm a (log_rejected as given).  big: larger
+ * limits and windows. */
+static void rand_params(sl_params *p, sl_algo a, int log_rejected)
+{
+    static const int64_t windows[] = {1, 2, 3, 7, 10, 60, 100, 250, 1000, 60000};
+    *p = (sl_params)SL_PARAMS_INIT;
+    p->algo = a;
+    p->limit = rnd() % 4 == 0 ? rin(1, 2000) : rin(1, 12);
+    p->window_ms = windows[rnd() % (sizeof windows / sizeof windows[0])];
+    if (a == SL_TOKEN_BUCKET || a == SL_GCRA || a == SL_LEAKY_BUCKET)
+        p->burst = rnd() % 2 ? 0 : rin(1, 20);
+    if (a == SL_SLIDING_BUCKETS) {
+        static const int64_t ps[] = {0, 1, 2, 3, 4, 5, 10};
+        p->precision = ps[rnd() % 7];
+        int64_t P = p->precision ? p->precision : 10;
+        p->window_ms = P * rin(1, 300);
+    }
+    if (a == SL_SLIDING_LOG) p->log_rejected = log_rejected;
+    assert_int_equal(sl_params_check(p), 0);
+}
+
+static int64_t capacity(const sl_params *p) { return model_capacity(p); }
+
+static int64_t rand_cost(const sl_params *p)
+{
+    int64_t cap = capacity(p);
+    switch (rnd() % 8) {
+    case 0: return 0;
+    case 1: return cap;
+    case 2: return cap + 1;
+    case 3: return rin(0, cap + 2);
+    default: return 1;
+    }
+}
+
+/* The next time: mostly forward by a little or by windows, sometimes back. */
+static int64_t next_time(int64_t t, int64_t W)
+{
+    switch (rnd() % 10) {
+    case 0: return t - rin(0, 2 * W + 3);
+    case 1: return t + rin(W, 3 * W);
+    case 2: return t;
+    default: return t + rin(0, W / 3 + 1);
+    }
+}
+
+/* One trace of n requests of algorithm a; change: new parameters (same
+ * algorithm) every few requests, compared with the local engine only;
+ * else also with the model. */
+static void trace(sl_algo a, int log_rejected, int n, int change, int64_t t0)
+{
+    flushall();
+    int err;
+    sl_store *s = sl_store_new(NULL, &err);
+    assert_non_null(s);
+    sl_params p;
+    rand_params(&p, a, log_rejected);
+    model *m = change ? NULL : model_new(&p);
+    int64_t t = t0;
+    for (int i = 0; i < n; i++) {
+        if (change && rnd() % 6 == 0) rand_params(&p, a, log_rejected);
+        t = next_time(t, p.window_ms);
+        size_t ki = rnd() % NKEYS;
+        const void *key = trace_keys[ki].k;
+        size_t klen = trace_keys[ki].len;
+        int64_t cost = rand_cost(&p);
+        int peek = rnd() % 5 == 0;
+        sl_result want, got, mod;
+        int lrc = peek ? sl_peek(s, &p, key, klen, t, cost, &want)
+                       : sl_decide(s, &p, key, klen, t, cost, &want);
+        assert_int_equal(lrc, 0);
+        script_one(peek ? 'P' : 'D', &t, &p, key, klen, cost, &got);
+        char b1[128], b2[128], b3[160];
+        if (!same_res(&got, &want))
+            fail_msg("%s, request %d (%s key %zu at %lld cost %lld): script %s, local %s",
+                     fmt_params(&p, b3, sizeof b3), i, peek ? "peek" : "decide", ki, (long long)t,
+                     (long long)cost, fmt_res(&got, b1, sizeof b1), fmt_res(&want, b2, sizeof b2));
+        if (m) {
+            if (peek)
+                model_peek(m, key, klen, t, cost, &mod);
+            else
+                model_decide(m, key, klen, t, cost, &mod);
+            if (model_error(m)) fail_msg("model: %s", model_error(m));
+            if (!same_res(&got, &mod))
+                fail_msg("%s, request %d (key %zu at %lld cost %lld): script %s, model %s",
+                         fmt_params(&p, b3, sizeof b3), i, ki, (long long)t, (long long)cost,
+                         fmt_res(&got, b1, sizeof b1), fmt_res(&mod, b2, sizeof b2));
+        }
+    }
+    if (m) model_free(m);
+    sl_store_free(s);
+}
+
+static const struct {
+    sl_algo a;
+    int lr;
+} algos[] = {
+    {SL_FIXED_WINDOW, 0},    {SL_SLIDING_LOG, 0},  {SL_SLIDING_LOG, 1}, {SL_SLIDING_WINDOW, 0},
+    {SL_SLIDING_BUCKETS, 0}, {SL_TOKEN_BUCKET, 0}, {SL_GCRA, 0},        {SL_LEAKY_BUCKET, 0},
+};
+#define NALGOS (sizeof algos / sizeof algos[0])
+
+static void test_traces(void **state)
+{
+    (void)state;
+    seed(1);
+    for (size_t i = 0; i < NALGOS; i++)
+        for (int k = 0; k < 6; k++)
+            trace(algos[i].a, algos[i].lr, 150, 0, k % 2 ? rin(-5000000, 5000000) : 1700000000000);
+}
+
+static void test_carryover(void **state)
+{
+    (void)state;
+    seed(2);
+    for (size_t i = 0; i < NALGOS; i++)
+        for (int k = 0; k < 8; k++) trace(algos[i].a, algos[i].lr, 200, 1, rin(-100000, 100000));
+}
+
+/* ---- (c) decide-all --------------------------------------------------------- */
+
+static void test_decide_all(void **state)
+{
+    (void)state;
+    seed(3);
+    flushall();
+    int err;
+    sl_store *s = sl_store_new(NULL, &err);
+    assert_non_null(s);
+
+    /* One denied member charges none and writes nothing, not even clocks. */
+    sl_params fw = {.algo = SL_FIXED_WINDOW, .limit = 5, .window_ms = 1000};
+    sl_params tb = {.algo = SL_TOKEN_BUCKET, .limit = 1, .window_ms = 1000};
+    call c[2] = {{&fw, "a", 1, 1}, {&tb, "b", 1, 2}};
+    int64_t now = 100;
+    sl_result out[2], r;
+    int all;
+    redisReply *rep = evalsha('A', &now, c, 2);
+    parse_reply(rep, 'A', 2, out, &all);
+    freeReplyObject(rep);
+    char b1[128];
+    assert_int_equal(all, 0);
+    assert_string_equal(fmt_res(&out[0], b1, sizeof b1), "1 5 4 0 900 0");
+    assert_string_equal(fmt_res(&out[1], b1, sizeof b1), "0 1 1 -1 0 0");
+    assert_int_equal(dbsize(), 0);
+    script_one('P', &now, &fw, "a", 1, 1, &r);
+    assert_string_equal(fmt_res(&r, b1, sizeof b1), "1 5 4 0 900 0");
+    /* ... and with the denied one fitting, both are charged. */
+    c[1].cost = 1;
+    rep = evalsha('A', &now, c, 2);
+    parse_reply(rep, 'A', 2, out, &all);
+    freeReplyObject(rep);
+    assert_int_equal(all, 1);
+    assert_string_equal(fmt_res(&out[0], b1, sizeof b1), "1 5 4 0 900 0");
+    assert_string_equal(fmt_res(&out[1], b1, sizeof b1), "1 1 0 0 1000 0");
+    assert_int_equal(dbsize(), 2);
+    flushall();
+
+    /* Random batches (and single decisions between them) vs sl_decide_all. */
+    sl_params pool[NKEYS * 2];
+    for (size_t i = 0; i < NKEYS * 2; i++) {
+        size_t ai = rnd() % NALGOS;
+        rand_params(&pool[i], algos[ai].a, algos[ai].lr);
+    }
+    int64_t t = 5000;
+    int denied = 0, charged = 0;
+    for (int round = 0; round < 300; round++) {
+        t = next_time(t, 300);
+        size_t n = (size_t)rin(1, 5), idx[5], used = 0;
+        sl_request req[5];
+        call cl[5];
+        while (used < n) { /* distinct (key, algorithm) pairs */
+            size_t pi = rnd() % (NKEYS * 2), ki = pi % NKEYS, dup = 0;
+            for (size_t j = 0; j < used; j++)
+                dup |= idx[j] % NKEYS == ki && pool[idx[j]].algo == pool[pi].algo;
+            if (dup) continue;
+            idx[used] = pi;
+            int64_t cost = rand_cost(&pool[pi]);
+            req[used] = (sl_request){&pool[pi], trace_keys[ki].k, trace_keys[ki].len, cost};
+            cl[used] = (call){&pool[pi], trace_keys[ki].k, trace_keys[ki].len, cost};
+            used++;
+        }
+        sl_result want[5], got[5];
+        int wall, gall;
+        assert_int_equal(sl_decide_all(s, req, n, t, want, &wall), 0);
+        rep = evalsha('A', &t, cl, n);
+        parse_reply(rep, 'A', n, got, &gall);
+        freeReplyObject(rep);
+        assert_int_equal(gall, wall);
+        denied += !wall;
+        charged += wall;
+        for (size_t i = 0; i < n; i++) {
+            char b2[128], b3[160];
+            if (!same_res(&got[i], &want[i]))
+                fail_msg("round %d member %zu (%s): script %s, local %s", round, i,
+                         fmt_params(cl[i].p, b3, sizeof b3), fmt_res(&got[i], b1, sizeof b1),
+                         fmt_res(&want[i], b2, sizeof b2));
+        }
+        if (rnd() % 2) { /* a single decision in between */
+            size_t pi = rnd() % (NKEYS * 2), ki = pi % NKEYS;
+            int64_t cost = rand_cost(&pool[pi]);
+            sl_result w1, g1;
+            assert_int_equal(
+                sl_decide(s, &pool[pi], trace_keys[ki].k, trace_keys[ki].len, t, cost, &w1), 0);
+            script_one('D', &t, &pool[pi], trace_keys[ki].k, trace_keys[ki].len, cost, &g1);
+            assert_true(same_res(&g1, &w1));
+        }
+    }
+    /* both outcomes were exercised */
+    assert_true(denied > 0);
+    assert_true(charged > 0);
+    sl_store_free(s);
+}
+
+/* ---- (d) the exact range ---------------------------------------------------- */
+
+#define RANGE_TAIL " passes 2^53, the Redis backend's exact range (docs/redis-scripts.md)"
+
+/* A call that must be refused with want and change nothing. */
+static void refused_writes_nothing(char op, const int64_t *now, const call *c, size_t n,
+                                   const char *want)
+{
+    char *before = db_dump();
+    expect_refused(op, now, c, n, want);
+    char *after = db_dump();
+    assert_string_equal(after, before);
+    free(before);
+    free(after);
+}
+
+/* n requests of p on key at times near t0 with big random costs, the
+ * script against the local engine. */
+static void exact_trace(const sl_params *p, int64_t t0, int64_t span, int n)
+{
+    flushall();
+    int err;
+    sl_store *s = sl_store_new(NULL, &err);
+    assert_non_null(s);
+    int64_t cap = capacity(p), t = t0;
+    for (int i = 0; i < n; i++) {
+        int64_t cost;
+        switch (rnd() % 5) {
+        case 0: cost = cap; break;
+        case 1: cost = cap - (int64_t)(rnd() % 3); break;
+        case 2: cost = rin(0, cap); break;
+        case 3: cost = cap + 1; break;
+        default: cost = rin(0, 3); break;
+        }
+        if (cost > SL_MAX_LIMIT) cost = SL_MAX_LIMIT;
+        if (cost < 0) cost = 0;
+        int64_t step = rin(-span / 4, span);
+        if (t + step < TWO53 && t + step > -TWO53) t += step;
+        int peek = rnd() % 5 == 0;
+        sl_result want, got;
+        assert_int_equal(peek ? sl_peek(s, p, "big", 3, t, cost, &want)
+                              : sl_decide(s, p, "big", 3, t, cost, &want),
+                         0);
+        script_one(peek ? 'P' : 'D', &t, p, "big", 3, cost, &got);
+        char b1[128], b2[128], b3[160];
+        if (!same_res(&got, &want))
+            fail_msg("%s, request %d at %lld cost %lld: script %s, local %s",
+                     fmt_params(p, b3, sizeof b3), i, (long long)t, (long long)cost,
+                     fmt_res(&got, b1, sizeof b1), fmt_res(&want, b2, sizeof b2));
+    }
+    sl_store_free(s);
+}
+
+static void test_range(void **state)
+{
+    (void)state;
+    seed(4);
+    flushall();
+    int64_t t = 1000;
+    char want[512];
+
+    /* Buckets: B*W = 2^53 exactly is in, 2^53 + W is out. */
+    sl_algo buckets[] = {SL_TOKEN_BUCKET, SL_GCRA, SL_LEAKY_BUCKET};
+    for (int i = 0; i < 3; i++) {
+        sl_params in = {.algo = buckets[i], .limit = 3, .window_ms = 2097152, .burst = 4294967296};
+        sl_params out = in;
+        out.burst = 4294967297;
+        call c = {&out, "k", 1, 1};
+        refused_writes_nothing('D', &t, &c, 1, "SLUICE range: B*W = 9007199256838144" RANGE_TAIL);
+        refused_writes_nothing('P', &t, &c, 1, "SLUICE range: B*W = 9007199256838144" RANGE_TAIL);
+        /* an existing key is left as it was */
+        sl_result r;
+        script_one('D', &t, &in, "k", 1, 5, &r);
+        assert_int_equal(r.allowed, 1);
+        refused_writes_nothing('D', &t, &c, 1, "SLUICE range: B*W = 9007199256838144" RANGE_TAIL);
+        /* a batch with one refused member writes nothing */
+        call two[2] = {{&in, "k2", 2, 1}, c};
+        refused_writes_nothing('A', &t, two, 2, "SLUICE range: B*W = 9007199256838144" RANGE_TAIL);
+        /* the limit alone (B = 0 means L) */
+        sl_params byl = {.algo = buckets[i], .limit = 1000000000000, .window_ms = 315576000000};
+        c.p = &byl;
+        refused_writes_nothing('D', &t, &c, 1,
+                               "SLUICE range: B*W = 315576000000000000000000" RANGE_TAIL);
+        /* the largest in range decide exactly: L small and large */
+        in.limit = rnd() % 2 ? 1 : 1000000000000;
+        exact_trace(&in, TWO53 - 40000000000LL, 4000000, 60);
+        in.limit = 7;
+        exact_trace(&in, -TWO53 + 1, 1LL << 40, 60);
+        sl_params w10y = {.algo = buckets[i], .limit = 28542, .window_ms = 315576000000};
+        exact_trace(&w10y, 0, 315576000000 / 20000, 60); /* B*W just below 2^53 */
+    }
+
+    /* sliding-window: (L+1)*W, and a kept count*W after W grows. */
+    sl_params sw = {.algo = SL_SLIDING_WINDOW, .limit = 4294967296, .window_ms = 2097152};
+    call c = {&sw, "w", 1, 1};
+    refused_writes_nothing('D', &t, &c, 1, "SLUICE range: (L+1)*W = 9007199256838144" RANGE_TAIL);
+    sw.limit = 4294967295;
+    exact_trace(&sw, TWO53 - 1 - 100000000, 3000000, 80);
+    sl_params big = {.algo = SL_SLIDING_WINDOW, .limit = 1000000000000, .window_ms = 8000};
+    sl_result r;
+    int64_t t0 = 0, t1 = 16000;
+    script_one('D', &t0, &big, "w2", 2, 1000000000000, &r);
+    assert_int_equal(r.allowed, 1);
+    sl_params wide = {.algo = SL_SLIDING_WINDOW, .limit = 1000, .window_ms = 16000};
+    c = (call){&wide, "w2", 2, 1};
+    refused_writes_nothing(
+        'D', &t1, &c, 1,
+        "SLUICE range: the previous window's count*W = 16000000000000000" RANGE_TAIL);
+
+    /* The window algorithms have no parameter bound: the largest values. */
+    sl_params fw = {.algo = SL_FIXED_WINDOW, .limit = SL_MAX_LIMIT, .window_ms = SL_MAX_WINDOW_MS};
+    exact_trace(&fw, TWO53 - 1 - 4 * SL_MAX_WINDOW_MS, SL_MAX_WINDOW_MS / 3, 60);
+    sl_params sb = {.algo = SL_SLIDING_BUCKETS,
+                    .limit = SL_MAX_LIMIT,
+                    .window_ms = SL_MAX_WINDOW_MS,
+                    .precision = 60};
+    exact_trace(&sb, -TWO53 + 1, SL_MAX_WINDOW_MS / 7, 60);
+    sl_params sl = {.algo = SL_SLIDING_LOG, .limit = SL_MAX_LIMIT, .window_ms = SL_MAX_WINDOW_MS};
+    exact_trace(&sl, TWO53 - 1 - 4 * SL_MAX_WINDOW_MS, SL_MAX_WINDOW_MS / 5, 60);
+    sl.log_rejected = 1;
+    exact_trace(&sl, -TWO53 + 1, SL_MAX_WINDOW_MS / 5, 60);
+
+    /* Times: |now| < 2^53. */
+    int64_t far[] = {TWO53, -TWO53, TWO53 + 1};
+    for (int i = 0; i < 3; i++) {
+        c = (call){&fw, "t", 1, 1};
+        snprintf(want, sizeof want, "SLUICE range: |now| = %lld" RANGE_TAIL,
+                 (long long)(far[i] < 0 ? -far[i] : far[i]));
+        refused_writes_nothing('D', &far[i], &c, 1, want);
+    }
+    int64_t edge = TWO53 - 1;
+    script_one('D', &edge, &fw, "t", 1, 1, &r);
+    assert_int_equal(r.allowed, 1);
+}
+
+/* ---- (e) server time and expiry --------------------------------------------- */
+
+static long long pttl(const sl_params *p, const char *key)
+{
+    char k[SL_MAX_KEY + 16];
+    size_t n = rkey(k, p, key, strlen(key));
+    redisReply *r = cmd("PTTL %b", k, n);
+    long long v = r->integer;
+    freeReplyObject(r);
+    return v;
+}
+
+static void test_server_time(void **state)
+{
+    (void)state;
+    flushall();
+    /* A 10-year window: the next boundary is years away (2030). */
+    sl_params fw = {.algo = SL_FIXED_WINDOW, .limit = 5, .window_ms = SL_MAX_WINDOW_MS};
+    sl_result r;
+    script_one('D', NULL, &fw, "s", 1, 1, &r);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(r.limit, 5);
+    assert_int_equal(r.remaining, 4);
+    assert_int_equal(r.retry_after_ms, 0);
+    assert_true(r.reset_after_ms > 0 && r.reset_after_ms <= SL_MAX_WINDOW_MS);
+    assert_int_equal(r.delay_ms, 0);
+    script_one('D', NULL, &fw, "s", 1, 2, &r);
+    assert_int_equal(r.allowed, 1);
+    assert_int_equal(r.remaining, 2);
+    script_one('P', NULL, &fw, "s", 1, 3, &r);
+    assert_int_equal(r.allowed, 0);
+    assert_int_equal(r.remaining, 2);
+    /* token bucket: the second call sees the first */
+    sl_params tb = {.algo = SL_TOKEN_BUCKET, .limit = 1, .window_ms = SL_MAX_WINDOW_MS, .burst = 5};
+    script_one('D', NULL, &tb, "s", 1, 2, &r);
+    assert_int_equal(r.remaining, 3);
+    script_one('D', NULL, &tb, "s", 1, 2, &r);
+    assert_int_equal(r.remaining, 1);
+}
+
+static void test_expiry(void **state)
+{
+    (void)state;
+    flushall();
+    /* Client time: at least an hour, and at least reset_after_ms. */
+    sl_params fw = {.algo = SL_FIXED_WINDOW, .limit = 5, .window_ms = 10};
+    sl_params fw2h = {.algo = SL_FIXED_WINDOW, .limit = 5, .window_ms = 2 * HOUR_MS};
+    sl_params sl = {.algo = SL_SLIDING_LOG, .limit = 5, .window_ms = 3 * HOUR_MS};
+    const sl_params *ps[] = {&fw, &fw2h, &sl};
+    for (int i = 0; i < 3; i++) {
+        int64_t t = 7, before = now_ms();
+        sl_result r;
+        script_one('D', &t, ps[i], "e", 1, 1, &r);
+        long long ttl = pttl(ps[i], "e"), waited = now_ms() - before;
+        int64_t floor_ms = r.reset_after_ms > HOUR_MS ? r.reset_after_ms : HOUR_MS;
+        if (ttl > floor_ms || ttl < floor_ms - waited - 1)
+            fail_msg("%s: PTTL %lld after a write with reset_after %lld (%lld ms passed)",
+                     model_algo_name(ps[i]->algo), ttl, (long long)r.reset_after_ms, waited);
+    }
+    /* Server time: reset_after_ms (at least 1 ms), then gone. */
+    flushall();
+    sl_params tiny = {.algo = SL_FIXED_WINDOW, .limit = 5, .window_ms = 50};
+    int64_t before = now_ms();
+    sl_result r;
+    script_one('D', NULL, &tiny, "g", 1, 1, &r);
+    long long ttl = pttl(&tiny, "g"), waited = now_ms() - before;
+    assert_true(r.reset_after_ms >= 1 && r.reset_after_ms <= 50);
+    if (ttl > r.reset_after_ms || ttl < r.reset_after_ms - waited - 1)
+        fail_msg("PTTL %lld after a write with reset_after %lld (%lld ms passed)", ttl,
+                 (long long)r.reset_after_ms, waited);
+    int64_t deadline = now_ms() + 5000;
+    char k[64];
+    size_t kn = rkey(k, &tiny, "g", 1);
+    long long exists = 1;
+    while (exists && now_ms() < deadline) {
+        redisReply *e = cmd("EXISTS %b", k, kn);
+        exists = e->integer;
+        freeReplyObject(e);
+        if (exists) {
+            struct timespec ts = {0, 5 * 1000000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    assert_int_equal(exists, 0);
+    /* A denied request on a fresh key (cost above capacity) keeps 1 ms. */
+    script_one('D', NULL, &tiny, "h", 1, 6, &r);
+    assert_int_equal(r.retry_after_ms, -1);
+    assert_int_equal(r.reset_after_ms, 0);
+    assert_true(pttl(&tiny, "h") <= 1);
+}
+
+/* ---- bench (SLUICE_REDIS_BENCH=N) ------------------------------------------- */
+
+static long bench_n;
+
+/* A measurement, not a check: run only on request. */
+static void test_bench(void **state)
+{
+    (void)state;
+    long n = bench_n > 10000000 ? 10000000 : bench_n;
+    flushall();
+    sl_params tb = {.algo = SL_TOKEN_BUCKET, .limit = 1000, .window_ms = 1000};
+    int64_t t0 = now_ms();
+    sl_result r;
+    for (long i = 0; i < n; i++) {
+        char key[16];
+        int64_t t = 1000 + i / 100;
+        snprintf(key, sizeof key, "k%ld", i % 1000);
+        script_one('D', &t, &tb, key, strlen(key), 1, &r);
+    }
+    int64_t ms = now_ms() - t0;
+    print_message("bench: %ld token-bucket decisions in %lld ms: %.0f/s (one client)\n", n,
+                  (long long)ms, ms ? n * 1000.0 / (double)ms : 0.0);
+}
+
+int main(void)
+{
+    const char *e = getenv("SLUICE_REDIS_BENCH");
+    bench_n = e ? atol(e) : 0;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_vectors),   cmocka_unit_test(test_traces),
+        cmocka_unit_test(test_carryover), cmocka_unit_test(test_decide_all),
+        cmocka_unit_test(test_range),     cmocka_unit_test(test_server_time),
+        cmocka_unit_test(test_expiry),    cmocka_unit_test(test_bench),
+    };
+    size_t n = sizeof tests / sizeof tests[0];
+    return _cmocka_run_group_tests("test_redis_scripts", tests, bench_n > 0 ? n : n - 1,
+                                   group_setup, group_teardown);
+}
