@@ -274,6 +274,9 @@ static size_t rkey(char *out, const sl_params *p, const void *key, size_t klen)
     return (size_t)n + klen + 1;
 }
 
+#define MAX_CALLS 64 /* keys of one script call: op M's most */
+#define RANGE_TAIL " passes 2^53, the Redis backend's exact range (docs/redis-scripts.md)"
+
 typedef struct call {
     const sl_params *p;
     const void *key;
@@ -285,10 +288,11 @@ typedef struct call {
  * reply (the caller frees it); an error reply is returned as it is. */
 static redisReply *evalsha(char op, const int64_t *now, const call *c, size_t n)
 {
-    enum { MAXA = 4 + 16 + 2 + 16 * 7 };
+    enum { MAXA = 4 + MAX_CALLS + 2 + MAX_CALLS * 7 };
     const char *argv[MAXA];
     size_t lens[MAXA];
-    static char keys[16][SL_MAX_KEY + 16], nums[16 * 7 + 2][24];
+    static char keys[MAX_CALLS][SL_MAX_KEY + 16], nums[MAX_CALLS * 7 + 2][24];
+    assert_true(n <= MAX_CALLS);
     size_t a = 0, k = 0;
     argv[a] = "EVALSHA", lens[a++] = 7;
     argv[a] = sha, lens[a++] = 40;
@@ -742,9 +746,83 @@ static void test_decide_all(void **state)
     sl_store_free(s);
 }
 
+/* Op M: random batches of up to MAX_CALLS independent decisions (keys may
+ * repeat: a later one sees the earlier charge) against sl_decide one by
+ * one; a member past the exact range is an error element that writes
+ * nothing, and the others stand. */
+static void test_many(void **state)
+{
+    (void)state;
+    seed(5);
+    flushall();
+    int err;
+    sl_store *s = sl_store_new(NULL, &err);
+    assert_non_null(s);
+    sl_params pool[NKEYS * 2];
+    for (size_t i = 0; i < NKEYS * 2; i++) {
+        size_t ai = rnd() % NALGOS;
+        rand_params(&pool[i], algos[ai].a, algos[ai].lr);
+    }
+    int64_t t = 5000;
+    long allowed = 0, denied = 0;
+    for (int round = 0; round < 60; round++) {
+        t = next_time(t, 300);
+        size_t n = (size_t)rin(1, MAX_CALLS);
+        call cl[MAX_CALLS];
+        sl_result want[MAX_CALLS];
+        for (size_t i = 0; i < n; i++) {
+            size_t pi = rnd() % (NKEYS * 2), ki = pi % NKEYS;
+            int64_t cost = rand_cost(&pool[pi]);
+            cl[i] = (call){&pool[pi], trace_keys[ki].k, trace_keys[ki].len, cost};
+            assert_int_equal(
+                sl_decide(s, &pool[pi], trace_keys[ki].k, trace_keys[ki].len, t, cost, &want[i]),
+                0);
+        }
+        redisReply *rep = evalsha('M', &t, cl, n);
+        if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
+            fail_msg("round %d: M reply type %d with %zu elements, want %zu", round, rep->type,
+                     rep->elements, n);
+        for (size_t i = 0; i < n; i++) {
+            redisReply one = {.type = REDIS_REPLY_ARRAY, .elements = 6};
+            one.element = rep->element[i]->element;
+            if (rep->element[i]->type != REDIS_REPLY_ARRAY) fail_msg("member %zu: not an array", i);
+            one.elements = rep->element[i]->elements;
+            sl_result got;
+            parse_reply(&one, 'D', 1, &got, NULL);
+            char b1[128], b2[128], b3[160];
+            if (!same_res(&got, &want[i]))
+                fail_msg("round %d member %zu (%s): script %s, local %s", round, i,
+                         fmt_params(cl[i].p, b3, sizeof b3), fmt_res(&got, b1, sizeof b1),
+                         fmt_res(&want[i], b2, sizeof b2));
+            allowed += got.allowed;
+            denied += !got.allowed;
+        }
+        freeReplyObject(rep);
+    }
+    assert_true(allowed > 0 && denied > 0);
+
+    /* A refused member: its error in place, nothing of it written, the
+     * member after it decided. */
+    flushall();
+    sl_params ok = {.algo = SL_FIXED_WINDOW, .limit = 5, .window_ms = 1000};
+    sl_params big = {.algo = SL_TOKEN_BUCKET, .limit = 1000000000000LL, .window_ms = 100000};
+    call c[3] = {{&ok, "a", 1, 1}, {&big, "b", 1, 1}, {&ok, "a", 1, 1}};
+    int64_t now = 100;
+    redisReply *rep = evalsha('M', &now, c, 3);
+    assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->elements, 3);
+    assert_int_equal(rep->element[1]->type, REDIS_REPLY_ERROR);
+    assert_string_equal(rep->element[1]->str,
+                        "SLUICE range: B*W = 100000000000000000" RANGE_TAIL);
+    assert_int_equal(rep->element[2]->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(rep->element[2]->element[2]->integer, 3); /* remaining: 5 - 2 */
+    freeReplyObject(rep);
+    assert_int_equal(dbsize(), 1);
+    sl_store_free(s);
+}
+
 /* ---- (d) the exact range ---------------------------------------------------- */
 
-#define RANGE_TAIL " passes 2^53, the Redis backend's exact range (docs/redis-scripts.md)"
 
 /* A call that must be refused with want and change nothing. */
 static void refused_writes_nothing(char op, const int64_t *now, const call *c, size_t n,
@@ -999,6 +1077,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vectors),   cmocka_unit_test(test_traces),
         cmocka_unit_test(test_carryover), cmocka_unit_test(test_decide_all),
+        cmocka_unit_test(test_many),
         cmocka_unit_test(test_range),     cmocka_unit_test(test_server_time),
         cmocka_unit_test(test_expiry),    cmocka_unit_test(test_bench),
     };

@@ -4,10 +4,12 @@ sluice.lua -- every algorithm of sluice as one atomic Redis script.
 The ABI (fixed, docs/redis-scripts.md):
     EVALSHA <sha> <n> K1 .. Kn  <op> <now> <7 fields for K1> .. <7 for Kn>
 op D (decide, n = 1), P (peek: nothing written), A (decide-all, n 1..16:
-all charged or none); now "" = Redis's TIME, else trusted client ms; the 7
+all charged or none), M (many: n 1..64 independent decisions in order, one
+call for what several D calls would do); now "" = Redis's TIME, else trusted client ms; the 7
 fields: algo L W B(0 = L) P(0 = 10) log_rejected cost.  Replies: 6
 integers (allowed limit remaining retry_after_ms reset_after_ms delay_ms),
-for A 1 + 6n (all_allowed first); a refused request is an error reply
+for A 1 + 6n (all_allowed first), for M n elements, each the 6 integers
+or the error of that one request; a refused request is an error reply
 starting "SLUICE " and writes nothing.
 
 The decisions are those of src/lib/engine.c, step for step, on the same
@@ -31,6 +33,7 @@ State, one Redis key per counter (decimal integers):
 
 local TWO53 = 9007199254740992
 local HOUR_MS = 3600000
+local MANY = 64 -- the most decisions one M call carries
 local RANGE_TAIL = " passes 2^53, the Redis backend's exact range (docs/redis-scripts.md)"
 
 local fmod, floor = math.fmod, math.floor
@@ -508,11 +511,35 @@ local function ttl_of(ans, client_time)
     return ttl
 end
 
+-- M: n independent decisions, in order, as n D calls would make them (a
+-- key given twice sees its first charge); a refused one is an error
+-- element of the reply and writes nothing, the others stand.
+local function many(nkeys, now, client_time)
+    local out = {}
+    for i = 1, nkeys do
+        local ok, res = pcall(function()
+            local ans, write = decide(KEYS[i], request(i), now, true)
+            write(ttl_of(ans, client_time))
+            return ans
+        end)
+        if ok then
+            out[i] = res
+        elseif type(res) == "table" and res.sluice then
+            out[i] = {err = "SLUICE " .. res.sluice}
+        else
+            error(res, 0)
+        end
+    end
+    return out
+end
+
 local function main()
     local op, nowarg = ARGV[1], ARGV[2]
     local nkeys = #KEYS
-    if op ~= "D" and op ~= "P" and op ~= "A" then refuse("args: unknown op '" .. tostring(op) .. "'") end
-    if nkeys < 1 or (op ~= "A" and nkeys ~= 1) or nkeys > 16 then
+    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" then
+        refuse("args: unknown op '" .. tostring(op) .. "'")
+    end
+    if nkeys < 1 or (op ~= "A" and op ~= "M" and nkeys ~= 1) or nkeys > (op == "M" and MANY or 16) then
         refuse("args: op " .. op .. " with " .. nkeys .. " keys")
     end
     if #ARGV ~= 2 + 7 * nkeys then refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys") end
@@ -528,6 +555,7 @@ local function main()
         local tm = redis.call("TIME")
         now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
     end
+    if op == "M" then return many(nkeys, now, client_time) end
     local reqs = {}
     for i = 1, nkeys do
         reqs[i] = request(i)
