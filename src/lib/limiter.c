@@ -297,6 +297,7 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t no
     if (sh == NULL || rec == NULL || out == NULL) return SL_EINVAL;
     sl__norm n;
     sl__norm_from(&n, p);
+    if (n.big > sl__shard_loose_rec_max(sh)) return SL_ETOOBIG; /* check_size */
     uint8_t *r = *rec;
     uint16_t m = r ? sl__rec_meta(r) : 0;
     rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
@@ -318,13 +319,16 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
     for (size_t i = 0; i < n; i++) {
         int rc = sl_params_check(reqs[i].params);
         if (rc == 0) rc = check_request("", 1, now_ms, reqs[i].cost);
+        if (rc == 0) {
+            sl__norm_from(&norm[i], reqs[i].params);
+            if (norm[i].big > sl__shard_loose_rec_max(sh)) rc = SL_ETOOBIG; /* check_size */
+        }
         for (size_t j = 0; j < i && rc == 0; j++) /* one state may not be charged twice */
             if (reqs[j].rec == reqs[i].rec) rc = SL_EINVAL;
         if (rc != 0) {
             if (bad) *bad = i;
             return rc;
         }
-        sl__norm_from(&norm[i], reqs[i].params);
         rec[i] = *reqs[i].rec;
         meta[i] = rec[i] ? sl__rec_meta(rec[i]) : 0;
     }

@@ -220,6 +220,7 @@ struct sl__shard {
     int fail;              /* why the last insert or resize failed (sl__shard_fail) */
     int loose;             /* a loose shard (sl__shard_loose_new): no table, each
                               record its own allocation, owned by the caller */
+    uint64_t loose_rec_max; /* a loose shard's bound on one record (sl__lone_decide) */
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
@@ -1386,14 +1387,17 @@ static uint8_t *loose_resize(uint8_t *r, size_t new_state_len)
     return b + LOOSE_PREFIX;
 }
 
-sl__shard *sl__shard_loose_new(void)
+sl__shard *sl__shard_loose_new(uint64_t max_bytes)
 {
     sl__shard *sh = aligned_alloc(64, sizeof *sh);
     if (!sh) return NULL;
     memset(sh, 0, sizeof *sh);
     sh->loose = 1;
+    sh->loose_rec_max = max_bytes ? max_bytes / SL_STORE_REC_SHARE : UINT64_MAX;
     return sh;
 }
+
+uint64_t sl__shard_loose_rec_max(const sl__shard *sh) { return sh->loose_rec_max; }
 
 void sl__shard_loose_free(sl__shard *sh) { free(sh); }
 

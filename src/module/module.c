@@ -25,6 +25,7 @@
 #include "lone.h"
 #include "redismodule_api.h"
 #include "sluice.h"
+#include "util.h"
 
 #define TYPE_NAME   "sluice-rl" /* 9 characters, as Redis requires */
 #define TYPE_ENCVER 0
@@ -35,6 +36,7 @@
 static struct {
     int trust_client_time; /* accept AT t from clients */
     int64_t max_client_skew_ms;
+    uint64_t max_memory; /* bounds one key's state to 1/64 of it, as sluiced's store */
     RedisModuleType *type;
     sl__shard *loose; /* where the lone records live (counts sliding-log rings) */
 } mod;
@@ -86,14 +88,25 @@ static int val_empty(const rlval *v)
     return 1;
 }
 
-/* Whether the client gave a time (AT) the server may decide at: trusted
- * by configuration, or the command comes from the master or the AOF (the
- * decision replicated at its time). */
-static int at_allowed(RedisModuleCtx *ctx)
+/* Whether the command comes from the master or the AOF: a decision
+ * replicated at its time, whose AT is taken as it is (the master checked
+ * it, or decided it at its own clock). */
+static int from_log(RedisModuleCtx *ctx)
 {
-    if (mod.trust_client_time) return 1;
     int f = RedisModule_GetContextFlags(ctx);
     return (f & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) != 0;
+}
+
+/* Parses AT t: accepted with trust-client-time (within max-client-skew of
+ * Redis's clock) and from the master or the AOF (unbounded); else refused
+ * as sluiced refuses it. */
+static int parse_at(RedisModuleCtx *ctx, RedisModuleString *arg, int64_t *out, char *err)
+{
+    size_t n;
+    const char *s = RedisModule_StringPtrLen(arg, &n);
+    int logged = from_log(ctx);
+    return sl__parse_at(mod.trust_client_time || logged, logged ? 0 : mod.max_client_skew_ms,
+                        refused_at, RedisModule_Milliseconds(), s, n, out, err, ERRLEN);
 }
 
 /* Sets the key's TTL to when all of v's state comes to rest (the latest
@@ -218,8 +231,7 @@ static int parse_request(RedisModuleCtx *ctx, RedisModuleString **argv, int i, i
         case OPT_BURST: rc = sl__parse_burst(s, n, &q->p.burst, err, ERRLEN); break;
         case OPT_PRECISION: rc = sl__parse_precision(s, n, &q->p.precision, err, ERRLEN); break;
         case OPT_AT:
-            rc = sl__parse_at(at_allowed(ctx), mod.max_client_skew_ms, refused_at,
-                              RedisModule_Milliseconds(), s, n, &q->at, err, ERRLEN);
+            rc = parse_at(ctx, argv[i], &q->at, err);
             q->has_at = 1;
             break;
         default: break;
@@ -359,15 +371,11 @@ static int parse_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, 
     b->n = 0;
     b->has_at = 0;
     if (i < argc && arg_is(argv[i], "AT")) {
-        size_t n;
         if (i + 1 >= argc) {
             snprintf(err, ERRLEN, "option AT needs a value");
             return -1;
         }
-        const char *s = RedisModule_StringPtrLen(argv[i + 1], &n);
-        if (sl__parse_at(at_allowed(ctx), mod.max_client_skew_ms, refused_at,
-                         RedisModule_Milliseconds(), s, n, &b->at, err, ERRLEN) != 0)
-            return -1;
+        if (parse_at(ctx, argv[i + 1], &b->at, err) != 0) return -1;
         b->has_at = 1;
         i += 2;
     }
@@ -604,7 +612,8 @@ static size_t type_mem(const void *p)
 
 /* ---- loading ------------------------------------------------------------------------ */
 
-/* Module arguments: trust-client-time yes|no, max-client-skew DURATION. */
+/* Module arguments: trust-client-time yes|no, max-client-skew DURATION,
+ * max-memory SIZE (sluiced's options of those names). */
 static int parse_args(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     for (int i = 0; i < argc; i += 2) {
@@ -626,6 +635,13 @@ static int parse_args(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
                                 val);
                 return -1;
             }
+        } else if (arg_is(argv[i], "max-memory")) {
+            if (sl__size_parse(val, vn, &mod.max_memory) != 0) {
+                RedisModule_Log(ctx, "warning",
+                                "sluice: max-memory takes a size (e.g. 1gb) or 0, got '%.*s'",
+                                (int)vn, val);
+                return -1;
+            }
         } else if (arg_is(argv[i], "max-client-skew")) {
             if (vn == 1 && val[0] == '0')
                 mod.max_client_skew_ms = 0;
@@ -638,8 +654,8 @@ static int parse_args(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
             }
         } else {
             RedisModule_Log(ctx, "warning",
-                            "sluice: unknown argument '%.*s' (expected trust-client-time or "
-                            "max-client-skew)",
+                            "sluice: unknown argument '%.*s' (expected trust-client-time, "
+                            "max-client-skew or max-memory)",
                             (int)n, name);
             return -1;
         }
@@ -654,8 +670,10 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     if (sl_rm_init(ctx, "sluice", 1, REDISMODULE_APIVER_1) != REDISMODULE_OK)
         return REDISMODULE_ERR;
+    mod.max_memory = 1ULL << 30; /* sluiced's defaults */
+    mod.max_client_skew_ms = 3600000;
     if (parse_args(ctx, argv, argc) != 0) return REDISMODULE_ERR;
-    if (mod.loose == NULL && (mod.loose = sl__shard_loose_new()) == NULL) return REDISMODULE_ERR;
+    if ((mod.loose = sl__shard_loose_new(mod.max_memory)) == NULL) return REDISMODULE_ERR;
     RedisModuleTypeMethods tm = {
         .version = REDISMODULE_TYPE_METHOD_VERSION_1,
         .rdb_load = type_load,
