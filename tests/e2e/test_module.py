@@ -86,6 +86,7 @@ class Redis:
                     with RawConn(self.port, timeout=2) as c:
                         v = c.cmd("PING", timeout=2)
                         if v == b"PONG":
+                            self.check_loaded()
                             return self
                 except (OSError, EOFError, TimeoutError):
                     pass
@@ -98,6 +99,18 @@ class Redis:
             if "Address already in use" not in self.log():
                 raise AssertionError("redis-server exited at start:\n" + self.log())
         raise AssertionError("no free port for redis-server")
+
+    def check_loaded(self):
+        """The module mapped in the process is this build's, and with a
+        sanitized build the sanitizer's runtime is mapped too (else the
+        test would prove nothing about it)."""
+        with open("/proc/%d/maps" % self.proc.pid) as f:
+            maps = f.read()
+        if os.path.realpath(MODULE) not in maps:
+            raise AssertionError("%s is not loaded in redis-server" % MODULE)
+        preload = sanitizer_env().get("LD_PRELOAD")
+        if preload and os.path.realpath(preload) not in maps:
+            raise AssertionError("%s is not loaded in redis-server" % preload)
 
     def log(self):
         with open(self.log_path, "rb") as f:
