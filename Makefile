@@ -57,6 +57,7 @@ endif
 #     proto     src/proto/NAME   + server       (RESP today)
 #     sluiced   src/sluiced      + proto        (main: wires it all)
 #     cli       src/cli          lib + rules + backend
+#     module    src/module       lib            (build/sluice.so, the Redis module)
 INC_lib     := -Iinclude -Isrc/lib
 INC_rules   := $(INC_lib) -Isrc/rules
 INC_backend := $(INC_rules) -Isrc/backend
@@ -64,6 +65,7 @@ INC_server  := $(INC_backend) -Isrc/server
 INC_proto   := $(INC_server) -Isrc/proto/resp -Isrc/proto/http
 INC_sluiced := $(INC_proto) -Isrc/sluiced
 INC_cli     := $(INC_backend) -Isrc/cli
+INC_module  := $(INC_lib) -Isrc/module
 INC_tests   := $(INC_proto) -Isrc/cli -Itests
 # libsluice.so exports only the public API: sluice.h marks its
 # declarations visible; everything else (the sl__ names) is hidden.
@@ -97,18 +99,23 @@ SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
 # libcrypto: also the passwords' SHA-256 (src/server/auth.c).
 # libjansson: the HTTP module's JSON (src/proto/http).
 SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson
+# The Redis module (src/module): the library's objects and the module's,
+# one shared object Redis loads (--loadmodule build/sluice.so).
+MODULE_SRC := $(wildcard src/module/*.c)
+MODULE_OBJ := $(MODULE_SRC:%.c=$(B)/%.o)
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
-.PHONY: all lib cli sluiced tests check asan tsan run bench install uninstall man clean fmt print-layer
+.PHONY: all lib cli sluiced module tests check asan tsan run bench install uninstall man clean fmt print-layer
 .SECONDARY: # keep objects made by chained rules (tests/*.o)
-all: lib cli sluiced
+all: lib cli sluiced module
 
 lib: $(B)/libsluice.a $(B)/libsluice.so
 cli: $(B)/sluicectl $(B)/sluice
 sluiced: $(B)/sluiced
+module: $(B)/sluice.so
 tests: $(TEST_BIN)
 
 # One compile rule; the layer's include paths come from the object's folder.
@@ -119,6 +126,7 @@ $(B)/src/server/%.o:  LAYER := $(INC_server)
 $(B)/src/proto/%.o:   LAYER := $(INC_proto)
 $(B)/src/sluiced/%.o: LAYER := $(INC_sluiced)
 $(B)/src/cli/%.o:     LAYER := $(INC_cli)
+$(B)/src/module/%.o:  LAYER := $(INC_module) $(LIB_VIS)
 $(B)/tests/%.o:       LAYER := $(INC_tests)
 $(B)/bench/%.o:       LAYER := $(INC_lib)
 
@@ -142,6 +150,10 @@ $(B)/libsluice.so: $(LIB_OBJ)
 # sluicectl replay --rules decides with src/rules and the local backend, hence libyaml.
 $(B)/sluicectl: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(RULES_LIBS) $(LDLIBS)
+
+# Exports only RedisModule_OnLoad (everything else is hidden).
+$(B)/sluice.so: $(MODULE_OBJ) $(LIB_OBJ)
+	$(CC) -shared $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tool's old name, in the build tree only and for one release: a link
 # that runs sluicectl, which then notes its new name on stderr.  Never

@@ -77,6 +77,25 @@ allowed proto src/proto/resp proto.h
 # the sluice command sees lib, rules and the local backend, not the server
 allowed cli src/cli backend_local.h
 refused cli src/cli service.h
+# the Redis module sees the library only
+allowed module src/module lone.h
+allowed module src/module args.h
+refused module src/module service.h
+refused module src/module backend.h
+refused module src/module rules.h
+
+# sluice.so, the Redis module: its entry point, and no internal name
+MSO=build/sluice.so
+if [ ! -f "$MSO" ]; then
+    bad "no $MSO (make all first)"
+else
+    nm -D --defined-only "$MSO" | awk '{print $3}' >"$T/msyms"
+    if grep -qx RedisModule_OnLoad "$T/msyms" && ! grep -q '^sl__' "$T/msyms"; then
+        ok "$MSO exports RedisModule_OnLoad and no sl__ symbol"
+    else
+        bad "$MSO exports the wrong symbols" "$(grep -v '^sl_[^_]' "$T/msyms" | head -10)"
+    fi
+fi
 
 # libsluice.so: the public API only
 SO=build/libsluice.so

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "lone.h"
 #include "siphash.h" /* SL__HOT_INLINE */
 #include "store.h"
 
@@ -281,6 +282,71 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
     for (size_t i = 0; i < n; i++)
         if (rec[i] != NULL) sl__rec_unlock(rec[i]);
     for (size_t k = nlocks; k > 0; k--) sl__shard_unlock(locks[k - 1]);
+    if (all_allowed) *all_allowed = rc == 0 && all;
+    return rc;
+}
+
+/* ---- lone records (lone.h): decide_held on a loose shard's record ---------- */
+
+int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms,
+                    int64_t cost, int commit, sl_result *out)
+{
+    int rc = sl_params_check(p);
+    if (rc == 0) rc = check_request("", 1, now_ms, cost);
+    if (rc != 0) return rc;
+    if (sh == NULL || rec == NULL || out == NULL) return SL_EINVAL;
+    sl__norm n;
+    sl__norm_from(&n, p);
+    if (n.big > sl__shard_loose_rec_max(sh)) return SL_ETOOBIG; /* check_size */
+    uint8_t *r = *rec;
+    uint16_t m = r ? sl__rec_meta(r) : 0;
+    rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
+    if (r != NULL) sl__rec_release(r, m);
+    *rec = r;
+    return rc;
+}
+
+/* sl_decide_all's two passes over lone records: no locks (the owner's
+ * turn is the lock), the same answers. */
+int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64_t now_ms,
+                        sl_result *out, int *all_allowed, size_t *bad)
+{
+    if (all_allowed) *all_allowed = 0;
+    if (sh == NULL || reqs == NULL || out == NULL || n == 0 || n > SL_MAX_BATCH) return SL_EINVAL;
+    sl__norm norm[SL_MAX_BATCH];
+    uint8_t *rec[SL_MAX_BATCH];
+    uint16_t meta[SL_MAX_BATCH];
+    for (size_t i = 0; i < n; i++) {
+        int rc = sl_params_check(reqs[i].params);
+        if (rc == 0) rc = check_request("", 1, now_ms, reqs[i].cost);
+        if (rc == 0) {
+            sl__norm_from(&norm[i], reqs[i].params);
+            if (norm[i].big > sl__shard_loose_rec_max(sh)) rc = SL_ETOOBIG; /* check_size */
+        }
+        for (size_t j = 0; j < i && rc == 0; j++) /* one state may not be charged twice */
+            if (reqs[j].rec == reqs[i].rec) rc = SL_EINVAL;
+        if (rc != 0) {
+            if (bad) *bad = i;
+            return rc;
+        }
+        rec[i] = *reqs[i].rec;
+        meta[i] = rec[i] ? sl__rec_meta(rec[i]) : 0;
+    }
+    int rc = 0, all = 1;
+    size_t i = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        for (i = 0; i < n && rc == 0; i++) {
+            rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms,
+                             reqs[i].cost, pass, &out[i]);
+            if (pass == 0 && !out[i].allowed) all = 0;
+        }
+        if (!all) break; /* a denial: nothing is charged */
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (rec[k] != NULL) sl__rec_release(rec[k], meta[k]);
+        *reqs[k].rec = rec[k];
+    }
+    if (rc != 0 && bad) *bad = i - 1;
     if (all_allowed) *all_allowed = rc == 0 && all;
     return rc;
 }

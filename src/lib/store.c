@@ -218,6 +218,9 @@ struct sl__shard {
                               (SL_FULL_DENY); cleared when one at rest is dropped
                               (any other drop leaves room: no search then) */
     int fail;              /* why the last insert or resize failed (sl__shard_fail) */
+    int loose;             /* a loose shard (sl__shard_loose_new): no table, each
+                              record its own allocation, owned by the caller */
+    uint64_t loose_rec_max; /* a loose shard's bound on one record (sl__lone_decide) */
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
@@ -1343,11 +1346,69 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
     sl__read_end();
 }
 
+/* ---- loose shards (store.h) ---------------------------------------------------
+ * A record of a loose shard is its own allocation: a size_t of its state
+ * room, then the record (2-byte aligned, as in a page).  No table, no
+ * budget: its owner finds it, and the shard only counts external buffers. */
+
+#define LOOSE_PREFIX sizeof(size_t)
+
+static size_t loose_cap(const uint8_t *r)
+{
+    size_t cap;
+    memcpy(&cap, r - LOOSE_PREFIX, sizeof cap);
+    return cap;
+}
+
+static uint8_t *loose_insert(unsigned kind, const void *key, size_t klen, size_t state_len,
+                             int64_t now_ms)
+{
+    uint8_t *b = calloc(1, LOOSE_PREFIX + SL__REC_HDR + klen + state_len);
+    if (!b) return NULL;
+    memcpy(b, &state_len, sizeof state_len);
+    uint8_t *r = b + LOOSE_PREFIX;
+    sl__rec_set_clock(r, now_ms);
+    memcpy(r + SL__REC_HDR, key, klen);
+    sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
+    return r;
+}
+
+static uint8_t *loose_resize(uint8_t *r, size_t new_state_len)
+{
+    size_t cap = loose_cap(r), head = SL__REC_HDR + sl__rec_klen(r);
+    if (new_state_len <= cap) { /* fits where it is: clear what is no longer state */
+        memset(r + head + new_state_len, 0, cap - new_state_len);
+        return r;
+    }
+    uint8_t *b = realloc(r - LOOSE_PREFIX, LOOSE_PREFIX + head + new_state_len);
+    if (!b) return NULL;
+    memcpy(b, &new_state_len, sizeof new_state_len);
+    memset(b + LOOSE_PREFIX + head + cap, 0, new_state_len - cap);
+    return b + LOOSE_PREFIX;
+}
+
+sl__shard *sl__shard_loose_new(uint64_t max_bytes)
+{
+    sl__shard *sh = aligned_alloc(64, sizeof *sh);
+    if (!sh) return NULL;
+    memset(sh, 0, sizeof *sh);
+    sh->loose = 1;
+    sh->loose_rec_max = max_bytes ? max_bytes / SL_STORE_REC_SHARE : UINT64_MAX;
+    return sh;
+}
+
+uint64_t sl__shard_loose_rec_max(const sl__shard *sh) { return sh->loose_rec_max; }
+
+void sl__shard_loose_free(sl__shard *sh) { free(sh); }
+
+uint64_t sl__shard_loose_bytes(const sl__shard *sh) { return sh->ext; }
+
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const void *key, size_t klen,
                           size_t state_len, int64_t now_ms)
 {
     sh->fail = SL_ENOMEM;
     if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || kind > 15) return NULL;
+    if (sh->loose) return loose_insert(kind, key, klen, state_len, now_ms);
     uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
     if (!h) return NULL;
     uint8_t *r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
@@ -1362,6 +1423,7 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
 
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
 {
+    if (sh->loose) return loose_cap(r);
     uint32_t h = sh->last_h;
     if (!h || rec_at(sh, h) != r) {
         uint32_t i = slot_of_rec(sh, rec_hash(sh, r), r);
@@ -1377,6 +1439,7 @@ uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_s
 {
     sh->fail = SL_ENOMEM;
     if (new_state_len > SL__STATE_MAX) return NULL;
+    if (sh->loose) return loose_resize(r, new_state_len);
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i == UINT32_MAX) return NULL;
     uint32_t h = s_h(sh->slot[i]);
@@ -1404,6 +1467,11 @@ uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_s
 
 void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
 {
+    if (sh->loose) {
+        if (sl__rec_has_ext(r)) free_ext(sh, r);
+        free(r - LOOSE_PREFIX);
+        return;
+    }
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i != UINT32_MAX) drop_slot(sh, i, s_h(sh->slot[i]));
 }

@@ -312,6 +312,23 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
 void *sl__ext_alloc(sl__shard *sh, size_t bytes);
 void sl__ext_free(sl__shard *sh, void *buf, size_t bytes);
 
+/* A loose shard: records outside any store, each kept by its owner (the
+ * Redis module keeps one per key and algorithm in its own values: lone.h).
+ * sl__shard_insert on it allocates a record on its own (NULL `hash` and
+ * table: the caller keeps the pointer), sl__shard_resize moves it,
+ * sl__shard_remove frees it with its external buffer, sl__rec_state_cap
+ * gives its room; it has no bound, so reserving always succeeds, and it
+ * counts its external buffers (sl__shard_loose_bytes).  Its max_bytes
+ * bounds no total: only what one record may grow to.  No lock: one
+ * thread uses it (or its callers take turns). */
+sl__shard *sl__shard_loose_new(uint64_t max_bytes);
+/* The most bytes one record's state may take: as in a store bounded by the
+ * max_bytes the loose shard was made with (sl__store_rec_max), UINT64_MAX
+ * for 0.  Parameters that could pass it are refused (SL_ETOOBIG). */
+uint64_t sl__shard_loose_rec_max(const sl__shard *sh);
+void sl__shard_loose_free(sl__shard *sh);
+uint64_t sl__shard_loose_bytes(const sl__shard *sh);
+
 /* The most bytes one key's state may take in this store (the bound over
  * SL_STORE_REC_SHARE), or UINT64_MAX when the store is unbounded. */
 uint64_t sl__store_rec_max(const sl_store *s);

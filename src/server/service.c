@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "history.h"
 #include "service.h"
 #include "util.h"
@@ -196,111 +197,52 @@ static void timed(svc_req *q)
 
 const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n)
 {
-    size_t k = n < cap - 4 ? n : cap - 4, i;
-    for (i = 0; i < k; i++) dst[i] = isprint((unsigned char)s[i]) ? s[i] : '?';
-    if (k < n) dst[i++] = '.', dst[i++] = '.', dst[i++] = '.';
-    dst[i] = '\0';
-    return dst;
-}
-
-static int bad(char *err, size_t errlen, int code, const char *s, size_t n)
-{
-    char q[80];
-    snprintf(err, errlen, "%s, got '%s'", sl_strerror(code), sl_svc_quote(q, sizeof q, s, n));
-    return -1;
-}
-
-static int parse_int(const char *s, size_t n, int64_t max, int allow_neg, int64_t *out)
-{
-    if (allow_neg && n > 1 && s[0] == '-') {
-        int64_t v;
-        if (sl_int_parse(s + 1, n - 1, max, &v) != 0) return -1;
-        *out = -v;
-        return 0;
-    }
-    return sl_int_parse(s, n, max, out);
+    return sl__quote(dst, cap, s, n);
 }
 
 int sl_svc_parse_key(const char *s, size_t n, char *err, size_t errlen)
 {
-    (void)s;
-    if (n == 0 || n > SL_MAX_KEY) {
-        snprintf(err, errlen, "%s", sl_strerror(SL_EKEY));
-        return -1;
-    }
-    return 0;
+    return sl__parse_key(s, n, err, errlen);
 }
 
 int sl_svc_parse_limit(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
 {
-    if (parse_int(s, n, SL_MAX_LIMIT, 0, out) != 0 || *out < 1) {
-        snprintf(err, errlen, "%s", sl_strerror(SL_ELIMIT));
-        return -1;
-    }
-    return 0;
+    return sl__parse_limit(s, n, out, err, errlen);
 }
 
 int sl_svc_parse_window(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
 {
-    if (sl_duration_parse(s, n, out) != 0) return bad(err, errlen, SL_EWINDOW, s, n);
-    return 0;
+    return sl__parse_window(s, n, out, err, errlen);
 }
 
 int sl_svc_parse_algo(const char *s, size_t n, sl_algo *out, char *err, size_t errlen)
 {
-    char lower[32], q[80];
-    size_t k = n < sizeof lower ? n : sizeof lower;
-    for (size_t i = 0; i < k; i++) lower[i] = (char)tolower((unsigned char)s[i]);
-    if (n > sizeof lower || sl_algo_parse(lower, k, out) != 0) {
-        snprintf(err, errlen, "unknown algorithm '%s'", sl_svc_quote(q, sizeof q, s, n));
-        return -1;
-    }
-    return 0;
+    return sl__parse_algo(s, n, out, err, errlen);
 }
 
 int sl_svc_parse_cost(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
 {
-    if (parse_int(s, n, SL_MAX_LIMIT, 0, out) != 0) return bad(err, errlen, SL_ECOST, s, n);
-    return 0;
+    return sl__parse_cost(s, n, out, err, errlen);
 }
 
 int sl_svc_parse_burst(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
 {
-    if (parse_int(s, n, SL_MAX_LIMIT, 0, out) != 0 || *out < 1)
-        return bad(err, errlen, SL_EBURST, s, n);
-    return 0;
+    return sl__parse_burst(s, n, out, err, errlen);
 }
 
 int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
 {
-    if (parse_int(s, n, SL_MAX_PRECISION, 0, out) != 0 || *out < 1)
-        return bad(err, errlen, SL_EPRECISION, s, n);
-    return 0;
+    return sl__parse_precision(s, n, out, err, errlen);
 }
 
 int sl_svc_parse_at(const sl_svc_ctx *x, int64_t now, const char *s, size_t n, int64_t *out,
                     char *err, size_t errlen)
 {
     const sl_config *cfg = x->srv->cfg;
-    int64_t at;
-    if (!cfg->trust_client_time) {
-        snprintf(err, errlen,
-                 "AT is refused: this server decides at its own clock (start sluiced "
-                 "with --trust-client-time to accept client times)");
-        return -1;
-    }
-    if (parse_int(s, n, SL_MAX_TIME_MS - 1, 1, &at) != 0) return bad(err, errlen, SL_ETIME, s, n);
-    /* both within +-2^62: the difference cannot overflow */
-    if (cfg->max_client_skew_ms > 0 && at - now > cfg->max_client_skew_ms) {
-        snprintf(err, errlen,
-                 "AT %lld is %lld ms ahead of the server's clock (%lld); --max-client-skew "
-                 "allows at most %lld ms",
-                 (long long)at, (long long)(at - now), (long long)now,
-                 (long long)cfg->max_client_skew_ms);
-        return -1;
-    }
-    *out = at;
-    return 0;
+    return sl__parse_at(cfg->trust_client_time, cfg->max_client_skew_ms,
+                        "AT is refused: this server decides at its own clock (start sluiced "
+                        "with --trust-client-time to accept client times)",
+                        now, s, n, out, err, errlen);
 }
 
 /* ---- RL.ALLOW / RL.PEEK ---------------------------------------------------- */

@@ -1,0 +1,61 @@
+/*
+ * lone.c -- lone records (lone.h): what a record is and how it is saved.
+ * Decisions on them are limiter.c's (sl__lone_decide), on its one path.
+ */
+#include <string.h>
+
+#include "engine.h"
+#include "lone.h"
+
+#define LONE_HDR 12 /* flags, reset code, clock */
+
+void sl__lone_free(sl__shard *sh, uint8_t *rec)
+{
+    if (rec != NULL) sl__shard_remove(sh, 0, rec);
+}
+
+sl_algo sl__lone_algo(const uint8_t *rec) { return (sl_algo)sl__rec_algo(rec); }
+int64_t sl__lone_clock(const uint8_t *rec) { return sl__rec_clock(rec); }
+int64_t sl__lone_reset_at(const uint8_t *rec) { return sl__rec_reset_at(rec); }
+
+size_t sl__lone_bytes(const uint8_t *rec)
+{
+    /* the state's room is at least what a dump holds; a ring is counted
+     * at its capacity */
+    size_t n = sizeof(size_t) + SL__REC_HDR + sl__rec_klen(rec) + sl__state_dump_len(rec);
+    if (sl__rec_has_ext(rec)) n += sl__ld32(rec + SL__REC_HDR + sl__rec_klen(rec) + 8);
+    return n;
+}
+
+size_t sl__lone_dump_len(const uint8_t *rec) { return LONE_HDR + sl__state_dump_len(rec); }
+
+void sl__lone_dump(const uint8_t *rec, uint8_t *dst)
+{
+    sl__st16(dst, (uint16_t)(sl__rec_flags(rec) & ~SL__REC_SPACE));
+    memcpy(dst + 2, rec + 2, 10); /* reset code, clock */
+    sl__state_dump(rec, dst + LONE_HDR);
+}
+
+int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, uint8_t **rec)
+{
+    if (algo >= SL_ALGO_COUNT || len < LONE_HDR) return SL_EINVAL;
+    unsigned flags = sl__ld16(src);
+    int64_t clock = (int64_t)sl__ld64(src + 4);
+    const uint8_t *st = src + LONE_HDR;
+    size_t slen = len - LONE_HDR, room;
+    if (flags > (SL__REC_LIMIT | SL__REC_F1) || clock <= -SL_MAX_TIME_MS ||
+        clock >= SL_MAX_TIME_MS || (room = sl__state_load_len(algo, st, slen)) == 0)
+        return SL_EINVAL;
+    uint8_t *r = sl__shard_insert(sh, 0, algo, "", 1, room, clock);
+    if (r == NULL) return SL_ENOMEM;
+    int rc = sl__state_load(sh, r, st, slen, clock);
+    if (rc != 0) {
+        sl__shard_remove(sh, 0, r);
+        return rc;
+    }
+    memcpy(r + 2, src + 2, 2); /* the reset code, as saved */
+    sl__rec_set_flags(r, flags);
+    sl__rec_unlock(r);
+    *rec = r;
+    return 0;
+}

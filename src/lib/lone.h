@@ -1,0 +1,69 @@
+/*
+ * lone.h -- one key's state under one algorithm, kept by its owner outside
+ * any store (internal to libsluice; the Redis module, src/module, is the
+ * owner: each of its values holds the records of one Redis key).
+ *
+ * A lone record is a store record (store.h's layout, a one-byte key) made
+ * in a loose shard (sl__shard_loose_new), so the engine decides on it by
+ * the very path a store's records take (limiter.c's decide_held): the same
+ * checks, the same clock rule (SPEC section 4), the same answers.  The
+ * owner keeps the pointer: NULL is a key with no state yet (a fresh key),
+ * and a decision may set, move or (on failure of a fresh one) leave it
+ * NULL.  No locks: the owner calls these one at a time.
+ */
+#ifndef SL_LONE_H
+#define SL_LONE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+#include "sluice.h"
+
+/* Decides (commit = 1) or answers (0) a request of `cost` at now_ms with
+ * parameters p on *rec (NULL: no state).  Returns 0 and fills *out, or the
+ * SL_E* code sl_decide would return (parameters, cost, time; SL_ENOMEM),
+ * with *rec untouched. */
+int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms, int64_t cost,
+                    int commit, sl_result *out);
+
+/* One request of sl__lone_decide_all: the record pointer it decides on. */
+typedef struct sl__lone_req {
+    const sl_params *params;
+    uint8_t **rec;
+    int64_t cost;
+} sl__lone_req;
+
+/* sl_decide_all on lone records: n (1..SL_MAX_BATCH) requests at now_ms,
+ * all charged if all are allowed, else none (no clock moves) and out[i]
+ * are the answers each would get alone.  Two requests may not share a
+ * record pointer (SL_EINVAL, nothing done).  Returns 0 or the first bad
+ * request's code, with nothing charged; *bad (may be NULL) gets its
+ * index. */
+int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64_t now_ms,
+                        sl_result *out, int *all_allowed, size_t *bad);
+
+/* Frees a record (and its sliding-log ring).  NULL is ignored. */
+void sl__lone_free(sl__shard *sh, uint8_t *rec);
+
+/* The algorithm, clock and reset time (clock + reset_after_ms of its last
+ * committed decision, rounded up, INT64_MAX for never: store.h) of a
+ * record. */
+sl_algo sl__lone_algo(const uint8_t *rec);
+int64_t sl__lone_clock(const uint8_t *rec);
+int64_t sl__lone_reset_at(const uint8_t *rec);
+
+/* Bytes the record holds: its allocation and its ring (an estimate of
+ * what the allocator gives). */
+size_t sl__lone_bytes(const uint8_t *rec);
+
+/* A record as portable bytes (persistence): sl__lone_dump_len bytes,
+ * written by sl__lone_dump: u16 flags, u16 reset code, i64 clock, then
+ * the state (engine.h's sl__state_dump).  sl__lone_load makes a record of
+ * algorithm algo from such bytes: 0 and *rec, or SL_EINVAL when they are
+ * malformed (out of range, wrong length) or SL_ENOMEM. */
+size_t sl__lone_dump_len(const uint8_t *rec);
+void sl__lone_dump(const uint8_t *rec, uint8_t *dst);
+int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, uint8_t **rec);
+
+#endif

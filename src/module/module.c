@@ -1,0 +1,706 @@
+/*
+ * module.c -- sluice as a Redis module (build/sluice.so): RL.ALLOW, RL.PEEK,
+ * RL.RESET (SPEC section 7, the arguments, replies and error texts of
+ * sluiced's) and RL.DECIDEALL (all or none, sl_decide_all's rules), on the
+ * library's engine, inside Redis.  docs/module.md is the user's page.
+ *
+ * State: a value of the module type "sluice-rl" per Redis key (the user's
+ * key), holding that key's state under each algorithm used -- a lone
+ * record each (src/lib/lone.h), decided by the library's own decision
+ * path.  Saved in RDB (rdb_save/rdb_load), rewritten in AOF as RL.RESTORE
+ * commands carrying each record's exact bytes, replicated as the decision
+ * at its time (RL.ALLOW/RL.DECIDEALL with AT t, accepted from the master
+ * and while loading), and given a TTL at every decision: the time its
+ * state comes to rest (equals a fresh key's), never earlier.
+ *
+ * Time: Redis's clock (RedisModule_Milliseconds), unless loaded with
+ * `trust-client-time yes` (then AT t is accepted, bounded by
+ * `max-client-skew`).  Redis runs commands one at a time, so no locks.
+ */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "args.h"
+#include "lone.h"
+#include "redismodule_api.h"
+#include "sluice.h"
+#include "util.h"
+
+#define TYPE_NAME   "sluice-rl" /* 9 characters, as Redis requires */
+#define TYPE_ENCVER 0
+#define ERRLEN      256
+#define HOUR_MS     3600000LL
+
+/* The module's settings (its load arguments) and its loose shard. */
+static struct {
+    int trust_client_time; /* accept AT t from clients */
+    int64_t max_client_skew_ms;
+    uint64_t max_memory; /* bounds one key's state to 1/64 of it, as sluiced's store */
+    RedisModuleType *type;
+    sl__shard *loose; /* where the lone records live (counts sliding-log rings) */
+} mod;
+
+/* One Redis key's state: a record per algorithm used (NULL: none). */
+typedef struct rlval {
+    uint8_t *rec[SL_ALGO_COUNT];
+} rlval;
+
+static const char refused_at[] =
+    "AT is refused: this server decides at its own clock (load the sluice module "
+    "with trust-client-time yes to accept client times)";
+
+/* ---- replies --------------------------------------------------------------- */
+
+static int reply_err(RedisModuleCtx *ctx, const char *msg)
+{
+    char buf[2 * ERRLEN];
+    snprintf(buf, sizeof buf, "ERR %s", msg);
+    return RedisModule_ReplyWithError(ctx, buf);
+}
+
+static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
+{
+    RedisModule_ReplyWithArray(ctx, 6);
+    RedisModule_ReplyWithLongLong(ctx, r->allowed);
+    RedisModule_ReplyWithLongLong(ctx, r->limit);
+    RedisModule_ReplyWithLongLong(ctx, r->remaining);
+    RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
+}
+
+/* ---- values ---------------------------------------------------------------- */
+
+static rlval *val_new(void) { return RedisModule_Calloc(1, sizeof(rlval)); }
+
+static void val_free(void *p)
+{
+    rlval *v = p;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) sl__lone_free(mod.loose, v->rec[a]);
+    RedisModule_Free(v);
+}
+
+static int val_empty(const rlval *v)
+{
+    for (int a = 0; a < SL_ALGO_COUNT; a++)
+        if (v->rec[a]) return 0;
+    return 1;
+}
+
+/* Whether the command comes from the master or the AOF: a decision
+ * replicated at its time, whose AT is taken as it is (the master checked
+ * it, or decided it at its own clock). */
+static int from_log(RedisModuleCtx *ctx)
+{
+    int f = RedisModule_GetContextFlags(ctx);
+    return (f & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) != 0;
+}
+
+/* Parses AT t: accepted with trust-client-time (within max-client-skew of
+ * Redis's clock) and from the master or the AOF (unbounded); else refused
+ * as sluiced refuses it. */
+static int parse_at(RedisModuleCtx *ctx, RedisModuleString *arg, int64_t *out, char *err)
+{
+    size_t n;
+    const char *s = RedisModule_StringPtrLen(arg, &n);
+    int logged = from_log(ctx);
+    return sl__parse_at(mod.trust_client_time || logged, logged ? 0 : mod.max_client_skew_ms,
+                        refused_at, RedisModule_Milliseconds(), s, n, out, err, ERRLEN);
+}
+
+/* Sets the key's TTL to when all of v's state comes to rest (the latest
+ * reset time of its records, each rounded up: never early) -- as seen from
+ * `now`, the time it was decided at.  With client time trusted the key's
+ * times may not be Redis's, so it is kept at least an hour of real time.
+ * No TTL when some state never comes to rest. */
+static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now)
+{
+    int64_t until = INT64_MIN;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        if (!v->rec[a]) continue;
+        int64_t r = sl__lone_reset_at(v->rec[a]);
+        if (r > until) until = r;
+    }
+    if (until == INT64_MIN) return;
+    if (until == INT64_MAX) {
+        RedisModule_SetExpire(key, REDISMODULE_NO_EXPIRE);
+        return;
+    }
+    /* |now| and |until| < 2^62 + 2^62 (clock + a reset of at most ~2^42) */
+    int64_t ttl = until - now;
+    if (mod.trust_client_time && ttl < HOUR_MS) ttl = HOUR_MS;
+    if (ttl < 1) ttl = 1;
+    RedisModule_SetExpire(key, ttl);
+}
+
+/* Opens keyname for writing (or reading) and finds its value: 0 with *vp
+ * (NULL when the key is empty), or -1 when it holds another type (the
+ * WRONGTYPE reply is sent, the key closed). */
+static int open_val(RedisModuleCtx *ctx, RedisModuleString *name, int mode, RedisModuleKey **kp,
+                    rlval **vp)
+{
+    RedisModuleKey *k = RedisModule_OpenKey(ctx, name, mode);
+    int t = RedisModule_KeyType(k);
+    *vp = NULL;
+    if (t != REDISMODULE_KEYTYPE_EMPTY && RedisModule_ModuleTypeGetType(k) != mod.type) {
+        RedisModule_CloseKey(k);
+        RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return -1;
+    }
+    if (t != REDISMODULE_KEYTYPE_EMPTY) *vp = RedisModule_ModuleTypeGetValue(k);
+    *kp = k;
+    return 0;
+}
+
+/* ---- parsing: one request's key, limit, window and options ------------------ */
+
+typedef struct request {
+    int keyarg; /* argv index of the key */
+    sl_params p;
+    int64_t cost;
+    int has_at;
+    int64_t at;
+} request;
+
+enum { OPT_ALGO, OPT_COST, OPT_BURST, OPT_PRECISION, OPT_LOGREJECTED, OPT_AT, NOPTS };
+static const char *const opt_names[NOPTS] = {"ALGO",      "COST",        "BURST",
+                                             "PRECISION", "LOGREJECTED", "AT"};
+
+static int arg_is(RedisModuleString *a, const char *word)
+{
+    size_t n;
+    const char *s = RedisModule_StringPtrLen(a, &n);
+    return n == strlen(word) && strncasecmp(s, word, n) == 0;
+}
+
+/* Parses argv[i..end): key limit window [options] as RL.ALLOW takes them
+ * (with_at: AT allowed among them).  `stop`, when not NULL, is a word that
+ * ends the request (RL.DECIDEALL's REQ).  Returns the index after the
+ * request, or -1 with the client's message in err. */
+static int parse_request(RedisModuleCtx *ctx, RedisModuleString **argv, int i, int end,
+                         const char *stop, int with_at, request *q, char *err)
+{
+    size_t n;
+    const char *s;
+    memset(q, 0, sizeof *q);
+    q->p = (sl_params)SL_PARAMS_INIT;
+    q->cost = 1;
+    if (end - i < 3) {
+        snprintf(err, ERRLEN, "a request needs a key, a limit and a window");
+        return -1;
+    }
+    q->keyarg = i;
+    s = RedisModule_StringPtrLen(argv[i], &n);
+    if (sl__parse_key(s, n, err, ERRLEN) != 0) return -1;
+    s = RedisModule_StringPtrLen(argv[i + 1], &n);
+    if (sl__parse_limit(s, n, &q->p.limit, err, ERRLEN) != 0) return -1;
+    s = RedisModule_StringPtrLen(argv[i + 2], &n);
+    if (sl__parse_window(s, n, &q->p.window_ms, err, ERRLEN) != 0) return -1;
+    unsigned seen = 0;
+    for (i += 3; i < end; i++) {
+        if (stop && arg_is(argv[i], stop)) break;
+        int which = 0;
+        while (which < NOPTS && !arg_is(argv[i], opt_names[which])) which++;
+        if (which == NOPTS || (which == OPT_AT && !with_at)) {
+            char qb[80];
+            s = RedisModule_StringPtrLen(argv[i], &n);
+            snprintf(err, ERRLEN, "unknown option '%s' (expected ALGO, COST, BURST, PRECISION, %s)",
+                     sl__quote(qb, sizeof qb, s, n),
+                     with_at ? "LOGREJECTED or AT" : "or LOGREJECTED");
+            return -1;
+        }
+        if (seen & (1u << which)) {
+            snprintf(err, ERRLEN, "option %s given twice", opt_names[which]);
+            return -1;
+        }
+        seen |= 1u << which;
+        if (which == OPT_LOGREJECTED) {
+            q->p.log_rejected = 1;
+            continue;
+        }
+        if (i + 1 >= end) {
+            snprintf(err, ERRLEN, "option %s needs a value", opt_names[which]);
+            return -1;
+        }
+        s = RedisModule_StringPtrLen(argv[++i], &n);
+        int rc = 0;
+        switch (which) {
+        case OPT_ALGO: rc = sl__parse_algo(s, n, &q->p.algo, err, ERRLEN); break;
+        case OPT_COST: rc = sl__parse_cost(s, n, &q->cost, err, ERRLEN); break;
+        case OPT_BURST: rc = sl__parse_burst(s, n, &q->p.burst, err, ERRLEN); break;
+        case OPT_PRECISION: rc = sl__parse_precision(s, n, &q->p.precision, err, ERRLEN); break;
+        case OPT_AT:
+            rc = parse_at(ctx, argv[i], &q->at, err);
+            q->has_at = 1;
+            break;
+        default: break;
+        }
+        if (rc != 0) return -1;
+    }
+    return i;
+}
+
+/* ---- RL.ALLOW / RL.PEEK ------------------------------------------------------ */
+
+/* RL.ALLOW key limit window [ALGO a] [COST c] [BURST b] [PRECISION p]
+ *          [LOGREJECTED] [AT t]   (RL.PEEK: the same, nothing consumed) */
+static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int commit)
+{
+    char err[ERRLEN];
+    request q;
+    if (argc < 4) return RedisModule_WrongArity(ctx);
+    if (parse_request(ctx, argv, 1, argc, NULL, 1, &q, err) < 0) return reply_err(ctx, err);
+    int64_t now = q.has_at ? q.at : RedisModule_Milliseconds();
+    int rc = sl_params_check(&q.p);
+    if (rc != 0) return reply_err(ctx, sl_strerror(rc));
+    RedisModuleKey *key;
+    rlval *v;
+    if (open_val(ctx, argv[1], commit ? REDISMODULE_WRITE : REDISMODULE_READ, &key, &v) != 0)
+        return REDISMODULE_OK;
+    sl_result r;
+    if (!commit) {
+        uint8_t *rec = v ? v->rec[q.p.algo] : NULL;
+        rc = sl__lone_decide(mod.loose, &rec, &q.p, now, q.cost, 0, &r);
+        RedisModule_CloseKey(key);
+        if (rc != 0) return reply_err(ctx, sl_strerror(rc));
+        reply_fields(ctx, &r);
+        return REDISMODULE_OK;
+    }
+    int made = 0;
+    if (v == NULL) {
+        if ((v = val_new()) == NULL) {
+            RedisModule_CloseKey(key);
+            return reply_err(ctx, sl_strerror(SL_ENOMEM));
+        }
+        made = 1;
+    }
+    rc = sl__lone_decide(mod.loose, &v->rec[q.p.algo], &q.p, now, q.cost, 1, &r);
+    if (rc != 0) {
+        if (made) val_free(v);
+        RedisModule_CloseKey(key);
+        return reply_err(ctx, sl_strerror(rc));
+    }
+    if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
+    val_expire(key, v, now);
+    RedisModule_CloseKey(key);
+    /* the decision at its time, so a replica's state (and the AOF's) is
+     * the master's */
+    if (q.has_at)
+        RedisModule_ReplicateVerbatim(ctx);
+    else
+        RedisModule_Replicate(ctx, "RL.ALLOW", "vcl", argv + 1, (size_t)(argc - 1), "AT",
+                              (long long)now);
+    reply_fields(ctx, &r);
+    return REDISMODULE_OK;
+}
+
+static int cmd_allow(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return decide_cmd(ctx, argv, argc, 1);
+}
+
+static int cmd_peek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return decide_cmd(ctx, argv, argc, 0);
+}
+
+/* ---- RL.RESET ---------------------------------------------------------------- */
+
+/* RL.RESET key [ALGO a]: :1 if state existed, else :0. */
+static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    char err[ERRLEN], qb[80];
+    size_t n;
+    const char *s;
+    if (argc != 2 && argc != 4) return RedisModule_WrongArity(ctx);
+    s = RedisModule_StringPtrLen(argv[1], &n);
+    if (sl__parse_key(s, n, err, ERRLEN) != 0) return reply_err(ctx, err);
+    int lo = 0, hi = SL_ALGO_COUNT;
+    if (argc == 4) {
+        sl_algo a;
+        if (!arg_is(argv[2], "ALGO")) {
+            s = RedisModule_StringPtrLen(argv[2], &n);
+            snprintf(err, ERRLEN, "unknown option '%s' (expected ALGO)",
+                     sl__quote(qb, sizeof qb, s, n));
+            return reply_err(ctx, err);
+        }
+        s = RedisModule_StringPtrLen(argv[3], &n);
+        if (sl__parse_algo(s, n, &a, err, ERRLEN) != 0) return reply_err(ctx, err);
+        lo = (int)a;
+        hi = lo + 1;
+    }
+    RedisModuleKey *key;
+    rlval *v;
+    if (open_val(ctx, argv[1], REDISMODULE_WRITE, &key, &v) != 0) return REDISMODULE_OK;
+    int existed = 0;
+    for (int a = lo; v && a < hi; a++) {
+        if (!v->rec[a]) continue;
+        sl__lone_free(mod.loose, v->rec[a]);
+        v->rec[a] = NULL;
+        existed = 1;
+    }
+    /* the TTL left on what remains is later than it needs: never early */
+    if (v && val_empty(v)) RedisModule_DeleteKey(key);
+    RedisModule_CloseKey(key);
+    if (existed) RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithLongLong(ctx, existed);
+}
+
+/* ---- RL.DECIDEALL -------------------------------------------------------------- */
+
+/* RL.DECIDEALL [AT t] REQ key limit window [ALGO a] [COST c] [BURST b]
+ *              [PRECISION p] [LOGREJECTED] [REQ key limit window ...]
+ * 1..SL_MAX_BATCH requests decided as one at one time (sl_decide_all):
+ * all are charged if all are allowed, else none.  Reply: [all_allowed,
+ * [6 fields] per request].  Each REQ's first argument is its key, whatever
+ * its bytes. */
+typedef struct batch {
+    int n;
+    int has_at;
+    int64_t at;
+    request q[SL_MAX_BATCH];
+} batch;
+
+/* Parses the batch (also for the key positions: Redis asks before the
+ * command runs, in a cluster to route it).  0, or -1 with err. */
+static int parse_batch(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, batch *b, char *err)
+{
+    char msg[ERRLEN], qb[80];
+    int i = 1;
+    b->n = 0;
+    b->has_at = 0;
+    if (i < argc && arg_is(argv[i], "AT")) {
+        if (i + 1 >= argc) {
+            snprintf(err, ERRLEN, "option AT needs a value");
+            return -1;
+        }
+        if (parse_at(ctx, argv[i + 1], &b->at, err) != 0) return -1;
+        b->has_at = 1;
+        i += 2;
+    }
+    while (i < argc) {
+        if (!arg_is(argv[i], "REQ")) {
+            size_t n;
+            const char *s = RedisModule_StringPtrLen(argv[i], &n);
+            snprintf(err, ERRLEN, "expected REQ, got '%s'", sl__quote(qb, sizeof qb, s, n));
+            return -1;
+        }
+        if (b->n == SL_MAX_BATCH) {
+            snprintf(err, ERRLEN, "at most %d requests in one RL.DECIDEALL", SL_MAX_BATCH);
+            return -1;
+        }
+        i = parse_request(ctx, argv, i + 1, argc, "REQ", 0, &b->q[b->n], msg);
+        if (i < 0) {
+            snprintf(err, ERRLEN, "request %d: %.200s", b->n + 1, msg);
+            return -1;
+        }
+        b->n++;
+    }
+    if (b->n == 0) {
+        snprintf(err, ERRLEN, "RL.DECIDEALL needs at least one REQ key limit window");
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    char err[ERRLEN + 16];
+    batch b;
+    int perr = parse_batch(ctx, argv, argc, &b, err);
+    if (RedisModule_IsKeysPositionRequest(ctx)) {
+        for (int k = 0; perr == 0 && k < b.n; k++) RedisModule_KeyAtPos(ctx, b.q[k].keyarg);
+        return REDISMODULE_OK;
+    }
+    if (perr != 0) return reply_err(ctx, err);
+    int64_t now = b.has_at ? b.at : RedisModule_Milliseconds();
+    for (int k = 0; k < b.n; k++) {
+        int rc = sl_params_check(&b.q[k].p);
+        if (rc != 0) {
+            snprintf(err, sizeof err, "request %d: %s", k + 1, sl_strerror(rc));
+            return reply_err(ctx, err);
+        }
+    }
+    /* Open every key (a key named twice is opened once) and make the
+     * values the batch needs; values made here are kept only if charged. */
+    RedisModuleKey *keys[SL_MAX_BATCH];
+    rlval *vals[SL_MAX_BATCH];
+    int made[SL_MAX_BATCH], owner[SL_MAX_BATCH], nopen = 0, rc = 0;
+    for (int k = 0; k < b.n && rc == 0; k++) {
+        size_t ln;
+        const char *kn = RedisModule_StringPtrLen(argv[b.q[k].keyarg], &ln);
+        owner[k] = -1;
+        for (int j = 0; j < k; j++) {
+            size_t lj;
+            const char *kj = RedisModule_StringPtrLen(argv[b.q[j].keyarg], &lj);
+            if (lj == ln && memcmp(kj, kn, ln) == 0) {
+                owner[k] = owner[j];
+                break;
+            }
+        }
+        if (owner[k] >= 0) continue;
+        owner[k] = nopen;
+        if (open_val(ctx, argv[b.q[k].keyarg], REDISMODULE_WRITE, &keys[nopen], &vals[nopen]) !=
+            0) {
+            rc = -1; /* WRONGTYPE sent */
+            break;
+        }
+        made[nopen] = vals[nopen] == NULL;
+        if (made[nopen] && (vals[nopen] = val_new()) == NULL) {
+            RedisModule_CloseKey(keys[nopen]);
+            rc = SL_ENOMEM;
+            break;
+        }
+        nopen++;
+    }
+    sl__lone_req reqs[SL_MAX_BATCH];
+    sl_result out[SL_MAX_BATCH];
+    int all = 0;
+    size_t bad = 0;
+    if (rc == 0) {
+        for (int k = 0; k < b.n; k++)
+            reqs[k] = (sl__lone_req){&b.q[k].p, &vals[owner[k]]->rec[b.q[k].p.algo], b.q[k].cost};
+        rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
+    }
+    for (int o = 0; o < nopen; o++) {
+        if (made[o] && val_empty(vals[o])) {
+            val_free(vals[o]);
+        } else {
+            if (made[o]) RedisModule_ModuleTypeSetValue(keys[o], mod.type, vals[o]);
+            if (all) val_expire(keys[o], vals[o], now);
+        }
+        RedisModule_CloseKey(keys[o]);
+    }
+    if (rc == -1) return REDISMODULE_OK;
+    if (rc == SL_EINVAL) {
+        snprintf(err, sizeof err,
+                 "request %zu names the key and algorithm of an earlier request (merge their "
+                 "costs)",
+                 bad + 1);
+        return reply_err(ctx, err);
+    }
+    if (rc != 0) {
+        snprintf(err, sizeof err, "request %zu: %s", bad + 1, sl_strerror(rc));
+        return reply_err(ctx, err);
+    }
+    if (all) { /* only a charge changes state: replicate it at its time */
+        if (b.has_at)
+            RedisModule_ReplicateVerbatim(ctx);
+        else
+            RedisModule_Replicate(ctx, "RL.DECIDEALL", "clv", "AT", (long long)now, argv + 1,
+                                  (size_t)(argc - 1));
+    }
+    RedisModule_ReplyWithArray(ctx, 1 + b.n);
+    RedisModule_ReplyWithLongLong(ctx, all);
+    for (int k = 0; k < b.n; k++) reply_fields(ctx, &out[k]);
+    return REDISMODULE_OK;
+}
+
+/* ---- RL.RESTORE: what the AOF rewrite emits ------------------------------------ */
+
+/* RL.RESTORE key algorithm dump: sets key's state under that algorithm to
+ * the record dump (sl__lone_dump's bytes, as rdb_save writes them); other
+ * algorithms' state of the key is kept.  The AOF rewrite writes one per
+ * record, then Redis's PEXPIREAT for the key's TTL. */
+static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    char err[ERRLEN];
+    size_t n, dl;
+    if (argc != 4) return RedisModule_WrongArity(ctx);
+    const char *s = RedisModule_StringPtrLen(argv[1], &n);
+    if (sl__parse_key(s, n, err, ERRLEN) != 0) return reply_err(ctx, err);
+    sl_algo a;
+    s = RedisModule_StringPtrLen(argv[2], &n);
+    if (sl__parse_algo(s, n, &a, err, ERRLEN) != 0) return reply_err(ctx, err);
+    const char *dump = RedisModule_StringPtrLen(argv[3], &dl);
+    uint8_t *rec = NULL;
+    int rc = sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, &rec);
+    if (rc == SL_EINVAL) return reply_err(ctx, "malformed state for RL.RESTORE");
+    if (rc != 0) return reply_err(ctx, sl_strerror(rc));
+    RedisModuleKey *key;
+    rlval *v;
+    if (open_val(ctx, argv[1], REDISMODULE_WRITE, &key, &v) != 0) {
+        sl__lone_free(mod.loose, rec);
+        return REDISMODULE_OK;
+    }
+    if (v == NULL) {
+        if ((v = val_new()) == NULL) {
+            sl__lone_free(mod.loose, rec);
+            RedisModule_CloseKey(key);
+            return reply_err(ctx, sl_strerror(SL_ENOMEM));
+        }
+        RedisModule_ModuleTypeSetValue(key, mod.type, v);
+    }
+    sl__lone_free(mod.loose, v->rec[a]);
+    v->rec[a] = rec;
+    RedisModule_CloseKey(key);
+    RedisModule_ReplicateVerbatim(ctx);
+    return RedisModule_ReplyWithSimpleString(ctx, "OK");
+}
+
+/* ---- the data type ---------------------------------------------------------------- */
+
+/* RDB: the number of records, then per record its algorithm and its dump. */
+static void type_save(RedisModuleIO *io, void *p)
+{
+    rlval *v = p;
+    uint64_t n = 0;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) n += v->rec[a] != NULL;
+    RedisModule_SaveUnsigned(io, n);
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        if (!v->rec[a]) continue;
+        size_t len = sl__lone_dump_len(v->rec[a]);
+        uint8_t *buf = RedisModule_Alloc(len);
+        sl__lone_dump(v->rec[a], buf);
+        RedisModule_SaveUnsigned(io, (uint64_t)a);
+        RedisModule_SaveStringBuffer(io, (const char *)buf, len);
+        RedisModule_Free(buf);
+    }
+}
+
+static void *type_load(RedisModuleIO *io, int encver)
+{
+    if (encver != TYPE_ENCVER) {
+        RedisModule_LogIOError(io, "warning", "sluice: unknown encoding version %d", encver);
+        return NULL;
+    }
+    rlval *v = val_new();
+    if (v == NULL) return NULL;
+    uint64_t n = RedisModule_LoadUnsigned(io);
+    for (uint64_t k = 0; k < n; k++) {
+        uint64_t a = RedisModule_LoadUnsigned(io);
+        size_t len;
+        char *buf = RedisModule_LoadStringBuffer(io, &len);
+        int rc = a < SL_ALGO_COUNT && !v->rec[a] && buf
+                     ? sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, &v->rec[a])
+                     : SL_EINVAL;
+        if (buf) RedisModule_Free(buf);
+        if (rc != 0) {
+            RedisModule_LogIOError(io, "warning", "sluice: record %llu of a key: %s",
+                                   (unsigned long long)k + 1,
+                                   rc == SL_EINVAL ? "malformed" : sl_strerror(rc));
+            val_free(v);
+            return NULL;
+        }
+    }
+    return v;
+}
+
+static void type_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
+{
+    rlval *v = p;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        if (!v->rec[a]) continue;
+        size_t len = sl__lone_dump_len(v->rec[a]);
+        uint8_t *buf = RedisModule_Alloc(len);
+        sl__lone_dump(v->rec[a], buf);
+        RedisModule_EmitAOF(aof, "RL.RESTORE", "scb", key, sl_algo_name((sl_algo)a),
+                            (const char *)buf, len);
+        RedisModule_Free(buf);
+    }
+}
+
+static size_t type_mem(const void *p)
+{
+    const rlval *v = p;
+    size_t n = sizeof *v;
+    for (int a = 0; a < SL_ALGO_COUNT; a++)
+        if (v->rec[a]) n += sl__lone_bytes(v->rec[a]);
+    return n;
+}
+
+/* ---- loading ------------------------------------------------------------------------ */
+
+/* Module arguments: trust-client-time yes|no, max-client-skew DURATION,
+ * max-memory SIZE (sluiced's options of those names). */
+static int parse_args(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    for (int i = 0; i < argc; i += 2) {
+        size_t n, vn = 0;
+        const char *name = RedisModule_StringPtrLen(argv[i], &n);
+        const char *val = i + 1 < argc ? RedisModule_StringPtrLen(argv[i + 1], &vn) : NULL;
+        if (val == NULL) {
+            RedisModule_Log(ctx, "warning", "sluice: argument '%.*s' needs a value", (int)n, name);
+            return -1;
+        }
+        if (arg_is(argv[i], "trust-client-time")) {
+            if (arg_is(argv[i + 1], "yes"))
+                mod.trust_client_time = 1;
+            else if (arg_is(argv[i + 1], "no"))
+                mod.trust_client_time = 0;
+            else {
+                RedisModule_Log(ctx, "warning",
+                                "sluice: trust-client-time takes yes or no, got '%.*s'", (int)vn,
+                                val);
+                return -1;
+            }
+        } else if (arg_is(argv[i], "max-memory")) {
+            if (sl__size_parse(val, vn, &mod.max_memory) != 0) {
+                RedisModule_Log(ctx, "warning",
+                                "sluice: max-memory takes a size (e.g. 1gb) or 0, got '%.*s'",
+                                (int)vn, val);
+                return -1;
+            }
+        } else if (arg_is(argv[i], "max-client-skew")) {
+            if (vn == 1 && val[0] == '0')
+                mod.max_client_skew_ms = 0;
+            else if (sl_duration_parse(val, vn, &mod.max_client_skew_ms) != 0) {
+                RedisModule_Log(ctx, "warning",
+                                "sluice: max-client-skew takes a duration (e.g. 5s) or 0, got "
+                                "'%.*s'",
+                                (int)vn, val);
+                return -1;
+            }
+        } else {
+            RedisModule_Log(ctx, "warning",
+                            "sluice: unknown argument '%.*s' (expected trust-client-time, "
+                            "max-client-skew or max-memory)",
+                            (int)n, name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+__attribute__((visibility("default"))) int RedisModule_OnLoad(RedisModuleCtx *ctx,
+                                                              RedisModuleString **argv, int argc);
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    if (sl_rm_init(ctx, "sluice", 1, REDISMODULE_APIVER_1) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
+    mod.max_memory = 1ULL << 30; /* sluiced's defaults */
+    mod.max_client_skew_ms = 3600000;
+    if (parse_args(ctx, argv, argc) != 0) return REDISMODULE_ERR;
+    if ((mod.loose = sl__shard_loose_new(mod.max_memory)) == NULL) return REDISMODULE_ERR;
+    RedisModuleTypeMethods tm = {
+        .version = REDISMODULE_TYPE_METHOD_VERSION_1,
+        .rdb_load = type_load,
+        .rdb_save = type_save,
+        .aof_rewrite = type_rewrite,
+        .mem_usage = type_mem,
+        .free = val_free,
+    };
+    mod.type = RedisModule_CreateDataType(ctx, TYPE_NAME, TYPE_ENCVER, &tm);
+    if (mod.type == NULL) return REDISMODULE_ERR;
+    static const struct {
+        const char *name;
+        RedisModuleCmdFunc fn;
+        const char *flags;
+        int first, last, step;
+    } cmds[] = {
+        {"rl.allow", cmd_allow, "write deny-oom fast", 1, 1, 1},
+        {"rl.peek", cmd_peek, "readonly fast", 1, 1, 1},
+        {"rl.reset", cmd_reset, "write fast", 1, 1, 1},
+        {"rl.decideall", cmd_decideall, "write deny-oom getkeys-api", 0, 0, 0},
+        {"rl.restore", cmd_restore, "write deny-oom", 1, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, cmds[i].flags, cmds[i].first,
+                                      cmds[i].last, cmds[i].step) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
+    RedisModule_Log(ctx, "notice", "sluice %s: client time %s", SL_VERSION,
+                    mod.trust_client_time ? "trusted (AT accepted)" : "refused (Redis's clock)");
+    return REDISMODULE_OK;
+}

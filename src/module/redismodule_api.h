@@ -1,0 +1,128 @@
+/*
+ * redismodule_api.h -- the part of Redis's module API the sluice module
+ * uses, declared from the documented API (the module API reference:
+ * RedisModule_Init, the function table reached through RedisModule_GetApi,
+ * commands, keys, module data types, replies, replication).  Debian ships
+ * no redismodule.h; this is not a copy of it, only what module.c needs.
+ *
+ * How loading works: Redis calls the module's RedisModule_OnLoad(ctx, argv,
+ * argc).  The first word of the context is Redis's GetApi function, which
+ * maps an API name ("RedisModule_OpenKey") to its function pointer;
+ * sl_rm_init fetches every function listed in SL_RM_FUNCS below into the
+ * pointers of the same names, then registers the module's name.
+ *
+ * ABI facts used (stable since API version 1):
+ *   - return codes REDISMODULE_OK 0, REDISMODULE_ERR 1;
+ *   - key open modes READ 1, WRITE 2; key types EMPTY 0 .. MODULE 6;
+ *   - REDISMODULE_NO_EXPIRE -1 for SetExpire / GetExpire;
+ *   - RedisModuleTypeMethods: a version, then the callbacks in the order
+ *     below (version 1 reads up to `free`; later fields are read only by
+ *     later versions, so version 1 is enough for this module);
+ *   - context flags (GetContextFlags): REPLICATED (1<<12), the command came
+ *     from the master; LOADING (1<<13), the server is loading (AOF replay).
+ */
+#ifndef SL_REDISMODULE_API_H
+#define SL_REDISMODULE_API_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define REDISMODULE_OK                    0
+#define REDISMODULE_ERR                   1
+#define REDISMODULE_APIVER_1              1
+#define REDISMODULE_TYPE_METHOD_VERSION_1 1
+
+#define REDISMODULE_READ  (1 << 0)
+#define REDISMODULE_WRITE (1 << 1)
+
+#define REDISMODULE_KEYTYPE_EMPTY  0
+#define REDISMODULE_KEYTYPE_MODULE 6
+
+#define REDISMODULE_NO_EXPIRE -1
+
+#define REDISMODULE_CTX_FLAGS_REPLICATED (1 << 12)
+#define REDISMODULE_CTX_FLAGS_LOADING    (1 << 13)
+
+#define REDISMODULE_ERRORMSG_WRONGTYPE                                                             \
+    "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+typedef long long mstime_t;
+
+/* Opaque to modules. */
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleType RedisModuleType;
+typedef struct RedisModuleIO RedisModuleIO;
+typedef struct RedisModuleDigest RedisModuleDigest;
+
+typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+
+typedef void *(*RedisModuleTypeLoadFunc)(RedisModuleIO *rdb, int encver);
+typedef void (*RedisModuleTypeSaveFunc)(RedisModuleIO *rdb, void *value);
+typedef void (*RedisModuleTypeRewriteFunc)(RedisModuleIO *aof, RedisModuleString *key, void *value);
+typedef size_t (*RedisModuleTypeMemUsageFunc)(const void *value);
+typedef void (*RedisModuleTypeDigestFunc)(RedisModuleDigest *digest, void *value);
+typedef void (*RedisModuleTypeFreeFunc)(void *value);
+
+typedef struct RedisModuleTypeMethods {
+    uint64_t version;
+    RedisModuleTypeLoadFunc rdb_load;
+    RedisModuleTypeSaveFunc rdb_save;
+    RedisModuleTypeRewriteFunc aof_rewrite;
+    RedisModuleTypeMemUsageFunc mem_usage;
+    RedisModuleTypeDigestFunc digest;
+    RedisModuleTypeFreeFunc free;
+} RedisModuleTypeMethods;
+
+/* X(return type, name without "RedisModule_", parameters) */
+#define SL_RM_FUNCS(X)                                                                             \
+    X(int, IsModuleNameBusy, (const char *name))                                                   \
+    X(void, SetModuleAttribs, (RedisModuleCtx * ctx, const char *name, int ver, int apiver))       \
+    X(int, CreateCommand,                                                                          \
+      (RedisModuleCtx * ctx, const char *name, RedisModuleCmdFunc fn, const char *flags,           \
+       int firstkey, int lastkey, int keystep))                                                    \
+    X(RedisModuleType *, CreateDataType,                                                           \
+      (RedisModuleCtx * ctx, const char *name, int encver, RedisModuleTypeMethods *methods))       \
+    X(int, ModuleTypeSetValue, (RedisModuleKey * key, RedisModuleType * mt, void *value))          \
+    X(RedisModuleType *, ModuleTypeGetType, (RedisModuleKey * key))                                \
+    X(void *, ModuleTypeGetValue, (RedisModuleKey * key))                                          \
+    X(RedisModuleKey *, OpenKey, (RedisModuleCtx * ctx, RedisModuleString * name, int mode))       \
+    X(void, CloseKey, (RedisModuleKey * key))                                                      \
+    X(int, KeyType, (RedisModuleKey * key))                                                        \
+    X(int, DeleteKey, (RedisModuleKey * key))                                                      \
+    X(int, SetExpire, (RedisModuleKey * key, mstime_t expire))                                     \
+    X(long long, Milliseconds, (void))                                                             \
+    X(int, GetContextFlags, (RedisModuleCtx * ctx))                                                \
+    X(const char *, StringPtrLen, (const RedisModuleString *str, size_t *len))                     \
+    X(int, WrongArity, (RedisModuleCtx * ctx))                                                     \
+    X(int, ReplyWithError, (RedisModuleCtx * ctx, const char *err))                                \
+    X(int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                       \
+    X(int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                                \
+    X(int, ReplyWithSimpleString, (RedisModuleCtx * ctx, const char *msg))                         \
+    X(int, ReplicateVerbatim, (RedisModuleCtx * ctx))                                              \
+    X(int, Replicate, (RedisModuleCtx * ctx, const char *cmdname, const char *fmt, ...))           \
+    X(void, EmitAOF, (RedisModuleIO * io, const char *cmdname, const char *fmt, ...))              \
+    X(int, IsKeysPositionRequest, (RedisModuleCtx * ctx))                                          \
+    X(void, KeyAtPos, (RedisModuleCtx * ctx, int pos))                                             \
+    X(void, SaveUnsigned, (RedisModuleIO * io, uint64_t value))                                    \
+    X(uint64_t, LoadUnsigned, (RedisModuleIO * io))                                                \
+    X(void, SaveStringBuffer, (RedisModuleIO * io, const char *str, size_t len))                   \
+    X(char *, LoadStringBuffer, (RedisModuleIO * io, size_t * lenptr))                             \
+    X(void, LogIOError, (RedisModuleIO * io, const char *level, const char *fmt, ...))             \
+    X(void, Log, (RedisModuleCtx * ctx, const char *level, const char *fmt, ...))                  \
+    X(void *, Alloc, (size_t bytes))                                                               \
+    X(void *, Calloc, (size_t nmemb, size_t size))                                                 \
+    X(void, Free, (void *ptr))
+
+#define SL_RM_DECLARE(ret, name, params) extern ret(*RedisModule_##name) params;
+SL_RM_FUNCS(SL_RM_DECLARE)
+#undef SL_RM_DECLARE
+
+/* What RedisModule_Init does: fetches every function above from ctx's
+ * GetApi, refuses a module name already loaded, registers name.  Returns
+ * REDISMODULE_OK, or REDISMODULE_ERR when a function is missing (a Redis
+ * older than the API this module needs) or the name is taken. */
+int sl_rm_init(RedisModuleCtx *ctx, const char *name, int ver, int apiver);
+
+#endif
