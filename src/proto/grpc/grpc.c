@@ -83,6 +83,36 @@ typedef struct gconn {
 
 enum method { M_NONE, M_RLS, M_HEALTH };
 
+#define SMALL 256             /* bytes of a request or answer kept in its stream */
+#define ARENA (64 * 1024)     /* bytes of the decoding arena (struct scratch) */
+
+/* The worker's scratch (sl_conn_scratch): where protobuf-c decodes a
+ * request, bump-allocated and dropped whole after it ran -- no malloc per
+ * field.  Beyond ARENA bytes it falls back to malloc. */
+typedef struct scratch {
+    size_t used;
+    _Alignas(16) unsigned char mem[ARENA];
+} scratch;
+
+static void *arena_alloc(void *arg, size_t n)
+{
+    scratch *a = arg;
+    n = (n + 15) & ~(size_t)15;
+    if (n <= ARENA - a->used) {
+        void *p = a->mem + a->used;
+        a->used += n;
+        return p;
+    }
+    return malloc(n);
+}
+
+static void arena_free(void *arg, void *p)
+{
+    scratch *a = arg;
+    if ((unsigned char *)p >= a->mem && (unsigned char *)p < a->mem + ARENA) return;
+    free(p);
+}
+
 /* One request stream (nghttp2's stream user data), from its HEADERS to
  * its close. */
 struct gstream {
@@ -96,10 +126,13 @@ struct gstream {
     int too_big;        /* the message passed SL_GRPC_MAX_MESSAGE */
     size_t hdr_bytes;   /* header fields received (names + values) */
     char path[96];      /* :path, cut (a longer one is no method of ours) */
-    sl_buf in;          /* the request's DATA: prefix and message */
-    sl_buf out;         /* the response: prefix and message */
+    sl_buf in;          /* the request's DATA: prefix and message (in.p: small_in
+                           while it fits there, else malloc'd) */
+    sl_buf out;         /* the response: prefix and message (likewise small_out) */
     size_t out_off;     /* bytes of out the session took */
     gstream *prev, *next;
+    /* most calls fit here: no allocation for their bytes (bench/grpc.sh) */
+    char small_in[SMALL], small_out[SMALL];
 };
 
 /* A ShouldRateLimit in flight: outlives its stream, never points to it. */
@@ -119,8 +152,8 @@ static void stream_free(gstream *st)
     else
         g->streams = st->next;
     if (st->next) st->next->prev = st->prev;
-    free(st->in.p);
-    free(st->out.p);
+    if (st->in.p != st->small_in) free(st->in.p);
+    if (st->out.p != st->small_out) free(st->out.p);
     free(st);
 }
 
@@ -233,13 +266,13 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
     if (st->answered) return;
     st->answered = 1;
     size_t n = protobuf_c_message_get_packed_size(m);
-    unsigned char *p = malloc(5 + n);
+    unsigned char *p = 5 + n <= SMALL ? (unsigned char *)st->small_out : malloc(5 + n);
     if (p == NULL) goto nomem;
     p[0] = 0; /* not compressed */
     p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
     p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
     protobuf_c_message_pack(m, p + 5);
-    free(st->out.p);
+    if (st->out.p != st->small_out) free(st->out.p);
     st->out = (sl_buf){(char *)p, 5 + n, 5 + n};
     st->out_off = 0;
     nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
@@ -569,6 +602,9 @@ static void dispatch(gstream *st)
         return;
     }
     const unsigned char *p = (const unsigned char *)st->in.p;
+    scratch *a = sl_conn_scratch(g->c);
+    ProtobufCAllocator al = {arena_alloc, arena_free, a};
+    a->used = 0;
     if (st->in.len < 5) {
         answer_status(st, ST_INTERNAL, "no request message (expected one length-prefixed message)");
         return;
@@ -587,22 +623,22 @@ static void dispatch(gstream *st)
     }
     if (st->m == M_HEALTH) {
         Grpc__Health__V1__HealthCheckRequest *m =
-            grpc__health__v1__health_check_request__unpack(NULL, len, p + 5);
+            grpc__health__v1__health_check_request__unpack(&al, len, p + 5);
         if (m == NULL) {
             answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the HealthCheckRequest");
             return;
         }
         run_health(st, m);
-        grpc__health__v1__health_check_request__free_unpacked(m, NULL);
+        grpc__health__v1__health_check_request__free_unpacked(m, &al);
         return;
     }
-    rls_req *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, len, p + 5);
+    rls_req *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
     if (m == NULL) {
         answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the RateLimitRequest");
         return;
     }
     run_rls(st, m);
-    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, &al);
 }
 
 /* ---- nghttp2's callbacks ------------------------------------------------------- */
@@ -661,8 +697,19 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
     if (st == NULL || st->too_big || st->answered) return 0;
     if (st->in.len + n > 5 + (size_t)SL_GRPC_MAX_MESSAGE) {
         st->too_big = 1;
-        free(st->in.p);
+        if (st->in.p != st->small_in) free(st->in.p);
         st->in = (sl_buf){0};
+        return 0;
+    }
+    if (st->in.p == NULL) st->in = (sl_buf){st->small_in, 0, SMALL};
+    if (st->in.p == st->small_in && st->in.len + n > SMALL) { /* to the heap */
+        sl_buf b = {0};
+        if (sl_buf_add(&b, st->small_in, st->in.len) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+        st->in = b;
+    }
+    if (st->in.p == st->small_in) {
+        memcpy(st->small_in + st->in.len, d, n);
+        st->in.len += n;
         return 0;
     }
     return sl_buf_add(&st->in, d, n) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
@@ -801,7 +848,7 @@ const sl_proto sl_grpc_proto = {
     .name = "grpc",
     .run = run,
     .fatal = fatal,
-    .scratch_size = 0,
+    .scratch_size = sizeof(scratch),
     .closed = closed,
     .stop = stop,
 };
