@@ -83,8 +83,8 @@ typedef struct gconn {
 
 enum method { M_NONE, M_RLS, M_HEALTH };
 
-#define SMALL 256             /* bytes of a request or answer kept in its stream */
-#define ARENA (64 * 1024)     /* bytes of the decoding arena (struct scratch) */
+#define SMALL 256         /* bytes of a request or answer kept in its stream */
+#define ARENA (64 * 1024) /* bytes of the decoding arena (struct scratch) */
 
 /* The worker's scratch (sl_conn_scratch): where protobuf-c decodes a
  * request, bump-allocated and dropped whole after it ran -- no malloc per
@@ -119,17 +119,17 @@ struct gstream {
     gconn *g;
     int32_t id;
     enum method m;
-    int post;           /* :method POST */
-    int grpc_type;      /* content-type application/grpc[+proto|;...] */
-    int want_headers;   /* SL_GRPC_HEADERS_MD given */
-    int answered;       /* a response was submitted */
-    int too_big;        /* the message passed SL_GRPC_MAX_MESSAGE */
-    size_t hdr_bytes;   /* header fields received (names + values) */
-    char path[96];      /* :path, cut (a longer one is no method of ours) */
-    sl_buf in;          /* the request's DATA: prefix and message (in.p: small_in
-                           while it fits there, else malloc'd) */
-    sl_buf out;         /* the response: prefix and message (likewise small_out) */
-    size_t out_off;     /* bytes of out the session took */
+    int post;         /* :method POST */
+    int grpc_type;    /* content-type application/grpc[+proto|;...] */
+    int want_headers; /* SL_GRPC_HEADERS_MD given */
+    int answered;     /* a response was submitted */
+    int too_big;      /* the message passed SL_GRPC_MAX_MESSAGE */
+    size_t hdr_bytes; /* header fields received (names + values) */
+    char path[96];    /* :path, cut (a longer one is no method of ours) */
+    sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
+                         while it fits there, else malloc'd) */
+    sl_buf out;       /* the response: prefix and message (likewise small_out) */
+    size_t out_off;   /* bytes of out the session took */
     gstream *prev, *next;
     /* most calls fit here: no allocation for their bytes (bench/grpc.sh) */
     char small_in[SMALL], small_out[SMALL];
@@ -185,8 +185,9 @@ static void flush(gconn *g)
     for (;;) {
         const uint8_t *d;
         ssize_t n = nghttp2_session_mem_send(g->h2, &d);
-        if (n <= 0) break; /* an error here is the session's, fatal to it: the
-                              next run sees want_read and want_write 0 */
+        if (n <= 0)
+            break; /* an error here is the session's, fatal to it: the
+                      next run sees want_read and want_write 0 */
         if (s == NULL) {
             if ((s = sl_conn_slot(g->c)) == NULL) {
                 g->nomem = 1;
@@ -241,8 +242,8 @@ static void answer_status(gstream *st, int code, const char *msg)
 }
 
 /* The data provider of a message answer: out, then the trailers. */
-static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len,
-                        uint32_t *flags, nghttp2_data_source *src, void *arg)
+static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                        nghttp2_data_source *src, void *arg)
 {
     (void)arg, (void)src;
     gstream *st = nghttp2_session_get_stream_user_data(h2, id);
@@ -284,7 +285,10 @@ nomem:
 
 /* ---- ShouldRateLimit ------------------------------------------------------------ */
 
-static uint32_t clamp_u32(int64_t v) { return v < 0 ? 0 : v > UINT32_MAX ? UINT32_MAX : (uint32_t)v; }
+static uint32_t clamp_u32(int64_t v)
+{
+    return v < 0 ? 0 : v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
 
 /* The published unit nearest a limit's window, and its requests per that
  * unit (docs/envoy.md, "Units"): a Lyft unit that rls.proto has is itself;
@@ -297,8 +301,10 @@ static void unit_of(const sl_rule_limit *rl, int64_t limit, rls_limit *out)
         int64_t ms;
         int unit;
     } units[] = {
-        {365LL * 86400000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__YEAR},
-        {30LL * 86400000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MONTH},
+        {365LL * 86400000,
+         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__YEAR},
+        {30LL * 86400000,
+         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MONTH},
         {86400000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__DAY},
         {3600000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__HOUR},
         {60000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MINUTE},
@@ -417,12 +423,14 @@ static void answer_rls(gstream *st, const greq *q, const sl_svc_reply *r)
     rls_header hv[6], *hvp[6];
     sl_buf pol = {0}, now = {0};
     char small[4][32];
-    resp.overall_code = r->result.allowed ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
-                                          : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+    resp.overall_code = r->result.allowed
+                            ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                            : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
     for (int d = 0; d < r->n && d < SL_CHECK_MAX_DESC; d++) {
         const sl_check_status *cs = &r->st[d];
         rls_status *o = &sts[d];
-        *o = (rls_status)ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__DESCRIPTOR_STATUS__INIT;
+        *o =
+            (rls_status)ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__DESCRIPTOR_STATUS__INIT;
         stp[d] = o;
         /* shadow, quota, elastic: allowed, so OK, as Lyft answers shadow mode */
         o->code = cs->code == SL_CHECK_OVER_LIMIT
@@ -524,10 +532,10 @@ static void run_rls(gstream *st, const rls_req *m)
             answer_status(st, ST_INVALID_ARGUMENT, err);
             return;
         }
-        int64_t c = ds->hits_addend ? (ds->hits_addend->value > SL_MAX_LIMIT
-                                           ? SL_MAX_LIMIT + 1
-                                           : (int64_t)ds->hits_addend->value)
-                                    : cost;
+        int64_t c = ds->hits_addend
+                        ? (ds->hits_addend->value > SL_MAX_LIMIT ? SL_MAX_LIMIT + 1
+                                                                 : (int64_t)ds->hits_addend->value)
+                        : cost;
         if (dcost >= 0 && c != dcost) {
             snprintf(err, sizeof err,
                      "descriptor %d: hits_addend %" PRId64 " differs from descriptor 1's %" PRId64
@@ -675,7 +683,9 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
     if (is(name, nlen, ":method")) {
         st->post = is(value, vlen, "POST");
     } else if (is(name, nlen, ":path")) {
-        st->m = is(value, vlen, PATH_RLS) ? M_RLS : is(value, vlen, PATH_HEALTH) ? M_HEALTH : M_NONE;
+        st->m = is(value, vlen, PATH_RLS)      ? M_RLS
+                : is(value, vlen, PATH_HEALTH) ? M_HEALTH
+                                               : M_NONE;
         size_t k = vlen < sizeof st->path - 1 ? vlen : sizeof st->path - 1;
         for (size_t i = 0; i < k; i++)
             st->path[i] = value[i] >= 0x20 && value[i] < 0x7f ? (char)value[i] : '?';
@@ -750,6 +760,9 @@ static void make_cbs(void)
     nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
     /* SETTINGS_MAX_HEADER_LIST_SIZE is advertised, and counted in on_header */
     nghttp2_option_set_max_send_header_block_length(opts, SL_GRPC_MAX_HEADERS);
+    /* no RFC 7540 priority tree (gRPC does not use one): closed streams
+     * are not kept for it */
+    nghttp2_option_set_no_closed_streams(opts, 1);
 }
 
 /* The connection's session, made at its first bytes: NULL when out of
@@ -769,8 +782,9 @@ static gconn *conn_state(sl_conn *c)
     nghttp2_settings_entry iv[] = {
         {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, SL_GRPC_MAX_STREAMS},
         {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, SL_GRPC_MAX_HEADERS},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
     };
-    if (nghttp2_submit_settings(g->h2, NGHTTP2_FLAG_NONE, iv, 2) != 0) {
+    if (nghttp2_submit_settings(g->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0) {
         nghttp2_session_del(g->h2);
         free(g);
         return NULL;

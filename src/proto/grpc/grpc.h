@@ -17,14 +17,17 @@
 #include "proto.h"
 
 /* Limits of one connection, named here and quoted by docs/envoy.md. */
-#define SL_GRPC_MAX_STREAMS 100         /* SETTINGS_MAX_CONCURRENT_STREAMS */
-#define SL_GRPC_MAX_MESSAGE (16 * 1024) /* bytes of one request message (without its
-                                           5-byte prefix): more is RESOURCE_EXHAUSTED */
-#define SL_GRPC_MAX_HEADERS (16 * 1024) /* bytes of one request's header fields
-                                           (SETTINGS_MAX_HEADER_LIST_SIZE): more resets
-                                           the stream */
-#define SL_GRPC_FEED 4096               /* input handed to nghttp2 between two checks
-                                           of the turn's budget (proto.h) */
+#define SL_GRPC_MAX_STREAMS 100 /* SETTINGS_MAX_CONCURRENT_STREAMS */
+#define SL_GRPC_MAX_MESSAGE                                                                        \
+    (16 * 1024) /* bytes of one request message (without its                                       \
+                   5-byte prefix): more is RESOURCE_EXHAUSTED */
+#define SL_GRPC_MAX_HEADERS                                                                        \
+    (16 * 1024) /* bytes of one request's header fields                                            \
+                   (SETTINGS_MAX_HEADER_LIST_SIZE): more resets                                    \
+                   the stream */
+#define SL_GRPC_FEED                                                                               \
+    4096 /* input handed to nghttp2 between two checks                                             \
+            of the turn's budget (proto.h) */
 
 /* The gRPC request header that asks for RateLimit headers in
  * response_headers_to_add (docs/envoy.md): Envoy sends it with the rate
