@@ -46,6 +46,9 @@ ifeq ($(shell uname -m),x86_64)
 BASE_CFLAGS += -mtls-dialect=gnu2
 endif
 
+# Where outputs go (the variants below set it).
+B       ?= build
+
 # ---- layers -----------------------------------------------------------
 # Each layer compiles with only the include paths it may use, so a wrong
 # include fails to compile (tests/test_layers.sh proves it).  Dependencies
@@ -62,7 +65,7 @@ INC_lib     := -Iinclude -Isrc/lib
 INC_rules   := $(INC_lib) -Isrc/rules
 INC_backend := $(INC_rules) -Isrc/backend
 INC_server  := $(INC_backend) -Isrc/server
-INC_proto   := $(INC_server) -Isrc/proto/resp -Isrc/proto/http
+INC_proto   := $(INC_server) -Isrc/proto/resp -Isrc/proto/http -Isrc/proto/grpc -I$(B)/gen
 INC_sluiced := $(INC_proto) -Isrc/sluiced
 INC_cli     := $(INC_backend) -Isrc/cli
 INC_module  := $(INC_lib) -Isrc/module
@@ -75,7 +78,6 @@ ASAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno
               -DSL_RCU_CALLS
 TSAN_FLAGS := -O1 -g -fsanitize=thread
 
-B       ?= build
 LIB_SRC := $(wildcard src/lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
@@ -103,6 +105,15 @@ SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson
 # one shared object Redis loads (--loadmodule build/sluice.so).
 MODULE_SRC := $(wildcard src/module/*.c)
 MODULE_OBJ := $(MODULE_SRC:%.c=$(B)/%.o)
+# gRPC (src/proto/grpc): HTTP/2 with libnghttp2; its messages with
+# protobuf-c, from proto/*.proto by protoc-c into $(B)/gen/ (never
+# committed).  The generated C builds without -Wpedantic -Werror: it is
+# protoc-c's, not ours.
+PROTO_SRC := $(shell find proto -name '*.proto')
+PROTO_GEN := $(PROTO_SRC:proto/%.proto=$(B)/gen/%.pb-c.c)
+PROTO_OBJ := $(PROTO_GEN:%.c=%.o)
+SRV_PARTS += $(PROTO_OBJ)
+SRV_LIBS += -lnghttp2 -lprotobuf-c
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -133,6 +144,16 @@ $(B)/bench/%.o:       LAYER := $(INC_lib)
 $(B)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(BASE_CFLAGS) $(LAYER) -c $< -o $@
+
+$(B)/gen/%.pb-c.c $(B)/gen/%.pb-c.h: proto/%.proto
+	@mkdir -p $(B)/gen
+	protoc-c -Iproto --c_out=$(B)/gen $<
+
+$(B)/gen/%.o: $(B)/gen/%.c
+	$(CC) -std=c11 $(CFLAGS) -fPIC -I$(B)/gen -c $< -o $@
+
+# the protocol modules include the generated headers: made first
+$(filter $(B)/src/proto/%,$(SRV_OBJ)) $(B)/src/sluiced/main.o $(TEST_SRC:%.c=$(B)/%.o): | $(PROTO_GEN)
 
 -include $(shell find $(B)/src $(B)/tests $(B)/bench -type f -name '*.d' 2>/dev/null)
 

@@ -67,6 +67,7 @@ start_sluiced() {
     port=$("$NEW/bench/bench" --free-port)
     # builds with an HTTP listener: off, so two servers never both want 8390
     "$1/sluiced" --help 2>&1 | grep -q -- --http-port && http="--http-port 0"
+    "$1/sluiced" --help 2>&1 | grep -q -- --grpc-port && http="$http --grpc-port 0"
     # shellcheck disable=SC2086 # $http is empty or two words
     $WORK "$1/sluiced" --port "$port" $http --threads 1 --max-memory 1gb >"$TMP/$2.log" 2>&1 &
     PIDS="$PIDS $!"

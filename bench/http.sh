@@ -112,7 +112,7 @@ descriptors:
 YAML
 SPORT=$(free_port)
 SHTTP=$(free_port)
-$WORK "$SLUICED" --port "$SPORT" --http-port "$SHTTP" --threads 1 \
+$WORK "$SLUICED" --port "$SPORT" --http-port "$SHTTP" --grpc-port 0 --threads 1 \
     --rules "$TMP/rules.yaml" >"$TMP/sluiced.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_http "http://127.0.0.1:$SHTTP/healthz" || die "sluiced did not start: $(tail -5 "$TMP/sluiced.log")"

@@ -110,7 +110,7 @@ YAML
 start_sluiced() {
     local log=$1 port='' pid
     shift
-    "$SLUICED" --port 0 --http-port 0 --rules "$TMP/rules.yaml" "$@" >"$log" 2>&1 &
+    "$SLUICED" --port 0 --http-port 0 --grpc-port 0 --rules "$TMP/rules.yaml" "$@" >"$log" 2>&1 &
     pid=$!
     SLUICED_PID="$SLUICED_PID $pid"
     for _ in $(seq 100); do

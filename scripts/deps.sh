@@ -31,6 +31,12 @@ chromium
 nginx
 prometheus
 wrk
+libnghttp2-dev
+libprotobuf-c-dev
+protobuf-c-compiler
+python3-grpcio
+python3-grpc-tools
+nghttp2-client
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -67,6 +73,12 @@ wrk
 #   prometheus       promtool: tests/e2e/test_http_metrics.py checks the
 #                    /metrics page with `promtool check metrics`
 #   wrk              bench/http.sh's load generator (HTTP against nginx)
+#   libnghttp2-dev   the gRPC module's HTTP/2 (src/proto/grpc/grpc.c)
+#   libprotobuf-c-dev  the gRPC module's messages (protobuf-c's runtime)
+#   protobuf-c-compiler  protoc-c: C from proto/*.proto, into build/gen/
+#   python3-grpcio   tests/e2e/test_grpc.py's gRPC client
+#   python3-grpc-tools  its stubs, generated from proto/ at test time
+#   nghttp2-client   h2load: bench/grpc.sh's load generator
 
 set -eu
 

@@ -65,7 +65,7 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 1, name: path_limit}
 EOF
 : >"$T/sluiced.log" # before the poll below reads it
-"$SLUICED" --port 0 --http-port any --bind 127.0.0.1 --rules "$T/api.yaml" \
+"$SLUICED" --port 0 --http-port any --grpc-port 0 --bind 127.0.0.1 --rules "$T/api.yaml" \
     >"$T/sluiced.log" 2>&1 </dev/null &
 PID=$!
 i=0

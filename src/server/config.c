@@ -101,6 +101,8 @@ struct opt {
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
 static opt_set_fn set_user_header, set_trusted_proxies;
+static opt_set_fn set_grpc_port; /* gRPC (src/proto/grpc) */
+static opt_show_fn show_grpc_port;
 static opt_show_fn show_trusted_proxies, show_user_header;
 static opt_set_fn set_port, set_tls_port, set_http_port, set_https_port, set_tls_auth_clients, set_bind, set_on_store_full,
     set_capacity, set_auth_fail_limit, set_log_level;
@@ -258,6 +260,12 @@ static const opt opts[] = {
      .def = "8390",
      .help = "also serve HTTP/1.1 (docs/http.md) on port N of each --bind address; 0 = off; "
              "any = any free port"},
+    {.name = "grpc-port",
+     CUSTOM(set_grpc_port, show_grpc_port),
+     .arg = "N|any",
+     .def = "8391",
+     .help = "also serve Envoy's rate limit service over gRPC (docs/envoy.md) on port N of each "
+             "--bind address; 0 = off; any = any free port"},
     {.name = "admin-token-file",
      PATH(admin_token_file),
      .arg = "FILE",
@@ -367,6 +375,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->auth_fail_window_ms = 60000;
     cfg->tls_port = -1;
     cfg->http_port = SL_HTTP_DEFAULT_PORT;
+    cfg->grpc_port = SL_GRPC_DEFAULT_PORT;
     cfg->auth_deny_status = 429;
     cfg->https_port = 0;
     cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
@@ -790,6 +799,12 @@ static int set_http_port(sl_config *c, const opt *op, const char *v, size_t vlen
     return http_port_value(op, v, vlen, o, &c->http_port, err, errlen);
 }
 
+static int set_grpc_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                         char *err, size_t errlen)
+{
+    return http_port_value(op, v, vlen, o, &c->grpc_port, err, errlen);
+}
+
 static int set_https_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
                           char *err, size_t errlen)
 {
@@ -931,6 +946,14 @@ static void show_http_port(const sl_config *c, char *buf, size_t cap)
         snprintf(buf, cap, "any");
     else
         snprintf(buf, cap, "%d", c->http_port);
+}
+
+static void show_grpc_port(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->grpc_port == SL_HTTP_PORT_ANY)
+        snprintf(buf, cap, "any");
+    else
+        snprintf(buf, cap, "%d", c->grpc_port);
 }
 
 static void show_https_port(const sl_config *c, char *buf, size_t cap)
@@ -1223,6 +1246,17 @@ static int check_listeners(const sl_config *c, char *err, size_t errlen)
                  c->https_port == c->port        ? "port"
                  : c->https_port == c->http_port ? "http-port"
                                                  : "tls-port");
+        return -1;
+    }
+    if (c->grpc_port > 0 &&
+        (c->grpc_port == c->port || (tls && c->grpc_port == c->tls_port) ||
+         c->grpc_port == c->http_port || (https && c->grpc_port == c->https_port))) {
+        snprintf(err, errlen, "--grpc-port %d is also --%s: give them different ports",
+                 c->grpc_port,
+                 c->grpc_port == c->port        ? "port"
+                 : c->grpc_port == c->http_port ? "http-port"
+                 : c->grpc_port == c->tls_port  ? "tls-port"
+                                                : "https-port");
         return -1;
     }
     if ((tls || https) && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {

@@ -143,6 +143,7 @@
 #define PIPE_STOP -1 /* stop gracefully; always the last */
 #define PIPE_SHED -2 /* the output of all clients is over max-output-total */
 #define PIPE_TLS  (1 << 30) /* or'ed into an fd: it came from a TLS listener */
+#define PIPE_GRPC (1 << 29) /* or'ed into an fd: it came from a gRPC listener */
 
 enum conn_state {
     C_OPEN,    /* reading and running commands */
@@ -193,6 +194,7 @@ struct sl_conn {
     size_t nslots;        /* how many */
     size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
     void *pdata;          /* the protocol's word (proto.h: sl_conn_pdata) */
+    const sl_proto *proto; /* what it speaks: net->proto, or srv->grpc (--grpc-port) */
     struct sl_conn *prev, *next;
 };
 
@@ -263,6 +265,7 @@ struct sl_net {
     int ltls[MAX_LISTENERS]; /* 1: a TLS listener */
     int lhttp[MAX_LISTENERS]; /* 1: an HTTP listener: the workers accept (side), lev is NULL */
     int lhttps[MAX_LISTENERS]; /* 1: and it is HTTPS */
+    int lgrpc[MAX_LISTENERS];  /* 1: a gRPC listener (--grpc-port): srv->grpc */
     int hfds[MAX_LISTENERS];  /* the HTTP listeners' fds, for side->start */
     int htls[MAX_LISTENERS];  /* 1: hfds[i] is an HTTPS listener (--https-port) */
     int nhttp;
@@ -475,6 +478,7 @@ const char *sl_conn_addr(const conn *c, int local, char *buf, size_t cap)
 }
 
 int sl_conn_fd(const conn *c) { return c->fd; }
+int sl_conn_stopping(const conn *c) { return c->w->stopping; }
 
 /* Detaches c's pending slots: the done ones are freed, the ones still in
  * flight are left to their backend's completion, which frees them. */
@@ -688,13 +692,14 @@ sl_conn *sl_conn_detached_new(const sl_proto *proto, sl_svc_ctx *x, const sl_con
     c->w = w;
     c->fd = -1;
     c->sink = sink;
+    c->proto = proto;
     return c;
 }
 
 int sl_conn_detached_feed(sl_conn *c, const char *p, size_t len, int64_t now, size_t *used)
 {
     sl_turn t = {SIZE_MAX, SIZE_MAX};
-    return c->w->net->proto->run(c, p, len, now, &t, used);
+    return c->proto->run(c, p, len, now, &t, used);
 }
 
 void sl_conn_detached_free(sl_conn *c)
@@ -709,7 +714,7 @@ void sl_conn_detached_free(sl_conn *c)
         free(s);
     }
     w->nfree_slots = 0;
-    if (w->net->proto->closed) w->net->proto->closed(c->pdata);
+    if (c->proto->closed) c->proto->closed(c->pdata);
     free(w->scratch);
     free(w->net);
     free(w);
@@ -750,7 +755,7 @@ static void conn_free(conn *c, const char *why)
     else
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
-    if (w->net->proto->closed) w->net->proto->closed(c->pdata);
+    if (c->proto->closed) c->proto->closed(c->pdata);
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
@@ -806,7 +811,7 @@ static int tls_start(conn *c)
     return 0;
 }
 
-static void conn_new(worker *w, int fd, int tls)
+static void conn_new(worker *w, int fd, int tls, int grpc)
 {
     sl_srv *srv = w->net->srv;
     conn *c = calloc(1, sizeof *c);
@@ -814,6 +819,7 @@ static void conn_new(worker *w, int fd, int tls)
     if (c != NULL) {
         c->w = w;
         c->fd = fd;
+        c->proto = grpc ? srv->grpc : w->net->proto;
         c->in = evbuffer_new();
         c->resume = evtimer_new(w->base, on_resume, c);
         c->recv_ev = evtimer_new(w->base, on_recv_deadline, c);
@@ -1011,7 +1017,7 @@ static int run(conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size
     worker *w = c->w;
     w->serving = c;
     w->turn = t;
-    int st = w->net->proto->run(c, p, len, now, t, usedp);
+    int st = c->proto->run(c, p, len, now, t, usedp);
     w->serving = NULL;
     w->turn = NULL;
     return st;
@@ -1094,7 +1100,7 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
         c->paused_turn = 0;
         if (evbuffer_get_length(c->in) > net->cfg->max_command) {
             w->serving = c;
-            net->proto->fatal(c, "Protocol error: command larger than max-command");
+            c->proto->fatal(c, "Protocol error: command larger than max-command");
             w->serving = NULL;
             begin_close(c);
         }
@@ -1442,6 +1448,11 @@ static void stop_step(conn *c)
         sl_stat_inc(&w->ws->net_in, (uint64_t)got);
         p = w->rbuf, n = (size_t)got;
     }
+    if (c->proto->stop != NULL) { /* its last word (HTTP/2's GOAWAY), sent with the rest */
+        w->serving = c;
+        c->proto->stop(c);
+        w->serving = NULL;
+    }
     begin_close(c);
     flush(c);
 }
@@ -1508,7 +1519,8 @@ static void on_pipe(evutil_socket_t pfd, short what, void *arg)
     ssize_t n = read(pfd, fds, sizeof fds);
     for (ssize_t i = 0; i < n / (ssize_t)sizeof fds[0]; i++) {
         if (fds[i] >= 0)
-            conn_new(w, fds[i] & ~PIPE_TLS, (fds[i] & PIPE_TLS) != 0);
+            conn_new(w, fds[i] & ~(PIPE_TLS | PIPE_GRPC), (fds[i] & PIPE_TLS) != 0,
+                     (fds[i] & PIPE_GRPC) != 0);
         else if (fds[i] == PIPE_SHED)
             shed(w, NULL);
         else
@@ -1610,7 +1622,10 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
             return NULL;
         }
     }
-    w->scratch = calloc(1, net->proto->scratch_size ? net->proto->scratch_size : 1);
+    size_t scratch = net->proto->scratch_size; /* shared by both protocols' connections */
+    if (net->srv->grpc != NULL && net->srv->grpc->scratch_size > scratch)
+        scratch = net->srv->grpc->scratch_size;
+    w->scratch = calloc(1, scratch ? scratch : 1);
     if (w->scratch == NULL) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
         worker_free(w);
@@ -1638,7 +1653,7 @@ static worker *pick_worker(sl_net *net)
  * over max-clients, else hands it to a worker.  A refused TLS client is
  * closed without the error line, which it could not read before a
  * handshake (one is not spent on a client that is refused anyway). */
-static void hand_off(sl_net *net, int fd, int tls)
+static void hand_off(sl_net *net, int fd, int tls, int grpc)
 {
     sl_srv *srv = net->srv;
     int n = atomic_fetch_add_explicit(&srv->clients, 1, memory_order_relaxed);
@@ -1663,7 +1678,7 @@ static void hand_off(sl_net *net, int fd, int tls)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     worker *w = pick_worker(net);
     atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
-    int v = fd | (tls ? PIPE_TLS : 0);
+    int v = fd | (tls ? PIPE_TLS : 0) | (grpc ? PIPE_GRPC : 0);
     if (write(w->pipe[1], &v, sizeof v) != (ssize_t)sizeof v) { /* worker far behind */
         sl_log(SL_LOG_WARN, "worker busy: dropping a new connection", "worker=%d err=%s", w->id,
                sl_logq(strerror(errno)));
@@ -1677,14 +1692,21 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
                       void *arg)
 {
     (void)l, (void)sa, (void)salen;
-    hand_off(arg, fd, 0);
+    hand_off(arg, fd, 0, 0);
+}
+
+static void on_accept_grpc(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
+                           int salen, void *arg)
+{
+    (void)l, (void)sa, (void)salen;
+    hand_off(arg, fd, 0, 1);
 }
 
 static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
                           int salen, void *arg)
 {
     (void)l, (void)sa, (void)salen;
-    hand_off(arg, fd, 1);
+    hand_off(arg, fd, 1, 0);
 }
 
 static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
@@ -1735,7 +1757,7 @@ static void on_acc_pipe(evutil_socket_t pfd, short what, void *arg)
         for (int k = 0; k < BACKLOG; k++) {
             int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) break;
-            hand_off(net, fd, net->ltls[i]);
+            hand_off(net, fd, net->ltls[i], net->lgrpc[i]);
         }
         evconnlistener_free(net->lev[i]); /* closes the socket */
         net->lev[i] = NULL;
@@ -1873,17 +1895,22 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
         snprintf(err, errlen, "--https-port: no TLS context");
         goto fail;
     }
-    int ports[4] = {cfg->port, cfg->tls_port, http, https};
-    for (int kind = 0; kind < 4; kind++) {
+    /* kind 4: gRPC (--grpc-port; srv->grpc, set by main) */
+    int grpc = srv->grpc == NULL || cfg->grpc_port == 0 ? -1
+               : cfg->grpc_port == SL_HTTP_PORT_ANY ? 0
+                                                   : cfg->grpc_port;
+    int ports[5] = {cfg->port, cfg->tls_port, http, https, grpc};
+    for (int kind = 0; kind < 5; kind++) {
         for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
             int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
             net->ltls[net->nlisteners] = kind == 1;
-            net->lhttp[net->nlisteners] = kind >= 2;
+            net->lhttp[net->nlisteners] = kind == 2 || kind == 3;
             net->lhttps[net->nlisteners] = kind == 3;
-            if (kind >= 2) {
+            net->lgrpc[net->nlisteners] = kind == 4;
+            if (kind == 2 || kind == 3) {
                 net->htls[net->nhttp] = kind == 3;
                 net->hfds[net->nhttp++] = fd;
             }
@@ -1900,6 +1927,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
     srv->tls_port = cfg->tls_port >= 0 ? ports[1] : 0;
     srv->http_port = http >= 0 ? ports[2] : 0;
     srv->https_port = https >= 0 ? ports[3] : 0;
+    srv->grpc_port = grpc >= 0 ? ports[4] : 0;
 
     int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);
@@ -1929,7 +1957,11 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
     for (int i = 0; i < net->nlisteners; i++) {
         if (net->lhttp[i]) continue; /* the workers accept these (sl_net_side) */
         net->lev[i] =
-            evconnlistener_new(net->acc_base, net->ltls[i] ? on_accept_tls : on_accept, net,
+            evconnlistener_new(net->acc_base,
+                               net->lgrpc[i] ? on_accept_grpc
+                               : net->ltls[i] ? on_accept_tls
+                                              : on_accept,
+                               net,
                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, net->lfds[i]);
         if (net->lev[i] == NULL) {
             snprintf(err, errlen, "cannot listen on %s: out of memory", net->addrs[i]);
@@ -2023,4 +2055,9 @@ int sl_net_addr_http(const sl_net *net, int i)
 int sl_net_addr_https(const sl_net *net, int i)
 {
     return i >= 0 && i < net->nlisteners && net->lhttps[i];
+}
+
+int sl_net_addr_grpc(const sl_net *net, int i)
+{
+    return i >= 0 && i < net->nlisteners && net->lgrpc[i];
 }

@@ -140,5 +140,7 @@ const char *sl_net_addr(const sl_net *net, int i);
 int sl_net_addr_tls(const sl_net *net, int i);
 int sl_net_addr_http(const sl_net *net, int i);
 int sl_net_addr_https(const sl_net *net, int i);
+/* 1: listener i is a gRPC one (--grpc-port, srv->grpc), listed last. */
+int sl_net_addr_grpc(const sl_net *net, int i);
 
 #endif

@@ -71,6 +71,11 @@ typedef struct sl_proto {
      * NULL): frees what the protocol keeps for that connection.  NULL:
      * nothing to free. */
     void (*closed)(void *pdata);
+    /* The server is stopping and c's last requests ran (net.c's stop):
+     * the protocol may write a last word into a slot -- HTTP/2's GOAWAY
+     * (src/proto/grpc/).  The connection then closes after its replies.
+     * NULL: nothing to say. */
+    void (*stop)(sl_conn *c);
 } sl_proto;
 
 /* Opens the next reply slot of c; NULL when out of memory. */
@@ -104,6 +109,9 @@ const char *sl_conn_peer_host(const sl_conn *c, char *buf, size_t cap);
  * NULL as above.  And c's socket, -1 when it has none.  For CLIENT INFO. */
 const char *sl_conn_addr(const sl_conn *c, int local, char *buf, size_t cap);
 int sl_conn_fd(const sl_conn *c);
+/* 1 once the server began stopping (sl_net_stop), else 0: a health check
+ * answers "not serving" then. */
+int sl_conn_stopping(const sl_conn *c);
 /* Counts a protocol error (a connection closed for bad framing) and logs it. */
 void sl_conn_protocol_error(sl_conn *c, const char *msg);
 

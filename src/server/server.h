@@ -86,10 +86,13 @@ typedef struct sl_config {
     int auth_deny_status;           /* forward-auth's answer to a denied request; default 429 */
     int https_port;                 /* HTTP over TLS (the TLS context above) on each bind
                                        address; 0 = off (default); SL_HTTP_PORT_ANY = any */
+    int grpc_port;                  /* gRPC (src/proto/grpc) on each bind address; default
+                                       SL_GRPC_DEFAULT_PORT; 0 = off; SL_HTTP_PORT_ANY = any */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */
 #define SL_HTTP_PORT_ANY     (-1) /* --http-port any: the kernel picks (the log says which) */
+#define SL_GRPC_DEFAULT_PORT 8391 /* Envoy's rate limit service (docs/envoy.md) */
 
 /* --tls-auth-clients: whether a TLS client must show a certificate that
  * --tls-ca-cert-file signed (Redis's tls-auth-clients). */
@@ -101,6 +104,7 @@ struct sl_live;
 struct sl_auth;
 struct sl_tls;
 struct sl_history;
+struct sl_proto;
 
 typedef struct sl_srv {
     const sl_config *cfg;
@@ -119,6 +123,9 @@ typedef struct sl_srv {
     int tls_port;                   /* the TLS port actually bound; 0 = none */
     int http_port;                  /* the HTTP port actually bound; 0 = none */
     int https_port;                 /* the HTTPS port actually bound; 0 = none */
+    const struct sl_proto *grpc;    /* what --grpc-port's clients speak (set by main
+                                       before sl_net_start); NULL: no gRPC listener */
+    int grpc_port;                  /* the gRPC port actually bound; 0 = none */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

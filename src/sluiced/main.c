@@ -45,6 +45,7 @@
 #include "auth.h"
 #include "backend_local.h"
 #include "config.h"
+#include "grpc.h"
 #include "history.h"
 #include "http.h"
 #include "live.h"
@@ -490,6 +491,7 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_WARN, "not watching the rules: reload with SIGHUP or RL.RULES RELOAD",
                "path=%s err=%s", sl_logq(a.cfg.rules), sl_logq(err));
 
+    a.srv.grpc = &sl_grpc_proto; /* --grpc-port's clients (src/proto/grpc) */
     a.net = sl_net_start(&a.srv, &sl_resp_proto, &sl_http_side, err, sizeof err);
     if (a.net == NULL) {
         sl_log(SL_LOG_ERROR, err, NULL);
@@ -512,7 +514,8 @@ int main(int argc, char **argv)
     char d1[32], d2[32];
     for (int i = 0; i < sl_net_naddrs(a.net); i++)
         sl_log(SL_LOG_INFO, "listening",
-               sl_net_addr_tls(a.net, i)     ? "addr=%s threads=%d tls=yes"
+               sl_net_addr_grpc(a.net, i)    ? "addr=%s threads=%d grpc=yes"
+               : sl_net_addr_tls(a.net, i)   ? "addr=%s threads=%d tls=yes"
                : sl_net_addr_https(a.net, i) ? "addr=%s threads=%d https=yes"
                : sl_net_addr_http(a.net, i)  ? "addr=%s threads=%d http=yes"
                                              : "addr=%s threads=%d",

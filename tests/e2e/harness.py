@@ -373,6 +373,7 @@ class RawConn:
 
 LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+)')
 HTTP_LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ http=yes')
+GRPC_LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ grpc=yes')
 
 
 class Server:
@@ -380,9 +381,10 @@ class Server:
     choose a free port."""
 
     def __init__(self, *args, name="sluiced", port=0, trust_client_time=False, log_level=None,
-                 threads=None, user=None, http=False):
+                 threads=None, user=None, http=False, grpc=False):
         self.args = [str(a) for a in args]
         self.http = http
+        self.grpc = grpc  # True: --grpc-port any, read into grpc_port (else --grpc-port 0)
         if trust_client_time:
             # BASE is up to two days ahead of the server's clock: allow it
             # (the default --max-client-skew, 1h, is tested in test_clock.py)
@@ -397,6 +399,7 @@ class Server:
         self.proc = None
         self.port = None
         self.http_port = None
+        self.grpc_port = None
         self.log_path = None
         self.returncode = None
         self.forced = None       # why stop() had to SIGKILL, if it did
@@ -417,7 +420,8 @@ class Server:
         self._reported = set()
         log = open(self.log_path, "wb")
         argv = [SLUICED, "--port", str(self.want_port),
-                "--http-port", "any" if self.http else "0"] + self.args
+                "--http-port", "any" if self.http else "0",
+                "--grpc-port", "any" if self.grpc else "0"] + self.args
         log.write(("# " + " ".join(argv) + "\n").encode())
         log.flush()
         as_user = {} if self.user is None else dict(user=self.user, group=self.user,
@@ -431,10 +435,13 @@ class Server:
             text = self.log_bytes()
             m = LISTEN_RE.search(text)
             h = HTTP_LISTEN_RE.search(text) if self.http else True
-            if m and h:
+            g = GRPC_LISTEN_RE.search(text) if self.grpc else True
+            if m and h and g:
                 self.port = int(m.group(1))
                 if self.http:
                     self.http_port = int(h.group(1))
+                if self.grpc:
+                    self.grpc_port = int(g.group(1))
                 break
             if self.proc.poll() is not None:
                 raise AssertionError("sluiced exited with status %s at start:\n%s"

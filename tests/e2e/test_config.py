@@ -58,7 +58,7 @@ class BareServer(Server):
     def start(self, timeout=15):
         n = len(STARTED)
         self.log_path = os.path.join(LOG_DIR, "%03d-%s.log" % (n, re.sub(r"[^\w.-]", "_", self.name)))
-        argv = [SLUICED, "--http-port", "0"] + self.args  # HTTP: test_http.py
+        argv = [SLUICED, "--http-port", "0", "--grpc-port", "0"] + self.args  # HTTP: test_http.py
         with open(self.log_path, "wb") as log:
             log.write(("# " + " ".join(argv) + "\n").encode())
             log.flush()

@@ -116,7 +116,7 @@ class TestTokenFile(unittest.TestCase):
     """A token file that cannot be used refuses the start, naming it."""
 
     def refused(self, path):
-        r = subprocess.run([SLUICED, "--port", "0", "--http-port", "0", "--admin-token-file", path],
+        r = subprocess.run([SLUICED, "--port", "0", "--http-port", "0", "--grpc-port", "0", "--admin-token-file", path],
                            capture_output=True, timeout=30 * SLOW)
         self.assertEqual(r.returncode, 2, r)
         return r.stderr.decode()

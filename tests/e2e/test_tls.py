@@ -164,7 +164,7 @@ class TlsServer(Server):
         # TLS only: the harness's start (plain PING) cannot find it
         n = len(STARTED)
         self.log_path = os.path.join(LOG_DIR, "%03d-%s.log" % (n, self.name))
-        argv = [SLUICED, "--http-port", "0"] + self.args  # HTTP: test_http.py
+        argv = [SLUICED, "--http-port", "0", "--grpc-port", "0"] + self.args  # HTTP: test_http.py
         with open(self.log_path, "wb") as log:
             log.write(("# " + " ".join(argv) + "\n").encode())
             log.flush()

@@ -1407,4 +1407,4 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
     return st;
 }
 
-const sl_proto sl_resp_proto = {"resp", run, fatal, sizeof(sl_resp_cmd), client_free};
+const sl_proto sl_resp_proto = {"resp", run, fatal, sizeof(sl_resp_cmd), client_free, NULL};

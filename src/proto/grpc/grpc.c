@@ -1,0 +1,868 @@
+/*
+ * grpc.c -- the gRPC protocol module (see grpc.h): HTTP/2 bytes in,
+ * ShouldRateLimit and Health/Check answers out, over the service layer.
+ *
+ * One nghttp2 server session per connection (struct gconn, the
+ * connection's pdata, freed by sl_grpc_proto.closed).  run() feeds it
+ * what the client sent (nghttp2_session_mem_recv); a request runs when its
+ * stream ends (END_STREAM), and its answer is submitted on the stream.
+ * The session's output (nghttp2_session_mem_send) is written into a reply
+ * slot that is opened and completed at once: HTTP/2's bytes must leave in
+ * the order the session made them (HPACK's state, frame order), so no slot
+ * is ever held open for a request in flight.  An answer that comes later
+ * (a backend over a network) is submitted when it comes and the session's
+ * output flushed into a new slot then.
+ *
+ * A request in flight (struct greq) names its stream by id, never by
+ * pointer: when its answer arrives the stream is looked up again, and an
+ * answer for a stream that closed meanwhile (the client reset it, or the
+ * connection went) is dropped.  The gconn outlives its connection while
+ * requests are in flight (refs).
+ *
+ * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; nghttp2
+ * refuses more), SL_GRPC_MAX_HEADERS bytes of header fields and
+ * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED),
+ * and net.c's own: output held for a client that does not read pauses it
+ * (the turn's budget, proto.h), input is fed in SL_GRPC_FEED pieces so
+ * the budget is checked between them.
+ *
+ * Stopping: net.c calls stop() once the connection's last requests ran;
+ * it sends GOAWAY naming the last stream processed.  Health/Check answers
+ * NOT_SERVING from the moment the server began stopping.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <nghttp2/nghttp2.h>
+
+#include "envoy/service/ratelimit/v3/rls.pb-c.h"
+#include "grpc.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "service.h"
+
+typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_req;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse rls_resp;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus rls_status;
+typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_limit;
+typedef Envoy__Config__Core__V3__HeaderValue rls_header;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_desc;
+
+/* gRPC status codes (google.rpc.Code). */
+enum {
+    ST_OK = 0,
+    ST_INVALID_ARGUMENT = 3,
+    ST_NOT_FOUND = 5,
+    ST_FAILED_PRECONDITION = 9,
+    ST_RESOURCE_EXHAUSTED = 8,
+    ST_UNIMPLEMENTED = 12,
+    ST_INTERNAL = 13,
+    ST_UNAVAILABLE = 14,
+};
+
+#define PATH_RLS    "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+#define PATH_HEALTH "/grpc.health.v1.Health/Check"
+#define RLS_SERVICE "envoy.service.ratelimit.v3.RateLimitService"
+
+typedef struct gstream gstream;
+
+/* One connection's session.  Touched by its worker only. */
+typedef struct gconn {
+    nghttp2_session *h2; /* NULL once the connection is gone */
+    sl_conn *c;          /* NULL once the connection is gone */
+    int refs;            /* 1 for the connection + 1 per request in flight */
+    int in_run;          /* inside run(): its end flushes the output */
+    int nomem;           /* output lost: drop the connection */
+    sl_turn *t;          /* during run(): the turn's budget */
+    int64_t now;         /* during run(): the turn's clock (ms) */
+    gstream *streams;    /* every open stream (nghttp2_session_del does not
+                            close them through on_stream_close) */
+} gconn;
+
+enum method { M_NONE, M_RLS, M_HEALTH };
+
+#define SMALL 256         /* bytes of a request or answer kept in its stream */
+#define ARENA (64 * 1024) /* bytes of the decoding arena (struct scratch) */
+
+/* The worker's scratch (sl_conn_scratch): where protobuf-c decodes a
+ * request, bump-allocated and dropped whole after it ran -- no malloc per
+ * field.  Beyond ARENA bytes it falls back to malloc. */
+typedef struct scratch {
+    size_t used;
+    _Alignas(16) unsigned char mem[ARENA];
+} scratch;
+
+static void *arena_alloc(void *arg, size_t n)
+{
+    scratch *a = arg;
+    n = (n + 15) & ~(size_t)15;
+    if (n <= ARENA - a->used) {
+        void *p = a->mem + a->used;
+        a->used += n;
+        return p;
+    }
+    return malloc(n);
+}
+
+static void arena_free(void *arg, void *p)
+{
+    scratch *a = arg;
+    if ((unsigned char *)p >= a->mem && (unsigned char *)p < a->mem + ARENA) return;
+    free(p);
+}
+
+/* One request stream (nghttp2's stream user data), from its HEADERS to
+ * its close. */
+struct gstream {
+    gconn *g;
+    int32_t id;
+    enum method m;
+    int post;         /* :method POST */
+    int grpc_type;    /* content-type application/grpc[+proto|;...] */
+    int want_headers; /* SL_GRPC_HEADERS_MD given */
+    int answered;     /* a response was submitted */
+    int too_big;      /* the message passed SL_GRPC_MAX_MESSAGE */
+    size_t hdr_bytes; /* header fields received (names + values) */
+    char path[96];    /* :path, cut (a longer one is no method of ours) */
+    sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
+                         while it fits there, else malloc'd) */
+    sl_buf out;       /* the response: prefix and message (likewise small_out) */
+    size_t out_off;   /* bytes of out the session took */
+    gstream *prev, *next;
+    /* most calls fit here: no allocation for their bytes (bench/grpc.sh) */
+    char small_in[SMALL], small_out[SMALL];
+};
+
+/* A ShouldRateLimit in flight: outlives its stream, never points to it. */
+typedef struct greq {
+    gconn *g; /* holds a reference */
+    int32_t id;
+    int want_headers;
+} greq;
+
+/* ---- the connection's state -------------------------------------------- */
+
+static void stream_free(gstream *st)
+{
+    gconn *g = st->g;
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        g->streams = st->next;
+    if (st->next) st->next->prev = st->prev;
+    if (st->in.p != st->small_in) free(st->in.p);
+    if (st->out.p != st->small_out) free(st->out.p);
+    free(st);
+}
+
+static void unref(gconn *g)
+{
+    if (--g->refs > 0) return;
+    free(g);
+}
+
+static void closed(void *pdata)
+{
+    gconn *g = pdata;
+    if (g == NULL) return;
+    if (g->h2) nghttp2_session_del(g->h2);
+    g->h2 = NULL;
+    g->c = NULL;
+    while (g->streams) stream_free(g->streams);
+    unref(g);
+}
+
+/* Sends what the session has to send: one slot, opened and completed now
+ * (the file's comment).  After an asynchronous answer this may close and
+ * free the connection (proto.h): the caller touches only g after it. */
+static void flush(gconn *g)
+{
+    if (g->c == NULL || g->h2 == NULL) return;
+    sl_slot *s = NULL;
+    sl_buf *b = NULL;
+    for (;;) {
+        const uint8_t *d;
+        ssize_t n = nghttp2_session_mem_send(g->h2, &d);
+        if (n <= 0)
+            break; /* an error here is the session's, fatal to it: the
+                      next run sees want_read and want_write 0 */
+        if (s == NULL) {
+            if ((s = sl_conn_slot(g->c)) == NULL) {
+                g->nomem = 1;
+                return;
+            }
+            b = sl_slot_buf(s);
+        }
+        if (sl_buf_add(b, d, (size_t)n) != 0) g->nomem = 1;
+    }
+    if (s != NULL) sl_slot_done(s);
+}
+
+/* ---- answers --------------------------------------------------------------- */
+
+/* grpc-message: percent-encoded (gRPC's spec: bytes outside 0x20..0x7e,
+ * and '%'), cut to fit dst. */
+static void pct_encode(char *dst, size_t cap, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0;
+    for (; *s && o + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch < 0x20 || ch > 0x7e || ch == '%') {
+            dst[o++] = '%';
+            dst[o++] = hex[ch >> 4];
+            dst[o++] = hex[ch & 15];
+        } else {
+            dst[o++] = (char)ch;
+        }
+    }
+    dst[o] = '\0';
+}
+
+#define NV(n, v)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
+    }
+
+/* Answers st with no message: a trailers-only response carrying the
+ * status (gRPC's error form). */
+static void answer_status(gstream *st, int code, const char *msg)
+{
+    if (st->answered) return;
+    st->answered = 1;
+    char cs[16], enc[3 * SL_SVC_ERR + 1];
+    snprintf(cs, sizeof cs, "%d", code);
+    pct_encode(enc, sizeof enc, msg ? msg : "");
+    nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+                       NV("grpc-status", cs), NV("grpc-message", enc)};
+    if (nghttp2_submit_response(st->g->h2, st->id, nv, msg && *msg ? 4 : 3, NULL) != 0)
+        st->g->nomem = 1;
+}
+
+/* The data provider of a message answer: out, then the trailers. */
+static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
+                        nghttp2_data_source *src, void *arg)
+{
+    (void)arg, (void)src;
+    gstream *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (st == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    size_t n = st->out.len - st->out_off;
+    if (n > len) n = len;
+    memcpy(buf, st->out.p + st->out_off, n);
+    st->out_off += n;
+    if (st->out_off == st->out.len) {
+        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+        nghttp2_nv tr[] = {NV("grpc-status", "0")};
+        if (nghttp2_submit_trailer(h2, id, tr, 1) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+    return (ssize_t)n;
+}
+
+/* Answers st with message m (packed with its 5-byte prefix), then
+ * grpc-status 0. */
+static void answer_message(gstream *st, const ProtobufCMessage *m)
+{
+    if (st->answered) return;
+    st->answered = 1;
+    size_t n = protobuf_c_message_get_packed_size(m);
+    unsigned char *p = 5 + n <= SMALL ? (unsigned char *)st->small_out : malloc(5 + n);
+    if (p == NULL) goto nomem;
+    p[0] = 0; /* not compressed */
+    p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
+    p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
+    protobuf_c_message_pack(m, p + 5);
+    if (st->out.p != st->small_out) free(st->out.p);
+    st->out = (sl_buf){(char *)p, 5 + n, 5 + n};
+    st->out_off = 0;
+    nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    nghttp2_data_provider dp = {.source.ptr = st, .read_callback = read_out};
+    if (nghttp2_submit_response(st->g->h2, st->id, nv, 2, &dp) == 0) return;
+nomem:
+    st->g->nomem = 1;
+}
+
+/* ---- ShouldRateLimit ------------------------------------------------------------ */
+
+static uint32_t clamp_u32(int64_t v)
+{
+    return v < 0 ? 0 : v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+}
+
+/* The published unit nearest a limit's window, and its requests per that
+ * unit (docs/envoy.md, "Units"): a Lyft unit that rls.proto has is itself;
+ * any other window is written in the largest published unit not longer
+ * than it (at least SECOND), the limit scaled to that unit and rounded
+ * down, so the figure never promises more than the rule allows. */
+static void unit_of(const sl_rule_limit *rl, int64_t limit, rls_limit *out)
+{
+    static const struct {
+        int64_t ms;
+        int unit;
+    } units[] = {
+        {365LL * 86400000,
+         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__YEAR},
+        {30LL * 86400000,
+         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MONTH},
+        {86400000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__DAY},
+        {3600000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__HOUR},
+        {60000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__MINUTE},
+        {1000, ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__UNIT__SECOND},
+    };
+    int64_t w = rl->params.window_ms;
+    size_t k = 0;
+    while (k + 1 < sizeof units / sizeof units[0] && units[k].ms > w) k++;
+    out->unit = units[k].unit;
+    if (w == units[k].ms || w <= 0) {
+        out->requests_per_unit = clamp_u32(limit);
+        return;
+    }
+    /* limit * unit / w, without overflow: limit <= SL_MAX_LIMIT (2^53),
+     * unit <= 2^35: in long double's 64-bit mantissa after division */
+    long double r = (long double)limit * (long double)units[k].ms / (long double)w;
+    out->requests_per_unit = r >= (long double)UINT32_MAX ? UINT32_MAX : (uint32_t)r;
+}
+
+/* Whether status st shows a limit the client is held to, in the RateLimit
+ * headers (docs/http.md, "The headers of a rules decision"). */
+static int shown(const sl_check_status *st)
+{
+    if (st->rule == NULL || st->name == NULL || st->shadow) return 0;
+    if (st->code == SL_CHECK_NO_RULE || st->code == SL_CHECK_UNLIMITED) return 0;
+    return !(st->code == SL_CHECK_OK && st->limit == 0);
+}
+
+/* Appends name as an RFC 9651 string, escaped as docs/http.md says. */
+static int sf_string(sl_buf *b, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    int rc = sl_buf_add(b, "\"", 1);
+    for (; *s && rc == 0; s++) {
+        unsigned char ch = (unsigned char)*s;
+        char e[3];
+        if (ch == '"' || ch == '\\')
+            e[0] = '\\', e[1] = (char)ch, rc = sl_buf_add(b, e, 2);
+        else if (ch < 0x20 || ch > 0x7e || ch == '%')
+            e[0] = '%', e[1] = hex[ch >> 4], e[2] = hex[ch & 15], rc = sl_buf_add(b, e, 3);
+        else
+            rc = sl_buf_add(b, s, 1);
+    }
+    return rc == 0 ? sl_buf_add(b, "\"", 1) : rc;
+}
+
+static long long ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
+
+/* The RateLimit headers of /v1/check (docs/http.md) for reply r, as
+ * HeaderValues in hv[] (at most 6) with their text in text (NUL-separated
+ * values, at most cap bytes).  Returns how many. */
+static int rate_headers(const sl_svc_reply *r, rls_header *hv, sl_buf *pol, sl_buf *now,
+                        char (*small)[32])
+{
+    int n = 0, any = 0;
+    for (int d = 0; d < r->n; d++) {
+        const sl_check_status *st = &r->st[d];
+        int again = 0;
+        for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
+        if (!shown(st) || again) continue;
+        char num[80];
+        long long w = ceil_s(st->rule->params.window_ms);
+        if (any) sl_buf_add(pol, ", ", 2), sl_buf_add(now, ", ", 2);
+        sf_string(pol, st->name);
+        snprintf(num, sizeof num, ";q=%lld;w=%lld", (long long)st->limit, w < 1 ? 1 : w);
+        sl_buf_adds(pol, num);
+        sf_string(now, st->name);
+        snprintf(num, sizeof num, ";r=%lld;t=%lld", (long long)st->remaining,
+                 ceil_s(st->reset_after_ms));
+        sl_buf_adds(now, num);
+        any = 1;
+    }
+    if (sl_buf_add(pol, "", 1) != 0 || sl_buf_add(now, "", 1) != 0) return 0;
+    if (any) {
+        hv[n].key = "RateLimit-Policy", hv[n++].value = pol->p;
+        hv[n].key = "RateLimit", hv[n++].value = now->p;
+    }
+    const sl_result *x = &r->result;
+    if (!any && x->allowed) return n; /* no limit applied: nothing to tell */
+    snprintf(small[0], 32, "%lld", (long long)x->limit);
+    snprintf(small[1], 32, "%lld", (long long)x->remaining);
+    snprintf(small[2], 32, "%lld", ceil_s(x->reset_after_ms));
+    hv[n].key = "X-RateLimit-Limit", hv[n++].value = small[0];
+    hv[n].key = "X-RateLimit-Remaining", hv[n++].value = small[1];
+    hv[n].key = "X-RateLimit-Reset", hv[n++].value = small[2];
+    if (!x->allowed && x->retry_after_ms >= 0) {
+        long long s = ceil_s(x->retry_after_ms);
+        snprintf(small[3], 32, "%lld", s < 1 ? 1 : s);
+        hv[n].key = "Retry-After", hv[n++].value = small[3];
+    }
+    return n;
+}
+
+/* The gRPC status of a service error (sl_svc_check's rc). */
+static int status_of(int rc, const char *msg)
+{
+    if (msg != NULL && strcmp(msg, sl_svc_no_rules) == 0) return ST_FAILED_PRECONDITION;
+    if (rc == SL_ENOMEM || rc == SL_EFULL) return ST_RESOURCE_EXHAUSTED;
+    if (rc == SL_EINVAL || rc == SL_EKEY || rc == SL_ECOST || rc == SL_ETIME)
+        return ST_INVALID_ARGUMENT;
+    return ST_UNAVAILABLE; /* the backend could not decide: Envoy's failure mode applies */
+}
+
+/* Writes RL.CHECK's answer r as a RateLimitResponse on st (docs/envoy.md:
+ * the mapping). */
+static void answer_rls(gstream *st, const greq *q, const sl_svc_reply *r)
+{
+    if (r->rc < 0) {
+        answer_status(st, status_of(r->rc, r->err), r->err);
+        return;
+    }
+    rls_resp resp = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
+    rls_status sts[SL_CHECK_MAX_DESC], *stp[SL_CHECK_MAX_DESC];
+    rls_limit lim[SL_CHECK_MAX_DESC];
+    Google__Protobuf__Duration dur[SL_CHECK_MAX_DESC];
+    rls_header hv[6], *hvp[6];
+    sl_buf pol = {0}, now = {0};
+    char small[4][32];
+    resp.overall_code = r->result.allowed
+                            ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
+                            : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
+    for (int d = 0; d < r->n && d < SL_CHECK_MAX_DESC; d++) {
+        const sl_check_status *cs = &r->st[d];
+        rls_status *o = &sts[d];
+        *o =
+            (rls_status)ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__DESCRIPTOR_STATUS__INIT;
+        stp[d] = o;
+        /* shadow, quota, elastic: allowed, so OK, as Lyft answers shadow mode */
+        o->code = cs->code == SL_CHECK_OVER_LIMIT
+                      ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+                      : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+        if (cs->code == SL_CHECK_NO_RULE) continue; /* no limit: all unset, as Lyft */
+        if (cs->code == SL_CHECK_UNLIMITED) {
+            o->limit_remaining = UINT32_MAX; /* Lyft's answer for `unlimited` */
+            continue;
+        }
+        lim[d] = (rls_limit)ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__INIT;
+        lim[d].name = (char *)(cs->name ? cs->name : "");
+        unit_of(cs->rule, cs->limit, &lim[d]);
+        o->current_limit = &lim[d];
+        o->limit_remaining = clamp_u32(cs->remaining);
+        dur[d] = (Google__Protobuf__Duration)GOOGLE__PROTOBUF__DURATION__INIT;
+        dur[d].seconds = cs->reset_after_ms / 1000;
+        dur[d].nanos = (int32_t)(cs->reset_after_ms % 1000) * 1000000;
+        o->duration_until_reset = &dur[d];
+    }
+    resp.n_statuses = (size_t)r->n;
+    resp.statuses = stp;
+    if (q->want_headers) {
+        int n = rate_headers(r, hv, &pol, &now, small);
+        for (int i = 0; i < n; i++) {
+            rls_header tmp = ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
+            tmp.key = hv[i].key, tmp.value = hv[i].value;
+            hv[i] = tmp;
+            hvp[i] = &hv[i];
+        }
+        resp.n_response_headers_to_add = (size_t)n;
+        resp.response_headers_to_add = hvp;
+    }
+    answer_message(st, &resp.base);
+    free(pol.p);
+    free(now.p);
+}
+
+static void on_rls(void *arg, const sl_svc_reply *r)
+{
+    greq *q = arg;
+    gconn *g = q->g;
+    if (g->h2 != NULL) {
+        gstream *st = nghttp2_session_get_stream_user_data(g->h2, q->id);
+        if (st != NULL) answer_rls(st, q, r); /* else: the client reset it */
+        if (!g->in_run) flush(g);
+    }
+    free(q);
+    unref(g);
+}
+
+/* Checks a request's descriptors and runs it.  Bad input is answered
+ * INVALID_ARGUMENT (UNIMPLEMENTED for what sluiced does not do) with a
+ * message naming what and where; the backend is not asked then. */
+static void run_rls(gstream *st, const rls_req *m)
+{
+    gconn *g = st->g;
+    char err[SL_SVC_ERR];
+    sl_rule_entry ent[SL_CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
+    const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
+    int ndesc[SL_CHECK_MAX_DESC];
+    sl_svc_ctx *x = sl_conn_svc(g->c);
+    if (sl_svc_rules(x, NULL) == NULL) {
+        answer_status(st, ST_FAILED_PRECONDITION, sl_svc_no_rules);
+        return;
+    }
+    if (m->domain == NULL || m->domain[0] == '\0') {
+        answer_status(st, ST_INVALID_ARGUMENT, "rate limit domain must not be empty");
+        return;
+    }
+    if (m->n_descriptors == 0) {
+        answer_status(st, ST_INVALID_ARGUMENT, "rate limit descriptor list must not be empty");
+        return;
+    }
+    if (m->n_descriptors > SL_CHECK_MAX_DESC) {
+        snprintf(err, sizeof err, "at most %d descriptors in one request, got %zu",
+                 SL_CHECK_MAX_DESC, m->n_descriptors);
+        answer_status(st, ST_INVALID_ARGUMENT, err);
+        return;
+    }
+    /* hits_addend: the request's (0, unset: 1), or a descriptor's own; the
+     * descriptors of one request are decided together, so they must agree */
+    int64_t cost = m->hits_addend ? (int64_t)m->hits_addend : 1;
+    int64_t dcost = -1;
+    int n = (int)m->n_descriptors;
+    for (int d = 0; d < n; d++) {
+        const rls_desc *ds = m->descriptors[d];
+        if (ds->limit != NULL) {
+            snprintf(err, sizeof err,
+                     "descriptor %d: a limit override (RateLimitDescriptor.limit) is not "
+                     "supported: sluiced decides with its rules files",
+                     d + 1);
+            answer_status(st, ST_UNIMPLEMENTED, err);
+            return;
+        }
+        if (ds->n_entries == 0 || ds->n_entries > SL_RULES_MAX_DEPTH) {
+            snprintf(err, sizeof err, "descriptor %d: %zu entries (expected 1 to %d)", d + 1,
+                     ds->n_entries, SL_RULES_MAX_DEPTH);
+            answer_status(st, ST_INVALID_ARGUMENT, err);
+            return;
+        }
+        int64_t c = ds->hits_addend
+                        ? (ds->hits_addend->value > SL_MAX_LIMIT ? SL_MAX_LIMIT + 1
+                                                                 : (int64_t)ds->hits_addend->value)
+                        : cost;
+        if (dcost >= 0 && c != dcost) {
+            snprintf(err, sizeof err,
+                     "descriptor %d: hits_addend %" PRId64 " differs from descriptor 1's %" PRId64
+                     ": the descriptors of one request are decided together, with one cost",
+                     d + 1, c, dcost);
+            answer_status(st, ST_UNIMPLEMENTED, err);
+            return;
+        }
+        dcost = c;
+        for (size_t e = 0; e < ds->n_entries; e++) {
+            const char *k = ds->entries[e]->key, *v = ds->entries[e]->value;
+            ent[d][e] = (sl_rule_entry){k, strlen(k), v, strlen(v)};
+        }
+        descs[d] = ent[d];
+        ndesc[d] = (int)ds->n_entries;
+    }
+    if (dcost > SL_MAX_LIMIT) {
+        snprintf(err, sizeof err, "hits_addend above %lld", (long long)SL_MAX_LIMIT);
+        answer_status(st, ST_INVALID_ARGUMENT, err);
+        return;
+    }
+    greq *q = malloc(sizeof *q);
+    if (q == NULL) {
+        g->nomem = 1;
+        return;
+    }
+    *q = (greq){g, st->id, st->want_headers};
+    g->refs++;
+    sl_svc_check(x, m->domain, strlen(m->domain), descs, ndesc, n, dcost, g->now, on_rls, q);
+}
+
+/* ---- Health/Check ---------------------------------------------------------------- */
+
+static void run_health(gstream *st, const Grpc__Health__V1__HealthCheckRequest *m)
+{
+    if (m->service && m->service[0] && strcmp(m->service, RLS_SERVICE) != 0) {
+        answer_status(st, ST_NOT_FOUND, "unknown service");
+        return;
+    }
+    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    r.status = sl_conn_stopping(st->g->c)
+                   ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING
+                   : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    answer_message(st, &r.base);
+}
+
+/* ---- a request, once its stream ended ------------------------------------------- */
+
+static void dispatch(gstream *st)
+{
+    gconn *g = st->g;
+    if (st->answered) return;
+    if (g->t->cmds > 0) g->t->cmds--;
+    sl_stat_inc(&sl_conn_svc(g->c)->st->commands, 1);
+    if (!st->post || !st->grpc_type) {
+        /* not a gRPC call: gRPC's spec answers 415 to a wrong content-type */
+        st->answered = 1;
+        nghttp2_nv nv[] = {NV(":status", st->post ? "415" : "405")};
+        if (nghttp2_submit_response(g->h2, st->id, nv, 1, NULL) != 0) g->nomem = 1;
+        return;
+    }
+    if (st->m == M_NONE) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "unknown method %s", st->path);
+        answer_status(st, ST_UNIMPLEMENTED, msg);
+        return;
+    }
+    if (st->too_big) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "request message larger than %d bytes", SL_GRPC_MAX_MESSAGE);
+        answer_status(st, ST_RESOURCE_EXHAUSTED, msg);
+        return;
+    }
+    const unsigned char *p = (const unsigned char *)st->in.p;
+    scratch *a = sl_conn_scratch(g->c);
+    ProtobufCAllocator al = {arena_alloc, arena_free, a};
+    a->used = 0;
+    if (st->in.len < 5) {
+        answer_status(st, ST_INTERNAL, "no request message (expected one length-prefixed message)");
+        return;
+    }
+    size_t len = (size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 | p[4];
+    if (p[0] != 0) {
+        answer_status(st, ST_UNIMPLEMENTED,
+                      "compressed messages are not supported (grpc-encoding identity only)");
+        return;
+    }
+    if (len != st->in.len - 5) {
+        answer_status(st, ST_INTERNAL,
+                      len > st->in.len - 5 ? "request message cut short"
+                                           : "more than one request message in a unary call");
+        return;
+    }
+    if (st->m == M_HEALTH) {
+        Grpc__Health__V1__HealthCheckRequest *m =
+            grpc__health__v1__health_check_request__unpack(&al, len, p + 5);
+        if (m == NULL) {
+            answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the HealthCheckRequest");
+            return;
+        }
+        run_health(st, m);
+        grpc__health__v1__health_check_request__free_unpacked(m, &al);
+        return;
+    }
+    rls_req *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
+    if (m == NULL) {
+        answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the RateLimitRequest");
+        return;
+    }
+    run_rls(st, m);
+    envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, &al);
+}
+
+/* ---- nghttp2's callbacks ------------------------------------------------------- */
+
+static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+{
+    gconn *g = arg;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+    gstream *st = calloc(1, sizeof *st);
+    if (st == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    st->g = g;
+    st->id = f->hd.stream_id;
+    st->next = g->streams;
+    if (g->streams) g->streams->prev = st;
+    g->streams = st;
+    nghttp2_session_set_stream_user_data(h2, st->id, st);
+    return 0;
+}
+
+static int is(const uint8_t *p, size_t n, const char *s)
+{
+    return n == strlen(s) && memcmp(p, s, n) == 0;
+}
+
+static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+                     const uint8_t *value, size_t vlen, uint8_t flags, void *arg)
+{
+    (void)flags, (void)arg;
+    gstream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st == NULL || f->hd.type != NGHTTP2_HEADERS) return 0;
+    if (f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0; /* trailers: ignored */
+    st->hdr_bytes += nlen + vlen;
+    if (st->hdr_bytes > SL_GRPC_MAX_HEADERS) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+    if (is(name, nlen, ":method")) {
+        st->post = is(value, vlen, "POST");
+    } else if (is(name, nlen, ":path")) {
+        st->m = is(value, vlen, PATH_RLS)      ? M_RLS
+                : is(value, vlen, PATH_HEALTH) ? M_HEALTH
+                                               : M_NONE;
+        size_t k = vlen < sizeof st->path - 1 ? vlen : sizeof st->path - 1;
+        for (size_t i = 0; i < k; i++)
+            st->path[i] = value[i] >= 0x20 && value[i] < 0x7f ? (char)value[i] : '?';
+        st->path[k] = '\0';
+    } else if (is(name, nlen, "content-type")) {
+        st->grpc_type = vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                        (vlen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (is(name, nlen, SL_GRPC_HEADERS_MD)) {
+        st->want_headers = !is(value, vlen, "0") && !is(value, vlen, "false");
+    }
+    return 0;
+}
+
+static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *d, size_t n,
+                   void *arg)
+{
+    (void)flags, (void)arg;
+    gstream *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (st == NULL || st->too_big || st->answered) return 0;
+    if (st->in.len + n > 5 + (size_t)SL_GRPC_MAX_MESSAGE) {
+        st->too_big = 1;
+        if (st->in.p != st->small_in) free(st->in.p);
+        st->in = (sl_buf){0};
+        return 0;
+    }
+    if (st->in.p == NULL) st->in = (sl_buf){st->small_in, 0, SMALL};
+    if (st->in.p == st->small_in && st->in.len + n > SMALL) { /* to the heap */
+        sl_buf b = {0};
+        if (sl_buf_add(&b, st->small_in, st->in.len) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+        st->in = b;
+    }
+    if (st->in.p == st->small_in) {
+        memcpy(st->small_in + st->in.len, d, n);
+        st->in.len += n;
+        return 0;
+    }
+    return sl_buf_add(&st->in, d, n) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
+}
+
+static int on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+{
+    gconn *g = arg;
+    if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
+        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
+        return 0;
+    gstream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st != NULL) dispatch(st);
+    return g->nomem ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+}
+
+static int on_close(nghttp2_session *h2, int32_t id, uint32_t code, void *arg)
+{
+    (void)code, (void)arg;
+    gstream *st = nghttp2_session_get_stream_user_data(h2, id);
+    if (st != NULL) stream_free(st);
+    return 0;
+}
+
+/* The callbacks and options every session shares: made once, then only
+ * read (pthread_once), so workers share them without a lock. */
+static nghttp2_session_callbacks *cbs;
+static nghttp2_option *opts;
+static pthread_once_t cbs_once = PTHREAD_ONCE_INIT;
+
+static void make_cbs(void)
+{
+    if (nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_option_new(&opts) != 0) return;
+    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
+    /* SETTINGS_MAX_HEADER_LIST_SIZE is advertised, and counted in on_header */
+    nghttp2_option_set_max_send_header_block_length(opts, SL_GRPC_MAX_HEADERS);
+    /* no RFC 7540 priority tree (gRPC does not use one): closed streams
+     * are not kept for it */
+    nghttp2_option_set_no_closed_streams(opts, 1);
+}
+
+/* The connection's session, made at its first bytes: NULL when out of
+ * memory. */
+static gconn *conn_state(sl_conn *c)
+{
+    gconn *g = sl_conn_pdata(c);
+    if (g != NULL) return g;
+    pthread_once(&cbs_once, make_cbs);
+    if (cbs == NULL || opts == NULL || (g = calloc(1, sizeof *g)) == NULL) return NULL;
+    g->c = c;
+    g->refs = 1;
+    if (nghttp2_session_server_new2(&g->h2, cbs, g, opts) != 0) {
+        free(g);
+        return NULL;
+    }
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, SL_GRPC_MAX_STREAMS},
+        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, SL_GRPC_MAX_HEADERS},
+        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
+    };
+    if (nghttp2_submit_settings(g->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0) {
+        nghttp2_session_del(g->h2);
+        free(g);
+        return NULL;
+    }
+    sl_conn_set_pdata(c, g);
+    return g;
+}
+
+/* ---- the protocol ---------------------------------------------------------------- */
+
+static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *used)
+{
+    gconn *g = conn_state(c);
+    *used = 0;
+    if (g == NULL) return SL_PROTO_NOMEM;
+    g->in_run = 1;
+    g->t = t;
+    g->now = now;
+    int st = SL_PROTO_AGAIN;
+    size_t pos = 0;
+    while (pos < len) {
+        if (t->cmds == 0 || t->bytes == 0) {
+            st = SL_PROTO_TURN;
+            break;
+        }
+        size_t n = len - pos;
+        if (n > SL_GRPC_FEED) n = SL_GRPC_FEED;
+        if (n > t->bytes) n = t->bytes;
+        ssize_t rv = nghttp2_session_mem_recv(g->h2, (const uint8_t *)p + pos, n);
+        if (rv < 0) { /* nghttp2 queued its GOAWAY, if the error has one */
+            if (!g->nomem) sl_conn_protocol_error(c, nghttp2_strerror((int)rv));
+            pos = len;
+            st = SL_PROTO_CLOSE;
+            break;
+        }
+        pos += (size_t)rv;
+        t->bytes = (size_t)rv >= t->bytes ? 0 : t->bytes - (size_t)rv;
+    }
+    flush(g);
+    g->in_run = 0;
+    g->t = NULL;
+    *used = pos;
+    if (g->nomem) return SL_PROTO_NOMEM;
+    if (st != SL_PROTO_CLOSE && !nghttp2_session_want_read(g->h2) &&
+        !nghttp2_session_want_write(g->h2))
+        st = SL_PROTO_CLOSE; /* GOAWAY both ways, or a fatal session error */
+    return st;
+}
+
+/* Input beyond max-command (net.c): GOAWAY, then the connection closes. */
+static void fatal(sl_conn *c, const char *msg)
+{
+    gconn *g = sl_conn_pdata(c);
+    if (g != NULL && g->h2 != NULL) {
+        nghttp2_submit_goaway(g->h2, NGHTTP2_FLAG_NONE,
+                              nghttp2_session_get_last_proc_stream_id(g->h2),
+                              NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)msg, strlen(msg));
+        flush(g);
+    }
+    sl_conn_protocol_error(c, msg);
+}
+
+/* The server stops and c's last requests ran: GOAWAY naming the last
+ * stream processed, so the client knows which calls to retry elsewhere. */
+static void stop(sl_conn *c)
+{
+    gconn *g = sl_conn_pdata(c);
+    if (g == NULL || g->h2 == NULL) return;
+    nghttp2_submit_goaway(g->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(g->h2),
+                          NGHTTP2_NO_ERROR, NULL, 0);
+    flush(g);
+}
+
+const sl_proto sl_grpc_proto = {
+    .name = "grpc",
+    .run = run,
+    .fatal = fatal,
+    .scratch_size = sizeof(scratch),
+    .closed = closed,
+    .stop = stop,
+};

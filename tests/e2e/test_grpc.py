@@ -1,0 +1,646 @@
+"""Envoy's rate limit service over gRPC (--grpc-port, src/proto/grpc,
+docs/envoy.md), with a real gRPC client: Debian's python3-grpcio, with
+stubs generated at test time by python3-grpc-tools from proto/ (into a
+temporary folder).
+
+- Parity: random rule sets (test_rules_model.py's generator, with windows
+  of half an hour and more) loaded twice under two domains of one server;
+  every request goes once through ShouldRateLimit (one domain) and at once
+  through RL.CHECK over RESP (the twin), and the answers must map onto
+  each other exactly as docs/envoy.md says.
+- The cases by name: hits_addend, per-descriptor hits_addend, limit
+  overrides, shadow, unlimited, unknown domain, empty descriptors, the
+  RateLimit headers, a server without rules, unknown methods, a message
+  too large.
+- Load: many concurrent streams on one connection, many connections: the
+  limit lets exactly its count through.
+- A raw HTTP/2 client (frames written by hand, HPACK literals): one that
+  sends calls and never reads, while others are served; SIGTERM sends
+  GOAWAY naming the last stream, after answering every call sent before.
+- Health/Check answers SERVING.
+"""
+
+import atexit
+import os
+import random
+import select
+import shutil
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+import unittest
+from concurrent import futures
+
+import harness
+from harness import HOST, SANITIZED, SLOW, Server, assert_clean_stop, deadline
+import test_rules_model as TRM
+
+import grpc
+import grpc_tools
+from grpc_tools import protoc
+
+# ---- stubs, generated from proto/ ----------------------------------------------
+
+PROTO = os.path.join(harness.ROOT, "proto")
+STUBS = tempfile.mkdtemp(prefix="sluice-grpc-stubs-")
+atexit.register(shutil.rmtree, STUBS, True)
+
+
+def _generate():
+    inc = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")  # the real WKTs
+    # health.proto under another folder: a generated package "grpc" would
+    # hide grpcio's own
+    os.makedirs(os.path.join(STUBS, "src", "sluice_health"))
+    shutil.copy(os.path.join(PROTO, "grpc", "health", "v1", "health.proto"),
+                os.path.join(STUBS, "src", "sluice_health"))
+    for include, files in (
+            (PROTO, ["envoy/service/ratelimit/v3/rls.proto",
+                     "envoy/extensions/common/ratelimit/v3/ratelimit.proto",
+                     "envoy/config/core/v3/base.proto", "envoy/type/v3/ratelimit_unit.proto"]),
+            (os.path.join(STUBS, "src"), ["sluice_health/health.proto"])):
+        rc = protoc.main(["protoc", "-I" + inc, "-I" + include, "--python_out=" + STUBS,
+                          "--grpc_python_out=" + STUBS] + files)
+        if rc != 0:
+            raise RuntimeError("grpc_tools.protoc failed (%d) on %s" % (rc, files))
+    sys.path.insert(0, STUBS)
+
+
+_generate()
+from envoy.service.ratelimit.v3 import rls_pb2, rls_pb2_grpc  # noqa: E402
+from envoy.extensions.common.ratelimit.v3 import ratelimit_pb2  # noqa: E402
+from sluice_health import health_pb2, health_pb2_grpc  # noqa: E402
+
+D = ratelimit_pb2.RateLimitDescriptor
+R = rls_pb2.RateLimitResponse
+OK, OVER = R.OK, R.OVER_LIMIT
+U32 = 2 ** 32 - 1
+TIMEOUT = 20 * SLOW
+
+
+def request(domain, *descs, cost=0, dcost=None):
+    """A RateLimitRequest: descs are [(key, value), ...]; dcost: every
+    descriptor's own hits_addend (None: unset)."""
+    ds = []
+    for d in descs:
+        x = D(entries=[D.Entry(key=k, value=v) for k, v in d])
+        if dcost is not None:
+            x.hits_addend.value = dcost
+        ds.append(x)
+    return rls_pb2.RateLimitRequest(domain=domain, descriptors=ds, hits_addend=cost)
+
+
+def start(*args, **kw):
+    return Server(*args, grpc=True, **kw).start()
+
+
+# ---- mapping RL.CHECK onto the published units (docs/envoy.md) ------------------
+
+UNIT_MS = [(365 * 86400000, R.RateLimit.YEAR), (30 * 86400000, R.RateLimit.MONTH),
+           (86400000, R.RateLimit.DAY), (3600000, R.RateLimit.HOUR),
+           (60000, R.RateLimit.MINUTE), (1000, R.RateLimit.SECOND)]
+
+
+def unit_of(window_ms, limit):
+    """(requests_per_unit, unit) as docs/envoy.md says: the largest published
+    unit not longer than the window, the limit scaled to it, rounded down."""
+    for ms, unit in UNIT_MS:
+        if ms <= window_ms or unit == R.RateLimit.SECOND:
+            break
+    if ms == window_ms:
+        return min(limit, U32), unit
+    return min(limit * ms // window_ms, U32), unit
+
+
+def expect_status(resp_status, windows, twin_name):
+    """What ShouldRateLimit's DescriptorStatus must be for RL.CHECK's
+    per-descriptor [code, name, limit, remaining, retry, reset]."""
+    code, name, limit, remaining, _retry, reset = resp_status
+    want = {"code": OVER if code == b"OVER_LIMIT" else OK}
+    if code == b"NO_RULE":
+        want.update(limit=None, remaining=0, reset=None)
+    elif code == b"UNLIMITED":
+        want.update(limit=None, remaining=U32, reset=None)
+    else:
+        rpu, unit = unit_of(windows[name.decode()], limit)
+        want.update(limit=(twin_name(name.decode()), rpu, unit), remaining=remaining, reset=reset)
+    return want
+
+
+def got_status(st):
+    return {"code": st.code,
+            "limit": ((st.current_limit.name, st.current_limit.requests_per_unit,
+                       st.current_limit.unit) if st.HasField("current_limit") else None),
+            "remaining": st.limit_remaining,
+            "reset": (st.duration_until_reset.seconds * 1000
+                      + st.duration_until_reset.nanos // 1000000
+                      if st.HasField("duration_until_reset") else None)}
+
+
+# ---- parity with RL.CHECK on random rules ---------------------------------------
+
+PARITY_WINDOWS = [("unit", "hour"), ("unit", "day"), ("window", "2h"), ("window", "90m"),
+                  ("window", "30m")]
+PARITY_SEEDS = range(1, 5 if SANITIZED else 13)
+PARITY_REQUESTS = 60 if SANITIZED else 150
+HALF_HOUR_MS = 1800000  # every window above is a multiple: their boundaries too
+
+
+class TestParity(unittest.TestCase):
+    """ShouldRateLimit gives RL.CHECK's decisions, mapped (docs/envoy.md)."""
+
+    def test_random_rules(self):
+        saved = TRM.WINDOWS
+        TRM.WINDOWS = PARITY_WINDOWS
+        self.seen = {"over": 0, "limit": 0, "unlimited": 0, "no rule": 0}
+        try:
+            for seed in PARITY_SEEDS:
+                with self.subTest(seed=seed):
+                    self.one_seed(seed)
+        finally:
+            TRM.WINDOWS = saved
+        # the comparison saw every kind of answer
+        self.assertEqual([k for k, v in self.seen.items() if v == 0], [], self.seen)
+
+    def one_seed(self, seed):
+        rng = random.Random(seed)
+        files = TRM.gen_rules(rng)
+        d = tempfile.mkdtemp(prefix="sluice-grpc-parity-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for f in files:
+            text = TRM.to_yaml(f)
+            with open(os.path.join(d, f["domain"] + ".yaml"), "w") as fh:
+                fh.write(text)
+            # the twin: domain gN, names gN_... (explicit names are dN_...)
+            twin = text.replace("domain: d", "domain: g", 1).replace('name: "d', 'name: "g')
+            with open(os.path.join(d, "g" + f["domain"][1:] + ".yaml"), "w") as fh:
+                fh.write(twin)
+        srv = start("--rules", d, name="parity-%d" % seed)
+        self.addCleanup(srv.cleanup)
+        windows = self.windows_by_name(srv)
+        ch = grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port))
+        self.addCleanup(ch.close)
+        stub = rls_pb2_grpc.RateLimitServiceStub(ch)
+
+        def twin_name(n):
+            return "g" + n[1:]
+
+        with srv.raw() as c:
+            for i, (domain, cost, _t, descs) in enumerate(TRM.gen_requests(rng, files,
+                                                                           PARITY_REQUESTS)):
+                gdom = "g" + domain[1:] if domain.startswith("d") else domain
+                self.away_from_boundaries()
+                args = ["RL.CHECK", domain, "COST", cost]
+                for desc in descs:
+                    args.append("DESCRIPTOR")
+                    for k, v in desc:
+                        args += [k, v]
+                req = request(gdom, *descs, cost=cost if cost else 0,
+                              dcost=0 if cost == 0 else None)
+                t0 = time.monotonic()
+                err = None
+                try:
+                    got = stub.ShouldRateLimit(req, timeout=TIMEOUT)
+                except grpc.RpcError as e:
+                    err = (e.code(), e.details())
+                want = c.cmd(*args)
+                gap_ms = (time.monotonic() - t0) * 1000
+                where = "seed %d request %d: %r" % (seed, i, args)
+                if isinstance(want, harness.RespError):
+                    self.assertEqual(err, (grpc.StatusCode.INVALID_ARGUMENT,
+                                           want.line[len("ERR "):]), where)
+                    continue
+                self.assertIsNone(err, where)
+                self.assertEqual(got.overall_code, OK if want[0] == 1 else OVER, where)
+                self.assertEqual(len(got.statuses), len(descs), where)
+                for k, (st, rs) in enumerate(zip(got.statuses, want[6:])):
+                    g, w = got_status(st), expect_status(rs, windows, twin_name)
+                    if w["reset"] is not None and g["reset"] is not None:
+                        # the two answers are gap_ms apart on the server's clock
+                        self.assertLessEqual(abs(g["reset"] - w["reset"]), gap_ms + 2,
+                                             "%s descriptor %d: %r %r" % (where, k, g, w))
+                        g["reset"] = w["reset"]
+                    self.assertEqual(g, w, "%s descriptor %d" % (where, k))
+                    self.seen["over"] += g["code"] == OVER
+                    self.seen["limit"] += g["limit"] is not None
+                    self.seen["unlimited"] += rs[0] == b"UNLIMITED"
+                    self.seen["no rule"] += rs[0] == b"NO_RULE"
+
+    @staticmethod
+    def windows_by_name(srv):
+        """{name: window ms} of every limit the server loaded (RL.RULES)."""
+        with srv.raw() as c:
+            reply = c.cmd("RL.RULES")
+        out = dict(_rows(reply))
+        if not out:
+            raise AssertionError("RL.RULES listed no limit: %r" % (reply,))
+        return out
+
+    @staticmethod
+    def away_from_boundaries():
+        """Waits (at most ~2 s) while a half-hour boundary -- where every
+        window of these rules starts -- is within 1.5 s, so the pair of
+        calls never straddles one."""
+        while True:
+            ms = int(time.time() * 1000) % HALF_HOUR_MS
+            if 1500 < ms < HALF_HOUR_MS - 1500:
+                return
+            time.sleep(0.05)
+
+
+def _rows(reply):
+    """(name, window ms) of each limit in an RL.RULES reply, whose rows are
+    [name, descriptor, "L/UNIT algorithm" or "L/DURATION algorithm", ...]."""
+    found = []
+
+    def walk(x):
+        if isinstance(x, list):
+            if (len(x) >= 3 and all(isinstance(v, bytes) for v in x[:3])
+                    and b"/" in x[2].split(b" ")[0]):
+                per = x[2].split(b" ")[0].split(b"/", 1)[1].decode()
+                ms = TRM.M.UNITS[per] if per in TRM.M.UNITS else TRM.M.parse_duration(per)
+                found.append((x[0].decode(), ms))
+                return
+            for v in x:
+                walk(v)
+    walk(reply)
+    return found
+
+
+# ---- the cases by name ----------------------------------------------------------
+
+RULES = """domain: api
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 5}
+  - key: team
+    rate_limit: {window: 10s, requests_per_unit: 100}
+  - key: week
+    rate_limit: {unit: week, requests_per_unit: 70}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: load
+    rate_limit: {unit: hour, requests_per_unit: 50}
+  - key: odd
+    rate_limit: {name: "odd \\"one\\" %", unit: hour, requests_per_unit: 2}
+"""
+
+
+class TestCases(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-grpc-")
+        with open(os.path.join(cls.dir, "api.yaml"), "w") as f:
+            f.write(RULES)
+        cls.srv = start("--rules", os.path.join(cls.dir, "api.yaml"), name="TestGrpcCases")
+        cls.ch = grpc.insecure_channel("%s:%d" % (HOST, cls.srv.grpc_port))
+        cls.stub = rls_pb2_grpc.RateLimitServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        try:
+            assert_clean_stop(cls.srv)
+        finally:
+            shutil.rmtree(cls.dir, True)
+
+    def call(self, req, **kw):
+        return self.stub.ShouldRateLimit(req, timeout=TIMEOUT, **kw)
+
+    def fails(self, req, code, details, **kw):
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.call(req, **kw)
+        self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
+
+    def test_hits_addend(self):
+        r = self.call(request("api", [("user", "hits")], cost=3))
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 2))
+        r = self.call(request("api", [("user", "hits")], cost=3))
+        self.assertEqual((r.overall_code, r.statuses[0].code, r.statuses[0].limit_remaining),
+                         (OVER, OVER, 2))
+        r = self.call(request("api", [("user", "hits")], cost=2))
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+
+    def test_unset_hits_addend_is_one(self):
+        r = self.call(request("api", [("user", "unset")]))
+        self.assertEqual(r.statuses[0].limit_remaining, 4)
+
+    def test_descriptor_hits_addend(self):
+        """A descriptor's own hits_addend overrides the request's; 0 is a peek."""
+        r = self.call(request("api", [("user", "dh")], [("team", "dh")], cost=1, dcost=2))
+        self.assertEqual([s.limit_remaining for s in r.statuses], [3, 98])
+        r = self.call(request("api", [("user", "dh")], cost=1, dcost=0))
+        self.assertEqual(r.statuses[0].limit_remaining, 3)
+
+    def test_descriptor_hits_addend_differs(self):
+        req = request("api", [("user", "dd")], [("team", "dd")])
+        req.descriptors[0].hits_addend.value = 2
+        self.fails(req, grpc.StatusCode.UNIMPLEMENTED,
+                   "descriptor 2: hits_addend 1 differs from descriptor 1's 2: the descriptors "
+                   "of one request are decided together, with one cost")
+
+    def test_limit_override(self):
+        req = request("api", [("user", "ov")])
+        req.descriptors[0].limit.requests_per_unit = 10
+        req.descriptors[0].limit.unit = 2
+        self.fails(req, grpc.StatusCode.UNIMPLEMENTED,
+                   "descriptor 1: a limit override (RateLimitDescriptor.limit) is not supported: "
+                   "sluiced decides with its rules files")
+
+    def test_statuses_and_units(self):
+        r = self.call(request("api", [("user", "u")], [("team", "u")], [("week", "u")]))
+        got = [(s.code, s.current_limit.name, s.current_limit.requests_per_unit,
+                s.current_limit.unit, s.limit_remaining) for s in r.statuses]
+        self.assertEqual(got, [(OK, "api.user", 5, R.RateLimit.MINUTE, 4),
+                               (OK, "api.team", 10, R.RateLimit.SECOND, 99),  # 100/10s
+                               (OK, "api.week", 10, R.RateLimit.DAY, 69)])    # 70/week
+        self.assertLessEqual(r.statuses[0].duration_until_reset.seconds, 60)
+        self.assertEqual(r.overall_code, OK)
+
+    def test_shadow(self):
+        """Over a shadow limit: OK, as Envoy expects; RL.CHECK says SHADOW."""
+        self.call(request("api", [("shadow", "s")]))
+        r = self.call(request("api", [("shadow", "s")]))
+        self.assertEqual((r.overall_code, r.statuses[0].code, r.statuses[0].current_limit.name,
+                          r.statuses[0].limit_remaining), (OK, OK, "api.shadow", 0))
+        with self.srv.raw() as c:
+            self.assertEqual(c.cmd("RL.CHECK", "api", "DESCRIPTOR", "shadow", "s")[6][0],
+                             b"SHADOW")
+
+    def test_unlimited(self):
+        r = self.call(request("api", [("free", "x")]))
+        self.assertEqual((r.overall_code, r.statuses[0].code, r.statuses[0].limit_remaining,
+                          r.statuses[0].HasField("current_limit")), (OK, OK, U32, False))
+
+    def test_unknown_domain_and_no_match(self):
+        for req in (request("nodomain", [("user", "x")]), request("api", [("nokey", "x")])):
+            r = self.call(req)
+            self.assertEqual((r.overall_code, len(r.statuses), r.statuses[0].code,
+                              r.statuses[0].HasField("current_limit"),
+                              r.statuses[0].limit_remaining), (OK, 1, OK, False, 0))
+
+    def test_empty_descriptors_and_domain(self):
+        self.fails(rls_pb2.RateLimitRequest(domain="api"), grpc.StatusCode.INVALID_ARGUMENT,
+                   "rate limit descriptor list must not be empty")
+        self.fails(request("", [("user", "x")]), grpc.StatusCode.INVALID_ARGUMENT,
+                   "rate limit domain must not be empty")
+        self.fails(rls_pb2.RateLimitRequest(domain="api", descriptors=[D()]),
+                   grpc.StatusCode.INVALID_ARGUMENT, "descriptor 1: 0 entries (expected 1 to 16)")
+
+    def test_too_many_descriptors(self):
+        self.fails(request("api", *[[("user", "m%d" % i)] for i in range(17)]),
+                   grpc.StatusCode.INVALID_ARGUMENT,
+                   "at most 16 descriptors in one request, got 17")
+
+    def test_response_headers_when_asked(self):
+        req = request("api", [("user", "hdr")], [("odd", "x")])
+        r = self.call(req)
+        self.assertEqual(len(r.response_headers_to_add), 0)
+        r, _ = self.stub.ShouldRateLimit.with_call(
+            req, timeout=TIMEOUT, metadata=[("x-sluice-ratelimit-headers", "1")])
+        h = [(x.key, x.value) for x in r.response_headers_to_add]
+        reset = str(r.statuses[0].duration_until_reset.seconds
+                    + (1 if r.statuses[0].duration_until_reset.nanos else 0))
+        reset2 = str(r.statuses[1].duration_until_reset.seconds
+                     + (1 if r.statuses[1].duration_until_reset.nanos else 0))
+        self.assertEqual(h, [
+            ("RateLimit-Policy", '"api.user";q=5;w=60, "odd \\"one\\" %25";q=2;w=3600'),
+            ("RateLimit", '"api.user";r=3;t=%s, "odd \\"one\\" %%25";r=0;t=%s' % (reset, reset2)),
+            ("X-RateLimit-Limit", "2"), ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", reset2)])
+
+    def test_unknown_method(self):
+        call = self.ch.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/Nope",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+        with self.assertRaises(grpc.RpcError) as cm:
+            call(b"", timeout=TIMEOUT)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.UNIMPLEMENTED,
+                          "unknown method /envoy.service.ratelimit.v3.RateLimitService/Nope"))
+
+    def test_message_too_big_then_served(self):
+        self.fails(request("api", [("user", "x" * 20000)]), grpc.StatusCode.RESOURCE_EXHAUSTED,
+                   "request message larger than 16384 bytes")
+        self.assertEqual(self.call(request("api", [("user", "after")])).overall_code, OK)
+
+    def test_garbage_message(self):
+        call = self.ch.unary_unary("/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+        with self.assertRaises(grpc.RpcError) as cm:
+            call(b"\xff\xff\xff", timeout=TIMEOUT)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.INVALID_ARGUMENT, "cannot parse the RateLimitRequest"))
+
+    def test_health(self):
+        h = health_pb2_grpc.HealthStub(self.ch)
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(service=rls_pb2.DESCRIPTOR
+                                                               .services_by_name[
+                                                                   "RateLimitService"]
+                                                               .full_name),
+                                 timeout=TIMEOUT).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+        with self.assertRaises(grpc.RpcError) as cm:
+            h.Check(health_pb2.HealthCheckRequest(service="other"), timeout=TIMEOUT)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_many_streams_one_connection(self):
+        """200 concurrent calls on one channel (100 streams at a time, the
+        server's SETTINGS): exactly the limit's 50 pass."""
+        fs = [self.stub.ShouldRateLimit.future(request("api", [("load", "one")]),
+                                               timeout=TIMEOUT) for _ in range(200)]
+        codes = [f.result().overall_code for f in fs]
+        self.assertEqual((codes.count(OK), codes.count(OVER)), (50, 150))
+
+    def test_many_connections(self):
+        chans = [grpc.insecure_channel("%s:%d" % (HOST, self.srv.grpc_port),
+                                       options=[("grpc.use_local_subchannel_pool", 1)])
+                 for _ in range(16)]
+        try:
+            stubs = [rls_pb2_grpc.RateLimitServiceStub(c) for c in chans]
+            with futures.ThreadPoolExecutor(16) as ex:
+                res = list(ex.map(lambda s: [s.ShouldRateLimit(request("api", [("load", "many")]),
+                                                               timeout=TIMEOUT).overall_code
+                                             for _ in range(8)], stubs))
+            codes = [c for r in res for c in r]
+            self.assertEqual((codes.count(OK), codes.count(OVER)), (50, 78))
+        finally:
+            for c in chans:
+                c.close()
+
+
+class TestExample(unittest.TestCase):
+    """examples/envoy/: sluiced with its rules answers the descriptors its
+    Envoy config sends, with the metadata it sets."""
+
+    def test_example(self):
+        ex = os.path.join(harness.ROOT, "examples", "envoy")
+        with open(os.path.join(ex, "ratelimit.yaml")) as f:
+            conf = f.read()
+        self.assertIn("{key: x-sluice-ratelimit-headers, value: \"1\"}", conf)
+        self.assertIn("domain: rl", conf)
+        self.assertIn("socket_address: {address: 127.0.0.1, port_value: 8391}", conf)
+        srv = start("--rules", os.path.join(ex, "ratelimit-rules.yaml"), name="grpc-example")
+        self.addCleanup(srv.cleanup)
+        with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
+            stub = rls_pb2_grpc.RateLimitServiceStub(ch)
+            def req(i):
+                return request("rl", [("source_cluster", "proxy"), ("destination_cluster", "bar")],
+                               [("remote_address", "10.0.0.%d" % i)])
+
+            md = [("x-sluice-ratelimit-headers", "1")]
+            while int(time.time()) % 60 > 50:  # 10 calls within one minute's window
+                time.sleep(0.1)
+            codes = [stub.ShouldRateLimit(req(i), timeout=TIMEOUT, metadata=md).overall_code
+                     for i in range(10)]
+            self.assertEqual(codes, [OK] * 10)
+            r = stub.ShouldRateLimit(req(10), timeout=TIMEOUT, metadata=md)  # 10 a minute
+            self.assertEqual((r.overall_code, [s.code for s in r.statuses]), (OVER, [OVER, OK]))
+            self.assertEqual([(s.current_limit.name, s.current_limit.requests_per_unit,
+                               s.current_limit.unit) for s in r.statuses],
+                             [("rl.source_cluster_proxy.destination_cluster_bar", 10,
+                               R.RateLimit.MINUTE), ("rl.remote_address", 5, R.RateLimit.SECOND)])
+            self.assertIn("Retry-After", [h.key for h in r.response_headers_to_add])
+
+
+class TestNoRules(unittest.TestCase):
+    def test_no_rules(self):
+        srv = start(name="grpc-no-rules")
+        self.addCleanup(srv.cleanup)
+        with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
+            with self.assertRaises(grpc.RpcError) as cm:
+                rls_pb2_grpc.RateLimitServiceStub(ch).ShouldRateLimit(
+                    request("api", [("user", "x")]), timeout=TIMEOUT)
+        with srv.raw() as c:
+            line = c.cmd("RL.CHECK", "api", "DESCRIPTOR", "user", "x").line
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.FAILED_PRECONDITION, line[len("ERR "):]))
+
+
+# ---- a raw HTTP/2 client ----------------------------------------------------------
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST, SETTINGS, PING, GOAWAY, WINDOW = 0, 1, 3, 4, 6, 7, 8
+END_STREAM, END_HEADERS, ACK = 1, 4, 1
+
+
+def frame(ftype, flags, sid, payload=b""):
+    return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(
+        ">I", sid) + payload
+
+
+def literal(name, value):
+    """An HPACK literal header field without indexing, new name, no Huffman."""
+    assert len(name) < 127 and len(value) < 127
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def call_frames(sid, path=b"/grpc.health.v1.Health/Check", msg=b""):
+    block = (literal(b":method", b"POST") + literal(b":scheme", b"http")
+             + literal(b":path", path) + literal(b":authority", b"sluice")
+             + literal(b"content-type", b"application/grpc") + literal(b"te", b"trailers"))
+    body = b"\x00" + struct.pack(">I", len(msg)) + msg
+    return frame(HEADERS, END_HEADERS, sid, block) + frame(DATA, END_STREAM, sid, body)
+
+
+def read_frames(sock, until):
+    """Frames from sock until EOF or the deadline: [(type, flags, sid, payload)]."""
+    buf, out = b"", []
+    while time.monotonic() < until:
+        sock.settimeout(max(0.01, until - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            break
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 9:
+            n = int.from_bytes(buf[:3], "big")
+            if len(buf) < 9 + n:
+                break
+            out.append((buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff,
+                        buf[9:9 + n]))
+            buf = buf[9 + n:]
+    return out
+
+
+class TestRawHttp2(unittest.TestCase):
+    def test_client_that_never_reads(self):
+        """A client sends calls and never reads: the server stops reading
+        it once its replies back up (bounded output), and serves others."""
+        srv = start("--max-output", "1mb", name="grpc-never-reads")
+        self.addCleanup(srv.cleanup)
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        s.setblocking(False)
+        sid, until, stuck = 1, deadline(60), False
+        pending = b""
+        while time.monotonic() < until and sid < 2 ** 30:
+            if not select.select([], [s], [], 1.0)[1]:
+                stuck = True  # nothing taken for a second: the server stopped reading us
+                break
+            if not pending:
+                pending = b"".join(call_frames(sid + 2 * k) for k in range(50))
+                sid += 100
+            pending = pending[s.send(pending):]
+        self.assertTrue(stuck, "the server kept reading a client that never reads "
+                               "(%d calls sent)" % (sid // 2))
+        # what it holds for us: within --max-output (1 MB), the connection kept
+        self.assertLessEqual(srv.info_int("client_output_bytes"), 1 << 20)
+        # paused, not cut: TCP's flow control holds it (docs/sluiced.md)
+        self.assertEqual((srv.info_int("clients_cut_output"),
+                          srv.info_int("clients_cut_output_total")), (0, 0))
+        with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
+            self.assertEqual(health_pb2_grpc.HealthStub(ch).Check(
+                health_pb2.HealthCheckRequest(), timeout=TIMEOUT).status,
+                health_pb2.HealthCheckResponse.SERVING)
+
+    def test_goaway_on_sigterm_after_in_flight_calls(self):
+        srv = start(name="grpc-goaway")
+        self.addCleanup(srv.cleanup)
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0) + call_frames(1))
+        frames = read_frames(s, deadline(1))  # the first call answered: the connection is up
+        self.assertIn((HEADERS, 1), [(t, sid) for t, f, sid, _ in frames if f & END_STREAM])
+        n = 50
+        s.sendall(b"".join(call_frames(3 + 2 * k) for k in range(n)))
+        srv.proc.send_signal(signal.SIGTERM)
+        frames += read_frames(s, deadline(20))
+        ended = sorted(sid for t, f, sid, _ in frames if t == HEADERS and f & END_STREAM)
+        goaway = [p for t, _, _, p in frames if t == GOAWAY]
+        self.assertEqual(ended, list(range(1, 3 + 2 * n, 2)), "every call answered")
+        self.assertEqual(len(goaway), 1)
+        last, code = struct.unpack(">II", goaway[0][:8])
+        self.assertEqual((last & 0x7fffffff, code), (1 + 2 * n, 0))  # NO_ERROR
+        self.assertEqual(srv.proc.wait(20 * SLOW), 0)
+
+    def test_not_http2_is_closed(self):
+        srv = start(name="grpc-garbage")
+        self.addCleanup(srv.cleanup)
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        frames = read_frames(s, deadline(10))  # until the server closes
+        self.assertEqual([t for t, _, _, _ in frames], [SETTINGS])
+        self.assertEqual(s.recv(10), b"")
+        with srv.raw() as c:
+            self.assertEqual(c.cmd("PING"), b"PONG")
+
+
+if __name__ == "__main__":
+    unittest.main()
