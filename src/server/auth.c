@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
@@ -524,6 +525,32 @@ int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, c
         sl_log(SL_LOG_DEBUG, "login failed", "addr=%s user=%s", sl_logq(key), sl_logq(name));
     }
     return SL_AUTH_WRONG;
+}
+
+int sl_auth_bearer(sl_auth *a, const char *peer, const char *h, size_t hlen, unsigned need,
+                   int64_t now, const sl_auth_user **who, int64_t *retry_ms)
+{
+    *who = NULL;
+    if (need == 0 || !sl_auth_required(a)) return SL_AUTH_OK;
+    if (h == NULL) return SL_AUTH_MISSING;
+    if (hlen < 7 || strncasecmp(h, "Bearer", 6) != 0 || h[6] != ' ') return SL_AUTH_MALFORMED;
+    size_t i = 6;
+    while (i < hlen && h[i] == ' ') i++;
+    const char *tok = h + i;
+    size_t tlen = hlen - i;
+    if (tlen == 0 || memchr(tok, ' ', tlen) != NULL || memchr(tok, '\t', tlen) != NULL)
+        return SL_AUTH_MALFORMED;
+    const char *colon = memchr(tok, ':', tlen);
+    const char *user = colon ? tok : "default", *pass = colon ? colon + 1 : tok;
+    size_t ulen = colon ? (size_t)(colon - tok) : 7;
+    size_t plen = colon ? tlen - ulen - 1 : tlen;
+    int rc = sl_auth_login(a, peer, user, ulen, pass, plen, now, who, retry_ms);
+    if (rc != SL_AUTH_OK) return rc;
+    if (((*who)->groups & need) != need) {
+        sl_auth_count_denied(a);
+        return SL_AUTH_NOPERM;
+    }
+    return SL_AUTH_OK;
 }
 
 void sl_auth_expire(sl_auth *a, int64_t now)

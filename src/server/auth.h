@@ -103,6 +103,25 @@ enum sl_auth_rc {
 int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, const char *pass,
                   size_t plen, int64_t now, const sl_auth_user **who, int64_t *retry_ms);
 
+/* More outcomes, of sl_auth_bearer. */
+enum sl_auth_bearer_rc {
+    SL_AUTH_MISSING = 3,   /* no credential given */
+    SL_AUTH_MALFORMED = 4, /* not "Bearer TOKEN" */
+    SL_AUTH_NOPERM = 5,    /* logged in, *who set, but without a group of need */
+};
+
+/* Checks the credential of an HTTP-style request (HTTP's Authorization
+ * header, gRPC's `authorization` metadata): h[0..hlen) (NULL: none) must
+ * be "Bearer TOKEN" -- the scheme in any case, one or more spaces, a
+ * token without spaces -- TOKEN being the password of "default" or
+ * USER:PASSWORD (split at its first ':'), logged in as sl_auth_login does
+ * (constant time, failures counted against peer), and the user must hold
+ * every SL_AUTH_* group of need.  With authentication off, or need 0,
+ * everyone passes (*who NULL).  Returns SL_AUTH_OK or another
+ * sl_auth_rc / sl_auth_bearer_rc (*retry_ms set with SL_AUTH_BLOCKED). */
+int sl_auth_bearer(sl_auth *a, const char *peer, const char *h, size_t hlen, unsigned need,
+                   int64_t now, const sl_auth_user **who, int64_t *retry_ms);
+
 /* Forgets failures that left their window by now, bounded work; main's
  * expiry timer calls it. */
 void sl_auth_expire(sl_auth *a, int64_t now);

@@ -478,6 +478,68 @@ class TestCases(unittest.TestCase):
                 c.close()
 
 
+class TestAuth(unittest.TestCase):
+    """With a password configured, ShouldRateLimit needs `authorization:
+    Bearer ...` metadata of a user in the deciding group (docs/envoy.md);
+    Health/Check stays open, as /healthz is."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-grpc-auth-")
+        def w(name, text):
+            with open(os.path.join(cls.dir, name), "w") as f:
+                f.write(text)
+        w("api.yaml", RULES)
+        w("password", "pw-default\n")
+        w("users", "user dec >pw-dec +deciding\nuser rd >pw-rd +reading\n")
+        cls.srv = start("--rules", os.path.join(cls.dir, "api.yaml"),
+                        "--requirepass-file", os.path.join(cls.dir, "password"),
+                        "--users-file", os.path.join(cls.dir, "users"), name="TestGrpcAuth")
+        cls.ch = grpc.insecure_channel("%s:%d" % (HOST, cls.srv.grpc_port))
+        cls.stub = rls_pb2_grpc.RateLimitServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        try:
+            assert_clean_stop(cls.srv)
+        finally:
+            shutil.rmtree(cls.dir, True)
+
+    def call(self, token):
+        md = () if token is None else (("authorization", token),)
+        return self.stub.ShouldRateLimit(request("api", [("user", "auth")]), timeout=TIMEOUT,
+                                         metadata=md)
+
+    def fails(self, token, code, details):
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.call(token)
+        self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
+
+    def test_refused_without_valid_credentials(self):
+        U = grpc.StatusCode.UNAUTHENTICATED
+        self.fails(None, U, "a password is configured: send the metadata authorization: "
+                   "Bearer <password> (or Bearer <user>:<password>)")
+        self.fails("Basic abc", U, "malformed authorization metadata: expected Bearer "
+                   "<password> or Bearer <user>:<password>")
+        self.fails("Bearer wrong", U, "invalid bearer token: wrong user or password, or the "
+                   "user is disabled")
+        self.fails("Bearer rd:pw-rd", grpc.StatusCode.PERMISSION_DENIED,
+                   "user 'rd' has no permission to decide (it needs +deciding)")
+
+    def test_allowed_with_a_deciding_user(self):
+        r1 = self.call("Bearer pw-default")
+        r2 = self.call("bearer   dec:pw-dec")
+        self.assertEqual((r1.overall_code, r2.overall_code), (OK, OK))
+        # both were decisions, on the same counter
+        self.assertEqual(r2.statuses[0].limit_remaining, r1.statuses[0].limit_remaining - 1)
+
+    def test_health_is_open(self):
+        h = health_pb2_grpc.HealthStub(self.ch)
+        self.assertEqual(h.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+
+
 class TestExample(unittest.TestCase):
     """examples/envoy/: sluiced with its rules answers the descriptors its
     Envoy config sends, with the metadata it sets."""

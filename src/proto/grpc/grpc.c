@@ -38,6 +38,7 @@
 
 #include <nghttp2/nghttp2.h>
 
+#include "auth.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -54,6 +55,8 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_desc;
 enum {
     ST_OK = 0,
     ST_INVALID_ARGUMENT = 3,
+    ST_PERMISSION_DENIED = 7,
+    ST_UNAUTHENTICATED = 16,
     ST_NOT_FOUND = 5,
     ST_FAILED_PRECONDITION = 9,
     ST_RESOURCE_EXHAUSTED = 8,
@@ -126,6 +129,9 @@ struct gstream {
     int too_big;      /* the message passed SL_GRPC_MAX_MESSAGE */
     size_t hdr_bytes; /* header fields received (names + values) */
     char path[96];    /* :path, cut (a longer one is no method of ours) */
+    int auth_given;   /* an `authorization` field came (auth[] holds it) */
+    size_t auth_len;  /* its length; above sizeof auth: too long to be ours */
+    char auth[256];   /* "Bearer TOKEN" (sl_auth_bearer) */
     sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
                          while it fits there, else malloc'd) */
     sl_buf out;       /* the response: prefix and message (likewise small_out) */
@@ -584,6 +590,54 @@ static void run_health(gstream *st, const Grpc__Health__V1__HealthCheckRequest *
 
 /* ---- a request, once its stream ended ------------------------------------------- */
 
+/* Whether st's call may run: with a password configured (auth.c), a
+ * ShouldRateLimit must carry `authorization: Bearer TOKEN` metadata of a
+ * user in the deciding group, as HTTP's decision endpoints do (Envoy sets
+ * it with the rate limit service's initial_metadata).  Otherwise answers
+ * UNAUTHENTICATED (none, malformed, wrong, or too many failures from the
+ * address) or PERMISSION_DENIED (a user without +deciding) and returns 0. */
+static int authorized(gstream *st)
+{
+    sl_auth *a = sl_conn_svc(st->g->c)->srv->auth;
+    if (!sl_auth_required(a)) return 1;
+    char host[64], msg[256];
+    const sl_auth_user *who = NULL;
+    int64_t retry = 0;
+    const char *peer = sl_conn_peer_host(st->g->c, host, sizeof host);
+    int rc = st->auth_len > sizeof st->auth
+                 ? SL_AUTH_MALFORMED
+                 : sl_auth_bearer(a, peer, st->auth_given ? st->auth : NULL, st->auth_len,
+                                  SL_AUTH_DECIDING, st->g->now, &who, &retry);
+    switch (rc) {
+    case SL_AUTH_OK: return 1;
+    case SL_AUTH_MISSING:
+        answer_status(st, ST_UNAUTHENTICATED,
+                      "a password is configured: send the metadata authorization: Bearer "
+                      "<password> (or Bearer <user>:<password>)");
+        return 0;
+    case SL_AUTH_MALFORMED:
+        answer_status(st, ST_UNAUTHENTICATED,
+                      "malformed authorization metadata: expected Bearer <password> or Bearer "
+                      "<user>:<password>");
+        return 0;
+    case SL_AUTH_BLOCKED:
+        snprintf(msg, sizeof msg,
+                 "too many failed logins from %s: retry in %lld ms (this token was not checked)",
+                 peer ? peer : "this client", (long long)retry);
+        answer_status(st, ST_UNAUTHENTICATED, msg);
+        return 0;
+    case SL_AUTH_NOPERM:
+        snprintf(msg, sizeof msg, "user '%s' has no permission to decide (it needs +deciding)",
+                 who->name);
+        answer_status(st, ST_PERMISSION_DENIED, msg);
+        return 0;
+    default:
+        answer_status(st, ST_UNAUTHENTICATED,
+                      "invalid bearer token: wrong user or password, or the user is disabled");
+        return 0;
+    }
+}
+
 static void dispatch(gstream *st)
 {
     gconn *g = st->g;
@@ -603,6 +657,7 @@ static void dispatch(gstream *st)
         answer_status(st, ST_UNIMPLEMENTED, msg);
         return;
     }
+    if (st->m == M_RLS && !authorized(st)) return;
     if (st->too_big) {
         char msg[96];
         snprintf(msg, sizeof msg, "request message larger than %d bytes", SL_GRPC_MAX_MESSAGE);
@@ -693,6 +748,10 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
     } else if (is(name, nlen, "content-type")) {
         st->grpc_type = vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
                         (vlen == 16 || value[16] == '+' || value[16] == ';');
+    } else if (is(name, nlen, "authorization")) {
+        st->auth_given = 1;
+        st->auth_len = vlen;
+        if (vlen <= sizeof st->auth) memcpy(st->auth, value, vlen);
     } else if (is(name, nlen, SL_GRPC_HEADERS_MD)) {
         st->want_headers = !is(value, vlen, "0") && !is(value, vlen, "false");
     }
