@@ -260,8 +260,8 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
     }
     int bracket = strchr(u->host, ':') != NULL;
     snprintf(u->shown, sizeof u->shown, "redis://%s%s%s%s%s:%d/%d", u->user,
-             u->user[0] || u->pass[0] ? "@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "",
-             u->port, u->db);
+             u->pass[0] ? ":***@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
+             u->db);
     return 0;
 }
 

@@ -1,0 +1,281 @@
+"""test_backend_redis.py -- sluiced on the Redis backend (--backend redis://,
+docs/fleet.md), against real redis-server processes the tests start on free
+loopback ports and stop by PID (harness.RedisServer):
+
+  - two nodes on one Redis share one fixed-window limit exactly;
+  - the deny cache answers a denial Redis gave without asking Redis again
+    (Redis's EVALSHA count does not move), with Redis's own reply, and
+    counts the hit in INFO;
+  - faults: Redis killed during a pipelined load, under each policy
+    (deny, allow, local) -- every reply arrives, each as the policy says;
+    Redis stalled (SIGSTOP), then resumed; Redis restarted -- decisions
+    return to it and a key's count continues there; Redis answering
+    errors (OOM) -- counted, the policy applied;
+  - bad configuration: a malformed URL, an unreachable host, a wrong
+    password -- a clear message naming what is wrong.
+
+Only fixed-window is used: until the merge the script is the provisional
+one (src/backend/redis/sluice.lua), which has no other algorithm.  Times are
+the caller's (AT, --trust-client-time), so every reply is exact.
+"""
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import unittest
+
+import harness
+from harness import BASE, SANITIZED, SLOW, SLUICED, RawConn, RedisServer, RespError, Server
+
+W = 10000  # the window of every limit here, ms
+
+
+class RedisBackendTest(unittest.TestCase):
+
+    def redis(self, **kw):
+        r = RedisServer(**kw).start()
+        self.addCleanup(r.cleanup)
+        return r
+
+    def node(self, r, *args, http=False, name=None):
+        """A sluiced on r's Redis (client time trusted), up: every worker
+        connected."""
+        s = Server("--backend", r.url(), *args, trust_client_time=True, http=http,
+                   name=name or self.id().split(".")[-1])
+        s.start()
+        self.addCleanup(s.cleanup)
+        self.wait_status(s, "up")
+        return s
+
+    def wait_status(self, s, want, timeout=20):
+        until = harness.deadline(timeout)
+        got = None
+        while time.monotonic() < until:
+            got = s.info("backend").get("backend_status")
+            if got == want:
+                return
+            time.sleep(0.02)
+        self.fail("INFO backend_status stayed %r, expected %r" % (got, want))
+
+    @staticmethod
+    def allow(c, key, limit, at, cost=1):
+        return c.cmd("RL.ALLOW", key, str(limit), "10s", "ALGO", "fixed-window", "COST", str(cost),
+                     "AT", str(at))
+
+    @staticmethod
+    def evalsha_calls(r):
+        for line in r.cmd("INFO", "commandstats").decode().splitlines():
+            if line.startswith("cmdstat_evalsha:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    # -- the fleet --
+
+    def test_two_nodes_share_one_limit(self):
+        r = self.redis()
+        a = self.node(r, http=True, name="node_a")
+        b = self.node(r, name="node_b")
+        with a.raw() as ca, b.raw() as cb:
+            for i in range(8):
+                got = self.allow(ca if i % 2 == 0 else cb, "shared", 5, BASE)
+                want = [1, 5, 4 - i, 0, W, 0] if i < 5 else [0, 5, 0, W, W, 0]
+                self.assertEqual(got, want, "request %d of 8 through node %s" % (i, "ab"[i % 2]))
+            # the next window: both nodes see it fresh, in Redis
+            self.assertEqual(self.allow(cb, "shared", 5, BASE + W), [1, 5, 4, 0, W, 0])
+            self.assertEqual(self.allow(ca, "shared", 5, BASE + W), [1, 5, 3, 0, W, 0])
+        self.assertEqual(r.cmd("HGET", "sl:00:{shared}", "c"), b"2")
+        info = a.info("backend")
+        self.assertEqual(info["backend_name"], "redis")
+        self.assertEqual(info["backend_url"], "redis://127.0.0.1:%d/0" % r.port)
+        self.assertEqual(info["backend_on_error"], "deny")
+        self.assertEqual(info["backend_fallback_deny"], "0")
+        self.assertEqual(info["backend_errors"], "0")
+        h = a.http_conn()
+        h.request("GET", "/metrics")
+        page = h.getresponse().read().decode()
+        self.assertIn("\nsluice_backend_up 1\n", page)
+        self.assertIn('\nsluice_backend_fallback_total{policy="deny"} 0\n', page)
+
+    def test_deny_cache(self):
+        r = self.redis()
+        a = self.node(r, "--threads", "1", name="cache_on")
+        b = self.node(r, "--threads", "1", "--deny-cache", "off", name="cache_off")
+        with a.raw() as ca, b.raw() as cb:
+            self.assertEqual(self.allow(ca, "dc", 2, BASE), [1, 2, 1, 0, W, 0])
+            self.assertEqual(self.allow(ca, "dc", 2, BASE), [1, 2, 0, 0, W, 0])
+            self.assertEqual(self.allow(ca, "dc", 2, BASE), [0, 2, 0, W, W, 0])  # Redis's
+            self.assertEqual(a.info("backend")["backend_deny_cache_hits"], "0")
+            calls = self.evalsha_calls(r)
+            # a second later, cost 1 then 2: denied here, Redis not asked
+            cached = self.allow(ca, "dc", 2, BASE + 1000)
+            self.assertEqual(cached, [0, 2, 0, W - 1000, W - 1000, 0])
+            self.assertEqual(self.allow(ca, "dc", 2, BASE + 1000, cost=2),
+                             [0, 2, 0, W - 1000, W - 1000, 0])
+            self.assertEqual(self.evalsha_calls(r), calls, "the deny cache asked Redis")
+            self.assertEqual(a.info("backend")["backend_deny_cache_hits"], "2")
+            # what Redis itself answers at that time: the same
+            self.assertEqual(self.allow(cb, "dc", 2, BASE + 1000), cached)
+            self.assertEqual(self.evalsha_calls(r), calls + 1)
+            self.assertEqual(b.info("backend")["backend_deny_cache_hits"], "0")
+            # a cost below the cached denial's is Redis's to answer
+            self.assertEqual(self.allow(ca, "dc", 3, BASE + 1000), [1, 3, 0, 0, W - 1000, 0])
+            # the denial has passed: Redis again
+            self.assertEqual(self.allow(ca, "dc", 2, BASE + W), [1, 2, 1, 0, W, 0])
+            self.assertEqual(a.info("backend")["backend_deny_cache_hits"], "2")
+
+    # -- faults --
+
+    def test_redis_killed_under_load_each_policy(self):
+        n = 40 if SANITIZED else 300
+        policy_answers = {
+            "deny": [[0, 4, 0, 1000, 1000, 0]] * 3,
+            "allow": [[1, 4, 0, 0, 0, 0]] * 3,
+            # the local engine with L = 4 / --fleet-size 2
+            "local": [[1, 2, 1, 0, W, 0], [1, 2, 0, 0, W, 0], [0, 2, 0, W, W, 0]],
+        }
+        for policy, want in policy_answers.items():
+            with self.subTest(policy=policy):
+                r = self.redis()
+                s = self.node(r, "--on-backend-error", policy, "--fleet-size", "2",
+                              "--backend-timeout", "50ms", "--threads", "1", name="killed_" + policy)
+                with s.raw(timeout=30) as c:
+                    self.assertEqual(self.allow(c, "warm", 4, BASE), [1, 4, 3, 0, W, 0])
+                    load = b"".join(harness.encode("RL.ALLOW", "load", "1000000", "10s", "ALGO",
+                                                   "fixed-window", "AT", str(BASE))
+                                    for _ in range(n))
+                    c.send(load)
+                    first = c.read_replies(5, timeout=30)
+                    r.kill()
+                    rest = c.read_replies(n - 5, timeout=30)  # every reply arrives
+                    for i, v in enumerate(first + rest):
+                        self.assertTrue(isinstance(v, list) and len(v) == 6 and
+                                        v[0] in (0, 1) and v[1] in (1000000, 500000),
+                                        "reply %d of the load: %r" % (i, v))
+                    self.wait_status(s, "down")
+                    for i, w in enumerate(want):
+                        self.assertEqual(self.allow(c, "after", 4, BASE), w,
+                                         "%s: request %d with Redis gone" % (policy, i))
+                    self.assertEqual(
+                        c.cmd("RL.RESET", "after"),
+                        RespError("ERR the Redis backend redis://127.0.0.1:%d/0 is unreachable: "
+                                  "nothing was reset" % r.port))
+                info = s.info("backend")
+                self.assertGreaterEqual(int(info["backend_fallback_" + policy]), 3)
+                others = [p for p in policy_answers if p != policy]
+                for p in others:
+                    self.assertEqual(info["backend_fallback_" + p], "0")
+                self.assertGreaterEqual(int(info["backend_errors"]), 1)
+                self.assertIn("Redis backend down: requests go to --on-backend-error", s.log())
+                harness.assert_clean_stop(s)
+
+    def test_redis_stalled_then_resumed(self):
+        r = self.redis()
+        s = self.node(r, "--backend-timeout", "50ms", "--threads", "1")
+        with s.raw(timeout=30) as c:
+            self.assertEqual(self.allow(c, "st", 4, BASE), [1, 4, 3, 0, W, 0])
+            r.pause()
+            try:
+                # the first waits out the timeout, the rest are answered at once
+                for i in range(3):
+                    self.assertEqual(self.allow(c, "stalled", 4, BASE), [0, 4, 0, 1000, 1000, 0],
+                                     "request %d to a stalled Redis" % i)
+                info = s.info("backend")
+                self.assertGreaterEqual(int(info["backend_timeouts"]), 1)
+                self.assertEqual(info["backend_status"], "down")
+                self.assertEqual(info["backend_last_error"],
+                                 "no answer within --backend-timeout 50 ms")
+            finally:
+                r.resume()
+            self.wait_status(s, "up")
+            self.assertEqual(self.allow(c, "st", 4, BASE), [1, 4, 2, 0, W, 0])
+        self.assertGreaterEqual(int(s.info("backend")["backend_reconnects"]), 1)
+
+    def test_redis_restarted_decisions_return(self):
+        d = tempfile.mkdtemp(prefix="sluice-aof-")
+        self.addCleanup(shutil.rmtree, d, True)
+        r = self.redis(appendonly_dir=d)
+        s = self.node(r, "--threads", "1")
+        with s.raw(timeout=30) as c:
+            self.assertEqual(self.allow(c, "rk", 5, BASE), [1, 5, 4, 0, W, 0])
+            self.assertEqual(self.allow(c, "rk", 5, BASE), [1, 5, 3, 0, W, 0])
+            r.stop()
+            self.wait_status(s, "down")
+            self.assertEqual(self.allow(c, "rk", 5, BASE), [0, 5, 0, 1000, 1000, 0])
+            r.start()
+            self.wait_status(s, "up")
+            # the count continues in Redis (its append-only file kept it)
+            self.assertEqual(self.allow(c, "rk", 5, BASE), [1, 5, 2, 0, W, 0])
+        self.assertEqual(r.cmd("HGET", "sl:00:{rk}", "c"), b"3")
+        self.assertGreaterEqual(int(s.info("backend")["backend_reconnects"]), 1)
+        self.assertIn("Redis backend up: decisions go to Redis", s.log())
+
+    def test_redis_error_replies(self):
+        r = self.redis()
+        s = self.node(r, "--threads", "1")
+        with s.raw() as c:
+            self.assertEqual(self.allow(c, "oom", 4, BASE), [1, 4, 3, 0, W, 0])
+            r.cmd("CONFIG", "SET", "maxmemory-policy", "noeviction")
+            r.cmd("CONFIG", "SET", "maxmemory", "1")
+            self.assertEqual(self.allow(c, "oom", 4, BASE), [0, 4, 0, 1000, 1000, 0])
+            info = s.info("backend")
+            self.assertTrue(info["backend_last_error"].startswith("OOM "), info)
+            self.assertEqual(info["backend_errors"], "1")
+            self.assertEqual(info["backend_fallback_deny"], "1")
+            self.assertEqual(info["backend_status"], "up")  # an error reply is not a lost Redis
+            r.cmd("CONFIG", "SET", "maxmemory", "0")
+            self.assertEqual(self.allow(c, "oom", 4, BASE), [1, 4, 2, 0, W, 0])
+
+    # -- bad configuration --
+
+    def run_sluiced(self, *args):
+        p = subprocess.run([SLUICED, "--port", "0", "--http-port", "0"] + list(args),
+                           capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+        return p.returncode, p.stderr.decode("utf-8", "replace")
+
+    def test_bad_urls(self):
+        cases = [
+            ("redis://127.0.0.1", "'redis://127.0.0.1': missing :port after the host"),
+            ("redis://127.0.0.1:0", "'redis://127.0.0.1:0': the port must be a number 1..65535"),
+            ("redis://127.0.0.1:65536", "the port must be a number 1..65535"),
+            ("redis://127.0.0.1:6379/x", "the db must be a number 0..2147483647"),
+            ("redis://127.0.0.1:6379/", "missing db number after '/'"),
+            ("redis://:6379", "missing host"),
+            ("redis://user@127.0.0.1:6379", "the part before '@' must be user:password"),
+            ("http://127.0.0.1:6379", "expected local or redis://[user:password@]host:port[/db]"),
+            ("rediss://127.0.0.1:6379", "TLS to Redis (rediss://) is not supported"),
+        ]
+        for url, want in cases:
+            rc, err = self.run_sluiced("--backend", url)
+            self.assertEqual(rc, 2, (url, err))
+            self.assertIn("sluiced: invalid --backend ", err)
+            self.assertIn(want, err, url)
+        rc, err = self.run_sluiced("--backend", "redis://u:s3cret@127.0.0.1:99999")
+        self.assertEqual(rc, 2, err)
+        self.assertIn("invalid --backend 'redis://***@127.0.0.1:99999': the port", err)
+        self.assertNotIn("s3cret", err)
+
+    def test_unreachable_and_wrong_password(self):
+        port = harness.free_port()
+        rc, err = self.run_sluiced("--backend", "redis://127.0.0.1:%d" % port)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("sluiced: cannot connect to Redis at redis://127.0.0.1:%d/0: "
+                      "Connection refused" % port, err)
+        r = self.redis(password="right-one")
+        rc, err = self.run_sluiced("--backend", r.url("wrong-one"))
+        self.assertEqual(rc, 1, err)
+        self.assertIn("sluiced: Redis at redis://:***@127.0.0.1:%d/0 refused AUTH (wrong user or "
+                      "password?): WRONGPASS" % r.port, err)
+        self.assertNotIn("wrong-one", err)
+        # the right one works
+        s = Server("--backend", r.url("right-one"), trust_client_time=True, name="right_password")
+        s.start()
+        self.addCleanup(s.cleanup)
+        self.wait_status(s, "up")
+        with s.raw() as c:
+            self.assertEqual(self.allow(c, "pw", 2, BASE), [1, 2, 1, 0, W, 0])
+
+
+if __name__ == "__main__":
+    unittest.main()
