@@ -31,6 +31,7 @@
  * an entry ends no later than the denial it copies).
  */
 #include <ctype.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -95,9 +96,10 @@ typedef struct pend {
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
     struct pend *prev, *next;
-    char key[SL_MAX_KEY]; /* DECIDE, PEEK, FORGET: the key, copied */
-    char *keys;           /* DECIDE_ALL: every key, copied (malloc) */
-    sl_request *reqs;     /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
+    char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
+    char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
+    sl_request *reqs;         /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
+    size_t tag[SL_MAX_BATCH]; /* each key's hash tag length (docs/redis-scripts.md) */
 } pend;
 
 /* A denial Redis gave, for the deny cache. */
@@ -127,6 +129,7 @@ struct rchan {
     struct event *retry;      /* the next connection */
     uint64_t rng;             /* splitmix64, for the jitter */
     denial *cache;            /* SL_REDIS_CACHE_SLOTS, or NULL when off */
+    struct chk *free_chk;     /* RL.CHECK contexts for reuse */
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -369,8 +372,16 @@ static void policy_result(const redis *r, const sl_params *p, sl_result *out)
 
 /* Answers rq by the policy (Redis could not): rq's key is key (a copy, or
  * the caller's during submit), reqs DECIDE_ALL's requests. */
+static void check_sub_done(sl_breq *b);
+#define RC_FALLBACK (-1000) /* a CHECK round Redis could not answer (check_sub_done) */
+
 static void by_policy(redis *r, sl_breq *rq, const char *key, const sl_request *reqs)
 {
+    if (rq->cb == check_sub_done) { /* a round of RL.CHECK: the whole request falls back */
+        rq->rc = RC_FALLBACK;
+        rq->cb(rq);
+        return;
+    }
     rq->rc = 0;
     rq->err[0] = '\0';
     if (rq->op == SL_BOP_FORGET) {
@@ -541,7 +552,7 @@ static int send_pend(rchan *ch, pend *e)
         const sl_params *p = n == 1 && rq->op != SL_BOP_DECIDE_ALL ? rq->params : e->reqs[i].params;
         const char *k = rq->op == SL_BOP_DECIDE_ALL ? e->reqs[i].key : e->key;
         size_t kl = rq->op == SL_BOP_DECIDE_ALL ? e->reqs[i].keylen : rq->keylen;
-        argvlen[argc] = redis_key(keys[i], (int)p->algo, p->space, k, kl, kl);
+        argvlen[argc] = redis_key(keys[i], (int)p->algo, p->space, k, kl, e->tag[i]);
         argv[argc++] = keys[i];
     }
     argv[argc] = op;
@@ -818,6 +829,383 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     arm_timer(ch);
 }
 
+/* ---- RL.CHECK ------------------------------------------------------------ */
+
+/*
+ * RL.CHECK runs the local backend's rounds (sl__local_check_exec, whose
+ * comment says what each is for), each round one script call through this
+ * channel: the Lyft-counted counters (op A at L = SL_MAX_LIMIT), then
+ * either peeks (op P, one at a time) when the request is denied already, or
+ * the enforced and quota counters all-or-none (op A, again without the
+ * quota counters that denied), the elastic round with the pool (op A), the
+ * pool's charge (op D) and the shadow counters (op D or P).  Each round is
+ * atomic in Redis; the request as a whole is not (another node's round may
+ * come between two of this one's), so two nodes can each pass a request
+ * whose limits share a counter with the other's only as a sequence of
+ * atomic steps -- the ABI has no single-call plan yet (docs/fleet.md).
+ * Every counter key is hashed on the domain (sl_check_item.taglen).  A
+ * round Redis cannot answer makes the whole request fall back to the
+ * policy (check_policy).
+ */
+enum { C_LYFT, C_PEEK, C_ROUND, C_ELASTIC, C_POOL, C_SHADOW };
+
+typedef struct chk {
+    rchan *ch;
+    sl_breq *rq; /* the caller's */
+    sl_breq sub; /* the round in flight */
+    int stage, k, retried;
+    size_t nreq;
+    int allowed, enforced, quota_denied;
+    sl_request req[SL_MAX_BATCH];
+    sl_params big[SL_MAX_BATCH]; /* Lyft's counters at L = SL_MAX_LIMIT; the elastic ceilings */
+    sl_result out[SL_MAX_BATCH];
+    size_t tag[SL_MAX_BATCH];
+    int idx[SL_MAX_BATCH];
+    unsigned char decided[SL_MAX_BATCH]; /* leaders with an answer in o->res */
+    unsigned char outq[SL_MAX_BATCH];    /* quota counters out of the batch */
+    unsigned char qover[SL_CHECK_MAX_DESC];
+    sl_check_plan *lplan; /* SL_REDIS_LOCAL: the plan with L and B divided (malloc) */
+    struct chk *next;
+} chk;
+
+static const char pool_key[] = SL_CHECK_POOL_KEY;
+
+static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags);
+
+static void check_finish(chk *c, int rc, const char *err)
+{
+    rchan *ch = c->ch;
+    sl_breq *rq = c->rq;
+    rq->rc = rc;
+    snprintf(rq->err, sizeof rq->err, "%s", rc < 0 ? err : "");
+    c->next = ch->free_chk;
+    ch->free_chk = c;
+    rq->cb(rq);
+}
+
+/* The whole request by the policy: Redis could not answer one of its rounds. */
+static void check_policy(chk *c)
+{
+    redis *r = c->ch->r;
+    const sl_check_plan *plan = c->rq->plan;
+    sl_check_outcome *o = c->rq->outcome;
+    atomic_fetch_add(&r->fallback[r->o.policy], 1);
+    if (r->o.policy == SL_REDIS_LOCAL) {
+        char err[SL_BREQ_ERR];
+        if (c->lplan == NULL && (c->lplan = malloc(sizeof *c->lplan)) == NULL) {
+            check_finish(c, SL_ENOMEM, "out of memory");
+            return;
+        }
+        *c->lplan = *plan;
+        for (int k = 0; k < plan->nitems; k++) c->lplan->items[k].p = scaled(r, &plan->items[k].p);
+        if (plan->has_pool) c->lplan->pool = scaled(r, &plan->pool);
+        int rc = sl__local_check_exec(r->store, c->lplan, o, err, sizeof err);
+        check_finish(c, rc < 0 ? rc : 0, err);
+        return;
+    }
+    memset(o, 0, sizeof *o);
+    o->allowed = r->o.policy == SL_REDIS_ALLOW;
+    for (int k = 0; k < plan->nitems; k++) policy_result(r, &plan->items[k].p, &o->res[k]);
+    check_finish(c, 0, "");
+}
+
+static void check_all(chk *c, size_t n, int stage)
+{
+    sl_breq *b = &c->sub;
+    memset(b, 0, offsetof(sl_breq, err));
+    b->op = SL_BOP_DECIDE_ALL;
+    b->now_ms = c->rq->plan->now_ms;
+    b->cb = check_sub_done;
+    b->data = c;
+    b->reqs = c->req;
+    b->nreqs = n;
+    b->results = c->out;
+    c->stage = stage;
+    submit_tagged(c->ch, b, c->tag);
+}
+
+static void check_one(chk *c, sl_bop op, const sl_params *p, const char *key, size_t keylen,
+                      size_t tag, int64_t cost, int stage)
+{
+    sl_breq *b = &c->sub;
+    memset(b, 0, offsetof(sl_breq, err));
+    b->op = op;
+    b->now_ms = c->rq->plan->now_ms;
+    b->cb = check_sub_done;
+    b->data = c;
+    b->params = p;
+    b->key = key;
+    b->keylen = keylen;
+    b->cost = cost;
+    c->stage = stage;
+    submit_tagged(c->ch, b, &tag);
+}
+
+static int item_over(const sl_check_outcome *o, const sl_check_item *it, int k)
+{
+    return it[k].zero || !o->res[it[k].lead].allowed;
+}
+
+static void check_round(chk *c);
+static void check_pool(chk *c);
+
+/* Peeks the leaders not decided yet, one a call, from c->k. */
+static void check_peeks(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    for (; c->k < plan->nitems; c->k++) {
+        const sl_check_item *t = &plan->items[c->k];
+        if (c->decided[c->k] || t->lead != c->k) continue;
+        check_one(c, SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen, t->cost, C_PEEK);
+        return;
+    }
+    c->rq->outcome->quota_denied = c->quota_denied;
+    c->rq->outcome->allowed = 0;
+    check_finish(c, 0, "");
+}
+
+/* After the Lyft-counted counters: denied already (peeks), or the rounds. */
+static void check_after_lyft(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    const sl_check_item *it = plan->items;
+    sl_check_outcome *o = c->rq->outcome;
+    for (int k = 0; k < plan->nitems; k++)
+        if (it[k].zero) c->decided[k] = 1;
+    int denied = plan->denied_never;
+    for (int k = 0; k < plan->nitems && !denied; k++)
+        denied = it[k].lyft && !it[k].shadow && !it[k].quota && item_over(o, it, k);
+    c->quota_denied = !denied && sl__check_quota_all_over(plan, o, c->decided, c->qover);
+    if (denied || c->quota_denied) {
+        c->k = 0;
+        check_peeks(c);
+        return;
+    }
+    check_round(c);
+}
+
+static void check_start(rchan *ch, sl_breq *rq)
+{
+    chk *c = ch->free_chk;
+    if (c != NULL)
+        ch->free_chk = c->next;
+    else if ((c = calloc(1, sizeof *c)) == NULL) {
+        sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+        return;
+    }
+    sl_check_plan *lplan = c->lplan;
+    memset(c, 0, sizeof *c);
+    c->lplan = lplan;
+    c->ch = ch;
+    c->rq = rq;
+    memset(rq->outcome, 0, sizeof *rq->outcome);
+    if (ch->ac == NULL) { /* DOWN: the policy at once */
+        check_policy(c);
+        return;
+    }
+    const sl_check_plan *plan = rq->plan;
+    size_t n = 0;
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (!t->lyft || t->lead != k) continue;
+        c->big[n] = t->p;
+        c->big[n].limit = SL_MAX_LIMIT;
+        c->req[n] = (sl_request){&c->big[n], t->key, t->keylen, t->cost};
+        c->tag[n] = t->taglen;
+        c->idx[n++] = k;
+    }
+    c->nreq = n;
+    if (n > 0)
+        check_all(c, n, C_LYFT);
+    else
+        check_after_lyft(c);
+}
+
+/* One all-or-none round over the enforced and quota counters. */
+static void check_round(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    size_t n = 0;
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (t->zero || t->shadow || t->lyft || t->lead != k || c->outq[k]) continue;
+        c->req[n] = (sl_request){&t->p, t->key, t->keylen, t->cost};
+        c->tag[n] = t->taglen;
+        c->idx[n++] = k;
+    }
+    c->nreq = n;
+    if (n == 0) {
+        c->allowed = 1;
+        check_pool(c);
+        return;
+    }
+    c->enforced = 1;
+    check_all(c, n, C_ROUND);
+}
+
+static void check_round_done(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    const sl_check_item *it = plan->items;
+    sl_check_outcome *o = c->rq->outcome;
+    size_t n = c->nreq;
+    for (size_t q = 0; q < n; q++) {
+        o->res[c->idx[q]] = c->out[q];
+        c->decided[c->idx[q]] = 1;
+    }
+    if (c->sub.all_allowed) {
+        c->allowed = 1;
+        check_pool(c);
+        return;
+    }
+    int hard = 0, soft = 0, quota = 0; /* who denied: plain, elastic, quota */
+    for (size_t q = 0; q < n; q++) {
+        const sl_check_item *t = &it[c->idx[q]];
+        if (c->out[q].allowed) continue;
+        if (t->quota)
+            quota = 1;
+        else if (t->elastic)
+            soft = 1;
+        else
+            hard = 1;
+    }
+    if (hard) {
+        check_pool(c);
+        return;
+    }
+    if (quota) {
+        for (size_t q = 0; q < n; q++)
+            if (!c->out[q].allowed && it[c->idx[q]].quota) c->outq[c->idx[q]] = 1;
+        if (sl__check_quota_all_over(plan, o, c->decided, c->qover)) {
+            o->quota_denied = 1;
+            check_pool(c);
+            return;
+        }
+        check_round(c);
+        return;
+    }
+    if (soft && plan->has_pool && n < SL_MAX_BATCH) {
+        for (size_t q = 0; q < n; q++) {
+            const sl_check_item *t = &it[c->idx[q]];
+            c->big[q] = t->p;
+            /* only the limits that denied go up to their ceilings */
+            if (t->elastic && !c->out[q].allowed) c->big[q].limit = t->rl->elastic_limit;
+            c->req[q].params = &c->big[q];
+        }
+        c->req[n] = (sl_request){&plan->pool, pool_key, sizeof pool_key - 1, plan->cost};
+        c->tag[n] = sizeof pool_key - 1;
+        check_all(c, n + 1, C_ELASTIC);
+        return;
+    }
+    check_pool(c);
+}
+
+static void check_elastic_done(chk *c)
+{
+    sl_check_outcome *o = c->rq->outcome;
+    size_t n = c->nreq;
+    if (c->sub.all_allowed) {
+        c->allowed = 1;
+        o->pool_charged = 1;
+        for (size_t q = 0; q < n; q++) {
+            int k = c->idx[q];
+            o->stretched[k] = !o->res[k].allowed; /* over L before */
+            o->res[k] = c->out[q];
+            if (o->stretched[k] && c->out[n].remaining < o->res[k].remaining)
+                o->res[k].remaining = c->out[n].remaining;
+        }
+    }
+    check_pool(c);
+}
+
+static void check_shadows(chk *c);
+
+/* Within every limit: the request still uses spare capacity. */
+static void check_pool(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    sl_check_outcome *o = c->rq->outcome;
+    for (int k = 0; k < plan->nitems && !c->enforced; k++)
+        c->enforced = plan->items[k].lyft && !plan->items[k].shadow;
+    c->k = 0;
+    if (c->allowed && c->enforced && plan->has_pool && !o->pool_charged) {
+        check_one(c, SL_BOP_DECIDE, &plan->pool, pool_key, sizeof pool_key - 1, sizeof pool_key - 1,
+                  plan->cost, C_POOL);
+        return;
+    }
+    check_shadows(c);
+}
+
+/* The shadow counters from c->k: charged when the request is allowed,
+ * else peeked; one that cannot be decided answers "allowed, all zeros". */
+static void check_shadows(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    for (; c->k < plan->nitems; c->k++) {
+        const sl_check_item *t = &plan->items[c->k];
+        if (t->zero || !t->shadow || t->lyft || t->lead != c->k) continue;
+        c->retried = 0;
+        check_one(c, c->allowed ? SL_BOP_DECIDE : SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen,
+                  t->cost, C_SHADOW);
+        return;
+    }
+    c->rq->outcome->allowed = c->allowed;
+    check_finish(c, 0, "");
+}
+
+/* A round's answer: the next step. */
+static void check_sub_done(sl_breq *b)
+{
+    chk *c = b->data;
+    const sl_check_plan *plan = c->rq->plan;
+    sl_check_outcome *o = c->rq->outcome;
+    if (b->rc == RC_FALLBACK) {
+        check_policy(c);
+        return;
+    }
+    if (b->rc < 0 && c->stage != C_POOL && c->stage != C_SHADOW) {
+        check_finish(c, b->rc, b->err[0] ? b->err : sl_strerror(b->rc));
+        return;
+    }
+    switch (c->stage) {
+    case C_LYFT:
+        for (size_t q = 0; q < c->nreq; q++) {
+            sl__check_lyft_answer(&plan->items[c->idx[q]], &c->out[q], &o->res[c->idx[q]]);
+            c->decided[c->idx[q]] = 1;
+        }
+        check_after_lyft(c);
+        break;
+    case C_PEEK: {
+        const sl_check_item *t = &plan->items[c->k];
+        o->res[c->k] = b->result;
+        if (!b->result.allowed && !t->shadow && !t->quota) c->quota_denied = 0;
+        c->k++;
+        check_peeks(c);
+        break;
+    }
+    case C_ROUND: check_round_done(c); break;
+    case C_ELASTIC: check_elastic_done(c); break;
+    case C_POOL: check_shadows(c); break;
+    default: { /* C_SHADOW */
+        const sl_check_item *t = &plan->items[c->k];
+        if (b->rc < 0 && c->allowed && !c->retried) {
+            c->retried = 1;
+            check_one(c, SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen, t->cost, C_SHADOW);
+            return;
+        }
+        if (b->rc < 0) {
+            memset(&o->res[c->k], 0, sizeof o->res[c->k]);
+            o->res[c->k].allowed = 1;
+        } else {
+            o->res[c->k] = b->result;
+        }
+        c->k++;
+        check_shadows(c);
+        break;
+    }
+    }
+}
+
 /* ---- the seam ------------------------------------------------------------ */
 
 static sl_bchan *redis_channel(sl_backend *b, void *loop)
@@ -871,12 +1259,18 @@ static void redis_channel_free(sl_bchan *c)
         ch->free = e->next;
         free(e);
     }
+    while (ch->free_chk != NULL) {
+        struct chk *k = ch->free_chk;
+        ch->free_chk = k->next;
+        free(k->lplan);
+        free(k);
+    }
     free(ch->cache);
     free(ch);
 }
 
 /* The checks the local engine makes, in its order: 0 or the SL_E* code. */
-static int check_one(const sl_params *p, const char *key, size_t klen, int64_t now, int64_t cost)
+static int valid_one(const sl_params *p, const char *key, size_t klen, int64_t now, int64_t cost)
 {
     int rc = sl_params_check(p);
     if (rc != 0) return rc;
@@ -886,13 +1280,13 @@ static int check_one(const sl_params *p, const char *key, size_t klen, int64_t n
     return 0;
 }
 
-static int check_all(const sl_breq *rq)
+static int valid_all(const sl_breq *rq)
 {
     if (rq->reqs == NULL || rq->results == NULL || rq->nreqs == 0 || rq->nreqs > SL_MAX_BATCH)
         return SL_EINVAL;
     for (size_t i = 0; i < rq->nreqs; i++) {
         const sl_request *q = &rq->reqs[i];
-        int rc = check_one(q->params, q->key, q->keylen, rq->now_ms, q->cost);
+        int rc = valid_one(q->params, q->key, q->keylen, rq->now_ms, q->cost);
         if (rc != 0) return rc;
         for (size_t j = 0; j < i; j++) /* one state may not be charged twice */
             if (rq->reqs[j].params->algo == q->params->algo &&
@@ -903,9 +1297,12 @@ static int check_all(const sl_breq *rq)
     return 0;
 }
 
-static void redis_submit(sl_bchan *c, sl_breq *rq)
+static void check_start(rchan *ch, sl_breq *rq);
+
+/* Submits rq on ch; tags[i]: the hash tag's length of request i's key
+ * (NULL: each whole key, as RL.ALLOW's). */
+static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
 {
-    rchan *ch = (rchan *)c;
     redis *r = ch->r;
     int rc = 0;
     rq->err[0] = '\0';
@@ -916,7 +1313,7 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
             rc = SL_EINVAL;
             break;
         }
-        rc = check_one(rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost);
+        rc = valid_one(rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost);
         if (rc == 0 && cache_answer(ch, rq)) return;
         break;
     case SL_BOP_FORGET:
@@ -927,9 +1324,13 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
         else
             cache_forget(ch, rq->key, rq->keylen);
         break;
-    case SL_BOP_DECIDE_ALL: rc = check_all(rq); break;
+    case SL_BOP_DECIDE_ALL: rc = valid_all(rq); break;
     case SL_BOP_CHECK:
-        sl__breq_fail(rq, SL_EINVAL, "RL.CHECK on the Redis backend: not yet");
+        if (rq->plan == NULL || rq->outcome == NULL) {
+            rc = SL_EINVAL;
+            break;
+        }
+        check_start(ch, rq);
         return;
     default: rc = SL_EINVAL; break;
     }
@@ -973,6 +1374,11 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
     } else {
         memcpy(e->key, rq->key, rq->keylen);
     }
+    size_t n = rq->op == SL_BOP_DECIDE_ALL ? rq->nreqs : 1;
+    for (size_t i = 0; i < n; i++)
+        e->tag[i] = tags != NULL                  ? tags[i]
+                    : rq->op == SL_BOP_DECIDE_ALL ? rq->reqs[i].keylen
+                                                  : rq->keylen;
     e->deadline = sl__mono_ms() + r->o.timeout_ms;
     e->prev = ch->tail;
     e->next = NULL;
@@ -990,6 +1396,8 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
     }
     if (e == ch->head) arm_timer(ch);
 }
+
+static void redis_submit(sl_bchan *c, sl_breq *rq) { submit_tagged((rchan *)c, rq, NULL); }
 
 static void redis_stats(sl_backend *b, sl_backend_stats *out)
 {

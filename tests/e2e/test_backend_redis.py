@@ -31,6 +31,32 @@ from harness import BASE, SANITIZED, SLOW, SLUICED, RawConn, RedisServer, RespEr
 
 W = 10000  # the window of every limit here, ms
 
+# RL.CHECK's rules: fixed-window only (the provisional script's), with two
+# limits on one descriptor, a shadow limit, a blocked one (L = 0), an
+# elastic one on the --capacity pool, and Lyft's `replaces`.
+RULES = """domain: api
+descriptors:
+  - key: user
+    rate_limit:
+      - {unit: second, requests_per_unit: 3}
+      - {unit: minute, requests_per_unit: 5}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: second, requests_per_unit: 1, name: shadowed}
+  - key: blocked
+    rate_limit: {unit: second, requests_per_unit: 0, name: blocklist}
+  - key: tenant
+    rate_limit: {unit: minute, requests_per_unit: 2, elastic: 4, name: tenant}
+  - key: team
+    rate_limit: {unit: minute, requests_per_unit: 2, name: team_default}
+  - key: vip
+    rate_limit:
+      unit: minute
+      requests_per_unit: 3
+      name: vip
+      replaces: [{name: team_default}]
+"""
+
 
 class RedisBackendTest(unittest.TestCase):
 
@@ -125,7 +151,77 @@ class RedisBackendTest(unittest.TestCase):
             self.assertEqual(self.allow(ca, "dc", 2, BASE + W), [1, 2, 1, 0, W, 0])
             self.assertEqual(a.info("backend")["backend_deny_cache_hits"], "2")
 
+    def test_check_through_two_nodes_answers_as_one_local_node(self):
+        """A sequence of RL.CHECK requests, alternately through two nodes on
+        one Redis, gets exactly the replies one node on its local store
+        gives the same sequence."""
+        d = tempfile.mkdtemp(prefix="sluice-rules-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "api.yaml")
+        with open(path, "w") as f:
+            f.write(RULES)
+        r = self.redis()
+        common = ("--rules", path, "--capacity", "3/1m")
+        a = self.node(r, *common, name="check_a")
+        b = self.node(r, *common, name="check_b")
+        ref = Server(*common, trust_client_time=True, name="check_local")
+        ref.start()
+        self.addCleanup(ref.cleanup)
+        kvs = [("user", "bob"), ("user", "ann"), ("shadow", "s"), ("blocked", "z"),
+               ("tenant", "t1"), ("team", "red"), ("vip", "yes"), ("nomatch", "q")]
+        seq = []
+        t = BASE
+        for i in range(60 if SANITIZED else 240):  # a fixed pseudo-random sequence
+            x = (i * 7919 + 13) % 1009
+            t += (x % 7) * 900
+            descs = [kvs[(x + j * 3) % len(kvs)] for j in range(1 + x % 3)]
+            cost = 1 if x % 10 else 2
+            seq.append((t, cost, descs))
+        denied = 0
+        with a.raw() as ca, b.raw() as cb, ref.raw() as cr:
+            for i, (at, cost, descs) in enumerate(seq):
+                args = ["RL.CHECK", "api", "AT", str(at), "COST", str(cost)]
+                for k, v in descs:
+                    args += ["DESCRIPTOR", k, v]
+                want = cr.cmd(*args)
+                got = (ca if i % 2 == 0 else cb).cmd(*args)
+                self.assertEqual(got, want, "request %d: %s" % (i, args))
+                denied += want[0] == 0  # the overall answer's `allowed`
+        self.assertGreater(denied, 0)
+        self.assertLess(denied, len(seq))
+        for n in (a, b):
+            self.assertEqual(n.info("backend")["backend_errors"], "0")
+
     # -- faults --
+
+    def test_check_falls_back_as_a_whole(self):
+        """RL.CHECK with Redis stalled: the whole request is decided by the
+        policy -- with `local`, on the node's own store at L / --fleet-size."""
+        d = tempfile.mkdtemp(prefix="sluice-rules-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "api.yaml")
+        with open(path, "w") as f:
+            f.write("domain: api\ndescriptors:\n  - key: user\n"
+                    "    rate_limit: {unit: second, requests_per_unit: 3}\n")
+        r = self.redis()
+        s = self.node(r, "--rules", path, "--on-backend-error", "local", "--fleet-size", "3",
+                      "--threads", "1")
+        check = ("RL.CHECK", "api", "AT", str(BASE), "DESCRIPTOR", "user", "bob")
+        with s.raw(timeout=30) as c:
+            self.assertEqual(c.cmd(*check), [1, 3, 2, 0, 1000, 0, [b"OK", b"api.user", 3, 2, 0, 1000]])
+            r.pause()
+            try:
+                self.assertEqual(c.cmd(*check),
+                                 [1, 1, 0, 0, 1000, 0, [b"OK", b"api.user", 1, 0, 0, 1000]])
+                self.assertEqual(c.cmd(*check), [0, 1, 0, 1000, 1000, 0,
+                                                 [b"OVER_LIMIT", b"api.user", 1, 0, 1000, 1000]])
+            finally:
+                r.resume()
+            self.wait_status(s, "up")
+            # 3 of 3: the request that timed out had reached Redis's socket,
+            # and Redis ran it when it woke (docs/fleet.md, "Strictness")
+            self.assertEqual(c.cmd(*check), [1, 3, 0, 0, 1000, 0, [b"OK", b"api.user", 3, 0, 0, 1000]])
+        self.assertEqual(s.info("backend")["backend_fallback_local"], "2")
 
     def test_redis_killed_under_load_each_policy(self):
         n = 40 if SANITIZED else 300
