@@ -177,6 +177,8 @@ $(B)/tests/test_service: $(SRV_PARTS)
 $(B)/tests/test_service: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_backend: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_backend_redis: $(SRV_PARTS)
+$(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)
