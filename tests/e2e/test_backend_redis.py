@@ -322,6 +322,12 @@ class RedisBackendTest(unittest.TestCase):
             self.assertEqual(info["backend_status"], "up")  # an error reply is not a lost Redis
             r.cmd("CONFIG", "SET", "maxmemory", "0")
             self.assertEqual(self.allow(c, "oom", 4, BASE), [1, 4, 2, 0, W, 0])
+            # the script flushed: NOSCRIPT, loaded again, the request sent again
+            self.assertEqual(r.cmd("SCRIPT", "FLUSH"), b"OK")
+            self.assertEqual(self.allow(c, "oom", 4, BASE), [1, 4, 1, 0, W, 0])
+            self.assertEqual(self.allow(c, "oom", 4, BASE), [1, 4, 0, 0, W, 0])
+            self.assertEqual(s.info("backend")["backend_errors"], "1")
+        self.assertIn(b"errorstat_NOSCRIPT:count=1\r\n", r.cmd("INFO", "errorstats"))
 
     # -- bad configuration --
 
