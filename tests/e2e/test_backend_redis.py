@@ -123,6 +123,9 @@ class RedisBackendTest(unittest.TestCase):
         page = h.getresponse().read().decode()
         self.assertIn("\nsluice_backend_up 1\n", page)
         self.assertIn('\nsluice_backend_fallback_total{policy="deny"} 0\n', page)
+        lint = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
+                              capture_output=True, timeout=60 * SLOW)
+        self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
 
     def test_deny_cache(self):
         r = self.redis()
