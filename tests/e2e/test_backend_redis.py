@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -126,6 +127,34 @@ class RedisBackendTest(unittest.TestCase):
         lint = subprocess.run(["promtool", "check", "metrics"], input=page.encode(),
                               capture_output=True, timeout=60 * SLOW)
         self.assertEqual(lint.returncode, 0, lint.stdout + lint.stderr)
+
+    def test_fleet_hammered_admits_exactly_the_limit(self):
+        """Clients hammering one key through two nodes at once, over three
+        windows: per window, exactly L admitted (demand is above it), with
+        the deny cache on."""
+        r = self.redis()
+        nodes = [self.node(r, name="hammer_a"), self.node(r, name="hammer_b")]
+        L, clients, per = 50, 4, (30 if SANITIZED else 60)
+        for win in range(3):
+            at = BASE + win * W
+            counts = []
+
+            def hammer(node):
+                with node.raw(timeout=60) as c:
+                    c.send(b"".join(harness.encode("RL.ALLOW", "hot", str(L), "10s", "ALGO",
+                                                   "fixed-window", "AT", str(at))
+                                    for _ in range(per)))
+                    got = c.read_replies(per, timeout=60)
+                counts.append(sum(1 for v in got if v[0] == 1))
+
+            threads = [threading.Thread(target=hammer, args=(nodes[i % 2],))
+                       for i in range(clients)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120 * SLOW)
+            self.assertEqual(len(counts), clients, "a client did not finish")
+            self.assertEqual(sum(counts), L, "window %d: admitted per client %s" % (win, counts))
 
     def test_deny_cache(self):
         r = self.redis()
