@@ -31,8 +31,8 @@
  * an entry ends no later than the denial it copies).
  */
 #include <ctype.h>
-#include <stddef.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -74,10 +74,8 @@ typedef struct redis {
     sl_backend base;
     sl_redis_url url;
     sl_redis_opts o;
-    char sha[SHA_LEN + 1]; /* the script's, from SCRIPT LOAD at start */
-    sl_store *store;       /* SL_REDIS_LOCAL's own store */
-    sl_backend *local;     /* ... and the local backend over it */
-    sl_bchan *local_ch;
+    char sha[SHA_LEN + 1];  /* the script's, from SCRIPT LOAD at start */
+    sl_store *store;        /* SL_REDIS_LOCAL's own store (the engine's calls) */
     _Atomic int nchan, nup; /* channels, and those UP */
     _Atomic int up;         /* the state last reported (on_state) */
     _Atomic int64_t down_since_ms;
@@ -1408,7 +1406,6 @@ static void redis_stats(sl_backend *b, sl_backend_stats *out)
 static void redis_free(sl_backend *b)
 {
     redis *r = (redis *)b;
-    sl_backend_free(r->local);
     sl_store_free(r->store);
     pthread_mutex_destroy(&r->lock);
     free(r);
@@ -1499,9 +1496,9 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     memcpy(r->sha, x->str, SHA_LEN);
     freeReplyObject(x);
     if (r->o.policy == SL_REDIS_LOCAL) {
-        r->store = sl_store_new(NULL, NULL);
-        r->local = r->store ? sl_backend_local_new(r->store) : NULL;
-        if (r->local == NULL) {
+        sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
+        r->store = sl_store_new(&so, NULL);
+        if (r->store == NULL) {
             snprintf(err, errlen, "out of memory");
             goto out;
         }
@@ -1510,7 +1507,6 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
 out:
     if (c != NULL) redisFree(c);
     if (!ok) {
-        sl_backend_free(r->local);
         sl_store_free(r->store);
         pthread_mutex_destroy(&r->lock);
         free(r);

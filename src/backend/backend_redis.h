@@ -59,13 +59,15 @@ typedef struct sl_redis_url {
 int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen);
 
 typedef struct sl_redis_opts {
-    const char *url;        /* redis://... (sl_redis_url_parse) */
-    int64_t timeout_ms;     /* no caller waits longer for Redis (>= 1) */
-    sl_redis_policy policy; /* when Redis cannot answer */
-    int64_t fleet_size;     /* SL_REDIS_LOCAL: L and B divided by this (>= 1) */
-    int deny_cache;         /* 1: the local deny cache is on */
-    int trust_client_time;  /* 1: the request's now_ms is the script's `now`;
-                               0: "" (Redis's clock) */
+    const char *url;          /* redis://... (sl_redis_url_parse) */
+    int64_t timeout_ms;       /* no caller waits longer for Redis (>= 1) */
+    sl_redis_policy policy;   /* when Redis cannot answer */
+    int64_t fleet_size;       /* SL_REDIS_LOCAL: L and B divided by this (>= 1) */
+    int deny_cache;           /* 1: the local deny cache is on */
+    int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
+                                 0: "" (Redis's clock) */
+    uint64_t local_max_bytes; /* SL_REDIS_LOCAL's own store: its bound (0 = none) */
+    unsigned local_on_full;   /* ... and what it does when full (sl_store_opts.on_full) */
     /* Called on a change of the backend's state (up: every channel has its
      * connection; down: some channel has none), from the worker whose
      * channel changed it; what says why.  NULL: none. */

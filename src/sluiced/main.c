@@ -328,6 +328,8 @@ static sl_backend *make_backend(app *a, char *err, size_t errlen)
         .fleet_size = a->cfg.fleet_size,
         .deny_cache = a->cfg.deny_cache,
         .trust_client_time = a->cfg.trust_client_time,
+        .local_max_bytes = a->cfg.max_memory,
+        .local_on_full = (unsigned)a->cfg.on_store_full,
         .on_state = on_backend_state,
         .state_arg = &a->cfg,
     };
