@@ -89,18 +89,22 @@ RULES_SRC := $(wildcard src/rules/*.c)
 RULES_OBJ := $(RULES_SRC:%.c=$(B)/%.o)
 RULES_LIBS := -lyaml
 # Backends (src/backend): where decisions are made.
-BACKEND_SRC := $(wildcard src/backend/*.c)
+# The Redis backend (hiredis, libevent) is the server's only: the tool and
+# the rules' tests link the others.
+BACKEND_SRC := $(filter-out src/backend/backend_redis.c,$(wildcard src/backend/*.c))
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(B)/%.o)
+REDIS_OBJ   := $(B)/src/backend/backend_redis.o
 # sluiced: the service layer and net (src/server), the protocols
 # (src/proto/*), and main (src/sluiced).  Its parts without main() are
 # linked into its tests.
 SRV_SRC := $(wildcard src/server/*.c) $(wildcard src/proto/*/*.c)
 SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
-SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
+SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(REDIS_OBJ) $(RULES_OBJ)
 # libevent_openssl + libssl: the TLS listeners (src/server/tls.c, net.c);
 # libcrypto: also the passwords' SHA-256 (src/server/auth.c).
 # libjansson: the HTTP module's JSON (src/proto/http).
-SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson
+# libhiredis: the Redis backend (src/backend/backend_redis.c).
+SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson -lhiredis
 # The Redis module (src/module): the library's objects and the module's,
 # one shared object Redis loads (--loadmodule build/sluice.so).
 MODULE_SRC := $(wildcard src/module/*.c)
@@ -187,6 +191,8 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 
 # The status page is built into status.o (an assembler .incbin of the file).
 $(B)/src/proto/http/status.o: src/proto/http/status.html
+# The Redis backend's script is built into backend_redis.o the same way.
+$(B)/src/backend/backend_redis.o: src/backend/redis/sluice.lua
 
 $(B)/sluiced: $(B)/src/sluiced/main.o $(SRV_PARTS) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(RULES_LIBS) $(LDLIBS)
@@ -204,6 +210,8 @@ $(B)/tests/test_service: $(SRV_PARTS)
 $(B)/tests/test_service: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_backend: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_backend_redis: $(SRV_PARTS)
+$(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)

@@ -5,7 +5,14 @@
  *   local   the local backend (src/backend/backend_local.c), inline;
  *   delay   tests/support/backend_delay.c over the local one: every request
  *           decided at once, answered later from a timer on the channel's
- *           event_base, out of submission order.
+ *           event_base, out of submission order;
+ *   redis   the Redis backend (src/backend/backend_redis.c) on a
+ *           redis-server this test starts on a free loopback port (stopped
+ *           by its PID at exit), flushed for each fixture.  PROVISIONAL
+ *           until the full script (src/backend/redis/sluice.lua, helper
+ *           rscript) is merged: only the vector files of fixed-window run
+ *           (bkind.fixed_window_only) and only the vectors part
+ *           (bkind.parts); the lead enables the rest at the merge.
  *
  * Requests are submitted in windows of several at a time (each with its own
  * sl_breq, which lives until its callback) and the channel's event_base is
@@ -47,10 +54,20 @@
 
 #include <cmocka.h>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <event2/event.h>
 
 #include "backend.h"
 #include "backend_local.h"
+#include "backend_redis.h"
 #include "check.h"
 #include "model.h"
 #include "rules.h"
@@ -69,12 +86,20 @@ __extension__ typedef __int128 i128;
 
 typedef struct bkind {
     const char *name;
-    int delayed; /* wrap the local backend in backend_delay */
+    int delayed;           /* wrap the local backend in backend_delay */
+    int redis;             /* the Redis backend instead of the local one */
+    unsigned parts;        /* 1 << index in parts[] of the parts to run; 0 = all */
+    int fixed_window_only; /* vectors: only the files of fixed-window */
 } bkind;
 
+#define PART_VECTORS 1u /* parts[0] */
+
 static const bkind backends[] = {
-    {"local", 0},
-    {"delay", 1},
+    {"local", 0, 0, 0, 0},
+    {"delay", 1, 0, 0, 0},
+    /* PROVISIONAL (the provisional script has fixed-window only): at the
+     * merge of the full script, {"redis", 0, 1, 0, 0} */
+    {"redis", 0, 1, PART_VECTORS, 1},
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
@@ -91,6 +116,78 @@ typedef struct fx {
     long inline_done;  /* requests completed before submit returned */
 } fx;
 
+/* ---- a redis-server for the redis row --------------------------------------- */
+
+static pid_t redis_pid;
+static int redis_port;
+
+static double mono_s(void);
+
+static void redis_stop(void)
+{
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGTERM);
+        waitpid(redis_pid, NULL, 0);
+        redis_pid = 0;
+    }
+}
+
+/* A command on a fresh connection to the test's redis-server: 0 when it
+ * answered without an error. */
+static int redis_cmd(const char *cmd)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    if (c == NULL || c->err) {
+        if (c) redisFree(c);
+        return -1;
+    }
+    redisReply *x = redisCommand(c, cmd);
+    int rc = x != NULL && x->type != REDIS_REPLY_ERROR ? 0 : -1;
+    if (x) freeReplyObject(x);
+    redisFree(c);
+    return rc;
+}
+
+/* Starts the redis-server once (a free port: bound, then closed, then
+ * given to redis-server; tried again on another if that fails), flushes it
+ * for every fixture. */
+static void redis_ready(void)
+{
+    for (int attempt = 0; redis_pid == 0 && attempt < 5; attempt++) {
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t al = sizeof a;
+        assert_true(s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+                    getsockname(s, (struct sockaddr *)&a, &al) == 0);
+        close(s);
+        redis_port = ntohs(a.sin_port);
+        char port[16];
+        snprintf(port, sizeof port, "%d", redis_port);
+        pid_t pid = fork();
+        assert_true(pid >= 0);
+        if (pid == 0) {
+            int null = open("/dev/null", O_WRONLY);
+            if (null >= 0) dup2(null, 1), dup2(null, 2);
+            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
+                   "", "--appendonly", "no", (char *)NULL);
+            _exit(127);
+        }
+        double until = mono_s() + 10;
+        while (mono_s() < until && redis_cmd("PING") != 0 && waitpid(pid, NULL, WNOHANG) == 0)
+            usleep(20000);
+        if (redis_cmd("PING") == 0) {
+            redis_pid = pid;
+            atexit(redis_stop);
+        } else {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+        }
+    }
+    if (redis_pid == 0) fail_msg("redis: cannot start redis-server");
+    if (redis_cmd("FLUSHALL") != 0) fail_msg("redis: FLUSHALL failed");
+}
+
 static fx *fx_new(const bkind *k, unsigned locking)
 {
     fx *f = calloc(1, sizeof *f);
@@ -102,6 +199,20 @@ static fx *fx_new(const bkind *k, unsigned locking)
     f->local = sl_backend_local_new(f->store);
     assert_non_null(f->local);
     f->b = f->local;
+    if (k->redis) {
+        char url[64], err[512];
+        redis_ready();
+        snprintf(url, sizeof url, "redis://127.0.0.1:%d", redis_port);
+        /* generous: the suite asserts answers, never the time they take */
+        sl_redis_opts o = {.url = url,
+                           .timeout_ms = 10000,
+                           .policy = SL_REDIS_DENY,
+                           .fleet_size = 1,
+                           .deny_cache = 1,
+                           .trust_client_time = 1};
+        f->b = sl_backend_redis_new(&o, err, sizeof err);
+        if (f->b == NULL) fail_msg("redis: %s", err);
+    }
     if (k->delayed) {
         f->b = backend_delay_new(f->local, 0x64656c6179ULL, DELAY_MAX_US);
         assert_non_null(f->b);
@@ -429,9 +540,15 @@ static void run_vectors(const bkind *k)
     char(*kb)[SL_MAX_KEY + 1] = calloc(MAX_STEPS, sizeof *kb);
     assert_true(v && ts && tp && kb);
     long lines = 0, ooo = 0;
+    int skipped = 0;
     for (int i = 0; i < nn; i++) {
         snprintf(v->path, sizeof v->path, "%.4000s/%.255s", vdir, names[i]);
         load_vector(v);
+        if (k->fixed_window_only && v->p.algo != SL_FIXED_WINDOW) { /* PROVISIONAL (backends[]) */
+            free(names[i]);
+            skipped++;
+            continue;
+        }
         fx *f = fx_new(k, i & 1 ? SL_LOCK_SHARD : SL_LOCK_RECORD);
         for (int s = 0; s < v->nsteps; s++) {
             const step *st = &v->steps[s];
@@ -472,8 +589,10 @@ static void run_vectors(const bkind *k)
         free(names[i]);
     }
     print_message("[ info     ] %s: %ld vector lines in %d files exact, %ld answered out of "
-                  "order\n",
-                  k->name, lines, nn, ooo);
+                  "order%s\n",
+                  k->name, lines, nn - skipped, ooo,
+                  skipped ? " (PROVISIONAL: fixed-window files only)" : "");
+    if (nn - skipped == 0) fail_msg("%s: no vector file ran", k->name);
     if (k->delayed && ooo == 0) fail_msg("%s: every vector line completed in order", k->name);
     free(v);
     free(ts);
@@ -1490,10 +1609,12 @@ int main(void)
     static struct CMUnitTest tests[NBACKENDS * NPARTS];
     size_t n = 0;
     for (size_t b = 0; b < NBACKENDS; b++)
-        for (size_t p = 0; p < NPARTS; p++, n++) {
+        for (size_t p = 0; p < NPARTS; p++) {
+            if (backends[b].parts != 0 && !(backends[b].parts & (1u << p))) continue;
             cases[n] = (tcase){&backends[b], parts[p].fn};
             snprintf(names[n], sizeof names[n], "%s_%s", backends[b].name, parts[p].name);
             tests[n] = (struct CMUnitTest){names[n], run_case, NULL, NULL, &cases[n]};
+            n++;
         }
     const char *filter = getenv("SLUICE_TEST_FILTER"); /* e.g. "delay_*" */
     if (filter != NULL && *filter != '\0') cmocka_set_test_filter(filter);

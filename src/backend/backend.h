@@ -155,6 +155,13 @@ static inline void sl_backend_free(sl_backend *b)
     if (b != NULL) b->ops->free(b);
 }
 
+struct evbuffer;
+/* Appends a backend's own numbers to a /metrics page (Prometheus text
+ * format): the Redis backend's state and counters (backend_redis.c);
+ * nothing for the local backend, whose numbers sl_backend_stats has.
+ * Returns 0, or -1 when out of memory. */
+int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b);
+
 /* Sets the backend's error state (printf-style message); returns err. */
 int sl__backend_set_err(sl_backend *b, int err, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

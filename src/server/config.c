@@ -33,6 +33,7 @@
 #include <strings.h>
 
 #include "auth.h"
+#include "backend_redis.h"
 #include "config.h"
 #include "check.h"
 #include "log.h"
@@ -103,6 +104,9 @@ struct opt {
 static opt_set_fn set_user_header, set_trusted_proxies;
 static opt_set_fn set_grpc_port; /* gRPC (src/proto/grpc) */
 static opt_show_fn show_grpc_port;
+static opt_set_fn set_user_header, set_trusted_proxies, set_backend, set_backend_timeout,
+    set_on_backend_error;
+static opt_show_fn show_backend, show_backend_timeout, show_on_backend_error;
 static opt_show_fn show_trusted_proxies, show_user_header;
 static opt_set_fn set_port, set_tls_port, set_http_port, set_https_port, set_tls_auth_clients, set_bind, set_on_store_full,
     set_capacity, set_auth_fail_limit, set_log_level;
@@ -218,6 +222,38 @@ static const opt opts[] = {
      .def = "none",
      .help = "spare-capacity pool for `elastic` rules: N requests per DUR through RL.CHECK in "
              "all"},
+    {.name = "backend",
+     CUSTOM(set_backend, show_backend),
+     .arg = "local|URL",
+     .def = "local",
+     .help = "where the counters live: local (this process), or "
+             "redis://[user:password@]host:port[/db], shared by every node on it "
+             "(docs/fleet.md)"},
+    {.name = "backend-timeout",
+     CUSTOM(set_backend_timeout, show_backend_timeout),
+     .arg = "DUR",
+     .def = "50ms",
+     .help = "the Redis backend: no request waits longer for Redis (1ms..60s); then "
+             "--on-backend-error answers"},
+    {.name = "on-backend-error",
+     CUSTOM(set_on_backend_error, show_on_backend_error),
+     .arg = "deny|allow|local",
+     .def = "deny",
+     .help = "the Redis backend, when Redis cannot answer: deny, allow, or decide on this "
+             "node's own store with L and B divided by --fleet-size"},
+    {.name = "fleet-size",
+     INT(fleet_size),
+     .min = 1,
+     .max = 100000,
+     .arg = "N",
+     .def = "1",
+     .help = "nodes sharing the Redis backend: --on-backend-error local divides L and B by N "
+             "(rounded down, at least 1)"},
+    {.name = "deny-cache",
+     BOOL(deny_cache),
+     .def = "yes",
+     .help = "the Redis backend: deny locally, without asking Redis, while a denial Redis gave "
+             "still holds"},
     {.name = "trust-client-time",
      BOOL(trust_client_time),
      .def = "no",
@@ -368,6 +404,11 @@ void sl_config_defaults(sl_config *cfg)
     cfg->recv_timeout_ms = 10000;
     cfg->snapshot_interval_ms = 60000;
     cfg->max_client_skew_ms = 3600000;
+    strcpy(cfg->backend, "local");
+    cfg->backend_timeout_ms = 50;
+    cfg->on_backend_error = SL_REDIS_DENY;
+    cfg->fleet_size = 1;
+    cfg->deny_cache = 1;
     cfg->log_level = SL_LOG_INFO;
     cfg->watch_rules = 1;
     cfg->protected_mode = 1;
@@ -632,6 +673,62 @@ static int set_capacity(sl_config *c, const opt *op, const char *v, size_t vlen,
     memcpy(c->capacity, buf, vlen + 1);
     c->pool = pool;
     return 0;
+}
+
+/* --backend: local, or a redis:// URL checked whole now (sl_redis_url_parse
+ * names the bad part); reaching it is main's, at start. */
+static int set_backend(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                       char *err, size_t errlen)
+{
+    char why[400];
+    sl_redis_url u;
+    if (vlen == 5 && memcmp(v, "local", 5) == 0) {
+        strcpy(c->backend, "local");
+        return 0;
+    }
+    if (memchr(v, '\0', vlen) != NULL || vlen >= sizeof c->backend) {
+        fail(err, errlen, o, "invalid %s%s: a NUL byte, or longer than %zu bytes", dash(o),
+             op->name, sizeof c->backend - 1);
+        return -1;
+    }
+    if (sl_redis_url_parse(v, vlen, &u, why, sizeof why) != 0) {
+        fail(err, errlen, o, "invalid %s%s %s", dash(o), op->name, why);
+        return -1;
+    }
+    memcpy(c->backend, v, vlen);
+    c->backend[vlen] = '\0';
+    return 0;
+}
+
+static int set_backend_timeout(sl_config *c, const opt *op, const char *v, size_t vlen,
+                               origin *o, char *err, size_t errlen)
+{
+    char t[80];
+    int64_t ms;
+    int needs_unit = 0;
+    if (parse_duration(v, vlen, &ms, &needs_unit) != 0 || ms < 1 || ms > 60000) {
+        fail(err, errlen, o, "invalid %s%s '%s': expected a duration 1ms..60s, such as 50ms",
+             dash(o), op->name, tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    c->backend_timeout_ms = ms;
+    return 0;
+}
+
+static int set_on_backend_error(sl_config *c, const opt *op, const char *v, size_t vlen,
+                                origin *o, char *err, size_t errlen)
+{
+    char t[80];
+    for (int p = SL_REDIS_DENY; p <= SL_REDIS_LOCAL; p++) {
+        const char *name = sl_redis_policy_name(p);
+        if (strlen(name) == vlen && memcmp(v, name, vlen) == 0) {
+            c->on_backend_error = p;
+            return 0;
+        }
+    }
+    fail(err, errlen, o, "invalid %s%s '%s': expected deny, allow or local", dash(o), op->name,
+         tok(v, vlen, t, sizeof t));
+    return -1;
 }
 
 /* A port: 0..65535; with off (--port only), no listener (-1). */
@@ -910,6 +1007,28 @@ static void show_bind(const sl_config *c, char *buf, size_t cap)
 static void show_output_total(const sl_config *c, char *buf, size_t cap)
 {
     show_bytes(buf, cap, sl_config_output_total(c));
+}
+
+/* The URL without its password (--dump-options is not a place for it). */
+static void show_backend(const sl_config *c, char *buf, size_t cap)
+{
+    sl_redis_url u;
+    char why[400];
+    if (strcmp(c->backend, "local") == 0 ||
+        sl_redis_url_parse(c->backend, strlen(c->backend), &u, why, sizeof why) != 0)
+        snprintf(buf, cap, "%s", c->backend);
+    else
+        snprintf(buf, cap, "%s", u.shown);
+}
+
+static void show_backend_timeout(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%lldms", (long long)c->backend_timeout_ms);
+}
+
+static void show_on_backend_error(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", sl_redis_policy_name(c->on_backend_error));
 }
 
 static void show_capacity(const sl_config *c, char *buf, size_t cap)

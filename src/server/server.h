@@ -88,6 +88,11 @@ typedef struct sl_config {
                                        address; 0 = off (default); SL_HTTP_PORT_ANY = any */
     int grpc_port;                  /* gRPC (src/proto/grpc) on each bind address; default
                                        SL_GRPC_DEFAULT_PORT; 0 = off; SL_HTTP_PORT_ANY = any */
+    char backend[1024];             /* "local" (default) or a redis:// URL (backend_redis.h) */
+    int64_t backend_timeout_ms;     /* the Redis backend: no caller waits longer; default 50 */
+    int on_backend_error;           /* sl_redis_policy; default SL_REDIS_DENY */
+    int fleet_size;                 /* on-backend-error local: L and B divided by it; default 1 */
+    int deny_cache;                 /* the Redis backend's local deny cache; default 1 */
 } sl_config;
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */

@@ -44,6 +44,7 @@
 
 #include "auth.h"
 #include "backend_local.h"
+#include "backend_redis.h"
 #include "config.h"
 #include "grpc.h"
 #include "history.h"
@@ -299,6 +300,51 @@ static void warn_if_readable(const char *opt, const char *path)
            "option=%s file=%s mode=%04o", opt, sl_logq(path), (unsigned)(st.st_mode & 07777));
 }
 
+/* The Redis backend's state changes: one log line each (not per request). */
+static void on_backend_state(void *arg, int up, const char *url, const char *what)
+{
+    const sl_config *cfg = arg;
+    if (up)
+        sl_log(SL_LOG_INFO, "Redis backend up: decisions go to Redis", "url=%s", sl_logq(url));
+    else
+        sl_log(SL_LOG_WARN, "Redis backend down: requests go to --on-backend-error",
+               "url=%s why=%s on_backend_error=%s", sl_logq(url), sl_logq(what),
+               sl_redis_policy_name(cfg->on_backend_error));
+}
+
+/* The backend --backend names: the local one over the store, or Redis
+ * (reached now: an unreachable host or a refused password stops the
+ * start).  NULL with err set. */
+static sl_backend *make_backend(app *a, char *err, size_t errlen)
+{
+    if (strcmp(a->cfg.backend, "local") == 0) {
+        sl_backend *b = sl_backend_local_new(a->srv.store);
+        if (b == NULL) snprintf(err, errlen, "out of memory");
+        return b;
+    }
+    sl_redis_opts o = {
+        .url = a->cfg.backend,
+        .timeout_ms = a->cfg.backend_timeout_ms,
+        .policy = (sl_redis_policy)a->cfg.on_backend_error,
+        .fleet_size = a->cfg.fleet_size,
+        .deny_cache = a->cfg.deny_cache,
+        .trust_client_time = a->cfg.trust_client_time,
+        .local_max_bytes = a->cfg.max_memory,
+        .local_on_full = (unsigned)a->cfg.on_store_full,
+        .on_state = on_backend_state,
+        .state_arg = &a->cfg,
+    };
+    sl_backend *b = sl_backend_redis_new(&o, err, errlen);
+    if (b != NULL) {
+        sl_redis_info in;
+        sl_backend_redis_info(b, &in);
+        sl_log(SL_LOG_INFO, "Redis backend", "url=%s timeout_ms=%lld on_backend_error=%s "
+               "fleet_size=%d deny_cache=%s", sl_logq(in.url), (long long)in.timeout_ms,
+               in.policy, a->cfg.fleet_size, in.deny_cache ? "yes" : "no");
+    }
+    return b;
+}
+
 static void fmt_duration(char *buf, size_t cap, int64_t ms)
 {
     if (ms == 0)
@@ -439,8 +485,14 @@ int main(int argc, char **argv)
     a.srv.start_ms = sl_now_ms();
     a.wall_offset_ms = sl__wall_ms() - a.srv.start_ms;
 
-    a.srv.backend = sl_backend_local_new(a.srv.store);
-    if (a.srv.backend == NULL || sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0 ||
+    a.srv.backend = make_backend(&a, err, sizeof err);
+    if (a.srv.backend == NULL) {
+        sl_log(SL_LOG_ERROR, "cannot use the backend: refusing to start", "err=%s", sl_logq(err));
+        fprintf(stderr, "sluiced: %s\n", err);
+        sl_store_free(a.srv.store);
+        return 1;
+    }
+    if (sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0 ||
         (a.srv.history = sl_history_new(a.srv.stats.nworkers)) == NULL) {
         sl_log(SL_LOG_ERROR, "out of memory", NULL);
         return 1;

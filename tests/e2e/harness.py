@@ -723,3 +723,96 @@ def nothing_listening(port):
         return True
     finally:
         s.close()
+
+
+class RedisServer:
+    """A redis-server of a test's own on a free loopback port (the Redis
+    backend's tests): no snapshots unless `appendonly_dir` is given (then
+    every write is in an append-only file there, so a restart keeps it).
+    Stopped by its PID only: stop() (SIGTERM, then SIGKILL after a
+    deadline), kill() (SIGKILL: a crash), pause()/resume() (SIGSTOP and
+    SIGCONT: a stalled server).  `password` sets requirepass."""
+
+    def __init__(self, password=None, appendonly_dir=None):
+        self.password = password
+        self.dir = appendonly_dir or tempfile.mkdtemp(prefix="sluice-redis-")
+        self.own_dir = appendonly_dir is None
+        self.appendonly = appendonly_dir is not None
+        self.port = None
+        self.proc = None
+        REDIS_STARTED.append(self)
+
+    def start(self, timeout=15):
+        """Starts (on the same port as before after a stop) and waits until
+        it answers PING.  A port taken meanwhile is tried again on another
+        (bounded), the first time only."""
+        for _ in range(5):
+            port = self.port or free_port()
+            argv = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
+                    "--dir", self.dir, "--appendonly", "yes" if self.appendonly else "no",
+                    "--appendfsync", "always", "--daemonize", "no", "--protected-mode", "no"]
+            if self.password:
+                argv += ["--requirepass", self.password]
+            log = open(os.path.join(self.dir, "redis.log"), "ab")
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
+            log.close()
+            until = deadline(timeout)
+            while time.monotonic() < until and self.proc.poll() is None:
+                try:
+                    with RawConn(port, timeout=2) as c:
+                        v = c.cmd("PING", timeout=2)
+                        if v == b"PONG" or (isinstance(v, RespError) and "NOAUTH" in v.line):
+                            self.port = port
+                            return self
+                except (OSError, EOFError, TimeoutError):
+                    pass
+                time.sleep(0.02)
+            self.stop()
+            if self.port is not None:
+                break
+        raise AssertionError("redis-server did not start")
+
+    def url(self, password=None):
+        auth = ":%s@" % password if password else ""
+        return "redis://%s%s:%d" % (auth, HOST, self.port)
+
+    def cmd(self, *args):
+        """One command on a fresh connection (AUTH first with a password)."""
+        with RawConn(self.port, timeout=10) as c:
+            if self.password:
+                c.cmd("AUTH", self.password)
+            return c.cmd(*args)
+
+    def running(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def pause(self):
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
+    def kill(self):
+        if self.running():
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def stop(self):
+        if self.running():
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+    def cleanup(self):
+        self.stop()
+        if self.own_dir:
+            shutil.rmtree(self.dir, True)
+
+
+# Every redis-server started (RedisServer), stopped by PID at exit.
+REDIS_STARTED = []

@@ -182,6 +182,8 @@ def stop_leftovers_at_exit():
     for s in harness.STARTED:
         if s.running():
             s.stop(timeout=5)
+    for r in harness.REDIS_STARTED:  # the Redis backend's tests' redis-servers
+        r.cleanup()
 
 
 def main():

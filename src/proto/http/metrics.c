@@ -307,6 +307,7 @@ int sl_metrics_write(struct evbuffer *b, sl_srv *srv, const sl_rules *r)
            "per-value names past SL_METRICS_MAX_VALUES.");
     put(&p, "sluice_metrics_omitted{what=\"rules\"} %" PRIu64 "\n", omitted[0]);
     put(&p, "sluice_metrics_omitted{what=\"values\"} %" PRIu64 "\n", omitted[1]);
+    if (sl_backend_metrics_write(b, srv->backend) != 0) p.failed = 1;
     return p.failed ? -1 : 0;
 }
 

@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "backend_redis.h"
 #include "config.h"
 #include "live.h"
 #include "proto.h"
@@ -755,6 +756,30 @@ static void cmd_info(req *q)
         info_line(&b, "rules_tracked", srv->stats.nrules);
         info_line(&b, "rules_untracked", sl_stat_get(&srv->stats.untracked));
         sl_stats_foreach_rule(&srv->stats, info_rule, &b);
+        sl_resp_raw(&b, "\r\n");
+    }
+    if (wants(c, "backend")) { /* where decisions are made (backend_redis.h) */
+        sl_redis_info ri;
+        sl_resp_raw(&b, "# Backend\r\n");
+        info_text(&b, "backend_name", srv->backend->ops->name);
+        if (sl_backend_redis_info(srv->backend, &ri) == 0) {
+            info_text(&b, "backend_url", ri.url);
+            info_text(&b, "backend_status", ri.up ? "up" : "down");
+            info_line(&b, "backend_down_since_unix_ms", (unsigned long long)ri.down_since_ms);
+            info_line(&b, "backend_timeout_ms", (unsigned long long)ri.timeout_ms);
+            info_text(&b, "backend_on_error", ri.policy);
+            info_line(&b, "backend_fleet_size", (unsigned long long)ri.fleet_size);
+            info_text(&b, "backend_deny_cache", ri.deny_cache ? "yes" : "no");
+            info_line(&b, "backend_errors", ri.errors);
+            info_line(&b, "backend_timeouts", ri.timeouts);
+            info_line(&b, "backend_reconnects", ri.reconnects);
+            info_line(&b, "backend_fallback_deny", ri.fallback[SL_REDIS_DENY]);
+            info_line(&b, "backend_fallback_allow", ri.fallback[SL_REDIS_ALLOW]);
+            info_line(&b, "backend_fallback_local", ri.fallback[SL_REDIS_LOCAL]);
+            info_line(&b, "backend_deny_cache_hits", ri.cache_hits);
+            info_line(&b, "backend_inflight", ri.inflight);
+            info_text(&b, "backend_last_error", ri.last_error);
+        }
         sl_resp_raw(&b, "\r\n");
     }
     if (wants(c, "persistence")) {

@@ -1,0 +1,1578 @@
+/*
+ * backend_redis.c -- the Redis backend (backend_redis.h).
+ *
+ * A channel is one hiredis async connection on its worker's event_base,
+ * in one of three states: DOWN (no connection; a timer will make one),
+ * CONNECTING (made; AUTH, SELECT and SCRIPT LOAD sent, not yet answered)
+ * and UP.  Requests are sent in CONNECTING too: hiredis queues them behind
+ * the handshake, and they are answered in order.
+ *
+ * Every request sent is one pooled entry (pend) on the channel's list,
+ * oldest first, with its deadline; Redis answers a connection's commands
+ * in order, so the oldest entry's deadline is the next to pass, and one
+ * timer per channel watches it (and the handshake's).  When a deadline
+ * passes, the connection is freed: hiredis then calls every callback still
+ * pending with a NULL reply, and each of those requests is answered by the
+ * policy -- so nothing waits past its deadline, and no late reply is ever
+ * read.  Then the channel is DOWN and reconnects after
+ * random(0, min(SL_REDIS_BACKOFF_CAP, SL_REDIS_BACKOFF_BASE * 2^n)) ms.
+ *
+ * Batching: hiredis appends each command to its output buffer and writes
+ * only when the loop reports the socket writable, so every command of one
+ * loop turn goes out in one write (docs/fleet.md measures it).
+ *
+ * The deny cache (one fixed table per channel, direct-mapped by the key):
+ * a denial (key, parameters, cost c, retry_after d) answered at the
+ * request's time t0 is kept as absolute times, and a later request for the
+ * same key and parameters with cost >= c at t < t0 + d is denied here,
+ * with retry_after and reset_after counted down from those times.  t0 is
+ * the request's time (the caller's with --trust-client-time, else this
+ * node's clock when it sent the request, which is before Redis decided: so
+ * an entry ends no later than the denial it copies).
+ */
+#include <ctype.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include <event2/buffer.h>
+#include <event2/event.h>
+#include <hiredis/adapters/libevent.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "backend_local.h"
+#include "backend_redis.h"
+#include "util.h"
+
+/* The script, src/backend/redis/sluice.lua, as bytes in the binary (the
+ * Makefile makes this object depend on it; the path is the source tree's,
+ * where make runs). */
+__asm__(".section .rodata\n"
+        ".global sl_redis_script\n"
+        ".type sl_redis_script, @object\n"
+        ".balign 16\n"
+        "sl_redis_script:\n"
+        ".incbin \"src/backend/redis/sluice.lua\"\n"
+        ".global sl_redis_script_end\n"
+        "sl_redis_script_end:\n"
+        ".byte 0\n"
+        ".previous\n");
+extern const char sl_redis_script[], sl_redis_script_end[];
+
+#define SHA_LEN 40
+#define NFIELDS 7 /* per key: algo L W B P log_rejected cost */
+
+enum { DOWN, CONNECTING, UP };
+
+typedef struct redis {
+    sl_backend base;
+    sl_redis_url url;
+    sl_redis_opts o;
+    char sha[SHA_LEN + 1];  /* the script's, from SCRIPT LOAD at start */
+    sl_store *store;        /* SL_REDIS_LOCAL's own store (the engine's calls) */
+    _Atomic int nchan, nup; /* channels, and those UP */
+    _Atomic int up;         /* the state last reported (on_state) */
+    _Atomic int64_t down_since_ms;
+    _Atomic uint64_t errors, timeouts, reconnects, cache_hits, inflight;
+    _Atomic uint64_t fallback[3];
+    pthread_mutex_t lock; /* guards last_error */
+    char last_error[256];
+} redis;
+
+typedef struct rchan rchan;
+
+/* One request sent to Redis (or about to be). */
+typedef struct pend {
+    sl_breq *rq;
+    rchan *ch;
+    int64_t deadline; /* monotonic ms */
+    int resent;       /* sent again once after NOSCRIPT */
+    struct pend *prev, *next;
+    char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
+    char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
+    sl_request *reqs;         /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
+    size_t tag[SL_MAX_BATCH]; /* each key's hash tag length (docs/redis-scripts.md) */
+} pend;
+
+/* A denial Redis gave, for the deny cache. */
+typedef struct denial {
+    size_t klen; /* 0: empty slot */
+    sl_params p;
+    int64_t cost;
+    int64_t t0;       /* the request's time */
+    int64_t retry_at; /* t0 + retry_after_ms */
+    int64_t reset_at; /* t0 + reset_after_ms */
+    int64_t limit, remaining;
+    char key[SL_MAX_KEY];
+} denial;
+
+struct rchan {
+    sl_bchan base;
+    redis *r;
+    struct event_base *loop;
+    redisAsyncContext *ac; /* NULL when DOWN */
+    int state;
+    int closing;              /* being freed: answers are errors */
+    int attempt;              /* reconnects since the last UP */
+    int was_up;               /* has been UP once: the next connection is a reconnect */
+    int64_t hs_deadline;      /* CONNECTING: monotonic ms; 0 = none */
+    pend *head, *tail, *free; /* sent, oldest first; the pool */
+    struct event *timer;      /* the next deadline */
+    struct event *retry;      /* the next connection */
+    uint64_t rng;             /* splitmix64, for the jitter */
+    denial *cache;            /* SL_REDIS_CACHE_SLOTS, or NULL when off */
+    struct chk *free_chk;     /* RL.CHECK contexts for reuse */
+};
+
+static uint64_t rnd(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void set_last_error(redis *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_last_error(redis *r, const char *fmt, ...)
+{
+    va_list ap;
+    pthread_mutex_lock(&r->lock);
+    va_start(ap, fmt);
+    vsnprintf(r->last_error, sizeof r->last_error, fmt, ap);
+    va_end(ap);
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* ---- the URL ------------------------------------------------------------- */
+
+static int hexval(int c)
+{
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Percent-decodes s[0..n) into out (cap bytes, NUL-terminated); -1 when
+ * it does not fit or a %XX is malformed. */
+static int unescape(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= n) return -1;
+            int h = hexval(s[i + 1]), l = hexval(s[i + 2]);
+            if (h < 0 || l < 0) return -1;
+            c = h * 16 + l;
+            i += 2;
+        }
+        if (k + 1 >= cap) return -1;
+        out[k++] = (char)c;
+    }
+    out[k] = '\0';
+    return 0;
+}
+
+static int url_fail(char *err, size_t errlen, const char *s, size_t len, const char *what)
+{
+    /* the URL is quoted without its user:password part */
+    const char *at = memchr(s, '@', len);
+    if (len > 8 && memcmp(s, "redis://", 8) == 0 && at != NULL)
+        snprintf(err, errlen, "'redis://***@%.*s': %s",
+                 (int)(len - (size_t)(at + 1 - s) > 200 ? 200 : len - (size_t)(at + 1 - s)), at + 1,
+                 what);
+    else
+        snprintf(err, errlen, "'%.*s': %s", (int)(len > 200 ? 200 : len), s, what);
+    return -1;
+}
+
+int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen)
+{
+    static const char scheme[] = "redis://";
+    memset(u, 0, sizeof *u);
+    if (len >= SL_REDIS_URL_MAX) return url_fail(err, errlen, s, len, "longer than 1023 bytes");
+    for (size_t i = 0; i < len; i++)
+        if (!isgraph((unsigned char)s[i]))
+            return url_fail(err, errlen, s, len, "a space or control byte in the URL");
+    if (len >= 9 && strncasecmp(s, "rediss://", 9) == 0)
+        return url_fail(err, errlen, s, len,
+                        "TLS to Redis (rediss://) is not supported: use redis:// (docs/fleet.md)");
+    if (len < sizeof scheme - 1 || strncasecmp(s, scheme, sizeof scheme - 1) != 0)
+        return url_fail(err, errlen, s, len,
+                        "expected local or redis://[user:password@]host:port[/db]");
+    const char *p = s + sizeof scheme - 1, *end = s + len;
+    /* user:password@: up to the last '@' (a password may hold one, escaped or not) */
+    const char *at = NULL;
+    for (const char *q = p; q < end && *q != '/'; q++)
+        if (*q == '@') at = q;
+    if (at != NULL) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon == NULL)
+            return url_fail(err, errlen, s, len,
+                            "the part before '@' must be user:password (or :password)");
+        if (unescape(p, (size_t)(colon - p), u->user, sizeof u->user) != 0)
+            return url_fail(err, errlen, s, len, "malformed or too long user name");
+        if (unescape(colon + 1, (size_t)(at - colon - 1), u->pass, sizeof u->pass) != 0)
+            return url_fail(err, errlen, s, len, "malformed or too long password");
+        if (u->pass[0] == '\0') return url_fail(err, errlen, s, len, "empty password");
+        p = at + 1;
+    }
+    /* host: a name or IPv4 address, or [IPv6] */
+    const char *hs = p, *he;
+    if (p < end && *p == '[') {
+        he = memchr(p, ']', (size_t)(end - p));
+        if (he == NULL) return url_fail(err, errlen, s, len, "'[' of an IPv6 host without ']'");
+        hs = p + 1;
+        p = he + 1;
+    } else {
+        while (p < end && *p != ':' && *p != '/') p++;
+        he = p;
+    }
+    if (he == hs) return url_fail(err, errlen, s, len, "missing host");
+    if ((size_t)(he - hs) >= sizeof u->host) return url_fail(err, errlen, s, len, "host too long");
+    for (const char *q = hs; q < he; q++)
+        if (!(isalnum((unsigned char)*q) || *q == '.' || *q == '-' || *q == '_' || *q == ':'))
+            return url_fail(err, errlen, s, len, "the host holds a character a host cannot");
+    memcpy(u->host, hs, (size_t)(he - hs));
+    /* :port */
+    if (p >= end || *p != ':') return url_fail(err, errlen, s, len, "missing :port after the host");
+    const char *ps = ++p;
+    while (p < end && *p != '/') p++;
+    int64_t port;
+    if (sl_int_parse(ps, (size_t)(p - ps), 65535, &port) != 0 || port < 1)
+        return url_fail(err, errlen, s, len, "the port must be a number 1..65535");
+    u->port = (int)port;
+    /* [/db] */
+    u->db = SL_REDIS_DEFAULT_DB;
+    if (p < end) {
+        const char *ds = ++p;
+        int64_t db;
+        if (p == end) return url_fail(err, errlen, s, len, "missing db number after '/'");
+        if (sl_int_parse(ds, (size_t)(end - ds), 2147483647, &db) != 0)
+            return url_fail(err, errlen, s, len, "the db must be a number 0..2147483647");
+        u->db = (int)db;
+    }
+    int bracket = strchr(u->host, ':') != NULL;
+    snprintf(u->shown, sizeof u->shown, "redis://%s%s%s%s%s:%d/%d", u->user,
+             u->pass[0] ? ":***@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
+             u->db);
+    return 0;
+}
+
+const char *sl_redis_policy_name(int policy)
+{
+    switch (policy) {
+    case SL_REDIS_DENY: return "deny";
+    case SL_REDIS_ALLOW: return "allow";
+    case SL_REDIS_LOCAL: return "local";
+    default: return NULL;
+    }
+}
+
+/* ---- state --------------------------------------------------------------- */
+
+/* Reports a change of the backend's state (on_state): down when a channel
+ * loses its connection, up when every channel has one again. */
+static void report(redis *r, int going_up, const char *what)
+{
+    if (going_up && atomic_load(&r->nup) < atomic_load(&r->nchan)) return;
+    if (atomic_exchange(&r->up, going_up) == going_up) return;
+    atomic_store(&r->down_since_ms, going_up ? 0 : sl__wall_ms());
+    if (r->o.on_state != NULL) r->o.on_state(r->o.state_arg, going_up, r->url.shown, what);
+}
+
+static void arm_timer(rchan *ch);
+static void connect_now(rchan *ch);
+static void drop(rchan *ch, const char *why);
+
+/* The channel has no connection: the next one after the backoff. */
+static void go_down(rchan *ch, const char *why)
+{
+    redis *r = ch->r;
+    if (ch->state == UP) atomic_fetch_sub(&r->nup, 1);
+    ch->state = DOWN;
+    ch->ac = NULL;
+    ch->hs_deadline = 0;
+    if (ch->closing) return;
+    set_last_error(r, "%s", why);
+    report(r, 0, why);
+    int n = ch->attempt < 16 ? ch->attempt : 16;
+    int64_t cap = (int64_t)SL_REDIS_BACKOFF_BASE << n;
+    if (cap > SL_REDIS_BACKOFF_CAP) cap = SL_REDIS_BACKOFF_CAP;
+    int64_t ms = (int64_t)(rnd(&ch->rng) % (uint64_t)(cap + 1));
+    ch->attempt++;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(ch->retry, &tv);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    connect_now(arg);
+}
+
+/* ---- answers ------------------------------------------------------------- */
+
+static void pend_put(rchan *ch, pend *e)
+{
+    free(e->keys);
+    free(e->reqs);
+    e->keys = NULL;
+    e->reqs = NULL;
+    e->rq = NULL;
+    e->next = ch->free;
+    ch->free = e;
+}
+
+static void unlink_pend(rchan *ch, pend *e)
+{
+    if (e->prev)
+        e->prev->next = e->next;
+    else
+        ch->head = e->next;
+    if (e->next)
+        e->next->prev = e->prev;
+    else
+        ch->tail = e->prev;
+    e->prev = e->next = NULL;
+    atomic_fetch_sub(&ch->r->inflight, 1);
+}
+
+static sl_params scaled(const redis *r, const sl_params *p)
+{
+    sl_params q = *p;
+    int64_t n = r->o.fleet_size;
+    q.limit = p->limit / n > 0 ? p->limit / n : 1;
+    if (p->burst != 0) q.burst = p->burst / n > 0 ? p->burst / n : 1;
+    return q;
+}
+
+static void policy_result(const redis *r, const sl_params *p, sl_result *out)
+{
+    memset(out, 0, sizeof *out);
+    out->limit = p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA || p->algo == SL_LEAKY_BUCKET
+                     ? (p->burst ? p->burst : p->limit)
+                     : p->limit;
+    if (r->o.policy == SL_REDIS_ALLOW) {
+        out->allowed = 1;
+    } else {
+        out->retry_after_ms = SL_REDIS_DENY_RETRY;
+        out->reset_after_ms = SL_REDIS_DENY_RETRY;
+    }
+}
+
+/* Answers rq by the policy (Redis could not): rq's key is key (a copy, or
+ * the caller's during submit), reqs DECIDE_ALL's requests. */
+static void check_sub_done(sl_breq *b);
+#define RC_FALLBACK (-1000) /* a CHECK round Redis could not answer (check_sub_done) */
+
+static void by_policy(redis *r, sl_breq *rq, const char *key, const sl_request *reqs)
+{
+    if (rq->cb == check_sub_done) { /* a round of RL.CHECK: the whole request falls back */
+        rq->rc = RC_FALLBACK;
+        rq->cb(rq);
+        return;
+    }
+    rq->rc = 0;
+    rq->err[0] = '\0';
+    if (rq->op == SL_BOP_FORGET) {
+        sl__breq_fail(rq, SL_EINVAL, "the Redis backend %s is unreachable: nothing was reset",
+                      r->url.shown);
+        return;
+    }
+    atomic_fetch_add(&r->fallback[r->o.policy], 1);
+    if (r->o.policy == SL_REDIS_LOCAL) {
+        sl_params p;
+        sl_params ps[SL_MAX_BATCH];
+        sl_request lr[SL_MAX_BATCH];
+        int rc;
+        switch (rq->op) {
+        case SL_BOP_DECIDE:
+        case SL_BOP_PEEK:
+            p = scaled(r, rq->params);
+            rc = rq->op == SL_BOP_DECIDE
+                     ? sl_decide(r->store, &p, key, rq->keylen, rq->now_ms, rq->cost, &rq->result)
+                     : sl_peek(r->store, &p, key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
+            break;
+        default: /* DECIDE_ALL */
+            for (size_t i = 0; i < rq->nreqs; i++) {
+                ps[i] = scaled(r, reqs[i].params);
+                lr[i] = reqs[i];
+                lr[i].params = &ps[i];
+            }
+            rc = sl_decide_all(r->store, lr, rq->nreqs, rq->now_ms, rq->results, &rq->all_allowed);
+            break;
+        }
+        rq->rc = rc < 0 ? rc : 0;
+        rq->cb(rq);
+        return;
+    }
+    if (rq->op == SL_BOP_DECIDE_ALL) {
+        for (size_t i = 0; i < rq->nreqs; i++) policy_result(r, reqs[i].params, &rq->results[i]);
+        rq->all_allowed = r->o.policy == SL_REDIS_ALLOW;
+    } else {
+        policy_result(r, rq->params, &rq->result);
+    }
+    rq->cb(rq);
+}
+
+/* ---- the deny cache ------------------------------------------------------ */
+
+static size_t slot_of(const char *key, size_t klen, int space)
+{
+    uint64_t h = 1469598103934665603ULL ^ (uint64_t)space;
+    for (size_t i = 0; i < klen; i++) h = (h ^ (unsigned char)key[i]) * 1099511628211ULL;
+    return (size_t)(h % SL_REDIS_CACHE_SLOTS);
+}
+
+static int same_params(const sl_params *a, const sl_params *b)
+{
+    return a->algo == b->algo && a->limit == b->limit && a->window_ms == b->window_ms &&
+           a->burst == b->burst && a->precision == b->precision &&
+           a->log_rejected == b->log_rejected && a->space == b->space;
+}
+
+/* Answers rq from the cache when a denial there still holds: 1, else 0. */
+static int cache_answer(rchan *ch, sl_breq *rq)
+{
+    if (ch->cache == NULL) return 0;
+    denial *d = &ch->cache[slot_of(rq->key, rq->keylen, rq->params->space)];
+    if (d->klen == 0 || d->klen != rq->keylen || memcmp(d->key, rq->key, rq->keylen) != 0 ||
+        !same_params(&d->p, rq->params) || rq->cost < d->cost)
+        return 0;
+    int64_t t = rq->now_ms > d->t0 ? rq->now_ms : d->t0; /* a key's time never runs back */
+    if (t >= d->retry_at) {
+        d->klen = 0;
+        return 0;
+    }
+    sl_result *o = &rq->result;
+    o->allowed = 0;
+    o->limit = d->limit;
+    o->remaining = d->remaining;
+    o->retry_after_ms = d->retry_at - t;
+    o->reset_after_ms = d->reset_at > t ? d->reset_at - t : 0;
+    o->delay_ms = 0;
+    rq->rc = 0;
+    rq->err[0] = '\0';
+    atomic_fetch_add(&ch->r->cache_hits, 1);
+    rq->cb(rq);
+    return 1;
+}
+
+/* Keeps Redis's denial of rq (key: its copy) when it can be reused
+ * exactly: a retry time, and not log-rejected (whose denials are logged). */
+static void cache_keep(rchan *ch, const sl_breq *rq, const char *key)
+{
+    const sl_result *o = &rq->result;
+    if (ch->cache == NULL || o->allowed || o->retry_after_ms <= 0 || rq->params->log_rejected)
+        return;
+    denial *d = &ch->cache[slot_of(key, rq->keylen, rq->params->space)];
+    d->klen = rq->keylen;
+    memcpy(d->key, key, rq->keylen);
+    d->p = *rq->params;
+    d->cost = rq->cost;
+    d->t0 = rq->now_ms;
+    d->retry_at = rq->now_ms + o->retry_after_ms;
+    d->reset_at = rq->now_ms + o->reset_after_ms;
+    d->limit = o->limit;
+    d->remaining = o->remaining;
+}
+
+/* Drops the cache's entry of key (RL.RESET on this node). */
+static void cache_forget(rchan *ch, const char *key, size_t klen)
+{
+    if (ch->cache == NULL) return;
+    for (int space = 0; space < 2; space++) {
+        denial *d = &ch->cache[slot_of(key, klen, space)];
+        if (d->klen == klen && memcmp(d->key, key, klen) == 0) d->klen = 0;
+    }
+}
+
+/* ---- sending ------------------------------------------------------------- */
+
+/* Writes the Redis key of (algo, space, key[0..len), tag t) into buf
+ * (docs/redis-scripts.md): "sl:" a s ":{" key[0..t) "}" key[t..len). */
+static size_t redis_key(char *buf, int algo, int space, const char *key, size_t len, size_t t)
+{
+    memcpy(buf, "sl:", 3);
+    buf[3] = (char)('0' + algo);
+    buf[4] = (char)('0' + space);
+    buf[5] = ':';
+    buf[6] = '{';
+    memcpy(buf + 7, key, t);
+    buf[7 + t] = '}';
+    memcpy(buf + 8 + t, key + t, len - t);
+    return len + 8;
+}
+
+#define KEYBUF (SL_MAX_KEY + 8)
+
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Sends e's command on ch's connection.  Returns 0, or -1 when hiredis
+ * refused it (the connection is going). */
+static int send_pend(rchan *ch, pend *e)
+{
+    const sl_breq *rq = e->rq;
+    redis *r = ch->r;
+    enum { MAXARGS = 5 + SL_MAX_BATCH * (1 + NFIELDS) };
+    const char *argv[MAXARGS];
+    size_t argvlen[MAXARGS];
+    char keys[SL_MAX_BATCH][KEYBUF];
+    char nums[SL_MAX_BATCH * NFIELDS + 2][24];
+    int argc = 0, nn = 0;
+
+    if (rq->op == SL_BOP_FORGET) {
+        argv[argc] = "DEL";
+        argvlen[argc++] = 3;
+        for (int a = rq->algo_lo; a < rq->algo_hi; a++) {
+            argvlen[argc] = redis_key(keys[a], a, 0, e->key, rq->keylen, rq->keylen);
+            argv[argc++] = keys[a];
+        }
+        return redisAsyncCommandArgv(ch->ac, on_reply, e, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+    }
+    size_t n = rq->op == SL_BOP_DECIDE_ALL ? rq->nreqs : 1;
+    const char *op = rq->op == SL_BOP_DECIDE ? "D" : rq->op == SL_BOP_PEEK ? "P" : "A";
+    argv[argc] = "EVALSHA";
+    argvlen[argc++] = 7;
+    argv[argc] = r->sha;
+    argvlen[argc++] = SHA_LEN;
+    argvlen[argc] = (size_t)snprintf(nums[nn], sizeof nums[nn], "%zu", n);
+    argv[argc++] = nums[nn++];
+    for (size_t i = 0; i < n; i++) {
+        const sl_params *p = n == 1 && rq->op != SL_BOP_DECIDE_ALL ? rq->params : e->reqs[i].params;
+        const char *k = rq->op == SL_BOP_DECIDE_ALL ? e->reqs[i].key : e->key;
+        size_t kl = rq->op == SL_BOP_DECIDE_ALL ? e->reqs[i].keylen : rq->keylen;
+        argvlen[argc] = redis_key(keys[i], (int)p->algo, p->space, k, kl, e->tag[i]);
+        argv[argc++] = keys[i];
+    }
+    argv[argc] = op;
+    argvlen[argc++] = 1;
+    if (r->o.trust_client_time) {
+        argvlen[argc] = (size_t)snprintf(nums[nn], sizeof nums[nn], "%lld", (long long)rq->now_ms);
+        argv[argc++] = nums[nn++];
+    } else {
+        argv[argc] = "";
+        argvlen[argc++] = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int one = rq->op != SL_BOP_DECIDE_ALL;
+        const sl_params *p = one ? rq->params : e->reqs[i].params;
+        int64_t f[NFIELDS] = {p->algo,
+                              p->limit,
+                              p->window_ms,
+                              p->burst,
+                              p->precision,
+                              p->log_rejected,
+                              one ? rq->cost : e->reqs[i].cost};
+        for (int j = 0; j < NFIELDS; j++) {
+            argvlen[argc] = (size_t)snprintf(nums[nn], sizeof nums[nn], "%lld", (long long)f[j]);
+            argv[argc++] = nums[nn++];
+        }
+    }
+    return redisAsyncCommandArgv(ch->ac, on_reply, e, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+}
+
+/* Reads six integers of an array reply from element i into out. */
+static int six(const redisReply *a, size_t i, sl_result *out)
+{
+    int64_t v[6];
+    if (a->elements < i + 6) return -1;
+    for (size_t j = 0; j < 6; j++) {
+        if (a->element[i + j]->type != REDIS_REPLY_INTEGER) return -1;
+        v[j] = a->element[i + j]->integer;
+    }
+    out->allowed = (int)v[0];
+    out->limit = v[1];
+    out->remaining = v[2];
+    out->retry_after_ms = v[3];
+    out->reset_after_ms = v[4];
+    out->delay_ms = v[5];
+    return 0;
+}
+
+/* Reads a good reply into rq: 0, or -1 when it is not what the ABI says. */
+static int parse_reply(sl_breq *rq, const redisReply *x)
+{
+    switch (rq->op) {
+    case SL_BOP_FORGET:
+        if (x->type != REDIS_REPLY_INTEGER) return -1;
+        rq->existed = x->integer > 0;
+        return 0;
+    case SL_BOP_DECIDE_ALL:
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + 6 * rq->nreqs ||
+            x->element[0]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        rq->all_allowed = x->element[0]->integer != 0;
+        for (size_t i = 0; i < rq->nreqs; i++)
+            if (six(x, 1 + 6 * i, &rq->results[i]) != 0) return -1;
+        return 0;
+    default:
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 6) return -1;
+        return six(x, 0, &rq->result);
+    }
+}
+
+static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* hiredis's callback of a request's command. */
+static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    pend *e = privdata;
+    rchan *ch = e->ch;
+    redis *r = ch->r;
+    sl_breq *rq = e->rq;
+    const redisReply *x = reply;
+    unlink_pend(ch, e);
+    if (x == NULL) { /* the connection went (lost, timed out, or the channel closing) */
+        if (ch->closing)
+            sl__breq_fail(rq, SL_EINVAL, "channel closed with the request in flight");
+        else
+            by_policy(r, rq, e->key, e->reqs);
+        pend_put(ch, e);
+        return;
+    }
+    if (x->type == REDIS_REPLY_ERROR) {
+        if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !e->resent && ch->ac == ac) {
+            /* Redis lost the script (SCRIPT FLUSH, a restart behind a
+             * proxy): load it again, then this request, in that order */
+            e->resent = 1;
+            redisAsyncCommand(ac, on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
+                              (size_t)(sl_redis_script_end - sl_redis_script));
+            e->prev = ch->tail;
+            e->next = NULL;
+            if (ch->tail)
+                ch->tail->next = e;
+            else
+                ch->head = e;
+            ch->tail = e;
+            atomic_fetch_add(&r->inflight, 1);
+            if (send_pend(ch, e) == 0) return;
+            unlink_pend(ch, e);
+        } else if (strncmp(x->str, "SLUICE ", 7) == 0) { /* the script refused the request */
+            sl__breq_fail(rq, SL_EINVAL, "%s", x->str + 7);
+            pend_put(ch, e);
+            return;
+        }
+        atomic_fetch_add(&r->errors, 1);
+        set_last_error(r, "%.200s", x->str);
+        by_policy(r, rq, e->key, e->reqs);
+        pend_put(ch, e);
+        return;
+    }
+    rq->rc = 0;
+    rq->err[0] = '\0';
+    if (parse_reply(rq, x) != 0) {
+        atomic_fetch_add(&r->errors, 1);
+        set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
+        by_policy(r, rq, e->key, e->reqs);
+    } else {
+        if (rq->op == SL_BOP_DECIDE || rq->op == SL_BOP_PEEK) cache_keep(ch, rq, e->key);
+        rq->cb(rq);
+    }
+    pend_put(ch, e);
+    arm_timer(ch);
+}
+
+/* ---- the connection ------------------------------------------------------ */
+
+/* Frees ch's connection (why: for the log): every request in flight is
+ * answered by the policy, then the channel is DOWN. */
+static void drop(rchan *ch, const char *why)
+{
+    redisAsyncContext *ac = ch->ac;
+    if (ac == NULL) return;
+    go_down(ch, why); /* first: answers given below may submit again */
+    redisAsyncFree(ac);
+}
+
+static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    const redisReply *x = reply;
+    if (x == NULL || ch->ac != ac) return;
+    char why[300];
+    if (x->type != REDIS_REPLY_STRING || x->len != SHA_LEN ||
+        memcmp(x->str, ch->r->sha, SHA_LEN) != 0) {
+        snprintf(why, sizeof why, "SCRIPT LOAD: %.200s",
+                 x->type == REDIS_REPLY_ERROR ? x->str : "not the script's SHA1");
+        atomic_fetch_add(&ch->r->errors, 1);
+        drop(ch, why);
+        return;
+    }
+    if (ch->state == CONNECTING) {
+        ch->state = UP;
+        ch->hs_deadline = 0;
+        ch->attempt = 0;
+        if (ch->was_up) atomic_fetch_add(&ch->r->reconnects, 1);
+        ch->was_up = 1;
+        atomic_fetch_add(&ch->r->nup, 1);
+        report(ch->r, 1, "connected");
+        arm_timer(ch);
+    }
+}
+
+/* AUTH's and SELECT's replies: an error drops the connection. */
+static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rchan *ch = ac->data;
+    const redisReply *x = reply;
+    if (x == NULL || ch->ac != ac || x->type != REDIS_REPLY_ERROR) return;
+    char why[300];
+    snprintf(why, sizeof why, "%s: %.200s", (const char *)privdata, x->str);
+    atomic_fetch_add(&ch->r->errors, 1);
+    drop(ch, why);
+}
+
+static void on_connect(const redisAsyncContext *ac, int status)
+{
+    rchan *ch = ac->data;
+    if (status == REDIS_OK || ch->ac != ac) return;
+    char why[300];
+    snprintf(why, sizeof why, "connect: %.200s", ac->errstr);
+    atomic_fetch_add(&ch->r->errors, 1);
+    go_down(ch, why); /* hiredis frees ac after this returns */
+}
+
+static void on_disconnect(const redisAsyncContext *ac, int status)
+{
+    rchan *ch = ac->data;
+    (void)status;
+    if (ch->ac != ac) return; /* freed by us: go_down has run */
+    char why[300];
+    snprintf(why, sizeof why, "connection lost: %.200s", ac->errstr[0] ? ac->errstr : "closed");
+    atomic_fetch_add(&ch->r->errors, 1);
+    go_down(ch, why);
+}
+
+/* Makes ch's connection and sends the handshake (its answers come later). */
+static void connect_now(rchan *ch)
+{
+    redis *r = ch->r;
+    const sl_redis_url *u = &r->url;
+    redisAsyncContext *ac = redisAsyncConnect(u->host, u->port);
+    char why[300];
+    if (ac == NULL || ac->err) {
+        snprintf(why, sizeof why, "connect: %.200s", ac ? ac->errstr : "out of memory");
+        if (ac) redisAsyncFree(ac);
+        atomic_fetch_add(&r->errors, 1);
+        go_down(ch, why);
+        return;
+    }
+    ac->data = ch;
+    if (redisLibeventAttach(ac, ch->loop) != REDIS_OK) {
+        redisAsyncFree(ac);
+        go_down(ch, "connect: cannot attach to the event loop");
+        return;
+    }
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    ch->ac = ac;
+    ch->state = CONNECTING;
+    ch->hs_deadline = sl__mono_ms() + SL_REDIS_HANDSHAKE_MS;
+    if (u->pass[0] != '\0' && u->user[0] != '\0')
+        redisAsyncCommand(ac, on_handshake, (void *)"AUTH", "AUTH %s %s", u->user, u->pass);
+    else if (u->pass[0] != '\0')
+        redisAsyncCommand(ac, on_handshake, (void *)"AUTH", "AUTH %s", u->pass);
+    if (u->db != 0) redisAsyncCommand(ac, on_handshake, (void *)"SELECT", "SELECT %d", u->db);
+    redisAsyncCommand(ac, on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
+                      (size_t)(sl_redis_script_end - sl_redis_script));
+    arm_timer(ch);
+}
+
+/* Arms ch's timer for the next deadline: the handshake's, the oldest request's. */
+static void arm_timer(rchan *ch)
+{
+    int64_t next = ch->hs_deadline;
+    if (ch->head != NULL && (next == 0 || ch->head->deadline < next)) next = ch->head->deadline;
+    if (next == 0) {
+        evtimer_del(ch->timer);
+        return;
+    }
+    int64_t ms = next - sl__mono_ms();
+    if (ms < 0) ms = 0;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000 + 500};
+    evtimer_add(ch->timer, &tv);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    rchan *ch = arg;
+    int64_t now = sl__mono_ms();
+    char why[200];
+    if (ch->hs_deadline != 0 && now >= ch->hs_deadline) {
+        snprintf(why, sizeof why, "no answer to the handshake within %d ms", SL_REDIS_HANDSHAKE_MS);
+        atomic_fetch_add(&ch->r->errors, 1);
+        drop(ch, why);
+        return;
+    }
+    if (ch->head != NULL && now >= ch->head->deadline) {
+        uint64_t n = 0;
+        for (pend *e = ch->head; e != NULL; e = e->next) n += now >= e->deadline;
+        atomic_fetch_add(&ch->r->timeouts, n);
+        snprintf(why, sizeof why, "no answer within --backend-timeout %lld ms",
+                 (long long)ch->r->o.timeout_ms);
+        drop(ch, why);
+        return;
+    }
+    arm_timer(ch);
+}
+
+/* ---- RL.CHECK ------------------------------------------------------------ */
+
+/*
+ * RL.CHECK runs the local backend's rounds (sl__local_check_exec, whose
+ * comment says what each is for), each round one script call through this
+ * channel: the Lyft-counted counters (op A at L = SL_MAX_LIMIT), then
+ * either peeks (op P, one at a time) when the request is denied already, or
+ * the enforced and quota counters all-or-none (op A, again without the
+ * quota counters that denied), the elastic round with the pool (op A), the
+ * pool's charge (op D) and the shadow counters (op D or P).  Each round is
+ * atomic in Redis; the request as a whole is not (another node's round may
+ * come between two of this one's), so two nodes can each pass a request
+ * whose limits share a counter with the other's only as a sequence of
+ * atomic steps -- the ABI has no single-call plan yet (docs/fleet.md).
+ * Every counter key is hashed on the domain (sl_check_item.taglen).  A
+ * round Redis cannot answer makes the whole request fall back to the
+ * policy (check_policy).
+ */
+enum { C_LYFT, C_PEEK, C_ROUND, C_ELASTIC, C_POOL, C_SHADOW };
+
+typedef struct chk {
+    rchan *ch;
+    sl_breq *rq; /* the caller's */
+    sl_breq sub; /* the round in flight */
+    int stage, k, retried;
+    size_t nreq;
+    int allowed, enforced, quota_denied;
+    sl_request req[SL_MAX_BATCH];
+    sl_params big[SL_MAX_BATCH]; /* Lyft's counters at L = SL_MAX_LIMIT; the elastic ceilings */
+    sl_result out[SL_MAX_BATCH];
+    size_t tag[SL_MAX_BATCH];
+    int idx[SL_MAX_BATCH];
+    unsigned char decided[SL_MAX_BATCH]; /* leaders with an answer in o->res */
+    unsigned char outq[SL_MAX_BATCH];    /* quota counters out of the batch */
+    unsigned char qover[SL_CHECK_MAX_DESC];
+    sl_check_plan *lplan; /* SL_REDIS_LOCAL: the plan with L and B divided (malloc) */
+    struct chk *next;
+} chk;
+
+static const char pool_key[] = SL_CHECK_POOL_KEY;
+
+static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags);
+
+static void check_finish(chk *c, int rc, const char *err)
+{
+    rchan *ch = c->ch;
+    sl_breq *rq = c->rq;
+    rq->rc = rc;
+    snprintf(rq->err, sizeof rq->err, "%s", rc < 0 ? err : "");
+    c->next = ch->free_chk;
+    ch->free_chk = c;
+    rq->cb(rq);
+}
+
+/* The whole request by the policy: Redis could not answer one of its rounds. */
+static void check_policy(chk *c)
+{
+    redis *r = c->ch->r;
+    const sl_check_plan *plan = c->rq->plan;
+    sl_check_outcome *o = c->rq->outcome;
+    atomic_fetch_add(&r->fallback[r->o.policy], 1);
+    if (r->o.policy == SL_REDIS_LOCAL) {
+        char err[SL_BREQ_ERR];
+        if (c->lplan == NULL && (c->lplan = malloc(sizeof *c->lplan)) == NULL) {
+            check_finish(c, SL_ENOMEM, "out of memory");
+            return;
+        }
+        *c->lplan = *plan;
+        for (int k = 0; k < plan->nitems; k++) c->lplan->items[k].p = scaled(r, &plan->items[k].p);
+        if (plan->has_pool) c->lplan->pool = scaled(r, &plan->pool);
+        int rc = sl__local_check_exec(r->store, c->lplan, o, err, sizeof err);
+        check_finish(c, rc < 0 ? rc : 0, err);
+        return;
+    }
+    memset(o, 0, sizeof *o);
+    o->allowed = r->o.policy == SL_REDIS_ALLOW;
+    for (int k = 0; k < plan->nitems; k++) policy_result(r, &plan->items[k].p, &o->res[k]);
+    check_finish(c, 0, "");
+}
+
+static void check_all(chk *c, size_t n, int stage)
+{
+    sl_breq *b = &c->sub;
+    memset(b, 0, offsetof(sl_breq, err));
+    b->op = SL_BOP_DECIDE_ALL;
+    b->now_ms = c->rq->plan->now_ms;
+    b->cb = check_sub_done;
+    b->data = c;
+    b->reqs = c->req;
+    b->nreqs = n;
+    b->results = c->out;
+    c->stage = stage;
+    submit_tagged(c->ch, b, c->tag);
+}
+
+static void check_one(chk *c, sl_bop op, const sl_params *p, const char *key, size_t keylen,
+                      size_t tag, int64_t cost, int stage)
+{
+    sl_breq *b = &c->sub;
+    memset(b, 0, offsetof(sl_breq, err));
+    b->op = op;
+    b->now_ms = c->rq->plan->now_ms;
+    b->cb = check_sub_done;
+    b->data = c;
+    b->params = p;
+    b->key = key;
+    b->keylen = keylen;
+    b->cost = cost;
+    c->stage = stage;
+    submit_tagged(c->ch, b, &tag);
+}
+
+static int item_over(const sl_check_outcome *o, const sl_check_item *it, int k)
+{
+    return it[k].zero || !o->res[it[k].lead].allowed;
+}
+
+static void check_round(chk *c);
+static void check_pool(chk *c);
+
+/* Peeks the leaders not decided yet, one a call, from c->k. */
+static void check_peeks(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    for (; c->k < plan->nitems; c->k++) {
+        const sl_check_item *t = &plan->items[c->k];
+        if (c->decided[c->k] || t->lead != c->k) continue;
+        check_one(c, SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen, t->cost, C_PEEK);
+        return;
+    }
+    c->rq->outcome->quota_denied = c->quota_denied;
+    c->rq->outcome->allowed = 0;
+    check_finish(c, 0, "");
+}
+
+/* After the Lyft-counted counters: denied already (peeks), or the rounds. */
+static void check_after_lyft(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    const sl_check_item *it = plan->items;
+    sl_check_outcome *o = c->rq->outcome;
+    for (int k = 0; k < plan->nitems; k++)
+        if (it[k].zero) c->decided[k] = 1;
+    int denied = plan->denied_never;
+    for (int k = 0; k < plan->nitems && !denied; k++)
+        denied = it[k].lyft && !it[k].shadow && !it[k].quota && item_over(o, it, k);
+    c->quota_denied = !denied && sl__check_quota_all_over(plan, o, c->decided, c->qover);
+    if (denied || c->quota_denied) {
+        c->k = 0;
+        check_peeks(c);
+        return;
+    }
+    check_round(c);
+}
+
+static void check_start(rchan *ch, sl_breq *rq)
+{
+    chk *c = ch->free_chk;
+    if (c != NULL)
+        ch->free_chk = c->next;
+    else if ((c = calloc(1, sizeof *c)) == NULL) {
+        sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+        return;
+    }
+    sl_check_plan *lplan = c->lplan;
+    memset(c, 0, sizeof *c);
+    c->lplan = lplan;
+    c->ch = ch;
+    c->rq = rq;
+    memset(rq->outcome, 0, sizeof *rq->outcome);
+    if (ch->ac == NULL) { /* DOWN: the policy at once */
+        check_policy(c);
+        return;
+    }
+    const sl_check_plan *plan = rq->plan;
+    size_t n = 0;
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (!t->lyft || t->lead != k) continue;
+        c->big[n] = t->p;
+        c->big[n].limit = SL_MAX_LIMIT;
+        c->req[n] = (sl_request){&c->big[n], t->key, t->keylen, t->cost};
+        c->tag[n] = t->taglen;
+        c->idx[n++] = k;
+    }
+    c->nreq = n;
+    if (n > 0)
+        check_all(c, n, C_LYFT);
+    else
+        check_after_lyft(c);
+}
+
+/* One all-or-none round over the enforced and quota counters. */
+static void check_round(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    size_t n = 0;
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (t->zero || t->shadow || t->lyft || t->lead != k || c->outq[k]) continue;
+        c->req[n] = (sl_request){&t->p, t->key, t->keylen, t->cost};
+        c->tag[n] = t->taglen;
+        c->idx[n++] = k;
+    }
+    c->nreq = n;
+    if (n == 0) {
+        c->allowed = 1;
+        check_pool(c);
+        return;
+    }
+    c->enforced = 1;
+    check_all(c, n, C_ROUND);
+}
+
+static void check_round_done(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    const sl_check_item *it = plan->items;
+    sl_check_outcome *o = c->rq->outcome;
+    size_t n = c->nreq;
+    for (size_t q = 0; q < n; q++) {
+        o->res[c->idx[q]] = c->out[q];
+        c->decided[c->idx[q]] = 1;
+    }
+    if (c->sub.all_allowed) {
+        c->allowed = 1;
+        check_pool(c);
+        return;
+    }
+    int hard = 0, soft = 0, quota = 0; /* who denied: plain, elastic, quota */
+    for (size_t q = 0; q < n; q++) {
+        const sl_check_item *t = &it[c->idx[q]];
+        if (c->out[q].allowed) continue;
+        if (t->quota)
+            quota = 1;
+        else if (t->elastic)
+            soft = 1;
+        else
+            hard = 1;
+    }
+    if (hard) {
+        check_pool(c);
+        return;
+    }
+    if (quota) {
+        for (size_t q = 0; q < n; q++)
+            if (!c->out[q].allowed && it[c->idx[q]].quota) c->outq[c->idx[q]] = 1;
+        if (sl__check_quota_all_over(plan, o, c->decided, c->qover)) {
+            o->quota_denied = 1;
+            check_pool(c);
+            return;
+        }
+        check_round(c);
+        return;
+    }
+    if (soft && plan->has_pool && n < SL_MAX_BATCH) {
+        for (size_t q = 0; q < n; q++) {
+            const sl_check_item *t = &it[c->idx[q]];
+            c->big[q] = t->p;
+            /* only the limits that denied go up to their ceilings */
+            if (t->elastic && !c->out[q].allowed) c->big[q].limit = t->rl->elastic_limit;
+            c->req[q].params = &c->big[q];
+        }
+        c->req[n] = (sl_request){&plan->pool, pool_key, sizeof pool_key - 1, plan->cost};
+        c->tag[n] = sizeof pool_key - 1;
+        check_all(c, n + 1, C_ELASTIC);
+        return;
+    }
+    check_pool(c);
+}
+
+static void check_elastic_done(chk *c)
+{
+    sl_check_outcome *o = c->rq->outcome;
+    size_t n = c->nreq;
+    if (c->sub.all_allowed) {
+        c->allowed = 1;
+        o->pool_charged = 1;
+        for (size_t q = 0; q < n; q++) {
+            int k = c->idx[q];
+            o->stretched[k] = !o->res[k].allowed; /* over L before */
+            o->res[k] = c->out[q];
+            if (o->stretched[k] && c->out[n].remaining < o->res[k].remaining)
+                o->res[k].remaining = c->out[n].remaining;
+        }
+    }
+    check_pool(c);
+}
+
+static void check_shadows(chk *c);
+
+/* Within every limit: the request still uses spare capacity. */
+static void check_pool(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    sl_check_outcome *o = c->rq->outcome;
+    for (int k = 0; k < plan->nitems && !c->enforced; k++)
+        c->enforced = plan->items[k].lyft && !plan->items[k].shadow;
+    c->k = 0;
+    if (c->allowed && c->enforced && plan->has_pool && !o->pool_charged) {
+        check_one(c, SL_BOP_DECIDE, &plan->pool, pool_key, sizeof pool_key - 1, sizeof pool_key - 1,
+                  plan->cost, C_POOL);
+        return;
+    }
+    check_shadows(c);
+}
+
+/* The shadow counters from c->k: charged when the request is allowed,
+ * else peeked; one that cannot be decided answers "allowed, all zeros". */
+static void check_shadows(chk *c)
+{
+    const sl_check_plan *plan = c->rq->plan;
+    for (; c->k < plan->nitems; c->k++) {
+        const sl_check_item *t = &plan->items[c->k];
+        if (t->zero || !t->shadow || t->lyft || t->lead != c->k) continue;
+        c->retried = 0;
+        check_one(c, c->allowed ? SL_BOP_DECIDE : SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen,
+                  t->cost, C_SHADOW);
+        return;
+    }
+    c->rq->outcome->allowed = c->allowed;
+    check_finish(c, 0, "");
+}
+
+/* A round's answer: the next step. */
+static void check_sub_done(sl_breq *b)
+{
+    chk *c = b->data;
+    const sl_check_plan *plan = c->rq->plan;
+    sl_check_outcome *o = c->rq->outcome;
+    if (b->rc == RC_FALLBACK) {
+        check_policy(c);
+        return;
+    }
+    if (b->rc < 0 && c->stage != C_POOL && c->stage != C_SHADOW) {
+        check_finish(c, b->rc, b->err[0] ? b->err : sl_strerror(b->rc));
+        return;
+    }
+    switch (c->stage) {
+    case C_LYFT:
+        for (size_t q = 0; q < c->nreq; q++) {
+            sl__check_lyft_answer(&plan->items[c->idx[q]], &c->out[q], &o->res[c->idx[q]]);
+            c->decided[c->idx[q]] = 1;
+        }
+        check_after_lyft(c);
+        break;
+    case C_PEEK: {
+        const sl_check_item *t = &plan->items[c->k];
+        o->res[c->k] = b->result;
+        if (!b->result.allowed && !t->shadow && !t->quota) c->quota_denied = 0;
+        c->k++;
+        check_peeks(c);
+        break;
+    }
+    case C_ROUND: check_round_done(c); break;
+    case C_ELASTIC: check_elastic_done(c); break;
+    case C_POOL: check_shadows(c); break;
+    default: { /* C_SHADOW */
+        const sl_check_item *t = &plan->items[c->k];
+        if (b->rc < 0 && c->allowed && !c->retried) {
+            c->retried = 1;
+            check_one(c, SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen, t->cost, C_SHADOW);
+            return;
+        }
+        if (b->rc < 0) {
+            memset(&o->res[c->k], 0, sizeof o->res[c->k]);
+            o->res[c->k].allowed = 1;
+        } else {
+            o->res[c->k] = b->result;
+        }
+        c->k++;
+        check_shadows(c);
+        break;
+    }
+    }
+}
+
+/* ---- the seam ------------------------------------------------------------ */
+
+static sl_bchan *redis_channel(sl_backend *b, void *loop)
+{
+    redis *r = (redis *)b;
+    if (loop == NULL) {
+        sl__backend_set_err(b, SL_EINVAL, "the Redis backend needs an event loop");
+        return NULL;
+    }
+    rchan *ch = calloc(1, sizeof *ch);
+    if (ch != NULL && r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
+    if (ch != NULL) {
+        ch->timer = evtimer_new(loop, on_timer, ch);
+        ch->retry = evtimer_new(loop, on_retry, ch);
+    }
+    if (ch == NULL || (r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL ||
+        ch->retry == NULL) {
+        if (ch != NULL) {
+            if (ch->timer) event_free(ch->timer);
+            if (ch->retry) event_free(ch->retry);
+            free(ch->cache);
+        }
+        free(ch);
+        sl__backend_set_err(b, SL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    ch->base.b = b;
+    ch->r = r;
+    ch->loop = loop;
+    ch->rng = (uint64_t)sl__mono_ns() ^ ((uintptr_t)ch * 0x9e3779b97f4a7c15ULL);
+    atomic_fetch_add(&r->nchan, 1);
+    connect_now(ch);
+    return &ch->base;
+}
+
+static void redis_channel_free(sl_bchan *c)
+{
+    rchan *ch = (rchan *)c;
+    redis *r = ch->r;
+    ch->closing = 1;
+    if (ch->ac != NULL) {
+        redisAsyncContext *ac = ch->ac;
+        go_down(ch, "closing");
+        redisAsyncFree(ac); /* answers what is in flight: "channel closed" */
+    }
+    atomic_fetch_sub(&r->nchan, 1);
+    event_free(ch->timer);
+    event_free(ch->retry);
+    while (ch->free != NULL) {
+        pend *e = ch->free;
+        ch->free = e->next;
+        free(e);
+    }
+    while (ch->free_chk != NULL) {
+        struct chk *k = ch->free_chk;
+        ch->free_chk = k->next;
+        free(k->lplan);
+        free(k);
+    }
+    free(ch->cache);
+    free(ch);
+}
+
+/* The checks the local engine makes, in its order: 0 or the SL_E* code. */
+static int valid_one(const sl_params *p, const char *key, size_t klen, int64_t now, int64_t cost)
+{
+    int rc = sl_params_check(p);
+    if (rc != 0) return rc;
+    if (key == NULL || klen == 0 || klen > SL_MAX_KEY) return SL_EKEY;
+    if (cost < 0 || cost > SL_MAX_LIMIT) return SL_ECOST;
+    if (now <= -SL_MAX_TIME_MS || now >= SL_MAX_TIME_MS) return SL_ETIME;
+    return 0;
+}
+
+static int valid_all(const sl_breq *rq)
+{
+    if (rq->reqs == NULL || rq->results == NULL || rq->nreqs == 0 || rq->nreqs > SL_MAX_BATCH)
+        return SL_EINVAL;
+    for (size_t i = 0; i < rq->nreqs; i++) {
+        const sl_request *q = &rq->reqs[i];
+        int rc = valid_one(q->params, q->key, q->keylen, rq->now_ms, q->cost);
+        if (rc != 0) return rc;
+        for (size_t j = 0; j < i; j++) /* one state may not be charged twice */
+            if (rq->reqs[j].params->algo == q->params->algo &&
+                rq->reqs[j].params->space == q->params->space && rq->reqs[j].keylen == q->keylen &&
+                memcmp(rq->reqs[j].key, q->key, q->keylen) == 0)
+                return SL_EINVAL;
+    }
+    return 0;
+}
+
+static void check_start(rchan *ch, sl_breq *rq);
+
+/* Submits rq on ch; tags[i]: the hash tag's length of request i's key
+ * (NULL: each whole key, as RL.ALLOW's). */
+static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
+{
+    redis *r = ch->r;
+    int rc = 0;
+    rq->err[0] = '\0';
+    switch (rq->op) {
+    case SL_BOP_DECIDE:
+    case SL_BOP_PEEK:
+        if (rq->params == NULL) {
+            rc = SL_EINVAL;
+            break;
+        }
+        rc = valid_one(rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost);
+        if (rc == 0 && cache_answer(ch, rq)) return;
+        break;
+    case SL_BOP_FORGET:
+        if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY)
+            rc = SL_EKEY;
+        else if (rq->algo_lo < 0 || rq->algo_hi > SL_ALGO_COUNT || rq->algo_lo >= rq->algo_hi)
+            rc = SL_EINVAL;
+        else
+            cache_forget(ch, rq->key, rq->keylen);
+        break;
+    case SL_BOP_DECIDE_ALL: rc = valid_all(rq); break;
+    case SL_BOP_CHECK:
+        if (rq->plan == NULL || rq->outcome == NULL) {
+            rc = SL_EINVAL;
+            break;
+        }
+        check_start(ch, rq);
+        return;
+    default: rc = SL_EINVAL; break;
+    }
+    if (rc != 0) {
+        rq->rc = rc;
+        rq->cb(rq);
+        return;
+    }
+    if (ch->ac == NULL) { /* DOWN: the policy at once */
+        by_policy(r, rq, rq->key, rq->reqs);
+        return;
+    }
+    pend *e = ch->free;
+    if (e != NULL)
+        ch->free = e->next;
+    else if ((e = calloc(1, sizeof *e)) == NULL) {
+        sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+        return;
+    }
+    e->rq = rq;
+    e->ch = ch;
+    e->resent = 0;
+    e->keys = NULL;
+    e->reqs = NULL;
+    if (rq->op == SL_BOP_DECIDE_ALL) { /* the keys, copied: the caller's may go */
+        size_t total = 0;
+        for (size_t i = 0; i < rq->nreqs; i++) total += rq->reqs[i].keylen;
+        e->keys = malloc(total);
+        e->reqs = malloc(rq->nreqs * sizeof *e->reqs);
+        if (e->keys == NULL || e->reqs == NULL) {
+            pend_put(ch, e);
+            sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+            return;
+        }
+        for (size_t i = 0, off = 0; i < rq->nreqs; i++) {
+            e->reqs[i] = rq->reqs[i];
+            memcpy(e->keys + off, rq->reqs[i].key, rq->reqs[i].keylen);
+            e->reqs[i].key = e->keys + off;
+            off += rq->reqs[i].keylen;
+        }
+    } else {
+        memcpy(e->key, rq->key, rq->keylen);
+    }
+    size_t n = rq->op == SL_BOP_DECIDE_ALL ? rq->nreqs : 1;
+    for (size_t i = 0; i < n; i++)
+        e->tag[i] = tags != NULL                  ? tags[i]
+                    : rq->op == SL_BOP_DECIDE_ALL ? rq->reqs[i].keylen
+                                                  : rq->keylen;
+    e->deadline = sl__mono_ms() + r->o.timeout_ms;
+    e->prev = ch->tail;
+    e->next = NULL;
+    if (ch->tail)
+        ch->tail->next = e;
+    else
+        ch->head = e;
+    ch->tail = e;
+    atomic_fetch_add(&r->inflight, 1);
+    if (send_pend(ch, e) != 0) {
+        unlink_pend(ch, e);
+        by_policy(r, rq, e->key, e->reqs);
+        pend_put(ch, e);
+        return;
+    }
+    if (e == ch->head) arm_timer(ch);
+}
+
+static void redis_submit(sl_bchan *c, sl_breq *rq) { submit_tagged((rchan *)c, rq, NULL); }
+
+static void redis_stats(sl_backend *b, sl_backend_stats *out)
+{
+    (void)b;
+    memset(out, 0, sizeof *out); /* Redis keeps the state: INFO of Redis tells */
+}
+
+static void redis_free(sl_backend *b)
+{
+    redis *r = (redis *)b;
+    sl_store_free(r->store);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
+static const sl_backend_ops redis_ops = {
+    "redis", redis_channel, redis_channel_free, redis_submit, redis_stats, redis_free,
+};
+
+/* One command on the start-up check's connection: the reply, or NULL with
+ * err set ("what: why"). */
+static redisReply *start_cmd(redisContext *c, const char *shown, const char *what, char *err,
+                             size_t errlen, int argc, const char **argv, const size_t *argvlen)
+{
+    redisReply *x = redisCommandArgv(c, argc, argv, argvlen);
+    if (x == NULL) {
+        snprintf(err, errlen, "Redis at %s: %s: %s", shown, what,
+                 c->errstr[0] ? c->errstr : "no answer");
+        return NULL;
+    }
+    if (x->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "Redis at %s refused %s: %s", shown, what, x->str);
+        freeReplyObject(x);
+        return NULL;
+    }
+    return x;
+}
+
+sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errlen)
+{
+    redis *r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    char why[400];
+    if (sl_redis_url_parse(o->url, strlen(o->url), &r->url, why, sizeof why) != 0) {
+        snprintf(err, errlen, "invalid --backend %s", why);
+        free(r);
+        return NULL;
+    }
+    r->o = *o;
+    r->o.url = NULL;
+    if (r->o.timeout_ms < 1) r->o.timeout_ms = 1;
+    if (r->o.fleet_size < 1) r->o.fleet_size = 1;
+    pthread_mutex_init(&r->lock, NULL);
+
+    /* the start-up check: reachable, the password, the db, the script */
+    int64_t ms = o->timeout_ms > SL_REDIS_HANDSHAKE_MS ? o->timeout_ms : SL_REDIS_HANDSHAKE_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, tv);
+    redisReply *x = NULL;
+    int ok = 0;
+    if (c == NULL || c->err) {
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", r->url.shown,
+                 c ? c->errstr : "out of memory");
+        goto out;
+    }
+    redisSetTimeout(c, tv);
+    if (r->url.pass[0] != '\0') {
+        const char *av[3] = {"AUTH", r->url.user, r->url.pass};
+        size_t al[3] = {4, strlen(r->url.user), strlen(r->url.pass)};
+        int user = r->url.user[0] != '\0';
+        const char **a = user ? av : (const char *[]){"AUTH", r->url.pass};
+        const size_t *l = user ? al : (const size_t[]){4, strlen(r->url.pass)};
+        if ((x = start_cmd(c, r->url.shown, "AUTH (wrong user or password?)", err, errlen,
+                           user ? 3 : 2, a, l)) == NULL)
+            goto out;
+        freeReplyObject(x);
+    }
+    if (r->url.db != 0) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", r->url.db);
+        const char *av[2] = {"SELECT", db};
+        size_t al[2] = {6, (size_t)n};
+        if ((x = start_cmd(c, r->url.shown, "SELECT of the db", err, errlen, 2, av, al)) == NULL)
+            goto out;
+        freeReplyObject(x);
+    }
+    const char *av[3] = {"SCRIPT", "LOAD", sl_redis_script};
+    size_t al[3] = {6, 4, (size_t)(sl_redis_script_end - sl_redis_script)};
+    if ((x = start_cmd(c, r->url.shown, "SCRIPT LOAD", err, errlen, 3, av, al)) == NULL) goto out;
+    if (x->type != REDIS_REPLY_STRING || x->len != SHA_LEN) {
+        snprintf(err, errlen, "Redis at %s: SCRIPT LOAD did not answer a SHA1", r->url.shown);
+        freeReplyObject(x);
+        goto out;
+    }
+    memcpy(r->sha, x->str, SHA_LEN);
+    freeReplyObject(x);
+    if (r->o.policy == SL_REDIS_LOCAL) {
+        sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
+        r->store = sl_store_new(&so, NULL);
+        if (r->store == NULL) {
+            snprintf(err, errlen, "out of memory");
+            goto out;
+        }
+    }
+    ok = 1;
+out:
+    if (c != NULL) redisFree(c);
+    if (!ok) {
+        sl_store_free(r->store);
+        pthread_mutex_destroy(&r->lock);
+        free(r);
+        return NULL;
+    }
+    r->base.ops = &redis_ops;
+    r->base.flags = 0;
+    atomic_store(&r->up, 1); /* reachable now; the channels connect next */
+    return &r->base;
+}
+
+int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
+{
+    if (b == NULL || b->ops != &redis_ops) return -1;
+    redis *r = (redis *)b;
+    memset(out, 0, sizeof *out);
+    snprintf(out->url, sizeof out->url, "%s", r->url.shown);
+    out->up = atomic_load(&r->up);
+    out->down_since_ms = atomic_load(&r->down_since_ms);
+    out->errors = atomic_load(&r->errors);
+    out->timeouts = atomic_load(&r->timeouts);
+    out->reconnects = atomic_load(&r->reconnects);
+    for (int i = 0; i < 3; i++) out->fallback[i] = atomic_load(&r->fallback[i]);
+    out->cache_hits = atomic_load(&r->cache_hits);
+    out->inflight = atomic_load(&r->inflight);
+    out->policy = sl_redis_policy_name(r->o.policy);
+    out->timeout_ms = r->o.timeout_ms;
+    out->fleet_size = r->o.fleet_size;
+    out->deny_cache = r->o.deny_cache;
+    pthread_mutex_lock(&r->lock);
+    snprintf(out->last_error, sizeof out->last_error, "%s", r->last_error);
+    pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b)
+{
+    sl_redis_info in;
+    if (sl_backend_redis_info(b, &in) != 0) return 0;
+    int rc = 0;
+#define FAMILY(name, type, help)                                                                   \
+    rc |= evbuffer_add_printf(out, "# HELP " name " " help "\n# TYPE " name " " type "\n") < 0
+#define SAMPLE(fmt, ...) rc |= evbuffer_add_printf(out, fmt "\n", __VA_ARGS__) < 0
+    FAMILY("sluice_backend_up", "gauge", "1 while every worker has its Redis connection.");
+    SAMPLE("sluice_backend_up %d", in.up);
+    FAMILY("sluice_backend_down_since_seconds", "gauge",
+           "Wall-clock time the Redis backend went down; 0 when up.");
+    SAMPLE("sluice_backend_down_since_seconds %.3f", (double)in.down_since_ms / 1e3);
+    FAMILY("sluice_backend_errors_total", "counter", "Redis error replies and lost connections.");
+    SAMPLE("sluice_backend_errors_total %llu", (unsigned long long)in.errors);
+    FAMILY("sluice_backend_timeouts_total", "counter",
+           "Requests Redis did not answer within --backend-timeout.");
+    SAMPLE("sluice_backend_timeouts_total %llu", (unsigned long long)in.timeouts);
+    FAMILY("sluice_backend_reconnects_total", "counter", "Redis connections made again.");
+    SAMPLE("sluice_backend_reconnects_total %llu", (unsigned long long)in.reconnects);
+    FAMILY("sluice_backend_fallback_total", "counter",
+           "Requests answered by --on-backend-error, by policy.");
+    for (int i = 0; i < 3; i++)
+        SAMPLE("sluice_backend_fallback_total{policy=\"%s\"} %llu", sl_redis_policy_name(i),
+               (unsigned long long)in.fallback[i]);
+    FAMILY("sluice_backend_deny_cache_hits_total", "counter",
+           "Requests the local deny cache denied without asking Redis.");
+    SAMPLE("sluice_backend_deny_cache_hits_total %llu", (unsigned long long)in.cache_hits);
+    FAMILY("sluice_backend_inflight", "gauge", "Requests sent to Redis, not yet answered.");
+    SAMPLE("sluice_backend_inflight %llu", (unsigned long long)in.inflight);
+#undef FAMILY
+#undef SAMPLE
+    return rc ? -1 : 0;
+}

@@ -1,0 +1,108 @@
+/*
+ * backend_redis.h -- the Redis backend: every decision made by one Lua
+ * script (src/backend/redis/sluice.lua, the script ABI of
+ * docs/redis-scripts.md) in a Redis server that many sluiced nodes share,
+ * so a limit holds across the whole fleet (docs/fleet.md).
+ *
+ * One hiredis async connection per channel (per worker), on that worker's
+ * libevent loop.  A request is one EVALSHA (FORGET: one DEL); its answer
+ * comes later, from the loop.  Nothing waits longer than the timeout: a
+ * request whose reply has not come by then is answered by the failure
+ * policy, and the connection is dropped (a stalled Redis is treated as a
+ * dead one) and made again with exponential backoff and full jitter.
+ * While a channel has no connection its requests go to the policy at once.
+ *
+ * A local deny cache per channel answers "denied" without asking Redis
+ * while a denial Redis gave is known to still hold (docs/fleet.md).
+ *
+ * Threads: a channel is used by its worker only; the counters
+ * (sl_backend_redis_info) may be read from any thread.
+ */
+#ifndef SL_BACKEND_REDIS_H
+#define SL_BACKEND_REDIS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+
+#define SL_REDIS_URL_MAX      1024 /* bytes of a --backend URL */
+#define SL_REDIS_DEFAULT_DB   0
+#define SL_REDIS_BACKOFF_BASE 100  /* ms: the first reconnect waits up to this */
+#define SL_REDIS_BACKOFF_CAP  5000 /* ms: no reconnect waits longer */
+#define SL_REDIS_HANDSHAKE_MS 1000 /* AUTH, SELECT and SCRIPT LOAD must answer within */
+#define SL_REDIS_DENY_RETRY   1000 /* ms: retry_after of a policy denial */
+#define SL_REDIS_CACHE_SLOTS  256  /* deny-cache entries per channel */
+
+/* What a request gets when Redis cannot answer (--on-backend-error). */
+typedef enum sl_redis_policy {
+    SL_REDIS_DENY = 0, /* denied: allowed 0, limit L, remaining 0, retry and reset
+                          SL_REDIS_DENY_RETRY, delay 0 */
+    SL_REDIS_ALLOW,    /* allowed: allowed 1, limit L, remaining 0, retry 0, reset 0, delay 0 */
+    SL_REDIS_LOCAL,    /* decided on this node's own store, L and B divided by the fleet size */
+} sl_redis_policy;
+
+/* A parsed redis://[user:password@]host:port[/db]. */
+typedef struct sl_redis_url {
+    char host[256];               /* a name, an IPv4 address, or an IPv6 address (no brackets) */
+    int port;                     /* 1..65535 */
+    int db;                       /* 0.. */
+    char user[256];               /* "" = none: AUTH password */
+    char pass[512];               /* "" = no AUTH */
+    char shown[SL_REDIS_URL_MAX]; /* the URL without the password, for messages */
+} sl_redis_url;
+
+/* Parses s[0..len) as a --backend redis:// URL (user and password may be
+ * percent-encoded).  Returns 0, or -1 with a message "'URL': what" naming
+ * the part that is wrong (the scheme, the host, the port, the db); the URL
+ * is quoted without its user:password. */
+int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen);
+
+typedef struct sl_redis_opts {
+    const char *url;          /* redis://... (sl_redis_url_parse) */
+    int64_t timeout_ms;       /* no caller waits longer for Redis (>= 1) */
+    sl_redis_policy policy;   /* when Redis cannot answer */
+    int64_t fleet_size;       /* SL_REDIS_LOCAL: L and B divided by this (>= 1) */
+    int deny_cache;           /* 1: the local deny cache is on */
+    int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
+                                 0: "" (Redis's clock) */
+    uint64_t local_max_bytes; /* SL_REDIS_LOCAL's own store: its bound (0 = none) */
+    unsigned local_on_full;   /* ... and what it does when full (sl_store_opts.on_full) */
+    /* Called on a change of the backend's state (up: every channel has its
+     * connection; down: some channel has none), from the worker whose
+     * channel changed it; what says why.  NULL: none. */
+    void (*on_state)(void *arg, int up, const char *url, const char *what);
+    void *state_arg;
+} sl_redis_opts;
+
+/* Connects to Redis once, synchronously, to check the URL, the password,
+ * the db and the script (SCRIPT LOAD); then the backend, whose channels
+ * connect on their loops.  NULL with a message in err naming the URL
+ * (without its password) and what failed. */
+sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errlen);
+
+/* The backend's state and counters (since start). */
+typedef struct sl_redis_info {
+    char url[SL_REDIS_URL_MAX]; /* without the password */
+    int up;                     /* 1: every channel connected */
+    int64_t down_since_ms;      /* wall clock when it went down; 0 when up */
+    uint64_t errors;            /* error replies and lost connections */
+    uint64_t timeouts;          /* requests answered by the policy after the timeout */
+    uint64_t reconnects;        /* connections made again after one was lost */
+    uint64_t fallback[3];       /* answers by the policy, by sl_redis_policy */
+    uint64_t cache_hits;        /* requests the deny cache answered */
+    uint64_t inflight;          /* requests sent, not yet answered */
+    const char *policy;         /* "deny", "allow", "local" */
+    int64_t timeout_ms;
+    int64_t fleet_size;
+    int deny_cache;
+    char last_error[256]; /* "" = none */
+} sl_redis_info;
+
+/* Fills *out for a Redis backend and returns 0; -1 for another backend. */
+int sl_backend_redis_info(sl_backend *b, sl_redis_info *out);
+
+/* The policy's name ("deny", ...), or NULL. */
+const char *sl_redis_policy_name(int policy);
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * test_backend_redis.c -- the Redis backend's --backend URL parser
+ * (sl_redis_url_parse): what each part becomes, the URL shown in messages
+ * (never the password), and the exact message naming the wrong part.
+ * Talking to Redis is tests/e2e/test_backend_redis.py's and the redis row
+ * of tests/test_backend.c's.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend_redis.h"
+
+static void parse_ok(const char *url, const char *host, int port, int db, const char *user,
+                     const char *pass, const char *shown)
+{
+    sl_redis_url u;
+    char err[512] = "";
+    if (sl_redis_url_parse(url, strlen(url), &u, err, sizeof err) != 0)
+        fail_msg("%s: refused: %s", url, err);
+    assert_string_equal(u.host, host);
+    assert_int_equal(u.port, port);
+    assert_int_equal(u.db, db);
+    assert_string_equal(u.user, user);
+    assert_string_equal(u.pass, pass);
+    assert_string_equal(u.shown, shown);
+}
+
+static void parse_bad(const char *url, const char *want)
+{
+    sl_redis_url u;
+    char err[512] = "";
+    if (sl_redis_url_parse(url, strlen(url), &u, err, sizeof err) == 0)
+        fail_msg("%s: accepted", url);
+    if (strcmp(err, want) != 0) fail_msg("%s:\n  got  %s\n  want %s", url, err, want);
+}
+
+static void test_parts(void **state)
+{
+    (void)state;
+    parse_ok("redis://127.0.0.1:6379", "127.0.0.1", 6379, 0, "", "", "redis://127.0.0.1:6379/0");
+    parse_ok("redis://localhost:1/15", "localhost", 1, 15, "", "", "redis://localhost:1/15");
+    parse_ok("REDIS://h:65535/0", "h", 65535, 0, "", "", "redis://h:65535/0");
+    parse_ok("redis://:pw@h:2", "h", 2, 0, "", "pw", "redis://:***@h:2/0");
+    parse_ok("redis://app:s%40cr%3At@h:2/3", "h", 2, 3, "app", "s@cr:t", "redis://app:***@h:2/3");
+    parse_ok("redis://app:p@ss@h:2", "h", 2, 0, "app", "p@ss", "redis://app:***@h:2/0");
+    parse_ok("redis://[::1]:6379/2", "::1", 6379, 2, "", "", "redis://[::1]:6379/2");
+}
+
+static void test_errors(void **state)
+{
+    (void)state;
+    parse_bad("redis://h", "'redis://h': missing :port after the host");
+    parse_bad("redis://h:", "'redis://h:': the port must be a number 1..65535");
+    parse_bad("redis://h:0", "'redis://h:0': the port must be a number 1..65535");
+    parse_bad("redis://h:65536", "'redis://h:65536': the port must be a number 1..65535");
+    parse_bad("redis://h:+1", "'redis://h:+1': the port must be a number 1..65535");
+    parse_bad("redis://h:1/", "'redis://h:1/': missing db number after '/'");
+    parse_bad("redis://h:1/-1", "'redis://h:1/-1': the db must be a number 0..2147483647");
+    parse_bad("redis://h:1/2147483648",
+              "'redis://h:1/2147483648': the db must be a number 0..2147483647");
+    parse_bad("redis://:1", "'redis://:1': missing host");
+    parse_bad("redis://h*x:1", "'redis://h*x:1': the host holds a character a host cannot");
+    parse_bad("redis://[::1:1", "'redis://[::1:1': '[' of an IPv6 host without ']'");
+    parse_bad("redis://u@h:1", "'redis://***@h:1': the part before '@' must be user:password "
+                               "(or :password)");
+    parse_bad("redis://u:@h:1", "'redis://***@h:1': empty password");
+    parse_bad("redis://u:%zz@h:1", "'redis://***@h:1': malformed or too long password");
+    parse_bad("redis://u:secret@h:0", "'redis://***@h:0': the port must be a number 1..65535");
+    parse_bad("rediss://h:1",
+              "'rediss://h:1': TLS to Redis (rediss://) is not supported: use redis:// "
+              "(docs/fleet.md)");
+    parse_bad("http://h:1",
+              "'http://h:1': expected local or redis://[user:password@]host:port[/db]");
+    parse_bad("redis://h :1", "'redis://h :1': a space or control byte in the URL");
+    parse_bad("", "'': expected local or redis://[user:password@]host:port[/db]");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parts),
+        cmocka_unit_test(test_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
