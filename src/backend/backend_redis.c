@@ -24,8 +24,14 @@
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
  * request's time t0 is kept as absolute times, and a later request for the
- * same key and parameters with cost >= c at t < t0 + d is denied here,
- * with retry_after and reset_after counted down from those times.  t0 is
+ * same key, parameters and cost c at t < t0 + d is denied here, with
+ * retry_after and reset_after counted down from those times; a request on
+ * the key with other parameters or another cost goes to Redis and, being
+ * a decision that may charge, drops the entry.  (A larger cost is denied
+ * too, but its own retry_after is Redis's to say.)  A denial answered
+ * here does not move the key's clock in Redis: with client time running
+ * backwards a later request may be decided at an earlier time than the
+ * local engine would, which never lets more through (docs/fleet.md).  t0 is
  * the request's time (the caller's with --trust-client-time, else this
  * node's clock when it sent the request, which is before Redis decided: so
  * an entry ends no later than the denial it copies).
@@ -93,6 +99,10 @@ typedef struct pend {
     rchan *ch;
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
+    uint32_t gen;     /* its cache slot's generation when it was sent */
+    int latest;       /* its time was the latest this channel had sent: no key
+                         of it can have a later clock, so Redis decides it at
+                         that time (the deny cache keeps only such answers) */
     struct pend *prev, *next;
     char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
     char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
@@ -106,9 +116,14 @@ typedef struct denial {
     sl_params p;
     int64_t cost;
     int64_t t0;       /* the request's time */
+    int64_t clock;    /* the latest time a request of the key was decided at
+                         here (>= t0): the local engine's key clock, which
+                         denials answered from the cache move */
     int64_t retry_at; /* t0 + retry_after_ms */
     int64_t reset_at; /* t0 + reset_after_ms */
     int64_t limit, remaining;
+    uint32_t gen; /* bumped by each FORGET of a key of the slot: an answer
+                     sent before it is not kept (it outlives klen = 0) */
     char key[SL_MAX_KEY];
 } denial;
 
@@ -127,6 +142,7 @@ struct rchan {
     struct event *retry;      /* the next connection */
     uint64_t rng;             /* splitmix64, for the jitter */
     denial *cache;            /* SL_REDIS_CACHE_SLOTS, or NULL when off */
+    int64_t latest_sent;      /* the latest now_ms of a request sent (INT64_MIN: none) */
     struct chk *free_chk;     /* RL.CHECK contexts for reuse */
 };
 
@@ -444,14 +460,23 @@ static int cache_answer(rchan *ch, sl_breq *rq)
 {
     if (ch->cache == NULL) return 0;
     denial *d = &ch->cache[slot_of(rq->key, rq->keylen, rq->params->space)];
-    if (d->klen == 0 || d->klen != rq->keylen || memcmp(d->key, rq->key, rq->keylen) != 0 ||
-        !same_params(&d->p, rq->params) || rq->cost < d->cost)
+    if (d->klen == 0 || d->klen != rq->keylen || memcmp(d->key, rq->key, rq->keylen) != 0)
         return 0;
-    int64_t t = rq->now_ms > d->t0 ? rq->now_ms : d->t0; /* a key's time never runs back */
-    if (t >= d->retry_at) {
-        d->klen = 0;
+    /* a key's time never runs back: the cache's denials moved its clock
+     * to d->clock, which Redis has not seen -- a request going there is
+     * decided at that time at least (with client time; Redis's own clock
+     * is past it anyway) */
+    if (d->p.algo == rq->params->algo && d->p.space == rq->params->space && rq->now_ms < d->clock)
+        rq->now_ms = d->clock; /* the same state: (key, algorithm, space) */
+    int64_t t = rq->now_ms;
+    if (!same_params(&d->p, rq->params) || rq->cost != d->cost || t >= d->retry_at) {
+        /* another request on the key goes to Redis: if it is charged, the
+         * denial kept here would no longer be Redis's answer, number for
+         * number -- drop it (Redis's reply may keep a new one) */
+        if (rq->op == SL_BOP_DECIDE || t >= d->retry_at) d->klen = 0;
         return 0;
     }
+    if (rq->op == SL_BOP_DECIDE) d->clock = t; /* a denial moves the clock; a peek does not */
     sl_result *o = &rq->result;
     o->allowed = 0;
     o->limit = d->limit;
@@ -468,17 +493,24 @@ static int cache_answer(rchan *ch, sl_breq *rq)
 
 /* Keeps Redis's denial of rq (key: its copy) when it can be reused
  * exactly: a retry time, and not log-rejected (whose denials are logged). */
-static void cache_keep(rchan *ch, const sl_breq *rq, const char *key)
+static void cache_keep(rchan *ch, const sl_breq *rq, const char *key, uint32_t gen)
 {
     const sl_result *o = &rq->result;
     if (ch->cache == NULL || o->allowed || o->retry_after_ms <= 0 || rq->params->log_rejected)
         return;
+    /* Every field must hold until retry_at: retry and reset are absolute
+     * times, but `remaining` (below the cost while denied) only stays put
+     * for a cost of at most 1 (it is 0) or in a fixed window (the window's
+     * count does not move before its end); a bucket refilling under a
+     * larger denied cost shows a growing remaining, which only Redis knows. */
+    if (rq->cost > 1 && rq->params->algo != SL_FIXED_WINDOW) return;
     denial *d = &ch->cache[slot_of(key, rq->keylen, rq->params->space)];
+    if (d->gen != gen) return; /* the key was forgotten since it was sent */
     d->klen = rq->keylen;
     memcpy(d->key, key, rq->keylen);
     d->p = *rq->params;
     d->cost = rq->cost;
-    d->t0 = rq->now_ms;
+    d->t0 = d->clock = rq->now_ms;
     d->retry_at = rq->now_ms + o->retry_after_ms;
     d->reset_at = rq->now_ms + o->reset_after_ms;
     d->limit = o->limit;
@@ -492,6 +524,7 @@ static void cache_forget(rchan *ch, const char *key, size_t klen)
     for (int space = 0; space < 2; space++) {
         denial *d = &ch->cache[slot_of(key, klen, space)];
         if (d->klen == klen && memcmp(d->key, key, klen) == 0) d->klen = 0;
+        d->gen++;
     }
 }
 
@@ -674,7 +707,8 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
         by_policy(r, rq, e->key, e->reqs);
     } else {
-        if (rq->op == SL_BOP_DECIDE || rq->op == SL_BOP_PEEK) cache_keep(ch, rq, e->key);
+        /* a peek's time is no key's clock: only decisions are kept */
+        if (rq->op == SL_BOP_DECIDE && e->latest) cache_keep(ch, rq, e->key, e->gen);
         rq->cb(rq);
     }
     pend_put(ch, e);
@@ -1216,6 +1250,7 @@ static sl_bchan *redis_channel(sl_backend *b, void *loop)
     rchan *ch = calloc(1, sizeof *ch);
     if (ch != NULL && r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
     if (ch != NULL) {
+        ch->latest_sent = INT64_MIN;
         ch->timer = evtimer_new(loop, on_timer, ch);
         ch->retry = evtimer_new(loop, on_retry, ch);
     }
@@ -1322,7 +1357,11 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
         else
             cache_forget(ch, rq->key, rq->keylen);
         break;
-    case SL_BOP_DECIDE_ALL: rc = valid_all(rq); break;
+    case SL_BOP_DECIDE_ALL:
+        rc = valid_all(rq);
+        for (size_t i = 0; rc == 0 && i < rq->nreqs; i++) /* they may charge: see the top */
+            cache_forget(ch, rq->reqs[i].key, rq->reqs[i].keylen);
+        break;
     case SL_BOP_CHECK:
         if (rq->plan == NULL || rq->outcome == NULL) {
             rc = SL_EINVAL;
@@ -1377,6 +1416,10 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
         e->tag[i] = tags != NULL                  ? tags[i]
                     : rq->op == SL_BOP_DECIDE_ALL ? rq->reqs[i].keylen
                                                   : rq->keylen;
+    if (ch->cache != NULL && rq->op == SL_BOP_DECIDE)
+        e->gen = ch->cache[slot_of(e->key, rq->keylen, rq->params->space)].gen;
+    e->latest = rq->now_ms >= ch->latest_sent;
+    if (e->latest) ch->latest_sent = rq->now_ms;
     e->deadline = sl__mono_ms() + r->o.timeout_ms;
     e->prev = ch->tail;
     e->next = NULL;

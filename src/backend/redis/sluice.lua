@@ -596,4 +596,6 @@ end
 local ok, res = pcall(main)
 if ok then return res end
 if type(res) == "table" and res.sluice then return redis.error_reply("SLUICE " .. res.sluice) end
+-- Redis's own refusal of a command (OOM, READONLY, ...) as Redis wrote it
+if type(res) == "table" and res.err then return redis.error_reply(res.err) end
 error(res, 0)
