@@ -95,8 +95,9 @@ SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(RULES_OBJ)
 # libevent_openssl + libssl: the TLS listeners (src/server/tls.c, net.c);
 # libcrypto: also the passwords' SHA-256 (src/server/auth.c).
-# libjansson: the HTTP module's JSON (src/proto/http).
-SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson
+# libjansson: the HTTP module's JSON (src/proto/http); libhttp_parser:
+# its request framing (src/proto/http/h1.c).
+SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))

@@ -490,7 +490,7 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_WARN, "not watching the rules: reload with SIGHUP or RL.RULES RELOAD",
                "path=%s err=%s", sl_logq(a.cfg.rules), sl_logq(err));
 
-    a.net = sl_net_start(&a.srv, &sl_resp_proto, &sl_http_side, err, sizeof err);
+    a.net = sl_net_start(&a.srv, &sl_resp_proto, &sl_http_proto, err, sizeof err);
     if (a.net == NULL) {
         sl_log(SL_LOG_ERROR, err, NULL);
         return 1;
