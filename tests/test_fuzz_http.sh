@@ -1,8 +1,8 @@
 #!/bin/sh
-# test_fuzz_http.sh -- fuzzes sluiced's HTTP request path (src/proto/http/:
-# evhttp's parsing, the router, the bearer check and every handler, over a
-# local backend; tests/fuzz/fuzz_http.c says what is checked) with
-# libFuzzer for a bounded time, under ASan and UBSan.
+# test_fuzz_http.sh -- fuzzes sluiced's HTTP request path over a real socket
+# (net.c and src/proto/http/: the framing, the router, the bearer check and
+# every handler, over a local backend; tests/fuzz/fuzz_http.c says what is
+# checked) with libFuzzer for a bounded time, under ASan and UBSan.
 #
 # Steps (build, replay the seeds, fuzz for FUZZ_SECONDS, default 30 s):
 # tests/fuzz/fuzz.sh.

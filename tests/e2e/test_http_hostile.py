@@ -392,7 +392,7 @@ class TestHttpHostile(ServerTestCase):
 
     def test_slowloris_is_closed_while_others_are_served(self):
         """Connections trickling a request line a byte at a time, faster
-        than evhttp's inactivity timeout could notice, are closed at their
+        than an inactivity timeout could notice, are closed at their
         deadline; a normal client is served meanwhile; RSS stays bounded."""
         n = 40 if SANITIZED else 200
         line = b"GET /healthz?" + b"x" * 4000 + b" HTTP/1.1\r\n"
