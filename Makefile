@@ -174,6 +174,8 @@ $(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_backend: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_http_slots: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
+$(B)/tests/test_http_slots: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)
 $(B)/tests/test_live_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_reload_threads: $(SRV_PARTS)
