@@ -531,6 +531,30 @@ class TestHttpHostile(ServerTestCase):
         self.assertTrue(rest.startswith(b"HTTP/1.1 200 OK\r\n"), out)
         self.assertTrue(rest.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
 
+    def test_http10_keeps_the_connection_only_when_asked(self):
+        """HTTP/1.0 closes after each answer unless the request asks for
+        keep-alive; then the answer says so and the next request is served
+        on the same connection."""
+        with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+            s.sendall(b"GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"
+                      b"GET /healthz HTTP/1.0\r\n\r\n")
+            out = read_close(s)
+        first, rest = out.split(b'{"status": "alive"}\n', 1)
+        self.assertTrue(first.startswith(b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n"), out)
+        self.assertTrue(rest.startswith(b"HTTP/1.0 200 OK\r\nConnection: close\r\n"), out)
+        self.assertTrue(rest.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
+
+    def test_pipelined_then_shut_down_gets_every_answer(self):
+        """A client that pipelines and shuts its sending side down gets the
+        answers to every whole request it sent, then the close."""
+        with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n" * 3 +
+                      b"GET /heal")  # the start of a fourth: never whole
+            s.shutdown(socket.SHUT_WR)
+            out = read_close(s)
+        self.assertEqual(re.findall(rb"^HTTP/1\.1 (\d{3}) ", out, re.M), [b"200"] * 3)
+        self.assertTrue(out.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
+
     def test_http_versions(self):
         """HTTP/0.x is refused (505, in HTTP/1.0); a later HTTP/1 minor
         version is answered as HTTP/1.1."""
