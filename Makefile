@@ -102,9 +102,10 @@ SRV_OBJ := $(SRV_SRC:%.c=$(B)/%.o)
 SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(REDIS_OBJ) $(RULES_OBJ)
 # libevent_openssl + libssl: the TLS listeners (src/server/tls.c, net.c);
 # libcrypto: also the passwords' SHA-256 (src/server/auth.c).
-# libjansson: the HTTP module's JSON (src/proto/http).
+# libjansson: the HTTP module's JSON (src/proto/http); libhttp_parser:
+# its request framing (src/proto/http/h1.c).
 # libhiredis: the Redis backend (src/backend/backend_redis.c).
-SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson -lhiredis
+SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lhiredis
 # The Redis module (src/module): the library's objects and the module's,
 # one shared object Redis loads (--loadmodule build/sluice.so).
 MODULE_SRC := $(wildcard src/module/*.c)
@@ -214,6 +215,8 @@ $(B)/tests/test_backend_redis: $(SRV_PARTS)
 $(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_http_slots: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
+$(B)/tests/test_http_slots: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)
 $(B)/tests/test_live_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_reload_threads: $(SRV_PARTS)

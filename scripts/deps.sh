@@ -14,6 +14,7 @@ libclang-rt-14-dev
 redis-server
 libevent-dev
 libjansson-dev
+libhttp-parser-dev
 libhiredis-dev
 python3-redis
 libyaml-dev
@@ -46,6 +47,7 @@ nghttp2-client
 #   redis-server, libevent-dev, libhiredis-dev, python3-redis
 #                    the server (sluiced) and its end-to-end tests
 #   libjansson-dev   the HTTP module's JSON (src/proto/http/http.c)
+#   libhttp-parser-dev  the HTTP module's request framing (src/proto/http/h1.c)
 #   libyaml-dev      rules files (src/rules): the YAML parser
 #   liburcu-dev      the store's lock-free readers: freeing what they may
 #                    still see (src/lib/reclaim.h)

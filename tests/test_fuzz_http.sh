@@ -1,8 +1,8 @@
 #!/bin/sh
-# test_fuzz_http.sh -- fuzzes sluiced's HTTP request path (src/proto/http/:
-# evhttp's parsing, the router, the bearer check and every handler, over a
-# local backend; tests/fuzz/fuzz_http.c says what is checked) with
-# libFuzzer for a bounded time, under ASan and UBSan.
+# test_fuzz_http.sh -- fuzzes sluiced's HTTP request path over a real socket
+# (net.c and src/proto/http/: the framing, the router, the bearer check and
+# every handler, over a local backend; tests/fuzz/fuzz_http.c says what is
+# checked) with libFuzzer for a bounded time, under ASan and UBSan.
 #
 # Steps (build, replay the seeds, fuzz for FUZZ_SECONDS, default 30 s):
 # tests/fuzz/fuzz.sh.
@@ -17,5 +17,5 @@ fuzz_target http 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_http.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/resp/*.c "$ROOT"/src/proto/http/*.c \
         "$ROOT"/src/backend/*.c "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \
-    -I"$ROOT/src/proto/resp" -I"$ROOT/src/proto/http" \
-    -levent -levent_openssl -lssl -lcrypto -ljansson -lyaml -lurcu-bp -lz -lpthread
+    -I"$ROOT/src/proto/resp" -I"$ROOT/src/proto/http" -I"$ROOT/tests/fuzz" \
+    -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lyaml -lurcu-bp -lz -lpthread

@@ -66,8 +66,9 @@
 #define NCMDS        2000
 #define NCLIENTS     4
 /* Requests held in flight on one connection: fewer than stop it being read
- * (its pending slots count against SL_NET_OUT_PAUSE: about 1300 of them). */
-#define HELD_CMDS 1000
+ * (its pending slots count against SL_NET_OUT_PAUSE: about 800 of them, at
+ * 80 bytes a slot). */
+#define HELD_CMDS 700
 
 static double mono_s(void)
 {

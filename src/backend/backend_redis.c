@@ -24,7 +24,8 @@
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
  * request's time t0 is kept as absolute times, and a later request for the
- * same key, parameters and cost c at t < t0 + d is denied here, with
+ * same key, parameters and cost c (in a fixed window, any cost from c to
+ * L) at t < t0 + d is denied here, with
  * retry_after and reset_after counted down from those times; a request on
  * the key with other parameters or another cost goes to Redis and, being
  * a decision that may charge, drops the entry.  (A larger cost is denied
@@ -469,7 +470,11 @@ static int cache_answer(rchan *ch, sl_breq *rq)
     if (d->p.algo == rq->params->algo && d->p.space == rq->params->space && rq->now_ms < d->clock)
         rq->now_ms = d->clock; /* the same state: (key, algorithm, space) */
     int64_t t = rq->now_ms;
-    if (!same_params(&d->p, rq->params) || rq->cost != d->cost || t >= d->retry_at) {
+    /* the same cost; in a fixed window any larger cost it can ever pass
+     * (its answer is the same six numbers: the window's count, its end) */
+    int cost_ok = rq->cost == d->cost || (d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost &&
+                                          rq->cost <= d->p.limit);
+    if (!same_params(&d->p, rq->params) || !cost_ok || t >= d->retry_at) {
         /* another request on the key goes to Redis: if it is charged, the
          * denial kept here would no longer be Redis's answer, number for
          * number -- drop it (Redis's reply may keep a new one) */

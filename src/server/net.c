@@ -87,6 +87,17 @@
  * non-NULL c->bev, tested where the two differ, with no syscall or
  * allocation added to a plain request.
  *
+ * HTTP (--http-port, --https-port).  A second protocol (net->http, given
+ * to sl_net_start) on listeners of their own, accepted by the same
+ * acceptor: a connection from one is marked (PIPE_HTTP) and served by the
+ * same code with that protocol -- the reply slots answer its pipelined
+ * requests in order, HTTPS is the TLS path above.  Its timeouts are
+ * never unbounded (SL_NET_HTTP_TIMEOUT_MS), and an HTTP client beyond
+ * max-clients is not closed at once but served uncounted (PIPE_REFUSED),
+ * for the protocol to answer its request with a refusal it can read (503).
+ * Stopping, a connection whose request is under way is read until that
+ * request is whole (the protocol answers it with Connection: close).
+ *
  * Closing.  QUIT, protocol errors, end of input and shutdown all close the
  * same way: stop reading, send what is pending, then close -- but if the
  * client still has bytes in flight to us, first shutdown(SHUT_WR) and read
@@ -130,7 +141,7 @@
 
 #define MAX_LISTENERS    16
 #define BACKLOG          511
-#define SCRATCH_KEEP     (1024 * 1024) /* reply-batch capacity kept between batches */
+#define SCRATCH_KEEP     (1024 * 1024)      /* reply-batch capacity kept between batches */
 #define LINGER_MAX_BYTES (64 * 1024 * 1024) /* time (SL_NET_LINGER_MS) is the real bound */
 #define SLOT_KEEP        (16 * 1024)        /* a pooled slot keeps at most this much buffer */
 #define SLOT_POOL_MAX    1024               /* free slots a worker keeps for reuse */
@@ -140,10 +151,13 @@
 #define TLS_LOG_PER_S    1  /* failed TLS handshakes logged at info per second per worker */
 
 /* What the acceptor (and shed_request) write into a worker's pipe besides fds. */
-#define PIPE_STOP -1 /* stop gracefully; always the last */
-#define PIPE_SHED -2 /* the output of all clients is over max-output-total */
-#define PIPE_TLS  (1 << 30) /* or'ed into an fd: it came from a TLS listener */
-#define PIPE_GRPC (1 << 29) /* or'ed into an fd: it came from a gRPC listener */
+#define PIPE_STOP    -1        /* stop gracefully; always the last */
+#define PIPE_SHED    -2        /* the output of all clients is over max-output-total */
+#define PIPE_TLS     (1 << 30) /* or'ed into an fd: it came from a TLS listener */
+#define PIPE_HTTP    (1 << 29) /* ... from an HTTP listener (--http-port, --https-port) */
+#define PIPE_REFUSED (1 << 28) /* ... beyond max-clients: HTTP answers it 503, uncounted */
+#define PIPE_GRPC    (1 << 27) /* ... from a gRPC listener (--grpc-port): speaks srv->grpc */
+#define PIPE_FLAGS   (PIPE_TLS | PIPE_HTTP | PIPE_REFUSED | PIPE_GRPC)
 
 enum conn_state {
     C_OPEN,    /* reading and running commands */
@@ -157,14 +171,20 @@ typedef struct sl_conn conn;
 /* One request's place in its connection's reply order (proto.h). */
 struct sl_slot {
     worker *w;
-    conn *c;         /* NULL: orphaned, its connection is gone */
-    sl_buf buf;      /* the reply, unless written straight into the batch */
+    conn *c;    /* NULL: orphaned, its connection is gone */
+    sl_buf buf; /* the reply, unless written straight into the batch */
     int done;
-    sl_slot *next;   /* the connection's FIFO, or the worker's free pool */
+    union {
+        int64_t align;
+        void *palign;
+        unsigned char b[SL_SLOT_DATA];
+    } data;        /* the protocol's (sl_slot_data) */
+    sl_slot *next; /* the connection's FIFO, or the worker's free pool */
 };
 
 struct sl_conn {
     worker *w;
+    const sl_proto *proto; /* what it speaks: the net's proto, HTTP, or gRPC */
     int fd;
     enum conn_state state;
     unsigned reading : 1;     /* rev is added */
@@ -175,26 +195,27 @@ struct sl_conn {
     unsigned oom : 1;         /* a reply could not be stored: drop at flush */
     unsigned recv_armed : 1;  /* recv_ev is added: a command is arriving */
     unsigned tls_ready : 1;   /* TLS: the handshake is done */
-    unsigned stop_more : 1;   /* TLS, stopping: more input is on its way (stop_step) */
+    unsigned stop_more : 1;   /* stopping: more input is on its way (stop_step) */
+    unsigned http : 1;        /* from an HTTP listener: speaks net->http */
+    unsigned refused : 1;     /* beyond max-clients (HTTP): not counted, answered 503 */
     sl_buf *sink;             /* detached (no socket): replies go here */
     size_t discarded;         /* C_LINGER: bytes thrown away */
     size_t acct;              /* held() as last counted in the totals (account) */
     size_t stop_read;         /* stopping: bytes read since the stop */
     struct event *rev, *wev, *resume;
-    struct event *recv_ev; /* the recv-timeout of the command arriving */
-    struct evbuffer *in;  /* an incomplete command, or input beyond a turn */
-    struct evbuffer *out; /* replies the kernel did not take yet (TLS: the
-                             bufferevent's output, which it owns) */
+    struct event *recv_ev;             /* the recv-timeout of the command arriving */
+    struct evbuffer *in;               /* an incomplete command, or input beyond a turn */
+    struct evbuffer *out;              /* replies the kernel did not take yet (TLS: the
+                                          bufferevent's output, which it owns) */
     struct bufferevent *bev;           /* TLS: its bytes go through it; NULL: plain */
     struct evbuffer_cb_entry *out_cb;  /* TLS: on_tls_drained on out */
     struct sockaddr_storage *tls_peer; /* TLS: the client's address, read at accept: a
                                           failed handshake's log names it even once the
                                           client has gone (NULL: unknown) */
-    sl_slot *head, *tail; /* reply slots not yet sent, in request order */
-    size_t nslots;        /* how many */
-    size_t slot_bytes;    /* replies done but waiting behind an earlier slot */
-    void *pdata;          /* the protocol's word (proto.h: sl_conn_pdata) */
-    const sl_proto *proto; /* what it speaks: net->proto, or srv->grpc (--grpc-port) */
+    sl_slot *head, *tail;              /* reply slots not yet sent, in request order */
+    size_t nslots;                     /* how many */
+    size_t slot_bytes;                 /* replies done but waiting behind an earlier slot */
+    void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
 };
 
@@ -209,20 +230,24 @@ struct worker {
     struct event *stop_ev; /* the shutdown deadline */
     struct event *exit_ev; /* stopping: re-checks for requests in flight */
     sl_worker_stats *ws;
-    void *side;         /* the side protocol's handle (net.h: sl_net_side); NULL: none */
-    sl_svc_ctx svc;     /* this worker's service context (service.h) */
-    sl_svc_ctx *svcp;   /* &svc, or a detached connection's context */
-    void *scratch;      /* the protocol's (proto.h: scratch_size) */
+    sl_svc_ctx svc;      /* this worker's service context (service.h) */
+    sl_svc_ctx *svcp;    /* &svc, or a detached connection's context */
+    void *scratch;       /* the protocol's (proto.h: scratch_size) */
+    void *hscratch;      /* HTTP's */
     sl_slot *free_slots; /* reply slots ready for reuse */
     size_t nfree_slots;  /* how many */
-    conn *serving;      /* the connection whose input is being run: replies
-                           of its first pending slot go straight to batch */
-    sl_turn *turn;      /* serving's budget in this turn */
-    _Atomic int nconns; /* +1 by the acceptor on hand-off, -1 here on close */
-    conn *conns;        /* every connection of this worker */
+    conn *serving;       /* the connection whose input is being run: replies
+                            of its first pending slot go straight to batch */
+    sl_turn *turn;       /* serving's budget in this turn */
+    _Atomic int nconns;  /* +1 by the acceptor on hand-off, -1 here on close */
+    conn *conns;         /* every connection of this worker */
     int stopping;
-    int svc_ok; /* svc is initialised */
+    int svc_ok;                                                    /* svc is initialised */
     const struct timeval *idle_tv, *send_tv, *linger_tv, *recv_tv; /* NULL = none */
+    /* HTTP connections' idle-timeout and recv-timeout: never unbounded
+     * (http.h: SL_HTTP_TIMEOUT_MS), and idle no longer than a request may
+     * take to arrive */
+    const struct timeval *hidle_tv, *hrecv_tv;
     sl_buf batch;             /* replies of the commands being run */
     _Atomic int shed_pending; /* a PIPE_SHED token is on its way to this worker */
     /* bytes held by this worker's connections holding [2^b, 2^(b+1)) bytes
@@ -243,9 +268,9 @@ struct worker {
 struct sl_net {
     sl_srv *srv;
     const sl_config *cfg;
-    const sl_proto *proto; /* what the clients speak */
-    const sl_net_side *side; /* what the HTTP listeners' clients speak; NULL: none */
-    size_t out_pause; /* effective SL_NET_OUT_PAUSE */
+    const sl_proto *proto;        /* what the clients speak */
+    const sl_proto *http;         /* what the HTTP listeners' clients speak; NULL: none */
+    size_t out_pause;             /* effective SL_NET_OUT_PAUSE */
     uint64_t out_total_max;       /* max-output-total, effective (sl_config_output_total) */
     _Atomic int64_t last_trim_ms; /* monotonic ms of the last malloc_trim */
     _Atomic int stopped;
@@ -262,13 +287,10 @@ struct sl_net {
     struct event *backoff_ev;
     int nlisteners;
     int lfds[MAX_LISTENERS];
-    int ltls[MAX_LISTENERS]; /* 1: a TLS listener */
-    int lhttp[MAX_LISTENERS]; /* 1: an HTTP listener: the workers accept (side), lev is NULL */
-    int lhttps[MAX_LISTENERS]; /* 1: and it is HTTPS */
+    int ltls[MAX_LISTENERS];   /* 1: a TLS listener */
+    int lhttp[MAX_LISTENERS];  /* 1: an HTTP listener */
+    int lhttps[MAX_LISTENERS]; /* 1: and it is HTTPS (ltls too) */
     int lgrpc[MAX_LISTENERS];  /* 1: a gRPC listener (--grpc-port): srv->grpc */
-    int hfds[MAX_LISTENERS];  /* the HTTP listeners' fds, for side->start */
-    int htls[MAX_LISTENERS];  /* 1: hfds[i] is an HTTPS listener (--https-port) */
-    int nhttp;
     struct evconnlistener *lev[MAX_LISTENERS];
     char addrs[MAX_LISTENERS][80];
     int64_t last_reject_log_ms;
@@ -343,6 +365,16 @@ static void stop_step(conn *c);
 static void conn_free(conn *c, const char *why);
 static void conn_cut(conn *c, const char *why);
 
+/* c's idle-timeout and recv-timeout (NULL: none). */
+static const struct timeval *idle_tv(const conn *c)
+{
+    return c->http ? c->w->hidle_tv : c->w->idle_tv;
+}
+static const struct timeval *recv_tv(const conn *c)
+{
+    return c->http ? c->w->hrecv_tv : c->w->recv_tv;
+}
+
 /* Bytes c holds for its client: unsent replies, replies waiting behind an
  * earlier slot, and a slot's own size for each pending one. */
 static size_t held(const conn *c)
@@ -396,6 +428,7 @@ sl_slot *sl_conn_slot(conn *c)
     s->w = w;
     s->c = c;
     s->done = 0;
+    memset(&s->data, 0, sizeof s->data);
     s->next = NULL;
     if (c->tail)
         c->tail->next = s;
@@ -454,9 +487,12 @@ void sl_slot_done(sl_slot *s)
         check_bound(c);
 }
 
+void *sl_slot_data(sl_slot *s) { return s->data.b; }
 sl_svc_ctx *sl_conn_svc(conn *c) { return c->w->svcp; }
 sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
-void *sl_conn_scratch(conn *c) { return c->w->scratch; }
+void *sl_conn_scratch(conn *c) { return c->http ? c->w->hscratch : c->w->scratch; }
+int sl_conn_stopping(const conn *c) { return c->w->stopping; }
+int sl_conn_refused(const conn *c) { return c->refused; }
 const sl_config *sl_conn_cfg(const conn *c) { return c->w->net->cfg; }
 void *sl_conn_pdata(const conn *c) { return c->pdata; }
 void sl_conn_set_pdata(conn *c, void *p) { c->pdata = p; }
@@ -478,7 +514,6 @@ const char *sl_conn_addr(const conn *c, int local, char *buf, size_t cap)
 }
 
 int sl_conn_fd(const conn *c) { return c->fd; }
-int sl_conn_stopping(const conn *c) { return c->w->stopping; }
 
 /* Detaches c's pending slots: the done ones are freed, the ones still in
  * flight are left to their backend's completion, which frees them. */
@@ -690,9 +725,9 @@ sl_conn *sl_conn_detached_new(const sl_proto *proto, sl_svc_ctx *x, const sl_con
     w->ws = x->st;
     w->scratch = scratch;
     c->w = w;
+    c->proto = proto;
     c->fd = -1;
     c->sink = sink;
-    c->proto = proto;
     return c;
 }
 
@@ -720,7 +755,6 @@ void sl_conn_detached_free(sl_conn *c)
     free(w);
     free(c);
 }
-
 
 /* Closes c at once and frees it.  `why` names the reason for the debug log. */
 static void conn_free(conn *c, const char *why)
@@ -756,9 +790,12 @@ static void conn_free(conn *c, const char *why)
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     if (c->proto->closed) c->proto->closed(c->pdata);
+    int counted = !c->refused, http = c->http;
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
-    atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (counted) atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (counted && http)
+        atomic_fetch_sub_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
     if (in > 0) release(w, in);
     if (w->stopping && w->conns == NULL) maybe_exit(w);
 }
@@ -801,25 +838,31 @@ static int tls_start(conn *c)
     bufferevent_openssl_set_allow_dirty_shutdown(c->bev, 1);
     bufferevent_setcb(c->bev, on_tls_read, on_tls_write, on_tls_event, c);
     bufferevent_setwatermark(c->bev, EV_READ, 0, SL_NET_READ_CHUNK);
-    bufferevent_set_timeouts(c->bev, w->idle_tv, w->send_tv);
+    bufferevent_set_timeouts(c->bev, idle_tv(c), w->send_tv);
     c->out_cb = evbuffer_add_cb(c->out, on_tls_drained, c);
     if (c->out_cb == NULL || bufferevent_enable(c->bev, EV_READ) != 0) return -1;
-    if (w->recv_tv != NULL) {
-        event_add(c->recv_ev, w->recv_tv);
+    if (recv_tv(c) != NULL) {
+        event_add(c->recv_ev, recv_tv(c));
         c->recv_armed = 1;
     }
     return 0;
 }
 
-static void conn_new(worker *w, int fd, int tls, int grpc)
+/* A connection handed over by the acceptor: fd, with the PIPE_* flags it
+ * came with. */
+static void conn_new(worker *w, int fd, int flags)
 {
     sl_srv *srv = w->net->srv;
     conn *c = calloc(1, sizeof *c);
-    int ok = 0;
+    int ok = 0, tls = (flags & PIPE_TLS) != 0;
     if (c != NULL) {
         c->w = w;
         c->fd = fd;
-        c->proto = grpc ? srv->grpc : w->net->proto;
+        c->http = (flags & PIPE_HTTP) != 0;
+        c->refused = (flags & PIPE_REFUSED) != 0;
+        c->proto = c->http                ? w->net->http
+                   : (flags & PIPE_GRPC) ? srv->grpc
+                                         : w->net->proto;
         c->in = evbuffer_new();
         c->resume = evtimer_new(w->base, on_resume, c);
         c->recv_ev = evtimer_new(w->base, on_recv_deadline, c);
@@ -830,7 +873,7 @@ static void conn_new(worker *w, int fd, int tls, int grpc)
                 c->out = evbuffer_new();
                 c->rev = event_new(w->base, fd, EV_READ | EV_PERSIST, on_read, c);
                 c->wev = event_new(w->base, fd, EV_WRITE | EV_PERSIST, on_write, c);
-                ok = c->out && c->rev && c->wev && event_add(c->rev, w->idle_tv) == 0;
+                ok = c->out && c->rev && c->wev && event_add(c->rev, idle_tv(c)) == 0;
             }
         }
     }
@@ -854,9 +897,12 @@ static void conn_new(worker *w, int fd, int tls, int grpc)
         }
         if (fd >= 0) close(fd);
         atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        if (!(flags & PIPE_REFUSED))
+            atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
         return;
     }
+    if (c->http && !c->refused)
+        atomic_fetch_add_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
     c->reading = 1;
     c->next = w->conns;
     if (w->conns) w->conns->prev = c;
@@ -879,7 +925,7 @@ static void update_reading(conn *c)
         if (c->bev != NULL)
             bufferevent_enable(c->bev, EV_READ);
         else
-            event_add(c->rev, c->w->idle_tv);
+            event_add(c->rev, idle_tv(c));
     } else if (!want && c->reading) {
         if (c->bev != NULL)
             bufferevent_disable(c->bev, EV_READ);
@@ -1053,13 +1099,13 @@ static int run_buffered(conn *c, int64_t now, sl_turn *t)
  * in is never reset by its own bytes.  No cost while c->in stays empty. */
 static void recv_deadline(conn *c, int progressed)
 {
-    worker *w = c->w;
-    if (w->recv_tv == NULL || c->state != C_OPEN) return;
+    const struct timeval *tv = recv_tv(c);
+    if (tv == NULL || c->state != C_OPEN) return;
     if (evbuffer_get_length(c->in) == 0) {
         if (c->recv_armed) event_del(c->recv_ev);
         c->recv_armed = 0;
     } else if (!c->recv_armed || progressed) {
-        event_add(c->recv_ev, w->recv_tv);
+        event_add(c->recv_ev, tv);
         c->recv_armed = 1;
     }
 }
@@ -1086,7 +1132,8 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
         if (st != SL_PROTO_CLOSE && used < n && evbuffer_add(c->in, fresh + used, n - used) != 0)
             st = SL_PROTO_NOMEM;
     } else {
-        st = n > 0 && evbuffer_add(c->in, fresh, n) != 0 ? SL_PROTO_NOMEM : run_buffered(c, now, &t);
+        st =
+            n > 0 && evbuffer_add(c->in, fresh, n) != 0 ? SL_PROTO_NOMEM : run_buffered(c, now, &t);
     }
 
     switch (st) {
@@ -1200,7 +1247,7 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (!c->reading) {
-        event_add(c->recv_ev, w->recv_tv);
+        event_add(c->recv_ev, recv_tv(c));
         c->recv_armed = 1;
         return;
     }
@@ -1433,6 +1480,14 @@ static void stop_step(conn *c)
         p = NULL, n = 0;
         if (c->paused_turn) continue; /* stopped at the bound, and all of it sent */
         if (c->stop_read >= SL_NET_STOP_READ) break;
+        if (c->http && evbuffer_get_length(c->in) > 0 && (c->bev == NULL || c->tls_ready)) {
+            /* HTTP: a request under way is waited for (its answer says
+             * Connection: close, and ends the connection), within the stop
+             * deadline */
+            c->stop_more = 1;
+            update_reading(c);
+            return;
+        }
         if (c->bev != NULL) { /* TLS: what is left arrives through on_tls_read */
             if (!c->tls_ready || !tls_more(c)) break;
             c->stop_more = 1;
@@ -1469,8 +1524,7 @@ static void on_exit_check(evutil_socket_t fd, short what, void *arg)
 
 static void maybe_exit(worker *w)
 {
-    /* the side's connections too: it closes them as they go idle */
-    if (w->svcp->inflight == 0 && (w->side == NULL || w->net->side->drain(w->side) == 0)) {
+    if (w->svcp->inflight == 0) {
         event_base_loopexit(w->base, NULL);
         return;
     }
@@ -1485,7 +1539,6 @@ static void worker_begin_stop(worker *w)
 {
     if (w->stopping) return;
     w->stopping = 1;
-    if (w->side != NULL) w->net->side->drain(w->side); /* stops accepting; freed at exit */
     struct timeval tv = {SL_NET_STOP_MS / 1000, (SL_NET_STOP_MS % 1000) * 1000};
     evtimer_add(w->stop_ev, &tv);
     conn *next;
@@ -1519,8 +1572,7 @@ static void on_pipe(evutil_socket_t pfd, short what, void *arg)
     ssize_t n = read(pfd, fds, sizeof fds);
     for (ssize_t i = 0; i < n / (ssize_t)sizeof fds[0]; i++) {
         if (fds[i] >= 0)
-            conn_new(w, fds[i] & ~(PIPE_TLS | PIPE_GRPC), (fds[i] & PIPE_TLS) != 0,
-                     (fds[i] & PIPE_GRPC) != 0);
+            conn_new(w, fds[i] & ~PIPE_FLAGS, fds[i] & PIPE_FLAGS);
         else if (fds[i] == PIPE_SHED)
             shed(w, NULL);
         else
@@ -1546,7 +1598,6 @@ static const struct timeval *common_timeout(struct event_base *b, int64_t ms)
 static void worker_free(worker *w)
 {
     if (w == NULL) return;
-    if (w->side != NULL) w->net->side->stop(w->side); /* it uses svc */
     /* the service context first: closing its backend channel answers the
      * requests still in flight, which frees their slots into the pool */
     if (w->svc_ok) sl_svc_ctx_done(&w->svc);
@@ -1565,6 +1616,7 @@ static void worker_free(worker *w)
     if (w->pipe[1] >= 0) close(w->pipe[1]);
     free(w->batch.p);
     free(w->scratch);
+    free(w->hscratch);
     free(w);
 }
 
@@ -1599,11 +1651,19 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     w->idle_tv = common_timeout(w->base, net->cfg->idle_timeout_ms);
     w->send_tv = common_timeout(w->base, net->cfg->send_timeout_ms);
     w->recv_tv = common_timeout(w->base, net->cfg->recv_timeout_ms);
+    int64_t hrecv =
+        net->cfg->recv_timeout_ms > 0 ? net->cfg->recv_timeout_ms : SL_NET_HTTP_TIMEOUT_MS;
+    int64_t hidle = net->cfg->idle_timeout_ms > 0 && net->cfg->idle_timeout_ms < hrecv
+                        ? net->cfg->idle_timeout_ms
+                        : hrecv;
+    w->hrecv_tv = common_timeout(w->base, hrecv);
+    w->hidle_tv = common_timeout(w->base, hidle);
     w->linger_tv = common_timeout(w->base, SL_NET_LINGER_MS);
     if (!w->pipe_ev || !w->stop_ev || !w->exit_ev || !w->trim_ev ||
         event_add(w->pipe_ev, NULL) != 0 || (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
         (net->cfg->send_timeout_ms > 0 && !w->send_tv) ||
-        (net->cfg->recv_timeout_ms > 0 && !w->recv_tv) || !w->linger_tv) {
+        (net->cfg->recv_timeout_ms > 0 && !w->recv_tv) || !w->linger_tv || !w->hrecv_tv ||
+        !w->hidle_tv) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
         worker_free(w);
         return NULL;
@@ -1614,19 +1674,13 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     }
     w->svc_ok = 1;
     w->svcp = &w->svc;
-    if (net->nhttp > 0) {
-        w->side = net->side->start(w->base, &w->svc, net->cfg, net->hfds, net->htls, net->nhttp,
-                                   err, errlen);
-        if (w->side == NULL) {
-            worker_free(w);
-            return NULL;
-        }
-    }
-    size_t scratch = net->proto->scratch_size; /* shared by both protocols' connections */
+    size_t scratch = net->proto->scratch_size; /* RESP's and gRPC's connections share it */
     if (net->srv->grpc != NULL && net->srv->grpc->scratch_size > scratch)
         scratch = net->srv->grpc->scratch_size;
     w->scratch = calloc(1, scratch ? scratch : 1);
-    if (w->scratch == NULL) {
+    if (net->http != NULL)
+        w->hscratch = calloc(1, net->http->scratch_size ? net->http->scratch_size : 1);
+    if (w->scratch == NULL || (net->http != NULL && w->hscratch == NULL)) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
         worker_free(w);
         return NULL;
@@ -1649,11 +1703,14 @@ static worker *pick_worker(sl_net *net)
     return best;
 }
 
-/* Takes one accepted connection (from a TLS listener: tls): refuses it
- * over max-clients, else hands it to a worker.  A refused TLS client is
- * closed without the error line, which it could not read before a
- * handshake (one is not spent on a client that is refused anyway). */
-static void hand_off(sl_net *net, int fd, int tls, int grpc)
+/* Takes one accepted connection (PIPE_TLS, PIPE_HTTP: from which kind of
+ * listener): refuses it over max-clients, else hands it to a worker.  A
+ * refused RESP client gets the error line and is closed; a refused TLS
+ * one is closed without it, which it could not read before a handshake
+ * (one is not spent on a client that is refused anyway).  A refused HTTP
+ * client (TLS or not) is handed over uncounted, to have its request
+ * answered 503 (http.c), within the deadlines of any HTTP connection. */
+static void hand_off(sl_net *net, int fd, int flags)
 {
     sl_srv *srv = net->srv;
     int n = atomic_fetch_add_explicit(&srv->clients, 1, memory_order_relaxed);
@@ -1661,52 +1718,58 @@ static void hand_off(sl_net *net, int fd, int tls, int grpc)
         static const char msg[] = "-ERR max number of clients reached\r\n";
         atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&srv->rejected, 1, memory_order_relaxed);
-        if (!tls && send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
-            /* best effort */
-        }
-        close(fd);
         int64_t now = sl_now_ms();
         if (now - net->last_reject_log_ms >= 1000) { /* at most one line a second */
             net->last_reject_log_ms = now;
             sl_log(SL_LOG_WARN, "max-clients reached: refusing connections", "max_clients=%d",
                    net->cfg->max_clients);
         }
-        return;
+        if (!(flags & PIPE_HTTP)) { /* the error line is RESP's: not for TLS or gRPC */
+            if (!(flags & (PIPE_TLS | PIPE_GRPC)) &&
+                send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+                /* best effort */
+            }
+            close(fd);
+            return;
+        }
+        flags |= PIPE_REFUSED;
+    } else {
+        atomic_fetch_add_explicit(&srv->connections, 1, memory_order_relaxed);
     }
-    atomic_fetch_add_explicit(&srv->connections, 1, memory_order_relaxed);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     worker *w = pick_worker(net);
     atomic_fetch_add_explicit(&w->nconns, 1, memory_order_relaxed);
-    int v = fd | (tls ? PIPE_TLS : 0) | (grpc ? PIPE_GRPC : 0);
+    int v = fd | flags;
     if (write(w->pipe[1], &v, sizeof v) != (ssize_t)sizeof v) { /* worker far behind */
         sl_log(SL_LOG_WARN, "worker busy: dropping a new connection", "worker=%d err=%s", w->id,
                sl_logq(strerror(errno)));
         close(fd);
         atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        if (!(flags & PIPE_REFUSED))
+            atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
     }
+}
+
+/* The PIPE_* flags of listener i's connections. */
+static int listener_flags(const sl_net *net, int i)
+{
+    return (net->ltls[i] ? PIPE_TLS : 0) | (net->lhttp[i] ? PIPE_HTTP : 0) |
+           (net->lgrpc[i] ? PIPE_GRPC : 0);
 }
 
 static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen,
                       void *arg)
 {
-    (void)l, (void)sa, (void)salen;
-    hand_off(arg, fd, 0, 0);
-}
-
-static void on_accept_grpc(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                           int salen, void *arg)
-{
-    (void)l, (void)sa, (void)salen;
-    hand_off(arg, fd, 0, 1);
-}
-
-static void on_accept_tls(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa,
-                          int salen, void *arg)
-{
-    (void)l, (void)sa, (void)salen;
-    hand_off(arg, fd, 1, 0);
+    (void)sa, (void)salen;
+    sl_net *net = arg;
+    int lfd = evconnlistener_get_fd(l);
+    for (int i = 0; i < net->nlisteners; i++)
+        if (net->lfds[i] == lfd) {
+            hand_off(net, fd, listener_flags(net, i));
+            return;
+        }
+    close(fd); /* cannot happen: every listener is in lfds */
 }
 
 static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
@@ -1748,16 +1811,12 @@ static void on_acc_pipe(evutil_socket_t pfd, short what, void *arg)
     if (read(pfd, v, sizeof v) < 0 && !would_block(errno)) return;
     if (!atomic_load(&net->stopped)) return;
     for (int i = 0; i < net->nlisteners; i++) {
-        if (net->lhttp[i] && net->lfds[i] >= 0) { /* the workers close their copies */
-            close(net->lfds[i]);
-            net->lfds[i] = -1;
-        }
         if (net->lev[i] == NULL) continue;
         int lfd = evconnlistener_get_fd(net->lev[i]);
         for (int k = 0; k < BACKLOG; k++) {
             int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
             if (fd < 0) break;
-            hand_off(net, fd, net->ltls[i], net->lgrpc[i]);
+            hand_off(net, fd, listener_flags(net, i));
         }
         evconnlistener_free(net->lev[i]); /* closes the socket */
         net->lev[i] = NULL;
@@ -1857,7 +1916,7 @@ int sl_net_default_workers(const sl_config *cfg)
     return cfg->threads > 0 ? cfg->threads : sl__cpu_count();
 }
 
-sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side, char *err,
+sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, char *err,
                      size_t errlen)
 {
     const sl_config *cfg = srv->cfg;
@@ -1869,7 +1928,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
     net->srv = srv;
     net->cfg = cfg;
     net->proto = proto;
-    net->side = side;
+    net->http = http;
     net->acc_pipe[0] = net->acc_pipe[1] = -1;
     for (int i = 0; i < MAX_LISTENERS; i++) net->lfds[i] = -1;
     net->out_pause = SL_NET_OUT_PAUSE;
@@ -1885,35 +1944,31 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
     }
     /* kinds: 0 plain, 1 TLS, 2 HTTP, 3 HTTPS (--http-port, --https-port: 0
      * is off, "any" is 0 here) */
-    int http = side == NULL || cfg->http_port == 0 ? -1
-               : cfg->http_port == SL_HTTP_PORT_ANY ? 0
-                                                   : cfg->http_port;
-    int https = side == NULL || cfg->https_port == 0 ? -1
+    int hport = http == NULL || cfg->http_port == 0  ? -1
+                : cfg->http_port == SL_HTTP_PORT_ANY ? 0
+                                                     : cfg->http_port;
+    int https = http == NULL || cfg->https_port == 0  ? -1
                 : cfg->https_port == SL_HTTP_PORT_ANY ? 0
-                                                     : cfg->https_port;
+                                                      : cfg->https_port;
     if (https >= 0 && srv->tls == NULL) {
         snprintf(err, errlen, "--https-port: no TLS context");
         goto fail;
     }
     /* kind 4: gRPC (--grpc-port; srv->grpc, set by main) */
-    int grpc = srv->grpc == NULL || cfg->grpc_port == 0 ? -1
+    int grpc = srv->grpc == NULL || cfg->grpc_port == 0  ? -1
                : cfg->grpc_port == SL_HTTP_PORT_ANY ? 0
-                                                   : cfg->grpc_port;
-    int ports[5] = {cfg->port, cfg->tls_port, http, https, grpc};
+                                                    : cfg->grpc_port;
+    int ports[5] = {cfg->port, cfg->tls_port, hport, https, grpc};
     for (int kind = 0; kind < 5; kind++) {
         for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
             int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
-            net->ltls[net->nlisteners] = kind == 1;
+            net->ltls[net->nlisteners] = kind == 1 || kind == 3;
             net->lhttp[net->nlisteners] = kind == 2 || kind == 3;
             net->lhttps[net->nlisteners] = kind == 3;
             net->lgrpc[net->nlisteners] = kind == 4;
-            if (kind == 2 || kind == 3) {
-                net->htls[net->nhttp] = kind == 3;
-                net->hfds[net->nhttp++] = fd;
-            }
             format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i],
                         ports[kind]);
             net->nlisteners++;
@@ -1925,7 +1980,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
     }
     srv->port = cfg->port >= 0 ? ports[0] : 0;
     srv->tls_port = cfg->tls_port >= 0 ? ports[1] : 0;
-    srv->http_port = http >= 0 ? ports[2] : 0;
+    srv->http_port = hport >= 0 ? ports[2] : 0;
     srv->https_port = https >= 0 ? ports[3] : 0;
     srv->grpc_port = grpc >= 0 ? ports[4] : 0;
 
@@ -1955,13 +2010,8 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side
         goto fail;
     }
     for (int i = 0; i < net->nlisteners; i++) {
-        if (net->lhttp[i]) continue; /* the workers accept these (sl_net_side) */
         net->lev[i] =
-            evconnlistener_new(net->acc_base,
-                               net->lgrpc[i] ? on_accept_grpc
-                               : net->ltls[i] ? on_accept_tls
-                                              : on_accept,
-                               net,
+            evconnlistener_new(net->acc_base, on_accept, net,
                                LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, net->lfds[i]);
         if (net->lev[i] == NULL) {
             snprintf(err, errlen, "cannot listen on %s: out of memory", net->addrs[i]);
@@ -2044,7 +2094,7 @@ const char *sl_net_addr(const sl_net *net, int i)
 
 int sl_net_addr_tls(const sl_net *net, int i)
 {
-    return i >= 0 && i < net->nlisteners && net->ltls[i];
+    return i >= 0 && i < net->nlisteners && net->ltls[i] && !net->lhttp[i];
 }
 
 int sl_net_addr_http(const sl_net *net, int i)

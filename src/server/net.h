@@ -6,7 +6,8 @@
  * cfg->binds) and hands each accepted connection to the worker thread with
  * the fewest connections; each worker runs its own event_base and serves its
  * connections start to finish: read, hand the bytes to the protocol
- * (proto.h: parse and run, src/proto/resp/), send the replies in request
+ * (proto.h: parse and run, src/proto/resp/ or, on the HTTP listeners,
+ * src/proto/http/), send the replies in request
  * order (reply slots).  All workers share the one backend (backend.h).  The
  * choices and the limits are described in docs/sluiced.md.
  *
@@ -31,7 +32,7 @@
 /* Replies built for one client per loop turn: a client whose commands are
  * costly to answer (INFO, RL.RULES) ends its turn once this much is built,
  * so one round over many such clients stays short for everyone else. */
-#define SL_NET_TURN_OUT   (16 * 1024)
+#define SL_NET_TURN_OUT (16 * 1024)
 /* Backpressure: a client's turn ends as soon as the replies held for it
  * (in user space: the kernel's socket buffer is full by then) pass this
  * many bytes; while they still do after the send, it is neither read nor
@@ -57,34 +58,13 @@
 /* Accept errors (e.g. out of file descriptors): pause accepting this long. */
 #define SL_NET_ACCEPT_BACKOFF_MS 100
 
+/* HTTP connections (net.c serves them with the protocol given for them):
+ * without --recv-timeout, a request not whole this long after it began is
+ * cut, and a connection idle this long (or --idle-timeout if shorter) is
+ * closed. */
+#define SL_NET_HTTP_TIMEOUT_MS 10000
+
 typedef struct sl_net sl_net;
-
-struct event_base;
-
-/* A protocol that owns its connections on a worker's loop -- HTTP, on
- * libevent's evhttp (src/proto/http/), whose public API takes connections
- * only from a listener it accepts on itself.  So each worker serves the
- * side protocol's listening sockets (bound by sl_net_start, shared by every
- * worker: the worker that wakes first accepts) on its own loop, with its
- * own service context, beside the connections the acceptor hands it. */
-typedef struct sl_net_side {
-    const char *name; /* "http" */
-    /* Starts serving lfds[0..n) (duplicate them: net.c keeps its own) on
-     * worker loop `base` with svc (both outlive the handle); tls[i] 1:
-     * lfds[i]'s clients speak TLS first (--https-port; the context is
-     * svc->srv->tls).  Runs on the main thread before the worker's thread
-     * starts.  Returns the handle, or NULL with a message in err. */
-    void *(*start)(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg, const int *lfds,
-                   const int *tls, int n, char *err, size_t errlen);
-    /* A graceful stop, on the worker's thread, called again until it
-     * returns 0: stops accepting, closes the connections that are idle,
-     * and has the others closed once answered.  Returns the connections
-     * still open. */
-    int (*drain)(void *h);
-    /* Stops accepting, closes every connection, frees the handle.  On the
-     * worker's thread when it stops (or after it exited). */
-    void (*stop)(void *h);
-} sl_net_side;
 
 /* The number of worker threads for cfg: --threads, or one per CPU this
  * process may run on (its affinity mask and cgroup CPU quota: sl__cpu_count).
@@ -96,13 +76,16 @@ int sl_net_default_workers(const sl_config *cfg);
  * listener on each too (srv->tls, tls.h, must be made first; the port goes
  * to srv->tls_port); starts srv->stats.nworkers worker threads, each
  * with its service context (service.h) and backend channel, and the
- * acceptor.  Clients speak `proto` (src/proto/).  With side (NULL: none)
+ * acceptor.  Clients speak `proto` (src/proto/).  With http (NULL: none)
  * and --http-port other than 0, each bind address also gets an HTTP
- * listener (srv->http_port), served by side on every worker.
+ * listener (srv->http_port), and with --https-port an HTTPS one (its TLS
+ * as --tls-port's), whose clients speak http on the same workers, slots
+ * and limits; an HTTP client beyond max-clients is served uncounted, for
+ * the protocol to refuse (sl_conn_refused).
  * Returns the net, or NULL with a message in err, e.g.
  * "cannot listen on 127.0.0.1:6390: Address already in use"; nothing is
  * left running then. */
-sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_net_side *side, char *err,
+sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, char *err,
                      size_t errlen);
 
 /* Starts a graceful stop and returns at once: no more connections are

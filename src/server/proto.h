@@ -84,6 +84,11 @@ sl_slot *sl_conn_slot(sl_conn *c);
 sl_buf *sl_slot_buf(sl_slot *s);
 /* The slot's reply is complete (see the rules above). */
 void sl_slot_done(sl_slot *s);
+/* SL_SLOT_DATA bytes of the slot's own (zeroed when it opens, aligned
+ * for pointers and 64-bit integers), the protocol's until sl_slot_done: e.g. what a request
+ * answered later needs, as the argument of its completion. */
+#define SL_SLOT_DATA 24
+void *sl_slot_data(sl_slot *s);
 
 /* The worker's service context, for c's requests, and for the request of
  * slot s (also when s is orphaned). */
@@ -109,9 +114,12 @@ const char *sl_conn_peer_host(const sl_conn *c, char *buf, size_t cap);
  * NULL as above.  And c's socket, -1 when it has none.  For CLIENT INFO. */
 const char *sl_conn_addr(const sl_conn *c, int local, char *buf, size_t cap);
 int sl_conn_fd(const sl_conn *c);
-/* 1 once the server began stopping (sl_net_stop), else 0: a health check
- * answers "not serving" then. */
+/* Whether the server is stopping (its answers should say so: HTTP's
+ * Connection: close; a gRPC health check answers "not serving"), and
+ * whether c came beyond max-clients (an HTTP client, not counted: its one
+ * request is answered with a refusal). */
 int sl_conn_stopping(const sl_conn *c);
+int sl_conn_refused(const sl_conn *c);
 /* Counts a protocol error (a connection closed for bad framing) and logs it. */
 void sl_conn_protocol_error(sl_conn *c, const char *msg);
 

@@ -544,7 +544,7 @@ int main(int argc, char **argv)
                "path=%s err=%s", sl_logq(a.cfg.rules), sl_logq(err));
 
     a.srv.grpc = &sl_grpc_proto; /* --grpc-port's clients (src/proto/grpc) */
-    a.net = sl_net_start(&a.srv, &sl_resp_proto, &sl_http_side, err, sizeof err);
+    a.net = sl_net_start(&a.srv, &sl_resp_proto, &sl_http_proto, err, sizeof err);
     if (a.net == NULL) {
         sl_log(SL_LOG_ERROR, err, NULL);
         return 1;

@@ -322,7 +322,7 @@ class TestRulesService(AdminCase):
 
     def test_clients_that_hang_up_before_the_answer(self):
         # the answer comes from the reload thread later; the connection may
-        # be gone by then (evhttp hands the request over): nothing breaks
+        # be gone by then (its reply slot is orphaned): nothing breaks
         s = self.srv
         n = 10 if SANITIZED else 30
         for i in range(n):

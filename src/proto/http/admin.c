@@ -17,10 +17,9 @@
  * inbox, so it comes after the new set serves.  DELETE removes the
  * domain's file the same way.
  *
- * A request waiting for its answer may lose its connection: evhttp then
- * either frees it with the connection (the server stopping) or hands it
- * over to whoever answers it (the client hung up); the connection's close
- * callback tells the two apart (on_conn_closed).
+ * A request waiting for its answer may lose its connection: its reply
+ * slot is then orphaned (proto.h), and the answer written into it is
+ * thrown away by net.c.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,9 +33,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -53,11 +49,8 @@
 /* A PUT or DELETE waiting for the reload thread.  Owned by the request
  * until done_change frees it. */
 typedef struct admin_op {
-    struct evhttp_request *req;     /* NULL: freed with its connection */
-    struct evhttp_connection *conn; /* the request's, when it was asked */
-    int worker;                     /* pending[worker] holds it */
-    struct admin_op *next;          /* in pending[worker] */
-    int del;                        /* DELETE; else PUT */
+    sl_hans a; /* the answer (its slot outlives the connection) */
+    int del;   /* DELETE; else PUT */
     char domain[SL_MAX_KEY + 1];
     char *body; /* PUT: the new file's bytes (owned) */
     size_t len;
@@ -69,10 +62,6 @@ typedef struct admin_op {
     size_t oldlen;
     mode_t mode; /* of the new file: the old one's, or 0644 */
 } admin_op;
-
-/* The changes each worker waits for, so a closing connection can find its
- * own.  Each list is used only on its worker's thread. */
-static admin_op *pending[SL_CONFIG_MAX_THREADS];
 
 /* ---- the token ---------------------------------------------------------------- */
 
@@ -95,37 +84,40 @@ static int token_ok(const sl_config *cfg, const char *auth)
 
 /* Lets the request through (0), or answers it (-1): 404 as for an unknown
  * path when no token is configured, 401 without the right one. */
-static int guard(http_worker *hw, struct evhttp_request *req, const char *path)
+static int guard(http_worker *hw, const sl_hreq *req, const char *path)
 {
     if (hw->cfg->admin_token_len == 0) {
         char qb[80], msg[128];
         snprintf(msg, sizeof msg, "no such path: %s",
                  sl_svc_quote(qb, sizeof qb, path, strlen(path)));
-        sl_http_send_error(req, 404, "Not Found", msg);
+        sl_http_send_error(&req->a, 404, "Not Found", msg);
         return -1;
     }
-    const char *auth = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+    const char *auth = sl_hreq_header(req, "Authorization");
     if (token_ok(hw->cfg, auth)) return 0;
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
     if (auth == NULL) {
-        evhttp_add_header(h, "WWW-Authenticate", "Bearer realm=\"sluiced\"");
-        sl_http_send_error(req, 401, "Unauthorized",
-                           "the rules service needs \"Authorization: Bearer TOKEN\" (the token of "
-                           "--admin-token-file)");
+        sl_hhdrs_add(&h, "WWW-Authenticate", "Bearer realm=\"sluiced\"");
+        sl_http_send_error_h(
+            &req->a, &h, 401, "Unauthorized",
+            "the rules service needs \"Authorization: Bearer TOKEN\" (the token of "
+            "--admin-token-file)");
     } else {
-        evhttp_add_header(h, "WWW-Authenticate",
-                          "Bearer realm=\"sluiced\", error=\"invalid_token\"");
-        sl_http_send_error(req, 401, "Unauthorized", "wrong bearer token");
+        sl_hhdrs_add(&h, "WWW-Authenticate", "Bearer realm=\"sluiced\", error=\"invalid_token\"");
+        sl_http_send_error_h(&req->a, &h, 401, "Unauthorized", "wrong bearer token");
     }
     return -1;
 }
 
-static void method_not_allowed(struct evhttp_request *req, const char *allow)
+static void method_not_allowed(const sl_hreq *req, const char *allow)
 {
     char msg[96];
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_hhdrs_add(&h, "Allow", allow);
     snprintf(msg, sizeof msg, "method not allowed: use %s", allow);
-    sl_http_send_error(req, 405, "Method Not Allowed", msg);
+    sl_http_send_error_h(&req->a, &h, 405, "Method Not Allowed", msg);
 }
 
 /* ---- files ------------------------------------------------------------------------ */
@@ -399,15 +391,6 @@ static void undo_change(void *arg)
 
 /* ---- answers that come later ------------------------------------------------------ */
 
-static void unlink_pending(admin_op *op)
-{
-    for (admin_op **pp = &pending[op->worker]; *pp; pp = &(*pp)->next)
-        if (*pp == op) {
-            *pp = op->next;
-            return;
-        }
-}
-
 static void op_free(admin_op *op)
 {
     free(op->body);
@@ -415,31 +398,13 @@ static void op_free(admin_op *op)
     free(op);
 }
 
-/* http_int.h: evhttp frees conn (http.c's close callback calls this: a
- * connection has one close callback, and http.c's counts connections).
- * A request of conn still waiting is either freed with it (it is still
- * the connection's: the server is stopping) or was handed over when the
- * client hung up (it has no connection: answering it frees it). */
-void sl_http_admin_conn_closed(http_worker *hw, struct evhttp_connection *conn)
-{
-    if (hw->svc->id < 0 || hw->svc->id >= SL_CONFIG_MAX_THREADS) return;
-    for (admin_op *op = pending[hw->svc->id]; op != NULL; op = op->next)
-        if (op->conn == conn && op->req != NULL && evhttp_request_get_connection(op->req) == conn)
-            op->req = NULL;
-}
-
 /* The reload thread's answer, on the worker's thread. */
 static void done_change(void *arg, int rc, uint64_t version, const char *err)
 {
     admin_op *op = arg;
-    unlink_pending(op);
-    struct evhttp_request *req = op->req;
-    if (req == NULL) {
-        op_free(op);
-        return;
-    }
+    const sl_hans *a = &op->a;
     if (rc == 0) {
-        sl_http_send_json(req, 200, "OK",
+        sl_http_send_json(a, 200, "OK",
                           json_pack("{s:s,s:s,s:s,s:I}", "domain", op->domain, "file", op->target,
                                     "status", op->del ? "deleted" : "serving", "version",
                                     (json_int_t)version));
@@ -447,48 +412,40 @@ static void done_change(void *arg, int rc, uint64_t version, const char *err)
         char msg[SL_LIVE_ERR + 128];
         snprintf(msg, sizeof msg, "the rules with this change do not load; nothing changed: %s",
                  err);
-        sl_http_send_error(req, 409, "Conflict", msg);
+        sl_http_send_error(a, 409, "Conflict", msg);
     } else if (op->status != 0) {
         static const char *const reasons[] = {"Bad Request", "Not Found", "Conflict",
                                               "Internal Server Error"};
         int s = op->status;
-        sl_http_send_error(req, s, reasons[s == 400 ? 0 : s == 404 ? 1 : s == 409 ? 2 : 3], err);
+        sl_http_send_error(a, s, reasons[s == 400 ? 0 : s == 404 ? 1 : s == 409 ? 2 : 3], err);
     } else { /* never asked: the server is stopping */
-        sl_http_send_error(req, 503, "Service Unavailable", err);
+        sl_http_send_error(a, 503, "Service Unavailable", err);
     }
     op_free(op);
 }
 
 /* Hands op to the reload thread; answers at once if it cannot. */
-static void ask_change(http_worker *hw, struct evhttp_request *req, admin_op *op)
+static void ask_change(http_worker *hw, const sl_hreq *req, admin_op *op)
 {
     sl_svc_ctx *x = hw->svc;
-    op->req = req;
-    op->conn = evhttp_request_get_connection(req);
-    op->worker = x->id;
+    op->a = req->a;
     sl_live_edit e = {apply_change, undo_change, op};
-    if (x->inbox == NULL || x->id < 0 || x->id >= SL_CONFIG_MAX_THREADS ||
-        sl_live_change(x->inbox, op->del ? "DELETE /v1/rules" : "PUT /v1/rules", &e, done_change,
-                       op) != 0) {
-        sl_http_send_error(req, 503, "Service Unavailable",
+    if (x->inbox == NULL || sl_live_change(x->inbox, op->del ? "DELETE /v1/rules" : "PUT /v1/rules",
+                                           &e, done_change, op) != 0) {
+        sl_http_send_error(&req->a, 503, "Service Unavailable",
                            "the rules cannot be changed now (out of memory, or the server is "
                            "stopping)");
         op_free(op);
-        return;
     }
-    op->next = pending[op->worker];
-    pending[op->worker] = op;
 }
 
 /* ---- the endpoints ---------------------------------------------------------------- */
 
 /* GET /v1/rules (http_int.h): the rules path, the version serving and its domains. */
-void sl_http_rules_list(http_worker *hw, struct evhttp_request *req, const char *path,
-                        const char *query)
+void sl_http_rules_list(http_worker *hw, const sl_hreq *req)
 {
-    (void)query;
-    if (guard(hw, req, path) != 0) return;
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+    if (guard(hw, req, req->path) != 0) return;
+    if (req->method != SL_HM_GET) {
         method_not_allowed(req, "GET");
         return;
     }
@@ -504,7 +461,7 @@ void sl_http_rules_list(http_worker *hw, struct evhttp_request *req, const char 
     json_t *o = json_pack("{s:I,s:o,s:b,s:o}", "version", (json_int_t)sl_rules_generation(r),
                           "path", l ? json_string(sl_live_path(l)) : json_null(), "directory",
                           l ? is_dir(sl_live_path(l)) : 0, "domains", doms);
-    sl_http_send_json(req, 200, "OK", o);
+    sl_http_send_json(&req->a, 200, "OK", o);
 }
 
 /* The media type of a Content-Type or Accept value, lowercase, without
@@ -530,16 +487,16 @@ static int is_yaml_type(const char *t)
 }
 
 /* Whether the Accept header asks for YAML before JSON: its first media type. */
-static int wants_yaml(struct evhttp_request *req)
+static int wants_yaml(const sl_hreq *req)
 {
     char t[64];
-    const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
+    const char *a = sl_hreq_header(req, "Accept");
     return is_yaml_type(media_type(a, t, sizeof t));
 }
 
 /* GET /v1/rules/<domain>: the domain's file as it is on disk, with the
  * version serving. */
-static void get_domain(http_worker *hw, struct evhttp_request *req, const char *domain)
+static void get_domain(http_worker *hw, const sl_hreq *req, const char *domain)
 {
     const char *why = NULL;
     sl_rules *r = hw->svc->srv->live ? sl_svc_rules(hw->svc, &why) : NULL;
@@ -547,14 +504,14 @@ static void get_domain(http_worker *hw, struct evhttp_request *req, const char *
     char msg[PATH_MAX + 256];
     if (d == NULL) {
         snprintf(msg, sizeof msg, "no domain '%s' in the serving rules", domain);
-        sl_http_send_error(req, 404, "Not Found", msg);
+        sl_http_send_error(&req->a, 404, "Not Found", msg);
         return;
     }
     if (d->nfiles > 1) {
         snprintf(msg, sizeof msg,
                  "domain '%s' is merged from %d files (--merge-domains): read them on disk", domain,
                  d->nfiles);
-        sl_http_send_error(req, 409, "Conflict", msg);
+        sl_http_send_error(&req->a, 409, "Conflict", msg);
         return;
     }
     char *text = NULL;
@@ -562,19 +519,14 @@ static void get_domain(http_worker *hw, struct evhttp_request *req, const char *
     if (slurp(d->file, &text, &len, NULL) != 0) {
         snprintf(msg, sizeof msg, "cannot read %s: %s", d->file,
                  errno == EINVAL ? "not a regular file" : strerror(errno));
-        sl_http_send_error(req, 500, "Internal Server Error", msg);
+        sl_http_send_error(&req->a, 500, "Internal Server Error", msg);
         return;
     }
-    char v[32];
-    snprintf(v, sizeof v, "%llu", (unsigned long long)sl_rules_generation(r));
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "X-Rules-Version", v);
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_hhdrs_int(&h, "X-Rules-Version", (long long)sl_rules_generation(r));
     if (wants_yaml(req)) {
-        struct evbuffer *b = evbuffer_new();
-        evhttp_add_header(h, "Content-Type", "application/yaml");
-        if (b != NULL) evbuffer_add(b, text, len);
-        evhttp_send_reply(req, b ? 200 : 500, b ? "OK" : "Internal Server Error", b);
-        if (b != NULL) evbuffer_free(b);
+        sl_http_send(&req->a, 200, "OK", &h, "application/yaml", text, len);
         free(text);
         return;
     }
@@ -583,12 +535,12 @@ static void get_domain(http_worker *hw, struct evhttp_request *req, const char *
     if (src == NULL) {
         snprintf(msg, sizeof msg,
                  "%s is not UTF-8 text: ask for it with \"Accept: application/yaml\"", d->file);
-        sl_http_send_error(req, 500, "Internal Server Error", msg);
+        sl_http_send_error(&req->a, 500, "Internal Server Error", msg);
         return;
     }
-    sl_http_send_json(req, 200, "OK",
-                      json_pack("{s:s,s:s,s:I,s:o}", "domain", domain, "file", d->file, "version",
-                                (json_int_t)sl_rules_generation(r), "source", src));
+    sl_http_send_json_h(&req->a, &h, 200, "OK",
+                        json_pack("{s:s,s:s,s:I,s:o}", "domain", domain, "file", d->file, "version",
+                                  (json_int_t)sl_rules_generation(r), "source", src));
 }
 
 /* The name a body's messages give it: the base name of the file it would
@@ -611,25 +563,24 @@ static void body_name(http_worker *hw, const char *domain, char *buf, size_t cap
 
 /* PUT /v1/rules/<domain>: the body checked here, then written and loaded
  * on the reload thread. */
-static void put_domain(http_worker *hw, struct evhttp_request *req, const char *domain)
+static void put_domain(http_worker *hw, const sl_hreq *req, const char *domain)
 {
     char t[64], name[256], err[SL_LIVE_ERR + 256];
-    const char *ct = evhttp_find_header(evhttp_request_get_input_headers(req), "Content-Type");
+    const char *ct = sl_hreq_header(req, "Content-Type");
     media_type(ct, t, sizeof t);
     int json = strcmp(t, "application/json") == 0;
     if (!json && !is_yaml_type(t)) {
-        sl_http_send_error(req, 415, "Unsupported Media Type",
+        sl_http_send_error(&req->a, 415, "Unsupported Media Type",
                            "Content-Type must be application/yaml or application/json");
         return;
     }
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
+    size_t len = req->body_len;
     char *body = malloc(len + 1);
-    if (body == NULL || evbuffer_copyout(in, body, len) != (ev_ssize_t)len) {
-        free(body);
-        sl_http_send_error(req, 500, "Internal Server Error", "out of memory");
+    if (body == NULL) {
+        sl_http_send_error(&req->a, 500, "Internal Server Error", "out of memory");
         return;
     }
+    memcpy(body, req->body, len);
     body[len] = '\0';
     body_name(hw, domain, name, sizeof name);
     if (json) { /* JSON's own syntax first; then the loader reads it as YAML, its superset */
@@ -639,7 +590,7 @@ static void put_domain(http_worker *hw, struct evhttp_request *req, const char *
             snprintf(err, sizeof err, "%s:%d:%d: invalid JSON: %s", name, je.line < 1 ? 1 : je.line,
                      je.column < 1 ? 1 : je.column, je.text);
             free(body);
-            sl_http_send_error(req, 400, "Bad Request", err);
+            sl_http_send_error(&req->a, 400, "Bad Request", err);
             return;
         }
         json_decref(j);
@@ -650,7 +601,7 @@ static void put_domain(http_worker *hw, struct evhttp_request *req, const char *
     sl_rules *r = sl_rules_load_buffer_flags(name, body, len, flags, err, sizeof err);
     if (r == NULL) {
         free(body);
-        sl_http_send_error(req, 400, "Bad Request", err);
+        sl_http_send_error(&req->a, 400, "Bad Request", err);
         return;
     }
     const sl_rule_domain *d = sl_rules_domain(r, 0);
@@ -661,14 +612,14 @@ static void put_domain(http_worker *hw, struct evhttp_request *req, const char *
                  name, d->line, d->column, d->name, domain);
         sl_rules_unref(r);
         free(body);
-        sl_http_send_error(req, 400, "Bad Request", err);
+        sl_http_send_error(&req->a, 400, "Bad Request", err);
         return;
     }
     sl_rules_unref(r);
     admin_op *op = calloc(1, sizeof *op);
     if (op == NULL) {
         free(body);
-        sl_http_send_error(req, 500, "Internal Server Error", "out of memory");
+        sl_http_send_error(&req->a, 500, "Internal Server Error", "out of memory");
         return;
     }
     snprintf(op->domain, sizeof op->domain, "%s", domain);
@@ -678,51 +629,71 @@ static void put_domain(http_worker *hw, struct evhttp_request *req, const char *
 }
 
 /* /v1/rules/<domain> (http_int.h): GET, PUT, DELETE.  The domain is URL-decoded. */
-void sl_http_rules_domain(http_worker *hw, struct evhttp_request *req, const char *path,
-                          const char *query)
+static int hexval(int c)
 {
-    (void)query;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Decodes s's %XX (a '%' without two hex digits after it stays as it is;
+ * '+' stays a '+', as in a path) into d (room for strlen(s) + 1); returns
+ * the decoded length (a %00 counts: a NUL inside). */
+static size_t path_decode(char *d, const char *s)
+{
+    size_t o = 0;
+    for (; *s != '\0'; s++) {
+        int h = s[0] == '%' ? hexval(s[1]) : -1, l = h >= 0 ? hexval(s[2]) : -1;
+        if (l >= 0) {
+            d[o++] = (char)(h * 16 + l);
+            s += 2;
+        } else {
+            d[o++] = *s;
+        }
+    }
+    d[o] = '\0';
+    return o;
+}
+
+void sl_http_rules_domain(http_worker *hw, const sl_hreq *req)
+{
+    const char *path = req->path;
     if (guard(hw, req, path) != 0) return;
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    if (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_PUT && m != EVHTTP_REQ_DELETE) {
+    unsigned m = req->method;
+    if (m != SL_HM_GET && m != SL_HM_PUT && m != SL_HM_DELETE) {
         method_not_allowed(req, "GET, PUT, DELETE");
         return;
     }
-    size_t n = 0;
-    char *domain = evhttp_uridecode(path + strlen(PREFIX), 0, &n);
+    char dec[SL_HTTP_MAX_URI + 1], domain[SL_MAX_KEY + 1];
+    size_t n = path_decode(dec, path + strlen(PREFIX));
     char qb[80], msg[256];
-    if (domain == NULL) {
-        sl_http_send_error(req, 500, "Internal Server Error", "out of memory");
-        return;
-    }
-    if (n == 0 || n > SL_MAX_KEY || strlen(domain) != n || strchr(domain, '/') != NULL) {
+    if (n == 0 || n > SL_MAX_KEY || strlen(dec) != n || strchr(dec, '/') != NULL) {
         snprintf(msg, sizeof msg,
                  "no such path: %s (a domain is 1 to %d bytes, without '/' or NUL)",
                  sl_svc_quote(qb, sizeof qb, path, strlen(path)), SL_MAX_KEY);
-        free(domain);
-        sl_http_send_error(req, 404, "Not Found", msg);
+        sl_http_send_error(&req->a, 404, "Not Found", msg);
         return;
     }
-    if (hw->svc->srv->live == NULL && m != EVHTTP_REQ_GET) {
-        free(domain);
-        sl_http_send_error(req, 409, "Conflict",
+    memcpy(domain, dec, n + 1);
+    if (hw->svc->srv->live == NULL && m != SL_HM_GET) {
+        sl_http_send_error(&req->a, 409, "Conflict",
                            "sluiced was started without --rules: there is no rules path to "
                            "change");
         return;
     }
-    if (m == EVHTTP_REQ_GET) {
+    if (m == SL_HM_GET) {
         get_domain(hw, req, domain);
-    } else if (m == EVHTTP_REQ_PUT) {
+    } else if (m == SL_HM_PUT) {
         put_domain(hw, req, domain);
     } else {
         admin_op *op = calloc(1, sizeof *op);
         if (op == NULL) {
-            sl_http_send_error(req, 500, "Internal Server Error", "out of memory");
+            sl_http_send_error(&req->a, 500, "Internal Server Error", "out of memory");
         } else {
             op->del = 1;
             snprintf(op->domain, sizeof op->domain, "%s", domain);
             ask_change(hw, req, op);
         }
     }
-    free(domain);
 }

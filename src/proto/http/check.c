@@ -11,8 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
 #include <jansson.h>
 
 #include "check_int.h"
@@ -54,45 +52,60 @@ static int shown(const sl_check_status *st)
     return !(st->code == SL_CHECK_OK && st->limit == 0); /* a replaced limit */
 }
 
-/* Appends ", " (after the first) and one list member to b. */
-static void member(struct evbuffer *b, const char *name, const char *k1, int64_t v1, const char *k2,
-                   int64_t v2)
+/* Appends the header `name` whose value is the list of r's shown
+ * statuses, each NAME;K1=V1;K2=V2 (q and w, or r and t); returns how many. */
+static int add_list(sl_hhdrs *h, const sl_svc_reply *r, const char *hname, int now)
 {
-    if (evbuffer_get_length(b) > 0) evbuffer_add(b, ", ", 2);
-    evbuffer_add_printf(b, "%s;%s=%" PRId64 ";%s=%" PRId64, name, k1, v1, k2, v2);
-}
-
-/* Adds the header `name` with b's bytes as its value. */
-static void add_buf(struct evkeyvalq *h, const char *name, struct evbuffer *b)
-{
-    size_t len = evbuffer_get_length(b);
-    const char *p = len ? (const char *)evbuffer_pullup(b, -1) : NULL;
-    char *v = p ? strndup(p, len) : NULL;
-    if (v != NULL) evhttp_add_header(h, name, v);
-    free(v);
-}
-
-void sl_http_check_headers(struct evkeyvalq *h, const sl_svc_reply *r)
-{
-    struct evbuffer *pol = evbuffer_new(), *now = evbuffer_new();
+    size_t nlen = strlen(hname), start = h->len;
+    int members = 0;
     char name[3 * 256 + 8];
-    for (int d = 0; pol && now && d < r->n; d++) {
+    if (start + nlen + 4 > sizeof h->b) {
+        h->cut = 1;
+        return 0;
+    }
+    memcpy(h->b + h->len, hname, nlen);
+    memcpy(h->b + h->len + nlen, ": ", 2);
+    h->len += nlen + 2;
+    for (int d = 0; d < r->n; d++) {
         const sl_check_status *st = &r->st[d];
         int again = 0;
         for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
         if (!shown(st) || again) continue;
         if (sl_http_sf_string(name, sizeof name, st->name, strlen(st->name)) == NULL) continue;
+        size_t sn = strlen(name);
+        if (h->len + sn + 2 + 2 * 24 + 8 + 2 > sizeof h->b) { /* cannot fit: no header */
+            h->len = start;
+            h->cut = 1;
+            return 0;
+        }
+        char *o = h->b + h->len;
+        if (members++ > 0) *o++ = ',', *o++ = ' ';
+        memcpy(o, name, sn);
+        o += sn;
         long long w = sl_http_ceil_s(st->rule->params.window_ms);
-        member(pol, name, "q", st->limit, "w", w < 1 ? 1 : w);
-        member(now, name, "r", st->remaining, "t", sl_http_ceil_s(st->reset_after_ms));
+        long long v1 = now ? (long long)st->remaining : (long long)st->limit;
+        long long v2 = now ? sl_http_ceil_s(st->reset_after_ms) : (w < 1 ? 1 : w);
+        memcpy(o, now ? ";r=" : ";q=", 3);
+        o += 3;
+        o += sl_http_itoa(o, v1);
+        memcpy(o, now ? ";t=" : ";w=", 3);
+        o += 3;
+        o += sl_http_itoa(o, v2);
+        h->len = (size_t)(o - h->b);
     }
-    int any = pol && evbuffer_get_length(pol) > 0;
-    if (any) {
-        add_buf(h, "RateLimit-Policy", pol);
-        add_buf(h, "RateLimit", now);
+    if (members == 0) {
+        h->len = start;
+        return 0;
     }
-    if (pol) evbuffer_free(pol);
-    if (now) evbuffer_free(now);
+    memcpy(h->b + h->len, "\r\n", 2);
+    h->len += 2;
+    return members;
+}
+
+void sl_http_check_headers(sl_hhdrs *h, const sl_svc_reply *r)
+{
+    int any = add_list(h, r, "RateLimit-Policy", 0) > 0;
+    if (any) add_list(h, r, "RateLimit", 1);
     const sl_result *x = &r->result;
     if (!any && x->allowed) return; /* no limit applied: nothing to tell */
     sl_http_overall_headers(h, x);
@@ -116,24 +129,37 @@ static json_t *statuses(const sl_svc_reply *r)
     return a;
 }
 
+/* The reason phrase of a denial's status (--auth-deny-status). */
+static const char *deny_reason(int status)
+{
+    switch (status) {
+    case 429: return "Too Many Requests";
+    case 403: return "Forbidden";
+    case 401: return "Unauthorized";
+    case 503: return "Service Unavailable";
+    }
+    return status >= 500 ? "Server Error" : "Client Error";
+}
+
 static void on_checked(void *arg, const sl_svc_reply *r)
 {
-    const sl_http_check *c = arg;
+    sl_http_check cc = *(const sl_http_check *)arg, *c = &cc;
     if (r->rc < 0) {
         if (r->rc == SL_ENOMEM)
-            sl_http_send_error(c->req, 503, "Service Unavailable", r->err);
+            sl_http_send_error(&c->a, 503, "Service Unavailable", r->err);
         else
-            sl_http_send_error(c->req, 400, "Bad Request", r->err);
+            sl_http_send_error(&c->a, 400, "Bad Request", r->err);
         return;
     }
     const sl_result *x = &r->result;
-    sl_http_check_headers(evhttp_request_get_output_headers(c->req), r);
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_http_check_headers(&h, r);
     if (!c->json) {
         if (x->allowed)
-            evhttp_send_reply(c->req, 200, "OK", NULL);
-        else /* NULL: libevent's own phrase for the status */
-            evhttp_send_reply(c->req, c->deny_status,
-                              c->deny_status == 429 ? "Too Many Requests" : NULL, NULL);
+            sl_http_send(&c->a, 200, "OK", &h, NULL, NULL, 0);
+        else
+            sl_http_send(&c->a, c->deny_status, deny_reason(c->deny_status), &h, NULL, NULL, 0);
         return;
     }
     json_t *st = statuses(r);
@@ -145,9 +171,9 @@ static void on_checked(void *arg, const sl_svc_reply *r)
                                (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms,
                                "statuses", st);
     if (x->allowed)
-        sl_http_send_json(c->req, 200, "OK", o);
+        sl_http_send_json_h(&c->a, &h, 200, "OK", o);
     else
-        sl_http_send_json(c->req, 429, "Too Many Requests", o);
+        sl_http_send_json_h(&c->a, &h, 429, "Too Many Requests", o);
 }
 
 void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *domain, size_t dlen,
@@ -156,12 +182,13 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *doma
 {
     const char *why;
     if (sl_svc_rules(hw->svc, &why) == NULL) {
-        sl_http_send_error(c->req, 503, "Service Unavailable", why);
+        sl_http_send_error(&c->a, 503, "Service Unavailable", why);
         return;
     }
-    sl_http_check cc = *c;
-    /* the local backend answers before this returns (http.c's note) */
-    sl_svc_check(hw->svc, domain, dlen, descs, ndesc, n, cost, at, on_checked, &cc);
+    /* the answer may come after this returns: its state in the slot */
+    sl_http_check *cc = sl_slot_data(c->a.slot);
+    *cc = *c;
+    sl_svc_check(hw->svc, domain, dlen, descs, ndesc, n, cost, at, on_checked, cc);
 }
 
 /* ---- POST /v1/check --------------------------------------------------------- */
@@ -302,38 +329,35 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     return 0;
 }
 
-void sl_http_v1_check(http_worker *hw, struct evhttp_request *req, const char *path,
-                      const char *query)
+void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
 {
-    (void)path;
     char err[SL_SVC_ERR];
-    if (query != NULL && query[0] != '\0') {
-        sl_http_send_error(req, 400, "Bad Request",
+    if (req->query != NULL && req->query[0] != '\0') {
+        sl_http_send_error(&req->a, 400, "Bad Request",
                            "POST /v1/check takes no query string: send the request as the JSON "
                            "body");
         return;
     }
-    struct evbuffer *in = evhttp_request_get_input_buffer(req);
-    size_t len = evbuffer_get_length(in);
-    const char *data = len ? (const char *)evbuffer_pullup(in, -1) : "";
+    size_t len = req->body_len;
+    const char *data = len ? req->body : "";
     json_error_t je;
     json_t *root = json_loadb(data, len, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL) {
         snprintf(err, sizeof err, "the body is not JSON: %s (line %d, column %d)", je.text, je.line,
                  je.column);
-        sl_http_send_error(req, 400, "Bad Request", err);
+        sl_http_send_error(&req->a, 400, "Bad Request", err);
         return;
     }
     check_body *b = malloc(sizeof *b);
     if (b == NULL) {
         json_decref(root);
-        sl_http_send_error(req, 503, "Service Unavailable", "out of memory");
+        sl_http_send_error(&req->a, 503, "Service Unavailable", "out of memory");
         return;
     }
     if (parse_body(hw, root, sl_now_ms(), b, err, sizeof err) != 0) {
-        sl_http_send_error(req, 400, "Bad Request", err);
+        sl_http_send_error(&req->a, 400, "Bad Request", err);
     } else {
-        sl_http_check c = {req, 1, 0};
+        sl_http_check c = {req->a, 1, 0};
         sl_http_check_run(hw, &c, b->domain, b->dlen, b->descs, b->ndesc, b->n, b->cost, b->at);
     }
     free(b);

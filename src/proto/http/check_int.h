@@ -13,7 +13,7 @@
 
 /* How a rules decision is answered. */
 typedef struct sl_http_check {
-    struct evhttp_request *req;
+    sl_hans a;       /* the answer */
     int json;        /* 1: /v1/check's JSON body, 200 / 429; 0: forward-auth: empty body */
     int deny_status; /* json == 0: the status of a denial (--auth-deny-status) */
 } sl_http_check;
@@ -24,7 +24,8 @@ typedef struct sl_http_check {
  * (sl_http_check_headers), then for JSON the six fields and "statuses";
  * 503 with a JSON error when the server has no rules, 400 for a request
  * the rules refuse (too many limits, a key too long).  c is read only
- * during the call. */
+ * during the call: the decision in flight keeps a copy in the slot's data
+ * (sl_slot_data). */
 void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *domain, size_t dlen,
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t at);
@@ -36,7 +37,7 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *doma
  * named by the rule's name; X-RateLimit-* and Retry-After from the overall
  * (most restrictive) six fields.  No header at all when no limit applied
  * and the request is allowed. */
-void sl_http_check_headers(struct evkeyvalq *h, const sl_svc_reply *r);
+void sl_http_check_headers(sl_hhdrs *h, const sl_svc_reply *r);
 
 /* Writes s (n bytes) as an RFC 9651 sf-string into dst (cap bytes, NUL
  * ended): quotes around, '"' and '\' escaped by a backslash, and each byte

@@ -23,9 +23,6 @@
 #include <sys/queue.h>
 #include <sys/socket.h>
 
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
-
 #include "check_int.h"
 #include "config.h"
 #include "http.h"
@@ -85,6 +82,25 @@ static int addr_from_sockaddr(const struct sockaddr *sa, ipaddr *x)
     return 0;
 }
 
+/* x as inet_ntop writes it, into buf (INET6_ADDRSTRLEN bytes): IPv4's
+ * dotted quad by hand (inet_ntop goes through sprintf, an eighth of a
+ * forward-auth request's instructions under callgrind), IPv6 by inet_ntop. */
+static void addr_text(const ipaddr *x, char *buf, size_t cap)
+{
+    if (x->family != AF_INET) {
+        if (inet_ntop(x->family, x->a, buf, (socklen_t)cap) == NULL) buf[0] = '\0';
+        return;
+    }
+    char *o = buf;
+    for (int i = 0; i < 4; i++) {
+        unsigned v = x->a[i];
+        if (v >= 100) *o++ = (char)('0' + v / 100);
+        if (v >= 10) *o++ = (char)('0' + v / 10 % 10);
+        *o++ = (char)('0' + v % 10);
+        *o++ = i < 3 ? '.' : '\0';
+    }
+}
+
 /* Whether x is in one of cfg's --trusted-proxies blocks. */
 static int trusted(const sl_config *cfg, const ipaddr *x)
 {
@@ -105,19 +121,18 @@ static int trusted(const sl_config *cfg, const ipaddr *x)
  * that is not an address ends the walk at the peer (as nginx ignores such
  * a header), and so do more than 16 X-Forwarded-For headers.  Without
  * X-Forwarded-For, X-Real-IP when it is one address. */
-static ipaddr client_addr(const sl_config *cfg, struct evkeyvalq *h, const ipaddr *peer)
+static ipaddr client_addr(const sl_config *cfg, const sl_hreq *h, const ipaddr *peer)
 {
     if (!trusted(cfg, peer)) return *peer;
     const char *xff[16];
     int nx = 0;
-    struct evkeyval *e;
-    TAILQ_FOREACH(e, h, next)
-    if (strcasecmp(e->key, "X-Forwarded-For") == 0) {
-        if (nx == 16) return *peer; /* more than anyone sends: believe none */
-        xff[nx++] = e->value;
-    }
+    for (int i = 0; i < h->nh; i++)
+        if (strcasecmp(h->hname[i], "X-Forwarded-For") == 0) {
+            if (nx == 16) return *peer; /* more than anyone sends: believe none */
+            xff[nx++] = h->hvalue[i];
+        }
     if (nx == 0) {
-        const char *r = evhttp_find_header(h, "X-Real-IP");
+        const char *r = sl_hreq_header(h, "X-Real-IP");
         ipaddr x;
         return r != NULL && addr_parse(r, strlen(r), &x) == 0 ? x : *peer;
     }
@@ -135,22 +150,6 @@ static ipaddr client_addr(const sl_config *cfg, struct evkeyvalq *h, const ipadd
         }
     }
     return got;
-}
-
-static const char *method_name(enum evhttp_cmd_type m)
-{
-    switch (m) {
-    case EVHTTP_REQ_GET: return "GET";
-    case EVHTTP_REQ_POST: return "POST";
-    case EVHTTP_REQ_HEAD: return "HEAD";
-    case EVHTTP_REQ_PUT: return "PUT";
-    case EVHTTP_REQ_DELETE: return "DELETE";
-    case EVHTTP_REQ_OPTIONS: return "OPTIONS";
-    case EVHTTP_REQ_TRACE: return "TRACE";
-    case EVHTTP_REQ_CONNECT: return "CONNECT";
-    case EVHTTP_REQ_PATCH: return "PATCH";
-    }
-    return "";
 }
 
 /* s (n bytes) as nginx's access log writes a variable: '"', '\', bytes
@@ -177,44 +176,42 @@ static size_t log_escape(char *dst, const char *s, size_t n)
 }
 
 /* The first of headers a, b that is present, or NULL. */
-static const char *either(struct evkeyvalq *h, const char *a, const char *b)
+static const char *either(const sl_hreq *h, const char *a, const char *b)
 {
-    const char *v = evhttp_find_header(h, a);
-    return v != NULL ? v : evhttp_find_header(h, b);
+    const char *v = sl_hreq_header(h, a);
+    return v != NULL ? v : sl_hreq_header(h, b);
 }
 
-void sl_http_v1_auth(http_worker *hw, struct evhttp_request *req, const char *path,
-                     const char *query)
+void sl_http_v1_auth(http_worker *hw, const sl_hreq *req)
 {
-    (void)query;
     const sl_config *cfg = hw->cfg;
-    const char *domain = path + strlen(AUTH_PREFIX), *rest = strchr(domain, '/');
+    const char *domain = req->path + strlen(AUTH_PREFIX), *rest = strchr(domain, '/');
     size_t dlen = rest ? (size_t)(rest - domain) : strlen(domain);
     if (dlen == 0) {
-        sl_http_send_error(req, 404, "Not Found", "no domain: use /v1/auth/DOMAIN");
+        sl_http_send_error(&req->a, 404, "Not Found", "no domain: use /v1/auth/DOMAIN");
         return;
     }
-    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    const sl_hreq *h = req;
     ipaddr peer;
-    if (addr_from_sockaddr(evhttp_connection_get_addr(evhttp_request_get_connection(req)), &peer) !=
-        0) {
-        sl_http_send_error(req, 400, "Bad Request", "the peer has no IP address");
+    if (addr_from_sockaddr(sl_hreq_peer(req), &peer) != 0) {
+        sl_http_send_error(&req->a, 400, "Bad Request", "the peer has no IP address");
         return;
     }
     int trust = trusted(cfg, &peer);
     ipaddr ca = client_addr(cfg, h, &peer);
     char addr[INET6_ADDRSTRLEN];
-    inet_ntop(ca.family, ca.a, addr, sizeof addr);
+    addr_text(&ca, addr, sizeof addr);
 
     const char *m = trust ? either(h, "X-Original-Method", "X-Forwarded-Method") : NULL;
-    if (m == NULL) m = method_name(evhttp_request_get_command(req));
+    if (m == NULL) m = req->method_name;
     const char *uri = trust ? either(h, "X-Original-URI", "X-Forwarded-Uri") : NULL;
     if (uri == NULL) uri = rest ? rest : "";
     size_t mlen = strlen(m), plen = strcspn(uri, "?");
 
-    char *buf = malloc(4 * (mlen + plen) + 2);
-    if (buf == NULL) {
-        sl_http_send_error(req, 503, "Service Unavailable", "out of memory");
+    /* the escaped method and path: on the stack unless they are long */
+    char stack[1024], *buf = stack;
+    if (4 * (mlen + plen) + 2 > sizeof stack && (buf = malloc(4 * (mlen + plen) + 2)) == NULL) {
+        sl_http_send_error(&req->a, 503, "Service Unavailable", "out of memory");
         return;
     }
     char *me = buf, *pe = buf + log_escape(buf, m, mlen) + 1;
@@ -226,7 +223,7 @@ void sl_http_v1_auth(http_worker *hw, struct evhttp_request *req, const char *pa
         {"user", 4, NULL, 0},
     };
     int n = 3;
-    const char *user = cfg->user_header[0] ? evhttp_find_header(h, cfg->user_header) : NULL;
+    const char *user = cfg->user_header[0] ? sl_hreq_header(h, cfg->user_header) : NULL;
     if (user != NULL && user[0] != '\0') {
         ent[3].value = user;
         ent[3].valuelen = strlen(user);
@@ -234,7 +231,7 @@ void sl_http_v1_auth(http_worker *hw, struct evhttp_request *req, const char *pa
     }
     const sl_rule_entry *descs[4] = {&ent[0], &ent[1], &ent[2], &ent[3]};
     const int ndesc[4] = {1, 1, 1, 1};
-    sl_http_check c = {req, 0, cfg->auth_deny_status};
+    sl_http_check c = {req->a, 0, cfg->auth_deny_status};
     sl_http_check_run(hw, &c, domain, dlen, descs, ndesc, n, 1, sl_now_ms());
-    free(buf);
+    if (buf != stack) free(buf);
 }

@@ -1,142 +1,354 @@
 /*
- * http.c -- HTTP/1.1 on evhttp (http.h): one struct evhttp per worker,
- * bound to the HTTP listening sockets that every worker shares, so a
- * request is parsed, decided and answered on the worker that accepted its
- * connection, with that worker's service context.  evhttp does the
- * framing, keep-alive and pipelining (requests on one connection are
- * answered in order); this file routes, checks values with the service
- * layer's sl_svc_parse_* (so a 400 says what RESP's -ERR says), and writes
- * JSON with jansson and the RateLimit headers.
+ * http.c -- HTTP/1.1 on net.c's own connection path (http.h): a second
+ * protocol (proto.h) beside RESP, on the same workers, reply slots,
+ * limits and TLS.  Each request is framed by h1.c, routed here, checked
+ * with the service layer's sl_svc_parse_* (so a 400 says what RESP's -ERR
+ * says), and answered into its reply slot: the status line, headers and
+ * body written straight into the slot's buffer, without printf and
+ * without allocating (JSON bodies of the rarer endpoints excepted, made
+ * with jansson).  Requests pipelined on a connection are answered in
+ * order by the slots, whenever their answers come.
  *
- * A decision's answer is written in the service's callback.  With the
- * local backend that runs before sl_svc_allow returns; a backend that
- * answers later would need the request kept alive past its connection
- * (evhttp frees it with the connection): not built yet (docs/http.md).
+ * A decision's answer is written in the service's callback, which may run
+ * after the handler returned (a backend that answers later): what it
+ * needs (the slot, the answer's framing, a few numbers) lives in the
+ * slot's own data (sl_slot_data), nothing on the handler's stack.
  */
-#include <stdatomic.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
-#include <sys/queue.h>
-#include <unistd.h>
+#include <sys/socket.h>
+#include <time.h>
 
-#include <event2/event.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/bufferevent_ssl.h>
-#include <event2/http.h>
-#include <event2/http_struct.h>
-#include <event2/keyvalq_struct.h>
-#include <event2/listener.h>
 #include <jansson.h>
 
 #include "auth.h"
 #include "check_int.h"
 #include "config.h"
+#include "h1.h"
 #include "http.h"
 #include "http_int.h"
 #include "metrics.h"
 #include "service.h"
 #include "status.h"
-#include "tls.h"
 #include "util.h"
 
-/* ---- answers ---------------------------------------------------------------- */
+/* ---- writing answers ---------------------------------------------------------- */
 
-void sl_http_send_json(struct evhttp_request *req, int code, const char *reason, json_t *obj)
+size_t sl_http_itoa(char *dst, long long v)
 {
-    struct evbuffer *b = evbuffer_new();
-    char *text = obj ? json_dumps(obj, 0) : NULL;
-    json_decref(obj);
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "application/json");
-    if (b == NULL || text == NULL) { /* out of memory: an answer without a body */
-        free(text);
-        if (b) evbuffer_free(b);
-        evhttp_send_reply(req, 500, "Internal Server Error", NULL);
-        return;
-    }
-    evbuffer_add(b, text, strlen(text));
-    evbuffer_add(b, "\n", 1);
-    free(text);
-    if (evhttp_request_get_command(req) == EVHTTP_REQ_HEAD) {
-        /* the headers of the GET without its body: evhttp 2.1 would send
-         * the body, unframed, and the next answer on the connection after
-         * it (found by tests/fuzz/fuzz_http.c) */
-        char n[24];
-        snprintf(n, sizeof n, "%zu", evbuffer_get_length(b));
-        evhttp_add_header(h, "Content-Length", n);
-        evhttp_send_reply(req, code, reason, NULL);
-    } else {
-        evhttp_send_reply(req, code, reason, b);
-    }
-    evbuffer_free(b);
+    char t[24];
+    size_t n = 0, o = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do {
+        t[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u != 0);
+    if (v < 0) dst[o++] = '-';
+    while (n > 0) dst[o++] = t[--n];
+    dst[o] = '\0';
+    return o;
 }
 
-void sl_http_send_error(struct evhttp_request *req, int code, const char *reason, const char *msg)
+void sl_hhdrs_init(sl_hhdrs *h)
 {
-    sl_http_send_json(req, code, reason, json_pack("{s:s}", "error", msg));
+    h->len = 0;
+    h->cut = 0;
+}
+
+void sl_hhdrs_addn(sl_hhdrs *h, const char *name, const char *value, size_t vlen)
+{
+    size_t nlen = strlen(name);
+    if (h->len + nlen + vlen + 4 > sizeof h->b) {
+        h->cut = 1;
+        return;
+    }
+    char *d = h->b + h->len;
+    memcpy(d, name, nlen);
+    d += nlen;
+    *d++ = ':';
+    *d++ = ' ';
+    memcpy(d, value, vlen);
+    d += vlen;
+    *d++ = '\r';
+    *d++ = '\n';
+    h->len = (size_t)(d - h->b);
+}
+
+void sl_hhdrs_add(sl_hhdrs *h, const char *name, const char *value)
+{
+    sl_hhdrs_addn(h, name, value, strlen(value));
+}
+
+void sl_hhdrs_int(sl_hhdrs *h, const char *name, long long v)
+{
+    char t[24];
+    sl_hhdrs_addn(h, name, t, sl_http_itoa(t, v));
+}
+
+/* "Date: <IMF-fixdate>\r\n" of the current second, written once a second
+ * per thread. */
+static const char *date_line(size_t *len)
+{
+    static _Thread_local time_t at = -1;
+    static _Thread_local char line[48];
+    static _Thread_local size_t n;
+    time_t now = time(NULL);
+    if (now != at) {
+        struct tm tm;
+        gmtime_r(&now, &tm);
+        n = strftime(line, sizeof line, "Date: %a, %d %b %Y %H:%M:%S GMT\r\n", &tm);
+        at = now;
+    }
+    *len = n;
+    return line;
+}
+
+#define ADD(b, lit) sl_buf_add(b, lit, sizeof lit - 1)
+
+void sl_http_send(const sl_hans *a, int code, const char *reason, const sl_hhdrs *h,
+                  const char *ctype, const char *body, size_t len)
+{
+    sl_buf *b = sl_slot_buf(a->slot);
+    size_t start = b->len, dn;
+    char num[24];
+    const char *date = date_line(&dn);
+    char line[16] = "HTTP/1.1 000 ";
+    line[7] = a->minor ? '1' : '0';
+    line[9] = (char)('0' + code / 100 % 10);
+    line[10] = (char)('0' + code / 10 % 10);
+    line[11] = (char)('0' + code % 10);
+    int rc = sl_buf_add(b, line, 13) | sl_buf_adds(b, reason) | ADD(b, "\r\n");
+    if (a->close)
+        rc |= ADD(b, "Connection: close\r\n");
+    else if (!a->minor)
+        rc |= ADD(b, "Connection: keep-alive\r\n");
+    rc |= sl_buf_add(b, date, dn);
+    if (h != NULL && h->len > 0) rc |= sl_buf_add(b, h->b, h->len);
+    if (ctype != NULL) rc |= ADD(b, "Content-Type: ") | sl_buf_adds(b, ctype) | ADD(b, "\r\n");
+    rc |= ADD(b, "Content-Length: ") | sl_buf_add(b, num, sl_http_itoa(num, (long long)len)) |
+          ADD(b, "\r\n\r\n");
+    if (!a->head && len > 0) rc |= sl_buf_add(b, body, len);
+    if (rc != 0) { /* out of memory: what fits of an answer that says so */
+        b->len = start;
+        ADD(b, "HTTP/1.1 500 Internal Server Error\r\nConnection: close\r\nContent-Length: "
+               "0\r\n\r\n");
+    }
+    sl_slot_done(a->slot);
+}
+
+void sl_http_send_json_h(const sl_hans *a, const sl_hhdrs *h, int code, const char *reason,
+                         json_t *obj)
+{
+    char stack[512];
+    size_t n = obj ? json_dumpb(obj, stack, sizeof stack - 1, 0) : 0;
+    char *text = stack;
+    if (n >= sizeof stack - 1) { /* larger: its own buffer */
+        text = malloc(n + 1);
+        if (text != NULL) json_dumpb(obj, text, n, 0);
+    }
+    json_decref(obj);
+    if (n == 0 || text == NULL) { /* out of memory */
+        sl_http_send(a, 500, "Internal Server Error", h, NULL, NULL, 0);
+        return;
+    }
+    text[n] = '\n';
+    sl_http_send(a, code, reason, h, "application/json", text, n + 1);
+    if (text != stack) free(text);
+}
+
+void sl_http_send_json(const sl_hans *a, int code, const char *reason, json_t *obj)
+{
+    sl_http_send_json_h(a, NULL, code, reason, obj);
+}
+
+/* s (n bytes) as a JSON string's contents into d; returns the end. */
+static char *json_escape(char *d, const char *s, size_t n)
+{
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') {
+            *d++ = '\\';
+            *d++ = (char)ch;
+        } else if (ch < 0x20) {
+            memcpy(d, "\\u00", 4);
+            d[4] = hex[ch >> 4];
+            d[5] = hex[ch & 15];
+            d += 6;
+        } else {
+            *d++ = (char)ch;
+        }
+    }
+    return d;
+}
+
+void sl_http_send_error_h(const sl_hans *a, const sl_hhdrs *h, int code, const char *reason,
+                          const char *msg)
+{
+    /* {"error": "msg"} as jansson writes it (its messages are UTF-8 or
+     * quoted by sl_svc_quote: only '"', '\' and controls need escaping) */
+    char body[6 * SL_SVC_ERR + 32], *d = body;
+    size_t n = strlen(msg);
+    if (n > SL_SVC_ERR * 4) n = SL_SVC_ERR * 4;
+    memcpy(d, "{\"error\": \"", 11);
+    d = json_escape(d + 11, msg, n);
+    memcpy(d, "\"}\n", 3);
+    sl_http_send(a, code, reason, h, "application/json", body, (size_t)(d + 3 - body));
+}
+
+void sl_http_send_error(const sl_hans *a, int code, const char *reason, const char *msg)
+{
+    sl_http_send_error_h(a, NULL, code, reason, msg);
 }
 
 long long sl_http_ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
 
-void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms)
+/* Appends "NAME;K1=V1;K2=V2" to d; returns the end. */
+static char *member(char *d, const char *name, size_t nlen, const char *k1, long long v1,
+                    const char *k2, long long v2)
+{
+    memcpy(d, name, nlen);
+    d += nlen;
+    *d++ = ';';
+    *d++ = k1[0];
+    *d++ = '=';
+    d += sl_http_itoa(d, v1);
+    *d++ = ';';
+    *d++ = k2[0];
+    *d++ = '=';
+    d += sl_http_itoa(d, v2);
+    return d;
+}
+
+void sl_http_decision_headers(sl_hhdrs *h, const sl_result *r, int64_t window_ms)
 {
     char v[128];
     long long w = sl_http_ceil_s(window_ms);
     if (w < 1) w = 1;
-    snprintf(v, sizeof v, "\"default\";q=%lld;w=%lld", (long long)r->limit, w);
-    evhttp_add_header(h, "RateLimit-Policy", v);
-    snprintf(v, sizeof v, "\"default\";r=%lld;t=%lld", (long long)r->remaining,
-             sl_http_ceil_s(r->reset_after_ms));
-    evhttp_add_header(h, "RateLimit", v);
+    char *e = member(v, "\"default\"", 9, "q", (long long)r->limit, "w", w);
+    sl_hhdrs_addn(h, "RateLimit-Policy", v, (size_t)(e - v));
+    e = member(v, "\"default\"", 9, "r", (long long)r->remaining, "t",
+               sl_http_ceil_s(r->reset_after_ms));
+    sl_hhdrs_addn(h, "RateLimit", v, (size_t)(e - v));
     sl_http_overall_headers(h, r);
 }
 
-void sl_http_overall_headers(struct evkeyvalq *h, const sl_result *r)
+void sl_http_overall_headers(sl_hhdrs *h, const sl_result *r)
 {
-    char v[32];
-    snprintf(v, sizeof v, "%lld", (long long)r->limit);
-    evhttp_add_header(h, "X-RateLimit-Limit", v);
-    snprintf(v, sizeof v, "%lld", (long long)r->remaining);
-    evhttp_add_header(h, "X-RateLimit-Remaining", v);
-    snprintf(v, sizeof v, "%lld", sl_http_ceil_s(r->reset_after_ms));
-    evhttp_add_header(h, "X-RateLimit-Reset", v);
+    sl_hhdrs_int(h, "X-RateLimit-Limit", (long long)r->limit);
+    sl_hhdrs_int(h, "X-RateLimit-Remaining", (long long)r->remaining);
+    sl_hhdrs_int(h, "X-RateLimit-Reset", sl_http_ceil_s(r->reset_after_ms));
     if (!r->allowed && r->retry_after_ms >= 0) {
         long long s = sl_http_ceil_s(r->retry_after_ms);
-        snprintf(v, sizeof v, "%lld", s < 1 ? 1 : s);
-        evhttp_add_header(h, "Retry-After", v);
+        sl_hhdrs_int(h, "Retry-After", s < 1 ? 1 : s);
     }
 }
 
+/* ---- the request ---------------------------------------------------------------- */
+
+/* What the module keeps per connection (its pdata): the client's address,
+ * read the first time a request needs it. */
+typedef struct hconn {
+    int got; /* 1: read (ok says whether it could be) */
+    int ok;
+    struct sockaddr_storage ss;
+    char host[INET6_ADDRSTRLEN];
+} hconn;
+
+static hconn *conn_state(sl_conn *c)
+{
+    hconn *h = sl_conn_pdata(c);
+    if (h == NULL && (h = calloc(1, sizeof *h)) != NULL) sl_conn_set_pdata(c, h);
+    if (h != NULL && !h->got) {
+        h->got = 1;
+        socklen_t sl = sizeof h->ss;
+        int fd = sl_conn_fd(c);
+        h->ok = fd >= 0 && getpeername(fd, (struct sockaddr *)&h->ss, &sl) == 0 &&
+                sl_conn_peer_host(c, h->host, sizeof h->host) != NULL;
+    }
+    return h;
+}
+
+const struct sockaddr *sl_hreq_peer(const sl_hreq *r)
+{
+    hconn *h = conn_state(r->conn);
+    return h != NULL && h->ok ? (const struct sockaddr *)&h->ss : NULL;
+}
+
+const char *sl_hreq_peer_host(const sl_hreq *r)
+{
+    hconn *h = conn_state(r->conn);
+    return h != NULL && h->ok ? h->host : NULL;
+}
+
+const char *sl_hreq_header(const sl_hreq *r, const char *name)
+{
+    for (int i = 0; i < r->nh; i++)
+        if (strcasecmp(r->hname[i], name) == 0) return r->hvalue[i];
+    return NULL;
+}
+
+static void http_closed(void *pdata) { free(pdata); }
+
 /* ---- GET /v1/allow ------------------------------------------------------------ */
 
-/* A decision in flight: what its answer needs besides the result. */
+/* A decision in flight, in its slot's data: what its answer needs besides
+ * the result. */
 typedef struct allow_req {
-    struct evhttp_request *req;
+    sl_hans a;
     int64_t window_ms;
 } allow_req;
 
+_Static_assert(sizeof(allow_req) <= SL_SLOT_DATA, "allow_req fits a slot's data");
+
+/* Appends ,"NAME":V to d; returns the end. */
+static char *jfield(char *d, const char *name, long long v)
+{
+    size_t n = strlen(name);
+    *d++ = ',';
+    *d++ = ' ';
+    *d++ = '"';
+    memcpy(d, name, n);
+    d += n;
+    *d++ = '"';
+    *d++ = ':';
+    *d++ = ' ';
+    return d + sl_http_itoa(d, v);
+}
+
 static void on_allowed(void *arg, const sl_svc_reply *r)
 {
-    allow_req *a = arg;
+    allow_req *q = arg;
     if (r->rc < 0) {
-        sl_http_send_error(a->req, 400, "Bad Request", r->err);
+        sl_http_send_error(&q->a, 400, "Bad Request", r->err);
         return;
     }
     const sl_result *x = &r->result;
-    sl_http_decision_headers(evhttp_request_get_output_headers(a->req), x, a->window_ms);
-    json_t *o = json_pack("{s:b,s:I,s:I,s:I,s:I,s:I}", "allowed", x->allowed != 0, "limit",
-                          (json_int_t)x->limit, "remaining", (json_int_t)x->remaining,
-                          "retry_after_ms", (json_int_t)x->retry_after_ms, "reset_after_ms",
-                          (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms);
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_http_decision_headers(&h, x, q->window_ms);
+    /* the six fields, as jansson would write them (test_http.py parses them) */
+    char body[256], *d = body;
+    memcpy(d, x->allowed ? "{\"allowed\": true" : "{\"allowed\": false", x->allowed ? 16 : 17);
+    d += x->allowed ? 16 : 17;
+    d = jfield(d, "limit", (long long)x->limit);
+    d = jfield(d, "remaining", (long long)x->remaining);
+    d = jfield(d, "retry_after_ms", (long long)x->retry_after_ms);
+    d = jfield(d, "reset_after_ms", (long long)x->reset_after_ms);
+    d = jfield(d, "delay_ms", (long long)x->delay_ms);
+    memcpy(d, "}\n", 2);
+    d += 2;
+    sl_hans a = q->a;
     if (x->allowed)
-        sl_http_send_json(a->req, 200, "OK", o);
+        sl_http_send(&a, 200, "OK", &h, "application/json", body, (size_t)(d - body));
     else
-        sl_http_send_json(a->req, 429, "Too Many Requests", o);
+        sl_http_send(&a, 429, "Too Many Requests", &h, "application/json", body,
+                     (size_t)(d - body));
 }
 
 /* The parameters of /v1/allow, in the order RL.ALLOW takes them. */
@@ -144,39 +356,67 @@ static const char *const allow_params[] = {"key",  "limit", "window",    "algo",
                                            "cost", "burst", "precision", "at"};
 #define NPARAMS (sizeof allow_params / sizeof allow_params[0])
 
-static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *path,
-                     const char *query)
+static int unhex(int c)
 {
-    (void)path;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+/* Decodes s[0..n) (a query value: %XX, '+' a space; a '%' not followed by
+ * two hex digits stays as it is) into d, NUL-ended; returns its length. */
+static size_t query_decode(char *d, const char *s, size_t n)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        int h, l;
+        if (s[i] == '+') {
+            d[o++] = ' ';
+        } else if (s[i] == '%' && i + 2 < n && (h = unhex(s[i + 1])) >= 0 &&
+                   (l = unhex(s[i + 2])) >= 0) {
+            d[o++] = (char)(h * 16 + l);
+            i += 2;
+        } else {
+            d[o++] = s[i];
+        }
+    }
+    d[o] = '\0';
+    return o;
+}
+
+static void v1_allow(http_worker *hw, const sl_hreq *req)
+{
     char err[SL_SVC_ERR], qb[80];
     sl_svc_ctx *x = hw->svc;
-    if (query == NULL) query = "";
+    const char *query = req->query ? req->query : "";
     /* %00 would decode to a NUL and cut the value short: refuse it */
     for (const char *p = query; (p = strchr(p, '%')) != NULL; p++)
         if (p[1] == '0' && p[2] == '0') {
-            sl_http_send_error(req, 400, "Bad Request", "a parameter holds a NUL byte (%00)");
+            sl_http_send_error(&req->a, 400, "Bad Request", "a parameter holds a NUL byte (%00)");
             return;
         }
-    struct evkeyvalq kv;
-    TAILQ_INIT(&kv);
-    if (evhttp_parse_query_str(query, &kv) != 0) {
-        evhttp_clear_headers(&kv);
-        sl_http_send_error(req, 400, "Bad Request",
-                           "malformed query string: expected name=value&...");
-        return;
-    }
+    /* name=value&...: names as sent, values decoded into dec */
+    char dec[SL_HTTP_MAX_URI + NPARAMS + 1], *dp = dec;
     const char *val[NPARAMS] = {0};
-    struct evkeyval *e;
+    size_t vlen[NPARAMS] = {0};
     int bad = 0;
-    TAILQ_FOREACH(e, &kv, next)
-    {
-        size_t i = 0;
-        while (i < NPARAMS && strcmp(e->key, allow_params[i]) != 0) i++;
+    for (const char *s = query; *s != '\0' && !bad;) {
+        const char *amp = strchr(s, '&'), *end = amp ? amp : s + strlen(s);
+        const char *eq = memchr(s, '=', (size_t)(end - s));
+        if (eq == NULL || eq == s) {
+            sl_http_send_error(&req->a, 400, "Bad Request",
+                               "malformed query string: expected name=value&...");
+            return;
+        }
+        size_t i = 0, klen = (size_t)(eq - s);
+        while (i < NPARAMS && (strlen(allow_params[i]) != klen || memcmp(s, allow_params[i], klen)))
+            i++;
         if (i == NPARAMS) {
             snprintf(err, sizeof err,
                      "unknown parameter '%s' (expected key, limit, window, algo, cost, burst, "
                      "precision or at)",
-                     sl_svc_quote(qb, sizeof qb, e->key, strlen(e->key)));
+                     sl_svc_quote(qb, sizeof qb, s, klen));
             bad = 1;
             break;
         }
@@ -185,7 +425,11 @@ static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *pa
             bad = 1;
             break;
         }
-        val[i] = e->value;
+        val[i] = dp;
+        vlen[i] = query_decode(dp, eq + 1, (size_t)(end - eq - 1));
+        dp += vlen[i] + 1;
+        s = amp ? amp + 1 : end;
+        if (amp != NULL && *s == '\0') break; /* a trailing '&' */
     }
     for (size_t i = 0; !bad && i < 3; i++)
         if (val[i] == NULL) {
@@ -195,7 +439,7 @@ static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *pa
         }
     sl_params p = SL_PARAMS_INIT;
     int64_t cost = 1, now = sl_now_ms(), at = now;
-#define LEN(i) strlen(val[i])
+#define LEN(i) vlen[i]
     if (!bad)
         bad = sl_svc_parse_key(val[0], LEN(0), err, sizeof err) != 0 ||
               sl_svc_parse_limit(val[1], LEN(1), &p.limit, err, sizeof err) != 0 ||
@@ -208,27 +452,27 @@ static void v1_allow(http_worker *hw, struct evhttp_request *req, const char *pa
               (val[7] && sl_svc_parse_at(x, now, val[7], LEN(7), &at, err, sizeof err) != 0);
 #undef LEN
     if (bad) {
-        evhttp_clear_headers(&kv);
-        sl_http_send_error(req, 400, "Bad Request", err);
+        sl_http_send_error(&req->a, 400, "Bad Request", err);
         return;
     }
-    allow_req a = {req, p.window_ms};
+    allow_req *q = sl_slot_data(req->a.slot);
+    q->a = req->a;
+    q->window_ms = p.window_ms;
     /* the service checks the parameters together: its error names the bad one */
-    sl_svc_allow(x, val[0], strlen(val[0]), &p, cost, at, 1, on_allowed, &a);
-    evhttp_clear_headers(&kv);
+    sl_svc_allow(x, val[0], vlen[0], &p, cost, at, 1, on_allowed, q);
 }
 
 /* ---- routing ---------------------------------------------------------------- */
 
-static void healthz(http_worker *hw, struct evhttp_request *req, const char *path,
-                    const char *query)
+static void healthz(http_worker *hw, const sl_hreq *req)
 {
-    (void)hw, (void)path, (void)query;
-    sl_http_send_json(req, 200, "OK", json_pack("{s:s}", "status", "alive"));
+    (void)hw;
+    static const char body[] = "{\"status\": \"alive\"}\n";
+    sl_http_send(&req->a, 200, "OK", NULL, "application/json", body, sizeof body - 1);
 }
 
-#define GET  EVHTTP_REQ_GET
-#define HEAD EVHTTP_REQ_HEAD
+#define GET  SL_HM_GET
+#define HEAD SL_HM_HEAD
 
 /* Every endpoint: the first row that matches the path wins.  Each
  * endpoint family's file adds its rows here. */
@@ -239,7 +483,7 @@ static const sl_http_route routes[] = {
     {"/v1/rules/", 1, ~0u, "GET, PUT, DELETE", sl_http_rules_domain, 0},
     {"/v1/status", 0, GET | HEAD, "GET, HEAD", sl_http_status_json, SL_AUTH_READING},
     {"/", 0, GET | HEAD, "GET, HEAD", sl_http_status_page, SL_AUTH_READING},
-    {"/v1/check", 0, EVHTTP_REQ_POST, "POST", sl_http_v1_check, SL_AUTH_DECIDING},
+    {"/v1/check", 0, SL_HM_POST, "POST", sl_http_v1_check, SL_AUTH_DECIDING},
     {"/v1/auth/", 1, ~0u, "", sl_http_v1_auth, SL_AUTH_DECIDING},
     {"/readyz", 0, GET | HEAD, "GET, HEAD", sl_http_readyz, 0},
     {"/metrics", 0, GET | HEAD, "GET, HEAD", sl_http_metrics, 0},
@@ -255,30 +499,21 @@ static const sl_http_route *route_for(const char *path)
     return NULL;
 }
 
-/* Bytes of the request's headers as sent: "name: value\r\n" each. */
-static size_t headers_size(struct evhttp_request *req)
-{
-    size_t n = 0;
-    struct evkeyval *e;
-    TAILQ_FOREACH(e, evhttp_request_get_input_headers(req), next)
-    n += strlen(e->key) + strlen(e->value) + 4;
-    return n;
-}
-
 /* ---- bearer tokens ------------------------------------------------------------ */
 
 /* Refuses req with 401: the JSON error msg and a WWW-Authenticate
  * challenge (RFC 6750 section 3: no error code when no credentials came,
- * `error` naming what was wrong with those that did). */
-static void unauthorized(struct evhttp_request *req, const char *error, const char *msg)
+ * `error` naming what was wrong with those that did); h may hold more
+ * headers. */
+static void unauthorized(const sl_hreq *req, sl_hhdrs *h, const char *error, const char *msg)
 {
     char v[96];
     if (error == NULL)
         snprintf(v, sizeof v, "Bearer realm=\"sluiced\"");
     else
         snprintf(v, sizeof v, "Bearer realm=\"sluiced\", error=\"%s\"", error);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", v);
-    sl_http_send_error(req, 401, "Unauthorized", msg);
+    sl_hhdrs_add(h, "WWW-Authenticate", v);
+    sl_http_send_error_h(&req->a, h, 401, "Unauthorized", msg);
 }
 
 /* Whether req may reach a route that needs the groups `need` (SL_AUTH_*
@@ -291,20 +526,22 @@ static void unauthorized(struct evhttp_request *req, const char *error, const ch
  * user must hold every group of need.  Returns 1, or 0 after answering
  * req: 401 (no, malformed or wrong credentials; an address with too many
  * recent failures, with Retry-After) or 403 (a user without the group). */
-static int authorized(http_worker *hw, struct evhttp_request *req, unsigned need, int64_t now)
+static int authorized(http_worker *hw, const sl_hreq *req, unsigned need, int64_t now)
 {
     sl_auth *a = hw->svc->srv->auth;
     if (need == 0 || !sl_auth_required(a)) return 1;
-    const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
-    if (h == NULL) {
-        unauthorized(req, NULL,
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    const char *hv = sl_hreq_header(req, "Authorization");
+    if (hv == NULL) {
+        unauthorized(req, &h, NULL,
                      "a password is configured: send Authorization: Bearer <password> (or "
                      "Bearer <user>:<password>)");
         return 0;
     }
     /* the scheme is case-insensitive (RFC 9110 section 11.1), then one or
      * more spaces, then the token: no spaces, not empty */
-    const char *tok = h;
+    const char *tok = hv;
     if (strncasecmp(tok, "Bearer", 6) != 0 || tok[6] != ' ') tok = NULL;
     if (tok != NULL) {
         tok += 6;
@@ -312,7 +549,7 @@ static int authorized(http_worker *hw, struct evhttp_request *req, unsigned need
         if (*tok == '\0' || strpbrk(tok, " \t") != NULL) tok = NULL;
     }
     if (tok == NULL) {
-        unauthorized(req, "invalid_request",
+        unauthorized(req, &h, "invalid_request",
                      "malformed Authorization header: expected Bearer <password> or Bearer "
                      "<user>:<password>");
         return 0;
@@ -320,26 +557,24 @@ static int authorized(http_worker *hw, struct evhttp_request *req, unsigned need
     const char *colon = strchr(tok, ':');
     const char *user = colon ? tok : "default", *pass = colon ? colon + 1 : tok;
     size_t ulen = colon ? (size_t)(colon - tok) : 7;
-    char *host = NULL, msg[256];
-    ev_uint16_t port = 0;
-    evhttp_connection_get_peer(evhttp_request_get_connection(req), &host, &port);
+    const char *host = sl_hreq_peer_host(req);
+    char msg[256];
     const sl_auth_user *who = NULL;
     int64_t retry = 0;
     int rc = sl_auth_login(a, host, user, ulen, pass, strlen(pass), now, &who, &retry);
     if (rc == SL_AUTH_BLOCKED) {
         const sl_config *cfg = hw->svc->srv->cfg;
-        snprintf(msg, sizeof msg, "%lld", sl_http_ceil_s(retry));
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Retry-After", msg);
+        sl_hhdrs_int(&h, "Retry-After", sl_http_ceil_s(retry));
         snprintf(msg, sizeof msg,
                  "too many failed logins from %s: retry in %lld ms (at most %lld failures per "
                  "%lld ms; this token was not checked)",
                  host ? host : "this client", (long long)retry, (long long)cfg->auth_fail_max,
                  (long long)cfg->auth_fail_window_ms);
-        unauthorized(req, "invalid_token", msg);
+        unauthorized(req, &h, "invalid_token", msg);
         return 0;
     }
     if (rc != SL_AUTH_OK) {
-        unauthorized(req, "invalid_token",
+        unauthorized(req, &h, "invalid_token",
                      "invalid bearer token: wrong user or password, or the user is disabled");
         return 0;
     }
@@ -350,447 +585,202 @@ static int authorized(http_worker *hw, struct evhttp_request *req, unsigned need
                  need & SL_AUTH_ADMIN     ? "+admin"
                  : need & SL_AUTH_READING ? "+reading"
                                           : "+deciding");
-        sl_http_send_error(req, 403, "Forbidden", msg);
+        sl_http_send_error(&req->a, 403, "Forbidden", msg);
         return 0;
     }
     return 1;
 }
 
-static int refused(http_worker *hw, struct evhttp_request *req);
+/* ---- running requests ------------------------------------------------------- */
 
-static void on_request(struct evhttp_request *req, void *arg)
+/* Copies n bytes of s into the worker's copy at *o, NUL-ended; returns
+ * the copy. */
+static const char *keep(http_worker *hw, size_t *o, const char *s, size_t n)
 {
-    http_worker *hw = arg;
-    /* evhttp takes HTTP/0.x and HTTP/1.x for any x, and answers in the
-     * request's version (libevent 2.1 has no accessor for it): a later
-     * HTTP/1 is answered as HTTP/1.1 (RFC 9110 section 2.5); HTTP/0.x, and
-     * a negative number (its sscanf takes one), is refused in HTTP/1.0 */
-    if (req->major == 1 && req->minor > 1) req->minor = 1;
-    if (req->major != 1 || req->minor < 0) {
-        req->major = 1;
-        req->minor = 0;
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-        sl_http_send_error(req, 505, "HTTP Version Not Supported",
-                           "only HTTP/1.0 and HTTP/1.1 are served");
-        return;
+    char *d = hw->copy + *o;
+    memcpy(d, s, n);
+    d[n] = '\0';
+    *o += n + 1;
+    return d;
+}
+
+/* The path and query of a target that is not origin-form ("/path?q"):
+ * absolute-form ("http://host/path?q") has its path and query taken; any
+ * other ("*", an authority) has no path.  Returns the path's length
+ * (0: none) and sets *q to the query's start (NULL: none). */
+static size_t split_target(const char *t, size_t n, const char **path, const char **q, size_t *qn)
+{
+    *q = NULL;
+    *qn = 0;
+    const char *s = t, *end = t + n;
+    if (n == 0 || t[0] != '/') { /* absolute-form: scheme "://" authority, then the path */
+        const char *sch = memchr(t, ':', n);
+        if (sch == NULL || end - sch < 3 || sch[1] != '/' || sch[2] != '/') return 0;
+        s = sch + 3;
+        while (s < end && *s != '/' && *s != '?') s++;
+        if (s == end || *s != '/') return 0;
     }
-    const char *target = evhttp_request_get_uri(req);
-    if (strlen(target) > SL_HTTP_MAX_URI) {
-        sl_http_send_error(req, 414, "URI Too Long",
-                           "request target longer than SL_HTTP_MAX_URI bytes");
-        return;
+    const char *qm = memchr(s, '?', (size_t)(end - s));
+    *path = s;
+    if (qm != NULL) {
+        *q = qm + 1;
+        *qn = (size_t)(end - qm - 1);
     }
-    if (headers_size(req) > SL_HTTP_MAX_HEADERS) {
-        sl_http_send_error(req, 431, "Request Header Fields Too Large",
-                           "request headers longer than SL_HTTP_MAX_HEADERS bytes");
-        return;
-    }
-    const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
-    const char *path = u ? evhttp_uri_get_path(u) : NULL;
-    if (path == NULL) {
-        sl_http_send_error(req, 400, "Bad Request", "malformed request target");
-        return;
-    }
-    if (hw->stopping) /* the server is stopping: this answer is the last */
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
-    if (refused(hw, req)) return;
-    enum evhttp_cmd_type m = evhttp_request_get_command(req);
-    const sl_http_route *r = route_for(path);
-    if (r == NULL) {
-        char qb[80], msg[128];
-        snprintf(msg, sizeof msg, "no such path: %s",
-                 sl_svc_quote(qb, sizeof qb, path, strlen(path)));
-        sl_http_send_error(req, 404, "Not Found", msg);
-        return;
-    }
-    if (!(r->methods & (unsigned)m)) {
-        char msg[96];
-        evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", r->allow);
-        snprintf(msg, sizeof msg, "method not allowed: use %s", r->allow);
-        sl_http_send_error(req, 405, "Method Not Allowed", msg);
-        return;
-    }
-    if (!authorized(hw, req, r->needs_auth, sl_now_ms())) return;
-    r->fn(hw, req, path, evhttp_uri_get_query(u));
+    return (size_t)((qm ? qm : end) - s);
 }
 
-/* ---- connections ------------------------------------------------------------ */
-
-/* One HTTP connection.  libevent 2.1's evhttp keeps its connections to
- * itself: it tells of a new one only by asking for its bufferevent
- * (evhttp_set_bevcb, before the connection exists), and of its end only to
- * a close callback set on the connection.  So each new connection's
- * bufferevent is made here with an hconn, queued on hw->fresh, and
- * adopted (its evhttp_connection found, the close callback set) by an
- * event activated at once: it runs in the same loop turn, after evhttp has
- * made the connection and before any byte of it can be read.  The hconn is
- * counted (--max-clients, INFO http_clients) from its bufferevent to its
- * close callback, and holds the connection's deadline. */
-struct hconn {
-    struct bufferevent *bev;          /* the connection's (evhttp's once adopted) */
-    struct evhttp_connection *evcon;  /* NULL until adopted */
-    struct evbuffer_cb_entry *out_cb; /* on bev's output: an answer re-arms the deadline */
-    struct evbuffer_cb_entry *in_cb;  /* on bev's input: a request has begun */
-    http_worker *hw;
-    int64_t deadline;     /* monotonic ms: closed if its next request is not answered by then */
-    hconn *prev, *next;   /* in hw's list: fresh, head..tail, or refused */
-    unsigned counted : 1; /* counts in srv->clients and stats.http_clients */
-    unsigned refused : 1; /* beyond --max-clients: its first request is answered 503 */
-    unsigned doomed : 1;  /* its TLS could not be made: closed at once */
-    unsigned closing : 1; /* told to close */
-    unsigned busy : 1;    /* bytes came since its last answer: a request is under way */
-};
-
-/* The list c is on. */
-static hconn **list_of(http_worker *hw, hconn *c)
+/* Opens the next slot of c for the request just parsed, with its framing
+ * in a; -1 when out of memory. */
+static int open_answer(sl_conn *c, const sl_h1_req *h, sl_hans *a)
 {
-    return c->evcon == NULL ? &hw->fresh : c->refused ? &hw->refused : &hw->head;
-}
-
-static void unlink_conn(http_worker *hw, hconn *c)
-{
-    hconn **head = list_of(hw, c);
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        *head = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    else if (head == &hw->head)
-        hw->tail = c->prev;
-    c->prev = c->next = NULL;
-}
-
-/* Puts c on its list with deadline `at`.  The counted list stays ordered
- * by deadline, as every deadline there is "now + timeout" when set. */
-static void link_conn(http_worker *hw, hconn *c, int64_t at)
-{
-    hconn **head = list_of(hw, c);
-    c->deadline = at;
-    c->prev = NULL;
-    if (head != &hw->head) {
-        c->next = *head;
-        if (*head) (*head)->prev = c;
-        *head = c;
-        return;
-    }
-    c->next = NULL;
-    c->prev = hw->tail;
-    if (hw->tail)
-        hw->tail->next = c;
-    else
-        hw->head = c;
-    hw->tail = c;
-}
-
-/* Forgets c: uncounted, off its list, freed. */
-static void conn_drop(http_worker *hw, hconn *c)
-{
-    unlink_conn(hw, c);
-    if (c->counted) {
-        sl_srv *srv = hw->svc->srv;
-        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
-        atomic_fetch_sub_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
-    }
-    free(c);
-}
-
-/* evhttp frees the connection (closed by either side, timed out, or the
- * server stopping). */
-static void on_conn_closed(struct evhttp_connection *evcon, void *arg)
-{
-    hconn *c = arg;
-    sl_http_admin_conn_closed(c->hw, evcon); /* its requests waiting for a rules change */
-    if (c->out_cb) evbuffer_remove_cb_entry(bufferevent_get_output(c->bev), c->out_cb);
-    if (c->in_cb) evbuffer_remove_cb_entry(bufferevent_get_input(c->bev), c->in_cb);
-    conn_drop(c->hw, c);
-}
-
-/* Bytes added to the connection's output: an answer, so its next request
- * has --recv-timeout from now. */
-static void on_output(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
-{
-    (void)b;
-    hconn *c = arg;
-    if (info->n_added == 0) return;
-    c->busy = 0;
-    if (c->refused) return;
-    unlink_conn(c->hw, c);
-    link_conn(c->hw, c, sl__mono_ms() + c->hw->timeout_ms);
-}
-
-/* Bytes read: a request has begun (evhttp consumes its lines as they
- * come, so the input buffer alone does not say). */
-static void on_input(struct evbuffer *b, const struct evbuffer_cb_info *info, void *arg)
-{
-    (void)b;
-    if (info->n_added > 0) ((hconn *)arg)->busy = 1;
-}
-
-/* Has evhttp close c's connection as one that timed out (deferred: evhttp
- * frees the connection, and c, from the loop). */
-static void conn_close(hconn *c)
-{
-    if (c->closing) return;
-    c->closing = 1;
-    bufferevent_trigger_event(c->bev, BEV_EVENT_TIMEOUT | BEV_EVENT_READING,
-                              BEV_TRIG_DEFER_CALLBACKS);
-}
-
-/* The connections made since the last run: finds each one's
- * evhttp_connection (the argument evhttp gave its bufferevent's callbacks)
- * and sets the close callback.  One whose callbacks are gone was freed by
- * evhttp at once (out of memory): its bufferevent waits for the loop to
- * finalize it, so it can still be read here. */
-static void on_adopt(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd, (void)what;
-    http_worker *hw = arg;
-    while (hw->fresh != NULL) {
-        hconn *c = hw->fresh;
-        void *evcon = NULL;
-        bufferevent_getcb(c->bev, NULL, NULL, NULL, &evcon);
-        if (evcon == NULL) {
-            conn_drop(hw, c);
-            continue;
-        }
-        unlink_conn(hw, c);
-        c->evcon = evcon;
-        evhttp_connection_set_closecb(c->evcon, on_conn_closed, c);
-        c->out_cb = evbuffer_add_cb(bufferevent_get_output(c->bev), on_output, c);
-        c->in_cb = evbuffer_add_cb(bufferevent_get_input(c->bev), on_input, c);
-        link_conn(hw, c, c->doomed ? 0 : c->deadline);
-        if (c->doomed) conn_close(c);
-    }
-}
-
-/* Every tick: closes the connections past their deadline, soonest first
- * (a request not whole within --recv-timeout of the connection's start or
- * of its last answer: a slow or stalled sender), refused ones included. */
-static void on_sweep(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd, (void)what;
-    http_worker *hw = arg;
-    int64_t now = sl__mono_ms();
-    for (hconn *c = hw->head; c != NULL && (c->closing || c->deadline <= now); c = c->next)
-        conn_close(c);
-    for (hconn *c = hw->refused; c != NULL; c = c->next)
-        if (c->deadline <= now) conn_close(c);
-}
-
-/* A new connection's bufferevent (evhttp_set_bevcb), on the worker's
- * thread: the socket's, or for TLS OpenSSL's (accepting).  Counted
- * against --max-clients as RESP's clients are; beyond it the connection is
- * served only a 503.  NULL when out of memory (evhttp then makes a plain
- * one of its own, or more likely fails too). */
-static struct bufferevent *conn_bev(http_worker *hw, struct event_base *base, int tls)
-{
-    sl_srv *srv = hw->svc->srv;
-    hconn *c = calloc(1, sizeof *c);
-    if (c == NULL) return NULL;
-    SSL *ssl = tls ? sl_tls_ssl_new(srv->tls) : NULL;
-    if (ssl != NULL)
-        c->bev = bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_ACCEPTING,
-                                                BEV_OPT_CLOSE_ON_FREE);
-    else /* without TLS state, a TLS client is closed at once, never served in clear */
-        c->bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-    if (c->bev == NULL) {
-        if (ssl) SSL_free(ssl);
-        free(c);
-        return NULL;
-    }
-    c->hw = hw;
-    c->doomed = tls && ssl == NULL;
-    int n = atomic_fetch_add_explicit(&srv->clients, 1, memory_order_relaxed);
-    if (n >= hw->cfg->max_clients) {
-        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&srv->rejected, 1, memory_order_relaxed);
-        c->refused = 1;
-    } else {
-        c->counted = 1;
-        atomic_fetch_add_explicit(&srv->connections, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
-    }
-    link_conn(hw, c, sl__mono_ms() + hw->timeout_ms); /* on fresh */
-    event_active(hw->adopt, EV_TIMEOUT, 0);
-    return c->bev;
-}
-
-static struct bufferevent *bev_plain(struct event_base *base, void *arg)
-{
-    return conn_bev(arg, base, 0);
-}
-
-static struct bufferevent *bev_tls(struct event_base *base, void *arg)
-{
-    return conn_bev(arg, base, 1);
-}
-
-/* Whether req came on a connection beyond --max-clients: then it is
- * answered 503 and the connection closed.  The refused list is empty
- * unless the server is full. */
-static int refused(http_worker *hw, struct evhttp_request *req)
-{
-    if (hw->refused == NULL) return 0;
-    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
-    for (hconn *c = hw->refused; c != NULL; c = c->next)
-        if (c->evcon == evcon) {
-            struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-            if (evhttp_find_header(h, "Connection") == NULL)
-                evhttp_add_header(h, "Connection", "close");
-            sl_http_send_error(req, 503, "Service Unavailable", "max number of clients reached");
-            return 1;
-        }
+    a->slot = sl_conn_slot(c);
+    if (a->slot == NULL) return -1;
+    a->head = h->method == SL_HM_HEAD;
+    a->close = !h->keep_alive || sl_conn_stopping(c);
+    a->minor = h->major == 1 && h->minor >= 1;
     return 0;
 }
 
-/* ---- the worker's server ---------------------------------------------------- */
-
-static void on_backoff_done(evutil_socket_t fd, short what, void *arg)
+/* Runs one whole request (hw->h1, whose spans point into p).  Returns 1
+ * when the connection ends after its answer, 0 when it goes on, -1 when
+ * out of memory. */
+static int run_request(http_worker *hw, sl_conn *c, const char *p, int64_t now)
 {
-    (void)fd, (void)what;
-    http_worker *hw = arg;
-    for (int i = 0; i < hw->nlev; i++) evconnlistener_enable(hw->lev[i]);
-}
-
-/* Every worker's server, by worker number, for on_accept_error, which
- * evhttp calls with its struct evhttp (the listener's argument is evhttp's
- * own).  Written before the worker's thread starts and when it stops (on
- * that thread); atomic as other workers scan it. */
-static _Atomic(http_worker *) servers[SL_CONFIG_MAX_THREADS];
-
-/* accept(2) failed (most likely out of file descriptors): rest instead of
- * spinning on a listener that stays readable. */
-static void on_accept_error(struct evconnlistener *l, void *arg)
-{
-    (void)l;
-    http_worker *hw = NULL;
-    for (int i = 0; i < SL_CONFIG_MAX_THREADS && hw == NULL; i++) {
-        http_worker *h = atomic_load_explicit(&servers[i], memory_order_acquire);
-        if (h != NULL && (h->http == arg || h->https == arg)) hw = h;
+    const sl_h1_req *h = &hw->h1;
+    sl_hreq req;
+    if (open_answer(c, h, &req.a) != 0) return -1;
+    if (h->major != 1) {
+        /* HTTP/0.x and 2+: not ours (RFC 9110 section 15.6.6), answered
+         * in HTTP/1.0, which every HTTP client reads */
+        req.a.close = 1;
+        req.a.minor = 0;
+        sl_http_send_error(&req.a, 505, "HTTP Version Not Supported",
+                           "only HTTP/1.0 and HTTP/1.1 are served");
+        return 1;
     }
-    if (hw == NULL) return;
-    for (int i = 0; i < hw->nlev; i++) evconnlistener_disable(hw->lev[i]);
-    struct timeval tv = {0, SL_HTTP_ACCEPT_BACKOFF_MS * 1000};
-    evtimer_add(hw->backoff, &tv);
-}
-
-static void http_stop(void *h)
-{
-    http_worker *hw = h;
-    if (hw == NULL) return;
-    if (hw->id >= 0) atomic_store_explicit(&servers[hw->id], NULL, memory_order_release);
-    if (hw->adopt) on_adopt(-1, 0, hw);  /* then freeing a connection frees its hconn */
-    if (hw->http) evhttp_free(hw->http); /* its listeners (and their fds) and connections */
-    if (hw->https) evhttp_free(hw->https);
-    if (hw->adopt) event_free(hw->adopt);
-    if (hw->backoff) event_free(hw->backoff);
-    if (hw->sweep) event_free(hw->sweep);
-    free(hw);
-}
-
-/* Whether c's connection is between requests: nothing of a request read
- * since its last answer, nothing in the socket, and nothing of an answer
- * left to send. */
-static int idle(const hconn *c)
-{
-    int fd = (int)bufferevent_getfd(c->bev), n = 0;
-    return !c->busy && evbuffer_get_length(bufferevent_get_input(c->bev)) == 0 &&
-           evbuffer_get_length(bufferevent_get_output(c->bev)) == 0 &&
-           (fd < 0 || (ioctl(fd, FIONREAD, &n) == 0 && n == 0));
-}
-
-/* sl_net_side.drain: no more connections; from now on every answer says
- * Connection: close (on_request), so evhttp closes a connection once it
- * has answered; connections idle now are closed at once. */
-static int http_drain(void *h)
-{
-    http_worker *hw = h;
-    if (!hw->stopping) {
-        hw->stopping = 1;
-        for (int i = 0; i < hw->nlev; i++) evconnlistener_disable(hw->lev[i]);
-        event_del(hw->backoff);
+    int ends = req.a.close;
+    if (sl_conn_refused(c)) { /* beyond --max-clients: this answer is its only one */
+        req.a.close = 1;
+        sl_http_send_error(&req.a, 503, "Service Unavailable", "max number of clients reached");
+        return 1;
     }
-    on_adopt(-1, 0, hw);
-    int open = 0;
-    hconn *lists[2] = {hw->head, hw->refused};
-    for (int k = 0; k < 2; k++)
-        for (hconn *c = lists[k]; c != NULL; c = c->next) {
-            if (!c->closing && idle(c)) conn_close(c);
-            open++;
+    /* the head's strings, NUL-ended, in the worker's copy */
+    size_t o = 0, plen, qn;
+    const char *path = NULL, *q;
+    plen = split_target(p + h->target.off, h->target.len, &path, &q, &qn);
+    if (plen == 0) {
+        sl_http_send_error(&req.a, 400, "Bad Request", "malformed request target");
+        return ends;
+    }
+    req.method = h->method;
+    req.method_name = h->method_name;
+    req.path = keep(hw, &o, path, plen);
+    req.query = q ? keep(hw, &o, q, qn) : NULL;
+    req.nh = h->nfields;
+    for (int i = 0; i < h->nfields; i++) {
+        const char *v = p + h->value[i].off;
+        size_t vn = h->value[i].len;
+        while (vn > 0 && (v[vn - 1] == ' ' || v[vn - 1] == '\t')) vn--;
+        req.hname[i] = keep(hw, &o, p + h->name[i].off, h->name[i].len);
+        req.hvalue[i] = keep(hw, &o, v, vn);
+    }
+    req.body = p + h->body.off;
+    req.body_len = h->body.len;
+    req.conn = c;
+
+    const sl_http_route *r = route_for(req.path);
+    if (r == NULL) {
+        char qb[80], msg[128];
+        snprintf(msg, sizeof msg, "no such path: %s", sl_svc_quote(qb, sizeof qb, req.path, plen));
+        sl_http_send_error(&req.a, 404, "Not Found", msg);
+        return ends;
+    }
+    if (!(r->methods & req.method)) {
+        char msg[96];
+        sl_hhdrs hh;
+        sl_hhdrs_init(&hh);
+        sl_hhdrs_add(&hh, "Allow", r->allow);
+        snprintf(msg, sizeof msg, "method not allowed: use %s", r->allow);
+        sl_http_send_error_h(&req.a, &hh, 405, "Method Not Allowed", msg);
+        return ends;
+    }
+    if (!authorized(hw, &req, r->needs_auth, now)) return ends;
+    r->fn(hw, &req);
+    return ends;
+}
+
+/* Answers a request refused by the framing (h1.h: SL_H1_BAD), in HTTP/1.1
+ * with Connection: close. */
+static int refuse(sl_conn *c, int status, const char *why)
+{
+    static const struct {
+        int code;
+        const char *reason;
+    } reasons[] = {
+        {400, "Bad Request"},
+        {411, "Length Required"},
+        {413, "Content Too Large"},
+        {414, "URI Too Long"},
+        {431, "Request Header Fields Too Large"},
+        {505, "HTTP Version Not Supported"},
+    };
+    const char *reason = "Bad Request";
+    for (size_t i = 0; i < sizeof reasons / sizeof reasons[0]; i++)
+        if (reasons[i].code == status) reason = reasons[i].reason;
+    sl_hans a = {sl_conn_slot(c), 0, 1, 1};
+    if (a.slot == NULL) return SL_PROTO_NOMEM;
+    char msg[160];
+    if (status == 400)
+        snprintf(msg, sizeof msg, "malformed request: %s", why);
+    else
+        snprintf(msg, sizeof msg, "%s", why);
+    if (status == 505) a.minor = 0;
+    sl_conn_protocol_error(c, msg);
+    sl_http_send_error(&a, status, reason, msg);
+    return SL_PROTO_CLOSE;
+}
+
+static int http_run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *used)
+{
+    http_worker *hw = sl_conn_scratch(c);
+    if (hw->svc == NULL) {
+        hw->svc = sl_conn_svc(c);
+        hw->cfg = sl_conn_cfg(c);
+    }
+    size_t off = 0;
+    int st = SL_PROTO_AGAIN;
+    while (off < len) {
+        if (t->cmds == 0 || t->bytes == 0) {
+            st = SL_PROTO_TURN;
+            break;
         }
-    return open;
-}
-
-/* A new evhttp on base answering through on_request, with the bounds of
- * http.h; bevcb makes its connections' bufferevents. */
-static struct evhttp *new_server(http_worker *hw, struct event_base *base,
-                                 struct bufferevent *(*bevcb)(struct event_base *, void *))
-{
-    struct evhttp *http = evhttp_new(base);
-    if (http == NULL) return NULL;
-    evhttp_set_gencb(http, on_request, hw);
-    evhttp_set_bevcb(http, bevcb, hw);
-    evhttp_set_max_headers_size(http, SL_HTTP_MAX_READ);
-    evhttp_set_max_body_size(http, SL_HTTP_MAX_BODY);
-    struct timeval tv = {(time_t)(hw->timeout_ms / 1000),
-                         (suseconds_t)(hw->timeout_ms % 1000) * 1000};
-    evhttp_set_timeout_tv(http, &tv);
-    /* every method reaches on_request, which answers 405 where it must
-     * (evhttp itself would answer 501 to those not in the set) */
-    evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                         EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
-                                         EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
-    return http;
-}
-
-static void *http_start(struct event_base *base, sl_svc_ctx *svc, const sl_config *cfg,
-                        const int *lfds, const int *tls, int n, char *err, size_t errlen)
-{
-    http_worker *hw = calloc(1, sizeof *hw);
-    if (hw == NULL) goto nomem;
-    hw->svc = svc;
-    hw->cfg = cfg;
-    hw->id = -1;
-    hw->timeout_ms = cfg->recv_timeout_ms > 0 ? cfg->recv_timeout_ms : SL_HTTP_TIMEOUT_MS;
-    hw->backoff = evtimer_new(base, on_backoff_done, hw);
-    hw->sweep = event_new(base, -1, EV_PERSIST, on_sweep, hw);
-    hw->adopt = event_new(base, -1, 0, on_adopt, hw);
-    if (hw->backoff == NULL || hw->sweep == NULL || hw->adopt == NULL) goto nomem;
-    int64_t tick = hw->timeout_ms / 8 < 10    ? 10
-                   : hw->timeout_ms / 8 > 250 ? 250
-                                              : hw->timeout_ms / 8;
-    struct timeval tv = {(time_t)(tick / 1000), (suseconds_t)(tick % 1000) * 1000};
-    if (event_add(hw->sweep, &tv) != 0) goto nomem;
-    for (int i = 0; i < n && i < (int)(sizeof hw->lev / sizeof hw->lev[0]); i++) {
-        struct evhttp **http = tls[i] ? &hw->https : &hw->http;
-        if (*http == NULL && (*http = new_server(hw, base, tls[i] ? bev_tls : bev_plain)) == NULL)
-            goto nomem;
-        int fd = dup(lfds[i]);
-        struct evconnlistener *l =
-            fd < 0 ? NULL
-                   : evconnlistener_new(base, NULL, NULL,
-                                        LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC, -1, fd);
-        if (l == NULL) {
-            if (fd >= 0) close(fd);
-            goto nomem;
+        int rc = sl_h1_parse(p + off, len - off, &hw->h1);
+        if (rc == SL_H1_MORE) break;
+        if (rc == SL_H1_BAD) {
+            st = refuse(c, hw->h1.status, hw->h1.why);
+            off = len;
+            break;
         }
-        if (evhttp_bind_listener(*http, l) == NULL) {
-            evconnlistener_free(l);
-            goto nomem;
+        size_t n = hw->h1.used;
+        t->cmds--;
+        t->bytes = n >= t->bytes ? 0 : t->bytes - n;
+        int ends = run_request(hw, c, p + off, now);
+        off += n;
+        if (ends != 0) {
+            st = ends < 0 ? SL_PROTO_NOMEM : SL_PROTO_CLOSE;
+            break;
         }
-        evconnlistener_set_error_cb(l, on_accept_error);
-        hw->lev[hw->nlev++] = l;
     }
-    if (svc->id >= 0 && svc->id < SL_CONFIG_MAX_THREADS) {
-        hw->id = svc->id;
-        atomic_store_explicit(&servers[hw->id], hw, memory_order_release);
-    }
-    return hw;
-nomem:
-    snprintf(err, errlen, "cannot serve HTTP: out of memory or file descriptors");
-    http_stop(hw);
-    return NULL;
+    *used = off;
+    return st;
 }
 
-const sl_net_side sl_http_side = {"http", http_start, http_drain, http_stop};
+/* Input beyond max-command without a whole request (net.c's bound). */
+static void http_fatal(sl_conn *c, const char *msg)
+{
+    (void)msg;
+    refuse(c, 431, "request head longer than max-command");
+}
+
+const sl_proto sl_http_proto = {"http", http_run, http_fatal, sizeof(http_worker), http_closed,
+                                NULL};

@@ -1,72 +1,103 @@
 /*
  * http_int.h -- what the files of the HTTP module share (not an API):
- * the worker's server, the route table's handler type, and the answers
- * every endpoint writes the same way.  http.c owns the listener and the
- * routing (its `routes[]`); each endpoint family has its own file and adds
- * its rows there.
+ * the worker's state, a request as handlers see it, the answer they write
+ * (into the request's reply slot: proto.h), and the route table's handler
+ * type.  http.c owns the framing (h1.h) and the routing (its `routes[]`);
+ * each endpoint family has its own file and adds its rows there.
  */
 #ifndef SL_HTTP_INT_H
 #define SL_HTTP_INT_H
 
+#include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/listener.h>
 #include <jansson.h>
 
+#include "h1.h"
+#include "proto.h"
 #include "service.h"
 
-typedef struct hconn hconn;
-
-/* One worker's HTTP server: its evhttp for --http-port and the one for
- * --https-port (TLS), the listeners they watch, and its connections
- * (http.c: hconn). */
+/* One worker's HTTP state (its protocol scratch, proto.h): shared by every
+ * HTTP connection of the worker, used during one request's handler. */
 typedef struct http_worker {
-    struct evhttp *http;   /* plain HTTP; NULL: none */
-    struct evhttp *https;  /* HTTP over TLS; NULL: none */
-    sl_svc_ctx *svc;       /* the worker's (not owned) */
-    const sl_config *cfg;  /* the server's (not owned) */
-    int id;                /* its number: servers[id] is this; -1 until registered */
-    struct event *backoff; /* re-enables the listeners after an accept failure */
-    struct event *sweep;   /* closes connections past their deadline (http.c) */
-    struct event *adopt;   /* finds new connections' evhttp_connection (http.c) */
-    int64_t timeout_ms;    /* --recv-timeout, or SL_HTTP_TIMEOUT_MS */
-    int stopping;          /* sl_net_side.drain was called */
-    hconn *fresh;          /* connections not yet adopted */
-    hconn *head, *tail;    /* counted connections, by deadline, soonest first */
-    hconn *refused;        /* connections beyond --max-clients (answered 503) */
-    int nlev;
-    struct evconnlistener *lev[8]; /* owned by http / https (their bound sockets) */
+    sl_svc_ctx *svc;      /* the worker's (not owned) */
+    const sl_config *cfg; /* the server's (not owned) */
+    int64_t date_s;       /* the second `date` was written for */
+    char date[48];        /* "Date: ...\r\n" of that second */
+    size_t datelen;
+    sl_h1_req h1; /* the request being run */
+    char copy[SL_HTTP_MAX_URI + SL_HTTP_MAX_HEADERS + 2 * SL_H1_MAX_FIELDS + 16]; /* its head */
 } http_worker;
 
-/* An endpoint: called on the worker's thread for a request whose path
- * matched its route and whose method is in the route's set.  `path` is
- * the decoded-free path of the target (no query), `query` its query
- * string (NULL: none).  The handler answers req -- now, or later from a
- * callback while the connection lives. */
-typedef void sl_http_handler(http_worker *hw, struct evhttp_request *req, const char *path,
-                             const char *query);
+/* How a request is answered: everything its answer needs, small enough to
+ * be copied into whatever answers it later (a service callback, the reload
+ * thread's answer), as nothing of the request outlives its handler. */
+typedef struct sl_hans {
+    sl_slot *slot;      /* where the answer goes (orphaned if the client left) */
+    unsigned head : 1;  /* HEAD: the GET's headers without the body */
+    unsigned close : 1; /* Connection: close, and the connection ends after it */
+    unsigned minor : 1; /* HTTP/1.minor in the status line */
+} sl_hans;
 
-typedef struct sl_http_route {
-    const char *path;  /* exact, or a prefix when it ends in '/' and prefix is set */
-    int prefix;        /* 1: every path that starts with `path` */
-    unsigned methods;  /* enum evhttp_cmd_type bits; others get 405 */
-    const char *allow; /* the Allow header of that 405, e.g. "GET, HEAD" */
-    sl_http_handler *fn;
-    /* The SL_AUTH_* groups (auth.h) a caller must hold when a password is
-     * configured: on_request checks `Authorization: Bearer ...` before the
-     * handler runs (401 / 403 otherwise), so handlers need nothing.  0: open
-     * to everyone (/healthz); SL_AUTH_DECIDING (1) for decision endpoints. */
-    unsigned needs_auth;
-} sl_http_route;
+/* A request, valid only while its handler runs: strings NUL-ended, the
+ * body excepted. */
+typedef struct sl_hreq {
+    unsigned method;         /* an SL_HM_* bit (h1.h) */
+    const char *method_name; /* "GET" */
+    const char *path;        /* the target's path, not decoded */
+    const char *query;       /* what follows '?', not decoded; NULL: none */
+    const char *body;        /* its Content-Length bytes (not NUL-ended) */
+    size_t body_len;
+    int nh;
+    const char *hname[SL_H1_MAX_FIELDS], *hvalue[SL_H1_MAX_FIELDS];
+    sl_conn *conn;
+    sl_hans a;
+} sl_hreq;
+
+/* The value of the request's first header `name` (case-insensitive), or NULL. */
+const char *sl_hreq_header(const sl_hreq *r, const char *name);
+/* The client's address (kept per connection: read once), or NULL. */
+const struct sockaddr *sl_hreq_peer(const sl_hreq *r);
+/* The same as text without its port ("10.0.0.7", "::1"), or NULL. */
+const char *sl_hreq_peer_host(const sl_hreq *r);
+
+/* Extra headers of an answer, "Name: value\r\n" each, built on the stack
+ * (SL_HHDRS_CAP bytes: a header that does not fit is left out and `cut`
+ * set). */
+#define SL_HHDRS_CAP 16384
+typedef struct sl_hhdrs {
+    size_t len;
+    int cut;
+    char b[SL_HHDRS_CAP];
+} sl_hhdrs;
+
+void sl_hhdrs_init(sl_hhdrs *h);
+void sl_hhdrs_add(sl_hhdrs *h, const char *name, const char *value);
+void sl_hhdrs_addn(sl_hhdrs *h, const char *name, const char *value, size_t vlen);
+void sl_hhdrs_int(sl_hhdrs *h, const char *name, long long v);
+
+/* Decimal text of v into dst (room for 21 bytes); returns its length. */
+size_t sl_http_itoa(char *dst, long long v);
+
+/* Writes the whole answer into a's slot and completes it: the status line
+ * (HTTP/1.a->minor code reason), Date, Connection: close when a->close,
+ * the headers of h (NULL: none), Content-Type ctype (NULL: none),
+ * Content-Length and, unless a->head, the body (body may be NULL when
+ * len is 0).  Out of memory: a bare 500 with Connection: close. */
+void sl_http_send(const sl_hans *a, int code, const char *reason, const sl_hhdrs *h,
+                  const char *ctype, const char *body, size_t len);
 
 /* Sends obj (consumed; NULL: out of memory) as the JSON body of a `code`
- * answer with Content-Type application/json. */
-void sl_http_send_json(struct evhttp_request *req, int code, const char *reason, json_t *obj);
+ * answer with Content-Type application/json, and h's headers. */
+void sl_http_send_json(const sl_hans *a, int code, const char *reason, json_t *obj);
+void sl_http_send_json_h(const sl_hans *a, const sl_hhdrs *h, int code, const char *reason,
+                         json_t *obj);
 
 /* {"error": msg} with status code (SPEC section 8's error body). */
-void sl_http_send_error(struct evhttp_request *req, int code, const char *reason, const char *msg);
+void sl_http_send_error(const sl_hans *a, int code, const char *reason, const char *msg);
+void sl_http_send_error_h(const sl_hans *a, const sl_hhdrs *h, int code, const char *reason,
+                          const char *msg);
 
 /* ceil(ms / 1000) for ms >= 0: seconds never shorter than ms. */
 long long sl_http_ceil_s(int64_t ms);
@@ -77,22 +108,36 @@ long long sl_http_ceil_s(int64_t ms);
  * trio, and Retry-After on a denial that can ever be allowed.  The window
  * is in seconds rounded up (at least 1: a structured-field integer cannot
  * say half a second). */
-void sl_http_decision_headers(struct evkeyvalq *h, const sl_result *r, int64_t window_ms);
+void sl_http_decision_headers(sl_hhdrs *h, const sl_result *r, int64_t window_ms);
 
 /* The headers every decision carries whatever its policies: the
  * X-RateLimit-* trio of r (Reset: seconds, rounded up) and, on a denial
  * that can ever be allowed, Retry-After (seconds rounded up, at least 1;
  * none when retry_after_ms is -1). */
-void sl_http_overall_headers(struct evkeyvalq *h, const sl_result *r);
+void sl_http_overall_headers(sl_hhdrs *h, const sl_result *r);
+
+/* An endpoint: called on the worker's thread for a request whose path
+ * matched its route and whose method is in the route's set.  It answers
+ * through req->a -- now, or later (copy req->a: nothing of req lives past
+ * the call). */
+typedef void sl_http_handler(http_worker *hw, const sl_hreq *req);
+
+typedef struct sl_http_route {
+    const char *path;  /* exact, or a prefix when it ends in '/' and prefix is set */
+    int prefix;        /* 1: every path that starts with `path` */
+    unsigned methods;  /* SL_HM_* bits; others get 405 */
+    const char *allow; /* the Allow header of that 405, e.g. "GET, HEAD" */
+    sl_http_handler *fn;
+    /* The SL_AUTH_* groups (auth.h) a caller must hold when a password is
+     * configured: the router checks `Authorization: Bearer ...` before the
+     * handler runs (401 / 403 otherwise), so handlers need nothing.  0: open
+     * to everyone (/healthz); SL_AUTH_DECIDING (1) for decision endpoints. */
+    unsigned needs_auth;
+} sl_http_route;
 
 /* The rules service (admin.c): GET /v1/rules, and GET|PUT|DELETE
  * /v1/rules/<domain>.  Their routes take every method: without a token
  * configured every request is 404, so they answer 405 themselves. */
 sl_http_handler sl_http_rules_list, sl_http_rules_domain;
-
-/* admin.c: evhttp is freeing conn, a connection of hw (http.c's close
- * callback, the one a connection has, calls it): forgets conn in the rules
- * changes still waiting for their answer. */
-void sl_http_admin_conn_closed(http_worker *hw, struct evhttp_connection *conn);
 
 #endif

@@ -26,7 +26,6 @@
 #include <string.h>
 
 #include <event2/buffer.h>
-#include <event2/http.h>
 #include <jansson.h>
 
 #include "live.h"
@@ -331,35 +330,31 @@ int sl_http_ready(const sl_srv *srv, const sl_rules *r, char *why, size_t whylen
 
 /* ---- the endpoints -------------------------------------------------------------- */
 
-void sl_http_metrics(http_worker *hw, struct evhttp_request *req, const char *path,
-                     const char *query)
+void sl_http_metrics(http_worker *hw, const sl_hreq *req)
 {
-    (void)path, (void)query;
     struct evbuffer *b = evbuffer_new();
-    if (b == NULL || sl_metrics_write(b, hw->svc->srv, sl_svc_rules(hw->svc, NULL)) != 0) {
+    const char *p = NULL;
+    if (b == NULL || sl_metrics_write(b, hw->svc->srv, sl_svc_rules(hw->svc, NULL)) != 0 ||
+        (p = (const char *)evbuffer_pullup(b, -1)) == NULL) {
         if (b != NULL) evbuffer_free(b);
-        sl_http_send_error(req, 500, "Internal Server Error", "out of memory writing /metrics");
+        sl_http_send_error(&req->a, 500, "Internal Server Error", "out of memory writing /metrics");
         return;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      SL_METRICS_CONTENT_TYPE);
-    evhttp_send_reply(req, 200, "OK", b);
+    sl_http_send(&req->a, 200, "OK", NULL, SL_METRICS_CONTENT_TYPE, p, evbuffer_get_length(b));
     evbuffer_free(b);
 }
 
-void sl_http_readyz(http_worker *hw, struct evhttp_request *req, const char *path,
-                    const char *query)
+void sl_http_readyz(http_worker *hw, const sl_hreq *req)
 {
-    (void)path, (void)query;
     char why[256];
     sl_srv *srv = hw->svc->srv;
     const sl_rules *r = sl_svc_rules(hw->svc, NULL);
     if (!sl_http_ready(srv, r, why, sizeof why)) {
-        sl_http_send_json(req, 503, "Service Unavailable",
+        sl_http_send_json(&req->a, 503, "Service Unavailable",
                           json_pack("{s:s,s:s}", "status", "not ready", "reason", why));
         return;
     }
-    sl_http_send_json(req, 200, "OK",
+    sl_http_send_json(&req->a, 200, "OK",
                       json_pack("{s:s,s:I,s:s}", "status", "ready", "rules_version",
                                 (json_int_t)(r != NULL ? sl_rules_generation(r) : 0), "backend",
                                 srv->backend->ops->name));

@@ -45,9 +45,6 @@ int sl_metrics_label(struct evbuffer *b, const char *s, size_t n);
 int sl_http_ready(const sl_srv *srv, const sl_rules *r, char *why, size_t whylen);
 
 /* The endpoints (rows of http.c's routes[]). */
-void sl_http_metrics(http_worker *hw, struct evhttp_request *req, const char *path,
-                     const char *query);
-void sl_http_readyz(http_worker *hw, struct evhttp_request *req, const char *path,
-                    const char *query);
+sl_http_handler sl_http_metrics, sl_http_readyz;
 
 #endif

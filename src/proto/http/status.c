@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <event2/buffer.h>
-#include <event2/http.h>
 #include <jansson.h>
 
 #include "history.h"
@@ -120,10 +118,8 @@ static json_t *top_json(sl_history *h)
     return list;
 }
 
-void sl_http_status_json(http_worker *hw, struct evhttp_request *req, const char *path,
-                         const char *query)
+void sl_http_status_json(http_worker *hw, const sl_hreq *req)
 {
-    (void)path, (void)query;
     sl_svc_ctx *x = hw->svc;
     sl_srv *srv = x->srv;
     int64_t now = sl_now_ms();
@@ -140,27 +136,20 @@ void sl_http_status_json(http_worker *hw, struct evhttp_request *req, const char
                   (json_int_t)((now - srv->start_ms) / 1000), "rules", rules_json(srv->live),
                   "history", "seconds", SL_HISTORY_SECONDS, "rules_max", SL_HISTORY_RULES, "end",
                   (json_int_t)last, "series", series, "top_keys", top);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Cache-Control", "no-store");
-    sl_http_send_json(req, 200, "OK", o);
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_hhdrs_add(&h, "Cache-Control", "no-store");
+    sl_http_send_json_h(&req->a, &h, 200, "OK", o);
 }
 
-void sl_http_status_page(http_worker *hw, struct evhttp_request *req, const char *path,
-                         const char *query)
+void sl_http_status_page(http_worker *hw, const sl_hreq *req)
 {
-    (void)hw, (void)path, (void)query;
-    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
-    evhttp_add_header(h, "Content-Type", "text/html; charset=utf-8");
-    evhttp_add_header(h, "Content-Security-Policy", PAGE_CSP);
-    evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
-    evhttp_add_header(h, "Cache-Control", "no-store");
-    struct evbuffer *b = evbuffer_new();
-    if (b == NULL) {
-        evhttp_send_reply(req, 500, "Internal Server Error", NULL);
-        return;
-    }
-    /* the page's bytes are static: referenced, not copied */
-    evbuffer_add_reference(b, sl_status_html, (size_t)(sl_status_html_end - sl_status_html), NULL,
-                           NULL);
-    evhttp_send_reply(req, 200, "OK", b);
-    evbuffer_free(b);
+    (void)hw;
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_hhdrs_add(&h, "Content-Security-Policy", PAGE_CSP);
+    sl_hhdrs_add(&h, "X-Content-Type-Options", "nosniff");
+    sl_hhdrs_add(&h, "Cache-Control", "no-store");
+    sl_http_send(&req->a, 200, "OK", &h, "text/html; charset=utf-8", sl_status_html,
+                 (size_t)(sl_status_html_end - sl_status_html));
 }
