@@ -521,7 +521,7 @@ static void unauthorized(const sl_hreq *req, sl_hhdrs *h, const char *error, con
  * may.  Otherwise the request carries `Authorization: Bearer TOKEN`, TOKEN
  * being the password of "default" (--requirepass-file) or USER:PASSWORD
  * (a --users-file user; a token with a ':' is always read so, split at
- * its first ':'); it is checked as RESP's AUTH checks it (sl_auth_login:
+ * its first ':'); it is checked as RESP's AUTH checks it (sl_auth_bearer:
  * constant time, failures counted against the client's address), and the
  * user must hold every group of need.  Returns 1, or 0 after answering
  * req: 401 (no, malformed or wrong credentials; an address with too many
@@ -533,36 +533,23 @@ static int authorized(http_worker *hw, const sl_hreq *req, unsigned need, int64_
     sl_hhdrs h;
     sl_hhdrs_init(&h);
     const char *hv = sl_hreq_header(req, "Authorization");
-    if (hv == NULL) {
-        unauthorized(req, &h, NULL,
-                     "a password is configured: send Authorization: Bearer <password> (or "
-                     "Bearer <user>:<password>)");
-        return 0;
-    }
-    /* the scheme is case-insensitive (RFC 9110 section 11.1), then one or
-     * more spaces, then the token: no spaces, not empty */
-    const char *tok = hv;
-    if (strncasecmp(tok, "Bearer", 6) != 0 || tok[6] != ' ') tok = NULL;
-    if (tok != NULL) {
-        tok += 6;
-        while (*tok == ' ') tok++;
-        if (*tok == '\0' || strpbrk(tok, " \t") != NULL) tok = NULL;
-    }
-    if (tok == NULL) {
-        unauthorized(req, &h, "invalid_request",
-                     "malformed Authorization header: expected Bearer <password> or Bearer "
-                     "<user>:<password>");
-        return 0;
-    }
-    const char *colon = strchr(tok, ':');
-    const char *user = colon ? tok : "default", *pass = colon ? colon + 1 : tok;
-    size_t ulen = colon ? (size_t)(colon - tok) : 7;
     const char *host = sl_hreq_peer_host(req);
     char msg[256];
     const sl_auth_user *who = NULL;
     int64_t retry = 0;
-    int rc = sl_auth_login(a, host, user, ulen, pass, strlen(pass), now, &who, &retry);
-    if (rc == SL_AUTH_BLOCKED) {
+    switch (sl_auth_bearer(a, host, hv, hv ? strlen(hv) : 0, need, now, &who, &retry)) {
+    case SL_AUTH_OK: return 1;
+    case SL_AUTH_MISSING:
+        unauthorized(req, &h, NULL,
+                     "a password is configured: send Authorization: Bearer <password> (or "
+                     "Bearer <user>:<password>)");
+        return 0;
+    case SL_AUTH_MALFORMED:
+        unauthorized(req, &h, "invalid_request",
+                     "malformed Authorization header: expected Bearer <password> or Bearer "
+                     "<user>:<password>");
+        return 0;
+    case SL_AUTH_BLOCKED: {
         const sl_config *cfg = hw->svc->srv->cfg;
         sl_hhdrs_int(&h, "Retry-After", sl_http_ceil_s(retry));
         snprintf(msg, sizeof msg,
@@ -573,13 +560,7 @@ static int authorized(http_worker *hw, const sl_hreq *req, unsigned need, int64_
         unauthorized(req, &h, "invalid_token", msg);
         return 0;
     }
-    if (rc != SL_AUTH_OK) {
-        unauthorized(req, &h, "invalid_token",
-                     "invalid bearer token: wrong user or password, or the user is disabled");
-        return 0;
-    }
-    if ((who->groups & need) != need) {
-        sl_auth_count_denied(a);
+    case SL_AUTH_NOPERM:
         snprintf(msg, sizeof msg, "user '%s' has no permission for this endpoint (it needs %s)",
                  who->name,
                  need & SL_AUTH_ADMIN     ? "+admin"
@@ -587,8 +568,11 @@ static int authorized(http_worker *hw, const sl_hreq *req, unsigned need, int64_
                                           : "+deciding");
         sl_http_send_error(&req->a, 403, "Forbidden", msg);
         return 0;
+    default:
+        unauthorized(req, &h, "invalid_token",
+                     "invalid bearer token: wrong user or password, or the user is disabled");
+        return 0;
     }
-    return 1;
 }
 
 /* ---- running requests ------------------------------------------------------- */
