@@ -18,4 +18,4 @@ fuzz_target auth 20 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_auth.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/resp/*.c "$ROOT"/src/backend/*.c \
         "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \
-    -I"$ROOT/src/proto/resp" -levent -levent_openssl -lssl -lcrypto -lyaml -lurcu-bp -lz -lpthread
+    -I"$ROOT/src/proto/resp" -lhiredis -levent -levent_openssl -lssl -lcrypto -lyaml -lurcu-bp -lz -lpthread

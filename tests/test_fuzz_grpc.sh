@@ -23,7 +23,7 @@ fuzz_target grpc 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
         "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) $(find "$GEN" -name '*.c') \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \
     -I"$ROOT/src/proto/grpc" -I"$GEN" \
-    -lnghttp2 -lprotobuf-c -levent -levent_openssl -lssl -lcrypto -lyaml -lurcu-bp -lz \
+    -lnghttp2 -lprotobuf-c -lhiredis -levent -levent_openssl -lssl -lcrypto -lyaml -lurcu-bp -lz \
     -lpthread || rc=1
 rm -rf "$GEN"
 exit $rc

@@ -19,4 +19,4 @@ fuzz_target h1 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_h1.c" \
         "$ROOT"/src/backend/*.c "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \
     -I"$ROOT/src/proto/resp" -I"$ROOT/src/proto/http" -I"$ROOT/tests/fuzz" \
-    -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lyaml -lurcu-bp -lz -lpthread
+    -lhiredis -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lyaml -lurcu-bp -lz -lpthread

@@ -13,6 +13,7 @@ import subprocess
 import tempfile
 import time
 
+import harness
 from harness import SLUICED, ServerTestCase, deadline
 
 RULES = """\
@@ -55,6 +56,13 @@ SEEN = {
     "watch-rules": info_says("rules_watch", yes="inotify", no="off"),
     "merge-domains": log_says(" merge_domains=yes"),
     "count-denied": log_says(" count_denied=yes"),
+    "deny-cache": info_says("backend_deny_cache"),
+}
+
+# What a yes/no option needs beside itself to mean anything: the deny
+# cache is the Redis backend's (a redis-server of the test's own).
+NEEDS = {
+    "deny-cache": lambda test: ["--backend", test.redis_url()],
 }
 
 
@@ -109,6 +117,12 @@ class TestYesNoFlags(ServerTestCase):
         self.assertEqual(sorted(self.bools), sorted(SEEN),
                          "a yes/no option the table has and SEEN does not (or the reverse)")
 
+    def redis_url(self):
+        if getattr(self, "_redis", None) is None:
+            self._redis = harness.RedisServer().start()
+            self.addCleanup(self._redis.cleanup)
+        return self._redis.url()
+
     def test_each_spelling_on_a_running_server(self):
         for name in sorted(self.bools):
             default = self.bools[name]
@@ -128,7 +142,7 @@ class TestYesNoFlags(ServerTestCase):
             ]
             for args, want in spellings:
                 with self.subTest(option=name, args=args):
-                    full = ["--rules", self.rules] + args
+                    full = ["--rules", self.rules] + NEEDS.get(name, lambda t: [])(self) + args
                     self.assertEqual(dumped(full, name), want, "--dump-options")
                     s = self.new_server(*full, name="%s_%s" % (name, len(args)))
                     self.assertEqual(SEEN[name](s), want, "sluiced %s" % " ".join(full))
