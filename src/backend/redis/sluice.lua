@@ -10,7 +10,8 @@ fields: algo L W B(0 = L) P(0 = 10) log_rejected cost.  Replies: 6
 integers (allowed limit remaining retry_after_ms reset_after_ms delay_ms),
 for A 1 + 6n (all_allowed first), for M n elements, each the 6 integers
 or the error of that one request; a refused request is an error reply
-starting "SLUICE " and writes nothing.
+starting "SLUICE " and writes nothing.  Op C (one RL.CHECK, its own
+argument layout: see check() below) runs a whole planned request.
 
 The decisions are those of src/lib/engine.c, step for step, on the same
 state quantities (so a change of parameters carries over the same way).
@@ -437,10 +438,9 @@ end
 
 local ALGOS = 7
 
--- The 7 fields of request i (1-based) from ARGV, checked for the script's
--- own range.
-local function request(i)
-    local base = 2 + (i - 1) * 7
+-- The 7 fields of key i (1-based) at ARGV[base + 1 .. base + 7], checked
+-- for the script's own range.
+local function fields(base, i)
     local f = {}
     for k = 1, 7 do
         local v = tonumber(ARGV[base + k])
@@ -454,6 +454,7 @@ local function request(i)
     if n.L < 1 or n.W < 1 or n.cost < 0 or n.B < 0 or n.P < 0 then
         refuse("args: L, W, B, P or cost of key " .. i .. " out of range")
     end
+    n.B0 = n.B
     if n.B == 0 then n.B = n.L end
     if n.P == 0 then n.P = 10 end
     if n.algo == 2 then
@@ -462,6 +463,25 @@ local function request(i)
         within(n.B, n.W, "B*W")
     end
     return n
+end
+
+-- The 7 fields of request i of D, P, A, M.
+local function request(i)
+    return fields(2 + (i - 1) * 7, i)
+end
+
+-- n with the limit L instead (a burst of 0 follows it), range-checked.
+local function with_limit(n, L)
+    local c = {}
+    for k, v in pairs(n) do c[k] = v end
+    c.L = L
+    if c.B0 == 0 then c.B = L end
+    if c.algo == 2 then
+        within(L + 1, c.W, "(L+1)*W")
+    elseif c.algo >= 4 then
+        within(c.B, c.W, "B*W")
+    end
+    return c
 end
 
 -- Decides request n on key at now (commit: D, or A's second pass).
@@ -533,16 +553,265 @@ local function many(nkeys, now, client_time)
     return out
 end
 
+-- A (sl_decide_all) on list[i] = {key =, n =}: every request answered
+-- first without charging; all charged (and written) only if all pass,
+-- else nothing is written and each has its answer as if alone.  Returns
+-- the answers and whether all passed.
+local function decide_all(list, now, client_time)
+    local out, all = {}, true
+    for i = 1, #list do
+        out[i] = decide(list[i].key, list[i].n, now, false)
+        if out[i][1] == 0 then all = false end
+    end
+    if not all then return out, false end
+    local writes = {}
+    for i = 1, #list do
+        local ans, write = decide(list[i].key, list[i].n, now, true)
+        out[i] = ans
+        writes[i] = {write, ttl_of(ans, client_time)}
+    end
+    for i = 1, #list do writes[i][1](writes[i][2]) end
+    return out, true
+end
+
+-- ---- C: one RL.CHECK -----------------------------------------------------
+-- The whole of sl__local_check_exec (src/backend/backend_local.c) in one
+-- call, so a request's counters are charged all-or-none atomically:
+--   ARGV: C now m pool denied_never qall zmask
+--         then per counter i = 1..m (KEYS[i]): the 7 fields, shadow, quota,
+--         lyft, ceiling (elastic: the limit's elastic_limit, else 0), qmask
+--         then, when pool = 1 (KEYS[m + 1]), the pool's 7 fields (its cost
+--         the request's).
+--   qall: the quota descriptors (bit d: descriptor d); zmask: those with
+--   an L = 0 limit (over from the start); qmask: the quota descriptors
+--   holding counter i (0: not a quota counter).
+--   Reply: allowed, quota_denied, pool_charged, then per counter its six
+--   fields and stretched (passed above L on the pool).
+
+local MAX_LIMIT = 1000000000000 -- SL_MAX_LIMIT: Lyft-counted counters are charged at it
+local MAX_BATCH = 16            -- SL_MAX_BATCH: counters of one request, members of one A
+
+local function int_arg(i, what)
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= floor(v) then refuse("args: " .. what .. " is not an integer") end
+    return v
+end
+
+-- A Lyft-counted counter's answer from its answer at L = MAX_LIMIT (which
+-- charged it): the count after the charge judged against its own L.
+local function lyft_answer(n, big)
+    local L = n.L
+    local after = MAX_LIMIT - big[3]
+    local ok = after <= L
+    local retry = 0
+    if not ok then
+        retry = big[5]
+        if n.cost > L then retry = -1 end
+    end
+    return {ok and 1 or 0, L, ok and L - after or 0, retry, big[5], 0}
+end
+
+local function check(now, client_time)
+    local m = int_arg(3, "the number of counters")
+    local np = int_arg(4, "pool") ~= 0 and 1 or 0
+    if m < 0 or m > MAX_BATCH or #KEYS ~= m + np then
+        refuse("args: op C with " .. #KEYS .. " keys for " .. dec(m) .. " counters")
+    end
+    if #ARGV ~= 7 + 12 * m + 7 * np then
+        refuse("args: " .. #ARGV .. " arguments for " .. dec(m) .. " counters")
+    end
+    local denied = int_arg(5, "denied_never") ~= 0
+    local qall, qover = int_arg(6, "qall"), int_arg(7, "zmask")
+    local it = {}
+    for i = 1, m do
+        local base = 7 + (i - 1) * 12
+        local t = {key = KEYS[i], n = fields(base, i)}
+        t.shadow = int_arg(base + 8, "shadow of key " .. i) ~= 0
+        t.quota = int_arg(base + 9, "quota of key " .. i) ~= 0
+        t.lyft = int_arg(base + 10, "lyft of key " .. i) ~= 0
+        t.ceil = int_arg(base + 11, "ceiling of key " .. i)
+        t.qmask = int_arg(base + 12, "qmask of key " .. i)
+        -- every parameter a round may use, checked before anything is written
+        if t.ceil > 0 then t.up = with_limit(t.n, t.ceil) end
+        if t.lyft then t.big = with_limit(t.n, MAX_LIMIT) end
+        it[i] = t
+    end
+    local pool
+    if np == 1 then pool = {key = KEYS[m + 1], n = fields(7 + 12 * m, m + 1)} end
+    -- The one refusal that depends on the state (a kept count of the
+    -- previous window): found by a read before the first write.  Charges
+    -- within this call never change a key's previous window.
+    for i = 1, m do
+        if it[i].n.algo == 2 then decide(it[i].key, it[i].n, now, false) end
+    end
+
+    local res, stretched, decided = {}, {}, {}
+    -- Marks the quota descriptors with a decided counter over; true when
+    -- every quota descriptor is marked.
+    local function quota_all_over()
+        if qall == 0 then return false end
+        for i = 1, m do
+            if it[i].qmask ~= 0 and decided[i] and res[i][1] == 0 then
+                qover = bit.bor(qover, it[i].qmask)
+            end
+        end
+        return qover == qall
+    end
+    local function reply(allowed, quota_denied, pool_charged)
+        local out = {allowed and 1 or 0, quota_denied and 1 or 0, pool_charged and 1 or 0}
+        for i = 1, m do
+            local r = res[i] or {0, 0, 0, 0, 0, 0}
+            for k = 1, 6 do out[#out + 1] = r[k] end
+            out[#out + 1] = stretched[i] and 1 or 0
+        end
+        return out
+    end
+
+    -- Lyft's counting: charged whatever the answer, then judged against L.
+    local batch, idx = {}, {}
+    for i = 1, m do
+        if it[i].lyft then
+            batch[#batch + 1] = {key = it[i].key, n = it[i].big}
+            idx[#idx + 1] = i
+        end
+    end
+    if #batch > 0 then
+        local out = decide_all(batch, now, client_time)
+        for q = 1, #batch do
+            res[idx[q]] = lyft_answer(it[idx[q]].n, out[q])
+            decided[idx[q]] = true
+        end
+    end
+
+    -- Denied already: every other counter only peeked.
+    for i = 1, m do
+        local t = it[i]
+        if t.lyft and not t.shadow and not t.quota and res[i][1] == 0 then denied = true end
+    end
+    local quota_denied = not denied and quota_all_over()
+    if denied or quota_denied then
+        for i = 1, m do
+            local t = it[i]
+            if not decided[i] then
+                res[i] = decide(t.key, t.n, now, false)
+                if res[i][1] == 0 and not t.shadow and not t.quota then quota_denied = false end
+            end
+        end
+        return reply(false, quota_denied, false)
+    end
+
+    -- The enforced and quota counters all-or-none; a quota counter that
+    -- denies leaves the batch and the rest is decided again.
+    local allowed, enforced, pool_charged = false, false, false
+    local outq = {}
+    while true do
+        batch, idx = {}, {}
+        for i = 1, m do
+            local t = it[i]
+            if not (t.shadow or t.lyft or outq[i]) then
+                batch[#batch + 1] = {key = t.key, n = t.n}
+                idx[#idx + 1] = i
+            end
+        end
+        if #batch == 0 then
+            allowed = true
+            break
+        end
+        enforced = true
+        local out, all = decide_all(batch, now, client_time)
+        for q = 1, #batch do
+            res[idx[q]] = out[q]
+            decided[idx[q]] = true
+        end
+        if all then
+            allowed = true
+            break
+        end
+        local hard, soft, quota = false, false, false
+        for q = 1, #batch do
+            local t = it[idx[q]]
+            if out[q][1] == 0 then
+                if t.quota then
+                    quota = true
+                elseif t.ceil > 0 then
+                    soft = true
+                else
+                    hard = true
+                end
+            end
+        end
+        if hard then break end
+        if quota then
+            for q = 1, #batch do
+                if out[q][1] == 0 and it[idx[q]].quota then outq[idx[q]] = true end
+            end
+            if quota_all_over() then
+                quota_denied = true
+                break
+            end
+        else
+            -- Denied only by elastic limits: again with those at their
+            -- ceilings and the spare pool as one more member.
+            if soft and pool and #batch < MAX_BATCH then
+                local b2 = {}
+                for q = 1, #batch do
+                    local t = it[idx[q]]
+                    b2[q] = {key = t.key, n = (t.ceil > 0 and out[q][1] == 0) and t.up or t.n}
+                end
+                b2[#batch + 1] = {key = pool.key, n = pool.n}
+                local out2, all2 = decide_all(b2, now, client_time)
+                if all2 then
+                    allowed, pool_charged = true, true
+                    local left = out2[#batch + 1][3]
+                    for q = 1, #batch do
+                        local k = idx[q]
+                        stretched[k] = res[k][1] == 0 -- over L before
+                        res[k] = out2[q]
+                        if stretched[k] and left < res[k][3] then res[k][3] = left end
+                    end
+                end
+            end
+            break
+        end
+    end
+
+    -- Within every limit: the request still uses spare capacity.
+    for i = 1, m do
+        if it[i].lyft and not it[i].shadow then enforced = true end
+    end
+    if allowed and enforced and pool and not pool_charged then
+        local ans, write = decide(pool.key, pool.n, now, true)
+        write(ttl_of(ans, client_time))
+    end
+
+    -- Shadow counters: charged when the request is allowed, else peeked.
+    for i = 1, m do
+        local t = it[i]
+        if t.shadow and not t.lyft then
+            if allowed then
+                local ans, write = decide(t.key, t.n, now, true)
+                write(ttl_of(ans, client_time))
+                res[i] = ans
+            else
+                res[i] = decide(t.key, t.n, now, false)
+            end
+        end
+    end
+    return reply(allowed, quota_denied, pool_charged)
+end
+
 local function main()
     local op, nowarg = ARGV[1], ARGV[2]
     local nkeys = #KEYS
-    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" then
+    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" and op ~= "C" then
         refuse("args: unknown op '" .. tostring(op) .. "'")
     end
-    if nkeys < 1 or (op ~= "A" and op ~= "M" and nkeys ~= 1) or nkeys > (op == "M" and MANY or 16) then
-        refuse("args: op " .. op .. " with " .. nkeys .. " keys")
+    if op ~= "C" then
+        if nkeys < 1 or (op ~= "A" and op ~= "M" and nkeys ~= 1) or nkeys > (op == "M" and MANY or 16) then
+            refuse("args: op " .. op .. " with " .. nkeys .. " keys")
+        end
+        if #ARGV ~= 2 + 7 * nkeys then refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys") end
     end
-    if #ARGV ~= 2 + 7 * nkeys then refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys") end
     local now
     local client_time = nowarg ~= ""
     if client_time then
@@ -556,6 +825,7 @@ local function main()
         now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
     end
     if op == "M" then return many(nkeys, now, client_time) end
+    if op == "C" then return check(now, client_time) end
     local reqs = {}
     for i = 1, nkeys do
         reqs[i] = request(i)
@@ -573,23 +843,13 @@ local function main()
         return ans
     end
     -- A: every answer first without charging; all charged only if all pass.
-    local out, all = {1}, true
+    local list = {}
+    for i = 1, nkeys do list[i] = {key = KEYS[i], n = reqs[i]} end
+    local res, all = decide_all(list, now, client_time)
+    local out = {all and 1 or 0}
     for i = 1, nkeys do
-        local ans = decide(KEYS[i], reqs[i], now, false)
-        if ans[1] == 0 then all = false end
-        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = ans[k] end
+        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = res[i][k] end
     end
-    if not all then
-        out[1] = 0
-        return out
-    end
-    local writes = {}
-    for i = 1, nkeys do
-        local ans, write = decide(KEYS[i], reqs[i], now, true)
-        writes[i] = {write, ttl_of(ans, client_time)}
-        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = ans[k] end
-    end
-    for i = 1, nkeys do writes[i][1](writes[i][2]) end
     return out
 end
 
