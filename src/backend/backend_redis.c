@@ -17,9 +17,18 @@
  * read.  Then the channel is DOWN and reconnects after
  * random(0, min(SL_REDIS_BACKOFF_CAP, SL_REDIS_BACKOFF_BASE * 2^n)) ms.
  *
- * Batching: hiredis appends each command to its output buffer and writes
- * only when the loop reports the socket writable, so every command of one
- * loop turn goes out in one write (docs/fleet.md measures it).
+ * Batching: the DECIDEs a channel gets during one loop turn are queued
+ * (the open batch) and sent as ONE script call (op M: n decisions in
+ * order) when the turn's other callbacks have run: the first of a turn
+ * makes the channel's flush event active, and libevent runs an event made
+ * active during a turn after those already active, in the same turn -- so
+ * a lone request is sent in its own turn, as a plain D.  Every other
+ * request sends the open batch first, so Redis runs a connection's
+ * commands in the order they were submitted.  With client time the
+ * members of a batch share one `now`: a request with another time sends
+ * the open batch and opens a new one.  Each member keeps its own pend
+ * (deadline, policy, deny cache), answered in order from the reply's
+ * elements.  hiredis writes whatever a turn appended in one write.
  *
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
@@ -93,9 +102,20 @@ typedef struct redis {
 } redis;
 
 typedef struct rchan rchan;
+typedef struct pend pend;
+
+/* DECIDEs sent (or to be sent) as one op M call. */
+typedef struct batch {
+    rchan *ch;
+    int n;
+    int resent;  /* sent again once after NOSCRIPT */
+    int64_t now; /* every member's time (client time) */
+    pend *m[SL_REDIS_BATCH_MAX];
+    struct batch *next; /* the pool */
+} batch;
 
 /* One request sent to Redis (or about to be). */
-typedef struct pend {
+struct pend {
     sl_breq *rq;
     rchan *ch;
     int64_t deadline; /* monotonic ms */
@@ -108,7 +128,7 @@ typedef struct pend {
     char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
     char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
     sl_request *reqs;         /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
-} pend;
+};
 
 /* A denial Redis gave, for the deny cache. */
 typedef struct denial {
@@ -145,6 +165,9 @@ struct rchan {
     int64_t latest_sent;      /* the latest now_ms of a request sent (INT64_MIN: none) */
     sl_check_plan *lplan;     /* SL_REDIS_LOCAL: a CHECK's plan with L and B divided */
     struct cmd *cmd;          /* the command being built (send_pend) */
+    batch *open;              /* this turn's DECIDEs, not sent yet; NULL: none */
+    batch *free_batch;        /* the pool */
+    struct event *flush;      /* active while open: sends it at the end of the turn */
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -497,7 +520,7 @@ static int cache_answer(rchan *ch, sl_breq *rq)
      * answer is the same field for field (the count only resets at the
      * window's end) */
     int cost_ok = rq->cost == d->cost ||
-                  (d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost && rq->cost <= d->limit);
+                  ((d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost && rq->cost <= d->limit));
     if (!same_params(&d->p, rq->params) || !cost_ok || t >= d->retry_at) {
         /* another request on the key goes to Redis: if it is charged, the
          * denial kept here would no longer be Redis's answer, number for
@@ -546,6 +569,26 @@ static void cache_keep(rchan *ch, const sl_breq *rq, const char *key, uint32_t g
     d->remaining = o->remaining;
 }
 
+/* The deny cache after Redis's answer to DECIDE e: an allowed request may
+ * have charged its key, so a denial kept for the key (from a request sent
+ * before it, answered before it) no longer holds -- dropped; a denial is
+ * kept only when no request with a later time has been sent since (one
+ * could have moved the key's clock into a later window, which a kept
+ * denial would not know). */
+static void cache_after(rchan *ch, const pend *e)
+{
+    const sl_breq *rq = e->rq;
+    if (ch->cache == NULL) return;
+    if (rq->result.allowed) {
+        denial *d = &ch->cache[slot_of(e->key, rq->keylen, rq->params->space)];
+        if (d->klen == rq->keylen && d->p.space == rq->params->space &&
+            memcmp(d->key, e->key, rq->keylen) == 0)
+            d->klen = 0;
+        return;
+    }
+    if (e->latest && rq->now_ms >= ch->latest_sent) cache_keep(ch, rq, e->key, e->gen);
+}
+
 /* Drops the cache's entry of key (RL.RESET on this node). */
 static void cache_forget(rchan *ch, const char *key, size_t klen)
 {
@@ -578,7 +621,10 @@ static size_t redis_key(char *buf, int algo, int space, const char *key, size_t 
 
 /* A command being built: its arguments point into this buffer (one per
  * channel; hiredis copies a command out before it returns). */
-enum { CMD_KEYS = SL_MAX_BATCH + 1, CMD_ARGS = 8 + CMD_KEYS * (1 + NFIELDS + 5) };
+enum {
+    CMD_KEYS = SL_REDIS_BATCH_MAX > SL_MAX_BATCH + 1 ? SL_REDIS_BATCH_MAX : SL_MAX_BATCH + 1,
+    CMD_ARGS = 8 + CMD_KEYS * (1 + NFIELDS + 5)
+};
 struct cmd {
     int argc, nkeys;
     const char *argv[CMD_ARGS];
@@ -720,6 +766,26 @@ static int send_pend(rchan *ch, pend *e)
                                                                                             : -1;
 }
 
+static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Sends batch b (n >= 2 DECIDEs) as one op M call: 0, or -1 as send_pend. */
+static int send_batch(rchan *ch, batch *b)
+{
+    struct cmd *c = ch->cmd;
+    cmd_evalsha(c, ch->r, (size_t)b->n);
+    for (int i = 0; i < b->n; i++) {
+        const pend *e = b->m[i];
+        const sl_breq *rq = e->rq;
+        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
+    }
+    cmd_str(c, "M", 1);
+    cmd_now(c, ch->r, b->now);
+    for (int i = 0; i < b->n; i++) cmd_fields(c, b->m[i]->rq->params, b->m[i]->rq->cost);
+    return redisAsyncCommandArgv(ch->ac, on_batch_reply, b, c->argc, c->argv, c->len) == REDIS_OK
+               ? 0
+               : -1;
+}
+
 /* Reads six integers of an array reply from element i into out. */
 static int six(const redisReply *a, size_t i, sl_result *out)
 {
@@ -837,11 +903,152 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         by_policy(ch, rq, e->key, e->reqs);
     } else {
         /* a peek's time is no key's clock: only decisions are kept */
-        if (rq->op == SL_BOP_DECIDE && e->latest) cache_keep(ch, rq, e->key, e->gen);
+        if (rq->op == SL_BOP_DECIDE) cache_after(ch, e);
         rq->cb(rq);
     }
     pend_put(ch, e);
     arm_timer(ch);
+}
+
+/* Answers e's request, whose connection went (or was never there). */
+static void answer_lost(rchan *ch, pend *e)
+{
+    if (ch->closing)
+        sl__breq_fail(e->rq, SL_EINVAL, "channel closed with the request in flight");
+    else
+        by_policy(ch, e->rq, e->key, e->reqs);
+}
+
+static void batch_put(rchan *ch, batch *b)
+{
+    b->next = ch->free_batch;
+    ch->free_batch = b;
+}
+
+/* Every member of b by the policy (or failed, the channel closing);
+ * error: an error reply answered them all. */
+static void batch_lost(rchan *ch, batch *b, const char *error)
+{
+    for (int i = 0; i < b->n; i++) {
+        pend *e = b->m[i];
+        unlink_pend(ch, e);
+        if (error != NULL) {
+            atomic_fetch_add(&ch->r->errors, 1);
+            set_last_error(ch->r, "%.200s", error);
+        }
+        answer_lost(ch, e);
+        pend_put(ch, e);
+    }
+    batch_put(ch, b);
+}
+
+/* hiredis's callback of a batch: its members answered in order. */
+static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    batch *b = privdata;
+    rchan *ch = b->ch;
+    const redisReply *x = reply;
+    if (x == NULL) { /* the connection went */
+        batch_lost(ch, b, NULL);
+        return;
+    }
+    if (x->type == REDIS_REPLY_ERROR) {
+        if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !b->resent && ch->ac == ac) {
+            b->resent = 1; /* load the script again, then the batch (as on_reply) */
+            redisAsyncCommand(ac, on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
+                              (size_t)(sl_redis_script_end - sl_redis_script));
+            if (send_batch(ch, b) == 0) return;
+        }
+        batch_lost(ch, b, x->str);
+        arm_timer(ch);
+        return;
+    }
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != (size_t)b->n) {
+        char why[80];
+        snprintf(why, sizeof why, "a reply the script ABI does not allow (type %d)", x->type);
+        batch_lost(ch, b, why);
+        arm_timer(ch);
+        return;
+    }
+    for (int i = 0; i < b->n; i++) {
+        pend *e = b->m[i];
+        sl_breq *rq = e->rq;
+        const redisReply *el = x->element[i];
+        unlink_pend(ch, e);
+        if (el->type == REDIS_REPLY_ERROR && strncmp(el->str, "SLUICE ", 7) == 0) {
+            sl__breq_fail(rq, SL_EINVAL, "%s", el->str + 7); /* the script refused this one */
+        } else if (el->type == REDIS_REPLY_ARRAY && el->elements == 6 &&
+                   six(el, 0, &rq->result) == 0) {
+            rq->rc = 0;
+            rq->err[0] = '\0';
+            cache_after(ch, e);
+            rq->cb(rq);
+        } else {
+            atomic_fetch_add(&ch->r->errors, 1);
+            set_last_error(ch->r, "%.200s",
+                           el->type == REDIS_REPLY_ERROR ? el->str
+                                                         : "a reply the script ABI does not allow");
+            by_policy(ch, rq, e->key, NULL);
+        }
+        pend_put(ch, e);
+    }
+    batch_put(ch, b);
+    arm_timer(ch);
+}
+
+/* Sends the open batch, if any: a lone DECIDE as D, more as one M. */
+static void flush_open(rchan *ch)
+{
+    batch *b = ch->open;
+    if (b == NULL) return;
+    ch->open = NULL;
+    if (ch->ac == NULL) { /* the connection went during this turn */
+        batch_lost(ch, b, NULL);
+        return;
+    }
+    if (b->n == 1) {
+        pend *e = b->m[0];
+        batch_put(ch, b);
+        if (send_pend(ch, e) != 0) {
+            unlink_pend(ch, e);
+            answer_lost(ch, e);
+            pend_put(ch, e);
+        }
+        return;
+    }
+    if (send_batch(ch, b) != 0) batch_lost(ch, b, NULL);
+}
+
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    flush_open(arg);
+}
+
+/* Queues DECIDE e (linked, not sent) in the open batch; 0, or -1 when out
+ * of memory (e is then the caller's to send). */
+static int queue(rchan *ch, pend *e)
+{
+    batch *b = ch->open;
+    int64_t now = ch->r->o.trust_client_time ? e->rq->now_ms : 0;
+    if (b != NULL && (b->n == SL_REDIS_BATCH_MAX || b->now != now)) {
+        flush_open(ch); /* full, or another time: what came first goes first */
+        b = NULL;
+    }
+    if (b == NULL) {
+        if ((b = ch->free_batch) != NULL)
+            ch->free_batch = b->next;
+        else if ((b = malloc(sizeof *b)) == NULL)
+            return -1;
+        b->ch = ch;
+        b->n = 0;
+        b->resent = 0;
+        b->now = now;
+        ch->open = b;
+        event_active(ch->flush, EV_TIMEOUT, 0);
+    }
+    b->m[b->n++] = e;
+    return 0;
 }
 
 /* ---- the connection ------------------------------------------------------ */
@@ -1004,14 +1211,16 @@ static sl_bchan *redis_channel(sl_backend *b, void *loop)
     if (ch != NULL) ch->cmd = malloc(sizeof *ch->cmd);
     if (ch != NULL) {
         ch->latest_sent = INT64_MIN;
+        ch->flush = event_new(loop, -1, 0, on_flush, ch);
         ch->timer = evtimer_new(loop, on_timer, ch);
         ch->retry = evtimer_new(loop, on_retry, ch);
     }
     if (ch == NULL || (r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL ||
-        ch->retry == NULL || ch->cmd == NULL) {
+        ch->retry == NULL || ch->cmd == NULL || ch->flush == NULL) {
         if (ch != NULL) {
             if (ch->timer) event_free(ch->timer);
             if (ch->retry) event_free(ch->retry);
+            if (ch->flush) event_free(ch->flush);
             free(ch->cache);
             free(ch->cmd);
         }
@@ -1038,9 +1247,16 @@ static void redis_channel_free(sl_bchan *c)
         go_down(ch, "closing");
         redisAsyncFree(ac); /* answers what is in flight: "channel closed" */
     }
+    flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
     atomic_fetch_sub(&r->nchan, 1);
     event_free(ch->timer);
     event_free(ch->retry);
+    event_free(ch->flush);
+    while (ch->free_batch != NULL) {
+        batch *b = ch->free_batch;
+        ch->free_batch = b->next;
+        free(b);
+    }
     while (ch->free != NULL) {
         pend *e = ch->free;
         ch->free = e->next;
@@ -1187,7 +1403,12 @@ static void submit(rchan *ch, sl_breq *rq)
         ch->head = e;
     ch->tail = e;
     atomic_fetch_add(&r->inflight, 1);
-    if (send_pend(ch, e) != 0) {
+    if (rq->op == SL_BOP_DECIDE && queue(ch, e) == 0) {
+        if (e == ch->head) arm_timer(ch);
+        return;
+    }
+    flush_open(ch); /* this turn's DECIDEs before it: Redis runs them in order */
+    if (ch->ac == NULL || send_pend(ch, e) != 0) {
         unlink_pend(ch, e);
         by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);

@@ -19,6 +19,7 @@ Two ways of knowing which window a request fell in:
   the allowed replies' `remaining` must be L-1 .. 0, each exactly once.
 """
 
+import math
 import threading
 import time
 import unittest
@@ -133,11 +134,12 @@ class TestFleetServerTime(FleetTest):
             flat = self.run_clients(nodes, lambda j: [cmd] * 10)
             after = time.time() * 1000
             # a reply's window ends at a multiple of W in [before, after] +
-            # reset_after; a round shorter than W holds at most one
+            # reset_after (before floored: Redis's ms are its clock's, floored);
+            # a round shorter than W holds at most one
             self.assertLess(after - before, self.W, "a round took longer than a window")
             for r in flat:
                 if r[0] == 1:
-                    lo, hi = before + r[4], after + r[4] + 1
+                    lo, hi = math.floor(before) + r[4], after + r[4] + 1
                     ends = [e for e in (int(lo // self.W + 1) * self.W, int(lo // self.W) * self.W)
                             if lo <= e <= hi]
                     self.assertEqual(len(ends), 1, (lo, hi, r))
