@@ -294,7 +294,7 @@ static redisReply *evalsha(char op, const int64_t *now, const call *c, size_t n)
     enum { MAXA = 4 + MAX_CALLS + 2 + MAX_CALLS * 7 };
     const char *argv[MAXA];
     size_t lens[MAXA];
-    static char keys[MAX_CALLS][SL_MAX_KEY + 16], nums[MAX_CALLS * 7 + 2][24];
+    static char keys[MAX_CALLS][SL_MAX_KEY + 16], nums[MAX_CALLS * 7 + 2][112];
     assert_true(n <= MAX_CALLS);
     size_t a = 0, k = 0;
     argv[a] = "EVALSHA", lens[a++] = 7;
@@ -317,6 +317,15 @@ static redisReply *evalsha(char op, const int64_t *now, const call *c, size_t n)
         const sl_params *p = c[i].p;
         int64_t f[7] = {p->algo,      p->limit,        p->window_ms, p->burst,
                         p->precision, p->log_rejected, c[i].cost};
+        if (op == 'B') { /* the 6 parameters as one argument, then the cost */
+            snprintf(nums[k], sizeof nums[k], "%lld %lld %lld %lld %lld %lld", (long long)f[0],
+                     (long long)f[1], (long long)f[2], (long long)f[3], (long long)f[4],
+                     (long long)f[5]);
+            argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+            snprintf(nums[k], sizeof nums[k], "%lld", (long long)f[6]);
+            argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+            continue;
+        }
         for (int j = 0; j < 7; j++) {
             snprintf(nums[k], sizeof nums[k], "%lld", (long long)f[j]);
             argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
@@ -753,9 +762,10 @@ static void test_decide_all(void **state)
  * repeat: a later one sees the earlier charge) against sl_decide one by
  * one; a member past the exact range is an error element that writes
  * nothing, and the others stand. */
-static void test_many(void **state)
+/* Op M, or op B (M's decisions with two arguments a key), against
+ * sl_decide one by one. */
+static void many_trace(char op)
 {
-    (void)state;
     seed(5);
     flushall();
     int err;
@@ -781,9 +791,9 @@ static void test_many(void **state)
                 sl_decide(s, &pool[pi], trace_keys[ki].k, trace_keys[ki].len, t, cost, &want[i]),
                 0);
         }
-        redisReply *rep = evalsha('M', &t, cl, n);
+        redisReply *rep = evalsha(op, &t, cl, n);
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
-            fail_msg("round %d: M reply type %d with %zu elements, want %zu", round, rep->type,
+            fail_msg("round %d: %c reply type %d with %zu elements, want %zu", round, op, rep->type,
                      rep->elements, n);
         for (size_t i = 0; i < n; i++) {
             redisReply one = {.type = REDIS_REPLY_ARRAY, .elements = 6};
@@ -794,7 +804,7 @@ static void test_many(void **state)
             parse_reply(&one, 'D', 1, &got, NULL);
             char b1[128], b2[128], b3[160];
             if (!same_res(&got, &want[i]))
-                fail_msg("round %d member %zu (%s): script %s, local %s", round, i,
+                fail_msg("op %c round %d member %zu (%s): script %s, local %s", op, round, i,
                          fmt_params(cl[i].p, b3, sizeof b3), fmt_res(&got, b1, sizeof b1),
                          fmt_res(&want[i], b2, sizeof b2));
             allowed += got.allowed;
@@ -811,7 +821,7 @@ static void test_many(void **state)
     sl_params big = {.algo = SL_TOKEN_BUCKET, .limit = 1000000000000LL, .window_ms = 100000};
     call c[3] = {{&ok, "a", 1, 1}, {&big, "b", 1, 1}, {&ok, "a", 1, 1}};
     int64_t now = 100;
-    redisReply *rep = evalsha('M', &now, c, 3);
+    redisReply *rep = evalsha(op, &now, c, 3);
     assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
     assert_int_equal(rep->elements, 3);
     assert_int_equal(rep->element[1]->type, REDIS_REPLY_ERROR);
@@ -822,6 +832,13 @@ static void test_many(void **state)
     freeReplyObject(rep);
     assert_int_equal(dbsize(), 1);
     sl_store_free(s);
+}
+
+static void test_many(void **state)
+{
+    (void)state;
+    many_trace('M');
+    many_trace('B');
 }
 
 /* ---- op C: RL.CHECK in one call ------------------------------------------- */

@@ -120,6 +120,7 @@ struct pend {
     rchan *ch;
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
+    int flushed;      /* a lone DECIDE sent as the open batch (busy counts it) */
     uint32_t gen;     /* its cache slot's generation when it was sent */
     int latest;       /* its time was the latest this channel had sent: no key
                          of it can have a later clock, so Redis decides it at
@@ -165,7 +166,8 @@ struct rchan {
     int64_t latest_sent;      /* the latest now_ms of a request sent (INT64_MIN: none) */
     sl_check_plan *lplan;     /* SL_REDIS_LOCAL: a CHECK's plan with L and B divided */
     struct cmd *cmd;          /* the command being built (send_pend) */
-    batch *open;              /* this turn's DECIDEs, not sent yet; NULL: none */
+    batch *open;              /* DECIDEs not sent yet; NULL: none */
+    int busy;                 /* batches (M, or a lone D) in flight: open waits for them */
     batch *free_batch;        /* the pool */
     struct event *flush;      /* active while open: sends it at the end of the turn */
 };
@@ -631,6 +633,7 @@ struct cmd {
     size_t len[CMD_ARGS];
     char num[CMD_ARGS][24];
     char key[CMD_KEYS][KEYBUF];
+    char par[CMD_KEYS][112]; /* op B: a key's 6 parameters as one argument */
 };
 
 static void cmd_str(struct cmd *c, const char *s, size_t n)
@@ -768,7 +771,8 @@ static int send_pend(rchan *ch, pend *e)
 
 static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
-/* Sends batch b (n >= 2 DECIDEs) as one op M call: 0, or -1 as send_pend. */
+/* Sends batch b (n >= 2 DECIDEs) as one op B call (op M's decisions, two
+ * arguments a key): 0, or -1 as send_pend. */
 static int send_batch(rchan *ch, batch *b)
 {
     struct cmd *c = ch->cmd;
@@ -778,9 +782,16 @@ static int send_batch(rchan *ch, batch *b)
         const sl_breq *rq = e->rq;
         cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
     }
-    cmd_str(c, "M", 1);
+    cmd_str(c, "B", 1);
     cmd_now(c, ch->r, b->now);
-    for (int i = 0; i < b->n; i++) cmd_fields(c, b->m[i]->rq->params, b->m[i]->rq->cost);
+    for (int i = 0; i < b->n; i++) {
+        const sl_params *p = b->m[i]->rq->params;
+        int len = snprintf(c->par[i], sizeof c->par[i], "%d %lld %lld %lld %lld %d", (int)p->algo,
+                           (long long)p->limit, (long long)p->window_ms, (long long)p->burst,
+                           (long long)p->precision, p->log_rejected);
+        cmd_str(c, c->par[i], (size_t)len);
+        cmd_int(c, b->m[i]->rq->cost);
+    }
     return redisAsyncCommandArgv(ch->ac, on_batch_reply, b, c->argc, c->argv, c->len) == REDIS_OK
                ? 0
                : -1;
@@ -850,8 +861,21 @@ static int parse_reply(sl_breq *rq, const redisReply *x)
 
 static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
-/* hiredis's callback of a request's command. */
+static void batch_done(rchan *ch);
+
+/* hiredis's callback of a request's command: 0 when it was sent again
+ * (NOSCRIPT), else 1 (answered, e freed). */
+static int reply_one(redisAsyncContext *ac, void *reply, void *privdata);
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    pend *e = privdata;
+    rchan *ch = e->ch;
+    int flushed = e->flushed;
+    if (reply_one(ac, reply, e) && flushed) batch_done(ch);
+}
+
+static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
 {
     pend *e = privdata;
     rchan *ch = e->ch;
@@ -865,7 +889,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         else
             by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
-        return;
+        return 1;
     }
     if (x->type == REDIS_REPLY_ERROR) {
         if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !e->resent && ch->ac == ac) {
@@ -882,18 +906,18 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
                 ch->head = e;
             ch->tail = e;
             atomic_fetch_add(&r->inflight, 1);
-            if (send_pend(ch, e) == 0) return;
+            if (send_pend(ch, e) == 0) return 0;
             unlink_pend(ch, e);
         } else if (strncmp(x->str, "SLUICE ", 7) == 0) { /* the script refused the request */
             sl__breq_fail(rq, SL_EINVAL, "%s", x->str + 7);
             pend_put(ch, e);
-            return;
+            return 1;
         }
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "%.200s", x->str);
         by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
-        return;
+        return 1;
     }
     rq->rc = 0;
     rq->err[0] = '\0';
@@ -908,6 +932,7 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     pend_put(ch, e);
     arm_timer(ch);
+    return 1;
 }
 
 /* Answers e's request, whose connection went (or was never there). */
@@ -950,6 +975,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
     const redisReply *x = reply;
     if (x == NULL) { /* the connection went */
         batch_lost(ch, b, NULL);
+        batch_done(ch);
         return;
     }
     if (x->type == REDIS_REPLY_ERROR) {
@@ -961,6 +987,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         }
         batch_lost(ch, b, x->str);
         arm_timer(ch);
+        batch_done(ch);
         return;
     }
     if (x->type != REDIS_REPLY_ARRAY || x->elements != (size_t)b->n) {
@@ -968,6 +995,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         snprintf(why, sizeof why, "a reply the script ABI does not allow (type %d)", x->type);
         batch_lost(ch, b, why);
         arm_timer(ch);
+        batch_done(ch);
         return;
     }
     for (int i = 0; i < b->n; i++) {
@@ -994,6 +1022,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     batch_put(ch, b);
     arm_timer(ch);
+    batch_done(ch);
 }
 
 /* Sends the open batch, if any: a lone DECIDE as D, more as one M. */
@@ -1002,27 +1031,45 @@ static void flush_open(rchan *ch)
     batch *b = ch->open;
     if (b == NULL) return;
     ch->open = NULL;
-    if (ch->ac == NULL) { /* the connection went during this turn */
+    if (ch->ac == NULL) { /* the connection went */
         batch_lost(ch, b, NULL);
         return;
     }
     if (b->n == 1) {
         pend *e = b->m[0];
         batch_put(ch, b);
+        e->flushed = 1;
         if (send_pend(ch, e) != 0) {
             unlink_pend(ch, e);
             answer_lost(ch, e);
             pend_put(ch, e);
+            return;
         }
+        ch->busy++;
         return;
     }
-    if (send_batch(ch, b) != 0) batch_lost(ch, b, NULL);
+    if (send_batch(ch, b) != 0) {
+        batch_lost(ch, b, NULL);
+        return;
+    }
+    ch->busy++;
 }
 
+/* A batch was answered: the open one goes when none is left in flight. */
+static void batch_done(rchan *ch)
+{
+    ch->busy--;
+    if (ch->busy == 0) flush_open(ch);
+}
+
+/* The end of a loop turn with DECIDEs queued: they go now, unless a batch
+ * is in flight -- then they wait for its answer (batch_done) and gather
+ * what comes meanwhile, so a busy channel sends few, large batches. */
 static void on_flush(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
-    flush_open(arg);
+    rchan *ch = arg;
+    if (ch->busy == 0 || ch->ac == NULL) flush_open(ch);
 }
 
 /* Queues DECIDE e (linked, not sent) in the open batch; 0, or -1 when out
@@ -1368,6 +1415,7 @@ static void submit(rchan *ch, sl_breq *rq)
     e->rq = rq;
     e->ch = ch;
     e->resent = 0;
+    e->flushed = 0;
     e->keys = NULL;
     e->reqs = NULL;
     if (rq->op == SL_BOP_DECIDE_ALL) { /* the keys, copied: the caller's may go */
