@@ -10,8 +10,10 @@ fields: algo L W B(0 = L) P(0 = 10) log_rejected cost.  Replies: 6
 integers (allowed limit remaining retry_after_ms reset_after_ms delay_ms),
 for A 1 + 6n (all_allowed first), for M n elements, each the 6 integers
 or the error of that one request; a refused request is an error reply
-starting "SLUICE " and writes nothing.  Op C (one RL.CHECK, its own
-argument layout: see check() below) runs a whole planned request.
+starting "SLUICE " and writes nothing.  Op B is M with two arguments a
+key ("algo L W B P log_rejected" as one string, then the cost: see
+batch() below); op C (one RL.CHECK, its own argument layout: see check()
+below) runs a whole planned request.
 
 The decisions are those of src/lib/engine.c, step for step, on the same
 state quantities (so a change of parameters carries over the same way).
