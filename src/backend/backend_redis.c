@@ -18,17 +18,23 @@
  * random(0, min(SL_REDIS_BACKOFF_CAP, SL_REDIS_BACKOFF_BASE * 2^n)) ms.
  *
  * Batching: the DECIDEs a channel gets during one loop turn are queued
- * (the open batch) and sent as ONE script call (op M: n decisions in
- * order) when the turn's other callbacks have run: the first of a turn
- * makes the channel's flush event active, and libevent runs an event made
- * active during a turn after those already active, in the same turn -- so
- * a lone request is sent in its own turn, as a plain D.  Every other
- * request sends the open batch first, so Redis runs a connection's
+ * (the open batch) and sent as ONE script call (op B: op M's n decisions
+ * in order, two arguments a key) when the turn's other callbacks have run:
+ * the first of a turn makes the channel's flush event active, and libevent
+ * runs an event made active during a turn after those already active, in
+ * the same turn -- so a lone request on an idle channel is sent in its own
+ * turn, as a plain D.  While a batch is in flight (busy), the next ones
+ * wait in the open batch for its answer, so a busy channel sends few,
+ * large batches; a full batch (SL_REDIS_BATCH_MAX) goes at once.  Every
+ * other request sends the open batch first, so Redis runs a connection's
  * commands in the order they were submitted.  With client time the
  * members of a batch share one `now`: a request with another time sends
  * the open batch and opens a new one.  Each member keeps its own pend
  * (deadline, policy, deny cache), answered in order from the reply's
  * elements.  hiredis writes whatever a turn appended in one write.
+ *
+ * RL.CHECK is one script call too (op C): the plan's counters and flags
+ * in, the outcome out (cmd_check, parse_reply).
  *
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
@@ -104,7 +110,7 @@ typedef struct redis {
 typedef struct rchan rchan;
 typedef struct pend pend;
 
-/* DECIDEs sent (or to be sent) as one op M call. */
+/* DECIDEs sent (or to be sent) as one op B call. */
 typedef struct batch {
     rchan *ch;
     int n;
@@ -522,7 +528,7 @@ static int cache_answer(rchan *ch, sl_breq *rq)
      * answer is the same field for field (the count only resets at the
      * window's end) */
     int cost_ok = rq->cost == d->cost ||
-                  ((d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost && rq->cost <= d->limit));
+                  (d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost && rq->cost <= d->limit);
     if (!same_params(&d->p, rq->params) || !cost_ok || t >= d->retry_at) {
         /* another request on the key goes to Redis: if it is charged, the
          * denial kept here would no longer be Redis's answer, number for
