@@ -238,7 +238,8 @@ $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_check: $(RULES_OBJ) $(BACKEND_OBJ)
 $(B)/tests/test_check: LDLIBS += $(RULES_LIBS)
 # The Redis script tests (sluice.lua against the local engine): sync hiredis.
-$(B)/tests/test_redis_scripts: LDLIBS += -lhiredis
+$(B)/tests/test_redis_scripts: $(RULES_OBJ) $(BACKEND_OBJ)
+$(B)/tests/test_redis_scripts: LDLIBS += -lhiredis $(RULES_LIBS)
 
 $(B)/bench/bench: $(B)/bench/bench.o $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

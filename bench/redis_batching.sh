@@ -1,11 +1,12 @@
 #!/bin/sh
-# bench/redis_batching.sh -- does the Redis backend send one loop turn's
-# decisions in one write?  Starts a redis-server and one sluiced (one
+# bench/redis_batching.sh -- does the Redis backend batch the decisions
+# that arrive together?  Starts a redis-server and one sluiced (one
 # worker, --backend redis://) on free loopback ports, sluiced under strace,
 # sends ROUNDS rounds of PER pipelined RL.ALLOW (each round one client
 # write, read back whole before the next), and counts sluiced's writes
-# that carry EVALSHA and the EVALSHA calls Redis saw.  One write per round
-# means every decision of a turn left together (docs/fleet.md, "Batching").
+# that carry EVALSHA and the EVALSHA calls Redis saw: decisions per script
+# call (up to SL_REDIS_BATCH_MAX, 64) and per write (docs/fleet.md,
+# "Batching").
 #
 #   bench/redis_batching.sh [ROUNDS [PER]]      default 20 100
 #
@@ -58,4 +59,5 @@ wait "$SPID" 2>/dev/null || :
 SPID= TPID=
 WRITES=$(grep -c 'EVALSHA' "$T/trace" || :)
 echo "rounds=$ROUNDS pipelined_per_round=$PER evalsha_calls=$CALLS writes_with_evalsha=$WRITES"
-awk -v c="$CALLS" -v w="$WRITES" 'BEGIN { if (w > 0) printf "decisions per write: %.1f\n", c / w }'
+awk -v c="$CALLS" -v w="$WRITES" -v d=$((ROUNDS * PER)) \
+    'BEGIN { if (c > 0 && w > 0) printf "decisions per script call: %.1f, per write: %.1f\n", d / c, d / w }'

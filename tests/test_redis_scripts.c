@@ -52,7 +52,10 @@
 #include <dirent.h>
 #include <hiredis/hiredis.h>
 
+#include "backend_local.h"
+#include "check.h"
 #include "model.h"
+#include "rules.h"
 #include "sluice.h"
 
 #define SCRIPT_PATH   "src/backend/redis/sluice.lua"
@@ -291,7 +294,7 @@ static redisReply *evalsha(char op, const int64_t *now, const call *c, size_t n)
     enum { MAXA = 4 + MAX_CALLS + 2 + MAX_CALLS * 7 };
     const char *argv[MAXA];
     size_t lens[MAXA];
-    static char keys[MAX_CALLS][SL_MAX_KEY + 16], nums[MAX_CALLS * 7 + 2][24];
+    static char keys[MAX_CALLS][SL_MAX_KEY + 16], nums[MAX_CALLS * 7 + 2][112];
     assert_true(n <= MAX_CALLS);
     size_t a = 0, k = 0;
     argv[a] = "EVALSHA", lens[a++] = 7;
@@ -314,6 +317,15 @@ static redisReply *evalsha(char op, const int64_t *now, const call *c, size_t n)
         const sl_params *p = c[i].p;
         int64_t f[7] = {p->algo,      p->limit,        p->window_ms, p->burst,
                         p->precision, p->log_rejected, c[i].cost};
+        if (op == 'B') { /* the 6 parameters as one argument, then the cost */
+            snprintf(nums[k], sizeof nums[k], "%lld %lld %lld %lld %lld %lld", (long long)f[0],
+                     (long long)f[1], (long long)f[2], (long long)f[3], (long long)f[4],
+                     (long long)f[5]);
+            argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+            snprintf(nums[k], sizeof nums[k], "%lld", (long long)f[6]);
+            argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
+            continue;
+        }
         for (int j = 0; j < 7; j++) {
             snprintf(nums[k], sizeof nums[k], "%lld", (long long)f[j]);
             argv[a] = nums[k], lens[a++] = strlen(nums[k++]);
@@ -750,9 +762,10 @@ static void test_decide_all(void **state)
  * repeat: a later one sees the earlier charge) against sl_decide one by
  * one; a member past the exact range is an error element that writes
  * nothing, and the others stand. */
-static void test_many(void **state)
+/* Op M, or op B (M's decisions with two arguments a key), against
+ * sl_decide one by one. */
+static void many_trace(char op)
 {
-    (void)state;
     seed(5);
     flushall();
     int err;
@@ -778,9 +791,9 @@ static void test_many(void **state)
                 sl_decide(s, &pool[pi], trace_keys[ki].k, trace_keys[ki].len, t, cost, &want[i]),
                 0);
         }
-        redisReply *rep = evalsha('M', &t, cl, n);
+        redisReply *rep = evalsha(op, &t, cl, n);
         if (rep->type != REDIS_REPLY_ARRAY || rep->elements != n)
-            fail_msg("round %d: M reply type %d with %zu elements, want %zu", round, rep->type,
+            fail_msg("round %d: %c reply type %d with %zu elements, want %zu", round, op, rep->type,
                      rep->elements, n);
         for (size_t i = 0; i < n; i++) {
             redisReply one = {.type = REDIS_REPLY_ARRAY, .elements = 6};
@@ -791,7 +804,7 @@ static void test_many(void **state)
             parse_reply(&one, 'D', 1, &got, NULL);
             char b1[128], b2[128], b3[160];
             if (!same_res(&got, &want[i]))
-                fail_msg("round %d member %zu (%s): script %s, local %s", round, i,
+                fail_msg("op %c round %d member %zu (%s): script %s, local %s", op, round, i,
                          fmt_params(cl[i].p, b3, sizeof b3), fmt_res(&got, b1, sizeof b1),
                          fmt_res(&want[i], b2, sizeof b2));
             allowed += got.allowed;
@@ -808,7 +821,7 @@ static void test_many(void **state)
     sl_params big = {.algo = SL_TOKEN_BUCKET, .limit = 1000000000000LL, .window_ms = 100000};
     call c[3] = {{&ok, "a", 1, 1}, {&big, "b", 1, 1}, {&ok, "a", 1, 1}};
     int64_t now = 100;
-    redisReply *rep = evalsha('M', &now, c, 3);
+    redisReply *rep = evalsha(op, &now, c, 3);
     assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
     assert_int_equal(rep->elements, 3);
     assert_int_equal(rep->element[1]->type, REDIS_REPLY_ERROR);
@@ -819,6 +832,291 @@ static void test_many(void **state)
     freeReplyObject(rep);
     assert_int_equal(dbsize(), 1);
     sl_store_free(s);
+}
+
+static void test_many(void **state)
+{
+    (void)state;
+    many_trace('M');
+    many_trace('B');
+}
+
+/* ---- op C: RL.CHECK in one call ------------------------------------------- */
+
+/* Every RL.CHECK feature, on every algorithm a rule may use: two limits on
+ * one descriptor, shadow, soft, L = 0 (enforced and quota), elastic (fixed-
+ * and sliding-window) on the pool, quota mode (with shadow too), replaces. */
+static const char check_yaml[] =
+    "domain: api\n"
+    "descriptors:\n"
+    "  - key: user\n"
+    "    rate_limit:\n"
+    "      - {unit: second, requests_per_unit: 3}\n"
+    "      - {unit: minute, requests_per_unit: 20, algorithm: sliding-window}\n"
+    "  - {key: ip, rate_limit: {unit: second, requests_per_unit: 2, algorithm: token-bucket}}\n"
+    "  - {key: gc, rate_limit: {unit: second, requests_per_unit: 4, algorithm: gcra, burst: 6}}\n"
+    "  - {key: lb, rate_limit: {unit: second, requests_per_unit: 3, algorithm: leaky-bucket}}\n"
+    "  - {key: lg, rate_limit: {unit: second, requests_per_unit: 3, algorithm: sliding-log}}\n"
+    "  - {key: sb, rate_limit: {unit: second, requests_per_unit: 4, algorithm: sliding-buckets,\n"
+    "     precision: 4}}\n"
+    "  - {key: shadow, shadow_mode: true, rate_limit: {unit: second, requests_per_unit: 1}}\n"
+    "  - {key: soft, rate_limit: {unit: second, requests_per_unit: 5, soft: 20%}}\n"
+    "  - {key: blocked, rate_limit: {unit: second, requests_per_unit: 0, name: blocklist}}\n"
+    "  - {key: qzero, quota_mode: true, rate_limit: {unit: second, requests_per_unit: 0}}\n"
+    "  - {key: tenant, rate_limit: {unit: second, requests_per_unit: 2, elastic: 4}}\n"
+    "  - {key: tsw, rate_limit: {unit: second, requests_per_unit: 2, elastic: 200%,\n"
+    "     algorithm: sliding-window}}\n"
+    "  - {key: qa, quota_mode: true, rate_limit: {unit: second, requests_per_unit: 2}}\n"
+    "  - {key: qb, quota_mode: true, rate_limit: {unit: second, requests_per_unit: 3,\n"
+    "     algorithm: sliding-window}}\n"
+    "  - {key: sq, quota_mode: true, shadow_mode: true,\n"
+    "     rate_limit: {unit: second, requests_per_unit: 1}}\n"
+    "  - {key: team, rate_limit: {unit: second, requests_per_unit: 2, name: team_default}}\n"
+    "  - key: vip\n"
+    "    rate_limit: {unit: second, requests_per_unit: 5, name: vip,\n"
+    "                 replaces: [{name: team_default}]}\n";
+
+static const char *const check_kv[][2] = {
+    {"user", "bob"}, {"user", "ann"}, {"ip", "1"},     {"gc", "g"},    {"lb", "l"},
+    {"lg", "x"},     {"sb", "s"},     {"shadow", "s"}, {"soft", "x"},  {"blocked", "z"},
+    {"qzero", "q"},  {"tenant", "t"}, {"tsw", "t"},    {"qa", "a"},    {"qb", "b"},
+    {"qa", "a2"},    {"sq", "x"},     {"team", "red"}, {"vip", "yes"}, {"nomatch", "q"},
+};
+#define NCHECK_KV ((int)(sizeof check_kv / sizeof check_kv[0]))
+
+/* The plan as op C takes it (docs/redis-scripts.md), run by the script:
+ * the outcome, or the error reply's text in err (returns -1 then). */
+static int script_check(const sl_check_plan *plan, sl_check_outcome *o, char *err, size_t errlen)
+{
+    enum { MAXA = 3 + SL_MAX_BATCH + 1 + 7 + SL_MAX_BATCH * 12 + 7 };
+    const char *argv[MAXA];
+    size_t lens[MAXA];
+    static char keys[SL_MAX_BATCH + 1][SL_MAX_KEY + 16], nums[MAXA][24];
+    const sl_check_item *it = plan->items;
+    int lead[SL_MAX_BATCH], m = 0;
+    int64_t qall = 0, zmask = 0, qmask[SL_MAX_BATCH] = {0};
+    for (int k = 0; k < plan->nitems; k++) {
+        int64_t bit = (int64_t)1 << it[k].desc;
+        if (it[k].quota) qall |= bit;
+        if (it[k].quota && it[k].zero) zmask |= bit;
+        if (it[k].quota && !it[k].zero) qmask[it[k].lead] |= bit;
+        if (!it[k].zero && it[k].lead == k) lead[m++] = k;
+    }
+    size_t a = 0, nn = 0;
+#define NUM(v)                                                                                     \
+    do {                                                                                           \
+        snprintf(nums[nn], sizeof nums[nn], "%lld", (long long)(v));                               \
+        argv[a] = nums[nn], lens[a++] = strlen(nums[nn++]);                                        \
+    } while (0)
+    argv[a] = "EVALSHA", lens[a++] = 7;
+    argv[a] = sha, lens[a++] = 40;
+    NUM(m + plan->has_pool);
+    for (int i = 0; i < m; i++) {
+        const sl_check_item *t = &it[lead[i]];
+        /* the tag is the domain: "sl:" a s ":{" domain "}" rest */
+        int n = sprintf(keys[i], "sl:%d1:{", (int)t->p.algo);
+        memcpy(keys[i] + n, t->key, t->taglen);
+        keys[i][n + t->taglen] = '}';
+        memcpy(keys[i] + n + t->taglen + 1, t->key + t->taglen, t->keylen - t->taglen);
+        argv[a] = keys[i], lens[a++] = (size_t)n + t->keylen + 1;
+    }
+    if (plan->has_pool) {
+        argv[a] = keys[m];
+        lens[a++] = rkey(keys[m], &plan->pool, SL_CHECK_POOL_KEY, strlen(SL_CHECK_POOL_KEY));
+    }
+    argv[a] = "C", lens[a++] = 1;
+    NUM(plan->now_ms);
+    NUM(m);
+    NUM(plan->has_pool);
+    NUM(plan->denied_never);
+    NUM(qall);
+    NUM(zmask);
+    for (int i = 0; i < m; i++) {
+        const sl_check_item *t = &it[lead[i]];
+        const sl_params *p = &t->p;
+        int64_t f[12] = {p->algo,
+                         p->limit,
+                         p->window_ms,
+                         p->burst,
+                         p->precision,
+                         p->log_rejected,
+                         t->cost,
+                         t->shadow,
+                         t->quota,
+                         t->lyft,
+                         t->elastic ? t->rl->elastic_limit : 0,
+                         qmask[lead[i]]};
+        for (int j = 0; j < 12; j++) NUM(f[j]);
+    }
+    if (plan->has_pool) {
+        const sl_params *p = &plan->pool;
+        int64_t f[7] = {p->algo,      p->limit,        p->window_ms, p->burst,
+                        p->precision, p->log_rejected, plan->cost};
+        for (int j = 0; j < 7; j++) NUM(f[j]);
+    }
+#undef NUM
+    redisReply *r = redisCommandArgv(rc, (int)a, argv, lens);
+    if (r == NULL) fail_msg("redis: %s", rc->errstr);
+    if (r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "%s", r->str);
+        freeReplyObject(r);
+        return -1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 + 7 * (size_t)m)
+        fail_msg("C reply: type %d with %zu elements, want %d", r->type, r->elements, 3 + 7 * m);
+    for (size_t i = 0; i < r->elements; i++)
+        if (r->element[i]->type != REDIS_REPLY_INTEGER) fail_msg("C reply element %zu", i);
+    memset(o, 0, sizeof *o);
+    o->allowed = (int)r->element[0]->integer;
+    o->quota_denied = (int)r->element[1]->integer;
+    o->pool_charged = (int)r->element[2]->integer;
+    for (int i = 0; i < m; i++) {
+        redisReply **e = r->element + 3 + 7 * i;
+        sl_result *x = &o->res[lead[i]];
+        x->allowed = (int)e[0]->integer;
+        x->limit = e[1]->integer;
+        x->remaining = e[2]->integer;
+        x->retry_after_ms = e[3]->integer;
+        x->reset_after_ms = e[4]->integer;
+        x->delay_ms = e[5]->integer;
+        o->stretched[lead[i]] = (unsigned char)e[6]->integer;
+    }
+    freeReplyObject(r);
+    return 0;
+}
+
+/* What each branch of a CHECK was seen doing (all must be, or the test
+ * did not exercise op C). */
+typedef struct check_seen {
+    long allowed, denied, quota_denied, pool_charged, stretched, lyft, shadow_charged, followers,
+        zero, peeked_denied;
+} check_seen;
+
+/* n random RL.CHECK requests on rules (flags: sl_rules_load_buffer_flags'),
+ * each executed by op C and by sl__local_check_exec on a local store, in
+ * the same order: identical outcomes. */
+static void check_trace(unsigned flags, int n, check_seen *seen)
+{
+    char err[512];
+    sl_rules *rules = sl_rules_load_buffer_flags("check.yaml", check_yaml, strlen(check_yaml),
+                                                 flags, err, sizeof err);
+    if (rules == NULL) fail_msg("rules: %s", err);
+    sl_params pool;
+    assert_int_equal(sl_check_pool_parse("6/1s", &pool, err, sizeof err), 0);
+    sl_store *s = sl_store_new(NULL, NULL);
+    assert_non_null(s);
+    static sl_check_plan plan;
+    int64_t now = 1000000;
+    flushall();
+    for (int q = 0; q < n; q++) {
+        sl_rule_entry ent[SL_CHECK_MAX_DESC];
+        const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
+        int ndesc[SL_CHECK_MAX_DESC];
+        int nd = (int)rin(1, 4);
+        for (int d = 0; d < nd; d++) {
+            /* a repeat of an earlier descriptor now and then: one counter, costs merged */
+            int kv = d > 0 && rin(0, 9) == 0 ? -1 : (int)rin(0, NCHECK_KV - 1);
+            if (kv < 0) {
+                ent[d] = ent[rin(0, d - 1)];
+            } else {
+                ent[d] = (sl_rule_entry){check_kv[kv][0], strlen(check_kv[kv][0]), check_kv[kv][1],
+                                         strlen(check_kv[kv][1])};
+            }
+            descs[d] = &ent[d];
+            ndesc[d] = 1;
+        }
+        int64_t cost = rin(0, 9) < 8 ? 1 : rin(0, 4);
+        now += rin(0, 9) == 0 ? -rin(1, 300) : rin(0, 150);
+        const sl_params *pl = rin(0, 4) ? &pool : NULL;
+        int rcp = sl_check_plan_make(rules, pl, "api", 3, descs, ndesc, nd, cost, now, &plan, err,
+                                     sizeof err);
+        assert_int_equal(rcp, 0);
+        sl_check_outcome want, got;
+        if (sl__local_check_exec(s, &plan, &want, err, sizeof err) != 0)
+            fail_msg("request %d: local: %s", q, err);
+        if (script_check(&plan, &got, err, sizeof err) != 0)
+            fail_msg("request %d: op C refused: %s", q, err);
+        if (got.allowed != want.allowed || got.quota_denied != want.quota_denied ||
+            got.pool_charged != want.pool_charged)
+            fail_msg("request %d at %lld: op C allowed %d quota_denied %d pool_charged %d, local "
+                     "%d %d %d",
+                     q, (long long)now, got.allowed, got.quota_denied, got.pool_charged,
+                     want.allowed, want.quota_denied, want.pool_charged);
+        for (int k = 0; k < plan.nitems; k++) {
+            const sl_check_item *t = &plan.items[k];
+            seen->followers += t->lead != k;
+            seen->zero += t->zero;
+            if (t->zero || t->lead != k) continue;
+            char b1[128], b2[128];
+            if (!same_res(&got.res[k], &want.res[k]) || got.stretched[k] != want.stretched[k])
+                fail_msg("request %d at %lld, limit %s: op C %s stretched %d, local %s "
+                         "stretched %d",
+                         q, (long long)now, t->rl->name, fmt_res(&got.res[k], b1, sizeof b1),
+                         got.stretched[k], fmt_res(&want.res[k], b2, sizeof b2), want.stretched[k]);
+            seen->stretched += got.stretched[k];
+            seen->lyft += t->lyft;
+            seen->shadow_charged += t->shadow && got.allowed;
+            seen->peeked_denied += !got.allowed && !t->lyft;
+        }
+        seen->allowed += got.allowed;
+        seen->denied += !got.allowed;
+        seen->quota_denied += got.quota_denied;
+        seen->pool_charged += got.pool_charged;
+    }
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    assert_int_equal(dbsize(), (long long)st.keys); /* the same counters on both sides */
+    sl_store_free(s);
+    sl_rules_free(rules);
+}
+
+static void test_check(void **state)
+{
+    (void)state;
+    seed(6);
+    check_seen seen = {0};
+    check_trace(0, 1500, &seen);
+    check_seen lyft = {0};
+    check_trace(SL_RULES_COUNT_DENIED, 1500, &lyft);
+    print_message("[ info     ] op C: %ld allowed, %ld denied (%ld every quota descriptor over), "
+                  "%ld on the pool (%ld limits stretched), %ld shadow charges, %ld repeated "
+                  "counters, %ld L = 0; with Lyft's counting %ld Lyft-counted, %ld denied\n",
+                  seen.allowed, seen.denied, seen.quota_denied, seen.pool_charged, seen.stretched,
+                  seen.shadow_charged, seen.followers, seen.zero, lyft.lyft, lyft.denied);
+    assert_true(seen.allowed > 0 && seen.denied > 0 && seen.quota_denied > 0);
+    assert_true(seen.pool_charged > 0 && seen.stretched > 0 && seen.shadow_charged > 0);
+    assert_true(seen.followers > 0 && seen.zero > 0 && seen.peeked_denied > 0);
+    assert_true(lyft.lyft > 0 && lyft.denied > 0 && lyft.allowed > 0 && lyft.quota_denied > 0);
+
+    /* A refusal writes nothing: a sliding-window limit whose elastic
+     * ceiling passes the exact range, in a request whose other counters
+     * would be charged first. */
+    static const char big_yaml[] =
+        "domain: big\n"
+        "descriptors:\n"
+        "  - {key: a, rate_limit: {unit: second, requests_per_unit: 5}}\n"
+        "  - {key: h, rate_limit: {unit: day, requests_per_unit: 1000, elastic: 200000000,\n"
+        "     algorithm: sliding-window}}\n";
+    char err[512];
+    sl_rules *rules = sl_rules_load_buffer_flags("big.yaml", big_yaml, strlen(big_yaml),
+                                                 SL_RULES_COUNT_DENIED, err, sizeof err);
+    if (rules == NULL) fail_msg("rules: %s", err);
+    sl_params pool;
+    assert_int_equal(sl_check_pool_parse("6/1s", &pool, err, sizeof err), 0);
+    sl_rule_entry ea = {"a", 1, "x", 1}, eh = {"h", 1, "y", 1};
+    const sl_rule_entry *descs[2] = {&ea, &eh};
+    int ndesc[2] = {1, 1};
+    static sl_check_plan plan;
+    assert_int_equal(sl_check_plan_make(rules, &pool, "big", 3, descs, ndesc, 2, 1, 5000, &plan,
+                                        err, sizeof err),
+                     0);
+    assert_true(plan.items[0].lyft && plan.items[1].elastic);
+    flushall();
+    sl_check_outcome o;
+    assert_int_equal(script_check(&plan, &o, err, sizeof err), -1);
+    assert_string_equal(err, "SLUICE range: (L+1)*W = 17280000086400000" RANGE_TAIL);
+    assert_int_equal(dbsize(), 0);
+    sl_rules_free(rules);
 }
 
 /* ---- (d) the exact range ---------------------------------------------------- */
@@ -1077,7 +1375,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_vectors),   cmocka_unit_test(test_traces),
         cmocka_unit_test(test_carryover), cmocka_unit_test(test_decide_all),
-        cmocka_unit_test(test_many),
+        cmocka_unit_test(test_many),      cmocka_unit_test(test_check),
         cmocka_unit_test(test_range),     cmocka_unit_test(test_server_time),
         cmocka_unit_test(test_expiry),    cmocka_unit_test(test_bench),
     };

@@ -21,7 +21,7 @@ typedef struct local {
 /* A Lyft-counted item's answer (check.h, SL_RULES_COUNT_DENIED) from the
  * engine's answer at L = SL_MAX_LIMIT, which charged it: the count after the
  * charge judged against the item's own L, as Lyft compares INCRBY's result. */
-void sl__check_lyft_answer(const sl_check_item *t, const sl_result *big, sl_result *r)
+static void lyft_answer(const sl_check_item *t, const sl_result *big, sl_result *r)
 {
     int64_t L = t->p.limit, after = SL_MAX_LIMIT - big->remaining;
     memset(r, 0, sizeof *r);
@@ -41,8 +41,8 @@ static int over(const sl_check_outcome *o, const sl_check_item *it, int k)
 /* Marks in qover[] the descriptors whose quota counters found one over
  * (items in[] that are quota); returns 1 when every quota descriptor of the
  * plan is marked. */
-int sl__check_quota_all_over(const sl_check_plan *plan, const sl_check_outcome *o,
-                             const unsigned char *decided, unsigned char *qover)
+static int quota_all_over(const sl_check_plan *plan, const sl_check_outcome *o,
+                          const unsigned char *decided, unsigned char *qover)
 {
     const sl_check_item *it = plan->items;
     int n = 0;
@@ -86,7 +86,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
         if ((rc = sl_decide_all(s, req, nreq, now_ms, out, NULL)) < 0)
             return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
         for (size_t q = 0; q < nreq; q++) {
-            sl__check_lyft_answer(&it[idx[q]], &out[q], &o->res[idx[q]]);
+            lyft_answer(&it[idx[q]], &out[q], &o->res[idx[q]]);
             decided[idx[q]] = 1;
         }
     }
@@ -99,7 +99,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
     int denied = plan->denied_never;
     for (int k = 0; k < nit && !denied; k++)
         denied = it[k].lyft && !it[k].shadow && !it[k].quota && over(o, it, k);
-    int quota_denied = !denied && sl__check_quota_all_over(plan, o, decided, qover);
+    int quota_denied = !denied && quota_all_over(plan, o, decided, qover);
     if (denied || quota_denied) {
         for (int k = 0; k < nit; k++) {
             const sl_check_item *t = &it[k];
@@ -158,7 +158,7 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
         if (quota) { /* out of the batch; denied when every quota descriptor is over */
             for (size_t q = 0; q < nreq; q++)
                 if (!out[q].allowed && it[idx[q]].quota) outq[idx[q]] = 1;
-            if (sl__check_quota_all_over(plan, o, decided, qover)) {
+            if (quota_all_over(plan, o, decided, qover)) {
                 o->quota_denied = 1;
                 break;
             }

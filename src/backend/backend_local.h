@@ -32,17 +32,6 @@ sl_backend *sl_backend_local_new(sl_store *s);
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen);
 
-/* The rounds' steps, shared with the Redis backend's RL.CHECK (which runs
- * the same rounds, each one script call):
- * a Lyft-counted item t's answer from the engine's answer `big` at
- * L = SL_MAX_LIMIT, which charged it (the count judged against t's L);
- * and, marking in qover[] the descriptors whose quota counters found one
- * over (among the leaders decided[]), whether every quota descriptor of
- * the plan is marked (1) or not (0). */
-void sl__check_lyft_answer(const sl_check_item *t, const sl_result *big, sl_result *r);
-int sl__check_quota_all_over(const sl_check_plan *plan, const sl_check_outcome *o,
-                             const unsigned char *decided, unsigned char *qover);
-
 /* Plans, executes on s, reports and counts one RL.CHECK request, in one
  * synchronous call: what `sluicectl replay --rules` and the tests use.
  * Arguments and results as sl_check_plan_make and sl_check_report.  Uses

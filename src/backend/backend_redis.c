@@ -17,9 +17,24 @@
  * read.  Then the channel is DOWN and reconnects after
  * random(0, min(SL_REDIS_BACKOFF_CAP, SL_REDIS_BACKOFF_BASE * 2^n)) ms.
  *
- * Batching: hiredis appends each command to its output buffer and writes
- * only when the loop reports the socket writable, so every command of one
- * loop turn goes out in one write (docs/fleet.md measures it).
+ * Batching: the DECIDEs a channel gets during one loop turn are queued
+ * (the open batch) and sent as ONE script call (op B: op M's n decisions
+ * in order, two arguments a key) when the turn's other callbacks have run:
+ * the first of a turn makes the channel's flush event active, and libevent
+ * runs an event made active during a turn after those already active, in
+ * the same turn -- so a lone request on an idle channel is sent in its own
+ * turn, as a plain D.  While a batch is in flight (busy), the next ones
+ * wait in the open batch for its answer, so a busy channel sends few,
+ * large batches; a full batch (SL_REDIS_BATCH_MAX) goes at once.  Every
+ * other request sends the open batch first, so Redis runs a connection's
+ * commands in the order they were submitted.  With client time the
+ * members of a batch share one `now`: a request with another time sends
+ * the open batch and opens a new one.  Each member keeps its own pend
+ * (deadline, policy, deny cache), answered in order from the reply's
+ * elements.  hiredis writes whatever a turn appended in one write.
+ *
+ * RL.CHECK is one script call too (op C): the plan's counters and flags
+ * in, the outcome out (cmd_check, parse_reply).
  *
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
@@ -29,7 +44,8 @@
  * retry_after and reset_after counted down from those times; a request on
  * the key with other parameters or another cost goes to Redis and, being
  * a decision that may charge, drops the entry.  (A larger cost is denied
- * too, but its own retry_after is Redis's to say.)  A denial answered
+ * too, but its own retry_after is Redis's to say -- except in a fixed
+ * window, where every cost up to L gets the same answer.)  A denial answered
  * here does not move the key's clock in Redis: with client time running
  * backwards a later request may be decided at an earlier time than the
  * local engine would, which never lets more through (docs/fleet.md).  t0 is
@@ -93,13 +109,25 @@ typedef struct redis {
 } redis;
 
 typedef struct rchan rchan;
+typedef struct pend pend;
+
+/* DECIDEs sent (or to be sent) as one op B call. */
+typedef struct batch {
+    rchan *ch;
+    int n;
+    int resent;  /* sent again once after NOSCRIPT */
+    int64_t now; /* every member's time (client time) */
+    pend *m[SL_REDIS_BATCH_MAX];
+    struct batch *next; /* the pool */
+} batch;
 
 /* One request sent to Redis (or about to be). */
-typedef struct pend {
+struct pend {
     sl_breq *rq;
     rchan *ch;
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
+    int flushed;      /* a lone DECIDE sent as the open batch (busy counts it) */
     uint32_t gen;     /* its cache slot's generation when it was sent */
     int latest;       /* its time was the latest this channel had sent: no key
                          of it can have a later clock, so Redis decides it at
@@ -108,8 +136,7 @@ typedef struct pend {
     char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
     char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
     sl_request *reqs;         /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
-    size_t tag[SL_MAX_BATCH]; /* each key's hash tag length (docs/redis-scripts.md) */
-} pend;
+};
 
 /* A denial Redis gave, for the deny cache. */
 typedef struct denial {
@@ -144,7 +171,12 @@ struct rchan {
     uint64_t rng;             /* splitmix64, for the jitter */
     denial *cache;            /* SL_REDIS_CACHE_SLOTS, or NULL when off */
     int64_t latest_sent;      /* the latest now_ms of a request sent (INT64_MIN: none) */
-    struct chk *free_chk;     /* RL.CHECK contexts for reuse */
+    sl_check_plan *lplan;     /* SL_REDIS_LOCAL: a CHECK's plan with L and B divided */
+    struct cmd *cmd;          /* the command being built (send_pend) */
+    batch *open;              /* DECIDEs not sent yet; NULL: none */
+    int busy;                 /* batches (M, or a lone D) in flight: open waits for them */
+    batch *free_batch;        /* the pool */
+    struct event *flush;      /* active while open: sends it at the end of the turn */
 };
 
 static uint64_t rnd(uint64_t *s)
@@ -385,18 +417,37 @@ static void policy_result(const redis *r, const sl_params *p, sl_result *out)
     }
 }
 
-/* Answers rq by the policy (Redis could not): rq's key is key (a copy, or
- * the caller's during submit), reqs DECIDE_ALL's requests. */
-static void check_sub_done(sl_breq *b);
-#define RC_FALLBACK (-1000) /* a CHECK round Redis could not answer (check_sub_done) */
-
-static void by_policy(redis *r, sl_breq *rq, const char *key, const sl_request *reqs)
+/* RL.CHECK by the policy: the whole request (its plan's every counter). */
+static void check_by_policy(rchan *ch, sl_breq *rq)
 {
-    if (rq->cb == check_sub_done) { /* a round of RL.CHECK: the whole request falls back */
-        rq->rc = RC_FALLBACK;
+    redis *r = ch->r;
+    const sl_check_plan *plan = rq->plan;
+    sl_check_outcome *o = rq->outcome;
+    if (r->o.policy == SL_REDIS_LOCAL) {
+        /* the plan with every L and B divided by the fleet size */
+        if (ch->lplan == NULL && (ch->lplan = malloc(sizeof *ch->lplan)) == NULL) {
+            sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+            return;
+        }
+        *ch->lplan = *plan;
+        for (int k = 0; k < plan->nitems; k++) ch->lplan->items[k].p = scaled(r, &plan->items[k].p);
+        if (plan->has_pool) ch->lplan->pool = scaled(r, &plan->pool);
+        int rc = sl__local_check_exec(r->store, ch->lplan, o, rq->err, sizeof rq->err);
+        rq->rc = rc < 0 ? rc : 0;
         rq->cb(rq);
         return;
     }
+    memset(o, 0, sizeof *o);
+    o->allowed = r->o.policy == SL_REDIS_ALLOW;
+    for (int k = 0; k < plan->nitems; k++) policy_result(r, &plan->items[k].p, &o->res[k]);
+    rq->cb(rq);
+}
+
+/* Answers rq by the policy (Redis could not): rq's key is key (a copy, or
+ * the caller's during submit), reqs DECIDE_ALL's requests. */
+static void by_policy(rchan *ch, sl_breq *rq, const char *key, const sl_request *reqs)
+{
+    redis *r = ch->r;
     rq->rc = 0;
     rq->err[0] = '\0';
     if (rq->op == SL_BOP_FORGET) {
@@ -405,6 +456,10 @@ static void by_policy(redis *r, sl_breq *rq, const char *key, const sl_request *
         return;
     }
     atomic_fetch_add(&r->fallback[r->o.policy], 1);
+    if (rq->op == SL_BOP_CHECK) {
+        check_by_policy(ch, rq);
+        return;
+    }
     if (r->o.policy == SL_REDIS_LOCAL) {
         sl_params p;
         sl_params ps[SL_MAX_BATCH];
@@ -470,10 +525,11 @@ static int cache_answer(rchan *ch, sl_breq *rq)
     if (d->p.algo == rq->params->algo && d->p.space == rq->params->space && rq->now_ms < d->clock)
         rq->now_ms = d->clock; /* the same state: (key, algorithm, space) */
     int64_t t = rq->now_ms;
-    /* the same cost; in a fixed window any larger cost it can ever pass
-     * (its answer is the same six numbers: the window's count, its end) */
-    int cost_ok = rq->cost == d->cost || (d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost &&
-                                          rq->cost <= d->p.limit);
+    /* the same cost; in a fixed window also a larger one up to L, whose
+     * answer is the same field for field (the count only resets at the
+     * window's end) */
+    int cost_ok = rq->cost == d->cost ||
+                  (d->p.algo == SL_FIXED_WINDOW && rq->cost > d->cost && rq->cost <= d->limit);
     if (!same_params(&d->p, rq->params) || !cost_ok || t >= d->retry_at) {
         /* another request on the key goes to Redis: if it is charged, the
          * denial kept here would no longer be Redis's answer, number for
@@ -522,6 +578,26 @@ static void cache_keep(rchan *ch, const sl_breq *rq, const char *key, uint32_t g
     d->remaining = o->remaining;
 }
 
+/* The deny cache after Redis's answer to DECIDE e: an allowed request may
+ * have charged its key, so a denial kept for the key (from a request sent
+ * before it, answered before it) no longer holds -- dropped; a denial is
+ * kept only when no request with a later time has been sent since (one
+ * could have moved the key's clock into a later window, which a kept
+ * denial would not know). */
+static void cache_after(rchan *ch, const pend *e)
+{
+    const sl_breq *rq = e->rq;
+    if (ch->cache == NULL) return;
+    if (rq->result.allowed) {
+        denial *d = &ch->cache[slot_of(e->key, rq->keylen, rq->params->space)];
+        if (d->klen == rq->keylen && d->p.space == rq->params->space &&
+            memcmp(d->key, e->key, rq->keylen) == 0)
+            d->klen = 0;
+        return;
+    }
+    if (e->latest && rq->now_ms >= ch->latest_sent) cache_keep(ch, rq, e->key, e->gen);
+}
+
 /* Drops the cache's entry of key (RL.RESET on this node). */
 static void cache_forget(rchan *ch, const char *key, size_t klen)
 {
@@ -552,6 +628,113 @@ static size_t redis_key(char *buf, int algo, int space, const char *key, size_t 
 
 #define KEYBUF (SL_MAX_KEY + 8)
 
+/* A command being built: its arguments point into this buffer (one per
+ * channel; hiredis copies a command out before it returns). */
+enum {
+    CMD_KEYS = SL_REDIS_BATCH_MAX > SL_MAX_BATCH + 1 ? SL_REDIS_BATCH_MAX : SL_MAX_BATCH + 1,
+    CMD_ARGS = 8 + CMD_KEYS * (1 + NFIELDS + 5)
+};
+struct cmd {
+    int argc, nkeys;
+    const char *argv[CMD_ARGS];
+    size_t len[CMD_ARGS];
+    char num[CMD_ARGS][24];
+    char key[CMD_KEYS][KEYBUF];
+    char par[CMD_KEYS][112]; /* op B: a key's 6 parameters as one argument */
+};
+
+static void cmd_str(struct cmd *c, const char *s, size_t n)
+{
+    c->argv[c->argc] = s;
+    c->len[c->argc++] = n;
+}
+
+static void cmd_int(struct cmd *c, int64_t v)
+{
+    c->len[c->argc] = (size_t)snprintf(c->num[c->argc], sizeof c->num[0], "%lld", (long long)v);
+    c->argv[c->argc] = c->num[c->argc];
+    c->argc++;
+}
+
+static void cmd_key(struct cmd *c, int algo, int space, const char *key, size_t len, size_t tag)
+{
+    char *k = c->key[c->nkeys++];
+    cmd_str(c, k, redis_key(k, algo, space, key, len, tag));
+}
+
+/* EVALSHA sha n: the start of every script call of n keys. */
+static void cmd_evalsha(struct cmd *c, const redis *r, size_t nkeys)
+{
+    c->argc = c->nkeys = 0;
+    cmd_str(c, "EVALSHA", 7);
+    cmd_str(c, r->sha, SHA_LEN);
+    cmd_int(c, (int64_t)nkeys);
+}
+
+static void cmd_now(struct cmd *c, const redis *r, int64_t now_ms)
+{
+    if (r->o.trust_client_time)
+        cmd_int(c, now_ms);
+    else
+        cmd_str(c, "", 0);
+}
+
+/* The 7 fields of one key (docs/redis-scripts.md). */
+static void cmd_fields(struct cmd *c, const sl_params *p, int64_t cost)
+{
+    cmd_int(c, p->algo);
+    cmd_int(c, p->limit);
+    cmd_int(c, p->window_ms);
+    cmd_int(c, p->burst);
+    cmd_int(c, p->precision);
+    cmd_int(c, p->log_rejected);
+    cmd_int(c, cost);
+}
+
+static const char pool_key[] = SL_CHECK_POOL_KEY;
+
+/* RL.CHECK's op C (docs/redis-scripts.md): every counter of the plan that
+ * is not L = 0 and not a repeat, then the pool; lead[] gets the plan's
+ * item of each key sent, in order. */
+static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, int *lead)
+{
+    const sl_check_item *it = plan->items;
+    int64_t qall = 0, zmask = 0, qmask[SL_MAX_BATCH] = {0};
+    int m = 0;
+    for (int k = 0; k < plan->nitems; k++) {
+        int64_t bitd = (int64_t)1 << it[k].desc;
+        if (it[k].quota) qall |= bitd;
+        if (it[k].quota && it[k].zero) zmask |= bitd;
+        if (it[k].quota && !it[k].zero) qmask[it[k].lead] |= bitd;
+        if (!it[k].zero && it[k].lead == k) lead[m++] = k;
+    }
+    cmd_evalsha(c, r, (size_t)m + (plan->has_pool ? 1 : 0));
+    for (int i = 0; i < m; i++) {
+        const sl_check_item *t = &it[lead[i]];
+        cmd_key(c, (int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen);
+    }
+    if (plan->has_pool)
+        cmd_key(c, (int)plan->pool.algo, plan->pool.space, pool_key, sizeof pool_key - 1,
+                sizeof pool_key - 1);
+    cmd_str(c, "C", 1);
+    cmd_now(c, r, plan->now_ms);
+    cmd_int(c, m);
+    cmd_int(c, plan->has_pool);
+    cmd_int(c, plan->denied_never);
+    cmd_int(c, qall);
+    cmd_int(c, zmask);
+    for (int i = 0; i < m; i++) {
+        const sl_check_item *t = &it[lead[i]];
+        cmd_fields(c, &t->p, t->cost);
+        cmd_int(c, t->shadow);
+        cmd_int(c, t->quota);
+        cmd_int(c, t->lyft);
+        cmd_int(c, t->elastic ? t->rl->elastic_limit : 0);
+        cmd_int(c, qmask[lead[i]]);
+    }
+    if (plan->has_pool) cmd_fields(c, &plan->pool, plan->cost);
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* Sends e's command on ch's connection.  Returns 0, or -1 when hiredis
@@ -560,62 +743,65 @@ static int send_pend(rchan *ch, pend *e)
 {
     const sl_breq *rq = e->rq;
     redis *r = ch->r;
-    enum { MAXARGS = 5 + SL_MAX_BATCH * (1 + NFIELDS) };
-    const char *argv[MAXARGS];
-    size_t argvlen[MAXARGS];
-    char keys[SL_MAX_BATCH][KEYBUF];
-    char nums[SL_MAX_BATCH * NFIELDS + 2][24];
-    int argc = 0, nn = 0;
+    struct cmd *c = ch->cmd;
+    int lead[SL_MAX_BATCH];
 
-    if (rq->op == SL_BOP_FORGET) {
-        argv[argc] = "DEL";
-        argvlen[argc++] = 3;
-        for (int a = rq->algo_lo; a < rq->algo_hi; a++) {
-            argvlen[argc] = redis_key(keys[a], a, 0, e->key, rq->keylen, rq->keylen);
-            argv[argc++] = keys[a];
+    switch (rq->op) {
+    case SL_BOP_FORGET:
+        c->argc = c->nkeys = 0;
+        cmd_str(c, "DEL", 3);
+        for (int a = rq->algo_lo; a < rq->algo_hi; a++)
+            cmd_key(c, a, 0, e->key, rq->keylen, rq->keylen);
+        break;
+    case SL_BOP_CHECK: cmd_check(c, r, rq->plan, lead); break;
+    case SL_BOP_DECIDE_ALL:
+        cmd_evalsha(c, r, rq->nreqs);
+        for (size_t i = 0; i < rq->nreqs; i++) {
+            const sl_request *q = &e->reqs[i];
+            cmd_key(c, (int)q->params->algo, q->params->space, q->key, q->keylen, q->keylen);
         }
-        return redisAsyncCommandArgv(ch->ac, on_reply, e, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+        cmd_str(c, "A", 1);
+        cmd_now(c, r, rq->now_ms);
+        for (size_t i = 0; i < rq->nreqs; i++) cmd_fields(c, e->reqs[i].params, e->reqs[i].cost);
+        break;
+    default: /* DECIDE, PEEK */
+        cmd_evalsha(c, r, 1);
+        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
+        cmd_str(c, rq->op == SL_BOP_DECIDE ? "D" : "P", 1);
+        cmd_now(c, r, rq->now_ms);
+        cmd_fields(c, rq->params, rq->cost);
+        break;
     }
-    size_t n = rq->op == SL_BOP_DECIDE_ALL ? rq->nreqs : 1;
-    const char *op = rq->op == SL_BOP_DECIDE ? "D" : rq->op == SL_BOP_PEEK ? "P" : "A";
-    argv[argc] = "EVALSHA";
-    argvlen[argc++] = 7;
-    argv[argc] = r->sha;
-    argvlen[argc++] = SHA_LEN;
-    argvlen[argc] = (size_t)snprintf(nums[nn], sizeof nums[nn], "%zu", n);
-    argv[argc++] = nums[nn++];
-    for (size_t i = 0; i < n; i++) {
-        const sl_params *p = n == 1 && rq->op != SL_BOP_DECIDE_ALL ? rq->params : e->reqs[i].params;
-        const char *k = rq->op == SL_BOP_DECIDE_ALL ? e->reqs[i].key : e->key;
-        size_t kl = rq->op == SL_BOP_DECIDE_ALL ? e->reqs[i].keylen : rq->keylen;
-        argvlen[argc] = redis_key(keys[i], (int)p->algo, p->space, k, kl, e->tag[i]);
-        argv[argc++] = keys[i];
+    return redisAsyncCommandArgv(ch->ac, on_reply, e, c->argc, c->argv, c->len) == REDIS_OK ? 0
+                                                                                            : -1;
+}
+
+static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* Sends batch b (n >= 2 DECIDEs) as one op B call (op M's decisions, two
+ * arguments a key): 0, or -1 as send_pend. */
+static int send_batch(rchan *ch, batch *b)
+{
+    struct cmd *c = ch->cmd;
+    cmd_evalsha(c, ch->r, (size_t)b->n);
+    for (int i = 0; i < b->n; i++) {
+        const pend *e = b->m[i];
+        const sl_breq *rq = e->rq;
+        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
     }
-    argv[argc] = op;
-    argvlen[argc++] = 1;
-    if (r->o.trust_client_time) {
-        argvlen[argc] = (size_t)snprintf(nums[nn], sizeof nums[nn], "%lld", (long long)rq->now_ms);
-        argv[argc++] = nums[nn++];
-    } else {
-        argv[argc] = "";
-        argvlen[argc++] = 0;
+    cmd_str(c, "B", 1);
+    cmd_now(c, ch->r, b->now);
+    for (int i = 0; i < b->n; i++) {
+        const sl_params *p = b->m[i]->rq->params;
+        int len = snprintf(c->par[i], sizeof c->par[i], "%d %lld %lld %lld %lld %d", (int)p->algo,
+                           (long long)p->limit, (long long)p->window_ms, (long long)p->burst,
+                           (long long)p->precision, p->log_rejected);
+        cmd_str(c, c->par[i], (size_t)len);
+        cmd_int(c, b->m[i]->rq->cost);
     }
-    for (size_t i = 0; i < n; i++) {
-        int one = rq->op != SL_BOP_DECIDE_ALL;
-        const sl_params *p = one ? rq->params : e->reqs[i].params;
-        int64_t f[NFIELDS] = {p->algo,
-                              p->limit,
-                              p->window_ms,
-                              p->burst,
-                              p->precision,
-                              p->log_rejected,
-                              one ? rq->cost : e->reqs[i].cost};
-        for (int j = 0; j < NFIELDS; j++) {
-            argvlen[argc] = (size_t)snprintf(nums[nn], sizeof nums[nn], "%lld", (long long)f[j]);
-            argv[argc++] = nums[nn++];
-        }
-    }
-    return redisAsyncCommandArgv(ch->ac, on_reply, e, argc, argv, argvlen) == REDIS_OK ? 0 : -1;
+    return redisAsyncCommandArgv(ch->ac, on_batch_reply, b, c->argc, c->argv, c->len) == REDIS_OK
+               ? 0
+               : -1;
 }
 
 /* Reads six integers of an array reply from element i into out. */
@@ -652,6 +838,28 @@ static int parse_reply(sl_breq *rq, const redisReply *x)
         for (size_t i = 0; i < rq->nreqs; i++)
             if (six(x, 1 + 6 * i, &rq->results[i]) != 0) return -1;
         return 0;
+    case SL_BOP_CHECK: {
+        const sl_check_plan *plan = rq->plan;
+        sl_check_outcome *o = rq->outcome;
+        size_t m = 0;
+        for (int k = 0; k < plan->nitems; k++)
+            m += !plan->items[k].zero && plan->items[k].lead == k;
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m) return -1;
+        for (size_t i = 0; i < x->elements; i++)
+            if (x->element[i]->type != REDIS_REPLY_INTEGER) return -1;
+        memset(o, 0, sizeof *o);
+        o->allowed = x->element[0]->integer != 0;
+        o->quota_denied = x->element[1]->integer != 0;
+        o->pool_charged = x->element[2]->integer != 0;
+        size_t i = 3;
+        for (int k = 0; k < plan->nitems; k++) {
+            if (plan->items[k].zero || plan->items[k].lead != k) continue;
+            if (six(x, i, &o->res[k]) != 0) return -1;
+            o->stretched[k] = x->element[i + 6]->integer != 0;
+            i += 7;
+        }
+        return 0;
+    }
     default:
         if (x->type != REDIS_REPLY_ARRAY || x->elements != 6) return -1;
         return six(x, 0, &rq->result);
@@ -660,8 +868,21 @@ static int parse_reply(sl_breq *rq, const redisReply *x)
 
 static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
-/* hiredis's callback of a request's command. */
+static void batch_done(rchan *ch);
+
+/* hiredis's callback of a request's command: 0 when it was sent again
+ * (NOSCRIPT), else 1 (answered, e freed). */
+static int reply_one(redisAsyncContext *ac, void *reply, void *privdata);
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    pend *e = privdata;
+    rchan *ch = e->ch;
+    int flushed = e->flushed;
+    if (reply_one(ac, reply, e) && flushed) batch_done(ch);
+}
+
+static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
 {
     pend *e = privdata;
     rchan *ch = e->ch;
@@ -673,9 +894,9 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (ch->closing)
             sl__breq_fail(rq, SL_EINVAL, "channel closed with the request in flight");
         else
-            by_policy(r, rq, e->key, e->reqs);
+            by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
-        return;
+        return 1;
     }
     if (x->type == REDIS_REPLY_ERROR) {
         if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !e->resent && ch->ac == ac) {
@@ -692,32 +913,196 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata)
                 ch->head = e;
             ch->tail = e;
             atomic_fetch_add(&r->inflight, 1);
-            if (send_pend(ch, e) == 0) return;
+            if (send_pend(ch, e) == 0) return 0;
             unlink_pend(ch, e);
         } else if (strncmp(x->str, "SLUICE ", 7) == 0) { /* the script refused the request */
             sl__breq_fail(rq, SL_EINVAL, "%s", x->str + 7);
             pend_put(ch, e);
-            return;
+            return 1;
         }
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "%.200s", x->str);
-        by_policy(r, rq, e->key, e->reqs);
+        by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
-        return;
+        return 1;
     }
     rq->rc = 0;
     rq->err[0] = '\0';
     if (parse_reply(rq, x) != 0) {
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
-        by_policy(r, rq, e->key, e->reqs);
+        by_policy(ch, rq, e->key, e->reqs);
     } else {
         /* a peek's time is no key's clock: only decisions are kept */
-        if (rq->op == SL_BOP_DECIDE && e->latest) cache_keep(ch, rq, e->key, e->gen);
+        if (rq->op == SL_BOP_DECIDE) cache_after(ch, e);
         rq->cb(rq);
     }
     pend_put(ch, e);
     arm_timer(ch);
+    return 1;
+}
+
+/* Answers e's request, whose connection went (or was never there). */
+static void answer_lost(rchan *ch, pend *e)
+{
+    if (ch->closing)
+        sl__breq_fail(e->rq, SL_EINVAL, "channel closed with the request in flight");
+    else
+        by_policy(ch, e->rq, e->key, e->reqs);
+}
+
+static void batch_put(rchan *ch, batch *b)
+{
+    b->next = ch->free_batch;
+    ch->free_batch = b;
+}
+
+/* Every member of b by the policy (or failed, the channel closing);
+ * error: an error reply answered them all. */
+static void batch_lost(rchan *ch, batch *b, const char *error)
+{
+    for (int i = 0; i < b->n; i++) {
+        pend *e = b->m[i];
+        unlink_pend(ch, e);
+        if (error != NULL) {
+            atomic_fetch_add(&ch->r->errors, 1);
+            set_last_error(ch->r, "%.200s", error);
+        }
+        answer_lost(ch, e);
+        pend_put(ch, e);
+    }
+    batch_put(ch, b);
+}
+
+/* hiredis's callback of a batch: its members answered in order. */
+static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    batch *b = privdata;
+    rchan *ch = b->ch;
+    const redisReply *x = reply;
+    if (x == NULL) { /* the connection went */
+        batch_lost(ch, b, NULL);
+        batch_done(ch);
+        return;
+    }
+    if (x->type == REDIS_REPLY_ERROR) {
+        if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !b->resent && ch->ac == ac) {
+            b->resent = 1; /* load the script again, then the batch (as on_reply) */
+            redisAsyncCommand(ac, on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
+                              (size_t)(sl_redis_script_end - sl_redis_script));
+            if (send_batch(ch, b) == 0) return;
+        }
+        batch_lost(ch, b, x->str);
+        arm_timer(ch);
+        batch_done(ch);
+        return;
+    }
+    if (x->type != REDIS_REPLY_ARRAY || x->elements != (size_t)b->n) {
+        char why[80];
+        snprintf(why, sizeof why, "a reply the script ABI does not allow (type %d)", x->type);
+        batch_lost(ch, b, why);
+        arm_timer(ch);
+        batch_done(ch);
+        return;
+    }
+    for (int i = 0; i < b->n; i++) {
+        pend *e = b->m[i];
+        sl_breq *rq = e->rq;
+        const redisReply *el = x->element[i];
+        unlink_pend(ch, e);
+        if (el->type == REDIS_REPLY_ERROR && strncmp(el->str, "SLUICE ", 7) == 0) {
+            sl__breq_fail(rq, SL_EINVAL, "%s", el->str + 7); /* the script refused this one */
+        } else if (el->type == REDIS_REPLY_ARRAY && el->elements == 6 &&
+                   six(el, 0, &rq->result) == 0) {
+            rq->rc = 0;
+            rq->err[0] = '\0';
+            cache_after(ch, e);
+            rq->cb(rq);
+        } else {
+            atomic_fetch_add(&ch->r->errors, 1);
+            set_last_error(ch->r, "%.200s",
+                           el->type == REDIS_REPLY_ERROR ? el->str
+                                                         : "a reply the script ABI does not allow");
+            by_policy(ch, rq, e->key, NULL);
+        }
+        pend_put(ch, e);
+    }
+    batch_put(ch, b);
+    arm_timer(ch);
+    batch_done(ch);
+}
+
+/* Sends the open batch, if any: a lone DECIDE as D, more as one M. */
+static void flush_open(rchan *ch)
+{
+    batch *b = ch->open;
+    if (b == NULL) return;
+    ch->open = NULL;
+    if (ch->ac == NULL) { /* the connection went */
+        batch_lost(ch, b, NULL);
+        return;
+    }
+    if (b->n == 1) {
+        pend *e = b->m[0];
+        batch_put(ch, b);
+        e->flushed = 1;
+        if (send_pend(ch, e) != 0) {
+            unlink_pend(ch, e);
+            answer_lost(ch, e);
+            pend_put(ch, e);
+            return;
+        }
+        ch->busy++;
+        return;
+    }
+    if (send_batch(ch, b) != 0) {
+        batch_lost(ch, b, NULL);
+        return;
+    }
+    ch->busy++;
+}
+
+/* A batch was answered: the open one goes when none is left in flight. */
+static void batch_done(rchan *ch)
+{
+    ch->busy--;
+    if (ch->busy == 0) flush_open(ch);
+}
+
+/* The end of a loop turn with DECIDEs queued: they go now, unless a batch
+ * is in flight -- then they wait for its answer (batch_done) and gather
+ * what comes meanwhile, so a busy channel sends few, large batches. */
+static void on_flush(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    rchan *ch = arg;
+    if (ch->busy == 0 || ch->ac == NULL) flush_open(ch);
+}
+
+/* Queues DECIDE e (linked, not sent) in the open batch; 0, or -1 when out
+ * of memory (e is then the caller's to send). */
+static int queue(rchan *ch, pend *e)
+{
+    batch *b = ch->open;
+    int64_t now = ch->r->o.trust_client_time ? e->rq->now_ms : 0;
+    if (b != NULL && (b->n == SL_REDIS_BATCH_MAX || b->now != now)) {
+        flush_open(ch); /* full, or another time: what came first goes first */
+        b = NULL;
+    }
+    if (b == NULL) {
+        if ((b = ch->free_batch) != NULL)
+            ch->free_batch = b->next;
+        else if ((b = malloc(sizeof *b)) == NULL)
+            return -1;
+        b->ch = ch;
+        b->n = 0;
+        b->resent = 0;
+        b->now = now;
+        ch->open = b;
+        event_active(ch->flush, EV_TIMEOUT, 0);
+    }
+    b->m[b->n++] = e;
+    return 0;
 }
 
 /* ---- the connection ------------------------------------------------------ */
@@ -866,383 +1251,6 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     arm_timer(ch);
 }
 
-/* ---- RL.CHECK ------------------------------------------------------------ */
-
-/*
- * RL.CHECK runs the local backend's rounds (sl__local_check_exec, whose
- * comment says what each is for), each round one script call through this
- * channel: the Lyft-counted counters (op A at L = SL_MAX_LIMIT), then
- * either peeks (op P, one at a time) when the request is denied already, or
- * the enforced and quota counters all-or-none (op A, again without the
- * quota counters that denied), the elastic round with the pool (op A), the
- * pool's charge (op D) and the shadow counters (op D or P).  Each round is
- * atomic in Redis; the request as a whole is not (another node's round may
- * come between two of this one's), so two nodes can each pass a request
- * whose limits share a counter with the other's only as a sequence of
- * atomic steps -- the ABI has no single-call plan yet (docs/fleet.md).
- * Every counter key is hashed on the domain (sl_check_item.taglen).  A
- * round Redis cannot answer makes the whole request fall back to the
- * policy (check_policy).
- */
-enum { C_LYFT, C_PEEK, C_ROUND, C_ELASTIC, C_POOL, C_SHADOW };
-
-typedef struct chk {
-    rchan *ch;
-    sl_breq *rq; /* the caller's */
-    sl_breq sub; /* the round in flight */
-    int stage, k, retried;
-    size_t nreq;
-    int allowed, enforced, quota_denied;
-    sl_request req[SL_MAX_BATCH];
-    sl_params big[SL_MAX_BATCH]; /* Lyft's counters at L = SL_MAX_LIMIT; the elastic ceilings */
-    sl_result out[SL_MAX_BATCH];
-    size_t tag[SL_MAX_BATCH];
-    int idx[SL_MAX_BATCH];
-    unsigned char decided[SL_MAX_BATCH]; /* leaders with an answer in o->res */
-    unsigned char outq[SL_MAX_BATCH];    /* quota counters out of the batch */
-    unsigned char qover[SL_CHECK_MAX_DESC];
-    sl_check_plan *lplan; /* SL_REDIS_LOCAL: the plan with L and B divided (malloc) */
-    struct chk *next;
-} chk;
-
-static const char pool_key[] = SL_CHECK_POOL_KEY;
-
-static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags);
-
-static void check_finish(chk *c, int rc, const char *err)
-{
-    rchan *ch = c->ch;
-    sl_breq *rq = c->rq;
-    rq->rc = rc;
-    snprintf(rq->err, sizeof rq->err, "%s", rc < 0 ? err : "");
-    c->next = ch->free_chk;
-    ch->free_chk = c;
-    rq->cb(rq);
-}
-
-/* The whole request by the policy: Redis could not answer one of its rounds. */
-static void check_policy(chk *c)
-{
-    redis *r = c->ch->r;
-    const sl_check_plan *plan = c->rq->plan;
-    sl_check_outcome *o = c->rq->outcome;
-    atomic_fetch_add(&r->fallback[r->o.policy], 1);
-    if (r->o.policy == SL_REDIS_LOCAL) {
-        char err[SL_BREQ_ERR];
-        if (c->lplan == NULL && (c->lplan = malloc(sizeof *c->lplan)) == NULL) {
-            check_finish(c, SL_ENOMEM, "out of memory");
-            return;
-        }
-        *c->lplan = *plan;
-        for (int k = 0; k < plan->nitems; k++) c->lplan->items[k].p = scaled(r, &plan->items[k].p);
-        if (plan->has_pool) c->lplan->pool = scaled(r, &plan->pool);
-        int rc = sl__local_check_exec(r->store, c->lplan, o, err, sizeof err);
-        check_finish(c, rc < 0 ? rc : 0, err);
-        return;
-    }
-    memset(o, 0, sizeof *o);
-    o->allowed = r->o.policy == SL_REDIS_ALLOW;
-    for (int k = 0; k < plan->nitems; k++) policy_result(r, &plan->items[k].p, &o->res[k]);
-    check_finish(c, 0, "");
-}
-
-static void check_all(chk *c, size_t n, int stage)
-{
-    sl_breq *b = &c->sub;
-    memset(b, 0, offsetof(sl_breq, err));
-    b->op = SL_BOP_DECIDE_ALL;
-    b->now_ms = c->rq->plan->now_ms;
-    b->cb = check_sub_done;
-    b->data = c;
-    b->reqs = c->req;
-    b->nreqs = n;
-    b->results = c->out;
-    c->stage = stage;
-    submit_tagged(c->ch, b, c->tag);
-}
-
-static void check_one(chk *c, sl_bop op, const sl_params *p, const char *key, size_t keylen,
-                      size_t tag, int64_t cost, int stage)
-{
-    sl_breq *b = &c->sub;
-    memset(b, 0, offsetof(sl_breq, err));
-    b->op = op;
-    b->now_ms = c->rq->plan->now_ms;
-    b->cb = check_sub_done;
-    b->data = c;
-    b->params = p;
-    b->key = key;
-    b->keylen = keylen;
-    b->cost = cost;
-    c->stage = stage;
-    submit_tagged(c->ch, b, &tag);
-}
-
-static int item_over(const sl_check_outcome *o, const sl_check_item *it, int k)
-{
-    return it[k].zero || !o->res[it[k].lead].allowed;
-}
-
-static void check_round(chk *c);
-static void check_pool(chk *c);
-
-/* Peeks the leaders not decided yet, one a call, from c->k. */
-static void check_peeks(chk *c)
-{
-    const sl_check_plan *plan = c->rq->plan;
-    for (; c->k < plan->nitems; c->k++) {
-        const sl_check_item *t = &plan->items[c->k];
-        if (c->decided[c->k] || t->lead != c->k) continue;
-        check_one(c, SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen, t->cost, C_PEEK);
-        return;
-    }
-    c->rq->outcome->quota_denied = c->quota_denied;
-    c->rq->outcome->allowed = 0;
-    check_finish(c, 0, "");
-}
-
-/* After the Lyft-counted counters: denied already (peeks), or the rounds. */
-static void check_after_lyft(chk *c)
-{
-    const sl_check_plan *plan = c->rq->plan;
-    const sl_check_item *it = plan->items;
-    sl_check_outcome *o = c->rq->outcome;
-    for (int k = 0; k < plan->nitems; k++)
-        if (it[k].zero) c->decided[k] = 1;
-    int denied = plan->denied_never;
-    for (int k = 0; k < plan->nitems && !denied; k++)
-        denied = it[k].lyft && !it[k].shadow && !it[k].quota && item_over(o, it, k);
-    c->quota_denied = !denied && sl__check_quota_all_over(plan, o, c->decided, c->qover);
-    if (denied || c->quota_denied) {
-        c->k = 0;
-        check_peeks(c);
-        return;
-    }
-    check_round(c);
-}
-
-static void check_start(rchan *ch, sl_breq *rq)
-{
-    chk *c = ch->free_chk;
-    if (c != NULL)
-        ch->free_chk = c->next;
-    else if ((c = calloc(1, sizeof *c)) == NULL) {
-        sl__breq_fail(rq, SL_ENOMEM, "out of memory");
-        return;
-    }
-    sl_check_plan *lplan = c->lplan;
-    memset(c, 0, sizeof *c);
-    c->lplan = lplan;
-    c->ch = ch;
-    c->rq = rq;
-    memset(rq->outcome, 0, sizeof *rq->outcome);
-    if (ch->ac == NULL) { /* DOWN: the policy at once */
-        check_policy(c);
-        return;
-    }
-    const sl_check_plan *plan = rq->plan;
-    size_t n = 0;
-    for (int k = 0; k < plan->nitems; k++) {
-        const sl_check_item *t = &plan->items[k];
-        if (!t->lyft || t->lead != k) continue;
-        c->big[n] = t->p;
-        c->big[n].limit = SL_MAX_LIMIT;
-        c->req[n] = (sl_request){&c->big[n], t->key, t->keylen, t->cost};
-        c->tag[n] = t->taglen;
-        c->idx[n++] = k;
-    }
-    c->nreq = n;
-    if (n > 0)
-        check_all(c, n, C_LYFT);
-    else
-        check_after_lyft(c);
-}
-
-/* One all-or-none round over the enforced and quota counters. */
-static void check_round(chk *c)
-{
-    const sl_check_plan *plan = c->rq->plan;
-    size_t n = 0;
-    for (int k = 0; k < plan->nitems; k++) {
-        const sl_check_item *t = &plan->items[k];
-        if (t->zero || t->shadow || t->lyft || t->lead != k || c->outq[k]) continue;
-        c->req[n] = (sl_request){&t->p, t->key, t->keylen, t->cost};
-        c->tag[n] = t->taglen;
-        c->idx[n++] = k;
-    }
-    c->nreq = n;
-    if (n == 0) {
-        c->allowed = 1;
-        check_pool(c);
-        return;
-    }
-    c->enforced = 1;
-    check_all(c, n, C_ROUND);
-}
-
-static void check_round_done(chk *c)
-{
-    const sl_check_plan *plan = c->rq->plan;
-    const sl_check_item *it = plan->items;
-    sl_check_outcome *o = c->rq->outcome;
-    size_t n = c->nreq;
-    for (size_t q = 0; q < n; q++) {
-        o->res[c->idx[q]] = c->out[q];
-        c->decided[c->idx[q]] = 1;
-    }
-    if (c->sub.all_allowed) {
-        c->allowed = 1;
-        check_pool(c);
-        return;
-    }
-    int hard = 0, soft = 0, quota = 0; /* who denied: plain, elastic, quota */
-    for (size_t q = 0; q < n; q++) {
-        const sl_check_item *t = &it[c->idx[q]];
-        if (c->out[q].allowed) continue;
-        if (t->quota)
-            quota = 1;
-        else if (t->elastic)
-            soft = 1;
-        else
-            hard = 1;
-    }
-    if (hard) {
-        check_pool(c);
-        return;
-    }
-    if (quota) {
-        for (size_t q = 0; q < n; q++)
-            if (!c->out[q].allowed && it[c->idx[q]].quota) c->outq[c->idx[q]] = 1;
-        if (sl__check_quota_all_over(plan, o, c->decided, c->qover)) {
-            o->quota_denied = 1;
-            check_pool(c);
-            return;
-        }
-        check_round(c);
-        return;
-    }
-    if (soft && plan->has_pool && n < SL_MAX_BATCH) {
-        for (size_t q = 0; q < n; q++) {
-            const sl_check_item *t = &it[c->idx[q]];
-            c->big[q] = t->p;
-            /* only the limits that denied go up to their ceilings */
-            if (t->elastic && !c->out[q].allowed) c->big[q].limit = t->rl->elastic_limit;
-            c->req[q].params = &c->big[q];
-        }
-        c->req[n] = (sl_request){&plan->pool, pool_key, sizeof pool_key - 1, plan->cost};
-        c->tag[n] = sizeof pool_key - 1;
-        check_all(c, n + 1, C_ELASTIC);
-        return;
-    }
-    check_pool(c);
-}
-
-static void check_elastic_done(chk *c)
-{
-    sl_check_outcome *o = c->rq->outcome;
-    size_t n = c->nreq;
-    if (c->sub.all_allowed) {
-        c->allowed = 1;
-        o->pool_charged = 1;
-        for (size_t q = 0; q < n; q++) {
-            int k = c->idx[q];
-            o->stretched[k] = !o->res[k].allowed; /* over L before */
-            o->res[k] = c->out[q];
-            if (o->stretched[k] && c->out[n].remaining < o->res[k].remaining)
-                o->res[k].remaining = c->out[n].remaining;
-        }
-    }
-    check_pool(c);
-}
-
-static void check_shadows(chk *c);
-
-/* Within every limit: the request still uses spare capacity. */
-static void check_pool(chk *c)
-{
-    const sl_check_plan *plan = c->rq->plan;
-    sl_check_outcome *o = c->rq->outcome;
-    for (int k = 0; k < plan->nitems && !c->enforced; k++)
-        c->enforced = plan->items[k].lyft && !plan->items[k].shadow;
-    c->k = 0;
-    if (c->allowed && c->enforced && plan->has_pool && !o->pool_charged) {
-        check_one(c, SL_BOP_DECIDE, &plan->pool, pool_key, sizeof pool_key - 1, sizeof pool_key - 1,
-                  plan->cost, C_POOL);
-        return;
-    }
-    check_shadows(c);
-}
-
-/* The shadow counters from c->k: charged when the request is allowed,
- * else peeked; one that cannot be decided answers "allowed, all zeros". */
-static void check_shadows(chk *c)
-{
-    const sl_check_plan *plan = c->rq->plan;
-    for (; c->k < plan->nitems; c->k++) {
-        const sl_check_item *t = &plan->items[c->k];
-        if (t->zero || !t->shadow || t->lyft || t->lead != c->k) continue;
-        c->retried = 0;
-        check_one(c, c->allowed ? SL_BOP_DECIDE : SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen,
-                  t->cost, C_SHADOW);
-        return;
-    }
-    c->rq->outcome->allowed = c->allowed;
-    check_finish(c, 0, "");
-}
-
-/* A round's answer: the next step. */
-static void check_sub_done(sl_breq *b)
-{
-    chk *c = b->data;
-    const sl_check_plan *plan = c->rq->plan;
-    sl_check_outcome *o = c->rq->outcome;
-    if (b->rc == RC_FALLBACK) {
-        check_policy(c);
-        return;
-    }
-    if (b->rc < 0 && c->stage != C_POOL && c->stage != C_SHADOW) {
-        check_finish(c, b->rc, b->err[0] ? b->err : sl_strerror(b->rc));
-        return;
-    }
-    switch (c->stage) {
-    case C_LYFT:
-        for (size_t q = 0; q < c->nreq; q++) {
-            sl__check_lyft_answer(&plan->items[c->idx[q]], &c->out[q], &o->res[c->idx[q]]);
-            c->decided[c->idx[q]] = 1;
-        }
-        check_after_lyft(c);
-        break;
-    case C_PEEK: {
-        const sl_check_item *t = &plan->items[c->k];
-        o->res[c->k] = b->result;
-        if (!b->result.allowed && !t->shadow && !t->quota) c->quota_denied = 0;
-        c->k++;
-        check_peeks(c);
-        break;
-    }
-    case C_ROUND: check_round_done(c); break;
-    case C_ELASTIC: check_elastic_done(c); break;
-    case C_POOL: check_shadows(c); break;
-    default: { /* C_SHADOW */
-        const sl_check_item *t = &plan->items[c->k];
-        if (b->rc < 0 && c->allowed && !c->retried) {
-            c->retried = 1;
-            check_one(c, SL_BOP_PEEK, &t->p, t->key, t->keylen, t->taglen, t->cost, C_SHADOW);
-            return;
-        }
-        if (b->rc < 0) {
-            memset(&o->res[c->k], 0, sizeof o->res[c->k]);
-            o->res[c->k].allowed = 1;
-        } else {
-            o->res[c->k] = b->result;
-        }
-        c->k++;
-        check_shadows(c);
-        break;
-    }
-    }
-}
-
 /* ---- the seam ------------------------------------------------------------ */
 
 static sl_bchan *redis_channel(sl_backend *b, void *loop)
@@ -1254,17 +1262,21 @@ static sl_bchan *redis_channel(sl_backend *b, void *loop)
     }
     rchan *ch = calloc(1, sizeof *ch);
     if (ch != NULL && r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
+    if (ch != NULL) ch->cmd = malloc(sizeof *ch->cmd);
     if (ch != NULL) {
         ch->latest_sent = INT64_MIN;
+        ch->flush = event_new(loop, -1, 0, on_flush, ch);
         ch->timer = evtimer_new(loop, on_timer, ch);
         ch->retry = evtimer_new(loop, on_retry, ch);
     }
     if (ch == NULL || (r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL ||
-        ch->retry == NULL) {
+        ch->retry == NULL || ch->cmd == NULL || ch->flush == NULL) {
         if (ch != NULL) {
             if (ch->timer) event_free(ch->timer);
             if (ch->retry) event_free(ch->retry);
+            if (ch->flush) event_free(ch->flush);
             free(ch->cache);
+            free(ch->cmd);
         }
         free(ch);
         sl__backend_set_err(b, SL_ENOMEM, "out of memory");
@@ -1289,20 +1301,23 @@ static void redis_channel_free(sl_bchan *c)
         go_down(ch, "closing");
         redisAsyncFree(ac); /* answers what is in flight: "channel closed" */
     }
+    flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
     atomic_fetch_sub(&r->nchan, 1);
     event_free(ch->timer);
     event_free(ch->retry);
+    event_free(ch->flush);
+    while (ch->free_batch != NULL) {
+        batch *b = ch->free_batch;
+        ch->free_batch = b->next;
+        free(b);
+    }
     while (ch->free != NULL) {
         pend *e = ch->free;
         ch->free = e->next;
         free(e);
     }
-    while (ch->free_chk != NULL) {
-        struct chk *k = ch->free_chk;
-        ch->free_chk = k->next;
-        free(k->lplan);
-        free(k);
-    }
+    free(ch->lplan);
+    free(ch->cmd);
     free(ch->cache);
     free(ch);
 }
@@ -1335,11 +1350,25 @@ static int valid_all(const sl_breq *rq)
     return 0;
 }
 
-static void check_start(rchan *ch, sl_breq *rq);
+/* RL.CHECK's plan as the script takes it: every counter's parameters
+ * valid, the time in range (what the local engine checks first). */
+static int valid_plan(const sl_check_plan *plan)
+{
+    if (plan->nitems < 0 || plan->nitems > SL_MAX_BATCH || plan->n < 1 ||
+        plan->n > SL_CHECK_MAX_DESC)
+        return SL_EINVAL;
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (t->zero || t->lead != k) continue;
+        int rc = valid_one(&t->p, t->key, t->keylen, plan->now_ms, t->cost);
+        if (rc != 0) return rc;
+    }
+    if (plan->has_pool) return valid_one(&plan->pool, "p", 1, plan->now_ms, plan->cost);
+    return 0;
+}
 
-/* Submits rq on ch; tags[i]: the hash tag's length of request i's key
- * (NULL: each whole key, as RL.ALLOW's). */
-static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
+/* Submits rq on ch. */
+static void submit(rchan *ch, sl_breq *rq)
 {
     redis *r = ch->r;
     int rc = 0;
@@ -1368,12 +1397,10 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
             cache_forget(ch, rq->reqs[i].key, rq->reqs[i].keylen);
         break;
     case SL_BOP_CHECK:
-        if (rq->plan == NULL || rq->outcome == NULL) {
-            rc = SL_EINVAL;
-            break;
-        }
-        check_start(ch, rq);
-        return;
+        /* the plan's counters are space 1, which no request the deny
+         * cache answers (space 0) shares: nothing there to drop */
+        rc = rq->plan == NULL || rq->outcome == NULL ? SL_EINVAL : valid_plan(rq->plan);
+        break;
     default: rc = SL_EINVAL; break;
     }
     if (rc != 0) {
@@ -1382,7 +1409,7 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
         return;
     }
     if (ch->ac == NULL) { /* DOWN: the policy at once */
-        by_policy(r, rq, rq->key, rq->reqs);
+        by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }
     pend *e = ch->free;
@@ -1395,6 +1422,7 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
     e->rq = rq;
     e->ch = ch;
     e->resent = 0;
+    e->flushed = 0;
     e->keys = NULL;
     e->reqs = NULL;
     if (rq->op == SL_BOP_DECIDE_ALL) { /* the keys, copied: the caller's may go */
@@ -1413,18 +1441,14 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
             e->reqs[i].key = e->keys + off;
             off += rq->reqs[i].keylen;
         }
-    } else {
+    } else if (rq->op != SL_BOP_CHECK) { /* a CHECK's plan lives until its answer */
         memcpy(e->key, rq->key, rq->keylen);
     }
-    size_t n = rq->op == SL_BOP_DECIDE_ALL ? rq->nreqs : 1;
-    for (size_t i = 0; i < n; i++)
-        e->tag[i] = tags != NULL                  ? tags[i]
-                    : rq->op == SL_BOP_DECIDE_ALL ? rq->reqs[i].keylen
-                                                  : rq->keylen;
     if (ch->cache != NULL && rq->op == SL_BOP_DECIDE)
         e->gen = ch->cache[slot_of(e->key, rq->keylen, rq->params->space)].gen;
-    e->latest = rq->now_ms >= ch->latest_sent;
-    if (e->latest) ch->latest_sent = rq->now_ms;
+    int64_t t = rq->op == SL_BOP_CHECK ? rq->plan->now_ms : rq->now_ms;
+    e->latest = t >= ch->latest_sent;
+    if (e->latest) ch->latest_sent = t;
     e->deadline = sl__mono_ms() + r->o.timeout_ms;
     e->prev = ch->tail;
     e->next = NULL;
@@ -1434,16 +1458,21 @@ static void submit_tagged(rchan *ch, sl_breq *rq, const size_t *tags)
         ch->head = e;
     ch->tail = e;
     atomic_fetch_add(&r->inflight, 1);
-    if (send_pend(ch, e) != 0) {
+    if (rq->op == SL_BOP_DECIDE && queue(ch, e) == 0) {
+        if (e == ch->head) arm_timer(ch);
+        return;
+    }
+    flush_open(ch); /* this turn's DECIDEs before it: Redis runs them in order */
+    if (ch->ac == NULL || send_pend(ch, e) != 0) {
         unlink_pend(ch, e);
-        by_policy(r, rq, e->key, e->reqs);
+        by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
         return;
     }
     if (e == ch->head) arm_timer(ch);
 }
 
-static void redis_submit(sl_bchan *c, sl_breq *rq) { submit_tagged((rchan *)c, rq, NULL); }
+static void redis_submit(sl_bchan *c, sl_breq *rq) { submit((rchan *)c, rq); }
 
 static void redis_stats(sl_backend *b, sl_backend_stats *out)
 {

@@ -33,6 +33,7 @@
 #define SL_REDIS_HANDSHAKE_MS 1000 /* AUTH, SELECT and SCRIPT LOAD must answer within */
 #define SL_REDIS_DENY_RETRY   1000 /* ms: retry_after of a policy denial */
 #define SL_REDIS_CACHE_SLOTS  256  /* deny-cache entries per channel */
+#define SL_REDIS_BATCH_MAX    64   /* decisions of one loop turn in one script call (op M) */
 
 /* What a request gets when Redis cannot answer (--on-backend-error). */
 typedef enum sl_redis_policy {

@@ -191,6 +191,45 @@ class RedisBackendTest(unittest.TestCase):
             self.assertEqual(self.allow(ca, "dc", 2, BASE + W), [1, 2, 1, 0, W, 0])
             self.assertEqual(a.info("backend")["backend_deny_cache_hits"], "2")
 
+    def test_pipelined_burst_batched(self):
+        """A pipelined burst of N RL.ALLOW from one client reaches Redis in
+        fewer than N script calls (op M: the decisions of one loop turn in
+        one call), every reply exact and in order; an RL.RESET inside the
+        burst still comes between the decisions before and after it."""
+        r = self.redis()
+        s = self.node(r, "--threads", "1", "--deny-cache", "off")
+        n = 150 if SANITIZED else 400
+        burst = []
+        want = []
+        for i in range(n):
+            key, L = ("ba", 100) if i % 3 else ("bb", 40)
+            burst.append(("RL.ALLOW", key, str(L), "10s", "ALGO", "fixed-window", "AT", str(BASE)))
+        counts = {"ba": 0, "bb": 0}
+        for _, key, L, *_ in burst:
+            L = int(L)
+            if counts[key] < L:
+                counts[key] += 1
+                want.append([1, L, L - counts[key], 0, W, 0])
+            else:
+                want.append([0, L, 0, W, W, 0])
+        # the same key reset inside the burst: decided after what came before
+        burst += [("RL.ALLOW", "bc", "2", "10s", "ALGO", "fixed-window", "AT", str(BASE))] * 3
+        want += [[1, 2, 1, 0, W, 0], [1, 2, 0, 0, W, 0], [0, 2, 0, W, W, 0]]
+        burst.append(("RL.RESET", "bc"))
+        want.append(1)
+        burst.append(("RL.ALLOW", "bc", "2", "10s", "ALGO", "fixed-window", "AT", str(BASE)))
+        want.append([1, 2, 1, 0, W, 0])
+        calls = self.evalsha_calls(r)
+        with s.raw() as c:
+            c.send(b"".join(harness.encode(*cmd) for cmd in burst))
+            got = [c.read_reply(timeout=30) for _ in burst]
+        for i, (g, w) in enumerate(zip(got, want)):
+            self.assertEqual(g, w, "reply %d of the burst (%s)" % (i, burst[i]))
+        sent = self.evalsha_calls(r) - calls
+        decisions = len(burst) - 1
+        self.assertLess(sent, decisions, "%d decisions took %d script calls" % (decisions, sent))
+        self.assertEqual(s.info("backend")["backend_errors"], "0")
+
     def test_check_through_two_nodes_answers_as_one_local_node(self):
         """A sequence of RL.CHECK requests, alternately through two nodes on
         one Redis, gets exactly the replies one node on its local store

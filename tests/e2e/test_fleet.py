@@ -134,7 +134,8 @@ class TestFleetServerTime(FleetTest):
             flat = self.run_clients(nodes, lambda j: [cmd] * 10)
             after = time.time() * 1000
             # a reply's window ends at a multiple of W in [before, after] +
-            # reset_after; a round shorter than W holds at most one
+            # reset_after (before floored: Redis's ms are its clock's, floored);
+            # a round shorter than W holds at most one
             self.assertLess(after - before, self.W, "a round took longer than a window")
             for r in flat:
                 if r[0] == 1:

@@ -10,7 +10,10 @@ fields: algo L W B(0 = L) P(0 = 10) log_rejected cost.  Replies: 6
 integers (allowed limit remaining retry_after_ms reset_after_ms delay_ms),
 for A 1 + 6n (all_allowed first), for M n elements, each the 6 integers
 or the error of that one request; a refused request is an error reply
-starting "SLUICE " and writes nothing.
+starting "SLUICE " and writes nothing.  Op B is M with two arguments a
+key ("algo L W B P log_rejected" as one string, then the cost: see
+batch() below); op C (one RL.CHECK, its own argument layout: see check()
+below) runs a whole planned request.
 
 The decisions are those of src/lib/engine.c, step for step, on the same
 state quantities (so a change of parameters carries over the same way).
@@ -100,7 +103,15 @@ end
 
 -- ---- string states: parse / format ---------------------------------------
 
+local smatch, sformat = string.match, string.format
+
+-- The integers of a state string; the usual three ("clock a b": the
+-- buckets and fixed-window's two) in one match, the rest word by word.
 local function parse_ints(s)
+    local a, b, c = smatch(s, "^(%-?%d+) (%-?%d+) (%-?%d+)$")
+    if a then return {tonumber(a), tonumber(b), tonumber(c)} end
+    a, b = smatch(s, "^(%-?%d+) (%-?%d+)$")
+    if a then return {tonumber(a), tonumber(b)} end
     local v = {}
     for w in string.gmatch(s, "%S+") do
         v[#v + 1] = tonumber(w)
@@ -109,8 +120,11 @@ local function parse_ints(s)
 end
 
 local function join_ints(v)
+    local n = #v
+    if n == 3 then return sformat("%d %d %d", v[1], v[2], v[3]) end
+    if n == 2 then return sformat("%d %d", v[1], v[2]) end
     local out = {}
-    for i = 1, #v do
+    for i = 1, n do
         out[i] = dec(v[i])
     end
     return table.concat(out, " ")
@@ -437,19 +451,19 @@ end
 
 local ALGOS = 7
 
--- The 7 fields of request i (1-based) from ARGV, checked for the script's
--- own range.
-local function request(i)
-    local base = 2 + (i - 1) * 7
-    local f = {}
-    for k = 1, 7 do
-        local v = tonumber(ARGV[base + k])
-        if v == nil or v ~= floor(v) then
-            refuse("args: field " .. k .. " of key " .. i .. " is not an integer")
-        end
-        f[k] = v
+-- The 7 fields of key i (1-based) at ARGV[base + 1 .. base + 7], checked
+-- for the script's own range.
+local function field(base, k, i)
+    local v = tonumber(ARGV[base + k])
+    if v == nil or v ~= floor(v) then
+        refuse("args: field " .. k .. " of key " .. i .. " is not an integer")
     end
-    local n = {algo = f[1], L = f[2], W = f[3], B = f[4], P = f[5], lr = f[6] ~= 0, cost = f[7]}
+    return v
+end
+
+-- The request of key i from its numbers, checked for the script's own range.
+local function make_request(algo, L, W, B, P, lr, cost, i)
+    local n = {algo = algo, L = L, W = W, B = B, P = P, lr = lr ~= 0, cost = cost, B0 = B}
     if n.algo < 0 or n.algo >= ALGOS then refuse("args: algo " .. dec(n.algo) .. " of key " .. i) end
     if n.L < 1 or n.W < 1 or n.cost < 0 or n.B < 0 or n.P < 0 then
         refuse("args: L, W, B, P or cost of key " .. i .. " out of range")
@@ -464,8 +478,36 @@ local function request(i)
     return n
 end
 
+local function fields(base, i)
+    return make_request(field(base, 1, i), field(base, 2, i), field(base, 3, i), field(base, 4, i),
+                        field(base, 5, i), field(base, 6, i), field(base, 7, i), i)
+end
+
+-- The 7 fields of request i of D, P, A, M.
+local function request(i)
+    return fields(2 + (i - 1) * 7, i)
+end
+
+-- n with the limit L instead (a burst of 0 follows it), range-checked.
+local function with_limit(n, L)
+    local c = {}
+    for k, v in pairs(n) do c[k] = v end
+    c.L = L
+    if c.B0 == 0 then c.B = L end
+    if c.algo == 2 then
+        within(L + 1, c.W, "(L+1)*W")
+    elseif c.algo >= 4 then
+        within(c.B, c.W, "B*W")
+    end
+    return c
+end
+
 -- Decides request n on key at now (commit: D, or A's second pass).
 -- Returns the reply and, when committing, a function that writes.
+-- During M: the string states of its keys read by one MGET (false: no
+-- such key), kept current by the call's writes; nil otherwise.
+local pre = nil
+
 local function decide(key, n, now, commit)
     local a = n.algo
     if a == 1 then
@@ -475,7 +517,9 @@ local function decide(key, n, now, commit)
         local ans = sliding_log(lg, n, t, n.cost, commit)
         return ans, function(ttl) log_save(lg, t, ttl) end
     end
-    local s = redis.call("GET", key)
+    local s
+    if pre then s = pre[key] end
+    if s == nil then s = redis.call("GET", key) end
     local st, clock_old = nil, now
     if s then
         st = parse_ints(s)
@@ -498,7 +542,9 @@ local function decide(key, n, now, commit)
     end
     return ans, function(ttl)
         table.insert(new, 1, t)
-        redis.call("SET", key, join_ints(new), "PX", ttl)
+        local v = join_ints(new)
+        redis.call("SET", key, v, "PX", ttl)
+        if pre then pre[key] = v end
     end
 end
 
@@ -514,35 +560,378 @@ end
 -- M: n independent decisions, in order, as n D calls would make them (a
 -- key given twice sees its first charge); a refused one is an error
 -- element of the reply and writes nothing, the others stand.
+-- The request of M's previous key, and where its fields start: a batch
+-- mostly repeats one limit's parameters, which are then parsed once
+-- (ARGV's strings are interned: comparing them is cheap).
+local prev_n, prev_base = nil, 0
+
+local function many_request(i)
+    local base = 2 + (i - 1) * 7
+    local pb, n = prev_base, prev_n
+    if n and ARGV[base + 1] == ARGV[pb + 1] and ARGV[base + 2] == ARGV[pb + 2] and
+        ARGV[base + 3] == ARGV[pb + 3] and ARGV[base + 4] == ARGV[pb + 4] and
+        ARGV[base + 5] == ARGV[pb + 5] and ARGV[base + 6] == ARGV[pb + 6] then
+        if ARGV[base + 7] ~= ARGV[pb + 7] then
+            local cost = field(base, 7, i)
+            if cost < 0 then refuse("args: L, W, B, P or cost of key " .. i .. " out of range") end
+            n = {algo = n.algo, L = n.L, W = n.W, B = n.B, P = n.P, lr = n.lr, cost = cost,
+                 B0 = n.B0}
+        end
+    else
+        n = request(i)
+    end
+    prev_n, prev_base = n, base
+    return n
+end
+
+local function many_one(i, now, client_time)
+    local ans, write = decide(KEYS[i], many_request(i), now, true)
+    write(ttl_of(ans, client_time))
+    return ans
+end
+
 local function many(nkeys, now, client_time)
     local out = {}
+    -- every string state in one read (a hash, sliding-log's, reads as false)
+    local vals = redis.call("MGET", unpack(KEYS, 1, nkeys))
+    prev_n = nil
+    pre = {}
     for i = 1, nkeys do
-        local ok, res = pcall(function()
-            local ans, write = decide(KEYS[i], request(i), now, true)
-            write(ttl_of(ans, client_time))
-            return ans
-        end)
+        if pre[KEYS[i]] == nil then pre[KEYS[i]] = vals[i] end
+    end
+    for i = 1, nkeys do
+        local ok, res = pcall(many_one, i, now, client_time)
         if ok then
             out[i] = res
         elseif type(res) == "table" and res.sluice then
             out[i] = {err = "SLUICE " .. res.sluice}
         else
+            pre = nil
             error(res, 0)
         end
     end
+    pre = nil
     return out
+end
+
+-- B: M with two arguments a key -- "algo L W B P log_rejected" as one
+-- string, and the cost.  A batch mostly repeats one limit: its requests
+-- are parsed once per (parameters, cost), both strings interned by Lua,
+-- and Redis handles 3 arguments a decision instead of 8.
+local function batch_request(i, cache)
+    local ps, cs = ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+    local byc = cache[ps]
+    if byc == nil then
+        byc = {}
+        cache[ps] = byc
+    end
+    local n = byc[cs]
+    if n == nil then
+        local a, L, W, B, P, lr = smatch(ps, "^(%d+) (%d+) (%d+) (%d+) (%d+) (%d+)$")
+        if a == nil then refuse("args: the parameters of key " .. i .. " are not 6 integers") end
+        local cost = tonumber(cs)
+        if cost == nil or cost ~= floor(cost) then
+            refuse("args: the cost of key " .. i .. " is not an integer")
+        end
+        n = make_request(tonumber(a), tonumber(L), tonumber(W), tonumber(B), tonumber(P),
+                         tonumber(lr), cost, i)
+        byc[cs] = n
+    end
+    return n
+end
+
+local function batch_one(i, now, client_time, cache)
+    local ans, write = decide(KEYS[i], batch_request(i, cache), now, true)
+    write(ttl_of(ans, client_time))
+    return ans
+end
+
+local function batch(nkeys, now, client_time)
+    local out, cache = {}, {}
+    local vals = redis.call("MGET", unpack(KEYS, 1, nkeys))
+    pre = {}
+    for i = 1, nkeys do
+        if pre[KEYS[i]] == nil then pre[KEYS[i]] = vals[i] end
+    end
+    for i = 1, nkeys do
+        local ok, res = pcall(batch_one, i, now, client_time, cache)
+        if ok then
+            out[i] = res
+        elseif type(res) == "table" and res.sluice then
+            out[i] = {err = "SLUICE " .. res.sluice}
+        else
+            pre = nil
+            error(res, 0)
+        end
+    end
+    pre = nil
+    return out
+end
+
+-- A (sl_decide_all) on list[i] = {key =, n =}: every request answered
+-- first without charging; all charged (and written) only if all pass,
+-- else nothing is written and each has its answer as if alone.  Returns
+-- the answers and whether all passed.
+local function decide_all(list, now, client_time)
+    local out, all = {}, true
+    for i = 1, #list do
+        out[i] = decide(list[i].key, list[i].n, now, false)
+        if out[i][1] == 0 then all = false end
+    end
+    if not all then return out, false end
+    local writes = {}
+    for i = 1, #list do
+        local ans, write = decide(list[i].key, list[i].n, now, true)
+        out[i] = ans
+        writes[i] = {write, ttl_of(ans, client_time)}
+    end
+    for i = 1, #list do writes[i][1](writes[i][2]) end
+    return out, true
+end
+
+-- ---- C: one RL.CHECK -----------------------------------------------------
+-- The whole of sl__local_check_exec (src/backend/backend_local.c) in one
+-- call, so a request's counters are charged all-or-none atomically:
+--   ARGV: C now m pool denied_never qall zmask
+--         then per counter i = 1..m (KEYS[i]): the 7 fields, shadow, quota,
+--         lyft, ceiling (elastic: the limit's elastic_limit, else 0), qmask
+--         then, when pool = 1 (KEYS[m + 1]), the pool's 7 fields (its cost
+--         the request's).
+--   qall: the quota descriptors (bit d: descriptor d); zmask: those with
+--   an L = 0 limit (over from the start); qmask: the quota descriptors
+--   holding counter i (0: not a quota counter).
+--   Reply: allowed, quota_denied, pool_charged, then per counter its six
+--   fields and stretched (passed above L on the pool).
+
+local MAX_LIMIT = 1000000000000 -- SL_MAX_LIMIT: Lyft-counted counters are charged at it
+local MAX_BATCH = 16            -- SL_MAX_BATCH: counters of one request, members of one A
+
+local function int_arg(i, what)
+    local v = tonumber(ARGV[i])
+    if v == nil or v ~= floor(v) then refuse("args: " .. what .. " is not an integer") end
+    return v
+end
+
+-- A Lyft-counted counter's answer from its answer at L = MAX_LIMIT (which
+-- charged it): the count after the charge judged against its own L.
+local function lyft_answer(n, big)
+    local L = n.L
+    local after = MAX_LIMIT - big[3]
+    local ok = after <= L
+    local retry = 0
+    if not ok then
+        retry = big[5]
+        if n.cost > L then retry = -1 end
+    end
+    return {ok and 1 or 0, L, ok and L - after or 0, retry, big[5], 0}
+end
+
+local function check(now, client_time)
+    local m = int_arg(3, "the number of counters")
+    local np = int_arg(4, "pool") ~= 0 and 1 or 0
+    if m < 0 or m > MAX_BATCH or #KEYS ~= m + np then
+        refuse("args: op C with " .. #KEYS .. " keys for " .. dec(m) .. " counters")
+    end
+    if #ARGV ~= 7 + 12 * m + 7 * np then
+        refuse("args: " .. #ARGV .. " arguments for " .. dec(m) .. " counters")
+    end
+    local denied = int_arg(5, "denied_never") ~= 0
+    local qall, qover = int_arg(6, "qall"), int_arg(7, "zmask")
+    local it = {}
+    for i = 1, m do
+        local base = 7 + (i - 1) * 12
+        local t = {key = KEYS[i], n = fields(base, i)}
+        t.shadow = int_arg(base + 8, "shadow of key " .. i) ~= 0
+        t.quota = int_arg(base + 9, "quota of key " .. i) ~= 0
+        t.lyft = int_arg(base + 10, "lyft of key " .. i) ~= 0
+        t.ceil = int_arg(base + 11, "ceiling of key " .. i)
+        t.qmask = int_arg(base + 12, "qmask of key " .. i)
+        -- every parameter a round may use, checked before anything is written
+        if t.ceil > 0 then t.up = with_limit(t.n, t.ceil) end
+        if t.lyft then t.big = with_limit(t.n, MAX_LIMIT) end
+        it[i] = t
+    end
+    local pool
+    if np == 1 then pool = {key = KEYS[m + 1], n = fields(7 + 12 * m, m + 1)} end
+    -- The one refusal that depends on the state (a kept count of the
+    -- previous window): found by a read before the first write.  Charges
+    -- within this call never change a key's previous window.
+    for i = 1, m do
+        if it[i].n.algo == 2 then decide(it[i].key, it[i].n, now, false) end
+    end
+
+    local res, stretched, decided = {}, {}, {}
+    -- Marks the quota descriptors with a decided counter over; true when
+    -- every quota descriptor is marked.
+    local function quota_all_over()
+        if qall == 0 then return false end
+        for i = 1, m do
+            if it[i].qmask ~= 0 and decided[i] and res[i][1] == 0 then
+                qover = bit.bor(qover, it[i].qmask)
+            end
+        end
+        return qover == qall
+    end
+    local function reply(allowed, quota_denied, pool_charged)
+        local out = {allowed and 1 or 0, quota_denied and 1 or 0, pool_charged and 1 or 0}
+        for i = 1, m do
+            local r = res[i] or {0, 0, 0, 0, 0, 0}
+            for k = 1, 6 do out[#out + 1] = r[k] end
+            out[#out + 1] = stretched[i] and 1 or 0
+        end
+        return out
+    end
+
+    -- Lyft's counting: charged whatever the answer, then judged against L.
+    local batch, idx = {}, {}
+    for i = 1, m do
+        if it[i].lyft then
+            batch[#batch + 1] = {key = it[i].key, n = it[i].big}
+            idx[#idx + 1] = i
+        end
+    end
+    if #batch > 0 then
+        local out = decide_all(batch, now, client_time)
+        for q = 1, #batch do
+            res[idx[q]] = lyft_answer(it[idx[q]].n, out[q])
+            decided[idx[q]] = true
+        end
+    end
+
+    -- Denied already: every other counter only peeked.
+    for i = 1, m do
+        local t = it[i]
+        if t.lyft and not t.shadow and not t.quota and res[i][1] == 0 then denied = true end
+    end
+    local quota_denied = not denied and quota_all_over()
+    if denied or quota_denied then
+        for i = 1, m do
+            local t = it[i]
+            if not decided[i] then
+                res[i] = decide(t.key, t.n, now, false)
+                if res[i][1] == 0 and not t.shadow and not t.quota then quota_denied = false end
+            end
+        end
+        return reply(false, quota_denied, false)
+    end
+
+    -- The enforced and quota counters all-or-none; a quota counter that
+    -- denies leaves the batch and the rest is decided again.
+    local allowed, enforced, pool_charged = false, false, false
+    local outq = {}
+    while true do
+        batch, idx = {}, {}
+        for i = 1, m do
+            local t = it[i]
+            if not (t.shadow or t.lyft or outq[i]) then
+                batch[#batch + 1] = {key = t.key, n = t.n}
+                idx[#idx + 1] = i
+            end
+        end
+        if #batch == 0 then
+            allowed = true
+            break
+        end
+        enforced = true
+        local out, all = decide_all(batch, now, client_time)
+        for q = 1, #batch do
+            res[idx[q]] = out[q]
+            decided[idx[q]] = true
+        end
+        if all then
+            allowed = true
+            break
+        end
+        local hard, soft, quota = false, false, false
+        for q = 1, #batch do
+            local t = it[idx[q]]
+            if out[q][1] == 0 then
+                if t.quota then
+                    quota = true
+                elseif t.ceil > 0 then
+                    soft = true
+                else
+                    hard = true
+                end
+            end
+        end
+        if hard then break end
+        if quota then
+            for q = 1, #batch do
+                if out[q][1] == 0 and it[idx[q]].quota then outq[idx[q]] = true end
+            end
+            if quota_all_over() then
+                quota_denied = true
+                break
+            end
+        else
+            -- Denied only by elastic limits: again with those at their
+            -- ceilings and the spare pool as one more member.
+            if soft and pool and #batch < MAX_BATCH then
+                local b2 = {}
+                for q = 1, #batch do
+                    local t = it[idx[q]]
+                    b2[q] = {key = t.key, n = (t.ceil > 0 and out[q][1] == 0) and t.up or t.n}
+                end
+                b2[#batch + 1] = {key = pool.key, n = pool.n}
+                local out2, all2 = decide_all(b2, now, client_time)
+                if all2 then
+                    allowed, pool_charged = true, true
+                    local left = out2[#batch + 1][3]
+                    for q = 1, #batch do
+                        local k = idx[q]
+                        stretched[k] = res[k][1] == 0 -- over L before
+                        res[k] = out2[q]
+                        if stretched[k] and left < res[k][3] then res[k][3] = left end
+                    end
+                end
+            end
+            break
+        end
+    end
+
+    -- Within every limit: the request still uses spare capacity.
+    for i = 1, m do
+        if it[i].lyft and not it[i].shadow then enforced = true end
+    end
+    if allowed and enforced and pool and not pool_charged then
+        local ans, write = decide(pool.key, pool.n, now, true)
+        write(ttl_of(ans, client_time))
+    end
+
+    -- Shadow counters: charged when the request is allowed, else peeked.
+    for i = 1, m do
+        local t = it[i]
+        if t.shadow and not t.lyft then
+            if allowed then
+                local ans, write = decide(t.key, t.n, now, true)
+                write(ttl_of(ans, client_time))
+                res[i] = ans
+            else
+                res[i] = decide(t.key, t.n, now, false)
+            end
+        end
+    end
+    return reply(allowed, quota_denied, pool_charged)
 end
 
 local function main()
     local op, nowarg = ARGV[1], ARGV[2]
     local nkeys = #KEYS
-    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" then
+    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" and op ~= "C" and op ~= "B" then
         refuse("args: unknown op '" .. tostring(op) .. "'")
     end
-    if nkeys < 1 or (op ~= "A" and op ~= "M" and nkeys ~= 1) or nkeys > (op == "M" and MANY or 16) then
-        refuse("args: op " .. op .. " with " .. nkeys .. " keys")
+    if op == "B" then
+        if nkeys < 1 or nkeys > MANY then refuse("args: op B with " .. nkeys .. " keys") end
+        if #ARGV ~= 2 + 2 * nkeys then
+            refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys")
+        end
+    elseif op ~= "C" then
+        if nkeys < 1 or (op ~= "A" and op ~= "M" and nkeys ~= 1) or nkeys > (op == "M" and MANY or 16) then
+            refuse("args: op " .. op .. " with " .. nkeys .. " keys")
+        end
+        if #ARGV ~= 2 + 7 * nkeys then refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys") end
     end
-    if #ARGV ~= 2 + 7 * nkeys then refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys") end
     local now
     local client_time = nowarg ~= ""
     if client_time then
@@ -556,6 +945,8 @@ local function main()
         now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
     end
     if op == "M" then return many(nkeys, now, client_time) end
+    if op == "B" then return batch(nkeys, now, client_time) end
+    if op == "C" then return check(now, client_time) end
     local reqs = {}
     for i = 1, nkeys do
         reqs[i] = request(i)
@@ -573,23 +964,13 @@ local function main()
         return ans
     end
     -- A: every answer first without charging; all charged only if all pass.
-    local out, all = {1}, true
+    local list = {}
+    for i = 1, nkeys do list[i] = {key = KEYS[i], n = reqs[i]} end
+    local res, all = decide_all(list, now, client_time)
+    local out = {all and 1 or 0}
     for i = 1, nkeys do
-        local ans = decide(KEYS[i], reqs[i], now, false)
-        if ans[1] == 0 then all = false end
-        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = ans[k] end
+        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = res[i][k] end
     end
-    if not all then
-        out[1] = 0
-        return out
-    end
-    local writes = {}
-    for i = 1, nkeys do
-        local ans, write = decide(KEYS[i], reqs[i], now, true)
-        writes[i] = {write, ttl_of(ans, client_time)}
-        for k = 1, 6 do out[1 + (i - 1) * 6 + k] = ans[k] end
-    end
-    for i = 1, nkeys do writes[i][1](writes[i][2]) end
     return out
 end
 
