@@ -12,6 +12,8 @@ Two ways of knowing which window a request fell in:
   at t - W, outside (t - W, t]; token-bucket: W refills the whole bucket).
   Each phase must admit exactly L, for fixed-window, sliding-log and
   token-bucket, with the deny cache on (the default).
+- RL.CHECK with two limits (a second and a minute), all-or-none: each
+  phase admits exactly what both limits leave.
 - Redis's clock (no AT): fixed-window on real time for three windows or
   more; every allowed reply's
   window is read from its reset_after (the window ends at a multiple of
@@ -20,6 +22,9 @@ Two ways of knowing which window a request fell in:
 """
 
 import math
+import os
+import shutil
+import tempfile
 import threading
 import time
 import unittest
@@ -44,14 +49,14 @@ def hammer(port, commands, out, errors):
 
 class FleetTest(unittest.TestCase):
 
-    def start_fleet(self, trust=False):
+    def start_fleet(self, trust=False, extra=()):
         r = harness.RedisServer().start()
         self.addCleanup(r.cleanup)
         nodes = []
         for i in range(NODES):
             # a generous backend timeout: under a sanitizer a slow answer
             # must not turn into the failure policy's
-            s = harness.Server("--backend", r.url(), "--backend-timeout", "5s",
+            s = harness.Server("--backend", r.url(), "--backend-timeout", "5s", *extra,
                                trust_client_time=trust, name="%s-node%d" % (self.id(), i))
             s.start()
             self.addCleanup(s.cleanup)
@@ -115,6 +120,37 @@ class TestFleetClientTime(FleetTest):
 
     def test_token_bucket(self):
         self.check_algo("token-bucket")
+
+
+class TestFleetCheck(FleetTest):
+    """RL.CHECK with two limits on one descriptor (20 a second AND 50 a
+    minute, all-or-none) through three nodes: phase k (one second, client
+    time) admits exactly min(20, what the minute has left) -- 20, 20, 10,
+    0, 0 -- whatever node a request went through."""
+
+    RULES = ("domain: fleet\n"
+             "descriptors:\n"
+             "  - key: user\n"
+             "    rate_limit:\n"
+             "      - {unit: second, requests_per_unit: 20}\n"
+             "      - {unit: minute, requests_per_unit: 50}\n")
+    PER_CLIENT = 12 if harness.SANITIZED else 40
+
+    def test_two_limits_all_or_none(self):
+        d = tempfile.mkdtemp(prefix="sluice-fleet-rules-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "fleet.yaml")
+        with open(path, "w") as f:
+            f.write(self.RULES)
+        nodes = self.start_fleet(trust=True, extra=("--rules", path))
+        for k, want in enumerate([20, 20, 10, 0, 0], start=1):
+            t = BASE + k * 1000  # BASE is a whole day: the five phases share one minute
+            cmd = ["RL.CHECK", "fleet", "AT", t, "DESCRIPTOR", "user", "u1"]
+            flat = self.run_clients(nodes, lambda j: [cmd] * self.PER_CLIENT)
+            flat += self.run_clients(nodes, lambda j: [cmd] * 3)
+            allowed = sum(1 for r in flat if r[0] == 1)
+            self.assertEqual(allowed, want, "phase %d: the fleet admitted %d, the limits allow %d"
+                             % (k, allowed, want))
 
 
 class TestFleetServerTime(FleetTest):
