@@ -540,6 +540,44 @@ class TestAuth(unittest.TestCase):
                          health_pb2.HealthCheckResponse.SERVING)
 
 
+class TestRedisBackend(unittest.TestCase):
+    """ShouldRateLimit through the Redis backend: the answer comes after the
+    call's run returned (a network backend), on many streams of one
+    connection at once, and two nodes share the limit."""
+
+    def test_shared_limit_answered_later(self):
+        d = tempfile.mkdtemp(prefix="sluice-grpc-redis-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "api.yaml"), "w") as f:
+            f.write(RULES)
+        r = harness.RedisServer().start()
+        self.addCleanup(r.cleanup)
+        nodes = []
+        for i in range(2):
+            s = start("--rules", os.path.join(d, "api.yaml"), "--backend", r.url(),
+                      "--backend-timeout", "5s", name="grpc-redis-%d" % i)
+            self.addCleanup(s.cleanup)
+            nodes.append(s)
+        chans = [grpc.insecure_channel("%s:%d" % (HOST, s.grpc_port)) for s in nodes]
+        for ch in chans:
+            self.addCleanup(ch.close)
+        stubs = [rls_pb2_grpc.RateLimitServiceStub(ch) for ch in chans]
+        # 30 calls at once, 15 through each node: "load" allows 50 an hour,
+        # so all pass, and the remaining counts are 49 .. 20, each once
+        req = request("api", [("load", "shared")])
+        with futures.ThreadPoolExecutor(max_workers=30) as ex:
+            got = list(ex.map(lambda i: stubs[i % 2].ShouldRateLimit(req, timeout=TIMEOUT),
+                              range(30)))
+        self.assertTrue(all(g.overall_code == OK for g in got))
+        self.assertEqual(sorted(g.statuses[0].limit_remaining for g in got), list(range(20, 50)))
+        # "user" allows 5 a minute across both nodes
+        codes = [stubs[i % 2].ShouldRateLimit(request("api", [("user", "shared")]),
+                                             timeout=TIMEOUT).overall_code for i in range(8)]
+        self.assertEqual(codes, [OK] * 5 + [OVER] * 3)
+        for s in nodes:
+            assert_clean_stop(s)
+
+
 class TestExample(unittest.TestCase):
     """examples/envoy/: sluiced with its rules answers the descriptors its
     Envoy config sends, with the metadata it sets."""
