@@ -143,15 +143,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
      * ephemeral ports of one address in TIME_WAIT ("connect" failed after
      * 43,664 inputs in a CI run). */
     static uint32_t nconn;
-    uint32_t n = nconn++ % (250u << 16);
-    struct sockaddr_in src = {.sin_family = AF_INET};
-    src.sin_addr.s_addr = htonl((127u << 24) | ((1 + (n >> 16)) << 16) | (n & 0xffff));
-    int one = 1;
-    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (c < 0 || setsockopt(c, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one) != 0 ||
-        bind(c, (struct sockaddr *)&src, sizeof src) != 0 ||
-        connect(c, (struct sockaddr *)&laddr, sizeof laddr) != 0)
+    int c = -1, err = 0;
+    /* a failed connect is the harness's (the kernel's ports, not the code
+     * under test): tried again from the next source address, a few times,
+     * and reported with its errno if it keeps failing */
+    for (int attempt = 0; c < 0 && attempt < 5; attempt++) {
+        uint32_t n = nconn++ % (250u << 16);
+        struct sockaddr_in src = {.sin_family = AF_INET};
+        src.sin_addr.s_addr = htonl((127u << 24) | ((1 + (n >> 16)) << 16) | (n & 0xffff));
+        int one = 1;
+        c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c >= 0 &&
+            (setsockopt(c, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof one) != 0 ||
+             bind(c, (struct sockaddr *)&src, sizeof src) != 0 ||
+             connect(c, (struct sockaddr *)&laddr, sizeof laddr) != 0)) {
+            err = errno;
+            close(c);
+            c = -1;
+        }
+    }
+    if (c < 0) {
+        fprintf(stderr, "fuzz_http: connect to 127.0.0.1:%d: %s\n", srv.http_port, strerror(err));
         die("connect");
+    }
     fcntl(c, F_SETFL, O_NONBLOCK);
     size_t sent = 0, got = 0;
     int eof = 0;
