@@ -590,9 +590,13 @@ class TestHttpGracefulStop(ServerTestCase):
             time.sleep(0.01)
         self.assertIn("shutting down", srv.log())
         busy.sendall(b"\r\n")
+        # answered, then closed (read_close waits for the close, bounded by
+        # the socket's timeout).  Whether the answer says "Connection:
+        # close" depends on whether the worker had seen the stop when the
+        # request became whole -- the log line is the main thread's, the
+        # stop reaches the worker a moment later -- so it is not asserted.
         out = read_close(busy)
         self.assertTrue(out.startswith(b"HTTP/1.1 200 OK\r\n"), out)
-        self.assertIn(b"\r\nConnection: close\r\n", out)
         self.assertTrue(out.endswith(b'\r\n\r\n{"status": "alive"}\n'), out)
         self.assertEqual(read_close(idle.sock), b"")  # closed, unanswered: it asked nothing
         self.assertEqual(srv.proc.wait(20 * SLOW), 0)
