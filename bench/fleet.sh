@@ -38,6 +38,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 B=${B:-build}
 QUICK=
 if [ "${1:-}" = "--quick" ]; then
@@ -71,30 +73,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-note() { printf '%s\n' "$*" >&2; }
-die() {
-    note "bench/fleet.sh: $*"
-    exit 1
-}
 
 for t in redis-server redis-cli redis-benchmark python3 taskset; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
 timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-cli() { timeout 30 redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
-wait_pong() {
-    for _ in $(seq 100); do
-        [ "$(cli "$1" ping 2>/dev/null)" = PONG ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-info_field() { cli "$1" info "$2" | tr -d '\r' | awk -F: -v k="$3" '$1 == k { print $2 }'; }
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
 NCPU=$(nproc)
 # pinning: the client on CPU 0, the servers on the last CPU (the same one
@@ -137,24 +121,8 @@ start_sluiced "$TMP/local.log"
 LPORT=$PORT_OUT
 L_PID=$PID_OUT
 
-# The textbook atomic token bucket (bench/server.sh has the same script):
-# capacity ARGV[1] refilled per ARGV[2] ms, state in a hash, Redis's clock.
-LUA='local cap = tonumber(ARGV[1])
-local win = tonumber(ARGV[2])
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local v = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens = tonumber(v[1])
-local ts = tonumber(v[2])
-if tokens == nil then tokens = cap; ts = now end
-if now > ts then tokens = math.min(cap, tokens + (now - ts) * cap / win); ts = now end
-local allowed = 0
-if tokens >= 1 then tokens = tokens - 1; allowed = 1 end
-redis.call("HSET", KEYS[1], "tokens", tokens, "ts", ts)
-redis.call("PEXPIRE", KEYS[1], win)
-return {allowed, math.floor(tokens)}'
-SHA=$(cli "$RPORT" script load "$LUA" | tr -d '\r')
-[ ${#SHA} -eq 40 ] || die "SCRIPT LOAD failed: $SHA"
+# The textbook atomic token bucket (bench/textbook_token_bucket.lua).
+SHA=$(load_textbook "$RPORT")
 
 # Correctness before speed: each path answers what it should, and the
 # fleet's decision is in Redis (the second node sees the first's charge).

@@ -37,6 +37,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 B=${B:-build}
 QUICK=
 if [ "${1:-}" = "--quick" ]; then
@@ -70,11 +72,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-note() { printf '%s\n' "$*" >&2; }
-die() {
-    note "bench/http.sh: $*"
-    exit 1
-}
 
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$NGINX" ] || die "nginx is not installed (scripts/deps.sh installs it)"
@@ -91,9 +88,6 @@ else
     LOAD=""
 fi
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 # wait_http URL: until it answers at all (any status), or fail
 wait_http() {
     for _ in $(seq 100); do

@@ -31,6 +31,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 B=${B:-build}
 QUICK=
 if [ "${1:-}" = "--quick" ]; then
@@ -65,64 +67,34 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-note() { printf '%s\n' "$*" >&2; }
-die() {
-    note "bench/module.sh: $*"
-    exit 1
-}
 
 for t in redis-server redis-cli redis-benchmark python3 taskset; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
 timeout 600 make -s -C "$ROOT" "$B/sluice.so" >&2
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-cli() { timeout 30 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
-info_field() { cli info "$1" | tr -d '\r' | awk -F: -v k="$2" '$1 == k { print $2 }'; }
 
 # ---- the server: one redis-server, one core -----------------------------------
 PORT=$(free_port)
 taskset -c "$CORE" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --logfile "$TMP/redis.log" --dir "$TMP" --loadmodule "$MODULE" &
 REDIS_PID=$!
-for _ in $(seq 100); do
-    [ "$(cli ping 2>/dev/null)" = PONG ] && break
-    sleep 0.1
-done
-[ "$(cli ping 2>/dev/null)" = PONG ] || die "redis-server did not start: $(tail -5 "$TMP/redis.log")"
+wait_pong "$PORT" || die "redis-server did not start: $(tail -5 "$TMP/redis.log")"
 # the client on the other cores (all of them but the server's)
 CLIENT_CPUS=$(python3 -c "print(','.join(str(c) for c in range($NCPU) if c != $CORE) or '$CORE')")
 
-# The same Lua token bucket as bench/server.sh (capacity ARGV[1] per ARGV[2] ms).
-LUA='local cap = tonumber(ARGV[1])
-local win = tonumber(ARGV[2])
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local v = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens = tonumber(v[1])
-local ts = tonumber(v[2])
-if tokens == nil then tokens = cap; ts = now end
-if now > ts then tokens = math.min(cap, tokens + (now - ts) * cap / win); ts = now end
-local allowed = 0
-if tokens >= 1 then tokens = tokens - 1; allowed = 1 end
-redis.call("HSET", KEYS[1], "tokens", tokens, "ts", ts)
-redis.call("PEXPIRE", KEYS[1], win)
-return {allowed, math.floor(tokens)}'
-SHA=$(cli script load "$LUA" | tr -d '\r')
-[ ${#SHA} -eq 40 ] || die "SCRIPT LOAD failed: $SHA"
+# The textbook token bucket (bench/textbook_token_bucket.lua).
+SHA=$(load_textbook "$PORT")
 
 # Correctness before speed.
-r=$(cli evalsha "$SHA" 1 check:lua 100 10000 | tr '\n' ' ')
+r=$(cli "$PORT" evalsha "$SHA" 1 check:lua 100 10000 | tr '\n' ' ')
 [ "$r" = "1 99 " ] || die "the Lua bucket answered '$r', expected '1 99'"
-r=$(cli RL.ALLOW check:rl 100 10s | tr '\n' ' ')
+r=$(cli "$PORT" RL.ALLOW check:rl 100 10s | tr '\n' ' ')
 case $r in "1 100 99 0 "*" 0 ") ;; *) die "RL.ALLOW answered '$r'" ;; esac
-r=$(cli incr check:n)
+r=$(cli "$PORT" incr check:n)
 [ "$r" = 1 ] || die "INCR answered '$r'"
 
 # ---- the runs -------------------------------------------------------------------
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
 # run NAME PIPELINE COMMAND...: appends "NAME PIPELINE rps p50 p99 server_us".
 run() {
@@ -161,9 +133,9 @@ for rep in $(seq "$REPS"); do
 done
 load1=$(cut -d' ' -f1 /proc/loadavg)
 
-errs=$(info_field stats total_error_replies)
+errs=$(info_field "$PORT" stats total_error_replies)
 [ "$errs" = 0 ] || die "redis-server answered $errs errors during the benchmark"
-calls=$(cli info commandstats | tr -d '\r' | sed -n 's/^cmdstat_rl\.allow:calls=\([0-9]*\),.*/\1/p')
+calls=$(cli "$PORT" info commandstats | tr -d '\r' | sed -n 's/^cmdstat_rl\.allow:calls=\([0-9]*\),.*/\1/p')
 [ "$calls" = $((2 * REPS * N + 1)) ] || die "RL.ALLOW ran $calls times, expected $((2 * REPS * N + 1))"
 
 # ---- the table ----------------------------------------------------------------------

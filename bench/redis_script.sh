@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/redis_script.sh -- what one decision costs Redis: sluice's script
 # (src/backend/redis/sluice.lua, token-bucket, server time) against the
-# textbook token bucket (bench/textbook_token_bucket.lua: HMGET, HMSET,
+# textbook token bucket (bench/textbook_token_bucket.lua: HMGET, HSET,
 # PEXPIRE), each called by EVALSHA per request, side by side in one run.
 #
 #   bench/redis_script.sh            N=200000 requests per run, ROUNDS=2
@@ -19,10 +19,12 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 N=${N:-200000}
 ROUNDS=${ROUNDS:-2}
 for t in redis-server redis-cli redis-benchmark python3; do
-    command -v "$t" >/dev/null || { echo "redis_script.sh: $t is not installed" >&2; exit 1; }
+    command -v "$t" >/dev/null || die "$t is not installed"
 done
 TMP=$(mktemp -d)
 REDIS_PID=
@@ -32,19 +34,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PORT=$(free_port)
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
     --logfile "$TMP/redis.log" --dir "$TMP" &
 REDIS_PID=$!
-rcli() { timeout 60 redis-cli -h 127.0.0.1 -p "$PORT" "$@"; }
-for _ in $(seq 100); do
-    [ "$(rcli ping 2>/dev/null)" = PONG ] && break
-    sleep 0.1
-done
-[ "$(rcli ping)" = PONG ] || { echo "redis-server did not start on port $PORT" >&2; exit 1; }
+rcli() { cli "$PORT" "$@"; }
+wait_pong "$PORT" || die "redis-server did not start on port $PORT"
 
 SLUICE_SHA=$(rcli script load "$(cat "$ROOT/src/backend/redis/sluice.lua")" | tr -d '\r')
-TEXT_SHA=$(rcli script load "$(cat "$ROOT/bench/textbook_token_bucket.lua")" | tr -d '\r')
+TEXT_SHA=$(load_textbook "$PORT")
 
 cpu() { rcli info cpu | tr -d '\r' | awk -F: '/^used_cpu_(user|sys):/ { s += $2 } END { printf "%.6f", s }'; }
 
@@ -75,5 +73,5 @@ printf -- '-------------------------------------+-------------+---------+-------
 for _ in $(seq "$ROUNDS"); do
     run "sluice.lua token-bucket" evalsha "$SLUICE_SHA" 1 'sl:40:{user:__rand_int__}' \
         D '' 4 100 1000 0 0 0 1
-    run "textbook token bucket (HMGET/HMSET)" evalsha "$TEXT_SHA" 1 'tb:user:__rand_int__' 100 0.1 1
+    run "textbook token bucket (HMGET/HSET)" evalsha "$TEXT_SHA" 1 'tb:user:__rand_int__' 100 1000
 done

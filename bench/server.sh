@@ -32,6 +32,8 @@
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 B=${B:-build}
 QUICK=
 if [ "${1:-}" = "--quick" ]; then
@@ -66,29 +68,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-note() { printf '%s\n' "$*" >&2; }
-die() {
-    note "bench/server.sh: $*"
-    exit 1
-}
 
 for t in redis-server redis-cli redis-benchmark python3; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
 timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
-cli() { timeout 30 redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
-wait_pong() {
-    for _ in $(seq 100); do
-        [ "$(cli "$1" ping 2>/dev/null)" = PONG ] && return 0
-        sleep 0.1
-    done
-    return 1
-}
-info_field() { cli "$1" info "$2" | tr -d '\r' | awk -F: -v k="$3" '$1 == k { print $2 }'; }
 
 # ---- the servers ----------------------------------------------------------
 RPORT=$(free_port)
@@ -140,27 +125,8 @@ if [ -z "$THREADS" ] && [ "$(nproc)" -gt 1 ]; then
     S1_PID=$PID_OUT
 fi
 
-# A textbook atomic token bucket in Lua: capacity ARGV[1], refilled ARGV[1]
-# tokens per ARGV[2] ms (the same as RL.ALLOW key 100 10s), state in a hash
-# {tokens, ts} that expires when full, time from the server's clock (TIME is
-# allowed in scripts since Redis 5 with effects replication, the Redis 7
-# default).  Returns {allowed, remaining}.
-LUA='local cap = tonumber(ARGV[1])
-local win = tonumber(ARGV[2])
-local t = redis.call("TIME")
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local v = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens = tonumber(v[1])
-local ts = tonumber(v[2])
-if tokens == nil then tokens = cap; ts = now end
-if now > ts then tokens = math.min(cap, tokens + (now - ts) * cap / win); ts = now end
-local allowed = 0
-if tokens >= 1 then tokens = tokens - 1; allowed = 1 end
-redis.call("HSET", KEYS[1], "tokens", tokens, "ts", ts)
-redis.call("PEXPIRE", KEYS[1], win)
-return {allowed, math.floor(tokens)}'
-SHA=$(cli "$RPORT" script load "$LUA" | tr -d '\r')
-[ ${#SHA} -eq 40 ] || die "SCRIPT LOAD failed: $SHA"
+# The textbook atomic token bucket in Lua (bench/textbook_token_bucket.lua).
+SHA=$(load_textbook "$RPORT")
 
 # Correctness before speed: each command answers what it should.
 r=$(cli "$RPORT" evalsha "$SHA" 1 check 100 10000 | tr '\n' ' ')
@@ -173,8 +139,6 @@ r=$(cli "$RPORT" incr check:n)
 [ "$r" = 1 ] || die "INCR answered '$r'"
 
 # ---- the runs ---------------------------------------------------------------
-# cpu_ticks PID: user + system CPU time of a process so far, in clock ticks.
-cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 TICK=$(getconf CLK_TCK)
 # run NAME PORT PID PIPELINE COMMAND...: one redis-benchmark run against the
 # server PID listening on PORT; appends "NAME PIPELINE rps p50 p99 client%

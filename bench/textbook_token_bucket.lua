@@ -1,14 +1,20 @@
--- The textbook token bucket (bench/redis_script.sh's baseline): tokens and
--- the last refill time in a hash, refilled at rate per ms, Redis's clock.
--- KEYS[1]; ARGV: capacity, tokens per ms, cost.  Returns {allowed, tokens}.
-local cap, rate, cost = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+-- The textbook atomic token bucket every Redis comparison in bench/ runs:
+-- capacity ARGV[1], refilled ARGV[1] tokens per ARGV[2] ms (the same as
+-- RL.ALLOW key 100 10s for 100 10000), state in a hash {tokens, ts} that
+-- expires after a window, floating-point tokens, time from Redis's clock
+-- (TIME is allowed in scripts since Redis 5 with effects replication, the
+-- Redis 7 default).  KEYS[1].  Returns {allowed, remaining}.
+local cap = tonumber(ARGV[1])
+local win = tonumber(ARGV[2])
 local t = redis.call("TIME")
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local v = redis.call("HMGET", KEYS[1], "tokens", "ts")
-local tokens, ts = tonumber(v[1]) or cap, tonumber(v[2]) or now
-tokens = math.min(cap, tokens + math.max(0, now - ts) * rate)
-local ok = 0
-if tokens >= cost then tokens, ok = tokens - cost, 1 end
-redis.call("HMSET", KEYS[1], "tokens", tokens, "ts", now)
-redis.call("PEXPIRE", KEYS[1], math.ceil((cap - tokens) / rate) + 1)
-return {ok, math.floor(tokens)}
+local tokens = tonumber(v[1])
+local ts = tonumber(v[2])
+if tokens == nil then tokens = cap; ts = now end
+if now > ts then tokens = math.min(cap, tokens + (now - ts) * cap / win); ts = now end
+local allowed = 0
+if tokens >= 1 then tokens = tokens - 1; allowed = 1 end
+redis.call("HSET", KEYS[1], "tokens", tokens, "ts", ts)
+redis.call("PEXPIRE", KEYS[1], win)
+return {allowed, math.floor(tokens)}
