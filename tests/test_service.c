@@ -134,15 +134,15 @@ static void values_name_the_problem(void **state)
     char err[SL_SVC_ERR];
     int64_t v;
     sl_algo a;
-    assert_int_equal(sl_svc_parse_window("10x", 3, &v, err, sizeof err), -1);
+    assert_int_equal(sl__parse_window("10x", 3, &v, err, sizeof err), -1);
     assert_non_null(strstr(err, "got '10x'"));
-    assert_int_equal(sl_svc_parse_algo("tokenbucket", 11, &a, err, sizeof err), -1);
+    assert_int_equal(sl__parse_algo("tokenbucket", 11, &a, err, sizeof err), -1);
     assert_string_equal(err, "unknown algorithm 'tokenbucket'");
-    assert_int_equal(sl_svc_parse_algo("GCRA", 4, &a, err, sizeof err), 0);
+    assert_int_equal(sl__parse_algo("GCRA", 4, &a, err, sizeof err), 0);
     assert_int_equal(a, SL_GCRA);
-    assert_int_equal(sl_svc_parse_limit("0", 1, &v, err, sizeof err), -1);
+    assert_int_equal(sl__parse_limit("0", 1, &v, err, sizeof err), -1);
     assert_string_equal(err, "limit must be an integer between 1 and 1000000000000");
-    assert_int_equal(sl_svc_parse_key("", 0, err, sizeof err), -1);
+    assert_int_equal(sl__parse_key("", 0, err, sizeof err), -1);
     assert_int_equal(sl_svc_parse_at(&svc, 0, "-5", 2, &v, err, sizeof err), 0);
     assert_int_equal(v, -5);
     cfg.trust_client_time = 0;
@@ -150,8 +150,8 @@ static void values_name_the_problem(void **state)
     assert_non_null(strstr(err, "AT is refused"));
     cfg.trust_client_time = 1;
     char q[16];
-    assert_string_equal(sl_svc_quote(q, sizeof q, "a\nb", 3), "a?b");
-    assert_string_equal(sl_svc_quote(q, sizeof q, "0123456789abcdefghij", 20), "0123456789ab...");
+    assert_string_equal(sl__quote(q, sizeof q, "a\nb", 3), "a?b");
+    assert_string_equal(sl__quote(q, sizeof q, "0123456789abcdefghij", 20), "0123456789ab...");
 }
 
 /* AT t with --max-client-skew: at most the bound ahead of the server's

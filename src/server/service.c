@@ -195,46 +195,6 @@ static void timed(svc_req *q)
 
 /* ---- values ---------------------------------------------------------------- */
 
-const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n)
-{
-    return sl__quote(dst, cap, s, n);
-}
-
-int sl_svc_parse_key(const char *s, size_t n, char *err, size_t errlen)
-{
-    return sl__parse_key(s, n, err, errlen);
-}
-
-int sl_svc_parse_limit(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
-{
-    return sl__parse_limit(s, n, out, err, errlen);
-}
-
-int sl_svc_parse_window(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
-{
-    return sl__parse_window(s, n, out, err, errlen);
-}
-
-int sl_svc_parse_algo(const char *s, size_t n, sl_algo *out, char *err, size_t errlen)
-{
-    return sl__parse_algo(s, n, out, err, errlen);
-}
-
-int sl_svc_parse_cost(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
-{
-    return sl__parse_cost(s, n, out, err, errlen);
-}
-
-int sl_svc_parse_burst(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
-{
-    return sl__parse_burst(s, n, out, err, errlen);
-}
-
-int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t errlen)
-{
-    return sl__parse_precision(s, n, out, err, errlen);
-}
-
 int sl_svc_parse_at(const sl_svc_ctx *x, int64_t now, const char *s, size_t n, int64_t *out,
                     char *err, size_t errlen)
 {

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "args.h"
 #include "backend.h"
 #include "check.h"
 #include "live.h"
@@ -74,13 +75,9 @@ size_t sl_svc_pooled(const sl_svc_ctx *x);
 
 /* ---- values: each parses one, 0 or -1 with the client's message ---------- */
 
-int sl_svc_parse_key(const char *s, size_t n, char *err, size_t errlen);
-int sl_svc_parse_limit(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
-int sl_svc_parse_window(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
-int sl_svc_parse_algo(const char *s, size_t n, sl_algo *out, char *err, size_t errlen);
-int sl_svc_parse_cost(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
-int sl_svc_parse_burst(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
-int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+/* key, limit, window, algorithm, cost, burst, precision and quoting client
+ * input: sl__parse_* and sl__quote in src/lib/args.h (one set of words
+ * for sluiced and the Redis module).  Only AT needs the server: */
 /* AT t, for a request the server would otherwise decide at `now` (its own
  * clock, sl_now_ms, as read for this turn): refused unless the server
  * trusts client time (--trust-client-time), and refused when t - now is
@@ -91,9 +88,6 @@ int sl_svc_parse_precision(const char *s, size_t n, int64_t *out, char *err, siz
  * window).  *out is written only on success. */
 int sl_svc_parse_at(const sl_svc_ctx *x, int64_t now, const char *s, size_t n, int64_t *out,
                     char *err, size_t errlen);
-/* Writes at most cap-1 printable bytes of s into dst for quoting client
- * input in messages (other bytes become '?', a cut is marked "..."). */
-const char *sl_svc_quote(char *dst, size_t cap, const char *s, size_t n);
 
 /* ---- decisions ------------------------------------------------------------ */
 

@@ -89,7 +89,7 @@ static int guard(http_worker *hw, const sl_hreq *req, const char *path)
     if (hw->cfg->admin_token_len == 0) {
         char qb[80], msg[128];
         snprintf(msg, sizeof msg, "no such path: %s",
-                 sl_svc_quote(qb, sizeof qb, path, strlen(path)));
+                 sl__quote(qb, sizeof qb, path, strlen(path)));
         sl_http_send_error(&req->a, 404, "Not Found", msg);
         return -1;
     }
@@ -671,7 +671,7 @@ void sl_http_rules_domain(http_worker *hw, const sl_hreq *req)
     if (n == 0 || n > SL_MAX_KEY || strlen(dec) != n || strchr(dec, '/') != NULL) {
         snprintf(msg, sizeof msg,
                  "no such path: %s (a domain is 1 to %d bytes, without '/' or NUL)",
-                 sl_svc_quote(qb, sizeof qb, path, strlen(path)), SL_MAX_KEY);
+                 sl__quote(qb, sizeof qb, path, strlen(path)), SL_MAX_KEY);
         sl_http_send_error(&req->a, 404, "Not Found", msg);
         return;
     }

@@ -235,7 +235,7 @@ static int parse_entry(check_body *b, int d, int i, const json_t *e, char *err, 
             snprintf(err, errlen,
                      "descriptors[%d][%d] has an unknown field '%s' (expected key "
                      "and value)",
-                     d, i, sl_svc_quote(qb, sizeof qb, k, strlen(k)));
+                     d, i, sl__quote(qb, sizeof qb, k, strlen(k)));
             return -1;
         }
     }
@@ -272,7 +272,7 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
         if (strcmp(k, "domain") && strcmp(k, "descriptors") && strcmp(k, "cost") &&
             strcmp(k, "at")) {
             snprintf(err, errlen, "unknown field '%s' (expected domain, descriptors, cost or at)",
-                     sl_svc_quote(qb, sizeof qb, k, strlen(k)));
+                     sl__quote(qb, sizeof qb, k, strlen(k)));
             return -1;
         }
     }
@@ -287,7 +287,7 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     b->at = now;
     if ((v = json_object_get(root, "cost")) != NULL &&
         (int_field(v, "cost", txt, sizeof txt, err, errlen) != 0 ||
-         sl_svc_parse_cost(txt, strlen(txt), &b->cost, err, errlen) != 0))
+         sl__parse_cost(txt, strlen(txt), &b->cost, err, errlen) != 0))
         return -1;
     if ((v = json_object_get(root, "at")) != NULL &&
         (int_field(v, "at", txt, sizeof txt, err, errlen) != 0 ||

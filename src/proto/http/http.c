@@ -191,7 +191,7 @@ void sl_http_send_error_h(const sl_hans *a, const sl_hhdrs *h, int code, const c
                           const char *msg)
 {
     /* {"error": "msg"} as jansson writes it (its messages are UTF-8 or
-     * quoted by sl_svc_quote: only '"', '\' and controls need escaping) */
+     * quoted by sl__quote: only '"', '\' and controls need escaping) */
     char body[6 * SL_SVC_ERR + 32], *d = body;
     size_t n = strlen(msg);
     if (n > SL_SVC_ERR * 4) n = SL_SVC_ERR * 4;
@@ -416,7 +416,7 @@ static void v1_allow(http_worker *hw, const sl_hreq *req)
             snprintf(err, sizeof err,
                      "unknown parameter '%s' (expected key, limit, window, algo, cost, burst, "
                      "precision or at)",
-                     sl_svc_quote(qb, sizeof qb, s, klen));
+                     sl__quote(qb, sizeof qb, s, klen));
             bad = 1;
             break;
         }
@@ -441,14 +441,14 @@ static void v1_allow(http_worker *hw, const sl_hreq *req)
     int64_t cost = 1, now = sl_now_ms(), at = now;
 #define LEN(i) vlen[i]
     if (!bad)
-        bad = sl_svc_parse_key(val[0], LEN(0), err, sizeof err) != 0 ||
-              sl_svc_parse_limit(val[1], LEN(1), &p.limit, err, sizeof err) != 0 ||
-              sl_svc_parse_window(val[2], LEN(2), &p.window_ms, err, sizeof err) != 0 ||
-              (val[3] && sl_svc_parse_algo(val[3], LEN(3), &p.algo, err, sizeof err) != 0) ||
-              (val[4] && sl_svc_parse_cost(val[4], LEN(4), &cost, err, sizeof err) != 0) ||
-              (val[5] && sl_svc_parse_burst(val[5], LEN(5), &p.burst, err, sizeof err) != 0) ||
+        bad = sl__parse_key(val[0], LEN(0), err, sizeof err) != 0 ||
+              sl__parse_limit(val[1], LEN(1), &p.limit, err, sizeof err) != 0 ||
+              sl__parse_window(val[2], LEN(2), &p.window_ms, err, sizeof err) != 0 ||
+              (val[3] && sl__parse_algo(val[3], LEN(3), &p.algo, err, sizeof err) != 0) ||
+              (val[4] && sl__parse_cost(val[4], LEN(4), &cost, err, sizeof err) != 0) ||
+              (val[5] && sl__parse_burst(val[5], LEN(5), &p.burst, err, sizeof err) != 0) ||
               (val[6] &&
-               sl_svc_parse_precision(val[6], LEN(6), &p.precision, err, sizeof err) != 0) ||
+               sl__parse_precision(val[6], LEN(6), &p.precision, err, sizeof err) != 0) ||
               (val[7] && sl_svc_parse_at(x, now, val[7], LEN(7), &at, err, sizeof err) != 0);
 #undef LEN
     if (bad) {
@@ -675,7 +675,7 @@ static int run_request(http_worker *hw, sl_conn *c, const char *p, int64_t now)
     const sl_http_route *r = route_for(req.path);
     if (r == NULL) {
         char qb[80], msg[128];
-        snprintf(msg, sizeof msg, "no such path: %s", sl_svc_quote(qb, sizeof qb, req.path, plen));
+        snprintf(msg, sizeof msg, "no such path: %s", sl__quote(qb, sizeof qb, req.path, plen));
         sl_http_send_error(&req.a, 404, "Not Found", msg);
         return ends;
     }

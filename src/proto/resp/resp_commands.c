@@ -181,7 +181,7 @@ static int arg_is(const sl_resp_arg *a, const char *lit)
 
 static const char *quote(char *dst, size_t cap, const sl_resp_arg *a)
 {
-    return sl_svc_quote(dst, cap, a->p, a->len);
+    return sl__quote(dst, cap, a->p, a->len);
 }
 
 /* ---- the answers of the service ------------------------------------------ */
@@ -270,9 +270,9 @@ static void decide(req *q, int commit)
     const sl_resp_arg *key = &c->argv[1];
     sl_params p = SL_PARAMS_INIT;
     int64_t cost = 1, at = q->now;
-    if (sl_svc_parse_key(key->p, key->len, err, sizeof err) != 0 ||
-        sl_svc_parse_limit(c->argv[2].p, c->argv[2].len, &p.limit, err, sizeof err) != 0 ||
-        sl_svc_parse_window(c->argv[3].p, c->argv[3].len, &p.window_ms, err, sizeof err) != 0) {
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0 ||
+        sl__parse_limit(c->argv[2].p, c->argv[2].len, &p.limit, err, sizeof err) != 0 ||
+        sl__parse_window(c->argv[3].p, c->argv[3].len, &p.window_ms, err, sizeof err) != 0) {
         err_reply(q, "%s", err);
         return;
     }
@@ -304,11 +304,11 @@ static void decide(req *q, int commit)
         const sl_resp_arg *v = &c->argv[++i];
         int rc = 0;
         switch ((enum allow_opt)which) {
-        case OPT_ALGO: rc = sl_svc_parse_algo(v->p, v->len, &p.algo, err, sizeof err); break;
-        case OPT_COST: rc = sl_svc_parse_cost(v->p, v->len, &cost, err, sizeof err); break;
-        case OPT_BURST: rc = sl_svc_parse_burst(v->p, v->len, &p.burst, err, sizeof err); break;
+        case OPT_ALGO: rc = sl__parse_algo(v->p, v->len, &p.algo, err, sizeof err); break;
+        case OPT_COST: rc = sl__parse_cost(v->p, v->len, &cost, err, sizeof err); break;
+        case OPT_BURST: rc = sl__parse_burst(v->p, v->len, &p.burst, err, sizeof err); break;
         case OPT_PRECISION:
-            rc = sl_svc_parse_precision(v->p, v->len, &p.precision, err, sizeof err);
+            rc = sl__parse_precision(v->p, v->len, &p.precision, err, sizeof err);
             break;
         case OPT_AT: rc = sl_svc_parse_at(q->x, q->now, v->p, v->len, &at, err, sizeof err); break;
         case OPT_LOGREJECTED:
@@ -360,7 +360,7 @@ static void cmd_check(req *q)
             }
             seen |= 1u << is_cost;
             const sl_resp_arg *v = &c->argv[i + 1];
-            int rc = is_cost ? sl_svc_parse_cost(v->p, v->len, &cost, err, sizeof err)
+            int rc = is_cost ? sl__parse_cost(v->p, v->len, &cost, err, sizeof err)
                              : sl_svc_parse_at(q->x, q->now, v->p, v->len, &at, err, sizeof err);
             if (rc != 0) {
                 err_reply(q, "%s", err);
@@ -413,7 +413,7 @@ static void cmd_reset(req *q)
         return;
     }
     const sl_resp_arg *key = &c->argv[1];
-    if (sl_svc_parse_key(key->p, key->len, err, sizeof err) != 0) {
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0) {
         err_reply(q, "%s", err);
         return;
     }
@@ -424,7 +424,7 @@ static void cmd_reset(req *q)
             err_reply(q, "unknown option '%s' (expected ALGO)", quote(qb, sizeof qb, &c->argv[2]));
             return;
         }
-        if (sl_svc_parse_algo(c->argv[3].p, c->argv[3].len, &a, err, sizeof err) != 0) {
+        if (sl__parse_algo(c->argv[3].p, c->argv[3].len, &a, err, sizeof err) != 0) {
             err_reply(q, "%s", err);
             return;
         }
