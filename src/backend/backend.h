@@ -22,7 +22,9 @@
  * reads the key only during the call; a later backend copies what it sends
  * before submit returns, so a caller's key buffer need only live until
  * then -- but the sl_breq itself, its results array and its plan must
- * live until the callback.)
+ * live until the callback.)  A backend may raise rq->now_ms to the time
+ * it decided at (the key's clock, SPEC section 4: the answer is relative
+ * to it); it writes no other input field.
  *
  * Errors.  A request's own failure (a bad parameter, a refused batch) is
  * rq->rc < 0 with a message in rq->err.  The backend keeps its own error
