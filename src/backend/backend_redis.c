@@ -1881,6 +1881,9 @@ int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b)
     SAMPLE("sluice_backend_deny_cache_hits_total %llu", (unsigned long long)in.cache_hits);
     FAMILY("sluice_backend_inflight", "gauge", "Requests sent to Redis, not yet answered.");
     SAMPLE("sluice_backend_inflight %llu", (unsigned long long)in.inflight);
+    FAMILY("sluice_backend_module_connections", "gauge",
+           "Redis connections sending the sluice module's commands instead of the script.");
+    SAMPLE("sluice_backend_module_connections %d", in.module_channels);
 #undef FAMILY
 #undef SAMPLE
     return rc ? -1 : 0;

@@ -60,8 +60,9 @@ class ModuleBackendTest(unittest.TestCase):
         self.addCleanup(r.cleanup)
         return r
 
-    def node(self, *args, trust=True, name=""):
-        s = harness.Server(*args, trust_client_time=trust, name="%s-%s" % (self.id(), name))
+    def node(self, *args, trust=True, name="", http=False):
+        s = harness.Server(*args, trust_client_time=trust, name="%s-%s" % (self.id(), name),
+                           http=http)
         s.start()
         self.addCleanup(s.cleanup)
         return s
@@ -81,9 +82,9 @@ class ModuleBackendTest(unittest.TestCase):
                                      "max-memory", "0"])
         rs = self.redis()
         rules = self.rules()
-        common = ("--backend-timeout", "5s", "--rules", rules)
-        nm = self.node("--backend", rm.url(), *common, name="module")
-        ns = self.node("--backend", rs.url(), *common, name="script")
+        common = ("--backend-timeout", "5s", "--rules", rules, "--threads", 2)
+        nm = self.node("--backend", rm.url(), *common, name="module", http=True)
+        ns = self.node("--backend", rs.url(), *common, name="script", http=True)
         nl = self.node("--rules", rules, name="local")
         return rm, rs, nm, ns, nl
 
@@ -137,9 +138,15 @@ class ModuleBackendTest(unittest.TestCase):
         self.assertEqual(rm.cmd("TYPE", "sl:m0:{a}"), b"sluice-rl")
         self.assertTrue(skeys and not any(k.startswith(b"sl:m") for k in skeys), skeys[:5])
         # every request went to Redis, none to the failure policy
-        for n in (nm, ns):
+        for n, conns in ((nm, 2), (ns, 0)):
             info = n.info("backend")
             self.assertEqual((info["backend_errors"], info["backend_fallback_deny"]), ("0", "0"))
+            h = n.http_conn()
+            h.request("GET", "/metrics")
+            page = h.getresponse().read().decode()
+            h.close()
+            # two workers: a connection each, both on the module's path or neither
+            self.assertIn("\nsluice_backend_module_connections %d\n" % conns, page)
 
     def test_exact_past_the_scripts_range(self):
         rm, rs, nm, ns, nl = self.three()
