@@ -32,7 +32,7 @@
 # nodes (their INFO) must not pass HOT x HOTL per window spanned -- and with
 # demand far above the limit, should reach it in every whole window.
 #
-#   bench/fleet.sh            full run (about 2 minutes)
+#   bench/fleet.sh            full run (about 5 minutes)
 #   bench/fleet.sh --quick    smoke run: small counts, judges nothing
 #
 # Environment: B (build dir, default build), N (requests per run, default

@@ -109,9 +109,10 @@ static const bkind backends[] = {
     {"redis-deny-cache", 0, 2, 0, 0},
     {"redis-module", 0, 3, 0, 0}, /* the module's commands: exact past the script's range */
 };
-
-#define MODULE_ROW(k) ((k)->redis == 3)
 #define NBACKENDS (sizeof backends / sizeof backends[0])
+
+/* The row on a Redis with the module loaded. */
+#define MODULE_ROW(k) ((k)->redis == 3)
 
 /* One backend over a fresh store, with its channel on a fresh event_base. */
 typedef struct fx {
@@ -130,7 +131,7 @@ typedef struct fx {
 
 static pid_t redis_pids[2]; /* [1]: the one with the module */
 static int redis_ports[2];
-static int redis_which;     /* the fixture's: redis_cmd and DBSIZE go there */
+static int redis_which; /* the fixture's: redis_cmd and DBSIZE go there */
 #define redis_pid  redis_pids[redis_which]
 #define redis_port redis_ports[redis_which]
 static char module_path[4096];
@@ -152,7 +153,7 @@ static void redis_stop(void)
  * off (Redis's allocations are not ours), as tests/e2e/test_module.py does. */
 static void module_env(void)
 {
-    const char *lib = strstr(module_path, "/asan/") ? "libasan.so"
+    const char *lib = strstr(module_path, "/asan/")   ? "libasan.so"
                       : strstr(module_path, "/tsan/") ? "libtsan.so"
                                                       : NULL;
     if (lib == NULL) return;
@@ -817,8 +818,8 @@ typedef struct trace_ctx {
     sl_params p[SL_ALGO_COUNT]; /* by position */
     model *m[SL_ALGO_COUNT][NKEYS];
     long decides, peeks, forgets, existed, invalid, allowed, denied;
-    long out_of_range; /* Redis rows: traces refused whole (docs/redis-scripts.md) */
-    long beyond;       /* the module row: traces past the script's range, played whole */
+    long out_of_range;   /* Redis rows: traces refused whole (docs/redis-scripts.md) */
+    long beyond;         /* the module row: traces past the script's range, played whole */
     uint64_t cache_hits; /* the redis-deny-cache row: requests its deny cache answered */
     int hammer;          /* decisions only, cost 0 or 1, time creeping forward: what a
                             deny cache is for */

@@ -89,8 +89,10 @@ __asm__(".section .rodata\n"
 extern const char sl_redis_script[], sl_redis_script_end[];
 
 #define SHA_LEN 40
-#define PROBE_KEY "sl:m0:{sluice-probe}" /* RL.PEEK of the handshake: reads, never makes */
 #define NFIELDS 7 /* per key: algo L W B P log_rejected cost */
+
+/* the key of the handshake's RL.PEEK: read, never made */
+#define PROBE_KEY "sl:m0:{sluice-probe}"
 
 enum { DOWN, CONNECTING, UP };
 
@@ -755,7 +757,6 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
     if (plan->has_pool) cmd_fields(c, &plan->pool, plan->cost);
 }
 
-
 /* ---- the module's commands (docs/module.md, "sluiced's Redis backend") ---- */
 
 /* The Redis key of (space, key[0..len), tag t) on the module path:
@@ -861,7 +862,8 @@ static void cmd_module(struct cmd *c, const redis *r, const pend *e)
         }
         break;
     default: /* DECIDE, PEEK */
-        cmd_str(c, rq->op == SL_BOP_DECIDE ? "RL.ALLOW" : "RL.PEEK", rq->op == SL_BOP_DECIDE ? 8 : 7);
+        cmd_str(c, rq->op == SL_BOP_DECIDE ? "RL.ALLOW" : "RL.PEEK",
+                rq->op == SL_BOP_DECIDE ? 8 : 7);
         cmd_mkey(c, rq->params->space, e->key, rq->keylen, rq->keylen);
         cmd_request(c, rq->params, rq->cost);
         cmd_at(c, r, rq->now_ms);
@@ -1728,9 +1730,9 @@ static int start_probe(redisContext *c, int trust_client_time)
              x->element[0]->type == REDIS_REPLY_ARRAY;
     if (x != NULL) freeReplyObject(x);
     if (!ok) return 0;
-    x = trust_client_time ? redisCommand(c, "RL.PEEK %s 1 1000 AT %lld", PROBE_KEY,
-                                         (long long)sl__wall_ms())
-                          : redisCommand(c, "RL.PEEK %s 1 1000", PROBE_KEY);
+    x = trust_client_time
+            ? redisCommand(c, "RL.PEEK %s 1 1000 AT %lld", PROBE_KEY, (long long)sl__wall_ms())
+            : redisCommand(c, "RL.PEEK %s 1 1000", PROBE_KEY);
     ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 6;
     if (x != NULL) freeReplyObject(x);
     return ok;
@@ -1840,7 +1842,7 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     out->fleet_size = r->o.fleet_size;
     out->deny_cache = r->o.deny_cache;
     int nchan = atomic_load(&r->nchan), nmod = atomic_load(&r->nmod);
-    out->path = nchan == 0 ? (r->module_at_start ? "module" : "script")
+    out->path = nchan == 0      ? (r->module_at_start ? "module" : "script")
                 : nmod == 0     ? "script"
                 : nmod == nchan ? "module"
                                 : "mixed";

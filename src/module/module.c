@@ -528,7 +528,7 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
 #define CP_POOL 8  /* the pool's: its key and 7 fields */
 
 typedef struct cp_item {
-    int keyarg; /* argv index of its key */
+    int keyarg;           /* argv index of its key */
     sl_params p, big, up; /* its parameters; at L = SL_MAX_LIMIT (Lyft); at its ceiling */
     int64_t cost, ceiling, qmask;
     int shadow, quota, lyft;
@@ -555,8 +555,8 @@ static int cp_int(RedisModuleString *a, int64_t max, int64_t *out, const char *w
 static int cp_fields(RedisModuleString **argv, int i, cp_item *t, char *err)
 {
     static const char *const what[7] = {"algo", "L", "W", "B", "P", "log_rejected", "cost"};
-    static const int64_t max[7] = {SL_ALGO_COUNT - 1, SL_MAX_LIMIT, INT64_MAX, SL_MAX_LIMIT,
-                                   INT64_MAX,         1,            SL_MAX_LIMIT};
+    static const int64_t max[7] = {
+        SL_ALGO_COUNT - 1, SL_MAX_LIMIT, INT64_MAX, SL_MAX_LIMIT, INT64_MAX, 1, SL_MAX_LIMIT};
     int64_t v[7];
     size_t n;
     const char *s = RedisModule_StringPtrLen(argv[i], &n);
@@ -617,7 +617,8 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
         cp_item *t = &c->it[k];
         int64_t f[5] = {0};
         int rc = cp_fields(argv, i, t, msg);
-        for (int j = 0; rc == 0 && j < 5; j++) rc = cp_int(argv[i + 8 + j], max[j], &f[j], what[j], msg);
+        for (int j = 0; rc == 0 && j < 5; j++)
+            rc = cp_int(argv[i + 8 + j], max[j], &f[j], what[j], msg);
         t->shadow = (int)f[0];
         t->quota = (int)f[1];
         t->lyft = (int)f[2];
@@ -810,7 +811,8 @@ static int cp_exec(const cp_plan *c, int64_t now, cp_out *o)
     for (int k = 0; k < m; k++) {
         const cp_item *t = &c->it[k];
         if (!t->shadow || t->lyft) continue;
-        if ((rc = sl__lone_decide(mod.loose, t->rec, &t->p, now, t->cost, allowed, &o->res[k])) != 0)
+        if ((rc = sl__lone_decide(mod.loose, t->rec, &t->p, now, t->cost, allowed, &o->res[k])) !=
+            0)
             return rc;
         o->wrote |= allowed;
     }
@@ -842,8 +844,8 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
             const char *kj = RedisModule_StringPtrLen(argv[c.it[j].keyarg], &lj);
             if (lj == ln && memcmp(kj, kn, ln) == 0) {
                 if (c.it[j].p.algo == c.it[k].p.algo) {
-                    snprintf(err, sizeof err, "counter %d names the key and algorithm of counter %d",
-                             k + 1, j + 1);
+                    snprintf(err, sizeof err,
+                             "counter %d names the key and algorithm of counter %d", k + 1, j + 1);
                     rc = SL_EINVAL;
                 }
                 owner[k] = owner[j];
