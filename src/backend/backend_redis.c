@@ -36,6 +36,15 @@
  * RL.CHECK is one script call too (op C): the plan's counters and flags
  * in, the outcome out (cmd_check, parse_reply).
  *
+ * On a Redis with the sluice module loaded (docs/module.md) a channel
+ * sends the module's commands instead (cmd_module: RL.ALLOW, RL.PEEK,
+ * RL.DECIDEALL, RL.CHECKPLAN, RL.RESET on keys "sl:m" space ":{" tag "}"
+ * rest, apart from the script's), one RL.ALLOW per DECIDE with no batch.
+ * The path is found at each handshake (COMMAND INFO RL.CHECKPLAN, then a
+ * probe RL.PEEK: on_cmdinfo, on_probe) and kept in rchan.module; a
+ * request remembers the path it was sent on (pend.module) to read its
+ * reply.
+ *
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
  * request's time t0 is kept as absolute times, and a later request for the
