@@ -9,6 +9,10 @@
 #            bench/server.sh)
 #   FLEET    RL.ALLOW key:__rand_int__ 100 10s  on sluiced --backend redis://
 #            (token bucket, exact, Redis's clock; sluiced --threads 1)
+#   MODULE   the same on a sluiced whose Redis (a second redis-server, same
+#            CPU) has build/sluice.so loaded: the backend sends RL.ALLOW
+#            to the module instead of the script (docs/module.md); "redis
+#            us/dec" is that Redis's CPU
 #   LOCAL    the same on a sluiced with its local store (no Redis): the
 #            price of the extra hop
 #
@@ -28,7 +32,7 @@
 # nodes (their INFO) must not pass HOT x HOTL per window spanned -- and with
 # demand far above the limit, should reach it in every whole window.
 #
-#   bench/fleet.sh            full run (about 2 minutes)
+#   bench/fleet.sh            full run (about 5 minutes)
 #   bench/fleet.sh --quick    smoke run: small counts, judges nothing
 #
 # Environment: B (build dir, default build), N (requests per run, default
@@ -77,7 +81,7 @@ trap 'exit 130' INT TERM
 for t in redis-server redis-cli redis-benchmark python3 taskset; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
-timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
+timeout 600 make -s -C "$ROOT" "$B/sluiced" "$B/sluice.so" >&2
 
 TICK=$(getconf CLK_TCK)
 NCPU=$(nproc)
@@ -92,6 +96,12 @@ taskset -c "$SCPU" redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --app
 REDIS_PID=$!
 PIDS="$PIDS $REDIS_PID"
 wait_pong "$RPORT" || die "redis-server did not start on port $RPORT: $(tail -5 "$TMP/redis.log")"
+MPORT=$(free_port)
+taskset -c "$SCPU" redis-server --port "$MPORT" --bind 127.0.0.1 --save '' --appendonly no \
+    --logfile "$TMP/mredis.log" --dir "$TMP" --loadmodule "$BD/sluice.so" &
+MREDIS_PID=$!
+PIDS="$PIDS $MREDIS_PID"
+wait_pong "$MPORT" || die "redis-server (module) did not start: $(tail -5 "$TMP/mredis.log")"
 
 # start_sluiced LOG [ARGS...]: sets PORT_OUT and PID_OUT.
 start_sluiced() {
@@ -117,6 +127,9 @@ F1PORT=$PORT_OUT
 F1_PID=$PID_OUT
 start_sluiced "$TMP/fleet2.log" --backend "redis://127.0.0.1:$RPORT"
 F2PORT=$PORT_OUT
+start_sluiced "$TMP/fleetm.log" --backend "redis://127.0.0.1:$MPORT"
+FMPORT=$PORT_OUT
+FM_PID=$PID_OUT
 start_sluiced "$TMP/local.log"
 LPORT=$PORT_OUT
 L_PID=$PID_OUT
@@ -132,22 +145,30 @@ r=$(cli "$F1PORT" RL.ALLOW check 100 10s | tr '\n' ' ')
 case $r in "1 100 99 0 "*" 0 ") ;; *) die "RL.ALLOW through Redis answered '$r'" ;; esac
 r=$(cli "$F2PORT" RL.ALLOW check 100 10s | tr '\n' ' ')
 case $r in "1 100 98 0 "*" 0 ") ;; *) die "the second node answered '$r', expected remaining 98" ;; esac
+r=$(info_field "$FMPORT" backend backend_redis_path)
+[ "$r" = module ] || die "sluiced on the module's Redis says backend_redis_path:$r"
+r=$(info_field "$F1PORT" backend backend_redis_path)
+[ "$r" = script ] || die "sluiced on the plain Redis says backend_redis_path:$r"
+r=$(cli "$FMPORT" RL.ALLOW check 100 10s | tr '\n' ' ')
+case $r in "1 100 99 0 "*" 0 ") ;; *) die "RL.ALLOW through the module answered '$r'" ;; esac
+[ "$(cli "$MPORT" TYPE 'sl:m0:{check}')" = sluice-rl ] || die "no module key for 'check'"
 r=$(cli "$LPORT" RL.ALLOW check 100 10s | tr '\n' ' ')
 case $r in "1 100 99 0 "*" 0 ") ;; *) die "RL.ALLOW (local) answered '$r'" ;; esac
 
 # ---- the runs ---------------------------------------------------------------
-# run NAME PORT PID: one redis-benchmark run (pinned to CPU 0) against PORT;
-# appends "NAME rps p50 p99 redis_us_per_dec server_us_per_dec" to $TMP/runs
-# (server: the process PID answering, sluiced or Redis itself).
+# run NAME PORT PID RPID: one redis-benchmark run (pinned to CPU 0) against
+# PORT; appends "NAME rps p50 p99 redis_us_per_dec server_us_per_dec" to
+# $TMP/runs (server: the process PID answering, sluiced or Redis itself;
+# redis: RPID, the Redis behind it).
 run() {
-    local name=$1 port=$2 pid=$3 out r0 r1 s0 s1
-    shift 3
-    r0=$(cpu_ticks "$REDIS_PID")
+    local name=$1 port=$2 pid=$3 rpid=$4 out r0 r1 s0 s1
+    shift 4
+    r0=$(cpu_ticks "$rpid")
     s0=$(cpu_ticks "$pid")
     out=$(timeout 600 taskset -c 0 redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
         -r "$KEYS" --precision 3 --csv "$@" 2>"$TMP/rb.err") ||
         die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
-    r1=$(cpu_ticks "$REDIS_PID")
+    r1=$(cpu_ticks "$rpid")
     s1=$(cpu_ticks "$pid")
     echo "$out" | tr -d '"\r' | awk -F, -v n="$name" -v rc=$((r1 - r0)) -v sc=$((s1 - s0)) \
         -v tick="$TICK" -v req="$N" \
@@ -157,12 +178,13 @@ run() {
          }
          END { if (!f) exit 1 }' >>"$TMP/runs" || die "no result line for $name: $out"
 }
-TESTS=3
+TESTS=4
 one_test() {
     case $1 in
-    0) run LUA "$RPORT" "$REDIS_PID" EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10000 ;;
-    1) run FLEET "$F1PORT" "$F1_PID" RL.ALLOW 'key:__rand_int__' 100 10s ;;
-    2) run LOCAL "$LPORT" "$L_PID" RL.ALLOW 'key:__rand_int__' 100 10s ;;
+    0) run LUA "$RPORT" "$REDIS_PID" "$REDIS_PID" EVALSHA "$SHA" 1 'bucket:__rand_int__' 100 10000 ;;
+    1) run FLEET "$F1PORT" "$F1_PID" "$REDIS_PID" RL.ALLOW 'key:__rand_int__' 100 10s ;;
+    2) run MODULE "$FMPORT" "$FM_PID" "$MREDIS_PID" RL.ALLOW 'key:__rand_int__' 100 10s ;;
+    3) run LOCAL "$LPORT" "$L_PID" "$REDIS_PID" RL.ALLOW 'key:__rand_int__' 100 10s ;;
     esac
 }
 note "redis-benchmark: $N requests per run, $KEYS keys, $CLIENTS clients, P=1, $REPS rep(s)..."
@@ -220,10 +242,11 @@ awk '
     END {
         label["LUA"] = "clients -> Redis EVALSHA token bucket"
         label["FLEET"] = "clients -> sluiced -> Redis (RL.ALLOW)"
+        label["MODULE"] = "clients -> sluiced -> Redis module"
         label["LOCAL"] = "clients -> sluiced, local store"
         printf "%-40s | %9s | %7s | %7s | %12s | %18s | %13s\n", "path", "rps", "p50 ms", "p99 ms", "redis us/dec", "dec per redis-CPU-s", "server us/dec"
         print "-----------------------------------------+-----------+---------+---------+--------------+--------------------+--------------"
-        n = split("LUA FLEET LOCAL", names, " ")
+        n = split("LUA FLEET MODULE LOCAL", names, " ")
         for (j = 1; j <= n; j++) {
             k = names[j]
             if (!(k in rps)) continue
@@ -237,6 +260,12 @@ awk '
         printf "%-62s | %9.2fx |\n", "raw rate, fleet / textbook (shared cores: see the header)", r["FLEET"] / r["LUA"]
         printf "%-62s | %+8.3f ms |\n", "latency price of the hop: fleet p50 - local p50", l50["FLEET"] - l50["LOCAL"]
         printf "%-62s | %+8.3f ms |\n", "                           fleet p99 - local p99", l99["FLEET"] - l99["LOCAL"]
+        if ("MODULE" in r && ru["MODULE"] > 0) {
+            printf "%-62s | %9.2fx |\n", "module path / script path: decisions per Redis CPU-s", ru["FLEET"] / ru["MODULE"]
+            printf "%-62s | %9.2fx |\n", "module path / script path: raw rate", r["MODULE"] / r["FLEET"]
+            printf "%-62s | %+8.3f ms |\n", "module path p50 - script path p50", l50["MODULE"] - l50["FLEET"]
+            printf "%-62s | %+8.3f ms |\n", "module path p99 - script path p99", l99["MODULE"] - l99["FLEET"]
+        }
     }' "$TMP/runs"
 echo
 echo "over-admission, two nodes at once on $HOT hot keys, fixed window $HOTL per 1 s, ${ms} ms:"

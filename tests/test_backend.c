@@ -6,6 +6,13 @@
  *   delay   tests/support/backend_delay.c over the local one: every request
  *           decided at once, answered later from a timer on the channel's
  *           event_base, out of submission order;
+ *   redis-module  the same on a second redis-server that has build/sluice.so
+ *           loaded (trust-client-time yes, max-client-skew 0, max-memory 0:
+ *           no bound, as the local rows' store): the backend
+ *           sends the module's commands (RL.ALLOW, RL.PEEK, RL.DECIDEALL,
+ *           RL.CHECKPLAN, RL.RESET) instead of the script's, and answers
+ *           exactly also past the script's range (SLUICE_MODULE: the
+ *           module's path; default: sluice.so next to tests/);
  *   redis   the Redis backend (src/backend/backend_redis.c) on a
  *           redis-server this test starts on a free loopback port (stopped
  *           by its PID at exit), flushed for each fixture.  PROVISIONAL
@@ -88,7 +95,7 @@ typedef struct bkind {
     const char *name;
     int delayed;           /* wrap the local backend in backend_delay */
     int redis;             /* the Redis backend instead of the local one: 1, or 2 with
-                              its deny cache on */
+                              its deny cache on, or 3 on a Redis with the module */
     unsigned parts;        /* 1 << index in parts[] of the parts to run; 0 = all */
     int fixed_window_only; /* vectors: only the files of fixed-window */
 } bkind;
@@ -100,8 +107,12 @@ static const bkind backends[] = {
     {"delay", 1, 0, 0, 0},
     {"redis", 0, 1, 0, 0}, /* deny cache off: every request decided by the script */
     {"redis-deny-cache", 0, 2, 0, 0},
+    {"redis-module", 0, 3, 0, 0}, /* the module's commands: exact past the script's range */
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
+
+/* The row on a Redis with the module loaded. */
+#define MODULE_ROW(k) ((k)->redis == 3)
 
 /* One backend over a fresh store, with its channel on a fresh event_base. */
 typedef struct fx {
@@ -118,18 +129,43 @@ typedef struct fx {
 
 /* ---- a redis-server for the redis row --------------------------------------- */
 
-static pid_t redis_pid;
-static int redis_port;
+static pid_t redis_pids[2]; /* [1]: the one with the module */
+static int redis_ports[2];
+static int redis_which; /* the fixture's: redis_cmd and DBSIZE go there */
+#define redis_pid  redis_pids[redis_which]
+#define redis_port redis_ports[redis_which]
+static char module_path[4096];
 
 static double mono_s(void);
 
 static void redis_stop(void)
 {
-    if (redis_pid > 0) {
-        kill(redis_pid, SIGTERM);
-        waitpid(redis_pid, NULL, 0);
-        redis_pid = 0;
-    }
+    for (int i = 0; i < 2; i++)
+        if (redis_pids[i] > 0) {
+            kill(redis_pids[i], SIGTERM);
+            waitpid(redis_pids[i], NULL, 0);
+            redis_pids[i] = 0;
+        }
+}
+
+/* In the child about to exec the module's redis-server: a sanitized build's
+ * module needs its runtime preloaded into Debian's redis-server, leak checks
+ * off (Redis's allocations are not ours), as tests/e2e/test_module.py does. */
+static void module_env(void)
+{
+    const char *lib = strstr(module_path, "/asan/")   ? "libasan.so"
+                      : strstr(module_path, "/tsan/") ? "libtsan.so"
+                                                      : NULL;
+    if (lib == NULL) return;
+    char cmd[64], path[4096] = "";
+    snprintf(cmd, sizeof cmd, "gcc -print-file-name=%s", lib);
+    FILE *p = popen(cmd, "r");
+    if (p == NULL || fgets(path, sizeof path, p) == NULL) _exit(126);
+    pclose(p);
+    path[strcspn(path, "\n")] = '\0';
+    setenv("LD_PRELOAD", path, 1);
+    setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
+    setenv("TSAN_OPTIONS", "report_signal_unsafe=0", 1);
 }
 
 /* A command on a fresh connection to the test's redis-server: 0 when it
@@ -183,11 +219,18 @@ static void redis_ready(void)
         if (pid == 0) {
             int null = open("/dev/null", O_WRONLY);
             if (null >= 0) dup2(null, 1), dup2(null, 2);
+            if (redis_which == 1) {
+                module_env();
+                execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+                       "--save", "", "--appendonly", "no", "--loadmodule", module_path,
+                       "trust-client-time", "yes", "max-client-skew", "0", "max-memory", "0",
+                       (char *)NULL);
+            }
             execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save",
                    "", "--appendonly", "no", (char *)NULL);
             _exit(127);
         }
-        double until = mono_s() + 10;
+        double until = mono_s() + 20;
         while (mono_s() < until && redis_cmd("PING") != 0 && waitpid(pid, NULL, WNOHANG) == 0)
             usleep(20000);
         if (redis_cmd("PING") == 0) {
@@ -215,6 +258,7 @@ static fx *fx_new(const bkind *k, unsigned locking)
     f->b = f->local;
     if (k->redis) {
         char url[64], err[512];
+        redis_which = MODULE_ROW(k);
         redis_ready();
         snprintf(url, sizeof url, "redis://127.0.0.1:%d", redis_port);
         /* generous: the suite asserts answers, never the time they take */
@@ -226,6 +270,9 @@ static fx *fx_new(const bkind *k, unsigned locking)
                            .trust_client_time = 1};
         f->b = sl_backend_redis_new(&o, err, sizeof err);
         if (f->b == NULL) fail_msg("redis: %s", err);
+        sl_redis_info ri; /* the start-up check found the module, or not */
+        assert_int_equal(sl_backend_redis_info(f->b, &ri), 0);
+        assert_string_equal(ri.path, MODULE_ROW(k) ? "module" : "script");
     }
     if (k->delayed) {
         f->b = backend_delay_new(f->local, 0x64656c6179ULL, DELAY_MAX_US);
@@ -771,7 +818,8 @@ typedef struct trace_ctx {
     sl_params p[SL_ALGO_COUNT]; /* by position */
     model *m[SL_ALGO_COUNT][NKEYS];
     long decides, peeks, forgets, existed, invalid, allowed, denied;
-    long out_of_range; /* Redis rows: traces refused whole (docs/redis-scripts.md) */
+    long out_of_range;   /* Redis rows: traces refused whole (docs/redis-scripts.md) */
+    long beyond;         /* the module row: traces past the script's range, played whole */
     uint64_t cache_hits; /* the redis-deny-cache row: requests its deny cache answered */
     int hammer;          /* decisions only, cost 0 or 1, time creeping forward: what a
                             deny cache is for */
@@ -839,7 +887,12 @@ static void play_trace(trace_ctx *c, rng *r, profile pr, int nreq)
     /* The Redis backend refuses parameters past its exact range rather
      * than round: such a trace is one request, refused with the range
      * named, and nothing kept. */
-    for (int i = 0; c->k->redis && i < c->nalgo; i++) {
+    for (int i = 0; MODULE_ROW(c->k) && i < c->nalgo; i++)
+        if (!redis_exact(&c->p[i])) {
+            c->beyond++; /* the module is exact in 128 bits: checked against the model */
+            break;
+        }
+    for (int i = 0; c->k->redis && !MODULE_ROW(c->k) && i < c->nalgo; i++) {
         if (redis_exact(&c->p[i])) continue;
         treq *t0 = &win[0].t;
         t0->rq.op = SL_BOP_DECIDE;
@@ -980,6 +1033,16 @@ static void play_trace(trace_ctx *c, rng *r, profile pr, int nreq)
         for (int kk = 0; kk < NKEYS; kk++)
             if (c->m[j][kk] != NULL)
                 want += model_history_len(c->m[j][kk], keys[kk].bytes, keys[kk].len) > 0;
+    if (MODULE_ROW(c->k)) { /* one Redis key holds a key's every algorithm */
+        want = 0;
+        for (int kk = 0; kk < NKEYS; kk++) {
+            int any = 0;
+            for (int j = 0; j < c->nalgo; j++)
+                any |= c->m[j][kk] != NULL &&
+                       model_history_len(c->m[j][kk], keys[kk].bytes, keys[kk].len) > 0;
+            want += any;
+        }
+    }
     uint64_t have = keys_of(f);
     if (have != want)
         fail_msg("%s: %s trace %d: the backend holds %llu keys, %llu pairs were decided",
@@ -1059,8 +1122,15 @@ static void run_model(const bkind *k)
     if (k->redis) print_message("[ info     ] %s: %llu answered by the deny cache\n", k->name,
                                 (unsigned long long)c.cache_hits);
     assert_true(k->redis == 2 ? c.cache_hits > 0 : c.cache_hits == 0);
-    /* only the Redis rows refuse, and only the huge profiles */
-    assert_true(k->redis ? c.out_of_range > 0 && c.out_of_range < c.index / 2 : c.out_of_range == 0);
+    /* only the script's Redis rows refuse, and only the huge profiles; the
+     * module answers those traces exactly */
+    if (MODULE_ROW(k))
+        print_message("[ info     ] %s: %ld traces past the script's exact range agree with the "
+                      "model\n",
+                      k->name, c.beyond);
+    assert_true(k->redis && !MODULE_ROW(k) ? c.out_of_range > 0 && c.out_of_range < c.index / 2
+                                           : c.out_of_range == 0);
+    assert_true(MODULE_ROW(k) ? c.beyond > 0 : c.beyond == 0);
     assert_true(c.allowed > 0 && c.denied > 0 && c.existed > 0 && c.existed < c.forgets);
 }
 
@@ -1683,8 +1753,19 @@ static void run_case(void **state)
     c->fn(c->k);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    (void)argc;
+    const char *mp = getenv("SLUICE_MODULE");
+    if (mp != NULL && *mp != '\0') { /* else sluice.so of the build that made this test */
+        snprintf(module_path, sizeof module_path, "%s", mp);
+    } else {
+        char self[3072];
+        if (realpath(argv[0], self) == NULL) snprintf(self, sizeof self, "%s", argv[0]);
+        char *slash = strrchr(self, '/');
+        if (slash) *slash = '\0';
+        snprintf(module_path, sizeof module_path, "%s/../sluice.so", self);
+    }
     for (size_t i = 0; i < sizeof long_key; i++) long_key[i] = (unsigned char)(i * 37 + 11);
     static tcase cases[NBACKENDS * NPARTS];
     static char names[NBACKENDS * NPARTS][64];

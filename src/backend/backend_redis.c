@@ -36,6 +36,15 @@
  * RL.CHECK is one script call too (op C): the plan's counters and flags
  * in, the outcome out (cmd_check, parse_reply).
  *
+ * On a Redis with the sluice module loaded (docs/module.md) a channel
+ * sends the module's commands instead (cmd_module: RL.ALLOW, RL.PEEK,
+ * RL.DECIDEALL, RL.CHECKPLAN, RL.RESET on keys "sl:m" space ":{" tag "}"
+ * rest, apart from the script's), one RL.ALLOW per DECIDE with no batch.
+ * The path is found at each handshake (COMMAND INFO RL.CHECKPLAN, then a
+ * probe RL.PEEK: on_cmdinfo, on_probe) and kept in rchan.module; a
+ * request remembers the path it was sent on (pend.module) to read its
+ * reply.
+ *
  * The deny cache (one fixed table per channel, direct-mapped by the key):
  * a denial (key, parameters, cost c, retry_after d) answered at the
  * request's time t0 is kept as absolute times, and a later request for the
@@ -91,6 +100,9 @@ extern const char sl_redis_script[], sl_redis_script_end[];
 #define SHA_LEN 40
 #define NFIELDS 7 /* per key: algo L W B P log_rejected cost */
 
+/* the key of the handshake's RL.PEEK: read, never made */
+#define PROBE_KEY "sl:m0:{sluice-probe}"
+
 enum { DOWN, CONNECTING, UP };
 
 typedef struct redis {
@@ -100,6 +112,8 @@ typedef struct redis {
     char sha[SHA_LEN + 1];  /* the script's, from SCRIPT LOAD at start */
     sl_store *store;        /* SL_REDIS_LOCAL's own store (the engine's calls) */
     _Atomic int nchan, nup; /* channels, and those UP */
+    _Atomic int nmod;       /* channels whose path is the module (rchan.module) */
+    int module_at_start;    /* the start-up check found the module: new channels' path */
     _Atomic int up;         /* the state last reported (on_state) */
     _Atomic int64_t down_since_ms;
     _Atomic uint64_t errors, timeouts, reconnects, cache_hits, inflight;
@@ -128,6 +142,7 @@ struct pend {
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
     int flushed;      /* a lone DECIDE sent as the open batch (busy counts it) */
+    int module;       /* sent as the module's command (its reply's form) */
     uint32_t gen;     /* its cache slot's generation when it was sent */
     int latest;       /* its time was the latest this channel had sent: no key
                          of it can have a later clock, so Redis decides it at
@@ -164,6 +179,9 @@ struct rchan {
     int closing;              /* being freed: answers are errors */
     int attempt;              /* reconnects since the last UP */
     int was_up;               /* has been UP once: the next connection is a reconnect */
+    int module;               /* the path: 1 the module's commands, 0 the script (the
+                                 last handshake's finding; the start-up check's at first) */
+    int has_cmd;              /* this handshake: COMMAND INFO found RL.CHECKPLAN */
     int64_t hs_deadline;      /* CONNECTING: monotonic ms; 0 = none */
     pend *head, *tail, *free; /* sent, oldest first; the pool */
     struct event *timer;      /* the next deadline */
@@ -696,18 +714,31 @@ static const char pool_key[] = SL_CHECK_POOL_KEY;
 /* RL.CHECK's op C (docs/redis-scripts.md): every counter of the plan that
  * is not L = 0 and not a repeat, then the pool; lead[] gets the plan's
  * item of each key sent, in order. */
-static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, int *lead)
+/* Op C's counters and masks: lead[] gets the plan's item of each counter
+ * sent, in order (returns how many), qmask[] each leader's quota
+ * descriptors, *qall and *zmask the plan's. */
+static int check_masks(const sl_check_plan *plan, int *lead, int64_t *qmask, int64_t *qall,
+                       int64_t *zmask)
 {
     const sl_check_item *it = plan->items;
-    int64_t qall = 0, zmask = 0, qmask[SL_MAX_BATCH] = {0};
     int m = 0;
+    *qall = *zmask = 0;
+    for (int k = 0; k < plan->nitems; k++) qmask[k] = 0;
     for (int k = 0; k < plan->nitems; k++) {
         int64_t bitd = (int64_t)1 << it[k].desc;
-        if (it[k].quota) qall |= bitd;
-        if (it[k].quota && it[k].zero) zmask |= bitd;
+        if (it[k].quota) *qall |= bitd;
+        if (it[k].quota && it[k].zero) *zmask |= bitd;
         if (it[k].quota && !it[k].zero) qmask[it[k].lead] |= bitd;
         if (!it[k].zero && it[k].lead == k) lead[m++] = k;
     }
+    return m;
+}
+
+static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, int *lead)
+{
+    const sl_check_item *it = plan->items;
+    int64_t qall, zmask, qmask[SL_MAX_BATCH];
+    int m = check_masks(plan, lead, qmask, &qall, &zmask);
     cmd_evalsha(c, r, (size_t)m + (plan->has_pool ? 1 : 0));
     for (int i = 0; i < m; i++) {
         const sl_check_item *t = &it[lead[i]];
@@ -735,6 +766,120 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
     if (plan->has_pool) cmd_fields(c, &plan->pool, plan->cost);
 }
 
+/* ---- the module's commands (docs/module.md, "sluiced's Redis backend") ---- */
+
+/* The Redis key of (space, key[0..len), tag t) on the module path:
+ * "sl:m" s ":{" key[0..t) "}" key[t..len).  The scripts' keys are "sl:"
+ * digit digit ":", so the two paths never name one Redis key; the hash
+ * tag is the script's, so a key maps to the same Cluster slot on both. */
+static void cmd_mkey(struct cmd *c, int space, const char *key, size_t len, size_t t)
+{
+    char *k = c->key[c->nkeys++];
+    memcpy(k, "sl:m", 4);
+    k[4] = (char)('0' + space);
+    k[5] = ':';
+    k[6] = '{';
+    memcpy(k + 7, key, t);
+    k[7 + t] = '}';
+    memcpy(k + 8 + t, key + t, len - t);
+    cmd_str(c, k, len + 8);
+}
+
+/* AT now_ms, with client time (the module loaded with trust-client-time
+ * yes: the handshake checked); nothing with Redis's clock. */
+static void cmd_at(struct cmd *c, const redis *r, int64_t now_ms)
+{
+    if (!r->o.trust_client_time) return;
+    cmd_str(c, "AT", 2);
+    cmd_int(c, now_ms);
+}
+
+/* limit window ALGO a COST c [BURST b] [PRECISION p] [LOGREJECTED]: a
+ * request's arguments after its key, as RL.ALLOW takes them. */
+static void cmd_request(struct cmd *c, const sl_params *p, int64_t cost)
+{
+    const char *algo = sl_algo_name(p->algo);
+    cmd_int(c, p->limit);
+    cmd_int(c, p->window_ms);
+    cmd_str(c, "ALGO", 4);
+    cmd_str(c, algo, strlen(algo));
+    cmd_str(c, "COST", 4);
+    cmd_int(c, cost);
+    if (p->burst != 0) {
+        cmd_str(c, "BURST", 5);
+        cmd_int(c, p->burst);
+    }
+    if (p->precision != 0) {
+        cmd_str(c, "PRECISION", 9);
+        cmd_int(c, p->precision);
+    }
+    if (p->log_rejected) cmd_str(c, "LOGREJECTED", 11);
+}
+
+/* Builds e's command for the module: RL.ALLOW (D), RL.PEEK (P),
+ * RL.DECIDEALL (A), RL.CHECKPLAN (C), RL.RESET (forget). */
+static void cmd_module(struct cmd *c, const redis *r, const pend *e)
+{
+    const sl_breq *rq = e->rq;
+    c->argc = c->nkeys = 0;
+    switch (rq->op) {
+    case SL_BOP_FORGET: /* the service resets one algorithm or all of them */
+        cmd_str(c, "RL.RESET", 8);
+        cmd_mkey(c, 0, e->key, rq->keylen, rq->keylen);
+        if (rq->algo_hi - rq->algo_lo == 1) {
+            const char *algo = sl_algo_name((sl_algo)rq->algo_lo);
+            cmd_str(c, "ALGO", 4);
+            cmd_str(c, algo, strlen(algo));
+        }
+        break;
+    case SL_BOP_CHECK: {
+        const sl_check_plan *plan = rq->plan;
+        int lead[SL_MAX_BATCH];
+        int64_t qall, zmask, qmask[SL_MAX_BATCH];
+        int m = check_masks(plan, lead, qmask, &qall, &zmask);
+        cmd_str(c, "RL.CHECKPLAN", 12);
+        cmd_at(c, r, plan->now_ms);
+        cmd_int(c, m);
+        cmd_int(c, plan->has_pool);
+        cmd_int(c, plan->denied_never);
+        cmd_int(c, qall);
+        cmd_int(c, zmask);
+        for (int i = 0; i < m; i++) {
+            const sl_check_item *t = &plan->items[lead[i]];
+            cmd_mkey(c, t->p.space, t->key, t->keylen, t->taglen);
+            cmd_fields(c, &t->p, t->cost);
+            cmd_int(c, t->shadow);
+            cmd_int(c, t->quota);
+            cmd_int(c, t->lyft);
+            cmd_int(c, t->elastic ? t->rl->elastic_limit : 0);
+            cmd_int(c, qmask[lead[i]]);
+        }
+        if (plan->has_pool) {
+            cmd_mkey(c, plan->pool.space, pool_key, sizeof pool_key - 1, sizeof pool_key - 1);
+            cmd_fields(c, &plan->pool, plan->cost);
+        }
+        break;
+    }
+    case SL_BOP_DECIDE_ALL:
+        cmd_str(c, "RL.DECIDEALL", 12);
+        cmd_at(c, r, rq->now_ms);
+        for (size_t i = 0; i < rq->nreqs; i++) {
+            const sl_request *q = &e->reqs[i];
+            cmd_str(c, "REQ", 3);
+            cmd_mkey(c, q->params->space, q->key, q->keylen, q->keylen);
+            cmd_request(c, q->params, q->cost);
+        }
+        break;
+    default: /* DECIDE, PEEK */
+        cmd_str(c, rq->op == SL_BOP_DECIDE ? "RL.ALLOW" : "RL.PEEK",
+                rq->op == SL_BOP_DECIDE ? 8 : 7);
+        cmd_mkey(c, rq->params->space, e->key, rq->keylen, rq->keylen);
+        cmd_request(c, rq->params, rq->cost);
+        cmd_at(c, r, rq->now_ms);
+        break;
+    }
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* Sends e's command on ch's connection.  Returns 0, or -1 when hiredis
@@ -746,6 +891,13 @@ static int send_pend(rchan *ch, pend *e)
     struct cmd *c = ch->cmd;
     int lead[SL_MAX_BATCH];
 
+    e->module = ch->module;
+    if (ch->module) {
+        cmd_module(c, r, e);
+        return redisAsyncCommandArgv(ch->ac, on_reply, e, c->argc, c->argv, c->len) == REDIS_OK
+                   ? 0
+                   : -1;
+    }
     switch (rq->op) {
     case SL_BOP_FORGET:
         c->argc = c->nkeys = 0;
@@ -822,8 +974,9 @@ static int six(const redisReply *a, size_t i, sl_result *out)
     return 0;
 }
 
-/* Reads a good reply into rq: 0, or -1 when it is not what the ABI says. */
-static int parse_reply(sl_breq *rq, const redisReply *x)
+/* Reads a good reply into rq (module: the module's command answered it):
+ * 0, or -1 when it is not what the ABI says. */
+static int parse_reply(sl_breq *rq, const redisReply *x, int module)
 {
     switch (rq->op) {
     case SL_BOP_FORGET:
@@ -831,6 +984,19 @@ static int parse_reply(sl_breq *rq, const redisReply *x)
         rq->existed = x->integer > 0;
         return 0;
     case SL_BOP_DECIDE_ALL:
+        if (module) { /* [all_allowed, [six], [six], ...] */
+            if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + rq->nreqs ||
+                x->element[0]->type != REDIS_REPLY_INTEGER)
+                return -1;
+            rq->all_allowed = x->element[0]->integer != 0;
+            for (size_t i = 0; i < rq->nreqs; i++) {
+                const redisReply *el = x->element[1 + i];
+                if (el->type != REDIS_REPLY_ARRAY || el->elements != 6 ||
+                    six(el, 0, &rq->results[i]) != 0)
+                    return -1;
+            }
+            return 0;
+        }
         if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + 6 * rq->nreqs ||
             x->element[0]->type != REDIS_REPLY_INTEGER)
             return -1;
@@ -919,6 +1085,13 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
             sl__breq_fail(rq, SL_EINVAL, "%s", x->str + 7);
             pend_put(ch, e);
             return 1;
+        } else if (e->module && strncmp(x->str, "ERR ", 4) == 0 &&
+                   strncmp(x->str, "ERR unknown command", 19) != 0) {
+            /* the module refused the request (sluiced's message: the
+             * engine's, or AT past the module's max-client-skew) */
+            sl__breq_fail(rq, SL_EINVAL, "%s", x->str + 4);
+            pend_put(ch, e);
+            return 1;
         }
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "%.200s", x->str);
@@ -928,7 +1101,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rq->rc = 0;
     rq->err[0] = '\0';
-    if (parse_reply(rq, x) != 0) {
+    if (parse_reply(rq, x, e->module) != 0) {
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
         by_policy(ch, rq, e->key, e->reqs);
@@ -1132,6 +1305,38 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
         drop(ch, why);
         return;
     }
+}
+
+/* Sets ch's path (1: the module's commands) and the count INFO shows. */
+static void set_path(rchan *ch, int module)
+{
+    if (ch->module == module) return;
+    ch->module = module;
+    atomic_fetch_add(&ch->r->nmod, module ? 1 : -1);
+}
+
+/* COMMAND INFO RL.CHECKPLAN's reply: [nil] without the module (or without
+ * the command: an older one), an error when the user may not ask. */
+static void on_cmdinfo(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    const redisReply *x = reply;
+    if (x == NULL || ch->ac != ac) return;
+    ch->has_cmd = x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
+                  x->element[0]->type == REDIS_REPLY_ARRAY;
+}
+
+/* The probe's reply, the handshake's last: the module is the path when it
+ * has RL.CHECKPLAN and answered RL.PEEK (so this user may call it and, with
+ * client time, the module takes AT); then the channel is UP. */
+static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    const redisReply *x = reply;
+    if (x == NULL || ch->ac != ac) return;
+    set_path(ch, ch->has_cmd && x->type == REDIS_REPLY_ARRAY && x->elements == 6);
     if (ch->state == CONNECTING) {
         ch->state = UP;
         ch->hs_deadline = 0;
@@ -1209,6 +1414,14 @@ static void connect_now(rchan *ch)
     if (u->db != 0) redisAsyncCommand(ac, on_handshake, (void *)"SELECT", "SELECT %d", u->db);
     redisAsyncCommand(ac, on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
                       (size_t)(sl_redis_script_end - sl_redis_script));
+    /* which path: requests sent before these answers take the last one */
+    ch->has_cmd = 0;
+    redisAsyncCommand(ac, on_cmdinfo, NULL, "COMMAND INFO RL.CHECKPLAN");
+    if (r->o.trust_client_time)
+        redisAsyncCommand(ac, on_probe, NULL, "RL.PEEK %s 1 1000 AT %lld", PROBE_KEY,
+                          (long long)sl__wall_ms());
+    else
+        redisAsyncCommand(ac, on_probe, NULL, "RL.PEEK %s 1 1000", PROBE_KEY);
     arm_timer(ch);
 }
 
@@ -1287,6 +1500,7 @@ static sl_bchan *redis_channel(sl_backend *b, void *loop)
     ch->loop = loop;
     ch->rng = (uint64_t)sl__mono_ns() ^ ((uintptr_t)ch * 0x9e3779b97f4a7c15ULL);
     atomic_fetch_add(&r->nchan, 1);
+    set_path(ch, r->module_at_start);
     connect_now(ch);
     return &ch->base;
 }
@@ -1302,6 +1516,7 @@ static void redis_channel_free(sl_bchan *c)
         redisAsyncFree(ac); /* answers what is in flight: "channel closed" */
     }
     flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
+    set_path(ch, 0);
     atomic_fetch_sub(&r->nchan, 1);
     event_free(ch->timer);
     event_free(ch->retry);
@@ -1458,7 +1673,9 @@ static void submit(rchan *ch, sl_breq *rq)
         ch->head = e;
     ch->tail = e;
     atomic_fetch_add(&r->inflight, 1);
-    if (rq->op == SL_BOP_DECIDE && queue(ch, e) == 0) {
+    /* the script's batches; the module's RL.ALLOWs go as they come (hiredis
+     * writes a turn's commands in one write, Redis reads them in one) */
+    if (rq->op == SL_BOP_DECIDE && !ch->module && queue(ch, e) == 0) {
         if (e == ch->head) arm_timer(ch);
         return;
     }
@@ -1509,6 +1726,25 @@ static redisReply *start_cmd(redisContext *c, const char *shown, const char *wha
         return NULL;
     }
     return x;
+}
+
+/* The handshake's test for the module on the start-up check's connection:
+ * 1 when RL.CHECKPLAN exists and RL.PEEK answers (with AT when client
+ * time is trusted), else 0 -- an error (no such command, an ACL's NOPERM)
+ * is "no module". */
+static int start_probe(redisContext *c, int trust_client_time)
+{
+    redisReply *x = redisCommand(c, "COMMAND INFO RL.CHECKPLAN");
+    int ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
+             x->element[0]->type == REDIS_REPLY_ARRAY;
+    if (x != NULL) freeReplyObject(x);
+    if (!ok) return 0;
+    x = trust_client_time
+            ? redisCommand(c, "RL.PEEK %s 1 1000 AT %lld", PROBE_KEY, (long long)sl__wall_ms())
+            : redisCommand(c, "RL.PEEK %s 1 1000", PROBE_KEY);
+    ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 6;
+    if (x != NULL) freeReplyObject(x);
+    return ok;
 }
 
 sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errlen)
@@ -1572,6 +1808,7 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     }
     memcpy(r->sha, x->str, SHA_LEN);
     freeReplyObject(x);
+    r->module_at_start = start_probe(c, r->o.trust_client_time);
     if (r->o.policy == SL_REDIS_LOCAL) {
         sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
         r->store = sl_store_new(&so, NULL);
@@ -1613,6 +1850,12 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     out->timeout_ms = r->o.timeout_ms;
     out->fleet_size = r->o.fleet_size;
     out->deny_cache = r->o.deny_cache;
+    int nchan = atomic_load(&r->nchan), nmod = atomic_load(&r->nmod);
+    out->path = nchan == 0      ? (r->module_at_start ? "module" : "script")
+                : nmod == 0     ? "script"
+                : nmod == nchan ? "module"
+                                : "mixed";
+    out->module_channels = nmod;
     pthread_mutex_lock(&r->lock);
     snprintf(out->last_error, sizeof out->last_error, "%s", r->last_error);
     pthread_mutex_unlock(&r->lock);
@@ -1649,6 +1892,9 @@ int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b)
     SAMPLE("sluice_backend_deny_cache_hits_total %llu", (unsigned long long)in.cache_hits);
     FAMILY("sluice_backend_inflight", "gauge", "Requests sent to Redis, not yet answered.");
     SAMPLE("sluice_backend_inflight %llu", (unsigned long long)in.inflight);
+    FAMILY("sluice_backend_module_connections", "gauge",
+           "Redis connections sending the sluice module's commands instead of the script.");
+    SAMPLE("sluice_backend_module_connections %d", in.module_channels);
 #undef FAMILY
 #undef SAMPLE
     return rc ? -1 : 0;

@@ -97,6 +97,11 @@ typedef struct sl_redis_info {
     int64_t timeout_ms;
     int64_t fleet_size;
     int deny_cache;
+    const char *path;     /* "module": every channel sends the sluice module's
+                             commands; "script": every one the script (no
+                             module, or one it cannot use); "mixed": some of each
+                             (between a MODULE LOAD and every reconnect) */
+    int module_channels;  /* channels on the module's path */
     char last_error[256]; /* "" = none */
 } sl_redis_info;
 

@@ -731,10 +731,15 @@ class RedisServer:
     every write is in an append-only file there, so a restart keeps it).
     Stopped by its PID only: stop() (SIGTERM, then SIGKILL after a
     deadline), kill() (SIGKILL: a crash), pause()/resume() (SIGSTOP and
-    SIGCONT: a stalled server).  `password` sets requirepass."""
+    SIGCONT: a stalled server).  `password` sets requirepass.  `module_args`
+    (a list, may be empty) loads the build's sluice.so with those module
+    arguments (a sanitized build's with its runtime preloaded); `loadable`
+    preloads that runtime without loading it, for a MODULE LOAD later."""
 
-    def __init__(self, password=None, appendonly_dir=None):
+    def __init__(self, password=None, appendonly_dir=None, module_args=None, loadable=False):
         self.password = password
+        self.module_args = module_args
+        self.loadable = loadable or module_args is not None  # MODULE LOAD may come later
         self.dir = appendonly_dir or tempfile.mkdtemp(prefix="sluice-redis-")
         self.own_dir = appendonly_dir is None
         self.appendonly = appendonly_dir is not None
@@ -753,9 +758,14 @@ class RedisServer:
                     "--appendfsync", "always", "--daemonize", "no", "--protected-mode", "no"]
             if self.password:
                 argv += ["--requirepass", self.password]
+            env = module_env() if self.loadable else None
+            if self.loadable:
+                argv += ["--enable-module-command", "yes"]
+            if self.module_args is not None:
+                argv += ["--loadmodule", MODULE] + list(self.module_args)
             log = open(os.path.join(self.dir, "redis.log"), "ab")
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=subprocess.STDOUT)
+                                         stderr=subprocess.STDOUT, env=env)
             log.close()
             until = deadline(timeout)
             while time.monotonic() < until and self.proc.poll() is None:
@@ -812,6 +822,27 @@ class RedisServer:
         self.stop()
         if self.own_dir:
             shutil.rmtree(self.dir, True)
+
+
+# The build's Redis module, and the environment a redis-server loading it
+# needs: a sanitized build's runtime preloaded (Debian's redis-server is not
+# sanitized), leaks not checked (Redis's allocations are not ours).
+MODULE = os.path.join(BUILD, "sluice.so")
+
+
+def module_env():
+    env = dict(os.environ)
+    kind = os.path.basename(BUILD.rstrip("/"))
+    lib = {"asan": "libasan.so", "tsan": "libtsan.so"}.get(kind)
+    if lib is None:
+        return env
+    env["LD_PRELOAD"] = subprocess.run(["gcc", "-print-file-name=" + lib], capture_output=True,
+                                       text=True, check=True).stdout.strip()
+    if kind == "asan":
+        env["ASAN_OPTIONS"] = "detect_leaks=0:abort_on_error=0:exitcode=99"
+    else:
+        env["TSAN_OPTIONS"] = "exitcode=99:report_signal_unsafe=0"
+    return env
 
 
 # Every redis-server started (RedisServer), stopped by PID at exit.

@@ -770,6 +770,7 @@ static void cmd_info(req *q)
             info_text(&b, "backend_on_error", ri.policy);
             info_line(&b, "backend_fleet_size", (unsigned long long)ri.fleet_size);
             info_text(&b, "backend_deny_cache", ri.deny_cache ? "yes" : "no");
+            info_text(&b, "backend_redis_path", ri.path);
             info_line(&b, "backend_errors", ri.errors);
             info_line(&b, "backend_timeouts", ri.timeouts);
             info_line(&b, "backend_reconnects", ri.reconnects);
