@@ -9,7 +9,8 @@ temporary folder).
   through RL.CHECK over RESP (the twin), and the answers must map onto
   each other exactly as docs/envoy.md says.
 - The cases by name: hits_addend, per-descriptor hits_addend, limit
-  overrides, shadow, unlimited, unknown domain, empty descriptors, the
+  overrides (applied as envoyproxy/ratelimit applies them: counted by
+  entries and unit, never shadow, bad ones refused), shadow, unlimited, unknown domain, empty descriptors, the
   RateLimit headers, a server without rules, unknown methods, a message
   too large.
 - Load: many concurrent streams on one connection, many connections: the
@@ -91,6 +92,15 @@ def request(domain, *descs, cost=0, dcost=None):
             x.hits_addend.value = dcost
         ds.append(x)
     return rls_pb2.RateLimitRequest(domain=domain, descriptors=ds, hits_addend=cost)
+
+
+def request_with_overrides(domain, *descs):
+    """A RateLimitRequest whose descriptors are (entries, (requests_per_unit,
+    unit)) pairs: a limit override each."""
+    req = request(domain, *[d for d, _ in descs])
+    for x, (_, ov) in zip(req.descriptors, descs):
+        x.limit.requests_per_unit, x.limit.unit = ov
+    return req
 
 
 def start(*args, **kw):
@@ -345,13 +355,130 @@ class TestCases(unittest.TestCase):
                    "descriptor 2: hits_addend 1 differs from descriptor 1's 2: the descriptors "
                    "of one request are decided together, with one cost")
 
+    def overridden(self, *descs, **kw):
+        """One call whose descriptors are (entries, (requests_per_unit, unit))
+        pairs, a limit override each (None: none).  Returns the response
+        and the wall clock's ms before and after it."""
+        req = request("api", *[d for d, _ in descs], **kw)
+        for x, (_, ov) in zip(req.descriptors, descs):
+            if ov is not None:
+                x.limit.requests_per_unit, x.limit.unit = ov
+        t0 = int(time.time() * 1000)
+        r = self.call(req)
+        return r, t0, int(time.time() * 1000)
+
+    def assert_window_reset(self, st, unit_ms, t0, t1):
+        """duration_until_reset is the fixed window's end (windows start at
+        multiples of their length since the epoch) from the server's clock,
+        which read a time within [t0, t1]."""
+        reset = st.duration_until_reset.seconds * 1000 + st.duration_until_reset.nanos // 1000000
+        self.assertTrue(0 < reset <= unit_ms, reset)
+        ends = {(t // unit_ms + 1) * unit_ms for t in (t0, t1)}
+        self.assertTrue(any(t0 <= end - reset <= t1 for end in ends),
+                        "reset %d ms: the server's clock is not within [%d, %d]"
+                        % (reset, t0, t1))
+
     def test_limit_override(self):
-        req = request("api", [("user", "ov")])
-        req.descriptors[0].limit.requests_per_unit = 10
-        req.descriptors[0].limit.unit = 2
-        self.fails(req, grpc.StatusCode.UNIMPLEMENTED,
-                   "descriptor 1: a limit override (RateLimitDescriptor.limit) is not supported: "
-                   "sluiced decides with its rules files")
+        """The override is the descriptor's limit, whatever the rules say
+        (here "user" is 5 a minute), named "" as envoyproxy/ratelimit names it."""
+        HOUR, DAY = R.RateLimit.HOUR, R.RateLimit.DAY
+        for want in (2, 1, 0):
+            r, t0, t1 = self.overridden(([("user", "ov1")], (3, HOUR)))
+            st = r.statuses[0]
+            self.assertEqual((r.overall_code, st.code, st.current_limit.name,
+                              st.current_limit.requests_per_unit, st.current_limit.unit,
+                              st.limit_remaining), (OK, OK, "", 3, HOUR, want))
+            self.assert_window_reset(st, 3600000, t0, t1)
+        r, t0, t1 = self.overridden(([("user", "ov1")], (3, HOUR)))
+        st = r.statuses[0]
+        self.assertEqual((r.overall_code, st.code, st.current_limit.requests_per_unit,
+                          st.limit_remaining), (OVER, OVER, 3, 0))
+        self.assert_window_reset(st, 3600000, t0, t1)
+        # a day's override of the same entries: another window, another counter
+        r, t0, t1 = self.overridden(([("user", "ov1")], (1000, DAY)))
+        st = r.statuses[0]
+        self.assertEqual((r.overall_code, st.current_limit.requests_per_unit,
+                          st.current_limit.unit, st.limit_remaining), (OK, 1000, DAY, 999))
+        self.assert_window_reset(st, 86400000, t0, t1)
+        # the rules' limit of the same descriptor is untouched by all this
+        r = self.call(request("api", [("user", "ov1")]))
+        self.assertEqual((r.statuses[0].current_limit.name, r.statuses[0].limit_remaining),
+                         ("api.user", 4))
+
+    def test_limit_override_counter(self):
+        """As envoyproxy/ratelimit's cache key (the entries and the unit's
+        window): overrides of the same entries and unit share one count
+        whatever limit each names; other entries or units count apart."""
+        HOUR, MINUTE = R.RateLimit.HOUR, R.RateLimit.MINUTE
+        r, _, _ = self.overridden(([("user", "ov2")], (3, HOUR)), cost=2)
+        self.assertEqual(r.statuses[0].limit_remaining, 1)
+        r, _, _ = self.overridden(([("user", "ov2")], (10, HOUR)))
+        self.assertEqual((r.overall_code, r.statuses[0].current_limit.requests_per_unit,
+                          r.statuses[0].limit_remaining), (OK, 10, 7))  # 2 + 1 of 10
+        r, _, _ = self.overridden(([("user", "ov2")], (3, HOUR)), cost=2)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OVER, 0))
+        r, _, _ = self.overridden(([("user", "ov2")], (3, MINUTE)),
+                                  ([("user", "ov2b")], (3, HOUR)), cost=2)
+        self.assertEqual((r.overall_code, [s.limit_remaining for s in r.statuses]), (OK, [1, 1]))
+
+    def test_limit_override_without_rule_and_unknown_domain(self):
+        """An override applies in a domain of the rules even where no rule
+        matches; in a domain the rules do not define it is no limit, as
+        envoyproxy/ratelimit answers."""
+        r, _, _ = self.overridden(([("nokey", "ov3")], (1, R.RateLimit.SECOND)),
+                                  ([("nokey", "ov3b")], None))
+        self.assertEqual([(s.code, s.HasField("current_limit"), s.current_limit.requests_per_unit,
+                           s.limit_remaining) for s in r.statuses],
+                         [(OK, True, 1, 0), (OK, False, 0, 0)])
+        req = request("nodomain", [("user", "ov3")])
+        req.descriptors[0].limit.requests_per_unit, req.descriptors[0].limit.unit = 1, 1
+        for _ in range(2):
+            r = self.call(req)
+            self.assertEqual((r.overall_code, r.statuses[0].HasField("current_limit"),
+                              r.statuses[0].limit_remaining), (OK, False, 0))
+
+    def test_limit_override_is_never_shadow(self):
+        """"shadow" is in shadow mode; an override of it enforces (Lyft)."""
+        r, _, _ = self.overridden(([("shadow", "ov4")], (1, R.RateLimit.HOUR)))
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+        r, _, _ = self.overridden(([("shadow", "ov4")], (1, R.RateLimit.HOUR)))
+        self.assertEqual((r.overall_code, r.statuses[0].code), (OVER, OVER))
+
+    def test_limit_override_bad(self):
+        """Unit UNKNOWN: envoyproxy/ratelimit has no window for it (its
+        UnitToDivider panics); sluiced answers INVALID_ARGUMENT.  0 requests:
+        nothing passes, as envoyproxy/ratelimit answers, nothing charged."""
+        req = request("api", [("user", "ov5")], [("user", "ov5b")])
+        req.descriptors[1].limit.requests_per_unit = 10
+        self.fails(req, grpc.StatusCode.INVALID_ARGUMENT,
+                   "descriptor 2: limit override with unit 0: expected SECOND (1), MINUTE (2), "
+                   "HOUR (3), DAY (4), MONTH (5) or YEAR (6)")
+        for _ in range(2):
+            r, _, _ = self.overridden(([("user", "ov5")], (0, R.RateLimit.MINUTE)),
+                                      ([("team", "ov5")], None))
+            self.assertEqual((r.overall_code,
+                              [(s.code, s.current_limit.requests_per_unit, s.current_limit.unit,
+                                s.limit_remaining) for s in r.statuses]),
+                             (OVER, [(OVER, 0, R.RateLimit.MINUTE, 0),
+                                     (OK, 10, R.RateLimit.SECOND, 99)]))
+        # the same entries overridden twice in one request must agree
+        self.fails(request_with_overrides("api", ([("user", "ov6")], (5, 2)),
+                                          ([("user", "ov6")], (6, 2))),
+                   grpc.StatusCode.INVALID_ARGUMENT,
+                   "descriptors 1 and 2 override the limit of the same entries with different "
+                   "limits")
+
+    def test_limit_override_headers(self):
+        """The RateLimit headers show an override under its name, ""."""
+        req = request_with_overrides("api", ([("user", "ov7")], (4, R.RateLimit.MINUTE)))
+        r, _ = self.stub.ShouldRateLimit.with_call(
+            req, timeout=TIMEOUT, metadata=[("x-sluice-ratelimit-headers", "1")])
+        t = str(r.statuses[0].duration_until_reset.seconds
+                + (1 if r.statuses[0].duration_until_reset.nanos else 0))
+        self.assertEqual([(x.key, x.value) for x in r.response_headers_to_add], [
+            ("RateLimit-Policy", '"";q=4;w=60'), ("RateLimit", '"";r=3;t=%s' % t),
+            ("X-RateLimit-Limit", "4"), ("X-RateLimit-Remaining", "3"),
+            ("X-RateLimit-Reset", t)])
 
     def test_statuses_and_units(self):
         r = self.call(request("api", [("user", "u")], [("team", "u")], [("week", "u")]))
