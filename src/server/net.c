@@ -214,6 +214,8 @@ struct sl_conn {
                                           client has gone (NULL: unknown) */
     sl_slot *head, *tail;              /* reply slots not yet sent, in request order */
     size_t nslots;                     /* how many */
+    size_t nheld;                      /* requests in flight without a slot
+                                          (sl_conn_hold): counted as slots */
     size_t slot_bytes;                 /* replies done but waiting behind an earlier slot */
     void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
@@ -376,10 +378,11 @@ static const struct timeval *recv_tv(const conn *c)
 }
 
 /* Bytes c holds for its client: unsent replies, replies waiting behind an
- * earlier slot, and a slot's own size for each pending one. */
+ * earlier slot, and a slot's own size for each pending one (and each
+ * request held without one: sl_conn_hold). */
 static size_t held(const conn *c)
 {
-    return evbuffer_get_length(c->out) + c->slot_bytes + c->nslots * sizeof(sl_slot);
+    return evbuffer_get_length(c->out) + c->slot_bytes + (c->nslots + c->nheld) * sizeof(sl_slot);
 }
 
 /* While c is being served: once what it holds, the batch being built for
@@ -485,6 +488,21 @@ void sl_slot_done(sl_slot *s)
         after_async(c);
     else
         check_bound(c);
+}
+
+void sl_conn_hold(conn *c)
+{
+    c->nheld++;
+    check_bound(c);
+}
+
+void sl_conn_release(conn *c)
+{
+    c->nheld--;
+    if (c->w->serving == c || c->sink != NULL)
+        check_bound(c);
+    else
+        after_async(c); /* may close c: its last request was answered */
 }
 
 void *sl_slot_data(sl_slot *s) { return s->data.b; }
@@ -919,7 +937,7 @@ static void conn_new(worker *w, int fd, int flags)
 static void update_reading(conn *c)
 {
     if (c->state != C_OPEN) return;
-    int want = !c->paused_turn && !c->paused_out && c->nslots < SL_NET_MAX_SLOTS &&
+    int want = !c->paused_turn && !c->paused_out && c->nslots + c->nheld < SL_NET_MAX_SLOTS &&
                (!c->w->stopping || c->stop_more); /* stopping: stop_step reads what is left */
     if (want && !c->reading) {
         if (c->bev != NULL)
@@ -1287,7 +1305,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     event_del(c->wev);
     c->writing = 0;
     if (c->state == C_CLOSING) {
-        if (c->nslots == 0) finish_close(c);
+        if (c->nslots == 0 && c->nheld == 0) finish_close(c);
         return;
     }
     unpause(c);
@@ -1379,7 +1397,7 @@ static void on_tls_write(struct bufferevent *bev, void *arg)
     if (evbuffer_get_length(c->out) > 0) return;
     c->writing = 0;
     if (c->state == C_CLOSING) {
-        if (c->nslots == 0) finish_close(c);
+        if (c->nslots == 0 && c->nheld == 0) finish_close(c);
         return;
     }
     if (c->state == C_OPEN) unpause(c);

@@ -17,7 +17,9 @@ temporary folder).
   limit lets exactly its count through.
 - A raw HTTP/2 client (frames written by hand, HPACK literals): one that
   sends calls and never reads, while others are served; SIGTERM sends
-  GOAWAY naming the last stream, after answering every call sent before.
+  GOAWAY naming the last stream, after answering every call sent before;
+  with calls waiting for a paused Redis, GOAWAY comes first and they are
+  answered (Redis resumed) before the connection closes.
 - Health/Check answers SERVING.
 """
 
@@ -803,6 +805,42 @@ def read_frames(sock, until):
     return out
 
 
+def read_until(sock, done, until):
+    """Frames from sock until done(frames) holds, EOF or the deadline."""
+    buf, out = b"", []
+    while time.monotonic() < until and not done(out):
+        sock.settimeout(max(0.01, until - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n = int.from_bytes(buf[:3], "big")
+            out.append((buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff,
+                        buf[9:9 + n]))
+            buf = buf[9 + n:]
+    return out
+
+
+def answers(frames):
+    """{stream: limit_remaining of its one status} of the streams whose
+    RateLimitResponse (a DATA frame) came, and whose trailers ended them."""
+    ended = {sid for t, f, sid, _ in frames if t == HEADERS and f & END_STREAM}
+    data = {}
+    for t, _, sid, p in frames:
+        if t == DATA:
+            data[sid] = data.get(sid, b"") + p
+    out = {}
+    for sid, body in data.items():
+        r = R.FromString(body[5:])
+        if sid in ended and len(body) == 5 + int.from_bytes(body[1:5], "big"):
+            out[sid] = r.statuses[0].limit_remaining
+    return out
+
+
 class TestRawHttp2(unittest.TestCase):
     def test_client_that_never_reads(self):
         """A client sends calls and never reads: the server stops reading
@@ -854,6 +892,56 @@ class TestRawHttp2(unittest.TestCase):
         self.assertEqual(len(goaway), 1)
         last, code = struct.unpack(">II", goaway[0][:8])
         self.assertEqual((last & 0x7fffffff, code), (1 + 2 * n, 0))  # NO_ERROR
+        self.assertEqual(srv.proc.wait(20 * SLOW), 0)
+
+    def test_stop_finishes_calls_waiting_for_redis(self):
+        """Calls waiting for a stalled Redis when SIGTERM comes: GOAWAY
+        first (naming the last call), a stream opened after it is not
+        served, then -- Redis going again -- every waiting call gets its
+        real answer before the connection closes, and sluiced exits 0."""
+        d = tempfile.mkdtemp(prefix="sluice-grpc-stop-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "api.yaml"), "w") as f:
+            f.write(RULES)
+        redis = harness.RedisServer().start()
+        self.addCleanup(redis.cleanup)
+        srv = start("--rules", os.path.join(d, "api.yaml"), "--backend", redis.url(),
+                    "--backend-timeout", "60s", name="grpc-stop-redis")
+        self.addCleanup(srv.cleanup)
+        msg = request("api", [("load", "stop")]).SerializeToString()
+        path = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0) + call_frames(1, path, msg))
+        frames = read_until(s, lambda fs: any(t == HEADERS and f & END_STREAM and sid == 1
+                                              for t, f, sid, _ in fs), deadline(TIMEOUT))
+        self.assertEqual(answers(frames), {1: 49})  # through Redis: the connection is up
+        redis.pause()
+        n = 20
+        s.sendall(b"".join(call_frames(3 + 2 * k, path, msg) for k in range(n)))
+        srv.wait_info("backend_inflight", lambda v: v >= 1, timeout=TIMEOUT,
+                      what="a call waiting for the paused Redis")
+        # every earlier answer was sent: what the connection holds now is
+        # its calls in flight, counted against its output bound
+        srv.wait_info("client_output_bytes", lambda v: v > 0, timeout=TIMEOUT,
+                      what="the calls in flight counted as held output")
+        srv.proc.send_signal(signal.SIGTERM)
+        before = read_until(s, lambda fs: any(t == GOAWAY for t, _, _, _ in fs),
+                            deadline(TIMEOUT))
+        goaway = [p for t, _, _, p in before if t == GOAWAY]
+        self.assertEqual(len(goaway), 1, before)
+        last, code = struct.unpack(">II", goaway[0][:8])
+        self.assertEqual((last & 0x7fffffff, code), (1 + 2 * n, 0))  # NO_ERROR
+        self.assertEqual(answers(before), {}, "answered while Redis was paused")
+        late = 3 + 2 * n
+        s.sendall(call_frames(late, path, msg))  # after the GOAWAY: never served
+        redis.resume()
+        after = read_until(s, lambda fs: False, deadline(TIMEOUT))  # until the server closes
+        got = answers(before + after)
+        self.assertEqual(sorted(got), list(range(3, late, 2)), "every waiting call answered")
+        self.assertEqual(sorted(got.values()), list(range(49 - n, 49)))
+        self.assertEqual([sid for _, _, sid, _ in after if sid == late], [])
+        self.assertEqual(s.recv(10), b"")  # closed after the answers
         self.assertEqual(srv.proc.wait(20 * SLOW), 0)
 
     def test_not_http2_is_closed(self):

@@ -17,7 +17,9 @@
  * pointer: when its answer arrives the stream is looked up again, and an
  * answer for a stream that closed meanwhile (the client reset it, or the
  * connection went) is dropped.  The gconn outlives its connection while
- * requests are in flight (refs).
+ * requests are in flight (refs).  Each holds its connection open
+ * (sl_conn_hold) until its answer was written: net.c counts it as a
+ * pending reply, and a stopping server's connection closes only after it.
  *
  * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; nghttp2
  * refuses more), SL_GRPC_MAX_HEADERS bytes of header fields and
@@ -27,7 +29,9 @@
  * the budget is checked between them.
  *
  * Stopping: net.c calls stop() once the connection's last requests ran;
- * it sends GOAWAY naming the last stream processed.  Health/Check answers
+ * it sends GOAWAY naming the last stream processed, and the calls still
+ * waiting for their backend are answered after it, before the connection
+ * closes (their holds).  Health/Check answers
  * NOT_SERVING from the moment the server began stopping.
  */
 #include <inttypes.h>
@@ -486,6 +490,7 @@ static void on_rls(void *arg, const sl_svc_reply *r)
         if (st != NULL) answer_rls(st, q, r); /* else: the client reset it */
         if (!g->in_run) flush(g);
     }
+    if (g->c != NULL) sl_conn_release(g->c); /* may close it: only g after this */
     free(q);
     unref(g);
 }
@@ -596,6 +601,7 @@ static void run_rls(gstream *st, const rls_req *m)
     }
     *q = (greq){g, st->id, st->want_headers};
     g->refs++;
+    sl_conn_hold(g->c); /* until on_rls: counted by net.c, waited for by a stop */
     sl_svc_check_over(x, m->domain, strlen(m->domain), descs, ndesc, any_ov ? ov : NULL, n, dcost,
                       g->now, on_rls, q);
 }
