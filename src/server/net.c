@@ -845,7 +845,7 @@ static int tls_start(conn *c)
         free(c->tls_peer);
         c->tls_peer = NULL;
     }
-    SSL *ssl = sl_tls_ssl_new(w->net->srv->tls);
+    SSL *ssl = sl_tls_ssl_new(w->net->srv->tls, c->proto == w->net->srv->grpc);
     if (ssl == NULL) return -1;
     /* on failure it frees ssl (BEV_OPT_CLOSE_ON_FREE) but leaves the fd */
     c->bev = bufferevent_openssl_socket_new(w->base, c->fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
@@ -1972,21 +1972,29 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, c
         snprintf(err, errlen, "--https-port: no TLS context");
         goto fail;
     }
-    /* kind 4: gRPC (--grpc-port; srv->grpc, set by main) */
+    /* kinds 4 and 5: gRPC, and gRPC over TLS (--grpc-port, --grpc-tls-port;
+     * srv->grpc, set by main) */
     int grpc = srv->grpc == NULL || cfg->grpc_port == 0  ? -1
                : cfg->grpc_port == SL_HTTP_PORT_ANY ? 0
                                                     : cfg->grpc_port;
-    int ports[5] = {cfg->port, cfg->tls_port, hport, https, grpc};
-    for (int kind = 0; kind < 5; kind++) {
+    int grpcs = srv->grpc == NULL || cfg->grpc_tls_port == 0 ? -1
+                : cfg->grpc_tls_port == SL_HTTP_PORT_ANY     ? 0
+                                                             : cfg->grpc_tls_port;
+    if (grpcs >= 0 && srv->tls == NULL) {
+        snprintf(err, errlen, "--grpc-tls-port: no TLS context");
+        goto fail;
+    }
+    int ports[6] = {cfg->port, cfg->tls_port, hport, https, grpc, grpcs};
+    for (int kind = 0; kind < 6; kind++) {
         for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
             int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
-            net->ltls[net->nlisteners] = kind == 1 || kind == 3;
+            net->ltls[net->nlisteners] = kind == 1 || kind == 3 || kind == 5;
             net->lhttp[net->nlisteners] = kind == 2 || kind == 3;
             net->lhttps[net->nlisteners] = kind == 3;
-            net->lgrpc[net->nlisteners] = kind == 4;
+            net->lgrpc[net->nlisteners] = kind == 4 || kind == 5;
             format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i],
                         ports[kind]);
             net->nlisteners++;
@@ -2001,6 +2009,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, c
     srv->http_port = hport >= 0 ? ports[2] : 0;
     srv->https_port = https >= 0 ? ports[3] : 0;
     srv->grpc_port = grpc >= 0 ? ports[4] : 0;
+    srv->grpc_tls_port = grpcs >= 0 ? ports[5] : 0;
 
     int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);

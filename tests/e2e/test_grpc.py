@@ -21,15 +21,19 @@ temporary folder).
   with calls waiting for a paused Redis, GOAWAY comes first and they are
   answered (Redis resumed) before the connection closes.
 - Health/Check answers SERVING.
+- --grpc-tls-port: the same service over TLS (ALPN h2), client
+  certificates as --tls-auth-clients says.
 """
 
 import atexit
 import os
 import random
+import re
 import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import sys
 import tempfile
@@ -41,6 +45,7 @@ from concurrent import futures
 import harness
 from harness import HOST, SANITIZED, SLOW, Server, assert_clean_stop, deadline
 import test_rules_model as TRM
+from test_tls import make_cert, refused_start
 
 import grpc
 import grpc_tools
@@ -739,6 +744,110 @@ class TestExample(unittest.TestCase):
                              [("rl.source_cluster_proxy.destination_cluster_bar", 10,
                                R.RateLimit.MINUTE), ("rl.remote_address", 5, R.RateLimit.SECOND)])
             self.assertIn("Retry-After", [h.key for h in r.response_headers_to_add])
+
+
+GRPC_TLS_LISTEN_RE = re.compile(
+    rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ grpc=yes tls=yes')
+
+
+class TestTls(unittest.TestCase):
+    """--grpc-tls-port: gRPC over TLS with ALPN h2 (docs/envoy.md, "TLS"),
+    beside the plain --grpc-port, on the same counters; client
+    certificates as --tls-auth-clients says."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-grpc-tls-")
+        make_cert(cls.dir, "ca", "sluice test CA")
+        make_cert(cls.dir, "server", "localhost", ca="ca", san="IP:127.0.0.1,DNS:localhost")
+        make_cert(cls.dir, "client", "sluice test client", ca="ca")
+        with open(os.path.join(cls.dir, "api.yaml"), "w") as f:
+            f.write(RULES)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, True)
+
+    def pem(self, name):
+        with open(os.path.join(self.dir, name), "rb") as f:
+            return f.read()
+
+    def start_tls(self, auth):
+        c = lambda n: os.path.join(self.dir, n)  # noqa: E731
+        srv = start("--rules", c("api.yaml"), "--grpc-tls-port", "any",
+                    "--tls-cert-file", c("server.crt"), "--tls-key-file", c("server.key"),
+                    "--tls-ca-cert-file", c("ca.crt"), "--tls-auth-clients", auth,
+                    name="grpc-tls-" + auth)
+        self.addCleanup(srv.cleanup)
+        m = GRPC_TLS_LISTEN_RE.search(srv.log_bytes())
+        self.assertIsNotNone(m, srv.log())
+        return srv, int(m.group(1))
+
+    def secure(self, port, client=True):
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.pem("ca.crt"),
+            private_key=self.pem("client.key") if client else None,
+            certificate_chain=self.pem("client.crt") if client else None)
+        ch = grpc.secure_channel("%s:%d" % (HOST, port), creds)
+        self.addCleanup(ch.close)
+        return rls_pb2_grpc.RateLimitServiceStub(ch), health_pb2_grpc.HealthStub(ch)
+
+    def test_over_tls_and_plain_share_counters(self):
+        srv, port = self.start_tls("no")
+        stub, health = self.secure(port, client=False)
+        req = request("api", [("user", "tls")])
+        self.assertEqual(stub.ShouldRateLimit(req, timeout=TIMEOUT).statuses[0].limit_remaining, 4)
+        with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
+            r = rls_pb2_grpc.RateLimitServiceStub(ch).ShouldRateLimit(req, timeout=TIMEOUT)
+        self.assertEqual(r.statuses[0].limit_remaining, 3)
+        self.assertEqual(health.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+        assert_clean_stop(srv)
+
+    def test_alpn(self):
+        """h2 is chosen; a client offering only other protocols is refused
+        (no_application_protocol); the plain port speaks no TLS."""
+        srv, port = self.start_tls("no")
+        ctx = ssl.create_default_context(cafile=os.path.join(self.dir, "ca.crt"))
+        ctx.set_alpn_protocols(["http/1.1", "h2"])
+        with socket.create_connection((HOST, port), timeout=TIMEOUT) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as t:
+                self.assertEqual(t.selected_alpn_protocol(), "h2")
+                t.sendall(PREFACE + frame(SETTINGS, 0, 0) + call_frames(1))
+                frames = read_until(t, lambda fs: any(ft == HEADERS and f & END_STREAM
+                                                      for ft, f, _, _ in fs), deadline(TIMEOUT))
+                self.assertIn((HEADERS, 1), [(ft, sid) for ft, f, sid, _ in frames
+                                             if f & END_STREAM])
+        ctx.set_alpn_protocols(["http/1.1"])
+        with socket.create_connection((HOST, port), timeout=TIMEOUT) as raw:
+            with self.assertRaises(ssl.SSLError) as cm:
+                ctx.wrap_socket(raw, server_hostname="localhost")
+        self.assertIn("ALERT NO APPLICATION PROTOCOL", str(cm.exception).upper())
+
+    def test_refused_without_certificate_or_on_a_taken_port(self):
+        c = lambda n: os.path.join(self.dir, n)  # noqa: E731
+        self.assertEqual(refused_start(["--grpc-tls-port", "any"]),
+                         (2, "sluiced: --grpc-tls-port needs --tls-cert-file and --tls-key-file "
+                             "(the server's certificate and its private key)\nTry 'sluiced --help'.\n"))
+        self.assertEqual(refused_start(["--grpc-port", "7001", "--grpc-tls-port", "7001",
+                                        "--tls-cert-file", c("server.crt"),
+                                        "--tls-key-file", c("server.key"),
+                                        "--tls-auth-clients", "no"]),
+                         (2, "sluiced: --grpc-tls-port 7001 is also --grpc-port: give them "
+                             "different ports\nTry 'sluiced --help'.\n"))
+
+    def test_client_certificates(self):
+        """--tls-auth-clients yes: a client of the CA is served, one
+        without a certificate cannot connect."""
+        srv, port = self.start_tls("yes")
+        stub, _ = self.secure(port, client=True)
+        self.assertEqual(stub.ShouldRateLimit(request("api", [("user", "cc")]),
+                                              timeout=TIMEOUT).overall_code, OK)
+        stub, _ = self.secure(port, client=False)
+        with self.assertRaises(grpc.RpcError) as cm:
+            stub.ShouldRateLimit(request("api", [("user", "cc")]), timeout=TIMEOUT)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        assert_clean_stop(srv)
 
 
 class TestNoRules(unittest.TestCase):
