@@ -5,7 +5,7 @@
  * unlimited, no rule, requests_per_unit 0, the batch cap, repeated counters,
  * elastic limits on the spare pool at their edges, Lyft's `replaces`;
  * Lyft's current format: share_threshold, quota_mode, and Lyft's counting
- * of denied requests (SL_RULES_COUNT_DENIED).
+ * of denied requests (SL_RULES_COUNT_DENIED); limit overrides (Envoy's).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -672,6 +672,95 @@ static void plan_metric_nodes(void **state)
     assert_true(plan.node[2]->metric_dynamic);
 }
 
+/* A limit override (check.h): the descriptor's limit whatever the rules
+ * say, counted by entries and unit under a key no rule can have; NO_RULE
+ * in a domain without rules; refused with a message when malformed. */
+static void limit_override(void **state)
+{
+    fx *f = *state;
+    use(f, yaml, 0);
+    static sl_check_plan plan; /* large: not on the stack */
+    req q;
+    build(&q, (const char *const[]){"shadow", "a|b", "nokey", "x", "ip", "1.2.3.4", NULL});
+    sl_check_override ovr[3] = {{7, SL_UNIT_HOUR}, {0, SL_UNIT_SECOND}, {0, SL_UNIT_NONE}};
+    assert_int_equal(sl_check_plan_make_over(f->r, NULL, "api", 3, q.d, q.nd, ovr, q.n, 2, 1000,
+                                             &plan, err, sizeof err),
+                     0);
+    assert_int_equal(plan.nitems, 3);
+    const sl_check_item *t = &plan.items[0];
+    assert_int_equal(t->desc, 0);
+    assert_string_equal(t->rl->name, "");
+    assert_int_equal(t->p.algo, SL_FIXED_WINDOW);
+    assert_int_equal(t->p.limit, 7);
+    assert_int_equal(t->p.window_ms, 3600000);
+    assert_int_equal(t->p.space, 1);
+    assert_int_equal(t->shadow, 0); /* the node is in shadow mode: not consulted */
+    assert_int_equal((int)t->keylen, (int)strlen("api|shadow=a%7Cb#override/3600000"));
+    assert_memory_equal(t->key, "api|shadow=a%7Cb#override/3600000", t->keylen);
+    assert_int_equal((int)t->taglen, 3);
+    assert_int_equal(t->cost, 2);
+    assert_true(plan.items[1].zero); /* 0 requests: denied, never */
+    assert_int_equal(plan.items[1].desc, 1);
+    assert_int_equal(plan.denied_never, 1);
+    assert_int_equal(plan.items[2].desc, 2); /* no override: the rule */
+    assert_memory_equal(plan.items[2].key, "api|ip=1.2.3.4", plan.items[2].keylen);
+    assert_null(plan.node[0]);
+    assert_non_null(plan.node[2]);
+
+    /* a domain the rules do not define: no limit */
+    assert_int_equal(sl_check_plan_make_over(f->r, NULL, "other", 5, q.d, q.nd, ovr, q.n, 1, 1000,
+                                             &plan, err, sizeof err),
+                     0);
+    assert_int_equal(plan.nitems, 0);
+    assert_int_equal(plan.pre[0].code, SL_CHECK_NO_RULE);
+
+    /* decided: 7 an hour, the shadow rule's 2 a minute not applied */
+    build(&q, (const char *const[]){"shadow", "d", NULL});
+    sl_check_override one = {7, SL_UNIT_HOUR};
+    sl_check_outcome o;
+    sl_result all;
+    sl_check_status sts[1];
+    for (int i = 0; i < 8; i++) {
+        assert_int_equal(sl_check_plan_make_over(f->r, NULL, "api", 3, q.d, q.nd, &one, q.n, 1,
+                                                 1000, &plan, err, sizeof err),
+                         0);
+        memset(&o, 0, sizeof o);
+        assert_int_equal(sl__local_check_exec(f->s, &plan, &o, err, sizeof err), 0);
+        sl_check_report(&plan, &o, &all, sts);
+        assert_int_equal(all.allowed, i < 7);
+        assert_int_equal(sts[0].code, i < 7 ? SL_CHECK_OK : SL_CHECK_OVER_LIMIT);
+        assert_int_equal(sts[0].limit, 7);
+        assert_int_equal(sts[0].remaining, i < 7 ? 6 - i : 0);
+        assert_int_equal(sts[0].reset_after_ms, 3600000 - 1000);
+    }
+
+    /* refused */
+    sl_check_override bad[2] = {{1, SL_UNIT_MINUTE}, {1, (sl_rule_unit)99}};
+    build(&q, (const char *const[]){"ip", "a", "ip", "b", NULL});
+    assert_int_equal(sl_check_plan_make_over(f->r, NULL, "api", 3, q.d, q.nd, bad, q.n, 1, 1000,
+                                             &plan, err, sizeof err),
+                     SL_EINVAL);
+    assert_string_equal(err, "descriptor 2: limit override with an unknown unit");
+    bad[1] = (sl_check_override){SL_MAX_LIMIT + 1, SL_UNIT_MINUTE};
+    assert_int_equal(sl_check_plan_make_over(f->r, NULL, "api", 3, q.d, q.nd, bad, q.n, 1, 1000,
+                                             &plan, err, sizeof err),
+                     SL_EINVAL);
+    assert_string_equal(err, "descriptor 2: limit override must be 0 to 1000000000000");
+    build(&q, (const char *const[]){"ip", "a", "ip", "a", NULL});
+    bad[1] = (sl_check_override){2, SL_UNIT_MINUTE};
+    assert_int_equal(sl_check_plan_make_over(f->r, NULL, "api", 3, q.d, q.nd, bad, q.n, 1, 1000,
+                                             &plan, err, sizeof err),
+                     SL_EINVAL);
+    assert_string_equal(err, "descriptors 1 and 2 override the limit of the same entries with "
+                             "different limits");
+    bad[1] = (sl_check_override){1, SL_UNIT_MINUTE}; /* the same: one counter, costs added */
+    assert_int_equal(sl_check_plan_make_over(f->r, NULL, "api", 3, q.d, q.nd, bad, q.n, 1, 1000,
+                                             &plan, err, sizeof err),
+                     0);
+    assert_int_equal(plan.items[1].lead, 0);
+    assert_int_equal(plan.items[0].cost, 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -690,6 +779,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(quota_mode, setup, teardown),
         cmocka_unit_test_setup_teardown(count_denied, setup, teardown),
         cmocka_unit_test_setup_teardown(plan_metric_nodes, setup, teardown),
+        cmocka_unit_test_setup_teardown(limit_override, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -102,9 +102,95 @@ static void set_status(sl_check_status *st, sl_check_code code, const sl_check_i
     st->reset_after_ms = res->reset_after_ms;
 }
 
+/* Item it[nit], counted (not zero), against the leaders before it: when
+ * one holds the same counter, it becomes its follower and the leader's
+ * cost grows by cost.  Returns 0, or an SL_E* code with a message. */
+static int merge(sl_check_item *it, int nit, int64_t cost, char *err, size_t errlen)
+{
+    sl_check_item *t = &it[nit];
+    for (int k = 0; k < nit; k++) {
+        sl_check_item *o = &it[k];
+        if (o->zero || o->lead != k || o->p.algo != t->p.algo || o->keylen != t->keylen ||
+            memcmp(o->key, t->key, t->keylen) != 0)
+            continue;
+        if (!same_params(&o->p, &t->p) || o->shadow != t->shadow) {
+            if (o->rl->name[0] == '\0') /* only overrides have no name */
+                return sl__check_err(err, errlen, SL_EINVAL,
+                                     "descriptors %d and %d override the limit of the same "
+                                     "entries with different limits",
+                                     o->desc + 1, t->desc + 1);
+            return sl__check_err(err, errlen, SL_EINVAL,
+                                 "limits %s and %s count the same key with different "
+                                 "parameters",
+                                 o->rl->name, t->rl->name);
+        }
+        t->lead = k;
+        if (o->cost > SL_MAX_LIMIT - cost)
+            return sl__check_err(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
+        o->cost += cost;
+        break;
+    }
+    return 0;
+}
+
+/* Descriptor i's override ov, in domain dom (check.h, "A limit
+ * override"): its limit in plan->over[i], its one item at it[nit]. */
+static int add_override(sl_check_plan *plan, const sl_rule_domain *dom, int i,
+                        const sl_rule_entry *desc, int ndesc, const sl_check_override *ov, int nit,
+                        int count_denied, char *err, size_t errlen)
+{
+    sl_rule_limit *rl = &plan->over[i];
+    memset(rl, 0, sizeof *rl);
+    rl->name = ""; /* envoyproxy/ratelimit's name for it */
+    rl->params.algo = SL_FIXED_WINDOW;
+    rl->params.limit = ov->limit;
+    rl->params.window_ms = sl_rule_unit_ms(ov->unit);
+    rl->unit = ov->unit;
+    rl->soft_limit = ov->limit;
+    sl_check_status *st = &plan->pre[i];
+    st->code = SL_CHECK_OK; /* the item's answer replaces it (sl_check_report) */
+    st->rule = rl;
+    st->name = rl->name;
+    if (nit == SL_MAX_BATCH)
+        return sl__check_err(err, errlen, SL_EINVAL, "more than %d limits in one request",
+                             SL_MAX_BATCH);
+    sl_check_item *t = &plan->items[nit];
+    t->desc = i;
+    t->rl = rl;
+    t->p = rl->params;
+    t->p.space = 1;
+    t->keylen = 0;
+    t->taglen = 0;
+    t->shadow = t->quota = t->elastic = 0; /* an override is none of these (Lyft) */
+    t->zero = ov->limit == 0;
+    t->lyft = count_denied && !t->zero;
+    t->cost = plan->cost;
+    t->lead = nit;
+    if (t->zero) {
+        plan->denied_never = 1;
+        return 0;
+    }
+    int rc = sl_rules_override_key(dom, desc, ndesc, rl->params.window_ms, t->key, sizeof t->key,
+                                   &t->keylen);
+    if (rc < 0)
+        return sl__check_err(err, errlen, rc, "descriptor %d, limit override: %s", i + 1,
+                             sl_strerror(rc));
+    t->taglen = dom->namelen;
+    return merge(plan->items, nit, plan->cost, err, errlen);
+}
+
 int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *domain, size_t dlen,
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t now_ms, sl_check_plan *plan, char *err, size_t errlen)
+{
+    return sl_check_plan_make_over(r, pool, domain, dlen, descs, ndesc, NULL, n, cost, now_ms, plan,
+                                   err, errlen);
+}
+
+int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char *domain,
+                            size_t dlen, const sl_rule_entry *const *descs, const int *ndesc,
+                            const sl_check_override *over, int n, int64_t cost, int64_t now_ms,
+                            sl_check_plan *plan, char *err, size_t errlen)
 {
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (r == NULL || plan == NULL || (domain == NULL && dlen > 0) || descs == NULL ||
@@ -134,20 +220,47 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
     sl_check_status *st = plan->pre;
     const sl_rule_node **nodes = plan->node;
 
-    /* Match every descriptor (all first: `replaces` looks across them). */
+    /* Match every descriptor (all first: `replaces` looks across them);
+     * one given an override matches nothing (its node stays NULL). */
+    const sl_rule_domain *dom = NULL;
+    int overridden = 0;
     for (int i = 0; i < n; i++) {
         memset(&st[i], 0, sizeof st[i]);
+        nodes[i] = NULL;
         if (ndesc[i] < 1 || ndesc[i] > SL_RULES_MAX_DEPTH || descs[i] == NULL)
             return sl__check_err(err, errlen, SL_EINVAL,
                         "descriptor %d must have 1 to %d entries", i + 1, SL_RULES_MAX_DEPTH);
+        if (over != NULL && over[i].unit != SL_UNIT_NONE) {
+            if (sl_rule_unit_ms(over[i].unit) == 0)
+                return sl__check_err(err, errlen, SL_EINVAL,
+                                     "descriptor %d: limit override with an unknown unit", i + 1);
+            if (over[i].limit < 0 || over[i].limit > SL_MAX_LIMIT)
+                return sl__check_err(err, errlen, SL_EINVAL,
+                                     "descriptor %d: limit override must be 0 to %lld", i + 1,
+                                     (long long)SL_MAX_LIMIT);
+            overridden = 1;
+            continue;
+        }
         nodes[i] = sl_rules_match(r, domain, dlen, descs[i], ndesc[i]);
         if (nodes[i] != NULL) plan->nmetric += nodes[i]->metric_dynamic;
     }
+    if (overridden) dom = sl_rules_find_domain(r, domain, dlen);
 
     /* Collect the counted limits. */
     int nit = 0;
     for (int i = 0; i < n; i++) {
         const sl_rule_node *node = nodes[i];
+        if (over != NULL && over[i].unit != SL_UNIT_NONE) {
+            if (dom == NULL) { /* a domain without rules: as envoyproxy/ratelimit */
+                st[i].code = SL_CHECK_NO_RULE;
+                continue;
+            }
+            int rc = add_override(plan, dom, i, descs[i], ndesc[i], &over[i], nit, count_denied,
+                                  err, errlen);
+            if (rc < 0) return rc;
+            nit++;
+            continue;
+        }
         if (node == NULL) {
             st[i].code = SL_CHECK_NO_RULE;
             continue;
@@ -197,22 +310,8 @@ int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *dom
                                 rl->name, sl_strerror(rc));
                 t->taglen = node->domain->namelen; /* "domain|...": the domain's bytes */
                 /* the same counter earlier in the request: merge the costs */
-                for (int k = 0; k < nit; k++) {
-                    sl_check_item *o = &it[k];
-                    if (o->zero || o->lead != k || o->p.algo != t->p.algo ||
-                        o->keylen != t->keylen || memcmp(o->key, t->key, t->keylen) != 0)
-                        continue;
-                    if (!same_params(&o->p, &t->p) || o->shadow != t->shadow)
-                        return sl__check_err(err, errlen, SL_EINVAL,
-                                    "limits %s and %s count the same key with different "
-                                    "parameters",
-                                    o->rl->name, rl->name);
-                    t->lead = k;
-                    if (o->cost > SL_MAX_LIMIT - cost)
-                        return sl__check_err(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
-                    o->cost += cost;
-                    break;
-                }
+                rc = merge(it, nit, cost, err, errlen);
+                if (rc < 0) return rc;
             }
             nit++;
         }

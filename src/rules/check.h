@@ -79,6 +79,19 @@
  *     refuses repeated keys); both descriptors report its answer.
  *   - At most SL_MAX_BATCH counted limits (enforced + shadow) per request;
  *     more is an error.
+ *   - A limit override (sl_check_override, Envoy's RateLimitDescriptor.limit,
+ *     as envoyproxy/ratelimit applies it): a descriptor given one, in a
+ *     domain the rules define, is decided with that limit alone -- a fixed
+ *     window of `limit` per `unit` (Lyft's fixed lengths) -- whether or
+ *     not a rule matches it; the rules' node is not consulted (no shadow,
+ *     quota, soft, elastic, `replaces` or per-rule statistics).  In a
+ *     domain the rules do not define it is NO_RULE, as any descriptor
+ *     there.  Its counter's key is the request's entries and the unit's
+ *     window (sl_rules_override_key), not the limit: requests naming the
+ *     same entries and unit share one count whatever limit each gives
+ *     (envoyproxy/ratelimit's cache key), and an override never shares a
+ *     rule's counter.  limit 0 is OVER_LIMIT "never", as a rule's.  The
+ *     reported limit has the name "" (envoyproxy/ratelimit's).
  *   - Every counter, the pool's included, lives in key space 1 of the store
  *     (sl_params.space): RL.ALLOW, RL.PEEK and RL.RESET, which use space 0,
  *     can neither charge nor clear a rule's counter, whatever key they name.
@@ -213,6 +226,13 @@ typedef struct sl_check_item {
     int64_t cost;            /* leaders: the merged cost */
 } sl_check_item;
 
+/* A descriptor's limit given with the request instead of the rules'
+ * (Envoy's RateLimitDescriptor.limit): see "A limit override" above. */
+typedef struct sl_check_override {
+    int64_t limit;     /* requests per unit: 0..SL_MAX_LIMIT (0: nothing passes) */
+    sl_rule_unit unit; /* SL_UNIT_SECOND..SL_UNIT_YEAR; SL_UNIT_NONE: no override */
+} sl_check_override;
+
 /* Everything one RL.CHECK touches, built without a store.  Large (about
  * SL_MAX_BATCH * SL_MAX_KEY bytes): callers keep one per worker or per
  * request in flight, never on a small stack. */
@@ -235,6 +255,9 @@ typedef struct sl_check_plan {
     int has_pool;                          /* pool is set */
     sl_params pool;                        /* the spare-capacity pool, space 1 */
     int64_t cost, now_ms;
+    /* the limits of the descriptors given an override (items point here:
+     * they live as long as the plan; unused for the others) */
+    sl_rule_limit over[SL_CHECK_MAX_DESC];
 } sl_check_plan;
 
 /* What execution found.  res[k] is filled for leaders (item k with
@@ -265,6 +288,14 @@ typedef struct sl_check_outcome {
 int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *domain, size_t dlen,
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t now_ms, sl_check_plan *plan, char *err, size_t errlen);
+
+/* As sl_check_plan_make, with over[i] the limit override of descriptor i
+ * (over NULL, or an entry with unit SL_UNIT_NONE: none).  A unit out of
+ * range or a limit above SL_MAX_LIMIT is SL_EINVAL "descriptor N: ...". */
+int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char *domain,
+                            size_t dlen, const sl_rule_entry *const *descs, const int *ndesc,
+                            const sl_check_override *over, int n, int64_t cost, int64_t now_ms,
+                            sl_check_plan *plan, char *err, size_t errlen);
 
 /* Fills *overall and st[0..plan->n-1] from the plan and what execution
  * found (o: its followers' results are filled in here).  Pure. */

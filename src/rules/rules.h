@@ -83,6 +83,9 @@ typedef enum sl_rule_unit {
 
 /* "second", "minute", ...; "" for SL_UNIT_NONE. */
 const char *sl_rule_unit_name(sl_rule_unit u);
+/* The unit's length in ms (Lyft's fixed lengths); 0 for SL_UNIT_NONE or
+ * a value out of range. */
+int64_t sl_rule_unit_ms(sl_rule_unit u);
 
 /* What one limit has decided since its set loaded (RL.RULES shows them;
  * a reload starts new counts).  The one mutable part of a loaded set:
@@ -270,6 +273,19 @@ const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t
  * or cap; SL_EINVAL if n or limit do not fit node. */
 int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, int limit,
                  char *buf, size_t cap, size_t *len);
+
+/* Writes the counting key of a limit override (check.h) of window_ms for
+ * the request entries (n of them, 1..SL_RULES_MAX_DEPTH) in domain dom:
+ *
+ *     domain|key=value|key2=value2#override/W
+ *
+ * every part escaped as sl_rules_key does, the request's own values (no
+ * node: no pattern, no ip_prefix).  No rule's key can be one of these:
+ * after '#' a rule's key holds only digits.  Not NUL-terminated.  Returns
+ * 0 and sets *len; SL_EKEY if the key would exceed SL_MAX_KEY bytes or
+ * cap; SL_EINVAL on a bad argument. */
+int sl_rules_override_key(const sl_rule_domain *dom, const sl_rule_entry *entries, int n,
+                          int64_t window_ms, char *buf, size_t cap, size_t *len);
 
 /* Calls fn for every node of every domain, depth first in file order
  * (domains in load order, each root first).  Stops at the first nonzero

@@ -723,6 +723,11 @@ const char *sl_rule_unit_name(sl_rule_unit u)
     return (unsigned)u < SL_UNIT_COUNT ? units[u].name : "";
 }
 
+int64_t sl_rule_unit_ms(sl_rule_unit u)
+{
+    return u > SL_UNIT_NONE && u < SL_UNIT_COUNT ? units[u].seconds * 1000 : 0;
+}
+
 /* Lyft upper-cases the unit before looking it up: any case is accepted. */
 static int get_unit(loader *ld, const ynode *v, sl_rule_unit *out)
 {

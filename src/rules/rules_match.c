@@ -263,6 +263,30 @@ int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, 
     return 0;
 }
 
+int sl_rules_override_key(const sl_rule_domain *dom, const sl_rule_entry *entries, int n,
+                          int64_t window_ms, char *buf, size_t cap, size_t *len)
+{
+    if (dom == NULL || entries == NULL || buf == NULL || len == NULL || n < 1 ||
+        n > SL_RULES_MAX_DEPTH || window_ms <= 0)
+        return SL_EINVAL;
+    kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0};
+    kput(&b, dom->name, dom->namelen, 1);
+    for (int i = 0; i < n; i++) {
+        const sl_rule_entry *e = &entries[i];
+        if ((e->value == NULL && e->valuelen) || (e->key == NULL && e->keylen)) return SL_EINVAL;
+        kput(&b, "|", 1, 0);
+        kput(&b, e->key, e->keylen, 1);
+        kput(&b, "=", 1, 0);
+        kput(&b, e->value, e->valuelen, 1);
+    }
+    char w[40];
+    int wl = snprintf(w, sizeof w, "#override/%lld", (long long)window_ms);
+    kput(&b, w, (size_t)wl, 0);
+    if (b.over) return SL_EKEY;
+    *len = b.n;
+    return 0;
+}
+
 /* ---- listing -------------------------------------------------------------- */
 
 static int visit_node(const sl_rule_node *n, int (*fn)(const sl_rule_node *, void *), void *ctx)

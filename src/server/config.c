@@ -102,8 +102,8 @@ struct opt {
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
 static opt_set_fn set_user_header, set_trusted_proxies;
-static opt_set_fn set_grpc_port; /* gRPC (src/proto/grpc) */
-static opt_show_fn show_grpc_port;
+static opt_set_fn set_grpc_port, set_grpc_tls_port; /* gRPC (src/proto/grpc) */
+static opt_show_fn show_grpc_port, show_grpc_tls_port;
 static opt_set_fn set_user_header, set_trusted_proxies, set_backend, set_backend_timeout,
     set_on_backend_error;
 static opt_show_fn show_backend, show_backend_timeout, show_on_backend_error;
@@ -302,6 +302,12 @@ static const opt opts[] = {
      .def = "8391",
      .help = "also serve Envoy's rate limit service over gRPC (docs/envoy.md) on port N of each "
              "--bind address; 0 = off; any = any free port"},
+    {.name = "grpc-tls-port",
+     CUSTOM(set_grpc_tls_port, show_grpc_tls_port),
+     .arg = "N|any",
+     .def = "0",
+     .help = "also serve it over TLS (--tls-cert-file etc.; ALPN h2) on port N of each --bind "
+             "address; 0 = off; any = any free port"},
     {.name = "admin-token-file",
      PATH(admin_token_file),
      .arg = "FILE",
@@ -419,6 +425,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->grpc_port = SL_GRPC_DEFAULT_PORT;
     cfg->auth_deny_status = 429;
     cfg->https_port = 0;
+    cfg->grpc_tls_port = 0;
     cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
 }
 
@@ -902,6 +909,12 @@ static int set_grpc_port(sl_config *c, const opt *op, const char *v, size_t vlen
     return http_port_value(op, v, vlen, o, &c->grpc_port, err, errlen);
 }
 
+static int set_grpc_tls_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                             char *err, size_t errlen)
+{
+    return http_port_value(op, v, vlen, o, &c->grpc_tls_port, err, errlen);
+}
+
 static int set_https_port(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
                           char *err, size_t errlen)
 {
@@ -1073,6 +1086,14 @@ static void show_grpc_port(const sl_config *c, char *buf, size_t cap)
         snprintf(buf, cap, "any");
     else
         snprintf(buf, cap, "%d", c->grpc_port);
+}
+
+static void show_grpc_tls_port(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->grpc_tls_port == SL_HTTP_PORT_ANY)
+        snprintf(buf, cap, "any");
+    else
+        snprintf(buf, cap, "%d", c->grpc_tls_port);
 }
 
 static void show_https_port(const sl_config *c, char *buf, size_t cap)
@@ -1323,7 +1344,7 @@ static int read_admin_token(sl_config *c, char *err, size_t errlen)
  * together.  Returns 0, or -1 with err (options named as flags). */
 static int check_listeners(const sl_config *c, char *err, size_t errlen)
 {
-    int tls = c->tls_port >= 0, https = c->https_port != 0;
+    int tls = c->tls_port >= 0, https = c->https_port != 0 || c->grpc_tls_port != 0;
     if (c->port < 0 && !tls) {
         snprintf(err, errlen,
                  "--port off leaves nothing to listen on: give --tls-port N (with its "
@@ -1334,7 +1355,9 @@ static int check_listeners(const sl_config *c, char *err, size_t errlen)
         snprintf(err, errlen,
                  "--%s needs --tls-cert-file and --tls-key-file (the server's "
                  "certificate and its private key)",
-                 tls ? "tls-port" : "https-port");
+                 tls                  ? "tls-port"
+                 : c->https_port != 0 ? "https-port"
+                                      : "grpc-tls-port");
         return -1;
     }
     if (!tls && !https && (c->tls_cert_file[0] != '\0' || c->tls_key_file[0] != '\0' ||
@@ -1376,6 +1399,19 @@ static int check_listeners(const sl_config *c, char *err, size_t errlen)
                  : c->grpc_port == c->http_port ? "http-port"
                  : c->grpc_port == c->tls_port  ? "tls-port"
                                                 : "https-port");
+        return -1;
+    }
+    if (c->grpc_tls_port > 0 &&
+        (c->grpc_tls_port == c->port || (tls && c->grpc_tls_port == c->tls_port) ||
+         c->grpc_tls_port == c->http_port || c->grpc_tls_port == c->https_port ||
+         c->grpc_tls_port == c->grpc_port)) {
+        snprintf(err, errlen, "--grpc-tls-port %d is also --%s: give them different ports",
+                 c->grpc_tls_port,
+                 c->grpc_tls_port == c->port         ? "port"
+                 : c->grpc_tls_port == c->http_port  ? "http-port"
+                 : c->grpc_tls_port == c->grpc_port  ? "grpc-port"
+                 : c->grpc_tls_port == c->https_port ? "https-port"
+                                                     : "tls-port");
         return -1;
     }
     if ((tls || https) && c->tls_auth_clients != SL_TLS_AUTH_NO && c->tls_ca_cert_file[0] == '\0') {

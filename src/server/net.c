@@ -214,6 +214,8 @@ struct sl_conn {
                                           client has gone (NULL: unknown) */
     sl_slot *head, *tail;              /* reply slots not yet sent, in request order */
     size_t nslots;                     /* how many */
+    size_t nheld;                      /* requests in flight without a slot
+                                          (sl_conn_hold): counted as slots */
     size_t slot_bytes;                 /* replies done but waiting behind an earlier slot */
     void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
@@ -376,10 +378,11 @@ static const struct timeval *recv_tv(const conn *c)
 }
 
 /* Bytes c holds for its client: unsent replies, replies waiting behind an
- * earlier slot, and a slot's own size for each pending one. */
+ * earlier slot, and a slot's own size for each pending one (and each
+ * request held without one: sl_conn_hold). */
 static size_t held(const conn *c)
 {
-    return evbuffer_get_length(c->out) + c->slot_bytes + c->nslots * sizeof(sl_slot);
+    return evbuffer_get_length(c->out) + c->slot_bytes + (c->nslots + c->nheld) * sizeof(sl_slot);
 }
 
 /* While c is being served: once what it holds, the batch being built for
@@ -485,6 +488,21 @@ void sl_slot_done(sl_slot *s)
         after_async(c);
     else
         check_bound(c);
+}
+
+void sl_conn_hold(conn *c)
+{
+    c->nheld++;
+    check_bound(c);
+}
+
+void sl_conn_release(conn *c)
+{
+    c->nheld--;
+    if (c->w->serving == c || c->sink != NULL)
+        check_bound(c);
+    else
+        after_async(c); /* may close c: its last request was answered */
 }
 
 void *sl_slot_data(sl_slot *s) { return s->data.b; }
@@ -827,7 +845,7 @@ static int tls_start(conn *c)
         free(c->tls_peer);
         c->tls_peer = NULL;
     }
-    SSL *ssl = sl_tls_ssl_new(w->net->srv->tls);
+    SSL *ssl = sl_tls_ssl_new(w->net->srv->tls, c->proto == w->net->srv->grpc);
     if (ssl == NULL) return -1;
     /* on failure it frees ssl (BEV_OPT_CLOSE_ON_FREE) but leaves the fd */
     c->bev = bufferevent_openssl_socket_new(w->base, c->fd, ssl, BUFFEREVENT_SSL_ACCEPTING,
@@ -919,7 +937,7 @@ static void conn_new(worker *w, int fd, int flags)
 static void update_reading(conn *c)
 {
     if (c->state != C_OPEN) return;
-    int want = !c->paused_turn && !c->paused_out && c->nslots < SL_NET_MAX_SLOTS &&
+    int want = !c->paused_turn && !c->paused_out && c->nslots + c->nheld < SL_NET_MAX_SLOTS &&
                (!c->w->stopping || c->stop_more); /* stopping: stop_step reads what is left */
     if (want && !c->reading) {
         if (c->bev != NULL)
@@ -1287,7 +1305,7 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
     event_del(c->wev);
     c->writing = 0;
     if (c->state == C_CLOSING) {
-        if (c->nslots == 0) finish_close(c);
+        if (c->nslots == 0 && c->nheld == 0) finish_close(c);
         return;
     }
     unpause(c);
@@ -1379,7 +1397,7 @@ static void on_tls_write(struct bufferevent *bev, void *arg)
     if (evbuffer_get_length(c->out) > 0) return;
     c->writing = 0;
     if (c->state == C_CLOSING) {
-        if (c->nslots == 0) finish_close(c);
+        if (c->nslots == 0 && c->nheld == 0) finish_close(c);
         return;
     }
     if (c->state == C_OPEN) unpause(c);
@@ -1954,21 +1972,29 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, c
         snprintf(err, errlen, "--https-port: no TLS context");
         goto fail;
     }
-    /* kind 4: gRPC (--grpc-port; srv->grpc, set by main) */
+    /* kinds 4 and 5: gRPC, and gRPC over TLS (--grpc-port, --grpc-tls-port;
+     * srv->grpc, set by main) */
     int grpc = srv->grpc == NULL || cfg->grpc_port == 0  ? -1
                : cfg->grpc_port == SL_HTTP_PORT_ANY ? 0
                                                     : cfg->grpc_port;
-    int ports[5] = {cfg->port, cfg->tls_port, hport, https, grpc};
-    for (int kind = 0; kind < 5; kind++) {
+    int grpcs = srv->grpc == NULL || cfg->grpc_tls_port == 0 ? -1
+                : cfg->grpc_tls_port == SL_HTTP_PORT_ANY     ? 0
+                                                             : cfg->grpc_tls_port;
+    if (grpcs >= 0 && srv->tls == NULL) {
+        snprintf(err, errlen, "--grpc-tls-port: no TLS context");
+        goto fail;
+    }
+    int ports[6] = {cfg->port, cfg->tls_port, hport, https, grpc, grpcs};
+    for (int kind = 0; kind < 6; kind++) {
         for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
             int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
-            net->ltls[net->nlisteners] = kind == 1 || kind == 3;
+            net->ltls[net->nlisteners] = kind == 1 || kind == 3 || kind == 5;
             net->lhttp[net->nlisteners] = kind == 2 || kind == 3;
             net->lhttps[net->nlisteners] = kind == 3;
-            net->lgrpc[net->nlisteners] = kind == 4;
+            net->lgrpc[net->nlisteners] = kind == 4 || kind == 5;
             format_addr(net->addrs[net->nlisteners], sizeof net->addrs[0], cfg->binds[i],
                         ports[kind]);
             net->nlisteners++;
@@ -1983,6 +2009,7 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, c
     srv->http_port = hport >= 0 ? ports[2] : 0;
     srv->https_port = https >= 0 ? ports[3] : 0;
     srv->grpc_port = grpc >= 0 ? ports[4] : 0;
+    srv->grpc_tls_port = grpcs >= 0 ? ports[5] : 0;
 
     int n = srv->stats.nworkers;
     net->workers = calloc((size_t)n, sizeof *net->workers);

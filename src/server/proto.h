@@ -84,6 +84,17 @@ sl_slot *sl_conn_slot(sl_conn *c);
 sl_buf *sl_slot_buf(sl_slot *s);
 /* The slot's reply is complete (see the rules above). */
 void sl_slot_done(sl_slot *s);
+/* A request of c in flight that holds no reply slot -- HTTP/2's answers
+ * leave through the session's own output, in its order, so a call waiting
+ * for its backend cannot hold a place in the slot queue (src/proto/grpc/)
+ * -- held and released by the protocol: counted as a pending slot is
+ * (the output bound, SL_NET_MAX_SLOTS), and a closing c (the server
+ * stopping) is closed only once none is held, within the stop deadline.
+ * sl_conn_release ends one, after the protocol wrote its answer; after it,
+ * as after sl_slot_done, do not touch c again in that callback (the last
+ * one may let net.c close and free it). */
+void sl_conn_hold(sl_conn *c);
+void sl_conn_release(sl_conn *c);
 /* SL_SLOT_DATA bytes of the slot's own (zeroed when it opens, aligned
  * for pointers and 64-bit integers), the protocol's until sl_slot_done: e.g. what a request
  * answered later needs, as the argument of its completion. */

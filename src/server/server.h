@@ -88,6 +88,8 @@ typedef struct sl_config {
                                        address; 0 = off (default); SL_HTTP_PORT_ANY = any */
     int grpc_port;                  /* gRPC (src/proto/grpc) on each bind address; default
                                        SL_GRPC_DEFAULT_PORT; 0 = off; SL_HTTP_PORT_ANY = any */
+    int grpc_tls_port;              /* gRPC over TLS (ALPN h2; the TLS context above) on
+                                       each bind address; 0 = off (default); SL_HTTP_PORT_ANY */
     char backend[1024];             /* "local" (default) or a redis:// URL (backend_redis.h) */
     int64_t backend_timeout_ms;     /* the Redis backend: no caller waits longer; default 50 */
     int on_backend_error;           /* sl_redis_policy; default SL_REDIS_DENY */
@@ -131,6 +133,7 @@ typedef struct sl_srv {
     const struct sl_proto *grpc;    /* what --grpc-port's clients speak (set by main
                                        before sl_net_start); NULL: no gRPC listener */
     int grpc_port;                  /* the gRPC port actually bound; 0 = none */
+    int grpc_tls_port;              /* the gRPC-over-TLS port actually bound; 0 = none */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

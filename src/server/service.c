@@ -328,7 +328,8 @@ static void metric_entries(sl_stats *s, svc_check *k, const sl_rule_entry *const
         const sl_rule_node *node = plan->node[t->desc];
         k->metric[j] = NULL;
         k->overflow[j] = 0;
-        if (!node->metric_dynamic || t->rl->stats == NULL) continue;
+        if (node == NULL || !node->metric_dynamic || t->rl->stats == NULL)
+            continue; /* node NULL: a limit override's item */
         if (named != t->desc) {
             named = t->desc;
             fits = sl_rules_metric_name(node, descs[t->desc], ndesc[t->desc], name, sizeof name,
@@ -386,6 +387,14 @@ static void done_check(sl_breq *b)
 void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_entry *const *descs,
                   const int *ndesc, int n, int64_t cost, int64_t at, sl_svc_cb cb, void *arg)
 {
+    sl_svc_check_over(x, domain, dlen, descs, ndesc, NULL, n, cost, at, cb, arg);
+}
+
+void sl_svc_check_over(sl_svc_ctx *x, const char *domain, size_t dlen,
+                       const sl_rule_entry *const *descs, const int *ndesc,
+                       const sl_check_override *over, int n, int64_t cost, int64_t at, sl_svc_cb cb,
+                       void *arg)
+{
     const char *why;
     sl_rules *rules = sl_svc_rules(x, &why);
     if (rules == NULL) {
@@ -407,8 +416,8 @@ void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_
     const sl_config *cfg = x->srv->cfg;
     char err[SL_SVC_ERR];
     svc_check *k = q->chk;
-    int rc = sl_check_plan_make(rules, cfg->capacity[0] ? &cfg->pool : NULL, domain, dlen, descs,
-                                ndesc, n, cost, at, &k->plan, err, sizeof err);
+    int rc = sl_check_plan_make_over(rules, cfg->capacity[0] ? &cfg->pool : NULL, domain, dlen,
+                                     descs, ndesc, over, n, cost, at, &k->plan, err, sizeof err);
     if (rc != 0) {
         req_put(q);
         reply_err(cb, arg, rc, err[0] ? err : sl_strerror(rc));

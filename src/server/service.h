@@ -108,6 +108,12 @@ void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, in
  * ("no rules loaded ...", the plan's own message). */
 void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_entry *const *descs,
                   const int *ndesc, int n, int64_t cost, int64_t at, sl_svc_cb cb, void *arg);
+/* ... with over[i] descriptor i's limit override (sl_check_plan_make_over;
+ * over NULL: none), read only during the call. */
+void sl_svc_check_over(sl_svc_ctx *x, const char *domain, size_t dlen,
+                       const sl_rule_entry *const *descs, const int *ndesc,
+                       const sl_check_override *over, int n, int64_t cost, int64_t at, sl_svc_cb cb,
+                       void *arg);
 
 /* ---- rules and numbers ----------------------------------------------------- */
 

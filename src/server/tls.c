@@ -27,7 +27,26 @@
 struct sl_tls {
     SSL_CTX *ctx;
     int auth_clients; /* SL_TLS_AUTH_* */
+    int h2_idx;       /* SSL ex_data index: set on an SSL that speaks HTTP/2 */
 };
+
+/* ALPN (RFC 7301): an SSL made for HTTP/2 (sl_tls_ssl_new's h2, gRPC)
+ * takes "h2", which gRPC clients require, and refuses a client that
+ * offers protocols without it (no_application_protocol); the others
+ * choose none, as before ALPN was known here, whatever the client offers
+ * (RESP and HTTP/1.1 need no ALPN). */
+static int alpn_select(SSL *ssl, const unsigned char **out, unsigned char *outlen,
+                       const unsigned char *in, unsigned int inlen, void *arg)
+{
+    static const unsigned char h2[] = {2, 'h', '2'};
+    const sl_tls *t = arg;
+    if (SSL_get_ex_data(ssl, t->h2_idx) == NULL) return SSL_TLSEXT_ERR_NOACK;
+    unsigned char *sel = NULL;
+    if (SSL_select_next_proto(&sel, outlen, h2, sizeof h2, in, inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    *out = sel;
+    return SSL_TLSEXT_ERR_OK;
+}
 
 /* Passwords for PEM: none.  An encrypted key then fails to load instead of
  * OpenSSL asking for its pass phrase on the terminal. */
@@ -316,6 +335,11 @@ sl_tls *sl_tls_new(const sl_config *cfg, char *err, size_t errlen)
     else if (cfg->tls_auth_clients == SL_TLS_AUTH_OPTIONAL)
         mode = SSL_VERIFY_PEER;
     SSL_CTX_set_verify(ctx, mode, NULL);
+    if ((t->h2_idx = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL)) < 0) {
+        snprintf(err, errlen, "TLS: out of memory");
+        goto fail;
+    }
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, t);
     ERR_clear_error(); /* nothing left on main's queue */
     return t;
 fail:
@@ -331,7 +355,15 @@ void sl_tls_free(sl_tls *t)
     free(t);
 }
 
-SSL *sl_tls_ssl_new(sl_tls *t) { return SSL_new(t->ctx); }
+SSL *sl_tls_ssl_new(sl_tls *t, int h2)
+{
+    SSL *ssl = SSL_new(t->ctx);
+    if (ssl != NULL && h2 && SSL_set_ex_data(ssl, t->h2_idx, (void *)t) != 1) {
+        SSL_free(ssl);
+        return NULL;
+    }
+    return ssl;
+}
 
 const char *sl_tls_describe(const sl_tls *t, char *buf, size_t cap, int *expired)
 {

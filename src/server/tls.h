@@ -3,7 +3,8 @@
  * context made at start from --tls-cert-file, --tls-key-file,
  * --tls-ca-cert-file and --tls-auth-clients, shared by every worker; each
  * TLS connection gets an SSL of its own from it, which net.c runs through a
- * libevent bufferevent_openssl (docs/sluiced.md, "TLS").
+ * libevent bufferevent_openssl (docs/sluiced.md, "TLS").  --https-port and
+ * --grpc-tls-port use the same context (gRPC's connections with ALPN h2).
  *
  * What it accepts: TLS 1.2 and 1.3 only, OpenSSL's default ciphers at the
  * system's security level, no renegotiation, no compression.  Client
@@ -52,8 +53,10 @@ sl_tls *sl_tls_new(const sl_config *cfg, char *err, size_t errlen);
 void sl_tls_free(sl_tls *t);
 
 /* A new server-side SSL for one accepted connection, not yet bound to a
- * socket; the caller owns it.  NULL when out of memory. */
-SSL *sl_tls_ssl_new(sl_tls *t);
+ * socket; the caller owns it.  h2: the connection speaks HTTP/2 (gRPC):
+ * ALPN selects "h2" (a client offering other protocols only is refused);
+ * otherwise ALPN selects nothing.  NULL when out of memory. */
+SSL *sl_tls_ssl_new(sl_tls *t, int h2);
 
 /* For the log, logfmt fields: the certificate's subject and end of
  * validity, what clients must show, the protocols; and in *expired 1 if

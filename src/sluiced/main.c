@@ -397,8 +397,8 @@ int main(int argc, char **argv)
         sl_log(SL_LOG_INFO, "authentication on", "users=%d fail_limit=%lld/%lldms",
                sl_auth_nusers(a.srv.auth), (long long)a.cfg.auth_fail_max,
                (long long)a.cfg.auth_fail_window_ms);
-    if (a.cfg.tls_port >= 0 || a.cfg.https_port != 0) { /* the certificate and key, before any
-                                                          state is loaded */
+    if (a.cfg.tls_port >= 0 || a.cfg.https_port != 0 ||
+        a.cfg.grpc_tls_port != 0) { /* the certificate and key, before any state is loaded */
         char what[512];
         int expired = 0;
         a.srv.tls = sl_tls_new(&a.cfg, err, sizeof err);
@@ -566,7 +566,9 @@ int main(int argc, char **argv)
     char d1[32], d2[32];
     for (int i = 0; i < sl_net_naddrs(a.net); i++)
         sl_log(SL_LOG_INFO, "listening",
-               sl_net_addr_grpc(a.net, i)    ? "addr=%s threads=%d grpc=yes"
+               sl_net_addr_grpc(a.net, i) && sl_net_addr_tls(a.net, i)
+                   ? "addr=%s threads=%d grpc=yes tls=yes"
+               : sl_net_addr_grpc(a.net, i)  ? "addr=%s threads=%d grpc=yes"
                : sl_net_addr_tls(a.net, i)   ? "addr=%s threads=%d tls=yes"
                : sl_net_addr_https(a.net, i) ? "addr=%s threads=%d https=yes"
                : sl_net_addr_http(a.net, i)  ? "addr=%s threads=%d http=yes"

@@ -9,24 +9,31 @@ temporary folder).
   through RL.CHECK over RESP (the twin), and the answers must map onto
   each other exactly as docs/envoy.md says.
 - The cases by name: hits_addend, per-descriptor hits_addend, limit
-  overrides, shadow, unlimited, unknown domain, empty descriptors, the
+  overrides (applied as envoyproxy/ratelimit applies them: counted by
+  entries and unit, never shadow, bad ones refused), shadow, unlimited, unknown domain, empty descriptors, the
   RateLimit headers, a server without rules, unknown methods, a message
   too large.
 - Load: many concurrent streams on one connection, many connections: the
   limit lets exactly its count through.
 - A raw HTTP/2 client (frames written by hand, HPACK literals): one that
   sends calls and never reads, while others are served; SIGTERM sends
-  GOAWAY naming the last stream, after answering every call sent before.
+  GOAWAY naming the last stream, after answering every call sent before;
+  with calls waiting for a paused Redis, GOAWAY comes first and they are
+  answered (Redis resumed) before the connection closes.
 - Health/Check answers SERVING.
+- --grpc-tls-port: the same service over TLS (ALPN h2), client
+  certificates as --tls-auth-clients says.
 """
 
 import atexit
 import os
 import random
+import re
 import select
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import sys
 import tempfile
@@ -38,6 +45,7 @@ from concurrent import futures
 import harness
 from harness import HOST, SANITIZED, SLOW, Server, assert_clean_stop, deadline
 import test_rules_model as TRM
+from test_tls import make_cert, refused_start
 
 import grpc
 import grpc_tools
@@ -78,6 +86,7 @@ D = ratelimit_pb2.RateLimitDescriptor
 R = rls_pb2.RateLimitResponse
 OK, OVER = R.OK, R.OVER_LIMIT
 U32 = 2 ** 32 - 1
+CLOCK_SLACK_MS = 5  # sluiced's clock against this test's (assert_window_reset)
 TIMEOUT = 20 * SLOW
 
 
@@ -91,6 +100,15 @@ def request(domain, *descs, cost=0, dcost=None):
             x.hits_addend.value = dcost
         ds.append(x)
     return rls_pb2.RateLimitRequest(domain=domain, descriptors=ds, hits_addend=cost)
+
+
+def request_with_overrides(domain, *descs):
+    """A RateLimitRequest whose descriptors are (entries, (requests_per_unit,
+    unit)) pairs: a limit override each."""
+    req = request(domain, *[d for d, _ in descs])
+    for x, (_, ov) in zip(req.descriptors, descs):
+        x.limit.requests_per_unit, x.limit.unit = ov
+    return req
 
 
 def start(*args, **kw):
@@ -345,13 +363,134 @@ class TestCases(unittest.TestCase):
                    "descriptor 2: hits_addend 1 differs from descriptor 1's 2: the descriptors "
                    "of one request are decided together, with one cost")
 
+    def overridden(self, *descs, **kw):
+        """One call whose descriptors are (entries, (requests_per_unit, unit))
+        pairs, a limit override each (None: none).  Returns the response
+        and the wall clock's ms before and after it."""
+        req = request("api", *[d for d, _ in descs], **kw)
+        for x, (_, ov) in zip(req.descriptors, descs):
+            if ov is not None:
+                x.limit.requests_per_unit, x.limit.unit = ov
+        t0 = int(time.time() * 1000)
+        r = self.call(req)
+        return r, t0, int(time.time() * 1000)
+
+    def assert_window_reset(self, st, unit_ms, t0, t1):
+        """duration_until_reset is the fixed window's end (windows start at
+        multiples of their length since the epoch) from the server's clock,
+        which read a time within [t0, t1] -- give or take CLOCK_SLACK_MS:
+        sluiced's clock is the wall clock read at its start, advanced by the
+        monotonic clock (src/lib/util.c), so it may stand a ms or two off
+        the wall clock this test reads."""
+        reset = st.duration_until_reset.seconds * 1000 + st.duration_until_reset.nanos // 1000000
+        self.assertTrue(0 < reset <= unit_ms, reset)
+        lo, hi = t0 - CLOCK_SLACK_MS, t1 + CLOCK_SLACK_MS
+        ends = {(t // unit_ms + 1) * unit_ms for t in (lo, hi)}
+        self.assertTrue(any(lo <= end - reset <= hi for end in ends),
+                        "reset %d ms: the server's clock is not within [%d, %d]"
+                        % (reset, lo, hi))
+
     def test_limit_override(self):
-        req = request("api", [("user", "ov")])
-        req.descriptors[0].limit.requests_per_unit = 10
-        req.descriptors[0].limit.unit = 2
-        self.fails(req, grpc.StatusCode.UNIMPLEMENTED,
-                   "descriptor 1: a limit override (RateLimitDescriptor.limit) is not supported: "
-                   "sluiced decides with its rules files")
+        """The override is the descriptor's limit, whatever the rules say
+        (here "user" is 5 a minute), named "" as envoyproxy/ratelimit names it."""
+        HOUR, DAY = R.RateLimit.HOUR, R.RateLimit.DAY
+        for want in (2, 1, 0):
+            r, t0, t1 = self.overridden(([("user", "ov1")], (3, HOUR)))
+            st = r.statuses[0]
+            self.assertEqual((r.overall_code, st.code, st.current_limit.name,
+                              st.current_limit.requests_per_unit, st.current_limit.unit,
+                              st.limit_remaining), (OK, OK, "", 3, HOUR, want))
+            self.assert_window_reset(st, 3600000, t0, t1)
+        r, t0, t1 = self.overridden(([("user", "ov1")], (3, HOUR)))
+        st = r.statuses[0]
+        self.assertEqual((r.overall_code, st.code, st.current_limit.requests_per_unit,
+                          st.limit_remaining), (OVER, OVER, 3, 0))
+        self.assert_window_reset(st, 3600000, t0, t1)
+        # a day's override of the same entries: another window, another counter
+        r, t0, t1 = self.overridden(([("user", "ov1")], (1000, DAY)))
+        st = r.statuses[0]
+        self.assertEqual((r.overall_code, st.current_limit.requests_per_unit,
+                          st.current_limit.unit, st.limit_remaining), (OK, 1000, DAY, 999))
+        self.assert_window_reset(st, 86400000, t0, t1)
+        # the rules' limit of the same descriptor is untouched by all this
+        r = self.call(request("api", [("user", "ov1")]))
+        self.assertEqual((r.statuses[0].current_limit.name, r.statuses[0].limit_remaining),
+                         ("api.user", 4))
+
+    def test_limit_override_counter(self):
+        """As envoyproxy/ratelimit's cache key (the entries and the unit's
+        window): overrides of the same entries and unit share one count
+        whatever limit each names; other entries or units count apart."""
+        HOUR, MINUTE = R.RateLimit.HOUR, R.RateLimit.MINUTE
+        r, _, _ = self.overridden(([("user", "ov2")], (3, HOUR)), cost=2)
+        self.assertEqual(r.statuses[0].limit_remaining, 1)
+        r, _, _ = self.overridden(([("user", "ov2")], (10, HOUR)))
+        self.assertEqual((r.overall_code, r.statuses[0].current_limit.requests_per_unit,
+                          r.statuses[0].limit_remaining), (OK, 10, 7))  # 2 + 1 of 10
+        r, _, _ = self.overridden(([("user", "ov2")], (3, HOUR)), cost=2)
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OVER, 0))
+        r, _, _ = self.overridden(([("user", "ov2")], (3, MINUTE)),
+                                  ([("user", "ov2b")], (3, HOUR)), cost=2)
+        self.assertEqual((r.overall_code, [s.limit_remaining for s in r.statuses]), (OK, [1, 1]))
+
+    def test_limit_override_without_rule_and_unknown_domain(self):
+        """An override applies in a domain of the rules even where no rule
+        matches; in a domain the rules do not define it is no limit, as
+        envoyproxy/ratelimit answers."""
+        r, _, _ = self.overridden(([("nokey", "ov3")], (1, R.RateLimit.SECOND)),
+                                  ([("nokey", "ov3b")], None))
+        self.assertEqual([(s.code, s.HasField("current_limit"), s.current_limit.requests_per_unit,
+                           s.limit_remaining) for s in r.statuses],
+                         [(OK, True, 1, 0), (OK, False, 0, 0)])
+        req = request("nodomain", [("user", "ov3")])
+        req.descriptors[0].limit.requests_per_unit, req.descriptors[0].limit.unit = 1, 1
+        for _ in range(2):
+            r = self.call(req)
+            self.assertEqual((r.overall_code, r.statuses[0].HasField("current_limit"),
+                              r.statuses[0].limit_remaining), (OK, False, 0))
+
+    def test_limit_override_is_never_shadow(self):
+        """"shadow" is in shadow mode; an override of it enforces (Lyft)."""
+        r, _, _ = self.overridden(([("shadow", "ov4")], (1, R.RateLimit.HOUR)))
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OK, 0))
+        r, _, _ = self.overridden(([("shadow", "ov4")], (1, R.RateLimit.HOUR)))
+        self.assertEqual((r.overall_code, r.statuses[0].code), (OVER, OVER))
+
+    def test_limit_override_bad(self):
+        """Unit UNKNOWN: envoyproxy/ratelimit has no window for it (its
+        UnitToDivider panics); sluiced answers INVALID_ARGUMENT.  0 requests:
+        nothing passes, as envoyproxy/ratelimit answers, nothing charged."""
+        req = request("api", [("user", "ov5")], [("user", "ov5b")])
+        req.descriptors[1].limit.requests_per_unit = 10
+        self.fails(req, grpc.StatusCode.INVALID_ARGUMENT,
+                   "descriptor 2: limit override with unit 0: expected SECOND (1), MINUTE (2), "
+                   "HOUR (3), DAY (4), MONTH (5) or YEAR (6)")
+        for _ in range(2):
+            r, _, _ = self.overridden(([("user", "ov5")], (0, R.RateLimit.MINUTE)),
+                                      ([("team", "ov5")], None))
+            self.assertEqual((r.overall_code,
+                              [(s.code, s.current_limit.requests_per_unit, s.current_limit.unit,
+                                s.limit_remaining) for s in r.statuses]),
+                             (OVER, [(OVER, 0, R.RateLimit.MINUTE, 0),
+                                     (OK, 10, R.RateLimit.SECOND, 99)]))
+        # the same entries overridden twice in one request must agree
+        self.fails(request_with_overrides("api", ([("user", "ov6")], (5, 2)),
+                                          ([("user", "ov6")], (6, 2))),
+                   grpc.StatusCode.INVALID_ARGUMENT,
+                   "descriptors 1 and 2 override the limit of the same entries with different "
+                   "limits")
+
+    def test_limit_override_headers(self):
+        """The RateLimit headers show an override under its name, ""."""
+        req = request_with_overrides("api", ([("user", "ov7")], (4, R.RateLimit.MINUTE)))
+        r, _ = self.stub.ShouldRateLimit.with_call(
+            req, timeout=TIMEOUT, metadata=[("x-sluice-ratelimit-headers", "1")])
+        t = str(r.statuses[0].duration_until_reset.seconds
+                + (1 if r.statuses[0].duration_until_reset.nanos else 0))
+        self.assertEqual([(x.key, x.value) for x in r.response_headers_to_add], [
+            ("RateLimit-Policy", '"";q=4;w=60'), ("RateLimit", '"";r=3;t=%s' % t),
+            ("X-RateLimit-Limit", "4"), ("X-RateLimit-Remaining", "3"),
+            ("X-RateLimit-Reset", t)])
 
     def test_statuses_and_units(self):
         r = self.call(request("api", [("user", "u")], [("team", "u")], [("week", "u")]))
@@ -612,6 +751,110 @@ class TestExample(unittest.TestCase):
             self.assertIn("Retry-After", [h.key for h in r.response_headers_to_add])
 
 
+GRPC_TLS_LISTEN_RE = re.compile(
+    rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ grpc=yes tls=yes')
+
+
+class TestTls(unittest.TestCase):
+    """--grpc-tls-port: gRPC over TLS with ALPN h2 (docs/envoy.md, "TLS"),
+    beside the plain --grpc-port, on the same counters; client
+    certificates as --tls-auth-clients says."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-grpc-tls-")
+        make_cert(cls.dir, "ca", "sluice test CA")
+        make_cert(cls.dir, "server", "localhost", ca="ca", san="IP:127.0.0.1,DNS:localhost")
+        make_cert(cls.dir, "client", "sluice test client", ca="ca")
+        with open(os.path.join(cls.dir, "api.yaml"), "w") as f:
+            f.write(RULES)
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir, True)
+
+    def pem(self, name):
+        with open(os.path.join(self.dir, name), "rb") as f:
+            return f.read()
+
+    def start_tls(self, auth):
+        c = lambda n: os.path.join(self.dir, n)  # noqa: E731
+        srv = start("--rules", c("api.yaml"), "--grpc-tls-port", "any",
+                    "--tls-cert-file", c("server.crt"), "--tls-key-file", c("server.key"),
+                    "--tls-ca-cert-file", c("ca.crt"), "--tls-auth-clients", auth,
+                    name="grpc-tls-" + auth)
+        self.addCleanup(srv.cleanup)
+        m = GRPC_TLS_LISTEN_RE.search(srv.log_bytes())
+        self.assertIsNotNone(m, srv.log())
+        return srv, int(m.group(1))
+
+    def secure(self, port, client=True):
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.pem("ca.crt"),
+            private_key=self.pem("client.key") if client else None,
+            certificate_chain=self.pem("client.crt") if client else None)
+        ch = grpc.secure_channel("%s:%d" % (HOST, port), creds)
+        self.addCleanup(ch.close)
+        return rls_pb2_grpc.RateLimitServiceStub(ch), health_pb2_grpc.HealthStub(ch)
+
+    def test_over_tls_and_plain_share_counters(self):
+        srv, port = self.start_tls("no")
+        stub, health = self.secure(port, client=False)
+        req = request("api", [("user", "tls")])
+        self.assertEqual(stub.ShouldRateLimit(req, timeout=TIMEOUT).statuses[0].limit_remaining, 4)
+        with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
+            r = rls_pb2_grpc.RateLimitServiceStub(ch).ShouldRateLimit(req, timeout=TIMEOUT)
+        self.assertEqual(r.statuses[0].limit_remaining, 3)
+        self.assertEqual(health.Check(health_pb2.HealthCheckRequest(), timeout=TIMEOUT).status,
+                         health_pb2.HealthCheckResponse.SERVING)
+        assert_clean_stop(srv)
+
+    def test_alpn(self):
+        """h2 is chosen; a client offering only other protocols is refused
+        (no_application_protocol); the plain port speaks no TLS."""
+        srv, port = self.start_tls("no")
+        ctx = ssl.create_default_context(cafile=os.path.join(self.dir, "ca.crt"))
+        ctx.set_alpn_protocols(["http/1.1", "h2"])
+        with socket.create_connection((HOST, port), timeout=TIMEOUT) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as t:
+                self.assertEqual(t.selected_alpn_protocol(), "h2")
+                t.sendall(PREFACE + frame(SETTINGS, 0, 0) + call_frames(1))
+                frames = read_until(t, lambda fs: any(ft == HEADERS and f & END_STREAM
+                                                      for ft, f, _, _ in fs), deadline(TIMEOUT))
+                self.assertIn((HEADERS, 1), [(ft, sid) for ft, f, sid, _ in frames
+                                             if f & END_STREAM])
+        ctx.set_alpn_protocols(["http/1.1"])
+        with socket.create_connection((HOST, port), timeout=TIMEOUT) as raw:
+            with self.assertRaises(ssl.SSLError) as cm:
+                ctx.wrap_socket(raw, server_hostname="localhost")
+        self.assertIn("ALERT NO APPLICATION PROTOCOL", str(cm.exception).upper())
+
+    def test_refused_without_certificate_or_on_a_taken_port(self):
+        c = lambda n: os.path.join(self.dir, n)  # noqa: E731
+        self.assertEqual(refused_start(["--grpc-tls-port", "any"]),
+                         (2, "sluiced: --grpc-tls-port needs --tls-cert-file and --tls-key-file "
+                             "(the server's certificate and its private key)\nTry 'sluiced --help'.\n"))
+        self.assertEqual(refused_start(["--grpc-port", "7001", "--grpc-tls-port", "7001",
+                                        "--tls-cert-file", c("server.crt"),
+                                        "--tls-key-file", c("server.key"),
+                                        "--tls-auth-clients", "no"]),
+                         (2, "sluiced: --grpc-tls-port 7001 is also --grpc-port: give them "
+                             "different ports\nTry 'sluiced --help'.\n"))
+
+    def test_client_certificates(self):
+        """--tls-auth-clients yes: a client of the CA is served, one
+        without a certificate cannot connect."""
+        srv, port = self.start_tls("yes")
+        stub, _ = self.secure(port, client=True)
+        self.assertEqual(stub.ShouldRateLimit(request("api", [("user", "cc")]),
+                                              timeout=TIMEOUT).overall_code, OK)
+        stub, _ = self.secure(port, client=False)
+        with self.assertRaises(grpc.RpcError) as cm:
+            stub.ShouldRateLimit(request("api", [("user", "cc")]), timeout=TIMEOUT)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.UNAVAILABLE)
+        assert_clean_stop(srv)
+
+
 class TestNoRules(unittest.TestCase):
     def test_no_rules(self):
         srv = start(name="grpc-no-rules")
@@ -676,6 +919,42 @@ def read_frames(sock, until):
     return out
 
 
+def read_until(sock, done, until):
+    """Frames from sock until done(frames) holds, EOF or the deadline."""
+    buf, out = b"", []
+    while time.monotonic() < until and not done(out):
+        sock.settimeout(max(0.01, until - time.monotonic()))
+        try:
+            chunk = sock.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        buf += chunk
+        while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+            n = int.from_bytes(buf[:3], "big")
+            out.append((buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff,
+                        buf[9:9 + n]))
+            buf = buf[9 + n:]
+    return out
+
+
+def answers(frames):
+    """{stream: limit_remaining of its one status} of the streams whose
+    RateLimitResponse (a DATA frame) came, and whose trailers ended them."""
+    ended = {sid for t, f, sid, _ in frames if t == HEADERS and f & END_STREAM}
+    data = {}
+    for t, _, sid, p in frames:
+        if t == DATA:
+            data[sid] = data.get(sid, b"") + p
+    out = {}
+    for sid, body in data.items():
+        r = R.FromString(body[5:])
+        if sid in ended and len(body) == 5 + int.from_bytes(body[1:5], "big"):
+            out[sid] = r.statuses[0].limit_remaining
+    return out
+
+
 class TestRawHttp2(unittest.TestCase):
     def test_client_that_never_reads(self):
         """A client sends calls and never reads: the server stops reading
@@ -727,6 +1006,56 @@ class TestRawHttp2(unittest.TestCase):
         self.assertEqual(len(goaway), 1)
         last, code = struct.unpack(">II", goaway[0][:8])
         self.assertEqual((last & 0x7fffffff, code), (1 + 2 * n, 0))  # NO_ERROR
+        self.assertEqual(srv.proc.wait(20 * SLOW), 0)
+
+    def test_stop_finishes_calls_waiting_for_redis(self):
+        """Calls waiting for a stalled Redis when SIGTERM comes: GOAWAY
+        first (naming the last call), a stream opened after it is not
+        served, then -- Redis going again -- every waiting call gets its
+        real answer before the connection closes, and sluiced exits 0."""
+        d = tempfile.mkdtemp(prefix="sluice-grpc-stop-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "api.yaml"), "w") as f:
+            f.write(RULES)
+        redis = harness.RedisServer().start()
+        self.addCleanup(redis.cleanup)
+        srv = start("--rules", os.path.join(d, "api.yaml"), "--backend", redis.url(),
+                    "--backend-timeout", "60s", name="grpc-stop-redis")
+        self.addCleanup(srv.cleanup)
+        msg = request("api", [("load", "stop")]).SerializeToString()
+        path = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0) + call_frames(1, path, msg))
+        frames = read_until(s, lambda fs: any(t == HEADERS and f & END_STREAM and sid == 1
+                                              for t, f, sid, _ in fs), deadline(TIMEOUT))
+        self.assertEqual(answers(frames), {1: 49})  # through Redis: the connection is up
+        redis.pause()
+        n = 20
+        s.sendall(b"".join(call_frames(3 + 2 * k, path, msg) for k in range(n)))
+        srv.wait_info("backend_inflight", lambda v: v >= 1, timeout=TIMEOUT,
+                      what="a call waiting for the paused Redis")
+        # every earlier answer was sent: what the connection holds now is
+        # its calls in flight, counted against its output bound
+        srv.wait_info("client_output_bytes", lambda v: v > 0, timeout=TIMEOUT,
+                      what="the calls in flight counted as held output")
+        srv.proc.send_signal(signal.SIGTERM)
+        before = read_until(s, lambda fs: any(t == GOAWAY for t, _, _, _ in fs),
+                            deadline(TIMEOUT))
+        goaway = [p for t, _, _, p in before if t == GOAWAY]
+        self.assertEqual(len(goaway), 1, before)
+        last, code = struct.unpack(">II", goaway[0][:8])
+        self.assertEqual((last & 0x7fffffff, code), (1 + 2 * n, 0))  # NO_ERROR
+        self.assertEqual(answers(before), {}, "answered while Redis was paused")
+        late = 3 + 2 * n
+        s.sendall(call_frames(late, path, msg))  # after the GOAWAY: never served
+        redis.resume()
+        after = read_until(s, lambda fs: False, deadline(TIMEOUT))  # until the server closes
+        got = answers(before + after)
+        self.assertEqual(sorted(got), list(range(3, late, 2)), "every waiting call answered")
+        self.assertEqual(sorted(got.values()), list(range(49 - n, 49)))
+        self.assertEqual([sid for _, _, sid, _ in after if sid == late], [])
+        self.assertEqual(s.recv(10), b"")  # closed after the answers
         self.assertEqual(srv.proc.wait(20 * SLOW), 0)
 
     def test_not_http2_is_closed(self):

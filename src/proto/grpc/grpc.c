@@ -17,7 +17,9 @@
  * pointer: when its answer arrives the stream is looked up again, and an
  * answer for a stream that closed meanwhile (the client reset it, or the
  * connection went) is dropped.  The gconn outlives its connection while
- * requests are in flight (refs).
+ * requests are in flight (refs).  Each holds its connection open
+ * (sl_conn_hold) until its answer was written: net.c counts it as a
+ * pending reply, and a stopping server's connection closes only after it.
  *
  * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; nghttp2
  * refuses more), SL_GRPC_MAX_HEADERS bytes of header fields and
@@ -27,7 +29,9 @@
  * the budget is checked between them.
  *
  * Stopping: net.c calls stop() once the connection's last requests ran;
- * it sends GOAWAY naming the last stream processed.  Health/Check answers
+ * it sends GOAWAY naming the last stream processed, and the calls still
+ * waiting for their backend are answered after it, before the connection
+ * closes (their holds).  Health/Check answers
  * NOT_SERVING from the moment the server began stopping.
  */
 #include <inttypes.h>
@@ -50,6 +54,8 @@ typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__DescriptorStatus rls_s
 typedef Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit rls_limit;
 typedef Envoy__Config__Core__V3__HeaderValue rls_header;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_desc;
+typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__RateLimitOverride
+    rls_desc_override;
 
 /* gRPC status codes (google.rpc.Code). */
 enum {
@@ -484,11 +490,32 @@ static void on_rls(void *arg, const sl_svc_reply *r)
         if (st != NULL) answer_rls(st, q, r); /* else: the client reset it */
         if (!g->in_run) flush(g);
     }
+    if (g->c != NULL) sl_conn_release(g->c); /* may close it: only g after this */
     free(q);
     unref(g);
 }
 
-/* Checks a request's descriptors and runs it.  Bad input is answered
+/* A descriptor's limit override (docs/envoy.md, "Limit overrides") in
+ * sluice's units: 0, or -1 for a unit that is none of rls.proto's (UNKNOWN
+ * included: envoyproxy/ratelimit has no window for it). */
+static int override_of(const rls_desc_override *o, sl_check_override *out)
+{
+    static const sl_rule_unit unit[] = {
+        [ENVOY__TYPE__V3__RATE_LIMIT_UNIT__SECOND] = SL_UNIT_SECOND,
+        [ENVOY__TYPE__V3__RATE_LIMIT_UNIT__MINUTE] = SL_UNIT_MINUTE,
+        [ENVOY__TYPE__V3__RATE_LIMIT_UNIT__HOUR] = SL_UNIT_HOUR,
+        [ENVOY__TYPE__V3__RATE_LIMIT_UNIT__DAY] = SL_UNIT_DAY,
+        [ENVOY__TYPE__V3__RATE_LIMIT_UNIT__MONTH] = SL_UNIT_MONTH,
+        [ENVOY__TYPE__V3__RATE_LIMIT_UNIT__YEAR] = SL_UNIT_YEAR,
+    };
+    unsigned u = (unsigned)o->unit;
+    if (u >= sizeof unit / sizeof unit[0] || unit[u] == SL_UNIT_NONE) return -1;
+    *out = (sl_check_override){(int64_t)o->requests_per_unit, unit[u]};
+    return 0;
+}
+
+/* Checks a request's descriptors and runs it (a descriptor's limit
+ * override goes to the plan: sl_check_plan_make_over).  Bad input is answered
  * INVALID_ARGUMENT (UNIMPLEMENTED for what sluiced does not do) with a
  * message naming what and where; the backend is not asked then. */
 static void run_rls(gstream *st, const rls_req *m)
@@ -522,16 +549,20 @@ static void run_rls(gstream *st, const rls_req *m)
     int64_t cost = m->hits_addend ? (int64_t)m->hits_addend : 1;
     int64_t dcost = -1;
     int n = (int)m->n_descriptors;
+    sl_check_override ov[SL_CHECK_MAX_DESC];
+    int any_ov = 0;
     for (int d = 0; d < n; d++) {
         const rls_desc *ds = m->descriptors[d];
-        if (ds->limit != NULL) {
+        ov[d] = (sl_check_override){0, SL_UNIT_NONE};
+        if (ds->limit != NULL && override_of(ds->limit, &ov[d]) != 0) {
             snprintf(err, sizeof err,
-                     "descriptor %d: a limit override (RateLimitDescriptor.limit) is not "
-                     "supported: sluiced decides with its rules files",
-                     d + 1);
-            answer_status(st, ST_UNIMPLEMENTED, err);
+                     "descriptor %d: limit override with unit %d: expected SECOND (1), MINUTE "
+                     "(2), HOUR (3), DAY (4), MONTH (5) or YEAR (6)",
+                     d + 1, (int)ds->limit->unit);
+            answer_status(st, ST_INVALID_ARGUMENT, err);
             return;
         }
+        any_ov |= ds->limit != NULL;
         if (ds->n_entries == 0 || ds->n_entries > SL_RULES_MAX_DEPTH) {
             snprintf(err, sizeof err, "descriptor %d: %zu entries (expected 1 to %d)", d + 1,
                      ds->n_entries, SL_RULES_MAX_DEPTH);
@@ -570,7 +601,9 @@ static void run_rls(gstream *st, const rls_req *m)
     }
     *q = (greq){g, st->id, st->want_headers};
     g->refs++;
-    sl_svc_check(x, m->domain, strlen(m->domain), descs, ndesc, n, dcost, g->now, on_rls, q);
+    sl_conn_hold(g->c); /* until on_rls: counted by net.c, waited for by a stop */
+    sl_svc_check_over(x, m->domain, strlen(m->domain), descs, ndesc, any_ov ? ov : NULL, n, dcost,
+                      g->now, on_rls, q);
 }
 
 /* ---- Health/Check ---------------------------------------------------------------- */
