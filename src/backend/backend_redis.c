@@ -71,6 +71,7 @@
 
 #include "backend_local.h"
 #include "backend_redis.h"
+#include "redis/ring.h"
 #include "util.h"
 
 /* The script, src/backend/redis/sluice.lua, as bytes in the binary (the
@@ -93,15 +94,25 @@ extern const char sl_redis_script[], sl_redis_script_end[];
 
 enum { DOWN, CONNECTING, UP };
 
+/* One Redis server of the backend (one, or a ring's, in the list's order). */
+typedef struct rnode {
+    sl_redis_url url;
+    char id[300];    /* "host:port/db": its place on the ring (ring.h) */
+    _Atomic int nup; /* channels whose connection to it is UP */
+    _Atomic int up;  /* the state last reported (on_state) */
+    _Atomic int64_t down_since_ms;
+} rnode;
+
 typedef struct redis {
     sl_backend base;
-    sl_redis_url url;
+    int nnodes;                   /* 1..SL_RING_MAX */
+    rnode *node;                  /* nnodes */
+    sl_ring *ring;                /* which node owns a hash tag; NULL with one node */
+    char shown[SL_REDIS_URL_MAX]; /* every node's URL without its password, by commas */
     sl_redis_opts o;
-    char sha[SHA_LEN + 1];  /* the script's, from SCRIPT LOAD at start */
-    sl_store *store;        /* SL_REDIS_LOCAL's own store (the engine's calls) */
-    _Atomic int nchan, nup; /* channels, and those UP */
-    _Atomic int up;         /* the state last reported (on_state) */
-    _Atomic int64_t down_since_ms;
+    char sha[SHA_LEN + 1]; /* the script's, from SCRIPT LOAD at start (one for every node) */
+    sl_store *store;       /* SL_REDIS_LOCAL's own store (the engine's calls) */
+    _Atomic int nchan;     /* worker channels (each holds a connection per node) */
     _Atomic uint64_t errors, timeouts, reconnects, cache_hits, inflight;
     _Atomic uint64_t fallback[3];
     pthread_mutex_t lock; /* guards last_error */
@@ -155,9 +166,11 @@ typedef struct denial {
     char key[SL_MAX_KEY];
 } denial;
 
+/* One worker's connection to one node: its own pending list, batch,
+ * deny cache, backoff and state. */
 struct rchan {
-    sl_bchan base;
     redis *r;
+    rnode *node;
     struct event_base *loop;
     redisAsyncContext *ac; /* NULL when DOWN */
     int state;
@@ -178,6 +191,14 @@ struct rchan {
     batch *free_batch;        /* the pool */
     struct event *flush;      /* active while open: sends it at the end of the turn */
 };
+
+/* A worker's channel: a connection per node, node i's at c[i]. */
+typedef struct wchan {
+    sl_bchan base;
+    redis *r;
+    int n;
+    rchan *c[];
+} wchan;
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -315,6 +336,69 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
     return 0;
 }
 
+void sl__redis_url_id(const sl_redis_url *u, char *buf, size_t cap)
+{
+    int bracket = strchr(u->host, ':') != NULL;
+    snprintf(buf, cap, "%s%s%s:%d/%d", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
+             u->db);
+}
+
+/* Where the element at s[i..len) ends: at the next ',' followed by a
+ * scheme (redis:// or rediss://), else at len. */
+static size_t element_end(const char *s, size_t len, size_t i)
+{
+    for (; i < len; i++)
+        if (s[i] == ',' && ((len - i - 1 >= 8 && strncasecmp(s + i + 1, "redis://", 8) == 0) ||
+                            (len - i - 1 >= 9 && strncasecmp(s + i + 1, "rediss://", 9) == 0)))
+            return i;
+    return len;
+}
+
+int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
+                        size_t errlen)
+{
+    size_t start[SL_RING_MAX + 1], end[SL_RING_MAX + 1];
+    int count = 0;
+    for (size_t i = 0;; i = end[count - 1] + 1) {
+        if (count == SL_RING_MAX) {
+            snprintf(err, errlen, "'%.200s...': more than %d servers", s, SL_RING_MAX);
+            return -1;
+        }
+        start[count] = i;
+        end[count] = element_end(s, len, i);
+        count++;
+        if (end[count - 1] == len) break;
+    }
+    if (count == 1) { /* one server: its own message, as ever */
+        sl_redis_url one, *u = out != NULL ? &out[0] : &one;
+        if (sl_redis_url_parse(s, len, u, err, errlen) != 0) return -1;
+        *n = 1;
+        return 0;
+    }
+    static const char hint[] = " (the servers of a ring are whole URLs separated by commas: "
+                               "redis://a:6379,redis://b:6379)";
+    char why[400], id[SL_RING_MAX][300];
+    for (int k = 0; k < count; k++) {
+        const char *e = s + start[k];
+        size_t elen = end[k] - start[k];
+        sl_redis_url one, *u = out != NULL ? &out[k] : &one;
+        if (sl_redis_url_parse(e, elen, u, why, sizeof why) != 0) {
+            snprintf(err, errlen, "element %d of %d: %s%s", k + 1, count, why,
+                     memchr(e, ',', elen) != NULL ? hint : "");
+            return -1;
+        }
+        sl__redis_url_id(u, id[k], sizeof id[k]);
+        for (int j = 0; j < k; j++)
+            if (strcmp(id[j], id[k]) == 0) {
+                snprintf(err, errlen, "elements %d and %d of %d are the same server %s", j + 1,
+                         k + 1, count, id[k]);
+                return -1;
+            }
+    }
+    *n = count;
+    return 0;
+}
+
 const char *sl_redis_policy_name(int policy)
 {
     switch (policy) {
@@ -327,14 +411,17 @@ const char *sl_redis_policy_name(int policy)
 
 /* ---- state --------------------------------------------------------------- */
 
-/* Reports a change of the backend's state (on_state): down when a channel
- * loses its connection, up when every channel has one again. */
-static void report(redis *r, int going_up, const char *what)
+/* Reports a change of a node's state (on_state, with the node's URL):
+ * down when a channel loses its connection to it, up when every channel
+ * has one again. */
+static void report(rchan *ch, int going_up, const char *what)
 {
-    if (going_up && atomic_load(&r->nup) < atomic_load(&r->nchan)) return;
-    if (atomic_exchange(&r->up, going_up) == going_up) return;
-    atomic_store(&r->down_since_ms, going_up ? 0 : sl__wall_ms());
-    if (r->o.on_state != NULL) r->o.on_state(r->o.state_arg, going_up, r->url.shown, what);
+    redis *r = ch->r;
+    rnode *n = ch->node;
+    if (going_up && atomic_load(&n->nup) < atomic_load(&r->nchan)) return;
+    if (atomic_exchange(&n->up, going_up) == going_up) return;
+    atomic_store(&n->down_since_ms, going_up ? 0 : sl__wall_ms());
+    if (r->o.on_state != NULL) r->o.on_state(r->o.state_arg, going_up, n->url.shown, what);
 }
 
 static void arm_timer(rchan *ch);
@@ -345,13 +432,16 @@ static void drop(rchan *ch, const char *why);
 static void go_down(rchan *ch, const char *why)
 {
     redis *r = ch->r;
-    if (ch->state == UP) atomic_fetch_sub(&r->nup, 1);
+    if (ch->state == UP) atomic_fetch_sub(&ch->node->nup, 1);
     ch->state = DOWN;
     ch->ac = NULL;
     ch->hs_deadline = 0;
     if (ch->closing) return;
-    set_last_error(r, "%s", why);
-    report(r, 0, why);
+    if (r->nnodes > 1)
+        set_last_error(r, "%s: %s", ch->node->url.shown, why);
+    else
+        set_last_error(r, "%s", why);
+    report(ch, 0, why);
     int n = ch->attempt < 16 ? ch->attempt : 16;
     int64_t cap = (int64_t)SL_REDIS_BACKOFF_BASE << n;
     if (cap > SL_REDIS_BACKOFF_CAP) cap = SL_REDIS_BACKOFF_CAP;
@@ -452,7 +542,7 @@ static void by_policy(rchan *ch, sl_breq *rq, const char *key, const sl_request 
     rq->err[0] = '\0';
     if (rq->op == SL_BOP_FORGET) {
         sl__breq_fail(rq, SL_EINVAL, "the Redis backend %s is unreachable: nothing was reset",
-                      r->url.shown);
+                      ch->node->url.shown);
         return;
     }
     atomic_fetch_add(&r->fallback[r->o.policy], 1);
@@ -1138,8 +1228,8 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
         ch->attempt = 0;
         if (ch->was_up) atomic_fetch_add(&ch->r->reconnects, 1);
         ch->was_up = 1;
-        atomic_fetch_add(&ch->r->nup, 1);
-        report(ch->r, 1, "connected");
+        atomic_fetch_add(&ch->node->nup, 1);
+        report(ch, 1, "connected");
         arm_timer(ch);
     }
 }
@@ -1181,7 +1271,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static void connect_now(rchan *ch)
 {
     redis *r = ch->r;
-    const sl_redis_url *u = &r->url;
+    const sl_redis_url *u = &ch->node->url;
     redisAsyncContext *ac = redisAsyncConnect(u->host, u->port);
     char why[300];
     if (ac == NULL || ac->err) {
@@ -1253,48 +1343,10 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 /* ---- the seam ------------------------------------------------------------ */
 
-static sl_bchan *redis_channel(sl_backend *b, void *loop)
+/* Frees ch: what is in flight or queued is answered "channel closed". */
+static void conn_free(rchan *ch)
 {
-    redis *r = (redis *)b;
-    if (loop == NULL) {
-        sl__backend_set_err(b, SL_EINVAL, "the Redis backend needs an event loop");
-        return NULL;
-    }
-    rchan *ch = calloc(1, sizeof *ch);
-    if (ch != NULL && r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
-    if (ch != NULL) ch->cmd = malloc(sizeof *ch->cmd);
-    if (ch != NULL) {
-        ch->latest_sent = INT64_MIN;
-        ch->flush = event_new(loop, -1, 0, on_flush, ch);
-        ch->timer = evtimer_new(loop, on_timer, ch);
-        ch->retry = evtimer_new(loop, on_retry, ch);
-    }
-    if (ch == NULL || (r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL ||
-        ch->retry == NULL || ch->cmd == NULL || ch->flush == NULL) {
-        if (ch != NULL) {
-            if (ch->timer) event_free(ch->timer);
-            if (ch->retry) event_free(ch->retry);
-            if (ch->flush) event_free(ch->flush);
-            free(ch->cache);
-            free(ch->cmd);
-        }
-        free(ch);
-        sl__backend_set_err(b, SL_ENOMEM, "out of memory");
-        return NULL;
-    }
-    ch->base.b = b;
-    ch->r = r;
-    ch->loop = loop;
-    ch->rng = (uint64_t)sl__mono_ns() ^ ((uintptr_t)ch * 0x9e3779b97f4a7c15ULL);
-    atomic_fetch_add(&r->nchan, 1);
-    connect_now(ch);
-    return &ch->base;
-}
-
-static void redis_channel_free(sl_bchan *c)
-{
-    rchan *ch = (rchan *)c;
-    redis *r = ch->r;
+    if (ch == NULL) return;
     ch->closing = 1;
     if (ch->ac != NULL) {
         redisAsyncContext *ac = ch->ac;
@@ -1302,7 +1354,6 @@ static void redis_channel_free(sl_bchan *c)
         redisAsyncFree(ac); /* answers what is in flight: "channel closed" */
     }
     flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
-    atomic_fetch_sub(&r->nchan, 1);
     event_free(ch->timer);
     event_free(ch->retry);
     event_free(ch->flush);
@@ -1320,6 +1371,71 @@ static void redis_channel_free(sl_bchan *c)
     free(ch->cmd);
     free(ch->cache);
     free(ch);
+}
+
+/* A worker's connection to node n on loop, not connected yet; NULL when
+ * out of memory. */
+static rchan *conn_new(redis *r, rnode *n, struct event_base *loop)
+{
+    rchan *ch = calloc(1, sizeof *ch);
+    if (ch == NULL) return NULL;
+    ch->r = r;
+    ch->node = n;
+    ch->loop = loop;
+    ch->latest_sent = INT64_MIN;
+    ch->rng = (uint64_t)sl__mono_ns() ^ ((uintptr_t)ch * 0x9e3779b97f4a7c15ULL);
+    if (r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
+    ch->cmd = malloc(sizeof *ch->cmd);
+    ch->flush = event_new(loop, -1, 0, on_flush, ch);
+    ch->timer = evtimer_new(loop, on_timer, ch);
+    ch->retry = evtimer_new(loop, on_retry, ch);
+    if ((r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL || ch->retry == NULL ||
+        ch->cmd == NULL || ch->flush == NULL) {
+        if (ch->timer) event_free(ch->timer);
+        if (ch->retry) event_free(ch->retry);
+        if (ch->flush) event_free(ch->flush);
+        free(ch->cache);
+        free(ch->cmd);
+        free(ch);
+        return NULL;
+    }
+    return ch;
+}
+
+static sl_bchan *redis_channel(sl_backend *b, void *loop)
+{
+    redis *r = (redis *)b;
+    if (loop == NULL) {
+        sl__backend_set_err(b, SL_EINVAL, "the Redis backend needs an event loop");
+        return NULL;
+    }
+    wchan *w = calloc(1, sizeof *w + (size_t)r->nnodes * sizeof w->c[0]);
+    if (w == NULL) {
+        sl__backend_set_err(b, SL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    w->base.b = b;
+    w->r = r;
+    for (w->n = 0; w->n < r->nnodes; w->n++)
+        if ((w->c[w->n] = conn_new(r, &r->node[w->n], loop)) == NULL) {
+            while (w->n > 0) conn_free(w->c[--w->n]);
+            free(w);
+            sl__backend_set_err(b, SL_ENOMEM, "out of memory");
+            return NULL;
+        }
+    /* counted before the first connects: a node is up when every channel's
+     * connection to it is */
+    atomic_fetch_add(&r->nchan, 1);
+    for (int i = 0; i < w->n; i++) connect_now(w->c[i]);
+    return &w->base;
+}
+
+static void redis_channel_free(sl_bchan *c)
+{
+    wchan *w = (wchan *)c;
+    for (int i = 0; i < w->n; i++) conn_free(w->c[i]);
+    atomic_fetch_sub(&w->r->nchan, 1);
+    free(w);
 }
 
 /* The checks the local engine makes, in its order: 0 or the SL_E* code. */
@@ -1472,7 +1588,58 @@ static void submit(rchan *ch, sl_breq *rq)
     if (e == ch->head) arm_timer(ch);
 }
 
-static void redis_submit(sl_bchan *c, sl_breq *rq) { submit((rchan *)c, rq); }
+/* The hash tag of rq, which names the node that owns it: the key for
+ * DECIDE, PEEK and FORGET (every Redis key they touch is "{key}"), the
+ * first request's key for DECIDE_ALL (redis_submit refuses one whose
+ * keys are on several nodes), the domain for CHECK (every
+ * counter of a plan carries it: check.h).  *len = 0 when rq touches no
+ * key (a CHECK of L = 0 counters only): any node will do. */
+static const char *tag_of(const sl_breq *rq, size_t *len)
+{
+    switch (rq->op) {
+    case SL_BOP_DECIDE_ALL:
+        *len = rq->nreqs > 0 && rq->reqs != NULL ? rq->reqs[0].keylen : 0;
+        return *len ? rq->reqs[0].key : NULL;
+    case SL_BOP_CHECK:
+        for (int k = 0; rq->plan != NULL && k < rq->plan->nitems; k++) {
+            const sl_check_item *t = &rq->plan->items[k];
+            if (t->zero || t->lead != k) continue;
+            *len = t->taglen;
+            return t->key;
+        }
+        *len = 0;
+        return NULL;
+    default: *len = rq->key != NULL ? rq->keylen : 0; return rq->key;
+    }
+}
+
+/* Routes rq to the connection of the node that owns its hash tag. */
+static void redis_submit(sl_bchan *c, sl_breq *rq)
+{
+    wchan *w = (wchan *)c;
+    if (w->n == 1) {
+        submit(w->c[0], rq);
+        return;
+    }
+    size_t len;
+    const char *tag = tag_of(rq, &len);
+    int node = len > 0 ? sl_ring_node(w->r->ring, tag, len) : 0;
+    if (rq->op == SL_BOP_DECIDE_ALL && rq->reqs != NULL && rq->nreqs <= SL_MAX_BATCH) {
+        /* all-or-none is one script call on one server */
+        for (size_t i = 1; i < rq->nreqs; i++) {
+            const sl_request *q = &rq->reqs[i];
+            if (q->key != NULL && q->keylen > 0 &&
+                sl_ring_node(w->r->ring, q->key, q->keylen) != node) {
+                sl__breq_fail(rq, SL_EINVAL,
+                              "keys %zu and 1 are on different Redis servers of the ring: "
+                              "decided all-or-none only on one",
+                              i + 1);
+                return;
+            }
+        }
+    }
+    submit(w->c[node], rq);
+}
 
 static void redis_stats(sl_backend *b, sl_backend_stats *out)
 {
@@ -1480,13 +1647,9 @@ static void redis_stats(sl_backend *b, sl_backend_stats *out)
     memset(out, 0, sizeof *out); /* Redis keeps the state: INFO of Redis tells */
 }
 
-static void redis_free(sl_backend *b)
-{
-    redis *r = (redis *)b;
-    sl_store_free(r->store);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
-}
+static void redis_free_all(redis *r);
+
+static void redis_free(sl_backend *b) { redis_free_all((redis *)b); }
 
 static const sl_backend_ops redis_ops = {
     "redis", redis_channel, redis_channel_free, redis_submit, redis_stats, redis_free,
@@ -1511,87 +1674,125 @@ static redisReply *start_cmd(redisContext *c, const char *shown, const char *wha
     return x;
 }
 
+/* The start-up check of one node: reachable, the password, the db, the
+ * script (its SHA1 into sha).  0, or -1 with err set. */
+static int check_node(const sl_redis_url *u, int64_t timeout_ms, char *sha, char *err,
+                      size_t errlen)
+{
+    int64_t ms = timeout_ms > SL_REDIS_HANDSHAKE_MS ? timeout_ms : SL_REDIS_HANDSHAKE_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(u->host, u->port, tv);
+    redisReply *x = NULL;
+    int ok = 0;
+    if (c == NULL || c->err) {
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", u->shown,
+                 c ? c->errstr : "out of memory");
+        goto out;
+    }
+    redisSetTimeout(c, tv);
+    if (u->pass[0] != '\0') {
+        const char *av[3] = {"AUTH", u->user, u->pass};
+        size_t al[3] = {4, strlen(u->user), strlen(u->pass)};
+        int user = u->user[0] != '\0';
+        const char **a = user ? av : (const char *[]){"AUTH", u->pass};
+        const size_t *l = user ? al : (const size_t[]){4, strlen(u->pass)};
+        if ((x = start_cmd(c, u->shown, "AUTH (wrong user or password?)", err, errlen, user ? 3 : 2,
+                           a, l)) == NULL)
+            goto out;
+        freeReplyObject(x);
+    }
+    if (u->db != 0) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", u->db);
+        const char *av[2] = {"SELECT", db};
+        size_t al[2] = {6, (size_t)n};
+        if ((x = start_cmd(c, u->shown, "SELECT of the db", err, errlen, 2, av, al)) == NULL)
+            goto out;
+        freeReplyObject(x);
+    }
+    const char *av[3] = {"SCRIPT", "LOAD", sl_redis_script};
+    size_t al[3] = {6, 4, (size_t)(sl_redis_script_end - sl_redis_script)};
+    if ((x = start_cmd(c, u->shown, "SCRIPT LOAD", err, errlen, 3, av, al)) == NULL) goto out;
+    if (x->type != REDIS_REPLY_STRING || x->len != SHA_LEN) {
+        snprintf(err, errlen, "Redis at %s: SCRIPT LOAD did not answer a SHA1", u->shown);
+        freeReplyObject(x);
+        goto out;
+    }
+    memcpy(sha, x->str, SHA_LEN);
+    freeReplyObject(x);
+    ok = 1;
+out:
+    if (c != NULL) redisFree(c);
+    return ok ? 0 : -1;
+}
+
+static void redis_free_all(redis *r)
+{
+    sl_store_free(r->store);
+    sl_ring_free(r->ring);
+    free(r->node);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
 sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errlen)
 {
     redis *r = calloc(1, sizeof *r);
-    if (r == NULL) {
+    sl_redis_url *u = calloc(SL_RING_MAX, sizeof *u);
+    if (r == NULL || u == NULL || pthread_mutex_init(&r->lock, NULL) != 0) {
         snprintf(err, errlen, "out of memory");
+        free(r);
+        free(u);
         return NULL;
     }
-    char why[400];
-    if (sl_redis_url_parse(o->url, strlen(o->url), &r->url, why, sizeof why) != 0) {
+    char why[600];
+    int n = 0;
+    if (sl_redis_urls_parse(o->url, strlen(o->url), u, &n, why, sizeof why) != 0) {
         snprintf(err, errlen, "invalid --backend %s", why);
-        free(r);
+        free(u);
+        redis_free_all(r);
         return NULL;
     }
     r->o = *o;
     r->o.url = NULL;
     if (r->o.timeout_ms < 1) r->o.timeout_ms = 1;
     if (r->o.fleet_size < 1) r->o.fleet_size = 1;
-    pthread_mutex_init(&r->lock, NULL);
-
-    /* the start-up check: reachable, the password, the db, the script */
-    int64_t ms = o->timeout_ms > SL_REDIS_HANDSHAKE_MS ? o->timeout_ms : SL_REDIS_HANDSHAKE_MS;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, tv);
-    redisReply *x = NULL;
-    int ok = 0;
-    if (c == NULL || c->err) {
-        snprintf(err, errlen, "cannot connect to Redis at %s: %s", r->url.shown,
-                 c ? c->errstr : "out of memory");
-        goto out;
+    r->nnodes = n;
+    r->node = calloc((size_t)n, sizeof *r->node);
+    const char *ids[SL_RING_MAX];
+    for (int i = 0; r->node != NULL && i < n; i++) {
+        rnode *nd = &r->node[i];
+        nd->url = u[i];
+        sl__redis_url_id(&u[i], nd->id, sizeof nd->id);
+        ids[i] = nd->id;
+        atomic_store(&nd->up, 1); /* reachable now (below); the channels connect next */
+        size_t used = strlen(r->shown);
+        snprintf(r->shown + used, sizeof r->shown - used, "%s%s", i ? "," : "", u[i].shown);
     }
-    redisSetTimeout(c, tv);
-    if (r->url.pass[0] != '\0') {
-        const char *av[3] = {"AUTH", r->url.user, r->url.pass};
-        size_t al[3] = {4, strlen(r->url.user), strlen(r->url.pass)};
-        int user = r->url.user[0] != '\0';
-        const char **a = user ? av : (const char *[]){"AUTH", r->url.pass};
-        const size_t *l = user ? al : (const size_t[]){4, strlen(r->url.pass)};
-        if ((x = start_cmd(c, r->url.shown, "AUTH (wrong user or password?)", err, errlen,
-                           user ? 3 : 2, a, l)) == NULL)
-            goto out;
-        freeReplyObject(x);
+    free(u);
+    if (r->node == NULL || (n > 1 && (r->ring = sl_ring_new(ids, n)) == NULL)) {
+        snprintf(err, errlen, "out of memory");
+        redis_free_all(r);
+        return NULL;
     }
-    if (r->url.db != 0) {
-        char db[16];
-        int n = snprintf(db, sizeof db, "%d", r->url.db);
-        const char *av[2] = {"SELECT", db};
-        size_t al[2] = {6, (size_t)n};
-        if ((x = start_cmd(c, r->url.shown, "SELECT of the db", err, errlen, 2, av, al)) == NULL)
-            goto out;
-        freeReplyObject(x);
-    }
-    const char *av[3] = {"SCRIPT", "LOAD", sl_redis_script};
-    size_t al[3] = {6, 4, (size_t)(sl_redis_script_end - sl_redis_script)};
-    if ((x = start_cmd(c, r->url.shown, "SCRIPT LOAD", err, errlen, 3, av, al)) == NULL) goto out;
-    if (x->type != REDIS_REPLY_STRING || x->len != SHA_LEN) {
-        snprintf(err, errlen, "Redis at %s: SCRIPT LOAD did not answer a SHA1", r->url.shown);
-        freeReplyObject(x);
-        goto out;
-    }
-    memcpy(r->sha, x->str, SHA_LEN);
-    freeReplyObject(x);
+    /* the start-up check of every node: the script is the same text, so
+     * its SHA1 is the same on every server */
+    for (int i = 0; i < n; i++)
+        if (check_node(&r->node[i].url, o->timeout_ms, r->sha, err, errlen) != 0) {
+            redis_free_all(r);
+            return NULL;
+        }
     if (r->o.policy == SL_REDIS_LOCAL) {
         sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
         r->store = sl_store_new(&so, NULL);
         if (r->store == NULL) {
             snprintf(err, errlen, "out of memory");
-            goto out;
+            redis_free_all(r);
+            return NULL;
         }
-    }
-    ok = 1;
-out:
-    if (c != NULL) redisFree(c);
-    if (!ok) {
-        sl_store_free(r->store);
-        pthread_mutex_destroy(&r->lock);
-        free(r);
-        return NULL;
     }
     r->base.ops = &redis_ops;
     r->base.flags = 0;
-    atomic_store(&r->up, 1); /* reachable now; the channels connect next */
     return &r->base;
 }
 
@@ -1600,9 +1801,15 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     if (b == NULL || b->ops != &redis_ops) return -1;
     redis *r = (redis *)b;
     memset(out, 0, sizeof *out);
-    snprintf(out->url, sizeof out->url, "%s", r->url.shown);
-    out->up = atomic_load(&r->up);
-    out->down_since_ms = atomic_load(&r->down_since_ms);
+    snprintf(out->url, sizeof out->url, "%s", r->shown);
+    out->up = 1; /* up while every node is; down since the first that is not */
+    for (int i = 0; i < r->nnodes; i++) {
+        int64_t since = atomic_load(&r->node[i].down_since_ms);
+        if (atomic_load(&r->node[i].up)) continue;
+        if (out->up || (since != 0 && since < out->down_since_ms)) out->down_since_ms = since;
+        out->up = 0;
+    }
+    out->nodes = r->nnodes;
     out->errors = atomic_load(&r->errors);
     out->timeouts = atomic_load(&r->timeouts);
     out->reconnects = atomic_load(&r->reconnects);
@@ -1616,6 +1823,19 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     pthread_mutex_lock(&r->lock);
     snprintf(out->last_error, sizeof out->last_error, "%s", r->last_error);
     pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out)
+{
+    if (b == NULL || b->ops != &redis_ops) return -1;
+    redis *r = (redis *)b;
+    if (i < 0 || i >= r->nnodes) return -1;
+    memset(out, 0, sizeof *out);
+    snprintf(out->url, sizeof out->url, "%s", r->node[i].url.shown);
+    out->up = atomic_load(&r->node[i].up);
+    out->down_since_ms = atomic_load(&r->node[i].down_since_ms);
+    out->share = r->ring != NULL ? sl_ring_share(r->ring, i) : 1.0;
     return 0;
 }
 
