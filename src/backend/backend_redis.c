@@ -369,15 +369,18 @@ int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, ch
         count++;
         if (end[count - 1] == len) break;
     }
-    if (count == 1) { /* one server: its own message, as ever */
-        sl_redis_url one, *u = out != NULL ? &out[0] : &one;
-        if (sl_redis_url_parse(s, len, u, err, errlen) != 0) return -1;
-        *n = 1;
-        return 0;
-    }
     static const char hint[] = " (the servers of a ring are whole URLs separated by commas: "
                                "redis://a:6379,redis://b:6379)";
     char why[400], id[SL_RING_MAX][300];
+    if (count == 1) { /* one server: its own message, as ever */
+        sl_redis_url one, *u = out != NULL ? &out[0] : &one;
+        if (sl_redis_url_parse(s, len, u, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s%s", why, memchr(s, ',', len) != NULL ? hint : "");
+            return -1;
+        }
+        *n = 1;
+        return 0;
+    }
     for (int k = 0; k < count; k++) {
         const char *e = s + start[k];
         size_t elen = end[k] - start[k];
