@@ -72,6 +72,7 @@
 #include "backend_local.h"
 #include "backend_redis.h"
 #include "redis/ring.h"
+#include "redis/slots.h"
 #include "util.h"
 
 /* The script, src/backend/redis/sluice.lua, as bytes in the binary (the
@@ -105,9 +106,12 @@ typedef struct rnode {
 
 typedef struct redis {
     sl_backend base;
-    int nnodes;                   /* 1..SL_RING_MAX */
-    rnode *node;                  /* nnodes */
+    _Atomic int nnodes;           /* 1..SL_RING_MAX (a cluster's grow: node_add) */
+    rnode *node;                  /* SL_RING_MAX; [0, nnodes) in use, each set once */
     sl_ring *ring;                /* which node owns a hash tag; NULL with one node */
+    int cluster;                  /* redis-cluster://: node[] are the masters found */
+    sl_slotmap *map;              /* cluster: the latest slot map a channel read (lock) */
+    sl_redis_url seed;            /* cluster: the first seed (the masters' user, password) */
     char shown[SL_REDIS_URL_MAX]; /* every node's URL without its password, by commas */
     sl_redis_opts o;
     char sha[SHA_LEN + 1]; /* the script's, from SCRIPT LOAD at start (one for every node) */
@@ -138,6 +142,7 @@ struct pend {
     rchan *ch;
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
+    int redirects;    /* cluster: MOVED / ASK / TRYAGAIN followed (SL_REDIS_REDIRECTS) */
     int flushed;      /* a lone DECIDE sent as the open batch (busy counts it) */
     uint32_t gen;     /* its cache slot's generation when it was sent */
     int latest;       /* its time was the latest this channel had sent: no key
@@ -171,6 +176,7 @@ typedef struct denial {
 struct rchan {
     redis *r;
     rnode *node;
+    struct wchan *w; /* the worker's channel this connection is part of */
     struct event_base *loop;
     redisAsyncContext *ac; /* NULL when DOWN */
     int state;
@@ -192,10 +198,14 @@ struct rchan {
     struct event *flush;      /* active while open: sends it at the end of the turn */
 };
 
-/* A worker's channel: a connection per node, node i's at c[i]. */
+/* A worker's channel: a connection per node, node i's at c[i] (a
+ * cluster's: made when a master is first needed; NULL before). */
 typedef struct wchan {
     sl_bchan base;
     redis *r;
+    struct event_base *loop;
+    sl_slotmap *map; /* cluster: this worker's slot map (MOVED updates it) */
+    int refreshing;  /* cluster: a CLUSTER SLOTS in flight */
     int n;
     rchan *c[];
 } wchan;
@@ -261,6 +271,15 @@ static int url_fail(char *err, size_t errlen, const char *s, size_t len, const c
     else
         snprintf(err, errlen, "'%.*s': %s", (int)(len > 200 ? 200 : len), s, what);
     return -1;
+}
+
+/* u->shown: u without its password. */
+static void url_show(sl_redis_url *u)
+{
+    int bracket = strchr(u->host, ':') != NULL;
+    snprintf(u->shown, sizeof u->shown, "redis://%s%s%s%s%s:%d/%d", u->user,
+             u->pass[0] ? ":***@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
+             u->db);
 }
 
 int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen)
@@ -329,10 +348,7 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
             return url_fail(err, errlen, s, len, "the db must be a number 0..2147483647");
         u->db = (int)db;
     }
-    int bracket = strchr(u->host, ':') != NULL;
-    snprintf(u->shown, sizeof u->shown, "redis://%s%s%s%s%s:%d/%d", u->user,
-             u->pass[0] ? ":***@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
-             u->db);
+    url_show(u);
     return 0;
 }
 
@@ -354,11 +370,67 @@ static size_t element_end(const char *s, size_t len, size_t i)
     return len;
 }
 
+/* --backend redis-cluster://[user:password@]host:port[,host:port...]: the
+ * seeds, each as a redis:// URL (db 0) with the one user:password. */
+static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
+                         size_t errlen)
+{
+    static const char scheme[] = "redis-cluster://";
+    const size_t sl = sizeof scheme - 1;
+    const char *p = s + sl, *end = s + len, *at = NULL;
+    if (len >= SL_REDIS_URL_MAX) {
+        snprintf(err, errlen, "'%.200s...': longer than 1023 bytes", s);
+        return -1;
+    }
+    for (const char *q = p; q < end; q++) /* user:password@: up to the last '@' */
+        if (*q == '@') at = q;
+    const char *hosts = at != NULL ? at + 1 : p;
+    const char *shown = at != NULL ? "redis-cluster://***@" : "redis-cluster://";
+    if (hosts == end) {
+        snprintf(err, errlen, "'%s%.200s': expected redis-cluster://[user:password@]host:port"
+                              "[,host:port...]",
+                 shown, hosts);
+        return -1;
+    }
+    int count = 0;
+    for (const char *h = hosts; h <= end;) {
+        const char *e = memchr(h, ',', (size_t)(end - h));
+        if (e == NULL) e = end;
+        if (count == SL_RING_MAX) {
+            snprintf(err, errlen, "'%s...': more than %d seeds", shown, SL_RING_MAX);
+            return -1;
+        }
+        char url[SL_REDIS_URL_MAX + 16], why[400];
+        int k = snprintf(url, sizeof url, "redis://%.*s%.*s", at != NULL ? (int)(at - p + 1) : 0,
+                         p, (int)(e - h), h);
+        sl_redis_url one, *u = out != NULL ? &out[count] : &one;
+        const char *what = NULL;
+        if (k < 0 || (size_t)k >= sizeof url)
+            what = "longer than 1023 bytes";
+        else if (memchr(h, '/', (size_t)(e - h)) != NULL)
+            what = "Redis Cluster has one db: no /db";
+        else if (sl_redis_url_parse(url, (size_t)k, u, why, sizeof why) != 0)
+            what = strstr(why, "': ") != NULL ? strstr(why, "': ") + 3 : why;
+        if (what != NULL) {
+            snprintf(err, errlen, "seed %d: '%s%.*s': %s", count + 1, shown, (int)(e - h), h, what);
+            return -1;
+        }
+        u->cluster = 1;
+        count++;
+        h = e + 1;
+        if (e == end) break;
+    }
+    *n = count;
+    return 0;
+}
+
 int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
                         size_t errlen)
 {
     size_t start[SL_RING_MAX + 1], end[SL_RING_MAX + 1];
     int count = 0;
+    if (len >= 16 && strncasecmp(s, "redis-cluster://", 16) == 0)
+        return cluster_parse(s, len, out, n, err, errlen);
     for (size_t i = 0;; i = end[count - 1] + 1) {
         if (count == SL_RING_MAX) {
             snprintf(err, errlen, "'%.200s...': more than %d servers", s, SL_RING_MAX);
@@ -430,6 +502,7 @@ static void report(rchan *ch, int going_up, const char *what)
 static void arm_timer(rchan *ch);
 static void connect_now(rchan *ch);
 static void drop(rchan *ch, const char *why);
+static void cluster_refresh(struct wchan *w);
 
 /* The channel has no connection: the next one after the backoff. */
 static void go_down(rchan *ch, const char *why)
@@ -445,6 +518,7 @@ static void go_down(rchan *ch, const char *why)
     else
         set_last_error(r, "%s", why);
     report(ch, 0, why);
+    if (r->cluster) cluster_refresh(ch->w); /* a master lost: the topology may have changed */
     int n = ch->attempt < 16 ? ch->attempt : 16;
     int64_t cap = (int64_t)SL_REDIS_BACKOFF_BASE << n;
     if (cap > SL_REDIS_BACKOFF_CAP) cap = SL_REDIS_BACKOFF_CAP;
@@ -719,7 +793,7 @@ static size_t redis_key(char *buf, int algo, int space, const char *key, size_t 
     return len + 8;
 }
 
-#define KEYBUF (SL_MAX_KEY + 8)
+#define KEYBUF (SL_MAX_KEY + 8 + sizeof SL_CHECK_POOL_KEY) /* a cluster's pool key fits */
 
 /* A command being built: its arguments point into this buffer (one per
  * channel; hiredis copies a command out before it returns). */
@@ -786,6 +860,22 @@ static void cmd_fields(struct cmd *c, const sl_params *p, int64_t cost)
 
 static const char pool_key[] = SL_CHECK_POOL_KEY;
 
+/* Writes the pool's Redis key of plan into buf: "sl:" a s ":{|spare-capacity}",
+ * or in a cluster "sl:" a s ":{" domain "}|spare-capacity" -- the domain's
+ * slot, so that the plan is one slot (one pool a domain: docs/fleet.md). */
+static size_t pool_redis_key(char *buf, const redis *r, const sl_check_plan *plan)
+{
+    int algo = (int)plan->pool.algo, space = plan->pool.space;
+    for (int k = 0; r->cluster && k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (t->zero || t->lead != k || t->taglen > t->keylen) continue;
+        size_t n = redis_key(buf, algo, space, t->key, t->taglen, t->taglen);
+        memcpy(buf + n, pool_key, sizeof pool_key - 1);
+        return n + sizeof pool_key - 1;
+    }
+    return redis_key(buf, algo, space, pool_key, sizeof pool_key - 1, sizeof pool_key - 1);
+}
+
 /* RL.CHECK's op C (docs/redis-scripts.md): every counter of the plan that
  * is not L = 0 and not a repeat, then the pool; lead[] gets the plan's
  * item of each key sent, in order. */
@@ -806,9 +896,10 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
         const sl_check_item *t = &it[lead[i]];
         cmd_key(c, (int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen);
     }
-    if (plan->has_pool)
-        cmd_key(c, (int)plan->pool.algo, plan->pool.space, pool_key, sizeof pool_key - 1,
-                sizeof pool_key - 1);
+    if (plan->has_pool) {
+        char *k = c->key[c->nkeys++];
+        cmd_str(c, k, pool_redis_key(k, r, plan));
+    }
     cmd_str(c, "C", 1);
     cmd_now(c, r, plan->now_ms);
     cmd_int(c, m);
@@ -962,6 +1053,7 @@ static int parse_reply(sl_breq *rq, const redisReply *x)
 static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void batch_done(rchan *ch);
+static int redirect(rchan *ch, pend *e, const char *err);
 
 /* hiredis's callback of a request's command: 0 when it was sent again
  * (NOSCRIPT), else 1 (answered, e freed). */
@@ -992,6 +1084,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
         return 1;
     }
     if (x->type == REDIS_REPLY_ERROR) {
+        if (r->cluster && redirect(ch, e, x->str)) return 0; /* e went on: MOVED, ASK */
         if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !e->resent && ch->ac == ac) {
             /* Redis lost the script (SCRIPT FLUSH, a restart behind a
              * proxy): load it again, then this request, in that order */
@@ -1344,6 +1437,287 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     arm_timer(ch);
 }
 
+/* ---- Redis Cluster -------------------------------------------------------- */
+
+static rchan *conn_new(redis *r, rnode *n, struct event_base *loop);
+static void submit(rchan *ch, sl_breq *rq, int nowhere);
+
+/* The index in r->node of the master at host[0..hlen):port, added (with
+ * the first seed's user and password) when new; -1 when SL_RING_MAX are
+ * known already or the host does not fit.  Any thread: takes r->lock. */
+static int node_add(redis *r, const char *host, size_t hlen, int port)
+{
+    int found = -1;
+    pthread_mutex_lock(&r->lock);
+    int n = atomic_load(&r->nnodes);
+    for (int i = 0; i < n && found < 0; i++)
+        if (r->node[i].url.port == port && strlen(r->node[i].url.host) == hlen &&
+            memcmp(r->node[i].url.host, host, hlen) == 0)
+            found = i;
+    if (found < 0 && n < SL_RING_MAX && hlen > 0 && hlen < sizeof r->node[0].url.host) {
+        rnode *nd = &r->node[n];
+        nd->url = r->seed;
+        memcpy(nd->url.host, host, hlen);
+        nd->url.host[hlen] = '\0';
+        nd->url.port = port;
+        nd->url.db = 0;
+        url_show(&nd->url);
+        sl__redis_url_id(&nd->url, nd->id, sizeof nd->id);
+        atomic_store(&nd->up, 1); /* until a connection to it is lost */
+        atomic_store(&r->nnodes, n + 1); /* published whole: readers take [0, nnodes) */
+        found = n;
+    }
+    pthread_mutex_unlock(&r->lock);
+    return found;
+}
+
+/* w's connection to node i, made (and connecting) when it is the first
+ * request for that master; NULL when out of memory. */
+static rchan *conn_get(wchan *w, int i)
+{
+    if (w->c[i] == NULL && (w->c[i] = conn_new(w->r, &w->r->node[i], w->loop)) != NULL) {
+        w->c[i]->w = w;
+        connect_now(w->c[i]);
+    }
+    return w->c[i];
+}
+
+/* Reads a CLUSTER SLOTS reply (asked of host `asked`, which an empty or
+ * "?" address means) into map, adding the masters to r->node.  0, or -1
+ * when the reply is not one (map is then partly written). */
+static int parse_slots(redis *r, const redisReply *x, const char *asked, sl_slotmap *map)
+{
+    if (x == NULL || x->type != REDIS_REPLY_ARRAY) return -1;
+    sl_slotmap_clear(map);
+    for (size_t i = 0; i < x->elements; i++) {
+        const redisReply *e = x->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+            return -1;
+        const redisReply *m = e->element[2];
+        if (m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER || m->element[1]->integer < 1 ||
+            m->element[1]->integer > 65535)
+            return -1;
+        const char *host = m->element[0]->str;
+        size_t hlen = m->element[0]->len;
+        if (hlen == 0 || (hlen == 1 && host[0] == '?')) {
+            host = asked;
+            hlen = strlen(asked);
+        }
+        int node = node_add(r, host, hlen, (int)m->element[1]->integer);
+        if (node < 0 || e->element[0]->integer < 0 || e->element[1]->integer >= SL_SLOTS ||
+            sl_slotmap_set(map, (int)e->element[0]->integer, (int)e->element[1]->integer,
+                           node) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* CLUSTER SLOTS's answer on ch: w's map (and the backend's, for INFO and
+ * channels made later) replaced; every master in it gets its connection. */
+static void on_slots(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rchan *ch = privdata;
+    wchan *w = ch->w;
+    redis *r = ch->r;
+    (void)ac;
+    w->refreshing = 0;
+    if (reply == NULL || ch->closing) return;
+    sl_slotmap *m = malloc(sizeof *m); /* 32 KiB: not on the stack; once per topology change */
+    if (m == NULL) return;
+    if (parse_slots(r, reply, ch->node->url.host, m) != 0) {
+        atomic_fetch_add(&r->errors, 1);
+        const redisReply *x = reply;
+        set_last_error(r, "CLUSTER SLOTS: %.200s",
+                       x->type == REDIS_REPLY_ERROR ? x->str : "not a slot map");
+        free(m);
+        return;
+    }
+    memcpy(w->map, m, sizeof *m);
+    pthread_mutex_lock(&r->lock);
+    memcpy(r->map, m, sizeof *m);
+    pthread_mutex_unlock(&r->lock);
+    unsigned char used[SL_RING_MAX] = {0};
+    for (int i = 0; i < SL_SLOTS; i++)
+        if (m->node[i] >= 0) used[m->node[i]] = 1;
+    for (int i = 0; i < SL_RING_MAX; i++)
+        if (used[i]) conn_get(w, i);
+    free(m);
+}
+
+/* Asks for the slot map again, on w's first connection that is up (one
+ * CLUSTER SLOTS in flight a worker; none when no connection is up -- the
+ * next loss or MOVED asks again). */
+static void cluster_refresh(wchan *w)
+{
+    if (w == NULL || w->refreshing) return;
+    for (int i = 0; i < w->n; i++) {
+        rchan *ch = w->c[i];
+        if (ch == NULL || ch->ac == NULL || ch->state != UP || ch->closing) continue;
+        if (redisAsyncCommand(ch->ac, on_slots, ch, "CLUSTER SLOTS") == REDIS_OK)
+            w->refreshing = 1;
+        return;
+    }
+}
+
+/* A cluster's redirection of e (already unlinked from ch) by the error
+ * reply err: MOVED (the slot's master updated in the map, a refresh
+ * asked), ASK (ASKING then the command, to that master, this once) or
+ * TRYAGAIN (the same master again); e is sent there, keeping its
+ * deadline.  Past SL_REDIS_REDIRECTS, or to a master with no connection,
+ * the policy answers.  1 when err was one of those (e sent or answered),
+ * 0 for any other error (e untouched). */
+static int redirect(rchan *ch, pend *e, const char *err)
+{
+    redis *r = ch->r;
+    wchan *w = ch->w;
+    int moved = strncmp(err, "MOVED ", 6) == 0, ask = strncmp(err, "ASK ", 4) == 0;
+    if (!moved && !ask && strncmp(err, "TRYAGAIN", 8) != 0) return 0;
+    rchan *to = ch;
+    if (moved || ask) { /* "MOVED <slot> <host>:<port>" */
+        const char *p = err + (moved ? 6 : 4), *sp = strchr(p, ' ');
+        const char *colon = sp != NULL ? strrchr(sp + 1, ':') : NULL;
+        int64_t slot, port;
+        int node = -1;
+        if (sp != NULL && colon != NULL && colon > sp + 1 &&
+            sl_int_parse(p, (size_t)(sp - p), SL_SLOTS - 1, &slot) == 0 &&
+            sl_int_parse(colon + 1, strlen(colon + 1), 65535, &port) == 0 && port > 0)
+            node = node_add(r, sp + 1, (size_t)(colon - sp - 1), (int)port);
+        if (node >= 0 && moved) {
+            w->map->node[slot] = (int16_t)node;
+            cluster_refresh(w);
+        }
+        to = node >= 0 ? conn_get(w, node) : NULL;
+    }
+    if (to == NULL || to->ac == NULL || e->redirects >= SL_REDIS_REDIRECTS) {
+        atomic_fetch_add(&r->errors, 1);
+        set_last_error(r, "%.200s%s", err,
+                       e->redirects >= SL_REDIS_REDIRECTS ? " (too many redirections)" : "");
+        by_policy(ch, e->rq, e->key, e->reqs);
+        pend_put(ch, e);
+        return 1;
+    }
+    e->redirects++;
+    e->ch = to;
+    e->prev = to->tail;
+    e->next = NULL;
+    if (to->tail)
+        to->tail->next = e;
+    else
+        to->head = e;
+    to->tail = e;
+    atomic_fetch_add(&r->inflight, 1);
+    if (ask) redisAsyncCommand(to->ac, NULL, NULL, "ASKING");
+    if (send_pend(to, e) != 0) {
+        unlink_pend(to, e);
+        by_policy(to, e->rq, e->key, e->reqs);
+        pend_put(to, e);
+        return 1;
+    }
+    if (e == to->head) arm_timer(to);
+    return 1;
+}
+
+/* The slot of one Redis key. */
+static int slot_of_key(int algo, int space, const char *key, size_t len, size_t tag)
+{
+    char buf[KEYBUF];
+    return sl_key_slot(buf, redis_key(buf, algo, space, key, len, tag));
+}
+
+/* The slot so far after one more key's: -1 once two differ. */
+static int same_slot(int slot, int next)
+{
+    return slot == -2 || slot == next ? next : -1;
+}
+
+/* The cluster slot every Redis key of rq is in (SPEC section 9: a
+ * request's keys share one tag), -1 when they are in several (a key
+ * starting with '}' makes Redis hash the whole key), 0 when rq is
+ * malformed (submit refuses it). */
+static int request_slot(const redis *r, const sl_breq *rq)
+{
+    int slot = -2; /* -2: no key yet; -1: two slots */
+#define SAME(x) slot = same_slot(slot, (x))
+    switch (rq->op) {
+    case SL_BOP_DECIDE:
+    case SL_BOP_PEEK:
+        if (rq->params == NULL || rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY ||
+            rq->params->algo < 0 || rq->params->algo >= SL_ALGO_COUNT)
+            return 0;
+        return slot_of_key((int)rq->params->algo, rq->params->space, rq->key, rq->keylen,
+                           rq->keylen);
+    case SL_BOP_FORGET:
+        if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY || rq->algo_lo < 0 ||
+            rq->algo_hi > SL_ALGO_COUNT)
+            return 0;
+        for (int a = rq->algo_lo; a < rq->algo_hi && slot != -1; a++)
+            SAME(slot_of_key(a, 0, rq->key, rq->keylen, rq->keylen));
+        break;
+    case SL_BOP_DECIDE_ALL:
+        if (rq->reqs == NULL || rq->nreqs == 0 || rq->nreqs > SL_MAX_BATCH) return 0;
+        for (size_t i = 0; i < rq->nreqs && slot != -1; i++) {
+            const sl_request *q = &rq->reqs[i];
+            if (q->params == NULL || q->key == NULL || q->keylen == 0 ||
+                q->keylen > SL_MAX_KEY || q->params->algo < 0 ||
+                q->params->algo >= SL_ALGO_COUNT)
+                return 0;
+            SAME(slot_of_key((int)q->params->algo, q->params->space, q->key, q->keylen,
+                             q->keylen));
+        }
+        break;
+    case SL_BOP_CHECK: {
+        const sl_check_plan *plan = rq->plan;
+        if (plan == NULL || plan->nitems < 0 || plan->nitems > SL_MAX_BATCH) return 0;
+        for (int k = 0; k < plan->nitems && slot != -1; k++) {
+            const sl_check_item *t = &plan->items[k];
+            if (t->zero || t->lead != k) continue;
+            if (t->keylen == 0 || t->keylen > SL_MAX_KEY || t->taglen > t->keylen ||
+                t->p.algo < 0 || t->p.algo >= SL_ALGO_COUNT)
+                return 0;
+            SAME(slot_of_key((int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen));
+        }
+        if (plan->has_pool && slot != -1) {
+            char buf[KEYBUF];
+            SAME(sl_key_slot(buf, pool_redis_key(buf, r, plan)));
+        }
+        break;
+    }
+    default: return 0;
+    }
+#undef SAME
+    return slot == -2 ? 0 : slot;
+}
+
+/* Routes rq in a cluster: to the connection of its slot's master, or by
+ * the policy when the map has none (asking for the map again). */
+static void cluster_submit(wchan *w, sl_breq *rq)
+{
+    int slot = request_slot(w->r, rq);
+    if (slot < 0) {
+        sl__breq_fail(rq, SL_EINVAL,
+                      "the keys of this request are in several Redis Cluster slots (a key "
+                      "starting with '}' cannot be reset as one)");
+        return;
+    }
+    int node = w->map->node[slot];
+    rchan *ch = node >= 0 ? conn_get(w, node) : NULL;
+    if (ch != NULL) {
+        submit(ch, rq, 0);
+        return;
+    }
+    cluster_refresh(w);
+    for (int i = 0; i < w->n; i++) /* any connection: it only answers by the policy */
+        if (w->c[i] != NULL) {
+            submit(w->c[i], rq, 1);
+            return;
+        }
+    sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+}
+
 /* ---- the seam ------------------------------------------------------------ */
 
 /* Frees ch: what is in flight or queued is answered "channel closed". */
@@ -1412,24 +1786,38 @@ static sl_bchan *redis_channel(sl_backend *b, void *loop)
         sl__backend_set_err(b, SL_EINVAL, "the Redis backend needs an event loop");
         return NULL;
     }
-    wchan *w = calloc(1, sizeof *w + (size_t)r->nnodes * sizeof w->c[0]);
-    if (w == NULL) {
+    /* a cluster's masters may grow (node_add): room for every one */
+    int n = r->cluster ? SL_RING_MAX : atomic_load(&r->nnodes);
+    wchan *w = calloc(1, sizeof *w + (size_t)n * sizeof w->c[0]);
+    if (w != NULL && r->cluster && (w->map = malloc(sizeof *w->map)) != NULL) {
+        pthread_mutex_lock(&r->lock);
+        memcpy(w->map, r->map, sizeof *w->map);
+        pthread_mutex_unlock(&r->lock);
+    }
+    if (w == NULL || (r->cluster && w->map == NULL)) {
+        if (w != NULL) free(w);
         sl__backend_set_err(b, SL_ENOMEM, "out of memory");
         return NULL;
     }
     w->base.b = b;
     w->r = r;
-    for (w->n = 0; w->n < r->nnodes; w->n++)
-        if ((w->c[w->n] = conn_new(r, &r->node[w->n], loop)) == NULL) {
-            while (w->n > 0) conn_free(w->c[--w->n]);
+    w->loop = loop;
+    w->n = n;
+    int known = atomic_load(&r->nnodes); /* a cluster's: the masters found so far */
+    for (int i = 0; i < known; i++)
+        if ((w->c[i] = conn_new(r, &r->node[i], loop)) == NULL) {
+            while (i > 0) conn_free(w->c[--i]);
+            free(w->map);
             free(w);
             sl__backend_set_err(b, SL_ENOMEM, "out of memory");
             return NULL;
+        } else {
+            w->c[i]->w = w;
         }
     /* counted before the first connects: a node is up when every channel's
      * connection to it is */
     atomic_fetch_add(&r->nchan, 1);
-    for (int i = 0; i < w->n; i++) connect_now(w->c[i]);
+    for (int i = 0; i < known; i++) connect_now(w->c[i]);
     return &w->base;
 }
 
@@ -1438,6 +1826,7 @@ static void redis_channel_free(sl_bchan *c)
     wchan *w = (wchan *)c;
     for (int i = 0; i < w->n; i++) conn_free(w->c[i]);
     atomic_fetch_sub(&w->r->nchan, 1);
+    free(w->map);
     free(w);
 }
 
@@ -1486,8 +1875,9 @@ static int valid_plan(const sl_check_plan *plan)
     return 0;
 }
 
-/* Submits rq on ch. */
-static void submit(rchan *ch, sl_breq *rq)
+/* Submits rq on ch; nowhere: no server can take it (a cluster slot
+ * without a master), the policy answers. */
+static void submit(rchan *ch, sl_breq *rq, int nowhere)
 {
     redis *r = ch->r;
     int rc = 0;
@@ -1527,7 +1917,7 @@ static void submit(rchan *ch, sl_breq *rq)
         rq->cb(rq);
         return;
     }
-    if (ch->ac == NULL) { /* DOWN: the policy at once */
+    if (ch->ac == NULL || nowhere) { /* DOWN (or no master known): the policy at once */
         by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }
@@ -1577,7 +1967,8 @@ static void submit(rchan *ch, sl_breq *rq)
         ch->head = e;
     ch->tail = e;
     atomic_fetch_add(&r->inflight, 1);
-    if (rq->op == SL_BOP_DECIDE && queue(ch, e) == 0) {
+    /* a batch's keys would span slots in a cluster: one call a decision there */
+    if (rq->op == SL_BOP_DECIDE && !r->cluster && queue(ch, e) == 0) {
         if (e == ch->head) arm_timer(ch);
         return;
     }
@@ -1620,8 +2011,12 @@ static const char *tag_of(const sl_breq *rq, size_t *len)
 static void redis_submit(sl_bchan *c, sl_breq *rq)
 {
     wchan *w = (wchan *)c;
+    if (w->r->cluster) {
+        cluster_submit(w, rq);
+        return;
+    }
     if (w->n == 1) {
-        submit(w->c[0], rq);
+        submit(w->c[0], rq, 0);
         return;
     }
     size_t len;
@@ -1641,7 +2036,7 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
             }
         }
     }
-    submit(w->c[node], rq);
+    submit(w->c[node], rq, 0);
 }
 
 static void redis_stats(sl_backend *b, sl_backend_stats *out)
@@ -1729,10 +2124,59 @@ out:
     return ok ? 0 : -1;
 }
 
+/* A cluster's slot map at start: CLUSTER SLOTS from the first of the n
+ * seeds u[] that answers, into r->map and r->node (the masters).  0, or
+ * -1 with err set (the last seed's failure). */
+static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size_t errlen)
+{
+    int64_t ms = r->o.timeout_ms > SL_REDIS_HANDSHAKE_MS ? r->o.timeout_ms : SL_REDIS_HANDSHAKE_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    for (int i = 0; i < n; i++) {
+        redisContext *c = redisConnectWithTimeout(u[i].host, u[i].port, tv);
+        redisReply *x = NULL;
+        if (c == NULL || c->err) {
+            snprintf(err, errlen, "cannot connect to Redis Cluster seed %s: %s", u[i].shown,
+                     c ? c->errstr : "out of memory");
+            if (c != NULL) redisFree(c);
+            continue;
+        }
+        redisSetTimeout(c, tv);
+        if (u[i].pass[0] != '\0') {
+            x = u[i].user[0] != '\0' ? redisCommand(c, "AUTH %s %s", u[i].user, u[i].pass)
+                                     : redisCommand(c, "AUTH %s", u[i].pass);
+            int bad = x == NULL || x->type == REDIS_REPLY_ERROR;
+            snprintf(err, errlen, "Redis Cluster seed %s refused AUTH (wrong user or password?): %s",
+                     u[i].shown, x == NULL ? c->errstr : bad ? x->str : "");
+            if (x != NULL) freeReplyObject(x);
+            if (bad) {
+                redisFree(c);
+                continue;
+            }
+        }
+        x = redisCommand(c, "CLUSTER SLOTS");
+        int rc = parse_slots(r, x, u[i].host, r->map);
+        if (rc != 0)
+            snprintf(err, errlen, "Redis Cluster seed %s: CLUSTER SLOTS: %s", u[i].shown,
+                     x == NULL                         ? c->errstr
+                     : x->type == REDIS_REPLY_ERROR ? x->str
+                                                    : "not a slot map");
+        if (x != NULL) freeReplyObject(x);
+        redisFree(c);
+        if (rc == 0 && atomic_load(&r->nnodes) == 0) {
+            snprintf(err, errlen, "Redis Cluster seed %s: no slot has a master", u[i].shown);
+            return -1;
+        }
+        if (rc == 0) return 0;
+        sl_slotmap_clear(r->map);
+    }
+    return -1;
+}
+
 static void redis_free_all(redis *r)
 {
     sl_store_free(r->store);
     sl_ring_free(r->ring);
+    free(r->map);
     free(r->node);
     pthread_mutex_destroy(&r->lock);
     free(r);
@@ -1760,8 +2204,26 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     r->o.url = NULL;
     if (r->o.timeout_ms < 1) r->o.timeout_ms = 1;
     if (r->o.fleet_size < 1) r->o.fleet_size = 1;
-    r->nnodes = n;
-    r->node = calloc((size_t)n, sizeof *r->node);
+    r->node = calloc(SL_RING_MAX, sizeof *r->node);
+    if (r->node != NULL && u[0].cluster) { /* the masters, from a seed's CLUSTER SLOTS */
+        r->cluster = 1;
+        r->seed = u[0];
+        size_t used = (size_t)snprintf(r->shown, sizeof r->shown, "redis-cluster://%s%s",
+                                       u[0].user, u[0].pass[0] ? ":***@" : "");
+        for (int i = 0; i < n && used < sizeof r->shown; i++)
+            used += (size_t)snprintf(r->shown + used, sizeof r->shown - used, "%s%s%s%s:%d",
+                                     i ? "," : "", strchr(u[i].host, ':') ? "[" : "", u[i].host,
+                                     strchr(u[i].host, ':') ? "]" : "", u[i].port);
+        if ((r->map = malloc(sizeof *r->map)) == NULL) {
+            snprintf(err, errlen, "out of memory");
+        } else if (cluster_start(r, u, n, err, errlen) != 0) {
+            free(u);
+            redis_free_all(r);
+            return NULL;
+        }
+        n = 0; /* the masters are in r->node already */
+    }
+    if (!r->cluster) atomic_store(&r->nnodes, n);
     const char *ids[SL_RING_MAX];
     for (int i = 0; r->node != NULL && i < n; i++) {
         rnode *nd = &r->node[i];
@@ -1773,14 +2235,15 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
         snprintf(r->shown + used, sizeof r->shown - used, "%s%s", i ? "," : "", u[i].shown);
     }
     free(u);
-    if (r->node == NULL || (n > 1 && (r->ring = sl_ring_new(ids, n)) == NULL)) {
+    if (r->node == NULL || (r->cluster && r->map == NULL) ||
+        (n > 1 && (r->ring = sl_ring_new(ids, n)) == NULL)) {
         snprintf(err, errlen, "out of memory");
         redis_free_all(r);
         return NULL;
     }
     /* the start-up check of every node: the script is the same text, so
      * its SHA1 is the same on every server */
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < atomic_load(&r->nnodes); i++)
         if (check_node(&r->node[i].url, o->timeout_ms, r->sha, err, errlen) != 0) {
             redis_free_all(r);
             return NULL;
@@ -1839,6 +2302,13 @@ int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out)
     out->up = atomic_load(&r->node[i].up);
     out->down_since_ms = atomic_load(&r->node[i].down_since_ms);
     out->share = r->ring != NULL ? sl_ring_share(r->ring, i) : 1.0;
+    if (r->cluster) { /* the slots it serves in the latest map */
+        int slots = 0;
+        pthread_mutex_lock(&r->lock);
+        for (int k = 0; k < SL_SLOTS; k++) slots += r->map->node[k] == i;
+        pthread_mutex_unlock(&r->lock);
+        out->share = (double)slots / SL_SLOTS;
+    }
     return 0;
 }
 

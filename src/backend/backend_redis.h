@@ -35,6 +35,7 @@
 #define SL_REDIS_DENY_RETRY   1000 /* ms: retry_after of a policy denial */
 #define SL_REDIS_CACHE_SLOTS  256  /* deny-cache entries per channel */
 #define SL_REDIS_BATCH_MAX    64   /* decisions of one loop turn in one script call (op M) */
+#define SL_REDIS_REDIRECTS    5    /* Redis Cluster: redirections one request follows */
 
 /* What a request gets when Redis cannot answer (--on-backend-error). */
 typedef enum sl_redis_policy {
@@ -52,6 +53,7 @@ typedef struct sl_redis_url {
     char user[256];               /* "" = none: AUTH password */
     char pass[512];               /* "" = no AUTH */
     char shown[SL_REDIS_URL_MAX]; /* the URL without the password, for messages */
+    int cluster;                  /* 1: a seed of redis-cluster:// (db 0) */
 } sl_redis_url;
 
 /* Parses s[0..len) as a --backend redis:// URL (user and password may be
@@ -67,7 +69,10 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
  * entries, or NULL to check only).  Returns 0, or -1 with a message: one
  * URL's as sl_redis_url_parse's; in a list "element K of N: " and the
  * URL's, or which two elements name the same server (host:port/db), or
- * more than SL_RING_MAX servers. */
+ * more than SL_RING_MAX servers.  redis-cluster://[user:password@]host:port
+ * [,host:port...] gives the seeds of a Redis Cluster (docs/fleet.md,
+ * "Redis Cluster"), each a URL with .cluster = 1 and db 0; an error names
+ * the seed ("seed K: ..."). */
 int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
                         size_t errlen);
 
