@@ -387,8 +387,9 @@ static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, c
     const char *hosts = at != NULL ? at + 1 : p;
     const char *shown = at != NULL ? "redis-cluster://***@" : "redis-cluster://";
     if (hosts == end) {
-        snprintf(err, errlen, "'%s%.200s': expected redis-cluster://[user:password@]host:port"
-                              "[,host:port...]",
+        snprintf(err, errlen,
+                 "'%s%.200s': expected redis-cluster://[user:password@]host:port"
+                 "[,host:port...]",
                  shown, hosts);
         return -1;
     }
@@ -401,8 +402,8 @@ static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, c
             return -1;
         }
         char url[SL_REDIS_URL_MAX + 16], why[400];
-        int k = snprintf(url, sizeof url, "redis://%.*s%.*s", at != NULL ? (int)(at - p + 1) : 0,
-                         p, (int)(e - h), h);
+        int k = snprintf(url, sizeof url, "redis://%.*s%.*s", at != NULL ? (int)(at - p + 1) : 0, p,
+                         (int)(e - h), h);
         sl_redis_url one, *u = out != NULL ? &out[count] : &one;
         const char *what = NULL;
         if (k < 0 || (size_t)k >= sizeof url)
@@ -1440,7 +1441,9 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 /* ---- Redis Cluster -------------------------------------------------------- */
 
 static rchan *conn_new(redis *r, rnode *n, struct event_base *loop);
-static void submit(rchan *ch, sl_breq *rq, int nowhere);
+/* Where submit sends a valid request. */
+enum { TO_REDIS, NO_MASTER /* the policy answers */, CROSSSLOT /* refused */ };
+static void submit(rchan *ch, sl_breq *rq, int where);
 
 /* The index in r->node of the master at host[0..hlen):port, added (with
  * the first seed's user and password) when new; -1 when SL_RING_MAX are
@@ -1463,7 +1466,7 @@ static int node_add(redis *r, const char *host, size_t hlen, int port)
         nd->url.db = 0;
         url_show(&nd->url);
         sl__redis_url_id(&nd->url, nd->id, sizeof nd->id);
-        atomic_store(&nd->up, 1); /* until a connection to it is lost */
+        atomic_store(&nd->up, 1);        /* until a connection to it is lost */
         atomic_store(&r->nnodes, n + 1); /* published whole: readers take [0, nnodes) */
         found = n;
     }
@@ -1509,8 +1512,8 @@ static int parse_slots(redis *r, const redisReply *x, const char *asked, sl_slot
         }
         int node = node_add(r, host, hlen, (int)m->element[1]->integer);
         if (node < 0 || e->element[0]->integer < 0 || e->element[1]->integer >= SL_SLOTS ||
-            sl_slotmap_set(map, (int)e->element[0]->integer, (int)e->element[1]->integer,
-                           node) != 0)
+            sl_slotmap_set(map, (int)e->element[0]->integer, (int)e->element[1]->integer, node) !=
+                0)
             return -1;
     }
     return 0;
@@ -1557,8 +1560,7 @@ static void cluster_refresh(wchan *w)
     for (int i = 0; i < w->n; i++) {
         rchan *ch = w->c[i];
         if (ch == NULL || ch->ac == NULL || ch->state != UP || ch->closing) continue;
-        if (redisAsyncCommand(ch->ac, on_slots, ch, "CLUSTER SLOTS") == REDIS_OK)
-            w->refreshing = 1;
+        if (redisAsyncCommand(ch->ac, on_slots, ch, "CLUSTER SLOTS") == REDIS_OK) w->refreshing = 1;
         return;
     }
 }
@@ -1629,10 +1631,7 @@ static int slot_of_key(int algo, int space, const char *key, size_t len, size_t 
 }
 
 /* The slot so far after one more key's: -1 once two differ. */
-static int same_slot(int slot, int next)
-{
-    return slot == -2 || slot == next ? next : -1;
-}
+static int same_slot(int slot, int next) { return slot == -2 || slot == next ? next : -1; }
 
 /* The cluster slot every Redis key of rq is in (SPEC section 9: a
  * request's keys share one tag), -1 when they are in several (a key
@@ -1661,12 +1660,10 @@ static int request_slot(const redis *r, const sl_breq *rq)
         if (rq->reqs == NULL || rq->nreqs == 0 || rq->nreqs > SL_MAX_BATCH) return 0;
         for (size_t i = 0; i < rq->nreqs && slot != -1; i++) {
             const sl_request *q = &rq->reqs[i];
-            if (q->params == NULL || q->key == NULL || q->keylen == 0 ||
-                q->keylen > SL_MAX_KEY || q->params->algo < 0 ||
-                q->params->algo >= SL_ALGO_COUNT)
+            if (q->params == NULL || q->key == NULL || q->keylen == 0 || q->keylen > SL_MAX_KEY ||
+                q->params->algo < 0 || q->params->algo >= SL_ALGO_COUNT)
                 return 0;
-            SAME(slot_of_key((int)q->params->algo, q->params->space, q->key, q->keylen,
-                             q->keylen));
+            SAME(slot_of_key((int)q->params->algo, q->params->space, q->key, q->keylen, q->keylen));
         }
         break;
     case SL_BOP_CHECK: {
@@ -1697,22 +1694,16 @@ static int request_slot(const redis *r, const sl_breq *rq)
 static void cluster_submit(wchan *w, sl_breq *rq)
 {
     int slot = request_slot(w->r, rq);
-    if (slot < 0) {
-        sl__breq_fail(rq, SL_EINVAL,
-                      "the keys of this request are in several Redis Cluster slots (a key "
-                      "starting with '}' cannot be reset as one)");
-        return;
-    }
-    int node = w->map->node[slot];
+    int node = slot >= 0 ? w->map->node[slot] : -1;
     rchan *ch = node >= 0 ? conn_get(w, node) : NULL;
     if (ch != NULL) {
-        submit(ch, rq, 0);
+        submit(ch, rq, TO_REDIS);
         return;
     }
-    cluster_refresh(w);
-    for (int i = 0; i < w->n; i++) /* any connection: it only answers by the policy */
+    if (slot >= 0) cluster_refresh(w);
+    for (int i = 0; i < w->n; i++) /* any connection: it only checks rq and answers */
         if (w->c[i] != NULL) {
-            submit(w->c[i], rq, 1);
+            submit(w->c[i], rq, slot < 0 ? CROSSSLOT : NO_MASTER);
             return;
         }
     sl__breq_fail(rq, SL_ENOMEM, "out of memory");
@@ -1875,9 +1866,10 @@ static int valid_plan(const sl_check_plan *plan)
     return 0;
 }
 
-/* Submits rq on ch; nowhere: no server can take it (a cluster slot
- * without a master), the policy answers. */
-static void submit(rchan *ch, sl_breq *rq, int nowhere)
+/* Submits rq on ch (where: TO_REDIS); in a cluster, a valid rq whose
+ * slot has no master is answered by the policy (NO_MASTER), one whose keys
+ * are in several slots is refused (CROSSSLOT). */
+static void submit(rchan *ch, sl_breq *rq, int where)
 {
     redis *r = ch->r;
     int rc = 0;
@@ -1917,7 +1909,13 @@ static void submit(rchan *ch, sl_breq *rq, int nowhere)
         rq->cb(rq);
         return;
     }
-    if (ch->ac == NULL || nowhere) { /* DOWN (or no master known): the policy at once */
+    if (where == CROSSSLOT) {
+        sl__breq_fail(rq, SL_EINVAL,
+                      "the keys of this request are in several Redis Cluster slots: "
+                      "decided all-or-none only in one (docs/fleet.md, \"Redis Cluster\")");
+        return;
+    }
+    if (ch->ac == NULL || where == NO_MASTER) { /* DOWN (or no master known): the policy */
         by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }
@@ -2016,7 +2014,7 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
         return;
     }
     if (w->n == 1) {
-        submit(w->c[0], rq, 0);
+        submit(w->c[0], rq, TO_REDIS);
         return;
     }
     size_t len;
@@ -2036,7 +2034,7 @@ static void redis_submit(sl_bchan *c, sl_breq *rq)
             }
         }
     }
-    submit(w->c[node], rq, 0);
+    submit(w->c[node], rq, TO_REDIS);
 }
 
 static void redis_stats(sl_backend *b, sl_backend_stats *out)
@@ -2145,8 +2143,11 @@ static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size
             x = u[i].user[0] != '\0' ? redisCommand(c, "AUTH %s %s", u[i].user, u[i].pass)
                                      : redisCommand(c, "AUTH %s", u[i].pass);
             int bad = x == NULL || x->type == REDIS_REPLY_ERROR;
-            snprintf(err, errlen, "Redis Cluster seed %s refused AUTH (wrong user or password?): %s",
-                     u[i].shown, x == NULL ? c->errstr : bad ? x->str : "");
+            snprintf(err, errlen,
+                     "Redis Cluster seed %s refused AUTH (wrong user or password?): %s", u[i].shown,
+                     x == NULL ? c->errstr
+                     : bad     ? x->str
+                               : "");
             if (x != NULL) freeReplyObject(x);
             if (bad) {
                 redisFree(c);
@@ -2157,7 +2158,7 @@ static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size
         int rc = parse_slots(r, x, u[i].host, r->map);
         if (rc != 0)
             snprintf(err, errlen, "Redis Cluster seed %s: CLUSTER SLOTS: %s", u[i].shown,
-                     x == NULL                         ? c->errstr
+                     x == NULL                      ? c->errstr
                      : x->type == REDIS_REPLY_ERROR ? x->str
                                                     : "not a slot map");
         if (x != NULL) freeReplyObject(x);
@@ -2208,8 +2209,8 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     if (r->node != NULL && u[0].cluster) { /* the masters, from a seed's CLUSTER SLOTS */
         r->cluster = 1;
         r->seed = u[0];
-        size_t used = (size_t)snprintf(r->shown, sizeof r->shown, "redis-cluster://%s%s",
-                                       u[0].user, u[0].pass[0] ? ":***@" : "");
+        size_t used = (size_t)snprintf(r->shown, sizeof r->shown, "redis-cluster://%s%s", u[0].user,
+                                       u[0].pass[0] ? ":***@" : "");
         for (int i = 0; i < n && used < sizeof r->shown; i++)
             used += (size_t)snprintf(r->shown + used, sizeof r->shown - used, "%s%s%s%s:%d",
                                      i ? "," : "", strchr(u[i].host, ':') ? "[" : "", u[i].host,
