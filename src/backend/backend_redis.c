@@ -1929,6 +1929,7 @@ static void submit(rchan *ch, sl_breq *rq, int where)
     e->rq = rq;
     e->ch = ch;
     e->resent = 0;
+    e->redirects = 0;
     e->flushed = 0;
     e->keys = NULL;
     e->reqs = NULL;
