@@ -33,6 +33,15 @@
  * (deadline, policy, deny cache), answered in order from the reply's
  * elements.  hiredis writes whatever a turn appended in one write.
  *
+ * Several servers: a worker's channel (wchan) holds one such connection
+ * (rchan) per server, each with everything above of its own; a request
+ * goes to one of them -- with a ring, the owner of its hash tag
+ * (redis/ring.c); in a Redis Cluster, the master of its slot in the
+ * worker's map (redis/slots.c), read from CLUSTER SLOTS at start and again
+ * after a MOVED or a lost master.  A cluster's connections send no
+ * batches (their keys would span slots) and follow MOVED / ASK / TRYAGAIN
+ * up to SL_REDIS_REDIRECTS times within the request's deadline (redirect).
+ *
  * RL.CHECK is one script call too (op C): the plan's counters and flags
  * in, the outcome out (cmd_check, parse_reply).
  *

@@ -4,8 +4,11 @@
  * docs/redis-scripts.md) in a Redis server that many sluiced nodes share,
  * so a limit holds across the whole fleet (docs/fleet.md).
  *
- * One hiredis async connection per channel (per worker), on that worker's
- * libevent loop.  A request is one EVALSHA (FORGET: one DEL); its answer
+ * One hiredis async connection per channel (per worker) and per server, on
+ * that worker's libevent loop: one server, the servers of a consistent-hash
+ * ring (redis://a,redis://b: a decision goes to the owner of its hash tag,
+ * redis/ring.h), or the masters of a Redis Cluster (redis-cluster://: the
+ * owner of its slot, redis/slots.h; MOVED and ASK followed).  A request is one EVALSHA (FORGET: one DEL); its answer
  * comes later, from the loop.  Nothing waits longer than the timeout: a
  * request whose reply has not come by then is answered by the failure
  * policy, and the connection is dropped (a stalled Redis is treated as a

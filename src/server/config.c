@@ -228,7 +228,8 @@ static const opt opts[] = {
      .def = "local",
      .help = "where the counters live: local (this process), or "
              "redis://[user:password@]host:port[/db], shared by every node on it; several "
-             "redis:// URLs separated by commas: a consistent-hash ring over those servers "
+             "redis:// URLs separated by commas: a consistent-hash ring over those servers; "
+             "redis-cluster://[user:password@]host:port[,host:port...]: a Redis Cluster "
              "(docs/fleet.md)"},
     {.name = "backend-timeout",
      CUSTOM(set_backend_timeout, show_backend_timeout),
