@@ -1030,8 +1030,18 @@ static void show_backend(const sl_config *c, char *buf, size_t cap)
     }
     size_t used = 0;
     buf[0] = '\0';
-    for (int i = 0; i < n && used < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", u[i].shown);
+    if (u[0].cluster) /* the seeds: redis-cluster://[user:***@]host:port,... */
+        used = (size_t)snprintf(buf, cap, "redis-cluster://%s%s", u[0].user,
+                                u[0].pass[0] ? ":***@" : "");
+    for (int i = 0; i < n && used < cap; i++) {
+        const char *hp = strrchr(u[i].shown, '@'); /* host:port/0 of a seed */
+        hp = hp != NULL ? hp + 1 : u[i].shown + 8;
+        if (u[i].cluster)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%.*s", i ? "," : "",
+                                     (int)(strrchr(hp, '/') - hp), hp);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", u[i].shown);
+    }
     free(u);
 }
 

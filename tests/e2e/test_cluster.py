@@ -107,6 +107,10 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(set(held), ports)  # every master holds some
         self.assertEqual(sum(r.cmd("DBSIZE") for r in c.nodes), len(keys))
         self.assertEqual(s.info("backend")["backend_errors"], "0")
+        # every key was sent to its master first: sluiced's slot of each is
+        # Redis's (a wrong one would have been answered MOVED)
+        for r in c.nodes:
+            self.assertNotIn(b"errorstat_MOVED", r.cmd("INFO", "errorstats"))
 
     def test_conformance_suite_through_the_cluster(self):
         c = self.cluster()
@@ -277,6 +281,14 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(rc, 2, (url, err))
             self.assertIn(want, err, url)
             self.assertNotIn("s3cret", err)
+        # --dump-options shows the seeds without the password
+        p = subprocess.run([SLUICED, "--backend", "redis-cluster://u:s3cret@127.0.0.1:7000,"
+                            "[::1]:7001", "--dump-options"], capture_output=True,
+                           timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        row = [l for l in p.stdout.decode().splitlines() if l.split("\t")[0] == "backend"]
+        self.assertEqual(len(row), 1)
+        self.assertEqual(row[0].split("\t")[5], "redis-cluster://u:***@127.0.0.1:7000,[::1]:7001")
         port = harness.free_port()
         rc, err = self.run_sluiced("--backend", "redis-cluster://127.0.0.1:%d" % port)
         self.assertEqual(rc, 1, err)
