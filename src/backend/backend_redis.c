@@ -2273,6 +2273,19 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     return &r->base;
 }
 
+/* Whether node i decides anything: every server of one Redis or a ring;
+ * in a cluster, a master that serves a slot in the latest map (one that
+ * lost its slots -- a failover, a migration -- no longer counts). */
+static int serves(redis *r, int i)
+{
+    int any = 0;
+    if (!r->cluster) return 1;
+    pthread_mutex_lock(&r->lock);
+    for (int k = 0; k < SL_SLOTS && !any; k++) any = r->map->node[k] == i;
+    pthread_mutex_unlock(&r->lock);
+    return any;
+}
+
 int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
 {
     if (b == NULL || b->ops != &redis_ops) return -1;
@@ -2282,7 +2295,7 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     out->up = 1; /* up while every node is; down since the first that is not */
     for (int i = 0; i < r->nnodes; i++) {
         int64_t since = atomic_load(&r->node[i].down_since_ms);
-        if (atomic_load(&r->node[i].up)) continue;
+        if (atomic_load(&r->node[i].up) || !serves(r, i)) continue;
         if (out->up || (since != 0 && since < out->down_since_ms)) out->down_since_ms = since;
         out->up = 0;
     }

@@ -14,6 +14,8 @@ redis-cluster://...: docs/fleet.md, "Redis Cluster"), against a real
     no decision is lost, none admitted past the limit;
   - a master killed: its slots' decisions follow --on-backend-error, the
     other masters' stay exact;
+  - every slot of a master resharded away, then the master stopped: the
+    new map is followed, counts continue exactly, the backend stays up;
   - bad URLs and unreachable seeds: a clear message.
 
 Times are the caller's (AT, --trust-client-time), so every reply is exact.
@@ -257,6 +259,47 @@ class ClusterTest(unittest.TestCase):
                     self.assertEqual(got, [1, 5, 3, 0, W - 1, 0], k)
         self.assertEqual(s.info_int("backend_fallback_deny", "backend"), denied)
         self.assertEqual(s.info("backend")["backend_status"], "down")
+
+    def test_a_master_emptied_then_stopped_is_not_missed(self):
+        """Every slot of a master resharded away (redis-cli --cluster
+        reshard): sluiced follows MOVED to the new map, counts continue
+        exactly; the emptied master stopped, nothing is by the policy and
+        the backend stays up (that master serves nothing)."""
+        c = self.cluster()
+        s = self.node(c, "--deny-cache", "no")
+        victim, to = c.nodes[2], c.nodes[0]
+        keys = ["org:%d" % i for i in range(45)]
+        moved = [k for k in keys if c.node_of_slot(c.keyslot(redis_key(k))) is victim]
+        self.assertTrue(moved)
+        with s.raw() as conn:
+            for k in keys:
+                self.assertEqual(self.allow(conn, k, 5, BASE), [1, 5, 4, 0, W, 0], k)
+        vid, tid = victim.cmd("CLUSTER", "MYID").decode(), to.cmd("CLUSTER", "MYID").decode()
+        p = subprocess.run(["redis-cli", "--cluster", "reshard", "127.0.0.1:%d" % to.port,
+                            "--cluster-from", vid, "--cluster-to", tid, "--cluster-slots",
+                            "16384", "--cluster-yes"], capture_output=True,
+                           timeout=120 * SLOW, stdin=subprocess.DEVNULL)
+        self.assertEqual(p.returncode, 0, p.stdout[-2000:] + p.stderr[-2000:])
+        until = harness.deadline(30 * SLOW)
+        while any(e[2][1] == victim.port for r in c.nodes for e in r.cmd("CLUSTER", "SLOTS")):
+            self.assertLess(time.monotonic(), until, "the victim still serves slots")
+            time.sleep(0.05)
+        self.assertEqual(victim.cmd("DBSIZE"), 0)
+        with s.raw() as conn:
+            for k in keys:  # the moved ones through MOVED, then the new map
+                self.assertEqual(self.allow(conn, k, 5, BASE + 1), [1, 5, 3, 0, W - 1, 0], k)
+        node = "url=redis://127.0.0.1:%d/0,status=up,share=0.00" % victim.port
+        self.wait_info(s, lambda i: node in i.values(), "the victim's share at 0")
+        victim.stop()
+        node = "url=redis://127.0.0.1:%d/0,status=down,share=0.00" % victim.port
+        info = self.wait_info(s, lambda i: node in i.values(), "the victim down")
+        self.assertEqual(info["backend_status"], "up")
+        with s.raw() as conn:
+            for k in keys:
+                self.assertEqual(self.allow(conn, k, 5, BASE + 2), [1, 5, 2, 0, W - 2, 0], k)
+        info = s.info("backend")
+        self.assertEqual(info["backend_fallback_deny"], "0")
+        self.assertEqual(info["backend_status"], "up")
 
     # -- bad configuration --
 
