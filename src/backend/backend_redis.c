@@ -1593,10 +1593,14 @@ static int redirect(rchan *ch, pend *e, const char *err)
         const char *colon = sp != NULL ? strrchr(sp + 1, ':') : NULL;
         int64_t slot, port;
         int node = -1;
-        if (sp != NULL && colon != NULL && colon > sp + 1 &&
+        if (sp != NULL && colon != NULL &&
             sl_int_parse(p, (size_t)(sp - p), SL_SLOTS - 1, &slot) == 0 &&
-            sl_int_parse(colon + 1, strlen(colon + 1), 65535, &port) == 0 && port > 0)
-            node = node_add(r, sp + 1, (size_t)(colon - sp - 1), (int)port);
+            sl_int_parse(colon + 1, strlen(colon + 1), 65535, &port) == 0 && port > 0) {
+            /* no host (":6380", an unknown endpoint): the one that answered */
+            const char *host = colon > sp + 1 ? sp + 1 : ch->node->url.host;
+            size_t hlen = colon > sp + 1 ? (size_t)(colon - sp - 1) : strlen(host);
+            node = node_add(r, host, hlen, (int)port);
+        }
         if (node >= 0 && moved) {
             w->map->node[slot] = (int16_t)node;
             cluster_refresh(w);
