@@ -1118,6 +1118,8 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
         }
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "%.200s", x->str);
+        /* a slot no master serves: the map is stale (a topology change) */
+        if (r->cluster && strncmp(x->str, "CLUSTERDOWN", 11) == 0) cluster_refresh(ch->w);
         by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
         return 1;
@@ -2330,12 +2332,14 @@ int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out)
     out->up = atomic_load(&r->node[i].up);
     out->down_since_ms = atomic_load(&r->node[i].down_since_ms);
     out->share = r->ring != NULL ? sl_ring_share(r->ring, i) : 1.0;
+    out->slots = -1;
     if (r->cluster) { /* the slots it serves in the latest map */
         int slots = 0;
         pthread_mutex_lock(&r->lock);
         for (int k = 0; k < SL_SLOTS; k++) slots += r->map->node[k] == i;
         pthread_mutex_unlock(&r->lock);
         out->share = (double)slots / SL_SLOTS;
+        out->slots = slots;
     }
     return 0;
 }

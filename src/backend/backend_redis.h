@@ -132,7 +132,9 @@ typedef struct sl_redis_node_info {
     char url[SL_REDIS_URL_MAX]; /* without the password */
     int up;                     /* 1: every channel has its connection to it */
     int64_t down_since_ms;      /* wall clock when it went down; 0 when up */
-    double share;               /* of the ring, 0..1 (1 with one server) */
+    double share;               /* of the ring, 0..1 (1 with one server); a cluster's: of
+                                   the slots, in the latest map */
+    int slots;                  /* a cluster's master: the slots it serves; -1 otherwise */
 } sl_redis_node_info;
 
 /* Fills *out with node i (0..nodes-1, in --backend's order) and returns

@@ -91,8 +91,13 @@ class ClusterTest(unittest.TestCase):
         for i in range(3):
             fields = dict(f.split("=", 1) for f in info["backend_node%d" % i].split(","))
             self.assertEqual(fields["status"], "up")
-            ports.add(int(fields["url"].rsplit(":", 1)[1].split("/")[0]))
+            port = int(fields["url"].rsplit(":", 1)[1].split("/")[0])
+            ports.add(port)
             shares += float(fields["share"])
+            mine = next(r for r in c.nodes if r.port == port)
+            self.assertEqual(int(fields["slots"]), sum(e[1] - e[0] + 1 for e in
+                                                       mine.cmd("CLUSTER", "SLOTS")
+                                                       if e[2][1] == port))
         self.assertEqual(ports, {r.port for r in c.nodes})
         self.assertAlmostEqual(shares, 100.0, delta=0.05)
         keys = ["user:%d" % i for i in range(60)]
@@ -288,10 +293,10 @@ class ClusterTest(unittest.TestCase):
         with s.raw() as conn:
             for k in keys:  # the moved ones through MOVED, then the new map
                 self.assertEqual(self.allow(conn, k, 5, BASE + 1), [1, 5, 3, 0, W - 1, 0], k)
-        node = "url=redis://127.0.0.1:%d/0,status=up,share=0.00" % victim.port
+        node = "url=redis://127.0.0.1:%d/0,status=up,share=0.00,slots=0" % victim.port
         self.wait_info(s, lambda i: node in i.values(), "the victim's share at 0")
         victim.stop()
-        node = "url=redis://127.0.0.1:%d/0,status=down,share=0.00" % victim.port
+        node = "url=redis://127.0.0.1:%d/0,status=down,share=0.00,slots=0" % victim.port
         info = self.wait_info(s, lambda i: node in i.values(), "the victim down")
         self.assertEqual(info["backend_status"], "up")
         with s.raw() as conn:
@@ -299,6 +304,63 @@ class ClusterTest(unittest.TestCase):
                 self.assertEqual(self.allow(conn, k, 5, BASE + 2), [1, 5, 2, 0, W - 2, 0], k)
         info = s.info("backend")
         self.assertEqual(info["backend_fallback_deny"], "0")
+        self.assertEqual(info["backend_status"], "up")
+
+    def test_a_slot_without_a_master_then_served_again(self):
+        """A slot dropped by every node (CLUSTER DELSLOTS): its master
+        answers CLUSTERDOWN -- the policy answers, and the map is read
+        again, after which that slot's decisions go to the policy without
+        asking Redis; the slot given to another master (ADDSLOTS): the map
+        is read again and decisions go there."""
+        c = self.cluster()
+        s = self.node(c, "--deny-cache", "no", "--on-backend-error", "deny")
+        key = "lonely"
+        slot = c.keyslot(redis_key(key))
+        old = c.node_of_slot(slot)
+        new = next(r for r in c.nodes if r is not old)
+        policy = [0, 5, 0, 1000, 1000, 0]
+
+        def served_by(r):  # every node agrees on the slot's master (None: no master)
+            for n in c.nodes:
+                owners = [e[2][1] for e in n.cmd("CLUSTER", "SLOTS") if e[0] <= slot <= e[1]]
+                if owners != ([r.port] if r else []):
+                    return False
+            return True
+
+        def wait(pred, what):
+            until = harness.deadline(30 * SLOW)
+            while not pred():
+                self.assertLess(time.monotonic(), until, what)
+                time.sleep(0.05)
+
+        def share(r):  # INFO's line of r: its slots in the cluster's own map
+            n = sum(e[1] - e[0] + 1 for e in r.cmd("CLUSTER", "SLOTS") if e[2][1] == r.port)
+            return "url=redis://127.0.0.1:%d/0,status=up,share=%.2f,slots=%d" % (
+                r.port, n * 100 / 16384, n)
+
+        with s.raw() as conn:
+            self.assertEqual(self.allow(conn, key, 5, BASE), [1, 5, 4, 0, W, 0])
+            for r in c.nodes:
+                self.assertEqual(r.cmd("CLUSTER", "DELSLOTS", str(slot)), b"OK")
+            wait(lambda: served_by(None), "the slot dropped everywhere")
+            self.assertEqual(self.allow(conn, key, 5, BASE), policy)  # CLUSTERDOWN
+            self.assertIn(b"errorstat_CLUSTERDOWN:count=1\r\n", old.cmd("INFO", "errorstats"))
+            want = share(old)
+            self.wait_info(s, lambda i: want in i.values(), "the map read again: %s" % want)
+            self.assertEqual(self.allow(conn, key, 5, BASE), policy)  # not sent
+            self.assertIn(b"errorstat_CLUSTERDOWN:count=1\r\n", old.cmd("INFO", "errorstats"))
+            self.assertEqual(new.cmd("CLUSTER", "ADDSLOTS", str(slot)), b"OK")
+            wait(lambda: served_by(new), "the slot served by its new master")
+            got, tries = policy, 0
+            while got == policy and tries < 200:  # each asks for the map again (bounded)
+                got = self.allow(conn, key, 5, BASE)
+                tries += 1
+                if got == policy:
+                    time.sleep(0.02)
+            self.assertEqual(got, [1, 5, 4, 0, W, 0])  # fresh on its new master
+        self.assertEqual(new.cmd("GET", redis_key(key)), ("%d 1" % BASE).encode())
+        info = s.info("backend")
+        self.assertEqual(info["backend_fallback_deny"], str(2 + tries - 1))
         self.assertEqual(info["backend_status"], "up")
 
     # -- bad configuration --

@@ -785,8 +785,10 @@ static void cmd_info(req *q)
             for (int i = 0; sl_backend_redis_node(srv->backend, i, &ni) == 0; i++) {
                 char name[32], val[SL_REDIS_URL_MAX + 64];
                 snprintf(name, sizeof name, "backend_node%d", i);
-                snprintf(val, sizeof val, "url=%s,status=%s,share=%.2f", ni.url,
-                         ni.up ? "up" : "down", ni.share * 100);
+                int len = snprintf(val, sizeof val, "url=%s,status=%s,share=%.2f", ni.url,
+                                   ni.up ? "up" : "down", ni.share * 100);
+                if (ni.slots >= 0 && len > 0 && (size_t)len < sizeof val) /* a cluster's */
+                    snprintf(val + len, sizeof val - (size_t)len, ",slots=%d", ni.slots);
                 info_text(&b, name, val);
             }
         }
