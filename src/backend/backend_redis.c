@@ -38,9 +38,10 @@
  * goes to one of them -- with a ring, the owner of its hash tag
  * (redis/ring.c); in a Redis Cluster, the master of its slot in the
  * worker's map (redis/slots.c), read from CLUSTER SLOTS at start and again
- * after a MOVED or a lost master.  A cluster's connections send no
- * batches (their keys would span slots) and follow MOVED / ASK / TRYAGAIN
- * up to SL_REDIS_REDIRECTS times within the request's deadline (redirect).
+ * after a MOVED, a CLUSTERDOWN or a lost master.  A cluster's batches hold
+ * one slot's DECIDEs (a call's keys may not span slots), and requests
+ * follow MOVED / ASK / TRYAGAIN up to SL_REDIS_REDIRECTS times within
+ * their deadline (redirect; a batch's members each alone).
  *
  * RL.CHECK is one script call too (op C): the plan's counters and flags
  * in, the outcome out (cmd_check, parse_reply).
@@ -141,6 +142,7 @@ typedef struct batch {
     int n;
     int resent;  /* sent again once after NOSCRIPT */
     int64_t now; /* every member's time (client time) */
+    int slot;    /* a cluster's: every member's slot (a call is one slot); else -1 */
     pend *m[SL_REDIS_BATCH_MAX];
     struct batch *next; /* the pool */
 } batch;
@@ -1064,6 +1066,14 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void batch_done(rchan *ch);
 static int redirect(rchan *ch, pend *e, const char *err);
+static int request_slot(const struct redis *r, const sl_breq *rq);
+
+/* MOVED, ASK or TRYAGAIN: an answer a cluster request follows (redirect). */
+static int is_redirect(const char *err)
+{
+    return strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0 ||
+           strncmp(err, "TRYAGAIN", 8) == 0;
+}
 
 /* hiredis's callback of a request's command: 0 when it was sent again
  * (NOSCRIPT), else 1 (answered, e freed). */
@@ -1190,6 +1200,16 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
                               (size_t)(sl_redis_script_end - sl_redis_script));
             if (send_batch(ch, b) == 0) return;
         }
+        if (ch->r->cluster && is_redirect(x->str)) { /* each member follows it alone */
+            for (int i = 0; i < b->n; i++) {
+                unlink_pend(ch, b->m[i]);
+                redirect(ch, b->m[i], x->str);
+            }
+            batch_put(ch, b);
+            arm_timer(ch);
+            batch_done(ch);
+            return;
+        }
         batch_lost(ch, b, x->str);
         arm_timer(ch);
         batch_done(ch);
@@ -1283,8 +1303,9 @@ static int queue(rchan *ch, pend *e)
 {
     batch *b = ch->open;
     int64_t now = ch->r->o.trust_client_time ? e->rq->now_ms : 0;
-    if (b != NULL && (b->n == SL_REDIS_BATCH_MAX || b->now != now)) {
-        flush_open(ch); /* full, or another time: what came first goes first */
+    int slot = ch->r->cluster ? request_slot(ch->r, e->rq) : -1;
+    if (b != NULL && (b->n == SL_REDIS_BATCH_MAX || b->now != now || b->slot != slot)) {
+        flush_open(ch); /* full, another time or slot: what came first goes first */
         b = NULL;
     }
     if (b == NULL) {
@@ -1296,6 +1317,7 @@ static int queue(rchan *ch, pend *e)
         b->n = 0;
         b->resent = 0;
         b->now = now;
+        b->slot = slot;
         ch->open = b;
         event_active(ch->flush, EV_TIMEOUT, 0);
     }
@@ -1583,12 +1605,25 @@ static void cluster_refresh(wchan *w)
  * deadline.  Past SL_REDIS_REDIRECTS, or to a master with no connection,
  * the policy answers.  1 when err was one of those (e sent or answered),
  * 0 for any other error (e untouched). */
+static void follow(rchan *ch, pend *e, const char *err, int moved, int ask);
+
 static int redirect(rchan *ch, pend *e, const char *err)
+{
+    int moved = strncmp(err, "MOVED ", 6) == 0, ask = strncmp(err, "ASK ", 4) == 0;
+    if (!is_redirect(err)) return 0;
+    /* a lone DECIDE sent as the open batch: ch's batch is done with it here */
+    int flushed = e->flushed;
+    e->flushed = 0;
+    follow(ch, e, err, moved, ask);
+    if (flushed) batch_done(ch);
+    return 1;
+}
+
+/* redirect's work: e sent where err says, or answered by the policy. */
+static void follow(rchan *ch, pend *e, const char *err, int moved, int ask)
 {
     redis *r = ch->r;
     wchan *w = ch->w;
-    int moved = strncmp(err, "MOVED ", 6) == 0, ask = strncmp(err, "ASK ", 4) == 0;
-    if (!moved && !ask && strncmp(err, "TRYAGAIN", 8) != 0) return 0;
     rchan *to = ch;
     if (moved || ask) { /* "MOVED <slot> <host>:<port>" */
         const char *p = err + (moved ? 6 : 4), *sp = strchr(p, ' ');
@@ -1615,7 +1650,7 @@ static int redirect(rchan *ch, pend *e, const char *err)
                        e->redirects >= SL_REDIS_REDIRECTS ? " (too many redirections)" : "");
         by_policy(ch, e->rq, e->key, e->reqs);
         pend_put(ch, e);
-        return 1;
+        return;
     }
     e->redirects++;
     e->ch = to;
@@ -1632,10 +1667,9 @@ static int redirect(rchan *ch, pend *e, const char *err)
         unlink_pend(to, e);
         by_policy(to, e->rq, e->key, e->reqs);
         pend_put(to, e);
-        return 1;
+        return;
     }
     if (e == to->head) arm_timer(to);
-    return 1;
 }
 
 /* The slot of one Redis key. */
@@ -1981,8 +2015,7 @@ static void submit(rchan *ch, sl_breq *rq, int where)
         ch->head = e;
     ch->tail = e;
     atomic_fetch_add(&r->inflight, 1);
-    /* a batch's keys would span slots in a cluster: one call a decision there */
-    if (rq->op == SL_BOP_DECIDE && !r->cluster && queue(ch, e) == 0) {
+    if (rq->op == SL_BOP_DECIDE && queue(ch, e) == 0) {
         if (e == ch->head) arm_timer(ch);
         return;
     }

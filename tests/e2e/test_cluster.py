@@ -185,13 +185,17 @@ class ClusterTest(unittest.TestCase):
         started = threading.Event()
         bad, sent = [], [0]
 
-        def hammer():
+        burst = harness.encode("RL.ALLOW", hot, str(HL), "10s", "ALGO", "fixed-window", "AT",
+                               str(BASE)) * 16
+
+        def hammer():  # bursts of 16 pipelined: batches of one slot, redirected whole
             with s.raw() as conn:
-                for i in range(hmax):
-                    got = self.allow(conn, hot, HL, BASE)
-                    if got != [1, HL, HL - 1 - i, 0, W, 0]:
-                        bad.append((i, got))
-                    sent[0] = i + 1
+                for i in range(0, hmax, 16):
+                    conn.send(burst)
+                    for j, got in enumerate(conn.read_replies(16, timeout=30 * SLOW)):
+                        if got != [1, HL, HL - 1 - i - j, 0, W, 0]:
+                            bad.append((i + j, got))
+                    sent[0] = i + 16
                     started.set()
                     if done.is_set():
                         return
