@@ -92,8 +92,11 @@ RULES_LIBS := -lyaml
 # The Redis backend (hiredis, libevent) is the server's only: the tool and
 # the rules' tests link the others.
 BACKEND_SRC := $(filter-out src/backend/backend_redis.c,$(wildcard src/backend/*.c))
+# The Redis backend's socket-free parts (the ring, the slots): its own
+# folder, unit-tested alone.
+REDIS_PARTS := $(patsubst %.c,$(B)/%.o,$(wildcard src/backend/redis/*.c))
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(B)/%.o)
-REDIS_OBJ   := $(B)/src/backend/backend_redis.o
+REDIS_OBJ   := $(B)/src/backend/backend_redis.o $(REDIS_PARTS)
 # sluiced: the service layer and net (src/server), the protocols
 # (src/proto/*), and main (src/sluiced).  Its parts without main() are
 # linked into its tests.
@@ -212,6 +215,8 @@ $(B)/tests/test_service: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_backend: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend_redis: $(SRV_PARTS)
+$(B)/tests/test_ring: $(REDIS_PARTS)
+$(B)/tests/test_slots: $(REDIS_PARTS)
 $(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)

@@ -98,16 +98,22 @@ typedef struct bkind {
                               its deny cache on, or 3 on a Redis with the module */
     unsigned parts;        /* 1 << index in parts[] of the parts to run; 0 = all */
     int fixed_window_only; /* vectors: only the files of fixed-window */
+    int cluster;           /* redis: a Redis Cluster, SLUICE_REDIS_CLUSTER's URL (the row
+                              exists only when it is set: tests/e2e/test_cluster.py) */
 } bkind;
 
 #define PART_VECTORS 1u /* parts[0] */
 
 static const bkind backends[] = {
-    {"local", 0, 0, 0, 0},
-    {"delay", 1, 0, 0, 0},
-    {"redis", 0, 1, 0, 0}, /* deny cache off: every request decided by the script */
-    {"redis-deny-cache", 0, 2, 0, 0},
-    {"redis-module", 0, 3, 0, 0}, /* the module's commands: exact past the script's range */
+    {"local", 0, 0, 0, 0, 0},
+    {"delay", 1, 0, 0, 0, 0},
+    {"redis", 0, 1, 0, 0, 0}, /* deny cache off: every request decided by the script */
+    {"redis-deny-cache", 0, 2, 0, 0, 0},
+    {"redis-module", 0, 3, 0, 0, 0}, /* the module's commands: exact past the script's range */
+    /* every part but decide_all, whose batches hold keys of several slots:
+     * all-or-none is one script call, in one slot, so a cluster refuses
+     * them (docs/fleet.md, "Redis Cluster") */
+    {"redis-cluster", 0, 1, ~(1u << 2), 0, 1},
 };
 #define NBACKENDS (sizeof backends / sizeof backends[0])
 
@@ -135,6 +141,9 @@ static int redis_which; /* the fixture's: redis_cmd and DBSIZE go there */
 #define redis_pid  redis_pids[redis_which]
 #define redis_port redis_ports[redis_which]
 static char module_path[4096];
+
+/* The redis-cluster row's masters: SLUICE_REDIS_CLUSTER's host:port list. */
+static int cluster_port[16], ncluster;
 
 static double mono_s(void);
 
@@ -168,12 +177,12 @@ static void module_env(void)
     setenv("TSAN_OPTIONS", "report_signal_unsafe=0", 1);
 }
 
-/* A command on a fresh connection to the test's redis-server: 0 when it
+/* A command on a fresh connection to the redis-server on port: 0 when it
  * answered without an error. */
-static int redis_cmd(const char *cmd)
+static int redis_cmd_at(int port, const char *cmd)
 {
     struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (c == NULL || c->err) {
         if (c) redisFree(c);
         return -1;
@@ -185,11 +194,14 @@ static int redis_cmd(const char *cmd)
     return rc;
 }
 
-/* DBSIZE of the test's redis-server. */
-static uint64_t redis_dbsize(void)
+/* A command to the test's redis-server. */
+static int redis_cmd(const char *cmd) { return redis_cmd_at(redis_port, cmd); }
+
+/* DBSIZE of the redis-server on port. */
+static uint64_t redis_dbsize_at(int port)
 {
     struct timeval tv = {5, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
     if (c == NULL || c->err) fail_msg("redis: cannot connect for DBSIZE");
     redisReply *x = redisCommand(c, "DBSIZE");
     if (x == NULL || x->type != REDIS_REPLY_INTEGER) fail_msg("redis: DBSIZE failed");
@@ -197,6 +209,36 @@ static uint64_t redis_dbsize(void)
     freeReplyObject(x);
     redisFree(c);
     return n;
+}
+
+/* DBSIZE of the test's redis-server, or the sum of the cluster's masters'. */
+static uint64_t redis_dbsize(const bkind *k)
+{
+    uint64_t n = 0;
+    if (!k->cluster) return redis_dbsize_at(redis_port);
+    for (int i = 0; i < ncluster; i++) n += redis_dbsize_at(cluster_port[i]);
+    return n;
+}
+
+/* The cluster's masters from SLUICE_REDIS_CLUSTER
+ * ("redis-cluster://127.0.0.1:P1,127.0.0.1:P2,..."), every one flushed. */
+static const char *cluster_ready(void)
+{
+    const char *url = getenv("SLUICE_REDIS_CLUSTER");
+    if (url == NULL || strncmp(url, "redis-cluster://", 16) != 0)
+        fail_msg("redis-cluster: SLUICE_REDIS_CLUSTER is not a redis-cluster:// URL");
+    ncluster = 0;
+    for (const char *p = url + 16; p != NULL && *p != '\0' && ncluster < 16;) {
+        const char *colon = strchr(p, ':');
+        if (colon == NULL) fail_msg("redis-cluster: no :port in %s", url);
+        cluster_port[ncluster++] = atoi(colon + 1);
+        p = strchr(colon, ',');
+        if (p != NULL) p++;
+    }
+    for (int i = 0; i < ncluster; i++)
+        if (redis_cmd_at(cluster_port[i], "FLUSHALL") != 0)
+            fail_msg("redis-cluster: FLUSHALL of 127.0.0.1:%d failed", cluster_port[i]);
+    return url;
 }
 
 /* Starts the redis-server once (a free port: bound, then closed, then
@@ -257,10 +299,14 @@ static fx *fx_new(const bkind *k, unsigned locking)
     assert_non_null(f->local);
     f->b = f->local;
     if (k->redis) {
-        char url[64], err[512];
-        redis_which = MODULE_ROW(k);
-        redis_ready();
-        snprintf(url, sizeof url, "redis://127.0.0.1:%d", redis_port);
+        char url[1024], err[512];
+        if (k->cluster) {
+            snprintf(url, sizeof url, "%s", cluster_ready());
+        } else {
+            redis_which = MODULE_ROW(k);
+            redis_ready();
+            snprintf(url, sizeof url, "redis://127.0.0.1:%d", redis_port);
+        }
         /* generous: the suite asserts answers, never the time they take */
         sl_redis_opts o = {.url = url,
                            .timeout_ms = 10000,
@@ -666,7 +712,7 @@ static void run_vectors(const bkind *k)
  * fixture was made, so every key there is this test's. */
 static uint64_t keys_of(fx *f)
 {
-    if (f->k->redis) return redis_dbsize();
+    if (f->k->redis) return redis_dbsize(f->k);
     sl_backend_stats st;
     sl_backend_stats_get(f->b, &st);
     return st.keys;
@@ -1429,6 +1475,9 @@ static void run_check(const bkind *k)
                 ndesc[d] = 1;
             }
             o->dom = chance(&r, 95) ? "api" : "web";
+            /* a cluster keeps a pool a domain (its slot), the reference one
+             * in all: one domain there, where the two agree */
+            if (k->cluster) o->dom = "api";
             int64_t cost = chance(&r, 80) ? 1 : rnd_in(&r, 0, 4);
             now += chance(&r, 10) ? -rnd_in(&r, 1, 300) : rnd_in(&r, 0, 200);
             const sl_params *pl = chance(&r, 80) ? &pool : NULL;
@@ -1774,6 +1823,7 @@ int main(int argc, char **argv)
     for (size_t b = 0; b < NBACKENDS; b++)
         for (size_t p = 0; p < NPARTS; p++) {
             if (backends[b].parts != 0 && !(backends[b].parts & (1u << p))) continue;
+            if (backends[b].cluster && getenv("SLUICE_REDIS_CLUSTER") == NULL) continue;
             cases[n] = (tcase){&backends[b], parts[p].fn};
             snprintf(names[n], sizeof names[n], "%s_%s", backends[b].name, parts[p].name);
             tests[n] = (struct CMUnitTest){names[n], run_case, NULL, NULL, &cases[n]};

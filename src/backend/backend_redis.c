@@ -33,6 +33,16 @@
  * (deadline, policy, deny cache), answered in order from the reply's
  * elements.  hiredis writes whatever a turn appended in one write.
  *
+ * Several servers: a worker's channel (wchan) holds one such connection
+ * (rchan) per server, each with everything above of its own; a request
+ * goes to one of them -- with a ring, the owner of its hash tag
+ * (redis/ring.c); in a Redis Cluster, the master of its slot in the
+ * worker's map (redis/slots.c), read from CLUSTER SLOTS at start and again
+ * after a MOVED, a CLUSTERDOWN or a lost master.  A cluster's batches hold
+ * one slot's DECIDEs (a call's keys may not span slots), and requests
+ * follow MOVED / ASK / TRYAGAIN up to SL_REDIS_REDIRECTS times within
+ * their deadline (redirect; a batch's members each alone).
+ *
  * RL.CHECK is one script call too (op C): the plan's counters and flags
  * in, the outcome out (cmd_check, parse_reply).
  *
@@ -80,6 +90,8 @@
 
 #include "backend_local.h"
 #include "backend_redis.h"
+#include "redis/ring.h"
+#include "redis/slots.h"
 #include "util.h"
 
 /* The script, src/backend/redis/sluice.lua, as bytes in the binary (the
@@ -105,17 +117,31 @@ extern const char sl_redis_script[], sl_redis_script_end[];
 
 enum { DOWN, CONNECTING, UP };
 
+/* One Redis server of the backend (one, or a ring's, in the list's order). */
+typedef struct rnode {
+    sl_redis_url url;
+    char id[300];    /* "host:port/db": its place on the ring (ring.h) */
+    _Atomic int nup; /* channels whose connection to it is UP */
+    _Atomic int up;  /* the state last reported (on_state) */
+    _Atomic int64_t down_since_ms;
+    int module_at_start; /* its start-up check found the module: new connections' path */
+} rnode;
+
 typedef struct redis {
     sl_backend base;
-    sl_redis_url url;
+    _Atomic int nnodes;           /* 1..SL_RING_MAX (a cluster's grow: node_add) */
+    rnode *node;                  /* SL_RING_MAX; [0, nnodes) in use, each set once */
+    sl_ring *ring;                /* which node owns a hash tag; NULL with one node */
+    int cluster;                  /* redis-cluster://: node[] are the masters found */
+    sl_slotmap *map;              /* cluster: the latest slot map a channel read (lock) */
+    sl_redis_url seed;            /* cluster: the first seed (the masters' user, password) */
+    char shown[SL_REDIS_URL_MAX]; /* every node's URL without its password, by commas */
     sl_redis_opts o;
-    char sha[SHA_LEN + 1];  /* the script's, from SCRIPT LOAD at start */
-    sl_store *store;        /* SL_REDIS_LOCAL's own store (the engine's calls) */
-    _Atomic int nchan, nup; /* channels, and those UP */
-    _Atomic int nmod;       /* channels whose path is the module (rchan.module) */
-    int module_at_start;    /* the start-up check found the module: new channels' path */
-    _Atomic int up;         /* the state last reported (on_state) */
-    _Atomic int64_t down_since_ms;
+    char sha[SHA_LEN + 1]; /* the script's, from SCRIPT LOAD at start (one for every node) */
+    sl_store *store;       /* SL_REDIS_LOCAL's own store (the engine's calls) */
+    _Atomic int nchan;     /* worker channels (each holds a connection per node) */
+    _Atomic int nconn;     /* connections (rchan), every worker's to every node */
+    _Atomic int nmod;      /* connections whose path is the module (rchan.module) */
     _Atomic uint64_t errors, timeouts, reconnects, cache_hits, inflight;
     _Atomic uint64_t fallback[3];
     pthread_mutex_t lock; /* guards last_error */
@@ -131,6 +157,7 @@ typedef struct batch {
     int n;
     int resent;  /* sent again once after NOSCRIPT */
     int64_t now; /* every member's time (client time) */
+    int slot;    /* a cluster's: every member's slot (a call is one slot); else -1 */
     pend *m[SL_REDIS_BATCH_MAX];
     struct batch *next; /* the pool */
 } batch;
@@ -141,6 +168,7 @@ struct pend {
     rchan *ch;
     int64_t deadline; /* monotonic ms */
     int resent;       /* sent again once after NOSCRIPT */
+    int redirects;    /* cluster: MOVED / ASK / TRYAGAIN followed (SL_REDIS_REDIRECTS) */
     int flushed;      /* a lone DECIDE sent as the open batch (busy counts it) */
     int module;       /* sent as the module's command (its reply's form) */
     uint32_t gen;     /* its cache slot's generation when it was sent */
@@ -170,9 +198,12 @@ typedef struct denial {
     char key[SL_MAX_KEY];
 } denial;
 
+/* One worker's connection to one node: its own pending list, batch,
+ * deny cache, backoff and state. */
 struct rchan {
-    sl_bchan base;
     redis *r;
+    rnode *node;
+    struct wchan *w; /* the worker's channel this connection is part of */
     struct event_base *loop;
     redisAsyncContext *ac; /* NULL when DOWN */
     int state;
@@ -196,6 +227,18 @@ struct rchan {
     batch *free_batch;        /* the pool */
     struct event *flush;      /* active while open: sends it at the end of the turn */
 };
+
+/* A worker's channel: a connection per node, node i's at c[i] (a
+ * cluster's: made when a master is first needed; NULL before). */
+typedef struct wchan {
+    sl_bchan base;
+    redis *r;
+    struct event_base *loop;
+    sl_slotmap *map; /* cluster: this worker's slot map (MOVED updates it) */
+    int refreshing;  /* cluster: a CLUSTER SLOTS in flight */
+    int n;
+    rchan *c[];
+} wchan;
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -258,6 +301,15 @@ static int url_fail(char *err, size_t errlen, const char *s, size_t len, const c
     else
         snprintf(err, errlen, "'%.*s': %s", (int)(len > 200 ? 200 : len), s, what);
     return -1;
+}
+
+/* u->shown: u without its password. */
+static void url_show(sl_redis_url *u)
+{
+    int bracket = strchr(u->host, ':') != NULL;
+    snprintf(u->shown, sizeof u->shown, "redis://%s%s%s%s%s:%d/%d", u->user,
+             u->pass[0] ? ":***@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
+             u->db);
 }
 
 int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen)
@@ -326,10 +378,130 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
             return url_fail(err, errlen, s, len, "the db must be a number 0..2147483647");
         u->db = (int)db;
     }
+    url_show(u);
+    return 0;
+}
+
+void sl__redis_url_id(const sl_redis_url *u, char *buf, size_t cap)
+{
     int bracket = strchr(u->host, ':') != NULL;
-    snprintf(u->shown, sizeof u->shown, "redis://%s%s%s%s%s:%d/%d", u->user,
-             u->pass[0] ? ":***@" : "", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
+    snprintf(buf, cap, "%s%s%s:%d/%d", bracket ? "[" : "", u->host, bracket ? "]" : "", u->port,
              u->db);
+}
+
+/* Where the element at s[i..len) ends: at the next ',' followed by a
+ * scheme (redis:// or rediss://), else at len. */
+static size_t element_end(const char *s, size_t len, size_t i)
+{
+    for (; i < len; i++)
+        if (s[i] == ',' && ((len - i - 1 >= 8 && strncasecmp(s + i + 1, "redis://", 8) == 0) ||
+                            (len - i - 1 >= 9 && strncasecmp(s + i + 1, "rediss://", 9) == 0)))
+            return i;
+    return len;
+}
+
+/* --backend redis-cluster://[user:password@]host:port[,host:port...]: the
+ * seeds, each as a redis:// URL (db 0) with the one user:password. */
+static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
+                         size_t errlen)
+{
+    static const char scheme[] = "redis-cluster://";
+    const size_t sl = sizeof scheme - 1;
+    const char *p = s + sl, *end = s + len, *at = NULL;
+    if (len >= SL_REDIS_URL_MAX) {
+        snprintf(err, errlen, "'%.200s...': longer than 1023 bytes", s);
+        return -1;
+    }
+    for (const char *q = p; q < end; q++) /* user:password@: up to the last '@' */
+        if (*q == '@') at = q;
+    const char *hosts = at != NULL ? at + 1 : p;
+    const char *shown = at != NULL ? "redis-cluster://***@" : "redis-cluster://";
+    if (hosts == end) {
+        snprintf(err, errlen,
+                 "'%s%.200s': expected redis-cluster://[user:password@]host:port"
+                 "[,host:port...]",
+                 shown, hosts);
+        return -1;
+    }
+    int count = 0;
+    for (const char *h = hosts; h <= end;) {
+        const char *e = memchr(h, ',', (size_t)(end - h));
+        if (e == NULL) e = end;
+        if (count == SL_RING_MAX) {
+            snprintf(err, errlen, "'%s...': more than %d seeds", shown, SL_RING_MAX);
+            return -1;
+        }
+        char url[SL_REDIS_URL_MAX + 16], why[400];
+        int k = snprintf(url, sizeof url, "redis://%.*s%.*s", at != NULL ? (int)(at - p + 1) : 0, p,
+                         (int)(e - h), h);
+        sl_redis_url one, *u = out != NULL ? &out[count] : &one;
+        const char *what = NULL;
+        if (k < 0 || (size_t)k >= sizeof url)
+            what = "longer than 1023 bytes";
+        else if (memchr(h, '/', (size_t)(e - h)) != NULL)
+            what = "Redis Cluster has one db: no /db";
+        else if (sl_redis_url_parse(url, (size_t)k, u, why, sizeof why) != 0)
+            what = strstr(why, "': ") != NULL ? strstr(why, "': ") + 3 : why;
+        if (what != NULL) {
+            snprintf(err, errlen, "seed %d: '%s%.*s': %s", count + 1, shown, (int)(e - h), h, what);
+            return -1;
+        }
+        u->cluster = 1;
+        count++;
+        h = e + 1;
+        if (e == end) break;
+    }
+    *n = count;
+    return 0;
+}
+
+int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
+                        size_t errlen)
+{
+    size_t start[SL_RING_MAX + 1], end[SL_RING_MAX + 1];
+    int count = 0;
+    if (len >= 16 && strncasecmp(s, "redis-cluster://", 16) == 0)
+        return cluster_parse(s, len, out, n, err, errlen);
+    for (size_t i = 0;; i = end[count - 1] + 1) {
+        if (count == SL_RING_MAX) {
+            snprintf(err, errlen, "'%.200s...': more than %d servers", s, SL_RING_MAX);
+            return -1;
+        }
+        start[count] = i;
+        end[count] = element_end(s, len, i);
+        count++;
+        if (end[count - 1] == len) break;
+    }
+    static const char hint[] = " (the servers of a ring are whole URLs separated by commas: "
+                               "redis://a:6379,redis://b:6379)";
+    char why[400], id[SL_RING_MAX][300];
+    if (count == 1) { /* one server: its own message, as ever */
+        sl_redis_url one, *u = out != NULL ? &out[0] : &one;
+        if (sl_redis_url_parse(s, len, u, why, sizeof why) != 0) {
+            snprintf(err, errlen, "%s%s", why, memchr(s, ',', len) != NULL ? hint : "");
+            return -1;
+        }
+        *n = 1;
+        return 0;
+    }
+    for (int k = 0; k < count; k++) {
+        const char *e = s + start[k];
+        size_t elen = end[k] - start[k];
+        sl_redis_url one, *u = out != NULL ? &out[k] : &one;
+        if (sl_redis_url_parse(e, elen, u, why, sizeof why) != 0) {
+            snprintf(err, errlen, "element %d of %d: %s%s", k + 1, count, why,
+                     memchr(e, ',', elen) != NULL ? hint : "");
+            return -1;
+        }
+        sl__redis_url_id(u, id[k], sizeof id[k]);
+        for (int j = 0; j < k; j++)
+            if (strcmp(id[j], id[k]) == 0) {
+                snprintf(err, errlen, "elements %d and %d of %d are the same server %s", j + 1,
+                         k + 1, count, id[k]);
+                return -1;
+            }
+    }
+    *n = count;
     return 0;
 }
 
@@ -345,31 +517,39 @@ const char *sl_redis_policy_name(int policy)
 
 /* ---- state --------------------------------------------------------------- */
 
-/* Reports a change of the backend's state (on_state): down when a channel
- * loses its connection, up when every channel has one again. */
-static void report(redis *r, int going_up, const char *what)
+/* Reports a change of a node's state (on_state, with the node's URL):
+ * down when a channel loses its connection to it, up when every channel
+ * has one again. */
+static void report(rchan *ch, int going_up, const char *what)
 {
-    if (going_up && atomic_load(&r->nup) < atomic_load(&r->nchan)) return;
-    if (atomic_exchange(&r->up, going_up) == going_up) return;
-    atomic_store(&r->down_since_ms, going_up ? 0 : sl__wall_ms());
-    if (r->o.on_state != NULL) r->o.on_state(r->o.state_arg, going_up, r->url.shown, what);
+    redis *r = ch->r;
+    rnode *n = ch->node;
+    if (going_up && atomic_load(&n->nup) < atomic_load(&r->nchan)) return;
+    if (atomic_exchange(&n->up, going_up) == going_up) return;
+    atomic_store(&n->down_since_ms, going_up ? 0 : sl__wall_ms());
+    if (r->o.on_state != NULL) r->o.on_state(r->o.state_arg, going_up, n->url.shown, what);
 }
 
 static void arm_timer(rchan *ch);
 static void connect_now(rchan *ch);
 static void drop(rchan *ch, const char *why);
+static void cluster_refresh(struct wchan *w);
 
 /* The channel has no connection: the next one after the backoff. */
 static void go_down(rchan *ch, const char *why)
 {
     redis *r = ch->r;
-    if (ch->state == UP) atomic_fetch_sub(&r->nup, 1);
+    if (ch->state == UP) atomic_fetch_sub(&ch->node->nup, 1);
     ch->state = DOWN;
     ch->ac = NULL;
     ch->hs_deadline = 0;
     if (ch->closing) return;
-    set_last_error(r, "%s", why);
-    report(r, 0, why);
+    if (r->nnodes > 1)
+        set_last_error(r, "%s: %s", ch->node->url.shown, why);
+    else
+        set_last_error(r, "%s", why);
+    report(ch, 0, why);
+    if (r->cluster) cluster_refresh(ch->w); /* a master lost: the topology may have changed */
     int n = ch->attempt < 16 ? ch->attempt : 16;
     int64_t cap = (int64_t)SL_REDIS_BACKOFF_BASE << n;
     if (cap > SL_REDIS_BACKOFF_CAP) cap = SL_REDIS_BACKOFF_CAP;
@@ -470,7 +650,7 @@ static void by_policy(rchan *ch, sl_breq *rq, const char *key, const sl_request 
     rq->err[0] = '\0';
     if (rq->op == SL_BOP_FORGET) {
         sl__breq_fail(rq, SL_EINVAL, "the Redis backend %s is unreachable: nothing was reset",
-                      r->url.shown);
+                      ch->node->url.shown);
         return;
     }
     atomic_fetch_add(&r->fallback[r->o.policy], 1);
@@ -644,7 +824,7 @@ static size_t redis_key(char *buf, int algo, int space, const char *key, size_t 
     return len + 8;
 }
 
-#define KEYBUF (SL_MAX_KEY + 8)
+#define KEYBUF (SL_MAX_KEY + 8 + sizeof SL_CHECK_POOL_KEY) /* a cluster's pool key fits */
 
 /* A command being built: its arguments point into this buffer (one per
  * channel; hiredis copies a command out before it returns). */
@@ -711,6 +891,22 @@ static void cmd_fields(struct cmd *c, const sl_params *p, int64_t cost)
 
 static const char pool_key[] = SL_CHECK_POOL_KEY;
 
+/* Writes the pool's Redis key of plan into buf: "sl:" a s ":{|spare-capacity}",
+ * or in a cluster "sl:" a s ":{" domain "}|spare-capacity" -- the domain's
+ * slot, so that the plan is one slot (one pool a domain: docs/fleet.md). */
+static size_t pool_redis_key(char *buf, const redis *r, const sl_check_plan *plan)
+{
+    int algo = (int)plan->pool.algo, space = plan->pool.space;
+    for (int k = 0; r->cluster && k < plan->nitems; k++) {
+        const sl_check_item *t = &plan->items[k];
+        if (t->zero || t->lead != k || t->taglen > t->keylen) continue;
+        size_t n = redis_key(buf, algo, space, t->key, t->taglen, t->taglen);
+        memcpy(buf + n, pool_key, sizeof pool_key - 1);
+        return n + sizeof pool_key - 1;
+    }
+    return redis_key(buf, algo, space, pool_key, sizeof pool_key - 1, sizeof pool_key - 1);
+}
+
 /* RL.CHECK's op C (docs/redis-scripts.md): every counter of the plan that
  * is not L = 0 and not a repeat, then the pool; lead[] gets the plan's
  * item of each key sent, in order. */
@@ -744,9 +940,10 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
         const sl_check_item *t = &it[lead[i]];
         cmd_key(c, (int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen);
     }
-    if (plan->has_pool)
-        cmd_key(c, (int)plan->pool.algo, plan->pool.space, pool_key, sizeof pool_key - 1,
-                sizeof pool_key - 1);
+    if (plan->has_pool) {
+        char *k = c->key[c->nkeys++];
+        cmd_str(c, k, pool_redis_key(k, r, plan));
+    }
     cmd_str(c, "C", 1);
     cmd_now(c, r, plan->now_ms);
     cmd_int(c, m);
@@ -1035,6 +1232,15 @@ static int parse_reply(sl_breq *rq, const redisReply *x, int module)
 static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void batch_done(rchan *ch);
+static int redirect(rchan *ch, pend *e, const char *err);
+static int request_slot(const struct redis *r, const sl_breq *rq);
+
+/* MOVED, ASK or TRYAGAIN: an answer a cluster request follows (redirect). */
+static int is_redirect(const char *err)
+{
+    return strncmp(err, "MOVED ", 6) == 0 || strncmp(err, "ASK ", 4) == 0 ||
+           strncmp(err, "TRYAGAIN", 8) == 0;
+}
 
 /* hiredis's callback of a request's command: 0 when it was sent again
  * (NOSCRIPT), else 1 (answered, e freed). */
@@ -1065,6 +1271,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
         return 1;
     }
     if (x->type == REDIS_REPLY_ERROR) {
+        if (r->cluster && redirect(ch, e, x->str)) return 0; /* e went on: MOVED, ASK */
         if (strncmp(x->str, "NOSCRIPT", 8) == 0 && !e->resent && ch->ac == ac) {
             /* Redis lost the script (SCRIPT FLUSH, a restart behind a
              * proxy): load it again, then this request, in that order */
@@ -1095,6 +1302,8 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
         }
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "%.200s", x->str);
+        /* a slot no master serves: the map is stale (a topology change) */
+        if (r->cluster && strncmp(x->str, "CLUSTERDOWN", 11) == 0) cluster_refresh(ch->w);
         by_policy(ch, rq, e->key, e->reqs);
         pend_put(ch, e);
         return 1;
@@ -1164,6 +1373,16 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
             redisAsyncCommand(ac, on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
                               (size_t)(sl_redis_script_end - sl_redis_script));
             if (send_batch(ch, b) == 0) return;
+        }
+        if (ch->r->cluster && is_redirect(x->str)) { /* each member follows it alone */
+            for (int i = 0; i < b->n; i++) {
+                unlink_pend(ch, b->m[i]);
+                redirect(ch, b->m[i], x->str);
+            }
+            batch_put(ch, b);
+            arm_timer(ch);
+            batch_done(ch);
+            return;
         }
         batch_lost(ch, b, x->str);
         arm_timer(ch);
@@ -1258,8 +1477,9 @@ static int queue(rchan *ch, pend *e)
 {
     batch *b = ch->open;
     int64_t now = ch->r->o.trust_client_time ? e->rq->now_ms : 0;
-    if (b != NULL && (b->n == SL_REDIS_BATCH_MAX || b->now != now)) {
-        flush_open(ch); /* full, or another time: what came first goes first */
+    int slot = ch->r->cluster ? request_slot(ch->r, e->rq) : -1;
+    if (b != NULL && (b->n == SL_REDIS_BATCH_MAX || b->now != now || b->slot != slot)) {
+        flush_open(ch); /* full, another time or slot: what came first goes first */
         b = NULL;
     }
     if (b == NULL) {
@@ -1271,6 +1491,7 @@ static int queue(rchan *ch, pend *e)
         b->n = 0;
         b->resent = 0;
         b->now = now;
+        b->slot = slot;
         ch->open = b;
         event_active(ch->flush, EV_TIMEOUT, 0);
     }
@@ -1343,8 +1564,8 @@ static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
         ch->attempt = 0;
         if (ch->was_up) atomic_fetch_add(&ch->r->reconnects, 1);
         ch->was_up = 1;
-        atomic_fetch_add(&ch->r->nup, 1);
-        report(ch->r, 1, "connected");
+        atomic_fetch_add(&ch->node->nup, 1);
+        report(ch, 1, "connected");
         arm_timer(ch);
     }
 }
@@ -1386,7 +1607,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
 static void connect_now(rchan *ch)
 {
     redis *r = ch->r;
-    const sl_redis_url *u = &r->url;
+    const sl_redis_url *u = &ch->node->url;
     redisAsyncContext *ac = redisAsyncConnect(u->host, u->port);
     char why[300];
     if (ac == NULL || ac->err) {
@@ -1464,51 +1685,299 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
     arm_timer(ch);
 }
 
-/* ---- the seam ------------------------------------------------------------ */
+/* ---- Redis Cluster -------------------------------------------------------- */
 
-static sl_bchan *redis_channel(sl_backend *b, void *loop)
+static rchan *conn_new(redis *r, rnode *n, struct event_base *loop);
+/* Where submit sends a valid request. */
+enum { TO_REDIS, NO_MASTER /* the policy answers */, CROSSSLOT /* refused */ };
+static void submit(rchan *ch, sl_breq *rq, int where);
+
+/* The index in r->node of the master at host[0..hlen):port, added (with
+ * the first seed's user and password) when new; -1 when SL_RING_MAX are
+ * known already or the host does not fit.  Any thread: takes r->lock. */
+static int node_add(redis *r, const char *host, size_t hlen, int port)
 {
-    redis *r = (redis *)b;
-    if (loop == NULL) {
-        sl__backend_set_err(b, SL_EINVAL, "the Redis backend needs an event loop");
-        return NULL;
+    int found = -1;
+    pthread_mutex_lock(&r->lock);
+    int n = atomic_load(&r->nnodes);
+    for (int i = 0; i < n && found < 0; i++)
+        if (r->node[i].url.port == port && strlen(r->node[i].url.host) == hlen &&
+            memcmp(r->node[i].url.host, host, hlen) == 0)
+            found = i;
+    if (found < 0 && n < SL_RING_MAX && hlen > 0 && hlen < sizeof r->node[0].url.host) {
+        rnode *nd = &r->node[n];
+        nd->url = r->seed;
+        memcpy(nd->url.host, host, hlen);
+        nd->url.host[hlen] = '\0';
+        nd->url.port = port;
+        nd->url.db = 0;
+        url_show(&nd->url);
+        sl__redis_url_id(&nd->url, nd->id, sizeof nd->id);
+        atomic_store(&nd->up, 1);        /* until a connection to it is lost */
+        atomic_store(&r->nnodes, n + 1); /* published whole: readers take [0, nnodes) */
+        found = n;
     }
-    rchan *ch = calloc(1, sizeof *ch);
-    if (ch != NULL && r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
-    if (ch != NULL) ch->cmd = malloc(sizeof *ch->cmd);
-    if (ch != NULL) {
-        ch->latest_sent = INT64_MIN;
-        ch->flush = event_new(loop, -1, 0, on_flush, ch);
-        ch->timer = evtimer_new(loop, on_timer, ch);
-        ch->retry = evtimer_new(loop, on_retry, ch);
-    }
-    if (ch == NULL || (r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL ||
-        ch->retry == NULL || ch->cmd == NULL || ch->flush == NULL) {
-        if (ch != NULL) {
-            if (ch->timer) event_free(ch->timer);
-            if (ch->retry) event_free(ch->retry);
-            if (ch->flush) event_free(ch->flush);
-            free(ch->cache);
-            free(ch->cmd);
-        }
-        free(ch);
-        sl__backend_set_err(b, SL_ENOMEM, "out of memory");
-        return NULL;
-    }
-    ch->base.b = b;
-    ch->r = r;
-    ch->loop = loop;
-    ch->rng = (uint64_t)sl__mono_ns() ^ ((uintptr_t)ch * 0x9e3779b97f4a7c15ULL);
-    atomic_fetch_add(&r->nchan, 1);
-    set_path(ch, r->module_at_start);
-    connect_now(ch);
-    return &ch->base;
+    pthread_mutex_unlock(&r->lock);
+    return found;
 }
 
-static void redis_channel_free(sl_bchan *c)
+/* w's connection to node i, made (and connecting) when it is the first
+ * request for that master; NULL when out of memory. */
+static rchan *conn_get(wchan *w, int i)
 {
-    rchan *ch = (rchan *)c;
+    if (w->c[i] == NULL && (w->c[i] = conn_new(w->r, &w->r->node[i], w->loop)) != NULL) {
+        w->c[i]->w = w;
+        connect_now(w->c[i]);
+    }
+    return w->c[i];
+}
+
+/* Reads a CLUSTER SLOTS reply (asked of host `asked`, which an empty or
+ * "?" address means) into map, adding the masters to r->node.  0, or -1
+ * when the reply is not one (map is then partly written). */
+static int parse_slots(redis *r, const redisReply *x, const char *asked, sl_slotmap *map)
+{
+    if (x == NULL || x->type != REDIS_REPLY_ARRAY) return -1;
+    sl_slotmap_clear(map);
+    for (size_t i = 0; i < x->elements; i++) {
+        const redisReply *e = x->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
+            e->element[0]->type != REDIS_REPLY_INTEGER ||
+            e->element[1]->type != REDIS_REPLY_INTEGER ||
+            e->element[2]->type != REDIS_REPLY_ARRAY || e->element[2]->elements < 2)
+            return -1;
+        const redisReply *m = e->element[2];
+        if (m->element[0]->type != REDIS_REPLY_STRING ||
+            m->element[1]->type != REDIS_REPLY_INTEGER || m->element[1]->integer < 1 ||
+            m->element[1]->integer > 65535)
+            return -1;
+        const char *host = m->element[0]->str;
+        size_t hlen = m->element[0]->len;
+        if (hlen == 0 || (hlen == 1 && host[0] == '?')) {
+            host = asked;
+            hlen = strlen(asked);
+        }
+        int node = node_add(r, host, hlen, (int)m->element[1]->integer);
+        if (node < 0 || e->element[0]->integer < 0 || e->element[1]->integer >= SL_SLOTS ||
+            sl_slotmap_set(map, (int)e->element[0]->integer, (int)e->element[1]->integer, node) !=
+                0)
+            return -1;
+    }
+    return 0;
+}
+
+/* CLUSTER SLOTS's answer on ch: w's map (and the backend's, for INFO and
+ * channels made later) replaced; every master in it gets its connection. */
+static void on_slots(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rchan *ch = privdata;
+    wchan *w = ch->w;
     redis *r = ch->r;
+    (void)ac;
+    w->refreshing = 0;
+    if (reply == NULL || ch->closing) return;
+    sl_slotmap *m = malloc(sizeof *m); /* 32 KiB: not on the stack; once per topology change */
+    if (m == NULL) return;
+    if (parse_slots(r, reply, ch->node->url.host, m) != 0) {
+        atomic_fetch_add(&r->errors, 1);
+        const redisReply *x = reply;
+        set_last_error(r, "CLUSTER SLOTS: %.200s",
+                       x->type == REDIS_REPLY_ERROR ? x->str : "not a slot map");
+        free(m);
+        return;
+    }
+    memcpy(w->map, m, sizeof *m);
+    pthread_mutex_lock(&r->lock);
+    memcpy(r->map, m, sizeof *m);
+    pthread_mutex_unlock(&r->lock);
+    unsigned char used[SL_RING_MAX] = {0};
+    for (int i = 0; i < SL_SLOTS; i++)
+        if (m->node[i] >= 0) used[m->node[i]] = 1;
+    for (int i = 0; i < SL_RING_MAX; i++)
+        if (used[i]) conn_get(w, i);
+    free(m);
+}
+
+/* Asks for the slot map again, on w's first connection that is up (one
+ * CLUSTER SLOTS in flight a worker; none when no connection is up -- the
+ * next loss or MOVED asks again). */
+static void cluster_refresh(wchan *w)
+{
+    if (w == NULL || w->refreshing) return;
+    for (int i = 0; i < w->n; i++) {
+        rchan *ch = w->c[i];
+        if (ch == NULL || ch->ac == NULL || ch->state != UP || ch->closing) continue;
+        if (redisAsyncCommand(ch->ac, on_slots, ch, "CLUSTER SLOTS") == REDIS_OK) w->refreshing = 1;
+        return;
+    }
+}
+
+/* A cluster's redirection of e (already unlinked from ch) by the error
+ * reply err: MOVED (the slot's master updated in the map, a refresh
+ * asked), ASK (ASKING then the command, to that master, this once) or
+ * TRYAGAIN (the same master again); e is sent there, keeping its
+ * deadline.  Past SL_REDIS_REDIRECTS, or to a master with no connection,
+ * the policy answers.  1 when err was one of those (e sent or answered),
+ * 0 for any other error (e untouched). */
+static void follow(rchan *ch, pend *e, const char *err, int moved, int ask);
+
+static int redirect(rchan *ch, pend *e, const char *err)
+{
+    int moved = strncmp(err, "MOVED ", 6) == 0, ask = strncmp(err, "ASK ", 4) == 0;
+    if (!is_redirect(err)) return 0;
+    /* a lone DECIDE sent as the open batch: ch's batch is done with it here */
+    int flushed = e->flushed;
+    e->flushed = 0;
+    follow(ch, e, err, moved, ask);
+    if (flushed) batch_done(ch);
+    return 1;
+}
+
+/* redirect's work: e sent where err says, or answered by the policy. */
+static void follow(rchan *ch, pend *e, const char *err, int moved, int ask)
+{
+    redis *r = ch->r;
+    wchan *w = ch->w;
+    rchan *to = ch;
+    if (moved || ask) { /* "MOVED <slot> <host>:<port>" */
+        const char *p = err + (moved ? 6 : 4), *sp = strchr(p, ' ');
+        const char *colon = sp != NULL ? strrchr(sp + 1, ':') : NULL;
+        int64_t slot, port;
+        int node = -1;
+        if (sp != NULL && colon != NULL &&
+            sl_int_parse(p, (size_t)(sp - p), SL_SLOTS - 1, &slot) == 0 &&
+            sl_int_parse(colon + 1, strlen(colon + 1), 65535, &port) == 0 && port > 0) {
+            /* no host (":6380", an unknown endpoint): the one that answered */
+            const char *host = colon > sp + 1 ? sp + 1 : ch->node->url.host;
+            size_t hlen = colon > sp + 1 ? (size_t)(colon - sp - 1) : strlen(host);
+            node = node_add(r, host, hlen, (int)port);
+        }
+        if (node >= 0 && moved) {
+            w->map->node[slot] = (int16_t)node;
+            cluster_refresh(w);
+        }
+        to = node >= 0 ? conn_get(w, node) : NULL;
+    }
+    if (to == NULL || to->ac == NULL || e->redirects >= SL_REDIS_REDIRECTS) {
+        atomic_fetch_add(&r->errors, 1);
+        set_last_error(r, "%.200s%s", err,
+                       e->redirects >= SL_REDIS_REDIRECTS ? " (too many redirections)" : "");
+        by_policy(ch, e->rq, e->key, e->reqs);
+        pend_put(ch, e);
+        return;
+    }
+    e->redirects++;
+    e->ch = to;
+    e->prev = to->tail;
+    e->next = NULL;
+    if (to->tail)
+        to->tail->next = e;
+    else
+        to->head = e;
+    to->tail = e;
+    atomic_fetch_add(&r->inflight, 1);
+    if (ask) redisAsyncCommand(to->ac, NULL, NULL, "ASKING");
+    if (send_pend(to, e) != 0) {
+        unlink_pend(to, e);
+        by_policy(to, e->rq, e->key, e->reqs);
+        pend_put(to, e);
+        return;
+    }
+    if (e == to->head) arm_timer(to);
+}
+
+/* The slot of one Redis key. */
+static int slot_of_key(int algo, int space, const char *key, size_t len, size_t tag)
+{
+    char buf[KEYBUF];
+    return sl_key_slot(buf, redis_key(buf, algo, space, key, len, tag));
+}
+
+/* The slot so far after one more key's: -1 once two differ. */
+static int same_slot(int slot, int next) { return slot == -2 || slot == next ? next : -1; }
+
+/* The cluster slot every Redis key of rq is in (SPEC section 9: a
+ * request's keys share one tag), -1 when they are in several (a key
+ * starting with '}' makes Redis hash the whole key), 0 when rq is
+ * malformed (submit refuses it). */
+static int request_slot(const redis *r, const sl_breq *rq)
+{
+    int slot = -2; /* -2: no key yet; -1: two slots */
+#define SAME(x) slot = same_slot(slot, (x))
+    switch (rq->op) {
+    case SL_BOP_DECIDE:
+    case SL_BOP_PEEK:
+        if (rq->params == NULL || rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY ||
+            rq->params->algo < 0 || rq->params->algo >= SL_ALGO_COUNT)
+            return 0;
+        return slot_of_key((int)rq->params->algo, rq->params->space, rq->key, rq->keylen,
+                           rq->keylen);
+    case SL_BOP_FORGET:
+        if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY || rq->algo_lo < 0 ||
+            rq->algo_hi > SL_ALGO_COUNT)
+            return 0;
+        for (int a = rq->algo_lo; a < rq->algo_hi && slot != -1; a++)
+            SAME(slot_of_key(a, 0, rq->key, rq->keylen, rq->keylen));
+        break;
+    case SL_BOP_DECIDE_ALL:
+        if (rq->reqs == NULL || rq->nreqs == 0 || rq->nreqs > SL_MAX_BATCH) return 0;
+        for (size_t i = 0; i < rq->nreqs && slot != -1; i++) {
+            const sl_request *q = &rq->reqs[i];
+            if (q->params == NULL || q->key == NULL || q->keylen == 0 || q->keylen > SL_MAX_KEY ||
+                q->params->algo < 0 || q->params->algo >= SL_ALGO_COUNT)
+                return 0;
+            SAME(slot_of_key((int)q->params->algo, q->params->space, q->key, q->keylen, q->keylen));
+        }
+        break;
+    case SL_BOP_CHECK: {
+        const sl_check_plan *plan = rq->plan;
+        if (plan == NULL || plan->nitems < 0 || plan->nitems > SL_MAX_BATCH) return 0;
+        for (int k = 0; k < plan->nitems && slot != -1; k++) {
+            const sl_check_item *t = &plan->items[k];
+            if (t->zero || t->lead != k) continue;
+            if (t->keylen == 0 || t->keylen > SL_MAX_KEY || t->taglen > t->keylen ||
+                t->p.algo < 0 || t->p.algo >= SL_ALGO_COUNT)
+                return 0;
+            SAME(slot_of_key((int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen));
+        }
+        if (plan->has_pool && slot != -1) {
+            char buf[KEYBUF];
+            SAME(sl_key_slot(buf, pool_redis_key(buf, r, plan)));
+        }
+        break;
+    }
+    default: return 0;
+    }
+#undef SAME
+    return slot == -2 ? 0 : slot;
+}
+
+/* Routes rq in a cluster: to the connection of its slot's master, or by
+ * the policy when the map has none (asking for the map again). */
+static void cluster_submit(wchan *w, sl_breq *rq)
+{
+    int slot = request_slot(w->r, rq);
+    int node = slot >= 0 ? w->map->node[slot] : -1;
+    rchan *ch = node >= 0 ? conn_get(w, node) : NULL;
+    if (ch != NULL) {
+        submit(ch, rq, TO_REDIS);
+        return;
+    }
+    if (slot >= 0) cluster_refresh(w);
+    for (int i = 0; i < w->n; i++) /* any connection: it only checks rq and answers */
+        if (w->c[i] != NULL) {
+            submit(w->c[i], rq, slot < 0 ? CROSSSLOT : NO_MASTER);
+            return;
+        }
+    sl__breq_fail(rq, SL_ENOMEM, "out of memory");
+}
+
+/* ---- the seam ------------------------------------------------------------ */
+
+/* Frees ch: what is in flight or queued is answered "channel closed". */
+static void conn_free(rchan *ch)
+{
+    if (ch == NULL) return;
     ch->closing = 1;
     if (ch->ac != NULL) {
         redisAsyncContext *ac = ch->ac;
@@ -1517,7 +1986,7 @@ static void redis_channel_free(sl_bchan *c)
     }
     flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
     set_path(ch, 0);
-    atomic_fetch_sub(&r->nchan, 1);
+    atomic_fetch_sub(&ch->r->nconn, 1);
     event_free(ch->timer);
     event_free(ch->retry);
     event_free(ch->flush);
@@ -1535,6 +2004,88 @@ static void redis_channel_free(sl_bchan *c)
     free(ch->cmd);
     free(ch->cache);
     free(ch);
+}
+
+/* A worker's connection to node n on loop, not connected yet; NULL when
+ * out of memory. */
+static rchan *conn_new(redis *r, rnode *n, struct event_base *loop)
+{
+    rchan *ch = calloc(1, sizeof *ch);
+    if (ch == NULL) return NULL;
+    ch->r = r;
+    ch->node = n;
+    ch->loop = loop;
+    ch->latest_sent = INT64_MIN;
+    ch->rng = (uint64_t)sl__mono_ns() ^ ((uintptr_t)ch * 0x9e3779b97f4a7c15ULL);
+    if (r->o.deny_cache) ch->cache = calloc(SL_REDIS_CACHE_SLOTS, sizeof *ch->cache);
+    ch->cmd = malloc(sizeof *ch->cmd);
+    ch->flush = event_new(loop, -1, 0, on_flush, ch);
+    ch->timer = evtimer_new(loop, on_timer, ch);
+    ch->retry = evtimer_new(loop, on_retry, ch);
+    if ((r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL || ch->retry == NULL ||
+        ch->cmd == NULL || ch->flush == NULL) {
+        if (ch->timer) event_free(ch->timer);
+        if (ch->retry) event_free(ch->retry);
+        if (ch->flush) event_free(ch->flush);
+        free(ch->cache);
+        free(ch->cmd);
+        free(ch);
+        return NULL;
+    }
+    atomic_fetch_add(&r->nconn, 1);
+    set_path(ch, n->module_at_start);
+    return ch;
+}
+
+static sl_bchan *redis_channel(sl_backend *b, void *loop)
+{
+    redis *r = (redis *)b;
+    if (loop == NULL) {
+        sl__backend_set_err(b, SL_EINVAL, "the Redis backend needs an event loop");
+        return NULL;
+    }
+    /* a cluster's masters may grow (node_add): room for every one */
+    int n = r->cluster ? SL_RING_MAX : atomic_load(&r->nnodes);
+    wchan *w = calloc(1, sizeof *w + (size_t)n * sizeof w->c[0]);
+    if (w != NULL && r->cluster && (w->map = malloc(sizeof *w->map)) != NULL) {
+        pthread_mutex_lock(&r->lock);
+        memcpy(w->map, r->map, sizeof *w->map);
+        pthread_mutex_unlock(&r->lock);
+    }
+    if (w == NULL || (r->cluster && w->map == NULL)) {
+        if (w != NULL) free(w);
+        sl__backend_set_err(b, SL_ENOMEM, "out of memory");
+        return NULL;
+    }
+    w->base.b = b;
+    w->r = r;
+    w->loop = loop;
+    w->n = n;
+    int known = atomic_load(&r->nnodes); /* a cluster's: the masters found so far */
+    for (int i = 0; i < known; i++)
+        if ((w->c[i] = conn_new(r, &r->node[i], loop)) == NULL) {
+            while (i > 0) conn_free(w->c[--i]);
+            free(w->map);
+            free(w);
+            sl__backend_set_err(b, SL_ENOMEM, "out of memory");
+            return NULL;
+        } else {
+            w->c[i]->w = w;
+        }
+    /* counted before the first connects: a node is up when every channel's
+     * connection to it is */
+    atomic_fetch_add(&r->nchan, 1);
+    for (int i = 0; i < known; i++) connect_now(w->c[i]);
+    return &w->base;
+}
+
+static void redis_channel_free(sl_bchan *c)
+{
+    wchan *w = (wchan *)c;
+    for (int i = 0; i < w->n; i++) conn_free(w->c[i]);
+    atomic_fetch_sub(&w->r->nchan, 1);
+    free(w->map);
+    free(w);
 }
 
 /* The checks the local engine makes, in its order: 0 or the SL_E* code. */
@@ -1582,8 +2133,10 @@ static int valid_plan(const sl_check_plan *plan)
     return 0;
 }
 
-/* Submits rq on ch. */
-static void submit(rchan *ch, sl_breq *rq)
+/* Submits rq on ch (where: TO_REDIS); in a cluster, a valid rq whose
+ * slot has no master is answered by the policy (NO_MASTER), one whose keys
+ * are in several slots is refused (CROSSSLOT). */
+static void submit(rchan *ch, sl_breq *rq, int where)
 {
     redis *r = ch->r;
     int rc = 0;
@@ -1623,7 +2176,13 @@ static void submit(rchan *ch, sl_breq *rq)
         rq->cb(rq);
         return;
     }
-    if (ch->ac == NULL) { /* DOWN: the policy at once */
+    if (where == CROSSSLOT) {
+        sl__breq_fail(rq, SL_EINVAL,
+                      "the keys of this request are in several Redis Cluster slots: "
+                      "decided all-or-none only in one (docs/fleet.md, \"Redis Cluster\")");
+        return;
+    }
+    if (ch->ac == NULL || where == NO_MASTER) { /* DOWN (or no master known): the policy */
         by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }
@@ -1637,6 +2196,7 @@ static void submit(rchan *ch, sl_breq *rq)
     e->rq = rq;
     e->ch = ch;
     e->resent = 0;
+    e->redirects = 0;
     e->flushed = 0;
     e->keys = NULL;
     e->reqs = NULL;
@@ -1689,7 +2249,62 @@ static void submit(rchan *ch, sl_breq *rq)
     if (e == ch->head) arm_timer(ch);
 }
 
-static void redis_submit(sl_bchan *c, sl_breq *rq) { submit((rchan *)c, rq); }
+/* The hash tag of rq, which names the node that owns it: the key for
+ * DECIDE, PEEK and FORGET (every Redis key they touch is "{key}"), the
+ * first request's key for DECIDE_ALL (redis_submit refuses one whose
+ * keys are on several nodes), the domain for CHECK (every
+ * counter of a plan carries it: check.h).  *len = 0 when rq touches no
+ * key (a CHECK of L = 0 counters only): any node will do. */
+static const char *tag_of(const sl_breq *rq, size_t *len)
+{
+    switch (rq->op) {
+    case SL_BOP_DECIDE_ALL:
+        *len = rq->nreqs > 0 && rq->reqs != NULL ? rq->reqs[0].keylen : 0;
+        return *len ? rq->reqs[0].key : NULL;
+    case SL_BOP_CHECK:
+        for (int k = 0; rq->plan != NULL && k < rq->plan->nitems; k++) {
+            const sl_check_item *t = &rq->plan->items[k];
+            if (t->zero || t->lead != k) continue;
+            *len = t->taglen;
+            return t->key;
+        }
+        *len = 0;
+        return NULL;
+    default: *len = rq->key != NULL ? rq->keylen : 0; return rq->key;
+    }
+}
+
+/* Routes rq to the connection of the node that owns its hash tag. */
+static void redis_submit(sl_bchan *c, sl_breq *rq)
+{
+    wchan *w = (wchan *)c;
+    if (w->r->cluster) {
+        cluster_submit(w, rq);
+        return;
+    }
+    if (w->n == 1) {
+        submit(w->c[0], rq, TO_REDIS);
+        return;
+    }
+    size_t len;
+    const char *tag = tag_of(rq, &len);
+    int node = len > 0 ? sl_ring_node(w->r->ring, tag, len) : 0;
+    if (rq->op == SL_BOP_DECIDE_ALL && rq->reqs != NULL && rq->nreqs <= SL_MAX_BATCH) {
+        /* all-or-none is one script call on one server */
+        for (size_t i = 1; i < rq->nreqs; i++) {
+            const sl_request *q = &rq->reqs[i];
+            if (q->key != NULL && q->keylen > 0 &&
+                sl_ring_node(w->r->ring, q->key, q->keylen) != node) {
+                sl__breq_fail(rq, SL_EINVAL,
+                              "keys %zu and 1 are on different Redis servers of the ring: "
+                              "decided all-or-none only on one",
+                              i + 1);
+                return;
+            }
+        }
+    }
+    submit(w->c[node], rq, TO_REDIS);
+}
 
 static void redis_stats(sl_backend *b, sl_backend_stats *out)
 {
@@ -1697,13 +2312,9 @@ static void redis_stats(sl_backend *b, sl_backend_stats *out)
     memset(out, 0, sizeof *out); /* Redis keeps the state: INFO of Redis tells */
 }
 
-static void redis_free(sl_backend *b)
-{
-    redis *r = (redis *)b;
-    sl_store_free(r->store);
-    pthread_mutex_destroy(&r->lock);
-    free(r);
-}
+static void redis_free_all(redis *r);
+
+static void redis_free(sl_backend *b) { redis_free_all((redis *)b); }
 
 static const sl_backend_ops redis_ops = {
     "redis", redis_channel, redis_channel_free, redis_submit, redis_stats, redis_free,
@@ -1747,89 +2358,213 @@ static int start_probe(redisContext *c, int trust_client_time)
     return ok;
 }
 
+/* The start-up check of one node nd: reachable, the password, the db, the
+ * script (its SHA1 into sha), the module (nd->module_at_start).  0, or -1
+ * with err set. */
+static int check_node(rnode *nd, const sl_redis_opts *o, char *sha, char *err, size_t errlen)
+{
+    const sl_redis_url *u = &nd->url;
+    int64_t timeout_ms = o->timeout_ms;
+    int64_t ms = timeout_ms > SL_REDIS_HANDSHAKE_MS ? timeout_ms : SL_REDIS_HANDSHAKE_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    redisContext *c = redisConnectWithTimeout(u->host, u->port, tv);
+    redisReply *x = NULL;
+    int ok = 0;
+    if (c == NULL || c->err) {
+        snprintf(err, errlen, "cannot connect to Redis at %s: %s", u->shown,
+                 c ? c->errstr : "out of memory");
+        goto out;
+    }
+    redisSetTimeout(c, tv);
+    if (u->pass[0] != '\0') {
+        const char *av[3] = {"AUTH", u->user, u->pass};
+        size_t al[3] = {4, strlen(u->user), strlen(u->pass)};
+        int user = u->user[0] != '\0';
+        const char **a = user ? av : (const char *[]){"AUTH", u->pass};
+        const size_t *l = user ? al : (const size_t[]){4, strlen(u->pass)};
+        if ((x = start_cmd(c, u->shown, "AUTH (wrong user or password?)", err, errlen, user ? 3 : 2,
+                           a, l)) == NULL)
+            goto out;
+        freeReplyObject(x);
+    }
+    if (u->db != 0) {
+        char db[16];
+        int n = snprintf(db, sizeof db, "%d", u->db);
+        const char *av[2] = {"SELECT", db};
+        size_t al[2] = {6, (size_t)n};
+        if ((x = start_cmd(c, u->shown, "SELECT of the db", err, errlen, 2, av, al)) == NULL)
+            goto out;
+        freeReplyObject(x);
+    }
+    const char *av[3] = {"SCRIPT", "LOAD", sl_redis_script};
+    size_t al[3] = {6, 4, (size_t)(sl_redis_script_end - sl_redis_script)};
+    if ((x = start_cmd(c, u->shown, "SCRIPT LOAD", err, errlen, 3, av, al)) == NULL) goto out;
+    if (x->type != REDIS_REPLY_STRING || x->len != SHA_LEN) {
+        snprintf(err, errlen, "Redis at %s: SCRIPT LOAD did not answer a SHA1", u->shown);
+        freeReplyObject(x);
+        goto out;
+    }
+    memcpy(sha, x->str, SHA_LEN);
+    freeReplyObject(x);
+    nd->module_at_start = start_probe(c, o->trust_client_time);
+    ok = 1;
+out:
+    if (c != NULL) redisFree(c);
+    return ok ? 0 : -1;
+}
+
+/* A cluster's slot map at start: CLUSTER SLOTS from the first of the n
+ * seeds u[] that answers, into r->map and r->node (the masters).  0, or
+ * -1 with err set (the last seed's failure). */
+static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size_t errlen)
+{
+    int64_t ms = r->o.timeout_ms > SL_REDIS_HANDSHAKE_MS ? r->o.timeout_ms : SL_REDIS_HANDSHAKE_MS;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    for (int i = 0; i < n; i++) {
+        redisContext *c = redisConnectWithTimeout(u[i].host, u[i].port, tv);
+        redisReply *x = NULL;
+        if (c == NULL || c->err) {
+            snprintf(err, errlen, "cannot connect to Redis Cluster seed %s: %s", u[i].shown,
+                     c ? c->errstr : "out of memory");
+            if (c != NULL) redisFree(c);
+            continue;
+        }
+        redisSetTimeout(c, tv);
+        if (u[i].pass[0] != '\0') {
+            x = u[i].user[0] != '\0' ? redisCommand(c, "AUTH %s %s", u[i].user, u[i].pass)
+                                     : redisCommand(c, "AUTH %s", u[i].pass);
+            int bad = x == NULL || x->type == REDIS_REPLY_ERROR;
+            snprintf(err, errlen,
+                     "Redis Cluster seed %s refused AUTH (wrong user or password?): %s", u[i].shown,
+                     x == NULL ? c->errstr
+                     : bad     ? x->str
+                               : "");
+            if (x != NULL) freeReplyObject(x);
+            if (bad) {
+                redisFree(c);
+                continue;
+            }
+        }
+        x = redisCommand(c, "CLUSTER SLOTS");
+        int rc = parse_slots(r, x, u[i].host, r->map);
+        if (rc != 0)
+            snprintf(err, errlen, "Redis Cluster seed %s: CLUSTER SLOTS: %s", u[i].shown,
+                     x == NULL                      ? c->errstr
+                     : x->type == REDIS_REPLY_ERROR ? x->str
+                                                    : "not a slot map");
+        if (x != NULL) freeReplyObject(x);
+        redisFree(c);
+        if (rc == 0 && atomic_load(&r->nnodes) == 0) {
+            snprintf(err, errlen, "Redis Cluster seed %s: no slot has a master", u[i].shown);
+            return -1;
+        }
+        if (rc == 0) return 0;
+        sl_slotmap_clear(r->map);
+    }
+    return -1;
+}
+
+static void redis_free_all(redis *r)
+{
+    sl_store_free(r->store);
+    sl_ring_free(r->ring);
+    free(r->map);
+    free(r->node);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
+}
+
 sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errlen)
 {
     redis *r = calloc(1, sizeof *r);
-    if (r == NULL) {
+    sl_redis_url *u = calloc(SL_RING_MAX, sizeof *u);
+    if (r == NULL || u == NULL || pthread_mutex_init(&r->lock, NULL) != 0) {
         snprintf(err, errlen, "out of memory");
+        free(r);
+        free(u);
         return NULL;
     }
-    char why[400];
-    if (sl_redis_url_parse(o->url, strlen(o->url), &r->url, why, sizeof why) != 0) {
+    char why[600];
+    int n = 0;
+    if (sl_redis_urls_parse(o->url, strlen(o->url), u, &n, why, sizeof why) != 0) {
         snprintf(err, errlen, "invalid --backend %s", why);
-        free(r);
+        free(u);
+        redis_free_all(r);
         return NULL;
     }
     r->o = *o;
     r->o.url = NULL;
     if (r->o.timeout_ms < 1) r->o.timeout_ms = 1;
     if (r->o.fleet_size < 1) r->o.fleet_size = 1;
-    pthread_mutex_init(&r->lock, NULL);
-
-    /* the start-up check: reachable, the password, the db, the script */
-    int64_t ms = o->timeout_ms > SL_REDIS_HANDSHAKE_MS ? o->timeout_ms : SL_REDIS_HANDSHAKE_MS;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
-    redisContext *c = redisConnectWithTimeout(r->url.host, r->url.port, tv);
-    redisReply *x = NULL;
-    int ok = 0;
-    if (c == NULL || c->err) {
-        snprintf(err, errlen, "cannot connect to Redis at %s: %s", r->url.shown,
-                 c ? c->errstr : "out of memory");
-        goto out;
+    r->node = calloc(SL_RING_MAX, sizeof *r->node);
+    if (r->node != NULL && u[0].cluster) { /* the masters, from a seed's CLUSTER SLOTS */
+        r->cluster = 1;
+        r->seed = u[0];
+        size_t used = (size_t)snprintf(r->shown, sizeof r->shown, "redis-cluster://%s%s", u[0].user,
+                                       u[0].pass[0] ? ":***@" : "");
+        for (int i = 0; i < n && used < sizeof r->shown; i++)
+            used += (size_t)snprintf(r->shown + used, sizeof r->shown - used, "%s%s%s%s:%d",
+                                     i ? "," : "", strchr(u[i].host, ':') ? "[" : "", u[i].host,
+                                     strchr(u[i].host, ':') ? "]" : "", u[i].port);
+        if ((r->map = malloc(sizeof *r->map)) == NULL) {
+            snprintf(err, errlen, "out of memory");
+        } else if (cluster_start(r, u, n, err, errlen) != 0) {
+            free(u);
+            redis_free_all(r);
+            return NULL;
+        }
+        n = 0; /* the masters are in r->node already */
     }
-    redisSetTimeout(c, tv);
-    if (r->url.pass[0] != '\0') {
-        const char *av[3] = {"AUTH", r->url.user, r->url.pass};
-        size_t al[3] = {4, strlen(r->url.user), strlen(r->url.pass)};
-        int user = r->url.user[0] != '\0';
-        const char **a = user ? av : (const char *[]){"AUTH", r->url.pass};
-        const size_t *l = user ? al : (const size_t[]){4, strlen(r->url.pass)};
-        if ((x = start_cmd(c, r->url.shown, "AUTH (wrong user or password?)", err, errlen,
-                           user ? 3 : 2, a, l)) == NULL)
-            goto out;
-        freeReplyObject(x);
+    if (!r->cluster) atomic_store(&r->nnodes, n);
+    const char *ids[SL_RING_MAX];
+    for (int i = 0; r->node != NULL && i < n; i++) {
+        rnode *nd = &r->node[i];
+        nd->url = u[i];
+        sl__redis_url_id(&u[i], nd->id, sizeof nd->id);
+        ids[i] = nd->id;
+        atomic_store(&nd->up, 1); /* reachable now (below); the channels connect next */
+        size_t used = strlen(r->shown);
+        snprintf(r->shown + used, sizeof r->shown - used, "%s%s", i ? "," : "", u[i].shown);
     }
-    if (r->url.db != 0) {
-        char db[16];
-        int n = snprintf(db, sizeof db, "%d", r->url.db);
-        const char *av[2] = {"SELECT", db};
-        size_t al[2] = {6, (size_t)n};
-        if ((x = start_cmd(c, r->url.shown, "SELECT of the db", err, errlen, 2, av, al)) == NULL)
-            goto out;
-        freeReplyObject(x);
+    free(u);
+    if (r->node == NULL || (r->cluster && r->map == NULL) ||
+        (n > 1 && (r->ring = sl_ring_new(ids, n)) == NULL)) {
+        snprintf(err, errlen, "out of memory");
+        redis_free_all(r);
+        return NULL;
     }
-    const char *av[3] = {"SCRIPT", "LOAD", sl_redis_script};
-    size_t al[3] = {6, 4, (size_t)(sl_redis_script_end - sl_redis_script)};
-    if ((x = start_cmd(c, r->url.shown, "SCRIPT LOAD", err, errlen, 3, av, al)) == NULL) goto out;
-    if (x->type != REDIS_REPLY_STRING || x->len != SHA_LEN) {
-        snprintf(err, errlen, "Redis at %s: SCRIPT LOAD did not answer a SHA1", r->url.shown);
-        freeReplyObject(x);
-        goto out;
-    }
-    memcpy(r->sha, x->str, SHA_LEN);
-    freeReplyObject(x);
-    r->module_at_start = start_probe(c, r->o.trust_client_time);
+    /* the start-up check of every node: the script is the same text, so
+     * its SHA1 is the same on every server */
+    for (int i = 0; i < atomic_load(&r->nnodes); i++)
+        if (check_node(&r->node[i], o, r->sha, err, errlen) != 0) {
+            redis_free_all(r);
+            return NULL;
+        }
     if (r->o.policy == SL_REDIS_LOCAL) {
         sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
         r->store = sl_store_new(&so, NULL);
         if (r->store == NULL) {
             snprintf(err, errlen, "out of memory");
-            goto out;
+            redis_free_all(r);
+            return NULL;
         }
-    }
-    ok = 1;
-out:
-    if (c != NULL) redisFree(c);
-    if (!ok) {
-        sl_store_free(r->store);
-        pthread_mutex_destroy(&r->lock);
-        free(r);
-        return NULL;
     }
     r->base.ops = &redis_ops;
     r->base.flags = 0;
-    atomic_store(&r->up, 1); /* reachable now; the channels connect next */
     return &r->base;
+}
+
+/* Whether node i decides anything: every server of one Redis or a ring;
+ * in a cluster, a master that serves a slot in the latest map (one that
+ * lost its slots -- a failover, a migration -- no longer counts). */
+static int serves(redis *r, int i)
+{
+    int any = 0;
+    if (!r->cluster) return 1;
+    pthread_mutex_lock(&r->lock);
+    for (int k = 0; k < SL_SLOTS && !any; k++) any = r->map->node[k] == i;
+    pthread_mutex_unlock(&r->lock);
+    return any;
 }
 
 int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
@@ -1837,9 +2572,15 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     if (b == NULL || b->ops != &redis_ops) return -1;
     redis *r = (redis *)b;
     memset(out, 0, sizeof *out);
-    snprintf(out->url, sizeof out->url, "%s", r->url.shown);
-    out->up = atomic_load(&r->up);
-    out->down_since_ms = atomic_load(&r->down_since_ms);
+    snprintf(out->url, sizeof out->url, "%s", r->shown);
+    out->up = 1; /* up while every node is; down since the first that is not */
+    for (int i = 0; i < r->nnodes; i++) {
+        int64_t since = atomic_load(&r->node[i].down_since_ms);
+        if (atomic_load(&r->node[i].up) || !serves(r, i)) continue;
+        if (out->up || (since != 0 && since < out->down_since_ms)) out->down_since_ms = since;
+        out->up = 0;
+    }
+    out->nodes = r->nnodes;
     out->errors = atomic_load(&r->errors);
     out->timeouts = atomic_load(&r->timeouts);
     out->reconnects = atomic_load(&r->reconnects);
@@ -1850,15 +2591,38 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     out->timeout_ms = r->o.timeout_ms;
     out->fleet_size = r->o.fleet_size;
     out->deny_cache = r->o.deny_cache;
-    int nchan = atomic_load(&r->nchan), nmod = atomic_load(&r->nmod);
-    out->path = nchan == 0      ? (r->module_at_start ? "module" : "script")
+    int nconn = atomic_load(&r->nconn), nmod = atomic_load(&r->nmod), at_start = 0;
+    for (int i = 0; i < r->nnodes; i++) at_start += r->node[i].module_at_start;
+    out->path = nconn == 0      ? (at_start == 0 ? "script" : at_start == r->nnodes ? "module" : "mixed")
                 : nmod == 0     ? "script"
-                : nmod == nchan ? "module"
+                : nmod == nconn ? "module"
                                 : "mixed";
     out->module_channels = nmod;
     pthread_mutex_lock(&r->lock);
     snprintf(out->last_error, sizeof out->last_error, "%s", r->last_error);
     pthread_mutex_unlock(&r->lock);
+    return 0;
+}
+
+int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out)
+{
+    if (b == NULL || b->ops != &redis_ops) return -1;
+    redis *r = (redis *)b;
+    if (i < 0 || i >= r->nnodes) return -1;
+    memset(out, 0, sizeof *out);
+    snprintf(out->url, sizeof out->url, "%s", r->node[i].url.shown);
+    out->up = atomic_load(&r->node[i].up);
+    out->down_since_ms = atomic_load(&r->node[i].down_since_ms);
+    out->share = r->ring != NULL ? sl_ring_share(r->ring, i) : 1.0;
+    out->slots = -1;
+    if (r->cluster) { /* the slots it serves in the latest map */
+        int slots = 0;
+        pthread_mutex_lock(&r->lock);
+        for (int k = 0; k < SL_SLOTS; k++) slots += r->map->node[k] == i;
+        pthread_mutex_unlock(&r->lock);
+        out->share = (double)slots / SL_SLOTS;
+        out->slots = slots;
+    }
     return 0;
 }
 

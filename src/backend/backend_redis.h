@@ -4,8 +4,11 @@
  * docs/redis-scripts.md) in a Redis server that many sluiced nodes share,
  * so a limit holds across the whole fleet (docs/fleet.md).
  *
- * One hiredis async connection per channel (per worker), on that worker's
- * libevent loop.  A request is one EVALSHA (FORGET: one DEL); its answer
+ * One hiredis async connection per channel (per worker) and per server, on
+ * that worker's libevent loop: one server, the servers of a consistent-hash
+ * ring (redis://a,redis://b: a decision goes to the owner of its hash tag,
+ * redis/ring.h), or the masters of a Redis Cluster (redis-cluster://: the
+ * owner of its slot, redis/slots.h; MOVED and ASK followed).  A request is one EVALSHA (FORGET: one DEL); its answer
  * comes later, from the loop.  Nothing waits longer than the timeout: a
  * request whose reply has not come by then is answered by the failure
  * policy, and the connection is dropped (a stalled Redis is treated as a
@@ -25,6 +28,7 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "redis/ring.h"
 
 #define SL_REDIS_URL_MAX      1024 /* bytes of a --backend URL */
 #define SL_REDIS_DEFAULT_DB   0
@@ -34,6 +38,7 @@
 #define SL_REDIS_DENY_RETRY   1000 /* ms: retry_after of a policy denial */
 #define SL_REDIS_CACHE_SLOTS  256  /* deny-cache entries per channel */
 #define SL_REDIS_BATCH_MAX    64   /* decisions of one loop turn in one script call (op M) */
+#define SL_REDIS_REDIRECTS    5    /* Redis Cluster: redirections one request follows */
 
 /* What a request gets when Redis cannot answer (--on-backend-error). */
 typedef enum sl_redis_policy {
@@ -51,6 +56,7 @@ typedef struct sl_redis_url {
     char user[256];               /* "" = none: AUTH password */
     char pass[512];               /* "" = no AUTH */
     char shown[SL_REDIS_URL_MAX]; /* the URL without the password, for messages */
+    int cluster;                  /* 1: a seed of redis-cluster:// (db 0) */
 } sl_redis_url;
 
 /* Parses s[0..len) as a --backend redis:// URL (user and password may be
@@ -59,8 +65,25 @@ typedef struct sl_redis_url {
  * is quoted without its user:password. */
 int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen);
 
+/* Parses s[0..len) as --backend's list of servers: one redis:// URL, or
+ * several separated by commas (a ring: docs/fleet.md, "Several Redis
+ * servers"); a comma followed by a scheme starts the next URL, so a
+ * password may still hold a comma.  Fills out[0..*n) (out: SL_RING_MAX
+ * entries, or NULL to check only).  Returns 0, or -1 with a message: one
+ * URL's as sl_redis_url_parse's; in a list "element K of N: " and the
+ * URL's, or which two elements name the same server (host:port/db), or
+ * more than SL_RING_MAX servers.  redis-cluster://[user:password@]host:port
+ * [,host:port...] gives the seeds of a Redis Cluster (docs/fleet.md,
+ * "Redis Cluster"), each a URL with .cluster = 1 and db 0; an error names
+ * the seed ("seed K: ..."). */
+int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
+                        size_t errlen);
+
+/* The server's identity "host:port/db" ([IPv6]), its place on a ring. */
+void sl__redis_url_id(const sl_redis_url *u, char *buf, size_t cap);
+
 typedef struct sl_redis_opts {
-    const char *url;          /* redis://... (sl_redis_url_parse) */
+    const char *url;          /* one redis://... URL or several (sl_redis_urls_parse) */
     int64_t timeout_ms;       /* no caller waits longer for Redis (>= 1) */
     sl_redis_policy policy;   /* when Redis cannot answer */
     int64_t fleet_size;       /* SL_REDIS_LOCAL: L and B divided by this (>= 1) */
@@ -84,9 +107,10 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
 
 /* The backend's state and counters (since start). */
 typedef struct sl_redis_info {
-    char url[SL_REDIS_URL_MAX]; /* without the password */
-    int up;                     /* 1: every channel connected */
-    int64_t down_since_ms;      /* wall clock when it went down; 0 when up */
+    char url[SL_REDIS_URL_MAX]; /* without the password (a ring's: every URL, by commas) */
+    int up;                     /* 1: every channel connected to every node */
+    int64_t down_since_ms;      /* wall clock when the first node down went; 0 when up */
+    int nodes;                  /* servers: 1, or a ring's (sl_backend_redis_node) */
     uint64_t errors;            /* error replies and lost connections */
     uint64_t timeouts;          /* requests answered by the policy after the timeout */
     uint64_t reconnects;        /* connections made again after one was lost */
@@ -97,16 +121,30 @@ typedef struct sl_redis_info {
     int64_t timeout_ms;
     int64_t fleet_size;
     int deny_cache;
-    const char *path;     /* "module": every channel sends the sluice module's
+    const char *path;     /* "module": every connection sends the sluice module's
                              commands; "script": every one the script (no
                              module, or one it cannot use); "mixed": some of each
                              (between a MODULE LOAD and every reconnect) */
-    int module_channels;  /* channels on the module's path */
+    int module_channels;  /* connections (a worker's to a node) on the module's path */
     char last_error[256]; /* "" = none */
 } sl_redis_info;
 
 /* Fills *out for a Redis backend and returns 0; -1 for another backend. */
 int sl_backend_redis_info(sl_backend *b, sl_redis_info *out);
+
+/* One server of the backend (a ring's node). */
+typedef struct sl_redis_node_info {
+    char url[SL_REDIS_URL_MAX]; /* without the password */
+    int up;                     /* 1: every channel has its connection to it */
+    int64_t down_since_ms;      /* wall clock when it went down; 0 when up */
+    double share;               /* of the ring, 0..1 (1 with one server); a cluster's: of
+                                   the slots, in the latest map */
+    int slots;                  /* a cluster's master: the slots it serves; -1 otherwise */
+} sl_redis_node_info;
+
+/* Fills *out with node i (0..nodes-1, in --backend's order) and returns
+ * 0; -1 for another backend or i out of range. */
+int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out);
 
 /* The policy's name ("deny", ...), or NULL. */
 const char *sl_redis_policy_name(int policy);

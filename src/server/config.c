@@ -227,7 +227,9 @@ static const opt opts[] = {
      .arg = "local|URL",
      .def = "local",
      .help = "where the counters live: local (this process), or "
-             "redis://[user:password@]host:port[/db], shared by every node on it "
+             "redis://[user:password@]host:port[/db], shared by every node on it; several "
+             "redis:// URLs separated by commas: a consistent-hash ring over those servers; "
+             "redis-cluster://[user:password@]host:port[,host:port...]: a Redis Cluster "
              "(docs/fleet.md)"},
     {.name = "backend-timeout",
      CUSTOM(set_backend_timeout, show_backend_timeout),
@@ -682,13 +684,14 @@ static int set_capacity(sl_config *c, const opt *op, const char *v, size_t vlen,
     return 0;
 }
 
-/* --backend: local, or a redis:// URL checked whole now (sl_redis_url_parse
- * names the bad part); reaching it is main's, at start. */
+/* --backend: local, or redis:// URLs (one, or a ring's) checked whole now
+ * (sl_redis_urls_parse names the bad element and part); reaching them is
+ * main's, at start. */
 static int set_backend(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
                        char *err, size_t errlen)
 {
-    char why[400];
-    sl_redis_url u;
+    char why[600];
+    int n;
     if (vlen == 5 && memcmp(v, "local", 5) == 0) {
         strcpy(c->backend, "local");
         return 0;
@@ -698,7 +701,7 @@ static int set_backend(sl_config *c, const opt *op, const char *v, size_t vlen, 
              op->name, sizeof c->backend - 1);
         return -1;
     }
-    if (sl_redis_url_parse(v, vlen, &u, why, sizeof why) != 0) {
+    if (sl_redis_urls_parse(v, vlen, NULL, &n, why, sizeof why) != 0) {
         fail(err, errlen, o, "invalid %s%s %s", dash(o), op->name, why);
         return -1;
     }
@@ -1022,16 +1025,37 @@ static void show_output_total(const sl_config *c, char *buf, size_t cap)
     show_bytes(buf, cap, sl_config_output_total(c));
 }
 
-/* The URL without its password (--dump-options is not a place for it). */
+/* The URLs without their passwords (--dump-options is not a place for them). */
 static void show_backend(const sl_config *c, char *buf, size_t cap)
 {
-    sl_redis_url u;
-    char why[400];
-    if (strcmp(c->backend, "local") == 0 ||
-        sl_redis_url_parse(c->backend, strlen(c->backend), &u, why, sizeof why) != 0)
-        snprintf(buf, cap, "%s", c->backend);
-    else
-        snprintf(buf, cap, "%s", u.shown);
+    char why[600];
+    int n;
+    if (strcmp(c->backend, "local") == 0) {
+        snprintf(buf, cap, "local");
+        return;
+    }
+    sl_redis_url *u = malloc(SL_RING_MAX * sizeof *u); /* too large for a stack */
+    if (u == NULL ||
+        sl_redis_urls_parse(c->backend, strlen(c->backend), u, &n, why, sizeof why) != 0) {
+        snprintf(buf, cap, "%s", u == NULL ? "(out of memory)" : c->backend);
+        free(u);
+        return;
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    if (u[0].cluster) /* the seeds: redis-cluster://[user:***@]host:port,... */
+        used = (size_t)snprintf(buf, cap, "redis-cluster://%s%s", u[0].user,
+                                u[0].pass[0] ? ":***@" : "");
+    for (int i = 0; i < n && used < cap; i++) {
+        const char *hp = strrchr(u[i].shown, '@'); /* host:port/0 of a seed */
+        hp = hp != NULL ? hp + 1 : u[i].shown + 8;
+        if (u[i].cluster)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%.*s", i ? "," : "",
+                                     (int)(strrchr(hp, '/') - hp), hp);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", u[i].shown);
+    }
+    free(u);
 }
 
 static void show_backend_timeout(const sl_config *c, char *buf, size_t cap)

@@ -736,10 +736,12 @@ class RedisServer:
     arguments (a sanitized build's with its runtime preloaded); `loadable`
     preloads that runtime without loading it, for a MODULE LOAD later."""
 
-    def __init__(self, password=None, appendonly_dir=None, module_args=None, loadable=False):
+    def __init__(self, password=None, appendonly_dir=None, module_args=None, loadable=False,
+                 cluster=False):
         self.password = password
         self.module_args = module_args
         self.loadable = loadable or module_args is not None  # MODULE LOAD may come later
+        self.cluster = cluster  # --cluster-enabled yes (a node of RedisCluster)
         self.dir = appendonly_dir or tempfile.mkdtemp(prefix="sluice-redis-")
         self.own_dir = appendonly_dir is None
         self.appendonly = appendonly_dir is not None
@@ -763,6 +765,11 @@ class RedisServer:
                 argv += ["--enable-module-command", "yes"]
             if self.module_args is not None:
                 argv += ["--loadmodule", MODULE] + list(self.module_args)
+            if self.cluster:
+                argv += ["--cluster-enabled", "yes", "--cluster-config-file",
+                         os.path.join(self.dir, "nodes-%d.conf" % port),
+                         "--cluster-node-timeout", "2000",
+                         "--cluster-require-full-coverage", "no"]
             log = open(os.path.join(self.dir, "redis.log"), "ab")
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=env)
@@ -843,6 +850,64 @@ def module_env():
     else:
         env["TSAN_OPTIONS"] = "exitcode=99:report_signal_unsafe=0"
     return env
+
+
+class RedisCluster:
+    """A Redis Cluster of n masters (no replicas) of a test's own: n
+    redis-servers with --cluster-enabled yes on free loopback ports, joined
+    by `redis-cli --cluster create`, ready when every node says
+    cluster_state:ok and agrees on the slots.  A master lost leaves the
+    others serving their slots (cluster-require-full-coverage no).  Each
+    node is a RedisServer: stopped by its PID only."""
+
+    def __init__(self, n=3):
+        self.nodes = [RedisServer(cluster=True) for _ in range(n)]
+
+    def start(self, timeout=60):
+        for r in self.nodes:
+            r.start()
+        p = subprocess.run(["redis-cli", "--cluster", "create"] +
+                           ["%s:%d" % (HOST, r.port) for r in self.nodes] +
+                           ["--cluster-replicas", "0", "--cluster-yes"],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout)
+        if p.returncode != 0:
+            raise AssertionError("redis-cli --cluster create: %s%s" % (p.stdout, p.stderr))
+        until = deadline(timeout)
+        while time.monotonic() < until:
+            if all(self.ready(r) for r in self.nodes):
+                return self
+            time.sleep(0.05)
+        raise AssertionError("the cluster never reached cluster_state:ok on every node")
+
+    @staticmethod
+    def ready(r):
+        info = r.cmd("CLUSTER", "INFO")
+        if not isinstance(info, bytes) or b"cluster_state:ok" not in info:
+            return False
+        slots = r.cmd("CLUSTER", "SLOTS")
+        return isinstance(slots, list) and sum(e[1] - e[0] + 1 for e in slots) == 16384
+
+    def url(self, password=None):
+        auth = ":%s@" % password if password else ""
+        return "redis-cluster://%s%s" % (auth, ",".join("%s:%d" % (HOST, r.port)
+                                                         for r in self.nodes))
+
+    def node_of_slot(self, slot):
+        """The RedisServer serving slot, as the first live node's CLUSTER SLOTS says."""
+        for r in self.nodes:
+            if r.running():
+                for e in r.cmd("CLUSTER", "SLOTS"):
+                    if e[0] <= slot <= e[1]:
+                        return next(n for n in self.nodes if n.port == e[2][1])
+        raise AssertionError("no node serves slot %d" % slot)
+
+    def keyslot(self, key):
+        r = next(n for n in self.nodes if n.running())
+        return r.cmd("CLUSTER", "KEYSLOT", key)
+
+    def cleanup(self):
+        for r in self.nodes:
+            r.cleanup()
 
 
 # Every redis-server started (RedisServer), stopped by PID at exit.

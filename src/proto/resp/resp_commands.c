@@ -780,6 +780,18 @@ static void cmd_info(req *q)
             info_line(&b, "backend_deny_cache_hits", ri.cache_hits);
             info_line(&b, "backend_inflight", ri.inflight);
             info_text(&b, "backend_last_error", ri.last_error);
+            /* the servers: one, or a ring's, each with its share of the ring */
+            info_line(&b, "backend_nodes", (unsigned long long)ri.nodes);
+            sl_redis_node_info ni;
+            for (int i = 0; sl_backend_redis_node(srv->backend, i, &ni) == 0; i++) {
+                char name[32], val[SL_REDIS_URL_MAX + 64];
+                snprintf(name, sizeof name, "backend_node%d", i);
+                int len = snprintf(val, sizeof val, "url=%s,status=%s,share=%.2f", ni.url,
+                                   ni.up ? "up" : "down", ni.share * 100);
+                if (ni.slots >= 0 && len > 0 && (size_t)len < sizeof val) /* a cluster's */
+                    snprintf(val + len, sizeof val - (size_t)len, ",slots=%d", ni.slots);
+                info_text(&b, name, val);
+            }
         }
         sl_resp_raw(&b, "\r\n");
     }
