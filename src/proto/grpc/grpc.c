@@ -42,6 +42,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "rls_wire.h"
 #include "service.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_req;
@@ -272,13 +273,18 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
 {
     if (st->answered) return;
     st->answered = 1;
-    size_t n = protobuf_c_message_get_packed_size(m);
+    /* ShouldRateLimit's answer by hand (rls_wire.h), others by protobuf-c */
+    int rls = m->descriptor == &envoy__service__ratelimit__v3__rate_limit_response__descriptor;
+    size_t n = rls ? sl_rls_resp_size((const rls_resp *)m) : protobuf_c_message_get_packed_size(m);
     unsigned char *p = 5 + n <= SMALL ? (unsigned char *)st->small_out : malloc(5 + n);
     if (p == NULL) goto nomem;
     p[0] = 0; /* not compressed */
     p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
     p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
-    protobuf_c_message_pack(m, p + 5);
+    if (rls)
+        sl_rls_resp_pack((const rls_resp *)m, p + 5);
+    else
+        protobuf_c_message_pack(m, p + 5);
     if (st->out.p != st->small_out) free(st->out.p);
     st->out = (sl_buf){(char *)p, 5 + n, 5 + n};
     st->out_off = 0;
@@ -695,7 +701,16 @@ static void dispatch(gstream *st)
         grpc__health__v1__health_check_request__free_unpacked(m, &al);
         return;
     }
-    rls_req *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
+    /* the fast path first (rls_wire.h: into the arena, nothing to free),
+     * protobuf-c for what it leaves */
+    size_t used;
+    rls_req *m = sl_rls_unpack(p + 5, len, a->mem, ARENA, &used);
+    if (m != NULL) {
+        a->used = used;
+        run_rls(st, m);
+        return;
+    }
+    m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
     if (m == NULL) {
         answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the RateLimitRequest");
         return;
