@@ -57,7 +57,7 @@ typedef struct fld {
 
 /* A varint of at most max bytes (protobuf-c: 10 for a value, 5 for a
  * length); bits beyond 64 are dropped, as protobuf-c drops them. */
-static int varint(rd *r, uint64_t *v, int max)
+static inline int varint(rd *r, uint64_t *v, int max)
 {
     uint64_t x = 0;
     for (int i = 0; i < max && r->p < r->end; i++) {
@@ -74,7 +74,7 @@ static int varint(rd *r, uint64_t *v, int max)
 /* Reads r's next field into f: 1, 0 at r's end, -1 for what the fast path
  * leaves to protobuf-c (a field number above 15 -- none of ours -- a wire
  * type other than varint and length-delimited, bytes cut short). */
-static int next(rd *r, fld *f)
+static inline int next(rd *r, fld *f)
 {
     if (r->p == r->end) return 0;
     uint8_t t = *r->p++;
@@ -92,7 +92,7 @@ static int next(rd *r, fld *f)
  * as next. */
 static long count(rd r, unsigned num)
 {
-    fld f;
+    fld f = {0};
     long n = 0;
     int k;
     while ((k = next(&r, &f)) > 0) n += f.num == num;
@@ -124,7 +124,7 @@ static rls_entry *entry(bump *b, rd r)
     if (e == NULL) return NULL;
     *e = (rls_entry)ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__ENTRY__INIT;
     unsigned seen = 0;
-    fld f;
+    fld f = {0};
     int k;
     while ((k = next(&r, &f)) > 0) {
         if ((f.num != 1 && f.num != 2) || !once(&f, 2, &seen)) return NULL;
@@ -142,7 +142,7 @@ static rls_override * override(bump *b, rd r)
     *o = (rls_override)
         ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__RATE_LIMIT_OVERRIDE__INIT;
     unsigned seen = 0;
-    fld f;
+    fld f = {0};
     int k;
     while ((k = next(&r, &f)) > 0) {
         if ((f.num != 1 && f.num != 2) || !once(&f, 0, &seen)) return NULL;
@@ -160,7 +160,7 @@ static Google__Protobuf__UInt64Value *u64value(bump *b, rd r)
     if (u == NULL) return NULL;
     *u = (Google__Protobuf__UInt64Value)GOOGLE__PROTOBUF__UINT64_VALUE__INIT;
     unsigned seen = 0;
-    fld f;
+    fld f = {0};
     int k;
     while ((k = next(&r, &f)) > 0) {
         if (f.num != 1 || !once(&f, 0, &seen)) return NULL;
@@ -177,7 +177,7 @@ static rls_desc *descriptor(bump *b, rd r)
     *d = (rls_desc)ENVOY__EXTENSIONS__COMMON__RATELIMIT__V3__RATE_LIMIT_DESCRIPTOR__INIT;
     if (n > 0 && (d->entries = take(b, (size_t)n * sizeof *d->entries)) == NULL) return NULL;
     unsigned seen = 0;
-    fld f;
+    fld f = {0};
     while (next(&r, &f) > 0) { /* count() saw every field whole */
         if (f.num == 1 && f.wt == 2) {
             if ((d->entries[d->n_entries++] = entry(b, f.sub)) == NULL) return NULL;
@@ -203,7 +203,7 @@ rls_req *sl_rls_unpack(const uint8_t *p, size_t len, void *buf, size_t cap, size
     if (n > 0 && (m->descriptors = take(&b, (size_t)n * sizeof *m->descriptors)) == NULL)
         return NULL;
     unsigned seen = 0;
-    fld f;
+    fld f = {0};
     while (next(&r, &f) > 0) {
         if (f.num == 1 && once(&f, 2, &seen)) {
             if ((m->domain = str(&b, &f.sub)) == NULL) return NULL;
