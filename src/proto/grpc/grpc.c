@@ -43,6 +43,7 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "h2pool.h"
 #include "rls_wire.h"
 #include "service.h"
 
@@ -84,6 +85,7 @@ typedef struct gconn {
     int64_t now;         /* during run(): the turn's clock (ms) */
     gstream *streams;    /* every open stream (nghttp2_session_del does not
                             close them through on_stream_close) */
+    sl_h2pool pool;      /* the session's small blocks (h2pool.h) */
     gstream *begun;      /* the stream whose request fields come now
                             (on_begin_headers), or NULL */
 } gconn;
@@ -181,6 +183,7 @@ static void closed(void *pdata)
     if (g == NULL) return;
     if (g->h2) nghttp2_session_del(g->h2);
     g->h2 = NULL;
+    sl_h2pool_drain(&g->pool);
     g->c = NULL;
     while (g->streams) stream_free(g->streams);
     unref(g);
@@ -875,7 +878,9 @@ static gconn *conn_state(sl_conn *c)
     if (cbs == NULL || opts == NULL || (g = calloc(1, sizeof *g)) == NULL) return NULL;
     g->c = c;
     g->refs = 1;
-    if (nghttp2_session_server_new2(&g->h2, cbs, g, opts) != 0) {
+    nghttp2_mem mem = sl_h2pool_mem(&g->pool); /* the session keeps a copy */
+    if (nghttp2_session_server_new3(&g->h2, cbs, g, opts, &mem) != 0) {
+        sl_h2pool_drain(&g->pool);
         free(g);
         return NULL;
     }
@@ -886,6 +891,7 @@ static gconn *conn_state(sl_conn *c)
     };
     if (nghttp2_submit_settings(g->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0) {
         nghttp2_session_del(g->h2);
+        sl_h2pool_drain(&g->pool);
         free(g);
         return NULL;
     }
