@@ -276,11 +276,13 @@ static size_t dur_size(const Google__Protobuf__Duration *d)
     return fv((uint64_t)d->seconds) + fv(i32(d->nanos));
 }
 
-static size_t status_size(const rls_status *s)
+/* A status's size, its limit's (*ls) and its duration's (*ds) */
+static size_t status_sizes(const rls_status *s, size_t *ls, size_t *ds)
 {
-    return fv(i32(s->code)) + (s->current_limit ? fl(limit_size(s->current_limit)) : 0) +
-           fv(s->limit_remaining) +
-           (s->duration_until_reset ? fl(dur_size(s->duration_until_reset)) : 0);
+    *ls = s->current_limit ? limit_size(s->current_limit) : 0;
+    *ds = s->duration_until_reset ? dur_size(s->duration_until_reset) : 0;
+    return fv(i32(s->code)) + (s->current_limit ? fl(*ls) : 0) + fv(s->limit_remaining) +
+           (s->duration_until_reset ? fl(*ds) : 0);
 }
 
 static size_t header_size(const rls_header *h) { return fs(h->key) + fs(h->value); }
@@ -288,7 +290,8 @@ static size_t header_size(const rls_header *h) { return fs(h->key) + fs(h->value
 size_t sl_rls_resp_size(const rls_resp *m)
 {
     size_t n = fv(i32(m->overall_code));
-    for (size_t i = 0; i < m->n_statuses; i++) n += fl(status_size(m->statuses[i]));
+    size_t ls, ds;
+    for (size_t i = 0; i < m->n_statuses; i++) n += fl(status_sizes(m->statuses[i], &ls, &ds));
     for (size_t i = 0; i < m->n_response_headers_to_add; i++)
         n += fl(header_size(m->response_headers_to_add[i]));
     for (size_t i = 0; i < m->n_request_headers_to_add; i++)
@@ -305,11 +308,12 @@ static uint8_t *put_header(uint8_t *o, unsigned num, const rls_header *h)
 
 static uint8_t *put_status(uint8_t *o, const rls_status *s)
 {
-    o = pl(o, 2, status_size(s));
+    size_t ls, ds;
+    o = pl(o, 2, status_sizes(s, &ls, &ds));
     o = pv(o, 1, i32(s->code));
     if (s->current_limit) {
         const rls_limit *l = s->current_limit;
-        o = pl(o, 2, limit_size(l));
+        o = pl(o, 2, ls);
         o = pv(o, 1, l->requests_per_unit);
         o = pv(o, 2, i32(l->unit));
         o = ps(o, 3, l->name);
@@ -317,7 +321,7 @@ static uint8_t *put_status(uint8_t *o, const rls_status *s)
     o = pv(o, 3, s->limit_remaining);
     if (s->duration_until_reset) {
         const Google__Protobuf__Duration *d = s->duration_until_reset;
-        o = pl(o, 4, dur_size(d));
+        o = pl(o, 4, ds);
         o = pv(o, 1, (uint64_t)d->seconds);
         o = pv(o, 2, i32(d->nanos));
     }
