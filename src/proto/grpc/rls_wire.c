@@ -221,12 +221,8 @@ rls_req *sl_rls_unpack(const uint8_t *p, size_t len, void *buf, size_t cap, size
 
 /* ---- encoding ------------------------------------------------------------ */
 
-static size_t vsize(uint64_t v)
-{
-    size_t n = 1;
-    for (; v >= 0x80; v >>= 7) n++;
-    return n;
-}
+/* 7 bits a byte: ceil(bits of v / 7), at least 1 */
+static size_t vsize(uint64_t v) { return (size_t)(64 - __builtin_clzll(v | 1) + 6) / 7; }
 
 static uint8_t *vput(uint8_t *o, uint64_t v)
 {
