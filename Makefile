@@ -220,6 +220,8 @@ $(B)/tests/test_slots: $(REDIS_PARTS)
 $(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_grpc_wire: $(B)/src/proto/grpc/rls_wire.o $(B)/src/proto/grpc/h2pool.o $(PROTO_OBJ)
+$(B)/tests/test_grpc_wire: LDLIBS += -lnghttp2 -lprotobuf-c
 $(B)/tests/test_http_slots: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_http_slots: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)

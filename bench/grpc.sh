@@ -8,6 +8,10 @@
 #                             message, built by the python below)
 #   RESP  RL.CHECK            redis-benchmark: CLIENTS connections, 50
 #                             commands pipelined each (-P 50)
+#   RESP  RL.CHECK, one by    redis-benchmark: 50 connections, one command
+#         one                 in flight each (no pipelining): 50 in flight
+#                             as one gRPC connection's 50 streams, a write
+#                             and a read per command
 #
 # The rule allows 1,000,000,000 a second, so every request is decided and
 # charged (no shortcut through a denial).  sluiced runs with --threads 1 on
@@ -118,11 +122,11 @@ per_core() {
     awk -v n="$N" -v t=$(($(cpu_ticks) - $1)) -v hz="$HZ" 'BEGIN { printf "%.0f", t ? n * hz / t : 0 }'
 }
 
-# resp_run -> "rate p99_ms"
+# resp_run CONNECTIONS PIPELINE -> "rate p99_ms per_core"
 resp_run() {
     local c0
     c0=$(cpu_ticks)
-    timeout 300 taskset -c "$CPU_CLIENT" redis-benchmark -p "$RPORT" -c "$CLIENTS" -n "$N" -P 50 \
+    timeout 300 taskset -c "$CPU_CLIENT" redis-benchmark -p "$RPORT" -c "$1" -n "$N" -P "$2" \
         --csv RL.CHECK bench DESCRIPTOR user u1 >"$TMP/rb.out" 2>&1
     # "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms",...
     echo "$(awk -F'","' 'NR == 2 { print $2, $7 }' "$TMP/rb.out") $(per_core "$c0")"
@@ -130,26 +134,32 @@ resp_run() {
 
 median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
-: >"$TMP/grpc" && : >"$TMP/resp"
+: >"$TMP/grpc" && : >"$TMP/resp" && : >"$TMP/resp1"
 for r in $(seq "$REPS"); do
     if [ $((r % 2)) -eq 1 ]; then
         grpc_run >>"$TMP/grpc"
-        resp_run >>"$TMP/resp"
+        resp_run "$CLIENTS" 50 >>"$TMP/resp"
+        resp_run 50 1 >>"$TMP/resp1"
     else
-        resp_run >>"$TMP/resp"
+        resp_run 50 1 >>"$TMP/resp1"
+        resp_run "$CLIENTS" 50 >>"$TMP/resp"
         grpc_run >>"$TMP/grpc"
     fi
 done
 col() { awk -v k="$2" '{ print $k }' "$TMP/$1" | median; }
 g=$(col grpc 1) gp=$(col grpc 2) gc=$(col grpc 3)
 r=$(col resp 1) rp=$(col resp 2) rc=$(col resp 3)
+o=$(col resp1 1) op=$(col resp1 2) oc=$(col resp1 3)
 ratio=$(awk -v a="$g" -v b="$r" 'BEGIN { printf "%.2f", a / b }')
 cratio=$(awk -v a="$gc" -v b="$rc" 'BEGIN { printf "%.2f", b ? a / b : 0 }')
+oratio=$(awk -v a="$o" -v b="$r" 'BEGIN { printf "%.2f", a / b }')
+ocratio=$(awk -v a="$oc" -v b="$rc" 'BEGIN { printf "%.2f", b ? a / b : 0 }')
 
-echo "sluiced --threads 1, $CLIENTS connections x 50 in flight, N=$N, median of $REPS;"
+echo "sluiced --threads 1, $CLIENTS connections x 50 in flight (the one-by-one row: 50 x 1), N=$N, median of $REPS;"
 echo "per core = decisions per second of sluiced's own CPU time (the client may be the bottleneck)"
 printf '%-34s %12s %8s %8s %14s %8s\n' "path" "decisions/s" "p99 ms" "vs RESP" "per core" "vs RESP"
 printf '%-34s %12.0f %8s %8s %14.0f %8s\n' "RESP  RL.CHECK (redis-benchmark)" "$r" "$rp" "1.00" "$rc" "1.00"
+printf '%-34s %12.0f %8s %8s %14.0f %8s\n' "RESP  RL.CHECK, 50 conns, -P 1" "$o" "$op" "$oratio" "$oc" "$ocratio"
 printf '%-34s %12.0f %8s %8s %14.0f %8s\n' "gRPC  ShouldRateLimit (h2load)" "$g" "$gp" "$ratio" "$gc" "$cratio"
 printf '%-34s %12s %8s %8s %14s %8s\n' "envoyproxy/ratelimit (published)" "-" "-" "-" "~2500" "-"
 if [ -z "$QUICK" ]; then

@@ -6,7 +6,9 @@
 # UBSan.
 #
 # Steps (the messages' C from proto/ by protoc-c, build, replay the seeds,
-# fuzz for FUZZ_SECONDS, default 30 s): tests/fuzz/fuzz.sh.
+# fuzz for FUZZ_SECONDS, default 30 s): tests/fuzz/fuzz.sh.  Then the
+# hand-written codec of ShouldRateLimit's messages (src/proto/grpc/rls_wire.c)
+# against protobuf-c's, default 20 s.
 # Any crash, sanitizer report, leak or timeout fails the test; the input that
 # caused it is kept in build/fuzz/ (grpc-crash-*, ...) and printed.
 # sluice-test: plain-only
@@ -25,5 +27,9 @@ fuzz_target grpc 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
     -I"$ROOT/src/proto/grpc" -I"$GEN" \
     -lnghttp2 -lprotobuf-c -lhiredis -levent -levent_openssl -lssl -lcrypto -lyaml -lurcu-bp -lz \
     -lpthread || rc=1
+# the hand-written codec of ShouldRateLimit's messages against protobuf-c's
+# (tests/fuzz/fuzz_rls_wire.c)
+fuzz_target rls_wire 20 "$ROOT/tests/fuzz/fuzz_rls_wire.c" "$ROOT/src/proto/grpc/rls_wire.c" \
+    $(find "$GEN" -name '*.c') -I"$ROOT/src/proto/grpc" -I"$GEN" -lprotobuf-c || rc=1
 rm -rf "$GEN"
 exit $rc

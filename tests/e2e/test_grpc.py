@@ -1073,6 +1073,33 @@ class TestRawHttp2(unittest.TestCase):
         with srv.raw() as c:
             self.assertEqual(c.cmd("PING"), b"PONG")
 
+    def test_fields_sluiced_does_not_read_are_not_checked(self):
+        """nghttp2's HTTP messaging checks are off (docs/envoy.md,
+        "Performance"): a call whose other fields would have reset its
+        stream -- an upper-case name, a connection-specific field, a
+        content-length that disagrees with the body -- is answered."""
+        srv = start(name="grpc-fields")
+        self.addCleanup(srv.cleanup)
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        block = (literal(b":method", b"POST") + literal(b":scheme", b"http")
+                 + literal(b":path", b"/grpc.health.v1.Health/Check")
+                 + literal(b":authority", b"sluice") + literal(b"content-type", b"application/grpc")
+                 + literal(b"X-Upper", b"1") + literal(b"connection", b"keep-alive")
+                 + literal(b"content-length", b"999"))
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_HEADERS, 1, block)
+                  + frame(DATA, END_STREAM, 1, b"\x00\x00\x00\x00\x00"))
+        frames, until = [], deadline(10)
+        while time.monotonic() < until and not any(  # until stream 1 ends or is reset
+                sid == 1 and (t == RST or t == HEADERS and f & END_STREAM)
+                for t, f, sid, _ in frames):
+            frames += read_frames(s, min(until, time.monotonic() + 0.5))
+        on1 = [(t, p) for t, _, sid, p in frames if sid == 1]
+        self.assertNotIn(RST, [t for t, _ in on1])
+        # HEADERS, DATA: HealthCheckResponse{status: SERVING}, trailers
+        self.assertEqual([t for t, _ in on1], [HEADERS, DATA, HEADERS])
+        self.assertEqual(on1[1][1], b"\x00\x00\x00\x00\x02\x08\x01")
+
 
 if __name__ == "__main__":
     unittest.main()

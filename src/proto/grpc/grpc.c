@@ -36,6 +36,7 @@
  */
 #include <inttypes.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,8 @@
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc.h"
 #include "grpc/health/v1/health.pb-c.h"
+#include "h2pool.h"
+#include "rls_wire.h"
 #include "service.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_req;
@@ -88,6 +91,9 @@ typedef struct gconn {
     int64_t now;         /* during run(): the turn's clock (ms) */
     gstream *streams;    /* every open stream (nghttp2_session_del does not
                             close them through on_stream_close) */
+    sl_h2pool pool;      /* the session's small blocks (h2pool.h) */
+    gstream *begun;      /* the stream whose request fields come now
+                            (on_begin_headers), or NULL */
 } gconn;
 
 enum method { M_NONE, M_RLS, M_HEALTH };
@@ -134,15 +140,16 @@ struct gstream {
     int answered;     /* a response was submitted */
     int too_big;      /* the message passed SL_GRPC_MAX_MESSAGE */
     size_t hdr_bytes; /* header fields received (names + values) */
-    char path[96];    /* :path, cut (a longer one is no method of ours) */
     int auth_given;   /* an `authorization` field came (auth[] holds it) */
     size_t auth_len;  /* its length; above sizeof auth: too long to be ours */
-    char auth[256];   /* "Bearer TOKEN" (sl_auth_bearer) */
     sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
                          while it fits there, else malloc'd) */
     sl_buf out;       /* the response: prefix and message (likewise small_out) */
     size_t out_off;   /* bytes of out the session took */
     gstream *prev, *next;
+    /* from here on not zeroed when the stream opens (on_begin_headers) */
+    char path[96];  /* :path, cut (a longer one is no method of ours); "" */
+    char auth[256]; /* "Bearer TOKEN" (sl_auth_bearer), when auth_given */
     /* most calls fit here: no allocation for their bytes (bench/grpc.sh) */
     char small_in[SMALL], small_out[SMALL];
 };
@@ -164,6 +171,7 @@ static void stream_free(gstream *st)
     else
         g->streams = st->next;
     if (st->next) st->next->prev = st->prev;
+    if (g->begun == st) g->begun = NULL;
     if (st->in.p != st->small_in) free(st->in.p);
     if (st->out.p != st->small_out) free(st->out.p);
     free(st);
@@ -181,6 +189,7 @@ static void closed(void *pdata)
     if (g == NULL) return;
     if (g->h2) nghttp2_session_del(g->h2);
     g->h2 = NULL;
+    sl_h2pool_drain(&g->pool);
     g->c = NULL;
     while (g->streams) stream_free(g->streams);
     unref(g);
@@ -237,6 +246,12 @@ static void pct_encode(char *dst, size_t cap, const char *s)
     {                                                                                              \
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
+/* A field of two string literals: nghttp2 keeps the pointers, copies nothing. */
+#define SNV(n, v)                                                                                  \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1,                              \
+            NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                           \
+    }
 
 /* Answers st with no message: a trailers-only response carrying the
  * status (gRPC's error form). */
@@ -266,7 +281,7 @@ static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t le
     st->out_off += n;
     if (st->out_off == st->out.len) {
         *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        nghttp2_nv tr[] = {NV("grpc-status", "0")};
+        nghttp2_nv tr[] = {SNV("grpc-status", "0")};
         if (nghttp2_submit_trailer(h2, id, tr, 1) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
     }
     return (ssize_t)n;
@@ -278,17 +293,22 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
 {
     if (st->answered) return;
     st->answered = 1;
-    size_t n = protobuf_c_message_get_packed_size(m);
+    /* ShouldRateLimit's answer by hand (rls_wire.h), others by protobuf-c */
+    int rls = m->descriptor == &envoy__service__ratelimit__v3__rate_limit_response__descriptor;
+    size_t n = rls ? sl_rls_resp_size((const rls_resp *)m) : protobuf_c_message_get_packed_size(m);
     unsigned char *p = 5 + n <= SMALL ? (unsigned char *)st->small_out : malloc(5 + n);
     if (p == NULL) goto nomem;
     p[0] = 0; /* not compressed */
     p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
     p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
-    protobuf_c_message_pack(m, p + 5);
+    if (rls)
+        sl_rls_resp_pack((const rls_resp *)m, p + 5);
+    else
+        protobuf_c_message_pack(m, p + 5);
     if (st->out.p != st->small_out) free(st->out.p);
     st->out = (sl_buf){(char *)p, 5 + n, 5 + n};
     st->out_off = 0;
-    nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc")};
+    nghttp2_nv nv[] = {SNV(":status", "200"), SNV("content-type", "application/grpc")};
     nghttp2_data_provider dp = {.source.ptr = st, .read_callback = read_out};
     if (nghttp2_submit_response(st->g->h2, st->id, nv, 2, &dp) == 0) return;
 nomem:
@@ -728,7 +748,16 @@ static void dispatch(gstream *st)
         grpc__health__v1__health_check_request__free_unpacked(m, &al);
         return;
     }
-    rls_req *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
+    /* the fast path first (rls_wire.h: into the arena, nothing to free),
+     * protobuf-c for what it leaves */
+    size_t used;
+    rls_req *m = sl_rls_unpack(p + 5, len, a->mem, ARENA, &used);
+    if (m != NULL) {
+        a->used = used;
+        run_rls(st, m);
+        return;
+    }
+    m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
     if (m == NULL) {
         answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the RateLimitRequest");
         return;
@@ -743,14 +772,18 @@ static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *a
 {
     gconn *g = arg;
     if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    gstream *st = calloc(1, sizeof *st);
+    /* zeroed up to its buffers (~1 KB a stream, written before read) */
+    gstream *st = malloc(sizeof *st);
     if (st == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    memset(st, 0, offsetof(gstream, path));
+    st->path[0] = '\0';
     st->g = g;
     st->id = f->hd.stream_id;
     st->next = g->streams;
     if (g->streams) g->streams->prev = st;
     g->streams = st;
     nghttp2_session_set_stream_user_data(h2, st->id, st);
+    g->begun = st;
     return 0;
 }
 
@@ -762,10 +795,15 @@ static int is(const uint8_t *p, size_t n, const char *s)
 static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
                      const uint8_t *value, size_t vlen, uint8_t flags, void *arg)
 {
-    (void)flags, (void)arg;
-    gstream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
-    if (st == NULL || f->hd.type != NGHTTP2_HEADERS) return 0;
-    if (f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0; /* trailers: ignored */
+    (void)flags;
+    gconn *g = arg;
+    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
+        return 0; /* trailers: ignored */
+    /* a request's fields follow its on_begin_headers: no lookup per field */
+    gstream *st = g->begun && g->begun->id == f->hd.stream_id
+                      ? g->begun
+                      : nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
+    if (st == NULL) return 0;
     st->hdr_bytes += nlen + vlen;
     if (st->hdr_bytes > SL_GRPC_MAX_HEADERS) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
     if (is(name, nlen, ":method")) {
@@ -774,6 +812,7 @@ static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t 
         st->m = is(value, vlen, PATH_RLS)      ? M_RLS
                 : is(value, vlen, PATH_HEALTH) ? M_HEALTH
                                                : M_NONE;
+        if (st->m != M_NONE) return 0; /* st->path names an unknown method only */
         size_t k = vlen < sizeof st->path - 1 ? vlen : sizeof st->path - 1;
         for (size_t i = 0; i < k; i++)
             st->path[i] = value[i] >= 0x20 && value[i] < 0x7f ? (char)value[i] : '?';
@@ -855,6 +894,11 @@ static void make_cbs(void)
     /* no RFC 7540 priority tree (gRPC does not use one): closed streams
      * are not kept for it */
     nghttp2_option_set_no_closed_streams(opts, 1);
+    /* no RFC 9113 section 8 checks of every field (~2.5k instructions
+     * a call): on_header reads the few fields a call needs, each
+     * as bytes of a known length, and ignores the others (docs/envoy.md,
+     * "Performance") */
+    nghttp2_option_set_no_http_messaging(opts, 1);
 }
 
 /* The connection's session, made at its first bytes: NULL when out of
@@ -867,7 +911,9 @@ static gconn *conn_state(sl_conn *c)
     if (cbs == NULL || opts == NULL || (g = calloc(1, sizeof *g)) == NULL) return NULL;
     g->c = c;
     g->refs = 1;
-    if (nghttp2_session_server_new2(&g->h2, cbs, g, opts) != 0) {
+    nghttp2_mem mem = sl_h2pool_mem(&g->pool); /* the session keeps a copy */
+    if (nghttp2_session_server_new3(&g->h2, cbs, g, opts, &mem) != 0) {
+        sl_h2pool_drain(&g->pool);
         free(g);
         return NULL;
     }
@@ -878,6 +924,7 @@ static gconn *conn_state(sl_conn *c)
     };
     if (nghttp2_submit_settings(g->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0) {
         nghttp2_session_del(g->h2);
+        sl_h2pool_drain(&g->pool);
         free(g);
         return NULL;
     }
