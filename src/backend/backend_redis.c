@@ -129,8 +129,8 @@ typedef struct rnode {
 
 typedef struct redis {
     sl_backend base;
-    _Atomic int nnodes;           /* 1..SL_RING_MAX (a cluster's grow: node_add) */
-    rnode *node;                  /* SL_RING_MAX; [0, nnodes) in use, each set once */
+    _Atomic int nnodes;           /* 1..SL_RING_MAX, a cluster's 1..SL_REDIS_MASTERS_MAX */
+    rnode *node;                  /* SL_REDIS_MASTERS_MAX; [0, nnodes) in use, each set once */
     sl_ring *ring;                /* which node owns a hash tag; NULL with one node */
     int cluster;                  /* redis-cluster://: node[] are the masters found */
     sl_slotmap *map;              /* cluster: the latest slot map a channel read (lock) */
@@ -1693,7 +1693,7 @@ enum { TO_REDIS, NO_MASTER /* the policy answers */, CROSSSLOT /* refused */ };
 static void submit(rchan *ch, sl_breq *rq, int where);
 
 /* The index in r->node of the master at host[0..hlen):port, added (with
- * the first seed's user and password) when new; -1 when SL_RING_MAX are
+ * the first seed's user and password) when new; -1 when SL_REDIS_MASTERS_MAX are
  * known already or the host does not fit.  Any thread: takes r->lock. */
 static int node_add(redis *r, const char *host, size_t hlen, int port)
 {
@@ -1704,7 +1704,7 @@ static int node_add(redis *r, const char *host, size_t hlen, int port)
         if (r->node[i].url.port == port && strlen(r->node[i].url.host) == hlen &&
             memcmp(r->node[i].url.host, host, hlen) == 0)
             found = i;
-    if (found < 0 && n < SL_RING_MAX && hlen > 0 && hlen < sizeof r->node[0].url.host) {
+    if (found < 0 && n < SL_REDIS_MASTERS_MAX && hlen > 0 && hlen < sizeof r->node[0].url.host) {
         rnode *nd = &r->node[n];
         nd->url = r->seed;
         memcpy(nd->url.host, host, hlen);
@@ -1790,10 +1790,10 @@ static void on_slots(redisAsyncContext *ac, void *reply, void *privdata)
     pthread_mutex_lock(&r->lock);
     memcpy(r->map, m, sizeof *m);
     pthread_mutex_unlock(&r->lock);
-    unsigned char used[SL_RING_MAX] = {0};
+    unsigned char used[SL_REDIS_MASTERS_MAX] = {0};
     for (int i = 0; i < SL_SLOTS; i++)
         if (m->node[i] >= 0) used[m->node[i]] = 1;
-    for (int i = 0; i < SL_RING_MAX; i++)
+    for (int i = 0; i < SL_REDIS_MASTERS_MAX; i++)
         if (used[i]) conn_get(w, i);
     free(m);
 }
@@ -2045,7 +2045,7 @@ static sl_bchan *redis_channel(sl_backend *b, void *loop)
         return NULL;
     }
     /* a cluster's masters may grow (node_add): room for every one */
-    int n = r->cluster ? SL_RING_MAX : atomic_load(&r->nnodes);
+    int n = r->cluster ? SL_REDIS_MASTERS_MAX : atomic_load(&r->nnodes);
     wchan *w = calloc(1, sizeof *w + (size_t)n * sizeof w->c[0]);
     if (w != NULL && r->cluster && (w->map = malloc(sizeof *w->map)) != NULL) {
         pthread_mutex_lock(&r->lock);
@@ -2496,7 +2496,7 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     r->o.url = NULL;
     if (r->o.timeout_ms < 1) r->o.timeout_ms = 1;
     if (r->o.fleet_size < 1) r->o.fleet_size = 1;
-    r->node = calloc(SL_RING_MAX, sizeof *r->node);
+    r->node = calloc(u[0].cluster ? SL_REDIS_MASTERS_MAX : SL_RING_MAX, sizeof *r->node);
     if (r->node != NULL && u[0].cluster) { /* the masters, from a seed's CLUSTER SLOTS */
         r->cluster = 1;
         r->seed = u[0];

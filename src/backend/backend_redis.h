@@ -39,6 +39,8 @@
 #define SL_REDIS_CACHE_SLOTS  256  /* deny-cache entries per channel */
 #define SL_REDIS_BATCH_MAX    64   /* decisions of one loop turn in one script call (op M) */
 #define SL_REDIS_REDIRECTS    5    /* Redis Cluster: redirections one request follows */
+#define SL_REDIS_MASTERS_MAX  1024 /* Redis Cluster: masters one backend talks to (Redis
+                                      Cluster's own advice: ~1,000 nodes at most) */
 
 /* What a request gets when Redis cannot answer (--on-backend-error). */
 typedef enum sl_redis_policy {
