@@ -16,6 +16,12 @@
  * Time: Redis's clock (RedisModule_Milliseconds), unless loaded with
  * `trust-client-time yes` (then AT t is accepted, bounded by
  * `max-client-skew`).  Redis runs commands one at a time, so no locks.
+ *
+ * Speed (docs/module.md, "Numbers"): a decision's own work is small next
+ * to Redis's; what the module adds is kept to the key's lookup, the TTL's
+ * (one dictionary update, at an absolute time: no second clock read) and
+ * the reply -- the decision's propagation is built only when something
+ * can take it (repl_watch below).
  */
 #include <stdio.h>
 #include <string.h>
@@ -39,6 +45,7 @@ static struct {
     uint64_t max_memory; /* bounds one key's state to 1/64 of it, as sluiced's store */
     RedisModuleType *type;
     sl__shard *loose; /* where the lone records live (counts sliding-log rings) */
+    int repl;         /* replication may take what is propagated (repl_watch) */
 } mod;
 
 /* One Redis key's state: a record per algorithm used (NULL: none). */
@@ -111,10 +118,11 @@ static int parse_at(RedisModuleCtx *ctx, RedisModuleString *arg, int64_t *out, c
 
 /* Sets the key's TTL to when all of v's state comes to rest (the latest
  * reset time of its records, each rounded up: never early) -- as seen from
- * `now`, the time it was decided at.  With client time trusted the key's
- * times may not be Redis's, so it is kept at least an hour of real time.
- * No TTL when some state never comes to rest. */
-static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now)
+ * `now`, the time it was decided at, which is `clock` on Redis's clock
+ * (the same time unless the request carried AT).  With client time trusted
+ * the key's times may not be Redis's, so it is kept at least an hour of
+ * real time.  No TTL when some state never comes to rest. */
+static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now, int64_t clock)
 {
     int64_t until = INT64_MIN;
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
@@ -131,7 +139,8 @@ static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now)
     int64_t ttl = until - now;
     if (mod.trust_client_time && ttl < HOUR_MS) ttl = HOUR_MS;
     if (ttl < 1) ttl = 1;
-    RedisModule_SetExpire(key, ttl);
+    /* absolute: RedisModule_SetExpire would read the clock again */
+    RedisModule_SetAbsExpire(key, clock + ttl);
 }
 
 /* Opens keyname for writing (or reading) and finds its value: 0 with *vp
@@ -151,6 +160,68 @@ static int open_val(RedisModuleCtx *ctx, RedisModuleString *name, int mode, Redi
     if (t != REDISMODULE_KEYTYPE_EMPTY) *vp = RedisModule_ModuleTypeGetValue(k);
     *kp = k;
     return 0;
+}
+
+/* ---- propagation: built only when something can take it ---------------------
+ * A decision at Redis's clock is propagated as the decision at its time
+ * (the command with AT now added) for the AOF and the replicas.  Building
+ * that command (RedisModule_Replicate: a command-table lookup and new
+ * argument objects, freed again) costs about as much as the decision, and
+ * Redis drops it unless its AOF is on or, being a master, it has replicas
+ * or a replication backlog.  The AOF is read from the context flags at
+ * each decision (CONFIG SET appendonly yes sets them before its rewrite
+ * starts).  The rest is mod.repl, kept conservatively by repl_watch:
+ *   - 1 when the module loads on a replica, or on a server with replicas
+ *     or a backlog;
+ *   - 1 when a child process is born (a full sync forks before it gives
+ *     the replica its starting offset, so every decision after that is
+ *     built), when the replication role changes, when a replica goes
+ *     online or offline;
+ *   - when a child dies, 1 only if INFO shows replicas, a backlog or a
+ *     master (a plain BGSAVE or AOF rewrite leaves it 0 again).
+ * A replica's PSYNC makes the backlog before the fork; what goes in
+ * between reaches no replica (the fork's snapshot holds it and the
+ * replica's offset starts after it).  When nothing can take it the
+ * command is "propagated" verbatim: Redis drops it at once but counts the
+ * change (server.dirty, which drives the RDB save points), as before. */
+
+/* Whether replication can take what is propagated now, from INFO. */
+static int repl_now(RedisModuleCtx *ctx)
+{
+    if (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_SLAVE) return 1;
+    RedisModuleServerInfoData *inf = RedisModule_GetServerInfo(ctx, "replication");
+    if (inf == NULL) return 1;
+    int e1 = 0, e2 = 0;
+    long long replicas = RedisModule_ServerInfoGetFieldSigned(inf, "connected_slaves", &e1);
+    long long backlog = RedisModule_ServerInfoGetFieldSigned(inf, "repl_backlog_active", &e2);
+    RedisModule_FreeServerInfo(ctx, inf);
+    return e1 != 0 || e2 != 0 || replicas != 0 || backlog != 0;
+}
+
+/* The server events that may start or end replication (above). */
+static void repl_watch(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data)
+{
+    (void)data;
+    if (eid.id == REDISMODULE_EVENT_FORK_CHILD && subevent == REDISMODULE_SUBEVENT_FORK_CHILD_DIED)
+        mod.repl = repl_now(ctx);
+    else
+        mod.repl = 1;
+}
+
+/* Propagates a decision made at `now`, Redis's clock: the command with its
+ * arguments and AT now (first, for RL.DECIDEALL: at_first), or verbatim
+ * when nothing can take it. */
+static void replicate_at(RedisModuleCtx *ctx, const char *cmd, RedisModuleString **argv, int argc,
+                         int64_t now, int at_first)
+{
+    if (!mod.repl && !(RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_AOF)) {
+        RedisModule_ReplicateVerbatim(ctx); /* dropped by Redis, counted as a change */
+        return;
+    }
+    if (at_first)
+        RedisModule_Replicate(ctx, cmd, "clv", "AT", (long long)now, argv + 1, (size_t)(argc - 1));
+    else
+        RedisModule_Replicate(ctx, cmd, "vcl", argv + 1, (size_t)(argc - 1), "AT", (long long)now);
 }
 
 /* ---- parsing: one request's key, limit, window and options ------------------ */
@@ -282,15 +353,14 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         return reply_err(ctx, sl_strerror(rc));
     }
     if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
-    val_expire(key, v, now);
+    val_expire(key, v, now, q.has_at ? RedisModule_Milliseconds() : now);
     RedisModule_CloseKey(key);
     /* the decision at its time, so a replica's state (and the AOF's) is
      * the master's */
     if (q.has_at)
         RedisModule_ReplicateVerbatim(ctx);
     else
-        RedisModule_Replicate(ctx, "RL.ALLOW", "vcl", argv + 1, (size_t)(argc - 1), "AT",
-                              (long long)now);
+        replicate_at(ctx, "RL.ALLOW", argv, argc, now, 0);
     reply_fields(ctx, &r);
     return REDISMODULE_OK;
 }
@@ -414,7 +484,8 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return REDISMODULE_OK;
     }
     if (perr != 0) return reply_err(ctx, err);
-    int64_t now = b.has_at ? b.at : RedisModule_Milliseconds();
+    int64_t clock = RedisModule_Milliseconds();
+    int64_t now = b.has_at ? b.at : clock;
     for (int k = 0; k < b.n; k++) {
         int rc = sl_params_check(&b.q[k].p);
         if (rc != 0) {
@@ -468,7 +539,7 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
             val_free(vals[o]);
         } else {
             if (made[o]) RedisModule_ModuleTypeSetValue(keys[o], mod.type, vals[o]);
-            if (all) val_expire(keys[o], vals[o], now);
+            if (all) val_expire(keys[o], vals[o], now, clock);
         }
         RedisModule_CloseKey(keys[o]);
     }
@@ -488,8 +559,7 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         if (b.has_at)
             RedisModule_ReplicateVerbatim(ctx);
         else
-            RedisModule_Replicate(ctx, "RL.DECIDEALL", "clv", "AT", (long long)now, argv + 1,
-                                  (size_t)(argc - 1));
+            replicate_at(ctx, "RL.DECIDEALL", argv, argc, now, 1);
     }
     RedisModule_ReplyWithArray(ctx, 1 + b.n);
     RedisModule_ReplyWithLongLong(ctx, all);
@@ -684,6 +754,15 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     };
     mod.type = RedisModule_CreateDataType(ctx, TYPE_NAME, TYPE_ENCVER, &tm);
     if (mod.type == NULL) return REDISMODULE_ERR;
+    static const RedisModuleEvent watched[] = {
+        {REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, 1},
+        {REDISMODULE_EVENT_REPLICA_CHANGE, 1},
+        {REDISMODULE_EVENT_FORK_CHILD, 1},
+    };
+    for (size_t i = 0; i < sizeof watched / sizeof watched[0]; i++)
+        if (RedisModule_SubscribeToServerEvent(ctx, watched[i], repl_watch) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
+    mod.repl = repl_now(ctx);
     static const struct {
         const char *name;
         RedisModuleCmdFunc fn;
