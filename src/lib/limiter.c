@@ -288,7 +288,7 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
 
 /* ---- lone records (lone.h): decide_held on a loose shard's record ---------- */
 
-int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms,
+int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
                     int64_t cost, int commit, sl_result *out)
 {
     int rc = sl_params_check(p);
@@ -300,7 +300,9 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t no
     if (n.big > sl__shard_loose_rec_max(sh)) return SL_ETOOBIG; /* check_size */
     uint8_t *r = *rec;
     uint16_t m = r ? sl__rec_meta(r) : 0;
+    if (r == NULL && commit) sl__shard_loose_room(sh, room, SL__LONE_ROOM); /* for the insert */
     rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
+    sl__shard_loose_room(sh, NULL, 0);
     if (r != NULL) sl__rec_release(r, m);
     *rec = r;
     return rc;

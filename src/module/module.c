@@ -48,8 +48,11 @@ static struct {
     int repl;         /* replication may take what is propagated (repl_watch) */
 } mod;
 
-/* One Redis key's state: a record per algorithm used (NULL: none). */
+/* One Redis key's state: a record per algorithm used (NULL: none).  The
+ * first small record made lives in the value's own room (lone.h): one
+ * allocation per key, the record next to its pointer. */
 typedef struct rlval {
+    uint64_t room[SL__LONE_ROOM / 8];
     uint8_t *rec[SL_ALGO_COUNT];
 } rlval;
 
@@ -86,6 +89,14 @@ static void val_free(void *p)
     rlval *v = p;
     for (int a = 0; a < SL_ALGO_COUNT; a++) sl__lone_free(mod.loose, v->rec[a]);
     RedisModule_Free(v);
+}
+
+/* v's room if no record lives in it, else NULL (for a record to be made). */
+static void *val_room(rlval *v)
+{
+    for (int a = 0; a < SL_ALGO_COUNT; a++)
+        if (v->rec[a] && sl__lone_in(v->rec[a], v->room)) return NULL;
+    return v->room;
 }
 
 static int val_empty(const rlval *v)
@@ -332,7 +343,7 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     sl_result r;
     if (!commit) {
         uint8_t *rec = v ? v->rec[q.p.algo] : NULL;
-        rc = sl__lone_decide(mod.loose, &rec, &q.p, now, q.cost, 0, &r);
+        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.p, now, q.cost, 0, &r);
         RedisModule_CloseKey(key);
         if (rc != 0) return reply_err(ctx, sl_strerror(rc));
         reply_fields(ctx, &r);
@@ -346,7 +357,8 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         }
         made = 1;
     }
-    rc = sl__lone_decide(mod.loose, &v->rec[q.p.algo], &q.p, now, q.cost, 1, &r);
+    uint8_t **slot = &v->rec[q.p.algo];
+    rc = sl__lone_decide(mod.loose, slot, *slot ? NULL : val_room(v), &q.p, now, q.cost, 1, &r);
     if (rc != 0) {
         if (made) val_free(v);
         RedisModule_CloseKey(key);
@@ -585,7 +597,7 @@ static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (sl__parse_algo(s, n, &a, err, ERRLEN) != 0) return reply_err(ctx, err);
     const char *dump = RedisModule_StringPtrLen(argv[3], &dl);
     uint8_t *rec = NULL;
-    int rc = sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, &rec);
+    int rc = sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, NULL, &rec);
     if (rc == SL_EINVAL) return reply_err(ctx, "malformed state for RL.RESTORE");
     if (rc != 0) return reply_err(ctx, sl_strerror(rc));
     RedisModuleKey *key;
@@ -643,7 +655,8 @@ static void *type_load(RedisModuleIO *io, int encver)
         size_t len;
         char *buf = RedisModule_LoadStringBuffer(io, &len);
         int rc = a < SL_ALGO_COUNT && !v->rec[a] && buf
-                     ? sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, &v->rec[a])
+                     ? sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, val_room(v),
+                                     &v->rec[a])
                      : SL_EINVAL;
         if (buf) RedisModule_Free(buf);
         if (rc != 0) {
