@@ -48,9 +48,9 @@ static struct {
     int repl;         /* replication may take what is propagated (repl_watch) */
 } mod;
 
-/* One Redis key's state: a record per algorithm used (NULL: none).  The
- * first small record made lives in the value's own room (lone.h): one
- * allocation per key, the record next to its pointer. */
+/* One Redis key's state: a record per algorithm used (NULL: none).  A
+ * small record made when the room is free lives in it (lone.h): a key
+ * under one bucket algorithm is one allocation, freed in one piece. */
 typedef struct rlval {
     uint64_t room[SL__LONE_ROOM / 8];
     uint8_t *rec[SL_ALGO_COUNT];
@@ -188,8 +188,9 @@ static int open_val(RedisModuleCtx *ctx, RedisModuleString *name, int mode, Redi
  *     the replica its starting offset, so every decision after that is
  *     built), when the replication role changes, when a replica goes
  *     online or offline;
- *   - when a child dies, 1 only if INFO shows replicas, a backlog or a
- *     master (a plain BGSAVE or AOF rewrite leaves it 0 again).
+ *   - when a child dies, 1 only if INFO shows replicas or a backlog, or
+ *     this server is a replica (a plain BGSAVE or AOF rewrite leaves it 0
+ *     again).
  * A replica's PSYNC makes the backlog before the fork; what goes in
  * between reaches no replica (the fork's snapshot holds it and the
  * replica's offset starts after it).  When nothing can take it the
