@@ -338,8 +338,10 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
     size_t i = 0;
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         for (i = 0; i < n && rc == 0; i++) {
+            if (pass == 1 && rec[i] == NULL) sl__shard_loose_room(sh, reqs[i].room, SL__LONE_ROOM);
             rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms,
                              reqs[i].cost, pass, &out[i]);
+            sl__shard_loose_room(sh, NULL, 0);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
         if (!all) break; /* a denial: nothing is charged */

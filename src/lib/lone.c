@@ -18,10 +18,19 @@ sl_algo sl__lone_algo(const uint8_t *rec) { return (sl_algo)sl__rec_algo(rec); }
 int64_t sl__lone_clock(const uint8_t *rec) { return sl__rec_clock(rec); }
 int64_t sl__lone_reset_at(const uint8_t *rec) { return sl__rec_reset_at(rec); }
 
-int sl__lone_in(const uint8_t *rec, const void *room)
+uint8_t *sl__lone_roomed(const void *room) { return sl__shard_loose_roomed(room); }
+
+int sl__lone_stays(unsigned algo)
 {
-    uintptr_t r = (uintptr_t)rec, b = (uintptr_t)room;
-    return room != NULL && r > b && r < b + SL__LONE_ROOM;
+    if (algo >= SL_ALGO_COUNT || algo == SL_SLIDING_LOG || algo == SL_SLIDING_BUCKETS) return 0;
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = (sl_algo)algo;
+    p.limit = 1;
+    p.window_ms = 1000;
+    sl__norm n;
+    sl__norm_from(&n, &p); /* the other algorithms' state has one size */
+    /* the loose record's word, its header, the one-byte key, the state */
+    return sizeof(size_t) + SL__REC_HDR + 1 + sl__state_len(&n) <= SL__LONE_ROOM;
 }
 
 size_t sl__lone_bytes(const uint8_t *rec)

@@ -20,12 +20,14 @@
 #include "store.h"
 #include "sluice.h"
 
-/* Room for one record inside its owner's own memory (8-byte aligned): the
- * record of every algorithm but sliding-log and sliding-buckets fits, so
- * such a key's state needs no allocation of its own (nor a pointer chased
- * to another cache line).  The owner keeps the room while a record lives
- * in it (sl__lone_in); a record that outgrows it moves out. */
-#define SL__LONE_ROOM 32
+/* Room for one record inside its owner's own memory (8-byte aligned,
+ * zeroed before its first use): the record of every algorithm but
+ * sliding-log (and sliding-buckets with many counters) fits, so such a
+ * key's state needs no allocation of its own, nor a pointer chased to
+ * another cache line.  The owner keeps the room while a record lives in
+ * it (sl__lone_roomed); a record that outgrows it moves out and leaves it
+ * free. */
+#define SL__LONE_ROOM 56
 
 /* Decides (commit = 1) or answers (0) a request of `cost` at now_ms with
  * parameters p on *rec (NULL: no state).  A record made for it is put in
@@ -35,11 +37,18 @@
 int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
                     int64_t cost, int commit, sl_result *out);
 
-/* One request of sl__lone_decide_all: the record pointer it decides on. */
+/* Whether a record of algo made in a room stays there whatever happens
+ * to it: it fits and never changes size (not sliding-log nor
+ * sliding-buckets). */
+int sl__lone_stays(unsigned algo);
+
+/* One request of sl__lone_decide_all: the record pointer it decides on,
+ * and the room (or NULL) a record made for it may take. */
 typedef struct sl__lone_req {
     const sl_params *params;
     uint8_t **rec;
     int64_t cost;
+    void *room;
 } sl__lone_req;
 
 /* sl_decide_all on lone records: n (1..SL_MAX_BATCH) requests at now_ms,
@@ -55,8 +64,8 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
  * leaves the room to its owner).  NULL is ignored. */
 void sl__lone_free(sl__shard *sh, uint8_t *rec);
 
-/* Whether rec (not NULL) lives in room (SL__LONE_ROOM bytes). */
-int sl__lone_in(const uint8_t *rec, const void *room);
+/* The record living in room (SL__LONE_ROOM bytes), or NULL: it is free. */
+uint8_t *sl__lone_roomed(const void *room);
 
 /* The algorithm, clock and reset time (clock + reset_after_ms of its last
  * committed decision, rounded up, INT64_MAX for never: store.h) of a

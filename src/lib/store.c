@@ -1353,8 +1353,10 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
  * owner offered (sl__shard_loose_room): a size_t word of its state room --
  * LOOSE_LENT set when it lives in the owner's room, which the shard never
  * frees nor grows (a record that outgrows it moves to an allocation of its
- * own) -- then the record (2-byte aligned, as in a page).  No table, no
- * budget: its owner finds it, and the shard only counts external buffers. */
+ * own) -- then the record (2-byte aligned, as in a page).  A room whose
+ * word is 0 is free: the shard zeroes it when its record leaves.  No
+ * table, no budget: its owner finds it, and the shard only counts external
+ * buffers. */
 
 #define LOOSE_PREFIX sizeof(size_t)
 #define LOOSE_LENT   ((size_t)1 << (sizeof(size_t) * 8 - 1))
@@ -1375,7 +1377,8 @@ static uint8_t *loose_insert(sl__shard *sh, unsigned kind, const void *key, size
 {
     size_t need = LOOSE_PREFIX + SL__REC_HDR + klen + state_len, word = state_len;
     uint8_t *b;
-    if (sh->loose_room && need <= sh->loose_room_len) { /* the owner's room, once */
+    if (sh->loose_room && need <= sh->loose_room_len && loose_word(sh->loose_room + LOOSE_PREFIX) == 0) {
+        /* the owner's free room, once */
         b = sh->loose_room;
         word = (sh->loose_room_len - (need - state_len)) | LOOSE_LENT;
         memset(b, 0, sh->loose_room_len);
@@ -1399,9 +1402,10 @@ static uint8_t *loose_resize(uint8_t *r, size_t new_state_len)
         return r;
     }
     uint8_t *b;
-    if (sl__shard_loose_lent(r)) { /* out of the owner's room, which stays its */
+    if (sl__shard_loose_lent(r)) { /* out of the owner's room, which stays its: free */
         if ((b = malloc(LOOSE_PREFIX + head + new_state_len)) == NULL) return NULL;
         memcpy(b + LOOSE_PREFIX, r, head + cap);
+        memset(r - LOOSE_PREFIX, 0, LOOSE_PREFIX);
     } else if ((b = realloc(r - LOOSE_PREFIX, LOOSE_PREFIX + head + new_state_len)) == NULL) {
         return NULL;
     }
@@ -1414,6 +1418,12 @@ void sl__shard_loose_room(sl__shard *sh, void *room, size_t bytes)
 {
     sh->loose_room = room;
     sh->loose_room_len = room ? bytes : 0;
+}
+
+uint8_t *sl__shard_loose_roomed(const void *room)
+{
+    uint8_t *r = (uint8_t *)room + LOOSE_PREFIX;
+    return loose_word(r) ? r : NULL;
 }
 
 sl__shard *sl__shard_loose_new(uint64_t max_bytes)
@@ -1498,7 +1508,10 @@ void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
 {
     if (sh->loose) {
         if (sl__rec_has_ext(r)) free_ext(sh, r);
-        if (!sl__shard_loose_lent(r)) free(r - LOOSE_PREFIX);
+        if (sl__shard_loose_lent(r))
+            memset(r - LOOSE_PREFIX, 0, LOOSE_PREFIX); /* the room is free again */
+        else
+            free(r - LOOSE_PREFIX);
         return;
     }
     uint32_t i = slot_of_rec(sh, hash, r);

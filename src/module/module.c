@@ -48,13 +48,17 @@ static struct {
     int repl;         /* replication may take what is propagated (repl_watch) */
 } mod;
 
-/* One Redis key's state: a record per algorithm used (NULL: none).  A
- * small record made when the room is free lives in it (lone.h): a key
- * under one bucket algorithm is one allocation, freed in one piece. */
+/* One Redis key's state: its record under each algorithm used.  The
+ * first one of an algorithm that stays in a room (lone.h: not
+ * sliding-log, not sliding-buckets) lives in the value's room; the others
+ * are pointed to by `more`, made when first needed.  A key under one such
+ * algorithm is one 64-byte allocation -- one cache line -- freed in one
+ * piece. */
 typedef struct rlval {
     uint64_t room[SL__LONE_ROOM / 8];
-    uint8_t *rec[SL_ALGO_COUNT];
+    uint8_t **more; /* NULL, or SL_ALGO_COUNT records (or NULL): those not in the room */
 } rlval;
+_Static_assert(sizeof(rlval) == 64, "a value is one cache line");
 
 static const char refused_at[] =
     "AT is refused: this server decides at its own clock (load the sluice module "
@@ -84,25 +88,71 @@ static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
 
 static rlval *val_new(void) { return RedisModule_Calloc(1, sizeof(rlval)); }
 
+/* v's record under algorithm a, or NULL. */
+static uint8_t *val_rec(const rlval *v, int a)
+{
+    uint8_t *r = sl__lone_roomed(v->room);
+    if (r != NULL && (int)sl__lone_algo(r) == a) return r;
+    return v->more ? v->more[a] : NULL;
+}
+
+/* Records r (NULL: none) as v's record under a, after a decision, a load
+ * or a removal made or removed it: the room's record is found in the
+ * room, any other in more, which must exist then (val_more). */
+static void val_set(rlval *v, int a, uint8_t *r)
+{
+    if (r != NULL && r == sl__lone_roomed(v->room)) r = NULL;
+    if (v->more) v->more[a] = r;
+}
+
+/* Makes v->more if it is not there yet: 0, or SL_ENOMEM. */
+static int val_more(rlval *v)
+{
+    if (v->more == NULL) v->more = RedisModule_Calloc(SL_ALGO_COUNT, sizeof *v->more);
+    return v->more ? 0 : SL_ENOMEM;
+}
+
+/* The room for a record of algorithm a to be made in v -- v's room if a's
+ * records stay in one and it is free -- or NULL. */
+static void *val_room(rlval *v, int a)
+{
+    return sl__lone_stays((unsigned)a) && sl__lone_roomed(v->room) == NULL ? v->room : NULL;
+}
+
+/* Whether a decision under a on v may leave a's record outside the room,
+ * so that v->more must exist before it is taken. */
+static int val_needs_more(const rlval *v, int a)
+{
+    if (v->more != NULL || !sl__lone_stays((unsigned)a)) return v->more == NULL;
+    uint8_t *r = sl__lone_roomed(v->room);
+    return r != NULL && (int)sl__lone_algo(r) != a;
+}
+
+/* Frees v->more when it holds no record (a decision that made none). */
+static void val_trim(rlval *v)
+{
+    if (v->more == NULL) return;
+    for (int a = 0; a < SL_ALGO_COUNT; a++)
+        if (v->more[a]) return;
+    RedisModule_Free(v->more);
+    v->more = NULL;
+}
+
 static void val_free(void *p)
 {
     rlval *v = p;
-    for (int a = 0; a < SL_ALGO_COUNT; a++) sl__lone_free(mod.loose, v->rec[a]);
+    sl__lone_free(mod.loose, sl__lone_roomed(v->room));
+    if (v->more) {
+        for (int a = 0; a < SL_ALGO_COUNT; a++) sl__lone_free(mod.loose, v->more[a]);
+        RedisModule_Free(v->more);
+    }
     RedisModule_Free(v);
-}
-
-/* v's room if no record lives in it, else NULL (for a record to be made). */
-static void *val_room(rlval *v)
-{
-    for (int a = 0; a < SL_ALGO_COUNT; a++)
-        if (v->rec[a] && sl__lone_in(v->rec[a], v->room)) return NULL;
-    return v->room;
 }
 
 static int val_empty(const rlval *v)
 {
     for (int a = 0; a < SL_ALGO_COUNT; a++)
-        if (v->rec[a]) return 0;
+        if (val_rec(v, a)) return 0;
     return 1;
 }
 
@@ -137,8 +187,9 @@ static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now, int64_t
 {
     int64_t until = INT64_MIN;
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
-        if (!v->rec[a]) continue;
-        int64_t r = sl__lone_reset_at(v->rec[a]);
+        const uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        int64_t r = sl__lone_reset_at(rec);
         if (r > until) until = r;
     }
     if (until == INT64_MIN) return;
@@ -343,7 +394,7 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         return REDISMODULE_OK;
     sl_result r;
     if (!commit) {
-        uint8_t *rec = v ? v->rec[q.p.algo] : NULL;
+        uint8_t *rec = v ? val_rec(v, q.p.algo) : NULL;
         rc = sl__lone_decide(mod.loose, &rec, NULL, &q.p, now, q.cost, 0, &r);
         RedisModule_CloseKey(key);
         if (rc != 0) return reply_err(ctx, sl_strerror(rc));
@@ -358,13 +409,20 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         }
         made = 1;
     }
-    uint8_t **slot = &v->rec[q.p.algo];
-    rc = sl__lone_decide(mod.loose, slot, *slot ? NULL : val_room(v), &q.p, now, q.cost, 1, &r);
+    uint8_t *rec = val_rec(v, q.p.algo);
+    rc = val_needs_more(v, q.p.algo) ? val_more(v) : 0;
+    if (rc == 0)
+        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.p.algo), &q.p, now, q.cost,
+                             1, &r);
     if (rc != 0) {
-        if (made) val_free(v);
+        if (made)
+            val_free(v);
+        else
+            val_trim(v);
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }
+    val_set(v, q.p.algo, rec);
     if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
     val_expire(key, v, now, q.has_at ? RedisModule_Milliseconds() : now);
     RedisModule_CloseKey(key);
@@ -418,9 +476,10 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (open_val(ctx, argv[1], REDISMODULE_WRITE, &key, &v) != 0) return REDISMODULE_OK;
     int existed = 0;
     for (int a = lo; v && a < hi; a++) {
-        if (!v->rec[a]) continue;
-        sl__lone_free(mod.loose, v->rec[a]);
-        v->rec[a] = NULL;
+        uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        sl__lone_free(mod.loose, rec);
+        val_set(v, a, NULL);
         existed = 1;
     }
     /* the TTL left on what remains is later than it needs: never early */
@@ -538,16 +597,40 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         nopen++;
     }
+    /* One record pointer per (key, algorithm): requests naming the same
+     * share it (sl__lone_decide_all refuses that).  A value's free room
+     * goes to the first request that can take it; a value some request's
+     * record may end up outside the room of gets its `more` first. */
     sl__lone_req reqs[SL_MAX_BATCH];
     sl_result out[SL_MAX_BATCH];
-    int all = 0;
+    uint8_t *recs[SL_MAX_BATCH];
+    int first[SL_MAX_BATCH], roomed[SL_MAX_BATCH] = {0}, all = 0, decided = 0;
     size_t bad = 0;
-    if (rc == 0) {
-        for (int k = 0; k < b.n; k++)
-            reqs[k] = (sl__lone_req){&b.q[k].p, &vals[owner[k]]->rec[b.q[k].p.algo], b.q[k].cost};
-        rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
+    for (int k = 0; k < b.n && rc == 0; k++) {
+        rlval *v = vals[owner[k]];
+        int a = (int)b.q[k].p.algo;
+        first[k] = k;
+        for (int j = 0; j < k && first[k] == k; j++)
+            if (owner[j] == owner[k] && (int)b.q[j].p.algo == a) first[k] = j;
+        void *room = NULL;
+        if (first[k] == k) {
+            recs[k] = val_rec(v, a);
+            if (recs[k] == NULL && !roomed[owner[k]] && (room = val_room(v, a)) != NULL)
+                roomed[owner[k]] = 1;
+            else if ((recs[k] == NULL || recs[k] != sl__lone_roomed(v->room)) &&
+                     (rc = val_more(v)) != 0)
+                bad = (size_t)k;
+        }
+        reqs[k] = (sl__lone_req){&b.q[k].p, &recs[first[k]], b.q[k].cost, room};
     }
+    if (rc == 0) {
+        rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
+        decided = 1;
+    }
+    for (int k = 0; decided && k < b.n; k++)
+        if (first[k] == k) val_set(vals[owner[k]], (int)b.q[k].p.algo, recs[k]);
     for (int o = 0; o < nopen; o++) {
+        val_trim(vals[o]);
         if (made[o] && val_empty(vals[o])) {
             val_free(vals[o]);
         } else {
@@ -607,16 +690,29 @@ static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         sl__lone_free(mod.loose, rec);
         return REDISMODULE_OK;
     }
-    if (v == NULL) {
-        if ((v = val_new()) == NULL) {
-            sl__lone_free(mod.loose, rec);
-            RedisModule_CloseKey(key);
-            return reply_err(ctx, sl_strerror(SL_ENOMEM));
-        }
-        RedisModule_ModuleTypeSetValue(key, mod.type, v);
+    int made = v == NULL;
+    if (made && (v = val_new()) == NULL) rc = SL_ENOMEM;
+    /* the record replaces a's: in the room when a's records stay there
+     * and the room is free or holds a's; else in more */
+    uint8_t *old = rc == 0 ? val_rec(v, a) : NULL;
+    int to_room = rc == 0 && sl__lone_stays(a) &&
+                  (old ? old == sl__lone_roomed(v->room) : sl__lone_roomed(v->room) == NULL);
+    if (rc == 0 && !to_room) rc = val_more(v);
+    if (rc != 0) {
+        sl__lone_free(mod.loose, rec);
+        if (made && v) val_free(v);
+        RedisModule_CloseKey(key);
+        return reply_err(ctx, sl_strerror(rc));
     }
-    sl__lone_free(mod.loose, v->rec[a]);
-    v->rec[a] = rec;
+    sl__lone_free(mod.loose, old);
+    val_set(v, a, NULL);
+    if (to_room) { /* loaded again, in the room: checked, and nothing to allocate */
+        sl__lone_free(mod.loose, rec);
+        rec = NULL;
+        sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, v->room, &rec);
+    }
+    val_set(v, a, rec);
+    if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
     RedisModule_CloseKey(key);
     RedisModule_ReplicateVerbatim(ctx);
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
@@ -629,13 +725,14 @@ static void type_save(RedisModuleIO *io, void *p)
 {
     rlval *v = p;
     uint64_t n = 0;
-    for (int a = 0; a < SL_ALGO_COUNT; a++) n += v->rec[a] != NULL;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) n += val_rec(v, a) != NULL;
     RedisModule_SaveUnsigned(io, n);
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
-        if (!v->rec[a]) continue;
-        size_t len = sl__lone_dump_len(v->rec[a]);
+        const uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        size_t len = sl__lone_dump_len(rec);
         uint8_t *buf = RedisModule_Alloc(len);
-        sl__lone_dump(v->rec[a], buf);
+        sl__lone_dump(rec, buf);
         RedisModule_SaveUnsigned(io, (uint64_t)a);
         RedisModule_SaveStringBuffer(io, (const char *)buf, len);
         RedisModule_Free(buf);
@@ -655,10 +752,15 @@ static void *type_load(RedisModuleIO *io, int encver)
         uint64_t a = RedisModule_LoadUnsigned(io);
         size_t len;
         char *buf = RedisModule_LoadStringBuffer(io, &len);
-        int rc = a < SL_ALGO_COUNT && !v->rec[a] && buf
-                     ? sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, val_room(v),
-                                     &v->rec[a])
-                     : SL_EINVAL;
+        int rc = SL_EINVAL;
+        if (a < SL_ALGO_COUNT && val_rec(v, (int)a) == NULL && buf) {
+            uint8_t *rec = NULL;
+            void *room = val_room(v, (int)a);
+            rc = room ? 0 : val_more(v);
+            if (rc == 0)
+                rc = sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, room, &rec);
+            if (rc == 0) val_set(v, (int)a, rec);
+        }
         if (buf) RedisModule_Free(buf);
         if (rc != 0) {
             RedisModule_LogIOError(io, "warning", "sluice: record %llu of a key: %s",
@@ -675,10 +777,11 @@ static void type_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 {
     rlval *v = p;
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
-        if (!v->rec[a]) continue;
-        size_t len = sl__lone_dump_len(v->rec[a]);
+        const uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        size_t len = sl__lone_dump_len(rec);
         uint8_t *buf = RedisModule_Alloc(len);
-        sl__lone_dump(v->rec[a], buf);
+        sl__lone_dump(rec, buf);
         RedisModule_EmitAOF(aof, "RL.RESTORE", "scb", key, sl_algo_name((sl_algo)a),
                             (const char *)buf, len);
         RedisModule_Free(buf);
@@ -688,9 +791,11 @@ static void type_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 static size_t type_mem(const void *p)
 {
     const rlval *v = p;
-    size_t n = sizeof *v;
-    for (int a = 0; a < SL_ALGO_COUNT; a++)
-        if (v->rec[a]) n += sl__lone_bytes(v->rec[a]);
+    size_t n = sizeof *v + (v->more ? SL_ALGO_COUNT * sizeof *v->more : 0);
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        const uint8_t *rec = val_rec(v, a);
+        if (rec) n += sl__lone_bytes(rec);
+    }
     return n;
 }
 
