@@ -1377,9 +1377,9 @@ static uint8_t *loose_insert(sl__shard *sh, unsigned kind, const void *key, size
 {
     size_t need = LOOSE_PREFIX + SL__REC_HDR + klen + state_len, word = state_len;
     uint8_t *b;
-    if (sh->loose_room && need <= sh->loose_room_len && loose_word(sh->loose_room + LOOSE_PREFIX) == 0) {
-        /* the owner's free room, once */
-        b = sh->loose_room;
+    uint8_t *room = sh->loose_room;
+    if (room && need <= sh->loose_room_len && loose_word(room + LOOSE_PREFIX) == 0) {
+        b = room; /* the owner's free room, once */
         word = (sh->loose_room_len - (need - state_len)) | LOOSE_LENT;
         memset(b, 0, sh->loose_room_len);
         sh->loose_room = NULL;

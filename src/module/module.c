@@ -18,10 +18,11 @@
  * `max-client-skew`).  Redis runs commands one at a time, so no locks.
  *
  * Speed (docs/module.md, "Numbers"): a decision's own work is small next
- * to Redis's; what the module adds is kept to the key's lookup, the TTL's
- * (one dictionary update, at an absolute time: no second clock read) and
- * the reply -- the decision's propagation is built only when something
- * can take it (repl_watch below).
+ * to Redis's; what the module adds is kept to the key's lookup, one cache
+ * line of value holding the record (rlval), the TTL's dictionary update
+ * (at an absolute time: no second clock read) and the reply -- the
+ * decision's propagation is built only when something can take it
+ * (repl_watch below).
  */
 #include <stdio.h>
 #include <string.h>
@@ -706,7 +707,8 @@ static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     }
     sl__lone_free(mod.loose, old);
     val_set(v, a, NULL);
-    if (to_room) { /* loaded again, in the room: checked, and nothing to allocate */
+    if (to_room) { /* loaded again, in the room: the bytes are checked, and a record
+                    * that stays in a room needs no allocation, so this cannot fail */
         sl__lone_free(mod.loose, rec);
         rec = NULL;
         sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, v->room, &rec);
