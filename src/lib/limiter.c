@@ -288,7 +288,7 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
 
 /* ---- lone records (lone.h): decide_held on a loose shard's record ---------- */
 
-int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms,
+int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
                     int64_t cost, int commit, sl_result *out)
 {
     int rc = sl_params_check(p);
@@ -300,7 +300,9 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t no
     if (n.big > sl__shard_loose_rec_max(sh)) return SL_ETOOBIG; /* check_size */
     uint8_t *r = *rec;
     uint16_t m = r ? sl__rec_meta(r) : 0;
+    if (r == NULL && commit) sl__shard_loose_room(sh, room, SL__LONE_ROOM); /* for the insert */
     rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
+    sl__shard_loose_room(sh, NULL, 0);
     if (r != NULL) sl__rec_release(r, m);
     *rec = r;
     return rc;
@@ -336,8 +338,10 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
     size_t i = 0;
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         for (i = 0; i < n && rc == 0; i++) {
+            if (pass == 1 && rec[i] == NULL) sl__shard_loose_room(sh, reqs[i].room, SL__LONE_ROOM);
             rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms,
                              reqs[i].cost, pass, &out[i]);
+            sl__shard_loose_room(sh, NULL, 0);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
         if (!all) break; /* a denial: nothing is charged */

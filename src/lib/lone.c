@@ -18,11 +18,28 @@ sl_algo sl__lone_algo(const uint8_t *rec) { return (sl_algo)sl__rec_algo(rec); }
 int64_t sl__lone_clock(const uint8_t *rec) { return sl__rec_clock(rec); }
 int64_t sl__lone_reset_at(const uint8_t *rec) { return sl__rec_reset_at(rec); }
 
+uint8_t *sl__lone_roomed(const void *room) { return sl__shard_loose_roomed(room); }
+
+int sl__lone_stays(unsigned algo)
+{
+    if (algo >= SL_ALGO_COUNT || algo == SL_SLIDING_LOG || algo == SL_SLIDING_BUCKETS) return 0;
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = (sl_algo)algo;
+    p.limit = 1;
+    p.window_ms = 1000;
+    sl__norm n;
+    sl__norm_from(&n, &p); /* the other algorithms' state has one size */
+    /* the loose record's word, its header, the one-byte key, the state */
+    return sizeof(size_t) + SL__REC_HDR + 1 + sl__state_len(&n) <= SL__LONE_ROOM;
+}
+
 size_t sl__lone_bytes(const uint8_t *rec)
 {
     /* the state's room is at least what a dump holds; a ring is counted
      * at its capacity */
-    size_t n = sizeof(size_t) + SL__REC_HDR + sl__rec_klen(rec) + sl__state_dump_len(rec);
+    size_t n = sl__shard_loose_lent(rec)
+                   ? 0
+                   : sizeof(size_t) + SL__REC_HDR + sl__rec_klen(rec) + sl__state_dump_len(rec);
     if (sl__rec_has_ext(rec)) n += sl__ld32(rec + SL__REC_HDR + sl__rec_klen(rec) + 8);
     return n;
 }
@@ -36,17 +53,20 @@ void sl__lone_dump(const uint8_t *rec, uint8_t *dst)
     sl__state_dump(rec, dst + LONE_HDR);
 }
 
-int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, uint8_t **rec)
+int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, void *room,
+                  uint8_t **rec)
 {
     if (algo >= SL_ALGO_COUNT || len < LONE_HDR) return SL_EINVAL;
     unsigned flags = sl__ld16(src);
     int64_t clock = (int64_t)sl__ld64(src + 4);
     const uint8_t *st = src + LONE_HDR;
-    size_t slen = len - LONE_HDR, room;
+    size_t slen = len - LONE_HDR, need;
     if (flags > (SL__REC_LIMIT | SL__REC_F1) || clock <= -SL_MAX_TIME_MS ||
-        clock >= SL_MAX_TIME_MS || (room = sl__state_load_len(algo, st, slen)) == 0)
+        clock >= SL_MAX_TIME_MS || (need = sl__state_load_len(algo, st, slen)) == 0)
         return SL_EINVAL;
-    uint8_t *r = sl__shard_insert(sh, 0, algo, "", 1, room, clock);
+    sl__shard_loose_room(sh, room, SL__LONE_ROOM);
+    uint8_t *r = sl__shard_insert(sh, 0, algo, "", 1, need, clock);
+    sl__shard_loose_room(sh, NULL, 0);
     if (r == NULL) return SL_ENOMEM;
     int rc = sl__state_load(sh, r, st, slen, clock);
     if (rc != 0) {

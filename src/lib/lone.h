@@ -20,18 +20,35 @@
 #include "store.h"
 #include "sluice.h"
 
-/* Decides (commit = 1) or answers (0) a request of `cost` at now_ms with
- * parameters p on *rec (NULL: no state).  Returns 0 and fills *out, or the
- * SL_E* code sl_decide would return (parameters, cost, time; SL_ENOMEM),
- * with *rec untouched. */
-int sl__lone_decide(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms, int64_t cost,
-                    int commit, sl_result *out);
+/* Room for one record inside its owner's own memory (8-byte aligned,
+ * zeroed before its first use): the record of every algorithm but
+ * sliding-log (and sliding-buckets with many counters) fits, so such a
+ * key's state needs no allocation of its own, nor a pointer chased to
+ * another cache line.  The owner keeps the room while a record lives in
+ * it (sl__lone_roomed); a record that outgrows it moves out and leaves it
+ * free. */
+#define SL__LONE_ROOM 56
 
-/* One request of sl__lone_decide_all: the record pointer it decides on. */
+/* Decides (commit = 1) or answers (0) a request of `cost` at now_ms with
+ * parameters p on *rec (NULL: no state).  A record made for it is put in
+ * room (SL__LONE_ROOM bytes, or NULL: an allocation of its own) if it
+ * fits.  Returns 0 and fills *out, or the SL_E* code sl_decide would
+ * return (parameters, cost, time; SL_ENOMEM), with *rec untouched. */
+int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
+                    int64_t cost, int commit, sl_result *out);
+
+/* Whether a record of algo made in a room stays there whatever happens
+ * to it: it fits and never changes size (not sliding-log nor
+ * sliding-buckets). */
+int sl__lone_stays(unsigned algo);
+
+/* One request of sl__lone_decide_all: the record pointer it decides on,
+ * and the room (or NULL) a record made for it may take. */
 typedef struct sl__lone_req {
     const sl_params *params;
     uint8_t **rec;
     int64_t cost;
+    void *room;
 } sl__lone_req;
 
 /* sl_decide_all on lone records: n (1..SL_MAX_BATCH) requests at now_ms,
@@ -43,8 +60,12 @@ typedef struct sl__lone_req {
 int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64_t now_ms,
                         sl_result *out, int *all_allowed, size_t *bad);
 
-/* Frees a record (and its sliding-log ring).  NULL is ignored. */
+/* Frees a record (and its sliding-log ring; a record in its owner's room
+ * leaves the room to its owner).  NULL is ignored. */
 void sl__lone_free(sl__shard *sh, uint8_t *rec);
+
+/* The record living in room (SL__LONE_ROOM bytes), or NULL: it is free. */
+uint8_t *sl__lone_roomed(const void *room);
 
 /* The algorithm, clock and reset time (clock + reset_after_ms of its last
  * committed decision, rounded up, INT64_MAX for never: store.h) of a
@@ -53,17 +74,19 @@ sl_algo sl__lone_algo(const uint8_t *rec);
 int64_t sl__lone_clock(const uint8_t *rec);
 int64_t sl__lone_reset_at(const uint8_t *rec);
 
-/* Bytes the record holds: its allocation and its ring (an estimate of
- * what the allocator gives). */
+/* Bytes the record holds: its allocation (none in its owner's room) and
+ * its ring (an estimate of what the allocator gives). */
 size_t sl__lone_bytes(const uint8_t *rec);
 
 /* A record as portable bytes (persistence): sl__lone_dump_len bytes,
  * written by sl__lone_dump: u16 flags, u16 reset code, i64 clock, then
  * the state (engine.h's sl__state_dump).  sl__lone_load makes a record of
- * algorithm algo from such bytes: 0 and *rec, or SL_EINVAL when they are
- * malformed (out of range, wrong length) or SL_ENOMEM. */
+ * algorithm algo from such bytes (in room, as sl__lone_decide does): 0 and
+ * *rec, or SL_EINVAL when they are malformed (out of range, wrong length)
+ * or SL_ENOMEM. */
 size_t sl__lone_dump_len(const uint8_t *rec);
 void sl__lone_dump(const uint8_t *rec, uint8_t *dst);
-int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, uint8_t **rec);
+int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, void *room,
+                  uint8_t **rec);
 
 #endif

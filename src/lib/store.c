@@ -221,6 +221,8 @@ struct sl__shard {
     int loose;             /* a loose shard (sl__shard_loose_new): no table, each
                               record its own allocation, owned by the caller */
     uint64_t loose_rec_max; /* a loose shard's bound on one record (sl__lone_decide) */
+    uint8_t *loose_room;    /* room its owner offers for the next record (or NULL) */
+    size_t loose_room_len;  /* its bytes */
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
@@ -1347,25 +1349,44 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 }
 
 /* ---- loose shards (store.h) ---------------------------------------------------
- * A record of a loose shard is its own allocation: a size_t of its state
- * room, then the record (2-byte aligned, as in a page).  No table, no
- * budget: its owner finds it, and the shard only counts external buffers. */
+ * A record of a loose shard is its own allocation, or lives in room its
+ * owner offered (sl__shard_loose_room): a size_t word of its state room --
+ * LOOSE_LENT set when it lives in the owner's room, which the shard never
+ * frees nor grows (a record that outgrows it moves to an allocation of its
+ * own) -- then the record (2-byte aligned, as in a page).  A room whose
+ * word is 0 is free: the shard zeroes it when its record leaves.  No
+ * table, no budget: its owner finds it, and the shard only counts external
+ * buffers. */
 
 #define LOOSE_PREFIX sizeof(size_t)
+#define LOOSE_LENT   ((size_t)1 << (sizeof(size_t) * 8 - 1))
 
-static size_t loose_cap(const uint8_t *r)
+static size_t loose_word(const uint8_t *r)
 {
-    size_t cap;
-    memcpy(&cap, r - LOOSE_PREFIX, sizeof cap);
-    return cap;
+    size_t w;
+    memcpy(&w, r - LOOSE_PREFIX, sizeof w);
+    return w;
 }
 
-static uint8_t *loose_insert(unsigned kind, const void *key, size_t klen, size_t state_len,
-                             int64_t now_ms)
+static size_t loose_cap(const uint8_t *r) { return loose_word(r) & ~LOOSE_LENT; }
+
+int sl__shard_loose_lent(const uint8_t *r) { return (loose_word(r) & LOOSE_LENT) != 0; }
+
+static uint8_t *loose_insert(sl__shard *sh, unsigned kind, const void *key, size_t klen,
+                             size_t state_len, int64_t now_ms)
 {
-    uint8_t *b = calloc(1, LOOSE_PREFIX + SL__REC_HDR + klen + state_len);
-    if (!b) return NULL;
-    memcpy(b, &state_len, sizeof state_len);
+    size_t need = LOOSE_PREFIX + SL__REC_HDR + klen + state_len, word = state_len;
+    uint8_t *b;
+    uint8_t *room = sh->loose_room;
+    if (room && need <= sh->loose_room_len && loose_word(room + LOOSE_PREFIX) == 0) {
+        b = room; /* the owner's free room, once */
+        word = (sh->loose_room_len - (need - state_len)) | LOOSE_LENT;
+        memset(b, 0, sh->loose_room_len);
+        sh->loose_room = NULL;
+    } else if ((b = calloc(1, need)) == NULL) {
+        return NULL;
+    }
+    memcpy(b, &word, sizeof word);
     uint8_t *r = b + LOOSE_PREFIX;
     sl__rec_set_clock(r, now_ms);
     memcpy(r + SL__REC_HDR, key, klen);
@@ -1380,11 +1401,29 @@ static uint8_t *loose_resize(uint8_t *r, size_t new_state_len)
         memset(r + head + new_state_len, 0, cap - new_state_len);
         return r;
     }
-    uint8_t *b = realloc(r - LOOSE_PREFIX, LOOSE_PREFIX + head + new_state_len);
-    if (!b) return NULL;
+    uint8_t *b;
+    if (sl__shard_loose_lent(r)) { /* out of the owner's room, which stays its: free */
+        if ((b = malloc(LOOSE_PREFIX + head + new_state_len)) == NULL) return NULL;
+        memcpy(b + LOOSE_PREFIX, r, head + cap);
+        memset(r - LOOSE_PREFIX, 0, LOOSE_PREFIX);
+    } else if ((b = realloc(r - LOOSE_PREFIX, LOOSE_PREFIX + head + new_state_len)) == NULL) {
+        return NULL;
+    }
     memcpy(b, &new_state_len, sizeof new_state_len);
     memset(b + LOOSE_PREFIX + head + cap, 0, new_state_len - cap);
     return b + LOOSE_PREFIX;
+}
+
+void sl__shard_loose_room(sl__shard *sh, void *room, size_t bytes)
+{
+    sh->loose_room = room;
+    sh->loose_room_len = room ? bytes : 0;
+}
+
+uint8_t *sl__shard_loose_roomed(const void *room)
+{
+    uint8_t *r = (uint8_t *)room + LOOSE_PREFIX;
+    return loose_word(r) ? r : NULL;
 }
 
 sl__shard *sl__shard_loose_new(uint64_t max_bytes)
@@ -1408,7 +1447,7 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
 {
     sh->fail = SL_ENOMEM;
     if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || kind > 15) return NULL;
-    if (sh->loose) return loose_insert(kind, key, klen, state_len, now_ms);
+    if (sh->loose) return loose_insert(sh, kind, key, klen, state_len, now_ms);
     uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
     if (!h) return NULL;
     uint8_t *r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
@@ -1469,7 +1508,10 @@ void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
 {
     if (sh->loose) {
         if (sl__rec_has_ext(r)) free_ext(sh, r);
-        free(r - LOOSE_PREFIX);
+        if (sl__shard_loose_lent(r))
+            memset(r - LOOSE_PREFIX, 0, LOOSE_PREFIX); /* the room is free again */
+        else
+            free(r - LOOSE_PREFIX);
         return;
     }
     uint32_t i = slot_of_rec(sh, hash, r);

@@ -326,6 +326,18 @@ sl__shard *sl__shard_loose_new(uint64_t max_bytes);
  * max_bytes the loose shard was made with (sl__store_rec_max), UINT64_MAX
  * for 0.  Parameters that could pass it are refused (SL_ETOOBIG). */
 uint64_t sl__shard_loose_rec_max(const sl__shard *sh);
+/* Offers `bytes` of room (8-byte aligned, the owner's, zeroed before its
+ * first use) for the next record made in the loose shard, instead of an
+ * allocation of its own: taken by that insert if the room is free and the
+ * record fits, else left; room NULL withdraws it.  The owner withdraws it
+ * before the room goes away, and keeps the room as long as a record lives
+ * in it (sl__shard_loose_roomed): the shard never frees it, and a record
+ * that outgrows it moves to an allocation of its own, leaving it free. */
+void sl__shard_loose_room(sl__shard *sh, void *room, size_t bytes);
+/* The record living in room (offered before), or NULL when it is free. */
+uint8_t *sl__shard_loose_roomed(const void *room);
+/* Whether a loose shard's record lives in room its owner offered. */
+int sl__shard_loose_lent(const uint8_t *r);
 void sl__shard_loose_free(sl__shard *sh);
 uint64_t sl__shard_loose_bytes(const sl__shard *sh);
 

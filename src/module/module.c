@@ -16,6 +16,13 @@
  * Time: Redis's clock (RedisModule_Milliseconds), unless loaded with
  * `trust-client-time yes` (then AT t is accepted, bounded by
  * `max-client-skew`).  Redis runs commands one at a time, so no locks.
+ *
+ * Speed (docs/module.md, "Numbers"): a decision's own work is small next
+ * to Redis's; what the module adds is kept to the key's lookup, one cache
+ * line of value holding the record (rlval), the TTL's dictionary update
+ * (at an absolute time: no second clock read) and the reply -- the
+ * decision's propagation is built only when something can take it
+ * (repl_watch below).
  */
 #include <stdio.h>
 #include <string.h>
@@ -39,12 +46,20 @@ static struct {
     uint64_t max_memory; /* bounds one key's state to 1/64 of it, as sluiced's store */
     RedisModuleType *type;
     sl__shard *loose; /* where the lone records live (counts sliding-log rings) */
+    int repl;         /* replication may take what is propagated (repl_watch) */
 } mod;
 
-/* One Redis key's state: a record per algorithm used (NULL: none). */
+/* One Redis key's state: its record under each algorithm used.  The
+ * first one of an algorithm that stays in a room (lone.h: not
+ * sliding-log, not sliding-buckets) lives in the value's room; the others
+ * are pointed to by `more`, made when first needed.  A key under one such
+ * algorithm is one 64-byte allocation -- one cache line -- freed in one
+ * piece. */
 typedef struct rlval {
-    uint8_t *rec[SL_ALGO_COUNT];
+    uint64_t room[SL__LONE_ROOM / 8];
+    uint8_t **more; /* NULL, or SL_ALGO_COUNT records (or NULL): those not in the room */
 } rlval;
+_Static_assert(sizeof(rlval) == 64, "a value is one cache line");
 
 static const char refused_at[] =
     "AT is refused: this server decides at its own clock (load the sluice module "
@@ -74,17 +89,71 @@ static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
 
 static rlval *val_new(void) { return RedisModule_Calloc(1, sizeof(rlval)); }
 
+/* v's record under algorithm a, or NULL. */
+static uint8_t *val_rec(const rlval *v, int a)
+{
+    uint8_t *r = sl__lone_roomed(v->room);
+    if (r != NULL && (int)sl__lone_algo(r) == a) return r;
+    return v->more ? v->more[a] : NULL;
+}
+
+/* Records r (NULL: none) as v's record under a, after a decision, a load
+ * or a removal made or removed it: the room's record is found in the
+ * room, any other in more, which must exist then (val_more). */
+static void val_set(rlval *v, int a, uint8_t *r)
+{
+    if (r != NULL && r == sl__lone_roomed(v->room)) r = NULL;
+    if (v->more) v->more[a] = r;
+}
+
+/* Makes v->more if it is not there yet: 0, or SL_ENOMEM. */
+static int val_more(rlval *v)
+{
+    if (v->more == NULL) v->more = RedisModule_Calloc(SL_ALGO_COUNT, sizeof *v->more);
+    return v->more ? 0 : SL_ENOMEM;
+}
+
+/* The room for a record of algorithm a to be made in v -- v's room if a's
+ * records stay in one and it is free -- or NULL. */
+static void *val_room(rlval *v, int a)
+{
+    return sl__lone_stays((unsigned)a) && sl__lone_roomed(v->room) == NULL ? v->room : NULL;
+}
+
+/* Whether a decision under a on v may leave a's record outside the room,
+ * so that v->more must exist before it is taken. */
+static int val_needs_more(const rlval *v, int a)
+{
+    if (v->more != NULL || !sl__lone_stays((unsigned)a)) return v->more == NULL;
+    uint8_t *r = sl__lone_roomed(v->room);
+    return r != NULL && (int)sl__lone_algo(r) != a;
+}
+
+/* Frees v->more when it holds no record (a decision that made none). */
+static void val_trim(rlval *v)
+{
+    if (v->more == NULL) return;
+    for (int a = 0; a < SL_ALGO_COUNT; a++)
+        if (v->more[a]) return;
+    RedisModule_Free(v->more);
+    v->more = NULL;
+}
+
 static void val_free(void *p)
 {
     rlval *v = p;
-    for (int a = 0; a < SL_ALGO_COUNT; a++) sl__lone_free(mod.loose, v->rec[a]);
+    sl__lone_free(mod.loose, sl__lone_roomed(v->room));
+    if (v->more) {
+        for (int a = 0; a < SL_ALGO_COUNT; a++) sl__lone_free(mod.loose, v->more[a]);
+        RedisModule_Free(v->more);
+    }
     RedisModule_Free(v);
 }
 
 static int val_empty(const rlval *v)
 {
     for (int a = 0; a < SL_ALGO_COUNT; a++)
-        if (v->rec[a]) return 0;
+        if (val_rec(v, a)) return 0;
     return 1;
 }
 
@@ -111,15 +180,17 @@ static int parse_at(RedisModuleCtx *ctx, RedisModuleString *arg, int64_t *out, c
 
 /* Sets the key's TTL to when all of v's state comes to rest (the latest
  * reset time of its records, each rounded up: never early) -- as seen from
- * `now`, the time it was decided at.  With client time trusted the key's
- * times may not be Redis's, so it is kept at least an hour of real time.
- * No TTL when some state never comes to rest. */
-static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now)
+ * `now`, the time it was decided at, which is `clock` on Redis's clock
+ * (the same time unless the request carried AT).  With client time trusted
+ * the key's times may not be Redis's, so it is kept at least an hour of
+ * real time.  No TTL when some state never comes to rest. */
+static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now, int64_t clock)
 {
     int64_t until = INT64_MIN;
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
-        if (!v->rec[a]) continue;
-        int64_t r = sl__lone_reset_at(v->rec[a]);
+        const uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        int64_t r = sl__lone_reset_at(rec);
         if (r > until) until = r;
     }
     if (until == INT64_MIN) return;
@@ -131,7 +202,8 @@ static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now)
     int64_t ttl = until - now;
     if (mod.trust_client_time && ttl < HOUR_MS) ttl = HOUR_MS;
     if (ttl < 1) ttl = 1;
-    RedisModule_SetExpire(key, ttl);
+    /* absolute: RedisModule_SetExpire would read the clock again */
+    RedisModule_SetAbsExpire(key, clock + ttl);
 }
 
 /* Opens keyname for writing (or reading) and finds its value: 0 with *vp
@@ -151,6 +223,69 @@ static int open_val(RedisModuleCtx *ctx, RedisModuleString *name, int mode, Redi
     if (t != REDISMODULE_KEYTYPE_EMPTY) *vp = RedisModule_ModuleTypeGetValue(k);
     *kp = k;
     return 0;
+}
+
+/* ---- propagation: built only when something can take it ---------------------
+ * A decision at Redis's clock is propagated as the decision at its time
+ * (the command with AT now added) for the AOF and the replicas.  Building
+ * that command (RedisModule_Replicate: a command-table lookup and new
+ * argument objects, freed again) costs about as much as the decision, and
+ * Redis drops it unless its AOF is on or, being a master, it has replicas
+ * or a replication backlog.  The AOF is read from the context flags at
+ * each decision (CONFIG SET appendonly yes sets them before its rewrite
+ * starts).  The rest is mod.repl, kept conservatively by repl_watch:
+ *   - 1 when the module loads on a replica, or on a server with replicas
+ *     or a backlog;
+ *   - 1 when a child process is born (a full sync forks before it gives
+ *     the replica its starting offset, so every decision after that is
+ *     built), when the replication role changes, when a replica goes
+ *     online or offline;
+ *   - when a child dies, 1 only if INFO shows replicas or a backlog, or
+ *     this server is a replica (a plain BGSAVE or AOF rewrite leaves it 0
+ *     again).
+ * A replica's PSYNC makes the backlog before the fork; what goes in
+ * between reaches no replica (the fork's snapshot holds it and the
+ * replica's offset starts after it).  When nothing can take it the
+ * command is "propagated" verbatim: Redis drops it at once but counts the
+ * change (server.dirty, which drives the RDB save points), as before. */
+
+/* Whether replication can take what is propagated now, from INFO. */
+static int repl_now(RedisModuleCtx *ctx)
+{
+    if (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_SLAVE) return 1;
+    RedisModuleServerInfoData *inf = RedisModule_GetServerInfo(ctx, "replication");
+    if (inf == NULL) return 1;
+    int e1 = 0, e2 = 0;
+    long long replicas = RedisModule_ServerInfoGetFieldSigned(inf, "connected_slaves", &e1);
+    long long backlog = RedisModule_ServerInfoGetFieldSigned(inf, "repl_backlog_active", &e2);
+    RedisModule_FreeServerInfo(ctx, inf);
+    return e1 != 0 || e2 != 0 || replicas != 0 || backlog != 0;
+}
+
+/* The server events that may start or end replication (above). */
+static void repl_watch(RedisModuleCtx *ctx, RedisModuleEvent eid, uint64_t subevent, void *data)
+{
+    (void)data;
+    if (eid.id == REDISMODULE_EVENT_FORK_CHILD && subevent == REDISMODULE_SUBEVENT_FORK_CHILD_DIED)
+        mod.repl = repl_now(ctx);
+    else
+        mod.repl = 1;
+}
+
+/* Propagates a decision made at `now`, Redis's clock: the command with its
+ * arguments and AT now (first, for RL.DECIDEALL: at_first), or verbatim
+ * when nothing can take it. */
+static void replicate_at(RedisModuleCtx *ctx, const char *cmd, RedisModuleString **argv, int argc,
+                         int64_t now, int at_first)
+{
+    if (!mod.repl && !(RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_AOF)) {
+        RedisModule_ReplicateVerbatim(ctx); /* dropped by Redis, counted as a change */
+        return;
+    }
+    if (at_first)
+        RedisModule_Replicate(ctx, cmd, "clv", "AT", (long long)now, argv + 1, (size_t)(argc - 1));
+    else
+        RedisModule_Replicate(ctx, cmd, "vcl", argv + 1, (size_t)(argc - 1), "AT", (long long)now);
 }
 
 /* ---- parsing: one request's key, limit, window and options ------------------ */
@@ -274,8 +409,8 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         return REDISMODULE_OK;
     sl_result r;
     if (!commit) {
-        uint8_t *rec = v ? v->rec[q.p.algo] : NULL;
-        rc = sl__lone_decide(mod.loose, &rec, &q.p, now, q.cost, 0, &r);
+        uint8_t *rec = v ? val_rec(v, q.p.algo) : NULL;
+        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.p, now, q.cost, 0, &r);
         RedisModule_CloseKey(key);
         if (rc != 0) return reply_err(ctx, sl_strerror(rc));
         reply_fields(ctx, &r);
@@ -289,22 +424,29 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         }
         made = 1;
     }
-    rc = sl__lone_decide(mod.loose, &v->rec[q.p.algo], &q.p, now, q.cost, 1, &r);
+    uint8_t *rec = val_rec(v, q.p.algo);
+    rc = val_needs_more(v, q.p.algo) ? val_more(v) : 0;
+    if (rc == 0)
+        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.p.algo), &q.p, now, q.cost,
+                             1, &r);
     if (rc != 0) {
-        if (made) val_free(v);
+        if (made)
+            val_free(v);
+        else
+            val_trim(v);
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }
+    val_set(v, q.p.algo, rec);
     if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
-    val_expire(key, v, now);
+    val_expire(key, v, now, q.has_at ? RedisModule_Milliseconds() : now);
     RedisModule_CloseKey(key);
     /* the decision at its time, so a replica's state (and the AOF's) is
      * the master's */
     if (q.has_at)
         RedisModule_ReplicateVerbatim(ctx);
     else
-        RedisModule_Replicate(ctx, "RL.ALLOW", "vcl", argv + 1, (size_t)(argc - 1), "AT",
-                              (long long)now);
+        replicate_at(ctx, "RL.ALLOW", argv, argc, now, 0);
     reply_fields(ctx, &r);
     return REDISMODULE_OK;
 }
@@ -349,9 +491,10 @@ static int cmd_reset(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (open_val(ctx, argv[1], REDISMODULE_WRITE, &key, &v) != 0) return REDISMODULE_OK;
     int existed = 0;
     for (int a = lo; v && a < hi; a++) {
-        if (!v->rec[a]) continue;
-        sl__lone_free(mod.loose, v->rec[a]);
-        v->rec[a] = NULL;
+        uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        sl__lone_free(mod.loose, rec);
+        val_set(v, a, NULL);
         existed = 1;
     }
     /* the TTL left on what remains is later than it needs: never early */
@@ -428,7 +571,8 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return REDISMODULE_OK;
     }
     if (perr != 0) return reply_err(ctx, err);
-    int64_t now = b.has_at ? b.at : RedisModule_Milliseconds();
+    int64_t clock = RedisModule_Milliseconds();
+    int64_t now = b.has_at ? b.at : clock;
     for (int k = 0; k < b.n; k++) {
         int rc = sl_params_check(&b.q[k].p);
         if (rc != 0) {
@@ -468,21 +612,45 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         nopen++;
     }
+    /* One record pointer per (key, algorithm): requests naming the same
+     * share it (sl__lone_decide_all refuses that).  A value's free room
+     * goes to the first request that can take it; a value some request's
+     * record may end up outside the room of gets its `more` first. */
     sl__lone_req reqs[SL_MAX_BATCH];
     sl_result out[SL_MAX_BATCH];
-    int all = 0;
+    uint8_t *recs[SL_MAX_BATCH];
+    int first[SL_MAX_BATCH], roomed[SL_MAX_BATCH] = {0}, all = 0, decided = 0;
     size_t bad = 0;
-    if (rc == 0) {
-        for (int k = 0; k < b.n; k++)
-            reqs[k] = (sl__lone_req){&b.q[k].p, &vals[owner[k]]->rec[b.q[k].p.algo], b.q[k].cost};
-        rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
+    for (int k = 0; k < b.n && rc == 0; k++) {
+        rlval *v = vals[owner[k]];
+        int a = (int)b.q[k].p.algo;
+        first[k] = k;
+        for (int j = 0; j < k && first[k] == k; j++)
+            if (owner[j] == owner[k] && (int)b.q[j].p.algo == a) first[k] = j;
+        void *room = NULL;
+        if (first[k] == k) {
+            recs[k] = val_rec(v, a);
+            if (recs[k] == NULL && !roomed[owner[k]] && (room = val_room(v, a)) != NULL)
+                roomed[owner[k]] = 1;
+            else if ((recs[k] == NULL || recs[k] != sl__lone_roomed(v->room)) &&
+                     (rc = val_more(v)) != 0)
+                bad = (size_t)k;
+        }
+        reqs[k] = (sl__lone_req){&b.q[k].p, &recs[first[k]], b.q[k].cost, room};
     }
+    if (rc == 0) {
+        rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
+        decided = 1;
+    }
+    for (int k = 0; decided && k < b.n; k++)
+        if (first[k] == k) val_set(vals[owner[k]], (int)b.q[k].p.algo, recs[k]);
     for (int o = 0; o < nopen; o++) {
+        val_trim(vals[o]);
         if (made[o] && val_empty(vals[o])) {
             val_free(vals[o]);
         } else {
             if (made[o]) RedisModule_ModuleTypeSetValue(keys[o], mod.type, vals[o]);
-            if (all) val_expire(keys[o], vals[o], now);
+            if (all) val_expire(keys[o], vals[o], now, clock);
         }
         RedisModule_CloseKey(keys[o]);
     }
@@ -502,8 +670,7 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         if (b.has_at)
             RedisModule_ReplicateVerbatim(ctx);
         else
-            RedisModule_Replicate(ctx, "RL.DECIDEALL", "clv", "AT", (long long)now, argv + 1,
-                                  (size_t)(argc - 1));
+            replicate_at(ctx, "RL.DECIDEALL", argv, argc, now, 1);
     }
     RedisModule_ReplyWithArray(ctx, 1 + b.n);
     RedisModule_ReplyWithLongLong(ctx, all);
@@ -532,7 +699,8 @@ typedef struct cp_item {
     sl_params p, big, up; /* its parameters; at L = SL_MAX_LIMIT (Lyft); at its ceiling */
     int64_t cost, ceiling, qmask;
     int shadow, quota, lyft;
-    uint8_t **rec; /* its record in the key's value */
+    uint8_t **rec; /* its record (cmd_checkplan's, put back in the key's value after) */
+    void *room;    /* the value's room a record made for it goes in, or NULL */
 } cp_item;
 
 typedef struct cp_plan {
@@ -683,9 +851,12 @@ static int cp_all(const cp_plan *c, const int *idx, size_t n, const sl_params *p
     sl__lone_req r[SL_MAX_BATCH + 1];
     for (size_t q = 0; q < n; q++) {
         const cp_item *t = &c->it[idx[q]];
-        r[q] = (sl__lone_req){pe ? &pe[q] : &t->p, t->rec, t->cost};
+        r[q] = (sl__lone_req){pe ? &pe[q] : &t->p, t->rec, t->cost, t->room};
     }
-    if (with_pool) r[n++] = (sl__lone_req){&c->it[c->m].p, c->it[c->m].rec, c->it[c->m].cost};
+    if (with_pool) {
+        const cp_item *t = &c->it[c->m];
+        r[n++] = (sl__lone_req){&t->p, t->rec, t->cost, t->room};
+    }
     int rc = sl__lone_decide_all(mod.loose, r, n, now, out, all, NULL);
     if (rc == 0 && *all) o->wrote = 1;
     return rc;
@@ -725,7 +896,8 @@ static int cp_exec(const cp_plan *c, int64_t now, cp_out *o)
         for (int k = 0; k < m; k++) {
             const cp_item *t = &c->it[k];
             if (decided[k]) continue;
-            if ((rc = sl__lone_decide(mod.loose, t->rec, &t->p, now, t->cost, 0, &o->res[k])) != 0)
+            if ((rc = sl__lone_decide(mod.loose, t->rec, t->room, &t->p, now, t->cost, 0,
+                                      &o->res[k])) != 0)
                 return rc;
             if (!o->res[k].allowed && !t->shadow && !t->quota) quota_denied = 0;
         }
@@ -802,7 +974,8 @@ static int cp_exec(const cp_plan *c, int64_t now, cp_out *o)
     for (int k = 0; k < m && !enforced; k++) enforced = c->it[k].lyft && !c->it[k].shadow;
     if (allowed && enforced && pool != NULL && !o->pool_charged) {
         sl_result pr;
-        if ((rc = sl__lone_decide(mod.loose, pool->rec, &pool->p, now, pool->cost, 1, &pr)) != 0)
+        if ((rc = sl__lone_decide(mod.loose, pool->rec, pool->room, &pool->p, now, pool->cost, 1,
+                                  &pr)) != 0)
             return rc;
         o->wrote = 1;
     }
@@ -811,8 +984,8 @@ static int cp_exec(const cp_plan *c, int64_t now, cp_out *o)
     for (int k = 0; k < m; k++) {
         const cp_item *t = &c->it[k];
         if (!t->shadow || t->lyft) continue;
-        if ((rc = sl__lone_decide(mod.loose, t->rec, &t->p, now, t->cost, allowed, &o->res[k])) !=
-            0)
+        if ((rc = sl__lone_decide(mod.loose, t->rec, t->room, &t->p, now, t->cost, allowed,
+                                  &o->res[k])) != 0)
             return rc;
         o->wrote |= allowed;
     }
@@ -830,7 +1003,8 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         return REDISMODULE_OK;
     }
     if (perr != 0) return reply_err(ctx, err);
-    int64_t now = c.has_at ? c.at : RedisModule_Milliseconds();
+    int64_t clock = RedisModule_Milliseconds();
+    int64_t now = c.has_at ? c.at : clock;
     /* open every key once (counters of several algorithms may share one);
      * values made here are kept only when a record was made in them */
     RedisModuleKey *keys[SL_MAX_BATCH + 1];
@@ -868,18 +1042,39 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         nopen++;
     }
+    /* each counter's record, taken out of its value and put back after (as
+     * cmd_decideall): a value's free room goes to the first counter whose
+     * algorithm's records stay in one; a value a record may end up outside
+     * the room of gets its `more` first */
     cp_out o;
     memset(&o, 0, sizeof o);
+    uint8_t *recs[SL_MAX_BATCH + 1];
+    int roomed[SL_MAX_BATCH + 1] = {0}, decided = 0;
+    for (int k = 0; k < nk && rc == 0; k++) {
+        rlval *v = vals[owner[k]];
+        int a = (int)c.it[k].p.algo;
+        recs[k] = val_rec(v, a);
+        c.it[k].rec = &recs[k];
+        c.it[k].room = NULL;
+        if (recs[k] == NULL && !roomed[owner[k]] && (c.it[k].room = val_room(v, a)) != NULL)
+            roomed[owner[k]] = 1;
+        else if ((recs[k] == NULL || recs[k] != sl__lone_roomed(v->room)) && val_more(v) != 0) {
+            snprintf(err, sizeof err, "%s", sl_strerror(SL_ENOMEM));
+            rc = SL_ENOMEM;
+        }
+    }
     if (rc == 0) {
-        for (int k = 0; k < nk; k++) c.it[k].rec = &vals[owner[k]]->rec[c.it[k].p.algo];
+        decided = 1;
         if ((rc = cp_exec(&c, now, &o)) != 0) snprintf(err, sizeof err, "%s", sl_strerror(rc));
     }
+    for (int k = 0; decided && k < nk; k++) val_set(vals[owner[k]], (int)c.it[k].p.algo, recs[k]);
     for (int j = 0; j < nopen; j++) {
+        val_trim(vals[j]);
         if (made[j] && val_empty(vals[j])) {
             val_free(vals[j]);
         } else {
             if (made[j]) RedisModule_ModuleTypeSetValue(keys[j], mod.type, vals[j]);
-            if (o.wrote) val_expire(keys[j], vals[j], now);
+            if (o.wrote) val_expire(keys[j], vals[j], now, clock);
         }
         RedisModule_CloseKey(keys[j]);
     }
@@ -887,8 +1082,7 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         if (c.has_at)
             RedisModule_ReplicateVerbatim(ctx);
         else
-            RedisModule_Replicate(ctx, "RL.CHECKPLAN", "clv", "AT", (long long)now, argv + 1,
-                                  (size_t)(argc - 1));
+            replicate_at(ctx, "RL.CHECKPLAN", argv, argc, now, 1);
     }
     if (rc == -1) return REDISMODULE_OK;
     if (rc != 0) return reply_err(ctx, err);
@@ -927,7 +1121,7 @@ static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     if (sl__parse_algo(s, n, &a, err, ERRLEN) != 0) return reply_err(ctx, err);
     const char *dump = RedisModule_StringPtrLen(argv[3], &dl);
     uint8_t *rec = NULL;
-    int rc = sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, &rec);
+    int rc = sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, NULL, &rec);
     if (rc == SL_EINVAL) return reply_err(ctx, "malformed state for RL.RESTORE");
     if (rc != 0) return reply_err(ctx, sl_strerror(rc));
     RedisModuleKey *key;
@@ -936,16 +1130,30 @@ static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         sl__lone_free(mod.loose, rec);
         return REDISMODULE_OK;
     }
-    if (v == NULL) {
-        if ((v = val_new()) == NULL) {
-            sl__lone_free(mod.loose, rec);
-            RedisModule_CloseKey(key);
-            return reply_err(ctx, sl_strerror(SL_ENOMEM));
-        }
-        RedisModule_ModuleTypeSetValue(key, mod.type, v);
+    int made = v == NULL;
+    if (made && (v = val_new()) == NULL) rc = SL_ENOMEM;
+    /* the record replaces a's: in the room when a's records stay there
+     * and the room is free or holds a's; else in more */
+    uint8_t *old = rc == 0 ? val_rec(v, a) : NULL;
+    int to_room = rc == 0 && sl__lone_stays(a) &&
+                  (old ? old == sl__lone_roomed(v->room) : sl__lone_roomed(v->room) == NULL);
+    if (rc == 0 && !to_room) rc = val_more(v);
+    if (rc != 0) {
+        sl__lone_free(mod.loose, rec);
+        if (made && v) val_free(v);
+        RedisModule_CloseKey(key);
+        return reply_err(ctx, sl_strerror(rc));
     }
-    sl__lone_free(mod.loose, v->rec[a]);
-    v->rec[a] = rec;
+    sl__lone_free(mod.loose, old);
+    val_set(v, a, NULL);
+    if (to_room) { /* loaded again, in the room: the bytes are checked, and a record
+                    * that stays in a room needs no allocation, so this cannot fail */
+        sl__lone_free(mod.loose, rec);
+        rec = NULL;
+        sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, v->room, &rec);
+    }
+    val_set(v, a, rec);
+    if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
     RedisModule_CloseKey(key);
     RedisModule_ReplicateVerbatim(ctx);
     return RedisModule_ReplyWithSimpleString(ctx, "OK");
@@ -958,13 +1166,14 @@ static void type_save(RedisModuleIO *io, void *p)
 {
     rlval *v = p;
     uint64_t n = 0;
-    for (int a = 0; a < SL_ALGO_COUNT; a++) n += v->rec[a] != NULL;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) n += val_rec(v, a) != NULL;
     RedisModule_SaveUnsigned(io, n);
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
-        if (!v->rec[a]) continue;
-        size_t len = sl__lone_dump_len(v->rec[a]);
+        const uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        size_t len = sl__lone_dump_len(rec);
         uint8_t *buf = RedisModule_Alloc(len);
-        sl__lone_dump(v->rec[a], buf);
+        sl__lone_dump(rec, buf);
         RedisModule_SaveUnsigned(io, (uint64_t)a);
         RedisModule_SaveStringBuffer(io, (const char *)buf, len);
         RedisModule_Free(buf);
@@ -984,9 +1193,15 @@ static void *type_load(RedisModuleIO *io, int encver)
         uint64_t a = RedisModule_LoadUnsigned(io);
         size_t len;
         char *buf = RedisModule_LoadStringBuffer(io, &len);
-        int rc = a < SL_ALGO_COUNT && !v->rec[a] && buf
-                     ? sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, &v->rec[a])
-                     : SL_EINVAL;
+        int rc = SL_EINVAL;
+        if (a < SL_ALGO_COUNT && val_rec(v, (int)a) == NULL && buf) {
+            uint8_t *rec = NULL;
+            void *room = val_room(v, (int)a);
+            rc = room ? 0 : val_more(v);
+            if (rc == 0)
+                rc = sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, room, &rec);
+            if (rc == 0) val_set(v, (int)a, rec);
+        }
         if (buf) RedisModule_Free(buf);
         if (rc != 0) {
             RedisModule_LogIOError(io, "warning", "sluice: record %llu of a key: %s",
@@ -1003,10 +1218,11 @@ static void type_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 {
     rlval *v = p;
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
-        if (!v->rec[a]) continue;
-        size_t len = sl__lone_dump_len(v->rec[a]);
+        const uint8_t *rec = val_rec(v, a);
+        if (!rec) continue;
+        size_t len = sl__lone_dump_len(rec);
         uint8_t *buf = RedisModule_Alloc(len);
-        sl__lone_dump(v->rec[a], buf);
+        sl__lone_dump(rec, buf);
         RedisModule_EmitAOF(aof, "RL.RESTORE", "scb", key, sl_algo_name((sl_algo)a),
                             (const char *)buf, len);
         RedisModule_Free(buf);
@@ -1016,9 +1232,11 @@ static void type_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
 static size_t type_mem(const void *p)
 {
     const rlval *v = p;
-    size_t n = sizeof *v;
-    for (int a = 0; a < SL_ALGO_COUNT; a++)
-        if (v->rec[a]) n += sl__lone_bytes(v->rec[a]);
+    size_t n = sizeof *v + (v->more ? SL_ALGO_COUNT * sizeof *v->more : 0);
+    for (int a = 0; a < SL_ALGO_COUNT; a++) {
+        const uint8_t *rec = val_rec(v, a);
+        if (rec) n += sl__lone_bytes(rec);
+    }
     return n;
 }
 
@@ -1096,6 +1314,15 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     };
     mod.type = RedisModule_CreateDataType(ctx, TYPE_NAME, TYPE_ENCVER, &tm);
     if (mod.type == NULL) return REDISMODULE_ERR;
+    static const RedisModuleEvent watched[] = {
+        {REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, 1},
+        {REDISMODULE_EVENT_REPLICA_CHANGE, 1},
+        {REDISMODULE_EVENT_FORK_CHILD, 1},
+    };
+    for (size_t i = 0; i < sizeof watched / sizeof watched[0]; i++)
+        if (RedisModule_SubscribeToServerEvent(ctx, watched[i], repl_watch) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
+    mod.repl = repl_now(ctx);
     static const struct {
         const char *name;
         RedisModuleCmdFunc fn;

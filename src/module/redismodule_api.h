@@ -19,7 +19,14 @@
  *     below (version 1 reads up to `free`; later fields are read only by
  *     later versions, so version 1 is enough for this module);
  *   - context flags (GetContextFlags): REPLICATED (1<<12), the command came
- *     from the master; LOADING (1<<13), the server is loading (AOF replay).
+ *     from the master; LOADING (1<<13), the server is loading (AOF replay);
+ *     SLAVE (1<<3), this server is a replica; AOF (1<<6), the AOF is on
+ *     (aof_state is not off: also while the first rewrite is pending);
+ *   - server events (SubscribeToServerEvent): an event is {id, data
+ *     version}; ids REPLICATION_ROLE_CHANGED 0, REPLICA_CHANGE 6,
+ *     FORK_CHILD 13 (subevents BORN 0, DIED 1: fired in the parent when a
+ *     child -- an RDB save, a full sync's, an AOF rewrite's -- starts and
+ *     ends), each at data version 1.
  */
 #ifndef SL_REDISMODULE_API_H
 #define SL_REDISMODULE_API_H
@@ -40,6 +47,8 @@
 
 #define REDISMODULE_NO_EXPIRE -1
 
+#define REDISMODULE_CTX_FLAGS_SLAVE      (1 << 3)
+#define REDISMODULE_CTX_FLAGS_AOF        (1 << 6)
 #define REDISMODULE_CTX_FLAGS_REPLICATED (1 << 12)
 #define REDISMODULE_CTX_FLAGS_LOADING    (1 << 13)
 
@@ -55,6 +64,21 @@ typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleType RedisModuleType;
 typedef struct RedisModuleIO RedisModuleIO;
 typedef struct RedisModuleDigest RedisModuleDigest;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
+
+#define REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED 0
+#define REDISMODULE_EVENT_REPLICA_CHANGE           6
+#define REDISMODULE_EVENT_FORK_CHILD               13
+#define REDISMODULE_SUBEVENT_FORK_CHILD_BORN       0
+#define REDISMODULE_SUBEVENT_FORK_CHILD_DIED       1
+
+typedef struct RedisModuleEvent {
+    uint64_t id;      /* REDISMODULE_EVENT_* */
+    uint64_t dataver; /* the version of what `data` points to */
+} RedisModuleEvent;
+
+typedef void (*RedisModuleEventCallback)(RedisModuleCtx *ctx, RedisModuleEvent eid,
+                                         uint64_t subevent, void *data);
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 
@@ -92,6 +116,7 @@ typedef struct RedisModuleTypeMethods {
     X(int, KeyType, (RedisModuleKey * key))                                                        \
     X(int, DeleteKey, (RedisModuleKey * key))                                                      \
     X(int, SetExpire, (RedisModuleKey * key, mstime_t expire))                                     \
+    X(int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                  \
     X(long long, Milliseconds, (void))                                                             \
     X(int, GetContextFlags, (RedisModuleCtx * ctx))                                                \
     X(const char *, StringPtrLen, (const RedisModuleString *str, size_t *len))                     \
@@ -113,7 +138,13 @@ typedef struct RedisModuleTypeMethods {
     X(void, Log, (RedisModuleCtx * ctx, const char *level, const char *fmt, ...))                  \
     X(void *, Alloc, (size_t bytes))                                                               \
     X(void *, Calloc, (size_t nmemb, size_t size))                                                 \
-    X(void, Free, (void *ptr))
+    X(void, Free, (void *ptr))                                                                     \
+    X(int, SubscribeToServerEvent,                                                                 \
+      (RedisModuleCtx * ctx, RedisModuleEvent event, RedisModuleEventCallback callback))           \
+    X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section))     \
+    X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))              \
+    X(long long, ServerInfoGetFieldSigned,                                                         \
+      (RedisModuleServerInfoData * data, const char *field, int *out_err))
 
 #define SL_RM_DECLARE(ret, name, params) extern ret(*RedisModule_##name) params;
 SL_RM_FUNCS(SL_RM_DECLARE)

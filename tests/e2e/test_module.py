@@ -20,6 +20,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -488,6 +489,112 @@ class TestReplica(ModuleCase):
                              [0, 3, 0])
             self.assertEqual(rc.cmd("RL.ALLOW", "day", 3, "1d"),
                              RespError("READONLY You can't write against a read only replica."))
+
+
+class Hammer(threading.Thread):
+    """Decisions at Redis's clock on h:ALGO (one key per algorithm), on a
+    connection of its own, from start() until stop(); bounded by `count`
+    and in time.  Each changes the key's state (its clock at least)."""
+
+    def __init__(self, port, count):
+        super().__init__(daemon=True)
+        self.port = port
+        self.count = count
+        self.done = 0
+        self.error = None
+        self.halt = threading.Event()
+
+    def run(self):
+        try:
+            until = deadline(60)
+            with RawConn(self.port, timeout=10) as c:
+                while self.done < self.count and not self.halt.is_set() \
+                        and time.monotonic() < until:
+                    i = self.done % len(ALGOS)
+                    got = c.cmd("RL.ALLOW", "h:%s" % ALGOS[i], 50, "1h", "ALGO", ALGOS[i])
+                    if not isinstance(got, list) or len(got) != 6:
+                        raise AssertionError("RL.ALLOW answered %r" % (got,))
+                    self.done += 1
+        except Exception as e:  # reported by stop()
+            self.error = e
+
+    def stop(self, test):
+        self.halt.set()
+        self.join(70)
+        test.assertFalse(self.is_alive(), "the hammer did not stop")
+        test.assertIsNone(self.error)
+        return ["h:%s" % a for a in ALGOS]
+
+
+class TestPropagation(ModuleCase):
+    """With no AOF and no replica the module does not build the propagated
+    decision (docs/module.md, "Numbers"); the moment either appears, every
+    decision reaches it at its time, so the copies stay byte for byte the
+    master's while decisions keep coming."""
+
+    HAMMER = 200000  # a bound: the hammer runs until stop()
+
+    def test_replica_attached_after_decisions(self):
+        for mode, conf in (("disk", ["repl-diskless-sync", "no"]),
+                           ("diskless", ["repl-diskless-sync", "yes",
+                                         "repl-diskless-sync-delay", "1"])):
+            with self.subTest(mode=mode):
+                folder = tempfile.mkdtemp(dir=self.dir)
+                master = self.redis(name="late-master-" + mode, folder=folder)
+                replica = self.redis(name="late-replica-" + mode,
+                                     folder=tempfile.mkdtemp(dir=self.dir))
+                with master.conn() as m, replica.conn() as rc:
+                    for k in range(0, len(conf), 2):
+                        self.assertEqual(m.cmd("CONFIG", "SET", conf[k], conf[k + 1]), b"OK")
+                    keys = make_state(m, at=False)
+                    hammer = Hammer(master.port, self.HAMMER)
+                    hammer.start()
+                    # decisions flow while the replica syncs and after
+                    self.assertEqual(rc.cmd("REPLICAOF", HOST, master.port), b"OK")
+                    until = deadline(30)
+                    while b"master_link_status:up" not in rc.cmd("INFO", "replication"):
+                        self.assertLess(time.monotonic(), until, "the replica did not connect")
+                        time.sleep(0.05)
+                    for i in range(50):
+                        m.cmd("RL.ALLOW", "after:%d" % (i % 5), 3, "1h")
+                    synced = hammer.done
+                    keys += hammer.stop(self) + ["after:%d" % i for i in range(5)]
+                    self.assertGreater(synced, 0)
+                    self.assertLess(hammer.done, self.HAMMER)
+                    self.assertEqual(m.cmd("WAIT", 1, 10000), 1)
+                    want = self.dumps(m, keys)
+                    self.assertNotIn(None, want.values())
+                    self.assertEqual(self.dumps(rc, keys), want)
+
+    def test_aof_turned_on_mid_run(self):
+        folder = tempfile.mkdtemp(dir=self.dir)
+        r = self.redis(name="aof-late1", folder=folder)
+        with r.conn() as c:
+            keys = make_state(c, at=False)
+            hammer = Hammer(r.port, self.HAMMER)
+            hammer.start()
+            self.assertEqual(c.cmd("CONFIG", "SET", "appendfsync", "always"), b"OK")
+            self.assertEqual(c.cmd("CONFIG", "SET", "appendonly", "yes"), b"OK")
+            until = deadline(30)
+            while True:
+                info = c.cmd("INFO", "persistence")
+                if b"aof_rewrite_in_progress:0" in info and b"aof_rewrite_scheduled:0" in info \
+                        and b"aof_last_bgrewrite_status:ok" in info and b"aof_enabled:1" in info:
+                    break
+                self.assertLess(time.monotonic(), until, "the first AOF rewrite did not end")
+                time.sleep(0.05)
+            rewritten = hammer.done
+            for i in range(50):
+                c.cmd("RL.ALLOW", "after:%d" % (i % 5), 3, "1h")
+            keys += hammer.stop(self) + ["after:%d" % i for i in range(5)]
+            self.assertGreater(rewritten, 0)
+            self.assertLess(hammer.done, self.HAMMER)
+            before = self.dumps(c, keys)
+            self.assertNotIn(None, before.values())
+        r.assert_clean_stop()
+        r2 = self.redis(name="aof-late2", folder=folder, extra=["--appendonly", "yes"])
+        with r2.conn() as c:
+            self.assertEqual(self.dumps(c, keys), before)
 
 
 class TestExpiry(ModuleCase):
