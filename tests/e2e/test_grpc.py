@@ -1074,7 +1074,7 @@ class TestRawHttp2(unittest.TestCase):
             self.assertEqual(c.cmd("PING"), b"PONG")
 
     def test_fields_sluiced_does_not_read_are_not_checked(self):
-        """nghttp2's HTTP messaging checks are off (docs/envoy.md,
+        """HTTP messaging checks are not made (docs/envoy.md,
         "Performance"): a call whose other fields would have reset its
         stream -- an upper-case name, a connection-specific field, a
         content-length that disagrees with the body -- is answered."""
