@@ -480,6 +480,8 @@ static void connection_errors(void **state)
         {"PUSH_PROMISE", 1},
         {"GOAWAY of 4 bytes", 6},
         {"HEADERS on stream 0", 1},
+        {"PRIORITY of 4 bytes on an idle stream", 6},
+        {"PRIORITY of an idle stream on itself", 1},
     };
     for (size_t t = 0; t < sizeof want / sizeof want[0]; t++) {
         size_t k = 0;
@@ -508,6 +510,8 @@ static void connection_errors(void **state)
         case 18: k = put_frame(in, 5, 4, 1, BLOCK, sizeof BLOCK); break;
         case 19: k = put_frame(in, 7, 0, 0, wu0, 4); break;
         case 20: k = put_frame(in, 1, 4, 0, BLOCK, sizeof BLOCK); break;
+        case 21: k = put_frame(in, 2, 0, 1, wu0, 4); break;
+        case 22: k = put_frame(in, 2, 0, 3, "\0\0\0\x03\x10", 5); break;
         }
         server sv;
         rframe f[64];
@@ -571,7 +575,10 @@ static void stream_errors(void **state)
             k = put_frame(in, 1, 4, 1, BLOCK, sizeof BLOCK);
             k += put_frame(in + k, 8, 0, 1, wu0, 4);
             break;
-        case 1: k = put_frame(in, 2, 0, 1, prio_self, 5); break;
+        case 1:
+            k = put_frame(in, 1, 4, 1, BLOCK, sizeof BLOCK);
+            k += put_frame(in + k, 2, 0, 1, prio_self, 5);
+            break;
         case 2:
             k = put_frame(in, 1, 4, 1, BLOCK, sizeof BLOCK);
             k += put_frame(in + k, 2, 0, 1, prio4, 4);

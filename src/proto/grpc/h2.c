@@ -708,23 +708,22 @@ static int on_frame(sl_h2 *h, uint8_t type, uint8_t flags, uint32_t id, const ui
     case F_CONTINUATION: return on_continuation(h, id, flags, p, n);
     case F_SETTINGS: return on_settings(h, id, flags, p, n);
     case F_WINDOW_UPDATE: return on_window_update(h, id, p, n);
-    case F_PRIORITY: {
+    case F_PRIORITY: { /* parsed, checked, ignored */
         if (id == 0) return conn_error(h, SL_H2_PROTOCOL_ERROR, "PRIORITY on stream 0");
         sl_h2_stream *s = sl_h2_find(h, id);
-        if (n != 5) {
-            if (s)
-                sl_h2_reset(h, s, SL_H2_FRAME_SIZE_ERROR);
-            else
-                frame_u32(h, F_RST_STREAM, id, SL_H2_FRAME_SIZE_ERROR);
+        uint32_t code = n != 5                          ? SL_H2_FRAME_SIZE_ERROR
+                        : (get32(p) & MAX_WINDOW) == id ? SL_H2_PROTOCOL_ERROR
+                                                        : 0;
+        if (code == 0) return 0;
+        if (s != NULL) { /* a stream error */
+            sl_h2_reset(h, s, code);
             return 0;
         }
-        if ((get32(p) & MAX_WINDOW) == id) {
-            if (s)
-                sl_h2_reset(h, s, SL_H2_PROTOCOL_ERROR);
-            else
-                frame_u32(h, F_RST_STREAM, id, SL_H2_PROTOCOL_ERROR);
-        }
-        return 0;
+        if (id > h->last_id) /* idle: no RST_STREAM may name it (RFC 9113 6.4) */
+            return conn_error(h, code,
+                              code == SL_H2_FRAME_SIZE_ERROR ? "PRIORITY not 5 bytes"
+                                                             : "PRIORITY of a stream on itself");
+        return 0; /* a closed stream's: ignored */
     }
     case F_RST_STREAM: {
         if (id == 0) return conn_error(h, SL_H2_PROTOCOL_ERROR, "RST_STREAM on stream 0");
