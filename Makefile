@@ -113,7 +113,7 @@ SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lhir
 # one shared object Redis loads (--loadmodule build/sluice.so).
 MODULE_SRC := $(wildcard src/module/*.c)
 MODULE_OBJ := $(MODULE_SRC:%.c=$(B)/%.o)
-# gRPC (src/proto/grpc): HTTP/2 with libnghttp2; its messages with
+# gRPC (src/proto/grpc): HTTP/2 of its own (h2.c, hpack.c); its messages with
 # protobuf-c, from proto/*.proto by protoc-c into $(B)/gen/ (never
 # committed).  The generated C builds without -Wpedantic -Werror: it is
 # protoc-c's, not ours.
@@ -121,7 +121,7 @@ PROTO_SRC := $(shell find proto -name '*.proto')
 PROTO_GEN := $(PROTO_SRC:proto/%.proto=$(B)/gen/%.pb-c.c)
 PROTO_OBJ := $(PROTO_GEN:%.c=%.o)
 SRV_PARTS += $(PROTO_OBJ)
-SRV_LIBS += -lnghttp2 -lprotobuf-c
+SRV_LIBS += -lprotobuf-c
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
@@ -220,8 +220,14 @@ $(B)/tests/test_slots: $(REDIS_PARTS)
 $(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
-$(B)/tests/test_grpc_wire: $(B)/src/proto/grpc/rls_wire.o $(B)/src/proto/grpc/h2pool.o $(PROTO_OBJ)
-$(B)/tests/test_grpc_wire: LDLIBS += -lnghttp2 -lprotobuf-c
+$(B)/tests/test_grpc_wire: $(B)/src/proto/grpc/rls_wire.o $(PROTO_OBJ)
+$(B)/tests/test_grpc_wire: LDLIBS += -lprotobuf-c
+# HTTP/2 and HPACK (src/proto/grpc/h2.c, hpack.c) against nghttp2, the
+# independent peer: nghttp2 is the tests' only, never sluiced's
+$(B)/tests/test_hpack: $(B)/src/proto/grpc/hpack.o
+$(B)/tests/test_hpack: LDLIBS += -lnghttp2
+$(B)/tests/test_h2: $(B)/src/proto/grpc/h2.o $(B)/src/proto/grpc/hpack.o
+$(B)/tests/test_h2: LDLIBS += -lnghttp2
 $(B)/tests/test_http_slots: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_http_slots: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_live_threads: $(SRV_PARTS)

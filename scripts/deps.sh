@@ -75,7 +75,8 @@ nghttp2-client
 #   prometheus       promtool: tests/e2e/test_http_metrics.py checks the
 #                    /metrics page with `promtool check metrics`
 #   wrk              bench/http.sh's load generator (HTTP against nginx)
-#   libnghttp2-dev   the gRPC module's HTTP/2 (src/proto/grpc/grpc.c)
+#   libnghttp2-dev   the reference peer of the tests of sluiced's own HTTP/2 and
+#                    HPACK (tests/test_h2.c, test_hpack.c, fuzz_hpack.c)
 #   libprotobuf-c-dev  the gRPC module's messages (protobuf-c's runtime)
 #   protobuf-c-compiler  protoc-c: C from proto/*.proto, into build/gen/
 #   python3-grpcio   tests/e2e/test_grpc.py's gRPC client

@@ -1,8 +1,7 @@
 /*
  * test_grpc_wire.c -- the gRPC module's hand-written hot path pieces:
  * rls_wire (ShouldRateLimit's request decoded, its response encoded, each
- * against protobuf-c's bytes) and h2pool (nghttp2's small blocks kept per
- * connection).  tests/fuzz/fuzz_rls_wire.c compares the codec with
+ * against protobuf-c's bytes).  tests/fuzz/fuzz_rls_wire.c compares the codec with
  * protobuf-c on arbitrary bytes; these are the cases a reader can check.
  */
 #include <setjmp.h>
@@ -14,7 +13,6 @@
 
 #include <cmocka.h>
 
-#include "h2pool.h"
 #include "rls_wire.h"
 
 typedef Envoy__Service__Ratelimit__V3__RateLimitRequest rls_req;
@@ -145,64 +143,6 @@ static void encodes_as_protobuf_c(void **state)
     same_bytes(&r);
 }
 
-static void pool_reuses_and_bounds(void **state)
-{
-    (void)state;
-    sl_h2pool p = {0};
-    nghttp2_mem m = sl_h2pool_mem(&p);
-    void *a = m.malloc(100, m.mem_user_data);
-    assert_non_null(a);
-    memset(a, 'x', 100);
-    m.free(a, m.mem_user_data);
-    assert_int_equal(p.kept, 128); /* its class: 128 bytes */
-    void *b = m.malloc(120, m.mem_user_data);
-    assert_ptr_equal(a, b); /* the kept block again */
-    assert_int_equal(p.kept, 0);
-    /* realloc keeps the bytes, within the class and beyond it */
-    memcpy(b, "hello", 6);
-    assert_ptr_equal(m.realloc(b, 128, m.mem_user_data), b);
-    void *c = m.realloc(b, 5000, m.mem_user_data); /* larger than any class */
-    assert_non_null(c);
-    assert_string_equal(c, "hello");
-    assert_int_equal(p.kept, 128); /* b went back to the pool */
-    m.free(c, m.mem_user_data);    /* malloc's own: not kept */
-    assert_int_equal(p.kept, 128);
-    unsigned char *z = m.calloc(10, 10, m.mem_user_data);
-    assert_non_null(z);
-    for (int i = 0; i < 100; i++) assert_int_equal(z[i], 0);
-    m.free(z, m.mem_user_data);
-    /* never more than SL_H2POOL_KEEP bytes kept */
-    enum { N = SL_H2POOL_KEEP / 2048 + 4 };
-    void *v[N];
-    for (int i = 0; i < N; i++) assert_non_null(v[i] = m.malloc(2048, m.mem_user_data));
-    for (int i = 0; i < N; i++) m.free(v[i], m.mem_user_data);
-    assert_true(p.kept <= SL_H2POOL_KEEP);
-    assert_true(p.kept > SL_H2POOL_KEEP - 2048);
-    m.free(NULL, m.mem_user_data);
-    sl_h2pool_drain(&p); /* ASan's leak check: nothing left */
-    assert_int_equal(p.kept, 0);
-    for (int i = 0; i < SL_H2POOL_CLASSES; i++) assert_null(p.free[i]);
-}
-
-/* nghttp2 itself through the pool: a server session made and deleted */
-static void pool_serves_a_session(void **state)
-{
-    (void)state;
-    sl_h2pool p = {0};
-    nghttp2_mem m = sl_h2pool_mem(&p);
-    nghttp2_session_callbacks *cb;
-    nghttp2_session *s;
-    assert_int_equal(nghttp2_session_callbacks_new(&cb), 0);
-    assert_int_equal(nghttp2_session_server_new3(&s, cb, NULL, NULL, &m), 0);
-    assert_int_equal(nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, NULL, 0), 0);
-    const uint8_t *out;
-    assert_true(nghttp2_session_mem_send(s, &out) > 0);
-    nghttp2_session_del(s);
-    nghttp2_session_callbacks_del(cb);
-    assert_true(p.kept > 0);
-    sl_h2pool_drain(&p);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -210,8 +150,6 @@ int main(void)
         cmocka_unit_test(decodes_override_and_hits),
         cmocka_unit_test(leaves_the_rest_to_protobuf_c),
         cmocka_unit_test(encodes_as_protobuf_c),
-        cmocka_unit_test(pool_reuses_and_bounds),
-        cmocka_unit_test(pool_serves_a_session),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1073,8 +1073,36 @@ class TestRawHttp2(unittest.TestCase):
         with srv.raw() as c:
             self.assertEqual(c.cmd("PING"), b"PONG")
 
+    def test_windows_ping_and_a_connection_error(self):
+        """sluiced's own HTTP/2 (docs/envoy.md, "Performance"): a client
+        whose stream window is 4 bytes gets its 7-byte answer as 4 bytes,
+        then the rest once it opens the window; PING is answered with its
+        payload; a WINDOW_UPDATE of 0 on the connection ends it with
+        GOAWAY PROTOCOL_ERROR naming the last stream."""
+        srv = start(name="grpc-windows")
+        self.addCleanup(srv.cleanup)
+        s = socket.create_connection((HOST, srv.grpc_port))
+        self.addCleanup(s.close)
+        initial_window = struct.pack(">HI", 4, 4)  # SETTINGS_INITIAL_WINDOW_SIZE: 4
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0, initial_window)
+                  + frame(PING, 0, 0, b"sluice!!") + call_frames(1))
+        first = read_until(s, lambda fs: any(t == DATA for t, _, _, _ in fs)
+                           and any(t == PING for t, _, _, _ in fs), deadline(TIMEOUT))
+        self.assertIn((PING, ACK, 0, b"sluice!!"), first)
+        self.assertEqual([p for t, _, sid, p in first if t == DATA], [b"\x00\x00\x00\x00"])
+        s.sendall(frame(WINDOW, 0, 1, struct.pack(">I", 100)))
+        rest = read_until(s, lambda fs: any(t == HEADERS and f & END_STREAM
+                                            for t, f, _, _ in fs), deadline(TIMEOUT))
+        self.assertEqual([p for t, _, sid, p in rest if t == DATA], [b"\x02\x08\x01"])
+        s.sendall(frame(WINDOW, 0, 0, struct.pack(">I", 0)))
+        end = read_frames(s, deadline(TIMEOUT))  # until the server closes
+        goaway = [p for t, _, _, p in end if t == GOAWAY]
+        self.assertEqual(len(goaway), 1, end)
+        self.assertEqual(struct.unpack(">II", goaway[0][:8]), (1, 1))  # stream 1, PROTOCOL_ERROR
+        self.assertEqual(s.recv(10), b"")
+
     def test_fields_sluiced_does_not_read_are_not_checked(self):
-        """nghttp2's HTTP messaging checks are off (docs/envoy.md,
+        """HTTP messaging checks are not made (docs/envoy.md,
         "Performance"): a call whose other fields would have reset its
         stream -- an upper-case name, a connection-specific field, a
         content-length that disagrees with the body -- is answered."""

@@ -2,16 +2,16 @@
  * grpc.c -- the gRPC protocol module (see grpc.h): HTTP/2 bytes in,
  * ShouldRateLimit and Health/Check answers out, over the service layer.
  *
- * One nghttp2 server session per connection (struct gconn, the
- * connection's pdata, freed by sl_grpc_proto.closed).  run() feeds it
- * what the client sent (nghttp2_session_mem_recv); a request runs when its
- * stream ends (END_STREAM), and its answer is submitted on the stream.
- * The session's output (nghttp2_session_mem_send) is written into a reply
- * slot that is opened and completed at once: HTTP/2's bytes must leave in
- * the order the session made them (HPACK's state, frame order), so no slot
- * is ever held open for a request in flight.  An answer that comes later
- * (a backend over a network) is submitted when it comes and the session's
- * output flushed into a new slot then.
+ * HTTP/2 is h2.c's, one per connection (struct gconn, the connection's
+ * pdata, freed by sl_grpc_proto.closed).  run() hands it what the client
+ * sent, a frame at a time; a request runs when its stream ends
+ * (END_STREAM), and its answer is put on the stream (sl_h2_respond).  The
+ * connection's output (sl_h2_out) is written into a reply slot that is
+ * opened and completed at once: HTTP/2's bytes must leave in the order
+ * they were made (frame order, flow control), so no slot is ever held
+ * open for a request in flight.  An answer that comes later (a backend
+ * over a network) is put on its stream when it comes and the output
+ * flushed into a new slot then.
  *
  * A request in flight (struct greq) names its stream by id, never by
  * pointer: when its answer arrives the stream is looked up again, and an
@@ -21,12 +21,11 @@
  * (sl_conn_hold) until its answer was written: net.c counts it as a
  * pending reply, and a stopping server's connection closes only after it.
  *
- * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; nghttp2
- * refuses more), SL_GRPC_MAX_HEADERS bytes of header fields and
+ * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; h2.c
+ * refuses more), SL_GRPC_MAX_HEADERS bytes of header list (h2.c) and
  * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED),
  * and net.c's own: output held for a client that does not read pauses it
- * (the turn's budget, proto.h), input is fed in SL_GRPC_FEED pieces so
- * the budget is checked between them.
+ * (the turn's budget, proto.h), checked before each frame.
  *
  * Stopping: net.c calls stop() once the connection's last requests ran;
  * it sends GOAWAY naming the last stream processed, and the calls still
@@ -41,13 +40,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <nghttp2/nghttp2.h>
-
 #include "auth.h"
 #include "envoy/service/ratelimit/v3/rls.pb-c.h"
 #include "grpc.h"
 #include "grpc/health/v1/health.pb-c.h"
-#include "h2pool.h"
+#include "h2.h"
+#include "hpack.h"
 #include "rls_wire.h"
 #include "service.h"
 
@@ -80,21 +78,19 @@ enum {
 
 typedef struct gstream gstream;
 
-/* One connection's session.  Touched by its worker only. */
+/* One connection's HTTP/2.  Touched by its worker only. */
 typedef struct gconn {
-    nghttp2_session *h2; /* NULL once the connection is gone */
-    sl_conn *c;          /* NULL once the connection is gone */
-    int refs;            /* 1 for the connection + 1 per request in flight */
-    int in_run;          /* inside run(): its end flushes the output */
-    int nomem;           /* output lost: drop the connection */
-    sl_turn *t;          /* during run(): the turn's budget */
-    int64_t now;         /* during run(): the turn's clock (ms) */
-    gstream *streams;    /* every open stream (nghttp2_session_del does not
-                            close them through on_stream_close) */
-    sl_h2pool pool;      /* the session's small blocks (h2pool.h) */
-    gstream *begun;      /* the stream whose request fields come now
-                            (on_begin_headers), or NULL */
+    sl_h2 *h2;   /* NULL once the connection is gone */
+    sl_conn *c;  /* NULL once the connection is gone */
+    int refs;    /* 1 for the connection + 1 per request in flight */
+    int in_run;  /* inside run(): its end flushes the output */
+    int nomem;   /* output lost: drop the connection */
+    sl_turn *t;  /* during run(): the turn's budget */
+    int64_t now; /* during run(): the turn's clock (ms) */
 } gconn;
+
+_Static_assert(SL_GRPC_MAX_STREAMS == SL_H2_MAX_STREAMS, "grpc.h quotes h2.h's bounds");
+_Static_assert(SL_GRPC_MAX_HEADERS == SL_H2_MAX_HEADER_LIST, "grpc.h quotes h2.h's bounds");
 
 enum method { M_NONE, M_RLS, M_HEALTH };
 
@@ -128,30 +124,27 @@ static void arena_free(void *arg, void *p)
     free(p);
 }
 
-/* One request stream (nghttp2's stream user data), from its HEADERS to
+/* One request stream: its h2.c stream's user bytes, from its HEADERS to
  * its close. */
 struct gstream {
     gconn *g;
+    sl_h2_stream *s; /* the h2.c stream these bytes are of */
     int32_t id;
     enum method m;
     int post;         /* :method POST */
     int grpc_type;    /* content-type application/grpc[+proto|;...] */
     int want_headers; /* SL_GRPC_HEADERS_MD given */
-    int answered;     /* a response was submitted */
+    int answered;     /* a response was put on the stream */
     int too_big;      /* the message passed SL_GRPC_MAX_MESSAGE */
-    size_t hdr_bytes; /* header fields received (names + values) */
     int auth_given;   /* an `authorization` field came (auth[] holds it) */
     size_t auth_len;  /* its length; above sizeof auth: too long to be ours */
     sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
                          while it fits there, else malloc'd) */
-    sl_buf out;       /* the response: prefix and message (likewise small_out) */
-    size_t out_off;   /* bytes of out the session took */
-    gstream *prev, *next;
-    /* from here on not zeroed when the stream opens (on_begin_headers) */
+    /* from here on not zeroed when the stream opens (on_begin) */
     char path[96];  /* :path, cut (a longer one is no method of ours); "" */
     char auth[256]; /* "Bearer TOKEN" (sl_auth_bearer), when auth_given */
     /* most calls fit here: no allocation for their bytes (bench/grpc.sh) */
-    char small_in[SMALL], small_out[SMALL];
+    char small_in[SMALL];
 };
 
 /* A ShouldRateLimit in flight: outlives its stream, never points to it. */
@@ -163,20 +156,6 @@ typedef struct greq {
 
 /* ---- the connection's state -------------------------------------------- */
 
-static void stream_free(gstream *st)
-{
-    gconn *g = st->g;
-    if (st->prev)
-        st->prev->next = st->next;
-    else
-        g->streams = st->next;
-    if (st->next) st->next->prev = st->prev;
-    if (g->begun == st) g->begun = NULL;
-    if (st->in.p != st->small_in) free(st->in.p);
-    if (st->out.p != st->small_out) free(st->out.p);
-    free(st);
-}
-
 static void unref(gconn *g)
 {
     if (--g->refs > 0) return;
@@ -187,37 +166,25 @@ static void closed(void *pdata)
 {
     gconn *g = pdata;
     if (g == NULL) return;
-    if (g->h2) nghttp2_session_del(g->h2);
-    g->h2 = NULL;
-    sl_h2pool_drain(&g->pool);
+    sl_h2 *h2 = g->h2;
+    g->h2 = NULL; /* the streams' closed callbacks see the connection gone */
+    sl_h2_free(h2);
     g->c = NULL;
-    while (g->streams) stream_free(g->streams);
     unref(g);
 }
 
-/* Sends what the session has to send: one slot, opened and completed now
- * (the file's comment).  After an asynchronous answer this may close and
- * free the connection (proto.h): the caller touches only g after it. */
+/* Sends what the connection has to send: one slot, opened and completed
+ * now (the file's comment).  After an asynchronous answer this may close
+ * and free the connection (proto.h): the caller touches only g after it. */
 static void flush(gconn *g)
 {
     if (g->c == NULL || g->h2 == NULL) return;
-    sl_slot *s = NULL;
-    sl_buf *b = NULL;
-    for (;;) {
-        const uint8_t *d;
-        ssize_t n = nghttp2_session_mem_send(g->h2, &d);
-        if (n <= 0)
-            break; /* an error here is the session's, fatal to it: the
-                      next run sees want_read and want_write 0 */
-        if (s == NULL) {
-            if ((s = sl_conn_slot(g->c)) == NULL) {
-                g->nomem = 1;
-                return;
-            }
-            b = sl_slot_buf(s);
-        }
-        if (sl_buf_add(b, d, (size_t)n) != 0) g->nomem = 1;
-    }
+    size_t n;
+    const uint8_t *d = sl_h2_out(g->h2, &n);
+    if (n == 0) return;
+    sl_slot *s = sl_conn_slot(g->c);
+    if (s == NULL || sl_buf_add(sl_slot_buf(s), d, n) != 0) g->nomem = 1;
+    sl_h2_out_taken(g->h2);
     if (s != NULL) sl_slot_done(s);
 }
 
@@ -242,49 +209,43 @@ static void pct_encode(char *dst, size_t cap, const char *s)
     dst[o] = '\0';
 }
 
-#define NV(n, v)                                                                                   \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
-    }
-/* A field of two string literals: nghttp2 keeps the pointers, copies nothing. */
-#define SNV(n, v)                                                                                  \
-    {                                                                                              \
-        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, sizeof(v) - 1,                              \
-            NGHTTP2_NV_FLAG_NO_COPY_NAME | NGHTTP2_NV_FLAG_NO_COPY_VALUE                           \
-    }
+/* The fixed fields of an answer, HPACK-coded (hpack.h: no indexing, so
+ * the same bytes every time): `:status: 200` (static entry 8) and
+ * `content-type: application/grpc` (name: static entry 31); the trailers'
+ * `grpc-status: 0`. */
+static const uint8_t HDR_OK[] = "\x88\x0f\x10\x10"
+                                "application/grpc";
+static const uint8_t TRAILER_OK[] = "\x00\x0bgrpc-status\x01"
+                                    "0";
+#define HDR_OK_LEN     (sizeof HDR_OK - 1)
+#define TRAILER_OK_LEN (sizeof TRAILER_OK - 1)
+
+/* Puts an answer on st's stream (h2.c); out of memory drops the
+ * connection.  st may be gone after it. */
+static void respond(gstream *st, const uint8_t *hdr, size_t hlen, const uint8_t *body, size_t blen,
+                    const uint8_t *tr, size_t tlen)
+{
+    gconn *g = st->g;
+    st->answered = 1;
+    if (sl_h2_respond(g->h2, st->s, hdr, hlen, body, blen, tr, tlen) != 0) g->nomem = 1;
+}
 
 /* Answers st with no message: a trailers-only response carrying the
  * status (gRPC's error form). */
 static void answer_status(gstream *st, int code, const char *msg)
 {
     if (st->answered) return;
-    st->answered = 1;
     char cs[16], enc[3 * SL_SVC_ERR + 1];
     snprintf(cs, sizeof cs, "%d", code);
     pct_encode(enc, sizeof enc, msg ? msg : "");
-    nghttp2_nv nv[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
-                       NV("grpc-status", cs), NV("grpc-message", enc)};
-    if (nghttp2_submit_response(st->g->h2, st->id, nv, msg && *msg ? 4 : 3, NULL) != 0)
-        st->g->nomem = 1;
-}
-
-/* The data provider of a message answer: out, then the trailers. */
-static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t len, uint32_t *flags,
-                        nghttp2_data_source *src, void *arg)
-{
-    (void)arg, (void)src;
-    gstream *st = nghttp2_session_get_stream_user_data(h2, id);
-    if (st == NULL) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    size_t n = st->out.len - st->out_off;
-    if (n > len) n = len;
-    memcpy(buf, st->out.p + st->out_off, n);
-    st->out_off += n;
-    if (st->out_off == st->out.len) {
-        *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
-        nghttp2_nv tr[] = {SNV("grpc-status", "0")};
-        if (nghttp2_submit_trailer(h2, id, tr, 1) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
-    }
-    return (ssize_t)n;
+    size_t el = strlen(enc);
+    uint8_t b[HDR_OK_LEN + 2 * 6 + sizeof "grpc-status" + sizeof cs + sizeof "grpc-message" +
+              sizeof enc + 12];
+    size_t n = HDR_OK_LEN;
+    memcpy(b, HDR_OK, n);
+    n += sl_hpack_put_literal(b + n, 0, "grpc-status", 11, cs, strlen(cs));
+    if (el > 0) n += sl_hpack_put_literal(b + n, 0, "grpc-message", 12, enc, el);
+    respond(st, b, n, NULL, 0, NULL, 0);
 }
 
 /* Answers st with message m (packed with its 5-byte prefix), then
@@ -292,12 +253,15 @@ static ssize_t read_out(nghttp2_session *h2, int32_t id, uint8_t *buf, size_t le
 static void answer_message(gstream *st, const ProtobufCMessage *m)
 {
     if (st->answered) return;
-    st->answered = 1;
     /* ShouldRateLimit's answer by hand (rls_wire.h), others by protobuf-c */
     int rls = m->descriptor == &envoy__service__ratelimit__v3__rate_limit_response__descriptor;
     size_t n = rls ? sl_rls_resp_size((const rls_resp *)m) : protobuf_c_message_get_packed_size(m);
-    unsigned char *p = 5 + n <= SMALL ? (unsigned char *)st->small_out : malloc(5 + n);
-    if (p == NULL) goto nomem;
+    unsigned char small[SMALL];
+    unsigned char *p = 5 + n <= SMALL ? small : malloc(5 + n);
+    if (p == NULL) {
+        st->g->nomem = 1;
+        return;
+    }
     p[0] = 0; /* not compressed */
     p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
     p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
@@ -305,14 +269,8 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
         sl_rls_resp_pack((const rls_resp *)m, p + 5);
     else
         protobuf_c_message_pack(m, p + 5);
-    if (st->out.p != st->small_out) free(st->out.p);
-    st->out = (sl_buf){(char *)p, 5 + n, 5 + n};
-    st->out_off = 0;
-    nghttp2_nv nv[] = {SNV(":status", "200"), SNV("content-type", "application/grpc")};
-    nghttp2_data_provider dp = {.source.ptr = st, .read_callback = read_out};
-    if (nghttp2_submit_response(st->g->h2, st->id, nv, 2, &dp) == 0) return;
-nomem:
-    st->g->nomem = 1;
+    respond(st, HDR_OK, HDR_OK_LEN, p, 5 + n, TRAILER_OK, TRAILER_OK_LEN);
+    if (p != small) free(p);
 }
 
 /* ---- ShouldRateLimit ------------------------------------------------------------ */
@@ -506,8 +464,8 @@ static void on_rls(void *arg, const sl_svc_reply *r)
     greq *q = arg;
     gconn *g = q->g;
     if (g->h2 != NULL) {
-        gstream *st = nghttp2_session_get_stream_user_data(g->h2, q->id);
-        if (st != NULL) answer_rls(st, q, r); /* else: the client reset it */
+        sl_h2_stream *s = sl_h2_find(g->h2, (uint32_t)q->id);
+        if (s != NULL) answer_rls(sl_h2_user(s), q, r); /* else: the client reset it */
         if (!g->in_run) flush(g);
     }
     if (g->c != NULL) sl_conn_release(g->c); /* may close it: only g after this */
@@ -699,9 +657,9 @@ static void dispatch(gstream *st)
     sl_stat_inc(&sl_conn_svc(g->c)->st->commands, 1);
     if (!st->post || !st->grpc_type) {
         /* not a gRPC call: gRPC's spec answers 415 to a wrong content-type */
-        st->answered = 1;
-        nghttp2_nv nv[] = {NV(":status", st->post ? "415" : "405")};
-        if (nghttp2_submit_response(g->h2, st->id, nv, 1, NULL) != 0) g->nomem = 1;
+        uint8_t b[8];
+        size_t n = sl_hpack_put_literal(b, 8 /* :status */, NULL, 0, st->post ? "415" : "405", 3);
+        respond(st, b, n, NULL, 0, NULL, 0);
         return;
     }
     if (st->m == M_NONE) {
@@ -766,24 +724,17 @@ static void dispatch(gstream *st)
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, &al);
 }
 
-/* ---- nghttp2's callbacks ------------------------------------------------------- */
+/* ---- h2.c's callbacks ----------------------------------------------------------- */
 
-static int on_begin_headers(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+static int on_begin(void *arg, sl_h2_stream *s)
 {
-    gconn *g = arg;
-    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
-    /* zeroed up to its buffers (~1 KB a stream, written before read) */
-    gstream *st = malloc(sizeof *st);
-    if (st == NULL) return NGHTTP2_ERR_CALLBACK_FAILURE;
+    gstream *st = sl_h2_user(s);
+    /* zeroed up to its buffers (~600 bytes a stream, written before read) */
     memset(st, 0, offsetof(gstream, path));
     st->path[0] = '\0';
-    st->g = g;
-    st->id = f->hd.stream_id;
-    st->next = g->streams;
-    if (g->streams) g->streams->prev = st;
-    g->streams = st;
-    nghttp2_session_set_stream_user_data(h2, st->id, st);
-    g->begun = st;
+    st->g = arg;
+    st->s = s;
+    st->id = (int32_t)sl_h2_id(s);
     return 0;
 }
 
@@ -792,50 +743,52 @@ static int is(const uint8_t *p, size_t n, const char *s)
     return n == strlen(s) && memcmp(p, s, n) == 0;
 }
 
-static int on_header(nghttp2_session *h2, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
-                     const uint8_t *value, size_t vlen, uint8_t flags, void *arg)
+static int on_field(void *arg, sl_h2_stream *s, const uint8_t *name, size_t nlen,
+                    const uint8_t *value, size_t vlen)
 {
-    (void)flags;
-    gconn *g = arg;
-    if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
-        return 0; /* trailers: ignored */
-    /* a request's fields follow its on_begin_headers: no lookup per field */
-    gstream *st = g->begun && g->begun->id == f->hd.stream_id
-                      ? g->begun
-                      : nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
-    if (st == NULL) return 0;
-    st->hdr_bytes += nlen + vlen;
-    if (st->hdr_bytes > SL_GRPC_MAX_HEADERS) return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    if (is(name, nlen, ":method")) {
-        st->post = is(value, vlen, "POST");
-    } else if (is(name, nlen, ":path")) {
+    (void)arg;
+    gstream *st = sl_h2_user(s); /* h2.c bounds the list (SL_GRPC_MAX_HEADERS) */
+    /* by length first: most of a call's fields are none of these */
+    switch (nlen) {
+    case 7:
+        if (is(name, nlen, ":method")) st->post = is(value, vlen, "POST");
+        break;
+    case 5:
+        if (!is(name, nlen, ":path")) break;
         st->m = is(value, vlen, PATH_RLS)      ? M_RLS
                 : is(value, vlen, PATH_HEALTH) ? M_HEALTH
                                                : M_NONE;
-        if (st->m != M_NONE) return 0; /* st->path names an unknown method only */
+        if (st->m != M_NONE) break; /* st->path names an unknown method only */
         size_t k = vlen < sizeof st->path - 1 ? vlen : sizeof st->path - 1;
         for (size_t i = 0; i < k; i++)
             st->path[i] = value[i] >= 0x20 && value[i] < 0x7f ? (char)value[i] : '?';
         st->path[k] = '\0';
-    } else if (is(name, nlen, "content-type")) {
-        st->grpc_type = vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
-                        (vlen == 16 || value[16] == '+' || value[16] == ';');
-    } else if (is(name, nlen, "authorization")) {
+        break;
+    case 12:
+        if (is(name, nlen, "content-type"))
+            st->grpc_type = vlen >= 16 && memcmp(value, "application/grpc", 16) == 0 &&
+                            (vlen == 16 || value[16] == '+' || value[16] == ';');
+        break;
+    case 13:
+        if (!is(name, nlen, "authorization")) break;
         st->auth_given = 1;
         st->auth_len = vlen;
         if (vlen <= sizeof st->auth) memcpy(st->auth, value, vlen);
-    } else if (is(name, nlen, SL_GRPC_HEADERS_MD)) {
-        st->want_headers = !is(value, vlen, "0") && !is(value, vlen, "false");
+        break;
+    case sizeof SL_GRPC_HEADERS_MD - 1:
+        if (is(name, nlen, SL_GRPC_HEADERS_MD))
+            st->want_headers = !is(value, vlen, "0") && !is(value, vlen, "false");
+        break;
+    default: break;
     }
     return 0;
 }
 
-static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t *d, size_t n,
-                   void *arg)
+static int on_data(void *arg, sl_h2_stream *s, const uint8_t *d, size_t n)
 {
-    (void)flags, (void)arg;
-    gstream *st = nghttp2_session_get_stream_user_data(h2, id);
-    if (st == NULL || st->too_big || st->answered) return 0;
+    (void)arg;
+    gstream *st = sl_h2_user(s);
+    if (st->too_big || st->answered) return 0;
     if (st->in.len + n > 5 + (size_t)SL_GRPC_MAX_MESSAGE) {
         st->too_big = 1;
         if (st->in.p != st->small_in) free(st->in.p);
@@ -845,7 +798,7 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
     if (st->in.p == NULL) st->in = (sl_buf){st->small_in, 0, SMALL};
     if (st->in.p == st->small_in && st->in.len + n > SMALL) { /* to the heap */
         sl_buf b = {0};
-        if (sl_buf_add(&b, st->small_in, st->in.len) != 0) return NGHTTP2_ERR_CALLBACK_FAILURE;
+        if (sl_buf_add(&b, st->small_in, st->in.len) != 0) return SL_H2_INTERNAL_ERROR;
         st->in = b;
     }
     if (st->in.p == st->small_in) {
@@ -853,78 +806,40 @@ static int on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const uint8_t
         st->in.len += n;
         return 0;
     }
-    return sl_buf_add(&st->in, d, n) == 0 ? 0 : NGHTTP2_ERR_CALLBACK_FAILURE;
+    return sl_buf_add(&st->in, d, n) == 0 ? 0 : SL_H2_INTERNAL_ERROR;
 }
 
-static int on_frame(nghttp2_session *h2, const nghttp2_frame *f, void *arg)
+static void on_end(void *arg, sl_h2_stream *s)
 {
-    gconn *g = arg;
-    if ((f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS) ||
-        !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
-        return 0;
-    gstream *st = nghttp2_session_get_stream_user_data(h2, f->hd.stream_id);
-    if (st != NULL) dispatch(st);
-    return g->nomem ? NGHTTP2_ERR_CALLBACK_FAILURE : 0;
+    (void)arg;
+    dispatch(sl_h2_user(s));
 }
 
-static int on_close(nghttp2_session *h2, int32_t id, uint32_t code, void *arg)
+static void on_closed(void *arg, sl_h2_stream *s)
 {
-    (void)code, (void)arg;
-    gstream *st = nghttp2_session_get_stream_user_data(h2, id);
-    if (st != NULL) stream_free(st);
-    return 0;
+    (void)arg;
+    gstream *st = sl_h2_user(s);
+    if (st->in.p != st->small_in) free(st->in.p);
 }
 
-/* The callbacks and options every session shares: made once, then only
- * read (pthread_once), so workers share them without a lock. */
-static nghttp2_session_callbacks *cbs;
-static nghttp2_option *opts;
-static pthread_once_t cbs_once = PTHREAD_ONCE_INIT;
+static const sl_h2_cbs cbs = {
+    .begin = on_begin,
+    .field = on_field,
+    .data = on_data,
+    .end = on_end,
+    .closed = on_closed,
+};
 
-static void make_cbs(void)
-{
-    if (nghttp2_session_callbacks_new(&cbs) != 0 || nghttp2_option_new(&opts) != 0) return;
-    nghttp2_session_callbacks_set_on_begin_headers_callback(cbs, on_begin_headers);
-    nghttp2_session_callbacks_set_on_header_callback(cbs, on_header);
-    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(cbs, on_data);
-    nghttp2_session_callbacks_set_on_frame_recv_callback(cbs, on_frame);
-    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, on_close);
-    /* SETTINGS_MAX_HEADER_LIST_SIZE is advertised, and counted in on_header */
-    nghttp2_option_set_max_send_header_block_length(opts, SL_GRPC_MAX_HEADERS);
-    /* no RFC 7540 priority tree (gRPC does not use one): closed streams
-     * are not kept for it */
-    nghttp2_option_set_no_closed_streams(opts, 1);
-    /* no RFC 9113 section 8 checks of every field (~2.5k instructions
-     * a call): on_header reads the few fields a call needs, each
-     * as bytes of a known length, and ignores the others (docs/envoy.md,
-     * "Performance") */
-    nghttp2_option_set_no_http_messaging(opts, 1);
-}
-
-/* The connection's session, made at its first bytes: NULL when out of
+/* The connection's HTTP/2, made at its first bytes: NULL when out of
  * memory. */
 static gconn *conn_state(sl_conn *c)
 {
     gconn *g = sl_conn_pdata(c);
     if (g != NULL) return g;
-    pthread_once(&cbs_once, make_cbs);
-    if (cbs == NULL || opts == NULL || (g = calloc(1, sizeof *g)) == NULL) return NULL;
+    if ((g = calloc(1, sizeof *g)) == NULL) return NULL;
     g->c = c;
     g->refs = 1;
-    nghttp2_mem mem = sl_h2pool_mem(&g->pool); /* the session keeps a copy */
-    if (nghttp2_session_server_new3(&g->h2, cbs, g, opts, &mem) != 0) {
-        sl_h2pool_drain(&g->pool);
-        free(g);
-        return NULL;
-    }
-    nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, SL_GRPC_MAX_STREAMS},
-        {NGHTTP2_SETTINGS_MAX_HEADER_LIST_SIZE, SL_GRPC_MAX_HEADERS},
-        {NGHTTP2_SETTINGS_NO_RFC7540_PRIORITIES, 1},
-    };
-    if (nghttp2_submit_settings(g->h2, NGHTTP2_FLAG_NONE, iv, 3) != 0) {
-        nghttp2_session_del(g->h2);
-        sl_h2pool_drain(&g->pool);
+    if ((g->h2 = sl_h2_new(&cbs, g, sizeof(gstream))) == NULL) {
         free(g);
         return NULL;
     }
@@ -949,27 +864,28 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
             st = SL_PROTO_TURN;
             break;
         }
-        size_t n = len - pos;
-        if (n > SL_GRPC_FEED) n = SL_GRPC_FEED;
-        if (n > t->bytes) n = t->bytes;
-        ssize_t rv = nghttp2_session_mem_recv(g->h2, (const uint8_t *)p + pos, n);
-        if (rv < 0) { /* nghttp2 queued its GOAWAY, if the error has one */
-            if (!g->nomem) sl_conn_protocol_error(c, nghttp2_strerror((int)rv));
+        ssize_t rv = sl_h2_recv(g->h2, (const uint8_t *)p + pos, len - pos);
+        if (rv < 0) { /* its GOAWAY is in the output, if the error has one */
+            if (sl_h2_nomem(g->h2))
+                g->nomem = 1;
+            else
+                sl_conn_protocol_error(c, sl_h2_error(g->h2));
             pos = len;
             st = SL_PROTO_CLOSE;
             break;
         }
+        if (rv == 0) break; /* a frame not whole yet: kept by net.c */
         pos += (size_t)rv;
         t->bytes = (size_t)rv >= t->bytes ? 0 : t->bytes - (size_t)rv;
+        if (g->nomem) break;
     }
     flush(g);
     g->in_run = 0;
     g->t = NULL;
     *used = pos;
     if (g->nomem) return SL_PROTO_NOMEM;
-    if (st != SL_PROTO_CLOSE && !nghttp2_session_want_read(g->h2) &&
-        !nghttp2_session_want_write(g->h2))
-        st = SL_PROTO_CLOSE; /* GOAWAY both ways, or a fatal session error */
+    if (st != SL_PROTO_CLOSE && sl_h2_done(g->h2))
+        st = SL_PROTO_CLOSE; /* GOAWAY sent or received, and no stream left */
     return st;
 }
 
@@ -978,22 +894,19 @@ static void fatal(sl_conn *c, const char *msg)
 {
     gconn *g = sl_conn_pdata(c);
     if (g != NULL && g->h2 != NULL) {
-        nghttp2_submit_goaway(g->h2, NGHTTP2_FLAG_NONE,
-                              nghttp2_session_get_last_proc_stream_id(g->h2),
-                              NGHTTP2_ENHANCE_YOUR_CALM, (const uint8_t *)msg, strlen(msg));
+        if (sl_h2_goaway(g->h2, SL_H2_ENHANCE_YOUR_CALM, msg) != 0) g->nomem = 1;
         flush(g);
     }
     sl_conn_protocol_error(c, msg);
 }
 
 /* The server stops and c's last requests ran: GOAWAY naming the last
- * stream processed, so the client knows which calls to retry elsewhere. */
+ * stream opened, so the client knows which calls to retry elsewhere. */
 static void stop(sl_conn *c)
 {
     gconn *g = sl_conn_pdata(c);
     if (g == NULL || g->h2 == NULL) return;
-    nghttp2_submit_goaway(g->h2, NGHTTP2_FLAG_NONE, nghttp2_session_get_last_proc_stream_id(g->h2),
-                          NGHTTP2_NO_ERROR, NULL, 0);
+    if (sl_h2_goaway(g->h2, SL_H2_NO_ERROR, NULL) != 0) g->nomem = 1;
     flush(g);
 }
 

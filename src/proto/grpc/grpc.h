@@ -5,8 +5,10 @@
  * (--grpc-port).  main.c hands &sl_grpc_proto to sl_net_start through
  * sl_srv.grpc.
  *
- * HTTP/2 is libnghttp2's (one server session per connection, fed bytes,
- * never a socket); the messages are protobuf-c's, generated from proto/.
+ * HTTP/2 is sluiced's own (h2.c, HPACK in hpack.c: one server side per
+ * connection, fed bytes, never a socket -- docs/envoy.md, "Performance",
+ * says why not a library's); the messages are protobuf-c's, generated
+ * from proto/ (ShouldRateLimit's by hand: rls_wire.c).
  * A call's framing is gRPC's: a 5-byte prefix (compressed flag, 32-bit
  * big-endian length) before the message, and trailers carrying
  * grpc-status.  docs/envoy.md says how ShouldRateLimit maps onto RL.CHECK.
@@ -22,13 +24,10 @@
     (16 * 1024) /* bytes of one request message (without its                                       \
                    5-byte prefix): more is RESOURCE_EXHAUSTED */
 #define SL_GRPC_MAX_HEADERS                                                                        \
-    (16 * 1024) /* bytes of one request's header fields                                            \
-                   (SETTINGS_MAX_HEADER_LIST_SIZE): more resets                                    \
-                   the stream */
-#define SL_GRPC_FEED                                                                               \
-    4096 /* input handed to nghttp2 between two checks                                             \
-            of the turn's budget (proto.h) */
-
+    (16 * 1024) /* bytes of one request's header list, counted as RFC                              \
+                   9113 does (names + values + 32 a field;                                         \
+                   SETTINGS_MAX_HEADER_LIST_SIZE): more resets the                                 \
+                   stream (ENHANCE_YOUR_CALM) */
 /* The gRPC request header that asks for RateLimit headers in
  * response_headers_to_add (docs/envoy.md): Envoy sends it with the rate
  * limit service's `initial_metadata`. */
