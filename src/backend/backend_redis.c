@@ -112,7 +112,7 @@ extern const char sl_redis_script[], sl_redis_script_end[];
 #define SHA_LEN 40
 #define NFIELDS 7 /* per key: algo L W B P log_rejected cost */
 
-/* the key of the handshake's RL.PEEK: read, never made */
+/* the key of the handshake's RL.PEEK: read, never made (probe_key) */
 #define PROBE_KEY "sl:m0:{sluice-probe}"
 
 enum { DOWN, CONNECTING, UP };
@@ -891,20 +891,25 @@ static void cmd_fields(struct cmd *c, const sl_params *p, int64_t cost)
 
 static const char pool_key[] = SL_CHECK_POOL_KEY;
 
-/* Writes the pool's Redis key of plan into buf: "sl:" a s ":{|spare-capacity}",
- * or in a cluster "sl:" a s ":{" domain "}|spare-capacity" -- the domain's
- * slot, so that the plan is one slot (one pool a domain: docs/fleet.md). */
-static size_t pool_redis_key(char *buf, const redis *r, const sl_check_plan *plan)
+/* The pool's key as a user key of plan into u (SL_MAX_KEY + sizeof
+ * pool_key bytes), its tag's length in *taglen: "|spare-capacity", its own
+ * tag; or in a cluster "<domain>|spare-capacity" with the domain as tag --
+ * the domain's slot, so that the plan is one slot (one pool a domain:
+ * docs/fleet.md).  Returns its length.  Both paths' keys are made from it
+ * (redis_key, cmd_mkey). */
+static size_t pool_user_key(char *u, const redis *r, const sl_check_plan *plan, size_t *taglen)
 {
-    int algo = (int)plan->pool.algo, space = plan->pool.space;
     for (int k = 0; r->cluster && k < plan->nitems; k++) {
         const sl_check_item *t = &plan->items[k];
         if (t->zero || t->lead != k || t->taglen > t->keylen) continue;
-        size_t n = redis_key(buf, algo, space, t->key, t->taglen, t->taglen);
-        memcpy(buf + n, pool_key, sizeof pool_key - 1);
-        return n + sizeof pool_key - 1;
+        memcpy(u, t->key, t->taglen);
+        memcpy(u + t->taglen, pool_key, sizeof pool_key - 1);
+        *taglen = t->taglen;
+        return t->taglen + sizeof pool_key - 1;
     }
-    return redis_key(buf, algo, space, pool_key, sizeof pool_key - 1, sizeof pool_key - 1);
+    memcpy(u, pool_key, sizeof pool_key - 1);
+    *taglen = sizeof pool_key - 1;
+    return sizeof pool_key - 1;
 }
 
 /* RL.CHECK's op C (docs/redis-scripts.md): every counter of the plan that
@@ -941,8 +946,9 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
         cmd_key(c, (int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen);
     }
     if (plan->has_pool) {
-        char *k = c->key[c->nkeys++];
-        cmd_str(c, k, pool_redis_key(k, r, plan));
+        char u[KEYBUF];
+        size_t tag, n = pool_user_key(u, r, plan, &tag);
+        cmd_key(c, (int)plan->pool.algo, plan->pool.space, u, n, tag);
     }
     cmd_str(c, "C", 1);
     cmd_now(c, r, plan->now_ms);
@@ -1052,7 +1058,9 @@ static void cmd_module(struct cmd *c, const redis *r, const pend *e)
             cmd_int(c, qmask[lead[i]]);
         }
         if (plan->has_pool) {
-            cmd_mkey(c, plan->pool.space, pool_key, sizeof pool_key - 1, sizeof pool_key - 1);
+            char u[KEYBUF];
+            size_t tag, n = pool_user_key(u, r, plan, &tag);
+            cmd_mkey(c, plan->pool.space, u, n, tag);
             cmd_fields(c, &plan->pool, plan->cost);
         }
         break;
@@ -1528,6 +1536,19 @@ static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata)
     }
 }
 
+/* The key of the handshake's probe for node i into out: PROBE_KEY, or in
+ * a cluster (map) "sl:m0:{sluice-probe-N}" with the first N whose slot
+ * the map gives node i -- a key of another master's slot would get MOVED,
+ * read as "no module".  PROBE_KEY when none is found. */
+static void probe_key(char *out, size_t cap, const sl_slotmap *map, int i)
+{
+    for (int n = 0; map != NULL && n < 4 * SL_SLOTS; n++) {
+        int len = snprintf(out, cap, "sl:m0:{sluice-probe-%d}", n);
+        if (map->node[sl_key_slot(out, (size_t)len)] == i) return;
+    }
+    snprintf(out, cap, "%s", PROBE_KEY);
+}
+
 /* Sets ch's path (1: the module's commands) and the count INFO shows. */
 static void set_path(rchan *ch, int module)
 {
@@ -1638,11 +1659,13 @@ static void connect_now(rchan *ch)
     /* which path: requests sent before these answers take the last one */
     ch->has_cmd = 0;
     redisAsyncCommand(ac, on_cmdinfo, NULL, "COMMAND INFO RL.CHECKPLAN");
+    char key[64];
+    probe_key(key, sizeof key, r->cluster ? ch->w->map : NULL, (int)(ch->node - r->node));
     if (r->o.trust_client_time)
-        redisAsyncCommand(ac, on_probe, NULL, "RL.PEEK %s 1 1000 AT %lld", PROBE_KEY,
+        redisAsyncCommand(ac, on_probe, NULL, "RL.PEEK %s 1 1000 AT %lld", key,
                           (long long)sl__wall_ms());
     else
-        redisAsyncCommand(ac, on_probe, NULL, "RL.PEEK %s 1 1000", PROBE_KEY);
+        redisAsyncCommand(ac, on_probe, NULL, "RL.PEEK %s 1 1000", key);
     arm_timer(ch);
 }
 
@@ -1941,8 +1964,9 @@ static int request_slot(const redis *r, const sl_breq *rq)
             SAME(slot_of_key((int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen));
         }
         if (plan->has_pool && slot != -1) {
-            char buf[KEYBUF];
-            SAME(sl_key_slot(buf, pool_redis_key(buf, r, plan)));
+            char u[KEYBUF];
+            size_t tag, n = pool_user_key(u, r, plan, &tag);
+            SAME(slot_of_key((int)plan->pool.algo, plan->pool.space, u, n, tag));
         }
         break;
     }
@@ -2343,7 +2367,7 @@ static redisReply *start_cmd(redisContext *c, const char *shown, const char *wha
  * 1 when RL.CHECKPLAN exists and RL.PEEK answers (with AT when client
  * time is trusted), else 0 -- an error (no such command, an ACL's NOPERM)
  * is "no module". */
-static int start_probe(redisContext *c, int trust_client_time)
+static int start_probe(redisContext *c, int trust_client_time, const char *key)
 {
     redisReply *x = redisCommand(c, "COMMAND INFO RL.CHECKPLAN");
     int ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
@@ -2351,8 +2375,8 @@ static int start_probe(redisContext *c, int trust_client_time)
     if (x != NULL) freeReplyObject(x);
     if (!ok) return 0;
     x = trust_client_time
-            ? redisCommand(c, "RL.PEEK %s 1 1000 AT %lld", PROBE_KEY, (long long)sl__wall_ms())
-            : redisCommand(c, "RL.PEEK %s 1 1000", PROBE_KEY);
+            ? redisCommand(c, "RL.PEEK %s 1 1000 AT %lld", key, (long long)sl__wall_ms())
+            : redisCommand(c, "RL.PEEK %s 1 1000", key);
     ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 6;
     if (x != NULL) freeReplyObject(x);
     return ok;
@@ -2361,7 +2385,8 @@ static int start_probe(redisContext *c, int trust_client_time)
 /* The start-up check of one node nd: reachable, the password, the db, the
  * script (its SHA1 into sha), the module (nd->module_at_start).  0, or -1
  * with err set. */
-static int check_node(rnode *nd, const sl_redis_opts *o, char *sha, char *err, size_t errlen)
+static int check_node(rnode *nd, const char *probe, const sl_redis_opts *o, char *sha, char *err,
+                      size_t errlen)
 {
     const sl_redis_url *u = &nd->url;
     int64_t timeout_ms = o->timeout_ms;
@@ -2406,7 +2431,7 @@ static int check_node(rnode *nd, const sl_redis_opts *o, char *sha, char *err, s
     }
     memcpy(sha, x->str, SHA_LEN);
     freeReplyObject(x);
-    nd->module_at_start = start_probe(c, o->trust_client_time);
+    nd->module_at_start = start_probe(c, o->trust_client_time, probe);
     ok = 1;
 out:
     if (c != NULL) redisFree(c);
@@ -2535,11 +2560,14 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     }
     /* the start-up check of every node: the script is the same text, so
      * its SHA1 is the same on every server */
-    for (int i = 0; i < atomic_load(&r->nnodes); i++)
-        if (check_node(&r->node[i], o, r->sha, err, errlen) != 0) {
+    for (int i = 0; i < atomic_load(&r->nnodes); i++) {
+        char probe[64];
+        probe_key(probe, sizeof probe, r->cluster ? r->map : NULL, i);
+        if (check_node(&r->node[i], probe, o, r->sha, err, errlen) != 0) {
             redis_free_all(r);
             return NULL;
         }
+    }
     if (r->o.policy == SL_REDIS_LOCAL) {
         sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
         r->store = sl_store_new(&so, NULL);

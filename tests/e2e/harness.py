@@ -858,10 +858,11 @@ class RedisCluster:
     by `redis-cli --cluster create`, ready when every node says
     cluster_state:ok and agrees on the slots.  A master lost leaves the
     others serving their slots (cluster-require-full-coverage no).  Each
-    node is a RedisServer: stopped by its PID only."""
+    node is a RedisServer: stopped by its PID only.  `module_args` loads
+    the build's sluice.so into every node (as RedisServer's)."""
 
-    def __init__(self, n=3):
-        self.nodes = [RedisServer(cluster=True) for _ in range(n)]
+    def __init__(self, n=3, module_args=None):
+        self.nodes = [RedisServer(cluster=True, module_args=module_args) for _ in range(n)]
 
     def start(self, timeout=60):
         for r in self.nodes:

@@ -53,8 +53,8 @@ def redis_key(key, algo=0, space=0):
 
 class ClusterTest(unittest.TestCase):
 
-    def cluster(self):
-        c = RedisCluster(3).start()
+    def cluster(self, module_args=None):
+        c = RedisCluster(3, module_args=module_args).start()
         self.addCleanup(c.cleanup)
         return c
 
@@ -132,12 +132,20 @@ class ClusterTest(unittest.TestCase):
         self.assertIn("[  PASSED  ] 5 test(s).", out)
 
     def test_check_with_the_pool_is_one_slot(self):
+        self.check_pool_one_slot(None)
+
+    def test_check_with_the_pool_is_one_slot_on_the_module(self):
+        """The same through the module's RL.CHECKPLAN: its pool key too
+        carries the domain's tag, or Redis refuses the call (CROSSSLOT)."""
+        self.check_pool_one_slot(["trust-client-time", "yes", "max-client-skew", "0"])
+
+    def check_pool_one_slot(self, module_args):
         d = tempfile.mkdtemp(prefix="sluice-rules-")
         self.addCleanup(shutil.rmtree, d, True)
         path = os.path.join(d, "api.yaml")
         with open(path, "w") as f:
             f.write(RULES)
-        c = self.cluster()
+        c = self.cluster(module_args)
         common = ("--rules", path, "--capacity", "3/1m")
         s = self.node(c, *common)
         ref = Server(*common, trust_client_time=True, name="check_local")
@@ -169,6 +177,8 @@ class ClusterTest(unittest.TestCase):
             if r is not home:
                 self.assertEqual(r.cmd("KEYS", "sl:*"), [])
         self.assertEqual(s.info("backend")["backend_errors"], "0")
+        self.assertEqual(s.info("backend")["backend_redis_path"],
+                         "script" if module_args is None else "module")
 
     def test_slot_migrated_under_load(self):
         c = self.cluster()
