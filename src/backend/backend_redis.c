@@ -935,6 +935,30 @@ static int check_masks(const sl_check_plan *plan, int *lead, int64_t *qmask, int
     return m;
 }
 
+/* The plan's header after its time, the same for the script's op C and
+ * RL.CHECKPLAN: m pool denied_never qall zmask. */
+static void cmd_plan_head(struct cmd *c, const sl_check_plan *plan, int m, int64_t qall,
+                          int64_t zmask)
+{
+    cmd_int(c, m);
+    cmd_int(c, plan->has_pool);
+    cmd_int(c, plan->denied_never);
+    cmd_int(c, qall);
+    cmd_int(c, zmask);
+}
+
+/* One counter's fields, the same on both paths: algo L W B P log_rejected
+ * cost shadow quota lyft ceiling qmask. */
+static void cmd_plan_item(struct cmd *c, const sl_check_item *t, int64_t qmask)
+{
+    cmd_fields(c, &t->p, t->cost);
+    cmd_int(c, t->shadow);
+    cmd_int(c, t->quota);
+    cmd_int(c, t->lyft);
+    cmd_int(c, t->elastic ? t->rl->elastic_limit : 0);
+    cmd_int(c, qmask);
+}
+
 static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, int *lead)
 {
     const sl_check_item *it = plan->items;
@@ -952,20 +976,8 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
     }
     cmd_str(c, "C", 1);
     cmd_now(c, r, plan->now_ms);
-    cmd_int(c, m);
-    cmd_int(c, plan->has_pool);
-    cmd_int(c, plan->denied_never);
-    cmd_int(c, qall);
-    cmd_int(c, zmask);
-    for (int i = 0; i < m; i++) {
-        const sl_check_item *t = &it[lead[i]];
-        cmd_fields(c, &t->p, t->cost);
-        cmd_int(c, t->shadow);
-        cmd_int(c, t->quota);
-        cmd_int(c, t->lyft);
-        cmd_int(c, t->elastic ? t->rl->elastic_limit : 0);
-        cmd_int(c, qmask[lead[i]]);
-    }
+    cmd_plan_head(c, plan, m, qall, zmask);
+    for (int i = 0; i < m; i++) cmd_plan_item(c, &it[lead[i]], qmask[lead[i]]);
     if (plan->has_pool) cmd_fields(c, &plan->pool, plan->cost);
 }
 
@@ -1042,20 +1054,11 @@ static void cmd_module(struct cmd *c, const redis *r, const pend *e)
         int m = check_masks(plan, lead, qmask, &qall, &zmask);
         cmd_str(c, "RL.CHECKPLAN", 12);
         cmd_at(c, r, plan->now_ms);
-        cmd_int(c, m);
-        cmd_int(c, plan->has_pool);
-        cmd_int(c, plan->denied_never);
-        cmd_int(c, qall);
-        cmd_int(c, zmask);
+        cmd_plan_head(c, plan, m, qall, zmask);
         for (int i = 0; i < m; i++) {
             const sl_check_item *t = &plan->items[lead[i]];
             cmd_mkey(c, t->p.space, t->key, t->keylen, t->taglen);
-            cmd_fields(c, &t->p, t->cost);
-            cmd_int(c, t->shadow);
-            cmd_int(c, t->quota);
-            cmd_int(c, t->lyft);
-            cmd_int(c, t->elastic ? t->rl->elastic_limit : 0);
-            cmd_int(c, qmask[lead[i]]);
+            cmd_plan_item(c, t, qmask[lead[i]]);
         }
         if (plan->has_pool) {
             char u[KEYBUF];

@@ -611,6 +611,19 @@ class Server:
             time.sleep(0.02)
         raise AssertionError("INFO %s stayed at %s %s" % (field, v, what))
 
+    def wait_section(self, section, pred, what, timeout=20):
+        """Polls INFO section until pred(its fields, a dict) holds, within
+        timeout x SLOW seconds.  Returns the fields; raises AssertionError
+        naming what was awaited, with the last fields, otherwise."""
+        until = deadline(timeout * SLOW)
+        info = None
+        while time.monotonic() < until:
+            info = self.info(section)
+            if pred(info):
+                return info
+            time.sleep(0.02)
+        raise AssertionError("INFO never showed %s: %r" % (what, info))
+
     def rss_kb(self):
         with open("/proc/%d/status" % self.pid) as f:
             for line in f:

@@ -63,18 +63,8 @@ class ClusterTest(unittest.TestCase):
                    name=name or self.id().split(".")[-1])
         s.start()
         self.addCleanup(s.cleanup)
-        self.wait_info(s, lambda i: i.get("backend_status") == "up", "backend up")
+        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
         return s
-
-    def wait_info(self, s, pred, what, timeout=20):
-        until = harness.deadline(timeout * SLOW)
-        info = None
-        while time.monotonic() < until:
-            info = s.info("backend")
-            if pred(info):
-                return info
-            time.sleep(0.02)
-        self.fail("INFO never showed %s: %r" % (what, info))
 
     @staticmethod
     def allow(conn, key, limit, at):
@@ -265,7 +255,7 @@ class ClusterTest(unittest.TestCase):
                 self.assertEqual(self.allow(conn, k, 5, BASE), [1, 5, 4, 0, W, 0], k)
         victim.kill()
         node = "url=redis://127.0.0.1:%d/0,status=down" % victim.port
-        self.wait_info(s, lambda i: any(v.startswith(node) for n, v in i.items()
+        s.wait_section("backend", lambda i: any(v.startswith(node) for n, v in i.items()
                                         if n.startswith("backend_node")), "the master down")
         denied = 0
         with s.raw() as conn:
@@ -308,10 +298,10 @@ class ClusterTest(unittest.TestCase):
             for k in keys:  # the moved ones through MOVED, then the new map
                 self.assertEqual(self.allow(conn, k, 5, BASE + 1), [1, 5, 3, 0, W - 1, 0], k)
         node = "url=redis://127.0.0.1:%d/0,status=up,share=0.00,slots=0" % victim.port
-        self.wait_info(s, lambda i: node in i.values(), "the victim's share at 0")
+        s.wait_section("backend", lambda i: node in i.values(), "the victim's share at 0")
         victim.stop()
         node = "url=redis://127.0.0.1:%d/0,status=down,share=0.00,slots=0" % victim.port
-        info = self.wait_info(s, lambda i: node in i.values(), "the victim down")
+        info = s.wait_section("backend", lambda i: node in i.values(), "the victim down")
         self.assertEqual(info["backend_status"], "up")
         with s.raw() as conn:
             for k in keys:
@@ -360,7 +350,7 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(self.allow(conn, key, 5, BASE), policy)  # CLUSTERDOWN
             self.assertIn(b"errorstat_CLUSTERDOWN:count=1\r\n", old.cmd("INFO", "errorstats"))
             want = share(old)
-            self.wait_info(s, lambda i: want in i.values(), "the map read again: %s" % want)
+            s.wait_section("backend", lambda i: want in i.values(), "the map read again: %s" % want)
             self.assertEqual(self.allow(conn, key, 5, BASE), policy)  # not sent
             self.assertIn(b"errorstat_CLUSTERDOWN:count=1\r\n", old.cmd("INFO", "errorstats"))
             self.assertEqual(new.cmd("CLUSTER", "ADDSLOTS", str(slot)), b"OK")

@@ -75,18 +75,8 @@ class RingTest(unittest.TestCase):
                    name=self.id().split(".")[-1])
         s.start()
         self.addCleanup(s.cleanup)
-        self.wait_info(s, lambda i: i.get("backend_status") == "up", "backend up")
+        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
         return s
-
-    def wait_info(self, s, pred, what, timeout=20):
-        until = harness.deadline(timeout * SLOW)
-        info = None
-        while time.monotonic() < until:
-            info = s.info("backend")
-            if pred(info):
-                return info
-            time.sleep(0.02)
-        self.fail("INFO never showed %s: %r" % (what, info))
 
     @staticmethod
     def allow(c, key, at, cost=1):
@@ -157,7 +147,7 @@ class RingTest(unittest.TestCase):
             for k in keys:
                 self.assertEqual(self.allow(conn, k, BASE), [1, L, 4, 0, W, 0], k)
         servers[1].kill()
-        info = self.wait_info(s, lambda i: "status=down" in i.get("backend_node1", ""),
+        info = s.wait_section("backend", lambda i: "status=down" in i.get("backend_node1", ""),
                               "server 2 down")
         self.assertEqual(info["backend_status"], "down")
         self.assertIn("status=up", info["backend_node0"])
@@ -176,7 +166,7 @@ class RingTest(unittest.TestCase):
         self.assertEqual(s.info_int("backend_fallback_deny", "backend"), denied)
         # back (empty: no persistence here): its keys are Redis's again
         servers[1].start()
-        self.wait_info(s, lambda i: i.get("backend_status") == "up", "the ring up again")
+        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "the ring up again")
         with s.raw() as conn:
             for k in keys:
                 got = self.allow(conn, k, BASE + 2)
