@@ -11,8 +11,8 @@
  * crafted RESTORE fails with an error -- type_load), rewritten in AOF as
  * RL.RESTORE commands carrying each record's exact bytes, replicated as
  * the decision at its time (RL.ALLOW/RL.DECIDEALL with AT t, accepted from
- * the master and while loading), and given a TTL at every decision: the time its
- * state comes to rest (equals a fresh key's), never earlier.
+ * the master and while loading), and given a TTL at every decision: the
+ * time its state comes to rest (equals a fresh key's), never earlier.
  *
  * Time: Redis's clock (RedisModule_Milliseconds), unless loaded with
  * `trust-client-time yes` (then AT t is accepted, bounded by
