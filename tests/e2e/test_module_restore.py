@@ -166,9 +166,13 @@ def mutations(payload, rnd, random_flips):
                 f += enc_len(code) + (enc_len(v2) if k2 == "u" else enc_len(len(v2)) + v2)
             out.append(("field %d opcode %d" % (i, op), MUST_FAIL, bytes(f) + b"\x00"))
         if kind == "s":
-            # the string's length changed, its bytes kept
-            for ln in sorted({0, len(v) - 1, len(v) + 1, len(v) + 8, 1 << 14, (1 << 32) - 1,
-                              1 << 62} - {len(v)}):
+            # the string's length changed, its bytes kept.  Redis allocates
+            # the length claimed before reading (its own ztrymalloc, before
+            # the module): jemalloc refuses 2^62, but ASan's allocator, which
+            # a sanitized run preloads into Redis, aborts past 1 TB and takes
+            # a second for 4 GB, so a sanitized run claims at most 1 MB
+            big = (1 << 20,) if SANITIZED else ((1 << 32) - 1, 1 << 62)
+            for ln in sorted({0, len(v) - 1, len(v) + 1, len(v) + 8, 1 << 14, *big} - {len(v)}):
                 f = bytearray(head)
                 for j, (k2, v2) in enumerate(fields):
                     if k2 == "u":
