@@ -641,7 +641,9 @@ int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int6
 /* ---- snapshots: a record's state as portable bytes ---------------------- */
 
 /* The sliding-log's state is dumped as its 44 bytes with the pointer
- * zeroed and head 0, followed by the ring's used bytes in order. */
+ * zeroed, head 0 and the capacity a load gives the ring (not the one it
+ * grew to: a dump loaded and dumped again is the same bytes), followed by
+ * the ring's used bytes in order. */
 size_t sl__state_dump_len(const uint8_t *r)
 {
     const uint8_t *st = r + SL__REC_HDR + sl__rec_klen(r);
@@ -665,6 +667,7 @@ void sl__state_dump(const uint8_t *r, uint8_t *dst)
     for (uint32_t k = 0; k < lg.used; k++) dst[44 + k] = lg.buf[log_at(&lg, lg.head + k)];
     lg.buf = NULL;
     lg.head = 0;
+    lg.cap = lg.used > 0 ? log_grown_cap(0, lg.used) : 0; /* as sl__state_load makes it */
     log_save(dst, &lg);
 }
 
@@ -711,7 +714,16 @@ size_t sl__state_load_len(unsigned algo, const uint8_t *src, size_t len)
         unsigned w = src[2];
         size_t P = sl__ld16(src);
         if ((w != 1 && w != 2 && w != 4 && w != 8) || P == 0 || len != SB_HDR + P * w) return 0;
-        return len;
+        /* the sum is the counts' (every decision keeps it so) and at most a
+         * limit: else no bucket's expiry would ever free what it claims */
+        uint64_t sum = sl__ld64(src + 3), total = 0;
+        if (sum > (uint64_t)SL_MAX_LIMIT) return 0;
+        for (size_t j = 0; j < P; j++) {
+            uint64_t c = sb_get(src + SB_HDR, w, (int64_t)j);
+            if (c > sum - total) return 0;
+            total += c;
+        }
+        return total == sum ? len : 0;
     }
     case SL_SLIDING_WINDOW:
     case SL_TOKEN_BUCKET:

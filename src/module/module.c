@@ -7,11 +7,12 @@
  * State: a value of the module type "sluice-rl" per Redis key (the user's
  * key), holding that key's state under each algorithm used -- a lone
  * record each (src/lib/lone.h), decided by the library's own decision
- * path.  Saved in RDB (rdb_save/rdb_load), rewritten in AOF as RL.RESTORE
- * commands carrying each record's exact bytes, replicated as the decision
- * at its time (RL.ALLOW/RL.DECIDEALL with AT t, accepted from the master
- * and while loading), and given a TTL at every decision: the time its
- * state comes to rest (equals a fresh key's), never earlier.
+ * path.  Saved in RDB (rdb_save/rdb_load: every field checked, so a
+ * crafted RESTORE fails with an error -- type_load), rewritten in AOF as
+ * RL.RESTORE commands carrying each record's exact bytes, replicated as
+ * the decision at its time (RL.ALLOW/RL.DECIDEALL with AT t, accepted from
+ * the master and while loading), and given a TTL at every decision: the
+ * time its state comes to rest (equals a fresh key's), never earlier.
  *
  * Time: Redis's clock (RedisModule_Milliseconds), unless loaded with
  * `trust-client-time yes` (then AT t is accepted, bounded by
@@ -24,6 +25,7 @@
  * decision's propagation is built only when something can take it
  * (repl_watch below).
  */
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -156,6 +158,12 @@ static int val_empty(const rlval *v)
         if (val_rec(v, a)) return 0;
     return 1;
 }
+
+/* A record's dump (RDB, RL.RESTORE) longer than this is refused before
+ * it is looked at: the state a decision may grow one key to
+ * (sl__lone_decide refuses parameters past it with SL_ETOOBIG), or no
+ * bound with max-memory 0. */
+static uint64_t dump_max(void) { return sl__shard_loose_rec_max(mod.loose); }
 
 /* Whether the command comes from the master or the AOF: a decision
  * replicated at its time, whose AT is taken as it is (the master checked
@@ -1120,6 +1128,13 @@ static int cmd_restore(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     s = RedisModule_StringPtrLen(argv[2], &n);
     if (sl__parse_algo(s, n, &a, err, ERRLEN) != 0) return reply_err(ctx, err);
     const char *dump = RedisModule_StringPtrLen(argv[3], &dl);
+    if (dl > dump_max()) {
+        snprintf(err, sizeof err,
+                 "state of %zu bytes for RL.RESTORE is over the module's bound on one key "
+                 "(max-memory / %d: %llu bytes)",
+                 dl, SL_STORE_REC_SHARE, (unsigned long long)dump_max());
+        return reply_err(ctx, err);
+    }
     uint8_t *rec = NULL;
     int rc = sl__lone_load(mod.loose, a, (const uint8_t *)dump, dl, NULL, &rec);
     if (rc == SL_EINVAL) return reply_err(ctx, "malformed state for RL.RESTORE");
@@ -1180,21 +1195,82 @@ static void type_save(RedisModuleIO *io, void *p)
     }
 }
 
+/* Loading a value (rdb_load): a start or DEBUG RELOAD reading the RDB, a
+ * replica's full sync, and RESTORE of a DUMP payload -- bytes anyone who
+ * may write a key can hand in, CRC and all.  So every field read is
+ * checked before it is used, and the module is loaded with
+ * REDISMODULE_OPTIONS_HANDLE_IO_ERRORS: a read past the value's end or of
+ * the wrong kind (a count changed, a payload cut short) sets the IO's
+ * error flag instead of Redis panicking, and RedisModule_IsIOError is
+ * asked after every read.  A refused value is freed whole and NULL is
+ * returned: RESTORE answers "Bad data format" and Redis goes on; a load
+ * from disk stops, as Redis stops on any corrupt RDB.
+ *
+ * The form type_save writes, and what is checked of each field:
+ *   records  1 .. SL_ALGO_COUNT (an empty value is deleted, never saved)
+ *   then per record:
+ *     algo   an algorithm id below SL_ALGO_COUNT, not seen before in it
+ *     dump   at most the per-key bound (max-memory / SL_STORE_REC_SHARE:
+ *            what a decision may grow one key's state to), then every byte
+ *            by sl__lone_load (flags, clock in range, the state's length
+ *            and contents for its algorithm). */
+
+/* Logs why a value being loaded is refused and frees what was loaded of
+ * it; returns NULL for rdb_load to return.  "warning" while Redis loads
+ * its data (the load then stops: the operator needs the reason);
+ * "verbose" for RESTORE, which answers an error, so that a client sending
+ * bad payloads cannot fill the log. */
+static void *load_refuse(RedisModuleIO *io, rlval *v, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void *load_refuse(RedisModuleIO *io, rlval *v, const char *fmt, ...)
+{
+    char why[ERRLEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    int loading = RedisModule_GetContextFlags(RedisModule_GetContextFromIO(io)) &
+                  REDISMODULE_CTX_FLAGS_LOADING;
+    RedisModule_LogIOError(io, loading ? "warning" : "verbose", "sluice: a %s value refused: %s",
+                           TYPE_NAME, why);
+    if (v) val_free(v);
+    return NULL;
+}
+
 static void *type_load(RedisModuleIO *io, int encver)
 {
-    if (encver != TYPE_ENCVER) {
-        RedisModule_LogIOError(io, "warning", "sluice: unknown encoding version %d", encver);
-        return NULL;
-    }
-    rlval *v = val_new();
-    if (v == NULL) return NULL;
+    if (encver != TYPE_ENCVER)
+        return load_refuse(io, NULL, "encoding version %d (this module reads %d)", encver,
+                           TYPE_ENCVER);
     uint64_t n = RedisModule_LoadUnsigned(io);
-    for (uint64_t k = 0; k < n; k++) {
+    if (RedisModule_IsIOError(io)) return load_refuse(io, NULL, "short read (record count)");
+    if (n < 1 || n > SL_ALGO_COUNT)
+        return load_refuse(io, NULL, "%llu records (a value holds 1 to %d)", (unsigned long long)n,
+                           SL_ALGO_COUNT);
+    rlval *v = val_new();
+    if (v == NULL) return load_refuse(io, NULL, "%s", sl_strerror(SL_ENOMEM));
+    for (uint64_t k = 1; k <= n; k++) {
         uint64_t a = RedisModule_LoadUnsigned(io);
-        size_t len;
+        if (RedisModule_IsIOError(io))
+            return load_refuse(io, v, "record %llu: short read (algorithm)", (unsigned long long)k);
+        if (a >= SL_ALGO_COUNT)
+            return load_refuse(io, v, "record %llu: unknown algorithm id %llu",
+                               (unsigned long long)k, (unsigned long long)a);
+        if (val_rec(v, (int)a) != NULL)
+            return load_refuse(io, v, "record %llu: a second %s record", (unsigned long long)k,
+                               sl_algo_name((sl_algo)a));
+        size_t len = 0;
         char *buf = RedisModule_LoadStringBuffer(io, &len);
+        if (RedisModule_IsIOError(io) || buf == NULL) {
+            if (buf) RedisModule_Free(buf);
+            return load_refuse(io, v, "record %llu: short read (%s state)", (unsigned long long)k,
+                               sl_algo_name((sl_algo)a));
+        }
         int rc = SL_EINVAL;
-        if (a < SL_ALGO_COUNT && val_rec(v, (int)a) == NULL && buf) {
+        if (len > dump_max()) {
+            rc = SL_ETOOBIG;
+        } else {
             uint8_t *rec = NULL;
             void *room = val_room(v, (int)a);
             rc = room ? 0 : val_more(v);
@@ -1202,14 +1278,17 @@ static void *type_load(RedisModuleIO *io, int encver)
                 rc = sl__lone_load(mod.loose, (unsigned)a, (const uint8_t *)buf, len, room, &rec);
             if (rc == 0) val_set(v, (int)a, rec);
         }
-        if (buf) RedisModule_Free(buf);
-        if (rc != 0) {
-            RedisModule_LogIOError(io, "warning", "sluice: record %llu of a key: %s",
-                                   (unsigned long long)k + 1,
-                                   rc == SL_EINVAL ? "malformed" : sl_strerror(rc));
-            val_free(v);
-            return NULL;
-        }
+        RedisModule_Free(buf);
+        if (rc == SL_ETOOBIG)
+            return load_refuse(io, v,
+                               "record %llu: %s state of %zu bytes, over the module's bound on "
+                               "one key (max-memory / %d: %llu bytes)",
+                               (unsigned long long)k, sl_algo_name((sl_algo)a), len,
+                               SL_STORE_REC_SHARE, (unsigned long long)dump_max());
+        if (rc != 0)
+            return load_refuse(io, v, "record %llu: %s %s state (%zu bytes)", (unsigned long long)k,
+                               rc == SL_EINVAL ? "malformed" : sl_strerror(rc),
+                               sl_algo_name((sl_algo)a), len);
     }
     return v;
 }
@@ -1314,6 +1393,9 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     };
     mod.type = RedisModule_CreateDataType(ctx, TYPE_NAME, TYPE_ENCVER, &tm);
     if (mod.type == NULL) return REDISMODULE_ERR;
+    /* type_load checks every read: a bad payload fails RESTORE (and a load)
+     * instead of making Redis panic */
+    RedisModule_SetModuleOptions(ctx, REDISMODULE_OPTIONS_HANDLE_IO_ERRORS);
     static const RedisModuleEvent watched[] = {
         {REDISMODULE_EVENT_REPLICATION_ROLE_CHANGED, 1},
         {REDISMODULE_EVENT_REPLICA_CHANGE, 1},

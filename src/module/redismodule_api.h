@@ -47,6 +47,11 @@
 
 #define REDISMODULE_NO_EXPIRE -1
 
+/* SetModuleOptions: the module checks IsIOError after its RDB reads, so a
+ * short or malformed read fails the load (RESTORE answers an error) instead
+ * of Redis panicking (available since Redis 6.0). */
+#define REDISMODULE_OPTIONS_HANDLE_IO_ERRORS (1 << 0)
+
 #define REDISMODULE_CTX_FLAGS_SLAVE      (1 << 3)
 #define REDISMODULE_CTX_FLAGS_AOF        (1 << 6)
 #define REDISMODULE_CTX_FLAGS_REPLICATED (1 << 12)
@@ -135,6 +140,9 @@ typedef struct RedisModuleTypeMethods {
     X(void, SaveStringBuffer, (RedisModuleIO * io, const char *str, size_t len))                   \
     X(char *, LoadStringBuffer, (RedisModuleIO * io, size_t * lenptr))                             \
     X(void, LogIOError, (RedisModuleIO * io, const char *level, const char *fmt, ...))             \
+    X(int, IsIOError, (RedisModuleIO * io))                                                        \
+    X(void, SetModuleOptions, (RedisModuleCtx * ctx, int options))                                 \
+    X(RedisModuleCtx *, GetContextFromIO, (RedisModuleIO * io))                                    \
     X(void, Log, (RedisModuleCtx * ctx, const char *level, const char *fmt, ...))                  \
     X(void *, Alloc, (size_t bytes))                                                               \
     X(void *, Calloc, (size_t nmemb, size_t size))                                                 \
