@@ -1,0 +1,220 @@
+"""What an attacker found over HTTP (issue 23, part B, findings 6-9), each
+re-run against the real daemon:
+
+- connections beyond --max-clients take no more descriptors than the
+  server reserved for them, whichever front they come to (docs/sluiced.md,
+  --max-clients; net.h: SL_NET_REFUSED_MAX);
+- the admin token of /v1/rules has the failed-attempt limit of every other
+  credential (--auth-fail-limit), per client address;
+- a request head two HTTP readers could frame differently is refused with
+  400 and the connection closed, so nothing inside it is read as a request
+  (docs/http.md, "Framing");
+- behind --trusted-proxies, failures count against the client the proxy
+  names, not against the proxy.
+
+Raw sockets throughout: what is asserted is the bytes a client reads."""
+
+import json
+import os
+import resource
+import socket
+import time
+
+from harness import HOST, SLOW, Server, ServerTestCase, deadline, parse_info
+
+FD_RESERVE = 64          # src/sluiced/main.c
+REFUSED_MAX = 16         # src/server/net.h: SL_NET_REFUSED_MAX
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # empty SETTINGS, stream 0
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, 0o600)
+    return path
+
+
+def read_close(sock, limit=1 << 20):
+    """Everything sock receives until the peer closes it (bounded by limit
+    and the socket's timeout, which raises)."""
+    out = b""
+    while len(out) < limit:
+        try:
+            d = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not d:
+            break
+        out += d
+    return out
+
+
+def answers(out):
+    """The status codes of the HTTP answers in out, in order."""
+    codes = []
+    for part in out.split(b"HTTP/1.")[1:]:
+        codes.append(int(part[2:5]))
+    return codes
+
+
+class TestDescriptorsBeyondMaxClients(ServerTestCase):
+    """300 idle HTTP connections against --max-clients 20, with the open-file
+    limit sluiced asks for at start (max-clients + its reserve + the refused
+    ones being answered): RESP and gRPC clients are still answered or
+    refused at once, and served once the HTTP ones are gone."""
+
+    HTTP = True
+    MAX = 20
+    SERVER_ARGS = ("--max-clients", str(MAX))
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server(*cls.SERVER_ARGS, name=cls.__name__, trust_client_time=True,
+                         http=True, grpc=True)
+        cls.srv.start()
+
+    def limit_fds(self):
+        n = self.MAX + FD_RESERVE + REFUSED_MAX
+        resource.prlimit(self.srv.pid, resource.RLIMIT_NOFILE, (n, n))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 1024:  # the test's own 300 sockets
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+
+    def resp_answer(self):
+        """A new RESP client's answer to PING: '+PONG' or the refusal; a
+        hang raises socket.timeout."""
+        with socket.create_connection((HOST, self.srv.port), timeout=10 * SLOW) as s:
+            s.sendall(b"PING\r\n")
+            out = b""
+            while not out.endswith(b"\r\n"):
+                try:
+                    d = s.recv(64)
+                except ConnectionResetError:
+                    break
+                if not d:
+                    break
+                out += d
+            return out
+
+    def grpc_answer(self):
+        """A new gRPC client's first bytes: the server's SETTINGS, or b''
+        for a refusal (closed); a hang raises socket.timeout."""
+        with socket.create_connection((HOST, self.srv.grpc_port), timeout=10 * SLOW) as s:
+            s.sendall(PREFACE + SETTINGS_FRAME)
+            try:
+                return s.recv(9)
+            except ConnectionResetError:
+                return b""
+
+    def test_refused_http_clients_leave_descriptors_for_every_front(self):
+        self.limit_fds()
+        monitor = self.srv.raw()  # a counted client of our own, to read INFO
+        self.addCleanup(monitor.close)
+
+        def info():
+            return parse_info(monitor.cmd("INFO"))
+        rejected0 = int(info()["rejected_connections"])
+        socks = []
+        try:
+            for _ in range(300):
+                socks.append(socket.create_connection((HOST, self.srv.http_port),
+                                                      timeout=10 * SLOW))
+            # every one of them seen by the acceptor: counted (MAX - 1 beside
+            # the monitor) or refused
+            until = deadline(30)
+            while True:
+                i = info()
+                if (int(i["http_clients"]) == self.MAX - 1 and
+                        int(i["rejected_connections"]) - rejected0 == 300 - (self.MAX - 1)):
+                    break
+                self.assertLess(time.monotonic(), until,
+                                "the acceptor did not take the 300 connections: %s\n%s"
+                                % ({k: i[k] for k in ("http_clients", "rejected_connections")},
+                                   self.srv.log()[-2000:]))
+                time.sleep(0.05)
+            # full: a RESP client is refused with its error line, a gRPC one
+            # closed -- at once, both
+            self.assertEqual(self.resp_answer(), b"-ERR max number of clients reached\r\n")
+            self.assertEqual(self.grpc_answer(), b"")
+        finally:
+            for s in socks:
+                s.close()
+        self.srv.wait_info("http_clients", lambda v: v == 0, what="HTTP clients gone")
+        self.assertEqual(self.resp_answer(), b"+PONG\r\n")
+        got = self.grpc_answer()
+        self.assertEqual(got[3:4], b"\x04", got)  # a SETTINGS frame
+        self.assertNotIn("Too many open files", self.srv.log())
+        self.assertNotIn("accept failed", self.srv.log())
+
+
+class TestFraming(ServerTestCase):
+    """Request heads that two readers could frame differently (RFC 9112):
+    400, Connection: close, and the request hidden inside never answered."""
+
+    HTTP = True
+
+    INNER = b"GET /nope-smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+
+    def send(self, raw):
+        with socket.create_connection((HOST, self.srv.http_port), timeout=10 * SLOW) as s:
+            s.sendall(raw)
+            return read_close(s)
+
+    def assert_refused(self, raw, error):
+        out = self.send(raw)
+        head, _, body = out.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        self.assertEqual(lines[0], b"HTTP/1.1 400 Bad Request", out[:300])
+        self.assertIn(b"Connection: close", lines)
+        self.assertEqual(json.loads(body), {"error": "malformed request: " + error})
+        # one answer only: nothing after the refused head was read as a request
+        self.assertEqual(answers(out), [400], out)
+        self.assertNotIn(b"smuggled", out)
+
+    def test_whitespace_before_the_colon(self):
+        """The finding: `Content-Length : 35` was honoured, and the request
+        pipelined inside its 35 bytes was swallowed as body."""
+        inner = b"GET /healthz HTTP/1.1\r\nHost: xy\r\n\r\n"
+        body = inner[:35]
+        self.assertEqual(len(body), 35)
+        self.assert_refused(b"POST /v1/check HTTP/1.1\r\nHost: x\r\nContent-Length : 35\r\n\r\n"
+                            + body + self.INNER,
+                            "whitespace between a header name and its colon "
+                            "(RFC 9112 section 5.1)")
+
+    def test_obs_fold(self):
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: b\r\n c\r\n\r\n"
+                            + self.INNER,
+                            "obs-fold: a header line begins with whitespace "
+                            "(RFC 9112 section 5.2)")
+
+    def test_bare_lf(self):
+        self.assert_refused(b"GET /healthz HTTP/1.1\nHost: x\n\n" + self.INNER,
+                            "bare LF: a line must end with CRLF (RFC 9112 section 2.2)")
+        self.assert_refused(b"GET /healthz HTTP/1.1\r\nHost: x\n\r\n" + self.INNER,
+                            "bare LF: a line must end with CRLF (RFC 9112 section 2.2)")
+
+    def test_transfer_encoding_other_than_chunked(self):
+        self.assert_refused(b"POST /v1/check HTTP/1.1\r\nHost: x\r\n"
+                            b"Transfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n" + self.INNER,
+                            "Transfer-Encoding other than chunked (RFC 9112 section 6.3)")
+
+    def test_ambiguous_lengths_refused(self):
+        """Already refused by http-parser itself (its reasons): kept so."""
+        for raw, error in [
+            (b"POST /v1/check HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 40\r\n\r\nabc",
+             "unexpected content-length header"),
+            (b"POST /v1/check HTTP/1.1\r\nContent-Length: 3\r\n"
+             b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n", "unexpected content-length header"),
+            (b"POST /v1/check HTTP/1.1\r\nContent-Length: -3\r\n\r\nabc",
+             "invalid character in content-length header"),
+            (b"GET /healthz HTTP/1.1\r\nX(A): b\r\n\r\n", "invalid character in header"),
+        ]:
+            with self.subTest(raw=raw):
+                self.assert_refused(raw + self.INNER, error)
+
+    def test_a_clean_pipeline_is_still_served(self):
+        out = self.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+                        b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        self.assertEqual(answers(out), [200, 200], out)
