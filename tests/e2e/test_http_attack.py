@@ -218,3 +218,104 @@ class TestFraming(ServerTestCase):
         out = self.send(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
                         b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         self.assertEqual(answers(out), [200, 200], out)
+
+
+def request(port, path, token=None, xff=None, source=None):
+    """One GET on a new connection, from source (an address on loopback)
+    if given: (status, headers dict, JSON body)."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10 * SLOW)
+    try:
+        if source is not None:
+            s.bind((source, 0))
+        s.connect((HOST, port))
+        head = "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" % path
+        if token is not None:
+            head += "Authorization: Bearer %s\r\n" % token
+        if xff is not None:
+            head += "X-Forwarded-For: %s\r\n" % xff
+        s.sendall((head + "\r\n").encode())
+        out = read_close(s)
+    finally:
+        s.close()
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split()[1]), headers, json.loads(body)
+
+
+class TestAdminTokenFailures(ServerTestCase):
+    """The admin token of /v1/rules counts against --auth-fail-limit (10 per
+    minute here, the default) per client address, as AUTH and the bearer
+    tokens do; another address is not held back."""
+
+    HTTP = True
+    TOKEN = "the-admin-token"
+
+    @classmethod
+    def setUpClass(cls):
+        d = cls.class_dir("sluice-http-attack-admin-")
+        rules = os.path.join(d, "rules")
+        os.mkdir(rules)
+        write(os.path.join(rules, "api.yaml"), "domain: api\ndescriptors:\n  - key: user\n"
+              "    rate_limit: {unit: hour, requests_per_unit: 5}\n")
+        cls.SERVER_ARGS = ("--rules", rules,
+                           "--admin-token-file", write(os.path.join(d, "token"), cls.TOKEN + "\n"),
+                           "--auth-fail-limit", "10/60s")
+        super().setUpClass()
+
+    def test_wrong_admin_tokens_are_limited_per_address(self):
+        port = self.srv.http_port
+        for i in range(10):
+            status, h, body = request(port, "/v1/rules", "wrong-%d" % i)
+            self.assertEqual((status, body), (401, {"error": "wrong bearer token"}), i)
+        # the 11th: refused unchecked, even the right token, as the bearer paths answer
+        for token in ("wrong-10", self.TOKEN):
+            status, h, body = request(port, "/v1/rules", token)
+            self.assertEqual(status, 401, body)
+            self.assertEqual(h["WWW-Authenticate"],
+                             'Bearer realm="sluiced", error="invalid_token"')
+            self.assertGreaterEqual(int(h["Retry-After"]), 1)
+            self.assertLessEqual(int(h["Retry-After"]), 60)
+            self.assertRegex(body["error"],
+                             r"^too many failed logins from 127\.0\.0\.1: retry in \d+ ms \(at "
+                             r"most 10 failures per 60000 ms; this token was not checked\)$")
+        # another address: its right token works, its wrong one is its own failure
+        status, _, body = request(port, "/v1/rules", self.TOKEN, source="127.0.0.2")
+        self.assertEqual(status, 200, body)
+        status, _, body = request(port, "/v1/rules", "wrong", source="127.0.0.2")
+        self.assertEqual((status, body), (401, {"error": "wrong bearer token"}))
+        self.assertIn("too many failed logins", self.srv.log())
+
+
+class TestFailuresBehindTrustedProxies(ServerTestCase):
+    """--trusted-proxies: failed logins count against the client the proxy
+    names (X-Forwarded-For), the address the rate limits use -- not against
+    the proxy, which would lock every client behind it out."""
+
+    HTTP = True
+    PASSWORD = "the-password"
+
+    @classmethod
+    def setUpClass(cls):
+        d = cls.class_dir("sluice-http-attack-xff-")
+        cls.SERVER_ARGS = ("--requirepass-file",
+                           write(os.path.join(d, "password"), cls.PASSWORD + "\n"),
+                           "--trusted-proxies", "127.0.0.1/32", "--auth-fail-limit", "10/60s")
+        super().setUpClass()
+
+    def test_ten_wrong_tokens_for_one_client_leave_another_alone(self):
+        port, path = self.srv.http_port, "/v1/allow?key=k&limit=100&window=1m"
+        for i in range(10):
+            status, _, body = request(port, path, "wrong-%d" % i, xff="6.6.6.6")
+            self.assertEqual(status, 401, body)
+        status, _, body = request(port, path, self.PASSWORD, xff="7.7.7.7")
+        self.assertEqual(status, 200, body)
+        self.assertTrue(body["allowed"], body)
+        status, h, body = request(port, path, self.PASSWORD, xff="6.6.6.6")
+        self.assertEqual(status, 401, body)
+        self.assertIn("Retry-After", h)
+        self.assertRegex(body["error"], r"^too many failed logins from 6\.6\.6\.6: ")
+        # the proxy's own requests (no X-Forwarded-For) are not held back either
+        status, _, body = request(port, path, self.PASSWORD)
+        self.assertEqual(status, 200, body)
