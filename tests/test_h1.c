@@ -91,9 +91,14 @@ static void bad_field_names(void **state)
 {
     (void)state;
     const char *bad[] = {
-        "GET / HTTP/1.1\r\nX(A): b\r\n\r\n",   "GET / HTTP/1.1\r\nX\"A: b\r\n\r\n",
-        "GET / HTTP/1.1\r\nX\x7f" "A: b\r\n\r\n", "GET / HTTP/1.1\r\n: b\r\n\r\n",
-        "GET / HTTP/1.1\r\nNoColon\r\n\r\n",     "GET / HTTP/1.1\r\nX-A: b\x01" "c\r\n\r\n",
+        "GET / HTTP/1.1\r\nX(A): b\r\n\r\n",
+        "GET / HTTP/1.1\r\nX\"A: b\r\n\r\n",
+        "GET / HTTP/1.1\r\nX\x7f"
+        "A: b\r\n\r\n",
+        "GET / HTTP/1.1\r\n: b\r\n\r\n",
+        "GET / HTTP/1.1\r\nNoColon\r\n\r\n",
+        "GET / HTTP/1.1\r\nX-A: b\x01"
+        "c\r\n\r\n",
         "GET / HTTP/1.1\r\nX-A: b\x7f\r\n\r\n",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -114,8 +119,7 @@ static void ambiguous_bodies(void **state)
             400, "unexpected content-length header");
     refused("POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n0\r\n\r\n",
             400, "unexpected content-length header");
-    refused("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400,
-            "invalid transfer-encoding");
+    refused("POST / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", 400, "invalid transfer-encoding");
     /* and the ones it let through */
     refused("POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 400,
             "Transfer-Encoding other than chunked");

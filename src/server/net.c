@@ -820,8 +820,10 @@ static void conn_free(conn *c, const char *why)
     int counted = !c->refused, http = c->http;
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
-    if (counted) atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
-    else atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
+    if (counted)
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
     if (counted && http)
         atomic_fetch_sub_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
     if (in > 0) release(w, in);

@@ -174,7 +174,7 @@ static int strict_head(const char *p, size_t len, size_t start, sl_h1_req *r)
         if ((line > 0 || lf != NULL) && memchr(s, '\r', body) != NULL)
             return refuse(r, 400, "bare CR: a CR only ends a line (RFC 9112 section 2.2)");
         i += n + (lf != NULL);
-        if (line == 0) continue; /* the request line: http-parser's */
+        if (line == 0) continue;       /* the request line: http-parser's */
         if (lf != NULL && body == 0) { /* the empty line: the head is whole */
             if (ncl > 0 && nte > 0)
                 return refuse(r, 400,
@@ -266,8 +266,10 @@ int sl_h1_parse(const char *p, size_t len, sl_h1_req *r)
     size_t n = http_parser_execute(&hp, &settings, p, len);
     enum http_errno e = HTTP_PARSER_ERRNO(&hp);
     if (r->status != 0 && r->status != 411) return SL_H1_BAD; /* a bound of ours */
+    /* the strict reading, past the one empty line let by (411: its head is whole) */
+    size_t start = len > 1 && p[0] == '\r' && p[1] == '\n' ? 2 : 0;
     if ((e == HPE_OK || e == HPE_PAUSED || r->status == 411) &&
-        strict_head(p, e == HPE_PAUSED ? n : len, len > 1 && p[0] == '\r' && p[1] == '\n' ? 2 : 0, r) != 0)
+        strict_head(p, e == HPE_PAUSED ? n : len, start, r) != 0)
         return SL_H1_BAD;
     if (r->status != 0) return SL_H1_BAD;
     if (e == HPE_PAUSED || (e == HPE_OK && hp.upgrade)) {
