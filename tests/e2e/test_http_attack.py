@@ -16,13 +16,17 @@ Raw sockets throughout: what is asserted is the bytes a client reads."""
 
 import json
 import os
+import re
 import resource
 import socket
+import subprocess
 import time
+import unittest
+from unittest import mock
 
-from harness import HOST, SLOW, Server, ServerTestCase, deadline, parse_info
+from harness import (HOST, SLOW, Server, ServerTestCase, assert_clean_stop, deadline,
+                     parse_info)
 
-FD_RESERVE = 64          # src/sluiced/main.c
 REFUSED_MAX = 16         # src/server/net.h: SL_NET_REFUSED_MAX
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # empty SETTINGS, stream 0
@@ -58,94 +62,133 @@ def answers(out):
     return codes
 
 
-class TestDescriptorsBeyondMaxClients(ServerTestCase):
-    """300 idle HTTP connections against --max-clients 20, with the open-file
-    limit sluiced asks for at start (max-clients + its reserve + the refused
-    ones being answered): RESP and gRPC clients are still answered or
-    refused at once, and served once the HTTP ones are gone."""
+def fds_of(pid):
+    return len(os.listdir("/proc/%d/fd" % pid))
 
-    HTTP = True
-    MAX = 20
-    SERVER_ARGS = ("--max-clients", str(MAX))
 
-    @classmethod
-    def setUpClass(cls):
-        cls.srv = Server(*cls.SERVER_ARGS, name=cls.__name__, trust_client_time=True,
-                         http=True, grpc=True)
-        cls.srv.start()
+def resp_answer(port):
+    """A new RESP client's answer to PING: '+PONG' or the refusal (b'' if
+    closed without one); a hang raises socket.timeout."""
+    with socket.create_connection((HOST, port), timeout=10 * SLOW) as s:
+        s.sendall(b"PING\r\n")
+        out = b""
+        while not out.endswith(b"\r\n"):
+            try:
+                d = s.recv(64)
+            except ConnectionResetError:
+                break
+            if not d:
+                break
+            out += d
+        return out
 
-    def limit_fds(self):
-        n = self.MAX + FD_RESERVE + REFUSED_MAX
-        resource.prlimit(self.srv.pid, resource.RLIMIT_NOFILE, (n, n))
+
+def grpc_answer(port):
+    """A new gRPC client's first bytes: the server's SETTINGS frame, or b''
+    for a refusal (closed); a hang raises socket.timeout."""
+    with socket.create_connection((HOST, port), timeout=10 * SLOW) as s:
+        s.sendall(PREFACE + SETTINGS_FRAME)
+        try:
+            return s.recv(9)
+        except ConnectionResetError:
+            return b""
+
+
+class TestDescriptorsBeyondMaxClients(unittest.TestCase):
+    """Hundreds of idle HTTP connections against a small --max-clients, with
+    few descriptors to spare: RESP and gRPC clients are still answered or
+    refused at once (never left in the backlog behind "accept failed: Too
+    many open files"), and served once the HTTP ones are gone."""
+
+    def setUp(self):
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft < 1024:  # the test's own 300 sockets
+        if soft < 1024:  # the test's own sockets
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
 
-    def resp_answer(self):
-        """A new RESP client's answer to PING: '+PONG' or the refusal; a
-        hang raises socket.timeout."""
-        with socket.create_connection((HOST, self.srv.port), timeout=10 * SLOW) as s:
-            s.sendall(b"PING\r\n")
-            out = b""
-            while not out.endswith(b"\r\n"):
-                try:
-                    d = s.recv(64)
-                except ConnectionResetError:
-                    break
-                if not d:
-                    break
-                out += d
-            return out
+    def start(self, *args, preexec_fn=None):
+        # the counted HTTP connections stay open through the test: HTTP's
+        # idle deadline is --recv-timeout's (docs/http.md)
+        srv = Server(*args, "--recv-timeout", "120s", name=self.id().split(".")[-1],
+                     trust_client_time=True, http=True, grpc=True)
+        if preexec_fn is None:
+            srv.start()
+        else:
+            real = subprocess.Popen
+            with mock.patch.object(subprocess, "Popen",
+                                   lambda *a, **k: real(*a, preexec_fn=preexec_fn, **k)):
+                srv.start()
+        self.addCleanup(assert_clean_stop, srv)
+        return srv
 
-    def grpc_answer(self):
-        """A new gRPC client's first bytes: the server's SETTINGS, or b''
-        for a refusal (closed); a hang raises socket.timeout."""
-        with socket.create_connection((HOST, self.srv.grpc_port), timeout=10 * SLOW) as s:
-            s.sendall(PREFACE + SETTINGS_FRAME)
-            try:
-                return s.recv(9)
-            except ConnectionResetError:
-                return b""
-
-    def test_refused_http_clients_leave_descriptors_for_every_front(self):
-        self.limit_fds()
-        monitor = self.srv.raw()  # a counted client of our own, to read INFO
+    def flood(self, srv, n):
+        """Opens n idle HTTP connections beside a RESP client of its own
+        (to read INFO), and waits until the acceptor took each: counted up
+        to max-clients, the rest refused.  Returns the sockets."""
+        monitor = srv.raw()
         self.addCleanup(monitor.close)
 
         def info():
             return parse_info(monitor.cmd("INFO"))
-        rejected0 = int(info()["rejected_connections"])
+        i0 = info()
         socks = []
-        try:
-            for _ in range(300):
-                socks.append(socket.create_connection((HOST, self.srv.http_port),
-                                                      timeout=10 * SLOW))
-            # every one of them seen by the acceptor: counted (MAX - 1 beside
-            # the monitor) or refused
-            until = deadline(30)
-            while True:
-                i = info()
-                if (int(i["http_clients"]) == self.MAX - 1 and
-                        int(i["rejected_connections"]) - rejected0 == 300 - (self.MAX - 1)):
-                    break
-                self.assertLess(time.monotonic(), until,
-                                "the acceptor did not take the 300 connections: %s\n%s"
-                                % ({k: i[k] for k in ("http_clients", "rejected_connections")},
-                                   self.srv.log()[-2000:]))
-                time.sleep(0.05)
-            # full: a RESP client is refused with its error line, a gRPC one
-            # closed -- at once, both
-            self.assertEqual(self.resp_answer(), b"-ERR max number of clients reached\r\n")
-            self.assertEqual(self.grpc_answer(), b"")
-        finally:
-            for s in socks:
-                s.close()
-        self.srv.wait_info("http_clients", lambda v: v == 0, what="HTTP clients gone")
-        self.assertEqual(self.resp_answer(), b"+PONG\r\n")
-        got = self.grpc_answer()
+        self.addCleanup(lambda: [s.close() for s in socks])
+        for _ in range(n):
+            socks.append(socket.create_connection((HOST, srv.http_port), timeout=10 * SLOW))
+        until = deadline(30)
+        while True:
+            i = info()
+            rejected = int(i["rejected_connections"]) - int(i0["rejected_connections"])
+            if (int(i["http_clients"]) + rejected == n and
+                    i["connected_clients"] == i["maxclients"]):
+                return socks
+            self.assertLess(time.monotonic(), until,
+                            "the acceptor did not take the %d connections: %s\n%s"
+                            % (n, {k: i[k] for k in ("http_clients", "rejected_connections")},
+                               srv.log()[-2000:]))
+            time.sleep(0.05)
+
+    def assert_fronts_answer(self, srv, socks):
+        # full: a RESP client is refused with its error line, a gRPC one
+        # closed -- at once, both
+        self.assertEqual(resp_answer(srv.port), b"-ERR max number of clients reached\r\n")
+        self.assertEqual(grpc_answer(srv.grpc_port), b"")
+        for s in socks:
+            s.close()
+        srv.wait_info("http_clients", lambda v: v == 0, what="HTTP clients gone")
+        self.assertEqual(resp_answer(srv.port), b"+PONG\r\n")
+        got = grpc_answer(srv.grpc_port)
         self.assertEqual(got[3:4], b"\x04", got)  # a SETTINGS frame
-        self.assertNotIn("Too many open files", self.srv.log())
-        self.assertNotIn("accept failed", self.srv.log())
+        self.assertNotIn("Too many open files", srv.log())
+        self.assertNotIn("accept failed", srv.log())
+
+    def test_refused_http_clients_take_a_bounded_number_of_descriptors(self):
+        """The finding: 300 idle HTTP connections, --max-clients 20; the
+        server may open max-clients + SL_NET_REFUSED_MAX descriptors beyond
+        what it holds at rest, no more."""
+        srv = self.start("--max-clients", "20", "--threads", "2")
+        n = fds_of(srv.pid) + 20 + REFUSED_MAX + 4
+        resource.prlimit(srv.pid, resource.RLIMIT_NOFILE, (n, n))
+        socks = self.flood(srv, 300)
+        self.assert_fronts_answer(srv, socks)
+
+    def test_the_open_file_limit_at_start_leaves_room(self):
+        """Started under a hard open-file limit too low for --max-clients,
+        sluiced lowers max-clients so that the counted clients, the refused
+        ones being answered and its own descriptors (16 workers' here) all
+        fit; then filled, it still answers every front."""
+        hard = 300
+
+        def low_limit():
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        srv = self.start("--max-clients", "10000", "--threads", "16", preexec_fn=low_limit)
+        m = re.search(r"open-file limit too low for max-clients.* new_max_clients=(\d+)",
+                      srv.log())
+        self.assertIsNotNone(m, srv.log())
+        maxc = int(m.group(1))
+        self.assertLessEqual(fds_of(srv.pid) + maxc + REFUSED_MAX, hard,
+                             "max-clients %d leaves no room" % maxc)
+        socks = self.flood(srv, maxc + 100)
+        self.assert_fronts_answer(srv, socks)
 
 
 class TestFraming(ServerTestCase):
