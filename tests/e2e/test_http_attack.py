@@ -8,7 +8,7 @@ re-run against the real daemon:
   credential (--auth-fail-limit), per client address;
 - a request head two HTTP readers could frame differently is refused with
   400 and the connection closed, so nothing inside it is read as a request
-  (docs/http.md, "Framing");
+  (docs/http.md, "Hostile clients");
 - behind --trusted-proxies, failures count against the client the proxy
   names, not against the proxy.
 
