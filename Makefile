@@ -242,6 +242,8 @@ $(B)/tests/test_history_threads: $(B)/src/server/history.o $(B)/src/server/stats
 $(B)/tests/test_history_threads: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_http_ready: $(SRV_PARTS)
 $(B)/tests/test_http_ready: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_h1: $(B)/src/proto/http/h1.o
+$(B)/tests/test_h1: LDLIBS += -lhttp_parser
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o
 $(B)/tests/test_auth: LDLIBS += -lcrypto
 $(B)/tests/test_auth_threads: $(B)/src/server/auth.o $(B)/src/server/log.o

@@ -378,6 +378,39 @@ static void failures_are_limited(void **state)
     sl_auth_free(a);
 }
 
+/* A credential checked outside sl_auth_login (the admin token of
+ * /v1/rules) goes through the same limiter: its failures and AUTH's share
+ * one count per address, and a blocked address is blocked for both. */
+static void other_credentials_share_the_limit(void **state)
+{
+    (void)state;
+    char err[256];
+    sl_auth *a = make(NULL, file_with("user u >right +all\n"), 3, 10000, err, sizeof err);
+    assert_non_null(a);
+    int64_t retry;
+    const int64_t t0 = 1000000;
+    assert_int_equal(sl_auth_may_try(a, "10.0.0.7", t0, &retry), SL_AUTH_OK);
+    assert_int_equal(retry, 0);
+    sl_auth_failed(a, "10.0.0.7", "admin-token", 11, t0);
+    sl_auth_failed(a, "10.0.0.7", "admin-token", 11, t0 + 10);
+    assert_int_equal(sl_auth_may_try(a, "10.0.0.7", t0 + 20, &retry), SL_AUTH_OK);
+    assert_int_equal(login(a, "10.0.0.7", "u", "wrong", t0 + 30, NULL, NULL), SL_AUTH_WRONG);
+    /* three failures of two kinds: both are refused now, the right password too */
+    assert_int_equal(sl_auth_may_try(a, "10.0.0.7", t0 + 40, &retry), SL_AUTH_BLOCKED);
+    assert_int_equal(retry, 10000 - 40);
+    assert_int_equal(login(a, "10.0.0.7", "u", "right", t0 + 50, NULL, &retry), SL_AUTH_BLOCKED);
+    /* per address */
+    assert_int_equal(sl_auth_may_try(a, "10.0.0.8", t0 + 50, &retry), SL_AUTH_OK);
+    assert_int_equal(login(a, "10.0.0.8", "u", "right", t0 + 50, NULL, NULL), SL_AUTH_OK);
+    /* the first failure leaves the window: one more try */
+    assert_int_equal(sl_auth_may_try(a, "10.0.0.7", t0 + 10000, &retry), SL_AUTH_OK);
+    sl_auth_stats st;
+    sl_auth_stats_get(a, &st);
+    assert_int_equal(st.failed, 3);
+    assert_int_equal(st.blocked, 2);
+    sl_auth_free(a);
+}
+
 /* One IPv6 /64 is one address for the limiter; IPv4 in IPv6 is IPv4. */
 static void peer_keys(void **state)
 {
@@ -427,6 +460,7 @@ int main(void)
         cmocka_unit_test_teardown(open_server, teardown),
         cmocka_unit_test_teardown(compares_digests_in_constant_time, teardown),
         cmocka_unit_test_teardown(failures_are_limited, teardown),
+        cmocka_unit_test_teardown(other_credentials_share_the_limit, teardown),
         cmocka_unit_test_teardown(peer_keys, teardown),
         cmocka_unit_test(sha256_vector),
     };

@@ -480,8 +480,7 @@ static int password_ok(const sl_auth *a, const sl_auth_user *u, const char *pass
     return match && u->on;
 }
 
-int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, const char *pass,
-                  size_t plen, int64_t now, const sl_auth_user **who, int64_t *retry_ms)
+int sl_auth_may_try(sl_auth *a, const char *peer, int64_t now, int64_t *retry_ms)
 {
     char key[INET6_ADDRSTRLEN + 8];
     size_t klen = sl__auth_peer_key(peer, key, sizeof key);
@@ -492,6 +491,38 @@ int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, c
         *retry_ms = r.retry_after_ms;
         return SL_AUTH_BLOCKED;
     }
+    return SL_AUTH_OK;
+}
+
+void sl_auth_failed(sl_auth *a, const char *peer, const char *what, size_t wlen, int64_t now)
+{
+    char key[INET6_ADDRSTRLEN + 8];
+    size_t klen = sl__auth_peer_key(peer, key, sizeof key);
+    sl_result r;
+    atomic_fetch_add_explicit(&a->failed, 1, memory_order_relaxed);
+    char name[SL_AUTH_MAX_NAME + 8];
+    size_t nn = wlen < SL_AUTH_MAX_NAME ? wlen : SL_AUTH_MAX_NAME;
+    memcpy(name, what, nn);
+    name[nn] = '\0';
+    if (sl_decide(a->fails, &a->fail_p, key, klen, now, 1, &r) == 0 && r.allowed &&
+        r.remaining == 0) {
+        sl_result p;
+        int64_t wait = sl_peek(a->fails, &a->fail_p, key, klen, now, 1, &p) == 0
+                           ? p.retry_after_ms
+                           : a->fail_p.window_ms;
+        sl_log(SL_LOG_WARN, "too many failed logins: this address is refused for a while",
+               "addr=%s user=%s failures=%lld window_ms=%lld retry_ms=%lld", sl_logq(key),
+               sl_logq(name), (long long)a->fail_p.limit, (long long)a->fail_p.window_ms,
+               (long long)wait);
+    } else if (sl_log_enabled(SL_LOG_DEBUG)) {
+        sl_log(SL_LOG_DEBUG, "login failed", "addr=%s user=%s", sl_logq(key), sl_logq(name));
+    }
+}
+
+int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, const char *pass,
+                  size_t plen, int64_t now, const sl_auth_user **who, int64_t *retry_ms)
+{
+    if (sl_auth_may_try(a, peer, now, retry_ms) != SL_AUTH_OK) return SL_AUTH_BLOCKED;
     const sl_auth_user *u;
     int ok;
     if (!a->required) { /* Redis's default user: nopass */
@@ -506,24 +537,7 @@ int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, c
         *who = u;
         return SL_AUTH_OK;
     }
-    atomic_fetch_add_explicit(&a->failed, 1, memory_order_relaxed);
-    char name[SL_AUTH_MAX_NAME + 8];
-    size_t nn = ulen < SL_AUTH_MAX_NAME ? ulen : SL_AUTH_MAX_NAME;
-    memcpy(name, user, nn);
-    name[nn] = '\0';
-    if (sl_decide(a->fails, &a->fail_p, key, klen, now, 1, &r) == 0 && r.allowed &&
-        r.remaining == 0) {
-        sl_result p;
-        int64_t wait = sl_peek(a->fails, &a->fail_p, key, klen, now, 1, &p) == 0
-                           ? p.retry_after_ms
-                           : a->fail_p.window_ms;
-        sl_log(SL_LOG_WARN, "too many failed logins: AUTH from this address is refused for a while",
-               "addr=%s user=%s failures=%lld window_ms=%lld retry_ms=%lld", sl_logq(key),
-               sl_logq(name), (long long)a->fail_p.limit, (long long)a->fail_p.window_ms,
-               (long long)wait);
-    } else if (sl_log_enabled(SL_LOG_DEBUG)) {
-        sl_log(SL_LOG_DEBUG, "login failed", "addr=%s user=%s", sl_logq(key), sl_logq(name));
-    }
+    sl_auth_failed(a, peer, user, ulen, now);
     return SL_AUTH_WRONG;
 }
 

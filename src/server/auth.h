@@ -103,6 +103,16 @@ enum sl_auth_rc {
 int sl_auth_login(sl_auth *a, const char *peer, const char *user, size_t ulen, const char *pass,
                   size_t plen, int64_t now, const sl_auth_user **who, int64_t *retry_ms);
 
+/* The failed-login limiter alone, for a credential checked elsewhere (the
+ * admin token of /v1/rules): the same count per address as sl_auth_login
+ * keeps, so failures of either block both.  sl_auth_may_try: SL_AUTH_OK
+ * if `peer` may try now, else SL_AUTH_BLOCKED with *retry_ms (counted as
+ * blocked) -- check it before looking at the credential.
+ * sl_auth_failed: counts a failure against `peer` (and in stats.failed);
+ * who[0..wlen) names what was tried, for the log ("admin-token"). */
+int sl_auth_may_try(sl_auth *a, const char *peer, int64_t now, int64_t *retry_ms);
+void sl_auth_failed(sl_auth *a, const char *peer, const char *who, size_t wlen, int64_t now);
+
 /* More outcomes, of sl_auth_bearer. */
 enum sl_auth_bearer_rc {
     SL_AUTH_MISSING = 3,   /* no credential given */

@@ -94,7 +94,12 @@
  * requests in order, HTTPS is the TLS path above.  Its timeouts are
  * never unbounded (SL_NET_HTTP_TIMEOUT_MS), and an HTTP client beyond
  * max-clients is not closed at once but served uncounted (PIPE_REFUSED),
- * for the protocol to answer its request with a refusal it can read (503).
+ * for the protocol to answer its request with a refusal it can read (503)
+ * -- at most SL_NET_REFUSED_MAX such at once (net->nrefused), each for at
+ * most SL_NET_REFUSED_MS; beyond, it is closed at accept.  So the count
+ * of connections is one for every front (srv->clients: RESP, TLS, HTTP,
+ * HTTPS, gRPC), and what is held beyond it is bounded too: the refused
+ * cannot take the descriptors the counted ones were promised.
  * Stopping, a connection whose request is under way is read until that
  * request is whole (the protocol answers it with Connection: close).
  *
@@ -250,6 +255,7 @@ struct worker {
      * (http.h: SL_HTTP_TIMEOUT_MS), and idle no longer than a request may
      * take to arrive */
     const struct timeval *hidle_tv, *hrecv_tv;
+    const struct timeval *refused_tv; /* a refused HTTP client's (SL_NET_REFUSED_MS) */
     sl_buf batch;             /* replies of the commands being run */
     _Atomic int shed_pending; /* a PIPE_SHED token is on its way to this worker */
     /* bytes held by this worker's connections holding [2^b, 2^(b+1)) bytes
@@ -297,6 +303,9 @@ struct sl_net {
     char addrs[MAX_LISTENERS][80];
     int64_t last_reject_log_ms;
     int64_t last_accept_err_log_ms;
+    /* refused HTTP clients being answered (PIPE_REFUSED): +1 by the
+     * acceptor, -1 by their worker on close; at most SL_NET_REFUSED_MAX */
+    _Atomic int nrefused;
 };
 
 int64_t sl_now_ms(void) { return sl__clock_ms(); }
@@ -370,11 +379,11 @@ static void conn_cut(conn *c, const char *why);
 /* c's idle-timeout and recv-timeout (NULL: none). */
 static const struct timeval *idle_tv(const conn *c)
 {
-    return c->http ? c->w->hidle_tv : c->w->idle_tv;
+    return c->refused ? c->w->refused_tv : c->http ? c->w->hidle_tv : c->w->idle_tv;
 }
 static const struct timeval *recv_tv(const conn *c)
 {
-    return c->http ? c->w->hrecv_tv : c->w->recv_tv;
+    return c->refused ? c->w->refused_tv : c->http ? c->w->hrecv_tv : c->w->recv_tv;
 }
 
 /* Bytes c holds for its client: unsent replies, replies waiting behind an
@@ -811,7 +820,10 @@ static void conn_free(conn *c, const char *why)
     int counted = !c->refused, http = c->http;
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
-    if (counted) atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    if (counted)
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
     if (counted && http)
         atomic_fetch_sub_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
     if (in > 0) release(w, in);
@@ -917,6 +929,8 @@ static void conn_new(worker *w, int fd, int flags)
         atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
         if (!(flags & PIPE_REFUSED))
             atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        else
+            atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
         return;
     }
     if (c->http && !c->refused)
@@ -1676,12 +1690,13 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
                         : hrecv;
     w->hrecv_tv = common_timeout(w->base, hrecv);
     w->hidle_tv = common_timeout(w->base, hidle);
+    w->refused_tv = common_timeout(w->base, SL_NET_REFUSED_MS);
     w->linger_tv = common_timeout(w->base, SL_NET_LINGER_MS);
     if (!w->pipe_ev || !w->stop_ev || !w->exit_ev || !w->trim_ev ||
         event_add(w->pipe_ev, NULL) != 0 || (net->cfg->idle_timeout_ms > 0 && !w->idle_tv) ||
         (net->cfg->send_timeout_ms > 0 && !w->send_tv) ||
         (net->cfg->recv_timeout_ms > 0 && !w->recv_tv) || !w->linger_tv || !w->hrecv_tv ||
-        !w->hidle_tv) {
+        !w->hidle_tv || !w->refused_tv) {
         snprintf(err, errlen, "cannot start worker %d: out of memory", id);
         worker_free(w);
         return NULL;
@@ -1727,7 +1742,10 @@ static worker *pick_worker(sl_net *net)
  * one is closed without it, which it could not read before a handshake
  * (one is not spent on a client that is refused anyway).  A refused HTTP
  * client (TLS or not) is handed over uncounted, to have its request
- * answered 503 (http.c), within the deadlines of any HTTP connection. */
+ * answered 503 (http.c) within SL_NET_REFUSED_MS -- unless
+ * SL_NET_REFUSED_MAX are already being answered: then it is closed, as a
+ * refused TLS client is, so that refusing never takes more descriptors
+ * than that. */
 static void hand_off(sl_net *net, int fd, int flags)
 {
     sl_srv *srv = net->srv;
@@ -1742,14 +1760,19 @@ static void hand_off(sl_net *net, int fd, int flags)
             sl_log(SL_LOG_WARN, "max-clients reached: refusing connections", "max_clients=%d",
                    net->cfg->max_clients);
         }
-        if (!(flags & PIPE_HTTP)) { /* the error line is RESP's: not for TLS or gRPC */
-            if (!(flags & (PIPE_TLS | PIPE_GRPC)) &&
+        /* the acceptor alone adds to nrefused: no race past the bound */
+        int answer = (flags & PIPE_HTTP) &&
+                     atomic_load_explicit(&net->nrefused, memory_order_relaxed) <
+                         SL_NET_REFUSED_MAX;
+        if (!answer) { /* the error line is RESP's: not for TLS, HTTP or gRPC */
+            if (!(flags & (PIPE_TLS | PIPE_HTTP | PIPE_GRPC)) &&
                 send(fd, msg, sizeof msg - 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
                 /* best effort */
             }
             close(fd);
             return;
         }
+        atomic_fetch_add_explicit(&net->nrefused, 1, memory_order_relaxed);
         flags |= PIPE_REFUSED;
     } else {
         atomic_fetch_add_explicit(&srv->connections, 1, memory_order_relaxed);
@@ -1766,6 +1789,8 @@ static void hand_off(sl_net *net, int fd, int flags)
         atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
         if (!(flags & PIPE_REFUSED))
             atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        else
+            atomic_fetch_sub_explicit(&net->nrefused, 1, memory_order_relaxed);
     }
 }
 

@@ -64,6 +64,16 @@
  * closed. */
 #define SL_NET_HTTP_TIMEOUT_MS 10000
 
+/* HTTP clients beyond max-clients are served uncounted only to have their
+ * request answered 503 (sl_conn_refused): at most SL_NET_REFUSED_MAX of
+ * them at once, each for at most SL_NET_REFUSED_MS (idle and request
+ * deadline); any more are closed as they are accepted, as a refused TLS
+ * or gRPC client is.  So every front together holds at most max-clients +
+ * SL_NET_REFUSED_MAX connections, and the open-file limit is made to
+ * leave room for both (main.c). */
+#define SL_NET_REFUSED_MAX 16
+#define SL_NET_REFUSED_MS  1000
+
 typedef struct sl_net sl_net;
 
 /* The number of worker threads for cfg: --threads, or one per CPU this

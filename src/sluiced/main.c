@@ -63,6 +63,7 @@
 #define EXPIRE_MAX_RECORDS 10000
 #define FULL_WARN_MS       1000 /* "store full" is logged at most this often */
 #define FD_RESERVE         64 /* descriptors kept for listeners, pipes, logs, snapshot */
+#define FD_PER_WORKER      8  /* and per worker: its pipe, event base, backend channel (5 used) */
 #define WALL_STEP_LOG_MS   1000 /* a wall-clock step this large is logged */
 #define HISTORY_LAG_MS     5    /* the history's sample, after each second begins */
 
@@ -231,19 +232,23 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(a->base);
 }
 
-/* Makes room for max-clients descriptors: raises the soft limit up to the
- * hard one, else lowers max-clients (as redis-server does) and says so. */
+/* Makes room for max-clients descriptors, the refused HTTP clients being
+ * answered beside them (net.h: SL_NET_REFUSED_MAX), FD_RESERVE and
+ * FD_PER_WORKER for each worker: raises the soft limit up to the hard one,
+ * else lowers max-clients (as redis-server does) and says so. */
 static void fit_fd_limit(sl_config *cfg)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
-    rlim_t need = (rlim_t)cfg->max_clients + FD_RESERVE;
+    const rlim_t reserve = FD_RESERVE + SL_NET_REFUSED_MAX +
+                           (rlim_t)FD_PER_WORKER * (rlim_t)sl_net_default_workers(cfg);
+    rlim_t need = (rlim_t)cfg->max_clients + reserve;
     if (rl.rlim_cur >= need) return;
     rlim_t old = rl.rlim_cur;
     rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = old;
     if (rl.rlim_cur >= need) return;
-    int fit = rl.rlim_cur > FD_RESERVE ? (int)(rl.rlim_cur - FD_RESERVE) : 1;
+    int fit = rl.rlim_cur > reserve ? (int)(rl.rlim_cur - reserve) : 1;
     sl_log(SL_LOG_WARN, "open-file limit too low for max-clients: lowering max-clients",
            "max_clients=%d nofile=%llu new_max_clients=%d", cfg->max_clients,
            (unsigned long long)rl.rlim_cur, fit);

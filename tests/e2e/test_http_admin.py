@@ -148,7 +148,9 @@ class TestRulesService(AdminCase):
         self.srv = self.start()
 
     def test_no_or_wrong_token_is_401_and_changes_nothing(self):
-        s = self.srv
+        # 24 wrong tokens from one address: past the default --auth-fail-limit
+        # (10), which the admin token counts against (test_http_attack.py)
+        s = self.start("--auth-fail-limit", "100/60s")
         missing = {"error": "the rules service needs \"Authorization: Bearer TOKEN\" (the token "
                             "of --admin-token-file)"}
         for method, path, body in [("GET", "/v1/rules", None), ("GET", "/v1/rules/api", None),

@@ -37,6 +37,7 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include "auth.h"
 #include "config.h"
 #include "http_int.h"
 #include "live.h"
@@ -83,7 +84,11 @@ static int token_ok(const sl_config *cfg, const char *auth)
 }
 
 /* Lets the request through (0), or answers it (-1): 404 as for an unknown
- * path when no token is configured, 401 without the right one. */
+ * path when no token is configured, 401 without the right one.  A wrong
+ * token is a failed login of the client (sl_hreq_client_host), counted by
+ * auth.c's limiter with every other credential's: past --auth-fail-limit
+ * the client's tokens are refused unchecked (401, Retry-After), as the
+ * bearer tokens of the other endpoints are. */
 static int guard(http_worker *hw, const sl_hreq *req, const char *path)
 {
     if (hw->cfg->admin_token_len == 0) {
@@ -94,7 +99,16 @@ static int guard(http_worker *hw, const sl_hreq *req, const char *path)
         return -1;
     }
     const char *auth = sl_hreq_header(req, "Authorization");
+    sl_auth *au = hw->svc->srv->auth;
+    char hb[64];
+    const char *host = sl_hreq_client_host(hw->cfg, req, hb, sizeof hb);
+    int64_t now = sl_now_ms(), retry = 0;
+    if (auth != NULL && au != NULL && sl_auth_may_try(au, host, now, &retry) != SL_AUTH_OK) {
+        sl_http_send_blocked(req, hw->cfg, host, retry);
+        return -1;
+    }
     if (token_ok(hw->cfg, auth)) return 0;
+    if (auth != NULL && au != NULL) sl_auth_failed(au, host, "admin-token", 11, now);
     sl_hhdrs h;
     sl_hhdrs_init(&h);
     if (auth == NULL) {

@@ -152,6 +152,16 @@ static ipaddr client_addr(const sl_config *cfg, const sl_hreq *h, const ipaddr *
     return got;
 }
 
+const char *sl_hreq_client_host(const sl_config *cfg, const sl_hreq *req, char *buf, size_t cap)
+{
+    if (cfg->ntrusted == 0) return sl_hreq_peer_host(req);
+    ipaddr peer;
+    if (addr_from_sockaddr(sl_hreq_peer(req), &peer) != 0) return NULL;
+    ipaddr ca = client_addr(cfg, req, &peer);
+    addr_text(&ca, buf, cap);
+    return buf[0] != '\0' ? buf : NULL;
+}
+
 /* s (n bytes) as nginx's access log writes a variable: '"', '\', bytes
  * below 0x20 and from 0x7f as \xXX (upper-case hex), so a descriptor is
  * the bytes `sluicectl replay --log-format combined` reads from the log.

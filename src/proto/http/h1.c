@@ -7,9 +7,25 @@
  * each header's name and value, and the body.  A request that is not
  * whole leaves the parser at the end of the bytes having reported the
  * spans seen so far, so its bounds are checked before it is whole.
+ *
+ * http-parser is lenient where RFC 9112 is strict, and each leniency is
+ * a request smuggled past a proxy that reads the same bytes the strict
+ * way: "Content-Length : 35" was honoured (a proxy ignores it and sends
+ * the 35 bytes on as a second request, which this server took as body).
+ * So the head's raw bytes are also checked here (strict_head), after
+ * http-parser and on the same bytes: every line ends with CRLF (no bare
+ * LF, no CR elsewhere), no header line begins with whitespace (obs-fold),
+ * a field name is tokens up to its colon (no whitespace before it), a
+ * value holds no control byte but HT, and the body's length is never
+ * ambiguous -- one Content-Length of digits only, no Content-Length with
+ * Transfer-Encoding, no Transfer-Encoding but a lone "chunked" (411).
+ * Each is answered 400 and the connection closed (http.c), so nothing
+ * after it is read as a request.  What http-parser refuses by itself
+ * keeps its own reason.
  */
 #include <ctype.h>
 #include <string.h>
+#include <strings.h>
 
 #include <http_parser.h>
 
@@ -125,6 +141,96 @@ static const http_parser_settings settings = {
     .on_message_complete = on_message_complete,
 };
 
+/* A tchar of RFC 9110 section 5.6.2: what a field name is made of. */
+static int is_tchar(unsigned char ch)
+{
+    if ((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z')) return 1;
+    return ch != 0 && strchr("!#$%&'*+-.^_`|~", ch) != NULL;
+}
+
+/* s[0..n) without the spaces and tabs around it equals lower-case w,
+ * ignoring case. */
+static int value_is(const char *s, size_t n, const char *w)
+{
+    while (n > 0 && (*s == ' ' || *s == '\t')) s++, n--;
+    while (n > 0 && (s[n - 1] == ' ' || s[n - 1] == '\t')) n--;
+    return n == strlen(w) && strncasecmp(s, w, n) == 0;
+}
+
+/* The strict reading of the head at p[0..len) (the file's comment): 0 if
+ * nothing in it is refused (yet: a head still arriving is checked as far
+ * as it goes), or -1 with r->status and r->why set.  start: where the
+ * request line begins (after the one empty line tolerated).  O(the head's
+ * length): the head is parsed again from its start as it grows anyway. */
+static int strict_head(const char *p, size_t len, size_t start, sl_h1_req *r)
+{
+    int ncl = 0, nte = 0, te_chunked = 0;
+    for (size_t i = start, line = 0; i < len; line++) {
+        const char *s = p + i, *lf = memchr(s, '\n', len - i);
+        size_t n = lf ? (size_t)(lf - s) : len - i; /* s[0..n): the line, without LF */
+        if (lf != NULL && (n == 0 || s[n - 1] != '\r'))
+            return refuse(r, 400, "bare LF: a line must end with CRLF (RFC 9112 section 2.2)");
+        size_t body = lf != NULL || (n > 0 && s[n - 1] == '\r') ? n - 1 : n; /* without CR */
+        if ((line > 0 || lf != NULL) && memchr(s, '\r', body) != NULL)
+            return refuse(r, 400, "bare CR: a CR only ends a line (RFC 9112 section 2.2)");
+        i += n + (lf != NULL);
+        if (line == 0) continue;       /* the request line: http-parser's */
+        if (lf != NULL && body == 0) { /* the empty line: the head is whole */
+            if (ncl > 0 && nte > 0)
+                return refuse(r, 400,
+                              "both Content-Length and Transfer-Encoding (RFC 9112 section 6.1)");
+            if (nte > 0 && !(nte == 1 && te_chunked))
+                return refuse(r, 400,
+                              "Transfer-Encoding other than chunked (RFC 9112 section 6.3)");
+            if (nte > 0)
+                return refuse(r, 411, "chunked request bodies are not taken: send Content-Length");
+            return 0;
+        }
+        if (body > 0 && (s[0] == ' ' || s[0] == '\t'))
+            return refuse(r, 400,
+                          "obs-fold: a header line begins with whitespace (RFC 9112 section 5.2)");
+        const char *colon = memchr(s, ':', body);
+        size_t nlen = colon ? (size_t)(colon - s) : body;
+        for (size_t k = 0; k < nlen; k++) {
+            unsigned char ch = (unsigned char)s[k];
+            if (is_tchar(ch)) continue;
+            size_t w = k;
+            while (w < nlen && (s[w] == ' ' || s[w] == '\t')) w++;
+            if (colon != NULL && w == nlen)
+                return refuse(r, 400,
+                              "whitespace between a header name and its colon (RFC 9112 "
+                              "section 5.1)");
+            return refuse(r, 400, "invalid character in a header name");
+        }
+        if (colon == NULL) {
+            if (lf != NULL) return refuse(r, 400, "header line without a colon");
+            continue; /* the name is still arriving */
+        }
+        if (nlen == 0) return refuse(r, 400, "empty header name");
+        const char *v = colon + 1;
+        size_t vn = body - nlen - 1;
+        for (size_t k = 0; k < vn; k++) {
+            unsigned char ch = (unsigned char)v[k];
+            if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+                return refuse(r, 400, "invalid character in a header value");
+        }
+        if (lf == NULL) continue; /* the value is still arriving */
+        if (nlen == 14 && strncasecmp(s, "Content-Length", 14) == 0) {
+            if (++ncl > 1) return refuse(r, 400, "more than one Content-Length header");
+            size_t k = 0, d = 0;
+            while (k < vn && (v[k] == ' ' || v[k] == '\t')) k++;
+            while (k < vn && v[k] >= '0' && v[k] <= '9') k++, d++;
+            while (k < vn && (v[k] == ' ' || v[k] == '\t')) k++;
+            if (d == 0 || k != vn)
+                return refuse(r, 400, "invalid content-length: not a number of bytes");
+        } else if (nlen == 17 && strncasecmp(s, "Transfer-Encoding", 17) == 0) {
+            nte++;
+            te_chunked = value_is(v, vn, "chunked");
+        }
+    }
+    return 0;
+}
+
 static unsigned method_bit(unsigned m)
 {
     switch (m) {
@@ -159,7 +265,13 @@ int sl_h1_parse(const char *p, size_t len, sl_h1_req *r)
     hp.data = &s;
     size_t n = http_parser_execute(&hp, &settings, p, len);
     enum http_errno e = HTTP_PARSER_ERRNO(&hp);
-    if (r->status != 0) return SL_H1_BAD; /* a bound of ours */
+    if (r->status != 0 && r->status != 411) return SL_H1_BAD; /* a bound of ours */
+    /* the strict reading, past the one empty line let by (411: its head is whole) */
+    size_t start = len > 1 && p[0] == '\r' && p[1] == '\n' ? 2 : 0;
+    if ((e == HPE_OK || e == HPE_PAUSED || r->status == 411) &&
+        strict_head(p, e == HPE_PAUSED ? n : len, start, r) != 0)
+        return SL_H1_BAD;
+    if (r->status != 0) return SL_H1_BAD;
     if (e == HPE_PAUSED || (e == HPE_OK && hp.upgrade)) {
         /* whole (an Upgrade or CONNECT request ends at its head: the
          * answer, not a tunnel, follows) */

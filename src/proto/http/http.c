@@ -516,6 +516,21 @@ static void unauthorized(const sl_hreq *req, sl_hhdrs *h, const char *error, con
     sl_http_send_error_h(&req->a, h, 401, "Unauthorized", msg);
 }
 
+void sl_http_send_blocked(const sl_hreq *req, const sl_config *cfg, const char *host,
+                          int64_t retry_ms)
+{
+    char msg[256];
+    sl_hhdrs h;
+    sl_hhdrs_init(&h);
+    sl_hhdrs_int(&h, "Retry-After", sl_http_ceil_s(retry_ms));
+    snprintf(msg, sizeof msg,
+             "too many failed logins from %s: retry in %lld ms (at most %lld failures per "
+             "%lld ms; this token was not checked)",
+             host ? host : "this client", (long long)retry_ms, (long long)cfg->auth_fail_max,
+             (long long)cfg->auth_fail_window_ms);
+    unauthorized(req, &h, "invalid_token", msg);
+}
+
 /* Whether req may reach a route that needs the groups `need` (SL_AUTH_*
  * bits), at time now.  With no password configured, or need 0, everyone
  * may.  Otherwise the request carries `Authorization: Bearer TOKEN`, TOKEN
@@ -533,7 +548,8 @@ static int authorized(http_worker *hw, const sl_hreq *req, unsigned need, int64_
     sl_hhdrs h;
     sl_hhdrs_init(&h);
     const char *hv = sl_hreq_header(req, "Authorization");
-    const char *host = sl_hreq_peer_host(req);
+    char hb[64];
+    const char *host = sl_hreq_client_host(hw->cfg, req, hb, sizeof hb);
     char msg[256];
     const sl_auth_user *who = NULL;
     int64_t retry = 0;
@@ -549,17 +565,7 @@ static int authorized(http_worker *hw, const sl_hreq *req, unsigned need, int64_
                      "malformed Authorization header: expected Bearer <password> or Bearer "
                      "<user>:<password>");
         return 0;
-    case SL_AUTH_BLOCKED: {
-        const sl_config *cfg = hw->svc->srv->cfg;
-        sl_hhdrs_int(&h, "Retry-After", sl_http_ceil_s(retry));
-        snprintf(msg, sizeof msg,
-                 "too many failed logins from %s: retry in %lld ms (at most %lld failures per "
-                 "%lld ms; this token was not checked)",
-                 host ? host : "this client", (long long)retry, (long long)cfg->auth_fail_max,
-                 (long long)cfg->auth_fail_window_ms);
-        unauthorized(req, &h, "invalid_token", msg);
-        return 0;
-    }
+    case SL_AUTH_BLOCKED: sl_http_send_blocked(req, hw->svc->srv->cfg, host, retry); return 0;
     case SL_AUTH_NOPERM:
         snprintf(msg, sizeof msg, "user '%s' has no permission for this endpoint (it needs %s)",
                  who->name,

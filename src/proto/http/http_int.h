@@ -61,6 +61,18 @@ const char *sl_hreq_header(const sl_hreq *r, const char *name);
 const struct sockaddr *sl_hreq_peer(const sl_hreq *r);
 /* The same as text without its port ("10.0.0.7", "::1"), or NULL. */
 const char *sl_hreq_peer_host(const sl_hreq *r);
+/* The client the request is from, as text: its peer, or with a peer in
+ * --trusted-proxies the client X-Forwarded-For / X-Real-IP name (fauth.c,
+ * the address forward-auth decides for).  Failed logins are counted
+ * against it.  buf (cap >= INET6_ADDRSTRLEN) may hold the text; NULL when
+ * the peer has no IP address. */
+const char *sl_hreq_client_host(const sl_config *cfg, const sl_hreq *req, char *buf, size_t cap);
+/* Answers req 401 for a client (host) refused unchecked by the
+ * failed-login limit (auth.h: SL_AUTH_BLOCKED): WWW-Authenticate
+ * invalid_token, Retry-After (retry_ms in whole seconds, rounded up), and
+ * the limit in the message -- one answer for every bearer credential. */
+void sl_http_send_blocked(const sl_hreq *req, const sl_config *cfg, const char *host,
+                          int64_t retry_ms);
 
 /* Extra headers of an answer, "Name: value\r\n" each, built on the stack
  * (SL_HHDRS_CAP bytes: a header that does not fit is left out and `cut`
