@@ -22,10 +22,18 @@
  * pending reply, and a stopping server's connection closes only after it.
  *
  * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; h2.c
- * refuses more), SL_GRPC_MAX_HEADERS bytes of header list (h2.c) and
- * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED),
- * and net.c's own: output held for a client that does not read pauses it
- * (the turn's budget, proto.h), checked before each frame.
+ * refuses more), counting the calls whose stream was reset while they
+ * wait for their backend (orphans: on_begin refuses past the bound),
+ * SL_GRPC_MAX_HEADERS bytes of header list (h2.c) and
+ * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED,
+ * answered as soon as it is known); unfinished bodies held against the
+ * connection's window (sl_h2_hold_data: SL_H2_WINDOW bytes a
+ * connection); a request begun must be whole within recv-timeout and a
+ * connection with nothing open or waiting closes after idle-timeout,
+ * whatever frames it sends (set_deadline: net.c's sl_conn_deadline);
+ * floods end with ENHANCE_YOUR_CALM (h2.c); and net.c's own: output held
+ * for a client that does not read pauses it (the turn's budget,
+ * proto.h), checked before each frame.
  *
  * Stopping: net.c calls stop() once the connection's last requests ran;
  * it sends GOAWAY naming the last stream processed, and the calls still
