@@ -11,6 +11,9 @@ a client can do what no library would).
   16 KB bodies, following the windows the server gives: the RSS growth is
   bounded by the connection window (bodies held against it), and PINGs do
   not keep them alive: each connection is cut at --recv-timeout.
+- A message whose prefix declares more than 16 KiB is answered at once.
+- --idle-timeout: a connection that only PINGs after its last call is
+  closed; one making calls beside it is not.
 - HEADERS + DATA + RST_STREAM while the Redis backend is stopped
   (SIGSTOP): the calls still waiting are at most the stream limit per
   connection, RSS stays bounded, and the server answers a new client.
@@ -272,6 +275,62 @@ class TestPartialBodies(Base):
         self.assertEqual(sum(c.closed for c in cs), conns, "connections still open")
         self.assertGreaterEqual(srv.info_int("clients_cut_recv") - cut_before, conns)
         self.served(srv)
+
+
+class TestMessageCap(Base):
+    def test_a_message_declared_too_large_is_answered_at_once(self):
+        """A message whose prefix declares 1 GB: answered RESOURCE_EXHAUSTED
+        on its first DATA frame and its stream closed (RST_STREAM
+        NO_ERROR), the rest never awaited nor held; the connection goes on."""
+        srv = start(name="grpc-message-cap")
+        self.addCleanup(srv.cleanup)
+        c = H2(srv.grpc_port)
+        self.addCleanup(c.close)
+        c.send(frame(HEADERS, END_HEADERS, 1, block(RLS))
+               + frame(DATA, 0, 1, b"\x00" + struct.pack(">I", 1 << 30) + b"x" * 1000))
+        self.assertTrue(c.read_until(lambda x: x.ended(1), deadline(TIMEOUT)),
+                        "no answer before the whole message")
+        trailers = [p for t, f, sid, p in c.frames if sid == 1 and t == HEADERS]
+        self.assertIn(b"grpc-status\x018", trailers[-1])  # RESOURCE_EXHAUSTED
+        self.assertIn((RST, 1, struct.pack(">I", 0)), [(t, sid, p) for t, _, sid, p in c.frames])
+        c.send(call_frames(3))
+        self.assertTrue(c.read_until(lambda x: x.ended(3), deadline(TIMEOUT)))
+
+
+class TestIdle(Base):
+    def test_pings_do_not_keep_an_idle_connection(self):
+        """--idle-timeout counts from a connection's last call: one that
+        only PINGs is closed (clients_cut_idle), one making calls beside
+        it is not."""
+        idle_ms = int(1000 * SLOW)
+        srv = start("--idle-timeout", "%dms" % idle_ms, name="grpc-idle")
+        self.addCleanup(srv.cleanup)
+        cut_before = srv.info_int("clients_cut_idle")
+        busy, idle = H2(srv.grpc_port), H2(srv.grpc_port)
+        self.addCleanup(busy.close)
+        self.addCleanup(idle.close)
+        idle.send(call_frames(1))
+        self.assertTrue(idle.read_until(lambda x: x.ended(1), deadline(TIMEOUT)))
+        sid, answered = 1, 0
+        until = deadline(TIMEOUT + 4 * idle_ms / 1000)
+        while time.monotonic() < until and not idle.closed:
+            idle.send(frame(PING, 0, 0, b"12345678"), until)
+            busy.send(call_frames(sid), until)
+            if busy.read_until(lambda x: x.ended(sid), until):
+                answered += 1
+            sid += 2
+            time.sleep(0.1)
+        self.assertTrue(idle.closed, "PINGs kept an idle connection past --idle-timeout")
+        self.assertGreaterEqual(srv.info_int("clients_cut_idle") - cut_before, 1)
+        more = deadline(1.5 * idle_ms / 1000)  # the busy one goes on past a whole idle-timeout
+        while time.monotonic() < more and not busy.closed:
+            busy.send(call_frames(sid), until)
+            if busy.read_until(lambda x: x.ended(sid), until):
+                answered += 1
+            sid += 2
+            time.sleep(0.1)
+        self.assertFalse(busy.closed, "a connection making calls was cut as idle")
+        self.assertEqual(answered, sid // 2)
 
 
 class TestResetWhileRedisStopped(Base):

@@ -102,11 +102,13 @@ typedef struct gconn {
     gstream *partial, *partial_tail;
     int64_t block_since; /* ms: a header block began arriving then, or 0 */
     int64_t idle_since;  /* ms: nothing open nor in flight since then, or 0 */
+    int worked;          /* a call began or was answered since set_deadline */
     int dl_kind;         /* the deadline given to net.c: DL_* */
-    int64_t dl_at;       /* ... and when (ms) */
+    int64_t dl_at;       /* ... and when it falls (ms) */
 } gconn;
 
 enum { DL_NONE, DL_RECV, DL_IDLE };
+#define DL_SLACK_MS 1000 /* how late a deadline may fall (set_deadline) */
 
 _Static_assert(SL_GRPC_MAX_STREAMS == SL_H2_MAX_STREAMS, "grpc.h quotes h2.h's bounds");
 _Static_assert(SL_GRPC_MAX_HEADERS == SL_H2_MAX_HEADER_LIST, "grpc.h quotes h2.h's bounds");
@@ -233,9 +235,11 @@ static void flush(gconn *g)
  * at now: a request begun but not whole -- the oldest stream without its
  * END_STREAM yet, or a header block still arriving -- must be whole
  * within recv-timeout of its start; with no stream open and no call in
- * flight the connection is idle, and closes after idle-timeout, whatever
- * frames that do no work (PING, SETTINGS, empty ones) it sends meanwhile.
- * net.c is told only when the deadline changes. */
+ * flight the connection is idle since its last call, and closes after
+ * idle-timeout, whatever frames that do no work (PING, SETTINGS, empty
+ * ones) it sends meanwhile.  The deadline is set a sixteenth of the
+ * timeout (at most DL_SLACK_MS) late, so that a connection busy with
+ * calls moves net.c's timer at most once in that long, not every turn. */
 static void set_deadline(gconn *g, int64_t now)
 {
     if (g->c == NULL || g->h2 == NULL) return;
@@ -247,10 +251,9 @@ static void set_deadline(gconn *g, int64_t now)
         g->block_since = now;
     if (g->block_since != 0 && (since == 0 || g->block_since < since)) since = g->block_since;
     int busy = g->nopen > 0 || g->calls > 0 || since != 0;
-    if (busy)
-        g->idle_since = 0;
-    else if (g->idle_since == 0)
-        g->idle_since = now;
+    if (busy || g->worked) g->idle_since = 0; /* idle from its last call on */
+    g->worked = 0;
+    if (!busy && g->idle_since == 0) g->idle_since = now;
     int kind = DL_NONE;
     int64_t at = 0;
     if (since != 0 && cfg->recv_timeout_ms > 0) {
@@ -260,10 +263,14 @@ static void set_deadline(gconn *g, int64_t now)
         kind = DL_IDLE;
         at = g->idle_since + cfg->idle_timeout_ms;
     }
-    if (kind == g->dl_kind && at == g->dl_at) return;
+    int64_t slack = (kind == DL_RECV ? cfg->recv_timeout_ms : cfg->idle_timeout_ms) / 16;
+    if (slack > DL_SLACK_MS) slack = DL_SLACK_MS;
+    if (kind == g->dl_kind && (kind == DL_NONE || (g->dl_at >= at && g->dl_at - at <= slack)))
+        return; /* the timer set falls late enough, and not too late */
     g->dl_kind = kind;
-    g->dl_at = at;
-    sl_conn_deadline(g->c, kind == DL_NONE ? 0 : at > now ? at - now : 1, kind == DL_IDLE);
+    g->dl_at = at + slack;
+    sl_conn_deadline(g->c, kind == DL_NONE ? 0 : g->dl_at > now ? g->dl_at - now : 1,
+                     kind == DL_IDLE);
 }
 
 /* ---- answers --------------------------------------------------------------- */
@@ -542,6 +549,7 @@ static void on_rls(void *arg, const sl_svc_reply *r)
     greq *q = arg;
     gconn *g = q->g;
     g->calls--;
+    g->worked = 1;
     if (g->h2 != NULL) {
         sl_h2_stream *s = sl_h2_find(g->h2, (uint32_t)q->id);
         if (s != NULL) { /* else: the client reset it (counted as an orphan) */
@@ -832,6 +840,7 @@ static int on_begin(void *arg, sl_h2_stream *s)
     g->partial_tail = st;
     st->on_partial = 1;
     g->nopen++;
+    g->worked = 1;
     /* calls whose stream the client reset still wait for their backend:
      * they count against the streams a connection may have at once */
     return g->nopen + g->orphans > SL_GRPC_MAX_STREAMS ? SL_H2_REFUSED_STREAM : 0;
