@@ -713,7 +713,6 @@ static void client_reset(void **state)
     sl_h2_free(sv.h);
 }
 
-
 /* ---- floods (h2.h, "Floods") ------------------------------------------------------- */
 
 /* Feeds the preface, an empty SETTINGS and in[0..n) to sv (new), taking
@@ -758,8 +757,16 @@ static int feed(server *sv, int hold, const uint8_t *in, size_t n, long *goaway,
 }
 
 /* What each flood frame looks like, and what one counts. */
-enum flood { RAPID_RESET, EMPTY_DATA, EMPTY_HEADERS, PRIORITY, UNKNOWN, IDLE_WINDOW_UPDATE,
-             PING_ACK, NFLOODS };
+enum flood {
+    RAPID_RESET,
+    EMPTY_DATA,
+    EMPTY_HEADERS,
+    PRIORITY,
+    UNKNOWN,
+    IDLE_WINDOW_UPDATE,
+    PING_ACK,
+    NFLOODS
+};
 
 /* n frames of flood f after one open stream (1), in buf; returns bytes. */
 static size_t flood(uint8_t *buf, enum flood f, int n)
@@ -792,8 +799,8 @@ static void floods_are_calmed(void **state)
 {
     (void)state;
     static uint8_t buf[1 << 21];
-    static const char *name[NFLOODS] = {"rapid reset",    "empty DATA",        "empty HEADERS",
-                                        "PRIORITY",       "unknown frames",    "idle WINDOW_UPDATE",
+    static const char *name[NFLOODS] = {"rapid reset",     "empty DATA",     "empty HEADERS",
+                                        "PRIORITY",        "unknown frames", "idle WINDOW_UPDATE",
                                         "unasked PING ACK"};
     for (int f = 0; f < NFLOODS; f++) {
         int allowed = f == RAPID_RESET ? SL_H2_MAX_WASTE / 2 : SL_H2_MAX_WASTE;
@@ -805,8 +812,8 @@ static void floods_are_calmed(void **state)
             sv.defer = 0;
             int rc = feed(&sv, 0, buf, k, &code, NULL);
             if (extra == 0 && (rc != 0 || code != -1))
-                fail_msg("%s: %d frames ended the connection (rc %d, GOAWAY %ld)", name[f],
-                         allowed, rc, code);
+                fail_msg("%s: %d frames ended the connection (rc %d, GOAWAY %ld)", name[f], allowed,
+                         rc, code);
             if (extra == 1 && f != EMPTY_HEADERS && (rc != -1 || code != SL_H2_ENHANCE_YOUR_CALM))
                 fail_msg("%s: %d frames kept the connection (rc %d, GOAWAY %ld)", name[f],
                          allowed + 1, rc, code);
@@ -850,7 +857,8 @@ static void continuation_flood(void **state)
     }
     /* 100,000 empty CONTINUATIONs: over at the 33rd */
     size_t k = put_frame(buf, 1, 0, 1, BLOCK, 2);
-    for (int i = 0; i < 100000 && k + 9 <= sizeof buf; i++) k += put_frame(buf + k, 9, 0, 1, NULL, 0);
+    for (int i = 0; i < 100000 && k + 9 <= sizeof buf; i++)
+        k += put_frame(buf + k, 9, 0, 1, NULL, 0);
     server sv;
     long code;
     assert_int_equal(feed(&sv, 0, buf, k, &code, NULL), -1);

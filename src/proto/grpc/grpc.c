@@ -152,18 +152,18 @@ struct gstream {
     sl_h2_stream *s; /* the h2.c stream these bytes are of */
     int32_t id;
     enum method m;
-    int post;         /* :method POST */
-    int grpc_type;    /* content-type application/grpc[+proto|;...] */
-    int want_headers; /* SL_GRPC_HEADERS_MD given */
-    int answered;     /* a response was put on the stream */
-    int auth_given;   /* an `authorization` field came (auth[] holds it) */
-    int inflight;     /* its call waits for the backend (greq) */
-    int64_t t0;       /* ms: its HEADERS came then */
+    int post;               /* :method POST */
+    int grpc_type;          /* content-type application/grpc[+proto|;...] */
+    int want_headers;       /* SL_GRPC_HEADERS_MD given */
+    int answered;           /* a response was put on the stream */
+    int auth_given;         /* an `authorization` field came (auth[] holds it) */
+    int inflight;           /* its call waits for the backend (greq) */
+    int64_t t0;             /* ms: its HEADERS came then */
     gstream *pnext, *pprev; /* on g->partial while its request is not whole */
     int on_partial;
-    size_t auth_len;  /* its length; above sizeof auth: too long to be ours */
-    sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
-                         while it fits there, else malloc'd) */
+    size_t auth_len; /* its length; above sizeof auth: too long to be ours */
+    sl_buf in;       /* the request's DATA: prefix and message (in.p: small_in
+                        while it fits there, else malloc'd) */
     /* from here on not zeroed when the stream opens (on_begin) */
     char path[96];  /* :path, cut (a longer one is no method of ours); "" */
     char auth[256]; /* "Bearer TOKEN" (sl_auth_bearer), when auth_given */
@@ -176,10 +176,14 @@ static void partial_off(gstream *st)
 {
     gconn *g = st->g;
     if (!st->on_partial) return;
-    if (st->pprev) st->pprev->pnext = st->pnext;
-    else g->partial = st->pnext;
-    if (st->pnext) st->pnext->pprev = st->pprev;
-    else g->partial_tail = st->pprev;
+    if (st->pprev)
+        st->pprev->pnext = st->pnext;
+    else
+        g->partial = st->pnext;
+    if (st->pnext)
+        st->pnext->pprev = st->pprev;
+    else
+        g->partial_tail = st->pprev;
     st->on_partial = 0;
 }
 
@@ -269,7 +273,10 @@ static void set_deadline(gconn *g, int64_t now)
         return; /* the timer set falls late enough, and not too late */
     g->dl_kind = kind;
     g->dl_at = at + slack;
-    sl_conn_deadline(g->c, kind == DL_NONE ? 0 : g->dl_at > now ? g->dl_at - now : 1,
+    sl_conn_deadline(g->c,
+                     kind == DL_NONE  ? 0
+                     : g->dl_at > now ? g->dl_at - now
+                                      : 1,
                      kind == DL_IDLE);
 }
 
@@ -676,7 +683,7 @@ static void run_rls(gstream *st, const rls_req *m)
     *q = (greq){g, st->id, st->want_headers};
     g->refs++;
     g->calls++;
-    st->inflight = 1; /* on_rls clears it; a stream closing before is an orphan */
+    st->inflight = 1;   /* on_rls clears it; a stream closing before is an orphan */
     sl_conn_hold(g->c); /* until on_rls: counted by net.c, waited for by a stop */
     sl_svc_check_over(x, m->domain, strlen(m->domain), descs, ndesc, any_ov ? ov : NULL, n, dcost,
                       g->now, on_rls, q);

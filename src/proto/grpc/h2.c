@@ -530,7 +530,8 @@ static int header_block(sl_h2 *h, uint32_t id, uint8_t flags, int selfdep, const
             f.s = f.reset ? NULL : s;
         } else if (!(h->goaway_sent && id > h->goaway_last)) {
             if (frame_u32(h, F_RST_STREAM, id, SL_H2_REFUSED_STREAM) != 0) return -1;
-            if (waste(h, 1, "too many streams refused (beyond SETTINGS_MAX_CONCURRENT_STREAMS)") != 0)
+            if (waste(h, 1, "too many streams refused (beyond SETTINGS_MAX_CONCURRENT_STREAMS)") !=
+                0)
                 return -1;
         }
     }
@@ -755,7 +756,8 @@ static int on_window_update(sl_h2 *h, uint32_t id, const uint8_t *p, size_t n)
         if (h->send_window + inc > MAX_WINDOW)
             return conn_error(h, SL_H2_FLOW_CONTROL_ERROR, "the connection's window overflows");
         h->send_window += inc;
-        if (h->blocked == NULL) return waste(h, 1, "too many WINDOW_UPDATE frames with nothing to send");
+        if (h->blocked == NULL)
+            return waste(h, 1, "too many WINDOW_UPDATE frames with nothing to send");
         return unblock(h);
     }
     if (id > h->last_id)

@@ -53,13 +53,13 @@
 
 #include "hpack.h"
 
-#define SL_H2_MAX_STREAMS     100         /* SETTINGS_MAX_CONCURRENT_STREAMS */
-#define SL_H2_MAX_HEADER_LIST (16 * 1024) /* SETTINGS_MAX_HEADER_LIST_SIZE */
-#define SL_H2_MAX_FRAME       16384       /* frame payload we take: the default */
-#define SL_H2_WINDOW          65535       /* our receive windows: the default */
-#define SL_H2_MAX_BLOCK       (64 * 1024) /* bytes of one header block */
-#define SL_H2_MAX_CONTINUATIONS 32         /* CONTINUATION frames of one header block */
-#define SL_H2_MAX_WASTE         1000       /* frames that do no work a client may owe */
+#define SL_H2_MAX_STREAMS       100         /* SETTINGS_MAX_CONCURRENT_STREAMS */
+#define SL_H2_MAX_HEADER_LIST   (16 * 1024) /* SETTINGS_MAX_HEADER_LIST_SIZE */
+#define SL_H2_MAX_FRAME         16384       /* frame payload we take: the default */
+#define SL_H2_WINDOW            65535       /* our receive windows: the default */
+#define SL_H2_MAX_BLOCK         (64 * 1024) /* bytes of one header block */
+#define SL_H2_MAX_CONTINUATIONS 32          /* CONTINUATION frames of one header block */
+#define SL_H2_MAX_WASTE         1000        /* frames that do no work a client may owe */
 
 /* RFC 9113's error codes. */
 enum sl_h2_code {
