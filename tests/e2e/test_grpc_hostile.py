@@ -40,7 +40,7 @@ RLS = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HEALTH = b"/grpc.health.v1.Health/Check"
 MAX_STREAMS = 100  # SL_GRPC_MAX_STREAMS (grpc.h)
 CONN_WINDOW = 65535  # SL_H2_WINDOW (h2.h): the bodies a connection may have held
-TIMEOUT = 20 * SLOW
+TIMEOUT = 20  # seconds, scaled by deadline()
 
 RULES = """domain: api
 descriptors:
@@ -265,7 +265,7 @@ class TestPartialBodies(Base):
                              "RSS grew %d KB for %d connections of partial bodies (windows "
                              "given: %d bytes)" % (grew_kb, conns, sent_all))
         # PINGs do not keep them: each is cut at recv-timeout
-        until = deadline(TIMEOUT + recv_ms / 1000 * 3)
+        until = deadline(TIMEOUT) + 3 * recv_ms / 1000
         while time.monotonic() < until and not all(c.closed for c in cs):
             for c in cs:
                 if not c.closed:
@@ -302,7 +302,7 @@ class TestIdle(Base):
         """--idle-timeout counts from a connection's last call: one that
         only PINGs is closed (clients_cut_idle), one making calls beside
         it is not."""
-        idle_ms = int(1000 * SLOW)
+        idle_ms = int(1500 * min(SLOW, 2))  # calls come every 0.1 s: margin enough
         srv = start("--idle-timeout", "%dms" % idle_ms, name="grpc-idle")
         self.addCleanup(srv.cleanup)
         cut_before = srv.info_int("clients_cut_idle")
@@ -312,7 +312,7 @@ class TestIdle(Base):
         idle.send(call_frames(1))
         self.assertTrue(idle.read_until(lambda x: x.ended(1), deadline(TIMEOUT)))
         sid, answered = 1, 0
-        until = deadline(TIMEOUT + 4 * idle_ms / 1000)
+        until = deadline(TIMEOUT) + 4 * idle_ms / 1000
         while time.monotonic() < until and not idle.closed:
             idle.send(frame(PING, 0, 0, b"12345678"), until)
             busy.send(call_frames(sid), until)
@@ -322,7 +322,8 @@ class TestIdle(Base):
             time.sleep(0.1)
         self.assertTrue(idle.closed, "PINGs kept an idle connection past --idle-timeout")
         self.assertGreaterEqual(srv.info_int("clients_cut_idle") - cut_before, 1)
-        more = deadline(1.5 * idle_ms / 1000)  # the busy one goes on past a whole idle-timeout
+        # the busy one goes on past a whole idle-timeout (idle_ms is scaled already)
+        more = time.monotonic() + 1.5 * idle_ms / 1000
         while time.monotonic() < more and not busy.closed:
             busy.send(call_frames(sid), until)
             if busy.read_until(lambda x: x.ended(sid), until):
