@@ -38,11 +38,13 @@
  * What it leaves out (gRPC's unary calls need none of it): server push,
  * RFC 7540's priority tree, CONNECT, a settings ACK timeout.  Frames on a
  * stream that closed are ignored (RFC 9113 5.1 allows it; a stream we
- * reset may still have frames in flight).
+ * reset may still have frames in flight), but counted ("Floods").
  *
  * A stream carries user_size bytes of the caller's (sl_h2_new), valid
  * from the begin callback to the closed one.  The caller may answer
- * (sl_h2_respond) inside a callback, or later.
+ * (sl_h2_respond) inside a callback -- the data callback included, before
+ * the request ended: the stream then closes (RST_STREAM NO_ERROR) and the
+ * rest of its DATA is not read into memory -- or later.
  */
 #ifndef SL_H2_H
 #define SL_H2_H
