@@ -713,12 +713,251 @@ static void client_reset(void **state)
     sl_h2_free(sv.h);
 }
 
+/* ---- floods (h2.h, "Floods") ------------------------------------------------------- */
+
+/* Feeds the preface, an empty SETTINGS and in[0..n) to sv (new), taking
+ * the server's output as it comes (so any number of answers fit).
+ * Returns what sl_h2_recv ended with (0, or -1: the connection ended) and
+ * sets *goaway to the code of the GOAWAY it sent (-1: none), *wu to the
+ * sum of its WINDOW_UPDATEs on the connection. */
+static int feed(server *sv, int hold, const uint8_t *in, size_t n, long *goaway, uint64_t *wu)
+{
+    static uint8_t pre[64];
+    size_t k = 24 + put_frame(pre + 24, 4, 0, 0, NULL, 0);
+    memcpy(pre, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
+    server_new(sv);
+    if (hold) sl_h2_hold_data(sv->h);
+    *goaway = -1;
+    if (wu) *wu = 0;
+    int rc = 0;
+    for (int part = 0; part < 2 && rc == 0; part++) {
+        const uint8_t *p = part ? in : pre;
+        size_t len = part ? n : k;
+        for (size_t pos = 0; pos < len;) {
+            ssize_t r = sl_h2_recv(sv->h, p + pos, len - pos);
+            size_t olen;
+            const uint8_t *o = sl_h2_out(sv->h, &olen);
+            for (size_t q = 0; q + 9 <= olen;) {
+                size_t fl = (size_t)o[q] << 16 | (size_t)o[q + 1] << 8 | o[q + 2];
+                uint32_t id = u32(o + q + 5) & 0x7fffffff;
+                if (o[q + 3] == 7) *goaway = (long)u32(o + q + 13);
+                if (o[q + 3] == 8 && id == 0 && wu) *wu += u32(o + q + 9);
+                q += 9 + fl;
+            }
+            sl_h2_out_taken(sv->h);
+            if (r < 0) {
+                rc = -1;
+                break;
+            }
+            if (r == 0) break;
+            pos += (size_t)r;
+        }
+    }
+    return rc;
+}
+
+/* What each flood frame looks like, and what one counts. */
+enum flood {
+    RAPID_RESET,
+    EMPTY_DATA,
+    EMPTY_HEADERS,
+    PRIORITY,
+    UNKNOWN,
+    IDLE_WINDOW_UPDATE,
+    PING_ACK,
+    NFLOODS
+};
+
+/* n frames of flood f after one open stream (1), in buf; returns bytes. */
+static size_t flood(uint8_t *buf, enum flood f, int n)
+{
+    const uint8_t cancel[4] = {0, 0, 0, 8}, prio[5] = {0, 0, 0, 0, 16}, one[4] = {0, 0, 0, 1};
+    size_t k = put_frame(buf, 1, 4, 1, BLOCK, sizeof BLOCK); /* stream 1 stays open */
+    for (int i = 0; i < n; i++) {
+        uint32_t id = 3 + 2 * (uint32_t)i;
+        switch (f) {
+        case RAPID_RESET: /* a call opened and cancelled at once: one frame of debt each */
+            k += put_frame(buf + k, 1, 4, id, BLOCK, sizeof BLOCK);
+            k += put_frame(buf + k, 3, 0, id, cancel, 4);
+            break;
+        case EMPTY_DATA: k += put_frame(buf + k, 0, 0, 1, NULL, 0); break;
+        case EMPTY_HEADERS: k += put_frame(buf + k, 1, 4, id, NULL, 0); break;
+        case PRIORITY: k += put_frame(buf + k, 2, 0, 1, prio, 5); break;
+        case UNKNOWN: k += put_frame(buf + k, 0x42, 0, 0, NULL, 0); break;
+        case IDLE_WINDOW_UPDATE: k += put_frame(buf + k, 8, 0, 0, one, 4); break;
+        case PING_ACK: k += put_frame(buf + k, 6, 1, 0, "12345678", 8); break;
+        default: break;
+        }
+    }
+    return k;
+}
+
+/* Each kind of frame that does no work is counted: as many as the bound
+ * allows keep the connection; one more ends it with GOAWAY
+ * ENHANCE_YOUR_CALM (a reset counts 2, so half as many). */
+static void floods_are_calmed(void **state)
+{
+    (void)state;
+    static uint8_t buf[1 << 21];
+    static const char *name[NFLOODS] = {"rapid reset",     "empty DATA",     "empty HEADERS",
+                                        "PRIORITY",        "unknown frames", "idle WINDOW_UPDATE",
+                                        "unasked PING ACK"};
+    for (int f = 0; f < NFLOODS; f++) {
+        int allowed = f == RAPID_RESET ? SL_H2_MAX_WASTE / 2 : SL_H2_MAX_WASTE;
+        if (f == EMPTY_HEADERS) allowed = SL_H2_MAX_STREAMS - 1; /* each opens a stream */
+        for (int extra = 0; extra < 2; extra++) {
+            server sv;
+            long code;
+            size_t k = flood(buf, (enum flood)f, allowed + extra);
+            sv.defer = 0;
+            int rc = feed(&sv, 0, buf, k, &code, NULL);
+            if (extra == 0 && (rc != 0 || code != -1))
+                fail_msg("%s: %d frames ended the connection (rc %d, GOAWAY %ld)", name[f], allowed,
+                         rc, code);
+            if (extra == 1 && f != EMPTY_HEADERS && (rc != -1 || code != SL_H2_ENHANCE_YOUR_CALM))
+                fail_msg("%s: %d frames kept the connection (rc %d, GOAWAY %ld)", name[f],
+                         allowed + 1, rc, code);
+            sl_h2_free(sv.h);
+        }
+    }
+    /* empty HEADERS past the stream limit: refused, and counted until calm */
+    server sv;
+    long code;
+    size_t k = flood(buf, EMPTY_HEADERS, 2 * SL_H2_MAX_WASTE);
+    assert_int_equal(feed(&sv, 0, buf, k, &code, NULL), -1);
+    assert_int_equal(code, SL_H2_ENHANCE_YOUR_CALM);
+    sl_h2_free(sv.h);
+}
+
+/* An empty CONTINUATION flood: a header block in more than
+ * SL_H2_MAX_CONTINUATIONS frames ends the connection (ENHANCE_YOUR_CALM);
+ * that many is fine. */
+static void continuation_flood(void **state)
+{
+    (void)state;
+    static uint8_t buf[1 << 20];
+    for (int extra = 0; extra < 2; extra++) {
+        size_t k = put_frame(buf, 1, 1, 1, BLOCK, 2); /* END_STREAM, not END_HEADERS */
+        int n = SL_H2_MAX_CONTINUATIONS + extra;
+        for (int i = 0; i < n - 1; i++) k += put_frame(buf + k, 9, 0, 1, NULL, 0);
+        k += put_frame(buf + k, 9, 4, 1, BLOCK + 2, sizeof BLOCK - 2);
+        server sv;
+        long code;
+        int rc = feed(&sv, 0, buf, k, &code, NULL);
+        if (extra == 0) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(code, -1);
+            assert_int_equal(sv.ended, 1); /* the block was whole: the call ran */
+        } else {
+            assert_int_equal(rc, -1);
+            assert_int_equal(code, SL_H2_ENHANCE_YOUR_CALM);
+            assert_int_equal(sv.begun, 0);
+        }
+        sl_h2_free(sv.h);
+    }
+    /* 100,000 empty CONTINUATIONs: over at the 33rd */
+    size_t k = put_frame(buf, 1, 0, 1, BLOCK, 2);
+    for (int i = 0; i < 100000 && k + 9 <= sizeof buf; i++)
+        k += put_frame(buf + k, 9, 0, 1, NULL, 0);
+    server sv;
+    long code;
+    assert_int_equal(feed(&sv, 0, buf, k, &code, NULL), -1);
+    assert_int_equal(code, SL_H2_ENHANCE_YOUR_CALM);
+    assert_true(sl_h2_done(sv.h));
+    sl_h2_free(sv.h);
+}
+
+/* Calls answered pay their debt back: a client resetting one call in
+ * three (each reset counts 2, each answer pays 1) is never cut, over
+ * many times SL_H2_MAX_WASTE resets. */
+static void answered_calls_pay_back(void **state)
+{
+    (void)state;
+    static uint8_t buf[1 << 21];
+    const uint8_t cancel[4] = {0, 0, 0, 8};
+    size_t k = 0;
+    int resets = 0;
+    for (uint32_t i = 0; i < 9000; i++) {
+        uint32_t id = 1 + 2 * i;
+        if (i % 3 == 2) { /* opened, then cancelled before its end */
+            k += put_frame(buf + k, 1, 4, id, BLOCK, sizeof BLOCK);
+            k += put_frame(buf + k, 3, 0, id, cancel, 4);
+            resets++;
+        } else { /* a whole call, answered */
+            k += put_frame(buf + k, 1, 4 | 1, id, BLOCK, sizeof BLOCK);
+        }
+    }
+    assert_true(resets > 2 * SL_H2_MAX_WASTE);
+    server sv;
+    long code;
+    assert_int_equal(feed(&sv, 0, buf, k, &code, NULL), 0);
+    assert_int_equal(code, -1);
+    assert_int_equal(sv.ended, 6000);
+    sl_h2_free(sv.h);
+}
+
+/* hold_data: DATA the caller took stays counted against the connection's
+ * window until its request ends or its stream closes.  A stream holding
+ * 60,000 bytes leaves 5,535 to every other; DATA past the window ends the
+ * connection (FLOW_CONTROL_ERROR); the client resetting the stream frees
+ * its body (the closed callback) and gives its window back. */
+static void held_bodies_and_reset(void **state)
+{
+    (void)state;
+    static uint8_t buf[1 << 18], chunk[16384];
+    const uint8_t cancel[4] = {0, 0, 0, 8};
+    size_t k = put_frame(buf, 1, 4, 1, BLOCK, sizeof BLOCK);
+    for (int i = 0; i < 4; i++) k += put_frame(buf + k, 0, 0, 1, chunk, 15000); /* 60,000 */
+    k += put_frame(buf + k, 1, 4, 3, BLOCK, sizeof BLOCK);
+    k += put_frame(buf + k, 0, 0, 3, chunk, 5535); /* the window's rest */
+    server sv;
+    long code;
+    uint64_t wu;
+    assert_int_equal(feed(&sv, 1, buf, k, &code, &wu), 0);
+    assert_int_equal(code, -1);
+    assert_int_equal(wu, 0); /* all of it held: nothing given back */
+    /* the client resets stream 1: its 60,000 bytes are freed and given back */
+    k = put_frame(buf, 3, 0, 1, cancel, 4);
+    size_t olen;
+    assert_int_equal(sl_h2_recv(sv.h, buf, k), (ssize_t)k);
+    assert_int_equal(sv.closed, 1);
+    const uint8_t *o = sl_h2_out(sv.h, &olen);
+    assert_int_equal(olen, 13);
+    assert_int_equal(o[3], 8);
+    assert_int_equal(u32(o + 5), 0);
+    assert_int_equal(u32(o + 9), 60000);
+    sl_h2_out_taken(sv.h);
+    /* stream 3 ends: its bytes are no longer held */
+    k = put_frame(buf, 0, 1, 3, NULL, 0);
+    assert_int_equal(sl_h2_recv(sv.h, buf, k), (ssize_t)k);
+    assert_int_equal(sv.ended, 1);
+    sl_h2_free(sv.h);
+
+    /* a client ignoring the window: one byte past it ends the connection */
+    k = put_frame(buf, 1, 4, 1, BLOCK, sizeof BLOCK);
+    for (int i = 0; i < 4; i++) k += put_frame(buf + k, 0, 0, 1, chunk, 15000);
+    k += put_frame(buf + k, 1, 4, 3, BLOCK, sizeof BLOCK);
+    k += put_frame(buf + k, 0, 0, 3, chunk, 5536);
+    assert_int_equal(feed(&sv, 1, buf, k, &code, &wu), -1);
+    assert_int_equal(code, SL_H2_FLOW_CONTROL_ERROR);
+    sl_h2_free(sv.h);
+
+    /* without hold_data the window is given back as it is used */
+    k = put_frame(buf, 1, 4, 1, BLOCK, sizeof BLOCK);
+    for (int i = 0; i < 4; i++) k += put_frame(buf + k, 0, 0, 1, chunk, 15000);
+    assert_int_equal(feed(&sv, 0, buf, k, &code, &wu), 0);
+    assert_int_equal(wu, 45000);
+    sl_h2_free(sv.h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(many_calls_one_connection), cmocka_unit_test(flow_control_both_ways),
         cmocka_unit_test(connection_errors),         cmocka_unit_test(stream_errors),
         cmocka_unit_test(ignored_after_goaway),      cmocka_unit_test(client_reset),
+        cmocka_unit_test(floods_are_calmed),         cmocka_unit_test(continuation_flood),
+        cmocka_unit_test(answered_calls_pay_back),   cmocka_unit_test(held_bodies_and_reset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

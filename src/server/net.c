@@ -209,6 +209,10 @@ struct sl_conn {
     size_t stop_read;         /* stopping: bytes read since the stop */
     struct event *rev, *wev, *resume;
     struct event *recv_ev;             /* the recv-timeout of the command arriving */
+    struct event *pdl_ev;              /* the protocol's deadline (sl_conn_deadline), made
+                                          at its first use */
+    int64_t pdl_ms;                    /* ... its length (ms) */
+    int pdl_idle;                      /* ... 1: an idle-timeout, 0: a recv-timeout */
     struct evbuffer *in;               /* an incomplete command, or input beyond a turn */
     struct evbuffer *out;              /* replies the kernel did not take yet (TLS: the
                                           bufferevent's output, which it owns) */
@@ -809,6 +813,7 @@ static void conn_free(conn *c, const char *why)
     }
     event_free(c->resume);
     event_free(c->recv_ev);
+    if (c->pdl_ev != NULL) event_free(c->pdl_ev);
     evbuffer_free(c->in);
     free(c->tls_peer);
     if (c->prev)
@@ -1297,6 +1302,53 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
                (long long)w->net->cfg->recv_timeout_ms);
     }
     conn_free(c, "recv-timeout");
+}
+
+/* The protocol's deadline passed (sl_conn_deadline, proto.h): c is cut as
+ * recv-timeout or idle-timeout cuts it. */
+static void on_proto_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    conn *c = arg;
+    worker *w = c->w;
+    if (c->state != C_OPEN) return;
+    if (!c->pdl_idle && !c->reading) { /* we are not reading c: our wait */
+        sl_conn_deadline(c, c->pdl_ms, 0);
+        return;
+    }
+    if (c->pdl_idle) {
+        atomic_fetch_add_explicit(&w->net->srv->cut_idle, 1, memory_order_relaxed);
+        conn_free(c, "idle-timeout (the protocol's: no request)");
+        return;
+    }
+    atomic_fetch_add_explicit(&w->net->srv->stats.cut_recv, 1, memory_order_relaxed);
+    int64_t now = sl__mono_ms();
+    if (now - w->recv_log_ms >= 1000) {
+        w->recv_log_ms = now;
+        w->recv_log_n = 0;
+    }
+    if (w->recv_log_n++ < RECV_LOG_PER_S && sl_log_enabled(SL_LOG_INFO)) {
+        char pb[80];
+        sl_log(SL_LOG_INFO, "client cut: a request did not arrive whole within recv-timeout",
+               "client=%s worker=%d protocol=%s recv_timeout_ms=%lld", conn_peer(c, pb, sizeof pb),
+               w->id, c->proto->name, (long long)w->net->cfg->recv_timeout_ms);
+    }
+    conn_free(c, "recv-timeout");
+}
+
+void sl_conn_deadline(conn *c, int64_t ms, int idle)
+{
+    if (c->sink != NULL) return; /* detached: no event loop */
+    if (ms <= 0) {
+        if (c->pdl_ev != NULL) event_del(c->pdl_ev);
+        return;
+    }
+    if (c->pdl_ev == NULL && (c->pdl_ev = evtimer_new(c->w->base, on_proto_deadline, c)) == NULL)
+        return; /* out of memory: net.c's own timeouts still hold */
+    c->pdl_ms = ms;
+    c->pdl_idle = idle;
+    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)(ms % 1000) * 1000};
+    evtimer_add(c->pdl_ev, &tv);
 }
 
 static void on_write(evutil_socket_t fd, short what, void *arg)

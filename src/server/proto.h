@@ -95,6 +95,13 @@ void sl_slot_done(sl_slot *s);
  * one may let net.c close and free it). */
 void sl_conn_hold(sl_conn *c);
 void sl_conn_release(sl_conn *c);
+/* A protocol that keeps partial requests itself rather than in net.c's
+ * input (HTTP/2's streams: src/proto/grpc/) sets its own deadline: c is
+ * cut in ms milliseconds, as recv-timeout cuts (idle 0) or idle-timeout
+ * cuts (idle 1), unless the protocol moves it again or clears it (ms 0)
+ * first.  A recv deadline that passes while net.c is not reading c (its
+ * output backs up) starts again: that wait is ours.  No-op when detached. */
+void sl_conn_deadline(sl_conn *c, int64_t ms, int idle);
 /* SL_SLOT_DATA bytes of the slot's own (zeroed when it opens, aligned
  * for pointers and 64-bit integers), the protocol's until sl_slot_done: e.g. what a request
  * answered later needs, as the argument of its completion. */

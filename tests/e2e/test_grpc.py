@@ -967,7 +967,12 @@ class TestRawHttp2(unittest.TestCase):
         s = socket.create_connection((HOST, srv.grpc_port))
         self.addCleanup(s.close)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-        s.sendall(PREFACE + frame(SETTINGS, 0, 0))
+        # its windows wide open, so that every answer is sent at once and
+        # its stream closes (a client that let them fill would see its
+        # further calls refused, beyond SETTINGS_MAX_CONCURRENT_STREAMS,
+        # and be cut as a flood: test_grpc_hostile.py)
+        s.sendall(PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HI", 4, 0x7fffffff))
+                  + frame(WINDOW, 0, 0, struct.pack(">I", 0x7fffffff - 65535)))
         s.setblocking(False)
         sid, until, stuck = 1, deadline(60), False
         pending = b""

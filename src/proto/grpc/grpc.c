@@ -22,10 +22,18 @@
  * pending reply, and a stopping server's connection closes only after it.
  *
  * Limits: SL_GRPC_MAX_STREAMS concurrent streams (SETTINGS; h2.c
- * refuses more), SL_GRPC_MAX_HEADERS bytes of header list (h2.c) and
- * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED),
- * and net.c's own: output held for a client that does not read pauses it
- * (the turn's budget, proto.h), checked before each frame.
+ * refuses more), counting the calls whose stream was reset while they
+ * wait for their backend (orphans: on_begin refuses past the bound),
+ * SL_GRPC_MAX_HEADERS bytes of header list (h2.c) and
+ * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED,
+ * answered as soon as it is known); unfinished bodies held against the
+ * connection's window (sl_h2_hold_data: SL_H2_WINDOW bytes a
+ * connection); a request begun must be whole within recv-timeout and a
+ * connection with nothing open or waiting closes after idle-timeout,
+ * whatever frames it sends (set_deadline: net.c's sl_conn_deadline);
+ * floods end with ENHANCE_YOUR_CALM (h2.c); and net.c's own: output held
+ * for a client that does not read pauses it (the turn's budget,
+ * proto.h), checked before each frame.
  *
  * Stopping: net.c calls stop() once the connection's last requests ran;
  * it sends GOAWAY naming the last stream processed, and the calls still
@@ -86,8 +94,21 @@ typedef struct gconn {
     int in_run;  /* inside run(): its end flushes the output */
     int nomem;   /* output lost: drop the connection */
     sl_turn *t;  /* during run(): the turn's budget */
-    int64_t now; /* during run(): the turn's clock (ms) */
+    int64_t now; /* the clock (ms) of the last run() */
+    int nopen;   /* streams open (begun, not closed) */
+    int calls;   /* ShouldRateLimit calls waiting for their backend */
+    int orphans; /* ... of which their stream closed (reset, refused) */
+    /* streams whose request is not whole yet, oldest first (their t0) */
+    gstream *partial, *partial_tail;
+    int64_t block_since; /* ms: a header block began arriving then, or 0 */
+    int64_t idle_since;  /* ms: nothing open nor in flight since then, or 0 */
+    int worked;          /* a call began or was answered since set_deadline */
+    int dl_kind;         /* the deadline given to net.c: DL_* */
+    int64_t dl_at;       /* ... and when it falls (ms) */
 } gconn;
+
+enum { DL_NONE, DL_RECV, DL_IDLE };
+#define DL_SLACK_MS 1000 /* how late a deadline may fall (set_deadline) */
 
 _Static_assert(SL_GRPC_MAX_STREAMS == SL_H2_MAX_STREAMS, "grpc.h quotes h2.h's bounds");
 _Static_assert(SL_GRPC_MAX_HEADERS == SL_H2_MAX_HEADER_LIST, "grpc.h quotes h2.h's bounds");
@@ -131,21 +152,47 @@ struct gstream {
     sl_h2_stream *s; /* the h2.c stream these bytes are of */
     int32_t id;
     enum method m;
-    int post;         /* :method POST */
-    int grpc_type;    /* content-type application/grpc[+proto|;...] */
-    int want_headers; /* SL_GRPC_HEADERS_MD given */
-    int answered;     /* a response was put on the stream */
-    int too_big;      /* the message passed SL_GRPC_MAX_MESSAGE */
-    int auth_given;   /* an `authorization` field came (auth[] holds it) */
-    size_t auth_len;  /* its length; above sizeof auth: too long to be ours */
-    sl_buf in;        /* the request's DATA: prefix and message (in.p: small_in
-                         while it fits there, else malloc'd) */
+    int post;               /* :method POST */
+    int grpc_type;          /* content-type application/grpc[+proto|;...] */
+    int want_headers;       /* SL_GRPC_HEADERS_MD given */
+    int answered;           /* a response was put on the stream */
+    int auth_given;         /* an `authorization` field came (auth[] holds it) */
+    int inflight;           /* its call waits for the backend (greq) */
+    int64_t t0;             /* ms: its HEADERS came then */
+    gstream *pnext, *pprev; /* on g->partial while its request is not whole */
+    int on_partial;
+    size_t auth_len; /* its length; above sizeof auth: too long to be ours */
+    sl_buf in;       /* the request's DATA: prefix and message (in.p: small_in
+                        while it fits there, else malloc'd) */
     /* from here on not zeroed when the stream opens (on_begin) */
     char path[96];  /* :path, cut (a longer one is no method of ours); "" */
     char auth[256]; /* "Bearer TOKEN" (sl_auth_bearer), when auth_given */
     /* most calls fit here: no allocation for their bytes (bench/grpc.sh) */
     char small_in[SMALL];
 };
+
+/* Takes st off the streams whose request is not whole. */
+static void partial_off(gstream *st)
+{
+    gconn *g = st->g;
+    if (!st->on_partial) return;
+    if (st->pprev)
+        st->pprev->pnext = st->pnext;
+    else
+        g->partial = st->pnext;
+    if (st->pnext)
+        st->pnext->pprev = st->pprev;
+    else
+        g->partial_tail = st->pprev;
+    st->on_partial = 0;
+}
+
+/* The request's bytes are no longer needed (it was decoded, or refused). */
+static void in_free(gstream *st)
+{
+    if (st->in.p != st->small_in) free(st->in.p);
+    st->in = (sl_buf){0};
+}
 
 /* A ShouldRateLimit in flight: outlives its stream, never points to it. */
 typedef struct greq {
@@ -186,6 +233,51 @@ static void flush(gconn *g)
     if (s == NULL || sl_buf_add(sl_slot_buf(s), d, n) != 0) g->nomem = 1;
     sl_h2_out_taken(g->h2);
     if (s != NULL) sl_slot_done(s);
+}
+
+/* What the connection waits for, as net.c's deadline (sl_conn_deadline),
+ * at now: a request begun but not whole -- the oldest stream without its
+ * END_STREAM yet, or a header block still arriving -- must be whole
+ * within recv-timeout of its start; with no stream open and no call in
+ * flight the connection is idle since its last call, and closes after
+ * idle-timeout, whatever frames that do no work (PING, SETTINGS, empty
+ * ones) it sends meanwhile.  The deadline is set a sixteenth of the
+ * timeout (at most DL_SLACK_MS) late, so that a connection busy with
+ * calls moves net.c's timer at most once in that long, not every turn. */
+static void set_deadline(gconn *g, int64_t now)
+{
+    if (g->c == NULL || g->h2 == NULL) return;
+    const sl_config *cfg = sl_conn_cfg(g->c);
+    int64_t since = g->partial != NULL ? g->partial->t0 : 0;
+    if (!sl_h2_partial(g->h2))
+        g->block_since = 0;
+    else if (g->block_since == 0)
+        g->block_since = now;
+    if (g->block_since != 0 && (since == 0 || g->block_since < since)) since = g->block_since;
+    int busy = g->nopen > 0 || g->calls > 0 || since != 0;
+    if (busy || g->worked) g->idle_since = 0; /* idle from its last call on */
+    g->worked = 0;
+    if (!busy && g->idle_since == 0) g->idle_since = now;
+    int kind = DL_NONE;
+    int64_t at = 0;
+    if (since != 0 && cfg->recv_timeout_ms > 0) {
+        kind = DL_RECV;
+        at = since + cfg->recv_timeout_ms;
+    } else if (!busy && cfg->idle_timeout_ms > 0) {
+        kind = DL_IDLE;
+        at = g->idle_since + cfg->idle_timeout_ms;
+    }
+    int64_t slack = (kind == DL_RECV ? cfg->recv_timeout_ms : cfg->idle_timeout_ms) / 16;
+    if (slack > DL_SLACK_MS) slack = DL_SLACK_MS;
+    if (kind == g->dl_kind && (kind == DL_NONE || (g->dl_at >= at && g->dl_at - at <= slack)))
+        return; /* the timer set falls late enough, and not too late */
+    g->dl_kind = kind;
+    g->dl_at = at + slack;
+    sl_conn_deadline(g->c,
+                     kind == DL_NONE  ? 0
+                     : g->dl_at > now ? g->dl_at - now
+                                      : 1,
+                     kind == DL_IDLE);
 }
 
 /* ---- answers --------------------------------------------------------------- */
@@ -463,10 +555,21 @@ static void on_rls(void *arg, const sl_svc_reply *r)
 {
     greq *q = arg;
     gconn *g = q->g;
+    g->calls--;
+    g->worked = 1;
     if (g->h2 != NULL) {
         sl_h2_stream *s = sl_h2_find(g->h2, (uint32_t)q->id);
-        if (s != NULL) answer_rls(sl_h2_user(s), q, r); /* else: the client reset it */
-        if (!g->in_run) flush(g);
+        if (s != NULL) { /* else: the client reset it (counted as an orphan) */
+            gstream *st = sl_h2_user(s);
+            st->inflight = 0;
+            answer_rls(st, q, r);
+        } else {
+            g->orphans--;
+        }
+        if (!g->in_run) {
+            set_deadline(g, g->now);
+            flush(g);
+        }
     }
     if (g->c != NULL) sl_conn_release(g->c); /* may close it: only g after this */
     free(q);
@@ -579,6 +682,8 @@ static void run_rls(gstream *st, const rls_req *m)
     }
     *q = (greq){g, st->id, st->want_headers};
     g->refs++;
+    g->calls++;
+    st->inflight = 1;   /* on_rls clears it; a stream closing before is an orphan */
     sl_conn_hold(g->c); /* until on_rls: counted by net.c, waited for by a stop */
     sl_svc_check_over(x, m->domain, strlen(m->domain), descs, ndesc, any_ov ? ov : NULL, n, dcost,
                       g->now, on_rls, q);
@@ -669,12 +774,6 @@ static void dispatch(gstream *st)
         return;
     }
     if (st->m == M_RLS && !authorized(st)) return;
-    if (st->too_big) {
-        char msg[96];
-        snprintf(msg, sizeof msg, "request message larger than %d bytes", SL_GRPC_MAX_MESSAGE);
-        answer_status(st, ST_RESOURCE_EXHAUSTED, msg);
-        return;
-    }
     const unsigned char *p = (const unsigned char *)st->in.p;
     scratch *a = sl_conn_scratch(g->c);
     ProtobufCAllocator al = {arena_alloc, arena_free, a};
@@ -698,6 +797,7 @@ static void dispatch(gstream *st)
     if (st->m == M_HEALTH) {
         Grpc__Health__V1__HealthCheckRequest *m =
             grpc__health__v1__health_check_request__unpack(&al, len, p + 5);
+        in_free(st); /* m lives in the arena (or malloc): p is not needed */
         if (m == NULL) {
             answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the HealthCheckRequest");
             return;
@@ -712,10 +812,12 @@ static void dispatch(gstream *st)
     rls_req *m = sl_rls_unpack(p + 5, len, a->mem, ARENA, &used);
     if (m != NULL) {
         a->used = used;
+        in_free(st); /* m and all it points to live in the arena */
         run_rls(st, m);
         return;
     }
     m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
+    in_free(st); /* protobuf-c copies what it keeps */
     if (m == NULL) {
         answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the RateLimitRequest");
         return;
@@ -728,14 +830,27 @@ static void dispatch(gstream *st)
 
 static int on_begin(void *arg, sl_h2_stream *s)
 {
+    gconn *g = arg;
     gstream *st = sl_h2_user(s);
     /* zeroed up to its buffers (~600 bytes a stream, written before read) */
     memset(st, 0, offsetof(gstream, path));
     st->path[0] = '\0';
-    st->g = arg;
+    st->g = g;
     st->s = s;
     st->id = (int32_t)sl_h2_id(s);
-    return 0;
+    st->t0 = g->now;
+    st->pprev = g->partial_tail;
+    if (g->partial_tail)
+        g->partial_tail->pnext = st;
+    else
+        g->partial = st;
+    g->partial_tail = st;
+    st->on_partial = 1;
+    g->nopen++;
+    g->worked = 1;
+    /* calls whose stream the client reset still wait for their backend:
+     * they count against the streams a connection may have at once */
+    return g->nopen + g->orphans > SL_GRPC_MAX_STREAMS ? SL_H2_REFUSED_STREAM : 0;
 }
 
 static int is(const uint8_t *p, size_t n, const char *s)
@@ -784,21 +899,40 @@ static int on_field(void *arg, sl_h2_stream *s, const uint8_t *name, size_t nlen
     return 0;
 }
 
+/* A request's DATA: kept in st->in (at most 5 + SL_GRPC_MAX_MESSAGE
+ * bytes; h2.c counts them against the connection's window until the
+ * request ends: sl_h2_hold_data).  A message larger than that -- by its
+ * prefix, or by its bytes -- is answered RESOURCE_EXHAUSTED at once (its
+ * stream then closes: what it holds is freed and its window given back). */
 static int on_data(void *arg, sl_h2_stream *s, const uint8_t *d, size_t n)
 {
     (void)arg;
     gstream *st = sl_h2_user(s);
-    if (st->too_big || st->answered) return 0;
-    if (st->in.len + n > 5 + (size_t)SL_GRPC_MAX_MESSAGE) {
-        st->too_big = 1;
-        if (st->in.p != st->small_in) free(st->in.p);
-        st->in = (sl_buf){0};
+    if (st->answered) return 0;
+    if (st->in.p == NULL) st->in = (sl_buf){st->small_in, 0, SMALL};
+    size_t want = 0; /* prefix and message, once the prefix is here */
+    if (st->in.len < 5 && st->in.len + n >= 5) {
+        uint8_t pre[5];
+        memcpy(pre, st->in.p, st->in.len);
+        memcpy(pre + st->in.len, d, 5 - st->in.len);
+        want = 5 + ((size_t)pre[1] << 24 | (size_t)pre[2] << 16 | (size_t)pre[3] << 8 | pre[4]);
+    }
+    if (st->in.len + n > 5 + (size_t)SL_GRPC_MAX_MESSAGE ||
+        want > 5 + (size_t)SL_GRPC_MAX_MESSAGE) {
+        in_free(st);
+        partial_off(st);
+        char msg[96];
+        snprintf(msg, sizeof msg, "request message larger than %d bytes", SL_GRPC_MAX_MESSAGE);
+        answer_status(st, ST_RESOURCE_EXHAUSTED, msg); /* st may be gone */
         return 0;
     }
-    if (st->in.p == NULL) st->in = (sl_buf){st->small_in, 0, SMALL};
     if (st->in.p == st->small_in && st->in.len + n > SMALL) { /* to the heap */
-        sl_buf b = {0};
-        if (sl_buf_add(&b, st->small_in, st->in.len) != 0) return SL_H2_INTERNAL_ERROR;
+        /* the size the prefix declared, when known: one allocation */
+        size_t cap = want > st->in.len + n ? want : st->in.len + n;
+        sl_buf b = {malloc(cap), 0, cap};
+        if (b.p == NULL) return SL_H2_INTERNAL_ERROR;
+        memcpy(b.p, st->small_in, st->in.len);
+        b.len = st->in.len;
         st->in = b;
     }
     if (st->in.p == st->small_in) {
@@ -812,14 +946,20 @@ static int on_data(void *arg, sl_h2_stream *s, const uint8_t *d, size_t n)
 static void on_end(void *arg, sl_h2_stream *s)
 {
     (void)arg;
-    dispatch(sl_h2_user(s));
+    gstream *st = sl_h2_user(s);
+    partial_off(st);
+    dispatch(st);
 }
 
 static void on_closed(void *arg, sl_h2_stream *s)
 {
     (void)arg;
     gstream *st = sl_h2_user(s);
-    if (st->in.p != st->small_in) free(st->in.p);
+    gconn *g = st->g;
+    partial_off(st);
+    in_free(st);
+    g->nopen--;
+    if (st->inflight) g->orphans++; /* its call still waits: on_rls drops its answer */
 }
 
 static const sl_h2_cbs cbs = {
@@ -843,6 +983,7 @@ static gconn *conn_state(sl_conn *c)
         free(g);
         return NULL;
     }
+    sl_h2_hold_data(g->h2); /* bodies buffered: at most SL_H2_WINDOW a connection */
     sl_conn_set_pdata(c, g);
     return g;
 }
@@ -879,6 +1020,7 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
         t->bytes = (size_t)rv >= t->bytes ? 0 : t->bytes - (size_t)rv;
         if (g->nomem) break;
     }
+    set_deadline(g, now);
     flush(g);
     g->in_run = 0;
     g->t = NULL;

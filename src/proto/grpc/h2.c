@@ -21,6 +21,14 @@
  * the client's stream and connection windows; what does not fit waits,
  * copied, in its stream (queued on `blocked`), with the trailers, for
  * WINDOW_UPDATE or SETTINGS.
+ *
+ * With hold_data, the bytes of a stream's DATA the caller took (s->held)
+ * are not given back until its request ends or it closes: the
+ * connection's WINDOW_UPDATE gives back what was received less what is
+ * held (h->held, never more than h->recv_used).
+ *
+ * Floods: h->waste is the client's debt of frames that did no work (h2.h);
+ * waste() adds to it and ends the connection past SL_H2_MAX_WASTE.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +68,7 @@ struct sl_h2_stream {
     uint8_t answered;                     /* sl_h2_respond called */
     int64_t send_window;                  /* bytes of DATA the client takes now */
     uint32_t recv_used;                   /* bytes received since our last WINDOW_UPDATE */
+    uint32_t held;                        /* hold_data: bytes the caller holds (h2.h) */
     sl_h2_stream *hnext;                  /* hash chain, or the free list */
     sl_h2_stream *qnext;                  /* on h->blocked */
     uint8_t *pend;                        /* blocked: body's rest then trailers (malloc'd) */
@@ -82,6 +91,10 @@ struct sl_h2 {
     int goaway_recv;
     int64_t send_window;  /* the connection's, for our DATA */
     uint32_t recv_used;   /* connection bytes received since a WINDOW_UPDATE */
+    uint32_t held;        /* of which the open streams' held bytes (hold_data) */
+    int hold_data;        /* sl_h2_hold_data was called */
+    unsigned waste;       /* the client's debt of frames that did no work (h2.h) */
+    unsigned cont_frames; /* CONTINUATION frames of the block arriving */
     uint32_t peer_window; /* the client's SETTINGS_INITIAL_WINDOW_SIZE */
     uint32_t peer_frame;  /* its SETTINGS_MAX_FRAME_SIZE */
     int table_update;     /* the client set HEADER_TABLE_SIZE: our next block
@@ -224,6 +237,36 @@ static sl_h2_stream *stream_open(sl_h2 *h, uint32_t id)
     return s;
 }
 
+/* Gives the client back the connection's window it used, less what the
+ * caller holds, once half of it is used: 0, or -1 out of memory. */
+static int give_back(sl_h2 *h)
+{
+    uint32_t n = h->recv_used - h->held;
+    if (n == 0 || h->recv_used < SL_H2_WINDOW / 2) return 0;
+    if (frame_u32(h, F_WINDOW_UPDATE, 0, n) != 0) return -1;
+    h->recv_used -= n;
+    return 0;
+}
+
+/* s's request ended or s closes: the caller no longer holds its DATA. */
+static int release(sl_h2 *h, sl_h2_stream *s)
+{
+    if (s->held == 0) return 0;
+    h->held -= s->held;
+    s->held = 0;
+    return give_back(h);
+}
+
+/* The client made us work for nothing (h2.h, "Floods"): n more of debt.
+ * Returns 0, or -1 once the debt passed SL_H2_MAX_WASTE (GOAWAY
+ * ENHANCE_YOUR_CALM, why says of what). */
+static int waste(sl_h2 *h, unsigned n, const char *why)
+{
+    h->waste += n;
+    if (h->waste <= SL_H2_MAX_WASTE) return 0;
+    return conn_error(h, SL_H2_ENHANCE_YOUR_CALM, why);
+}
+
 /* Closes s: the caller's callback, then s is freed (or kept for reuse). */
 static void stream_close(sl_h2 *h, sl_h2_stream *s)
 {
@@ -237,6 +280,7 @@ static void stream_close(sl_h2 *h, sl_h2_stream *s)
         if (h->blocked_tail == s) h->blocked_tail = prev;
         free(s->pend);
     }
+    release(h, s);
     h->nstreams--;
     h->cb->closed(h->arg, s);
     if (h->nfree < KEEP_FREE) {
@@ -306,7 +350,10 @@ static int send_pending(sl_h2 *h, sl_h2_stream *s)
  * client is still sending). */
 static void answered(sl_h2 *h, sl_h2_stream *s)
 {
-    if (!s->remote_closed) frame_u32(h, F_RST_STREAM, s->id, SL_H2_NO_ERROR);
+    if (!s->remote_closed)
+        frame_u32(h, F_RST_STREAM, s->id, SL_H2_NO_ERROR);
+    else if (h->waste > 0) /* a call answered whole pays back a frame of debt */
+        h->waste--;
     stream_close(h, s);
 }
 
@@ -430,6 +477,10 @@ int sl_h2_goaway(sl_h2 *h, uint32_t code, const char *msg)
     return 0;
 }
 
+void sl_h2_hold_data(sl_h2 *h) { h->hold_data = 1; }
+
+int sl_h2_partial(const sl_h2 *h) { return h->cont_id != 0; }
+
 int sl_h2_done(const sl_h2 *h)
 {
     return h->dead || ((h->goaway_sent || h->goaway_recv) && h->nstreams == 0);
@@ -478,7 +529,10 @@ static int header_block(sl_h2 *h, uint32_t id, uint8_t flags, int selfdep, const
             if (rc != 0) f.reset = (uint32_t)rc;
             f.s = f.reset ? NULL : s;
         } else if (!(h->goaway_sent && id > h->goaway_last)) {
-            frame_u32(h, F_RST_STREAM, id, SL_H2_REFUSED_STREAM);
+            if (frame_u32(h, F_RST_STREAM, id, SL_H2_REFUSED_STREAM) != 0) return -1;
+            if (waste(h, 1, "too many streams refused (beyond SETTINGS_MAX_CONCURRENT_STREAMS)") !=
+                0)
+                return -1;
         }
     }
     int rc = sl_hpack_decode(&h->dec, p, n, on_field, &f);
@@ -498,7 +552,9 @@ static int header_block(sl_h2 *h, uint32_t id, uint8_t flags, int selfdep, const
     if (selfdep) f.reset = SL_H2_PROTOCOL_ERROR;
     if (f.reset) {
         sl_h2_reset(h, s, f.reset);
-        return 0;
+        return f.reset == SL_H2_REFUSED_STREAM
+                   ? waste(h, 1, "too many streams refused (calls in flight)")
+                   : 0;
     }
     if (flags & FL_END_STREAM) {
         s->remote_closed = 1;
@@ -506,6 +562,7 @@ static int header_block(sl_h2 *h, uint32_t id, uint8_t flags, int selfdep, const
             stream_close(h, s);
             return 0;
         }
+        if (release(h, s) != 0) return -1;
         h->cb->end(h->arg, s);
     }
     return 0;
@@ -536,6 +593,7 @@ static int on_headers(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, si
         selfdep = (get32(p) & MAX_WINDOW) == id;
         p += 5, n -= 5;
     }
+    if (n == 0 && waste(h, 1, "too many empty HEADERS frames") != 0) return -1;
     if (flags & FL_END_HEADERS) return header_block(h, id, flags, selfdep, p, n);
     if (n > SL_H2_MAX_BLOCK)
         return conn_error(h, SL_H2_ENHANCE_YOUR_CALM, "header block too large");
@@ -552,6 +610,7 @@ static int on_headers(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, si
     if (n) memcpy(h->block, p, n);
     h->block_len = n;
     h->cont_id = id;
+    h->cont_frames = 0;
     h->cont_flags = flags;
     h->cont_selfdep = selfdep;
     return 0;
@@ -560,6 +619,10 @@ static int on_headers(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, si
 static int on_continuation(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_t n)
 {
     if (id != h->cont_id) return conn_error(h, SL_H2_PROTOCOL_ERROR, "unexpected CONTINUATION");
+    if (++h->cont_frames > SL_H2_MAX_CONTINUATIONS)
+        return conn_error(h, SL_H2_ENHANCE_YOUR_CALM,
+                          "a header block in too many CONTINUATION frames");
+    if (n == 0 && waste(h, 1, "too many empty CONTINUATION frames") != 0) return -1;
     if (h->block_len + n > SL_H2_MAX_BLOCK)
         return conn_error(h, SL_H2_ENHANCE_YOUR_CALM, "header block too large");
     if (h->block_len + n > h->block_cap) {
@@ -580,21 +643,20 @@ static int on_continuation(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *
     return header_block(h, id, h->cont_flags, h->cont_selfdep, h->block, h->block_len);
 }
 
-static int on_data(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_t n)
+static int data_frame(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_t n)
 {
     if (id == 0) return conn_error(h, SL_H2_PROTOCOL_ERROR, "DATA on stream 0");
     if (id > h->last_id) return conn_error(h, SL_H2_PROTOCOL_ERROR, "DATA on an idle stream");
     size_t whole = n; /* padding counts against the windows too */
     if (h->recv_used + whole > SL_H2_WINDOW)
         return conn_error(h, SL_H2_FLOW_CONTROL_ERROR, "DATA beyond the connection's window");
-    h->recv_used += (uint32_t)whole;
-    if (h->recv_used >= SL_H2_WINDOW / 2) {
-        if (frame_u32(h, F_WINDOW_UPDATE, 0, h->recv_used) != 0) return -1;
-        h->recv_used = 0;
-    }
+    h->recv_used += (uint32_t)whole; /* given back by on_data, once held is known */
     if (unpad(h, flags, &p, &n) != 0) return -1;
+    if (n == 0 && !(flags & FL_END_STREAM) && waste(h, 1, "too many empty DATA frames") != 0)
+        return -1;
     sl_h2_stream *s = sl_h2_find(h, id);
-    if (s == NULL) return 0; /* closed: ignored */
+    if (s == NULL) /* closed: ignored */
+        return waste(h, 1, "too many DATA frames on closed streams");
     if (s->remote_closed) {
         sl_h2_reset(h, s, SL_H2_STREAM_CLOSED);
         return 0;
@@ -614,6 +676,11 @@ static int on_data(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_
             sl_h2_reset(h, s, (uint32_t)rc);
             return 0;
         }
+        if (sl_h2_find(h, id) != s) return 0; /* the caller answered it early: closed */
+        if (h->hold_data && !s->answered) {   /* the caller holds n more bytes */
+            s->held += (uint32_t)n;
+            h->held += (uint32_t)n;
+        }
     }
     if (flags & FL_END_STREAM) {
         s->remote_closed = 1;
@@ -621,9 +688,17 @@ static int on_data(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_
             stream_close(h, s);
             return 0;
         }
+        if (release(h, s) != 0) return -1;
         h->cb->end(h->arg, s);
     }
     return 0;
+}
+
+/* DATA, then the connection's window given back (less what is held). */
+static int on_data(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_t n)
+{
+    if (data_frame(h, id, flags, p, n) != 0) return -1;
+    return give_back(h);
 }
 
 static int on_settings(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_t n)
@@ -681,12 +756,17 @@ static int on_window_update(sl_h2 *h, uint32_t id, const uint8_t *p, size_t n)
         if (h->send_window + inc > MAX_WINDOW)
             return conn_error(h, SL_H2_FLOW_CONTROL_ERROR, "the connection's window overflows");
         h->send_window += inc;
+        if (h->blocked == NULL)
+            return waste(h, 1, "too many WINDOW_UPDATE frames with nothing to send");
         return unblock(h);
     }
     if (id > h->last_id)
         return conn_error(h, SL_H2_PROTOCOL_ERROR, "WINDOW_UPDATE on an idle stream");
     sl_h2_stream *s = sl_h2_find(h, id);
-    if (s == NULL) return 0;
+    if (s == NULL || s->pend == NULL) {
+        if (waste(h, 1, "too many WINDOW_UPDATE frames with nothing to send") != 0) return -1;
+        if (s == NULL) return 0;
+    }
     if (inc == 0 || s->send_window + inc > MAX_WINDOW) {
         sl_h2_reset(h, s, inc == 0 ? SL_H2_PROTOCOL_ERROR : SL_H2_FLOW_CONTROL_ERROR);
         return 0;
@@ -710,6 +790,7 @@ static int on_frame(sl_h2 *h, uint8_t type, uint8_t flags, uint32_t id, const ui
     case F_WINDOW_UPDATE: return on_window_update(h, id, p, n);
     case F_PRIORITY: { /* parsed, checked, ignored */
         if (id == 0) return conn_error(h, SL_H2_PROTOCOL_ERROR, "PRIORITY on stream 0");
+        if (waste(h, 1, "too many PRIORITY frames") != 0) return -1;
         sl_h2_stream *s = sl_h2_find(h, id);
         uint32_t code = n != 5                          ? SL_H2_FRAME_SIZE_ERROR
                         : (get32(p) & MAX_WINDOW) == id ? SL_H2_PROTOCOL_ERROR
@@ -732,19 +813,21 @@ static int on_frame(sl_h2 *h, uint8_t type, uint8_t flags, uint32_t id, const ui
             return conn_error(h, SL_H2_PROTOCOL_ERROR, "RST_STREAM on an idle stream");
         sl_h2_stream *s = sl_h2_find(h, id);
         if (s != NULL) stream_close(h, s);
-        return 0;
+        return waste(h, 2, "too many streams reset by the client (rapid reset)");
     }
     case F_PING:
         if (id != 0) return conn_error(h, SL_H2_PROTOCOL_ERROR, "PING on a stream");
         if (n != 8) return conn_error(h, SL_H2_FRAME_SIZE_ERROR, "PING not 8 bytes");
-        return flags & FL_ACK ? 0 : frame(h, F_PING, FL_ACK, 0, p, 8);
+        if (flags & FL_ACK) return waste(h, 1, "too many PING ACKs (we sent no PING)");
+        return frame(h, F_PING, FL_ACK, 0, p, 8);
     case F_GOAWAY:
         if (id != 0) return conn_error(h, SL_H2_PROTOCOL_ERROR, "GOAWAY on a stream");
         if (n < 8) return conn_error(h, SL_H2_FRAME_SIZE_ERROR, "GOAWAY shorter than 8 bytes");
         h->goaway_recv = 1;
         return 0;
     case F_PUSH_PROMISE: return conn_error(h, SL_H2_PROTOCOL_ERROR, "PUSH_PROMISE from a client");
-    default: return 0; /* unknown types are ignored (RFC 9113 4.1) */
+    default: /* unknown types are ignored (RFC 9113 4.1) */
+        return waste(h, 1, "too many frames of unknown types");
     }
 }
 

@@ -15,14 +15,36 @@
  * code and ends the connection, a stream error RST_STREAM; a stream past
  * SL_H2_MAX_STREAMS is refused (REFUSED_STREAM).
  *
+ * Floods (RFC 9113 10.5; CVE-2023-44487 "rapid reset", CVE-2019-9512..18,
+ * CVE-2024-27316): frames that make us do something for nothing are
+ * counted as the client's debt -- 2 for each RST_STREAM it sends, 1 for a
+ * stream refused, an empty DATA (without END_STREAM), HEADERS or
+ * CONTINUATION frame, a PRIORITY, a frame of an unknown type, a
+ * WINDOW_UPDATE when no answer waits for one, a PING ACK (we send no
+ * PING), DATA on a closed stream -- and each call answered whole pays 1
+ * back (the debt never goes below 0: no credit is banked).  A debt past
+ * SL_H2_MAX_WASTE ends the connection with GOAWAY ENHANCE_YOUR_CALM, as
+ * does a header block in more than SL_H2_MAX_CONTINUATIONS CONTINUATION
+ * frames.  So a client that resets fewer than a third of its calls is
+ * never cut, and a flood is cut after about a thousand frames.  PING and
+ * SETTINGS are answered (their ACKs are output, held by net.c's bounds).
+ *
+ * Request bodies (sl_h2_hold_data): the caller may ask that DATA it took
+ * stay counted against the connection's receive window until the
+ * stream's request ends or the stream closes: then a client can have at
+ * most SL_H2_WINDOW bytes of unfinished bodies in the caller's buffers,
+ * whatever the number of streams.
+ *
  * What it leaves out (gRPC's unary calls need none of it): server push,
  * RFC 7540's priority tree, CONNECT, a settings ACK timeout.  Frames on a
  * stream that closed are ignored (RFC 9113 5.1 allows it; a stream we
- * reset may still have frames in flight).
+ * reset may still have frames in flight), but counted ("Floods").
  *
  * A stream carries user_size bytes of the caller's (sl_h2_new), valid
  * from the begin callback to the closed one.  The caller may answer
- * (sl_h2_respond) inside a callback, or later.
+ * (sl_h2_respond) inside a callback -- the data callback included, before
+ * the request ended: the stream then closes (RST_STREAM NO_ERROR) and the
+ * rest of its DATA is not read into memory -- or later.
  */
 #ifndef SL_H2_H
 #define SL_H2_H
@@ -33,11 +55,13 @@
 
 #include "hpack.h"
 
-#define SL_H2_MAX_STREAMS     100         /* SETTINGS_MAX_CONCURRENT_STREAMS */
-#define SL_H2_MAX_HEADER_LIST (16 * 1024) /* SETTINGS_MAX_HEADER_LIST_SIZE */
-#define SL_H2_MAX_FRAME       16384       /* frame payload we take: the default */
-#define SL_H2_WINDOW          65535       /* our receive windows: the default */
-#define SL_H2_MAX_BLOCK       (64 * 1024) /* bytes of one header block */
+#define SL_H2_MAX_STREAMS       100         /* SETTINGS_MAX_CONCURRENT_STREAMS */
+#define SL_H2_MAX_HEADER_LIST   (16 * 1024) /* SETTINGS_MAX_HEADER_LIST_SIZE */
+#define SL_H2_MAX_FRAME         16384       /* frame payload we take: the default */
+#define SL_H2_WINDOW            65535       /* our receive windows: the default */
+#define SL_H2_MAX_BLOCK         (64 * 1024) /* bytes of one header block */
+#define SL_H2_MAX_CONTINUATIONS 32          /* CONTINUATION frames of one header block */
+#define SL_H2_MAX_WASTE         1000        /* frames that do no work a client may owe */
 
 /* RFC 9113's error codes. */
 enum sl_h2_code {
@@ -116,6 +140,21 @@ void sl_h2_reset(sl_h2 *h, sl_h2_stream *s, uint32_t code);
  * last stream the client opened; streams it opens later are ignored.  At
  * most once; returns 0 or -1 when out of memory. */
 int sl_h2_goaway(sl_h2 *h, uint32_t code, const char *msg);
+
+/* From now on, DATA taken by the data callback stays counted against
+ * the connection's receive window (no WINDOW_UPDATE gives it back) until
+ * its stream's request ends (END_STREAM: the end callback) or the stream
+ * closes: the caller buffers at most SL_H2_WINDOW bytes of unfinished
+ * request bodies per connection, and a client sending more waits for
+ * them to end.  A stream's body must then be bounded well below
+ * SL_H2_WINDOW by the caller (answering early past its bound), or it
+ * could never end. */
+void sl_h2_hold_data(sl_h2 *h);
+
+/* 1: a header block is arriving (HEADERS without END_HEADERS, waiting for
+ * its CONTINUATION): a request has begun that is not whole, though no
+ * stream callback ran yet. */
+int sl_h2_partial(const sl_h2 *h);
 
 /* 1: nothing more will be done -- a connection error, or GOAWAY sent or
  * received and no stream open. */
