@@ -90,6 +90,7 @@
 
 #include "backend_local.h"
 #include "backend_redis.h"
+#include "redis/reply.h"
 #include "redis/ring.h"
 #include "redis/slots.h"
 #include "util.h"
@@ -226,6 +227,8 @@ struct rchan {
     int busy;                 /* batches (M, or a lone D) in flight: open waits for them */
     batch *free_batch;        /* the pool */
     struct event *flush;      /* active while open: sends it at the end of the turn */
+    size_t npend;             /* entries on the pending list (SL_REDIS_PENDING_MAX) */
+    sl_redis_rbound rb;       /* the connection's reply bounds (redis/reply.h) */
 };
 
 /* A worker's channel: a connection per node, node i's at c[i] (a
@@ -589,6 +592,7 @@ static void unlink_pend(rchan *ch, pend *e)
     else
         ch->tail = e->prev;
     e->prev = e->next = NULL;
+    ch->npend--;
     atomic_fetch_sub(&ch->r->inflight, 1);
 }
 
@@ -1296,6 +1300,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
             else
                 ch->head = e;
             ch->tail = e;
+            ch->npend++;
             atomic_fetch_add(&r->inflight, 1);
             if (send_pend(ch, e) == 0) return 0;
             unlink_pend(ch, e);
@@ -1622,9 +1627,33 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     (void)status;
     if (ch->ac != ac) return; /* freed by us: go_down has run */
     char why[300];
-    snprintf(why, sizeof why, "connection lost: %.200s", ac->errstr[0] ? ac->errstr : "closed");
+    if (ch->rb.why[0] != '\0') /* the reader refused a reply (redis/reply.h) */
+        snprintf(why, sizeof why, "reply refused: %s", ch->rb.why);
+    else
+        snprintf(why, sizeof why, "connection lost: %.200s",
+                 ac->errstr[0] ? ac->errstr : "closed");
     atomic_fetch_add(&ch->r->errors, 1);
     go_down(ch, why);
+}
+
+/* The read event of ch's connection (in place of the libevent adapter's):
+ * hiredis reads and answers what came; then, if the connection is still
+ * there and its reader holds more unparsed bytes than one reply sluice
+ * reads can take (a string claiming gigabytes arrives a read at a time,
+ * and hiredis would buffer it all), the connection is dropped. */
+static void on_redis_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    rchan *ch = arg;
+    redisAsyncContext *ac = ch->ac;
+    if (ac == NULL) return;
+    redisAsyncHandleRead(ac);
+    if (ch->ac != ac || sl__redis_reader_pending(ac->c.reader) <= SL_REDIS_REPLY_PENDING) return;
+    char why[200];
+    snprintf(why, sizeof why, "reply refused: an item of more than %d bytes",
+             SL_REDIS_REPLY_STRING);
+    atomic_fetch_add(&ch->r->errors, 1);
+    drop(ch, why);
 }
 
 /* Makes ch's connection and sends the handshake (its answers come later). */
@@ -1647,6 +1676,15 @@ static void connect_now(rchan *ch)
         go_down(ch, "connect: cannot attach to the event loop");
         return;
     }
+    /* replies are read with bounds (redis/reply.h), and each read is
+     * followed by the check of what the reader buffers (on_redis_read) */
+    memset(&ch->rb, 0, sizeof ch->rb);
+    ch->rb.ac = ac;
+    sl__redis_reader_bound(ac->c.reader, &ch->rb);
+    redisLibeventEvents *ev = ac->ev.data;
+    event_del(ev->rev);
+    event_assign(ev->rev, ch->loop, ac->c.fd, EV_READ, on_redis_read, ch);
+    event_add(ev->rev, NULL);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ch->ac = ac;
@@ -1901,6 +1939,7 @@ static void follow(rchan *ch, pend *e, const char *err, int moved, int ask)
     else
         to->head = e;
     to->tail = e;
+    to->npend++;
     atomic_fetch_add(&r->inflight, 1);
     if (ask) redisAsyncCommand(to->ac, NULL, NULL, "ASKING");
     if (send_pend(to, e) != 0) {
@@ -2213,6 +2252,16 @@ static void submit(rchan *ch, sl_breq *rq, int where)
         by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }
+    if (ch->npend >= SL_REDIS_PENDING_MAX) {
+        /* Redis is not keeping up (slow, or stopped until the timeout
+         * drops it): what waits for it is bounded, the rest is the
+         * policy's, as when it is down */
+        atomic_fetch_add(&r->errors, 1);
+        set_last_error(r, "%d requests wait for Redis on one connection (the bound): "
+                          "answered by the policy", SL_REDIS_PENDING_MAX);
+        by_policy(ch, rq, rq->key, rq->reqs);
+        return;
+    }
     pend *e = ch->free;
     if (e != NULL)
         ch->free = e->next;
@@ -2259,6 +2308,7 @@ static void submit(rchan *ch, sl_breq *rq, int where)
     else
         ch->head = e;
     ch->tail = e;
+    ch->npend++;
     atomic_fetch_add(&r->inflight, 1);
     /* the script's batches; the module's RL.ALLOWs go as they come (hiredis
      * writes a turn's commands in one write, Redis reads them in one) */
@@ -2582,6 +2632,9 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     }
     r->base.ops = &redis_ops;
     r->base.flags = 0;
+    /* its entry and its command in hiredis's output buffer (with the
+     * callback's node): a CHECK's command, the longest, is ~1 KB */
+    r->base.req_bytes = sizeof(pend) + 1024;
     return &r->base;
 }
 
