@@ -44,7 +44,7 @@
  * their deadline (redirect; a batch's members each alone).
  *
  * RL.CHECK is one script call too (op C): the plan's counters and flags
- * in, the outcome out (cmd_check, parse_reply).
+ * in, the outcome out (cmd_check, redis/reply.c's sl__redis_parse_reply).
  *
  * On a Redis with the sluice module loaded (docs/module.md) a channel
  * sends the module's commands instead (cmd_module: RL.ALLOW, RL.PEEK,
@@ -1168,82 +1168,6 @@ static int send_batch(rchan *ch, batch *b)
                : -1;
 }
 
-/* Reads six integers of an array reply from element i into out. */
-static int six(const redisReply *a, size_t i, sl_result *out)
-{
-    int64_t v[6];
-    if (a->elements < i + 6) return -1;
-    for (size_t j = 0; j < 6; j++) {
-        if (a->element[i + j]->type != REDIS_REPLY_INTEGER) return -1;
-        v[j] = a->element[i + j]->integer;
-    }
-    out->allowed = (int)v[0];
-    out->limit = v[1];
-    out->remaining = v[2];
-    out->retry_after_ms = v[3];
-    out->reset_after_ms = v[4];
-    out->delay_ms = v[5];
-    return 0;
-}
-
-/* Reads a good reply into rq (module: the module's command answered it):
- * 0, or -1 when it is not what the ABI says. */
-static int parse_reply(sl_breq *rq, const redisReply *x, int module)
-{
-    switch (rq->op) {
-    case SL_BOP_FORGET:
-        if (x->type != REDIS_REPLY_INTEGER) return -1;
-        rq->existed = x->integer > 0;
-        return 0;
-    case SL_BOP_DECIDE_ALL:
-        if (module) { /* [all_allowed, [six], [six], ...] */
-            if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + rq->nreqs ||
-                x->element[0]->type != REDIS_REPLY_INTEGER)
-                return -1;
-            rq->all_allowed = x->element[0]->integer != 0;
-            for (size_t i = 0; i < rq->nreqs; i++) {
-                const redisReply *el = x->element[1 + i];
-                if (el->type != REDIS_REPLY_ARRAY || el->elements != 6 ||
-                    six(el, 0, &rq->results[i]) != 0)
-                    return -1;
-            }
-            return 0;
-        }
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + 6 * rq->nreqs ||
-            x->element[0]->type != REDIS_REPLY_INTEGER)
-            return -1;
-        rq->all_allowed = x->element[0]->integer != 0;
-        for (size_t i = 0; i < rq->nreqs; i++)
-            if (six(x, 1 + 6 * i, &rq->results[i]) != 0) return -1;
-        return 0;
-    case SL_BOP_CHECK: {
-        const sl_check_plan *plan = rq->plan;
-        sl_check_outcome *o = rq->outcome;
-        size_t m = 0;
-        for (int k = 0; k < plan->nitems; k++)
-            m += !plan->items[k].zero && plan->items[k].lead == k;
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m) return -1;
-        for (size_t i = 0; i < x->elements; i++)
-            if (x->element[i]->type != REDIS_REPLY_INTEGER) return -1;
-        memset(o, 0, sizeof *o);
-        o->allowed = x->element[0]->integer != 0;
-        o->quota_denied = x->element[1]->integer != 0;
-        o->pool_charged = x->element[2]->integer != 0;
-        size_t i = 3;
-        for (int k = 0; k < plan->nitems; k++) {
-            if (plan->items[k].zero || plan->items[k].lead != k) continue;
-            if (six(x, i, &o->res[k]) != 0) return -1;
-            o->stretched[k] = x->element[i + 6]->integer != 0;
-            i += 7;
-        }
-        return 0;
-    }
-    default:
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 6) return -1;
-        return six(x, 0, &rq->result);
-    }
-}
-
 static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void batch_done(rchan *ch);
@@ -1326,7 +1250,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rq->rc = 0;
     rq->err[0] = '\0';
-    if (parse_reply(rq, x, e->module) != 0) {
+    if (sl__redis_parse_reply(rq, x, e->module) != 0) {
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
         by_policy(ch, rq, e->key, e->reqs);
@@ -1421,7 +1345,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (el->type == REDIS_REPLY_ERROR && strncmp(el->str, "SLUICE ", 7) == 0) {
             sl__breq_fail(rq, SL_EINVAL, "%s", el->str + 7); /* the script refused this one */
         } else if (el->type == REDIS_REPLY_ARRAY && el->elements == 6 &&
-                   six(el, 0, &rq->result) == 0) {
+                   sl__redis_six(el, 0, &rq->result) == 0) {
             rq->rc = 0;
             rq->err[0] = '\0';
             cache_after(ch, e);

@@ -136,3 +136,78 @@ void sl__redis_reader_bound(redisReader *r, sl_redis_rbound *b)
 }
 
 size_t sl__redis_reader_pending(const redisReader *r) { return r->len - r->pos; }
+
+/* ---- reading a reply into its request (reply.h) ------------------------- */
+
+int sl__redis_six(const redisReply *a, size_t i, sl_result *out)
+{
+    int64_t v[6];
+    if (a->elements < i + 6) return -1;
+    for (size_t j = 0; j < 6; j++) {
+        if (a->element[i + j]->type != REDIS_REPLY_INTEGER) return -1;
+        v[j] = a->element[i + j]->integer;
+    }
+    out->allowed = (int)v[0];
+    out->limit = v[1];
+    out->remaining = v[2];
+    out->retry_after_ms = v[3];
+    out->reset_after_ms = v[4];
+    out->delay_ms = v[5];
+    return 0;
+}
+
+int sl__redis_parse_reply(sl_breq *rq, const redisReply *x, int module)
+{
+    switch (rq->op) {
+    case SL_BOP_FORGET:
+        if (x->type != REDIS_REPLY_INTEGER) return -1;
+        rq->existed = x->integer > 0;
+        return 0;
+    case SL_BOP_DECIDE_ALL:
+        if (module) { /* [all_allowed, [six], [six], ...] */
+            if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + rq->nreqs ||
+                x->element[0]->type != REDIS_REPLY_INTEGER)
+                return -1;
+            rq->all_allowed = x->element[0]->integer != 0;
+            for (size_t i = 0; i < rq->nreqs; i++) {
+                const redisReply *el = x->element[1 + i];
+                if (el->type != REDIS_REPLY_ARRAY || el->elements != 6 ||
+                    sl__redis_six(el, 0, &rq->results[i]) != 0)
+                    return -1;
+            }
+            return 0;
+        }
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + 6 * rq->nreqs ||
+            x->element[0]->type != REDIS_REPLY_INTEGER)
+            return -1;
+        rq->all_allowed = x->element[0]->integer != 0;
+        for (size_t i = 0; i < rq->nreqs; i++)
+            if (sl__redis_six(x, 1 + 6 * i, &rq->results[i]) != 0) return -1;
+        return 0;
+    case SL_BOP_CHECK: {
+        const sl_check_plan *plan = rq->plan;
+        sl_check_outcome *o = rq->outcome;
+        size_t m = 0;
+        for (int k = 0; k < plan->nitems; k++)
+            m += !plan->items[k].zero && plan->items[k].lead == k;
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m) return -1;
+        for (size_t i = 0; i < x->elements; i++)
+            if (x->element[i]->type != REDIS_REPLY_INTEGER) return -1;
+        memset(o, 0, sizeof *o);
+        o->allowed = x->element[0]->integer != 0;
+        o->quota_denied = x->element[1]->integer != 0;
+        o->pool_charged = x->element[2]->integer != 0;
+        size_t i = 3;
+        for (int k = 0; k < plan->nitems; k++) {
+            if (plan->items[k].zero || plan->items[k].lead != k) continue;
+            if (sl__redis_six(x, i, &o->res[k]) != 0) return -1;
+            o->stretched[k] = x->element[i + 6]->integer != 0;
+            i += 7;
+        }
+        return 0;
+    }
+    default:
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 6) return -1;
+        return sl__redis_six(x, 0, &rq->result);
+    }
+}

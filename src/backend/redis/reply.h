@@ -23,6 +23,8 @@
  * unfinished item, so it never legitimately holds more than
  * SL_REDIS_REPLY_PENDING unparsed bytes).
  *
+ * And reading a reply into the request it answers (sl__redis_parse_reply).
+ *
  * No sockets: a reader is fed bytes (the fuzz target does just that).
  */
 #ifndef SL_REDIS_REPLY_H
@@ -32,6 +34,8 @@
 
 #include <hiredis/async.h>
 #include <hiredis/read.h>
+
+#include "backend.h"
 
 /* Elements one array of a reply may claim: CLUSTER SLOTS of a map cut in
  * every slot is the largest sluice reads (16,384 ranges). */
@@ -63,5 +67,16 @@ size_t sl__redis_reader_pending(const redisReader *r);
 
 /* Frees a reply object of these functions (as freeReplyObject). */
 void sl__redis_reply_free(void *reply);
+
+/* Reads six integers (SPEC section 3's fields) of array reply a from
+ * element i into out: 0, or -1 when a has not six integers there. */
+int sl__redis_six(const redisReply *a, size_t i, sl_result *out);
+
+/* Reads a good (not error) reply to request rq into rq's out fields
+ * (module: the module's command answered it, else the script): 0, or -1
+ * when it is not what the script ABI / the module's reply says
+ * (docs/redis-scripts.md) -- any type, any shape, never read past what
+ * the reply holds. */
+int sl__redis_parse_reply(sl_breq *rq, const redisReply *x, int module);
 
 #endif
