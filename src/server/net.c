@@ -174,7 +174,8 @@ struct sl_slot {
     conn *c;    /* NULL: orphaned, its connection is gone */
     sl_buf buf; /* the reply, unless written straight into the batch */
     int done;
-    size_t weight; /* bytes its request holds in flight at a backend (charge) */
+    uint32_t weight; /* bytes its request holds in flight at a backend (on_charge);
+                        in the padding after done: a slot stays 80 bytes */
     union {
         int64_t align;
         void *palign;
@@ -426,8 +427,9 @@ static void on_charge(void *arg, size_t bytes)
 {
     worker *w = arg;
     conn *c = w->serving;
-    if (c == NULL || c->tail == NULL || c->tail->done) return;
-    c->tail->weight += bytes;
+    if (c == NULL || c->tail == NULL || c->tail->done || bytes > UINT32_MAX - c->tail->weight)
+        return;
+    c->tail->weight += (uint32_t)bytes;
     c->wait_bytes += bytes;
     check_bound(c);
 }

@@ -61,9 +61,9 @@
  * counted as the connection's (max-output, max-output-total, which
  * counts the requests of closed connections too until they are
  * answered), and once a connection's hold this much, its turn ends and
- * it is neither read nor run until some are answered.  ~100 RL.ALLOWs
- * (a full Redis batch and more) or ~13 RL.CHECKs per connection. */
-#define SL_NET_INFLIGHT_MAX (256 * 1024)
+ * it is neither read nor run until some are answered.  ~400 RL.ALLOWs
+ * (six full Redis batches) or ~50 RL.CHECKs per connection. */
+#define SL_NET_INFLIGHT_MAX (1024 * 1024)
 /* Accept errors (e.g. out of file descriptors): pause accepting this long. */
 #define SL_NET_ACCEPT_BACKOFF_MS 100
 
