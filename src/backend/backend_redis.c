@@ -2378,6 +2378,8 @@ static int check_node(rnode *nd, const char *probe, const sl_redis_opts *o, char
         goto out;
     }
     redisSetTimeout(c, tv);
+    sl_redis_rbound rb = {0}; /* the reply bounds here too (no async context to check) */
+    sl__redis_reader_bound(c->reader, &rb);
     if (u->pass[0] != '\0') {
         const char *av[3] = {"AUTH", u->user, u->pass};
         size_t al[3] = {4, strlen(u->user), strlen(u->pass)};
@@ -2432,6 +2434,8 @@ static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size
             continue;
         }
         redisSetTimeout(c, tv);
+        sl_redis_rbound rb = {0}; /* the reply bounds (redis/reply.h) */
+        sl__redis_reader_bound(c->reader, &rb);
         if (u[i].pass[0] != '\0') {
             x = u[i].user[0] != '\0' ? redisCommand(c, "AUTH %s %s", u[i].user, u[i].pass)
                                      : redisCommand(c, "AUTH %s", u[i].pass);
