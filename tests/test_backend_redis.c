@@ -139,8 +139,8 @@ static void test_reply_bounds(void **state)
     n = snprintf(big, sizeof big, "$%d\r\n", SL_REDIS_REPLY_STRING + 1);
     memset(big + n, 'x', SL_REDIS_REPLY_STRING + 1);
     memcpy(big + n + SL_REDIS_REPLY_STRING + 1, "\r\n", 2);
-    assert_int_equal(
-        read_one(big, (size_t)n + SL_REDIS_REPLY_STRING + 3, NULL, why, sizeof why), -1);
+    assert_int_equal(read_one(big, (size_t)n + SL_REDIS_REPLY_STRING + 3, NULL, why, sizeof why),
+                     -1);
     assert_string_equal(why, "a string of 65537 bytes (at most 65536)");
     /* a reply while no command waits for one */
     static redisAsyncContext idle; /* its replies list empty */

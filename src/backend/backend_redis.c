@@ -1554,8 +1554,7 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     if (ch->rb.why[0] != '\0') /* the reader refused a reply (redis/reply.h) */
         snprintf(why, sizeof why, "reply refused: %s", ch->rb.why);
     else
-        snprintf(why, sizeof why, "connection lost: %.200s",
-                 ac->errstr[0] ? ac->errstr : "closed");
+        snprintf(why, sizeof why, "connection lost: %.200s", ac->errstr[0] ? ac->errstr : "closed");
     atomic_fetch_add(&ch->r->errors, 1);
     go_down(ch, why);
 }
@@ -2181,8 +2180,10 @@ static void submit(rchan *ch, sl_breq *rq, int where)
          * drops it): what waits for it is bounded, the rest is the
          * policy's, as when it is down */
         atomic_fetch_add(&r->errors, 1);
-        set_last_error(r, "%d requests wait for Redis on one connection (the bound): "
-                          "answered by the policy", SL_REDIS_PENDING_MAX);
+        set_last_error(r,
+                       "%d requests wait for Redis on one connection (the bound): "
+                       "answered by the policy",
+                       SL_REDIS_PENDING_MAX);
         by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }

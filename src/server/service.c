@@ -195,8 +195,8 @@ static void req_put(svc_req *q)
 static void submit(sl_svc_ctx *x, svc_req *q)
 {
     if (x->charge != NULL && !inline_backend(x))
-        x->charge(x->charge_arg, sizeof *q + (q->chk != NULL ? sizeof *q->chk : 0) +
-                                     x->srv->backend->req_bytes);
+        x->charge(x->charge_arg,
+                  sizeof *q + (q->chk != NULL ? sizeof *q->chk : 0) + x->srv->backend->req_bytes);
     sl_backend_submit(x->chan, &q->b);
 }
 

@@ -33,8 +33,7 @@ static int admit(const redisReadTask *t, size_t more)
         }
     }
     if (more > SL_REDIS_REPLY_OBJECTS - b->objects) {
-        snprintf(b->why, sizeof b->why, "a reply of more than %d objects",
-                 SL_REDIS_REPLY_OBJECTS);
+        snprintf(b->why, sizeof b->why, "a reply of more than %d objects", SL_REDIS_REPLY_OBJECTS);
         return -1;
     }
     b->objects += more;
