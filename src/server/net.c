@@ -56,6 +56,18 @@
  * (or input without a complete one) beyond max-command is a protocol
  * error.
  *
+ * Requests in flight at a backend that answers later (Redis) hold more
+ * than their slot: their request context, a CHECK's plan, the backend's
+ * entry and command.  The service tells what each holds as it submits it
+ * (service.h: charge; on_charge here), and it weighs on the request's
+ * slot -- the connection's last, pending one -- until the slot is done:
+ * counted in held() (max-output, the total below) though not in the pause
+ * bound, and once a connection's weigh SL_NET_INFLIGHT_MAX, its turn ends
+ * and it is neither read nor run (paused_wait) until some are answered
+ * (unpause).  A connection freed with requests in flight leaves their
+ * weight in the total as its worker's (orphan_bytes) until each is
+ * answered, so closing never frees room its requests still take.
+ *
  * The budget of all clients (max-output-total).  Each connection's held()
  * bytes are counted, when they change after a turn or a send (account()),
  * in the server's total (stats.output_bytes, an atomic) and in its
