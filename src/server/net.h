@@ -60,7 +60,7 @@
  * entry and command (~2.6 KB for an RL.ALLOW): service.h's charge -- is
  * counted as the connection's (max-output, max-output-total, which
  * counts the requests of closed connections too until they are
- * answered), and once a connection's hold this much, its turn ends and
+ * answered), and once a connection's requests hold this much, its turn ends and
  * it is neither read nor run until some are answered.  ~400 RL.ALLOWs
  * (six full Redis batches) or ~50 RL.CHECKs per connection. */
 #define SL_NET_INFLIGHT_MAX (1024 * 1024)
