@@ -11,6 +11,8 @@ onto a stalled Redis:
     sluiced stays up, answers the request by its --on-backend-error
     policy, names the refusal in its log, and reconnects; the next
     request is Redis's answer again;
+  - what waits on one Redis connection: past SL_REDIS_PENDING_MAX, the
+    policy answers at once;
   - requests in flight: Redis stopped (SIGSTOP) while clients pipeline
     RL.CHECK without reading, or send a pipeline and close: sluiced's
     memory stays within a bound derived from --max-output-total, a new
@@ -330,6 +332,49 @@ class TestInFlightBound(Base):
         """Clients that send a pipeline and close: their requests in flight
         stay counted until answered, and nothing more of theirs runs."""
         self.stalled(close=True)
+
+
+class TestPendingBound(Base):
+    """What waits on one Redis connection is bounded (SL_REDIS_PENDING_MAX)."""
+
+    PENDING_MAX = 2048  # backend_redis.h
+    PER = 300  # RL.ALLOWs a client pipelines: within its in-flight bound
+
+    def test_requests_past_the_bound_get_the_policy_at_once(self):
+        """Redis stopped, one worker, clients pipelining until 2048 requests
+        wait on its connection: a later request is answered by the policy
+        at once (before, it waited for the 60 s timeout), and when Redis
+        returns every waiting one gets Redis's answer."""
+        r = self.redis()
+        s = self.server(r.url(), "--threads", "1", "--backend-timeout", "60s")
+        one = harness.encode("RL.ALLOW", "pend", "1000000", "10s", "ALGO", "fixed-window",
+                             "AT", str(BASE))
+        r.pause()
+        clients = []
+        try:
+            sent = 0
+            while sent < self.PENDING_MAX:
+                c = s.raw(timeout=30)
+                self.addCleanup(c.close)
+                c.send(one * self.PER)
+                clients.append(c)
+                sent += self.PER
+                want = min(sent, self.PENDING_MAX)
+                s.wait_info("backend_inflight", lambda v: v == want, section="backend",
+                            timeout=30 * SLOW, what="(the pipelines waiting on Redis)")
+            with s.raw(timeout=30) as late:
+                self.assertEqual(self.allow(late, "late"), DENIED,
+                                 "a request past the bound: the policy, with Redis stopped")
+            info = s.info("backend")
+            self.assertEqual(int(info["backend_inflight"]), self.PENDING_MAX)
+            self.assertIn("requests wait for Redis on one connection", info["backend_last_error"])
+        finally:
+            r.resume()
+        # the ones that waited get Redis's answers (each client's in order;
+        # those past the bound the policy's)
+        got = [c.read_replies(self.PER, timeout=30) for c in clients]
+        redis_answers = sum(1 for g in got for v in g if v != [0, 1000000, 0, 1000, 1000, 0])
+        self.assertEqual(redis_answers, self.PENDING_MAX)
 
 
 if __name__ == "__main__":
