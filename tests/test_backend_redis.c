@@ -1,7 +1,9 @@
 /*
  * test_backend_redis.c -- the Redis backend's --backend URL parser
  * (sl_redis_url_parse): what each part becomes, the URL shown in messages
- * (never the password), and the exact message naming the wrong part.
+ * (never the password), and the exact message naming the wrong part; and
+ * the bounded reply reader (redis/reply.h): what it refuses, and why,
+ * before allocating, and the real replies it reads whole.
  * Talking to Redis is tests/e2e/test_backend_redis.py's and the redis row
  * of tests/test_backend.c's.
  */
@@ -9,11 +11,14 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
 #include "backend_redis.h"
+#include "redis/reply.h"
 
 static void parse_ok(const char *url, const char *host, int port, int db, const char *user,
                      const char *pass, const char *shown)
@@ -80,11 +85,75 @@ static void test_errors(void **state)
     parse_bad("", "'': expected local or redis://[user:password@]host:port[/db]");
 }
 
+/* Feeds bytes to a bounded reader (ac: the async context whose commands
+ * replies must match, or NULL): the first reply's type, or -1 when the
+ * reader failed; why gets the refusal. */
+static int read_one(const char *bytes, size_t len, const redisAsyncContext *ac, char *why,
+                    size_t cap)
+{
+    redisReader *r = redisReaderCreate();
+    assert_non_null(r);
+    sl_redis_rbound b;
+    memset(&b, 0, sizeof b);
+    b.ac = ac;
+    sl__redis_reader_bound(r, &b);
+    assert_int_equal(redisReaderFeed(r, bytes, len), REDIS_OK);
+    void *reply = NULL;
+    int type = redisReaderGetReply(r, &reply) == REDIS_OK && reply != NULL
+                   ? ((redisReply *)reply)->type
+                   : -1;
+    sl__redis_reply_free(reply);
+    snprintf(why, cap, "%s", b.why);
+    redisReaderFree(r);
+    return type;
+}
+
+static void test_reply_bounds(void **state)
+{
+    (void)state;
+    char why[200];
+    /* real replies: the script's six fields, a status, an error */
+    const char six[] = "*6\r\n:1\r\n:5\r\n:4\r\n:0\r\n:10000\r\n:0\r\n";
+    assert_int_equal(read_one(six, sizeof six - 1, NULL, why, sizeof why), REDIS_REPLY_ARRAY);
+    assert_string_equal(why, "");
+    assert_int_equal(read_one("+OK\r\n", 5, NULL, why, sizeof why), REDIS_REPLY_STATUS);
+    /* an array past the bound: refused before its pointers are allocated */
+    assert_int_equal(read_one("*2147483647\r\n", 13, NULL, why, sizeof why), -1);
+    assert_string_equal(why, "an array of 2147483647 elements (at most 16384)");
+    /* arrays within the bound each, past it together: the reply's objects
+     * in all (16 full arrays of 16,384 in one) */
+    size_t cap = 16 + 16 * (16 + 4 * 16384), len = 0;
+    char *many = malloc(cap);
+    assert_non_null(many);
+    len += (size_t)snprintf(many, cap, "*16384\r\n");
+    for (int a = 0; a < 16; a++) {
+        len += (size_t)snprintf(many + len, cap - len, "*16384\r\n");
+        for (int i = 0; i < 16384; i++, len += 4) memcpy(many + len, ":1\r\n", 4);
+    }
+    assert_int_equal(read_one(many, len, NULL, why, sizeof why), -1);
+    assert_string_equal(why, "a reply of more than 262144 objects");
+    free(many);
+    int n;
+    /* a string past the bound, once whole */
+    static char big[SL_REDIS_REPLY_STRING + 64];
+    n = snprintf(big, sizeof big, "$%d\r\n", SL_REDIS_REPLY_STRING + 1);
+    memset(big + n, 'x', SL_REDIS_REPLY_STRING + 1);
+    memcpy(big + n + SL_REDIS_REPLY_STRING + 1, "\r\n", 2);
+    assert_int_equal(read_one(big, (size_t)n + SL_REDIS_REPLY_STRING + 3, NULL, why, sizeof why),
+                     -1);
+    assert_string_equal(why, "a string of 65537 bytes (at most 65536)");
+    /* a reply while no command waits for one */
+    static redisAsyncContext idle; /* its replies list empty */
+    assert_int_equal(read_one("+OK\r\n", 5, &idle, why, sizeof why), -1);
+    assert_string_equal(why, "a reply that matches no command sent (a reply too many)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parts),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_reply_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

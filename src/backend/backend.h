@@ -124,6 +124,8 @@ typedef struct sl_backend_ops {
 struct sl_backend {
     const sl_backend_ops *ops;
     unsigned flags;   /* SL_BACKEND_INLINE */
+    size_t req_bytes; /* what one request in flight holds in the backend (its entry,
+                         its command): the service counts it (service.h: charge) */
     int err;          /* 0, or the backend's own failure (SL_E*) */
     char errstr[128]; /* what err means here; "" when err is 0 */
 };

@@ -44,7 +44,7 @@
  * their deadline (redirect; a batch's members each alone).
  *
  * RL.CHECK is one script call too (op C): the plan's counters and flags
- * in, the outcome out (cmd_check, parse_reply).
+ * in, the outcome out (cmd_check, redis/reply.c's sl__redis_parse_reply).
  *
  * On a Redis with the sluice module loaded (docs/module.md) a channel
  * sends the module's commands instead (cmd_module: RL.ALLOW, RL.PEEK,
@@ -90,6 +90,7 @@
 
 #include "backend_local.h"
 #include "backend_redis.h"
+#include "redis/reply.h"
 #include "redis/ring.h"
 #include "redis/slots.h"
 #include "util.h"
@@ -226,6 +227,8 @@ struct rchan {
     int busy;                 /* batches (M, or a lone D) in flight: open waits for them */
     batch *free_batch;        /* the pool */
     struct event *flush;      /* active while open: sends it at the end of the turn */
+    size_t npend;             /* entries on the pending list (SL_REDIS_PENDING_MAX) */
+    sl_redis_rbound rb;       /* the connection's reply bounds (redis/reply.h) */
 };
 
 /* A worker's channel: a connection per node, node i's at c[i] (a
@@ -589,6 +592,7 @@ static void unlink_pend(rchan *ch, pend *e)
     else
         ch->tail = e->prev;
     e->prev = e->next = NULL;
+    ch->npend--;
     atomic_fetch_sub(&ch->r->inflight, 1);
 }
 
@@ -1164,82 +1168,6 @@ static int send_batch(rchan *ch, batch *b)
                : -1;
 }
 
-/* Reads six integers of an array reply from element i into out. */
-static int six(const redisReply *a, size_t i, sl_result *out)
-{
-    int64_t v[6];
-    if (a->elements < i + 6) return -1;
-    for (size_t j = 0; j < 6; j++) {
-        if (a->element[i + j]->type != REDIS_REPLY_INTEGER) return -1;
-        v[j] = a->element[i + j]->integer;
-    }
-    out->allowed = (int)v[0];
-    out->limit = v[1];
-    out->remaining = v[2];
-    out->retry_after_ms = v[3];
-    out->reset_after_ms = v[4];
-    out->delay_ms = v[5];
-    return 0;
-}
-
-/* Reads a good reply into rq (module: the module's command answered it):
- * 0, or -1 when it is not what the ABI says. */
-static int parse_reply(sl_breq *rq, const redisReply *x, int module)
-{
-    switch (rq->op) {
-    case SL_BOP_FORGET:
-        if (x->type != REDIS_REPLY_INTEGER) return -1;
-        rq->existed = x->integer > 0;
-        return 0;
-    case SL_BOP_DECIDE_ALL:
-        if (module) { /* [all_allowed, [six], [six], ...] */
-            if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + rq->nreqs ||
-                x->element[0]->type != REDIS_REPLY_INTEGER)
-                return -1;
-            rq->all_allowed = x->element[0]->integer != 0;
-            for (size_t i = 0; i < rq->nreqs; i++) {
-                const redisReply *el = x->element[1 + i];
-                if (el->type != REDIS_REPLY_ARRAY || el->elements != 6 ||
-                    six(el, 0, &rq->results[i]) != 0)
-                    return -1;
-            }
-            return 0;
-        }
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 1 + 6 * rq->nreqs ||
-            x->element[0]->type != REDIS_REPLY_INTEGER)
-            return -1;
-        rq->all_allowed = x->element[0]->integer != 0;
-        for (size_t i = 0; i < rq->nreqs; i++)
-            if (six(x, 1 + 6 * i, &rq->results[i]) != 0) return -1;
-        return 0;
-    case SL_BOP_CHECK: {
-        const sl_check_plan *plan = rq->plan;
-        sl_check_outcome *o = rq->outcome;
-        size_t m = 0;
-        for (int k = 0; k < plan->nitems; k++)
-            m += !plan->items[k].zero && plan->items[k].lead == k;
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m) return -1;
-        for (size_t i = 0; i < x->elements; i++)
-            if (x->element[i]->type != REDIS_REPLY_INTEGER) return -1;
-        memset(o, 0, sizeof *o);
-        o->allowed = x->element[0]->integer != 0;
-        o->quota_denied = x->element[1]->integer != 0;
-        o->pool_charged = x->element[2]->integer != 0;
-        size_t i = 3;
-        for (int k = 0; k < plan->nitems; k++) {
-            if (plan->items[k].zero || plan->items[k].lead != k) continue;
-            if (six(x, i, &o->res[k]) != 0) return -1;
-            o->stretched[k] = x->element[i + 6]->integer != 0;
-            i += 7;
-        }
-        return 0;
-    }
-    default:
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 6) return -1;
-        return six(x, 0, &rq->result);
-    }
-}
-
 static void on_script_load(redisAsyncContext *ac, void *reply, void *privdata);
 
 static void batch_done(rchan *ch);
@@ -1296,6 +1224,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
             else
                 ch->head = e;
             ch->tail = e;
+            ch->npend++;
             atomic_fetch_add(&r->inflight, 1);
             if (send_pend(ch, e) == 0) return 0;
             unlink_pend(ch, e);
@@ -1321,7 +1250,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rq->rc = 0;
     rq->err[0] = '\0';
-    if (parse_reply(rq, x, e->module) != 0) {
+    if (sl__redis_parse_reply(rq, x, e->module) != 0) {
         atomic_fetch_add(&r->errors, 1);
         set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
         by_policy(ch, rq, e->key, e->reqs);
@@ -1416,7 +1345,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
         if (el->type == REDIS_REPLY_ERROR && strncmp(el->str, "SLUICE ", 7) == 0) {
             sl__breq_fail(rq, SL_EINVAL, "%s", el->str + 7); /* the script refused this one */
         } else if (el->type == REDIS_REPLY_ARRAY && el->elements == 6 &&
-                   six(el, 0, &rq->result) == 0) {
+                   sl__redis_six(el, 0, &rq->result) == 0) {
             rq->rc = 0;
             rq->err[0] = '\0';
             cache_after(ch, e);
@@ -1622,9 +1551,32 @@ static void on_disconnect(const redisAsyncContext *ac, int status)
     (void)status;
     if (ch->ac != ac) return; /* freed by us: go_down has run */
     char why[300];
-    snprintf(why, sizeof why, "connection lost: %.200s", ac->errstr[0] ? ac->errstr : "closed");
+    if (ch->rb.why[0] != '\0') /* the reader refused a reply (redis/reply.h) */
+        snprintf(why, sizeof why, "reply refused: %s", ch->rb.why);
+    else
+        snprintf(why, sizeof why, "connection lost: %.200s", ac->errstr[0] ? ac->errstr : "closed");
     atomic_fetch_add(&ch->r->errors, 1);
     go_down(ch, why);
+}
+
+/* The read event of ch's connection (in place of the libevent adapter's):
+ * hiredis reads and answers what came; then, if the connection is still
+ * there and its reader holds more unparsed bytes than one reply sluice
+ * reads can take (a string claiming gigabytes arrives a read at a time,
+ * and hiredis would buffer it all), the connection is dropped. */
+static void on_redis_read(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd, (void)what;
+    rchan *ch = arg;
+    redisAsyncContext *ac = ch->ac;
+    if (ac == NULL) return;
+    redisAsyncHandleRead(ac);
+    if (ch->ac != ac || sl__redis_reader_pending(ac->c.reader) <= SL_REDIS_REPLY_PENDING) return;
+    char why[200];
+    snprintf(why, sizeof why, "reply refused: an item of more than %d bytes",
+             SL_REDIS_REPLY_STRING);
+    atomic_fetch_add(&ch->r->errors, 1);
+    drop(ch, why);
 }
 
 /* Makes ch's connection and sends the handshake (its answers come later). */
@@ -1647,6 +1599,15 @@ static void connect_now(rchan *ch)
         go_down(ch, "connect: cannot attach to the event loop");
         return;
     }
+    /* replies are read with bounds (redis/reply.h), and each read is
+     * followed by the check of what the reader buffers (on_redis_read) */
+    memset(&ch->rb, 0, sizeof ch->rb);
+    ch->rb.ac = ac;
+    sl__redis_reader_bound(ac->c.reader, &ch->rb);
+    redisLibeventEvents *ev = ac->ev.data;
+    event_del(ev->rev);
+    event_assign(ev->rev, ch->loop, ac->c.fd, EV_READ, on_redis_read, ch);
+    event_add(ev->rev, NULL);
     redisAsyncSetConnectCallback(ac, on_connect);
     redisAsyncSetDisconnectCallback(ac, on_disconnect);
     ch->ac = ac;
@@ -1901,6 +1862,7 @@ static void follow(rchan *ch, pend *e, const char *err, int moved, int ask)
     else
         to->head = e;
     to->tail = e;
+    to->npend++;
     atomic_fetch_add(&r->inflight, 1);
     if (ask) redisAsyncCommand(to->ac, NULL, NULL, "ASKING");
     if (send_pend(to, e) != 0) {
@@ -2213,6 +2175,18 @@ static void submit(rchan *ch, sl_breq *rq, int where)
         by_policy(ch, rq, rq->key, rq->reqs);
         return;
     }
+    if (ch->npend >= SL_REDIS_PENDING_MAX) {
+        /* Redis is not keeping up (slow, or stopped until the timeout
+         * drops it): what waits for it is bounded, the rest is the
+         * policy's, as when it is down */
+        atomic_fetch_add(&r->errors, 1);
+        set_last_error(r,
+                       "%d requests wait for Redis on one connection (the bound): "
+                       "answered by the policy",
+                       SL_REDIS_PENDING_MAX);
+        by_policy(ch, rq, rq->key, rq->reqs);
+        return;
+    }
     pend *e = ch->free;
     if (e != NULL)
         ch->free = e->next;
@@ -2259,6 +2233,7 @@ static void submit(rchan *ch, sl_breq *rq, int where)
     else
         ch->head = e;
     ch->tail = e;
+    ch->npend++;
     atomic_fetch_add(&r->inflight, 1);
     /* the script's batches; the module's RL.ALLOWs go as they come (hiredis
      * writes a turn's commands in one write, Redis reads them in one) */
@@ -2404,6 +2379,8 @@ static int check_node(rnode *nd, const char *probe, const sl_redis_opts *o, char
         goto out;
     }
     redisSetTimeout(c, tv);
+    sl_redis_rbound rb = {0}; /* the reply bounds here too (no async context to check) */
+    sl__redis_reader_bound(c->reader, &rb);
     if (u->pass[0] != '\0') {
         const char *av[3] = {"AUTH", u->user, u->pass};
         size_t al[3] = {4, strlen(u->user), strlen(u->pass)};
@@ -2458,6 +2435,8 @@ static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size
             continue;
         }
         redisSetTimeout(c, tv);
+        sl_redis_rbound rb = {0}; /* the reply bounds (redis/reply.h) */
+        sl__redis_reader_bound(c->reader, &rb);
         if (u[i].pass[0] != '\0') {
             x = u[i].user[0] != '\0' ? redisCommand(c, "AUTH %s %s", u[i].user, u[i].pass)
                                      : redisCommand(c, "AUTH %s", u[i].pass);
@@ -2582,6 +2561,9 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     }
     r->base.ops = &redis_ops;
     r->base.flags = 0;
+    /* its entry and its command in hiredis's output buffer (with the
+     * callback's node): a CHECK's command, the longest, is ~1 KB */
+    r->base.req_bytes = sizeof(pend) + 1024;
     return &r->base;
 }
 

@@ -38,6 +38,13 @@
 #define SL_REDIS_DENY_RETRY   1000 /* ms: retry_after of a policy denial */
 #define SL_REDIS_CACHE_SLOTS  256  /* deny-cache entries per channel */
 #define SL_REDIS_BATCH_MAX    64   /* decisions of one loop turn in one script call (op M) */
+/* Requests one connection to Redis may have waiting for it (sent, or in
+ * the open batch): while Redis is slow or stopped, a request beyond this
+ * is answered by the policy at once, as when Redis is down, so what waits
+ * for one server (the commands hiredis buffers, their entries) stays
+ * bounded per worker.  Redis answering at 1M/s with 1 ms of latency has
+ * ~1,000 of a worker's requests in flight. */
+#define SL_REDIS_PENDING_MAX  2048
 #define SL_REDIS_REDIRECTS    5    /* Redis Cluster: redirections one request follows */
 #define SL_REDIS_MASTERS_MAX  1024 /* Redis Cluster: masters one backend talks to (Redis
                                       Cluster's own advice: ~1,000 nodes at most) */

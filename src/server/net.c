@@ -56,6 +56,18 @@
  * (or input without a complete one) beyond max-command is a protocol
  * error.
  *
+ * Requests in flight at a backend that answers later (Redis) hold more
+ * than their slot: their request context, a CHECK's plan, the backend's
+ * entry and command.  The service tells what each holds as it submits it
+ * (service.h: charge; on_charge here), and it weighs on the request's
+ * slot -- the connection's last, pending one -- until the slot is done:
+ * counted in held() (max-output, the total below) though not in the pause
+ * bound, and once a connection's weigh SL_NET_INFLIGHT_MAX, its turn ends
+ * and it is neither read nor run (paused_wait) until some are answered
+ * (unpause).  A connection freed with requests in flight leaves their
+ * weight in the total as its worker's (orphan_bytes) until each is
+ * answered, so closing never frees room its requests still take.
+ *
  * The budget of all clients (max-output-total).  Each connection's held()
  * bytes are counted, when they change after a turn or a send (account()),
  * in the server's total (stats.output_bytes, an atomic) and in its
@@ -179,6 +191,8 @@ struct sl_slot {
     conn *c;    /* NULL: orphaned, its connection is gone */
     sl_buf buf; /* the reply, unless written straight into the batch */
     int done;
+    uint32_t weight; /* bytes its request holds in flight at a backend (on_charge);
+                        in the padding after done: a slot stays 80 bytes */
     union {
         int64_t align;
         void *palign;
@@ -203,6 +217,8 @@ struct sl_conn {
     unsigned stop_more : 1;   /* stopping: more input is on its way (stop_step) */
     unsigned http : 1;        /* from an HTTP listener: speaks net->http */
     unsigned refused : 1;     /* beyond max-clients (HTTP): not counted, answered 503 */
+    unsigned paused_wait : 1; /* its requests in flight hold SL_NET_INFLIGHT_MAX: the turn
+                                 ended, not read, resumed as they are answered */
     sl_buf *sink;             /* detached (no socket): replies go here */
     size_t discarded;         /* C_LINGER: bytes thrown away */
     size_t acct;              /* held() as last counted in the totals (account) */
@@ -226,6 +242,8 @@ struct sl_conn {
     size_t nheld;                      /* requests in flight without a slot
                                           (sl_conn_hold): counted as slots */
     size_t slot_bytes;                 /* replies done but waiting behind an earlier slot */
+    size_t wait_bytes;                 /* what its requests in flight at a backend hold
+                                          (the weights of its slots not done) */
     void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
 };
@@ -262,6 +280,8 @@ struct worker {
     const struct timeval *refused_tv; /* a refused HTTP client's (SL_NET_REFUSED_MS) */
     sl_buf batch;             /* replies of the commands being run */
     _Atomic int shed_pending; /* a PIPE_SHED token is on its way to this worker */
+    size_t orphan_bytes;      /* what requests of closed connections still hold in
+                                 flight (their slots' weights), counted in the total */
     /* bytes held by this worker's connections holding [2^b, 2^(b+1)) bytes
      * (the last class: more); written by this worker only, read by any */
     _Atomic uint64_t hold[HOLD_CLASSES];
@@ -390,24 +410,65 @@ static const struct timeval *recv_tv(const conn *c)
     return c->refused ? c->w->refused_tv : c->http ? c->w->hrecv_tv : c->w->recv_tv;
 }
 
-/* Bytes c holds for its client: unsent replies, replies waiting behind an
- * earlier slot, and a slot's own size for each pending one (and each
- * request held without one: sl_conn_hold). */
-static size_t held(const conn *c)
+/* Output bytes c holds for its client: unsent replies, replies waiting
+ * behind an earlier slot, and a slot's own size for each pending one (and
+ * each request held without one: sl_conn_hold).  The pause bound
+ * (out_pause) is on these. */
+static size_t held_out(const conn *c)
 {
     return evbuffer_get_length(c->out) + c->slot_bytes + (c->nslots + c->nheld) * sizeof(sl_slot);
 }
 
+/* Everything c holds: its output, and what its requests in flight at a
+ * backend hold (wait_bytes).  max-output and max-output-total are on this. */
+static size_t held(const conn *c) { return held_out(c) + c->wait_bytes; }
+
+/* Whether c's requests in flight hold as much as a connection may
+ * (SL_NET_INFLIGHT_MAX): it runs and reads nothing more until some are
+ * answered. */
+static int waiting(const conn *c) { return c->wait_bytes >= SL_NET_INFLIGHT_MAX; }
+
 /* While c is being served: once what it holds, the batch being built for
- * it included, is over its pause bound, the turn runs no further command
- * (its budget is spent: proto.h).  The reply that crossed the bound is
- * kept whole. */
+ * it included, is over its pause bound, or its requests in flight hold
+ * SL_NET_INFLIGHT_MAX, the turn runs no further command (its budget is
+ * spent: proto.h).  The reply that crossed the bound is kept whole. */
 static void check_bound(conn *c)
 {
     worker *w = c->w;
     if (w->serving == c && w->turn != NULL &&
-        (held(c) + w->batch.len > w->net->out_pause || w->batch.len > SL_NET_TURN_OUT))
+        (held_out(c) + w->batch.len > w->net->out_pause || w->batch.len > SL_NET_TURN_OUT ||
+         waiting(c)))
         w->turn->cmds = 0;
+}
+
+static void account_orphans(worker *w, int64_t d);
+
+/* The service's charge (service.h): a request of the connection being
+ * served went to a backend that answers later, holding `bytes` until it
+ * does; they weigh on its slot -- the last opened, still pending: the
+ * protocol opens a request's slot, then submits it -- until it is done.
+ * A request without a pending slot (sl_conn_hold's) is not weighed. */
+static void on_charge(void *arg, size_t bytes)
+{
+    worker *w = arg;
+    conn *c = w->serving;
+    if (c == NULL || c->tail == NULL || c->tail->done || bytes > UINT32_MAX - c->tail->weight)
+        return;
+    c->tail->weight += (uint32_t)bytes;
+    c->wait_bytes += bytes;
+    check_bound(c);
+}
+
+/* Slot s is answered: its request's weight leaves its connection (or,
+ * orphaned, the worker's orphans). */
+static void unweigh(sl_slot *s)
+{
+    if (s->weight == 0) return;
+    if (s->c != NULL)
+        s->c->wait_bytes -= s->weight;
+    else
+        account_orphans(s->w, -(int64_t)s->weight);
+    s->weight = 0;
 }
 
 /* ---- reply slots (proto.h) ------------------------------------------- */
@@ -444,6 +505,7 @@ sl_slot *sl_conn_slot(conn *c)
     s->w = w;
     s->c = c;
     s->done = 0;
+    s->weight = 0;
     memset(&s->data, 0, sizeof s->data);
     s->next = NULL;
     if (c->tail)
@@ -472,6 +534,7 @@ void sl_slot_done(sl_slot *s)
 {
     conn *c = s->c;
     s->done = 1;
+    unweigh(s);
     if (c == NULL) { /* orphaned: the connection is gone */
         slot_free(s);
         return;
@@ -551,14 +614,19 @@ int sl_conn_fd(const conn *c) { return c->fd; }
 static void orphan_slots(conn *c)
 {
     sl_slot *s = c->head, *next;
+    size_t weight = 0;
     for (; s != NULL; s = next) {
         next = s->next;
         s->c = NULL;
+        weight += s->weight;
         if (s->done) slot_free(s);
     }
     c->head = c->tail = NULL;
     c->nslots = 0;
     c->slot_bytes = 0;
+    c->wait_bytes = 0;
+    /* still held until answered: counted in the total, as the worker's */
+    if (weight > 0 && c->sink == NULL) account_orphans(c->w, (int64_t)weight);
 }
 
 /* ---- the output budget, memory back to the system -------------------- */
@@ -656,6 +724,18 @@ static void account_as(conn *c, size_t now)
 }
 
 static void account(conn *c) { account_as(c, held(c)); }
+
+/* Requests of closed connections still in flight hold d bytes more (or
+ * less): counted in the total as the worker's own, so closing
+ * connections never frees room that their requests still take; no
+ * connection is cut for them -- they end by their backend's answer or
+ * timeout. */
+static void account_orphans(worker *w, int64_t d)
+{
+    w->orphan_bytes = (size_t)((int64_t)w->orphan_bytes + d);
+    atomic_fetch_add_explicit(&w->net->srv->stats.output_bytes, d, memory_order_relaxed);
+    if (d < 0) release(w, (size_t)-d);
+}
 
 /* The floor of the size classes to cut: the largest 2^b such that the
  * connections of all workers holding 2^b bytes or more hold `excess` in
@@ -956,7 +1036,8 @@ static void conn_new(worker *w, int fd, int flags)
 static void update_reading(conn *c)
 {
     if (c->state != C_OPEN) return;
-    int want = !c->paused_turn && !c->paused_out && c->nslots + c->nheld < SL_NET_MAX_SLOTS &&
+    int want = !c->paused_turn && !c->paused_out && !c->paused_wait &&
+               c->nslots + c->nheld < SL_NET_MAX_SLOTS &&
                (!c->w->stopping || c->stop_more); /* stopping: stop_step reads what is left */
     if (want && !c->reading) {
         if (c->bev != NULL)
@@ -1074,7 +1155,7 @@ static int flush(conn *c)
         if (c->bev == NULL) event_add(c->wev, w->send_tv); /* TLS: the bufferevent writes */
         c->writing = 1;
     }
-    if (pending > net->out_pause && !c->paused_out) {
+    if (held_out(c) > net->out_pause && !c->paused_out) {
         c->paused_out = 1;
         update_reading(c);
     }
@@ -1192,7 +1273,8 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
     }
     recv_deadline(c, evbuffer_get_length(c->in) < had + n);
     if (flush(c) != 0) return -1;
-    if (c->paused_turn && !c->paused_out && !all && c->state == C_OPEN)
+    if (waiting(c)) c->paused_wait = 1; /* resumed as its requests are answered (unpause) */
+    if (c->paused_turn && !c->paused_out && !c->paused_wait && !all && c->state == C_OPEN)
         event_add(c->resume, &(struct timeval){0, 0}); /* after the next poll */
     update_reading(c);
     return 0;
@@ -1248,7 +1330,7 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     conn *c = arg;
-    if (c->state != C_OPEN || c->paused_out) return;
+    if (c->state != C_OPEN || c->paused_out || c->paused_wait) return;
     if (shed_due(c->w, c)) return;
     if (c->w->stopping)
         stop_step(c);
@@ -1260,11 +1342,18 @@ static void on_resume(evutil_socket_t fd, short what, void *arg)
  * first what it already sent, from the resume timer. */
 static void unpause(conn *c)
 {
-    if (c->paused_out && held(c) <= c->w->net->out_pause) {
+    int go = 0;
+    if (c->paused_out && held_out(c) <= c->w->net->out_pause) {
         c->paused_out = 0;
-        if (c->state == C_OPEN && (c->paused_turn || c->w->stopping))
-            event_add(c->resume, &(struct timeval){0, 0});
+        go = 1;
     }
+    if (c->paused_wait && !waiting(c)) {
+        c->paused_wait = 0;
+        go = 1;
+    }
+    if (go && !c->paused_out && !c->paused_wait && c->state == C_OPEN &&
+        (c->paused_turn || c->w->stopping))
+        event_add(c->resume, &(struct timeval){0, 0});
     update_reading(c);
 }
 
@@ -1560,7 +1649,7 @@ static void stop_step(conn *c)
     c->stop_more = 0;
     for (;;) {
         if (serve(c, p, n, 1) != 0) return;
-        if (c->state != C_OPEN || c->paused_out) return;
+        if (c->state != C_OPEN || c->paused_out || c->paused_wait) return;
         p = NULL, n = 0;
         if (c->paused_turn) continue; /* stopped at the bound, and all of it sent */
         if (c->stop_read >= SL_NET_STOP_READ) break;
@@ -1759,6 +1848,8 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     }
     w->svc_ok = 1;
     w->svcp = &w->svc;
+    w->svc.charge = on_charge; /* requests in flight weigh on their connection */
+    w->svc.charge_arg = w;
     size_t scratch = net->proto->scratch_size; /* RESP's and gRPC's connections share it */
     if (net->srv->grpc != NULL && net->srv->grpc->scratch_size > scratch)
         scratch = net->srv->grpc->scratch_size;

@@ -55,6 +55,15 @@
 /* Reply slots (proto.h): a client with more requests than this in flight
  * is not read until some are answered. */
 #define SL_NET_MAX_SLOTS 4096
+/* Requests in flight at a backend that answers later (Redis): what they
+ * hold -- each its context, a CHECK its plan (~20 KB), the backend its
+ * entry and command (~2.6 KB for an RL.ALLOW): service.h's charge -- is
+ * counted as the connection's (max-output, max-output-total, which
+ * counts the requests of closed connections too until they are
+ * answered), and once a connection's requests hold this much, its turn ends and
+ * it is neither read nor run until some are answered.  ~400 RL.ALLOWs
+ * (six full Redis batches) or ~50 RL.CHECKs per connection. */
+#define SL_NET_INFLIGHT_MAX (1024 * 1024)
 /* Accept errors (e.g. out of file descriptors): pause accepting this long. */
 #define SL_NET_ACCEPT_BACKOFF_MS 100
 

@@ -19,7 +19,10 @@
  *   - requests still in flight when their connection closes complete into
  *     orphaned slots that net.c discards.
  * Pending slots count against the connection's output cap (max-output)
- * and, beyond SL_NET_MAX_SLOTS, stop the connection being read.
+ * and, beyond SL_NET_MAX_SLOTS, stop the connection being read.  A
+ * request submitted to a backend that answers later weighs on the last
+ * slot opened (what it holds in flight: service.h's charge), so a
+ * protocol opens a request's slot before submitting it.
  *
  * net.c may spend a turn's budget while a request runs (t->cmds = 0, when
  * the connection's replies passed its output bound): the protocol checks

@@ -188,6 +188,18 @@ static void req_put(svc_req *q)
     x->free = q;
 }
 
+/* Submits q's request.  To a backend that may answer later, what it
+ * holds while in flight -- its context, a CHECK's plan, the backend's own
+ * share (sl_backend.req_bytes) -- is told to x->charge first, for the
+ * bounds of the connection it is for (service.h). */
+static void submit(sl_svc_ctx *x, svc_req *q)
+{
+    if (x->charge != NULL && !inline_backend(x))
+        x->charge(x->charge_arg,
+                  sizeof *q + (q->chk != NULL ? sizeof *q->chk : 0) + x->srv->backend->req_bytes);
+    sl_backend_submit(x->chan, &q->b);
+}
+
 static void timed(svc_req *q)
 {
     if (q->t0_ns != 0) sl_stats_latency(q->x->st, sl__mono_ns() - q->t0_ns);
@@ -241,7 +253,7 @@ void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params
     b->params = &q->p;
     b->cost = cost;
     set_key(q, key, keylen);
-    sl_backend_submit(x->chan, b);
+    submit(x, q);
 }
 
 /* ---- RL.RESET -------------------------------------------------------------- */
@@ -270,7 +282,7 @@ void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, in
     b->algo_lo = algo_lo;
     b->algo_hi = algo_hi;
     set_key(q, key, keylen);
-    sl_backend_submit(x->chan, b);
+    submit(x, q);
 }
 
 /* ---- RL.CHECK -------------------------------------------------------------- */
@@ -433,7 +445,7 @@ void sl_svc_check_over(sl_svc_ctx *x, const char *domain, size_t dlen,
     b->cb = done_check;
     b->plan = &k->plan;
     b->outcome = &k->out;
-    sl_backend_submit(x->chan, b);
+    submit(x, q);
 }
 
 /* ---- rules ----------------------------------------------------------------- */

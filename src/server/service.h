@@ -58,6 +58,13 @@ typedef struct sl_svc_ctx {
     struct svc_check *free_checks; /* RL.CHECK's plans ready for reuse */
     size_t inflight;               /* requests submitted, not completed */
     sl_live_inbox *inbox;          /* answers of its rules reloads (live.h); NULL: reload inline */
+    /* Told, as each request is submitted to a backend that may answer
+     * later (not an inline one), the bytes it holds until its callback
+     * runs: its context, a CHECK's plan, the backend's share.  net.c
+     * counts them against the bounds of the connection whose request it
+     * is (net.c: "in flight"); NULL: nobody is told. */
+    void (*charge)(void *arg, size_t bytes);
+    void *charge_arg;
 } sl_svc_ctx;
 
 /* Makes worker id's context on its event loop `loop` (handed to the
