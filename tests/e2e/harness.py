@@ -716,6 +716,32 @@ def _do_cleanups_stopping(self):
 unittest.TestCase.doCleanups = _do_cleanups_stopping
 
 
+def run_checked(argv, **kw):
+    """subprocess.run(argv, **kw) for a sluiced that runs to its end by
+    itself (a start it must refuse, --dump-options, --help): its output,
+    captured (capture_output, unless the caller redirects it), is scanned
+    as a server's log is.  A sanitizer report (SANITIZER_MARKS) or a death
+    by a crash signal raises AssertionError, whatever exit status the test
+    expects.  Returns the CompletedProcess."""
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    if "stdout" not in kw and "stderr" not in kw:
+        kw.setdefault("capture_output", True)
+    p = subprocess.run(argv, **kw)
+    out = b""
+    for part in (p.stdout, p.stderr):
+        if part:
+            out += part if isinstance(part, bytes) else part.encode()
+    text = out.decode("utf-8", "replace")
+    problems = [m for m in SANITIZER_MARKS if m in text]
+    if p.returncode < 0 and -p.returncode in CRASH_SIGNALS:
+        problems.append("died of signal %d (%s)" % (-p.returncode,
+                                                     signal.Signals(-p.returncode).name))
+    if problems:
+        raise AssertionError("%s: %s\n%s" % (" ".join(str(a) for a in argv[:6]),
+                                               "; ".join(problems), text[-4000:]))
+    return p
+
+
 def free_port():
     """A port free right now, for the few tests that must name one (a
     server refusing to start: nothing may listen there afterwards)."""

@@ -18,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from harness import (BASE, HOST, SLOW, SLUICED, Map, RawConn, RespError, Server, ServerTestCase,
+from harness import (run_checked, BASE, HOST, SLOW, SLUICED, Map, RawConn, RespError, Server, ServerTestCase,
                      deadline, parse_info)
 
 REDIS_CLI = shutil.which("redis-cli")
@@ -184,8 +184,10 @@ class TestLogin(AuthServer):
         self.assertIsInstance(c.cmd("CONFIG", "GET", "save"), Map)
         self.assertEqual(c.cmd("RL.PEEK", "hello:k", 5, "10s")[:3], [1, 5, 3])
 
-    @unittest.skipIf(REDIS_CLI is None, "redis-cli")  # never true: deps.sh installs it
     def test_redis_cli(self):
+        # a dependency (scripts/deps.sh installs it): missing is a failure
+        self.assertIsNotNone(REDIS_CLI, "redis-cli not found (scripts/deps.sh installs it)")
+
         def cli(*args):
             """redis-cli's standard output and error (an error reply is
             printed on standard output, followed by an empty line)."""
@@ -430,7 +432,7 @@ class TestStartRefused(unittest.TestCase):
     anything is listening."""
 
     def run_sluiced(self, *args):
-        p = subprocess.run([SLUICED, "--port", "0"] + [str(a) for a in args],
+        p = run_checked([SLUICED, "--port", "0"] + [str(a) for a in args],
                            capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout.decode() + p.stderr.decode()
 

@@ -9,7 +9,6 @@ checks that the server runs with what it parsed, and that the two agree."""
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 
@@ -68,7 +67,7 @@ NEEDS = {
 
 def table():
     """The option table: name -> (value name, default) for every option."""
-    out = subprocess.run([SLUICED, "--dump-options"], capture_output=True, text=True,
+    out = harness.run_checked([SLUICED, "--dump-options"], capture_output=True, text=True,
                          check=True).stdout
     rows = {}
     for line in out.splitlines():
@@ -81,7 +80,7 @@ def table():
 
 def dumped(args, name):
     """The value `sluiced ARGS --dump-options` gives option name."""
-    out = subprocess.run([SLUICED] + list(args) + ["--dump-options"], capture_output=True,
+    out = harness.run_checked([SLUICED] + list(args) + ["--dump-options"], capture_output=True,
                          text=True, check=True).stdout
     for line in out.splitlines():
         f = line.split("\t")
@@ -151,7 +150,7 @@ class TestYesNoFlags(ServerTestCase):
     def test_a_word_not_yes_or_no_is_refused(self):
         for name in sorted(self.bools):
             with self.subTest(option=name):
-                p = subprocess.run([SLUICED, "--port", "0", "--" + name, "maybe"],
+                p = harness.run_checked([SLUICED, "--port", "0", "--" + name, "maybe"],
                                    capture_output=True, text=True, timeout=30)
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertEqual(p.stderr.splitlines()[0],

@@ -12,7 +12,7 @@ import socket
 import subprocess
 import unittest
 
-from harness import (BASE, HOST, SLOW, SLUICED, RespError, ServerTestCase, free_port,
+from harness import (run_checked, BASE, HOST, SLOW, SLUICED, RespError, ServerTestCase, free_port,
                      nothing_listening)
 
 # A structured-field list of one item (RFC 9651 section 3.1): a string and
@@ -228,7 +228,7 @@ class TestHttpPortOption(unittest.TestCase):
     RESP port is refused before anything listens."""
 
     def run_sluiced(self, *args):
-        p = subprocess.run([SLUICED] + list(args), capture_output=True, text=True,
+        p = run_checked([SLUICED] + list(args), capture_output=True, text=True,
                            timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stderr
 

@@ -12,13 +12,12 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
 import unittest
 
-from harness import HOST, SANITIZED, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline
+from harness import run_checked, HOST, SANITIZED, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline
 
 TOKEN = "t0ken-of-the-rules-service"
 
@@ -116,7 +115,7 @@ class TestTokenFile(unittest.TestCase):
     """A token file that cannot be used refuses the start, naming it."""
 
     def refused(self, path):
-        r = subprocess.run([SLUICED, "--port", "0", "--http-port", "0", "--grpc-port", "0", "--admin-token-file", path],
+        r = run_checked([SLUICED, "--port", "0", "--http-port", "0", "--grpc-port", "0", "--admin-token-file", path],
                            capture_output=True, timeout=30 * SLOW)
         self.assertEqual(r.returncode, 2, r)
         return r.stderr.decode()

@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from harness import (SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline, free_port,
+from harness import (run_checked, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline, free_port,
                      nothing_listening)
 
 RULES = """domain: api
@@ -337,7 +337,7 @@ def start_refused(args, user=None):
     listen on its port."""
     port = free_port()
     kw = {} if user is None else dict(user=user, group=user, extra_groups=[])
-    p = subprocess.run([SLUICED, "--port", str(port)] + list(args), capture_output=True,
+    p = run_checked([SLUICED, "--port", str(port)] + list(args), capture_output=True,
                        timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd="/", **kw)
     msg = (p.stdout + p.stderr).decode("utf-8", "replace")
     assert nothing_listening(port), msg
