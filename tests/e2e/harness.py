@@ -807,6 +807,12 @@ class RedisServer:
         self._cleaned = False
         for _ in range(5):
             port = self.port or free_port()
+            # a cluster node's bus is its port + 10000: Redis refuses a
+            # port above 55535 (a free port often is one)
+            for _ in range(100):
+                if not self.cluster or port <= 55535:
+                    break
+                port = free_port()
             argv = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
                     "--dir", self.dir, "--appendonly", "yes" if self.appendonly else "no",
                     "--appendfsync", "always", "--daemonize", "no", "--protected-mode", "no"]

@@ -59,6 +59,11 @@ class ClusterTest(unittest.TestCase):
         return c
 
     def node(self, c, *args, name=None):
+        # --backend-timeout 5s unless the test sets one: the default 50 ms
+        # is a bet a loaded machine loses (a sanitized build beside a CPU
+        # hog, nodes busy after a reshard), answering by the policy instead
+        if "--backend-timeout" not in args:
+            args = ("--backend-timeout", "5s") + args
         s = Server("--backend", c.url(), *args, trust_client_time=True,
                    name=name or self.id().split(".")[-1])
         s.start()
