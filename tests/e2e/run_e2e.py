@@ -64,8 +64,9 @@ class Result(unittest.TextTestResult):
     After each test it checks the servers the test started (Server.check:
     sanitizer reports, crash signals, forced kills; any still running is
     stopped with SIGTERM first), likewise every redis-server it created
-    (RedisServer.cleanup: sanitizer and Redis crash reports in its log) and the new reports of its class's shared
-    server: a problem fails that test.  A class or module fixture that fails
+    (RedisServer.cleanup: sanitizer and Redis crash reports in its log),
+    and the new reports of its class's shared server: a problem fails that
+    test.  A class or module fixture that fails
     (setUpClass, tearDownClass -- where a shared server is stopped and
     checked) is a case of its own."""
 

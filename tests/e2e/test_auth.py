@@ -18,8 +18,9 @@ import tempfile
 import time
 import unittest
 
-from harness import (run_checked, BASE, HOST, SLOW, SLUICED, Map, RawConn, RespError, Server, ServerTestCase,
-                     deadline, parse_info)
+import harness
+from harness import (BASE, HOST, SLOW, SLUICED, Map, RawConn, RespError, Server, ServerTestCase,
+                     deadline, parse_info, run_checked)
 
 REDIS_CLI = shutil.which("redis-cli")
 
@@ -433,7 +434,7 @@ class TestStartRefused(unittest.TestCase):
 
     def run_sluiced(self, *args):
         p = run_checked([SLUICED, "--port", "0"] + [str(a) for a in args],
-                           capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+                        capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout.decode() + p.stderr.decode()
 
     def setUp(self):
@@ -550,8 +551,7 @@ class TestProtectedModeOff(unittest.TestCase):
         self.assertEqual(p.returncode, 0, err)
         self.assertEqual(out, "+PONG 0\n", err)
         self.assertIn("listening beyond loopback without a password", err)
-        for mark in ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-                     "WARNING: ThreadSanitizer"):
+        for mark in harness.SANITIZER_MARKS:
             self.assertNotIn(mark, err)
 
 

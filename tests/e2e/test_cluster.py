@@ -386,7 +386,7 @@ class ClusterTest(unittest.TestCase):
 
     def run_sluiced(self, *args):
         p = harness.run_checked([SLUICED, "--port", "0", "--http-port", "0"] + list(args),
-                           capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+                                capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stderr.decode("utf-8", "replace")
 
     def test_bad_urls_and_unreachable_seeds(self):
@@ -408,7 +408,7 @@ class ClusterTest(unittest.TestCase):
         # --dump-options shows the seeds without the password
         p = harness.run_checked([SLUICED, "--backend", "redis-cluster://u:s3cret@127.0.0.1:7000,"
                             "[::1]:7001", "--dump-options"], capture_output=True,
-                           timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+                                timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         self.assertEqual(p.returncode, 0, p.stderr)
         row = [l for l in p.stdout.decode().splitlines() if l.split("\t")[0] == "backend"]
         self.assertEqual(len(row), 1)

@@ -15,8 +15,8 @@ import tempfile
 import time
 import unittest
 
-from harness import (run_checked, BASE, LOG_DIR, ROOT, SLOW, SLUICED, STARTED, RespError, Server,
-                     assert_clean_stop, deadline, encode, free_port, nothing_listening)
+from harness import (BASE, LOG_DIR, ROOT, SLOW, SLUICED, STARTED, RespError, Server,
+                     assert_clean_stop, deadline, encode, free_port, nothing_listening, run_checked)
 
 COMPARED = ("maxclients", "max_command_bytes", "max_output_bytes", "idle_timeout_ms",
             "trust_client_time", "threads", "maxmemory", "snapshot_interval_ms")
@@ -131,7 +131,7 @@ class TestConfig(unittest.TestCase):
 
     def run_sluiced(self, *args):
         p = run_checked([SLUICED] + list(args), capture_output=True, timeout=30 * SLOW,
-                           stdin=subprocess.DEVNULL)
+                        stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
 
     def settings(self, srv):

@@ -68,7 +68,7 @@ NEEDS = {
 def table():
     """The option table: name -> (value name, default) for every option."""
     out = harness.run_checked([SLUICED, "--dump-options"], capture_output=True, text=True,
-                         check=True).stdout
+                              check=True).stdout
     rows = {}
     for line in out.splitlines():
         if line.startswith("#"):
@@ -81,7 +81,7 @@ def table():
 def dumped(args, name):
     """The value `sluiced ARGS --dump-options` gives option name."""
     out = harness.run_checked([SLUICED] + list(args) + ["--dump-options"], capture_output=True,
-                         text=True, check=True).stdout
+                              text=True, check=True).stdout
     for line in out.splitlines():
         f = line.split("\t")
         if f[0] == name:
@@ -151,7 +151,7 @@ class TestYesNoFlags(ServerTestCase):
         for name in sorted(self.bools):
             with self.subTest(option=name):
                 p = harness.run_checked([SLUICED, "--port", "0", "--" + name, "maybe"],
-                                   capture_output=True, text=True, timeout=30)
+                                        capture_output=True, text=True, timeout=30)
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertEqual(p.stderr.splitlines()[0],
                                  "sluiced: invalid --%s 'maybe': expected yes or no" % name)

@@ -470,7 +470,7 @@ class TestOutputOptions(ServerTestCase):
                            "invalid --max-output-total '64k': expected bytes 1048576.."),
                           (("--max-output-total", "lots"),
                            "invalid --max-output-total 'lots'")):
-            p = harness.run_checked([harness.SLUICED, *args], capture_output=True, timeout=30 * SLOW,
-                               stdin=subprocess.DEVNULL)
+            p = harness.run_checked([harness.SLUICED, *args], capture_output=True,
+                                    timeout=30 * SLOW, stdin=subprocess.DEVNULL)
             self.assertEqual(p.returncode, 2, args)
             self.assertIn(msg, p.stderr.decode(), args)

@@ -12,8 +12,8 @@ import socket
 import subprocess
 import unittest
 
-from harness import (run_checked, BASE, HOST, SLOW, SLUICED, RespError, ServerTestCase, free_port,
-                     nothing_listening)
+from harness import (BASE, HOST, SLOW, SLUICED, RespError, ServerTestCase, free_port,
+                     nothing_listening, run_checked)
 
 # A structured-field list of one item (RFC 9651 section 3.1): a string and
 # its integer parameters, e.g. "default";q=5;w=300.
@@ -229,7 +229,7 @@ class TestHttpPortOption(unittest.TestCase):
 
     def run_sluiced(self, *args):
         p = run_checked([SLUICED] + list(args), capture_output=True, text=True,
-                           timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+                        timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stderr
 
     def test_bad_values(self):

@@ -17,7 +17,8 @@ import threading
 import time
 import unittest
 
-from harness import run_checked, HOST, SANITIZED, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline
+from harness import (HOST, SANITIZED, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline,
+                     run_checked)
 
 TOKEN = "t0ken-of-the-rules-service"
 
@@ -116,7 +117,7 @@ class TestTokenFile(unittest.TestCase):
 
     def refused(self, path):
         r = run_checked([SLUICED, "--port", "0", "--http-port", "0", "--grpc-port", "0", "--admin-token-file", path],
-                           capture_output=True, timeout=30 * SLOW)
+                        capture_output=True, timeout=30 * SLOW)
         self.assertEqual(r.returncode, 2, r)
         return r.stderr.decode()
 

@@ -12,7 +12,7 @@ import http.client
 import os
 import re
 
-from harness import run_checked, HOST, ROOT, SLUICED, ServerTestCase
+from harness import HOST, ROOT, SLUICED, ServerTestCase, run_checked
 from sf_list import parse_list
 
 BIG = "{unit: hour, requests_per_unit: 100000, name: %s}"

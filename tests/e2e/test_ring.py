@@ -179,7 +179,7 @@ class RingTest(unittest.TestCase):
 
     def run_sluiced(self, *args):
         p = harness.run_checked([SLUICED, "--port", "0", "--http-port", "0"] + list(args),
-                           capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+                                capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stderr.decode("utf-8", "replace")
 
     def test_bad_lists(self):

@@ -18,8 +18,8 @@ import threading
 import time
 import unittest
 
-from harness import (run_checked, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline, free_port,
-                     nothing_listening)
+from harness import (SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline, free_port,
+                     nothing_listening, run_checked)
 
 RULES = """domain: api
 descriptors:
@@ -338,7 +338,7 @@ def start_refused(args, user=None):
     port = free_port()
     kw = {} if user is None else dict(user=user, group=user, extra_groups=[])
     p = run_checked([SLUICED, "--port", str(port)] + list(args), capture_output=True,
-                       timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd="/", **kw)
+                    timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd="/", **kw)
     msg = (p.stdout + p.stderr).decode("utf-8", "replace")
     assert nothing_listening(port), msg
     for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):

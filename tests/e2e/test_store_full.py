@@ -204,7 +204,7 @@ class TestOptions(ServerTestCase):
                 with open(argv[1], "w") as f:
                     f.write("on-store-full never\n")
             p = harness.run_checked([harness.SLUICED, "--port", "0"] + argv, capture_output=True,
-                               timeout=30 * harness.SLOW)
+                                    timeout=30 * harness.SLOW)
             self.assertEqual(p.returncode, 2)
             self.assertIn(want, p.stderr.decode())
         p = harness.run_checked([harness.SLUICED, "--help"], capture_output=True, timeout=30)

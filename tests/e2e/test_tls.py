@@ -210,7 +210,7 @@ def refused_start(args, user=None):
     port = free_port()
     kw = {} if user is None else dict(user=user, group=user, extra_groups=[])
     p = harness.run_checked([SLUICED, "--port", str(port)] + list(args), capture_output=True,
-                       timeout=30 * SLOW, stdin=subprocess.DEVNULL, **kw)
+                            timeout=30 * SLOW, stdin=subprocess.DEVNULL, **kw)
     msg = (p.stdout + p.stderr).decode("utf-8", "replace")  # scanned by run_checked
     assert nothing_listening(port), msg
     return p.returncode, msg
