@@ -147,14 +147,126 @@ static int cluster_port[16], ncluster;
 
 static double mono_s(void);
 
+/* Each redis-server's output goes to a log of its own (redis_logs[i], in
+ * $TMPDIR or /tmp), read for reports: after every case that used it (a
+ * report fails the case during which it appeared) and when it stops.  A
+ * log is removed once its server stopped cleanly, else kept and named. */
+static char redis_logs[2][256];
+static long redis_scanned[2]; /* bytes of the log already read for reports */
+static int redis_keep[2];     /* a report was found in it: the log is kept */
+
+/* What a sanitizer (in the sanitized module) or Redis itself writes when
+ * something is wrong: as tests/e2e/harness.py's REDIS_MARKS. */
+static const char *const REDIS_MARKS[] = {
+    "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
+    "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer", "REDIS BUG REPORT", "crashed by signal",
+};
+
+/* Reads what redis-server i wrote to its log since the last call; returns
+ * the first mark of REDIS_MARKS found in it (NULL: none), and prints that
+ * part of the log (up to 4 KB) to stderr when it finds one.  The last bytes
+ * read, fewer than a mark's length, are read again next time: a mark the
+ * server was writing is found whole then, and none is found twice. */
+static const char *redis_new_report(int i)
+{
+    FILE *f = fopen(redis_logs[i], "rb");
+    if (f == NULL) return NULL;
+    size_t longest = 0;
+    for (size_t m = 0; m < sizeof REDIS_MARKS / sizeof *REDIS_MARKS; m++)
+        if (strlen(REDIS_MARKS[m]) > longest) longest = strlen(REDIS_MARKS[m]);
+    const char *found = NULL;
+    long end = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (end > redis_scanned[i] && fseek(f, redis_scanned[i], SEEK_SET) == 0) {
+        size_t want = (size_t)(end - redis_scanned[i]);
+        char *buf = malloc(want + 1);
+        assert_non_null(buf);
+        size_t n = fread(buf, 1, want, f);
+        buf[n] = '\0';
+        for (size_t m = 0; found == NULL && m < sizeof REDIS_MARKS / sizeof *REDIS_MARKS; m++) {
+            const char *at = memmem(buf, n, REDIS_MARKS[m], strlen(REDIS_MARKS[m]));
+            if (at == NULL) continue;
+            found = REDIS_MARKS[m];
+            fprintf(stderr, "--- %s, from its report:\n%.4096s\n", redis_logs[i], at);
+        }
+        if (found != NULL) {
+            redis_scanned[i] += (long)n;
+            redis_keep[i] = 1;
+        }
+        else if (n >= longest)
+            redis_scanned[i] += (long)(n - (longest - 1));
+        free(buf);
+    }
+    fclose(f);
+    return found;
+}
+
+/* Stops redis-server i by its PID: SIGTERM, waits up to STOP_SECONDS,
+ * then SIGKILL.  Writes into why (why_len bytes) what went wrong -- a
+ * forced kill, an exit status other than 0, a report in its log -- and
+ * returns -1, or 0 when it stopped cleanly. */
+#define STOP_SECONDS 60
+static int redis_stop_one(int i, char *why, size_t why_len)
+{
+    pid_t pid = redis_pids[i];
+    int st = 0, rc = 0;
+    why[0] = '\0';
+    if (pid <= 0) return 0;
+    redis_pids[i] = 0;
+    kill(pid, SIGTERM);
+    double until = mono_s() + STOP_SECONDS;
+    pid_t w;
+    while ((w = waitpid(pid, &st, WNOHANG)) == 0 && mono_s() < until) usleep(20000);
+    if (w == 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        snprintf(why, why_len, "did not exit within %ds of SIGTERM: killed", STOP_SECONDS);
+        rc = -1;
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(why, why_len, "%s %d after SIGTERM", WIFSIGNALED(st) ? "signal" : "exit status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+        rc = -1;
+    }
+    const char *mark = redis_new_report(i);
+    if (mark != NULL) {
+        size_t len = strlen(why);
+        snprintf(why + len, why_len - len, "%s'%s' in its log", len ? "; " : "", mark);
+        rc = -1;
+    }
+    if (rc != 0) {
+        fprintf(stderr, "redis-server (pid %d, log kept: %s): %s\n", (int)pid, redis_logs[i], why);
+    } else if (!redis_keep[i]) {
+        unlink(redis_logs[i]);
+    }
+    return rc;
+}
+
+/* At exit, for a run that did not reach redis_servers_stop_cleanly (a
+ * filter, a failed case's longjmp out of main is not one): stops what is
+ * left; a problem makes the exit status 1. */
 static void redis_stop(void)
 {
-    for (int i = 0; i < 2; i++)
-        if (redis_pids[i] > 0) {
-            kill(redis_pids[i], SIGTERM);
-            waitpid(redis_pids[i], NULL, 0);
-            redis_pids[i] = 0;
-        }
+    int bad = 0;
+    char why[256];
+    for (int i = 0; i < 2; i++) bad |= redis_stop_one(i, why, sizeof why) != 0;
+    if (bad) _exit(1);
+}
+
+/* After a case on redis-server i: it is still running, and nothing new in
+ * its log is a report. */
+static void redis_after_case(int i)
+{
+    if (redis_pids[i] <= 0) return;
+    int st;
+    if (waitpid(redis_pids[i], &st, WNOHANG) == redis_pids[i]) {
+        redis_pids[i] = 0;
+        redis_keep[i] = 1;
+        redis_new_report(i);
+        fail_msg("redis-server died during the case (%s %d); log kept: %s",
+                 WIFSIGNALED(st) ? "signal" : "exit status",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st), redis_logs[i]);
+    }
+    const char *mark = redis_new_report(i);
+    if (mark != NULL) fail_msg("redis-server: '%s' in its log, kept: %s", mark, redis_logs[i]);
 }
 
 /* In the child about to exec the module's redis-server: a sanitized build's
@@ -256,11 +368,19 @@ static void redis_ready(void)
         redis_port = ntohs(a.sin_port);
         char port[16];
         snprintf(port, sizeof port, "%d", redis_port);
+        if (redis_logs[redis_which][0] == '\0') {
+            const char *tmp = getenv("TMPDIR");
+            snprintf(redis_logs[redis_which], sizeof redis_logs[0], "%s/sluice-test-backend-redis%s-XXXXXX",
+                     tmp && *tmp ? tmp : "/tmp", redis_which ? "-module" : "");
+            int lfd = mkstemp(redis_logs[redis_which]);
+            assert_true(lfd >= 0);
+            close(lfd);
+        }
         pid_t pid = fork();
         assert_true(pid >= 0);
         if (pid == 0) {
-            int null = open("/dev/null", O_WRONLY);
-            if (null >= 0) dup2(null, 1), dup2(null, 2);
+            int out = open(redis_logs[redis_which], O_WRONLY | O_APPEND);
+            if (out >= 0) dup2(out, 1), dup2(out, 2);
             if (redis_which == 1) {
                 module_env();
                 execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
@@ -277,13 +397,18 @@ static void redis_ready(void)
             usleep(20000);
         if (redis_cmd("PING") == 0) {
             redis_pid = pid;
-            atexit(redis_stop);
+            static int registered;
+            if (!registered++) atexit(redis_stop);
         } else {
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
         }
     }
-    if (redis_pid == 0) fail_msg("redis: cannot start redis-server");
+    if (redis_pid == 0) {
+        redis_keep[redis_which] = 1;
+        redis_new_report(redis_which);
+        fail_msg("redis: cannot start redis-server (its log, kept: %s)", redis_logs[redis_which]);
+    }
     if (redis_cmd("FLUSHALL") != 0) fail_msg("redis: FLUSHALL failed");
 }
 
@@ -1800,6 +1925,25 @@ static void run_case(void **state)
 {
     const tcase *c = *state;
     c->fn(c->k);
+    if (c->k->redis && !c->k->cluster) redis_after_case(MODULE_ROW(c->k));
+}
+
+/* Every redis-server the suite started stops on SIGTERM within its
+ * deadline, with status 0, and its log holds no report (REDIS_MARKS): a
+ * sanitized module's report at shutdown, or Redis's crash report. */
+static void redis_servers_stop_cleanly(void **state)
+{
+    (void)state;
+    int started = 0, bad = 0;
+    char why[2][256];
+    for (int i = 0; i < 2; i++) {
+        started += redis_pids[i] > 0;
+        bad |= redis_stop_one(i, why[i], sizeof why[i]) != 0;
+    }
+    if (bad)
+        fail_msg("redis-server: %s%s%s", why[0], why[0][0] && why[1][0] ? "; module's: " : "",
+                 why[1]);
+    if (started == 0) skip(); /* no Redis row ran (SLUICE_TEST_FILTER) */
 }
 
 int main(int argc, char **argv)
@@ -1818,7 +1962,7 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof long_key; i++) long_key[i] = (unsigned char)(i * 37 + 11);
     static tcase cases[NBACKENDS * NPARTS];
     static char names[NBACKENDS * NPARTS][64];
-    static struct CMUnitTest tests[NBACKENDS * NPARTS];
+    static struct CMUnitTest tests[NBACKENDS * NPARTS + 1];
     size_t n = 0;
     for (size_t b = 0; b < NBACKENDS; b++)
         for (size_t p = 0; p < NPARTS; p++) {
@@ -1829,6 +1973,8 @@ int main(int argc, char **argv)
             tests[n] = (struct CMUnitTest){names[n], run_case, NULL, NULL, &cases[n]};
             n++;
         }
+    tests[n++] = (struct CMUnitTest){"redis_servers_stop_cleanly", redis_servers_stop_cleanly,
+                                     NULL, NULL, NULL};
     const char *filter = getenv("SLUICE_TEST_FILTER"); /* e.g. "delay_*" */
     if (filter != NULL && *filter != '\0') cmocka_set_test_filter(filter);
     return _cmocka_run_group_tests("backend", tests, n, NULL, NULL);

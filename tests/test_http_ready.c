@@ -73,10 +73,15 @@ static char *page(const sl_rules *r)
     return s;
 }
 
+/* How many times needle occurs in text.  One pass, O(length of text): a
+ * strstr per match re-reads the rest of the text under ASan (its strstr
+ * takes the haystack's strlen each call), which made this 7 MB page's
+ * 40,000 matches take minutes there. */
 static size_t count(const char *text, const char *needle)
 {
-    size_t n = 0;
-    for (const char *p = text; (p = strstr(p, needle)) != NULL; p++) n++;
+    size_t n = 0, len = strlen(needle);
+    for (const char *p = text; *p != '\0'; p++)
+        if (*p == needle[0] && strncmp(p, needle, len) == 0) n++;
     return n;
 }
 

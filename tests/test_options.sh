@@ -19,6 +19,11 @@
 #
 # Each check looks at the value the parsed command line gives the option,
 # the sixth field of `--dump-options`: exactly what sluiced would run with.
+#
+# One case per kind of check, not one per option (a table of options is a
+# few behaviours): each kind goes over every option it applies to, and
+# fails listing every option that failed it (`miss KIND WHAT`, then
+# `verdict KIND NAME`); a kind that met no option at all fails too.
 set -u
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/lib.sh"
@@ -37,6 +42,28 @@ value() {
     shift
     "$SLUICED" "$@" --dump-options >"$T/dump" 2>"$T/err" || return 1
     awk -F "$TAB" -v n="$name" '$1 == n { print $6; found = 1 } END { exit !found }' "$T/dump"
+}
+
+# miss KIND WHAT...: one failure of check KIND (kept in a file: checks run
+# in subshells too); seen KIND: one option went through check KIND.
+miss() {
+    kind=$1
+    shift
+    for l in "$@"; do printf '%s\n' "$l"; done >>"$T/miss.$kind"
+}
+seen() { echo . >>"$T/seen.$1"; }
+# verdict KIND NAME: the one case of check KIND: ok when it went over at
+# least one option and missed none, else FAIL with every miss.
+verdict() {
+    n=0
+    [ -f "$T/seen.$1" ] && n=$(grep -c . "$T/seen.$1")
+    if [ "$n" -eq 0 ]; then
+        bad "$2" "no option went through this check"
+    elif [ -s "$T/miss.$1" ]; then
+        bad "$2 ($n checked)" "$(cat "$T/miss.$1")"
+    else
+        ok "$2 ($n checked)"
+    fi
 }
 
 if ! "$SLUICED" --dump-options >"$T/table" 2>"$T/err"; then
@@ -67,9 +94,10 @@ ndoc=$(grep -c . "$T/doc")
 # The table's own spelling of each row, in the docs' markdown.
 while IFS="$US" read -r name short arg infile def val help; do
     flag="\`--$name${arg:+ $arg}\`${short:+, \`$short\`}"
+    seen docs
     row=$(awk -F "$TAB" -v f="$flag" '$1 == f' "$T/doc")
     if [ -z "$row" ]; then
-        bad "docs/sluiced.md has no row $flag" "its rows: $(cut -f1 "$T/doc" | grep -F -- "--$name" || echo none)"
+        miss docs "no row $flag; its rows: $(cut -f1 "$T/doc" | grep -F -- "--$name" | tr '\n' ' ' || echo none)"
         continue
     fi
     twin=$(printf '%s\n' "$row" | cut -f2)
@@ -83,30 +111,31 @@ while IFS="$US" read -r name short arg infile def val help; do
     else
         [ "$twin" = "—" ] && twin_ok=1 || twin_ok=0
     fi
-    if [ "$twin_ok" = 1 ] && [ "$ddef" = "$def" ]; then
-        ok "docs: $flag, twin $twin, default '${def}'"
-    else
-        bad "docs: $flag" "config file column '$twin' (config file: $infile)" \
-            "default column '$ddef', the table says '$def'"
+    if [ "$twin_ok" != 1 ] || [ "$ddef" != "$def" ]; then
+        miss docs "$flag: config file column '$twin' (config file: $infile)," \
+            "    default column '$ddef', the table says '$def'"
     fi
 done <"$T/rows.us"
+verdict docs "docs/sluiced.md: a row for every option, with its config-file twin and default"
 cut -f1 "$T/doc" | while IFS= read -r f; do
+    seen docs_extra
     n=$(printf '%s\n' "$f" | sed -n 's/^`--\([a-z-]*\).*/\1/p')
     if [ -z "$n" ] || ! cut -f1 "$T/rows" | grep -qx -- "$n"; then
-        bad "docs/sluiced.md documents $f, which sluiced does not have"
+        miss docs_extra "docs/sluiced.md documents $f, which sluiced does not have"
     fi
 done
+verdict docs_extra "docs/sluiced.md documents no option sluiced does not have"
 
 # ---- --help ----------------------------------------------------------------
 "$SLUICED" --help >"$T/help" 2>&1
 while IFS="$US" read -r name short arg infile def val help; do
     want="  --$name${arg:+ $arg}${short:+, $short}"
-    if grep -q -x -F -- "$want" "$T/help" || grep -q -F -- "$want  " "$T/help"; then
-        ok "--help lists '$want'"
-    else
-        bad "--help does not list '$want'"
+    seen help
+    if ! grep -q -x -F -- "$want" "$T/help" && ! grep -q -F -- "$want  " "$T/help"; then
+        miss help "--help does not list '$want'"
     fi
 done <"$T/rows.us"
+verdict help "--help lists every option as the table spells it"
 
 # ---- defaults are real; --name V, --name=V and the file's `name V` agree ----
 cut -f6- "$T/table" >"$T/values.default"
@@ -114,7 +143,8 @@ while IFS="$US" read -r name short arg infile def val help; do
     [ -z "$arg" ] && continue # --help, --version, --dump-options take no value
     case $def in
     none)
-        if [ -z "$val" ]; then ok "default of --$name: none (empty)"; else bad "--$name defaults to '$val', the table says none"; fi
+        seen defaults
+        [ -z "$val" ] || miss defaults "--$name defaults to '$val', the table says none"
         case $arg in
         FILE | PATH) v=$T/some-file ;;
         N/DUR) v=7/3s ;;
@@ -123,17 +153,17 @@ while IFS="$US" read -r name short arg infile def val help; do
         ;;
     *)
         v=$def
-        if "$SLUICED" "--$name=$def" --dump-options 2>"$T/err" | cut -f6- >"$T/values.given"; then
-            if cmp -s "$T/values.default" "$T/values.given"; then
-                ok "--$name=$def (its default) changes no value"
-            elif [ "$name" = max-output-total ]; then
-                v= # a description, checked below
-            else
-                bad "--$name=$def, its stated default, changes the values" \
-                    "$(diff "$T/values.default" "$T/values.given")"
-            fi
+        if [ "$name" = max-output-total ]; then
+            v= # its default is a description, checked below
+        elif "$SLUICED" "--$name=$def" --dump-options 2>"$T/err" >"$T/dump.given"; then
+            seen defaults
+            cut -f6- "$T/dump.given" >"$T/values.given"
+            cmp -s "$T/values.default" "$T/values.given" ||
+                miss defaults "--$name=$def, its stated default, changes the values:" \
+                    "$(diff "$T/values.default" "$T/values.given" | sed 's/^/    /')"
         else
-            [ "$name" = max-output-total ] && v= || bad "--$name=$def, its stated default, is refused" "$(cat "$T/err")"
+            seen defaults
+            miss defaults "--$name=$def, its stated default, is refused: $(cat "$T/err")"
         fi
         ;;
     esac
@@ -155,35 +185,36 @@ while IFS="$US" read -r name short arg infile def val help; do
     else
         c=$a
     fi
-    if [ "$a" = "$b" ] && [ "$a" = "$c" ] && case $a in refused*) false ;; *) true ;; esac; then
-        ok "--$name $v, --$name=$v (and '$name $v' in a file: $infile) give '$a'"
-    else
-        bad "--$name $v gives '$a', --$name=$v '$b', the file '$c'"
+    seen forms
+    if [ "$a" != "$b" ] || [ "$a" != "$c" ] || case $a in refused*) true ;; *) false ;; esac; then
+        miss forms "--$name $v gives '$a', --$name=$v '$b', the file ('$name $v', $infile) '$c'"
     fi
 done <"$T/rows.us"
+verdict defaults "every stated default is the real one (giving it changes no value)"
+verdict forms "every option: --name V, --name=V and the config file's 'name V' give one value"
 # max-output-total's default is a description: a quarter of --max-memory,
 # at least 16mb; 256mb when --max-memory is 0.
 for mm in 1gb:256mb 4gb:1gb 32mb:16mb 0:256mb; do
     got=$(value max-output-total --max-memory "${mm%%:*}") || got="refused: $(cat "$T/err")"
-    if [ "$got" = "${mm#*:}" ]; then
-        ok "--max-memory ${mm%%:*}: max-output-total ${mm#*:}"
-    else
-        bad "--max-memory ${mm%%:*}: max-output-total '$got', want ${mm#*:}"
-    fi
+    seen derived
+    [ "$got" = "${mm#*:}" ] ||
+        miss derived "--max-memory ${mm%%:*}: max-output-total '$got', want ${mm#*:}"
 done
+verdict derived "max-output-total's default: a quarter of --max-memory, at least 16mb, 256mb for 0"
 
 # ---- every spelling of every yes/no option ---------------------------------
 grep "$TAB\\(yes|no\\)$TAB" "$T/rows" | cut -f1 >"$T/bools"
 nb=$(grep -c . "$T/bools")
-if [ "$nb" -ge 5 ]; then ok "$nb yes/no options: $(tr '\n' ' ' <"$T/bools")"; else bad "only $nb yes/no options in the table"; fi
-# spell NAME WANT ARGS...: option NAME is WANT after `sluiced ARGS...`
+[ "$nb" -ge 5 ] || miss spell "only $nb yes/no options in the table: $(tr '\n' ' ' <"$T/bools")"
+# spell KIND NAME WANT ARGS...: option NAME is WANT after `sluiced ARGS...`
 spell() {
-    name=$1 want=$2
-    shift 2
+    kind=$1 name=$2 want=$3
+    shift 3
+    seen "$kind"
     if got=$(value "$name" "$@"); then
-        if [ "$got" = "$want" ]; then ok "$name is $want after: $*"; else bad "$name is '$got' after: $*, want $want"; fi
+        [ "$got" = "$want" ] || miss "$kind" "$name is '$got' after: $*, want $want"
     else
-        bad "sluiced $* refused" "$(cat "$T/err")"
+        miss "$kind" "sluiced $* refused: $(head -1 "$T/err")"
     fi
 }
 while read -r name; do
@@ -191,44 +222,45 @@ while read -r name; do
     other=yes
     [ "$def" = yes ] && other=no
     # Bare: yes, alone, before another flag, and last.
-    spell "$name" yes "--$name"
-    spell "$name" yes "--$name" --port 7001
-    spell "$name" yes --port 7001 "--$name"
+    spell spell "$name" yes "--$name"
+    spell spell "$name" yes "--$name" --port 7001
+    spell spell "$name" yes --port 7001 "--$name"
     for w in yes no YES No true false TRUE False on off ON Off 1 0; do
         case $w in yes | YES | true | TRUE | on | ON | 1) want=yes ;; *) want=no ;; esac
-        spell "$name" $want "--$name" "$w"
-        spell "$name" $want "--$name=$w"
+        spell spell "$name" $want "--$name" "$w"
+        spell spell "$name" $want "--$name=$w"
         printf '%s %s\n' "$name" "$w" >"$T/conf"
-        spell "$name" $want --config "$T/conf"
+        spell spell "$name" $want --config "$T/conf"
     done
     printf '# only the name\n%s\n' "$name" >"$T/conf"
-    spell "$name" yes --config "$T/conf"
+    spell spell "$name" yes --config "$T/conf"
     # The flag overrides the file, both ways.
     printf '%s %s\n' "$name" "$other" >"$T/conf"
-    spell "$name" "$def" --config "$T/conf" "--$name" "$def"
-    spell "$name" "$def" "--$name=$def" --config "$T/conf"
+    spell override "$name" "$def" --config "$T/conf" "--$name" "$def"
+    spell override "$name" "$def" "--$name=$def" --config "$T/conf"
     # Any other word is refused, naming it, and nothing starts.
     for bad_args in "--$name maybe" "--$name=maybe" "--$name="; do
+        seen refuse
         # shellcheck disable=SC2086
         "$SLUICED" $bad_args --dump-options >"$T/out" 2>"$T/err"
         rc=$?
         w=${bad_args#*[ =]}
         want="sluiced: invalid --$name '$w': expected yes or no"
-        if [ "$rc" -eq 2 ] && [ "$(head -1 "$T/err")" = "$want" ] && [ ! -s "$T/out" ]; then
-            ok "sluiced $bad_args: exit 2, $want"
-        else
-            bad "sluiced $bad_args: exit $rc" "$(cat "$T/err")" "want: $want"
+        if [ "$rc" -ne 2 ] || [ "$(head -1 "$T/err")" != "$want" ] || [ -s "$T/out" ]; then
+            miss refuse "sluiced $bad_args: exit $rc, '$(head -1 "$T/err")', want: $want"
         fi
     done
     printf 'port 7001\n%s maybe\n' "$name" >"$T/conf"
+    seen refuse
     "$SLUICED" --config "$T/conf" --dump-options >"$T/out" 2>"$T/err"
     rc=$?
     want="sluiced: $T/conf:2: invalid $name 'maybe': expected yes or no"
-    if [ "$rc" -eq 2 ] && [ "$(head -1 "$T/err")" = "$want" ]; then
-        ok "'$name maybe' in a file: exit 2, file:line and the word"
-    else
-        bad "'$name maybe' in a file: exit $rc" "$(cat "$T/err")" "want: $want"
+    if [ "$rc" -ne 2 ] || [ "$(head -1 "$T/err")" != "$want" ]; then
+        miss refuse "'$name maybe' in a file: exit $rc, '$(head -1 "$T/err")', want: $want"
     fi
 done <"$T/bools"
+verdict spell "yes/no options ($nb): bare, and yes/no/true/false/on/off/1/0 in any case, in flags and files"
+verdict override "yes/no options: the flag overrides the config file, both ways"
+verdict refuse "yes/no options: any other word refused with exit 2, naming it (flag and file:line)"
 
 finish

@@ -716,6 +716,32 @@ def _do_cleanups_stopping(self):
 unittest.TestCase.doCleanups = _do_cleanups_stopping
 
 
+def run_checked(argv, **kw):
+    """subprocess.run(argv, **kw) for a sluiced that runs to its end by
+    itself (a start it must refuse, --dump-options, --help): its output,
+    captured (capture_output, unless the caller redirects it), is scanned
+    as a server's log is.  A sanitizer report (SANITIZER_MARKS) or a death
+    by a crash signal raises AssertionError, whatever exit status the test
+    expects.  Returns the CompletedProcess."""
+    kw.setdefault("stdin", subprocess.DEVNULL)
+    if "stdout" not in kw and "stderr" not in kw:
+        kw.setdefault("capture_output", True)
+    p = subprocess.run(argv, **kw)
+    out = b""
+    for part in (p.stdout, p.stderr):
+        if part:
+            out += part if isinstance(part, bytes) else part.encode()
+    text = out.decode("utf-8", "replace")
+    problems = [m for m in SANITIZER_MARKS if m in text]
+    if p.returncode < 0 and -p.returncode in CRASH_SIGNALS:
+        problems.append("died of signal %d (%s)" % (-p.returncode,
+                                                     signal.Signals(-p.returncode).name))
+    if problems:
+        raise AssertionError("%s: %s\n%s" % (" ".join(str(a) for a in argv[:6]),
+                                               "; ".join(problems), text[-4000:]))
+    return p
+
+
 def free_port():
     """A port free right now, for the few tests that must name one (a
     server refusing to start: nothing may listen there afterwards)."""
@@ -742,12 +768,20 @@ class RedisServer:
     """A redis-server of a test's own on a free loopback port (the Redis
     backend's tests): no snapshots unless `appendonly_dir` is given (then
     every write is in an append-only file there, so a restart keeps it).
-    Stopped by its PID only: stop() (SIGTERM, then SIGKILL after a
-    deadline), kill() (SIGKILL: a crash), pause()/resume() (SIGSTOP and
-    SIGCONT: a stalled server).  `password` sets requirepass.  `module_args`
-    (a list, may be empty) loads the build's sluice.so with those module
-    arguments (a sanitized build's with its runtime preloaded); `loadable`
-    preloads that runtime without loading it, for a MODULE LOAD later."""
+    Stopped by its PID only: stop() (SIGTERM, a generous wait, then SIGKILL,
+    which is a failure), kill() (SIGKILL: a crash), pause()/resume()
+    (SIGSTOP and SIGCONT: a stalled server).  `password` sets requirepass.
+    `module_args` (a list, may be empty) loads the build's sluice.so with
+    those module arguments (a sanitized build's with its runtime preloaded);
+    `loadable` preloads that runtime without loading it, for a MODULE LOAD
+    later.
+
+    Its log (redis.log in its folder, appended across restarts) is scanned
+    as sluiced's is (REDIS_MARKS: a sanitizer's report from inside the
+    module, Redis's own crash report): cleanup() -- a test's cleanup, and
+    run_e2e.py after each test for every redis-server the test created --
+    raises AssertionError for a report, a crash signal, a forced kill or a
+    nonzero status after SIGTERM, failing the test that started it."""
 
     def __init__(self, password=None, appendonly_dir=None, module_args=None, loadable=False,
                  cluster=False):
@@ -758,16 +792,27 @@ class RedisServer:
         self.dir = appendonly_dir or tempfile.mkdtemp(prefix="sluice-redis-")
         self.own_dir = appendonly_dir is None
         self.appendonly = appendonly_dir is not None
+        self.log_path = os.path.join(self.dir, "redis.log")
         self.port = None
         self.proc = None
+        self.problems = []    # found by stop() or check(), not yet reported
+        self._scanned = 0     # bytes of the log check() has read
+        self._cleaned = False
         REDIS_STARTED.append(self)
 
     def start(self, timeout=15):
         """Starts (on the same port as before after a stop) and waits until
         it answers PING.  A port taken meanwhile is tried again on another
         (bounded), the first time only."""
+        self._cleaned = False
         for _ in range(5):
             port = self.port or free_port()
+            # a cluster node's bus is its port + 10000: Redis refuses a
+            # port above 55535 (a free port often is one)
+            for _ in range(100):
+                if not self.cluster or port <= 55535:
+                    break
+                port = free_port()
             argv = ["redis-server", "--port", str(port), "--bind", HOST, "--save", "",
                     "--dir", self.dir, "--appendonly", "yes" if self.appendonly else "no",
                     "--appendfsync", "always", "--daemonize", "no", "--protected-mode", "no"]
@@ -783,7 +828,7 @@ class RedisServer:
                          os.path.join(self.dir, "nodes-%d.conf" % port),
                          "--cluster-node-timeout", "2000",
                          "--cluster-require-full-coverage", "no"]
-            log = open(os.path.join(self.dir, "redis.log"), "ab")
+            log = open(self.log_path, "ab")
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=env)
             log.close()
@@ -799,9 +844,13 @@ class RedisServer:
                     pass
                 time.sleep(0.02)
             self.stop()
+            problems = self.check()
+            if problems:
+                raise AssertionError("redis-server did not start: %s\n%s"
+                                     % ("; ".join(problems), self.log()[-4000:]))
             if self.port is not None:
                 break
-        raise AssertionError("redis-server did not start")
+        raise AssertionError("redis-server did not start:\n%s" % self.log()[-4000:])
 
     def url(self, password=None):
         auth = ":%s@" % password if password else ""
@@ -824,24 +873,83 @@ class RedisServer:
         self.proc.send_signal(signal.SIGCONT)
 
     def kill(self):
+        """SIGKILL by PID, as a crash would (a test's own choice: not a
+        failure; the log is still scanned by cleanup())."""
         if self.running():
             self.proc.kill()
             self.proc.wait(10)
 
-    def stop(self):
-        if self.running():
-            self.proc.send_signal(signal.SIGCONT)
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+    def stop(self, timeout=STOP_SECONDS):
+        """SIGCONT (it may be paused), SIGTERM by PID, a wait of `timeout`
+        seconds (scaled), then SIGKILL.  A forced kill, or a status other
+        than 0 after SIGTERM, is kept for check() to report."""
+        if not self.running():
+            return
+        self.proc.send_signal(signal.SIGCONT)
+        self.proc.terminate()
+        try:
+            rc = self.proc.wait(timeout * SLOW)
+            if rc != 0:
+                self.problems.append("exit status %s after SIGTERM" % rc)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.problems.append("did not exit within %gs of SIGTERM, killed with SIGKILL"
+                                 % (timeout * SLOW))
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def check(self):
+        """What went wrong that has not been reported yet: stop()'s findings,
+        death by a crash signal, and in the log written since the last
+        check, a sanitizer report or Redis's crash report (REDIS_MARKS).
+        Each is returned once."""
+        problems, self.problems = self.problems, []
+        if self.proc is not None:
+            rc = self.proc.poll()
+            if rc is not None and rc < 0 and -rc in CRASH_SIGNALS:
+                msg = "died of signal %d (%s)" % (-rc, signal.Signals(-rc).name)
+                if msg not in problems:
+                    problems.append(msg)
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._scanned)
+                text = f.read()
+        except OSError:
+            text = b""
+        self._scanned += len(text)
+        text = text.decode("utf-8", "replace")
+        marks = [m for m in REDIS_MARKS if m in text]
+        if marks:
+            problems.append("report in its log: %s" % ", ".join(marks))
+        return problems
 
     def cleanup(self):
+        """The end of its life in a test: stop() if running, check(), remove
+        its own folder.  Raises AssertionError (with the log's end) on any
+        problem; a second call does nothing."""
+        if self._cleaned:
+            return
         self.stop()
+        problems = self.check()
+        tail = self.log()[-6000:] if problems else ""
+        self._cleaned = True
         if self.own_dir:
             shutil.rmtree(self.dir, True)
+        if problems:
+            raise AssertionError("redis-server (port %s, pid %s): %s\n%s"
+                                 % (self.port, self.proc.pid if self.proc else "?",
+                                    "; ".join(problems), tail))
+
+
+# What Redis writes when it crashes or panics (a module's assertion, a
+# signal), on top of a sanitizer's report from inside the module.
+REDIS_MARKS = SANITIZER_MARKS + ("REDIS BUG REPORT", "crashed by signal")
 
 
 # The build's Redis module, and the environment a redis-server loading it
@@ -920,8 +1028,16 @@ class RedisCluster:
         return r.cmd("CLUSTER", "KEYSLOT", key)
 
     def cleanup(self):
+        """Every node's cleanup(), all of them even if one fails; raises
+        AssertionError with every node's problems."""
+        problems = []
         for r in self.nodes:
-            r.cleanup()
+            try:
+                r.cleanup()
+            except AssertionError as e:
+                problems.append(str(e))
+        if problems:
+            raise AssertionError("\n".join(problems))
 
 
 # Every redis-server started (RedisServer), stopped by PID at exit.

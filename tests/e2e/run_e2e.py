@@ -63,8 +63,10 @@ class Result(unittest.TextTestResult):
 
     After each test it checks the servers the test started (Server.check:
     sanitizer reports, crash signals, forced kills; any still running is
-    stopped with SIGTERM first) and the new reports of its class's shared
-    server: a problem fails that test.  A class or module fixture that fails
+    stopped with SIGTERM first), likewise every redis-server it created
+    (RedisServer.cleanup: sanitizer and Redis crash reports in its log),
+    and the new reports of its class's shared server: a problem fails that
+    test.  A class or module fixture that fails
     (setUpClass, tearDownClass -- where a shared server is stopped and
     checked) is a case of its own."""
 
@@ -74,6 +76,7 @@ class Result(unittest.TextTestResult):
 
     def startTest(self, test):
         self._first_server = len(harness.STARTED)
+        self._first_redis = len(harness.REDIS_STARTED)
         self._t0 = time.monotonic()
         self._outcome = "PASS"
         self._why = ""
@@ -152,6 +155,11 @@ class Result(unittest.TextTestResult):
                 found = [str(e)]
             problems += ["%s (pid %s): %s" % (s.name, s.proc.pid if s.proc else "?", p)
                          for p in found]
+        for r in harness.REDIS_STARTED[self._first_redis:]:
+            try:
+                r.cleanup()  # stops any the test left running; scans its log
+            except AssertionError as e:
+                problems.append(str(e))
         if problems:
             try:
                 raise AssertionError("server problems after the test:\n" + "\n".join(problems))
@@ -175,6 +183,14 @@ def stop_leftovers():
                 problems.append("%s (pid %s) was still running at the end" % (s.name, s.pid))
             except AssertionError as e:
                 problems.append(str(e).split("\n")[0])
+    for r in harness.REDIS_STARTED:
+        running = r.running()
+        try:
+            r.cleanup()
+            if running:
+                problems.append("redis-server (pid %s) was still running at the end" % r.proc.pid)
+        except AssertionError as e:
+            problems.append(str(e).split("\n")[0])
     return problems
 
 
@@ -183,7 +199,10 @@ def stop_leftovers_at_exit():
         if s.running():
             s.stop(timeout=5)
     for r in harness.REDIS_STARTED:  # the Redis backend's tests' redis-servers
-        r.cleanup()
+        try:
+            r.cleanup()
+        except AssertionError as e:
+            print("redis-server left at exit: %s" % str(e).split("\n")[0])
 
 
 def main():

@@ -444,8 +444,8 @@ class TestSkewOption(unittest.TestCase):
                 (["--config", conf],
                  "sluiced: %s:2: invalid max-client-skew 'soon': expected a duration such as "
                  "500ms, 30s, 5m or 1h, or 0 for no bound" % conf)):
-            p = subprocess.run([SLUICED, "--port", "0"] + args, capture_output=True, text=True,
-                               timeout=30 * SLOW)
+            p = harness.run_checked([SLUICED, "--port", "0"] + args, capture_output=True, text=True,
+                                    timeout=30 * SLOW)
             self.assertEqual(p.returncode, 2, (args, p.stderr))
             self.assertEqual(p.stderr.splitlines()[0], msg)
 

@@ -9,7 +9,6 @@ checks that the server runs with what it parsed, and that the two agree."""
 import os
 import re
 import shutil
-import subprocess
 import tempfile
 import time
 
@@ -68,8 +67,8 @@ NEEDS = {
 
 def table():
     """The option table: name -> (value name, default) for every option."""
-    out = subprocess.run([SLUICED, "--dump-options"], capture_output=True, text=True,
-                         check=True).stdout
+    out = harness.run_checked([SLUICED, "--dump-options"], capture_output=True, text=True,
+                              check=True).stdout
     rows = {}
     for line in out.splitlines():
         if line.startswith("#"):
@@ -81,8 +80,8 @@ def table():
 
 def dumped(args, name):
     """The value `sluiced ARGS --dump-options` gives option name."""
-    out = subprocess.run([SLUICED] + list(args) + ["--dump-options"], capture_output=True,
-                         text=True, check=True).stdout
+    out = harness.run_checked([SLUICED] + list(args) + ["--dump-options"], capture_output=True,
+                              text=True, check=True).stdout
     for line in out.splitlines():
         f = line.split("\t")
         if f[0] == name:
@@ -151,8 +150,8 @@ class TestYesNoFlags(ServerTestCase):
     def test_a_word_not_yes_or_no_is_refused(self):
         for name in sorted(self.bools):
             with self.subTest(option=name):
-                p = subprocess.run([SLUICED, "--port", "0", "--" + name, "maybe"],
-                                   capture_output=True, text=True, timeout=30)
+                p = harness.run_checked([SLUICED, "--port", "0", "--" + name, "maybe"],
+                                        capture_output=True, text=True, timeout=30)
                 self.assertEqual(p.returncode, 2, p.stderr)
                 self.assertEqual(p.stderr.splitlines()[0],
                                  "sluiced: invalid --%s 'maybe': expected yes or no" % name)

@@ -163,6 +163,7 @@ class TestFleetServerTime(FleetTest):
         seen = {}  # window end (ms, Redis's clock) -> remaining values allowed
         cmd = ["RL.ALLOW", "fleet:real", self.L, self.W, "ALGO", "fixed-window"]
         start = time.time() * 1000
+        unsure = 0  # allowed replies whose window a long round left open
         for _ in range(self.MAX_ROUNDS):
             if time.time() * 1000 - start > 3.5 * self.W:
                 break
@@ -171,18 +172,23 @@ class TestFleetServerTime(FleetTest):
             after = time.time() * 1000
             # a reply's window ends at a multiple of W in [before, after] +
             # reset_after (before floored: Redis's ms are its clock's, floored);
-            # a round shorter than W holds at most one
-            self.assertLess(after - before, self.W, "a round took longer than a window")
+            # a round shorter than W holds one.  A round that a loaded
+            # machine made longer may hold two for some replies: those are
+            # not attributed (counted in `unsure`), the others still are.
             for r in flat:
                 if r[0] == 1:
                     # Redis's clock reads whole ms: its time of the
                     # decision is in [floor(before), after]
                     lo, hi = math.floor(before) + r[4], after + r[4] + 1
-                    ends = [e for e in (int(lo // self.W + 1) * self.W, int(lo // self.W) * self.W)
+                    ends = [e for e in range(int(lo // self.W) * self.W, int(hi) + 1, self.W)
                             if lo <= e <= hi]
-                    self.assertEqual(len(ends), 1, (lo, hi, r))
+                    self.assertGreaterEqual(len(ends), 1, "no window end fits %r" % ((lo, hi, r),))
+                    if len(ends) > 1:
+                        unsure += 1
+                        continue
                     seen.setdefault(ends[0], []).append(r[2])
-        self.assertGreaterEqual(len(seen), 3, "the rounds admitted in fewer than three windows")
+        self.assertGreaterEqual(len(seen), 3, "the rounds admitted in fewer than three windows "
+                                "(%d replies of rounds longer than a window left out)" % unsure)
         for end, rem in sorted(seen.items()):
             self.assertEqual(len(rem), len(set(rem)),
                              "window ending %d: a remaining value twice: %s" % (end, sorted(rem)))

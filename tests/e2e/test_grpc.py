@@ -86,7 +86,11 @@ D = ratelimit_pb2.RateLimitDescriptor
 R = rls_pb2.RateLimitResponse
 OK, OVER = R.OK, R.OVER_LIMIT
 U32 = 2 ** 32 - 1
-CLOCK_SLACK_MS = 5  # sluiced's clock against this test's (assert_window_reset)
+# sluiced's clock against this test's (assert_window_reset, the model test):
+# it reads its clock once per loop turn, and a turn on a loaded machine (a
+# CPU hog beside a sanitized build) may have begun a while before the
+# request was read; a wrong window mapping is off by a window, seconds.
+CLOCK_SLACK_MS = 100 * SLOW
 TIMEOUT = 20 * SLOW
 
 
@@ -239,9 +243,10 @@ class TestParity(unittest.TestCase):
                     if w["reset"] is not None and g["reset"] is not None:
                         # the two answers are gap_ms apart on the server's clock,
                         # each read to the millisecond at its loop turn's start
-                        # (a turn of a sanitized build on a busy machine can
-                        # take a few ms); a wrong mapping is off by seconds
-                        self.assertLessEqual(abs(g["reset"] - w["reset"]), gap_ms + 5,
+                        # (CLOCK_SLACK_MS: a turn on a busy machine can be long);
+                        # a wrong mapping is off by seconds
+                        self.assertLessEqual(abs(g["reset"] - w["reset"]),
+                                             gap_ms + CLOCK_SLACK_MS,
                                              "%s descriptor %d: %r %r" % (where, k, g, w))
                         g["reset"] = w["reset"]
                     self.assertEqual(g, w, "%s descriptor %d" % (where, k))
@@ -262,12 +267,12 @@ class TestParity(unittest.TestCase):
 
     @staticmethod
     def away_from_boundaries():
-        """Waits (at most ~2 s) while a half-hour boundary -- where every
-        window of these rules starts -- is within 1.5 s, so the pair of
-        calls never straddles one."""
+        """Waits (at most ~10 s) while a half-hour boundary -- where every
+        window of these rules starts -- is within 5 s, so the pair of
+        calls never straddles one (5 s: a margin a loaded machine keeps)."""
         while True:
             ms = int(time.time() * 1000) % HALF_HOUR_MS
-            if 1500 < ms < HALF_HOUR_MS - 1500:
+            if 5000 < ms < HALF_HOUR_MS - 5000:
                 return
             time.sleep(0.05)
 

@@ -13,7 +13,7 @@ import subprocess
 import unittest
 
 from harness import (BASE, HOST, SLOW, SLUICED, RespError, ServerTestCase, free_port,
-                     nothing_listening)
+                     nothing_listening, run_checked)
 
 # A structured-field list of one item (RFC 9651 section 3.1): a string and
 # its integer parameters, e.g. "default";q=5;w=300.
@@ -228,8 +228,8 @@ class TestHttpPortOption(unittest.TestCase):
     RESP port is refused before anything listens."""
 
     def run_sluiced(self, *args):
-        p = subprocess.run([SLUICED] + list(args), capture_output=True, text=True,
-                           timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+        p = run_checked([SLUICED] + list(args), capture_output=True, text=True,
+                        timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stderr
 
     def test_bad_values(self):

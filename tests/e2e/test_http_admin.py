@@ -12,13 +12,13 @@ import json
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 import threading
 import time
 import unittest
 
-from harness import HOST, SANITIZED, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline
+from harness import (HOST, SANITIZED, SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline,
+                     run_checked)
 
 TOKEN = "t0ken-of-the-rules-service"
 
@@ -116,8 +116,8 @@ class TestTokenFile(unittest.TestCase):
     """A token file that cannot be used refuses the start, naming it."""
 
     def refused(self, path):
-        r = subprocess.run([SLUICED, "--port", "0", "--http-port", "0", "--grpc-port", "0", "--admin-token-file", path],
-                           capture_output=True, timeout=30 * SLOW)
+        r = run_checked([SLUICED, "--port", "0", "--http-port", "0", "--grpc-port", "0", "--admin-token-file", path],
+                        capture_output=True, timeout=30 * SLOW)
         self.assertEqual(r.returncode, 2, r)
         return r.stderr.decode()
 

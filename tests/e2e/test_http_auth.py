@@ -11,9 +11,8 @@ ForwardAuth and Envoy's ext_authz HTTP service send (neither runs here)."""
 import http.client
 import os
 import re
-import subprocess
 
-from harness import HOST, ROOT, SLUICED, ServerTestCase
+from harness import HOST, ROOT, SLUICED, ServerTestCase, run_checked
 from sf_list import parse_list
 
 BIG = "{unit: hour, requests_per_unit: 100000, name: %s}"
@@ -303,7 +302,7 @@ class TestAuthIPv6(AuthCase):
 
 class TestAuthOptions(ServerTestCase):
     def refused(self, *args):
-        p = subprocess.run([SLUICED, *args, "--dump-options"], capture_output=True, timeout=30)
+        p = run_checked([SLUICED, *args, "--dump-options"], capture_output=True, timeout=30)
         self.assertEqual(p.returncode, 2, p)
         return p.stderr.decode().splitlines()[0]
 

@@ -437,10 +437,10 @@ class TestHttpHostile(ServerTestCase):
             s.close()
         self.assertEqual((closed, len(open_)), (n, 0), "trickling connections left open")
         self.assertEqual(got, b"", "a trickling connection was answered")
-        # served while the trickle went on (each exactly, above); how many
-        # rounds fit before the deadline closed the trickle is the machine's
-        # speed (19 under TSan on a busy 2-core VM), not sluiced's behaviour
-        self.assertGreater(served, 0)
+        # served while the trickle went on: each round's healthz is asserted
+        # above, and the first round runs with all n connections open; how
+        # many rounds fit before the deadline closed the trickle is the
+        # machine's speed, not sluiced's behaviour, so it is not asserted
         # each line was cut before its end: no request was ever whole
         self.assertEqual(len(cut_at), n)
         self.assertLess(max(cut_at), len(line))

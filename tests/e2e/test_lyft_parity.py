@@ -487,8 +487,9 @@ def start_refused(args):
     """sluiced with args must refuse to start: (exit status, output)."""
     import subprocess
     port = free_port()
-    p = subprocess.run([harness.SLUICED, "--port", str(port)] + list(args), capture_output=True,
-                       timeout=30 * harness.SLOW, stdin=subprocess.DEVNULL, cwd="/")
+    p = harness.run_checked([harness.SLUICED, "--port", str(port)] + list(args),
+                            capture_output=True, timeout=30 * harness.SLOW,
+                            stdin=subprocess.DEVNULL, cwd="/")
     msg = (p.stdout + p.stderr).decode("utf-8", "replace")
     assert nothing_listening(port), msg
     for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):

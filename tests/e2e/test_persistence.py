@@ -14,8 +14,8 @@ import tempfile
 import time
 import unittest
 
-from harness import (BASE, SLOW, SLUICED, Server, ServerTestCase, assert_clean_stop,
-                     deadline, encode, free_port, nothing_listening)
+from harness import (BASE, SLOW, SLUICED, Server, ServerTestCase, assert_clean_stop, deadline,
+                     encode, free_port, nothing_listening, run_checked)
 
 FW = ["ALGO", "fixed-window"]
 
@@ -109,8 +109,8 @@ class TestRestart(unittest.TestCase):
         with open(self.snap, "wb") as f:
             f.write(bad)
         port = free_port()
-        p = subprocess.run([SLUICED, "--port", str(port), "--snapshot", self.snap],
-                           capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+        p = run_checked([SLUICED, "--port", str(port), "--snapshot", self.snap],
+                        capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         msg = (p.stdout + p.stderr).decode("utf-8", "replace")
         self.assertNotEqual(p.returncode, 0, msg)
         self.assertIn(self.snap, msg)
@@ -221,8 +221,8 @@ def run_refused(args, user=None, cwd=None):
     kw = {}
     if user is not None:
         kw = dict(user=user, group=user, extra_groups=[])
-    p = subprocess.run([SLUICED, "--port", str(port)] + list(args), capture_output=True,
-                       timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd=cwd, **kw)
+    p = run_checked([SLUICED, "--port", str(port)] + list(args), capture_output=True,
+                    timeout=30 * SLOW, stdin=subprocess.DEVNULL, cwd=cwd, **kw)
     msg = (p.stdout + p.stderr).decode("utf-8", "replace")
     assert nothing_listening(port), msg
     for m in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):

@@ -178,8 +178,8 @@ class RingTest(unittest.TestCase):
     # -- bad lists --
 
     def run_sluiced(self, *args):
-        p = subprocess.run([SLUICED, "--port", "0", "--http-port", "0"] + list(args),
-                           capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+        p = harness.run_checked([SLUICED, "--port", "0", "--http-port", "0"] + list(args),
+                                capture_output=True, timeout=30 * SLOW, stdin=subprocess.DEVNULL)
         return p.returncode, p.stderr.decode("utf-8", "replace")
 
     def test_bad_lists(self):

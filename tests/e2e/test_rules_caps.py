@@ -12,7 +12,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import SLOW, SLUICED, RespError, Server, assert_clean_stop
+from harness import SLOW, SLUICED, RespError, Server, assert_clean_stop, run_checked
 
 MAX_FILE = 4 << 20
 MAX_FILES = 1024
@@ -70,8 +70,8 @@ class TestRulesCaps(unittest.TestCase):
 
     def start_refused(self, path, msg):
         """sluiced --rules path exits 1 at once, naming the error."""
-        p = subprocess.run([SLUICED, "--port", "0", "--rules", path], capture_output=True,
-                           stdin=subprocess.DEVNULL, timeout=60 * SLOW)
+        p = run_checked([SLUICED, "--port", "0", "--rules", path], capture_output=True,
+                        stdin=subprocess.DEVNULL, timeout=60 * SLOW)
         out = p.stdout.decode("utf-8", "replace") + p.stderr.decode("utf-8", "replace")
         self.assertEqual(p.returncode, 1, out)
         self.assertIn('msg="cannot load the rules: refusing to start"', out)

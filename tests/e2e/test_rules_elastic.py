@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import BASE, SLOW, SLUICED, RespError, Server, assert_clean_stop
+from harness import BASE, SLOW, SLUICED, RespError, Server, assert_clean_stop, run_checked
 
 RULES = """domain: api
 descriptors:
@@ -123,8 +123,8 @@ class TestElastic(unittest.TestCase):
     def test_bad_capacity_is_refused(self):
         for bad, want in (("6", "must be N/DURATION"), ("x/1s", "N must be a whole number"),
                           ("5/soon", "'soon' is not a duration"), ("0/1s", "N must be")):
-            p = subprocess.run([SLUICED, "--port", "0", "--capacity", bad], capture_output=True,
-                               timeout=30 * SLOW, stdin=subprocess.DEVNULL)
+            p = run_checked([SLUICED, "--port", "0", "--capacity", bad], capture_output=True,
+                            timeout=30 * SLOW, stdin=subprocess.DEVNULL)
             self.assertEqual(p.returncode, 2, bad)
             self.assertIn(want, p.stderr.decode(), bad)
 

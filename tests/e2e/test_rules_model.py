@@ -29,10 +29,10 @@ REQUESTS = 400                      # per seed
 
 # Before 2026-11-23 sluiced decided, in the elastic second try, every elastic
 # limit at its ceiling, also those within L, which then answered OK with the
-# ceiling's numbers (a `remaining` that could be false:
-# test_elastic_within_l_reports_at_l below, docs/rules-model.md).  Fixed in
-# src/backend/backend_local.c; True would make the model follow the old way.
-SERVER_ELASTIC_WITHIN_L = False
+# ceiling's numbers (a `remaining` that could be false).  Fixed in
+# src/backend/backend_local.c; test_elastic_within_l_reports_at_l below
+# fails on the old way, and the model (within_l_at_ceiling=False) follows the
+# documented one (docs/rules-model.md).
 
 KEYS = ["a", "b", "c"]
 VALUES = ["x", "y", "xa", "xb", "xab", "ya", "z"]
@@ -410,12 +410,8 @@ class TestElasticWithinL(unittest.TestCase):
         assert_clean_stop(srv)
         self.assertEqual(after[6][0], b"OVER_LIMIT")      # b had no room left
         self.assertEqual(r[6], [b"ELASTIC", b"api.tenant", 4, 0, 0, 60000])
-        if r[7] == [b"OK", b"api.tenant", 4, 3, 0, 60000] and SERVER_ELASTIC_WITHIN_L:
-            self.skipTest("known: sluiced answers a limit within L at its elastic ceiling "
-                          "(remaining 3, then denied); docs/rules-model.md")
+        # within L: its own numbers (the old way said 4, 3: its ceiling's)
         self.assertEqual(r[7], [b"OK", b"api.tenant", 1, 0, 0, 60000])
-        self.assertFalse(SERVER_ELASTIC_WITHIN_L, "sluiced now answers as the docs say: "
-                         "set SERVER_ELASTIC_WITHIN_L = False")
 
 
 class TestRulesModel(unittest.TestCase):
@@ -453,7 +449,7 @@ class TestRulesModel(unittest.TestCase):
         srv = Server("--rules", d, *args, trust_client_time=True, name="model-seed-%d" % seed)
         srv.start()
         self.addCleanup(srv.kill)
-        model = M.RulesModel(files, capacity, within_l_at_ceiling=SERVER_ELASTIC_WITHIN_L,
+        model = M.RulesModel(files, capacity, within_l_at_ceiling=False,
                              count_denied=count_denied, merge_domains=seed % 8 == 4)
         cmds = [command(*r) for r in reqs]
         with srv.raw(timeout=30) as c:

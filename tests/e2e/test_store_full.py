@@ -196,7 +196,6 @@ class TestOptions(ServerTestCase):
             f.write("on-store-full evict\n")
         s = self.new_server("--config", conf)
         self.assertEqual(s.info("memory")["on_store_full"], "evict")
-        import subprocess
         for argv, want in ((["--on-store-full", "lru"],
                             "invalid --on-store-full 'lru': expected deny-new or evict"),
                            (["--config", conf + ".bad"], "full.conf.bad:1: invalid on-store-full "
@@ -204,11 +203,11 @@ class TestOptions(ServerTestCase):
             if argv[0] == "--config":
                 with open(argv[1], "w") as f:
                     f.write("on-store-full never\n")
-            p = subprocess.run([harness.SLUICED, "--port", "0"] + argv, capture_output=True,
-                               timeout=30 * harness.SLOW)
+            p = harness.run_checked([harness.SLUICED, "--port", "0"] + argv, capture_output=True,
+                                    timeout=30 * harness.SLOW)
             self.assertEqual(p.returncode, 2)
             self.assertIn(want, p.stderr.decode())
-        p = subprocess.run([harness.SLUICED, "--help"], capture_output=True, timeout=30)
+        p = harness.run_checked([harness.SLUICED, "--help"], capture_output=True, timeout=30)
         self.assertRegex(p.stdout.decode(), r"(?m)^\s+--on-store-full deny-new\|evict$")
 
 
