@@ -21,7 +21,7 @@ GEN=$(mktemp -d) || exit 1
 (cd "$ROOT/proto" && find . -name '*.proto' | sed 's|^\./||' |
     xargs protoc-c -I. --c_out="$GEN") || { echo "FAIL  protoc-c"; exit 1; }
 rc=0
-fuzz_target grpc 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
+fuzz_target grpc 20000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/grpc/*.c "$ROOT"/src/backend/*.c \
         "$ROOT"/src/backend/redis/*.c \
         "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) $(find "$GEN" -name '*.c') \
@@ -31,10 +31,10 @@ fuzz_target grpc 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
     -lpthread || rc=1
 # the hand-written codec of ShouldRateLimit's messages against protobuf-c's
 # (tests/fuzz/fuzz_rls_wire.c)
-fuzz_target rls_wire 20 "$ROOT/tests/fuzz/fuzz_rls_wire.c" "$ROOT/src/proto/grpc/rls_wire.c" \
+fuzz_target rls_wire 100000 "$ROOT/tests/fuzz/fuzz_rls_wire.c" "$ROOT/src/proto/grpc/rls_wire.c" \
     $(find "$GEN" -name '*.c') -I"$ROOT/src/proto/grpc" -I"$GEN" -lprotobuf-c || rc=1
 # sluiced's HPACK decoder against nghttp2's (tests/fuzz/fuzz_hpack.c)
-fuzz_target hpack 20 "$ROOT/tests/fuzz/fuzz_hpack.c" "$ROOT/src/proto/grpc/hpack.c" \
+fuzz_target hpack 200000 "$ROOT/tests/fuzz/fuzz_hpack.c" "$ROOT/src/proto/grpc/hpack.c" \
     -I"$ROOT/src/proto/grpc" -lnghttp2 -lpthread || rc=1
 rm -rf "$GEN"
 exit $rc

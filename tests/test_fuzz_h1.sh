@@ -14,7 +14,7 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target h1 30 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_h1.c" \
+fuzz_target h1 20000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_h1.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/resp/*.c "$ROOT"/src/proto/http/*.c \
         "$ROOT"/src/backend/*.c "$ROOT"/src/backend/redis/*.c "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \

@@ -11,4 +11,4 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target resp 30 "$ROOT/tests/fuzz/fuzz_resp.c" "$ROOT/src/proto/resp/resp.c" -I"$ROOT/src/proto/resp"
+fuzz_target resp 200000 "$ROOT/tests/fuzz/fuzz_resp.c" "$ROOT/src/proto/resp/resp.c" -I"$ROOT/src/proto/resp"

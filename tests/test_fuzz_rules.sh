@@ -12,4 +12,4 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target rules 20 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" "$ROOT/src/rules/rules_match.c" "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml
+fuzz_target rules 50000 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" "$ROOT/src/rules/rules_match.c" "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml

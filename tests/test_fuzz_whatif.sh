@@ -12,5 +12,5 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target whatif 20 "$ROOT/tests/fuzz/fuzz_whatif.c" "$ROOT/src/cli/whatif_parse.c" "$ROOT/src/cli/text.c" \
+fuzz_target whatif 100000 "$ROOT/tests/fuzz/fuzz_whatif.c" "$ROOT/src/cli/whatif_parse.c" "$ROOT/src/cli/text.c" \
     "$ROOT/src/lib/params.c" -I"$ROOT/src/cli" -I"$ROOT/src/rules"
