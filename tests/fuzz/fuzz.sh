@@ -21,14 +21,19 @@
 # with time and no fixed seed, is `make fuzz` (FUZZ_MODE=open below).
 # Needs $ROOT.
 #
-# FUZZ_MODE=open (what `make fuzz` sets): skips the seeded run and fuzzes
-# for FUZZ_SECONDS (0: until stopped) into build/fuzz/corpus_NAME/, which
-# keeps growing across runs; findings stay in build/fuzz/ (docs/testing.md
-# says how one becomes a seed and a regression test).
+# FUZZ_MODE=open (what `make fuzz` sets): after the replay, no seeded run
+# but fuzzing for FUZZ_SECONDS (0: until stopped), unseeded, into
+# build/fuzz/corpus_NAME/, which keeps growing across runs; findings stay
+# in build/fuzz/found/ (docs/testing.md says how one becomes a seed and a
+# regression test).  FUZZ_ONLY (`make fuzz FUZZ_TARGETS=...`): the target
+# names to run; the others are skipped without a word.
 
 fuzz_target() {
     name=$1 runs=${FUZZ_RUNS:-$2}
     shift 2
+    if [ -n "${FUZZ_ONLY:-}" ]; then # `make fuzz FUZZ_TARGETS=...`
+        case " $FUZZ_ONLY " in *" $name "*) ;; *) return 0 ;; esac
+    fi
     OUT=$ROOT/build/fuzz
     BIN=$OUT/fuzz_$name
     SEEDS=$ROOT/tests/fuzz/corpus_$name
@@ -116,17 +121,19 @@ fuzz_target() {
 
 # fuzz_open NAME DICT_FLAG: `make fuzz`'s open-ended run, FUZZ_SECONDS (0:
 # until stopped), unseeded, into the corpus build/fuzz/corpus_NAME/ (kept
-# across runs, seeded from the checked-in corpus).
+# across runs, seeded from the checked-in corpus); a failing input goes to
+# build/fuzz/found/NAME-crash-* (-leak-, -timeout-, -oom-).
 fuzz_open() {
     secs=${FUZZ_SECONDS:-0}
     corpus=$OUT/corpus_$1
-    mkdir -p "$corpus" && cp -n "$SEEDS"/* "$corpus/" || return 1
+    ART=$OUT/found/$1- # kept: the suite's runs clear only build/fuzz/NAME-*
+    mkdir -p "$corpus" "$OUT/found" && cp -n "$SEEDS"/* "$corpus/" || return 1
     echo "fuzzing $1 for ${secs}s (0: until stopped) into $corpus"
     if $norand "$BIN" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=8192 \
         $2 -print_final_stats=1 -artifact_prefix="$ART" "$corpus" >"$OUT/$1.log" 2>&1; then
         echo "ok    $1: open-ended fuzzing ($(grep -o 'cov: [0-9]*' "$OUT/$1.log" | tail -1)), no failure"
     else
-        echo "FAIL  $1: a failing input (kept in $OUT; log $OUT/$1.log):"
+        echo "FAIL  $1: a failing input (kept in $OUT/found; log $OUT/$1.log):"
         fuzz_show_failure "$OUT/$1.log"
         return 1
     fi
