@@ -14,5 +14,5 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target h2 150000 "$ROOT/tests/fuzz/fuzz_h2.c" "$ROOT/src/proto/grpc/h2.c" \
+fuzz_target h2 80000 "$ROOT/tests/fuzz/fuzz_h2.c" "$ROOT/src/proto/grpc/h2.c" \
     "$ROOT/src/proto/grpc/hpack.c" -I"$ROOT/src/proto/grpc" -lpthread

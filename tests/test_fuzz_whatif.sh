@@ -1,9 +1,10 @@
 #!/bin/sh
 # test_fuzz_whatif.sh -- fuzzes the line parsers of `sluice replay --rules`
 # (src/cli/whatif_parse.c: the lines format and nginx's combined format) with
-# libFuzzer for a bounded time, under ASan and UBSan.
+# libFuzzer, under ASan and UBSan.
 #
-# Steps (build, replay the seeds, fuzz for FUZZ_SECONDS, default 20 s):
+# Steps (build, replay the seeds, a seeded exploration of a fixed
+# number of inputs):
 # tests/fuzz/fuzz.sh.
 # Any crash, sanitizer report, leak or timeout fails the test; the input that
 # caused it is kept in build/fuzz/ (whatif-crash-*, ...) and printed.
