@@ -14,7 +14,8 @@
 #      FUZZ_SEED overrides it) and the dictionary tests/fuzz/NAME.dict when
 #      there is one, with ASLR off where setarch allows.  No time bound
 #      decides the outcome: the same commit explores the same inputs and gets
-#      the same result.  `timeout` only catches a hang, -timeout (per input)
+#      the same result (but where the code under test reads the clock or
+#      getrandom itself: docs/testing.md, "Fuzzing").  `timeout` only catches a hang, -timeout (per input)
 #      and -rss_limit_mb bound one input.
 # Any crash, sanitizer report, leak or timeout fails (returns 1); the input is
 # kept in build/fuzz/ (NAME-crash-*, ...) and printed.  Open-ended fuzzing,
