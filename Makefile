@@ -127,7 +127,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
-.PHONY: all lib cli sluiced module tests check asan tsan run bench install uninstall man clean fmt print-layer
+.PHONY: all lib cli sluiced module tests check asan tsan run bench fuzz install uninstall man clean fmt print-layer
 .SECONDARY: # keep objects made by chained rules (tests/*.o)
 all: lib cli sluiced module
 
@@ -272,6 +272,21 @@ check:
 
 bench: $(B)/bench/bench $(B)/sluicectl
 	./bench/run.sh
+
+# Open-ended fuzzing, apart from the suite (whose fuzzing is seeded and
+# bounded, tests/fuzz/fuzz.sh): every target of tests/test_fuzz_*.sh in
+# turn for FUZZ_SECONDS each (0: until stopped -- then name one target),
+# unseeded, growing build/fuzz/corpus_NAME/; a failing input stays in
+# build/fuzz/ (NAME-crash-*, ...).  FUZZ_TARGETS: names to run (e.g.
+# "hpack h2"), default all.  docs/testing.md says how a finding becomes a
+# seed and a regression test.
+FUZZ_SECONDS ?= 300
+FUZZ_TARGETS ?=
+fuzz:
+	@rc=0; for t in tests/test_fuzz_*.sh; do \
+	    FUZZ_MODE=open FUZZ_SECONDS="$(FUZZ_SECONDS)" FUZZ_ONLY="$(FUZZ_TARGETS)" \
+	        sh "$$t" || rc=1; \
+	done; exit $$rc
 
 run:
 	./scripts/run.sh

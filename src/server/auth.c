@@ -187,8 +187,8 @@ static int parse_user(const char *path, int ln, const char *line, size_t len,
                 int ok = n == 1 + 2 * SL_AUTH_DIGEST;
                 for (size_t i = 0; ok && i < SL_AUTH_DIGEST; i++) {
                     int hi = hexval(x[1 + 2 * i]), lo = hexval(x[2 + 2 * i]);
-                    ok = hi >= 0 && lo >= 0;
-                    d[i] = (unsigned char)(hi << 4 | lo);
+                    ok = hi >= 0 && lo >= 0; /* hexval's -1 is not shifted (UB) */
+                    if (ok) d[i] = (unsigned char)(hi << 4 | lo);
                 }
                 if (!ok) {
                     say(err, errlen,

@@ -315,7 +315,9 @@ static int str_room(sl_hpack *d, size_t used, size_t n)
 }
 
 /* A string literal at *p: raw (pointing into the block) or Huffman-decoded
- * into d->str at *used (which grows).  Returns 0 or an SL_HPACK_ code. */
+ * into d->str at *used (which grows; *s points there, but d->str may move
+ * with the next string: the caller places it again by offset).  *s is
+ * never NULL, even for an empty string.  Returns 0 or an SL_HPACK_ code. */
 static int get_str(sl_hpack *d, const uint8_t **p, const uint8_t *end, size_t *used,
                    const uint8_t **s, size_t *len)
 {
@@ -351,6 +353,9 @@ static int get_str(sl_hpack *d, const uint8_t **p, const uint8_t *end, size_t *u
             memcpy(m->dec, d->str + *used, (size_t)k);
         }
     }
+    /* an empty one points at "": d->str may move under a pointer into it,
+     * and the caller re-places only strings that took room there */
+    *s = k ? d->str + *used : (const uint8_t *)"";
     *p += n;
     *len = (size_t)k;
     *used += (size_t)k;
