@@ -22,6 +22,9 @@
 #                       line "# sluice-test: plain-only" runs against build/
 #                       only, one with "# sluice-test: +tsan" also against
 #                       build/tsan/
+#                       a script with "# sluice-test: timeout=N" may run N
+#                       seconds instead of SLUICE_TEST_TIMEOUT (a hang
+#                       catch-all, never a timing assertion)
 #      tests/lib.sh, tests/run.sh and tests/fuzz/fuzz.sh are helpers, not tests.
 #   4. counts the cases of each test (tests/cases.awk): each cmocka case; each
 #      "ok"/"FAIL"/"SKIP" line of a shell test; each "CASE" line of the Python
@@ -178,6 +181,20 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 
 # ---- 3. the tests, JOBS at a time ---------------------------------------
+# test_timeout SCRIPT: the seconds SCRIPT may run -- TIMEOUT, or more where
+# it says "# sluice-test: timeout=N" (the e2e suite: hundreds of cases in
+# one script).  Never less than TIMEOUT.
+test_timeout() {
+    n=$(sed -n 's/^# sluice-test: timeout=\([0-9][0-9]*\)$/\1/p' "$1" | head -n 1)
+    if [ -n "$n" ] && [ "$n" -gt "$TIMEOUT" ]; then echo "$n"; else echo "$TIMEOUT"; fi
+}
+MAX_TIMEOUT=$TIMEOUT # the longest any test may take: bounds reap's wait
+for sh in tests/test_*.sh; do
+    [ -e "$sh" ] || continue
+    t=$(test_timeout "$sh")
+    [ "$t" -gt "$MAX_TIMEOUT" ] && MAX_TIMEOUT=$t
+done
+
 # start_job ID LAYER NAME KIND VARIANT PATH: runs one test in the background;
 # it writes STATE/ID.rc ("status start-ms end-ms") last, which says it ended.
 start_job() {
@@ -200,7 +217,7 @@ start_job() {
             if [ "$kind" = c ]; then
                 timeout -k 10 "$TIMEOUT" "$path" </dev/null >"$log" 2>&1 &
             else
-                timeout -k 10 "$TIMEOUT" env SLUICE_ROOT="$ROOT" \
+                timeout -k 10 "$(test_timeout "$path")" env SLUICE_ROOT="$ROOT" \
                     SLUICE_BUILD="$ROOT/$(dir_of "$v")" sh "$path" </dev/null >"$log" 2>&1 &
             fi
             echo $! >"$STATE/$id.pid"
@@ -220,7 +237,7 @@ finish_job() {
     if [ -s "$STATE/$id.why" ]; then
         why=$(cat "$STATE/$id.why")
     elif [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-        why="timed out after ${TIMEOUT}s"
+        why="timed out after ${took}"
     elif [ "$rc" -gt 128 ]; then
         why="killed by signal $((rc - 128)) after $took"
     else
@@ -273,7 +290,7 @@ nrunning=0
 # reap: waits (bounded) until a running test ends, and finishes it
 reap() {
     polls=0
-    while [ "$polls" -lt $(((TIMEOUT + 60) * 5)) ]; do
+    while [ "$polls" -lt $(((MAX_TIMEOUT + 60) * 5)) ]; do
         for id in $running; do
             [ -e "$STATE/$id.rc" ] || continue
             wait "$(cat "$STATE/$id.sub")" 2>/dev/null
@@ -285,7 +302,7 @@ reap() {
         polls=$((polls + 1))
         sleep 0.2
     done
-    echo "run.sh: no test ended within ${TIMEOUT}s + 60s; stopping" >&2
+    echo "run.sh: no test ended within ${MAX_TIMEOUT}s + 60s; stopping" >&2
     stop_all
     exit 2
 }

@@ -14,6 +14,9 @@
 # Environment: SLUICE_BUILD, SLUICE_SPEC_DIR, SLUICE_E2E_ARGS (extra
 # arguments for run_e2e.py, e.g. "-v" or "-k pipeline"), SLUICE_E2E_LOGS.
 # sluice-test: +tsan
+# The whole suite is one script: under TSan beside a CPU hog it takes
+# twice its quiet ~400 s, so its hang catch-all is longer than the default.
+# sluice-test: timeout=1800
 set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}

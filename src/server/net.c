@@ -1357,6 +1357,28 @@ static void unpause(conn *c)
     update_reading(c);
 }
 
+/* Cuts c for recv-timeout: counted (cut_recv), logged at info at most
+ * RECV_LOG_PER_S a second per worker with msg, then freed.  net.c's own
+ * deadline and a protocol's (sl_conn_deadline) both end here. */
+static void recv_cut(conn *c, const char *msg)
+{
+    worker *w = c->w;
+    atomic_fetch_add_explicit(&w->net->srv->stats.cut_recv, 1, memory_order_relaxed);
+    int64_t now = sl__mono_ms();
+    if (now - w->recv_log_ms >= 1000) {
+        w->recv_log_ms = now;
+        w->recv_log_n = 0;
+    }
+    if (w->recv_log_n++ < RECV_LOG_PER_S && sl_log_enabled(SL_LOG_INFO)) {
+        char pb[80];
+        sl_log(SL_LOG_INFO, msg,
+               "client=%s worker=%d partial_bytes=%zu recv_timeout_ms=%lld protocol=%s",
+               conn_peer(c, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
+               (long long)w->net->cfg->recv_timeout_ms, c->proto->name);
+    }
+    conn_free(c, "recv-timeout");
+}
+
 /* recv-timeout: a command began to arrive that long ago and is not whole.
  * While we are not reading c (its output, its turn), the wait is ours,
  * not the client's: the deadline starts again.  For a TLS connection
@@ -1365,7 +1387,6 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd, (void)what;
     conn *c = arg;
-    worker *w = c->w;
     c->recv_armed = 0;
     if (c->state != C_OPEN) return;
     if (c->bev != NULL && !c->tls_ready) {
@@ -1377,20 +1398,7 @@ static void on_recv_deadline(evutil_socket_t fd, short what, void *arg)
         c->recv_armed = 1;
         return;
     }
-    atomic_fetch_add_explicit(&w->net->srv->stats.cut_recv, 1, memory_order_relaxed);
-    int64_t now = sl__mono_ms();
-    if (now - w->recv_log_ms >= 1000) {
-        w->recv_log_ms = now;
-        w->recv_log_n = 0;
-    }
-    if (w->recv_log_n++ < RECV_LOG_PER_S && sl_log_enabled(SL_LOG_INFO)) {
-        char pb[80];
-        sl_log(SL_LOG_INFO, "client cut: a command did not arrive whole within recv-timeout",
-               "client=%s worker=%d partial_bytes=%zu recv_timeout_ms=%lld",
-               conn_peer(c, pb, sizeof pb), w->id, evbuffer_get_length(c->in),
-               (long long)w->net->cfg->recv_timeout_ms);
-    }
-    conn_free(c, "recv-timeout");
+    recv_cut(c, "client cut: a command did not arrive whole within recv-timeout");
 }
 
 /* The protocol's deadline passed (sl_conn_deadline, proto.h): c is cut as
@@ -1410,19 +1418,7 @@ static void on_proto_deadline(evutil_socket_t fd, short what, void *arg)
         conn_free(c, "idle-timeout (the protocol's: no request)");
         return;
     }
-    atomic_fetch_add_explicit(&w->net->srv->stats.cut_recv, 1, memory_order_relaxed);
-    int64_t now = sl__mono_ms();
-    if (now - w->recv_log_ms >= 1000) {
-        w->recv_log_ms = now;
-        w->recv_log_n = 0;
-    }
-    if (w->recv_log_n++ < RECV_LOG_PER_S && sl_log_enabled(SL_LOG_INFO)) {
-        char pb[80];
-        sl_log(SL_LOG_INFO, "client cut: a request did not arrive whole within recv-timeout",
-               "client=%s worker=%d protocol=%s recv_timeout_ms=%lld", conn_peer(c, pb, sizeof pb),
-               w->id, c->proto->name, (long long)w->net->cfg->recv_timeout_ms);
-    }
-    conn_free(c, "recv-timeout");
+    recv_cut(c, "client cut: a request did not arrive whole within recv-timeout");
 }
 
 void sl_conn_deadline(conn *c, int64_t ms, int idle)

@@ -205,6 +205,16 @@ def stop_leftovers_at_exit():
             print("redis-server left at exit: %s" % str(e).split("\n")[0])
 
 
+def plain_only(path):
+    """Whether the test module at path has the line "# sluice-e2e:
+    plain-only": a heavy fleet or fault test (a Redis Cluster, a ring, a
+    fleet of sluiced), run once, against the plain build, and not again
+    under the sanitizers (docs/testing.md).  Its cases are then not run,
+    not skipped: they count in the plain build's e2e alone."""
+    with open(path, encoding="utf-8") as f:
+        return any(line.strip() == "# sluice-e2e: plain-only" for line in f)
+
+
 def main():
     args = sys.argv[1:]
     verbosity = 2 if "-v" in args else 1
@@ -228,7 +238,13 @@ def main():
     if args:
         suite = loader.loadTestsFromNames(args)
     else:
-        suite = loader.discover(here, pattern="test_*.py", top_level_dir=here)
+        names = sorted(f[:-3] for f in os.listdir(here)
+                       if f.startswith("test_") and f.endswith(".py"))
+        if harness.SANITIZED:
+            left = [n for n in names if plain_only(os.path.join(here, n + ".py"))]
+            names = [n for n in names if n not in left]
+            print("plain build only, not run here: %s" % " ".join(left))
+        suite = loader.loadTestsFromNames(names)
 
     print("sluiced: %s (deadlines x%g), logs: %s" % (harness.SLUICED, harness.SLOW, harness.LOG_DIR))
     t0 = time.monotonic()

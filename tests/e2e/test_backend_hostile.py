@@ -34,8 +34,7 @@ from harness import BASE, SANITIZED, SLOW, RawConn, RedisServer, Server
 W = 10000  # the window of the limits here, ms
 DENIED = [0, 5, 0, 1000, 1000, 0]  # --on-backend-error deny (the default), L = 5
 
-BUILD_KIND = harness.BUILD.rstrip("/").split("/")[-1]
-SAN_FACTOR = 8 if "tsan" in BUILD_KIND else 3 if SANITIZED else 2
+SAN_FACTOR = 8 if harness.KIND == "tsan" else 3 if SANITIZED else 2
 
 RULES = "domain: api\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1000000}\n"
 

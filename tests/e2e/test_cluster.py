@@ -20,6 +20,8 @@ redis-cluster://...: docs/fleet.md, "Redis Cluster"), against a real
 
 Times are the caller's (AT, --trust-client-time), so every reply is exact.
 """
+# A heavy fleet test: run once, against the plain build (run_e2e.py).
+# sluice-e2e: plain-only
 
 import os
 import shutil

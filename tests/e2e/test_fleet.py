@@ -20,6 +20,8 @@ Two ways of knowing which window a request fell in:
   W on Redis's clock, which on this machine is ours), and within a window
   the allowed replies' `remaining` must be L-1 .. 0, each exactly once.
 """
+# A heavy fleet test: run once, against the plain build (run_e2e.py).
+# sluice-e2e: plain-only
 
 import math
 import os

@@ -16,6 +16,8 @@ What a user would notice:
 - a module loaded into a Redis sluiced is connected to takes effect when
   sluiced reconnects.
 """
+# A heavy fleet test: run once, against the plain build (run_e2e.py).
+# sluice-e2e: plain-only
 
 import random
 import shutil

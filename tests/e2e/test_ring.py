@@ -15,6 +15,8 @@ loopback ports and stopped by PID (harness.RedisServer):
 
 Times are the caller's (AT, --trust-client-time), so every reply is exact.
 """
+# A heavy fleet test: run once, against the plain build (run_e2e.py).
+# sluice-e2e: plain-only
 
 import bisect
 import subprocess

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz_dir.h"
 #include "auth.h"
 #include "config.h"
 #include "server.h"
@@ -44,28 +45,8 @@ static void die(const char *why)
     __builtin_trap();
 }
 
-/* The files have fixed names, relative to a directory of the process's
- * own (in /dev/shm when there is one), which it works in: a random name
- * in a message would reach the fuzzer's table of compared strings and
- * make one run differ from the next. */
-static char dir[64];
+/* The input and a second file, in fuzz_dir.h's directory. */
 static const char path[] = "fuzz-input.conf", path2[] = "fuzz-again.conf";
-
-static void cleanup(void)
-{
-    unlink(path);
-    unlink(path2);
-    if (chdir("/") == 0) rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0]) return;
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(dir, sizeof dir, "%s/fuzz-config-XXXXXX", base);
-    if (mkdtemp(dir) == NULL || chdir(dir) != 0) die("temp dir");
-    atexit(cleanup);
-}
 
 static const int64_t now = 1000000000000; /* ms: the time of every login */
 
@@ -278,7 +259,7 @@ static void password_file(const uint8_t *p, size_t n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0) return 0;
-    setup();
+    fuzz_dir_enter("config", path, path2);
     switch (data[0] % 3) {
     case 0: config_file(data + 1, size - 1); break;
     case 1: users_file(data + 1, size - 1); break;

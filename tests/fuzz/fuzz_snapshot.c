@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "fuzz_dir.h"
 #include "sluice.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -40,28 +41,8 @@ static void die(const char *why)
 #define TAIL 12
 #define REC_HDR 16
 
-/* The files have fixed names, relative to a directory of the process's
- * own (in /dev/shm when there is one), which it works in: a random name
- * in a message would reach the fuzzer's table of compared strings and
- * make one run differ from the next. */
-static char dir[64];
+/* The input and a second file, in fuzz_dir.h's directory. */
 static const char path[] = "fuzz-input.snap", path2[] = "fuzz-again.snap";
-
-static void cleanup(void)
-{
-    unlink(path);
-    unlink(path2);
-    if (chdir("/") == 0) rmdir(dir);
-}
-
-static void setup(void)
-{
-    if (dir[0]) return;
-    const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    snprintf(dir, sizeof dir, "%s/fuzz-snapshot-XXXXXX", base);
-    if (mkdtemp(dir) == NULL || chdir(dir) != 0) die("temp dir");
-    atexit(cleanup);
-}
 
 static void write_file(const char *p, const void *bytes, size_t n)
 {
@@ -180,7 +161,7 @@ static uint8_t *save(sl_store *s, size_t *n)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0) return 0;
-    setup();
+    fuzz_dir_enter("snapshot", path, path2);
     size_t n = size - 1;
     uint8_t *f = malloc(n ? n : 1);
     if (f == NULL) die("memory");
