@@ -721,6 +721,21 @@ def _do_cleanups_stopping(self):
 unittest.TestCase.doCleanups = _do_cleanups_stopping
 
 
+
+def read_close(sock, limit=1 << 20):
+    """Everything sock receives until the peer closes it (a reset counts as
+    the close), bounded by limit and by the socket's timeout, which raises."""
+    out = b""
+    while len(out) < limit:
+        try:
+            d = sock.recv(65536)
+        except ConnectionResetError:
+            break
+        if not d:
+            break
+        out += d
+    return out
+
 def run_checked(argv, **kw):
     """subprocess.run(argv, **kw) for a sluiced that runs to its end by
     itself (a start it must refuse, --dump-options, --help): its output,

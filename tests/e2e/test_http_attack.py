@@ -25,7 +25,7 @@ import unittest
 from unittest import mock
 
 from harness import (HOST, SLOW, Server, ServerTestCase, assert_clean_stop, deadline,
-                     parse_info)
+                     parse_info, read_close)
 
 REFUSED_MAX = 16         # src/server/net.h: SL_NET_REFUSED_MAX
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -38,20 +38,6 @@ def write(path, text):
     os.chmod(path, 0o600)
     return path
 
-
-def read_close(sock, limit=1 << 20):
-    """Everything sock receives until the peer closes it (bounded by limit
-    and the socket's timeout, which raises)."""
-    out = b""
-    while len(out) < limit:
-        try:
-            d = sock.recv(65536)
-        except ConnectionResetError:
-            break
-        if not d:
-            break
-        out += d
-    return out
 
 
 def answers(out):

@@ -20,7 +20,8 @@ import tempfile
 import time
 
 from harness import (BASE, HOST, SANITIZED, SLOW, RespError, ServerTestCase,
-                     assert_clean_stop, deadline, free_port, nothing_listening, parse_info)
+                     assert_clean_stop, deadline, free_port, nothing_listening, parse_info,
+                     read_close)
 import test_tls  # its certificate helpers (only the module: its tests stay its own)
 
 PASSWORD = "default-pw"
@@ -219,19 +220,6 @@ def https_port(srv):
         raise AssertionError("no https=yes listener in the log:\n" + srv.log()[-2000:])
     return int(m.group(1))
 
-
-def read_close(sock, limit=1 << 20):
-    """Everything sock receives until the peer closes it (bounded)."""
-    out = b""
-    while len(out) < limit:
-        try:
-            d = sock.recv(65536)
-        except ConnectionResetError:
-            break
-        if not d:
-            break
-        out += d
-    return out
 
 
 class TestHttps(ServerTestCase):
