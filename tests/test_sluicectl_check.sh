@@ -211,4 +211,24 @@ else
     bad "sluicectl --help" "$(cat "$T/out")"
 fi
 
+# ---- the man page --------------------------------------------------------------
+# every long option of `check --help` and `top --help` is in sluicectl(1),
+# under the synopsis of its command
+MAN=man/sluicectl.1.in
+for cmd in check top; do
+    "$SLUICE" "$cmd" --help >"$T/help" 2>&1
+    opts=$(grep -o -- '--[a-z][a-z-]*' "$T/help" | grep -v -- '--help' | sort -u)
+    [ -n "$opts" ] || bad "sluicectl $cmd --help names no option"
+    missing=""
+    for o in $opts; do
+        troff=$(printf '%s' "$o" | sed 's/-/\\\\-/g')
+        grep -q -- "$troff" "$MAN" || missing="$missing $o"
+    done
+    if grep -q "^\.B sluicectl $cmd\$" "$MAN" && [ -z "$missing" ]; then
+        ok "sluicectl(1) has the synopsis of $cmd and its options: $(echo $opts)"
+    else
+        bad "sluicectl(1) and sluicectl $cmd --help" "missing:$missing"
+    fi
+done
+
 finish
