@@ -127,7 +127,8 @@ static int check_one(const char *path, unsigned flags, int verbose, int quiet)
         return 1;
     }
     int nd = sl_rules_ndomains(r);
-    if (!quiet && nd == 0) printf("%s: OK, no rules files (every RL.CHECK answers NO_RULE)\n", path);
+    if (!quiet && nd == 0)
+        printf("%s: OK, no rules files (every RL.CHECK answers NO_RULE)\n", path);
     if (!quiet && nd > 0) {
         dom_counts *c = calloc((size_t)nd, sizeof *c);
         if (c == NULL) {
@@ -148,7 +149,10 @@ static int check_one(const char *path, unsigned flags, int verbose, int quiet)
 
 static const char *const check_flags[] = {"merge-domains", "count-denied", "verbose", "quiet"};
 
-static int is_flag(const char *name, size_t nlen) { return sl__name_in(name, nlen, check_flags, 2); }
+static int is_flag(const char *name, size_t nlen)
+{
+    return sl__name_in(name, nlen, check_flags, 2);
+}
 static int takes_value(const char *name, size_t nlen)
 {
     (void)name;
@@ -177,8 +181,10 @@ int sl__check_main(int argc, char **argv)
     while (1) {
         const char *a = w.i < argc ? argv[w.i] : NULL;
         if (a != NULL && !w.only_files && (strcmp(a, "-v") == 0 || strcmp(a, "-q") == 0)) {
-            if (a[1] == 'v') verbose = 1;
-            else quiet = 1;
+            if (a[1] == 'v')
+                verbose = 1;
+            else
+                quiet = 1;
             w.i++;
             continue;
         }

@@ -148,8 +148,7 @@ static int parse_info(const char *info, size_t len, top_sample *s)
         }
         if (strncmp(p, "rule_", 5) == 0) {
             char *m = NULL;
-            for (char *q = strstr(p, ":matched="); q != NULL; q = strstr(q + 1, ":matched="))
-                m = q;
+            for (char *q = strstr(p, ":matched="); q != NULL; q = strstr(q + 1, ":matched=")) m = q;
             if (m != NULL) {
                 top_rule *r = &s->rules[s->nrules++];
                 *m = '\0';
@@ -195,8 +194,10 @@ static uint64_t num(const top_sample *s, const char *key)
 /* Writes a rate into out: "-" without one (rate < 0), else one decimal. */
 static const char *rate(char *out, size_t n, double r)
 {
-    if (r < 0) snprintf(out, n, "-");
-    else snprintf(out, n, "%.1f", r);
+    if (r < 0)
+        snprintf(out, n, "-");
+    else
+        snprintf(out, n, "%.1f", r);
     return out;
 }
 
@@ -234,8 +235,7 @@ static void print_sample(top_sample *cur, const top_sample *prev, const char *wh
            (unsigned long long)num(cur, "threads"), field(cur, "backend"));
     printf("clients %llu of %llu (%llu http), refused %llu; keys %llu", //
            (unsigned long long)num(cur, "connected_clients"),
-           (unsigned long long)num(cur, "maxclients"),
-           (unsigned long long)num(cur, "http_clients"),
+           (unsigned long long)num(cur, "maxclients"), (unsigned long long)num(cur, "http_clients"),
            (unsigned long long)num(cur, "rejected_connections"),
            (unsigned long long)num(cur, "keys"));
     if (num(cur, "rules_version") > 0)
@@ -309,8 +309,8 @@ static void print_sample(top_sample *cur, const top_sample *prev, const char *wh
         if (n > w) w = n < 60 ? n : 60;
     }
     qsort(order, cur->nrules, sizeof *order, rule_rank);
-    printf("\n%-*s %10s %10s %10s %10s %10s %10s\n", (int)w, "rule", "matched", "allowed",
-           "denied", "shadow", "matched/s", "denied/s");
+    printf("\n%-*s %10s %10s %10s %10s %10s %10s\n", (int)w, "rule", "matched", "allowed", "denied",
+           "shadow", "matched/s", "denied/s");
     size_t shown = max_rows > 0 && cur->nrules > max_rows ? max_rows : cur->nrules;
     for (size_t i = 0; i < shown; i++) {
         const top_rule *r = order[i];
@@ -332,8 +332,8 @@ typedef struct top_opts {
     long count; /* samples; 0: until stopped */
 } top_opts;
 
-static const char *const top_values[] = {"host", "port", "user", "password-file", "interval",
-                                         "count"};
+static const char *const top_values[] = {"host",          "port",     "user",
+                                         "password-file", "interval", "count"};
 
 static int takes_value(const char *name, size_t nlen)
 {
@@ -346,9 +346,8 @@ static int parse_interval(const char *v, int64_t *ms)
 {
     size_t n = strlen(v);
     int64_t x;
-    int ok = sl__looks_numeric(v, n) && v[0] != '-' && n <= 7
-                 ? (x = strtoll(v, NULL, 10) * 1000, 1)
-                 : sl_duration_parse(v, n, &x) == 0;
+    int ok = sl__looks_numeric(v, n) && v[0] != '-' && n <= 7 ? (x = strtoll(v, NULL, 10) * 1000, 1)
+                                                              : sl_duration_parse(v, n, &x) == 0;
     if (!ok || x < 100 || x > 3600000)
         return sl__usage_error("invalid --interval '%s': expected seconds (2) or a duration "
                                "(500ms, 2s, 1m) from 100ms to 1h",
@@ -365,8 +364,8 @@ static int parse_num(const char *name, const char *v, long lo, long hi, long *ou
     errno = 0;
     long x = strtol(v, &end, 10);
     if (*v == '\0' || *end != '\0' || errno != 0 || x < lo || x > hi)
-        return sl__usage_error("invalid --%s '%s': expected a number from %ld to %ld", name, v,
-                               lo, hi);
+        return sl__usage_error("invalid --%s '%s': expected a number from %ld to %ld", name, v, lo,
+                               hi);
     *out = x;
     return 0;
 }
@@ -402,8 +401,7 @@ static int parse_opts(int argc, char **argv, top_opts *o)
         }
     }
     if (rc != 0) return rc;
-    if (w.file != NULL)
-        return sl__usage_error("unexpected argument '%s' (see %s)", w.file, w.see);
+    if (w.file != NULL) return sl__usage_error("unexpected argument '%s' (see %s)", w.file, w.see);
     if (once && counted) return sl__usage_error("--once and --count cannot be used together");
     if (once) o->count = 1;
     if (o->user != NULL && o->password_file == NULL)
@@ -515,8 +513,7 @@ int sl__top_main(int argc, char **argv)
             rc = 1;
             break;
         }
-        if (r->type != REDIS_REPLY_STRING ||
-            parse_info(r->str, r->len, &cur) != 0) {
+        if (r->type != REDIS_REPLY_STRING || parse_info(r->str, r->len, &cur) != 0) {
             fprintf(stderr, "sluicectl: %s: INFO: %s\n", where,
                     r->type == REDIS_REPLY_STRING ? "out of memory" : "not a text reply");
             freeReplyObject(r);
