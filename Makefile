@@ -59,7 +59,7 @@ B       ?= build
 #     server    src/server       + backend      (the service layer, net, live)
 #     proto     src/proto/NAME   + server       (RESP today)
 #     sluiced   src/sluiced      + proto        (main: wires it all)
-#     cli       src/cli          lib + rules + backend
+#     cli       src/cli          lib + rules + backend (+ hiredis, an external library: top)
 #     module    src/module       lib            (build/sluice.so, the Redis module)
 INC_lib     := -Iinclude -Isrc/lib
 INC_rules   := $(INC_lib) -Isrc/rules
