@@ -59,7 +59,7 @@ B       ?= build
 #     server    src/server       + backend      (the service layer, net, live)
 #     proto     src/proto/NAME   + server       (RESP today)
 #     sluiced   src/sluiced      + proto        (main: wires it all)
-#     cli       src/cli          lib + rules + backend
+#     cli       src/cli          lib + rules + backend (+ hiredis, an external library: top)
 #     module    src/module       lib            (build/sluice.so, the Redis module)
 INC_lib     := -Iinclude -Isrc/lib
 INC_rules   := $(INC_lib) -Isrc/rules
@@ -82,8 +82,11 @@ LIB_SRC := $(wildcard src/lib/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(B)/%.o)
 CLI_SRC := $(wildcard src/cli/*.c)
 CLI_OBJ := $(CLI_SRC:%.c=$(B)/%.o)
-# The CLI's parts without main(), for unit tests of the tool's parsers.
-CLI_PARTS := $(filter-out $(B)/src/cli/sluicectl.o,$(CLI_OBJ))
+# The CLI's parts without main(), for unit tests of the tool's parsers
+# (without top.o, the one part that talks to a server: hiredis).
+CLI_PARTS := $(filter-out $(B)/src/cli/sluicectl.o $(B)/src/cli/top.o,$(CLI_OBJ))
+# `sluicectl top` asks a running sluiced over RESP with hiredis.
+CLI_LIBS  := -lhiredis
 # Rules files (src/rules): the YAML loader and matcher, RL.CHECK's plan.
 RULES_SRC := $(wildcard src/rules/*.c)
 RULES_OBJ := $(RULES_SRC:%.c=$(B)/%.o)
@@ -176,9 +179,10 @@ $(B)/libsluice.a: $(LIB_OBJ)
 $(B)/libsluice.so: $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libsluice.so.$(SOVERSION) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# sluicectl replay --rules decides with src/rules and the local backend, hence libyaml.
+# sluicectl replay --rules and check load rules with src/rules (libyaml),
+# replay --rules decides with the local backend; top speaks RESP (hiredis).
 $(B)/sluicectl: $(CLI_OBJ) $(RULES_OBJ) $(BACKEND_OBJ) $(B)/libsluice.a
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(RULES_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(CLI_LIBS) $(RULES_LIBS) $(LDLIBS)
 
 # Exports only RedisModule_OnLoad (everything else is hidden).
 $(B)/sluice.so: $(MODULE_OBJ) $(LIB_OBJ)

@@ -3,6 +3,8 @@
  *
  *     sluicectl replay ...    decide a recorded trace (replay.c; with --rules,
  *                             what-if replay of a rules file: whatif.c)
+ *     sluicectl check PATH... load rules files as sluiced would (check.c)
+ *     sluicectl top ...       a running sluiced's decisions, live (top.c)
  *     sluicectl --help | --version
  *
  * The command was called `sluice` at first; Debian's package "sluice"
@@ -11,12 +13,14 @@
  * one release: called by that name it works as before and says once, on
  * standard error, what it is called now.
  *
- * Exit status: 0 success, 2 usage or input error, 1 other failure.
+ * Exit status: 0 success, 2 usage or input error, 1 other failure (check: a
+ * file that does not load; top: a server that cannot be reached).
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "replay.h"
+#include "sluicectl.h"
 #include "sluice.h"
 
 static const char usage[] =
@@ -26,12 +30,16 @@ static const char usage[] =
     "Commands:\n"
     "  replay     decide every request of a recorded trace with a candidate limit\n"
     "             or rules file (sluicectl replay --help)\n"
+    "  check      load rules files as sluiced would: OK per domain, or sluiced's\n"
+    "             FILE:LINE:COLUMN message (sluicectl check --help)\n"
+    "  top        a running sluiced's decisions per second, overall and per rule,\n"
+    "             its clients and backend (sluicectl top --help)\n"
     "\n"
     "Options:\n"
     "  -h, --help     print this text\n"
     "  -V, --version  print the version\n"
     "\n"
-    "Documentation: sluicectl(1), docs/replay.md\n";
+    "Documentation: sluicectl(1), docs/replay.md, docs/operations.md\n";
 
 /* The last component of path (argv[0]). */
 static const char *base_name(const char *path)
@@ -60,6 +68,8 @@ int main(int argc, char **argv)
         return 0;
     }
     if (strcmp(cmd, "replay") == 0) return sl__replay_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0) return sl__check_main(argc - 1, argv + 1);
+    if (strcmp(cmd, "top") == 0) return sl__top_main(argc - 1, argv + 1);
     fprintf(stderr, "sluicectl: unknown command '%s' (see sluicectl --help)\n", cmd);
     return 2;
 }

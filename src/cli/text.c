@@ -101,6 +101,12 @@ int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen)
     while (w->i < w->argc) {
         const char *arg = w->argv[w->i++];
         if (w->only_files || arg[0] != '-' || strcmp(arg, "-") == 0) {
+            if (w->many) {
+                o->arg = arg;
+                o->name = o->val = NULL;
+                o->nlen = 0;
+                return 3;
+            }
             if (w->file != NULL) {
                 snprintf(err, errlen, "only one FILE may be given ('%s', then '%s')", w->file,
                          arg);

@@ -49,6 +49,8 @@ typedef struct sl__args {
     int i;                                       /* arguments used (0: none yet) */
     int only_files;                              /* after "--" */
     const char *file;                            /* the FILE, or NULL */
+    int many;                                    /* 1: any number of FILEs, each
+                                                    returned as it comes (3) */
 } sl__args;
 
 /* One option: argv's word, the name after "--" (nlen bytes), its value. */
@@ -61,10 +63,11 @@ typedef struct sl__opt {
  * off, 0 -> 0 (any case).  Returns 0, or -1 for any other word. */
 int sl__bool_parse(const char *s, size_t len, int *out);
 
-/* The next option into *o, taking FILE arguments into w->file on the way.
+/* The next option into *o, taking FILE arguments into w->file on the way
+ * (with w->many, returning each FILE instead: 3, the FILE in o->arg).
  * A flag's o->val is its yes/no word, or NULL when bare (yes).
- * Returns 1 (an option), 2 (-h or --help), 0 (no more arguments), or -1
- * with what is wrong, whole, in err (errlen bytes). */
+ * Returns 1 (an option), 2 (-h or --help), 3 (a FILE, with many), 0 (no
+ * more arguments), or -1 with what is wrong, whole, in err (errlen bytes). */
 int sl__args_next(sl__args *w, sl__opt *o, char *err, size_t errlen);
 
 /* Skips p forward, eight bytes at a time, while no byte of the word is

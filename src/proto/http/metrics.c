@@ -300,6 +300,8 @@ int sl_metrics_write(struct evbuffer *b, sl_srv *srv, const sl_rules *r)
     int64_t http = atomic_load(&srv->stats.http_clients), all = atomic_load(&srv->clients);
     put(&p, "sluice_clients{protocol=\"resp\"} %" PRId64 "\n", all > http ? all - http : 0);
     put(&p, "sluice_clients{protocol=\"http\"} %" PRId64 "\n", http);
+    family(&p, "sluice_clients_max", "gauge", "The bound on connections at once (--max-clients).");
+    sample(&p, "sluice_clients_max", (uint64_t)srv->cfg->max_clients);
 
     family(&p, "sluice_metrics_omitted", "gauge",
            "Left off this page by its caps: limits whose rule was past SL_METRICS_MAX_RULES, "
