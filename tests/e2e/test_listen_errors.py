@@ -3,7 +3,8 @@ option that asked for it, for every kind of listener: `cannot listen on
 127.0.0.1:8390 (--http-port): Address already in use` -- the README's
 fleet example used to stop on the second node with the same address and
 no hint of which of its three default ports (--port 6390, --http-port 8390,
---grpc-port 8391) was the one.  Nothing keeps listening afterwards."""
+--grpc-port 8391) was the one.  The start stops there: no "listening"
+line."""
 
 import os
 import shutil
@@ -12,7 +13,7 @@ import subprocess
 import tempfile
 import unittest
 
-from harness import HOST, SLUICED, SLOW, free_port, nothing_listening, run_checked
+from harness import HOST, SLUICED, SLOW, run_checked
 
 CERTS = None
 
@@ -59,15 +60,12 @@ class ListenErrors(unittest.TestCase):
                     "--grpc-tls-port"):
             with self.subTest(opt=opt):
                 taken = self.occupy()
-                others = [free_port() for _ in range(2)]
                 rc, out = self.start(opt, taken)
                 self.assertEqual(rc, 1, out)
                 want = ' level=error msg="cannot listen on %s:%d (%s): Address already in use"\n' % (
                     HOST, taken, opt)
                 self.assertIn(want, out)
-                self.assertNotIn("msg=\"listening", out)
-                for p in others:
-                    self.assertTrue(nothing_listening(p))
+                self.assertNotIn('msg="listening', out)
 
     def test_the_readme_fleet_case(self):
         """Two nodes with the default HTTP port: the second is told which
