@@ -26,6 +26,8 @@ INCLUDEDIR ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MANDIR     ?= $(PREFIX)/share/man
 DOCDIR     ?= $(PREFIX)/share/doc/sluice
+# The Redis module, where Debian's Redis modules go (/usr/lib/redis/modules)
+MODULEDIR  ?= $(LIBDIR)/redis/modules
 # Run after installing the shared library into the real system as root
 # (not with DESTDIR, not as another user): `make install LDCONFIG=:` skips it.
 LDCONFIG   ?= ldconfig
@@ -315,9 +317,17 @@ $(B)/man/%: man/%.in
 	sed 's/@VERSION@/$(VERSION)/g' $< >$@.tmp
 	mv $@.tmp $@
 
-# The files made at install time carry the install paths.
+# The files made at install time carry the install paths.  sluice.pc's
+# Libs gets -Wl,-rpath,${libdir} when LIBDIR is not one of the system's
+# library folders (e.g. PREFIX=$HOME/.local), so that a program built with
+# `pkg-config --libs sluice` finds libsluice.so there without LD_LIBRARY_PATH.
 $(B)/sluice.pc: sluice.pc.in Makefile
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' \
+	rpath=' -Wl,-rpath,$${libdir}'; \
+	case '$(LIBDIR)' in \
+	/lib | /lib64 | /usr/lib | /usr/lib64 | /usr/local/lib | /lib/*-linux-gnu* | \
+	/usr/lib/*-linux-gnu* | /lib/ | /usr/lib/ | /usr/local/lib/) rpath= ;; \
+	esac; \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@LIBDIR@|$(LIBDIR)|g' -e "s|@RPATH@|$$rpath|g" \
 	    -e 's|@INCLUDEDIR@|$(INCLUDEDIR)|g' -e 's|@VERSION@|$(VERSION)|g' $< >$@
 $(B)/sluiced.service: examples/sluiced.service.in Makefile
 	sed -e 's|@SBINDIR@|$(SBINDIR)|g' $< >$@
@@ -333,13 +343,15 @@ $(B)/sluiced.service: examples/sluiced.service.in Makefile
 #                            and libsluice.so (for -lsluice) link to it
 #   lib/libsluice.a          the static library
 #   include/sluice.h, lib/pkgconfig/sluice.pc
+#   lib/redis/modules/sluice.so   the Redis module (MODULEDIR)
 #   share/man/man8/sluiced.8, man1/sluicectl.1, man3/libsluice.3
 #   share/doc/sluice/examples/sluiced.service   a hardened systemd unit
 # then ldconfig when installing into the real system as root.
 install: all man $(B)/sluice.pc $(B)/sluiced.service
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SBINDIR) $(DESTDIR)$(LIBDIR) \
 	    $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PKGCONFIGDIR) $(DESTDIR)$(MANDIR)/man1 \
-	    $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR)/examples
+	    $(DESTDIR)$(MANDIR)/man3 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(DOCDIR)/examples \
+	    $(DESTDIR)$(MODULEDIR)
 	install -m 755 $(B)/sluiced $(DESTDIR)$(SBINDIR)/sluiced
 	install -m 755 $(B)/sluicectl $(DESTDIR)$(BINDIR)/sluicectl
 	install -m 644 include/sluice.h $(DESTDIR)$(INCLUDEDIR)/sluice.h
@@ -348,6 +360,7 @@ install: all man $(B)/sluice.pc $(B)/sluiced.service
 	ln -sf $(SO_REAL) $(DESTDIR)$(LIBDIR)/libsluice.so.$(SOVERSION)
 	ln -sf libsluice.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libsluice.so
 	install -m 644 $(B)/sluice.pc $(DESTDIR)$(PKGCONFIGDIR)/sluice.pc
+	install -m 755 $(B)/sluice.so $(DESTDIR)$(MODULEDIR)/sluice.so
 	install -m 644 $(B)/man/sluicectl.1 $(DESTDIR)$(MANDIR)/man1/sluicectl.1
 	install -m 644 $(B)/man/libsluice.3 $(DESTDIR)$(MANDIR)/man3/libsluice.3
 	install -m 644 $(B)/man/sluiced.8 $(DESTDIR)$(MANDIR)/man8/sluiced.8
@@ -366,8 +379,9 @@ uninstall:
 	    $(DESTDIR)$(LIBDIR)/$(SO_REAL) \
 	    $(DESTDIR)$(PKGCONFIGDIR)/sluice.pc $(DESTDIR)$(MANDIR)/man1/sluicectl.1 \
 	    $(DESTDIR)$(MANDIR)/man3/libsluice.3 $(DESTDIR)$(MANDIR)/man8/sluiced.8 \
-	    $(DESTDIR)$(DOCDIR)/examples/sluiced.service
+	    $(DESTDIR)$(DOCDIR)/examples/sluiced.service $(DESTDIR)$(MODULEDIR)/sluice.so
 	-rmdir $(DESTDIR)$(DOCDIR)/examples $(DESTDIR)$(DOCDIR) 2>/dev/null
+	-rmdir $(DESTDIR)$(MODULEDIR) $(DESTDIR)$(LIBDIR)/redis 2>/dev/null
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" -eq 0 ]; then $(LDCONFIG); fi
 
 fmt:

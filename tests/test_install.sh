@@ -4,7 +4,8 @@
 #   - with DESTDIR (a staging root): sbin/sluiced, bin/sluicectl (and no
 #     bin/sluice, Debian's package's name), the library (the real file with
 #     soname libsluice.so.0, its two links, the archive), the header,
-#     sluice.pc, the three man pages and the systemd unit, and no ldconfig;
+#     sluice.pc, the three man pages, the systemd unit and the Redis
+#     module (lib/redis/modules/sluice.so), and no ldconfig;
 #   - the installed sluiced and sluicectl answer --version;
 #   - each man page renders with no groff warning (`man --warnings -l`,
 #     `groff -ww`), has a NAME line lexgrog reads, is found by name in its
@@ -18,7 +19,14 @@
 #     `systemd-analyze security` at an exposure of 2.0 or less, and keeps
 #     the hardening the README promises;
 #   - without DESTDIR, as root, ldconfig runs (as another user it does not),
-#     and `make uninstall` removes every file.
+#     and `make uninstall` removes every file;
+#   - the README's `make install PREFIX=$HOME/.local` (HOME a scratch
+#     folder), its `export PKG_CONFIG_PATH=...` and its `cc hello.c
+#     $(pkg-config --cflags --libs sluice)` on its C example, as written:
+#     the program runs with no LD_LIBRARY_PATH (sluice.pc's rpath) and
+#     answers as the README says; the installed sluice.so loads into a
+#     redis-server (--loadmodule) and answers RL.ALLOW; `make uninstall
+#     PREFIX=$HOME/.local` removes every file.
 # sluice-test: plain-only
 set -u
 
@@ -49,6 +57,7 @@ for f in sbin/sluiced bin/sluicectl; do
     if [ -f "$S/$f" ] && [ -x "$S/$f" ]; then ok "installed $f (executable)"; else bad "no executable $S/$f"; fi
 done
 for f in include/sluice.h lib/libsluice.a lib/libsluice.so.$want lib/pkgconfig/sluice.pc \
+    lib/redis/modules/sluice.so \
     share/man/man8/sluiced.8 share/man/man1/sluicectl.1 share/man/man3/libsluice.3 \
     share/doc/sluice/examples/sluiced.service; do
     if [ -f "$S/$f" ] && [ ! -L "$S/$f" ]; then ok "installed $f"; else bad "missing $S/$f"; fi
@@ -260,6 +269,73 @@ if make -C "$ROOT" install PREFIX="$PREFIX" LDCONFIG="$T/ldconfig" >"$T/make.log
     if [ -z "$left" ]; then ok "make uninstall removes every file"; else bad "make uninstall left files" "$left"; fi
 else
     bad "make install PREFIX=$PREFIX" "$(tail -30 "$T/make.log")"
+fi
+
+# ---- the README's $HOME/.local install, word for word ------------------------
+H=$T/home
+mkdir -p "$H/src"
+inst=$(sed -n 's/.*# or: \(make install PREFIX=\$HOME\/\.local\) .*/\1/p' "$ROOT/README.md")
+exp=$(grep -o 'export PKG_CONFIG_PATH=\$HOME/\.local/lib/pkgconfig' "$ROOT/README.md" | head -1)
+build=$(grep -x 'cc hello\.c \$(pkg-config --cflags --libs sluice)' "$ROOT/README.md")
+awk '/^```c$/ { f = 1; next } /^```$/ { f = 0 } f' "$ROOT/README.md" >"$H/src/hello.c"
+echo "      README: '$inst'; '$exp'; '$build'"
+if [ -z "$inst" ] || [ -z "$exp" ] || [ -z "$build" ] || [ ! -s "$H/src/hello.c" ]; then
+    bad "the README's \$HOME/.local install: commands not found (install '$inst', env '$exp', cc '$build')"
+elif (cd "$ROOT" && env HOME="$H" LDCONFIG="$T/ldconfig" sh -c "$inst") >"$T/make.log" 2>&1 </dev/null; then
+    L=$H/.local
+    ok "README's '$inst' (HOME=$H)"
+    if [ -f "$L/lib/redis/modules/sluice.so" ]; then ok "sluice.so installed as lib/redis/modules/sluice.so"; else bad "no $L/lib/redis/modules/sluice.so" "$(find "$L" -name '*.so*')"; fi
+    # the program, built as the README says, run with no library path at all
+    if (cd "$H/src" && env -u LD_LIBRARY_PATH -u PKG_CONFIG_PATH HOME="$H" sh -c "$exp; $build") \
+        >"$T/cc.log" 2>&1; then
+        out=$(cd "$H/src" && env -u LD_LIBRARY_PATH ./a.out 2>&1)
+        if [ "$(echo "$out" | grep -c '^allowed 1, ')" -eq 3 ] && [ "$(echo "$out" | grep -c '^allowed 0, ')" -eq 1 ]; then
+            ok "hello.c built as the README says runs without LD_LIBRARY_PATH: three allowed, one denied"
+        else
+            bad "hello.c (\$HOME/.local) printed" "$out"
+        fi
+        if env -u LD_LIBRARY_PATH ldd "$H/src/a.out" | grep -q "=> $L/lib/libsluice.so.0 "; then
+            ok "it loads $L/lib/libsluice.so.0 (rpath $(readelf -d "$H/src/a.out" | sed -n 's/.*(RUNPATH).*\[\(.*\)\]/\1/p'))"
+        else
+            bad "hello.c (\$HOME/.local) does not load the installed library" "$(env -u LD_LIBRARY_PATH ldd "$H/src/a.out")"
+        fi
+    else
+        bad "README's '$exp; $build' in \$HOME/.local" "$(cat "$T/cc.log")"
+    fi
+    # without the README's export, pkg-config does not find sluice: the line is needed
+    if (cd "$H/src" && env -u PKG_CONFIG_PATH HOME="$H" pkg-config --exists sluice) 2>/dev/null; then
+        skip "PKG_CONFIG_PATH needed" "a sluice.pc is installed in the system's pkg-config path: cannot tell"
+    else
+        ok "without the README's export, pkg-config finds no sluice: the export is needed"
+    fi
+    # the installed module loads into Redis and answers (a unix socket only:
+    # no TCP port)
+    if command -v redis-server >/dev/null 2>&1; then
+        redis-server --port 0 --unixsocket "$T/redis.sock" --save '' --appendonly no \
+            --dir "$T" --loadmodule "$L/lib/redis/modules/sluice.so" >"$T/redis.log" 2>&1 </dev/null &
+        rpid=$!
+        n=0
+        while [ "$n" -lt 300 ] && ! redis-cli -s "$T/redis.sock" PING >/dev/null 2>&1 && kill -0 "$rpid" 2>/dev/null; do
+            sleep 0.1
+            n=$((n + 1))
+        done
+        got=$(redis-cli -s "$T/redis.sock" RL.ALLOW user:42 5 10s 2>&1 | tr '\n' ' ')
+        if [ "$got" = "1 5 4 0 2000 0 " ]; then
+            ok "redis-server --loadmodule $L/lib/redis/modules/sluice.so: RL.ALLOW user:42 5 10s answers 1 5 4 0 2000 0"
+        else
+            bad "redis-server with the installed sluice.so: RL.ALLOW answered '$got'" "$(tail -20 "$T/redis.log")"
+        fi
+        redis-cli -s "$T/redis.sock" SHUTDOWN NOSAVE >/dev/null 2>&1
+        kill "$rpid" 2>/dev/null
+        wait "$rpid" 2>/dev/null
+    else
+        bad "no redis-server (Debian package redis-server; scripts/deps.sh installs it)"
+    fi
+    (cd "$ROOT" && env HOME="$H" LDCONFIG="$T/ldconfig" make uninstall 'PREFIX=$(HOME)/.local') >"$T/make.log" 2>&1 </dev/null
+    left=$(find "$L" ! -type d)
+    if [ -z "$left" ]; then ok "make uninstall PREFIX=\$HOME/.local removes every file, sluice.so too"; else bad "make uninstall (\$HOME/.local) left files" "$left"; fi
+else
+    bad "README's '$inst'" "$(tail -30 "$T/make.log")"
 fi
 
 finish

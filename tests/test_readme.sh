@@ -1,7 +1,10 @@
 #!/bin/sh
 # test_readme.sh -- the README stays true: its C example compiles against
 # the library and runs, its `sluice replay` example prints what the README
-# shows, and the two set-up commands it gives exist.
+# shows, and the two set-up commands it gives exist; then
+# tests/readme_blocks.py runs every other command block of README.md and
+# docs/fleet.md as written (each in private namespaces), or finds it listed
+# there with why it cannot run in a test.
 # sluice-test: plain-only
 set -u
 
@@ -53,5 +56,16 @@ else
     bad "README's set-up commands ($n found)"
 fi
 if grep -q 'scripts/test.sh' .ci/run; then ok ".ci/run runs scripts/test.sh"; else bad ".ci/run does not run scripts/test.sh"; fi
+
+# Every command block of README.md and docs/fleet.md, run or listed; its
+# ok/FAIL lines are this test's (the runner counts them).
+SLUICE_BUILD=$BUILD /usr/bin/python3 tests/readme_blocks.py >"$T/blocks.log" 2>&1
+rc=$?
+cat "$T/blocks.log"
+nfail=$(grep -c '^FAIL  ' "$T/blocks.log")
+fails=$((fails + nfail))
+if [ "$rc" -ne 0 ] && [ "$nfail" -eq 0 ]; then
+    bad "tests/readme_blocks.py exited $rc" "$T/blocks.log"
+fi
 
 [ "$fails" -eq 0 ]

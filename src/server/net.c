@@ -2033,16 +2033,20 @@ static void format_addr(char *buf, size_t cap, const char *host, int port)
 }
 
 /* Creates, binds and listens on one socket for host:*port.  If *port is 0
- * the kernel picks one and *port is set.  Returns the fd or -1 with err. */
-static int listen_on(const char *host, int *port, char *err, size_t errlen)
+ * the kernel picks one and *port is set.  opt is the option that asked for
+ * the port ("--http-port"), named in every error: "cannot listen on
+ * 127.0.0.1:8390 (--http-port): Address already in use".  Returns the fd
+ * or -1 with err. */
+static int listen_on(const char *host, int *port, const char *opt, char *err, size_t errlen)
 {
     struct sockaddr_storage ss;
     socklen_t sl;
     memset(&ss, 0, sizeof ss);
     struct sockaddr_in *a4 = (struct sockaddr_in *)&ss;
     struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&ss;
-    char where[96];
-    format_addr(where, sizeof where, host, *port);
+    char addr[80], where[112];
+    format_addr(addr, sizeof addr, host, *port);
+    snprintf(where, sizeof where, "%s (%s)", addr, opt);
     if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
         a4->sin_family = AF_INET;
         a4->sin_port = htons((uint16_t)*port);
@@ -2149,10 +2153,12 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, c
         goto fail;
     }
     int ports[6] = {cfg->port, cfg->tls_port, hport, https, grpc, grpcs};
+    static const char *const opts[6] = {"--port",       "--tls-port",  "--http-port",
+                                        "--https-port", "--grpc-port", "--grpc-tls-port"};
     for (int kind = 0; kind < 6; kind++) {
         for (int i = 0; ports[kind] >= 0 && i < cfg->nbinds && net->nlisteners < MAX_LISTENERS;
              i++) {
-            int fd = listen_on(cfg->binds[i], &ports[kind], err, errlen);
+            int fd = listen_on(cfg->binds[i], &ports[kind], opts[kind], err, errlen);
             if (fd < 0) goto fail;
             net->lfds[net->nlisteners] = fd;
             net->ltls[net->nlisteners] = kind == 1 || kind == 3 || kind == 5;

@@ -102,7 +102,9 @@ int sl_net_default_workers(const sl_config *cfg);
  * and limits; an HTTP client beyond max-clients is served uncounted, for
  * the protocol to refuse (sl_conn_refused).
  * Returns the net, or NULL with a message in err, e.g.
- * "cannot listen on 127.0.0.1:6390: Address already in use"; nothing is
+ * "cannot listen on 127.0.0.1:6390 (--port): Address already in use" (the
+ * option that asked for the port in parentheses: --port, --tls-port,
+ * --http-port, --https-port, --grpc-port, --grpc-tls-port); nothing is
  * left running then. */
 sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, char *err,
                      size_t errlen);

@@ -467,7 +467,7 @@ class TestStartRefused(unittest.TestCase):
                      ["--config", write(os.path.join(self.dir, "n.conf"), "protected-mode no\n")]):
             rc, out = self.run_sluiced("--bind", "192.0.2.1", *args)
             self.assertEqual(rc, 1, out)
-            self.assertIn("cannot listen on 192.0.2.1:0: Cannot assign requested address", out)
+            self.assertIn("cannot listen on 192.0.2.1:0 (--port): Cannot assign requested address", out)
             self.assertIn('msg="listening beyond loopback without a password', out)
         # with a password it goes past protected mode too
         pw = write(os.path.join(self.dir, "pw"), "x\n")
