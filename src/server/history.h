@@ -87,11 +87,11 @@ typedef struct sl_history {
     int64_t sample_sec;           /* during a sample: the second it counts into */
     struct sl_history_seen *seen; /* every rule's counts at the last sample */
     sl_history_series series[SL_HISTORY_RULES];
-    int64_t first_sec;                              /* the first second sampled; -1: none */
-    uint64_t all_seen[2];                           /* the decisions counted at the last sample:
-                                                       allowed, denied */
-    uint32_t all[SL_HISTORY_SECONDS][2];            /* every decision per second, ring as a
-                                                       series' (allowed, denied) */
+    int64_t first_sec;                   /* the first second sampled; -1: none */
+    uint64_t all_seen[2];                /* the decisions counted at the last sample:
+                                            allowed, denied */
+    uint32_t all[SL_HISTORY_SECONDS][2]; /* every decision per second, ring as a
+                                            series' (allowed, denied) */
     int nworkers;
     sl_topk *topk; /* nworkers sketches */
 } sl_history;

@@ -1186,9 +1186,9 @@ static int run(conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size
     w->serving = c;
     w->turn = t;
     /* the front its decisions count under (stats.h) */
-    w->svcp->front = c->http                     ? SL_FRONT_HTTP
+    w->svcp->front = c->http                         ? SL_FRONT_HTTP
                      : c->proto == w->net->srv->grpc ? SL_FRONT_GRPC
-                                                      : SL_FRONT_RESP;
+                                                     : SL_FRONT_RESP;
     int st = c->proto->run(c, p, len, now, t, usedp);
     w->serving = NULL;
     w->turn = NULL;

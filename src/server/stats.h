@@ -84,8 +84,8 @@ typedef struct sl_worker_stats {
     _Atomic uint64_t net_out;         /* bytes written to clients */
     _Atomic uint64_t checks;          /* RL.CHECK decisions */
     _Atomic uint64_t checks_denied;
-    _Atomic uint64_t front_allowed[SL_FRONTS]; /* decisions allowed, by front (see the top) */
-    _Atomic uint64_t front_denied[SL_FRONTS];  /* ... denied */
+    _Atomic uint64_t front_allowed[SL_FRONTS];      /* decisions allowed, by front (see the top) */
+    _Atomic uint64_t front_denied[SL_FRONTS];       /* ... denied */
     _Atomic uint64_t lat[SL_STATS_LAT_NBOUNDS + 1]; /* sampled decisions per bucket */
     _Atomic uint64_t lat_sum_ns;                    /* their total time */
     unsigned lat_tick;                              /* the worker's sampling counter */

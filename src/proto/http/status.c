@@ -156,8 +156,8 @@ static void limit_text(const sl_rule_limit *l, char *buf, size_t cap)
 static void name_series(json_t *o, const sl_rule_node *node, const sl_rule_limit *l)
 {
     const char *name = l->name, *hash = strrchr(name, '#');
-    size_t blen = !l->named && node->nlimits > 1 && hash != NULL ? (size_t)(hash - name)
-                                                                  : strlen(name);
+    size_t blen =
+        !l->named && node->nlimits > 1 && hash != NULL ? (size_t)(hash - name) : strlen(name);
     char text[128];
     limit_text(l, text, sizeof text);
     int binary;
@@ -165,13 +165,13 @@ static void name_series(json_t *o, const sl_rule_node *node, const sl_rule_limit
     json_object_set_new(
         o, "limit",
         json_pack("{s:b,s:I,s:I,s:o,s:s,s:s}", "unlimited", l->unlimited, "requests",
-                  (json_int_t)l->params.limit, "window_ms", (json_int_t)l->params.window_ms,
-                  "unit", l->unit != SL_UNIT_NONE ? json_string(sl_rule_unit_name(l->unit))
-                                                  : json_null(),
+                  (json_int_t)l->params.limit, "window_ms", (json_int_t)l->params.window_ms, "unit",
+                  l->unit != SL_UNIT_NONE ? json_string(sl_rule_unit_name(l->unit)) : json_null(),
                   "algorithm", sl_algo_name(l->params.algo), "text", text));
     /* base + " — " + text; a base that is not UTF-8 is shown as bytes_string wrote it */
     json_t *b = json_object_get(o, "base");
     const char *bs = json_string_value(b);
+    if (bs == NULL) return; /* out of memory: base and label stay null */
     size_t n = json_string_length(b) + strlen(text) + 8;
     char *label = malloc(n);
     if (label == NULL) return;
@@ -246,11 +246,10 @@ static json_t *decisions_json(sl_srv *srv)
     for (int f = 0; f < SL_FRONTS; f++) {
         allowed += sum.front_allowed[f];
         denied += sum.front_denied[f];
-        json_object_set_new(fronts, sl_front_names[f],
-                            json_pack("{s:I,s:I,s:i,s:i}", "allowed",
-                                      (json_int_t)sum.front_allowed[f], "denied",
-                                      (json_int_t)sum.front_denied[f], "port", ports[f],
-                                      "tls_port", tls_ports[f]));
+        json_object_set_new(
+            fronts, sl_front_names[f],
+            json_pack("{s:I,s:I,s:i,s:i}", "allowed", (json_int_t)sum.front_allowed[f], "denied",
+                      (json_int_t)sum.front_denied[f], "port", ports[f], "tls_port", tls_ports[f]));
     }
     json_t *pa = json_array(), *pd = json_array();
     int64_t first = -1, last = -1;
@@ -274,11 +273,10 @@ static json_t *decisions_json(sl_srv *srv)
     }
     return json_pack("{s:I,s:I,s:o,s:{s:I,s:I,s:o,s:o},s:{s:i,s:I,s:I,s:f,s:f}}", "allowed",
                      (json_int_t)allowed, "denied", (json_int_t)denied, "fronts", fronts,
-                     "per_second", "first", (json_int_t)first, "end", (json_int_t)last,
-                     "allowed", pa, "denied", pd, "recent", "seconds", window, "allowed",
-                     (json_int_t)ra, "denied", (json_int_t)rd, "allowed_per_s",
-                     window ? (double)ra / window : 0.0, "denied_per_s",
-                     window ? (double)rd / window : 0.0);
+                     "per_second", "first", (json_int_t)first, "end", (json_int_t)last, "allowed",
+                     pa, "denied", pd, "recent", "seconds", window, "allowed", (json_int_t)ra,
+                     "denied", (json_int_t)rd, "allowed_per_s", window ? (double)ra / window : 0.0,
+                     "denied_per_s", window ? (double)rd / window : 0.0);
 }
 
 /* The clients connected now, by front.  Three loads: a connection coming
@@ -343,12 +341,12 @@ void sl_http_status_json(http_worker *hw, const sl_hreq *req)
     }
     const char *why;
     name_limits(&sl, sl_svc_rules(x, &why));
-    json_t *o = json_pack(
-        "{s:I,s:I,s:o,s:o,s:o,s:o,s:{s:i,s:i,s:I,s:o},s:o}", "now_ms", (json_int_t)now,
-        "uptime_s", (json_int_t)((now - srv->start_ms) / 1000), "rules", rules_json(srv->live),
-        "decisions", decisions_json(srv), "clients", clients_json(srv), "backend",
-        backend_json(srv), "history", "seconds", SL_HISTORY_SECONDS, "rules_max",
-        SL_HISTORY_RULES, "end", (json_int_t)last, "series", sl.list, "top_keys", top);
+    json_t *o = json_pack("{s:I,s:I,s:o,s:o,s:o,s:o,s:{s:i,s:i,s:I,s:o},s:o}", "now_ms",
+                          (json_int_t)now, "uptime_s", (json_int_t)((now - srv->start_ms) / 1000),
+                          "rules", rules_json(srv->live), "decisions", decisions_json(srv),
+                          "clients", clients_json(srv), "backend", backend_json(srv), "history",
+                          "seconds", SL_HISTORY_SECONDS, "rules_max", SL_HISTORY_RULES, "end",
+                          (json_int_t)last, "series", sl.list, "top_keys", top);
     sl_hhdrs h;
     sl_hhdrs_init(&h);
     sl_hhdrs_add(&h, "Cache-Control", "no-store");
