@@ -117,7 +117,6 @@ for n in 1 2 3; do
 done
 if [ "$codes" = " 200 429 429" ]; then ok "GET /v1/allow traffic sent (1 allowed, 2 denied)"; else bad "GET /v1/allow traffic" "got$codes"; fi
 
-KEYS=$(redis-cli -p "$RP" INFO memory | tr -d '\r' | sed -n 's/^keys:\([0-9]*\)$/\1/p')
 cat >"$T/expect.json" <<EOF
 {"rules": {"tenant": {"allowed": 6, "denied": 3}, "path_limit": {"allowed": 1, "denied": 1},
            "api.remote_address#1": {"allowed": 2, "denied": 0},
@@ -128,7 +127,7 @@ cat >"$T/expect.json" <<EOF
  "all": {"allowed": 15, "denied": 8},
  "fronts": {"resp": {"allowed": 14, "denied": 6}, "http": {"allowed": 1, "denied": 2},
             "grpc": {"allowed": 0, "denied": 0}},
- "backend": "local, $KEYS keys",
+ "backend": "local",
  "keys": [{"key": "api|tenant=acme", "denied": 2},
           {"key": $(printf '%s' "$HOSTILE_KEY" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'), "denied": 2},
           {"key": $(printf 'api|tenant=%s' "$HOSTILE_TENANT_KEYED" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'), "denied": 1},
