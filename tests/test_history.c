@@ -2,7 +2,9 @@
  * test_history.c -- the status page's recent past (src/server/history.h):
  * per-second series sampled from rule counters with time moved by hand
  * (seconds attributed, skipped, early timers, the ring wrapping, the
- * busiest SL_HISTORY_RULES rules kept), and the most-limited keys
+ * busiest SL_HISTORY_RULES rules kept), every decision per second (the
+ * per-front totals of stats.h sampled into a ring of their own, rules or
+ * not, read back oldest first), and the most-limited keys
  * (space-saving per worker, merged over workers and generations, exact
  * while fewer keys than counters, the heavy key kept when there are more,
  * long keys cut, generations rotating away).
@@ -191,6 +193,98 @@ static void test_the_busiest_rules_keep_a_series(void **state)
 
 /* ---- the most-limited keys ------------------------------------------------ */
 
+/* Every decision: cumulative totals sampled, per second, with time moved
+ * by hand; read back oldest first as the status page does. */
+static void test_every_decision_per_second(void **state)
+{
+    (void)state;
+    sl_history *h = sl_history_new(1);
+    assert_non_null(h);
+    static uint32_t all[SL_HISTORY_SECONDS][2];
+    int64_t first;
+    assert_int_equal(sl_history_all(h, all, &first), -1); /* nothing sampled */
+    assert_int_equal(first, -1);
+    assert_int_equal(all[SL_HISTORY_SECONDS - 1][0], 0);
+
+    /* 7 allowed and 3 denied before the first sample: all in its second */
+    sl_history_begin(h, 500005);
+    sl_history_observe_all(h, 7, 3);
+    sl_history_end(h);
+    sl_history_begin(h, 501004); /* second 500: 5 more allowed */
+    sl_history_observe_all(h, 12, 3);
+    sl_history_end(h);
+    sl_history_begin(h, 501950); /* early: still second 500, added */
+    sl_history_observe_all(h, 13, 4);
+    sl_history_end(h);
+    sl_history_begin(h, 504020); /* 3 s late: 501 and 502 read 0 */
+    sl_history_observe_all(h, 13, 10);
+    sl_history_end(h);
+    sl_history_begin(h, 505001); /* totals that went back (never: counters grow) add nothing */
+    sl_history_observe_all(h, 12, 10);
+    sl_history_end(h);
+    sl_history_begin(h, 506001); /* ... nor are counted again when they come back */
+    sl_history_observe_all(h, 14, 10);
+    sl_history_end(h);
+
+    assert_int_equal(sl_history_all(h, all, &first), 505);
+    assert_int_equal(first, 499);
+    const int L = SL_HISTORY_SECONDS - 1; /* out[L] is second 505 */
+    uint32_t want[][3] = {{499, 7, 3}, {500, 6, 1}, {501, 0, 0}, {502, 0, 0},
+                          {503, 0, 6}, {504, 0, 0}, {505, 1, 0}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        int at = L - (505 - (int)want[i][0]);
+        assert_int_equal(all[at][0], want[i][1]);
+        assert_int_equal(all[at][1], want[i][2]);
+    }
+    uint64_t a = 0, d = 0;
+    for (int i = 0; i < SL_HISTORY_SECONDS; i++) a += all[i][0], d += all[i][1];
+    assert_int_equal(a, 14); /* the totals, exactly */
+    assert_int_equal(d, 10);
+
+    /* the ring forgets what is older than it: SL_HISTORY_SECONDS later,
+     * only the newest second holds anything */
+    sl_history_begin(h, (506 + SL_HISTORY_SECONDS) * 1000 + 1);
+    sl_history_observe_all(h, 15, 11);
+    sl_history_end(h);
+    assert_int_equal(sl_history_all(h, all, &first), 505 + SL_HISTORY_SECONDS);
+    a = d = 0;
+    for (int i = 0; i < SL_HISTORY_SECONDS; i++) a += all[i][0], d += all[i][1];
+    assert_int_equal(a, 1);
+    assert_int_equal(d, 1);
+    assert_int_equal(all[L][0], 1);
+    sl_history_free(h);
+}
+
+/* sl_history_sample sums every front of every worker's shard (stats.h). */
+static void test_sample_sums_every_front(void **state)
+{
+    (void)state;
+    sl_stats st;
+    assert_int_equal(sl_stats_init(&st, 3), 0);
+    sl_history *h = sl_history_new(3);
+    assert_non_null(h);
+    sl_stats_decided(&st.workers[0], SL_FRONT_RESP, 1);
+    sl_stats_decided(&st.workers[1], SL_FRONT_HTTP, 0);
+    sl_stats_decided(&st.workers[2], SL_FRONT_GRPC, 1);
+    sl_stats_decided(&st.workers[2], SL_FRONT_GRPC, 0);
+    sl_stats_decided(&st.workers[1], 99, 1); /* a front out of range: counted as RESP */
+    sl_history_sample(h, &st, 42000);
+    static uint32_t all[SL_HISTORY_SECONDS][2];
+    int64_t first;
+    assert_int_equal(sl_history_all(h, all, &first), 41);
+    assert_int_equal(all[SL_HISTORY_SECONDS - 1][0], 3);
+    assert_int_equal(all[SL_HISTORY_SECONDS - 1][1], 2);
+    sl_stats_sum sum;
+    sl_stats_sum_get(&st, &sum);
+    assert_int_equal(sum.front_allowed[SL_FRONT_RESP], 2);
+    assert_int_equal(sum.front_denied[SL_FRONT_HTTP], 1);
+    assert_int_equal(sum.front_allowed[SL_FRONT_GRPC], 1);
+    assert_int_equal(sum.front_denied[SL_FRONT_GRPC], 1);
+    assert_string_equal(sl_front_names[SL_FRONT_GRPC], "grpc");
+    sl_history_free(h);
+    sl_stats_free(&st);
+}
+
 static void deny(sl_history *h, int w, const char *key, int times)
 {
     for (int i = 0; i < times; i++) sl_history_denied(h, w, key, strlen(key));
@@ -302,6 +396,8 @@ int main(void)
         cmocka_unit_test(test_counts_land_in_the_second_before_the_sample),
         cmocka_unit_test(test_the_ring_forgets_what_is_older_than_it),
         cmocka_unit_test(test_the_busiest_rules_keep_a_series),
+        cmocka_unit_test(test_every_decision_per_second),
+        cmocka_unit_test(test_sample_sums_every_front),
         cmocka_unit_test(test_top_keys_are_exact_below_the_sketch_size),
         cmocka_unit_test(test_the_heavy_key_survives_many_light_ones),
         cmocka_unit_test(test_long_keys_are_cut_but_counted_apart),

@@ -3,7 +3,11 @@
  * under threads, for TSan: workers count denials on their own sketches
  * while another thread samples the rules' counters (which some workers
  * bump meanwhile) and merges the top keys; at the end every denial and
- * every count is there, exactly.
+ * every count is there, exactly.  And every decision: workers count on
+ * their own shards' per-front counters (stats.h) while a sampler sums them
+ * into the history (sl_history_sample) and a reader copies the ring out
+ * (sl_history_all), as the status page does: the ring holds every
+ * decision exactly once.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,6 +19,7 @@
 
 #include <cmocka.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "history.h"
 
@@ -103,10 +108,90 @@ static void test_denials_and_samples_under_threads(void **state)
     free(rs);
 }
 
+typedef struct front_arg {
+    sl_stats *st;
+    int w;
+} front_arg;
+
+static void *front_worker(void *p)
+{
+    front_arg *a = p;
+    for (int i = 0; i < N; i++)
+        sl_stats_decided(&a->st->workers[a->w], (i + a->w) % SL_FRONTS, i % 3 != 0);
+    return NULL;
+}
+
+typedef struct sampler_arg {
+    sl_history *h;
+    sl_stats *st;
+    _Atomic int stop;
+    int64_t t;
+} sampler_arg;
+
+static void *sampler(void *p)
+{
+    sampler_arg *r = p;
+    static uint32_t all[SL_HISTORY_SECONDS][2];
+    while (!atomic_load(&r->stop)) {
+        sl_history_sample(r->h, r->st, r->t);
+        if (r->t < 200000) r->t += 1000; /* within the ring: nothing is forgotten */
+        int64_t first;
+        sl_history_all(r->h, all, &first);
+        /* never more than was counted: nothing twice, even mid-flight */
+        uint64_t ring = 0, counted = 0;
+        for (int i = 0; i < SL_HISTORY_SECONDS; i++) ring += (uint64_t)all[i][0] + all[i][1];
+        sl_stats_sum sum;
+        sl_stats_sum_get(r->st, &sum);
+        for (int f = 0; f < SL_FRONTS; f++) counted += sum.front_allowed[f] + sum.front_denied[f];
+        assert_true(ring <= counted);
+    }
+    return NULL;
+}
+
+static void test_every_decision_sampled_under_threads(void **state)
+{
+    (void)state;
+    sl_stats st;
+    assert_int_equal(sl_stats_init(&st, WORKERS), 0);
+    sl_history *h = sl_history_new(WORKERS);
+    assert_non_null(h);
+    sampler_arg sa = {h, &st, 0, 1000};
+    pthread_t smp, wt[WORKERS];
+    front_arg a[WORKERS];
+    assert_int_equal(pthread_create(&smp, NULL, sampler, &sa), 0);
+    for (int i = 0; i < WORKERS; i++) {
+        a[i] = (front_arg){&st, i};
+        assert_int_equal(pthread_create(&wt[i], NULL, front_worker, &a[i]), 0);
+    }
+    for (int i = 0; i < WORKERS; i++) pthread_join(wt[i], NULL);
+    atomic_store(&sa.stop, 1);
+    pthread_join(smp, NULL);
+    sl_history_sample(h, &st, sa.t + 1000); /* what the sampler had not seen yet */
+
+    static uint32_t all[SL_HISTORY_SECONDS][2];
+    int64_t first;
+    sl_history_all(h, all, &first);
+    uint64_t ra = 0, rd = 0;
+    for (int i = 0; i < SL_HISTORY_SECONDS; i++) ra += all[i][0], rd += all[i][1];
+    sl_stats_sum sum;
+    sl_stats_sum_get(&st, &sum);
+    uint64_t sa_ = 0, sd = 0;
+    for (int f = 0; f < SL_FRONTS; f++) sa_ += sum.front_allowed[f], sd += sum.front_denied[f];
+    /* i % 3 != 0 allowed: N - ceil(N / 3) per worker */
+    uint64_t want_denied = (uint64_t)WORKERS * ((N + 2) / 3);
+    assert_int_equal(sd, want_denied);
+    assert_int_equal(sa_, (uint64_t)WORKERS * N - want_denied);
+    assert_int_equal(ra, sa_);
+    assert_int_equal(rd, sd);
+    sl_history_free(h);
+    sl_stats_free(&st);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_denials_and_samples_under_threads),
+        cmocka_unit_test(test_every_decision_sampled_under_threads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

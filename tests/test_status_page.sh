@@ -4,13 +4,17 @@
 # tests/e2e/browser/, installed with `npm ci` into build/e2e-browser).
 #
 # A server with a small rules file gets known traffic -- RL.CHECK over RESP
-# (a tenant allowed 3, one with a hostile value) and GET /v1/allow with a
-# hostile key -- then tests/e2e/browser/status_page.js loads the page and
-# checks: no console error, script error or failed request; each rule's
-# chart drew exactly that traffic (the page's record and the canvas's
-# pixels); the most-limited keys appear verbatim as text and ran nothing;
-# the page refreshes itself; nothing is fetched from elsewhere.  The
-# screenshot is kept as build/test-artifacts/status.png.
+# (a tenant allowed 3, one with a hostile value, a rule of two limits),
+# RL.ALLOW without a rule, and GET /v1/allow with a hostile key -- then
+# tests/e2e/browser/status_page.js loads the page and checks: no console
+# error, script error or failed request; every decision's chart and the
+# totals per front drew exactly that traffic; each rule's chart drew
+# exactly its own (the page's record and the canvas's pixels), headed by
+# its limit's size and window; the header shows the clients per front, the
+# backend with its keys and the decisions per second; the most-limited keys
+# appear verbatim as text and ran nothing; the page refreshes itself;
+# nothing is fetched from elsewhere.  The screenshot is kept as
+# build/test-artifacts/status.png.
 #
 # The JSON behind it (/v1/status) is checked under every build by
 # tests/e2e/test_http_status.py; this runs once, against build/.
@@ -63,6 +67,10 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3, name: tenant}
   - key: path
     rate_limit: {unit: minute, requests_per_unit: 1, name: path_limit}
+  - key: remote_address
+    rate_limit:
+      - {unit: minute, requests_per_unit: 100}
+      - {unit: hour, requests_per_unit: 2000, algorithm: token-bucket}
 EOF
 : >"$T/sluiced.log" # before the poll below reads it
 "$SLUICED" --port 0 --http-port any --grpc-port 0 --bind 127.0.0.1 --rules "$T/api.yaml" \
@@ -95,8 +103,13 @@ got=
 for n in 1 2 3 4 5; do got="$got$(check tenant acme)"; done
 for n in 1 2 3 4; do got="$got$(check tenant "$HOSTILE_TENANT")"; done
 for n in 1 2; do got="$got$(check path /login)"; done
+for n in 1 2; do got="$got$(check remote_address 10.0.0.1)"; done
 # RL.CHECK's first field: 1 allowed, 0 denied
-if [ "$got" = "11100111010" ]; then ok "RL.CHECK traffic sent (3+3+1 allowed, 2+1+1 denied)"; else bad "RL.CHECK traffic" "got $got"; fi
+if [ "$got" = "1110011101011" ]; then ok "RL.CHECK traffic sent (3+3+1+2 allowed, 2+1+1 denied)"; else bad "RL.CHECK traffic" "got $got"; fi
+# the quick start's RL.ALLOW, no rule involved
+got=
+for n in 1 2 3 4 5 6 7; do got="$got$(redis-cli -p "$RP" RL.ALLOW user:42 5 1h 2>&1 | head -1)"; done
+if [ "$got" = "1111100" ]; then ok "RL.ALLOW traffic sent (5 allowed, 2 denied)"; else bad "RL.ALLOW traffic" "got $got"; fi
 codes=
 for n in 1 2 3; do
     codes="$codes $(curl -s -o /dev/null -w '%{http_code}' --get --data-urlencode "key=$HOSTILE_KEY" \
@@ -105,7 +118,16 @@ done
 if [ "$codes" = " 200 429 429" ]; then ok "GET /v1/allow traffic sent (1 allowed, 2 denied)"; else bad "GET /v1/allow traffic" "got$codes"; fi
 
 cat >"$T/expect.json" <<EOF
-{"rules": {"tenant": {"allowed": 6, "denied": 3}, "path_limit": {"allowed": 1, "denied": 1}},
+{"rules": {"tenant": {"allowed": 6, "denied": 3}, "path_limit": {"allowed": 1, "denied": 1},
+           "api.remote_address#1": {"allowed": 2, "denied": 0},
+           "api.remote_address#2": {"allowed": 2, "denied": 0}},
+ "labels": {"tenant": "tenant \u2014 3 / minute", "path_limit": "path_limit \u2014 1 / minute",
+            "api.remote_address#1": "api.remote_address \u2014 100 / minute",
+            "api.remote_address#2": "api.remote_address \u2014 2000 / hour, token-bucket"},
+ "all": {"allowed": 15, "denied": 8},
+ "fronts": {"resp": {"allowed": 14, "denied": 6}, "http": {"allowed": 1, "denied": 2},
+            "grpc": {"allowed": 0, "denied": 0}},
+ "backend": "local",
  "keys": [{"key": "api|tenant=acme", "denied": 2},
           {"key": $(printf '%s' "$HOSTILE_KEY" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'), "denied": 2},
           {"key": $(printf 'api|tenant=%s' "$HOSTILE_TENANT_KEYED" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'), "denied": 1},

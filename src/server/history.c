@@ -9,6 +9,10 @@
  * (elastic is part of allowed), so the quietest series is found in
  * O(SL_HISTORY_RULES) and a second leaving the ring subtracts its own.
  *
+ * Every decision.  The same, for one pair of totals (every front's
+ * allowed and denied, stats.h) into one ring of its own, kept whatever
+ * the rules: all_seen holds the totals at the previous sample.
+ *
  * Sketches.  Space-saving: a key already held counts one more; a new key
  * takes a free slot, or the slot of the smallest count, inheriting that
  * count (its `err`): every count is then at most err above the truth, and
@@ -44,6 +48,7 @@ sl_history *sl_history_new(int nworkers)
     h->nworkers = nworkers;
     h->last_sec = -1;
     h->rotated_sec = -1;
+    h->first_sec = -1;
     pthread_mutex_init(&h->mu, NULL);
     for (int i = 0; i < nworkers; i++) pthread_mutex_init(&h->topk[i].mu, NULL);
     return h;
@@ -116,6 +121,7 @@ static void clear_second(sl_history *h, int64_t t)
         h->series[i].total -= traffic(n);
         memset(n, 0, sizeof h->series[i].n[0]);
     }
+    memset(h->all[t % SL_HISTORY_SECONDS], 0, sizeof h->all[0]);
 }
 
 static void rotate(sl_history *h, int both)
@@ -145,6 +151,7 @@ void sl_history_begin(sl_history *h, int64_t now_ms)
         for (int64_t t = from; t <= sec; t++) clear_second(h, t);
     }
     h->last_sec = h->sample_sec = sec;
+    if (h->first_sec < 0) h->first_sec = sec;
     if (h->rotated_sec < 0) {
         h->rotated_sec = sec;
     } else if (sec - h->rotated_sec >= SL_HISTORY_TOPK_PERIOD_S) {
@@ -202,13 +209,52 @@ void sl_history_observe(sl_history *h, const sl_rule_stats *rs)
 
 void sl_history_end(sl_history *h) { pthread_mutex_unlock(&h->mu); }
 
+void sl_history_observe_all(sl_history *h, uint64_t allowed, uint64_t denied)
+{
+    uint64_t now[2] = {allowed, denied};
+    uint32_t *n = h->all[h->sample_sec % SL_HISTORY_SECONDS];
+    for (int c = 0; c < 2; c++) {
+        if (now[c] <= h->all_seen[c]) continue; /* counters only grow: nothing new */
+        uint64_t d = now[c] - h->all_seen[c];
+        h->all_seen[c] = now[c];
+        n[c] = UINT32_MAX - n[c] < d ? UINT32_MAX : n[c] + (uint32_t)d;
+    }
+}
+
 static void observe_cb(const sl_rule_stats *rs, void *arg) { sl_history_observe(arg, rs); }
 
 void sl_history_sample(sl_history *h, sl_stats *s, int64_t now_ms)
 {
     sl_history_begin(h, now_ms);
     sl_stats_foreach_rule(s, observe_cb, h);
+    /* every front's decisions, read under the lock (so two samplers never
+     * see the totals in one order and record them in the other): one pass
+     * over the workers' shards */
+    uint64_t allowed = 0, denied = 0;
+    for (int w = 0; w < s->nworkers; w++)
+        for (int f = 0; f < SL_FRONTS; f++) {
+            allowed += sl_stat_get(&s->workers[w].front_allowed[f]);
+            denied += sl_stat_get(&s->workers[w].front_denied[f]);
+        }
+    sl_history_observe_all(h, allowed, denied);
     sl_history_end(h);
+}
+
+int64_t sl_history_all(sl_history *h, uint32_t out[SL_HISTORY_SECONDS][2], int64_t *first_sec)
+{
+    pthread_mutex_lock(&h->mu);
+    int64_t last = h->last_sec;
+    *first_sec = h->first_sec;
+    for (int i = 0; i < SL_HISTORY_SECONDS; i++) {
+        int64_t t = last - SL_HISTORY_SECONDS + 1 + i;
+        out[i][0] = out[i][1] = 0;
+        if (last >= 0 && t >= 0) {
+            out[i][0] = h->all[t % SL_HISTORY_SECONDS][0];
+            out[i][1] = h->all[t % SL_HISTORY_SECONDS][1];
+        }
+    }
+    pthread_mutex_unlock(&h->mu);
+    return last;
 }
 
 static int by_total(const void *a, const void *b)

@@ -9,6 +9,10 @@
  *     -- the ones with the most traffic; a rule busier in its latest
  *     second than the quietest tracked series over the whole ring takes
  *     that series' place (its earlier seconds then read 0).
+ *   - every decision, rules or not, per second over the same ring:
+ *     allowed and denied, sampled from the per-front counters (stats.h:
+ *     every front's decisions summed) -- what the page shows when no rule
+ *     decides (RL.ALLOW, GET /v1/allow) as well as when rules do.
  *   - the most-limited keys: the keys denied most often lately, a
  *     space-saving sketch (Metwally et al.) of SL_HISTORY_TOPK counters per
  *     worker, touched only on a denial, so an allowed request costs
@@ -83,6 +87,11 @@ typedef struct sl_history {
     int64_t sample_sec;           /* during a sample: the second it counts into */
     struct sl_history_seen *seen; /* every rule's counts at the last sample */
     sl_history_series series[SL_HISTORY_RULES];
+    int64_t first_sec;                   /* the first second sampled; -1: none */
+    uint64_t all_seen[2];                /* the decisions counted at the last sample:
+                                            allowed, denied */
+    uint32_t all[SL_HISTORY_SECONDS][2]; /* every decision per second, ring as a
+                                            series' (allowed, denied) */
     int nworkers;
     sl_topk *topk; /* nworkers sketches */
 } sl_history;
@@ -105,6 +114,12 @@ void sl_history_begin(sl_history *h, int64_t now_ms);
 void sl_history_observe(sl_history *h, const sl_rule_stats *rs);
 void sl_history_end(sl_history *h);
 
+/* Between begin and end: the totals of every decision so far (allowed,
+ * denied: cumulative, as the per-front counters hold them); what they grew
+ * by since the previous call goes to the sample's second (the first call
+ * counts them all).  sl_history_sample calls it with every front's sum. */
+void sl_history_observe_all(sl_history *h, uint64_t allowed, uint64_t denied);
+
 /* Counts one denial of key (len bytes, any bytes) on worker w's sketch.
  * O(SL_HISTORY_TOPK). */
 void sl_history_denied(sl_history *h, int w, const char *key, size_t len);
@@ -126,6 +141,13 @@ int sl_history_top_keys(sl_history *h, sl_history_top *out, int max);
  * second t are sr->n[t % SL_HISTORY_SECONDS], valid for t in
  * (last_sec - SL_HISTORY_SECONDS, last_sec].  Returns last_sec (-1: no
  * sample yet, and fn is not called). */
+/* Every decision per second, oldest first, under the history's lock:
+ * out[i] is second last_sec - SL_HISTORY_SECONDS + 1 + i ([0] allowed,
+ * [1] denied; seconds before the first sample read 0).  Sets *first_sec
+ * to the first second sampled.  Returns last_sec (-1: no sample yet, out
+ * all 0). */
+int64_t sl_history_all(sl_history *h, uint32_t out[SL_HISTORY_SECONDS][2], int64_t *first_sec);
+
 int64_t sl_history_foreach(sl_history *h,
                            void (*fn)(const sl_history_series *sr, int64_t last_sec, void *arg),
                            void *arg);

@@ -902,7 +902,7 @@ static void conn_free(conn *c, const char *why)
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     if (c->proto->closed) c->proto->closed(c->pdata);
-    int counted = !c->refused, http = c->http;
+    int counted = !c->refused, http = c->http, grpc = c->proto == srv->grpc;
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
     if (counted)
@@ -911,6 +911,8 @@ static void conn_free(conn *c, const char *why)
         atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
     if (counted && http)
         atomic_fetch_sub_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
+    else if (counted && grpc)
+        atomic_fetch_sub_explicit(&srv->stats.grpc_clients, 1, memory_order_relaxed);
     if (in > 0) release(w, in);
     if (w->stopping && w->conns == NULL) maybe_exit(w);
 }
@@ -1020,6 +1022,8 @@ static void conn_new(worker *w, int fd, int flags)
     }
     if (c->http && !c->refused)
         atomic_fetch_add_explicit(&srv->stats.http_clients, 1, memory_order_relaxed);
+    else if (c->proto == srv->grpc && !c->refused)
+        atomic_fetch_add_explicit(&srv->stats.grpc_clients, 1, memory_order_relaxed);
     c->reading = 1;
     c->next = w->conns;
     if (w->conns) w->conns->prev = c;
@@ -1181,6 +1185,10 @@ static int run(conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size
     worker *w = c->w;
     w->serving = c;
     w->turn = t;
+    /* the front its decisions count under (stats.h) */
+    w->svcp->front = c->http                         ? SL_FRONT_HTTP
+                     : c->proto == w->net->srv->grpc ? SL_FRONT_GRPC
+                                                     : SL_FRONT_RESP;
     int st = c->proto->run(c, p, len, now, t, usedp);
     w->serving = NULL;
     w->turn = NULL;

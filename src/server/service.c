@@ -45,6 +45,7 @@ struct svc_req {
     sl_svc_cb cb;
     void *arg;
     int commit;           /* ALLOW: a decision, counted in the statistics */
+    int front;            /* SL_FRONT_* it came in by (x->front at submission) */
     sl_params p;          /* ALLOW, PEEK: b.params points here */
     int64_t t0_ns;        /* sampled: submission time; 0 = not timed */
     sl_rules *held;       /* CHECK, later backends: the set, referenced */
@@ -114,6 +115,7 @@ static svc_req *req_get(sl_svc_ctx *x)
     q->t0_ns = 0;
     q->b.data = q;
     q->b.now_ms = 0;
+    q->front = x->front;
     x->inflight++;
     if (++x->st->lat_tick % SL_STATS_LAT_SAMPLE == 0) q->t0_ns = sl__mono_ns();
     return q;
@@ -231,6 +233,7 @@ static void done_allow(sl_breq *b)
         sl_algo a = q->p.algo;
         sl_stat_inc(&x->st->decisions[a], 1);
         sl_stat_inc(b->result.allowed ? &x->st->allowed[a] : &x->st->denied[a], 1);
+        sl_stats_decided(x->st, q->front, b->result.allowed);
         if (!b->result.allowed) sl_history_denied(x->srv->history, x->id, b->key, b->keylen);
     }
     sl_svc_cb cb = q->cb;
@@ -384,6 +387,7 @@ static void done_check(sl_breq *b)
         sl_check_count(&k->plan, &k->out);
         count_rules(k);
         sl_stat_inc(&x->st->checks, 1);
+        sl_stats_decided(x->st, q->front, k->out.allowed);
         if (!k->out.allowed) {
             sl_stat_inc(&x->st->checks_denied, 1);
             if (x->srv->history != NULL) note_denied(x, k);

@@ -57,6 +57,8 @@ typedef struct sl_svc_ctx {
     svc_req *free;                 /* request contexts ready for reuse */
     struct svc_check *free_checks; /* RL.CHECK's plans ready for reuse */
     size_t inflight;               /* requests submitted, not completed */
+    int front;                     /* SL_FRONT_* (stats.h) of the requests submitted now:
+                                      net.c sets it as it runs a connection's input */
     sl_live_inbox *inbox;          /* answers of its rules reloads (live.h); NULL: reload inline */
     /* Told, as each request is submitted to a backend that may answer
      * later (not an inline one), the bytes it holds until its callback

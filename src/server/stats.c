@@ -24,6 +24,8 @@
 #include "rules.h"
 #include "stats.h"
 
+const char *const sl_front_names[SL_FRONTS] = {"resp", "http", "grpc"};
+
 static const int64_t lat_bounds_us[SL_STATS_LAT_NBOUNDS] = SL_STATS_LAT_BOUNDS_US;
 
 struct sl_stats_values {
@@ -295,6 +297,10 @@ void sl_stats_sum_get(const sl_stats *s, sl_stats_sum *out)
             out->decisions[a] += sl_stat_get(&w->decisions[a]);
             out->allowed[a] += sl_stat_get(&w->allowed[a]);
             out->denied[a] += sl_stat_get(&w->denied[a]);
+        }
+        for (int f = 0; f < SL_FRONTS; f++) {
+            out->front_allowed[f] += sl_stat_get(&w->front_allowed[f]);
+            out->front_denied[f] += sl_stat_get(&w->front_denied[f]);
         }
         for (int b = 0; b <= SL_STATS_LAT_NBOUNDS; b++) {
             uint64_t v = sl_stat_get(&w->lat[b]);

@@ -23,10 +23,17 @@
  *     rule's own.  At most SL_STATS_MAX_VALUES names per rule: past them a
  *     request counts under the rule's name only, and in its `overflow`.
  *     Per-value entries live in the same table, by name, as the rules'.
+ *   - per front (the protocol a decision came in by: RESP, HTTP, gRPC),
+ *     in the worker's shard: decisions allowed and denied -- RL.ALLOW and
+ *     GET /v1/allow's (not RL.PEEK), and RL.CHECK, POST /v1/check,
+ *     forward-auth and ShouldRateLimit's, one each whatever the number of
+ *     limits; the status page's totals and its decisions per second
+ *     (history.h);
  *   - reloads ok / failed;
  *   - the network layer's: the reply bytes held for all clients (the
  *     max-output-total budget), clients cut over it, clients cut for a
- *     command not whole within recv-timeout.
+ *     command not whole within recv-timeout; HTTP and gRPC clients
+ *     connected now.
  *
  * The latency histogram is sampled: one decision in SL_STATS_LAT_SAMPLE per
  * worker is timed (CLOCK_MONOTONIC, from the request's submission to its
@@ -58,6 +65,12 @@ struct sl_rules;
 #define SL_STATS_MAX_VALUES 1000
 #define SL_STATS_MAX_NAME   512
 
+/* The fronts a decision comes in by (src/proto/): net.c tells the service
+ * which one it is running (sl_svc_ctx.front).  Appended only. */
+enum { SL_FRONT_RESP, SL_FRONT_HTTP, SL_FRONT_GRPC, SL_FRONTS };
+/* "resp", "http", "grpc": by SL_FRONT_* */
+extern const char *const sl_front_names[SL_FRONTS];
+
 /* One worker's counters.  Written only by their worker (relaxed atomic
  * stores of load+1, which compile to plain moves), read by anyone. */
 typedef struct sl_worker_stats {
@@ -71,6 +84,8 @@ typedef struct sl_worker_stats {
     _Atomic uint64_t net_out;         /* bytes written to clients */
     _Atomic uint64_t checks;          /* RL.CHECK decisions */
     _Atomic uint64_t checks_denied;
+    _Atomic uint64_t front_allowed[SL_FRONTS];      /* decisions allowed, by front (see the top) */
+    _Atomic uint64_t front_denied[SL_FRONTS];       /* ... denied */
     _Atomic uint64_t lat[SL_STATS_LAT_NBOUNDS + 1]; /* sampled decisions per bucket */
     _Atomic uint64_t lat_sum_ns;                    /* their total time */
     unsigned lat_tick;                              /* the worker's sampling counter */
@@ -81,6 +96,13 @@ static inline void sl_stat_inc(_Atomic uint64_t *c, uint64_t n)
 {
     atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
                           memory_order_relaxed);
+}
+
+/* One decision of front (SL_FRONT_*) in worker shard w: allowed or not. */
+static inline void sl_stats_decided(sl_worker_stats *w, int front, int allowed)
+{
+    if (front < 0 || front >= SL_FRONTS) front = SL_FRONT_RESP;
+    sl_stat_inc(allowed ? &w->front_allowed[front] : &w->front_denied[front], 1);
 }
 
 static inline uint64_t sl_stat_get(_Atomic uint64_t *c)
@@ -133,6 +155,7 @@ typedef struct sl_stats {
     _Atomic uint64_t tls_handshakes;   /* TLS handshakes completed */
     _Atomic uint64_t tls_failures;     /* TLS connections closed before their handshake completed */
     _Atomic int64_t http_clients;      /* HTTP(S) connections now (a gauge; src/proto/http) */
+    _Atomic int64_t grpc_clients;      /* gRPC connections now (a gauge; src/proto/grpc) */
 } sl_stats;
 
 /* Initialises s with nworkers zeroed shards.  Returns 0 or -1 (no memory). */
@@ -182,6 +205,7 @@ typedef struct sl_stats_sum {
     uint64_t commands, errors, protocol_errors, net_in, net_out, checks, checks_denied;
     uint64_t decisions[SL_ALGO_COUNT], allowed[SL_ALGO_COUNT], denied[SL_ALGO_COUNT];
     uint64_t lat[SL_STATS_LAT_NBOUNDS + 1], lat_count, lat_sum_ns;
+    uint64_t front_allowed[SL_FRONTS], front_denied[SL_FRONTS];
 } sl_stats_sum;
 
 void sl_stats_sum_get(const sl_stats *s, sl_stats_sum *out);

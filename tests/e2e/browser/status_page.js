@@ -4,14 +4,23 @@
 //     node status_page.js URL EXPECT.json SCREENSHOT.png
 //
 // EXPECT.json: {"rules": {NAME: {"allowed": N, "denied": N}, ...},
+//               "labels": {NAME: HEADING, ...},
+//               "all": {"allowed": N, "denied": N},
+//               "fronts": {FRONT: {"allowed": N, "denied": N}, ...},
+//               "backend": NAME,
 //               "keys": [{"key": K, "denied": N}, ...]}
 // Prints one line per check, "PASS name" or "FAIL name: why", and exits 1
 // if any failed: the page loaded with no console error, no failed request
-// and no script error; the chart drew exactly the expected totals per rule
-// (the page's own record of what it drew, window.sluiceStatus, and the
-// canvas's data attributes) with pixels of the allowed and denied colours
-// on each rule's canvas; each hostile key shows as text, verbatim, having
-// run nothing; and a screenshot saved.
+// and no script error; every decision's chart drew exactly the expected
+// totals (the page's record, the canvas's data attributes and pixels) and
+// the fronts' table shows each front's; the chart drew exactly the
+// expected totals per rule (the page's own record of what it drew,
+// window.sluiceStatus, and the canvas's data attributes) with pixels of
+// the allowed and denied colours on each rule's canvas, each headed by its
+// label (the limit's size and window) with its rule name beneath; the
+// header shows the clients per front, the backend and the decisions per
+// second; each hostile key shows as text, verbatim, having run nothing;
+// and a screenshot saved.
 "use strict";
 
 const fs = require("fs");
@@ -65,9 +74,10 @@ function check(name, okay, why) {
       await page.waitForFunction((want) => {
         const s = window.sluiceStatus;
         if (!s || !s.updates) return false;
-        return Object.keys(want).every((r) => s.drawn[r] && s.drawn[r].allowed === want[r].allowed &&
-                                       s.drawn[r].denied === want[r].denied);
-      }, expect.rules, { timeout: WAIT_MS, polling: 100 });
+        return Object.keys(want.rules).every((r) => s.drawn[r] && s.drawn[r].allowed === want.rules[r].allowed &&
+                                       s.drawn[r].denied === want.rules[r].denied) &&
+          s.all && s.all.allowed === want.all.allowed && s.all.denied === want.all.denied;
+      }, expect, { timeout: WAIT_MS, polling: 100 });
     } catch (e) {
       /* reported below with what it drew instead */
     }
@@ -102,6 +112,73 @@ function check(name, okay, why) {
       check("canvas of rule " + JSON.stringify(rule) + " has allowed and denied bars",
             c && (want.allowed === 0 || c.green > 0) && (want.denied === 0 || c.red > 0), JSON.stringify(c));
     }
+
+    // every decision: its chart (record, data attributes, pixels) and the fronts' table
+    const all = await page.evaluate(() => {
+      const cv = document.getElementById("all-chart");
+      const d = cv.getContext("2d").getImageData(0, 0, cv.width, cv.height).data;
+      const css = getComputedStyle(document.documentElement);
+      const rgb = (v) => {
+        const h = css.getPropertyValue(v).trim().replace("#", "");
+        return [0, 2, 4].map((i) => parseInt(h.slice(i, i + 2), 16));
+      };
+      const count = (col) => {
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4)
+          if (d[i] === col[0] && d[i + 1] === col[1] && d[i + 2] === col[2] && d[i + 3] === 255) n++;
+        return n;
+      };
+      return { drawn: window.sluiceStatus.all, allowed: cv.dataset.allowed, denied: cv.dataset.denied,
+               green: count(rgb("--allowed")), red: count(rgb("--denied")),
+               rows: Array.from(document.querySelectorAll("#fronts tr")).map(
+                 (tr) => Array.from(tr.children).map((td) => td.textContent)) };
+    });
+    check("every decision drew " + expect.all.allowed + " allowed, " + expect.all.denied + " denied",
+          all.drawn && all.drawn.allowed === expect.all.allowed && all.drawn.denied === expect.all.denied &&
+          all.allowed === String(expect.all.allowed) && all.denied === String(expect.all.denied),
+          JSON.stringify(all));
+    check("every decision's chart has allowed and denied bars", all.green > 0 && all.red > 0,
+          JSON.stringify({ green: all.green, red: all.red }));
+    for (const [front, want] of Object.entries(expect.fronts)) {
+      const row = all.rows.find((r) => r[0] === front);
+      check("front " + front + " listed with " + want.allowed + " allowed, " + want.denied + " denied",
+            row && row[3] === String(want.allowed) && row[4] === String(want.denied),
+            "rows: " + JSON.stringify(all.rows));
+    }
+
+    // each rule headed by its limit's size and window, its own name beneath
+    const heads = await page.evaluate(() => Array.from(document.querySelectorAll("#rules .rule")).map(
+      (div) => [div.querySelector("h3").textContent, (div.querySelector(".name") || {}).textContent,
+                div.querySelector("canvas").dataset.rule]));
+    for (const [rule, label] of Object.entries(expect.labels)) {
+      const h = heads.find((x) => x[2] === rule);
+      // the rule's own name beneath when the heading does not start with it (#1, #2)
+      const beneath = label.startsWith(rule + " \u2014 ") ? undefined : "counted as " + rule;
+      check("rule " + JSON.stringify(rule) + " headed " + JSON.stringify(label) +
+            (beneath ? ", " + JSON.stringify(beneath) + " beneath" : ""),
+            h && h[0] === label && h[1] === beneath, JSON.stringify(heads));
+    }
+
+    // the header: clients per front, the backend, decisions per second
+    const head = await page.evaluate(() => ({
+      clients: document.getElementById("clients").textContent,
+      backend: document.getElementById("backend").textContent,
+      rate: document.getElementById("rate").textContent,
+      keys: window.sluiceStatus.last && window.sluiceStatus.last.backend.keys,
+      rules: document.getElementById("rules").textContent,
+    }));
+    const cm = /^(\d+) \(resp (\d+), http (\d+), grpc (\d+)\)$/.exec(head.clients);
+    check("header shows the clients per front (this page's own HTTP connection among them)",
+          cm && cm[2] === "0" && cm[4] === "0" && Number(cm[3]) >= 1 &&
+          Number(cm[1]) === Number(cm[2]) + Number(cm[3]) + Number(cm[4]), JSON.stringify(head.clients));
+    // the store's keys change as keys at rest expire: the number the page last fetched
+    check("header shows the backend " + JSON.stringify(expect.backend) + " and its keys",
+          head.backend === expect.backend + ", " + head.keys + " keys" && head.keys >= 1,
+          JSON.stringify(head));
+    check("header shows decisions per second",
+          /^\d+(\.\d+)? allowed, \d+(\.\d+)? denied \(\d+ s\)$/.test(head.rate), JSON.stringify(head.rate));
+    check("no \"No rule has decided\" once rules decided", head.rules !== "" && !head.rules.includes("No rule has decided"),
+          "the page says it");
 
     // hostile keys: shown as text, verbatim, nothing run, no element made
     const keys = await page.evaluate(() => Array.from(document.querySelectorAll("#keys td.key")).map((td) => td.textContent));
