@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -295,6 +296,20 @@ class TestHttpMetrics(ServerTestCase):
         self.assertEqual(m.get("sluice_rules_reloads_total", result="failed"), 0)
         self.assertEqual(m.get("sluice_metrics_omitted", what="rules"), 0)
         self.assertEqual(m.get("sluice_metrics_omitted", what="values"), 0)
+
+    def test_clients_by_protocol(self):
+        """A gRPC connection counts as grpc, not as a RESP client."""
+        s = self.new_server(http=True, grpc=True, threads=1)
+        m = self.scrape(s)
+        resp0 = m.get("sluice_clients", protocol="resp")
+        self.assertEqual(m.get("sluice_clients", protocol="grpc"), 0)
+        g = socket.create_connection(("127.0.0.1", s.grpc_port), timeout=10)
+        self.addCleanup(g.close)
+        g.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        g.recv(9)  # the server's SETTINGS: the connection is accepted and counted
+        m = self.scrape(s)
+        self.assertEqual(m.get("sluice_clients", protocol="grpc"), 1)
+        self.assertEqual(m.get("sluice_clients", protocol="resp"), resp0)
 
     def test_reloads_and_readyz(self):
         s = self.server()

@@ -295,11 +295,15 @@ int sl_metrics_write(struct evbuffer *b, sl_srv *srv, const sl_rules *r)
 
     family(&p, "sluice_clients", "gauge", "Client connections open now, by protocol.");
     /* srv->clients counts every connection (--max-clients); HTTP's are
-     * also in http_clients.  Two loads: a connection coming or going
-     * between them may show for an instant in neither or both. */
+     * also in http_clients, gRPC's in grpc_clients.  Separate loads: a
+     * connection coming or going between them may show for an instant in
+     * neither or both. */
     int64_t http = atomic_load(&srv->stats.http_clients), all = atomic_load(&srv->clients);
-    put(&p, "sluice_clients{protocol=\"resp\"} %" PRId64 "\n", all > http ? all - http : 0);
+    int64_t grpc = atomic_load(&srv->stats.grpc_clients);
+    int64_t resp = all - http - grpc;
+    put(&p, "sluice_clients{protocol=\"resp\"} %" PRId64 "\n", resp > 0 ? resp : 0);
     put(&p, "sluice_clients{protocol=\"http\"} %" PRId64 "\n", http);
+    put(&p, "sluice_clients{protocol=\"grpc\"} %" PRId64 "\n", grpc);
     family(&p, "sluice_clients_max", "gauge", "The bound on connections at once (--max-clients).");
     sample(&p, "sluice_clients_max", (uint64_t)srv->cfg->max_clients);
 
