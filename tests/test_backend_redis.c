@@ -91,9 +91,9 @@ static void test_default_port_in_lists(void **state)
 
 /* Every form --backend takes, as the message of a value with another
  * scheme or none lists them. */
-#define FORMS                                                                                    \
-    "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "   \
-    "commas (a ring: redis://a:6379,redis://b:6379), or "                                        \
+#define FORMS                                                                                      \
+    "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "     \
+    "commas (a ring: redis://a:6379,redis://b:6379), or "                                          \
     "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)"
 
 static void test_errors(void **state)

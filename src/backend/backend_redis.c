@@ -125,7 +125,7 @@ typedef struct rnode {
     _Atomic int nup; /* channels whose connection to it is UP */
     _Atomic int up;  /* the state last reported (on_state) */
     _Atomic int64_t down_since_ms;
-    int module_at_start; /* its start-up check found the module: new connections' path */
+    int module_at_start;   /* its start-up check found the module: new connections' path */
     _Atomic int path_told; /* the path last told (on_path): 0 none yet, 1 script, 2 module */
 } rnode;
 
@@ -320,9 +320,9 @@ static void url_show(sl_redis_url *u)
 
 /* Every form --backend takes, for the message of a value without one of
  * their schemes (config.c's help says the same). */
-#define BACKEND_FORMS                                                                            \
-    "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "   \
-    "commas (a ring: redis://a:6379,redis://b:6379), or "                                        \
+#define BACKEND_FORMS                                                                              \
+    "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "     \
+    "commas (a ring: redis://a:6379,redis://b:6379), or "                                          \
     "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)"
 
 /* The message of s[0..len), printable, that starts with no scheme --backend
@@ -334,7 +334,8 @@ static int scheme_fail(char *err, size_t errlen, const char *s, size_t len)
     const char *sep = NULL;
     for (size_t i = 0; i + 3 <= len && i <= 32 && sep == NULL; i++)
         if (memcmp(s + i, "://", 3) == 0) sep = s + i + 3;
-    int shown = memchr(s, '@', len) != NULL ? (sep ? (int)(sep - s) : 0) : (int)(len > 80 ? 80 : len);
+    int shown =
+        memchr(s, '@', len) != NULL ? (sep ? (int)(sep - s) : 0) : (int)(len > 80 ? 80 : len);
     const char *more = (size_t)shown < len ? "..." : "";
     if (sep != NULL)
         snprintf(err, errlen, "'%.*s%s': unknown scheme '%.*s': " BACKEND_FORMS, shown, s, more,
@@ -515,7 +516,8 @@ int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, ch
         sl_redis_url one, *u = out != NULL ? &out[0] : &one;
         if (sl_redis_url_parse(s, len, u, why, sizeof why) != 0) {
             /* a wrong scheme's message names the list's form already */
-            int list = memchr(s, ',', len) != NULL && len >= 8 && strncasecmp(s, "redis://", 8) == 0;
+            int list =
+                memchr(s, ',', len) != NULL && len >= 8 && strncasecmp(s, "redis://", 8) == 0;
             snprintf(err, errlen, "%s%s", why, list ? hint : "");
             return -1;
         }

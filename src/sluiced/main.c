@@ -324,9 +324,9 @@ static void on_backend_path(void *arg, const char *url, int module, const char *
 {
     (void)arg;
     int level = changed || (!module && why[0] != '\0') ? SL_LOG_WARN : SL_LOG_INFO;
-    const char *msg = module            ? "sluice module found: decisions use its RL.* commands"
+    const char *msg = module           ? "sluice module found: decisions use its RL.* commands"
                       : why[0] == '\0' ? "no sluice module: decisions use the Lua script"
-                                        : "sluice module not usable: decisions use the Lua script";
+                                       : "sluice module not usable: decisions use the Lua script";
     sl_log(level, msg, "url=%s%s%s%s", sl_logq(url), why[0] ? " why=" : "",
            why[0] ? sl_logq(why) : "", changed ? " changed=yes" : "");
 }
