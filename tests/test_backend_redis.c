@@ -54,12 +54,52 @@ static void test_parts(void **state)
     parse_ok("redis://app:s%40cr%3At@h:2/3", "h", 2, 3, "app", "s@cr:t", "redis://app:***@h:2/3");
     parse_ok("redis://app:p@ss@h:2", "h", 2, 0, "app", "p@ss", "redis://app:***@h:2/0");
     parse_ok("redis://[::1]:6379/2", "::1", 6379, 2, "", "", "redis://[::1]:6379/2");
+    /* no :port: Redis's own, 6379, as redis-cli and Redis URLs take it */
+    parse_ok("redis://127.0.0.1", "127.0.0.1", 6379, 0, "", "", "redis://127.0.0.1:6379/0");
+    parse_ok("redis://h/3", "h", 6379, 3, "", "", "redis://h:6379/3");
+    parse_ok("redis://:pw@h", "h", 6379, 0, "", "pw", "redis://:***@h:6379/0");
+    parse_ok("redis://[::1]", "::1", 6379, 0, "", "", "redis://[::1]:6379/0");
+    parse_ok("redis://[::1]/1", "::1", 6379, 1, "", "", "redis://[::1]:6379/1");
 }
+
+/* A list and a cluster's seeds without ports: each 6379. */
+static void test_default_port_in_lists(void **state)
+{
+    (void)state;
+    sl_redis_url u[SL_RING_MAX];
+    char err[700] = "";
+    int n = 0;
+    const char ring[] = "redis://a,redis://b:7000,redis://[::1]";
+    if (sl_redis_urls_parse(ring, strlen(ring), u, &n, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(n, 3);
+    assert_string_equal(u[0].shown, "redis://a:6379/0");
+    assert_string_equal(u[1].shown, "redis://b:7000/0");
+    assert_string_equal(u[2].shown, "redis://[::1]:6379/0");
+    const char seeds[] = "redis-cluster://:pw@a,b:7000,[::1]";
+    if (sl_redis_urls_parse(seeds, strlen(seeds), u, &n, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(n, 3);
+    assert_int_equal(u[0].port, 6379);
+    assert_string_equal(u[0].pass, "pw");
+    assert_int_equal(u[1].port, 7000);
+    assert_string_equal(u[2].host, "::1");
+    assert_int_equal(u[2].port, 6379);
+    /* one server twice, once with its port and once without */
+    const char twice[] = "redis://a,redis://a:6379";
+    assert_int_equal(sl_redis_urls_parse(twice, strlen(twice), u, &n, err, sizeof err), -1);
+    assert_string_equal(err, "elements 1 and 2 of 2 are the same server a:6379/0");
+}
+
+/* Every form --backend takes, as the message of a value with another
+ * scheme or none lists them. */
+#define FORMS                                                                                      \
+    "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "     \
+    "commas (a ring: redis://a:6379,redis://b:6379), or "                                          \
+    "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)"
 
 static void test_errors(void **state)
 {
     (void)state;
-    parse_bad("redis://h", "'redis://h': missing :port after the host");
+    parse_bad("redis://[::1]x", "'redis://[::1]x': expected :port or /db after the host");
     parse_bad("redis://h:", "'redis://h:': the port must be a number 1..65535");
     parse_bad("redis://h:0", "'redis://h:0': the port must be a number 1..65535");
     parse_bad("redis://h:65536", "'redis://h:65536': the port must be a number 1..65535");
@@ -79,10 +119,12 @@ static void test_errors(void **state)
     parse_bad("rediss://h:1",
               "'rediss://h:1': TLS to Redis (rediss://) is not supported: use redis:// "
               "(docs/fleet.md)");
-    parse_bad("http://h:1",
-              "'http://h:1': expected local or redis://[user:password@]host:port[/db]");
+    parse_bad("http://h:1", "'http://h:1': unknown scheme 'http://': " FORMS);
+    parse_bad("redis+sentinel://u:secret@h:1",
+              "'redis+sentinel://...': unknown scheme 'redis+sentinel://': " FORMS);
+    parse_bad("h:6379", "'h:6379': no scheme: " FORMS);
     parse_bad("redis://h :1", "'redis://h :1': a space or control byte in the URL");
-    parse_bad("", "'': expected local or redis://[user:password@]host:port[/db]");
+    parse_bad("", "'': no scheme: " FORMS);
 }
 
 /* Feeds bytes to a bounded reader (ac: the async context whose commands
@@ -153,6 +195,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parts),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_default_port_in_lists),
         cmocka_unit_test(test_reply_bounds),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

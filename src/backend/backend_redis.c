@@ -125,7 +125,8 @@ typedef struct rnode {
     _Atomic int nup; /* channels whose connection to it is UP */
     _Atomic int up;  /* the state last reported (on_state) */
     _Atomic int64_t down_since_ms;
-    int module_at_start; /* its start-up check found the module: new connections' path */
+    int module_at_start;   /* its start-up check found the module: new connections' path */
+    _Atomic int path_told; /* the path last told (on_path): 0 none yet, 1 script, 2 module */
 } rnode;
 
 typedef struct redis {
@@ -213,7 +214,9 @@ struct rchan {
     int was_up;               /* has been UP once: the next connection is a reconnect */
     int module;               /* the path: 1 the module's commands, 0 the script (the
                                  last handshake's finding; the start-up check's at first) */
-    int has_cmd;              /* this handshake: COMMAND INFO found RL.CHECKPLAN */
+    int has_cmd;              /* this handshake: COMMAND INFO found RL.CHECKPLAN (1), not
+                                 (0), or was refused (-1, why in no_module) */
+    char no_module[320];      /* this handshake: why the module is not the path ("": none) */
     int64_t hs_deadline;      /* CONNECTING: monotonic ms; 0 = none */
     pend *head, *tail, *free; /* sent, oldest first; the pool */
     struct event *timer;      /* the next deadline */
@@ -315,6 +318,33 @@ static void url_show(sl_redis_url *u)
              u->db);
 }
 
+/* Every form --backend takes, for the message of a value without one of
+ * their schemes (config.c's help says the same). */
+#define BACKEND_FORMS                                                                              \
+    "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "     \
+    "commas (a ring: redis://a:6379,redis://b:6379), or "                                          \
+    "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)"
+
+/* The message of s[0..len), printable, that starts with no scheme --backend
+ * takes: the scheme it has (up to "://"), or that it has none, and every
+ * form.  The value is quoted short (its first 80 bytes) so that the whole
+ * list fits the callers' buffers; with '@' in it only its scheme is shown. */
+static int scheme_fail(char *err, size_t errlen, const char *s, size_t len)
+{
+    const char *sep = NULL;
+    for (size_t i = 0; i + 3 <= len && i <= 32 && sep == NULL; i++)
+        if (memcmp(s + i, "://", 3) == 0) sep = s + i + 3;
+    int shown =
+        memchr(s, '@', len) != NULL ? (sep ? (int)(sep - s) : 0) : (int)(len > 80 ? 80 : len);
+    const char *more = (size_t)shown < len ? "..." : "";
+    if (sep != NULL)
+        snprintf(err, errlen, "'%.*s%s': unknown scheme '%.*s': " BACKEND_FORMS, shown, s, more,
+                 (int)(sep - s), s);
+    else
+        snprintf(err, errlen, "'%.*s%s': no scheme: " BACKEND_FORMS, shown, s, more);
+    return -1;
+}
+
 int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen)
 {
     static const char scheme[] = "redis://";
@@ -327,8 +357,7 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
         return url_fail(err, errlen, s, len,
                         "TLS to Redis (rediss://) is not supported: use redis:// (docs/fleet.md)");
     if (len < sizeof scheme - 1 || strncasecmp(s, scheme, sizeof scheme - 1) != 0)
-        return url_fail(err, errlen, s, len,
-                        "expected local or redis://[user:password@]host:port[/db]");
+        return scheme_fail(err, errlen, s, len);
     const char *p = s + sizeof scheme - 1, *end = s + len;
     /* user:password@: up to the last '@' (a password may hold one, escaped or not) */
     const char *at = NULL;
@@ -363,14 +392,18 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
         if (!(isalnum((unsigned char)*q) || *q == '.' || *q == '-' || *q == '_' || *q == ':'))
             return url_fail(err, errlen, s, len, "the host holds a character a host cannot");
     memcpy(u->host, hs, (size_t)(he - hs));
-    /* :port */
-    if (p >= end || *p != ':') return url_fail(err, errlen, s, len, "missing :port after the host");
-    const char *ps = ++p;
-    while (p < end && *p != '/') p++;
-    int64_t port;
-    if (sl_int_parse(ps, (size_t)(p - ps), 65535, &port) != 0 || port < 1)
-        return url_fail(err, errlen, s, len, "the port must be a number 1..65535");
-    u->port = (int)port;
+    /* [:port], else Redis's own */
+    u->port = SL_REDIS_DEFAULT_PORT;
+    if (p < end && *p != ':' && *p != '/')
+        return url_fail(err, errlen, s, len, "expected :port or /db after the host");
+    if (p < end && *p == ':') {
+        const char *ps = ++p;
+        while (p < end && *p != '/') p++;
+        int64_t port;
+        if (sl_int_parse(ps, (size_t)(p - ps), 65535, &port) != 0 || port < 1)
+            return url_fail(err, errlen, s, len, "the port must be a number 1..65535");
+        u->port = (int)port;
+    }
     /* [/db] */
     u->db = SL_REDIS_DEFAULT_DB;
     if (p < end) {
@@ -403,8 +436,9 @@ static size_t element_end(const char *s, size_t len, size_t i)
     return len;
 }
 
-/* --backend redis-cluster://[user:password@]host:port[,host:port...]: the
- * seeds, each as a redis:// URL (db 0) with the one user:password. */
+/* --backend redis-cluster://[user:password@]host[:port][,host[:port]...]:
+ * the seeds, each as a redis:// URL (db 0; no port: 6379) with the one
+ * user:password. */
 static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
                          size_t errlen)
 {
@@ -421,8 +455,8 @@ static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, c
     const char *shown = at != NULL ? "redis-cluster://***@" : "redis-cluster://";
     if (hosts == end) {
         snprintf(err, errlen,
-                 "'%s%.200s': expected redis-cluster://[user:password@]host:port"
-                 "[,host:port...]",
+                 "'%s%.200s': expected redis-cluster://[user:password@]host[:port]"
+                 "[,host[:port]...]",
                  shown, hosts);
         return -1;
     }
@@ -477,11 +511,14 @@ int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, ch
     }
     static const char hint[] = " (the servers of a ring are whole URLs separated by commas: "
                                "redis://a:6379,redis://b:6379)";
-    char why[400], id[SL_RING_MAX][300];
+    char why[512], id[SL_RING_MAX][300];
     if (count == 1) { /* one server: its own message, as ever */
         sl_redis_url one, *u = out != NULL ? &out[0] : &one;
         if (sl_redis_url_parse(s, len, u, why, sizeof why) != 0) {
-            snprintf(err, errlen, "%s%s", why, memchr(s, ',', len) != NULL ? hint : "");
+            /* a wrong scheme's message names the list's form already */
+            int list =
+                memchr(s, ',', len) != NULL && len >= 8 && strncasecmp(s, "redis://", 8) == 0;
+            snprintf(err, errlen, "%s%s", why, list ? hint : "");
             return -1;
         }
         *n = 1;
@@ -1481,6 +1518,44 @@ static void probe_key(char *out, size_t cap, const sl_slotmap *map, int i)
     snprintf(out, cap, "%s", PROBE_KEY);
 }
 
+/* COMMAND INFO RL.CHECKPLAN's reply: 1 the module's command is there, 0
+ * not ([nil]: no module, or an older one), -1 Redis refused to say (an
+ * ACL's NOPERM: its error into why). */
+static int cmdinfo_says(const redisReply *x, char *why, size_t cap)
+{
+    why[0] = '\0';
+    if (x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
+        x->element[0]->type == REDIS_REPLY_ARRAY)
+        return 1;
+    if (x == NULL || x->type != REDIS_REPLY_ERROR) return 0;
+    snprintf(why, cap, "COMMAND INFO: %.280s", x->str);
+    return -1;
+}
+
+/* The probe RL.PEEK's reply: 1 the module answered, else 0 with what it
+ * answered into why (an AT refused: the module was loaded without
+ * trust-client-time; an ACL's NOPERM). */
+static int probe_says(const redisReply *x, char *why, size_t cap)
+{
+    if (x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 6) return 1;
+    snprintf(why, cap, "RL.PEEK: %.280s",
+             x == NULL                      ? "no answer"
+             : x->type == REDIS_REPLY_ERROR ? x->str
+                                            : "an unexpected reply");
+    return 0;
+}
+
+/* Tells on_path node n's path (module 1: the module's commands; 0: the
+ * script, why says what was seen when a module may be there), when it is
+ * the first told or differs from the last: once per server and per change,
+ * however many connections find it. */
+static void tell_path(redis *r, rnode *n, int module, const char *why)
+{
+    int now = module ? 2 : 1, before = atomic_exchange(&n->path_told, now);
+    if (before == now || r->o.on_path == NULL) return;
+    r->o.on_path(r->o.state_arg, n->url.shown, module, why, before != 0);
+}
+
 /* Sets ch's path (1: the module's commands) and the count INFO shows. */
 static void set_path(rchan *ch, int module)
 {
@@ -1497,8 +1572,7 @@ static void on_cmdinfo(redisAsyncContext *ac, void *reply, void *privdata)
     rchan *ch = ac->data;
     const redisReply *x = reply;
     if (x == NULL || ch->ac != ac) return;
-    ch->has_cmd = x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
-                  x->element[0]->type == REDIS_REPLY_ARRAY;
+    ch->has_cmd = cmdinfo_says(x, ch->no_module, sizeof ch->no_module);
 }
 
 /* The probe's reply, the handshake's last: the module is the path when it
@@ -1510,7 +1584,9 @@ static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
     rchan *ch = ac->data;
     const redisReply *x = reply;
     if (x == NULL || ch->ac != ac) return;
-    set_path(ch, ch->has_cmd && x->type == REDIS_REPLY_ARRAY && x->elements == 6);
+    int module = ch->has_cmd == 1 && probe_says(x, ch->no_module, sizeof ch->no_module);
+    set_path(ch, module);
+    tell_path(ch->r, ch->node, module, ch->no_module);
     if (ch->state == CONNECTING) {
         ch->state = UP;
         ch->hs_deadline = 0;
@@ -1622,6 +1698,7 @@ static void connect_now(rchan *ch)
                       (size_t)(sl_redis_script_end - sl_redis_script));
     /* which path: requests sent before these answers take the last one */
     ch->has_cmd = 0;
+    ch->no_module[0] = '\0';
     redisAsyncCommand(ac, on_cmdinfo, NULL, "COMMAND INFO RL.CHECKPLAN");
     char key[64];
     probe_key(key, sizeof key, r->cluster ? ch->w->map : NULL, (int)(ch->node - r->node));
@@ -2344,27 +2421,27 @@ static redisReply *start_cmd(redisContext *c, const char *shown, const char *wha
 /* The handshake's test for the module on the start-up check's connection:
  * 1 when RL.CHECKPLAN exists and RL.PEEK answers (with AT when client
  * time is trusted), else 0 -- an error (no such command, an ACL's NOPERM)
- * is "no module". */
-static int start_probe(redisContext *c, int trust_client_time, const char *key)
+ * is "no module", with what Redis said into why ("": no module at all). */
+static int start_probe(redisContext *c, int trust_client_time, const char *key, char *why,
+                       size_t cap)
 {
     redisReply *x = redisCommand(c, "COMMAND INFO RL.CHECKPLAN");
-    int ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 1 &&
-             x->element[0]->type == REDIS_REPLY_ARRAY;
+    int ok = cmdinfo_says(x, why, cap) == 1;
     if (x != NULL) freeReplyObject(x);
     if (!ok) return 0;
     x = trust_client_time
             ? redisCommand(c, "RL.PEEK %s 1 1000 AT %lld", key, (long long)sl__wall_ms())
             : redisCommand(c, "RL.PEEK %s 1 1000", key);
-    ok = x != NULL && x->type == REDIS_REPLY_ARRAY && x->elements == 6;
+    ok = probe_says(x, why, cap);
     if (x != NULL) freeReplyObject(x);
     return ok;
 }
 
 /* The start-up check of one node nd: reachable, the password, the db, the
- * script (its SHA1 into sha), the module (nd->module_at_start).  0, or -1
- * with err set. */
-static int check_node(rnode *nd, const char *probe, const sl_redis_opts *o, char *sha, char *err,
-                      size_t errlen)
+ * script (its SHA1 into sha), the module (nd->module_at_start, told to
+ * on_path).  0, or -1 with err set. */
+static int check_node(redis *r, rnode *nd, const char *probe, const sl_redis_opts *o, char *sha,
+                      char *err, size_t errlen)
 {
     const sl_redis_url *u = &nd->url;
     int64_t timeout_ms = o->timeout_ms;
@@ -2411,7 +2488,9 @@ static int check_node(rnode *nd, const char *probe, const sl_redis_opts *o, char
     }
     memcpy(sha, x->str, SHA_LEN);
     freeReplyObject(x);
-    nd->module_at_start = start_probe(c, o->trust_client_time, probe);
+    char why[320];
+    nd->module_at_start = start_probe(c, o->trust_client_time, probe, why, sizeof why);
+    tell_path(r, nd, nd->module_at_start, why);
     ok = 1;
 out:
     if (c != NULL) redisFree(c);
@@ -2545,7 +2624,7 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     for (int i = 0; i < atomic_load(&r->nnodes); i++) {
         char probe[64];
         probe_key(probe, sizeof probe, r->cluster ? r->map : NULL, i);
-        if (check_node(&r->node[i], probe, o, r->sha, err, errlen) != 0) {
+        if (check_node(r, &r->node[i], probe, o, r->sha, err, errlen) != 0) {
             redis_free_all(r);
             return NULL;
         }

@@ -32,6 +32,7 @@
 
 #define SL_REDIS_URL_MAX      1024 /* bytes of a --backend URL */
 #define SL_REDIS_DEFAULT_DB   0
+#define SL_REDIS_DEFAULT_PORT 6379 /* a URL without :port (as redis-cli and Redis URLs) */
 #define SL_REDIS_BACKOFF_BASE 100  /* ms: the first reconnect waits up to this */
 #define SL_REDIS_BACKOFF_CAP  5000 /* ms: no reconnect waits longer */
 #define SL_REDIS_HANDSHAKE_MS 1000 /* AUTH, SELECT and SCRIPT LOAD must answer within */
@@ -57,7 +58,7 @@ typedef enum sl_redis_policy {
     SL_REDIS_LOCAL,    /* decided on this node's own store, L and B divided by the fleet size */
 } sl_redis_policy;
 
-/* A parsed redis://[user:password@]host:port[/db]. */
+/* A parsed redis://[user:password@]host[:port][/db] (no port: 6379). */
 typedef struct sl_redis_url {
     char host[256];               /* a name, an IPv4 address, or an IPv6 address (no brackets) */
     int port;                     /* 1..65535 */
@@ -69,8 +70,9 @@ typedef struct sl_redis_url {
 } sl_redis_url;
 
 /* Parses s[0..len) as a --backend redis:// URL (user and password may be
- * percent-encoded).  Returns 0, or -1 with a message "'URL': what" naming
- * the part that is wrong (the scheme, the host, the port, the db); the URL
+ * percent-encoded; without :port, SL_REDIS_DEFAULT_PORT).  Returns 0, or -1
+ * with a message "'URL': what" naming the part that is wrong (the scheme --
+ * then every form --backend takes --, the host, the port, the db); the URL
  * is quoted without its user:password. */
 int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, size_t errlen);
 
@@ -81,8 +83,8 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
  * entries, or NULL to check only).  Returns 0, or -1 with a message: one
  * URL's as sl_redis_url_parse's; in a list "element K of N: " and the
  * URL's, or which two elements name the same server (host:port/db), or
- * more than SL_RING_MAX servers.  redis-cluster://[user:password@]host:port
- * [,host:port...] gives the seeds of a Redis Cluster (docs/fleet.md,
+ * more than SL_RING_MAX servers.  redis-cluster://[user:password@]host[:port]
+ * [,host[:port]...] gives the seeds of a Redis Cluster (docs/fleet.md,
  * "Redis Cluster"), each a URL with .cluster = 1 and db 0; an error names
  * the seed ("seed K: ..."). */
 int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
@@ -105,6 +107,14 @@ typedef struct sl_redis_opts {
      * connection; down: some channel has none), from the worker whose
      * channel changed it; what says why.  NULL: none. */
     void (*on_state)(void *arg, int up, const char *url, const char *what);
+    /* Called with state_arg when a server's path is first known (its
+     * start-up check, from sl_backend_redis_new; a cluster's master found
+     * later, at its first connection) and when a connection finds another
+     * (changed 1: the module loaded or gone, from that worker): module 1,
+     * decisions use the sluice module's commands; 0, the Lua script, why
+     * saying what Redis answered when a module may be there (an ACL's
+     * NOPERM, an AT refused), "" when there is none.  NULL: none. */
+    void (*on_path)(void *arg, const char *url, int module, const char *why, int changed);
     void *state_arg;
 } sl_redis_opts;
 

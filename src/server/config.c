@@ -227,10 +227,10 @@ static const opt opts[] = {
      .arg = "local|URL",
      .def = "local",
      .help = "where the counters live: local (this process), or "
-             "redis://[user:password@]host:port[/db], shared by every node on it; several "
+             "redis://[user:password@]host[:port][/db], shared by every node on it; several "
              "redis:// URLs separated by commas: a consistent-hash ring over those servers; "
-             "redis-cluster://[user:password@]host:port[,host:port...]: a Redis Cluster "
-             "(docs/fleet.md)"},
+             "redis-cluster://[user:password@]host[:port][,host[:port]...]: a Redis Cluster "
+             "(no :port: 6379; docs/fleet.md)"},
     {.name = "backend-timeout",
      CUSTOM(set_backend_timeout, show_backend_timeout),
      .arg = "DUR",

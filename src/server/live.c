@@ -164,9 +164,11 @@ static int do_reload_locked(sl_live *l, const char *why, uint64_t *version, char
     struct sl_rules *old = NULL;
     if (l->on_load != NULL) l->on_load(l->on_load_arg, r); /* before r serves */
     uint64_t oldgen;
+    int first; /* no set serves yet (the load at start): no "old rules" to keep */
 
     pthread_mutex_lock(&l->mu);
     oldgen = atomic_load_explicit(&l->gen, memory_order_relaxed);
+    first = l->cur == NULL;
     if (r != NULL) {
         old = l->cur;
         l->cur = r;
@@ -181,9 +183,12 @@ static int do_reload_locked(sl_live *l, const char *why, uint64_t *version, char
     pthread_mutex_unlock(&l->mu);
 
     if (r == NULL) {
-        sl_log(SL_LOG_ERROR, "rules not reloaded: the old rules keep serving",
-               "why=%s path=%s version=%llu err=%s", sl_logq(why), sl_logq(l->path),
-               (unsigned long long)oldgen, sl_logq(msg));
+        /* at the first load the caller says what follows (main: sluiced
+         * does not start), in its one line */
+        if (!first)
+            sl_log(SL_LOG_ERROR, "rules not reloaded: the old rules keep serving",
+                   "why=%s path=%s version=%llu err=%s", sl_logq(why), sl_logq(l->path),
+                   (unsigned long long)oldgen, sl_logq(msg));
         if (err != NULL && errlen > 0) snprintf(err, errlen, "%s", msg);
         if (version != NULL) *version = oldgen;
         return -1;

@@ -103,7 +103,9 @@ void sl_live_set_flags(sl_live *l, unsigned flags);
  * `why` ("start", "SIGHUP", "inotify", "RL.RULES RELOAD") goes to the log;
  * sl_live_kick and sl_live_ask keep the pointer: pass a string literal.
  * Returns 0, or -1 with the loader's message in err: the serving set is
- * then unchanged.  Thread-safe: concurrent reloads run one after another. */
+ * then unchanged (a refused reload is logged; a refused first load, with
+ * nothing serving, is left to the caller to report).  Thread-safe:
+ * concurrent reloads run one after another. */
 int sl_live_reload(sl_live *l, const char *why, char *err, size_t errlen);
 
 /* Starts the reload thread (all signals blocked in it).  Call once, after

@@ -317,6 +317,20 @@ static void on_backend_state(void *arg, int up, const char *url, const char *wha
                sl_redis_policy_name(cfg->on_backend_error));
 }
 
+/* Which path a Redis server's decisions take: one line per server at
+ * start, one per change (a reconnect found the module loaded or gone: the
+ * two keep their counters under different keys, docs/fleet.md). */
+static void on_backend_path(void *arg, const char *url, int module, const char *why, int changed)
+{
+    (void)arg;
+    int level = changed || (!module && why[0] != '\0') ? SL_LOG_WARN : SL_LOG_INFO;
+    const char *msg = module           ? "sluice module found: decisions use its RL.* commands"
+                      : why[0] == '\0' ? "no sluice module: decisions use the Lua script"
+                                       : "sluice module not usable: decisions use the Lua script";
+    sl_log(level, msg, "url=%s%s%s%s", sl_logq(url), why[0] ? " why=" : "",
+           why[0] ? sl_logq(why) : "", changed ? " changed=yes" : "");
+}
+
 /* The backend --backend names: the local one over the store, or Redis
  * (reached now: an unreachable host or a refused password stops the
  * start).  NULL with err set. */
@@ -337,6 +351,7 @@ static sl_backend *make_backend(app *a, char *err, size_t errlen)
         .local_max_bytes = a->cfg.max_memory,
         .local_on_full = (unsigned)a->cfg.on_store_full,
         .on_state = on_backend_state,
+        .on_path = on_backend_path,
         .state_arg = &a->cfg,
     };
     sl_backend *b = sl_backend_redis_new(&o, err, errlen);
@@ -492,8 +507,16 @@ int main(int argc, char **argv)
 
     a.srv.backend = make_backend(&a, err, sizeof err);
     if (a.srv.backend == NULL) {
-        sl_log(SL_LOG_ERROR, "cannot use the backend: refusing to start", "err=%s", sl_logq(err));
-        fprintf(stderr, "sluiced: %s\n", err);
+        /* one line, the log's: what failed and what to do (no retry at
+         * start: a node that cannot decide must not look started) */
+        int redis = strcmp(a.cfg.backend, "local") != 0;
+        sl_log(SL_LOG_ERROR, "cannot use the backend: refusing to start", "err=%s%s%s",
+               sl_logq(err), redis ? " hint=" : "",
+               redis ? sl_logq("sluiced does not retry at start: start Redis or correct "
+                               "--backend, then start sluiced again (once running, it "
+                               "reconnects by itself and answers by --on-backend-error while "
+                               "Redis is down)")
+                     : "");
         sl_store_free(a.srv.store);
         return 1;
     }

@@ -12,7 +12,14 @@ loopback ports and stop by PID (harness.RedisServer):
     return to it and a key's count continues there; Redis answering
     errors (OOM) -- counted, the policy applied;
   - bad configuration: a malformed URL, an unreachable host, a wrong
-    password -- a clear message naming what is wrong.
+    password -- a clear message naming what is wrong, once; a scheme
+    --backend does not take -- every form it does;
+  - a URL without :port means Redis's own, 6379 (one URL, a ring's, a
+    cluster's seeds, [::1]), against redis-servers on 6379 at loopback
+    addresses of their own (127.0.0.N);
+  - the log says, once per server, whether decisions go through the sluice
+    module or the Lua script, and once more when a reconnect finds a
+    module loaded since.
 
 Only fixed-window is used: until the merge the script is the provisional
 one (src/backend/redis/sluice.lua), which has no other algorithm.  Times are
@@ -20,7 +27,10 @@ the caller's (AT, --trust-client-time), so every reply is exact.
 """
 
 import os
+import random
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import threading
@@ -29,6 +39,8 @@ import unittest
 
 import harness
 from harness import BASE, SANITIZED, SLOW, SLUICED, RawConn, RedisServer, RespError, Server
+
+import redis as redis_py
 
 W = 10000  # the window of every limit here, ms
 
@@ -66,6 +78,77 @@ def fw_count(conn, key):
     v = conn.cmd("GET", key)
     assert isinstance(v, bytes), "no fixed-window state at %s: %r" % (key, v)
     return int(v.split()[1])
+
+# Every form --backend takes, as the message of a scheme it does not take lists them.
+FORMS = ("use local, redis://[user:password@]host[:port][/db], several redis:// URLs "
+         "separated by commas (a ring: redis://a:6379,redis://b:6379), or "
+         "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)")
+
+
+def free_at(host, port):
+    """Whether host:port can be bound now (nothing listens there)."""
+    s = socket.socket()
+    try:
+        s.bind((host, port))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class RedisOn6379(RedisServer):
+    """A redis-server on Redis's own port, 6379, at a loopback address of
+    its own, 127.0.0.N (N drawn until one has 6379 -- and with `cluster`,
+    its bus port 16379 -- free: bounded), so that a URL without :port
+    reaches it whatever else runs on 127.0.0.1.  Stopped and scanned as
+    every RedisServer (cleanup, by PID)."""
+
+    def __init__(self, cluster=False):
+        super().__init__()
+        self.host = None
+        self.port = 6379
+        self.on_cluster = cluster
+
+    def start(self, timeout=15):
+        for _ in range(40):
+            host = "127.0.0.%d" % random.randint(2, 254)
+            if not free_at(host, 6379) or (self.on_cluster and not free_at(host, 16379)):
+                continue
+            argv = ["redis-server", "--port", "6379", "--bind", host, "--save", "",
+                    "--dir", self.dir, "--appendonly", "no", "--daemonize", "no",
+                    "--protected-mode", "no"]
+            if self.on_cluster:
+                argv += ["--cluster-enabled", "yes", "--cluster-config-file",
+                         os.path.join(self.dir, "nodes-%s.conf" % host)]
+            log = open(self.log_path, "ab")
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT)
+            log.close()
+            self.host = host
+            until = harness.deadline(timeout)
+            while time.monotonic() < until and self.proc.poll() is None:
+                try:
+                    if self.cmd("PING") is True:
+                        return self
+                except redis_py.exceptions.ConnectionError:
+                    pass
+                time.sleep(0.02)
+            self.stop()
+            problems = self.check()
+            if problems:
+                raise AssertionError("redis-server at %s:6379 did not start: %s\n%s"
+                                     % (host, "; ".join(problems), self.log()[-4000:]))
+        raise AssertionError("no 127.0.0.N:6379 free to start a redis-server on\n"
+                             + self.log()[-4000:])
+
+    def cmd(self, *args):
+        c = redis_py.Redis(host=self.host, port=6379, socket_timeout=10 * SLOW)
+        try:
+            return c.execute_command(*args)
+        finally:
+            c.close()
+
 
 class RedisBackendTest(unittest.TestCase):
 
@@ -439,14 +522,13 @@ class RedisBackendTest(unittest.TestCase):
 
     def test_bad_urls(self):
         cases = [
-            ("redis://127.0.0.1", "'redis://127.0.0.1': missing :port after the host"),
             ("redis://127.0.0.1:0", "'redis://127.0.0.1:0': the port must be a number 1..65535"),
             ("redis://127.0.0.1:65536", "the port must be a number 1..65535"),
             ("redis://127.0.0.1:6379/x", "the db must be a number 0..2147483647"),
             ("redis://127.0.0.1:6379/", "missing db number after '/'"),
             ("redis://:6379", "missing host"),
             ("redis://user@127.0.0.1:6379", "the part before '@' must be user:password"),
-            ("http://127.0.0.1:6379", "expected local or redis://[user:password@]host:port[/db]"),
+            ("redis://[::1]:6379x", "the port must be a number 1..65535"),
             ("rediss://127.0.0.1:6379", "TLS to Redis (rediss://) is not supported"),
         ]
         for url, want in cases:
@@ -454,6 +536,17 @@ class RedisBackendTest(unittest.TestCase):
             self.assertEqual(rc, 2, (url, err))
             self.assertIn("sluiced: invalid --backend ", err)
             self.assertIn(want, err, url)
+        # a scheme --backend does not take, or none: every form it takes
+        for value, want in [
+                ("http://127.0.0.1:6379", "'http://127.0.0.1:6379': unknown scheme 'http://'"),
+                ("redis-sentinel://u:s3cret@h", "'redis-sentinel://...': unknown scheme "
+                 "'redis-sentinel://'"),
+                ("127.0.0.1:6379", "'127.0.0.1:6379': no scheme"),
+                ("http://a:1,redis://b:2", "element 1 of 2: 'http://a:1': unknown scheme "
+                 "'http://'")]:
+            rc, err = self.run_sluiced("--backend", value)
+            self.assertEqual((rc, err), (2, "sluiced: invalid --backend %s: %s\n"
+                                         "Try 'sluiced --help'.\n" % (want, FORMS)), value)
         rc, err = self.run_sluiced("--backend", "redis://u:s3cret@127.0.0.1:99999")
         self.assertEqual(rc, 2, err)
         self.assertIn("invalid --backend 'redis://***@127.0.0.1:99999': the port", err)
@@ -463,13 +556,19 @@ class RedisBackendTest(unittest.TestCase):
         port = harness.free_port()
         rc, err = self.run_sluiced("--backend", "redis://127.0.0.1:%d" % port)
         self.assertEqual(rc, 1, err)
-        self.assertIn("sluiced: cannot connect to Redis at redis://127.0.0.1:%d/0: "
-                      "Connection refused" % port, err)
+        # said once, in the log, with what happens next
+        self.assertEqual(err.count("cannot connect to Redis"), 1, err)
+        self.assertIn(' level=error msg="cannot use the backend: refusing to start" '
+                      'err="cannot connect to Redis at redis://127.0.0.1:%d/0: Connection refused" '
+                      'hint="sluiced does not retry at start: start Redis or correct --backend, '
+                      'then start sluiced again (once running, it reconnects by itself and '
+                      'answers by --on-backend-error while Redis is down)"\n' % port, err)
         r = self.redis(password="right-one")
         rc, err = self.run_sluiced("--backend", r.url("wrong-one"))
         self.assertEqual(rc, 1, err)
-        self.assertIn("sluiced: Redis at redis://:***@127.0.0.1:%d/0 refused AUTH (wrong user or "
-                      "password?): WRONGPASS" % r.port, err)
+        self.assertEqual(err.count("refused AUTH"), 1, err)
+        self.assertIn('err="Redis at redis://:***@127.0.0.1:%d/0 refused AUTH (wrong user or '
+                      'password?): WRONGPASS' % r.port, err)
         self.assertNotIn("wrong-one", err)
         # the right one works
         s = Server("--backend", r.url("right-one"), trust_client_time=True, name="right_password")
@@ -478,6 +577,112 @@ class RedisBackendTest(unittest.TestCase):
         self.wait_status(s, "up")
         with s.raw() as c:
             self.assertEqual(self.allow(c, "pw", 2, BASE), [1, 2, 1, 0, W, 0])
+
+    # -- no :port: Redis's own, 6379 --
+
+    def on_6379(self, cluster=False):
+        r = RedisOn6379(cluster=cluster).start()
+        self.addCleanup(r.cleanup)
+        return r
+
+    def test_a_url_without_port_means_6379(self):
+        r = self.on_6379()
+        s = self.node_at("redis://%s" % r.host)
+        info = s.info("backend")
+        self.assertEqual((info["backend_url"], info["backend_status"]),
+                         ("redis://%s:6379/0" % r.host, "up"))
+        with s.raw() as c:
+            self.assertEqual(self.allow(c, "p", 3, BASE), [1, 3, 2, 0, W, 0])
+        self.assertEqual(fw_count(r, "sl:00:{p}"), 1)
+
+    def test_a_ring_without_ports_means_6379_each(self):
+        a, b = self.on_6379(), self.on_6379()
+        s = self.node_at("redis://%s,redis://%s/2" % (a.host, b.host))
+        info = s.info("backend")
+        self.assertEqual((info["backend_nodes"], info["backend_status"]), ("2", "up"))
+        self.assertTrue(info["backend_node0"].startswith(
+            "url=redis://%s:6379/0,status=up," % a.host), info)
+        self.assertTrue(info["backend_node1"].startswith(
+            "url=redis://%s:6379/2,status=up," % b.host), info)
+
+    def test_cluster_seeds_and_ipv6_without_ports_mean_6379(self):
+        r = self.on_6379(cluster=True)
+        self.assertEqual(r.cmd("CLUSTER", "ADDSLOTSRANGE", "0", "16383"), b"OK")
+        until = harness.deadline(20)
+        while b"cluster_state:ok" not in r.cmd("CLUSTER", "INFO") and time.monotonic() < until:
+            time.sleep(0.05)
+        s = self.node_at("redis-cluster://%s" % r.host)
+        info = s.info("backend")
+        self.assertEqual((info["backend_url"], info["backend_status"]),
+                         ("redis-cluster://%s:6379" % r.host, "up"))
+        with s.raw() as c:
+            self.assertEqual(self.allow(c, "p", 3, BASE), [1, 3, 2, 0, W, 0])
+        self.assertEqual(fw_count(r, "sl:00:{p}"), 1)
+        # [::1] (its 6379 may be another's: the value sluiced would use is read)
+        p = harness.run_checked([SLUICED, "--backend", "redis://[::1]", "--dump-options"],
+                                capture_output=True, timeout=30 * SLOW)
+        row = [l for l in p.stdout.decode().splitlines() if l.startswith("backend\t")]
+        self.assertEqual(row[0].split("\t")[5], "redis://[::1]:6379/0")
+
+    def node_at(self, url):
+        s = Server("--backend", url, trust_client_time=True, name=self.id().split(".")[-1])
+        s.start()
+        self.addCleanup(s.cleanup)
+        self.wait_status(s, "up")
+        return s
+
+    # -- the module, found or not: said once per server --
+
+    def path_lines(self, s):
+        return re.findall(r"level=\w+ msg=\"[^\"]*(?:sluice module|Lua script)[^\n]*", s.log())
+
+    def test_the_log_says_module_or_script_once_per_server(self):
+        rm = self.redis(module_args=["trust-client-time", "yes"])
+        rs = self.redis()
+        s = self.node(rm, "--threads", "2")
+        self.assertEqual(self.path_lines(s), [
+            'level=info msg="sluice module found: decisions use its RL.* commands" '
+            'url=redis://127.0.0.1:%d/0' % rm.port])
+        s = Server("--backend", "%s,%s" % (rm.url(), rs.url()), "--threads", "2",
+                   trust_client_time=True, name="ring_paths")
+        s.start()
+        self.addCleanup(s.cleanup)
+        # up: every connection (two a server) has made its handshake
+        self.wait_status(s, "up")
+        self.assertEqual(self.path_lines(s), [
+            'level=info msg="sluice module found: decisions use its RL.* commands" '
+            'url=redis://127.0.0.1:%d/0' % rm.port,
+            'level=info msg="no sluice module: decisions use the Lua script" '
+            'url=redis://127.0.0.1:%d/0' % rs.port])
+
+    def test_a_module_it_cannot_use_is_said_with_why(self):
+        rm = self.redis(module_args=[])  # no trust-client-time: AT refused
+        s = self.node(rm)
+        self.assertEqual(self.path_lines(s), [
+            'level=warn msg="sluice module not usable: decisions use the Lua script" '
+            'url=redis://127.0.0.1:%d/0 why="RL.PEEK: ERR AT is refused: this server decides at '
+            'its own clock (load the sluice module with trust-client-time yes to accept client '
+            'times)"' % rm.port])
+
+    def test_a_module_loaded_later_is_said_at_the_reconnect(self):
+        r = self.redis(loadable=True)
+        s = self.node(r, "--threads", "2")
+        self.assertEqual(r.cmd("MODULE", "LOAD", harness.MODULE, "trust-client-time", "yes"),
+                         b"OK")
+        r.cmd("CLIENT", "KILL", "TYPE", "normal")
+        found = ('level=warn msg="sluice module found: decisions use its RL.* commands" '
+                 'url=redis://127.0.0.1:%d/0 changed=yes' % r.port)
+        until = harness.deadline(20 * SLOW)
+        while found not in self.path_lines(s) and time.monotonic() < until:
+            time.sleep(0.02)
+        self.wait_status(s, "up")
+        until = harness.deadline(20 * SLOW)  # every connection back, on the module
+        while s.info("backend").get("backend_redis_path") != "module" and time.monotonic() < until:
+            time.sleep(0.02)
+        self.assertEqual(s.info("backend")["backend_redis_path"], "module")
+        self.assertEqual(self.path_lines(s), [
+            'level=info msg="no sluice module: decisions use the Lua script" '
+            'url=redis://127.0.0.1:%d/0' % r.port, found])
 
 
 if __name__ == "__main__":

@@ -394,11 +394,11 @@ class ClusterTest(unittest.TestCase):
     def test_bad_urls_and_unreachable_seeds(self):
         cases = [
             ("redis-cluster://", "invalid --backend 'redis-cluster://': expected "
-             "redis-cluster://[user:password@]host:port[,host:port...]"),
+             "redis-cluster://[user:password@]host[:port][,host[:port]...]"),
             ("redis-cluster://127.0.0.1:7000/0", "invalid --backend seed 1: "
              "'redis-cluster://127.0.0.1:7000/0': Redis Cluster has one db: no /db"),
-            ("redis-cluster://127.0.0.1:7000,127.0.0.1", "invalid --backend seed 2: "
-             "'redis-cluster://127.0.0.1': missing :port after the host"),
+            ("redis-cluster://127.0.0.1:7000,127.0.0.1:0", "invalid --backend seed 2: "
+             "'redis-cluster://127.0.0.1:0': the port must be a number 1..65535"),
             ("redis-cluster://u:s3cret@127.0.0.1:x", "invalid --backend seed 1: "
              "'redis-cluster://***@127.0.0.1:x': the port must be a number 1..65535"),
         ]

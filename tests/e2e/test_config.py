@@ -420,6 +420,41 @@ threads 2
         self.assertEqual(s.proc.wait(30 * SLOW), 1, "the final save failed too")
         self.assertEqual(set(levels(s.log())), {"error"}, s.log())
 
+    def test_bad_rules_at_start_say_so_once_and_a_reload_keeps_the_old(self):
+        # at start there are no old rules: one line, that sluiced does not
+        # start, naming FILE:LINE:COLUMN
+        bad = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: x}\n"
+        rules = self.write("rules.yaml", bad)
+        port = free_port()
+        rc, out, err = self.run_sluiced("--port", str(port), "--http-port", "0", "--grpc-port", "0",
+                                        "--rules", rules)
+        self.assertEqual(rc, 1, err)
+        self.assertTrue(nothing_listening(port))
+        self.assertEqual(re.findall(r"(?m)^ts=\S+ (level=(?:warn|error) .*)$", err), [
+            'level=error msg="cannot load the rules: refusing to start" path=%s err="%s:4:51: '
+            'requests_per_unit must be a whole number from 0 to 1000000000000, not \'x\'"'
+            % (rules, rules)], err)
+        # a reload: today's message, the old rules keep serving
+        self.write("rules.yaml", bad.replace(": x}", ": 1}"))
+        s = self.start("--rules", rules, "--watch-rules", "no")  # only the RELOAD below
+        self.write("rules.yaml", bad)
+        with s.raw() as c:
+            r = c.cmd("RL.RULES", "RELOAD")
+        self.assertEqual(r, RespError("ERR rules not reloaded, version 1 keeps serving: %s:4:51: "
+                                      "requests_per_unit must be a whole number from 0 to "
+                                      "1000000000000, not 'x'" % rules))
+        self.assertIn('level=error msg="rules not reloaded: the old rules keep serving" '
+                      'why="RL.RULES RELOAD" path=%s version=1 err="%s:4:51: ' % (rules, rules),
+                      s.log())
+
+    def test_help_says_backend_port_is_optional(self):
+        rc, out, err = self.run_sluiced("--help")
+        self.assertEqual(rc, 0, err)
+        text = " ".join(out.split())
+        self.assertIn("redis://[user:password@]host[:port][/db]", text)
+        self.assertIn("redis-cluster://[user:password@]host[:port][,host[:port]...]", text)
+        self.assertIn("(no :port: 6379; docs/fleet.md)", text)
+
 
 def nothing_listening_at(host, port):
     c = socket.socket()

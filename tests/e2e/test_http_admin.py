@@ -98,15 +98,18 @@ class AdminCase(unittest.TestCase):
 
 class TestNoToken(AdminCase):
 
-    def test_every_admin_endpoint_is_404_without_a_token_file(self):
+    def test_every_admin_endpoint_says_how_to_turn_it_on_without_a_token_file(self):
+        # 403, not 404: the path is right (a client should not look for
+        # another one, a cache not keep the answer), and no token helps
         s = self.start(token=False)
+        off = {"error": "the rules service is off: start sluiced with --admin-token-file FILE "
+                        "to turn it on (docs/http.md, The rules service)"}
         for method, path in [("GET", "/v1/rules"), ("GET", "/v1/rules/api"),
                              ("PUT", "/v1/rules/api"), ("DELETE", "/v1/rules/api"),
-                             ("POST", "/v1/rules")]:
+                             ("POST", "/v1/rules"), ("GET", "/v1/rules/a%2Fb")]:
             for token in (None, TOKEN):
                 status, h, body = self.jcall(s, method, path, token=token)
-                self.assertEqual((status, body), (404, {"error": "no such path: " + path}),
-                                 (method, path, token))
+                self.assertEqual((status, body), (403, off), (method, path, token))
                 self.assertNotIn("WWW-Authenticate", h)
         self.assertEqual(read(self.api), api_rules("v1", 5).encode())
         self.assertEqual(self.rule(s), ("OK", "v1", 5))

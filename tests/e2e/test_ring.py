@@ -186,8 +186,9 @@ class RingTest(unittest.TestCase):
 
     def test_bad_lists(self):
         cases = [
-            ("redis://127.0.0.1:7001,redis://127.0.0.1",
-             "invalid --backend element 2 of 2: 'redis://127.0.0.1': missing :port after the host"),
+            ("redis://127.0.0.1:7001,redis://127.0.0.1:",
+             "invalid --backend element 2 of 2: 'redis://127.0.0.1:': the port must be a number "
+             "1..65535"),
             ("redis://127.0.0.1:7001,redis://u:pw@127.0.0.1:x",
              "invalid --backend element 2 of 2: 'redis://***@127.0.0.1:x': the port must be a "
              "number 1..65535"),

@@ -1,8 +1,8 @@
 /*
  * admin.c -- the rules service (docs/http.md, "The rules service"):
  * GET /v1/rules, GET|PUT|DELETE /v1/rules/<domain>, behind the bearer
- * token of --admin-token-file (none configured: every one answers 404, as
- * an unknown path does).
+ * token of --admin-token-file (none configured: every one answers 403
+ * with how to turn the service on).
  *
  * A PUT's body is checked on the worker first, alone, by the rules loader
  * itself (sl_rules_load_buffer_flags: the same parser and the same
@@ -83,19 +83,23 @@ static int token_ok(const sl_config *cfg, const char *auth)
     return CRYPTO_memcmp(a, b, la) == 0;
 }
 
-/* Lets the request through (0), or answers it (-1): 404 as for an unknown
- * path when no token is configured, 401 without the right one.  A wrong
- * token is a failed login of the client (sl_hreq_client_host), counted by
+/* Lets the request through (0), or answers it (-1): 403 saying how to
+ * turn the service on when no token is configured, 401 without the right
+ * one.  A wrong token is a failed login of the client (sl_hreq_client_host), counted by
  * auth.c's limiter with every other credential's: past --auth-fail-limit
  * the client's tokens are refused unchecked (401, Retry-After), as the
  * bearer tokens of the other endpoints are. */
-static int guard(http_worker *hw, const sl_hreq *req, const char *path)
+static int guard(http_worker *hw, const sl_hreq *req)
 {
     if (hw->cfg->admin_token_len == 0) {
-        char qb[80], msg[128];
-        snprintf(msg, sizeof msg, "no such path: %s",
-                 sl__quote(qb, sizeof qb, path, strlen(path)));
-        sl_http_send_error(&req->a, 404, "Not Found", msg);
+        /* 403, not 404: the path is right, so a client should not look
+         * for another, nor a cache keep the answer (a 404 is heuristically
+         * cacheable, RFC 9110 15.1); a token will not help either: sluiced
+         * must be started with one (Prometheus's lifecycle API, when off,
+         * answers 403 the same way) */
+        sl_http_send_error(&req->a, 403, "Forbidden",
+                           "the rules service is off: start sluiced with --admin-token-file "
+                           "FILE to turn it on (docs/http.md, The rules service)");
         return -1;
     }
     const char *auth = sl_hreq_header(req, "Authorization");
@@ -458,7 +462,7 @@ static void ask_change(http_worker *hw, const sl_hreq *req, admin_op *op)
 /* GET /v1/rules (http_int.h): the rules path, the version serving and its domains. */
 void sl_http_rules_list(http_worker *hw, const sl_hreq *req)
 {
-    if (guard(hw, req, req->path) != 0) return;
+    if (guard(hw, req) != 0) return;
     if (req->method != SL_HM_GET) {
         method_not_allowed(req, "GET");
         return;
@@ -673,7 +677,7 @@ static size_t path_decode(char *d, const char *s)
 void sl_http_rules_domain(http_worker *hw, const sl_hreq *req)
 {
     const char *path = req->path;
-    if (guard(hw, req, path) != 0) return;
+    if (guard(hw, req) != 0) return;
     unsigned m = req->method;
     if (m != SL_HM_GET && m != SL_HM_PUT && m != SL_HM_DELETE) {
         method_not_allowed(req, "GET, PUT, DELETE");
