@@ -4,6 +4,8 @@ AT t), RL.PEEK, RL.RESET, PING, ECHO, QUIT, INFO and its sections, COMMAND,
 HELLO, MULTI / EXEC / DISCARD (on the local and the Redis backend), and the
 error replies of section 5."""
 
+import os
+
 import redis
 
 from harness import (BASE, Map, RawConn, RedisServer, RespError, Server, ServerTestCase, encode,
@@ -613,6 +615,38 @@ class TestTransactions(TransactionChecks, ServerTestCase):
                           "hold at most max-command (1024 bytes) together (transaction "
                           "discarded)"),
                 EXECABORT, b"OK", b"QUEUED", [b"x" * 600]])
+
+    def test_permissions(self):
+        """A command the user may not run is refused when queued (NOPERM,
+        the transaction doomed, as in Redis); a queued AUTH acts only when
+        EXEC runs it, and each command is checked again then."""
+        d = self.class_dir("sluice-tx-users-")
+        users = os.path.join(d, "users")
+        with open(users, "w") as f:
+            f.write("user reader >r-pw +reading\nuser decider >d-pw +deciding\n")
+        os.chmod(users, 0o600)
+        s = self.new_server("--users-file", users, trust_client_time=True)
+        nope = RespError("NOPERM this user has no permissions to run the 'rl.allow' command")
+        with s.raw() as c:
+            self.assertEqual(c.cmd("MULTI"), RespError("NOAUTH Authentication required."))
+            self.assertEqual(c.cmd("AUTH", "reader", "r-pw"), b"OK")
+            self.assertEqual(c.cmd("MULTI"), b"OK")
+            self.assertEqual(c.cmd("PING"), b"QUEUED")
+            c.send(fw("tx-perm"))
+            self.assertEqual(c.read_reply(), nope)
+            self.assertEqual(c.cmd("EXEC"), EXECABORT)
+            # AUTH queued: RL.ALLOW is still the reader's to queue, so refused
+            c.send(encode("MULTI") + encode("AUTH", "decider", "d-pw") + fw("tx-perm") +
+                   encode("EXEC"))
+            self.assertEqual(c.read_replies(4), [b"OK", b"QUEUED", nope, EXECABORT])
+            # AUTH queued, then a reading command that the decider may not run
+            c.send(encode("MULTI") + encode("AUTH", "decider", "d-pw") +
+                   encode("RL.PEEK", "tx-perm", 2, "10s") + encode("EXEC") + fw("tx-perm"))
+            self.assertEqual(c.read_replies(5), [
+                b"OK", b"QUEUED", b"QUEUED",
+                [b"OK", RespError("NOPERM this user has no permissions to run the 'rl.peek' "
+                                  "command")],
+                [1, 2, 1, 0, 10000, 0]])
 
     def test_close_mid_transaction(self):
         """A connection that closes with a transaction queued frees it (the
