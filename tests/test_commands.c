@@ -549,7 +549,6 @@ static void resp3_per_connection(void **state)
     sl_conn_detached_free(fresh);
 }
 
-
 /* Feeds bytes (several commands, as a client pipelines them) to cn at time
  * 0; returns every reply (static). */
 static const char *feed_on(sl_conn *cn, const char *bytes, int *status)
@@ -568,9 +567,9 @@ static const char *feed_on(sl_conn *cn, const char *bytes, int *status)
 
 #define FEED(bytes, want) assert_string_equal(feed_on(conn, bytes, NULL), want)
 
-#define TB2_1 "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:500\r\n:0\r\n"  /* token bucket 2/s: 1st */
-#define TB2_2 "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:1000\r\n:0\r\n" /* 2nd */
-#define TB2_3 "*6\r\n:0\r\n:2\r\n:0\r\n:500\r\n:1000\r\n:0\r\n" /* 3rd: denied */
+#define TB2_1    "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:500\r\n:0\r\n"    /* token bucket 2/s: 1st */
+#define TB2_2    "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:1000\r\n:0\r\n"   /* 2nd */
+#define TB2_3    "*6\r\n:0\r\n:2\r\n:0\r\n:500\r\n:1000\r\n:0\r\n" /* 3rd: denied */
 #define TB2_FULL TB2_1 /* a peek of an untouched key: as the 1st, nothing consumed */
 
 /* MULTI ... EXEC: +OK, +QUEUED per command, nothing decided until EXEC,
@@ -603,7 +602,8 @@ static void transactions_run_in_order(void **state)
     FEED("MULTI\r\nEXEC\r\n", "+OK\r\n*0\r\n");
     /* the statistics count each command once: MULTI, 2 queued, EXEC */
     uint64_t before = sl_stat_get(&ws.commands);
-    FEED("MULTI\r\nPING\r\nPING\r\nEXEC\r\n", "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+PONG\r\n+PONG\r\n");
+    FEED("MULTI\r\nPING\r\nPING\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+PONG\r\n+PONG\r\n");
     assert_int_equal(sl_stat_get(&ws.commands), before + 4);
     sl_conn_detached_free(other);
 }

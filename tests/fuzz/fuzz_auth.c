@@ -184,9 +184,9 @@ static int group_of(const sl_resp_cmd *c)
         return c->argc >= 2 && is(&c->argv[1], "reload") ? SL_AUTH_ADMIN : SL_AUTH_READING;
     if (is(n, "rl.peek") || is(n, "info") || is(n, "command")) return SL_AUTH_READING;
     if (is(n, "rl.reset")) return SL_AUTH_ADMIN;
-    static const char *const any[] = {"ping",   "echo",  "quit",  "hello",   "auth",
-                                      "client", "select", "config", "multi", "exec",
-                                      "discard", "watch", "unwatch"};
+    static const char *const any[] = {"ping",    "echo",   "quit",   "hello", "auth",
+                                      "client",  "select", "config", "multi", "exec",
+                                      "discard", "watch",  "unwatch"};
     for (size_t i = 0; i < sizeof any / sizeof any[0]; i++)
         if (is(n, any[i])) return 0;
     return -1;
@@ -340,19 +340,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int noqueue = is(a0, "multi") || is(a0, "exec") || is(a0, "discard") || is(a0, "watch") ||
                       is(a0, "quit");
         if (multi && !noqueue) { /* queued, or refused: nothing changes */
-            int g = group_of(&cmd);
+            int g = group_of(&cmd), forbidden = g > 0 && !(users[who].groups & (unsigned)g);
+            int refused; /* the refusal this command may get, if any */
+            if (g < 0)
+                refused = starts(r, n, "-ERR unknown command");
+            else if (forbidden)
+                refused = starts(r, n, "-NOPERM");
+            else
+                refused = starts(r, n, "-ERR wrong number of arguments") ||
+                          starts(r, n, "-ERR transaction too");
             if (n == 9 && memcmp(r, "+QUEUED\r\n", 9) == 0) {
-                if (g < 0 || (g > 0 && !(users[who].groups & (unsigned)g)))
-                    die("queued an unknown or forbidden command");
+                if (g < 0 || forbidden) die("queued an unknown or forbidden command");
                 if (!doomed) {
                     qoff[nqueued] = off - used;
                     qlen[nqueued++] = used;
                 }
-            } else if (g < 0 ? starts(r, n, "-ERR unknown command")
-                             : g > 0 && !(users[who].groups & (unsigned)g)
-                                   ? starts(r, n, "-NOPERM")
-                                   : starts(r, n, "-ERR wrong number of arguments") ||
-                                         starts(r, n, "-ERR transaction too")) {
+            } else if (refused) {
                 doomed = 1;
                 nqueued = 0;
             } else {

@@ -1263,7 +1263,7 @@ static void cmd_unwatch(req *q);
 
 #define F_CLOSE   1u /* close the connection after the reply (QUIT) */
 #define F_NOAUTH  2u /* runs before a login (AUTH, HELLO, QUIT) */
-#define F_NOQUEUE 4u /* runs at once inside MULTI, as in Redis (MULTI, EXEC, DISCARD, WATCH, QUIT) */
+#define F_NOQUEUE 4u /* runs at once inside MULTI, as in Redis (MULTI, EXEC, WATCH...) */
 
 /* The groups of auth.h, short; 0: any logged-in user. */
 #define G_DECIDE SL_AUTH_DECIDING
@@ -1475,8 +1475,8 @@ static void cmd_discard(req *q)
     reply_raw(q, "+OK\r\n");
 }
 
-static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen,
-                    int64_t now, int queued);
+static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen, int64_t now,
+                    int queued);
 
 /* EXEC: "*N" in a slot of its own, then the N queued commands run in order,
  * each answering into its own slot (see the top of the file).  The queue
@@ -1547,8 +1547,8 @@ static void cmd_unwatch(req *q) { reply_raw(q, "+OK\r\n"); }
  * The checks, in Redis's order: NOAUTH; then unknown command, NOPERM and
  * wrong arity, which inside MULTI doom the transaction; then inside MULTI
  * the command is queued, unless it is one of F_NOQUEUE. */
-static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen,
-                    int64_t now, int queued)
+static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen, int64_t now,
+                    int queued)
 {
     req q = {c, sl_conn_svc(c), cmd, now, NULL, sl_conn_pdata(c), SL_RESP2};
     if (q.cl == NULL) client_of(&q); /* its first command; NULL (no memory): tried again */
