@@ -224,7 +224,7 @@ static void small_commands(void **state)
     assert_non_null(strstr(run("HELLO 2", 0), "$7\r\nsluiced\r\n"));
     REPLY("HELLO 4", 0, "-NOPROTO unsupported protocol version\r\n");
     assert_non_null(strstr(run("COMMAND", 0), "rl.allow"));
-    REPLY("COMMAND COUNT", 0, ":15\r\n"); /* AUTH is the 15th */
+    REPLY("COMMAND COUNT", 0, ":20\r\n"); /* UNWATCH is the 20th */
     const char *info = run("INFO", 0);
     assert_non_null(strstr(info, "# Server\r\n"));
     assert_non_null(strstr(info, "# Clients\r\n"));
@@ -449,7 +449,7 @@ static void resp3_replies(void **state)
     REPLY("COMMAND DOCS", 0, "%0\r\n");
     REPLY("COMMAND INFO rl.peek nosuch", 0,
           "*2\r\n*6\r\n$7\r\nrl.peek\r\n:-4\r\n~1\r\n+fast\r\n:1\r\n:1\r\n:1\r\n_\r\n");
-    assert_memory_equal(run("COMMAND", 0), "*15\r\n*6\r\n$8\r\nrl.allow\r\n:-4\r\n~1\r\n", 31);
+    assert_memory_equal(run("COMMAND", 0), "*20\r\n*6\r\n$8\r\nrl.allow\r\n:-4\r\n~1\r\n", 31);
     REPLY("CLIENT GETNAME", 0, "_\r\n");
     snprintf(want, sizeof want, "=%zu\r\ntxt:%s\r\n", blen + 4, body);
     REPLY("INFO clients", 0, want);
@@ -549,6 +549,202 @@ static void resp3_per_connection(void **state)
     sl_conn_detached_free(fresh);
 }
 
+/* Feeds bytes (several commands, as a client pipelines them) to cn at time
+ * 0; returns every reply (static). */
+static const char *feed_on(sl_conn *cn, const char *bytes, int *status)
+{
+    static char reply[65536];
+    size_t used = 0, n = strlen(bytes);
+    sink.len = 0;
+    int st = sl_conn_detached_feed(cn, bytes, n, 0, &used);
+    if (status != NULL) *status = st;
+    assert_int_equal(used, n);
+    assert_true(sink.len < sizeof(reply));
+    memcpy(reply, sink.p, sink.len);
+    reply[sink.len] = '\0';
+    return reply;
+}
+
+#define FEED(bytes, want) assert_string_equal(feed_on(conn, bytes, NULL), want)
+
+#define TB2_1    "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:500\r\n:0\r\n"    /* token bucket 2/s: 1st */
+#define TB2_2    "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:1000\r\n:0\r\n"   /* 2nd */
+#define TB2_3    "*6\r\n:0\r\n:2\r\n:0\r\n:500\r\n:1000\r\n:0\r\n" /* 3rd: denied */
+#define TB2_FULL TB2_1 /* a peek of an untouched key: as the 1st, nothing consumed */
+
+/* MULTI ... EXEC: +OK, +QUEUED per command, nothing decided until EXEC,
+ * which answers an array of the replies the same commands give outside a
+ * transaction, in order; then the connection is out of MULTI. */
+static void transactions_run_in_order(void **state)
+{
+    (void)state;
+    sl_conn *other = sl_conn_detached_new(&sl_resp_proto, &svc, &cfg, &sink);
+    assert_non_null(other);
+    REPLY("MULTI", 0, "+OK\r\n");
+    REPLY("RL.ALLOW t 2 1000", 0, "+QUEUED\r\n");
+    REPLY("RL.ALLOW t 2 1000", 0, "+QUEUED\r\n");
+    REPLY("RL.ALLOW t 2 1000", 0, "+QUEUED\r\n");
+    REPLY("PING", 0, "+QUEUED\r\n");
+    REPLY("ECHO hi", 0, "+QUEUED\r\n");
+    /* queued, not run: another connection sees the key untouched */
+    assert_string_equal(runv_on(other, "RL.PEEK", "t", "2", "1000", NULL), TB2_FULL);
+    REPLY("EXEC", 0, "*5\r\n" TB2_1 TB2_2 TB2_3 "+PONG\r\n$2\r\nhi\r\n");
+    /* the same commands outside a transaction: the same replies */
+    REPLY("RL.ALLOW u 2 1000", 0, TB2_1);
+    REPLY("RL.ALLOW u 2 1000", 0, TB2_2);
+    REPLY("RL.ALLOW u 2 1000", 0, TB2_3);
+    REPLY("PING", 0, "+PONG\r\n"); /* out of MULTI */
+    /* in one write, as redis-py and node-redis send it; multibulk and inline */
+    FEED("MULTI\r\n*4\r\n$8\r\nRL.ALLOW\r\n$1\r\nv\r\n$1\r\n2\r\n$4\r\n1000\r\n"
+         "RL.ALLOW v 2 1000\r\nEXEC\r\nPING\r\n",
+         "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n" TB2_1 TB2_2 "+PONG\r\n");
+    /* an empty transaction */
+    FEED("MULTI\r\nEXEC\r\n", "+OK\r\n*0\r\n");
+    /* the statistics count each command once: MULTI, 2 queued, EXEC */
+    uint64_t before = sl_stat_get(&ws.commands);
+    FEED("MULTI\r\nPING\r\nPING\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+PONG\r\n+PONG\r\n");
+    assert_int_equal(sl_stat_get(&ws.commands), before + 4);
+    sl_conn_detached_free(other);
+}
+
+/* Redis's errors, word for word: EXEC and DISCARD without MULTI, nested
+ * MULTI (the transaction goes on); a command that cannot be queued
+ * (unknown, wrong arity) answers its error and EXEC answers EXECABORT,
+ * running nothing; an error while running is one element of EXEC's array
+ * and the others still run; DISCARD drops the queue; WATCH is refused,
+ * UNWATCH accepted; QUIT inside MULTI closes at once. */
+static void transaction_errors(void **state)
+{
+    (void)state;
+    REPLY("EXEC", 0, "-ERR EXEC without MULTI\r\n");
+    REPLY("DISCARD", 0, "-ERR DISCARD without MULTI\r\n");
+    REPLY("MULTI x", 0, "-ERR wrong number of arguments for 'multi' command\r\n");
+    FEED("MULTI\r\nMULTI\r\nPING\r\nEXEC\r\n",
+         "+OK\r\n-ERR MULTI calls can not be nested\r\n+QUEUED\r\n*1\r\n+PONG\r\n");
+
+    /* failed to queue: EXECABORT, and nothing ran */
+    FEED("MULTI\r\nRL.ALLOW d 2 1000\r\nNOSUCH x\r\nPING\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n-ERR unknown command 'NOSUCH'\r\n+QUEUED\r\n"
+         "-EXECABORT Transaction discarded because of previous errors.\r\n");
+    FEED("MULTI\r\nRL.ALLOW d 2 1000\r\nECHO\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n-ERR wrong number of arguments for 'echo' command\r\n"
+         "-EXECABORT Transaction discarded because of previous errors.\r\n");
+    FEED("MULTI\r\nRL.ALLOW d\r\nEXEC x\r\nEXEC\r\n",
+         "+OK\r\n-ERR wrong number of arguments for 'rl.allow' command\r\n"
+         "-ERR wrong number of arguments for 'exec' command\r\n"
+         "-EXECABORT Transaction discarded because of previous errors.\r\n");
+    REPLY("RL.PEEK d 2 1000", 0, TB2_FULL);
+    REPLY("EXEC", 0, "-ERR EXEC without MULTI\r\n");
+
+    /* failed while running: an element of the array; the rest runs */
+    FEED("MULTI\r\nRL.ALLOW e 0 1000\r\nRL.ALLOW e 2 1000\r\nRL.ALLOW e 2 1000 ALGO nope\r\n"
+         "RL.ALLOW e 2 1000\r\nRL.CHECK api DESCRIPTOR a b\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*5\r\n"
+         "-ERR limit must be an integer between 1 and 1000000000000\r\n" TB2_1
+         "-ERR unknown algorithm 'nope'\r\n" TB2_2
+         "-ERR no rules loaded (start sluiced with --rules PATH)\r\n");
+
+    /* DISCARD: nothing runs */
+    FEED("MULTI\r\nRL.ALLOW f 2 1000\r\nDISCARD\r\nRL.PEEK f 2 1000\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n+OK\r\n" TB2_FULL "-ERR EXEC without MULTI\r\n");
+    FEED("MULTI\r\nNOSUCH\r\nDISCARD\r\nPING\r\n",
+         "+OK\r\n-ERR unknown command 'NOSUCH'\r\n+OK\r\n+PONG\r\n");
+
+    /* WATCH: refused, in MULTI too (not queued, not dooming); UNWATCH: +OK */
+    static const char watch_err[] =
+        "-ERR WATCH is not supported: sluiced runs MULTI ... EXEC in order but does not watch "
+        "keys (send MULTI without WATCH)\r\n";
+    REPLY("WATCH k", 0, watch_err);
+    REPLY("UNWATCH", 0, "+OK\r\n");
+    char want[512];
+    snprintf(want, sizeof want, "+OK\r\n%s+QUEUED\r\n*1\r\n+OK\r\n", watch_err);
+    FEED("MULTI\r\nWATCH k\r\nUNWATCH\r\nEXEC\r\n", want);
+
+    /* QUIT inside MULTI: +OK and the connection closes, its queue freed
+     * (the ASan build's leak check sees it) */
+    int st = 0;
+    assert_string_equal(feed_on(conn, "MULTI\r\nRL.ALLOW q 2 1000\r\nQUIT\r\n", &st),
+                        "+OK\r\n+QUEUED\r\n+OK\r\n");
+    assert_int_equal(st, SL_PROTO_CLOSE);
+}
+
+/* The bounds: SL_RESP_MAX_QUEUED commands and max-command bytes queued;
+ * one more answers an error naming the bound and dooms the transaction,
+ * whose queue is dropped at once. */
+static void transaction_bounds(void **state)
+{
+    (void)state;
+    static char many[(SL_RESP_MAX_QUEUED + 3) * 6 + 64], want[(SL_RESP_MAX_QUEUED + 1) * 9 + 64];
+    size_t n = 0, w = 0;
+    n += (size_t)sprintf(many + n, "MULTI\r\n");
+    w += (size_t)sprintf(want + w, "+OK\r\n");
+    for (int i = 0; i < SL_RESP_MAX_QUEUED; i++) {
+        n += (size_t)sprintf(many + n, "PING\r\n");
+        w += (size_t)sprintf(want + w, "+QUEUED\r\n");
+    }
+    many[n] = '\0';
+    want[w] = '\0';
+    FEED(many, want);
+    REPLY("PING", 0,
+          "-ERR transaction too long: at most 1024 commands between MULTI and EXEC (transaction "
+          "discarded)\r\n");
+    REPLY("PING", 0, "+QUEUED\r\n"); /* as Redis: a doomed transaction still answers +QUEUED */
+    REPLY("EXEC", 0, "-EXECABORT Transaction discarded because of previous errors.\r\n");
+
+    /* exactly the bound: runs */
+    char *queued = strdup(feed_on(conn, many, NULL)); /* +OK and 1024 +QUEUED, as above */
+    assert_non_null(queued);
+    assert_int_equal(strlen(queued), 5 + 9 * SL_RESP_MAX_QUEUED);
+    free(queued);
+    w = (size_t)sprintf(want, "%s", "*1024\r\n");
+    for (int i = 0; i < SL_RESP_MAX_QUEUED; i++) w += (size_t)sprintf(want + w, "+PONG\r\n");
+    REPLY("EXEC", 0, want);
+
+    /* max-command bytes in all: 47 + 47 > 64 */
+    cfg.max_command = 64;
+    FEED("MULTI\r\nECHO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+         "ECHO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\nPING\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n-ERR transaction too large: the commands between MULTI and EXEC may "
+         "hold at most max-command (64 bytes) together (transaction discarded)\r\n+QUEUED\r\n"
+         "-EXECABORT Transaction discarded because of previous errors.\r\n");
+    /* within it: runs */
+    FEED("MULTI\r\nECHO aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\nPING\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n$40\r\naaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n"
+         "+PONG\r\n");
+    cfg.max_command = 1 << 20;
+    /* a connection freed in the middle of a transaction frees its queue
+     * (the ASan build's leak check) */
+    FEED("MULTI\r\nPING\r\nRL.ALLOW x 1 1000\r\n", "+OK\r\n+QUEUED\r\n+QUEUED\r\n");
+}
+
+/* RESP3: EXEC's array holds each reply in the connection's protocol; HELLO,
+ * AUTH and SELECT are queued and run by EXEC, as in Redis, and a HELLO
+ * there switches the protocol of the replies after it. */
+static void transaction_resp3(void **state)
+{
+    (void)state;
+    long long id = client_id(conn);
+    assert_string_equal(runv("HELLO", "3"), hello_reply(3, id));
+    static char want[4096];
+    snprintf(want, sizeof want,
+             "+OK\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n+QUEUED\r\n*5\r\n_\r\n" TB2_1
+             "%s$-1\r\n+OK\r\n",
+             hello_reply(2, id));
+    FEED("MULTI\r\nCLIENT GETNAME\r\nRL.ALLOW r 2 1000\r\nHELLO 2\r\nCLIENT GETNAME\r\nSELECT 0\r\n"
+         "EXEC\r\n",
+         want);
+    assert_int_equal(sl_resp_conn_proto(conn), SL_RESP2);
+    /* AUTH runs when EXEC does (here: no password configured, Redis's error) */
+    FEED("MULTI\r\nAUTH pw\r\nSELECT 1\r\nEXEC\r\n",
+         "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n-ERR AUTH <password> called without any password "
+         "configured for the default user. Are you sure your configuration is correct?\r\n"
+         "-ERR DB index is out of range\r\n");
+    /* HELLO 3 queued: EXEC's header in RESP2 (as sent then), what follows in RESP3 */
+    snprintf(want, sizeof want, "+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n%s_\r\n", hello_reply(3, id));
+    FEED("MULTI\r\nHELLO 3\r\nCLIENT GETNAME\r\nEXEC\r\n", want);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -562,6 +758,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(resp3_replies, setup, teardown),
         cmocka_unit_test_setup_teardown(client_and_select, setup, teardown),
         cmocka_unit_test_setup_teardown(resp3_per_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(transactions_run_in_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(transaction_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(transaction_bounds, setup, teardown),
+        cmocka_unit_test_setup_teardown(transaction_resp3, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -175,6 +175,17 @@ class TestClients(ServerTestCase):
             {"error": BAD_LIMIT, "name": "SimpleError"},
             [1, 5, 1, 0, 8000, 0],
         ], client)
+        # multi().exec(): MULTI ... EXEC, each decision exact, an error one element
+        self.assertEqual(r["multi"], [
+            [1, 2, 1, 0, 5000, 0],
+            [1, 2, 0, 0, 10000, 0],
+            [0, 2, 0, 5000, 10000, 0],
+            [1, 2, 1, 0, 60000, 0, ["OK", "api.user", 2, 1, 0, 60000]],
+        ], client)
+        self.assertEqual(r["multi_error"], [
+            {"error": BAD_LIMIT, "name": "SimpleError"},
+            [0, 2, 0, 5000, 10000, 0],
+        ], client)
         self.assertEqual(r["error"], {"error": BAD_ALGO, "name": "SimpleError"}, client)
         # what the library said of itself on connecting (CLIENT SETINFO)
         f = client_fields(r["client_info"], port)

@@ -1,11 +1,15 @@
 """Every command of SPEC section 7 with a client library (redis-py) and
 raw RESP: exact decisions (the spec's vectors replayed through RL.ALLOW ...
 AT t), RL.PEEK, RL.RESET, PING, ECHO, QUIT, INFO and its sections, COMMAND,
-HELLO, and the error replies of section 5."""
+HELLO, MULTI / EXEC / DISCARD (on the local and the Redis backend), and the
+error replies of section 5."""
+
+import os
 
 import redis
 
-from harness import BASE, Map, RespError, ServerTestCase, load_vectors, parse_info
+from harness import (BASE, Map, RawConn, RedisServer, RespError, Server, ServerTestCase, encode,
+                     load_vectors, parse_info)
 
 ALGOS = ["fixed-window", "sliding-log", "sliding-window", "sliding-buckets", "token-bucket",
          "gcra", "leaky-bucket"]
@@ -445,3 +449,245 @@ class TestTrustClientTime(ServerTestCase):
             got = c.cmd("RL.ALLOW", "clock", 2, "1h", "ALGO", "fixed-window")
             self.assertEqual(got[:4], [1, 2, 1, 0])
             self.assertTrue(1 <= got[4] <= 3600000, got)
+
+
+# ---- MULTI / EXEC / DISCARD ---------------------------------------------------
+
+EXECABORT = RespError("EXECABORT Transaction discarded because of previous errors.")
+WATCH_ERR = RespError("ERR WATCH is not supported: sluiced runs MULTI ... EXEC in order but does "
+                      "not watch keys (send MULTI without WATCH)")
+
+
+def fw(key, limit=2, at=BASE):
+    """RL.ALLOW of a fixed-window limit per 10 s at `at` (every backend has it)."""
+    return encode("RL.ALLOW", key, limit, "10s", "ALGO", "fixed-window", "AT", at)
+
+
+def fw_reply(allowed, remaining, retry=0, limit=2):
+    return b"*6\r\n:%d\r\n:%d\r\n:%d\r\n:%d\r\n:10000\r\n:0\r\n" % (allowed, limit, remaining, retry)
+
+
+def read_exact(c, n):
+    """Exactly n bytes from RawConn c (its reading deadline applies)."""
+    got = bytes(c.buf[c.pos:])
+    c.pos = len(c.buf)
+    while len(got) < n:
+        chunk = c.sock.recv(1 << 16)
+        if not chunk:
+            raise EOFError("closed after %r" % got)
+        got += chunk
+    return got
+
+
+class TransactionChecks:
+    """What MULTI / EXEC must do on any backend (self.srv)."""
+
+    def test_exec_reply_bytes(self):
+        """MULTI, queued commands and EXEC in one write, as redis-py and
+        node-redis send them: +OK, +QUEUED each, then EXEC's array of their
+        replies in order, byte for byte, in RESP2 and in RESP3."""
+        for proto in (2, 3):
+            with self.srv.raw() as c:
+                k = "tx-bytes-%d-%s" % (proto, self.tag)
+                if proto == 3:
+                    self.assertIsInstance(c.cmd("HELLO", "3"), Map)
+                c.send(encode("MULTI") + fw(k) + fw(k) + fw(k) + encode("PING") +
+                       encode("RL.PEEK", k, 2, "10s", "ALGO", "fixed-window", "AT", BASE) +
+                       encode("ECHO", "x") + encode("EXEC") + encode("PING", "after"))
+                want = (b"+OK\r\n" + b"+QUEUED\r\n" * 6 + b"*6\r\n" + fw_reply(1, 1) +
+                        fw_reply(1, 0) + fw_reply(0, 0, 10000) + b"+PONG\r\n" +
+                        fw_reply(0, 0, 10000) + b"$1\r\nx\r\n" + b"$5\r\nafter\r\n")
+                self.assertEqual(read_exact(c, len(want)), want, "RESP%d" % proto)
+
+    def test_errors_as_redis(self):
+        """Redis's errors word for word; a command that cannot be queued
+        makes EXEC answer EXECABORT and nothing runs; an error while running
+        is an element and the others run; DISCARD drops the queue."""
+        k = "tx-err-" + self.tag
+        with self.srv.raw() as c:
+            self.assertEqual(c.cmd("EXEC"), RespError("ERR EXEC without MULTI"))
+            self.assertEqual(c.cmd("DISCARD"), RespError("ERR DISCARD without MULTI"))
+            self.assertEqual(c.cmd("MULTI"), b"OK")
+            self.assertEqual(c.cmd("MULTI"), RespError("ERR MULTI calls can not be nested"))
+            c.send(fw(k))
+            self.assertEqual(c.read_reply(), b"QUEUED")
+            self.assertEqual(c.cmd("NOSUCH", "x"), RespError("ERR unknown command 'NOSUCH'"))
+            self.assertEqual(c.cmd("RL.ALLOW", k),
+                             RespError("ERR wrong number of arguments for 'rl.allow' command"))
+            self.assertEqual(c.cmd("EXEC"), EXECABORT)
+            self.assertEqual(c.cmd("EXEC"), RespError("ERR EXEC without MULTI"))
+            # nothing ran: the key's first decision is still to come
+            c.send(fw(k))
+            self.assertEqual(c.read_reply(), [1, 2, 1, 0, 10000, 0])
+            # an error while running: one element, the others run
+            self.assertEqual(c.cmd("MULTI"), b"OK")
+            for args in (("RL.ALLOW", k, 0, "10s"), ("RL.ALLOW", k, 2, "10s", "ALGO", "nope")):
+                self.assertEqual(c.cmd(*args), b"QUEUED")
+            c.send(fw(k))
+            self.assertEqual(c.read_reply(), b"QUEUED")
+            self.assertEqual(c.cmd("EXEC"), [RespError("ERR " + LIMIT_ERR),
+                                             RespError("ERR unknown algorithm 'nope'"),
+                                             [1, 2, 0, 0, 10000, 0]])
+            # DISCARD
+            self.assertEqual(c.cmd("MULTI"), b"OK")
+            c.send(fw(k))
+            self.assertEqual(c.read_reply(), b"QUEUED")
+            self.assertEqual(c.cmd("DISCARD"), b"OK")
+            self.assertEqual(c.cmd("DISCARD"), RespError("ERR DISCARD without MULTI"))
+            self.assertEqual(c.cmd("RL.PEEK", k, 2, "10s", "ALGO", "fixed-window", "AT", BASE),
+                             [0, 2, 0, 10000, 10000, 0], "the discarded RL.ALLOW never ran")
+            # WATCH refused (also inside MULTI, where it dooms nothing); UNWATCH +OK
+            self.assertEqual(c.cmd("WATCH", k), WATCH_ERR)
+            self.assertEqual(c.cmd("UNWATCH"), b"OK")
+            self.assertEqual(c.cmd("MULTI"), b"OK")
+            self.assertEqual(c.cmd("WATCH", k), WATCH_ERR)
+            self.assertEqual(c.cmd("UNWATCH"), b"QUEUED")
+            self.assertEqual(c.cmd("EXEC"), [b"OK"])
+
+    def test_redis_py_pipeline(self):
+        """redis-py's default pipeline() (MULTI ... EXEC) returns each
+        decision exactly; an error inside is its element (raise_on_error
+        False) or raised; pipeline(transaction=False) is unchanged."""
+        k = "tx-py-" + self.tag
+        r = self.srv.redis()
+        self.addCleanup(r.close)
+        with r.pipeline() as p:
+            for _ in range(3):
+                p.execute_command("RL.ALLOW", k, 2, "10s", "ALGO", "fixed-window", "AT", BASE)
+            self.assertEqual(p.execute(), [[1, 2, 1, 0, 10000, 0], [1, 2, 0, 0, 10000, 0],
+                                           [0, 2, 0, 10000, 10000, 0]])
+        with r.pipeline() as p:
+            p.execute_command("RL.ALLOW", k, 0, "10s")
+            p.execute_command("RL.PEEK", k, 2, "10s", "ALGO", "fixed-window", "AT", BASE + 10000)
+            got = p.execute(raise_on_error=False)
+            self.assertIsInstance(got[0], redis.exceptions.ResponseError)
+            self.assertEqual(str(got[0]), LIMIT_ERR)
+            self.assertEqual(got[1], [1, 2, 1, 0, 10000, 0])
+        with r.pipeline() as p:
+            p.execute_command("RL.ALLOW", k, 0, "10s")
+            with self.assertRaises(redis.exceptions.ResponseError) as e:
+                p.execute()
+            self.assertIn(LIMIT_ERR, str(e.exception))
+        # a command that cannot be queued: redis-py raises the queueing error
+        with r.pipeline() as p:
+            p.execute_command("NOSUCH")
+            p.execute_command("RL.ALLOW", k, 2, "10s", "ALGO", "fixed-window", "AT", BASE)
+            with self.assertRaises(redis.exceptions.ResponseError) as e:
+                p.execute()
+            self.assertIn("unknown command 'NOSUCH'", str(e.exception))
+        with r.pipeline(transaction=False) as p:
+            p.execute_command("RL.ALLOW", k, 2, "10s", "ALGO", "fixed-window", "AT", BASE + 10000)
+            p.execute_command("PING")
+            self.assertEqual(p.execute(), [[1, 2, 1, 0, 10000, 0], True])
+        # the connection is back to normal: a plain command answers at once
+        self.assertEqual(r.execute_command("RL.ALLOW", k, 2, "10s", "ALGO", "fixed-window", "AT",
+                                           BASE + 10000), [1, 2, 0, 0, 10000, 0])
+
+
+class TestTransactions(TransactionChecks, ServerTestCase):
+    """MULTI / EXEC / DISCARD on the local backend; the bounds."""
+
+    tag = "local"
+
+    def test_bounds(self):
+        """At most 1024 commands queued, and max-command bytes in all: one
+        more answers an error naming the bound, and EXEC then EXECABORT."""
+        with self.srv.raw() as c:
+            c.send(encode("MULTI") + encode("PING") * 1024 + encode("PING") + encode("PING") +
+                   encode("EXEC"))
+            got = c.read_replies(1028)
+            self.assertEqual(got[:1025], [b"OK"] + [b"QUEUED"] * 1024)
+            self.assertEqual(got[1025:], [
+                RespError("ERR transaction too long: at most 1024 commands between MULTI and "
+                          "EXEC (transaction discarded)"),
+                b"QUEUED", EXECABORT])
+            c.send(encode("MULTI") + encode("PING") * 1024 + encode("EXEC"))
+            got = c.read_replies(1026)
+            self.assertEqual(got[-1], [b"PONG"] * 1024, "exactly the bound runs")
+        s = self.new_server("--max-command", "1kb")
+        with s.raw() as c:
+            big = encode("ECHO", "x" * 600)
+            c.send(encode("MULTI") + big + big + encode("EXEC") + encode("MULTI") + big +
+                   encode("EXEC"))
+            self.assertEqual(c.read_replies(7), [
+                b"OK", b"QUEUED",
+                RespError("ERR transaction too large: the commands between MULTI and EXEC may "
+                          "hold at most max-command (1024 bytes) together (transaction "
+                          "discarded)"),
+                EXECABORT, b"OK", b"QUEUED", [b"x" * 600]])
+
+    def test_permissions(self):
+        """A command the user may not run is refused when queued (NOPERM,
+        the transaction doomed, as in Redis); a queued AUTH acts only when
+        EXEC runs it, and each command is checked again then."""
+        d = self.class_dir("sluice-tx-users-")
+        users = os.path.join(d, "users")
+        with open(users, "w") as f:
+            f.write("user reader >r-pw +reading\nuser decider >d-pw +deciding\n")
+        os.chmod(users, 0o600)
+        s = self.new_server("--users-file", users, trust_client_time=True)
+        nope = RespError("NOPERM this user has no permissions to run the 'rl.allow' command")
+        with s.raw() as c:
+            self.assertEqual(c.cmd("MULTI"), RespError("NOAUTH Authentication required."))
+            self.assertEqual(c.cmd("AUTH", "reader", "r-pw"), b"OK")
+            self.assertEqual(c.cmd("MULTI"), b"OK")
+            self.assertEqual(c.cmd("PING"), b"QUEUED")
+            c.send(fw("tx-perm"))
+            self.assertEqual(c.read_reply(), nope)
+            self.assertEqual(c.cmd("EXEC"), EXECABORT)
+            # AUTH queued: RL.ALLOW is still the reader's to queue, so refused
+            c.send(encode("MULTI") + encode("AUTH", "decider", "d-pw") + fw("tx-perm") +
+                   encode("EXEC"))
+            self.assertEqual(c.read_replies(4), [b"OK", b"QUEUED", nope, EXECABORT])
+            # AUTH queued, then a reading command that the decider may not run
+            c.send(encode("MULTI") + encode("AUTH", "decider", "d-pw") +
+                   encode("RL.PEEK", "tx-perm", 2, "10s") + encode("EXEC") + fw("tx-perm"))
+            self.assertEqual(c.read_replies(5), [
+                b"OK", b"QUEUED", b"QUEUED",
+                [b"OK", RespError("NOPERM this user has no permissions to run the 'rl.peek' "
+                                  "command")],
+                [1, 2, 1, 0, 10000, 0]])
+
+    def test_close_mid_transaction(self):
+        """A connection that closes with a transaction queued frees it (the
+        ASan build's leak check at the server's stop); others go on."""
+        for _ in range(3):
+            c = RawConn(self.srv.port)
+            c.send(encode("MULTI") + fw("tx-closed") * 50)
+            self.assertEqual(c.read_replies(51), [b"OK"] + [b"QUEUED"] * 50)
+            c.close()
+        with self.srv.raw() as c:
+            c.send(fw("tx-closed"))
+            self.assertEqual(c.read_reply(), [1, 2, 1, 0, 10000, 0], "none of them ran")
+
+
+class TestTransactionsRedisBackend(TransactionChecks, ServerTestCase):
+    """The same on the Redis backend, whose replies come later: EXEC's
+    array still holds every reply, in order."""
+
+    tag = "redis"
+
+    @classmethod
+    def setUpClass(cls):
+        cls.redis_srv = RedisServer().start()
+        try:
+            cls.SERVER_ARGS = ("--backend", cls.redis_srv.url())
+            super().setUpClass()
+        except BaseException:
+            cls.redis_srv.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.redis_srv.cleanup()
+
+    def test_runs_in_redis(self):
+        """The decisions were made in Redis: the counter is there."""
+        with self.srv.raw() as c:
+            c.send(encode("MULTI") + fw("tx-in-redis") + fw("tx-in-redis") + encode("EXEC"))
+            self.assertEqual(c.read_replies(4)[3], [[1, 2, 1, 0, 10000, 0], [1, 2, 0, 0, 10000, 0]])
+        # the fixed-window counter's "clock count" (docs/redis-scripts.md)
+        self.assertEqual(int(self.redis_srv.cmd("GET", "sl:00:{tx-in-redis}").split()[1]), 2)

@@ -28,9 +28,20 @@
  * the decision arrays of RL.ALLOW, RL.PEEK and RL.CHECK are the same
  * integers on both, so code that reads them reads them the same way.
  *
- * The state of a connection (struct client: its user, protocol, id, name)
- * is allocated at its first command and freed by net.c through
- * sl_resp_proto.closed.
+ * The state of a connection (struct client: its user, protocol, id, name,
+ * the transaction it is queueing) is allocated at its first command and
+ * freed by net.c through sl_resp_proto.closed.
+ *
+ * Transactions (MULTI ... EXEC, as Redis): after MULTI each command is
+ * checked as Redis checks it before queueing (known, permitted, arity),
+ * its bytes as sent are kept in the connection's queue and it answers
+ * +QUEUED; one that fails those checks answers its error and dooms the
+ * transaction (EXEC then answers EXECABORT).  EXEC opens a slot with the
+ * array's header, "*N", then runs the queued commands in order, each
+ * opening its own slot as any request does: whether they answer at once or
+ * later (a Redis backend), net.c sends the slots in order, so the header
+ * and the N replies after it form EXEC's array.  Bounded by
+ * SL_RESP_MAX_QUEUED commands and max-command bytes.
  */
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -65,6 +76,11 @@ typedef struct client {
     char *name;              /* CLIENT SETNAME; NULL: none.  malloc'd, as the two below */
     char *lib_name;          /* CLIENT SETINFO LIB-NAME; NULL: none */
     char *lib_ver;           /* CLIENT SETINFO LIB-VER; NULL: none */
+    /* MULTI ... EXEC (see the top of the file) */
+    int multi;     /* 1 from MULTI until EXEC or DISCARD */
+    int doomed;    /* a command failed to queue: EXEC answers EXECABORT */
+    int nqueued;   /* commands in queued (<= SL_RESP_MAX_QUEUED) */
+    sl_buf queued; /* their bytes as sent (<= max-command); empty once doomed */
 } client;
 
 /* The last id given (CLIENT ID, HELLO's id), as Redis: in the order
@@ -78,6 +94,7 @@ static void client_free(void *pdata)
     free(cl->name);
     free(cl->lib_name);
     free(cl->lib_ver);
+    free(cl->queued.p);
     free(cl);
 }
 
@@ -1236,11 +1253,17 @@ static void cmd_config(req *q)
 }
 
 static void cmd_command(req *q);
+static void cmd_multi(req *q);
+static void cmd_exec(req *q);
+static void cmd_discard(req *q);
+static void cmd_watch(req *q);
+static void cmd_unwatch(req *q);
 
 /* ---- the table -------------------------------------------------------------- */
 
-#define F_CLOSE  1u /* close the connection after the reply (QUIT) */
-#define F_NOAUTH 2u /* runs before a login (AUTH, HELLO, QUIT) */
+#define F_CLOSE   1u /* close the connection after the reply (QUIT) */
+#define F_NOAUTH  2u /* runs before a login (AUTH, HELLO, QUIT) */
+#define F_NOQUEUE 4u /* runs at once inside MULTI, as in Redis (MULTI, EXEC, WATCH...) */
 
 /* The groups of auth.h, short; 0: any logged-in user. */
 #define G_DECIDE SL_AUTH_DECIDING
@@ -1273,7 +1296,7 @@ static const command commands[] = {
     {"rl.rules", -1, 0, 0, G_READ, cmd_rules, rules_subs},
     {"ping", -1, 0, 0, 0, cmd_ping, NULL},
     {"echo", 2, 0, 0, 0, cmd_echo, NULL},
-    {"quit", -1, 0, F_CLOSE | F_NOAUTH, 0, cmd_quit, NULL},
+    {"quit", -1, 0, F_CLOSE | F_NOAUTH | F_NOQUEUE, 0, cmd_quit, NULL},
     {"info", -1, 0, 0, G_READ, cmd_info, NULL},
     {"command", -1, 0, 0, G_READ, cmd_command, NULL},
     {"hello", -1, 0, F_NOAUTH, 0, cmd_hello, NULL},
@@ -1281,6 +1304,11 @@ static const command commands[] = {
     {"client", -2, 0, 0, 0, cmd_client, NULL},
     {"select", 2, 0, 0, 0, cmd_select, NULL},
     {"config", -2, 0, 0, 0, cmd_config, NULL},
+    {"multi", 1, 0, F_NOQUEUE, 0, cmd_multi, NULL},
+    {"exec", 1, 0, F_NOQUEUE, 0, cmd_exec, NULL},
+    {"discard", 1, 0, F_NOQUEUE, 0, cmd_discard, NULL},
+    {"watch", -2, 0, F_NOQUEUE, 0, cmd_watch, NULL},
+    {"unwatch", 1, 0, 0, 0, cmd_unwatch, NULL},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -1331,8 +1359,6 @@ static void cmd_command(req *q)
     sl_slot_done(s);
 }
 
-/* Runs one parsed command; returns SL_PROTO_CLOSE after QUIT, else
- * SL_PROTO_AGAIN. */
 /* May q's user run command k with q's arguments?  If not, the reply
  * (NOPERM, naming the command or "command|sub" as Redis 7.0 does) is
  * written and 0 returned. */
@@ -1359,7 +1385,170 @@ static int permitted(req *q, const command *k)
     return 0;
 }
 
-static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
+/* ---- MULTI / EXEC / DISCARD ------------------------------------------------- */
+
+static int in_multi(const req *q) { return q->cl != NULL && q->cl->multi; }
+
+/* Ends cl's transaction, dropping what it queued. */
+static void multi_end(client *cl)
+{
+    cl->multi = 0;
+    cl->doomed = 0;
+    cl->nqueued = 0;
+    free(cl->queued.p);
+    cl->queued = (sl_buf){0};
+}
+
+/* A command refused before it could be queued (unknown, not permitted,
+ * wrong arity, over the bounds): inside MULTI the transaction is doomed, as
+ * in Redis, and what it queued is dropped at once (EXEC will run none of
+ * it). */
+static void doom(req *q)
+{
+    if (!in_multi(q)) return;
+    client *cl = q->cl;
+    free(cl->queued.p);
+    cl->queued = (sl_buf){0};
+    cl->nqueued = 0;
+    cl->doomed = 1;
+}
+
+/* Queues the command q runs, whose bytes as sent are raw[0..len), and
+ * answers +QUEUED; or, past SL_RESP_MAX_QUEUED commands or max-command
+ * bytes queued, answers an error saying which and dooms the transaction.
+ * A doomed transaction keeps nothing: the command is answered +QUEUED, as
+ * Redis answers it, and dropped. */
+static void queue(req *q, const char *raw, size_t len)
+{
+    client *cl = q->cl;
+    if (!cl->doomed) {
+        uint64_t max = sl_conn_cfg(q->c)->max_command;
+        if (cl->nqueued == SL_RESP_MAX_QUEUED) {
+            err_reply(q,
+                      "transaction too long: at most %d commands between MULTI and EXEC "
+                      "(transaction discarded)",
+                      SL_RESP_MAX_QUEUED);
+            doom(q);
+            return;
+        }
+        if (len > max - cl->queued.len) {
+            err_reply(q,
+                      "transaction too large: the commands between MULTI and EXEC may hold at "
+                      "most max-command (%llu bytes) together (transaction discarded)",
+                      (unsigned long long)max);
+            doom(q);
+            return;
+        }
+        if (sl_buf_add(&cl->queued, raw, len) != 0) {
+            err_reply(q, "out of memory (transaction discarded)");
+            doom(q);
+            return;
+        }
+        cl->nqueued++;
+    }
+    reply_raw(q, "+QUEUED\r\n");
+}
+
+static void cmd_multi(req *q)
+{
+    client *cl = client_of(q);
+    if (cl == NULL) {
+        err_reply(q, "out of memory");
+        return;
+    }
+    if (cl->multi) { /* as Redis: an error, and the transaction goes on */
+        err_reply(q, "MULTI calls can not be nested");
+        return;
+    }
+    multi_end(cl);
+    cl->multi = 1;
+    reply_raw(q, "+OK\r\n");
+}
+
+static void cmd_discard(req *q)
+{
+    if (!in_multi(q)) {
+        err_reply(q, "DISCARD without MULTI");
+        return;
+    }
+    multi_end(q->cl);
+    reply_raw(q, "+OK\r\n");
+}
+
+static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen, int64_t now,
+                    int queued);
+
+/* EXEC: "*N" in a slot of its own, then the N queued commands run in order,
+ * each answering into its own slot (see the top of the file).  The queue
+ * is taken from the connection first: a queued command sees the connection
+ * out of MULTI, as in Redis.  O(bytes queued) to parse them again. */
+static void cmd_exec(req *q)
+{
+    if (!in_multi(q)) {
+        err_reply(q, "EXEC without MULTI");
+        return;
+    }
+    client *cl = q->cl;
+    if (cl->doomed) {
+        multi_end(cl);
+        raw_err(q, "-EXECABORT Transaction discarded because of previous errors.\r\n");
+        return;
+    }
+    sl_buf todo = cl->queued;
+    int n = cl->nqueued;
+    cl->queued = (sl_buf){0};
+    multi_end(cl);
+    sl_slot *s;
+    sl_buf *b = now_open(q, &s);
+    if (b == NULL) { /* out of memory: net.c drops the connection */
+        free(todo.p);
+        return;
+    }
+    sl_resp_array(b, n);
+    sl_slot_done(s);
+    const sl_config *cfg = sl_conn_cfg(q->c);
+    size_t max_bulk =
+        cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command : (size_t)SL_RESP_MAX_BULK;
+    /* the worker's parsed command: EXEC's own arguments are no longer needed */
+    sl_resp_cmd *cmd = sl_conn_scratch(q->c);
+    size_t pos = 0;
+    for (int i = 0; i < n; i++) {
+        size_t used = 0;
+        const char *perr = NULL;
+        if (sl_resp_parse(todo.p + pos, todo.len - pos, max_bulk, cmd, &used, &perr) !=
+            SL_RESP_OK) { /* cannot happen: these bytes parsed when queued */
+            err_reply(q, "internal error: a queued command no longer parses");
+            pos = todo.len;
+            continue;
+        }
+        pos += used;
+        exec_one(q->c, cmd, NULL, 0, q->now, 1);
+    }
+    free(todo.p);
+}
+
+/* WATCH key ...: refused, clearly (docs/sluiced.md, Transactions); not
+ * queued inside MULTI, as Redis does not queue it either. */
+static void cmd_watch(req *q)
+{
+    err_reply(q, "WATCH is not supported: sluiced runs MULTI ... EXEC in order but does not "
+                 "watch keys (send MULTI without WATCH)");
+}
+
+/* UNWATCH: nothing is ever watched, so it succeeds (redis-py sends it when
+ * a pipeline that had WATCHed is reset). */
+static void cmd_unwatch(req *q) { reply_raw(q, "+OK\r\n"); }
+
+/* Runs one parsed command, whose bytes as sent are raw[0..rawlen) (kept if
+ * it is queued); queued: it comes from EXEC's queue (already counted in the
+ * statistics when it was queued; never queued again).  Returns
+ * SL_PROTO_CLOSE after QUIT, else SL_PROTO_AGAIN.
+ *
+ * The checks, in Redis's order: NOAUTH; then unknown command, NOPERM and
+ * wrong arity, which inside MULTI doom the transaction; then inside MULTI
+ * the command is queued, unless it is one of F_NOQUEUE. */
+static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen, int64_t now,
+                    int queued)
 {
     req q = {c, sl_conn_svc(c), cmd, now, NULL, sl_conn_pdata(c), SL_RESP2};
     if (q.cl == NULL) client_of(&q); /* its first command; NULL (no memory): tried again */
@@ -1368,7 +1557,7 @@ static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
         q.proto = q.cl->proto;
     }
     if (q.who == NULL) q.who = sl_auth_anonymous(q.x->srv->auth);
-    sl_stat_inc(&q.x->st->commands, 1);
+    if (!queued) sl_stat_inc(&q.x->st->commands, 1);
     const command *k = lookup(&cmd->argv[0]);
     if (q.who == NULL && (k == NULL || !(k->flags & F_NOAUTH))) {
         raw_err(&q, "-NOAUTH Authentication required.\r\n");
@@ -1376,16 +1565,26 @@ static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, int64_t now)
     }
     if (k == NULL) {
         unknown(&q, &cmd->argv[0]);
+        doom(&q);
         return SL_PROTO_AGAIN;
     }
-    if (!permitted(&q, k)) return SL_PROTO_AGAIN;
-    /* RL.CHECK says "no rules" before it looks at its arguments */
-    if (k->run == cmd_check && sl_svc_rules(q.x, NULL) == NULL) {
+    if (!permitted(&q, k)) {
+        doom(&q);
+        return SL_PROTO_AGAIN;
+    }
+    /* RL.CHECK says "no rules" before it looks at its arguments (queued:
+     * when EXEC runs it) */
+    if (k->run == cmd_check && !in_multi(&q) && sl_svc_rules(q.x, NULL) == NULL) {
         err_reply(&q, "%s", sl_svc_no_rules);
         return SL_PROTO_AGAIN;
     }
     if (k->arity > 0 ? cmd->argc != k->arity : cmd->argc < -k->arity) {
         err_reply(&q, "wrong number of arguments for '%s' command", k->name);
+        doom(&q);
+        return SL_PROTO_AGAIN;
+    }
+    if (in_multi(&q) && !(k->flags & F_NOQUEUE)) {
+        queue(&q, raw, rawlen);
         return SL_PROTO_AGAIN;
     }
     k->run(&q);
@@ -1436,7 +1635,7 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
         t->bytes = used >= t->bytes ? 0 : t->bytes - used;
         if (cmd->argc == 0) continue; /* an empty line */
         t->cmds--;
-        if (exec_one(c, cmd, now) == SL_PROTO_CLOSE) {
+        if (exec_one(c, cmd, p + pos - used, used, now, 0) == SL_PROTO_CLOSE) {
             st = SL_PROTO_CLOSE;
             break;
         }

@@ -14,6 +14,13 @@
  * bound; sluiced keeps them per connection, so it does. */
 #define SL_RESP_MAX_NAME 256
 
+/* Commands one transaction may queue between MULTI and EXEC (their bytes
+ * together: at most max-command).  Redis sets no bound; sluiced keeps the
+ * queue per connection and EXEC runs it in one go, without the turns that
+ * share a worker between its clients, so at most one turn's worth of
+ * commands (net.h's SL_NET_TURN_CMDS). */
+#define SL_RESP_MAX_QUEUED 1024
+
 extern const sl_proto sl_resp_proto;
 
 /* What the RESP module knows of connection c, for tests: the user it

@@ -8,7 +8,8 @@
 // Each client connects with its defaults (only host, port and, when given,
 // the password: no protocol option, so both open with HELLO 3), then runs
 // the same steps: HELLO, RL.ALLOW, RL.CHECK, a pipeline, a pipeline holding
-// an error, one error on its own, CLIENT INFO, INFO, RL.RULES.  Keys are
+// an error, a transaction (MULTI ... EXEC), one holding an error, one error
+// on its own, CLIENT INFO, INFO, RL.RULES.  Keys are
 // "<tag>-<client>:k", so the two clients count apart.  Prints one JSON
 // object: {"node-redis": {...}, "ioredis": {...}}, each step's reply as the
 // library returned it, errors as {"error": message, "name": class}.  A
@@ -39,8 +40,9 @@ function asError(e) {
 // send(args) runs one command; pipeline(list of args) sends them together
 // and returns their replies (rejecting on an error, if the library does);
 // settled(list of args) sends them together and returns each reply or
-// error.
-function steps(who, send, pipeline, settled) {
+// error; transaction(list of args) runs them in MULTI ... EXEC, as the
+// library's multi().exec() does, and returns each reply or error.
+function steps(who, send, pipeline, settled, transaction) {
   const at = String(cfg.at), key = cfg.tag + '-' + who + ':k', user = cfg.tag + '-' + who;
   return [
     ['hello', () => send(['HELLO'])],
@@ -57,6 +59,16 @@ function steps(who, send, pipeline, settled) {
       ['RL.ALLOW', key, '0', '10s'],
       ['RL.PEEK', key, '5', '10s', 'AT', at],
     ])],
+    ['multi', () => transaction([
+      ['RL.ALLOW', key + 'tx', '2', '10s', 'AT', at],
+      ['RL.ALLOW', key + 'tx', '2', '10s', 'AT', at],
+      ['RL.ALLOW', key + 'tx', '2', '10s', 'AT', at],
+      ['RL.CHECK', 'api', 'AT', at, 'DESCRIPTOR', 'user', user + 'tx'],
+    ])],
+    ['multi_error', () => transaction([
+      ['RL.ALLOW', key + 'tx', '0', '10s'],
+      ['RL.PEEK', key + 'tx', '2', '10s', 'AT', at],
+    ])],
     ['error', () => send(['RL.ALLOW', key, '5', '10s', 'ALGO', 'tokenbucket'])],
     ['client_info', () => send(['CLIENT', 'INFO'])],
     ['info', () => send(['INFO', 'server'])],
@@ -64,7 +76,7 @@ function steps(who, send, pipeline, settled) {
   ];
 }
 
-async function run(who, connect, close, send, pipeline, settled) {
+async function run(who, connect, close, send, pipeline, settled, transaction) {
   const out = {};
   try {
     await deadline(connect(), 'connect');
@@ -72,7 +84,7 @@ async function run(who, connect, close, send, pipeline, settled) {
     return { fatal: 'connect: ' + (e && e.message) };
   }
   try {
-    for (const [name, fn] of steps(who, send, pipeline, settled)) {
+    for (const [name, fn] of steps(who, send, pipeline, settled, transaction)) {
       try {
         out[name] = await deadline(fn(), name);
       } catch (e) {
@@ -105,6 +117,16 @@ async function nodeRedis() {
     async (list) => { // commands of one tick: node-redis writes them together
       const res = await Promise.allSettled(list.map((args) => client.sendCommand(args)));
       return res.map((r) => (r.status === 'fulfilled' ? r.value : asError(r.reason)));
+    },
+    async (list) => { // multi().exec(): MULTI ... EXEC; an error reply rejects it
+      const multi = client.multi();
+      for (const args of list) multi.sendCommand(args);
+      try {
+        return await multi.exec();
+      } catch (e) { // MultiErrorReply: every reply, the errors among them
+        if (!e || !Array.isArray(e.replies)) throw e;
+        return e.replies.map((r) => (r instanceof Error ? asError(r) : r));
+      }
     });
   if (errors.length) out.client_errors = errors;
   return out;
@@ -124,13 +146,20 @@ async function ioredis() {
     const res = await p.exec();
     return res.map(([err, v]) => (err ? asError(err) : v));
   };
+  const transaction = async (list) => { // multi().exec(): MULTI ... EXEC
+    const m = client.multi();
+    for (const args of list) m.call(...args);
+    const res = await m.exec();
+    return res.map(([err, v]) => (err ? asError(err) : v));
+  };
   const out = await run(
     'ioredis',
     () => client.connect(),
     () => client.quit(),
     (args) => client.call(...args),
     pipeline,
-    pipeline);
+    pipeline,
+    transaction);
   if (errors.length) out.client_errors = errors;
   return out;
 }
