@@ -442,6 +442,13 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
     }
 }
 
+int sl_check_status_tighter(const sl_check_status *a, const sl_check_status *b)
+{
+    int ao = a->code == SL_CHECK_OVER_LIMIT, bo = b->code == SL_CHECK_OVER_LIMIT;
+    if (ao != bo) return ao;
+    return ao ? holds_longer(&a->result, &b->result) : tighter(&a->result, &b->result);
+}
+
 void sl_check_count(const sl_check_plan *plan, const sl_check_outcome *o)
 {
     for (int k = 0; k < plan->nitems; k++) {

@@ -314,6 +314,14 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
 void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *overall,
                      sl_check_status *st);
 
+/* Is status a more restrictive than b, by the order the overall answer
+ * uses: OVER_LIMIT before anything else; between two OVER_LIMIT the one
+ * that holds the request longer (larger retry_after, -1 largest, then larger
+ * reset_after); otherwise fewer remaining, then larger reset_after.  For a
+ * front that shows one member per limit when one limit is reported by
+ * several descriptors (docs/http.md): the member the client must obey. */
+int sl_check_status_tighter(const sl_check_status *a, const sl_check_status *b);
+
 /* Writes the printf-style message into err (when err is not NULL and
  * errlen > 0) and returns code: how this layer and the backends that run
  * its plans fail with a message. */
