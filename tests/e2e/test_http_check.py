@@ -6,11 +6,21 @@ fields and the same statuses, descriptor by descriptor.  The RateLimit
 headers are parsed as RFC 9651 lists (sf_list.py, written from the RFC).
 
 Times are exact: both servers trust client time and every request carries
-at = BASE + offset (BASE is a multiple of a day)."""
+at = BASE + offset (BASE is a multiple of a day).
 
+Several limits on one request (TestHeadersOfSeveralLimits: one descriptor
+with several limits, several descriptors, one rule for two values; and
+TestForwardAuthSeveralLimits through /v1/auth): the X-RateLimit trio is the
+limit that holds the next request longest, as rules_model.py (from the
+docs) answers, and a leaky bucket's delay is X-RateLimit-Delay-Ms."""
+
+import copy
 import json
 import os
+import random
+import time
 
+import rules_model as M
 from harness import BASE, ServerTestCase
 from sf_list import parse_list
 
@@ -302,11 +312,6 @@ class TestHttpCheckWithoutRules(ServerTestCase):
 # come from rules_model.py (written from the docs, not from check.c), and
 # the waits from probing that model: the same request a little later.
 
-import copy
-import random
-
-import rules_model as M
-
 SEVERAL = {"domain": "two", "descriptors": [
     # one descriptor, two limits: 1 per 2 s and 2 per 6 s
     {"key": "user", "rate_limit": [{"window": "2s", "requests_per_unit": 1},
@@ -526,3 +531,80 @@ class TestHeadersOfSeveralLimits(ServerTestCase):
                     seen.add("passed, Reset is the next request's wait")
         self.assertEqual(seen, {"denied", "denied, several limits", "passed, nothing left",
                                 "passed, Reset is the next request's wait"})
+
+
+# Forward-auth (and gRPC, test_grpc.py) decide at the server's clock: token
+# buckets of one token make the first answer exact whenever it comes (a full
+# bucket, one request: back to full in exactly W / L).
+FAUTH = {"domain": "edge", "descriptors": [
+    {"key": "user", "value": "one*", "rate_limit": [
+        {"algorithm": "token-bucket", "window": "1h", "requests_per_unit": 1},
+        {"algorithm": "token-bucket", "window": "3h", "requests_per_unit": 1}]},
+    {"key": "user", "value": "two*",
+     "rate_limit": {"algorithm": "token-bucket", "window": "3h", "requests_per_unit": 1}},
+    {"key": "path", "value": "/two",
+     "rate_limit": {"algorithm": "token-bucket", "window": "1h", "requests_per_unit": 1}},
+    {"key": "user", "value": "lb*", "rate_limit": {"algorithm": "leaky-bucket", "window": "1h",
+                                                   "requests_per_unit": 1, "burst": 3}},
+]}
+
+
+class TestForwardAuthSeveralLimits(ServerTestCase):
+    HTTP = True
+    TRUST = False
+
+    @classmethod
+    def setUpClass(cls):
+        cls.class_dir("sluice-http-fauth-several-")
+        cls.rules = os.path.join(cls.dir, "edge.yaml")
+        with open(cls.rules, "w") as f:
+            json.dump(FAUTH, f)
+        cls.SERVER_ARGS = ("--rules", cls.rules, "--user-header", "X-User")
+        super().setUpClass()
+
+    def setUp(self):
+        self.conn = self.srv.http_conn()
+        self.addCleanup(self.conn.close)
+
+    def auth(self, path, user):
+        """GET /v1/auth/edge<path> as user; returns (status, headers)."""
+        self.conn.request("GET", "/v1/auth/edge" + path, headers={"X-User": user})
+        r = self.conn.getresponse()
+        self.assertEqual(r.read(), b"")
+        return r.status, {k: v for k, v in r.getheaders()}
+
+    def trio(self, h):
+        return tuple(h.get(k) for k in ("X-RateLimit-Limit", "X-RateLimit-Remaining",
+                                         "X-RateLimit-Reset", "Retry-After",
+                                         "X-RateLimit-Delay-Ms"))
+
+    def test_one_descriptor_two_limits(self):
+        status, h = self.auth("/x", "one-a")
+        # both buckets empty: the 1 h one is full in 3600 s, the 3 h one in 10800 s
+        self.assertEqual((status,) + self.trio(h), (200, "1", "0", "10800", None, None))
+        self.assertEqual(parse_list(h["RateLimit"]), [("edge.user_one*#2", {"r": 0, "t": 10800})])
+        self.assertEqual(parse_list(h["RateLimit-Policy"]),
+                         [("edge.user_one*#2", {"q": 1, "w": 10800})])
+        status, h = self.auth("/x", "one-a")
+        self.assertEqual(status, 429)
+        # the 3 h bucket holds it: a bucket of one is full when it has its token
+        self.assertEqual(h["X-RateLimit-Reset"], h["Retry-After"])
+        self.assertTrue(3600 < int(h["Retry-After"]) <= 10800, h)
+        self.assertEqual(parse_list(h["RateLimit"]),
+                         [("edge.user_one*#2", {"r": 0, "t": int(h["Retry-After"])})])
+
+    def test_two_descriptors(self):
+        status, h = self.auth("/two", "two-a")
+        self.assertEqual((status,) + self.trio(h), (200, "1", "0", "10800", None, None))
+        self.assertEqual(parse_list(h["RateLimit"]), [("edge.path_/two", {"r": 0, "t": 3600}),
+                                                      ("edge.user_two*", {"r": 0, "t": 10800})])
+
+    def test_leaky_bucket_delay(self):
+        start = time.monotonic()
+        status, h = self.auth("/x", "lb-a")
+        self.assertEqual((status,) + self.trio(h), (200, "3", "2", "3600", None, None))
+        status, h = self.auth("/x", "lb-a")
+        elapsed = int((time.monotonic() - start) * 1000) + 1
+        # queued behind the first, drained for the ms between the two
+        self.assertEqual(status, 200)
+        self.assertTrue(3600000 - elapsed - 1 <= int(h["X-RateLimit-Delay-Ms"]) <= 3600000, h)
