@@ -761,6 +761,83 @@ static void limit_override(void **state)
     assert_int_equal(plan.items[0].cost, 2);
 }
 
+/* Which limit the answer reports when several apply (docs/rules.md, "The
+ * overall answer"): on equal remaining the one that resets last -- the one
+ * the next request waits for -- and on equal retries the denial that resets
+ * last; the overall delay is the longest queue the request joined.  Every
+ * number is SPEC §2-3 worked by hand (windows aligned on t = 0). */
+static void ties_and_delay(void **state)
+{
+    fx *f = *state;
+    use(f,
+        "domain: t\n"
+        "descriptors:\n"
+        "  - key: user\n"
+        "    rate_limit:\n"
+        "      - {window: 2s, requests_per_unit: 1}\n"
+        "      - {window: 6s, requests_per_unit: 2}\n"
+        "  - {key: a, rate_limit: {window: 2s, requests_per_unit: 1}}\n"
+        "  - {key: b, rate_limit: {window: 6s, requests_per_unit: 2}}\n"
+        "  - key: q\n"
+        "    rate_limit:\n"
+        "      - {window: 2s, requests_per_unit: 3}\n"
+        "      - {algorithm: token-bucket, window: 1s, requests_per_unit: 1, burst: 3}\n"
+        "  - {key: lb, rate_limit: {algorithm: leaky-bucket, window: 2s, requests_per_unit: 2,\n"
+        "                           burst: 4}}\n"
+        "  - {key: fw, rate_limit: {window: 2s, requests_per_unit: 1}}\n",
+        0);
+    /* one descriptor, 1 per 2 s and 2 per 6 s */
+    CHECK_IN(f, "t", 1, 0, "user", "bob");
+    overall_is(1, 1, 0, 0, 2000); /* 2 s: 1 left of the 6 s */
+    status_is(0, SL_CHECK_OK, "t.user#1", 1, 0, 0, 2000);
+    CHECK_IN(f, "t", 1, 2000, "user", "bob");
+    /* both spent: the 6 s window holds the next request until t = 6000 */
+    overall_is(1, 2, 0, 0, 4000);
+    status_is(0, SL_CHECK_OK, "t.user#2", 2, 0, 0, 4000);
+    CHECK_IN(f, "t", 1, 3000, "user", "bob");
+    overall_is(0, 2, 0, 3000, 3000);
+    assert_int_equal(ov.delay_ms, 0);
+    /* two descriptors, one limit each: the same answers */
+    CHECK_IN(f, "t", 1, 0, "a", "x", "b", "y");
+    overall_is(1, 1, 0, 0, 2000);
+    CHECK_IN(f, "t", 1, 2000, "a", "x", "b", "y");
+    overall_is(1, 2, 0, 0, 4000);
+    status_is(0, SL_CHECK_OK, "t.a", 1, 0, 0, 2000);
+    status_is(1, SL_CHECK_OK, "t.b", 2, 0, 0, 4000);
+    CHECK_IN(f, "t", 1, 3000, "a", "x", "b", "y");
+    overall_is(0, 2, 0, 3000, 3000);
+    status_is(0, SL_CHECK_OVER_LIMIT, "t.a", 1, 0, 1000, 1000);
+    status_is(1, SL_CHECK_OVER_LIMIT, "t.b", 2, 0, 3000, 3000);
+
+    /* 3 per 2 s (fixed) and a bucket of 3 refilled 1 a second, cost 3 at
+     * t = 0: both 0 left; the window resets at 2000, the bucket at 3000 */
+    CHECK_IN(f, "t", 3, 0, "q", "z");
+    overall_is(1, 3, 0, 0, 3000);
+    status_is(0, SL_CHECK_OK, "t.q#2", 3, 0, 0, 3000);
+    /* cost 2 at t = 1000: both retry in 1000 (the window's end; the bucket's
+     * second token); the bucket holds 1 and is full at 3000 */
+    CHECK_IN(f, "t", 2, 1000, "q", "z");
+    overall_is(0, 3, 1, 1000, 2000);
+    status_is(0, SL_CHECK_OVER_LIMIT, "t.q#2", 3, 1, 1000, 2000);
+
+    /* a leaky bucket of 4 drained 1 a second: the second request queues
+     * behind 1 (1000 ms), the third behind 2 (2000 ms) */
+    CHECK_IN(f, "t", 1, 0, "lb", "k");
+    assert_int_equal(ov.delay_ms, 0);
+    CHECK_IN(f, "t", 1, 0, "lb", "k");
+    overall_is(1, 4, 2, 0, 2000);
+    assert_int_equal(ov.delay_ms, 1000);
+    /* with a fixed window that has less left: its numbers, the queue's delay */
+    CHECK_IN(f, "t", 1, 0, "lb", "k", "fw", "k");
+    overall_is(1, 1, 0, 0, 2000);
+    status_is(0, SL_CHECK_OK, "t.lb", 4, 1, 0, 3000);
+    assert_int_equal(ov.delay_ms, 2000);
+    /* denied (the window): no delay */
+    CHECK_IN(f, "t", 1, 0, "lb", "k", "fw", "k");
+    overall_is(0, 1, 0, 2000, 2000);
+    assert_int_equal(ov.delay_ms, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -780,6 +857,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(count_denied, setup, teardown),
         cmocka_unit_test_setup_teardown(plan_metric_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(limit_override, setup, teardown),
+        cmocka_unit_test_setup_teardown(ties_and_delay, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -73,6 +73,38 @@ static int later_retry(int64_t a, int64_t b)
     return a > b;
 }
 
+/* Does denial a hold the request longer than denial b?  The later retry
+ * (-1 latest); on equal retries the later reset, so that the reported
+ * reset_after is the latest of the limits that hold the request longest
+ * (an HTTP client reads it as X-RateLimit-Reset: never before it could
+ * pass). */
+static int holds_longer(const sl_result *a, const sl_result *b)
+{
+    if (a->retry_after_ms != b->retry_after_ms)
+        return later_retry(a->retry_after_ms, b->retry_after_ms);
+    return a->reset_after_ms > b->reset_after_ms;
+}
+
+/* Is denial a to have room again sooner than denial b (quota mode: the
+ * first to have room lets the request pass)?  The earlier retry (-1 last);
+ * on equal retries the later reset, as holds_longer. */
+static int frees_sooner(const sl_result *a, const sl_result *b)
+{
+    if (a->retry_after_ms != b->retry_after_ms)
+        return later_retry(b->retry_after_ms, a->retry_after_ms);
+    return a->reset_after_ms > b->reset_after_ms;
+}
+
+/* Is allowed answer a more restrictive than b?  Fewer remaining; on equal
+ * remaining the later reset: with two limits both at 0 left, the one that
+ * resets last is the one the next request waits for (2 a minute and 5 an
+ * hour, both spent: an hour, not a minute). */
+static int tighter(const sl_result *a, const sl_result *b)
+{
+    if (a->remaining != b->remaining) return a->remaining < b->remaining;
+    return a->reset_after_ms > b->reset_after_ms;
+}
+
 /* Is limit rl (a named one) replaced by a limit of any node matched for
  * this request (Lyft's `replaces`)? */
 static int replaced(const sl_rule_limit *rl, const sl_rule_node *const *nodes, int n)
@@ -354,11 +386,10 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
             if (it[k].desc != i) continue;
             const sl_result *r = &o->res[k];
             if (!r->allowed) {
-                if (worst < 0 || later_retry(r->retry_after_ms, o->res[worst].retry_after_ms))
-                    worst = k;
+                if (worst < 0 || holds_longer(r, &o->res[worst])) worst = k;
             } else if (o->stretched[it[k].lead]) {
-                if (over < 0 || r->remaining < o->res[over].remaining) over = k;
-            } else if (least < 0 || r->remaining < o->res[least].remaining) {
+                if (over < 0 || tighter(r, &o->res[over])) over = k;
+            } else if (least < 0 || tighter(r, &o->res[least])) {
                 least = k;
             }
         }
@@ -387,18 +418,35 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
         const sl_check_status *c = &st[i];
         if (!allowed) {
             if (c->code == SL_CHECK_OVER_LIMIT &&
-                (pick == NULL || (soonest ? later_retry(pick->retry_after_ms, c->retry_after_ms)
-                                          : later_retry(c->retry_after_ms, pick->retry_after_ms))))
+                (pick == NULL || (soonest ? frees_sooner(&c->result, &pick->result)
+                                          : holds_longer(&c->result, &pick->result))))
                 pick = c;
         } else if ((c->code == SL_CHECK_OK || c->code == SL_CHECK_ELASTIC) && !c->shadow &&
                    c->rule != NULL && c->limit > 0 &&
-                   (pick == NULL || c->remaining < pick->remaining)) {
+                   (pick == NULL || tighter(&c->result, &pick->result))) {
             pick = c;
         }
     }
     if (pick != NULL) *overall = pick->result;
     overall->allowed = allowed;
-    if (allowed) overall->retry_after_ms = 0;
+    overall->delay_ms = 0;
+    if (allowed) {
+        overall->retry_after_ms = 0;
+        /* every enforced queue the request joined: it proceeds after the
+         * longest (leaky-bucket's delay, SPEC §2), whichever limit the
+         * other fields describe */
+        for (int k = 0; k < nit; k++)
+            if (!it[k].shadow && !it[k].zero && o->res[k].allowed &&
+                o->res[k].delay_ms > overall->delay_ms)
+                overall->delay_ms = o->res[k].delay_ms;
+    }
+}
+
+int sl_check_status_tighter(const sl_check_status *a, const sl_check_status *b)
+{
+    int ao = a->code == SL_CHECK_OVER_LIMIT, bo = b->code == SL_CHECK_OVER_LIMIT;
+    if (ao != bo) return ao;
+    return ao ? holds_longer(&a->result, &b->result) : tighter(&a->result, &b->result);
 }
 
 void sl_check_count(const sl_check_plan *plan, const sl_check_outcome *o)

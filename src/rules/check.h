@@ -98,7 +98,8 @@
  *
  * A descriptor's status:
  *   OVER_LIMIT  one of its enforced limits denies; reported: the denied
- *               limit with the largest retry_after (-1, never, is largest).
+ *               limit with the largest retry_after (-1, never, is largest),
+ *               on equal retries the one with the largest reset_after.
  *   SHADOW      its node is in shadow mode and one of its limits is over;
  *               reported: that limit (largest retry_after), with the
  *               numbers a hard limit would answer (retry_after > 0).
@@ -106,9 +107,12 @@
  *               the request was not denied for every quota descriptor being
  *               over; reported as SHADOW is.
  *   ELASTIC     allowed, and one of its limits passed above L on the pool;
- *               reported: that limit (smallest remaining).
- *   OK          reported: the limit with the smallest remaining (first on
- *               ties).  When the request is denied by another descriptor,
+ *               reported: that limit (smallest remaining, then largest
+ *               reset_after).
+ *   OK          reported: the limit with the smallest remaining; on equal
+ *               remaining the one with the largest reset_after (2 a minute
+ *               and 5 an hour, both with 0 left: the hour's, the one the
+ *               next request waits for); first on full ties.  When the request is denied by another descriptor,
  *               an OK descriptor was not charged: its numbers are the
  *               engine's answer for it alone (a peek of `cost`), so, as in
  *               every engine answer, `remaining` is what would be left
@@ -117,14 +121,22 @@
  * The overall answer (SPEC §3's six fields) counts enforced limits only --
  * shadow-mode descriptors never change what the client sees:
  *   denied  (some OVER_LIMIT): the result of the OVER_LIMIT descriptor with
- *           the largest retry_after (-1 if any is never); allowed = 0.  When
+ *           the largest retry_after (-1 if any is never), on equal retries
+ *           the largest reset_after; allowed = 0, delay_ms = 0.  When
  *           only quota descriptors are OVER_LIMIT (every one was over), the
- *           one with the smallest retry_after instead (-1 only if all are).
+ *           one with the smallest retry_after instead (-1 only if all are;
+ *           on equal retries the largest reset_after).  So reset_after >=
+ *           retry_after: no field tells a time before which the request
+ *           could pass.
  *   allowed: the result of the OK or ELASTIC, non-shadow descriptor with a
- *           counted limit and the smallest
- *           remaining (first on ties); all zeros but allowed = 1 when no
- *           enforced limit applied (only NO_RULE / UNLIMITED / shadow /
- *           OVER_QUOTA).
+ *           counted limit and the smallest remaining, on equal remaining
+ *           the largest reset_after (first on full ties); all zeros but
+ *           allowed = 1 when no enforced limit applied (only NO_RULE /
+ *           UNLIMITED / shadow / OVER_QUOTA).  limit, remaining and
+ *           reset_after are that one limit's; delay_ms is the largest
+ *           delay_ms of every non-shadow counter the request was charged
+ *           to (leaky-bucket queues: the caller waits for the longest),
+ *           whichever limit the other fields describe.
  */
 #ifndef SLUICE_CHECK_H
 #define SLUICE_CHECK_H
@@ -301,6 +313,14 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
  * found (o: its followers' results are filled in here).  Pure. */
 void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *overall,
                      sl_check_status *st);
+
+/* Is status a more restrictive than b, by the order the overall answer
+ * uses: OVER_LIMIT before anything else; between two OVER_LIMIT the one
+ * that holds the request longer (larger retry_after, -1 largest, then larger
+ * reset_after); otherwise fewer remaining, then larger reset_after.  For a
+ * front that shows one member per limit when one limit is reported by
+ * several descriptors (docs/http.md): the member the client must obey. */
+int sl_check_status_tighter(const sl_check_status *a, const sl_check_status *b);
 
 /* Writes the printf-style message into err (when err is not NULL and
  * errlen > 0) and returns code: how this layer and the backends that run

@@ -340,6 +340,30 @@ def _any_path(level, entries):
     return False
 
 
+def _holds_longer(a, b):
+    """check.h: of two denials (result lists), the one reported holds the
+    request longest: the larger retry_after (-1, never, the largest), and
+    on equal retries the larger reset_after."""
+    if a[3] != b[3]:
+        return b[3] != -1 and (a[3] == -1 or a[3] > b[3])
+    return a[4] > b[4]
+
+
+def _frees_sooner(a, b):
+    """check.h, quota mode: the smaller retry_after (-1 the largest), and
+    on equal retries the larger reset_after."""
+    if a[3] != b[3]:
+        return a[3] != -1 and (b[3] == -1 or a[3] < b[3])
+    return a[4] > b[4]
+
+
+def _tightness(r):
+    """check.h: of allowed answers the most restrictive has the smallest
+    remaining, and on equal remaining the larger reset_after (the one the
+    next request waits for); first on full ties (min keeps the first)."""
+    return (r[2], -r[4])
+
+
 class RulesModel:
     def __init__(self, files, capacity=None, within_l_at_ceiling=False, count_denied=False,
                  merge_domains=False):
@@ -642,14 +666,14 @@ class RulesModel:
                     code = b"OVER_LIMIT"
                 pick = over[0]
                 for it in over[1:]:
-                    if pick[1][3] != -1 and (it[1][3] == -1 or it[1][3] > pick[1][3]):
+                    if _holds_longer(it[1], pick[1]):
                         pick = it
             elif any(it[2] for it in items):
                 code = b"ELASTIC"
-                pick = min((it for it in items if it[2]), key=lambda it: it[1][2])
+                pick = min((it for it in items if it[2]), key=lambda it: _tightness(it[1]))
             else:
                 code = b"OK"
-                pick = min(items, key=lambda it: it[1][2])
+                pick = min(items, key=lambda it: _tightness(it[1]))
             r = pick[1]
             statuses.append([code, pick[0].name.encode(), r[1], r[2], r[3], r[4]])
             results.append((code, r, not n.shadow))
@@ -663,9 +687,9 @@ class RulesModel:
                 if best is None:
                     best = x[1]
                 elif quota_denied:   # the first to have room again
-                    if x[1][3] != -1 and (best[3] == -1 or x[1][3] < best[3]):
+                    if _frees_sooner(x[1], best):
                         best = x[1]
-                elif best[3] != -1 and (x[1][3] == -1 or x[1][3] > best[3]):
+                elif _holds_longer(x[1], best):
                     best = x[1]
             overall = [0, best[1], best[2], best[3], best[4], 0]
         else:
@@ -673,7 +697,7 @@ class RulesModel:
             for x in results:
                 if x is None or not x[2] or x[0] not in (b"OK", b"ELASTIC"):
                     continue
-                if best is None or x[1][2] < best[2]:
+                if best is None or _tightness(x[1]) < _tightness(best):
                     best = x[1]
             overall = [1, 0, 0, 0, 0, 0] if best is None else [1, best[1], best[2], 0, best[4], 0]
         return overall + statuses

@@ -11,8 +11,8 @@ temporary folder).
 - The cases by name: hits_addend, per-descriptor hits_addend, limit
   overrides (applied as envoyproxy/ratelimit applies them: counted by
   entries and unit, never shadow, bad ones refused), shadow, unlimited, unknown domain, empty descriptors, the
-  RateLimit headers, a server without rules, unknown methods, a message
-  too large.
+  RateLimit headers (with several limits: TestHeadersOfSeveralLimits), a
+  server without rules, unknown methods, a message too large.
 - Load: many concurrent streams on one connection, many connections: the
   limit lets exactly its count through.
 - A raw HTTP/2 client (frames written by hand, HPACK literals): one that
@@ -26,6 +26,7 @@ temporary folder).
 """
 
 import atexit
+import json
 import os
 import random
 import re
@@ -623,6 +624,100 @@ class TestCases(unittest.TestCase):
         finally:
             for c in chans:
                 c.close()
+
+
+# The RateLimit headers with several limits on one request (docs/envoy.md,
+# docs/http.md): the clock is the server's, so token buckets of one token,
+# whose first answer is exact whenever it comes.
+SEVERAL = {"domain": "hdr", "descriptors": [
+    {"key": "user", "value": "one*", "rate_limit": [
+        {"algorithm": "token-bucket", "window": "1h", "requests_per_unit": 1},
+        {"algorithm": "token-bucket", "window": "3h", "requests_per_unit": 1}]},
+    {"key": "user", "value": "two*",
+     "rate_limit": {"algorithm": "token-bucket", "window": "3h", "requests_per_unit": 1}},
+    {"key": "path", "value": "/two",
+     "rate_limit": {"algorithm": "token-bucket", "window": "1h", "requests_per_unit": 1}},
+    {"key": "user", "value": "dup*",
+     "rate_limit": {"algorithm": "token-bucket", "window": "2h", "requests_per_unit": 2}},
+    {"key": "user", "value": "lb*", "rate_limit": {"algorithm": "leaky-bucket", "window": "1h",
+                                                   "requests_per_unit": 1, "burst": 3}},
+]}
+
+
+class TestHeadersOfSeveralLimits(unittest.TestCase):
+    """x-sluice-ratelimit-headers with several limits: the X-RateLimit trio
+    describes the limit that holds the next request longest, the RateLimit
+    member of a limit shows its most restrictive descriptor, and a leaky
+    bucket's delay is X-RateLimit-Delay-Ms."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-grpc-several-")
+        path = os.path.join(cls.dir, "hdr.yaml")
+        with open(path, "w") as f:
+            json.dump(SEVERAL, f)  # JSON is YAML (flow style)
+        cls.srv = start("--rules", path, name="TestGrpcSeveral")
+        cls.ch = grpc.insecure_channel("%s:%d" % (HOST, cls.srv.grpc_port))
+        cls.stub = rls_pb2_grpc.RateLimitServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        try:
+            assert_clean_stop(cls.srv)
+        finally:
+            shutil.rmtree(cls.dir, True)
+
+    def headers(self, *descs, cost=0):
+        """(overall code, {header: value}) of a call asking for the headers."""
+        r, _ = self.stub.ShouldRateLimit.with_call(
+            request("hdr", *descs, cost=cost), timeout=TIMEOUT,
+            metadata=[("x-sluice-ratelimit-headers", "1")])
+        return r.overall_code, {x.key: x.value for x in r.response_headers_to_add}
+
+    def trio(self, h):
+        return tuple(h.get(k) for k in ("X-RateLimit-Limit", "X-RateLimit-Remaining",
+                                         "X-RateLimit-Reset", "Retry-After",
+                                         "X-RateLimit-Delay-Ms"))
+
+    def test_one_descriptor_two_limits(self):
+        code, h = self.headers([("user", "one-a")])
+        # both buckets empty: the 1 h one is full in 3600 s, the 3 h one in 10800 s
+        self.assertEqual((code,) + self.trio(h), (OK, "1", "0", "10800", None, None))
+        self.assertEqual(h["RateLimit"], '"hdr.user_one*#2";r=0;t=10800')
+        self.assertEqual(h["RateLimit-Policy"], '"hdr.user_one*#2";q=1;w=10800')
+        code, h = self.headers([("user", "one-a")])
+        self.assertEqual(code, OVER)
+        self.assertEqual(h["X-RateLimit-Reset"], h["Retry-After"])
+        self.assertTrue(3600 < int(h["Retry-After"]) <= 10800, h)
+        self.assertEqual(h["RateLimit"], '"hdr.user_one*#2";r=0;t=%s' % h["Retry-After"])
+
+    def test_two_descriptors(self):
+        code, h = self.headers([("path", "/two")], [("user", "two-a")])
+        self.assertEqual((code,) + self.trio(h), (OK, "1", "0", "10800", None, None))
+        self.assertEqual(h["RateLimit"], '"hdr.path_/two";r=0;t=3600, '
+                                         '"hdr.user_two*";r=0;t=10800')
+
+    def test_one_limit_two_values_shows_the_one_that_blocks(self):
+        code, h = self.headers([("user", "dup-x")], cost=2)
+        self.assertEqual((code,) + self.trio(h), (OK, "2", "0", "7200", None, None))
+        # dup-y alone would pass (1 left, full in 1 h); dup-x, spent, blocks
+        code, h = self.headers([("user", "dup-y")], [("user", "dup-x")])
+        self.assertEqual(code, OVER)
+        reset = int(h["X-RateLimit-Reset"])
+        self.assertTrue(3600 < reset <= 7200 and 0 < int(h["Retry-After"]) <= 3600, h)
+        self.assertEqual((h["X-RateLimit-Limit"], h["X-RateLimit-Remaining"]), ("2", "0"))
+        self.assertEqual(h["RateLimit"], '"hdr.user_dup*";r=0;t=%d' % reset)
+
+    def test_leaky_bucket_delay(self):
+        start_t = time.monotonic()
+        code, h = self.headers([("user", "lb-a")])
+        self.assertEqual((code,) + self.trio(h), (OK, "3", "2", "3600", None, None))
+        code, h = self.headers([("user", "lb-a")])
+        elapsed = int((time.monotonic() - start_t) * 1000) + 1
+        # queued behind the first, drained for the ms between the two
+        self.assertEqual(code, OK)
+        self.assertTrue(3600000 - elapsed - 1 <= int(h["X-RateLimit-Delay-Ms"]) <= 3600000, h)
 
 
 class TestAuth(unittest.TestCase):

@@ -100,6 +100,22 @@ class TestHttpAllow(ServerTestCase):
             # waiting exactly retry_after_ms is allowed (SPEC section 3)
             self.assertEqual(self.allow(key, 1, "10s", at=10000, algo="fixed-window")[0], 200)
 
+    def test_leaky_bucket_delay_header(self):
+        """SPEC section 2: an allowed leaky-bucket request waits ceil(level *
+        W / L) ms; here W / L = 1000 ms a unit.  X-RateLimit-Delay-Ms says it,
+        only when above 0 (docs/http.md)."""
+        got = []
+        for at in (0, 1, 1, 1, 1):
+            status, h, body = self.allow("queue", 2, "2s", at=at, algo="leaky-bucket", burst=4)
+            got.append((status, h.get("X-RateLimit-Delay-Ms"), body["delay_ms"],
+                        h.get("Retry-After")))
+        self.assertEqual(got, [(200, None, 0, None), (200, "999", 999, None),
+                               (200, "1999", 1999, None), (200, "2999", 2999, None),
+                               (429, None, 0, "1")])
+        # the other algorithms never delay: no such header
+        status, h, body = self.allow("nodelay", 2, "2s", algo="token-bucket")
+        self.assertEqual((status, h.get("X-RateLimit-Delay-Ms")), (200, None))
+
     def test_never_allowed_has_no_retry_after(self):
         status, h, body = self.allow("huge", 2, "1m", cost=3)
         self.assertEqual((status, body["retry_after_ms"]), (429, -1))

@@ -6,11 +6,21 @@ fields and the same statuses, descriptor by descriptor.  The RateLimit
 headers are parsed as RFC 9651 lists (sf_list.py, written from the RFC).
 
 Times are exact: both servers trust client time and every request carries
-at = BASE + offset (BASE is a multiple of a day)."""
+at = BASE + offset (BASE is a multiple of a day).
 
+Several limits on one request (TestHeadersOfSeveralLimits: one descriptor
+with several limits, several descriptors, one rule for two values; and
+TestForwardAuthSeveralLimits through /v1/auth): the X-RateLimit trio is the
+limit that holds the next request longest, as rules_model.py (from the
+docs) answers, and a leaky bucket's delay is X-RateLimit-Delay-Ms."""
+
+import copy
 import json
 import os
+import random
+import time
 
+import rules_model as M
 from harness import BASE, ServerTestCase
 from sf_list import parse_list
 
@@ -290,3 +300,311 @@ class TestHttpCheckWithoutRules(ServerTestCase):
         r = c.getresponse()
         self.assertEqual((r.status, json.loads(r.read())),
                          (503, {"error": "no rules loaded (start sluiced with --rules PATH)"}))
+
+
+# ---- several limits on one request: which one the headers tell ----------------
+#
+# docs/http.md, "The headers of a rules decision": X-RateLimit-Limit,
+# -Remaining and -Reset describe one limit, and no header tells a time
+# before which a request could pass: on a denial the limit that holds the
+# request longest (Reset >= Retry-After), on a pass the one with the fewest
+# left and, among those, the one that resets last.  The expected headers
+# come from rules_model.py (written from the docs, not from check.c), and
+# the waits from probing that model: the same request a little later.
+
+SEVERAL = {"domain": "two", "descriptors": [
+    # one descriptor, two limits: 1 per 2 s and 2 per 6 s
+    {"key": "user", "rate_limit": [{"window": "2s", "requests_per_unit": 1},
+                                   {"window": "6s", "requests_per_unit": 2}]},
+    # two descriptors, a limit each
+    {"key": "a", "rate_limit": {"window": "2s", "requests_per_unit": 1}},
+    {"key": "b", "rate_limit": {"window": "6s", "requests_per_unit": 2}},
+    # three algorithms on one descriptor
+    {"key": "mix", "rate_limit": [
+        {"algorithm": "sliding-window", "window": "2s", "requests_per_unit": 2},
+        {"algorithm": "token-bucket", "window": "6s", "requests_per_unit": 3},
+        {"algorithm": "sliding-log", "window": "4s", "requests_per_unit": 2}]},
+    # a queue: leaky bucket of 4, drained 2 per 2 s (one a second)
+    {"key": "lb", "rate_limit": {"algorithm": "leaky-bucket", "window": "2s",
+                                 "requests_per_unit": 2, "burst": 4}},
+    {"key": "fw", "rate_limit": {"window": "2s", "requests_per_unit": 1}},
+]}
+
+# window of each limit, by the name the docs give it (docs/rules.md)
+WINDOWS = {"two.user#1": 2000, "two.user#2": 6000, "two.a": 2000, "two.b": 6000,
+           "two.mix#1": 2000, "two.mix#2": 6000, "two.mix#3": 4000, "two.lb": 2000,
+           "two.fw": 2000}
+HEADER_NAMES = ("X-RateLimit-Limit", "X-RateLimit-Remaining", "X-RateLimit-Reset",
+                "Retry-After", "X-RateLimit-Delay-Ms")
+
+
+def ceil_s(ms):
+    return -(-ms // 1000)
+
+
+def tighter_status(a, b):
+    """docs/http.md: of two statuses of one limit, the member shows a denial
+    before a pass, the longer hold between denials, the fewer left (then
+    the later reset) between passes -- the overall answer's order."""
+    ao, bo = a[0] == b"OVER_LIMIT", b[0] == b"OVER_LIMIT"
+    if ao != bo:
+        return ao
+    if ao:
+        return M._holds_longer(a[1:], b[1:])
+    return M._tightness(a[1:]) < M._tightness(b[1:])
+
+
+def model_headers(reply):
+    """The headers docs/http.md promises for an RL.CHECK reply (the model's):
+    (RateLimit-Policy members, RateLimit members, {name: value or None})."""
+    six, sts = reply[:6], reply[6:]
+    members = {}  # name -> the status shown: one member per limit, the most restrictive
+    for s in sts:
+        code, name, limit = s[0], s[1], s[2]
+        if name is None or code in (b"NO_RULE", b"UNLIMITED") or (code == b"OK" and limit == 0):
+            continue
+        name = name.decode()
+        if name not in members or tighter_status(s, members[name]):
+            members[name] = s
+    pol, now = [], []
+    for name, (code, _, limit, rem, _retry, reset) in members.items():  # first-seen order
+        pol.append((name, {"q": limit, "w": max(1, ceil_s(WINDOWS[name]))}))
+        now.append((name, {"r": rem, "t": ceil_s(reset)}))
+    h = dict.fromkeys(HEADER_NAMES)
+    if pol or not six[0]:
+        h["X-RateLimit-Limit"] = str(six[1])
+        h["X-RateLimit-Remaining"] = str(six[2])
+        h["X-RateLimit-Reset"] = str(ceil_s(six[4]))
+    if not six[0] and six[3] >= 0:
+        h["Retry-After"] = str(max(1, ceil_s(six[3])))
+    if six[0] and six[5] > 0:
+        h["X-RateLimit-Delay-Ms"] = str(six[5])
+    return pol, now, h
+
+
+def model_wait(model, descs, t, cost):
+    """The smallest d >= 0 such that the same request at t + d passes, by the
+    model (a copy: the model itself is left as it is); -1 if never within
+    2^40 ms.  Waiting never hurts (no algorithm of SPEC section 2 counts
+    against a caller who waits), so the passing delays are an interval."""
+    def passes(d):
+        return copy.deepcopy(model).check("two", cost, t + d, descs)[0] == 1
+    if passes(0):
+        return 0
+    hi = 1
+    while not passes(hi):
+        hi *= 2
+        if hi > 1 << 40:
+            return -1
+    lo = hi // 2  # fails at lo (or lo = 0), passes at hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if passes(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+class TestHeadersOfSeveralLimits(ServerTestCase):
+    HTTP = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.class_dir("sluice-http-several-")
+        cls.rules = os.path.join(cls.dir, "two.yaml")
+        with open(cls.rules, "w") as f:
+            json.dump(SEVERAL, f)  # JSON is YAML (flow style)
+        cls.SERVER_ARGS = ("--rules", cls.rules)
+        super().setUpClass()
+
+    def setUp(self):
+        self.conn = self.srv.http_conn()
+        self.addCleanup(self.conn.close)
+
+    def check(self, descs, at, cost=1):
+        """POST /v1/check in domain two at BASE + at; descs: [[(k, v), ...], ...].
+        Returns (status, headers, body)."""
+        body = {"domain": "two", "at": BASE + at, "cost": cost,
+                "descriptors": [[{"key": k, "value": v} for k, v in one] for one in descs]}
+        self.conn.request("POST", "/v1/check", body=json.dumps(body).encode())
+        r = self.conn.getresponse()
+        raw = r.read()
+        return r.status, {k: v for k, v in r.getheaders()}, json.loads(raw)
+
+    def trio(self, h):
+        return tuple(h.get(k) for k in ("X-RateLimit-Limit", "X-RateLimit-Remaining",
+                                         "X-RateLimit-Reset", "Retry-After"))
+
+    def test_one_descriptor_two_limits_tells_the_longer_wait(self):
+        """1 per 2 s and 2 per 6 s on one descriptor (windows from BASE)."""
+        bob = [[("user", "bob")]]
+        status, h, _ = self.check(bob, at=0)
+        # the 2 s window is spent, the 6 s one has 1 left: back in 2 s
+        self.assertEqual((status,) + self.trio(h), (200, "1", "0", "2", None))
+        status, h, _ = self.check(bob, at=2000)
+        # both spent: the next request passes when the 6 s window ends, in 4 s
+        self.assertEqual((status,) + self.trio(h), (200, "2", "0", "4", None))
+        self.assertEqual(parse_list(h["RateLimit"]), [("two.user#2", {"r": 0, "t": 4})])
+        self.assertEqual(parse_list(h["RateLimit-Policy"]), [("two.user#2", {"q": 2, "w": 6})])
+        status, h, _ = self.check(bob, at=3000)
+        self.assertEqual((status,) + self.trio(h), (429, "2", "0", "3", "3"))
+        self.assertEqual(parse_list(h["RateLimit"]), [("two.user#2", {"r": 0, "t": 3})])
+        self.assertEqual(self.check(bob, at=5999)[0], 429)
+        self.assertEqual(self.check(bob, at=6000)[0], 200)
+
+    def test_two_descriptors_tell_the_longer_wait(self):
+        ab = [[("a", "x")], [("b", "y")]]
+        status, h, _ = self.check(ab, at=0)
+        self.assertEqual((status,) + self.trio(h), (200, "1", "0", "2", None))
+        status, h, _ = self.check(ab, at=2000)
+        self.assertEqual((status,) + self.trio(h), (200, "2", "0", "4", None))
+        self.assertEqual(parse_list(h["RateLimit"]),
+                         [("two.a", {"r": 0, "t": 2}), ("two.b", {"r": 0, "t": 4})])
+        status, h, _ = self.check(ab, at=3000)
+        self.assertEqual((status,) + self.trio(h), (429, "2", "0", "3", "3"))
+        self.assertEqual(parse_list(h["RateLimit"]),
+                         [("two.a", {"r": 0, "t": 1}), ("two.b", {"r": 0, "t": 3})])
+
+    def test_leaky_bucket_delay_is_a_header_in_ms(self):
+        """SPEC section 2: delay = ceil(level * W / L) ms, here level * 1000."""
+        got = []
+        for at in (10000, 10001, 10001, 10001, 10001):
+            status, h, body = self.check([[("lb", "q")]], at=at)
+            got.append((status, h.get("X-RateLimit-Delay-Ms"), body["delay_ms"]))
+        self.assertEqual(got, [(200, None, 0), (200, "999", 999), (200, "1999", 1999),
+                               (200, "2999", 2999), (429, None, 0)])
+        # beside a fixed window with less left: the window's numbers, the queue's delay
+        status, h, body = self.check([[("lb", "r")], [("fw", "r")]], at=10000)
+        self.assertEqual((status, h.get("X-RateLimit-Delay-Ms")), (200, None))
+        status, h, body = self.check([[("lb", "r")]], at=10000)
+        self.assertEqual((status, h.get("X-RateLimit-Delay-Ms")), (200, "1000"))
+        status, h, body = self.check([[("lb", "r")], [("fw", "s")]], at=10000)
+        self.assertEqual((status,) + self.trio(h) + (h.get("X-RateLimit-Delay-Ms"),),
+                         (200, "1", "0", "2", None, "2000"))
+        self.assertEqual(body["delay_ms"], 2000)
+
+    def test_headers_follow_the_model(self):
+        """A seeded sequence over every limit but the queue: each answer's
+        headers are the model's, a denial's Retry-After is the model's wait
+        and X-RateLimit-Reset is not shorter, a pass with nothing left names
+        a time at which the next request passes, and the X-RateLimit trio is
+        one of the RateLimit members."""
+        model = M.RulesModel([{"domain": "two", "descriptors": [
+            x for x in SEVERAL["descriptors"] if x["key"] not in ("lb", "fw")]}])
+        rng = random.Random(20261128)
+        singles = [[("user", "m0")], [("user", "m1")], [("a", "m")], [("b", "m")],
+                   [("mix", "m0")], [("mix", "m1")]]
+        t = 86400000  # a multiple of every window; keys of its own
+        seen = set()
+        for i in range(300):
+            t += rng.choice((0, 0, 1, 250, 400, 999, 1000, 1500, 2000, 3001))
+            descs = rng.sample(singles, rng.choice((1, 1, 2, 2, 3)))
+            cost = rng.choice((1, 1, 1, 2))
+            status, h, body = self.check(descs, at=t, cost=cost)
+            reply = model.check("two", cost, BASE + t, descs)
+            pol, now, want = model_headers(reply)
+            what = "request %d at %d: %r cost %d -> %r" % (i, t, descs, cost, reply)
+            self.assertEqual(status, 200 if reply[0] else 429, what)
+            self.assertEqual({k: h.get(k) for k in HEADER_NAMES}, want, what)
+            self.assertEqual(parse_list(h["RateLimit-Policy"]), pol, what)
+            self.assertEqual(parse_list(h["RateLimit"]), now, what)
+            limit, rem, reset = (int(h[k]) for k in ("X-RateLimit-Limit",
+                                                     "X-RateLimit-Remaining",
+                                                     "X-RateLimit-Reset"))
+            # one limit: a member with these very numbers
+            self.assertIn((limit, rem, reset),
+                          [(p[1]["q"], n[1]["r"], n[1]["t"]) for p, n in zip(pol, now)], what)
+            if not reply[0] and reply[3] >= 0:
+                wait = model_wait(model, descs, BASE + t, cost)
+                self.assertEqual(int(h["Retry-After"]), max(1, ceil_s(wait)), what)
+                self.assertGreaterEqual(reset, int(h["Retry-After"]), what)
+                seen.add("denied")
+                if len(descs) > 1 or descs[0][0][0] in ("user", "mix"):
+                    seen.add("denied, several limits")
+            elif reply[0] and rem == 0:
+                # the next request (cost 1) passes once X-RateLimit-Reset is over
+                wait = model_wait(model, descs, BASE + t, 1)
+                self.assertLessEqual(wait, reset * 1000, what)
+                seen.add("passed, nothing left")
+                if reset * 1000 - 1000 < wait:
+                    seen.add("passed, Reset is the next request's wait")
+        self.assertEqual(seen, {"denied", "denied, several limits", "passed, nothing left",
+                                "passed, Reset is the next request's wait"})
+
+
+# Forward-auth (and gRPC, test_grpc.py) decide at the server's clock: token
+# buckets of one token make the first answer exact whenever it comes (a full
+# bucket, one request: back to full in exactly W / L).
+FAUTH = {"domain": "edge", "descriptors": [
+    {"key": "user", "value": "one*", "rate_limit": [
+        {"algorithm": "token-bucket", "window": "1h", "requests_per_unit": 1},
+        {"algorithm": "token-bucket", "window": "3h", "requests_per_unit": 1}]},
+    {"key": "user", "value": "two*",
+     "rate_limit": {"algorithm": "token-bucket", "window": "3h", "requests_per_unit": 1}},
+    {"key": "path", "value": "/two",
+     "rate_limit": {"algorithm": "token-bucket", "window": "1h", "requests_per_unit": 1}},
+    {"key": "user", "value": "lb*", "rate_limit": {"algorithm": "leaky-bucket", "window": "1h",
+                                                   "requests_per_unit": 1, "burst": 3}},
+]}
+
+
+class TestForwardAuthSeveralLimits(ServerTestCase):
+    HTTP = True
+    TRUST = False
+
+    @classmethod
+    def setUpClass(cls):
+        cls.class_dir("sluice-http-fauth-several-")
+        cls.rules = os.path.join(cls.dir, "edge.yaml")
+        with open(cls.rules, "w") as f:
+            json.dump(FAUTH, f)
+        cls.SERVER_ARGS = ("--rules", cls.rules, "--user-header", "X-User")
+        super().setUpClass()
+
+    def setUp(self):
+        self.conn = self.srv.http_conn()
+        self.addCleanup(self.conn.close)
+
+    def auth(self, path, user):
+        """GET /v1/auth/edge<path> as user; returns (status, headers)."""
+        self.conn.request("GET", "/v1/auth/edge" + path, headers={"X-User": user})
+        r = self.conn.getresponse()
+        self.assertEqual(r.read(), b"")
+        return r.status, {k: v for k, v in r.getheaders()}
+
+    def trio(self, h):
+        return tuple(h.get(k) for k in ("X-RateLimit-Limit", "X-RateLimit-Remaining",
+                                         "X-RateLimit-Reset", "Retry-After",
+                                         "X-RateLimit-Delay-Ms"))
+
+    def test_one_descriptor_two_limits(self):
+        status, h = self.auth("/x", "one-a")
+        # both buckets empty: the 1 h one is full in 3600 s, the 3 h one in 10800 s
+        self.assertEqual((status,) + self.trio(h), (200, "1", "0", "10800", None, None))
+        self.assertEqual(parse_list(h["RateLimit"]), [("edge.user_one*#2", {"r": 0, "t": 10800})])
+        self.assertEqual(parse_list(h["RateLimit-Policy"]),
+                         [("edge.user_one*#2", {"q": 1, "w": 10800})])
+        status, h = self.auth("/x", "one-a")
+        self.assertEqual(status, 429)
+        # the 3 h bucket holds it: a bucket of one is full when it has its token
+        self.assertEqual(h["X-RateLimit-Reset"], h["Retry-After"])
+        self.assertTrue(3600 < int(h["Retry-After"]) <= 10800, h)
+        self.assertEqual(parse_list(h["RateLimit"]),
+                         [("edge.user_one*#2", {"r": 0, "t": int(h["Retry-After"])})])
+
+    def test_two_descriptors(self):
+        status, h = self.auth("/two", "two-a")
+        self.assertEqual((status,) + self.trio(h), (200, "1", "0", "10800", None, None))
+        self.assertEqual(parse_list(h["RateLimit"]), [("edge.path_/two", {"r": 0, "t": 3600}),
+                                                      ("edge.user_two*", {"r": 0, "t": 10800})])
+
+    def test_leaky_bucket_delay(self):
+        start = time.monotonic()
+        status, h = self.auth("/x", "lb-a")
+        self.assertEqual((status,) + self.trio(h), (200, "3", "2", "3600", None, None))
+        status, h = self.auth("/x", "lb-a")
+        elapsed = int((time.monotonic() - start) * 1000) + 1
+        # queued behind the first, drained for the ms between the two
+        self.assertEqual(status, 200)
+        self.assertTrue(3600000 - elapsed - 1 <= int(h["X-RateLimit-Delay-Ms"]) <= 3600000, h)

@@ -436,8 +436,9 @@ static int sf_string(sl_buf *b, const char *s)
 static long long ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
 
 /* The RateLimit headers of /v1/check (docs/http.md) for reply r, as
- * HeaderValues in hv[] (at most 6) with their text in text (NUL-separated
- * values, at most cap bytes).  Returns how many. */
+ * HeaderValues in hv[] (at most 7: X-RateLimit-Delay-Ms on an allowed
+ * answer with a leaky bucket's delay) with their text in pol, now and
+ * small[0..4].  Returns how many. */
 static int rate_headers(const sl_svc_reply *r, rls_header *hv, sl_buf *pol, sl_buf *now,
                         char (*small)[32])
 {
@@ -447,6 +448,12 @@ static int rate_headers(const sl_svc_reply *r, rls_header *hv, sl_buf *pol, sl_b
         int again = 0;
         for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
         if (!shown(st) || again) continue;
+        /* one member per limit, with its most restrictive descriptor's
+         * numbers (as /v1/check: docs/http.md) */
+        for (int e = d + 1; e < r->n; e++)
+            if (shown(&r->st[e]) && r->st[e].rule == st->rule &&
+                sl_check_status_tighter(&r->st[e], st))
+                st = &r->st[e];
         char num[80];
         long long w = ceil_s(st->rule->params.window_ms);
         if (any) sl_buf_add(pol, ", ", 2), sl_buf_add(now, ", ", 2);
@@ -477,6 +484,10 @@ static int rate_headers(const sl_svc_reply *r, rls_header *hv, sl_buf *pol, sl_b
         snprintf(small[3], 32, "%lld", s < 1 ? 1 : s);
         hv[n].key = "Retry-After", hv[n++].value = small[3];
     }
+    if (x->allowed && x->delay_ms > 0) { /* as sl_http_overall_headers */
+        snprintf(small[4], 32, "%lld", (long long)x->delay_ms);
+        hv[n].key = "X-RateLimit-Delay-Ms", hv[n++].value = small[4];
+    }
     return n;
 }
 
@@ -502,9 +513,9 @@ static void answer_rls(gstream *st, const greq *q, const sl_svc_reply *r)
     rls_status sts[SL_CHECK_MAX_DESC], *stp[SL_CHECK_MAX_DESC];
     rls_limit lim[SL_CHECK_MAX_DESC];
     Google__Protobuf__Duration dur[SL_CHECK_MAX_DESC];
-    rls_header hv[6], *hvp[6];
+    rls_header hv[7], *hvp[7];
     sl_buf pol = {0}, now = {0};
-    char small[4][32];
+    char small[5][32];
     resp.overall_code = r->result.allowed
                             ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                             : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;

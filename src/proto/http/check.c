@@ -52,6 +52,23 @@ static int shown(const sl_check_status *st)
     return !(st->code == SL_CHECK_OK && st->limit == 0); /* a replaced limit */
 }
 
+/* The status that descriptor d's member shows, or NULL when it has none:
+ * a limit reported by several descriptors (one rule, two values) has one
+ * member, at its first descriptor, with the numbers of the most
+ * restrictive of them (sl_check_status_tighter) -- on a denial, the one
+ * that blocks. */
+static const sl_check_status *pick(const sl_svc_reply *r, int d)
+{
+    const sl_check_status *st = &r->st[d];
+    if (!shown(st)) return NULL;
+    for (int e = 0; e < d; e++)
+        if (shown(&r->st[e]) && r->st[e].rule == st->rule) return NULL; /* listed there */
+    for (int e = d + 1; e < r->n; e++)
+        if (shown(&r->st[e]) && r->st[e].rule == st->rule && sl_check_status_tighter(&r->st[e], st))
+            st = &r->st[e];
+    return st;
+}
+
 /* Appends the header `name` whose value is the list of r's shown
  * statuses, each NAME;K1=V1;K2=V2 (q and w, or r and t); returns how many. */
 static int add_list(sl_hhdrs *h, const sl_svc_reply *r, const char *hname, int now)
@@ -67,10 +84,8 @@ static int add_list(sl_hhdrs *h, const sl_svc_reply *r, const char *hname, int n
     memcpy(h->b + h->len + nlen, ": ", 2);
     h->len += nlen + 2;
     for (int d = 0; d < r->n; d++) {
-        const sl_check_status *st = &r->st[d];
-        int again = 0;
-        for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
-        if (!shown(st) || again) continue;
+        const sl_check_status *st = pick(r, d);
+        if (st == NULL) continue;
         if (sl_http_sf_string(name, sizeof name, st->name, strlen(st->name)) == NULL) continue;
         size_t sn = strlen(name);
         if (h->len + sn + 2 + 2 * 24 + 8 + 2 > sizeof h->b) { /* cannot fit: no header */

@@ -247,6 +247,10 @@ void sl_http_overall_headers(sl_hhdrs *h, const sl_result *r)
         long long s = sl_http_ceil_s(r->retry_after_ms);
         sl_hhdrs_int(h, "Retry-After", s < 1 ? 1 : s);
     }
+    /* leaky-bucket's queue: in ms, as exact as the JSON's delay_ms (a
+     * shaping delay is mostly below a second; docs/http.md) */
+    if (r->allowed && r->delay_ms > 0)
+        sl_hhdrs_int(h, "X-RateLimit-Delay-Ms", (long long)r->delay_ms);
 }
 
 /* ---- the request ---------------------------------------------------------------- */

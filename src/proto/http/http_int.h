@@ -125,7 +125,8 @@ void sl_http_decision_headers(sl_hhdrs *h, const sl_result *r, int64_t window_ms
 /* The headers every decision carries whatever its policies: the
  * X-RateLimit-* trio of r (Reset: seconds, rounded up) and, on a denial
  * that can ever be allowed, Retry-After (seconds rounded up, at least 1;
- * none when retry_after_ms is -1). */
+ * none when retry_after_ms is -1); on an allowed answer with delay_ms > 0
+ * (a leaky bucket's queue), X-RateLimit-Delay-Ms: delay_ms. */
 void sl_http_overall_headers(sl_hhdrs *h, const sl_result *r);
 
 /* An endpoint: called on the worker's thread for a request whose path
