@@ -169,6 +169,13 @@ $(B)/gen/%.o: $(B)/gen/%.c
 $(filter $(B)/src/proto/%,$(SRV_OBJ)) $(B)/src/sluiced/main.o $(TEST_SRC:%.c=$(B)/%.o): | $(PROTO_GEN)
 
 -include $(shell find $(B)/src $(B)/tests $(B)/bench -type f -name '*.d' 2>/dev/null)
+# An object without its .d (a build tree older than -MMD, a .d removed) is
+# rebuilt: which headers it read is unknown, so it may be stale.
+NO_DEPS := $(shell find $(B)/src $(B)/tests $(B)/bench -type f -name '*.o' 2>/dev/null | \
+	while read o; do [ -f "$${o%.o}.d" ] || echo "$$o"; done)
+$(NO_DEPS): FORCE
+.PHONY: FORCE
+FORCE:
 
 # `make -s print-layer L=server`: a layer's compile flags (tests/test_layers.sh).
 print-layer:

@@ -38,6 +38,7 @@ protobuf-c-compiler
 python3-grpcio
 python3-grpc-tools
 nghttp2-client
+gdb
 "
 #   build-essential  gcc, make, libc headers; gcc's ASan/UBSan/TSan runtimes
 #   pkg-config       the install test compiles a program with `pkg-config sluice`
@@ -56,6 +57,8 @@ nghttp2-client
 #                    (src/server/tls.c), through libevent-dev's
 #                    libevent_openssl (bufferevent_openssl, src/server/net.c)
 #   openssl          tests/e2e/test_tls.py makes its certificates with it
+#   gdb              a sluiced that does not stop on SIGTERM in a test: its
+#                    threads' stacks go into the failure (tests/e2e/harness.py)
 #   faketime, libfaketime  tests/e2e/test_clock.py steps sluiced's wall clock
 #                    (LD_PRELOAD of libfaketimeMT.so.1)
 #   nodejs, npm      tests/e2e/test_clients.py runs node-redis and ioredis

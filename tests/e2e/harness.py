@@ -381,6 +381,38 @@ HTTP_LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads
 GRPC_LISTEN_RE = re.compile(rb'msg="?listening"? addr=127\.0\.0\.1:(\d+) threads=\d+ grpc=yes')
 
 
+
+def threads_of(pid):
+    """Where a process that will not stop is, for the failure message: each
+    thread's stack from gdb when it is installed, else each thread's name,
+    state, kernel wait channel and signal masks from /proc (bounded)."""
+    out = []
+    if shutil.which("gdb"):
+        try:
+            p = subprocess.run(["gdb", "-batch", "-nx", "-p", str(pid),
+                                "-ex", "thread apply all bt 30"],
+                               capture_output=True, timeout=60)
+            text = p.stdout.decode("utf-8", "replace")
+            out.append("\n".join(l for l in text.splitlines()
+                                  if l.startswith(("Thread ", "#")))[:20000])
+        except (OSError, subprocess.TimeoutExpired) as e:
+            out.append("gdb: %s" % e)
+    try:
+        for tid in sorted(os.listdir("/proc/%d/task" % pid))[:64]:
+            base = "/proc/%d/task/%s/" % (pid, tid)
+            fields = {}
+            with open(base + "status") as f:
+                for line in f:
+                    k, _, v = line.partition(":")
+                    if k in ("Name", "State", "SigPnd", "SigBlk", "ShdPnd"):
+                        fields[k] = v.strip()
+            with open(base + "wchan") as f:
+                fields["wchan"] = f.read().strip()
+            out.append("task %s: %s" % (tid, " ".join("%s=%s" % kv for kv in fields.items())))
+    except OSError as e:
+        out.append("/proc: %s" % e)
+    return "\n".join(out)
+
 class Server:
     """One sluiced process.  `args` are extra flags; `port=0` lets the kernel
     choose a free port."""
@@ -500,10 +532,11 @@ class Server:
             try:
                 self.proc.wait(timeout * SLOW)
             except subprocess.TimeoutExpired:
+                where = threads_of(self.proc.pid)
                 self.proc.kill()
                 self.proc.wait(10)
-                self.forced = ("did not exit within %gs of SIGTERM, killed with SIGKILL"
-                               % (timeout * SLOW))
+                self.forced = ("did not exit within %gs of SIGTERM, killed with SIGKILL\n%s"
+                               % (timeout * SLOW, where))
         self.returncode = self.proc.returncode
         return self.returncode
 
