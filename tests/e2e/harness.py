@@ -649,6 +649,21 @@ class Server:
             time.sleep(0.02)
         raise AssertionError("INFO %s stayed at %s %s" % (field, v, what))
 
+    def wait_log(self, pattern, timeout=20):
+        """Polls the log until regex pattern matches (bounded: timeout x
+        SLOW seconds): a counter can show an event before the log line that
+        tells it is written.  Returns the match; raises AssertionError with
+        the log's tail otherwise."""
+        until = deadline(timeout * SLOW)
+        while True:
+            m = re.search(pattern, self.log())
+            if m or time.monotonic() >= until:
+                break
+            time.sleep(0.02)
+        if m is None:
+            raise AssertionError("the log never matched %r:\n%s" % (pattern, self.log()[-4000:]))
+        return m
+
     def wait_section(self, section, pred, what, timeout=20):
         """Polls INFO section until pred(its fields, a dict) holds, within
         timeout x SLOW seconds.  Returns the fields; raises AssertionError

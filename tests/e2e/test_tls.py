@@ -340,7 +340,7 @@ class TestTlsClients(TlsTestCase):
                 data = str(e)
             self.assertNotIn(b"PONG", repr(data).encode())
         self.srv.wait_info("tls_handshake_failures", lambda v: v == before + 1, "stats")
-        self.assertRegex(self.srv.log(), r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
+        self.srv.wait_log(r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
                          r'worker=\d+ err="wrong version number"')
         with self.srv.raw() as c:
             self.assertEqual(c.cmd("PING"), b"PONG")
@@ -358,7 +358,7 @@ class TestTlsClients(TlsTestCase):
         fails = self.srv.wait_info("tls_handshake_failures",
                                    lambda v: v == int(before["tls_handshake_failures"]) + 1,
                                    "stats")
-        self.assertRegex(self.srv.log(), r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
+        self.srv.wait_log(r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
                          r'worker=\d+ err="tlsv1 alert unknown ca"')
         rc, out, err = redis_cli(self.srv.tls_port, "--cacert", cert("other-ca.crt"),
                                  "RL.ALLOW", "wrongca", 1, "1h")
@@ -385,7 +385,7 @@ class TestTlsClients(TlsTestCase):
         self.assertIn("alert protocol version", out)
         self.assertNotIn("PONG", out)
         self.srv.wait_info("tls_handshake_failures", lambda v: v == before + 1, "stats")
-        self.assertRegex(self.srv.log(), r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
+        self.srv.wait_log(r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
                          r'worker=\d+ err="unsupported protocol"')
         ctx = client_context()
         ctx.minimum_version = ctx.maximum_version = ssl.TLSVersion.TLSv1_2
@@ -424,14 +424,14 @@ class TestClientCertificates(TlsTestCase):
         self.assertNotIn("PONG", out)
         self.refused(client_context())
         self.srv.wait_info("tls_handshake_failures", lambda v: v == before + 2, "stats")
-        self.assertRegex(self.srv.log(), r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
+        self.srv.wait_log(r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
                          r'worker=\d+ err="peer did not return a certificate"')
 
     def test_client_of_another_ca_is_refused(self):
         before = self.srv.info_int("tls_handshake_failures", "stats")
         self.refused(client_context(client="stranger"))
         self.srv.wait_info("tls_handshake_failures", lambda v: v == before + 1, "stats")
-        self.assertRegex(self.srv.log(), r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
+        self.srv.wait_log(r'msg="TLS handshake failed" client=127\.0\.0\.1:\d+ '
                          r'worker=\d+ err=".*certificate verify failed.*client certificate: '
                          r'unable to get local issuer certificate"')
 
