@@ -19,111 +19,12 @@
 
 /* ---- the answer ------------------------------------------------------------- */
 
-char *sl_http_sf_string(char *dst, size_t cap, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0;
-    if (cap < 3) return NULL;
-    dst[o++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (o + 5 > cap) return NULL; /* room for the longest (3) and the closing '"', NUL */
-        if (ch == '"' || ch == '\\') {
-            dst[o++] = '\\';
-            dst[o++] = (char)ch;
-        } else if (ch < 0x20 || ch > 0x7e || ch == '%') {
-            dst[o++] = '%';
-            dst[o++] = hex[ch >> 4];
-            dst[o++] = hex[ch & 15];
-        } else {
-            dst[o++] = (char)ch;
-        }
-    }
-    dst[o++] = '"';
-    dst[o] = '\0';
-    return dst;
-}
-
-/* Whether status st is a limit the client is held to (check_int.h). */
-static int shown(const sl_check_status *st)
-{
-    if (st->rule == NULL || st->name == NULL || st->shadow) return 0;
-    if (st->code == SL_CHECK_NO_RULE || st->code == SL_CHECK_UNLIMITED) return 0;
-    return !(st->code == SL_CHECK_OK && st->limit == 0); /* a replaced limit */
-}
-
-/* The status that descriptor d's member shows, or NULL when it has none:
- * a limit reported by several descriptors (one rule, two values) has one
- * member, at its first descriptor, with the numbers of the most
- * restrictive of them (sl_check_status_tighter) -- on a denial, the one
- * that blocks. */
-static const sl_check_status *pick(const sl_svc_reply *r, int d)
-{
-    const sl_check_status *st = &r->st[d];
-    if (!shown(st)) return NULL;
-    for (int e = 0; e < d; e++)
-        if (shown(&r->st[e]) && r->st[e].rule == st->rule) return NULL; /* listed there */
-    for (int e = d + 1; e < r->n; e++)
-        if (shown(&r->st[e]) && r->st[e].rule == st->rule && sl_check_status_tighter(&r->st[e], st))
-            st = &r->st[e];
-    return st;
-}
-
-/* Appends the header `name` whose value is the list of r's shown
- * statuses, each NAME;K1=V1;K2=V2 (q and w, or r and t); returns how many. */
-static int add_list(sl_hhdrs *h, const sl_svc_reply *r, const char *hname, int now)
-{
-    size_t nlen = strlen(hname), start = h->len;
-    int members = 0;
-    char name[3 * 256 + 8];
-    if (start + nlen + 4 > sizeof h->b) {
-        h->cut = 1;
-        return 0;
-    }
-    memcpy(h->b + h->len, hname, nlen);
-    memcpy(h->b + h->len + nlen, ": ", 2);
-    h->len += nlen + 2;
-    for (int d = 0; d < r->n; d++) {
-        const sl_check_status *st = pick(r, d);
-        if (st == NULL) continue;
-        if (sl_http_sf_string(name, sizeof name, st->name, strlen(st->name)) == NULL) continue;
-        size_t sn = strlen(name);
-        if (h->len + sn + 2 + 2 * 24 + 8 + 2 > sizeof h->b) { /* cannot fit: no header */
-            h->len = start;
-            h->cut = 1;
-            return 0;
-        }
-        char *o = h->b + h->len;
-        if (members++ > 0) *o++ = ',', *o++ = ' ';
-        memcpy(o, name, sn);
-        o += sn;
-        long long w = sl_http_ceil_s(st->rule->params.window_ms);
-        long long v1 = now ? (long long)st->remaining : (long long)st->limit;
-        long long v2 = now ? sl_http_ceil_s(st->reset_after_ms) : (w < 1 ? 1 : w);
-        memcpy(o, now ? ";r=" : ";q=", 3);
-        o += 3;
-        o += sl_http_itoa(o, v1);
-        memcpy(o, now ? ";t=" : ";w=", 3);
-        o += 3;
-        o += sl_http_itoa(o, v2);
-        h->len = (size_t)(o - h->b);
-    }
-    if (members == 0) {
-        h->len = start;
-        return 0;
-    }
-    memcpy(h->b + h->len, "\r\n", 2);
-    h->len += 2;
-    return members;
-}
-
 void sl_http_check_headers(sl_hhdrs *h, const sl_svc_reply *r)
 {
-    int any = add_list(h, r, "RateLimit-Policy", 0) > 0;
-    if (any) add_list(h, r, "RateLimit", 1);
-    const sl_result *x = &r->result;
-    if (!any && x->allowed) return; /* no limit applied: nothing to tell */
-    sl_http_overall_headers(h, x);
+    sl_rlh o;
+    sl_hhdrs_rlh(h, &o);
+    sl_rlh_check(&o, r->st, r->n, &r->result);
+    sl_hhdrs_took(h, &o);
 }
 
 static json_t *statuses(const sl_svc_reply *r)

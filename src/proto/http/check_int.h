@@ -30,20 +30,11 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *doma
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t at);
 
-/* The headers of a rules decision (docs/http.md, "POST /v1/check"):
- * RateLimit-Policy and RateLimit with one member per descriptor whose
- * status names a limit the client is held to (not NO_RULE, UNLIMITED,
- * shadow, nor a replaced limit; a limit reported by two descriptors once),
- * named by the rule's name; X-RateLimit-* and Retry-After from the overall
- * (most restrictive) six fields.  No header at all when no limit applied
- * and the request is allowed. */
+/* The headers of a rules decision (docs/http.md, "POST /v1/check"), after
+ * h's: sl_rlh_check (ratelimit_headers.h) of r's statuses and overall six
+ * fields.  No header at all when no limit applied and the request is
+ * allowed. */
 void sl_http_check_headers(sl_hhdrs *h, const sl_svc_reply *r);
-
-/* Writes s (n bytes) as an RFC 9651 sf-string into dst (cap bytes, NUL
- * ended): quotes around, '"' and '\' escaped by a backslash, and each byte
- * outside 0x20..0x7E -- and '%' itself -- as %XX (upper-case hex), which
- * an sf-string cannot hold raw.  Returns dst, or NULL when it does not fit. */
-char *sl_http_sf_string(char *dst, size_t cap, const char *s, size_t n);
 
 /* The endpoints (routes in http.c): POST /v1/check (check.c), and
  * /v1/auth/DOMAIN, any method (fauth.c). */
