@@ -540,11 +540,12 @@ static void run_rls(gstream *st, const rls_req *m)
         answer_status(st, ST_INVALID_ARGUMENT, "rate limit domain must not be empty");
         return;
     }
-    if (m->n_descriptors == 0) {
+    sl_check_shape shape = sl_check_shape_desc((int64_t)m->n_descriptors);
+    if (shape == SL_CHECK_SHAPE_NONE) {
         answer_status(st, ST_INVALID_ARGUMENT, "rate limit descriptor list must not be empty");
         return;
     }
-    if (m->n_descriptors > SL_CHECK_MAX_DESC) {
+    if (shape == SL_CHECK_SHAPE_MANY) {
         snprintf(err, sizeof err, "at most %d descriptors in one request, got %zu",
                  SL_CHECK_MAX_DESC, m->n_descriptors);
         answer_status(st, ST_INVALID_ARGUMENT, err);
@@ -569,7 +570,7 @@ static void run_rls(gstream *st, const rls_req *m)
             return;
         }
         any_ov |= ds->limit != NULL;
-        if (ds->n_entries == 0 || ds->n_entries > SL_RULES_MAX_DEPTH) {
+        if (sl_check_shape_entries((int64_t)ds->n_entries) != SL_CHECK_SHAPE_OK) {
             snprintf(err, sizeof err, "descriptor %d: %zu entries (expected 1 to %d)", d + 1,
                      ds->n_entries, SL_RULES_MAX_DEPTH);
             answer_status(st, ST_INVALID_ARGUMENT, err);

@@ -210,14 +210,16 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
          sl_svc_parse_at(hw->svc, now, txt, strlen(txt), &b->at, err, errlen) != 0))
         return -1;
     const json_t *ds = json_object_get(root, "descriptors");
-    if (!json_is_array(ds) || json_array_size(ds) == 0) {
+    sl_check_shape shape =
+        json_is_array(ds) ? sl_check_shape_desc((int64_t)json_array_size(ds)) : SL_CHECK_SHAPE_NONE;
+    if (shape == SL_CHECK_SHAPE_NONE) {
         snprintf(err, errlen,
                  "descriptors must be a non-empty array of descriptors "
                  "([[{\"key\": K, \"value\": V}, ...], ...])%s",
                  ds == NULL ? " (it is missing)" : "");
         return -1;
     }
-    if (json_array_size(ds) > SL_CHECK_MAX_DESC) {
+    if (shape == SL_CHECK_SHAPE_MANY) {
         snprintf(err, errlen, "at most %d descriptors in one RL.CHECK, got %zu", SL_CHECK_MAX_DESC,
                  json_array_size(ds));
         return -1;
@@ -225,14 +227,16 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     b->n = (int)json_array_size(ds);
     for (int d = 0; d < b->n; d++) {
         const json_t *one = json_array_get(ds, (size_t)d);
-        if (!json_is_array(one) || json_array_size(one) == 0) {
+        shape = json_is_array(one) ? sl_check_shape_entries((int64_t)json_array_size(one))
+                                   : SL_CHECK_SHAPE_NONE;
+        if (shape == SL_CHECK_SHAPE_NONE) {
             snprintf(err, errlen,
                      "descriptors[%d] must be a non-empty array of entries "
                      "[{\"key\": K, \"value\": V}, ...]",
                      d);
             return -1;
         }
-        if (json_array_size(one) > SL_RULES_MAX_DEPTH) {
+        if (shape == SL_CHECK_SHAPE_MANY) {
             snprintf(err, errlen, "descriptors[%d]: at most %d entries in one descriptor", d,
                      SL_RULES_MAX_DEPTH);
             return -1;
