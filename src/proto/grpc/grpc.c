@@ -521,7 +521,7 @@ static int override_of(const rls_desc_override *o, sl_check_override *out)
 }
 
 /* Checks a request's descriptors and runs it (a descriptor's limit
- * override goes to the plan: sl_check_plan_make_over).  Bad input is answered
+ * override goes to the plan: sl_svc_check_req.over).  Bad input is answered
  * INVALID_ARGUMENT (UNIMPLEMENTED for what sluiced does not do) with a
  * message naming what and where; the backend is not asked then. */
 static void run_rls(gstream *st, const rls_req *m)
@@ -611,8 +611,15 @@ static void run_rls(gstream *st, const rls_req *m)
     g->calls++;
     st->inflight = 1;   /* on_rls clears it; a stream closing before is an orphan */
     sl_conn_hold(g->c); /* until on_rls: counted by net.c, waited for by a stop */
-    sl_svc_check_over(x, m->domain, strlen(m->domain), descs, ndesc, any_ov ? ov : NULL, n, dcost,
-                      g->now, on_rls, q);
+    sl_svc_check_req c = {.domain = m->domain,
+                          .dlen = strlen(m->domain),
+                          .n = n,
+                          .descs = descs,
+                          .ndesc = ndesc,
+                          .over = any_ov ? ov : NULL,
+                          .cost = dcost,
+                          .at = g->now};
+    sl_svc_check(x, &c, on_rls, q);
 }
 
 /* ---- Health/Check ---------------------------------------------------------------- */

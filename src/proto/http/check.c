@@ -92,9 +92,7 @@ static void on_checked(void *arg, const sl_svc_reply *r)
         sl_http_send_json_h(&c->a, &h, 429, "Too Many Requests", o);
 }
 
-void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *domain, size_t dlen,
-                       const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                       int64_t at)
+void sl_http_check_run(http_worker *hw, const sl_http_check *c, const sl_svc_check_req *q)
 {
     const char *why;
     if (sl_svc_rules(hw->svc, &why) == NULL) {
@@ -104,7 +102,7 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *doma
     /* the answer may come after this returns: its state in the slot */
     sl_http_check *cc = sl_slot_data(c->a.slot);
     *cc = *c;
-    sl_svc_check(hw->svc, domain, dlen, descs, ndesc, n, cost, at, on_checked, cc);
+    sl_svc_check(hw->svc, q, on_checked, cc);
 }
 
 /* ---- POST /v1/check --------------------------------------------------------- */
@@ -278,7 +276,14 @@ void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
         sl_http_send_error(&req->a, 400, "Bad Request", err);
     } else {
         sl_http_check c = {req->a, 1, 0};
-        sl_http_check_run(hw, &c, b->domain, b->dlen, b->descs, b->ndesc, b->n, b->cost, b->at);
+        sl_svc_check_req q = {.domain = b->domain,
+                              .dlen = b->dlen,
+                              .n = b->n,
+                              .descs = b->descs,
+                              .ndesc = b->ndesc,
+                              .cost = b->cost,
+                              .at = b->at};
+        sl_http_check_run(hw, &c, &q);
     }
     free(b);
     json_decref(root);

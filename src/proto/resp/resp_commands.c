@@ -415,8 +415,14 @@ static void cmd_check(req *q)
     }
     sl_slot *s = sl_conn_slot(q->c);
     if (s == NULL) return;
-    sl_svc_check(q->x, c->argv[1].p, c->argv[1].len, descs, ndesc, n, cost, at,
-                 q->proto == SL_RESP3 ? on_check3 : on_check2, s);
+    sl_svc_check_req r = {.domain = c->argv[1].p,
+                          .dlen = c->argv[1].len,
+                          .n = n,
+                          .descs = descs,
+                          .ndesc = ndesc,
+                          .cost = cost,
+                          .at = at};
+    sl_svc_check(q->x, &r, q->proto == SL_RESP3 ? on_check3 : on_check2, s);
 }
 
 /* ---- RL.RESET --------------------------------------------------------------- */
