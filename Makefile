@@ -67,7 +67,8 @@ INC_lib     := -Iinclude -Isrc/lib
 INC_rules   := $(INC_lib) -Isrc/rules
 INC_backend := $(INC_rules) -Isrc/backend
 INC_server  := $(INC_backend) -Isrc/server
-INC_proto   := $(INC_server) -Isrc/proto/resp -Isrc/proto/http -Isrc/proto/grpc -I$(B)/gen
+INC_proto   := $(INC_server) -Isrc/proto/resp -Isrc/proto/http -Isrc/proto/grpc -Isrc/proto/headers \
+               -I$(B)/gen
 INC_sluiced := $(INC_proto) -Isrc/sluiced
 INC_cli     := $(INC_backend) -Isrc/cli
 INC_module  := $(INC_lib) -Isrc/module
@@ -255,6 +256,9 @@ $(B)/tests/test_history_threads: $(B)/src/server/history.o $(B)/src/server/stats
 $(B)/tests/test_history_threads: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_http_ready: $(SRV_PARTS)
 $(B)/tests/test_http_ready: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+# The RateLimit headers' one writer (src/proto/headers), alone.
+$(B)/tests/test_ratelimit_headers: $(B)/src/proto/headers/ratelimit_headers.o $(RULES_OBJ)
+$(B)/tests/test_ratelimit_headers: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_h1: $(B)/src/proto/http/h1.o
 $(B)/tests/test_h1: LDLIBS += -lhttp_parser
 $(B)/tests/test_auth: $(B)/src/server/auth.o $(B)/src/server/log.o

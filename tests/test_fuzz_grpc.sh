@@ -23,11 +23,12 @@ GEN=$(mktemp -d) || exit 1
     xargs protoc-c -I. --c_out="$GEN") || { echo "FAIL  protoc-c"; exit 1; }
 rc=0
 fuzz_target grpc 15000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
-    $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/grpc/*.c "$ROOT"/src/backend/*.c \
+    $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/grpc/*.c "$ROOT"/src/proto/headers/*.c \
+        "$ROOT"/src/backend/*.c \
         "$ROOT"/src/backend/redis/*.c \
         "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) $(find "$GEN" -name '*.c') \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \
-    -I"$ROOT/src/proto/grpc" -I"$GEN" \
+    -I"$ROOT/src/proto/grpc" -I"$ROOT/src/proto/headers" -I"$GEN" \
     -lprotobuf-c -lhiredis -levent -levent_openssl -lssl -lcrypto -lyaml -lurcu-bp -lz \
     -lpthread || rc=1
 # the hand-written codec of ShouldRateLimit's messages against protobuf-c's

@@ -16,7 +16,8 @@ ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 fuzz_target http 5000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_http.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/resp/*.c "$ROOT"/src/proto/http/*.c \
+        "$ROOT"/src/proto/headers/*.c \
         "$ROOT"/src/backend/*.c "$ROOT"/src/backend/redis/*.c "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \
-    -I"$ROOT/src/proto/resp" -I"$ROOT/src/proto/http" -I"$ROOT/tests/fuzz" \
+    -I"$ROOT/src/proto/resp" -I"$ROOT/src/proto/http" -I"$ROOT/src/proto/headers" -I"$ROOT/tests/fuzz" \
     -lhiredis -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lyaml -lurcu-bp -lz -lpthread

@@ -212,7 +212,9 @@ static void check_one(const char *user, int64_t at, seen *s)
     sl_rule_entry e = {"user", 4, user, strlen(user)};
     const sl_rule_entry *d[1] = {&e};
     int nd[1] = {1};
-    sl_svc_check(&svc, "api", 3, d, nd, 1, 1, at, record, s);
+    sl_svc_check_req q = {
+        .domain = "api", .dlen = 3, .n = 1, .descs = d, .ndesc = nd, .cost = 1, .at = at};
+    sl_svc_check(&svc, &q, record, s);
 }
 
 static void rule_stats_survive_reloads(void **state)
@@ -308,7 +310,9 @@ static void check_in(const char *dom, int64_t at, seen *s, const char *const *kv
         n++;
     }
     s->calls = 0;
-    sl_svc_check(&svc, dom, strlen(dom), d, nd, n, 1, at, record, s);
+    sl_svc_check_req q = {
+        .domain = dom, .dlen = strlen(dom), .n = n, .descs = d, .ndesc = nd, .cost = 1, .at = at};
+    sl_svc_check(&svc, &q, record, s);
     assert_int_equal(s->calls, 1);
     assert_int_equal(s->r.rc, 0);
 }

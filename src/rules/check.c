@@ -226,13 +226,13 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
 {
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (r == NULL || plan == NULL || (domain == NULL && dlen > 0) || descs == NULL ||
-        ndesc == NULL || n < 1)
+        ndesc == NULL || sl_check_shape_desc(n) == SL_CHECK_SHAPE_NONE)
         return sl__check_err(err, errlen, SL_EINVAL, "invalid argument");
     if (cost < 0 || cost > SL_MAX_LIMIT)
         return sl__check_err(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
     if (now_ms <= -SL_MAX_TIME_MS || now_ms >= SL_MAX_TIME_MS)
         return sl__check_err(err, errlen, SL_ETIME, "%s", sl_strerror(SL_ETIME));
-    if (n > SL_CHECK_MAX_DESC)
+    if (sl_check_shape_desc(n) == SL_CHECK_SHAPE_MANY)
         return sl__check_err(err, errlen, SL_EINVAL, "more than %d descriptors in one request",
                     SL_CHECK_MAX_DESC);
     plan->n = n;
@@ -259,7 +259,7 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
     for (int i = 0; i < n; i++) {
         memset(&st[i], 0, sizeof st[i]);
         nodes[i] = NULL;
-        if (ndesc[i] < 1 || ndesc[i] > SL_RULES_MAX_DEPTH || descs[i] == NULL)
+        if (sl_check_shape_entries(ndesc[i]) != SL_CHECK_SHAPE_OK || descs[i] == NULL)
             return sl__check_err(err, errlen, SL_EINVAL,
                         "descriptor %d must have 1 to %d entries", i + 1, SL_RULES_MAX_DEPTH);
         if (over != NULL && over[i].unit != SL_UNIT_NONE) {

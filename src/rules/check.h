@@ -161,6 +161,32 @@ typedef enum sl_check_code {
 /* Descriptors in one request: RL.CHECK's cap, and `sluicectl replay --rules`'s. */
 #define SL_CHECK_MAX_DESC 16
 
+/* The shape of an RL.CHECK request, the one place its bounds are checked:
+ * 1..SL_CHECK_MAX_DESC descriptors (sl_check_shape_desc of their count),
+ * each of 1..SL_RULES_MAX_DEPTH entries (sl_check_shape_entries).  Every
+ * front asks before it stores one more (a 17th descriptor is refused as it
+ * comes) and words the answer its own way; the plan asks again for the
+ * callers that skip the fronts. */
+typedef enum sl_check_shape {
+    SL_CHECK_SHAPE_OK = 0,
+    SL_CHECK_SHAPE_NONE, /* none at all */
+    SL_CHECK_SHAPE_MANY  /* above the bound */
+} sl_check_shape;
+
+static inline sl_check_shape sl_check_shape_desc(int64_t n)
+{
+    return n <= 0                  ? SL_CHECK_SHAPE_NONE
+           : n > SL_CHECK_MAX_DESC ? SL_CHECK_SHAPE_MANY
+                                   : SL_CHECK_SHAPE_OK;
+}
+
+static inline sl_check_shape sl_check_shape_entries(int64_t n)
+{
+    return n <= 0                   ? SL_CHECK_SHAPE_NONE
+           : n > SL_RULES_MAX_DEPTH ? SL_CHECK_SHAPE_MANY
+                                    : SL_CHECK_SHAPE_OK;
+}
+
 /* "OK", "OVER_LIMIT", "SHADOW", "ELASTIC", "UNLIMITED", "NO_RULE", "OVER_QUOTA". */
 const char *sl_check_code_name(sl_check_code c);
 

@@ -400,16 +400,7 @@ static void done_check(sl_breq *b)
     req_put(q);
 }
 
-void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_entry *const *descs,
-                  const int *ndesc, int n, int64_t cost, int64_t at, sl_svc_cb cb, void *arg)
-{
-    sl_svc_check_over(x, domain, dlen, descs, ndesc, NULL, n, cost, at, cb, arg);
-}
-
-void sl_svc_check_over(sl_svc_ctx *x, const char *domain, size_t dlen,
-                       const sl_rule_entry *const *descs, const int *ndesc,
-                       const sl_check_override *over, int n, int64_t cost, int64_t at, sl_svc_cb cb,
-                       void *arg)
+void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *c, sl_svc_cb cb, void *arg)
 {
     const char *why;
     sl_rules *rules = sl_svc_rules(x, &why);
@@ -432,20 +423,21 @@ void sl_svc_check_over(sl_svc_ctx *x, const char *domain, size_t dlen,
     const sl_config *cfg = x->srv->cfg;
     char err[SL_SVC_ERR];
     svc_check *k = q->chk;
-    int rc = sl_check_plan_make_over(rules, cfg->capacity[0] ? &cfg->pool : NULL, domain, dlen,
-                                     descs, ndesc, over, n, cost, at, &k->plan, err, sizeof err);
+    int rc = sl_check_plan_make_over(rules, cfg->capacity[0] ? &cfg->pool : NULL, c->domain,
+                                     c->dlen, c->descs, c->ndesc, c->over, c->n, c->cost, c->at,
+                                     &k->plan, err, sizeof err);
     if (rc != 0) {
         req_put(q);
         reply_err(cb, arg, rc, err[0] ? err : sl_strerror(rc));
         return;
     }
-    if (k->plan.nmetric > 0) metric_entries(&x->srv->stats, k, descs, ndesc);
+    if (k->plan.nmetric > 0) metric_entries(&x->srv->stats, k, c->descs, c->ndesc);
     q->cb = cb;
     q->arg = arg;
     if (!inline_backend(x)) q->held = sl_rules_ref(rules); /* the plan points into it */
     sl_breq *b = &q->b;
     b->op = SL_BOP_CHECK;
-    b->now_ms = at;
+    b->now_ms = c->at;
     b->cb = done_check;
     b->plan = &k->plan;
     b->outcome = &k->out;

@@ -1,9 +1,9 @@
 /*
  * service.h -- what sluiced does, whatever the protocol: allow / peek /
  * reset / check over the backend (backend.h), the rules (list, reload) and
- * the numbers INFO shows.  A protocol module (src/proto/resp/ today, HTTP
- * and gRPC later) turns its own syntax into these calls and their answers
- * into its own replies; nothing here knows RESP, sockets or threads.
+ * the numbers INFO shows.  A protocol module (src/proto/resp, http, grpc)
+ * turns its own syntax into these calls and their answers into its own
+ * replies; nothing here knows RESP, HTTP, sockets or threads.
  *
  * Each worker thread owns one sl_svc_ctx (no thread-locals): its channel
  * to the backend, its reference to the rules, its statistics shard and a
@@ -13,8 +13,9 @@
  * an sl_svc_reply that lives only during the call.
  *
  * Bad input never reaches the backend: protocols check every value with
- * the sl_svc_parse_* helpers, whose messages are what the client is told
- * ("invalid window: ..., got '5x'"), the same for every protocol.
+ * the sl__parse_* helpers (args.h) and sl_svc_parse_at, whose messages are
+ * what the client is told ("invalid window: ..., got '5x'"), the same for
+ * every protocol.
  */
 #ifndef SL_SERVICE_H
 #define SL_SERVICE_H
@@ -111,18 +112,25 @@ void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params
 void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, int algo_hi,
                   sl_svc_cb cb, void *arg);
 
-/* RL.CHECK: descriptors as sl_check_plan_make takes them (read only
- * during the call), against the serving rules, with the server's spare
- * pool.  cb gets the overall six fields and n statuses, or an error
- * ("no rules loaded ...", the plan's own message). */
-void sl_svc_check(sl_svc_ctx *x, const char *domain, size_t dlen, const sl_rule_entry *const *descs,
-                  const int *ndesc, int n, int64_t cost, int64_t at, sl_svc_cb cb, void *arg);
-/* ... with over[i] descriptor i's limit override (sl_check_plan_make_over;
- * over NULL: none), read only during the call. */
-void sl_svc_check_over(sl_svc_ctx *x, const char *domain, size_t dlen,
-                       const sl_rule_entry *const *descs, const int *ndesc,
-                       const sl_check_override *over, int n, int64_t cost, int64_t at, sl_svc_cb cb,
-                       void *arg);
+/* One RL.CHECK request, as every front builds it (RESP's RL.CHECK, HTTP's
+ * /v1/check and forward-auth, gRPC's ShouldRateLimit).  Everything it
+ * points to is the caller's, read only during sl_svc_check. */
+typedef struct sl_svc_check_req {
+    const char *domain; /* dlen bytes */
+    size_t dlen;
+    int n;                             /* descriptors: sl_check_shape_desc's bounds */
+    const sl_rule_entry *const *descs; /* descriptor i: its ndesc[i] entries descs[i] */
+    const int *ndesc;
+    const sl_check_override *over; /* descriptor i's limit override over[i]; NULL: none */
+    int64_t cost;                  /* of every descriptor (0..SL_MAX_LIMIT) */
+    int64_t at;                    /* ms: the decision's time */
+} sl_svc_check_req;
+
+/* RL.CHECK of q (sl_check_plan_make_over: against the serving rules, with
+ * the server's spare pool).  cb gets the overall six fields and q->n
+ * statuses, or an error ("no rules loaded ...", the plan's own message:
+ * a bad shape, too many limits, a key too long). */
+void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *q, sl_svc_cb cb, void *arg);
 
 /* ---- rules and numbers ----------------------------------------------------- */
 

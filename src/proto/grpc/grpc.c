@@ -54,6 +54,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "h2.h"
 #include "hpack.h"
+#include "ratelimit_headers.h"
 #include "rls_wire.h"
 #include "service.h"
 
@@ -406,91 +407,6 @@ static void unit_of(const sl_rule_limit *rl, int64_t limit, rls_limit *out)
     out->requests_per_unit = r >= (long double)UINT32_MAX ? UINT32_MAX : (uint32_t)r;
 }
 
-/* Whether status st shows a limit the client is held to, in the RateLimit
- * headers (docs/http.md, "The headers of a rules decision"). */
-static int shown(const sl_check_status *st)
-{
-    if (st->rule == NULL || st->name == NULL || st->shadow) return 0;
-    if (st->code == SL_CHECK_NO_RULE || st->code == SL_CHECK_UNLIMITED) return 0;
-    return !(st->code == SL_CHECK_OK && st->limit == 0);
-}
-
-/* Appends name as an RFC 9651 string, escaped as docs/http.md says. */
-static int sf_string(sl_buf *b, const char *s)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    int rc = sl_buf_add(b, "\"", 1);
-    for (; *s && rc == 0; s++) {
-        unsigned char ch = (unsigned char)*s;
-        char e[3];
-        if (ch == '"' || ch == '\\')
-            e[0] = '\\', e[1] = (char)ch, rc = sl_buf_add(b, e, 2);
-        else if (ch < 0x20 || ch > 0x7e || ch == '%')
-            e[0] = '%', e[1] = hex[ch >> 4], e[2] = hex[ch & 15], rc = sl_buf_add(b, e, 3);
-        else
-            rc = sl_buf_add(b, s, 1);
-    }
-    return rc == 0 ? sl_buf_add(b, "\"", 1) : rc;
-}
-
-static long long ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
-
-/* The RateLimit headers of /v1/check (docs/http.md) for reply r, as
- * HeaderValues in hv[] (at most 7: X-RateLimit-Delay-Ms on an allowed
- * answer with a leaky bucket's delay) with their text in pol, now and
- * small[0..4].  Returns how many. */
-static int rate_headers(const sl_svc_reply *r, rls_header *hv, sl_buf *pol, sl_buf *now,
-                        char (*small)[32])
-{
-    int n = 0, any = 0;
-    for (int d = 0; d < r->n; d++) {
-        const sl_check_status *st = &r->st[d];
-        int again = 0;
-        for (int e = 0; e < d && !again; e++) again = shown(&r->st[e]) && r->st[e].rule == st->rule;
-        if (!shown(st) || again) continue;
-        /* one member per limit, with its most restrictive descriptor's
-         * numbers (as /v1/check: docs/http.md) */
-        for (int e = d + 1; e < r->n; e++)
-            if (shown(&r->st[e]) && r->st[e].rule == st->rule &&
-                sl_check_status_tighter(&r->st[e], st))
-                st = &r->st[e];
-        char num[80];
-        long long w = ceil_s(st->rule->params.window_ms);
-        if (any) sl_buf_add(pol, ", ", 2), sl_buf_add(now, ", ", 2);
-        sf_string(pol, st->name);
-        snprintf(num, sizeof num, ";q=%lld;w=%lld", (long long)st->limit, w < 1 ? 1 : w);
-        sl_buf_adds(pol, num);
-        sf_string(now, st->name);
-        snprintf(num, sizeof num, ";r=%lld;t=%lld", (long long)st->remaining,
-                 ceil_s(st->reset_after_ms));
-        sl_buf_adds(now, num);
-        any = 1;
-    }
-    if (sl_buf_add(pol, "", 1) != 0 || sl_buf_add(now, "", 1) != 0) return 0;
-    if (any) {
-        hv[n].key = "RateLimit-Policy", hv[n++].value = pol->p;
-        hv[n].key = "RateLimit", hv[n++].value = now->p;
-    }
-    const sl_result *x = &r->result;
-    if (!any && x->allowed) return n; /* no limit applied: nothing to tell */
-    snprintf(small[0], 32, "%lld", (long long)x->limit);
-    snprintf(small[1], 32, "%lld", (long long)x->remaining);
-    snprintf(small[2], 32, "%lld", ceil_s(x->reset_after_ms));
-    hv[n].key = "X-RateLimit-Limit", hv[n++].value = small[0];
-    hv[n].key = "X-RateLimit-Remaining", hv[n++].value = small[1];
-    hv[n].key = "X-RateLimit-Reset", hv[n++].value = small[2];
-    if (!x->allowed && x->retry_after_ms >= 0) {
-        long long s = ceil_s(x->retry_after_ms);
-        snprintf(small[3], 32, "%lld", s < 1 ? 1 : s);
-        hv[n].key = "Retry-After", hv[n++].value = small[3];
-    }
-    if (x->allowed && x->delay_ms > 0) { /* as sl_http_overall_headers */
-        snprintf(small[4], 32, "%lld", (long long)x->delay_ms);
-        hv[n].key = "X-RateLimit-Delay-Ms", hv[n++].value = small[4];
-    }
-    return n;
-}
-
 /* The gRPC status of a service error (sl_svc_check's rc). */
 static int status_of(int rc, const char *msg)
 {
@@ -513,9 +429,8 @@ static void answer_rls(gstream *st, const greq *q, const sl_svc_reply *r)
     rls_status sts[SL_CHECK_MAX_DESC], *stp[SL_CHECK_MAX_DESC];
     rls_limit lim[SL_CHECK_MAX_DESC];
     Google__Protobuf__Duration dur[SL_CHECK_MAX_DESC];
-    rls_header hv[7], *hvp[7];
-    sl_buf pol = {0}, now = {0};
-    char small[5][32];
+    rls_header hv[SL_RLH_MAX_FIELDS], *hvp[SL_RLH_MAX_FIELDS];
+    char text[SL_RLH_CAP]; /* the headers' values */
     resp.overall_code = r->result.allowed
                             ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK
                             : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT;
@@ -546,20 +461,19 @@ static void answer_rls(gstream *st, const greq *q, const sl_svc_reply *r)
     }
     resp.n_statuses = (size_t)r->n;
     resp.statuses = stp;
-    if (q->want_headers) {
-        int n = rate_headers(r, hv, &pol, &now, small);
-        for (int i = 0; i < n; i++) {
-            rls_header tmp = ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
-            tmp.key = hv[i].key, tmp.value = hv[i].value;
-            hv[i] = tmp;
+    if (q->want_headers) { /* /v1/check's headers (docs/envoy.md) */
+        sl_rlh o;
+        sl_rlh_init(&o, text, sizeof text, 0);
+        sl_rlh_check(&o, r->st, r->n, &r->result);
+        for (int i = 0; i < o.n; i++) {
+            hv[i] = (rls_header)ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
+            hv[i].key = (char *)o.name[i], hv[i].value = (char *)o.value[i];
             hvp[i] = &hv[i];
         }
-        resp.n_response_headers_to_add = (size_t)n;
+        resp.n_response_headers_to_add = (size_t)o.n;
         resp.response_headers_to_add = hvp;
     }
     answer_message(st, &resp.base);
-    free(pol.p);
-    free(now.p);
 }
 
 static void on_rls(void *arg, const sl_svc_reply *r)
@@ -607,7 +521,7 @@ static int override_of(const rls_desc_override *o, sl_check_override *out)
 }
 
 /* Checks a request's descriptors and runs it (a descriptor's limit
- * override goes to the plan: sl_check_plan_make_over).  Bad input is answered
+ * override goes to the plan: sl_svc_check_req.over).  Bad input is answered
  * INVALID_ARGUMENT (UNIMPLEMENTED for what sluiced does not do) with a
  * message naming what and where; the backend is not asked then. */
 static void run_rls(gstream *st, const rls_req *m)
@@ -626,11 +540,12 @@ static void run_rls(gstream *st, const rls_req *m)
         answer_status(st, ST_INVALID_ARGUMENT, "rate limit domain must not be empty");
         return;
     }
-    if (m->n_descriptors == 0) {
+    sl_check_shape shape = sl_check_shape_desc((int64_t)m->n_descriptors);
+    if (shape == SL_CHECK_SHAPE_NONE) {
         answer_status(st, ST_INVALID_ARGUMENT, "rate limit descriptor list must not be empty");
         return;
     }
-    if (m->n_descriptors > SL_CHECK_MAX_DESC) {
+    if (shape == SL_CHECK_SHAPE_MANY) {
         snprintf(err, sizeof err, "at most %d descriptors in one request, got %zu",
                  SL_CHECK_MAX_DESC, m->n_descriptors);
         answer_status(st, ST_INVALID_ARGUMENT, err);
@@ -655,7 +570,7 @@ static void run_rls(gstream *st, const rls_req *m)
             return;
         }
         any_ov |= ds->limit != NULL;
-        if (ds->n_entries == 0 || ds->n_entries > SL_RULES_MAX_DEPTH) {
+        if (sl_check_shape_entries((int64_t)ds->n_entries) != SL_CHECK_SHAPE_OK) {
             snprintf(err, sizeof err, "descriptor %d: %zu entries (expected 1 to %d)", d + 1,
                      ds->n_entries, SL_RULES_MAX_DEPTH);
             answer_status(st, ST_INVALID_ARGUMENT, err);
@@ -696,8 +611,15 @@ static void run_rls(gstream *st, const rls_req *m)
     g->calls++;
     st->inflight = 1;   /* on_rls clears it; a stream closing before is an orphan */
     sl_conn_hold(g->c); /* until on_rls: counted by net.c, waited for by a stop */
-    sl_svc_check_over(x, m->domain, strlen(m->domain), descs, ndesc, any_ov ? ov : NULL, n, dcost,
-                      g->now, on_rls, q);
+    sl_svc_check_req c = {.domain = m->domain,
+                          .dlen = strlen(m->domain),
+                          .n = n,
+                          .descs = descs,
+                          .ndesc = ndesc,
+                          .over = any_ov ? ov : NULL,
+                          .cost = dcost,
+                          .at = g->now};
+    sl_svc_check(x, &c, on_rls, q);
 }
 
 /* ---- Health/Check ---------------------------------------------------------------- */

@@ -19,111 +19,12 @@
 
 /* ---- the answer ------------------------------------------------------------- */
 
-char *sl_http_sf_string(char *dst, size_t cap, const char *s, size_t n)
-{
-    static const char hex[] = "0123456789ABCDEF";
-    size_t o = 0;
-    if (cap < 3) return NULL;
-    dst[o++] = '"';
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (o + 5 > cap) return NULL; /* room for the longest (3) and the closing '"', NUL */
-        if (ch == '"' || ch == '\\') {
-            dst[o++] = '\\';
-            dst[o++] = (char)ch;
-        } else if (ch < 0x20 || ch > 0x7e || ch == '%') {
-            dst[o++] = '%';
-            dst[o++] = hex[ch >> 4];
-            dst[o++] = hex[ch & 15];
-        } else {
-            dst[o++] = (char)ch;
-        }
-    }
-    dst[o++] = '"';
-    dst[o] = '\0';
-    return dst;
-}
-
-/* Whether status st is a limit the client is held to (check_int.h). */
-static int shown(const sl_check_status *st)
-{
-    if (st->rule == NULL || st->name == NULL || st->shadow) return 0;
-    if (st->code == SL_CHECK_NO_RULE || st->code == SL_CHECK_UNLIMITED) return 0;
-    return !(st->code == SL_CHECK_OK && st->limit == 0); /* a replaced limit */
-}
-
-/* The status that descriptor d's member shows, or NULL when it has none:
- * a limit reported by several descriptors (one rule, two values) has one
- * member, at its first descriptor, with the numbers of the most
- * restrictive of them (sl_check_status_tighter) -- on a denial, the one
- * that blocks. */
-static const sl_check_status *pick(const sl_svc_reply *r, int d)
-{
-    const sl_check_status *st = &r->st[d];
-    if (!shown(st)) return NULL;
-    for (int e = 0; e < d; e++)
-        if (shown(&r->st[e]) && r->st[e].rule == st->rule) return NULL; /* listed there */
-    for (int e = d + 1; e < r->n; e++)
-        if (shown(&r->st[e]) && r->st[e].rule == st->rule && sl_check_status_tighter(&r->st[e], st))
-            st = &r->st[e];
-    return st;
-}
-
-/* Appends the header `name` whose value is the list of r's shown
- * statuses, each NAME;K1=V1;K2=V2 (q and w, or r and t); returns how many. */
-static int add_list(sl_hhdrs *h, const sl_svc_reply *r, const char *hname, int now)
-{
-    size_t nlen = strlen(hname), start = h->len;
-    int members = 0;
-    char name[3 * 256 + 8];
-    if (start + nlen + 4 > sizeof h->b) {
-        h->cut = 1;
-        return 0;
-    }
-    memcpy(h->b + h->len, hname, nlen);
-    memcpy(h->b + h->len + nlen, ": ", 2);
-    h->len += nlen + 2;
-    for (int d = 0; d < r->n; d++) {
-        const sl_check_status *st = pick(r, d);
-        if (st == NULL) continue;
-        if (sl_http_sf_string(name, sizeof name, st->name, strlen(st->name)) == NULL) continue;
-        size_t sn = strlen(name);
-        if (h->len + sn + 2 + 2 * 24 + 8 + 2 > sizeof h->b) { /* cannot fit: no header */
-            h->len = start;
-            h->cut = 1;
-            return 0;
-        }
-        char *o = h->b + h->len;
-        if (members++ > 0) *o++ = ',', *o++ = ' ';
-        memcpy(o, name, sn);
-        o += sn;
-        long long w = sl_http_ceil_s(st->rule->params.window_ms);
-        long long v1 = now ? (long long)st->remaining : (long long)st->limit;
-        long long v2 = now ? sl_http_ceil_s(st->reset_after_ms) : (w < 1 ? 1 : w);
-        memcpy(o, now ? ";r=" : ";q=", 3);
-        o += 3;
-        o += sl_http_itoa(o, v1);
-        memcpy(o, now ? ";t=" : ";w=", 3);
-        o += 3;
-        o += sl_http_itoa(o, v2);
-        h->len = (size_t)(o - h->b);
-    }
-    if (members == 0) {
-        h->len = start;
-        return 0;
-    }
-    memcpy(h->b + h->len, "\r\n", 2);
-    h->len += 2;
-    return members;
-}
-
 void sl_http_check_headers(sl_hhdrs *h, const sl_svc_reply *r)
 {
-    int any = add_list(h, r, "RateLimit-Policy", 0) > 0;
-    if (any) add_list(h, r, "RateLimit", 1);
-    const sl_result *x = &r->result;
-    if (!any && x->allowed) return; /* no limit applied: nothing to tell */
-    sl_http_overall_headers(h, x);
+    sl_rlh o;
+    sl_hhdrs_rlh(h, &o);
+    sl_rlh_check(&o, r->st, r->n, &r->result);
+    sl_hhdrs_took(h, &o);
 }
 
 static json_t *statuses(const sl_svc_reply *r)
@@ -191,9 +92,7 @@ static void on_checked(void *arg, const sl_svc_reply *r)
         sl_http_send_json_h(&c->a, &h, 429, "Too Many Requests", o);
 }
 
-void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *domain, size_t dlen,
-                       const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                       int64_t at)
+void sl_http_check_run(http_worker *hw, const sl_http_check *c, const sl_svc_check_req *q)
 {
     const char *why;
     if (sl_svc_rules(hw->svc, &why) == NULL) {
@@ -203,7 +102,7 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *doma
     /* the answer may come after this returns: its state in the slot */
     sl_http_check *cc = sl_slot_data(c->a.slot);
     *cc = *c;
-    sl_svc_check(hw->svc, domain, dlen, descs, ndesc, n, cost, at, on_checked, cc);
+    sl_svc_check(hw->svc, q, on_checked, cc);
 }
 
 /* ---- POST /v1/check --------------------------------------------------------- */
@@ -309,14 +208,16 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
          sl_svc_parse_at(hw->svc, now, txt, strlen(txt), &b->at, err, errlen) != 0))
         return -1;
     const json_t *ds = json_object_get(root, "descriptors");
-    if (!json_is_array(ds) || json_array_size(ds) == 0) {
+    sl_check_shape shape =
+        json_is_array(ds) ? sl_check_shape_desc((int64_t)json_array_size(ds)) : SL_CHECK_SHAPE_NONE;
+    if (shape == SL_CHECK_SHAPE_NONE) {
         snprintf(err, errlen,
                  "descriptors must be a non-empty array of descriptors "
                  "([[{\"key\": K, \"value\": V}, ...], ...])%s",
                  ds == NULL ? " (it is missing)" : "");
         return -1;
     }
-    if (json_array_size(ds) > SL_CHECK_MAX_DESC) {
+    if (shape == SL_CHECK_SHAPE_MANY) {
         snprintf(err, errlen, "at most %d descriptors in one RL.CHECK, got %zu", SL_CHECK_MAX_DESC,
                  json_array_size(ds));
         return -1;
@@ -324,14 +225,16 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     b->n = (int)json_array_size(ds);
     for (int d = 0; d < b->n; d++) {
         const json_t *one = json_array_get(ds, (size_t)d);
-        if (!json_is_array(one) || json_array_size(one) == 0) {
+        shape = json_is_array(one) ? sl_check_shape_entries((int64_t)json_array_size(one))
+                                   : SL_CHECK_SHAPE_NONE;
+        if (shape == SL_CHECK_SHAPE_NONE) {
             snprintf(err, errlen,
                      "descriptors[%d] must be a non-empty array of entries "
                      "[{\"key\": K, \"value\": V}, ...]",
                      d);
             return -1;
         }
-        if (json_array_size(one) > SL_RULES_MAX_DEPTH) {
+        if (shape == SL_CHECK_SHAPE_MANY) {
             snprintf(err, errlen, "descriptors[%d]: at most %d entries in one descriptor", d,
                      SL_RULES_MAX_DEPTH);
             return -1;
@@ -373,7 +276,14 @@ void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
         sl_http_send_error(&req->a, 400, "Bad Request", err);
     } else {
         sl_http_check c = {req->a, 1, 0};
-        sl_http_check_run(hw, &c, b->domain, b->dlen, b->descs, b->ndesc, b->n, b->cost, b->at);
+        sl_svc_check_req q = {.domain = b->domain,
+                              .dlen = b->dlen,
+                              .n = b->n,
+                              .descs = b->descs,
+                              .ndesc = b->ndesc,
+                              .cost = b->cost,
+                              .at = b->at};
+        sl_http_check_run(hw, &c, &q);
     }
     free(b);
     json_decref(root);

@@ -18,32 +18,19 @@ typedef struct sl_http_check {
     int deny_status; /* json == 0: the status of a denial (--auth-deny-status) */
 } sl_http_check;
 
-/* Decides descriptors descs (ndesc[i] entries each, n of them; read only
- * during the call) in domain (dlen bytes) at `at`, cost `cost`, through
- * sl_svc_check, and answers c->req as c says: the decision's headers
- * (sl_http_check_headers), then for JSON the six fields and "statuses";
- * 503 with a JSON error when the server has no rules, 400 for a request
- * the rules refuse (too many limits, a key too long).  c is read only
- * during the call: the decision in flight keeps a copy in the slot's data
- * (sl_slot_data). */
-void sl_http_check_run(http_worker *hw, const sl_http_check *c, const char *domain, size_t dlen,
-                       const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
-                       int64_t at);
+/* Decides q (sl_svc_check; read only during the call) and answers c->a
+ * as c says: the decision's headers (sl_http_check_headers), then for
+ * JSON the six fields and "statuses"; 503 with a JSON error when the
+ * server has no rules, 400 for a request the rules refuse (too many
+ * limits, a key too long).  c is read only during the call: the decision
+ * in flight keeps a copy in the slot's data (sl_slot_data). */
+void sl_http_check_run(http_worker *hw, const sl_http_check *c, const sl_svc_check_req *q);
 
-/* The headers of a rules decision (docs/http.md, "POST /v1/check"):
- * RateLimit-Policy and RateLimit with one member per descriptor whose
- * status names a limit the client is held to (not NO_RULE, UNLIMITED,
- * shadow, nor a replaced limit; a limit reported by two descriptors once),
- * named by the rule's name; X-RateLimit-* and Retry-After from the overall
- * (most restrictive) six fields.  No header at all when no limit applied
- * and the request is allowed. */
+/* The headers of a rules decision (docs/http.md, "POST /v1/check"), after
+ * h's: sl_rlh_check (ratelimit_headers.h) of r's statuses and overall six
+ * fields.  No header at all when no limit applied and the request is
+ * allowed. */
 void sl_http_check_headers(sl_hhdrs *h, const sl_svc_reply *r);
-
-/* Writes s (n bytes) as an RFC 9651 sf-string into dst (cap bytes, NUL
- * ended): quotes around, '"' and '\' escaped by a backslash, and each byte
- * outside 0x20..0x7E -- and '%' itself -- as %XX (upper-case hex), which
- * an sf-string cannot hold raw.  Returns dst, or NULL when it does not fit. */
-char *sl_http_sf_string(char *dst, size_t cap, const char *s, size_t n);
 
 /* The endpoints (routes in http.c): POST /v1/check (check.c), and
  * /v1/auth/DOMAIN, any method (fauth.c). */

@@ -242,6 +242,13 @@ void sl_http_v1_auth(http_worker *hw, const sl_hreq *req)
     const sl_rule_entry *descs[4] = {&ent[0], &ent[1], &ent[2], &ent[3]};
     const int ndesc[4] = {1, 1, 1, 1};
     sl_http_check c = {req->a, 0, cfg->auth_deny_status};
-    sl_http_check_run(hw, &c, domain, dlen, descs, ndesc, n, 1, sl_now_ms());
+    sl_svc_check_req q = {.domain = domain,
+                          .dlen = dlen,
+                          .n = n,
+                          .descs = descs,
+                          .ndesc = ndesc,
+                          .cost = 1,
+                          .at = sl_now_ms()};
+    sl_http_check_run(hw, &c, &q);
     if (buf != stack) free(buf);
 }

@@ -33,26 +33,12 @@
 #include "http.h"
 #include "http_int.h"
 #include "metrics.h"
+#include "ratelimit_headers.h"
 #include "service.h"
 #include "status.h"
 #include "util.h"
 
 /* ---- writing answers ---------------------------------------------------------- */
-
-size_t sl_http_itoa(char *dst, long long v)
-{
-    char t[24];
-    size_t n = 0, o = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do {
-        t[n++] = (char)('0' + u % 10);
-        u /= 10;
-    } while (u != 0);
-    if (v < 0) dst[o++] = '-';
-    while (n > 0) dst[o++] = t[--n];
-    dst[o] = '\0';
-    return o;
-}
 
 void sl_hhdrs_init(sl_hhdrs *h)
 {
@@ -87,7 +73,7 @@ void sl_hhdrs_add(sl_hhdrs *h, const char *name, const char *value)
 void sl_hhdrs_int(sl_hhdrs *h, const char *name, long long v)
 {
     char t[24];
-    sl_hhdrs_addn(h, name, t, sl_http_itoa(t, v));
+    sl_hhdrs_addn(h, name, t, sl_rlh_itoa(t, v));
 }
 
 /* "Date: <IMF-fixdate>\r\n" of the current second, written once a second
@@ -130,7 +116,7 @@ void sl_http_send(const sl_hans *a, int code, const char *reason, const sl_hhdrs
     rc |= sl_buf_add(b, date, dn);
     if (h != NULL && h->len > 0) rc |= sl_buf_add(b, h->b, h->len);
     if (ctype != NULL) rc |= ADD(b, "Content-Type: ") | sl_buf_adds(b, ctype) | ADD(b, "\r\n");
-    rc |= ADD(b, "Content-Length: ") | sl_buf_add(b, num, sl_http_itoa(num, (long long)len)) |
+    rc |= ADD(b, "Content-Length: ") | sl_buf_add(b, num, sl_rlh_itoa(num, (long long)len)) |
           ADD(b, "\r\n\r\n");
     if (!a->head && len > 0) rc |= sl_buf_add(b, body, len);
     if (rc != 0) { /* out of memory: what fits of an answer that says so */
@@ -206,51 +192,12 @@ void sl_http_send_error(const sl_hans *a, int code, const char *reason, const ch
     sl_http_send_error_h(a, NULL, code, reason, msg);
 }
 
-long long sl_http_ceil_s(int64_t ms) { return (long long)((ms + 999) / 1000); }
-
-/* Appends "NAME;K1=V1;K2=V2" to d; returns the end. */
-static char *member(char *d, const char *name, size_t nlen, const char *k1, long long v1,
-                    const char *k2, long long v2)
-{
-    memcpy(d, name, nlen);
-    d += nlen;
-    *d++ = ';';
-    *d++ = k1[0];
-    *d++ = '=';
-    d += sl_http_itoa(d, v1);
-    *d++ = ';';
-    *d++ = k2[0];
-    *d++ = '=';
-    d += sl_http_itoa(d, v2);
-    return d;
-}
-
 void sl_http_decision_headers(sl_hhdrs *h, const sl_result *r, int64_t window_ms)
 {
-    char v[128];
-    long long w = sl_http_ceil_s(window_ms);
-    if (w < 1) w = 1;
-    char *e = member(v, "\"default\"", 9, "q", (long long)r->limit, "w", w);
-    sl_hhdrs_addn(h, "RateLimit-Policy", v, (size_t)(e - v));
-    e = member(v, "\"default\"", 9, "r", (long long)r->remaining, "t",
-               sl_http_ceil_s(r->reset_after_ms));
-    sl_hhdrs_addn(h, "RateLimit", v, (size_t)(e - v));
-    sl_http_overall_headers(h, r);
-}
-
-void sl_http_overall_headers(sl_hhdrs *h, const sl_result *r)
-{
-    sl_hhdrs_int(h, "X-RateLimit-Limit", (long long)r->limit);
-    sl_hhdrs_int(h, "X-RateLimit-Remaining", (long long)r->remaining);
-    sl_hhdrs_int(h, "X-RateLimit-Reset", sl_http_ceil_s(r->reset_after_ms));
-    if (!r->allowed && r->retry_after_ms >= 0) {
-        long long s = sl_http_ceil_s(r->retry_after_ms);
-        sl_hhdrs_int(h, "Retry-After", s < 1 ? 1 : s);
-    }
-    /* leaky-bucket's queue: in ms, as exact as the JSON's delay_ms (a
-     * shaping delay is mostly below a second; docs/http.md) */
-    if (r->allowed && r->delay_ms > 0)
-        sl_hhdrs_int(h, "X-RateLimit-Delay-Ms", (long long)r->delay_ms);
+    sl_rlh o;
+    sl_hhdrs_rlh(h, &o);
+    sl_rlh_decision(&o, r, window_ms);
+    sl_hhdrs_took(h, &o);
 }
 
 /* ---- the request ---------------------------------------------------------------- */
@@ -322,7 +269,7 @@ static char *jfield(char *d, const char *name, long long v)
     *d++ = '"';
     *d++ = ':';
     *d++ = ' ';
-    return d + sl_http_itoa(d, v);
+    return d + sl_rlh_itoa(d, v);
 }
 
 static void on_allowed(void *arg, const sl_svc_reply *r)
@@ -526,7 +473,7 @@ void sl_http_send_blocked(const sl_hreq *req, const sl_config *cfg, const char *
     char msg[256];
     sl_hhdrs h;
     sl_hhdrs_init(&h);
-    sl_hhdrs_int(&h, "Retry-After", sl_http_ceil_s(retry_ms));
+    sl_hhdrs_int(&h, "Retry-After", sl_rlh_ceil_s(retry_ms));
     snprintf(msg, sizeof msg,
              "too many failed logins from %s: retry in %lld ms (at most %lld failures per "
              "%lld ms; this token was not checked)",

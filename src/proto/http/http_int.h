@@ -16,6 +16,7 @@
 
 #include "h1.h"
 #include "proto.h"
+#include "ratelimit_headers.h"
 #include "service.h"
 
 /* One worker's HTTP state (its protocol scratch, proto.h): shared by every
@@ -89,8 +90,18 @@ void sl_hhdrs_add(sl_hhdrs *h, const char *name, const char *value);
 void sl_hhdrs_addn(sl_hhdrs *h, const char *name, const char *value, size_t vlen);
 void sl_hhdrs_int(sl_hhdrs *h, const char *name, long long v);
 
-/* Decimal text of v into dst (room for 21 bytes); returns its length. */
-size_t sl_http_itoa(char *dst, long long v);
+/* The rate-limit headers' writer (ratelimit_headers.h) set to write h's
+ * lines after what h holds; sl_hhdrs_took then counts what it wrote (and
+ * what it left out: h->cut). */
+static inline void sl_hhdrs_rlh(sl_hhdrs *h, sl_rlh *o)
+{
+    sl_rlh_init(o, h->b + h->len, sizeof h->b - h->len, 1);
+}
+static inline void sl_hhdrs_took(sl_hhdrs *h, const sl_rlh *o)
+{
+    h->len += o->len;
+    h->cut |= o->cut;
+}
 
 /* Writes the whole answer into a's slot and completes it: the status line
  * (HTTP/1.a->minor code reason), Date, Connection: close when a->close,
@@ -111,23 +122,10 @@ void sl_http_send_error(const sl_hans *a, int code, const char *reason, const ch
 void sl_http_send_error_h(const sl_hans *a, const sl_hhdrs *h, int code, const char *reason,
                           const char *msg);
 
-/* ceil(ms / 1000) for ms >= 0: seconds never shorter than ms. */
-long long sl_http_ceil_s(int64_t ms);
-
 /* The headers of every decision (SPEC section 8) for the one limit named
- * "default": RateLimit-Policy and RateLimit as structured-field lists
- * (RFC 9651; draft-ietf-httpapi-ratelimit-headers), the X-RateLimit-*
- * trio, and Retry-After on a denial that can ever be allowed.  The window
- * is in seconds rounded up (at least 1: a structured-field integer cannot
- * say half a second). */
+ * "default" (sl_rlh_decision: RateLimit-Policy, RateLimit, the
+ * X-RateLimit-* trio, Retry-After, X-RateLimit-Delay-Ms), after h's. */
 void sl_http_decision_headers(sl_hhdrs *h, const sl_result *r, int64_t window_ms);
-
-/* The headers every decision carries whatever its policies: the
- * X-RateLimit-* trio of r (Reset: seconds, rounded up) and, on a denial
- * that can ever be allowed, Retry-After (seconds rounded up, at least 1;
- * none when retry_after_ms is -1); on an allowed answer with delay_ms > 0
- * (a leaky bucket's queue), X-RateLimit-Delay-Ms: delay_ms. */
-void sl_http_overall_headers(sl_hhdrs *h, const sl_result *r);
 
 /* An endpoint: called on the worker's thread for a request whose path
  * matched its route and whose method is in the route's set.  It answers

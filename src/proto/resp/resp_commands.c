@@ -360,7 +360,8 @@ static void cmd_check(req *q)
     for (int i = 2; i < c->argc;) {
         const sl_resp_arg *o = &c->argv[i];
         if (arg_is(o, "DESCRIPTOR")) {
-            if (++n == SL_CHECK_MAX_DESC) {
+            n++; /* descriptor n opens: n + 1 of them */
+            if (sl_check_shape_desc(n + 1) == SL_CHECK_SHAPE_MANY) {
                 err_reply(q, "at most %d descriptors in one RL.CHECK", SL_CHECK_MAX_DESC);
                 return;
             }
@@ -394,7 +395,7 @@ static void cmd_check(req *q)
             err_reply(q, "descriptor key '%s' has no value", quote(qb, sizeof qb, o));
             return;
         }
-        if (ndesc[n] == SL_RULES_MAX_DEPTH) {
+        if (sl_check_shape_entries(ndesc[n] + 1) == SL_CHECK_SHAPE_MANY) {
             err_reply(q, "at most %d entries in one descriptor", SL_RULES_MAX_DEPTH);
             return;
         }
@@ -403,19 +404,25 @@ static void cmd_check(req *q)
     }
     n++;
     for (int d = 0; d < n; d++) {
-        if (ndesc[d] == 0) {
+        if (sl_check_shape_entries(ndesc[d]) == SL_CHECK_SHAPE_NONE) {
             err_reply(q, "descriptor %d has no entries (expected DESCRIPTOR key value ...)", d + 1);
             return;
         }
     }
-    if (n == 0) {
+    if (sl_check_shape_desc(n) == SL_CHECK_SHAPE_NONE) {
         err_reply(q, "RL.CHECK needs at least one DESCRIPTOR");
         return;
     }
     sl_slot *s = sl_conn_slot(q->c);
     if (s == NULL) return;
-    sl_svc_check(q->x, c->argv[1].p, c->argv[1].len, descs, ndesc, n, cost, at,
-                 q->proto == SL_RESP3 ? on_check3 : on_check2, s);
+    sl_svc_check_req r = {.domain = c->argv[1].p,
+                          .dlen = c->argv[1].len,
+                          .n = n,
+                          .descs = descs,
+                          .ndesc = ndesc,
+                          .cost = cost,
+                          .at = at};
+    sl_svc_check(q->x, &r, q->proto == SL_RESP3 ? on_check3 : on_check2, s);
 }
 
 /* ---- RL.RESET --------------------------------------------------------------- */
