@@ -31,6 +31,7 @@
 #include <strings.h>
 
 #include "args.h"
+#include "checkexec.h"
 #include "lone.h"
 #include "redismodule_api.h"
 #include "sluice.h"
@@ -695,26 +696,22 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
  * all-or-none: the script's op C (docs/redis-scripts.md) with the same
  * arguments, a key before each counter's fields, and the same reply --
  * allowed, quota_denied, pool_charged, then per counter its six fields and
- * `stretched`.  The steps are the local backend's (sl__local_check_exec),
- * each on the module's decide / peek / decide-all of lone records.  Made
+ * `stretched`.  The rounds are the library's executor (src/lib/checkexec.h,
+ * also the local backend's), on the module's lone records.  Made
  * for the backend, which has checked every parameter; refused arguments
  * get -ERR naming the counter. */
 #define CP_ITEM 13 /* a counter's arguments: its key and 12 fields */
 #define CP_POOL 8  /* the pool's: its key and 7 fields */
 
-typedef struct cp_item {
-    int keyarg;           /* argv index of its key */
-    sl_params p, big, up; /* its parameters; at L = SL_MAX_LIMIT (Lyft); at its ceiling */
-    int64_t cost, ceiling, qmask;
-    int shadow, quota, lyft;
-    uint8_t **rec; /* its record (cmd_checkplan's, put back in the key's value after) */
-    void *room;    /* the value's room a record made for it goes in, or NULL */
-} cp_item;
-
+/* The plan: the executor's (src/lib/checkexec.h), its counters then the
+ * pool in it[], each counter's parameters in p[] and key at argv[keyarg]. */
 typedef struct cp_plan {
-    int m, has_pool, denied_never, has_at;
-    int64_t at, qall, zmask;
-    cp_item it[SL_MAX_BATCH + 1]; /* the counters, then the pool */
+    int m, has_pool, has_at;
+    int64_t at;
+    int keyarg[SL_MAX_BATCH + 1];
+    sl_params p[SL_MAX_BATCH + 1];
+    sl__cx_item it[SL_MAX_BATCH + 1];
+    sl__cx_plan x;
 } cp_plan;
 
 /* An integer argument 0..max: 0, or -1 with "<what>: not an integer 0..max". */
@@ -727,8 +724,9 @@ static int cp_int(RedisModuleString *a, int64_t max, int64_t *out, const char *w
     return -1;
 }
 
-/* A key and 7 fields at argv[i..i+8): 0, or -1 with err. */
-static int cp_fields(RedisModuleString **argv, int i, cp_item *t, char *err)
+/* A key and 7 fields at argv[i..i+8), counter k's (or the pool's): 0,
+ * or -1 with err. */
+static int cp_fields(RedisModuleString **argv, int i, cp_plan *c, int k, char *err)
 {
     static const char *const what[7] = {"algo", "L", "W", "B", "P", "log_rejected", "cost"};
     static const int64_t max[7] = {
@@ -737,18 +735,19 @@ static int cp_fields(RedisModuleString **argv, int i, cp_item *t, char *err)
     size_t n;
     const char *s = RedisModule_StringPtrLen(argv[i], &n);
     if (key_ok(s, n, err) != 0) return -1;
-    t->keyarg = i;
+    c->keyarg[k] = i;
     for (int f = 0; f < 7; f++)
         if (cp_int(argv[i + 1 + f], max[f], &v[f], what[f], err) != 0) return -1;
-    t->p = (sl_params)SL_PARAMS_INIT;
-    t->p.algo = (sl_algo)v[0];
-    t->p.limit = v[1];
-    t->p.window_ms = v[2];
-    t->p.burst = v[3];
-    t->p.precision = v[4];
-    t->p.log_rejected = (int)v[5];
-    t->cost = v[6];
-    int rc = sl_params_check(&t->p);
+    sl_params *p = &c->p[k];
+    *p = (sl_params)SL_PARAMS_INIT;
+    p->algo = (sl_algo)v[0];
+    p->limit = v[1];
+    p->window_ms = v[2];
+    p->burst = v[3];
+    p->precision = v[4];
+    p->log_rejected = (int)v[5];
+    c->it[k] = (sl__cx_item){.p = p, .cost = v[6], .slot = k};
+    int rc = sl_params_check(p);
     if (rc != 0) {
         snprintf(err, ERRLEN, "%s", sl_strerror(rc));
         return -1;
@@ -778,9 +777,9 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
         if (cp_int(argv[i + f], hmax[f], &v[f], head[f], err) != 0) return -1;
     c->m = (int)v[0];
     c->has_pool = (int)v[1];
-    c->denied_never = (int)v[2];
-    c->qall = v[3];
-    c->zmask = v[4];
+    c->x.denied_never = (int)v[2];
+    c->x.qall = (uint32_t)v[3];
+    c->x.zmask = (uint32_t)v[4];
     i += 5;
     if (argc - i != CP_ITEM * c->m + CP_POOL * c->has_pool) {
         snprintf(err, ERRLEN, "%d arguments after the header for %d counters%s", argc - i, c->m,
@@ -790,213 +789,37 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
     for (int k = 0; k < c->m; k++, i += CP_ITEM) {
         static const char *const what[5] = {"shadow", "quota", "lyft", "ceiling", "qmask"};
         static const int64_t max[5] = {1, 1, 1, SL_MAX_LIMIT, 0xffff};
-        cp_item *t = &c->it[k];
+        sl__cx_item *t = &c->it[k];
         int64_t f[5] = {0};
-        int rc = cp_fields(argv, i, t, msg);
+        int rc = cp_fields(argv, i, c, k, msg);
         for (int j = 0; rc == 0 && j < 5; j++)
             rc = cp_int(argv[i + 8 + j], max[j], &f[j], what[j], msg);
-        t->shadow = (int)f[0];
-        t->quota = (int)f[1];
-        t->lyft = (int)f[2];
+        t->shadow = (unsigned char)f[0];
+        t->quota = (unsigned char)f[1];
+        t->lyft = (unsigned char)f[2];
         t->ceiling = f[3];
-        t->qmask = f[4];
-        t->big = t->up = t->p;
-        t->big.limit = SL_MAX_LIMIT;
-        t->up.limit = t->ceiling;
-        if (rc == 0 && (t->lyft && (rc = sl_params_check(&t->big)) != 0))
+        t->qmask = (uint32_t)f[4];
+        /* the executor decides a Lyft-counted counter at L = SL_MAX_LIMIT
+         * and an elastic one at its ceiling: both checked here */
+        sl_params big = c->p[k], up = c->p[k];
+        big.limit = SL_MAX_LIMIT;
+        up.limit = t->ceiling;
+        if (rc == 0 && (t->lyft && (rc = sl_params_check(&big)) != 0))
             snprintf(msg, sizeof msg, "at L = %lld: %s", SL_MAX_LIMIT, sl_strerror(rc));
-        if (rc == 0 && t->ceiling > 0 && (rc = sl_params_check(&t->up)) != 0)
+        if (rc == 0 && t->ceiling > 0 && (rc = sl_params_check(&up)) != 0)
             snprintf(msg, sizeof msg, "at its ceiling: %s", sl_strerror(rc));
         if (rc != 0) {
             snprintf(err, ERRLEN, "counter %d: %.200s", k + 1, msg);
             return -1;
         }
     }
-    if (c->has_pool && cp_fields(argv, i, &c->it[c->m], msg) != 0) {
+    if (c->has_pool && cp_fields(argv, i, c, c->m, msg) != 0) {
         snprintf(err, ERRLEN, "the pool: %.200s", msg);
         return -1;
     }
-    return 0;
-}
-
-/* A Lyft-counted counter's answer from its answer at L = SL_MAX_LIMIT
- * (which charged it), as backend_local.c's lyft_answer. */
-static void cp_lyft(const cp_item *t, const sl_result *big, sl_result *r)
-{
-    int64_t L = t->p.limit, after = SL_MAX_LIMIT - big->remaining;
-    memset(r, 0, sizeof *r);
-    r->allowed = after <= L;
-    r->limit = L;
-    r->remaining = after <= L ? L - after : 0;
-    r->reset_after_ms = big->reset_after_ms;
-    r->retry_after_ms = r->allowed ? 0 : t->cost > L ? -1 : big->reset_after_ms;
-}
-
-/* What the steps found, and whether any step committed a decision. */
-typedef struct cp_out {
-    int allowed, quota_denied, pool_charged, wrote;
-    unsigned char stretched[SL_MAX_BATCH];
-    sl_result res[SL_MAX_BATCH];
-} cp_out;
-
-/* Marks in *qover the quota descriptors with a decided counter over; 1
- * when every quota descriptor is. */
-static int cp_quota_all_over(const cp_plan *c, const cp_out *o, const unsigned char *decided,
-                             int64_t *qover)
-{
-    if (c->qall == 0) return 0;
-    for (int k = 0; k < c->m; k++)
-        if (c->it[k].qmask != 0 && decided[k] && !o->res[k].allowed) *qover |= c->it[k].qmask;
-    return *qover == c->qall;
-}
-
-/* sl__lone_decide_all over the counters idx[0..n) (params: each one's,
- * or pe[q] when pe is given), with the pool as one more member when
- * with_pool.  0 or the SL_E* code. */
-static int cp_all(const cp_plan *c, const int *idx, size_t n, const sl_params *pe, int with_pool,
-                  int64_t now, sl_result *out, int *all, cp_out *o)
-{
-    sl__lone_req r[SL_MAX_BATCH + 1];
-    for (size_t q = 0; q < n; q++) {
-        const cp_item *t = &c->it[idx[q]];
-        r[q] = (sl__lone_req){pe ? &pe[q] : &t->p, t->rec, t->cost, t->room};
-    }
-    if (with_pool) {
-        const cp_item *t = &c->it[c->m];
-        r[n++] = (sl__lone_req){&t->p, t->rec, t->cost, t->room};
-    }
-    int rc = sl__lone_decide_all(mod.loose, r, n, now, out, all, NULL);
-    if (rc == 0 && *all) o->wrote = 1;
-    return rc;
-}
-
-/* The steps of sl__local_check_exec on the plan's records at now: 0, or
- * the SL_E* code of a step that failed (a record's memory). */
-static int cp_exec(const cp_plan *c, int64_t now, cp_out *o)
-{
-    int m = c->m, idx[SL_MAX_BATCH], rc, all = 0;
-    unsigned char decided[SL_MAX_BATCH] = {0}, outq[SL_MAX_BATCH] = {0};
-    int64_t qover = c->zmask;
-    sl_result out[SL_MAX_BATCH + 1];
-    sl_params pe[SL_MAX_BATCH];
-    size_t n = 0;
-    const cp_item *pool = c->has_pool ? &c->it[m] : NULL;
-
-    /* Lyft's counting: charged whatever the answer, then judged against L */
-    for (int k = 0; k < m; k++) {
-        if (!c->it[k].lyft) continue;
-        pe[n] = c->it[k].big;
-        idx[n++] = k;
-    }
-    if (n > 0) {
-        if ((rc = cp_all(c, idx, n, pe, 0, now, out, &all, o)) != 0) return rc;
-        for (size_t q = 0; q < n; q++) {
-            cp_lyft(&c->it[idx[q]], &out[q], &o->res[idx[q]]);
-            decided[idx[q]] = 1;
-        }
-    }
-    /* denied already: every other counter only peeked */
-    int denied = c->denied_never;
-    for (int k = 0; k < m; k++)
-        if (c->it[k].lyft && !c->it[k].shadow && !c->it[k].quota && !o->res[k].allowed) denied = 1;
-    int quota_denied = !denied && cp_quota_all_over(c, o, decided, &qover);
-    if (denied || quota_denied) {
-        for (int k = 0; k < m; k++) {
-            const cp_item *t = &c->it[k];
-            if (decided[k]) continue;
-            if ((rc = sl__lone_decide(mod.loose, t->rec, t->room, &t->p, now, t->cost, 0,
-                                      &o->res[k])) != 0)
-                return rc;
-            if (!o->res[k].allowed && !t->shadow && !t->quota) quota_denied = 0;
-        }
-        o->quota_denied = quota_denied;
-        return 0;
-    }
-    /* the enforced and quota counters all-or-none; a quota counter that
-     * denies leaves the batch and the rest is decided again */
-    int allowed = 0, enforced = 0;
-    for (;;) {
-        n = 0;
-        for (int k = 0; k < m; k++)
-            if (!c->it[k].shadow && !c->it[k].lyft && !outq[k]) idx[n++] = k;
-        if (n == 0) {
-            allowed = 1;
-            break;
-        }
-        enforced = 1;
-        if ((rc = cp_all(c, idx, n, NULL, 0, now, out, &all, o)) != 0) return rc;
-        for (size_t q = 0; q < n; q++) {
-            o->res[idx[q]] = out[q];
-            decided[idx[q]] = 1;
-        }
-        if (all) {
-            allowed = 1;
-            break;
-        }
-        int hard = 0, soft = 0, quota = 0;
-        for (size_t q = 0; q < n; q++) {
-            const cp_item *t = &c->it[idx[q]];
-            if (out[q].allowed) continue;
-            if (t->quota)
-                quota = 1;
-            else if (t->ceiling > 0)
-                soft = 1;
-            else
-                hard = 1;
-        }
-        if (hard) break;
-        if (quota) {
-            for (size_t q = 0; q < n; q++)
-                if (!out[q].allowed && c->it[idx[q]].quota) outq[idx[q]] = 1;
-            if (cp_quota_all_over(c, o, decided, &qover)) {
-                quota_denied = 1;
-                break;
-            }
-            continue;
-        }
-        /* denied only by elastic limits: again, those that denied at their
-         * ceilings, with the spare pool as one more member */
-        if (soft && pool != NULL && n < SL_MAX_BATCH) {
-            sl_result out2[SL_MAX_BATCH + 1];
-            for (size_t q = 0; q < n; q++) {
-                const cp_item *t = &c->it[idx[q]];
-                pe[q] = t->ceiling > 0 && !out[q].allowed ? t->up : t->p;
-            }
-            if ((rc = cp_all(c, idx, n, pe, 1, now, out2, &all, o)) != 0) return rc;
-            if (all) {
-                allowed = 1;
-                o->pool_charged = 1;
-                for (size_t q = 0; q < n; q++) {
-                    int k = idx[q];
-                    o->stretched[k] = !o->res[k].allowed; /* over L before */
-                    o->res[k] = out2[q];
-                    if (o->stretched[k] && out2[n].remaining < o->res[k].remaining)
-                        o->res[k].remaining = out2[n].remaining;
-                }
-            }
-        }
-        break;
-    }
-    o->quota_denied = quota_denied;
-    /* within every limit: the request still uses spare capacity */
-    for (int k = 0; k < m && !enforced; k++) enforced = c->it[k].lyft && !c->it[k].shadow;
-    if (allowed && enforced && pool != NULL && !o->pool_charged) {
-        sl_result pr;
-        if ((rc = sl__lone_decide(mod.loose, pool->rec, pool->room, &pool->p, now, pool->cost, 1,
-                                  &pr)) != 0)
-            return rc;
-        o->wrote = 1;
-    }
-    o->allowed = allowed;
-    /* shadow counters: charged when the request is allowed, else peeked */
-    for (int k = 0; k < m; k++) {
-        const cp_item *t = &c->it[k];
-        if (!t->shadow || t->lyft) continue;
-        if ((rc = sl__lone_decide(mod.loose, t->rec, t->room, &t->p, now, t->cost, allowed,
-                                  &o->res[k])) != 0)
-            return rc;
-        o->wrote |= allowed;
-    }
+    c->x.n = c->m;
+    c->x.it = c->it;
+    c->x.pool = c->has_pool ? &c->it[c->m] : NULL;
     return 0;
 }
 
@@ -1007,7 +830,7 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int perr = cp_parse(ctx, argv, argc, &c, err);
     int nk = c.m + c.has_pool;
     if (RedisModule_IsKeysPositionRequest(ctx)) {
-        for (int k = 0; perr == 0 && k < nk; k++) RedisModule_KeyAtPos(ctx, c.it[k].keyarg);
+        for (int k = 0; perr == 0 && k < nk; k++) RedisModule_KeyAtPos(ctx, c.keyarg[k]);
         return REDISMODULE_OK;
     }
     if (perr != 0) return reply_err(ctx, err);
@@ -1020,12 +843,12 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int made[SL_MAX_BATCH + 1], owner[SL_MAX_BATCH + 1], nopen = 0, rc = 0;
     for (int k = 0; k < nk; k++) {
         size_t ln, lj;
-        const char *kn = RedisModule_StringPtrLen(argv[c.it[k].keyarg], &ln);
+        const char *kn = RedisModule_StringPtrLen(argv[c.keyarg[k]], &ln);
         owner[k] = -1;
         for (int j = 0; j < k && owner[k] < 0; j++) {
-            const char *kj = RedisModule_StringPtrLen(argv[c.it[j].keyarg], &lj);
+            const char *kj = RedisModule_StringPtrLen(argv[c.keyarg[j]], &lj);
             if (lj == ln && memcmp(kj, kn, ln) == 0) {
-                if (c.it[j].p.algo == c.it[k].p.algo) {
+                if (c.p[j].algo == c.p[k].algo) {
                     snprintf(err, sizeof err,
                              "counter %d names the key and algorithm of counter %d", k + 1, j + 1);
                     rc = SL_EINVAL;
@@ -1036,8 +859,7 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         if (rc != 0) break;
         if (owner[k] >= 0) continue;
         owner[k] = nopen;
-        if (open_val(ctx, argv[c.it[k].keyarg], REDISMODULE_WRITE, &keys[nopen], &vals[nopen]) !=
-            0) {
+        if (open_val(ctx, argv[c.keyarg[k]], REDISMODULE_WRITE, &keys[nopen], &vals[nopen]) != 0) {
             rc = -1; /* WRONGTYPE sent */
             break;
         }
@@ -1054,13 +876,14 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
      * cmd_decideall): a value's free room goes to the first counter whose
      * algorithm's records stay in one; a value a record may end up outside
      * the room of gets its `more` first */
-    cp_out o;
-    memset(&o, 0, sizeof o);
+    sl_result res[SL_MAX_BATCH] = {{0}};
+    unsigned char stretched[SL_MAX_BATCH] = {0};
+    sl__cx_out o = {.res = res, .stretched = stretched};
     uint8_t *recs[SL_MAX_BATCH + 1];
     int roomed[SL_MAX_BATCH + 1] = {0}, decided = 0;
     for (int k = 0; k < nk && rc == 0; k++) {
         rlval *v = vals[owner[k]];
-        int a = (int)c.it[k].p.algo;
+        int a = (int)c.p[k].algo;
         recs[k] = val_rec(v, a);
         c.it[k].rec = &recs[k];
         c.it[k].room = NULL;
@@ -1073,9 +896,12 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     }
     if (rc == 0) {
         decided = 1;
-        if ((rc = cp_exec(&c, now, &o)) != 0) snprintf(err, sizeof err, "%s", sl_strerror(rc));
+        c.x.loose = mod.loose;
+        c.x.strict = 1; /* a record's memory refused: the request fails */
+        c.x.now_ms = now;
+        if ((rc = sl__cx_run(&c.x, &o)) != 0) snprintf(err, sizeof err, "%s", sl_strerror(rc));
     }
-    for (int k = 0; decided && k < nk; k++) val_set(vals[owner[k]], (int)c.it[k].p.algo, recs[k]);
+    for (int k = 0; decided && k < nk; k++) val_set(vals[owner[k]], (int)c.p[k].algo, recs[k]);
     for (int j = 0; j < nopen; j++) {
         val_trim(vals[j]);
         if (made[j] && val_empty(vals[j])) {
@@ -1099,14 +925,14 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModule_ReplyWithLongLong(ctx, o.quota_denied);
     RedisModule_ReplyWithLongLong(ctx, o.pool_charged);
     for (int k = 0; k < c.m; k++) {
-        const sl_result *r = &o.res[k];
+        const sl_result *r = &res[k];
         RedisModule_ReplyWithLongLong(ctx, r->allowed);
         RedisModule_ReplyWithLongLong(ctx, r->limit);
         RedisModule_ReplyWithLongLong(ctx, r->remaining);
         RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
         RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
         RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
-        RedisModule_ReplyWithLongLong(ctx, o.stretched[k]);
+        RedisModule_ReplyWithLongLong(ctx, stretched[k]);
     }
     return REDISMODULE_OK;
 }
