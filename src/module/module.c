@@ -175,16 +175,23 @@ static int from_log(RedisModuleCtx *ctx)
     return (f & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) != 0;
 }
 
-/* Parses AT t: accepted with trust-client-time (within max-client-skew of
- * Redis's clock) and from the master or the AOF (unbounded); else refused
- * as sluiced refuses it. */
+/* Parses AT t (n bytes at s): accepted with trust-client-time (within
+ * max-client-skew of Redis's clock) and from the master or the AOF
+ * (unbounded); else refused as sluiced refuses it.  ctx: the command's
+ * RedisModuleCtx (sl__parse_allow's at). */
+static int parse_at_bytes(void *ctx, const char *s, size_t n, int64_t *out, char *err,
+                          size_t errlen)
+{
+    int logged = from_log(ctx);
+    return sl__parse_at(mod.trust_client_time || logged, logged ? 0 : mod.max_client_skew_ms,
+                        refused_at, RedisModule_Milliseconds(), s, n, out, err, errlen);
+}
+
 static int parse_at(RedisModuleCtx *ctx, RedisModuleString *arg, int64_t *out, char *err)
 {
     size_t n;
     const char *s = RedisModule_StringPtrLen(arg, &n);
-    int logged = from_log(ctx);
-    return sl__parse_at(mod.trust_client_time || logged, logged ? 0 : mod.max_client_skew_ms,
-                        refused_at, RedisModule_Milliseconds(), s, n, out, err, ERRLEN);
+    return parse_at_bytes(ctx, s, n, out, err, ERRLEN);
 }
 
 /* Sets the key's TTL to when all of v's state comes to rest (the latest
@@ -315,15 +322,8 @@ static int key_ok(const char *s, size_t n, char *err)
 
 typedef struct request {
     int keyarg; /* argv index of the key */
-    sl_params p;
-    int64_t cost;
-    int has_at;
-    int64_t at;
+    sl__allow_req r;
 } request;
-
-enum { OPT_ALGO, OPT_COST, OPT_BURST, OPT_PRECISION, OPT_LOGREJECTED, OPT_AT, NOPTS };
-static const char *const opt_names[NOPTS] = {"ALGO",      "COST",        "BURST",
-                                             "PRECISION", "LOGREJECTED", "AT"};
 
 static int arg_is(RedisModuleString *a, const char *word)
 {
@@ -333,70 +333,29 @@ static int arg_is(RedisModuleString *a, const char *word)
 }
 
 /* Parses argv[i..end): key limit window [options] as RL.ALLOW takes them
- * (with_at: AT allowed among them).  `stop`, when not NULL, is a word that
- * ends the request (RL.DECIDEALL's REQ).  Returns the index after the
- * request, or -1 with the client's message in err. */
+ * (sl__parse_allow, sluiced's grammar; with_at: AT allowed among them).
+ * `stop`, when not NULL, is a word that ends the request (RL.DECIDEALL's
+ * REQ).  Returns the index after the request, or -1 with the client's
+ * message in err. */
 static int parse_request(RedisModuleCtx *ctx, RedisModuleString **argv, int i, int end,
                          const char *stop, int with_at, request *q, char *err)
 {
     size_t n;
     const char *s;
-    memset(q, 0, sizeof *q);
-    q->p = (sl_params)SL_PARAMS_INIT;
-    q->cost = 1;
+    sl__arg a[SL__ALLOW_ARGS];
     if (end - i < 3) {
+        memset(q, 0, sizeof *q);
         snprintf(err, ERRLEN, "a request needs a key, a limit and a window");
         return -1;
     }
     q->keyarg = i;
     s = RedisModule_StringPtrLen(argv[i], &n);
     if (key_ok(s, n, err) != 0) return -1;
-    s = RedisModule_StringPtrLen(argv[i + 1], &n);
-    if (sl__parse_limit(s, n, &q->p.limit, err, ERRLEN) != 0) return -1;
-    s = RedisModule_StringPtrLen(argv[i + 2], &n);
-    if (sl__parse_window(s, n, &q->p.window_ms, err, ERRLEN) != 0) return -1;
-    unsigned seen = 0;
-    for (i += 3; i < end; i++) {
-        if (stop && arg_is(argv[i], stop)) break;
-        int which = 0;
-        while (which < NOPTS && !arg_is(argv[i], opt_names[which])) which++;
-        if (which == NOPTS || (which == OPT_AT && !with_at)) {
-            char qb[80];
-            s = RedisModule_StringPtrLen(argv[i], &n);
-            snprintf(err, ERRLEN, "unknown option '%s' (expected ALGO, COST, BURST, PRECISION, %s)",
-                     sl__quote(qb, sizeof qb, s, n),
-                     with_at ? "LOGREJECTED or AT" : "or LOGREJECTED");
-            return -1;
-        }
-        if (seen & (1u << which)) {
-            snprintf(err, ERRLEN, "option %s given twice", opt_names[which]);
-            return -1;
-        }
-        seen |= 1u << which;
-        if (which == OPT_LOGREJECTED) {
-            q->p.log_rejected = 1;
-            continue;
-        }
-        if (i + 1 >= end) {
-            snprintf(err, ERRLEN, "option %s needs a value", opt_names[which]);
-            return -1;
-        }
-        s = RedisModule_StringPtrLen(argv[++i], &n);
-        int rc = 0;
-        switch (which) {
-        case OPT_ALGO: rc = sl__parse_algo(s, n, &q->p.algo, err, ERRLEN); break;
-        case OPT_COST: rc = sl__parse_cost(s, n, &q->cost, err, ERRLEN); break;
-        case OPT_BURST: rc = sl__parse_burst(s, n, &q->p.burst, err, ERRLEN); break;
-        case OPT_PRECISION: rc = sl__parse_precision(s, n, &q->p.precision, err, ERRLEN); break;
-        case OPT_AT:
-            rc = parse_at(ctx, argv[i], &q->at, err);
-            q->has_at = 1;
-            break;
-        default: break;
-        }
-        if (rc != 0) return -1;
-    }
-    return i;
+    int na = end - i - 1 < SL__ALLOW_ARGS ? end - i - 1 : SL__ALLOW_ARGS;
+    for (int k = 0; k < na; k++) a[k].p = RedisModule_StringPtrLen(argv[i + 1 + k], &a[k].len);
+    int took =
+        sl__parse_allow(a, na, stop, with_at ? parse_at_bytes : NULL, ctx, &q->r, err, ERRLEN);
+    return took < 0 ? -1 : i + 1 + took;
 }
 
 /* ---- RL.ALLOW / RL.PEEK ------------------------------------------------------ */
@@ -409,8 +368,8 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     request q;
     if (argc < 4) return RedisModule_WrongArity(ctx);
     if (parse_request(ctx, argv, 1, argc, NULL, 1, &q, err) < 0) return reply_err(ctx, err);
-    int64_t now = q.has_at ? q.at : RedisModule_Milliseconds();
-    int rc = sl_params_check(&q.p);
+    int64_t now = q.r.has_at ? q.r.at : RedisModule_Milliseconds();
+    int rc = sl_params_check(&q.r.p);
     if (rc != 0) return reply_err(ctx, sl_strerror(rc));
     RedisModuleKey *key;
     rlval *v;
@@ -418,8 +377,8 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         return REDISMODULE_OK;
     sl_result r;
     if (!commit) {
-        uint8_t *rec = v ? val_rec(v, q.p.algo) : NULL;
-        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.p, now, q.cost, 0, &r);
+        uint8_t *rec = v ? val_rec(v, q.r.p.algo) : NULL;
+        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, q.r.cost, 0, &r);
         RedisModule_CloseKey(key);
         if (rc != 0) return reply_err(ctx, sl_strerror(rc));
         reply_fields(ctx, &r);
@@ -433,11 +392,11 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         }
         made = 1;
     }
-    uint8_t *rec = val_rec(v, q.p.algo);
-    rc = val_needs_more(v, q.p.algo) ? val_more(v) : 0;
+    uint8_t *rec = val_rec(v, q.r.p.algo);
+    rc = val_needs_more(v, q.r.p.algo) ? val_more(v) : 0;
     if (rc == 0)
-        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.p.algo), &q.p, now, q.cost,
-                             1, &r);
+        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.r.p.algo), &q.r.p, now,
+                             q.r.cost, 1, &r);
     if (rc != 0) {
         if (made)
             val_free(v);
@@ -446,13 +405,13 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }
-    val_set(v, q.p.algo, rec);
+    val_set(v, q.r.p.algo, rec);
     if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
-    val_expire(key, v, now, q.has_at ? RedisModule_Milliseconds() : now);
+    val_expire(key, v, now, q.r.has_at ? RedisModule_Milliseconds() : now);
     RedisModule_CloseKey(key);
     /* the decision at its time, so a replica's state (and the AOF's) is
      * the master's */
-    if (q.has_at)
+    if (q.r.has_at)
         RedisModule_ReplicateVerbatim(ctx);
     else
         replicate_at(ctx, "RL.ALLOW", argv, argc, now, 0);
@@ -583,7 +542,7 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int64_t clock = RedisModule_Milliseconds();
     int64_t now = b.has_at ? b.at : clock;
     for (int k = 0; k < b.n; k++) {
-        int rc = sl_params_check(&b.q[k].p);
+        int rc = sl_params_check(&b.q[k].r.p);
         if (rc != 0) {
             snprintf(err, sizeof err, "request %d: %s", k + 1, sl_strerror(rc));
             return reply_err(ctx, err);
@@ -632,10 +591,10 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     size_t bad = 0;
     for (int k = 0; k < b.n && rc == 0; k++) {
         rlval *v = vals[owner[k]];
-        int a = (int)b.q[k].p.algo;
+        int a = (int)b.q[k].r.p.algo;
         first[k] = k;
         for (int j = 0; j < k && first[k] == k; j++)
-            if (owner[j] == owner[k] && (int)b.q[j].p.algo == a) first[k] = j;
+            if (owner[j] == owner[k] && (int)b.q[j].r.p.algo == a) first[k] = j;
         void *room = NULL;
         if (first[k] == k) {
             recs[k] = val_rec(v, a);
@@ -645,14 +604,14 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
                      (rc = val_more(v)) != 0)
                 bad = (size_t)k;
         }
-        reqs[k] = (sl__lone_req){&b.q[k].p, &recs[first[k]], b.q[k].cost, room};
+        reqs[k] = (sl__lone_req){&b.q[k].r.p, &recs[first[k]], b.q[k].r.cost, room};
     }
     if (rc == 0) {
         rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
         decided = 1;
     }
     for (int k = 0; decided && k < b.n; k++)
-        if (first[k] == k) val_set(vals[owner[k]], (int)b.q[k].p.algo, recs[k]);
+        if (first[k] == k) val_set(vals[owner[k]], (int)b.q[k].r.p.algo, recs[k]);
     for (int o = 0; o < nopen; o++) {
         val_trim(vals[o]);
         if (made[o] && val_empty(vals[o])) {
