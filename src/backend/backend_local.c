@@ -19,53 +19,58 @@ typedef struct local {
     sl_store *store;
 } local;
 
-/* Executes the plan on s (backend_local.h) by the library's executor
- * (src/lib/checkexec.h): the plan made flat -- its L = 0 limits and
- * repeated counters out, the quota descriptors as masks -- each counter
- * answering into its own place in o->res. */
-int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
-                         size_t errlen)
+void sl__local_check_flat(sl_store *s, const sl_check_plan *plan, sl__cx_item *xi,
+                          sl__cx_item *pool, sl__cx_plan *x)
 {
     static const char pool_key[] = SL_CHECK_POOL_KEY;
     const sl_check_item *it = plan->items;
-    sl__cx_item xi[SL_MAX_BATCH], pool;
     int pos[SL_MAX_BATCH]; /* a leader's place in xi */
-    sl__cx_plan x = {
+    *x = (sl__cx_plan){
         .store = s, .it = xi, .denied_never = plan->denied_never, .now_ms = plan->now_ms};
-    if (err != NULL && errlen > 0) err[0] = '\0';
-    memset(o, 0, sizeof *o);
     for (int k = 0; k < plan->nitems; k++) {
         const sl_check_item *t = &it[k];
         uint32_t bit = t->quota ? 1u << t->desc : 0;
-        x.qall |= bit;
+        x->qall |= bit;
         if (t->zero) { /* "denied, never": sl_check_report's answer */
-            x.zmask |= bit;
+            x->zmask |= bit;
             continue;
         }
         if (t->lead != k) { /* the same counter as its leader's */
             xi[pos[t->lead]].qmask |= bit;
             continue;
         }
-        pos[k] = x.n;
-        xi[x.n++] = (sl__cx_item){.p = &t->p,
-                                  .cost = t->cost,
-                                  .ceiling = t->elastic ? t->rl->elastic_limit : 0,
-                                  .qmask = bit,
-                                  .shadow = (unsigned char)t->shadow,
-                                  .quota = (unsigned char)t->quota,
-                                  .lyft = (unsigned char)t->lyft,
-                                  .slot = k,
-                                  .key = t->key,
-                                  .keylen = t->keylen};
+        pos[k] = x->n;
+        xi[x->n++] = (sl__cx_item){.p = &t->p,
+                                   .cost = t->cost,
+                                   .ceiling = t->elastic ? t->rl->elastic_limit : 0,
+                                   .qmask = bit,
+                                   .shadow = (unsigned char)t->shadow,
+                                   .quota = (unsigned char)t->quota,
+                                   .lyft = (unsigned char)t->lyft,
+                                   .slot = k,
+                                   .key = t->key,
+                                   .keylen = t->keylen};
     }
     if (plan->has_pool) {
-        pool = (sl__cx_item){.p = &plan->pool,
-                             .cost = plan->cost,
-                             .key = pool_key,
-                             .keylen = sizeof pool_key - 1,
-                             .slot = -1};
-        x.pool = &pool;
+        *pool = (sl__cx_item){.p = &plan->pool,
+                              .cost = plan->cost,
+                              .key = pool_key,
+                              .keylen = sizeof pool_key - 1,
+                              .slot = -1};
+        x->pool = pool;
     }
+}
+
+/* The plan made flat, run by the library's executor. */
+int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
+                         size_t errlen)
+{
+    const sl_check_item *it = plan->items;
+    sl__cx_item xi[SL_MAX_BATCH], pool;
+    sl__cx_plan x;
+    if (err != NULL && errlen > 0) err[0] = '\0';
+    memset(o, 0, sizeof *o);
+    sl__local_check_flat(s, plan, xi, &pool, &x);
     sl__cx_out xo = {.res = o->res, .stretched = o->stretched};
     int rc = sl__cx_run(&x, &xo);
     if (rc != 0) {
