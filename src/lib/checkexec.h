@@ -101,9 +101,10 @@ typedef struct sl__cx_out {
 } sl__cx_out;
 
 /* Runs plan x's rounds (above).  Returns 0, or the first failing store
- * call's SL_E* code (o->bad tells which): what was committed before it
- * stays committed -- the Lyft-counted charges of round 1 always precede
- * any other failure, as Lyft's INCRBY precedes its judgement. */
+ * call's SL_E* code (o->bad tells which).  What was committed before it
+ * stays committed: the Lyft-counted charges of round 1 (charged first, as
+ * Lyft's INCRBY), and with strict the rounds before a failed pool charge or
+ * shadow decide (o->wrote says whether anything was). */
 int sl__cx_run(const sl__cx_plan *x, sl__cx_out *o);
 
 #endif
