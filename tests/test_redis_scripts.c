@@ -1135,7 +1135,7 @@ static void test_exec(void **state)
     assert_non_null(s);
     /* the counters plans draw from: every algorithm twice, space 1 */
     sl_params cp[NC], pool;
-    char ckey[NC][8];
+    char ckey[NC][16];
     for (int c = 0; c < NC; c++) {
         rand_params(&cp[c], (sl_algo)(c % SL_ALGO_COUNT), (int)(rnd() % 2));
         if (cp[c].algo == SL_FIXED_WINDOW && cp[c].window_ms > 1000) cp[c].window_ms = 1000;
