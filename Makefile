@@ -130,7 +130,8 @@ SRV_PARTS += $(PROTO_OBJ)
 SRV_LIBS += -lprotobuf-c
 TEST_SRC := $(wildcard tests/test_*.c)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
-TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+# tests/support/vectors.c: the spec's vector files, read by any test (libsluice only)
+TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c)) tests/support/vectors.c
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
 .PHONY: all lib cli sluiced module tests check asan tsan run bench fuzz install uninstall man clean fmt print-layer

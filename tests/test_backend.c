@@ -80,12 +80,11 @@
 #include "rules.h"
 #include "sluice.h"
 #include "support/backend_delay.h"
+#include "support/vectors.h"
 
-#define WAIT_SECONDS     60   /* a window of requests must complete within this */
-#define MAX_WINDOW       48   /* requests in flight at once */
-#define DELAY_MAX_US     1000 /* the delay backend's largest delay */
-#define MAX_STEPS        1024 /* lines of one vector file */
-#define MAX_VECTOR_FILES 256
+#define WAIT_SECONDS 60   /* a window of requests must complete within this */
+#define MAX_WINDOW   48   /* requests in flight at once */
+#define DELAY_MAX_US 1000 /* the delay backend's largest delay */
 
 __extension__ typedef __int128 i128;
 
@@ -158,8 +157,9 @@ static int redis_keep[2];     /* a report was found in it: the log is kept */
 /* What a sanitizer (in the sanitized module) or Redis itself writes when
  * something is wrong: as tests/e2e/harness.py's REDIS_MARKS. */
 static const char *const REDIS_MARKS[] = {
-    "ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:",
-    "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer", "REDIS BUG REPORT", "crashed by signal",
+    "ERROR: AddressSanitizer",  "ERROR: LeakSanitizer",   "runtime error:",
+    "WARNING: ThreadSanitizer", "ERROR: ThreadSanitizer", "REDIS BUG REPORT",
+    "crashed by signal",
 };
 
 /* Reads what redis-server i wrote to its log since the last call; returns
@@ -191,8 +191,7 @@ static const char *redis_new_report(int i)
         if (found != NULL) {
             redis_scanned[i] += (long)n;
             redis_keep[i] = 1;
-        }
-        else if (n >= longest)
+        } else if (n >= longest)
             redis_scanned[i] += (long)(n - (longest - 1));
         free(buf);
     }
@@ -370,8 +369,9 @@ static void redis_ready(void)
         snprintf(port, sizeof port, "%d", redis_port);
         if (redis_logs[redis_which][0] == '\0') {
             const char *tmp = getenv("TMPDIR");
-            snprintf(redis_logs[redis_which], sizeof redis_logs[0], "%s/sluice-test-backend-redis%s-XXXXXX",
-                     tmp && *tmp ? tmp : "/tmp", redis_which ? "-module" : "");
+            snprintf(redis_logs[redis_which], sizeof redis_logs[0],
+                     "%s/sluice-test-backend-redis%s-XXXXXX", tmp && *tmp ? tmp : "/tmp",
+                     redis_which ? "-module" : "");
             int lfd = mkstemp(redis_logs[redis_which]);
             assert_true(lfd >= 0);
             close(lfd);
@@ -612,138 +612,6 @@ static const char *fmt_result(char *buf, size_t cap, const sl_result *r)
 
 /* ---- (a) the spec's vectors ------------------------------------------------ */
 
-/* The parsing of tests/test_vectors.c: "# args:" gives the parameters,
- * "T KEY [COST] | ALLOWED LIMIT REMAINING RETRY_AFTER_MS RESET_AFTER_MS
- * DELAY_MS" one request and its exact answer. */
-typedef struct step {
-    int line;
-    int64_t t, cost;
-    char key[SL_MAX_KEY + 1];
-    size_t klen;
-    int64_t want[6];
-} step;
-
-typedef struct vector {
-    char path[4400];
-    sl_params p;
-    int nsteps;
-    step steps[MAX_STEPS];
-} vector;
-
-static const char *parse_args(char *s, sl_params *p)
-{
-    static char why[300];
-    char *save = NULL;
-    int have_algo = 0, have_limit = 0, have_window = 0;
-    *p = (sl_params)SL_PARAMS_INIT;
-    for (char *tok = strtok_r(s, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
-        char *v = NULL;
-        if (strcmp(tok, "--log-rejected") == 0) {
-            p->log_rejected = 1;
-            continue;
-        }
-        if (strncmp(tok, "--", 2) != 0 || (v = strtok_r(NULL, " \t", &save)) == NULL) {
-            snprintf(why, sizeof why, "bad args token '%s'", tok);
-            return why;
-        }
-        int64_t x = 0;
-        int rc;
-        if (strcmp(tok, "--algo") == 0) {
-            rc = sl_algo_parse(v, strlen(v), &p->algo);
-            have_algo = 1;
-        } else if (strcmp(tok, "--window") == 0) {
-            rc = sl_duration_parse(v, strlen(v), &p->window_ms);
-            have_window = 1;
-        } else {
-            rc = sl_int_parse(v, strlen(v), INT64_MAX, &x);
-            if (strcmp(tok, "--limit") == 0) {
-                p->limit = x;
-                have_limit = 1;
-            } else if (strcmp(tok, "--burst") == 0) {
-                p->burst = x;
-            } else if (strcmp(tok, "--precision") == 0) {
-                p->precision = x;
-            } else {
-                snprintf(why, sizeof why, "unknown option '%s'", tok);
-                return why;
-            }
-        }
-        if (rc != 0) {
-            snprintf(why, sizeof why, "bad value '%s' for %s", v, tok);
-            return why;
-        }
-    }
-    if (!have_algo || !have_limit || !have_window) return "args lack --algo, --limit or --window";
-    if (sl_params_check(p) != 0) return "args fail sl_params_check";
-    return NULL;
-}
-
-static int parse_i64(const char *s, int64_t *out)
-{
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) return -1;
-    *out = v;
-    return 0;
-}
-
-static void load_vector(vector *v)
-{
-    FILE *f = fopen(v->path, "r");
-    if (f == NULL) fail_msg("%s: cannot open: %s", v->path, strerror(errno));
-    char line[4096];
-    int lineno = 0, have_args = 0;
-    v->nsteps = 0;
-    while (fgets(line, sizeof line, f)) {
-        lineno++;
-        line[strcspn(line, "\r\n")] = '\0';
-        if (strncmp(line, "# args:", 7) == 0) {
-            const char *why = parse_args(line + 7, &v->p);
-            if (why) fail_msg("%s:%d: %s", v->path, lineno, why);
-            have_args = 1;
-            continue;
-        }
-        if (line[strspn(line, " \t")] == '\0' || line[0] == '#') continue;
-        char *bar = strchr(line, '|');
-        if (bar == NULL) fail_msg("%s:%d: no '|' in a request line", v->path, lineno);
-        if (!have_args) fail_msg("%s:%d: a request before the args line", v->path, lineno);
-        if (v->nsteps == MAX_STEPS) fail_msg("%s:%d: too many lines", v->path, lineno);
-        step *s = &v->steps[v->nsteps++];
-        *bar = '\0';
-        s->line = lineno;
-        char *save = NULL, *tok[4];
-        int n = 0;
-        for (char *t = strtok_r(line, " \t", &save); t; t = strtok_r(NULL, " \t", &save))
-            if (n < 4)
-                tok[n++] = t;
-            else
-                n++;
-        if (n < 2 || n > 3) fail_msg("%s:%d: request is not 'T KEY [COST]'", v->path, lineno);
-        s->cost = 1;
-        if (parse_i64(tok[0], &s->t) || (n == 3 && parse_i64(tok[2], &s->cost)))
-            fail_msg("%s:%d: bad number in request", v->path, lineno);
-        s->klen = strlen(tok[1]);
-        if (s->klen > SL_MAX_KEY) fail_msg("%s:%d: key too long", v->path, lineno);
-        memcpy(s->key, tok[1], s->klen);
-        n = 0;
-        for (char *t = strtok_r(bar + 1, " \t", &save); t; t = strtok_r(NULL, " \t", &save)) {
-            if (n == 6 || parse_i64(t, &s->want[n]))
-                fail_msg("%s:%d: expected reply is not six integers", v->path, lineno);
-            n++;
-        }
-        if (n != 6) fail_msg("%s:%d: expected reply is not six integers", v->path, lineno);
-    }
-    fclose(f);
-    if (!have_args) fail_msg("%s: no '# args:' line", v->path);
-    if (v->nsteps == 0) fail_msg("%s: no request lines", v->path);
-}
-
-static int by_name(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
 /* Every file of the vectors folder: each on a fresh backend, its lines
  * submitted together (decided in order, answered in any order). */
 static void run_vectors(const bkind *k)
@@ -752,30 +620,20 @@ static void run_vectors(const bkind *k)
     if (dir == NULL || *dir == '\0') fail_msg("SLUICE_SPEC_DIR is not set (tests/run.sh sets it)");
     char vdir[4096];
     snprintf(vdir, sizeof vdir, "%s/vectors", dir);
-    DIR *d = opendir(vdir);
-    if (d == NULL) fail_msg("cannot open %s: %s", vdir, strerror(errno));
-    char *names[MAX_VECTOR_FILES];
-    int nn = 0;
-    for (struct dirent *de; (de = readdir(d)) != NULL;) {
-        size_t len = strlen(de->d_name);
-        if (de->d_name[0] == '.' || len < 5 || strcmp(de->d_name + len - 4, ".txt") != 0) continue;
-        if (nn == MAX_VECTOR_FILES) fail_msg("more than %d vector files", MAX_VECTOR_FILES);
-        names[nn++] = strdup(de->d_name);
-    }
-    closedir(d);
-    if (nn == 0) fail_msg("no vector files (*.txt) in %s", vdir);
-    qsort(names, (size_t)nn, sizeof names[0], by_name);
+    char *names[VEC_MAX_FILES], why[4400];
+    int nn = vec_names(vdir, names, why, sizeof why);
+    if (nn < 0) fail_msg("%s", why);
 
-    vector *v = calloc(1, sizeof *v);
-    treq *ts = calloc(MAX_STEPS, sizeof *ts);
-    treq **tp = calloc(MAX_STEPS, sizeof *tp);
-    char(*kb)[SL_MAX_KEY + 1] = calloc(MAX_STEPS, sizeof *kb);
+    vec_file *v = calloc(1, sizeof *v);
+    treq *ts = calloc(VEC_MAX_STEPS, sizeof *ts);
+    treq **tp = calloc(VEC_MAX_STEPS, sizeof *tp);
+    char(*kb)[SL_MAX_KEY + 1] = calloc(VEC_MAX_STEPS, sizeof *kb);
     assert_true(v && ts && tp && kb);
     long lines = 0, ooo = 0;
     int skipped = 0;
     for (int i = 0; i < nn; i++) {
         snprintf(v->path, sizeof v->path, "%.4000s/%.255s", vdir, names[i]);
-        load_vector(v);
+        vec_load(v);
         if (k->fixed_window_only && v->p.algo != SL_FIXED_WINDOW) { /* PROVISIONAL (backends[]) */
             free(names[i]);
             skipped++;
@@ -783,7 +641,7 @@ static void run_vectors(const bkind *k)
         }
         fx *f = fx_new(k, i & 1 ? SL_LOCK_SHARD : SL_LOCK_RECORD);
         for (int s = 0; s < v->nsteps; s++) {
-            const step *st = &v->steps[s];
+            const vec_step *st = &v->steps[s];
             treq *t = &ts[s];
             memset(t, 0, sizeof *t);
             memcpy(kb[s], st->key, st->klen);
@@ -799,7 +657,7 @@ static void run_vectors(const bkind *k)
         }
         wait_all(f, tp, (size_t)v->nsteps);
         for (int s = 0; s < v->nsteps; s++) {
-            const step *st = &v->steps[s];
+            const vec_step *st = &v->steps[s];
             const sl_result *r = &ts[s].rq.result;
             int64_t got[6] = {r->allowed,        r->limit,          r->remaining,
                               r->retry_after_ms, r->reset_after_ms, r->delay_ms};
@@ -1290,8 +1148,9 @@ static void run_model(const bkind *k)
                   c.invalid, c.out_of_range, (unsigned long long)seed);
     /* the deny cache answered some requests (each checked above), and only
      * where it is on */
-    if (k->redis) print_message("[ info     ] %s: %llu answered by the deny cache\n", k->name,
-                                (unsigned long long)c.cache_hits);
+    if (k->redis)
+        print_message("[ info     ] %s: %llu answered by the deny cache\n", k->name,
+                      (unsigned long long)c.cache_hits);
     assert_true(k->redis == 2 ? c.cache_hits > 0 : c.cache_hits == 0);
     /* only the script's Redis rows refuse, and only the huge profiles; the
      * module answers those traces exactly */
@@ -1673,7 +1532,6 @@ static void run_check(const bkind *k)
 
 /* ---- (e) bad input --------------------------------------------------------- */
 
-
 /* Submits t, expects rc with a message, and that nothing changed: the
  * keys count, and the answer a peek of the key "ok" gets. */
 static void refused(fx *f, treq *t, int rc, const char *what)
@@ -1973,8 +1831,8 @@ int main(int argc, char **argv)
             tests[n] = (struct CMUnitTest){names[n], run_case, NULL, NULL, &cases[n]};
             n++;
         }
-    tests[n++] = (struct CMUnitTest){"redis_servers_stop_cleanly", redis_servers_stop_cleanly,
-                                     NULL, NULL, NULL};
+    tests[n++] = (struct CMUnitTest){"redis_servers_stop_cleanly", redis_servers_stop_cleanly, NULL,
+                                     NULL, NULL};
     const char *filter = getenv("SLUICE_TEST_FILTER"); /* e.g. "delay_*" */
     if (filter != NULL && *filter != '\0') cmocka_set_test_filter(filter);
     return _cmocka_run_group_tests("backend", tests, n, NULL, NULL);

@@ -17,6 +17,9 @@
  *               (local engine only: the model knows one set of parameters);
  *   decide_all  op A against sl_decide_all, and a batch with one denied
  *               member charging none and writing nothing;
+ *   check       op C against sl__local_check_exec on plans of a rule set;
+ *   exec        op C against the executor (src/lib/checkexec.h) on random
+ *               flat plans: flags, quota masks, L = 0 masks, costs, times;
  *   range       parameters, kept counts and times past the exact range are
  *               refused with the SLUICE message and write nothing; the
  *               largest in-range values decide exactly as the local engine;
@@ -54,6 +57,7 @@
 
 #include "backend_local.h"
 #include "check.h"
+#include "checkexec.h"
 #include "model.h"
 #include "rules.h"
 #include "sluice.h"
@@ -277,7 +281,7 @@ static size_t rkey(char *out, const sl_params *p, const void *key, size_t klen)
     return (size_t)n + klen + 1;
 }
 
-#define MAX_CALLS 64 /* keys of one script call: op M's most */
+#define MAX_CALLS  64 /* keys of one script call: op M's most */
 #define RANGE_TAIL " passes 2^53, the Redis backend's exact range (docs/redis-scripts.md)"
 
 typedef struct call {
@@ -825,8 +829,7 @@ static void many_trace(char op)
     assert_int_equal(rep->type, REDIS_REPLY_ARRAY);
     assert_int_equal(rep->elements, 3);
     assert_int_equal(rep->element[1]->type, REDIS_REPLY_ERROR);
-    assert_string_equal(rep->element[1]->str,
-                        "SLUICE range: B*W = 100000000000000000" RANGE_TAIL);
+    assert_string_equal(rep->element[1]->str, "SLUICE range: B*W = 100000000000000000" RANGE_TAIL);
     assert_int_equal(rep->element[2]->type, REDIS_REPLY_ARRAY);
     assert_int_equal(rep->element[2]->element[2]->integer, 3); /* remaining: 5 - 2 */
     freeReplyObject(rep);
@@ -884,24 +887,19 @@ static const char *const check_kv[][2] = {
 };
 #define NCHECK_KV ((int)(sizeof check_kv / sizeof check_kv[0]))
 
-/* The plan as op C takes it (docs/redis-scripts.md), run by the script:
- * the outcome, or the error reply's text in err (returns -1 then). */
-static int script_check(const sl_check_plan *plan, sl_check_outcome *o, char *err, size_t errlen)
+/* A flat plan (src/lib/checkexec.h) as op C takes it (docs/redis-scripts.md),
+ * run by the script: item k on the Redis key rk[k] (rl[k] bytes), the pool
+ * on rk[x->n].  The outcome goes to o (res and stretched by the items'
+ * slots), or the error reply's text to err (returns -1 then). */
+static int script_cx(const sl__cx_plan *x, char (*rk)[SL_MAX_KEY + 16], const size_t *rl,
+                     sl__cx_out *o, char *err, size_t errlen)
 {
     enum { MAXA = 3 + SL_MAX_BATCH + 1 + 7 + SL_MAX_BATCH * 12 + 7 };
     const char *argv[MAXA];
     size_t lens[MAXA];
-    static char keys[SL_MAX_BATCH + 1][SL_MAX_KEY + 16], nums[MAXA][24];
-    const sl_check_item *it = plan->items;
-    int lead[SL_MAX_BATCH], m = 0;
-    int64_t qall = 0, zmask = 0, qmask[SL_MAX_BATCH] = {0};
-    for (int k = 0; k < plan->nitems; k++) {
-        int64_t bit = (int64_t)1 << it[k].desc;
-        if (it[k].quota) qall |= bit;
-        if (it[k].quota && it[k].zero) zmask |= bit;
-        if (it[k].quota && !it[k].zero) qmask[it[k].lead] |= bit;
-        if (!it[k].zero && it[k].lead == k) lead[m++] = k;
-    }
+    static char nums[MAXA][24];
+    const sl__cx_item *it = x->it;
+    int m = x->n;
     size_t a = 0, nn = 0;
 #define NUM(v)                                                                                     \
     do {                                                                                           \
@@ -910,49 +908,22 @@ static int script_check(const sl_check_plan *plan, sl_check_outcome *o, char *er
     } while (0)
     argv[a] = "EVALSHA", lens[a++] = 7;
     argv[a] = sha, lens[a++] = 40;
-    NUM(m + plan->has_pool);
-    for (int i = 0; i < m; i++) {
-        const sl_check_item *t = &it[lead[i]];
-        /* the tag is the domain: "sl:" a s ":{" domain "}" rest */
-        int n = sprintf(keys[i], "sl:%d1:{", (int)t->p.algo);
-        memcpy(keys[i] + n, t->key, t->taglen);
-        keys[i][n + t->taglen] = '}';
-        memcpy(keys[i] + n + t->taglen + 1, t->key + t->taglen, t->keylen - t->taglen);
-        argv[a] = keys[i], lens[a++] = (size_t)n + t->keylen + 1;
-    }
-    if (plan->has_pool) {
-        argv[a] = keys[m];
-        lens[a++] = rkey(keys[m], &plan->pool, SL_CHECK_POOL_KEY, strlen(SL_CHECK_POOL_KEY));
-    }
+    NUM(m + (x->pool != NULL));
+    for (int i = 0; i < m + (x->pool != NULL); i++) argv[a] = rk[i], lens[a++] = rl[i];
     argv[a] = "C", lens[a++] = 1;
-    NUM(plan->now_ms);
+    NUM(x->now_ms);
     NUM(m);
-    NUM(plan->has_pool);
-    NUM(plan->denied_never);
-    NUM(qall);
-    NUM(zmask);
-    for (int i = 0; i < m; i++) {
-        const sl_check_item *t = &it[lead[i]];
-        const sl_params *p = &t->p;
-        int64_t f[12] = {p->algo,
-                         p->limit,
-                         p->window_ms,
-                         p->burst,
-                         p->precision,
-                         p->log_rejected,
-                         t->cost,
-                         t->shadow,
-                         t->quota,
-                         t->lyft,
-                         t->elastic ? t->rl->elastic_limit : 0,
-                         qmask[lead[i]]};
-        for (int j = 0; j < 12; j++) NUM(f[j]);
-    }
-    if (plan->has_pool) {
-        const sl_params *p = &plan->pool;
-        int64_t f[7] = {p->algo,      p->limit,        p->window_ms, p->burst,
-                        p->precision, p->log_rejected, plan->cost};
-        for (int j = 0; j < 7; j++) NUM(f[j]);
+    NUM(x->pool != NULL);
+    NUM(x->denied_never);
+    NUM(x->qall);
+    NUM(x->zmask);
+    for (int i = 0; i <= m; i++) {
+        const sl__cx_item *t = i < m ? &it[i] : x->pool;
+        if (t == NULL) break;
+        const sl_params *p = t->p;
+        int64_t f[12] = {p->algo, p->limit,  p->window_ms, p->burst, p->precision, p->log_rejected,
+                         t->cost, t->shadow, t->quota,     t->lyft,  t->ceiling,   t->qmask};
+        for (int j = 0; j < (i < m ? 12 : 7); j++) NUM(f[j]);
     }
 #undef NUM
     redisReply *r = redisCommandArgv(rc, (int)a, argv, lens);
@@ -966,22 +937,51 @@ static int script_check(const sl_check_plan *plan, sl_check_outcome *o, char *er
         fail_msg("C reply: type %d with %zu elements, want %d", r->type, r->elements, 3 + 7 * m);
     for (size_t i = 0; i < r->elements; i++)
         if (r->element[i]->type != REDIS_REPLY_INTEGER) fail_msg("C reply element %zu", i);
-    memset(o, 0, sizeof *o);
     o->allowed = (int)r->element[0]->integer;
     o->quota_denied = (int)r->element[1]->integer;
     o->pool_charged = (int)r->element[2]->integer;
     for (int i = 0; i < m; i++) {
         redisReply **e = r->element + 3 + 7 * i;
-        sl_result *x = &o->res[lead[i]];
-        x->allowed = (int)e[0]->integer;
-        x->limit = e[1]->integer;
-        x->remaining = e[2]->integer;
-        x->retry_after_ms = e[3]->integer;
-        x->reset_after_ms = e[4]->integer;
-        x->delay_ms = e[5]->integer;
-        o->stretched[lead[i]] = (unsigned char)e[6]->integer;
+        sl_result *y = &o->res[it[i].slot];
+        y->allowed = (int)e[0]->integer;
+        y->limit = e[1]->integer;
+        y->remaining = e[2]->integer;
+        y->retry_after_ms = e[3]->integer;
+        y->reset_after_ms = e[4]->integer;
+        y->delay_ms = e[5]->integer;
+        o->stretched[it[i].slot] = (unsigned char)e[6]->integer;
     }
     freeReplyObject(r);
+    return 0;
+}
+
+/* The plan as op C takes it -- made flat as the local backend makes it
+ * for the executor (sl__local_check_flat) -- run by the script: the
+ * outcome, or the error reply's text in err (returns -1 then). */
+static int script_check(const sl_check_plan *plan, sl_check_outcome *o, char *err, size_t errlen)
+{
+    static char keys[SL_MAX_BATCH + 1][SL_MAX_KEY + 16];
+    size_t lens[SL_MAX_BATCH + 1];
+    sl__cx_item xi[SL_MAX_BATCH], pool;
+    sl__cx_plan x;
+    sl__local_check_flat(NULL, plan, xi, &pool, &x);
+    for (int i = 0; i < x.n; i++) {
+        const sl_check_item *t = &plan->items[xi[i].slot];
+        /* the tag is the domain: "sl:" a s ":{" domain "}" rest */
+        int n = sprintf(keys[i], "sl:%d1:{", (int)t->p.algo);
+        memcpy(keys[i] + n, t->key, t->taglen);
+        keys[i][n + t->taglen] = '}';
+        memcpy(keys[i] + n + t->taglen + 1, t->key + t->taglen, t->keylen - t->taglen);
+        lens[i] = (size_t)n + t->keylen + 1;
+    }
+    if (plan->has_pool)
+        lens[x.n] = rkey(keys[x.n], &plan->pool, SL_CHECK_POOL_KEY, strlen(SL_CHECK_POOL_KEY));
+    memset(o, 0, sizeof *o);
+    sl__cx_out xo = {.res = o->res, .stretched = o->stretched};
+    if (script_cx(&x, keys, lens, &xo, err, errlen) != 0) return -1;
+    o->allowed = xo.allowed;
+    o->quota_denied = xo.quota_denied;
+    o->pool_charged = xo.pool_charged;
     return 0;
 }
 
@@ -1119,8 +1119,113 @@ static void test_check(void **state)
     sl_rules_free(rules);
 }
 
-/* ---- (d) the exact range ---------------------------------------------------- */
+/* ---- op C against the executor: random flat plans ------------------------ */
 
+/* n random flat plans (src/lib/checkexec.h) -- combinations of flags,
+ * masks, costs and times that no rule set is needed for -- each run by
+ * the executor on a local store and by op C, in the same order, on the
+ * same counters: identical replies, field by field. */
+static void test_exec(void **state)
+{
+    (void)state;
+    enum { NC = 16, N = 3000 };
+    seed(7);
+    flushall();
+    sl_store *s = sl_store_new(NULL, NULL);
+    assert_non_null(s);
+    /* the counters plans draw from: every algorithm twice, space 1 */
+    sl_params cp[NC], pool;
+    char ckey[NC][16];
+    for (int c = 0; c < NC; c++) {
+        rand_params(&cp[c], (sl_algo)(c % SL_ALGO_COUNT), (int)(rnd() % 2));
+        if (cp[c].algo == SL_FIXED_WINDOW && cp[c].window_ms > 1000) cp[c].window_ms = 1000;
+        cp[c].space = 1;
+        snprintf(ckey[c], sizeof ckey[c], "c%d", c);
+    }
+    rand_params(&pool, SL_FIXED_WINDOW, 0);
+    pool.limit = 40;
+    pool.window_ms = 1000;
+    pool.space = 1;
+    static char rk[SL_MAX_BATCH + 1][SL_MAX_KEY + 16];
+    size_t rl[SL_MAX_BATCH + 1];
+    long allowed = 0, denied = 0, quota_denied = 0, pool_charged = 0, stretched = 0, lyft = 0;
+    int64_t now = 1000000;
+    for (int q = 0; q < N; q++) {
+        sl__cx_item xi[SL_MAX_BATCH], xp;
+        int pick[NC];
+        for (int c = 0; c < NC; c++) pick[c] = c;
+        int m = (int)rin(1, 6), nd = (int)rin(1, 4);
+        sl__cx_plan x = {.store = s, .it = xi, .n = m};
+        x.now_ms = now += rin(0, 9) == 0 ? -rin(1, 300) : rin(0, 150);
+        x.denied_never = rin(0, 19) == 0;
+        for (int k = 0; k < m; k++) {
+            int j = (int)rin(k, NC - 1), c = pick[j];
+            pick[j] = pick[k], pick[k] = c;
+            sl__cx_item *t = &xi[k];
+            int window = cp[c].algo == SL_FIXED_WINDOW || cp[c].algo == SL_SLIDING_WINDOW;
+            *t = (sl__cx_item){.p = &cp[c], .cost = rin(0, 9) < 8 ? 1 : rin(0, 4), .slot = k};
+            t->shadow = rin(0, 6) == 0;
+            t->quota = !t->shadow && rin(0, 3) == 0;
+            t->lyft = cp[c].algo == SL_FIXED_WINDOW && rin(0, 2) == 0;
+            if (window && !t->shadow && !t->quota && !t->lyft)
+                t->ceiling = cp[c].limit + rin(1, 2 * cp[c].limit);
+            if (t->quota) t->qmask = 1u << rin(0, nd - 1) | (rin(0, 3) ? 0 : 1u << rin(0, nd - 1));
+            x.qall |= t->qmask;
+            t->key = ckey[c];
+            t->keylen = strlen(ckey[c]);
+            rl[k] = rkey(rk[k], &cp[c], t->key, t->keylen);
+            lyft += t->lyft;
+        }
+        if (rin(0, 9) == 0) x.zmask = 1u << rin(0, nd - 1);
+        x.qall |= x.zmask;
+        if (rin(0, 9) < 7) {
+            xp = (sl__cx_item){.p = &pool, .cost = rin(0, 9) < 8 ? 1 : rin(0, 3), .slot = -1};
+            xp.key = SL_CHECK_POOL_KEY;
+            xp.keylen = strlen(SL_CHECK_POOL_KEY);
+            rl[m] = rkey(rk[m], &pool, xp.key, xp.keylen);
+            x.pool = &xp;
+        }
+        sl_result wres[SL_MAX_BATCH] = {{0}}, gres[SL_MAX_BATCH] = {{0}};
+        unsigned char wst[SL_MAX_BATCH] = {0}, gst[SL_MAX_BATCH] = {0};
+        sl__cx_out want = {.res = wres, .stretched = wst}, got = {.res = gres, .stretched = gst};
+        char err[512];
+        int xrc = sl__cx_run(&x, &want);
+        if (xrc != 0) fail_msg("plan %d: executor: %s (item %d)", q, sl_strerror(xrc), want.bad);
+        if (script_cx(&x, rk, rl, &got, err, sizeof err) != 0)
+            fail_msg("plan %d: op C refused: %s", q, err);
+        if (got.allowed != want.allowed || got.quota_denied != want.quota_denied ||
+            got.pool_charged != want.pool_charged)
+            fail_msg("plan %d at %lld: op C allowed %d quota_denied %d pool_charged %d, executor "
+                     "%d %d %d",
+                     q, (long long)now, got.allowed, got.quota_denied, got.pool_charged,
+                     want.allowed, want.quota_denied, want.pool_charged);
+        for (int k = 0; k < m; k++) {
+            char b1[128], b2[128], b3[128];
+            if (!same_res(&gres[k], &wres[k]) || gst[k] != wst[k])
+                fail_msg("plan %d at %lld, counter %d (%s): op C %s stretched %d, executor %s "
+                         "stretched %d",
+                         q, (long long)now, k, fmt_params(xi[k].p, b3, sizeof b3),
+                         fmt_res(&gres[k], b1, sizeof b1), gst[k], fmt_res(&wres[k], b2, sizeof b2),
+                         wst[k]);
+            stretched += gst[k];
+        }
+        allowed += got.allowed;
+        denied += !got.allowed;
+        quota_denied += got.quota_denied;
+        pool_charged += got.pool_charged;
+    }
+    print_message("[ info     ] executor vs op C: %ld plans allowed, %ld denied (%ld every quota "
+                  "descriptor over), %ld on the pool (%ld counters stretched), %ld Lyft-counted\n",
+                  allowed, denied, quota_denied, pool_charged, stretched, lyft);
+    assert_true(allowed > 0 && denied > 0 && quota_denied > 0);
+    assert_true(pool_charged > 0 && stretched > 0 && lyft > 0);
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    assert_int_equal(dbsize(), (long long)st.keys); /* the same counters on both sides */
+    sl_store_free(s);
+}
+
+/* ---- (d) the exact range ---------------------------------------------------- */
 
 /* A call that must be refused with want and change nothing. */
 static void refused_writes_nothing(char op, const int64_t *now, const call *c, size_t n,
@@ -1373,11 +1478,12 @@ int main(void)
     const char *e = getenv("SLUICE_REDIS_BENCH");
     bench_n = e ? atol(e) : 0;
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_vectors),   cmocka_unit_test(test_traces),
-        cmocka_unit_test(test_carryover), cmocka_unit_test(test_decide_all),
-        cmocka_unit_test(test_many),      cmocka_unit_test(test_check),
-        cmocka_unit_test(test_range),     cmocka_unit_test(test_server_time),
-        cmocka_unit_test(test_expiry),    cmocka_unit_test(test_bench),
+        cmocka_unit_test(test_vectors),     cmocka_unit_test(test_traces),
+        cmocka_unit_test(test_carryover),   cmocka_unit_test(test_decide_all),
+        cmocka_unit_test(test_many),        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_exec),        cmocka_unit_test(test_range),
+        cmocka_unit_test(test_server_time), cmocka_unit_test(test_expiry),
+        cmocka_unit_test(test_bench),
     };
     size_t n = sizeof tests / sizeof tests[0];
     return _cmocka_run_group_tests("test_redis_scripts", tests, bench_n > 0 ? n : n - 1,

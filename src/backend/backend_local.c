@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "backend_local.h"
+#include "checkexec.h"
 
 typedef struct local {
     sl_backend base;
@@ -18,207 +19,69 @@ typedef struct local {
     sl_store *store;
 } local;
 
-/* A Lyft-counted item's answer (check.h, SL_RULES_COUNT_DENIED) from the
- * engine's answer at L = SL_MAX_LIMIT, which charged it: the count after the
- * charge judged against the item's own L, as Lyft compares INCRBY's result. */
-static void lyft_answer(const sl_check_item *t, const sl_result *big, sl_result *r)
+void sl__local_check_flat(sl_store *s, const sl_check_plan *plan, sl__cx_item *xi,
+                          sl__cx_item *pool, sl__cx_plan *x)
 {
-    int64_t L = t->p.limit, after = SL_MAX_LIMIT - big->remaining;
-    memset(r, 0, sizeof *r);
-    r->allowed = after <= L;
-    r->limit = L;
-    r->remaining = after <= L ? L - after : 0;
-    r->reset_after_ms = big->reset_after_ms;
-    r->retry_after_ms = r->allowed ? 0 : t->cost > L ? -1 : big->reset_after_ms;
-}
-
-/* Is item t over, by the answer of its counter? */
-static int over(const sl_check_outcome *o, const sl_check_item *it, int k)
-{
-    return it[k].zero || !o->res[it[k].lead].allowed;
-}
-
-/* Marks in qover[] the descriptors whose quota counters found one over
- * (items in[] that are quota); returns 1 when every quota descriptor of the
- * plan is marked. */
-static int quota_all_over(const sl_check_plan *plan, const sl_check_outcome *o,
-                          const unsigned char *decided, unsigned char *qover)
-{
+    static const char pool_key[] = SL_CHECK_POOL_KEY;
     const sl_check_item *it = plan->items;
-    int n = 0;
-    if (plan->nquota == 0) return 0; /* the usual request: no quota descriptor */
-    for (int k = 0; k < plan->nitems; k++)
-        if (it[k].quota && decided[it[k].lead] && over(o, it, k)) qover[it[k].desc] = 1;
-    for (int i = 0; i < plan->n; i++) n += qover[i];
-    return plan->nquota > 0 && n == plan->nquota;
+    int pos[SL_MAX_BATCH]; /* a leader's place in xi */
+    *x = (sl__cx_plan){
+        .store = s, .it = xi, .denied_never = plan->denied_never, .now_ms = plan->now_ms};
+    for (int k = 0; k < plan->nitems; k++) {
+        const sl_check_item *t = &it[k];
+        uint32_t bit = t->quota ? 1u << t->desc : 0;
+        x->qall |= bit;
+        if (t->zero) { /* "denied, never": sl_check_report's answer */
+            x->zmask |= bit;
+            continue;
+        }
+        if (t->lead != k) { /* the same counter as its leader's */
+            xi[pos[t->lead]].qmask |= bit;
+            continue;
+        }
+        pos[k] = x->n;
+        xi[x->n++] = (sl__cx_item){.p = &t->p,
+                                   .cost = t->cost,
+                                   .ceiling = t->elastic ? t->rl->elastic_limit : 0,
+                                   .qmask = bit,
+                                   .shadow = (unsigned char)t->shadow,
+                                   .quota = (unsigned char)t->quota,
+                                   .lyft = (unsigned char)t->lyft,
+                                   .slot = k,
+                                   .key = t->key,
+                                   .keylen = t->keylen};
+    }
+    if (plan->has_pool) {
+        *pool = (sl__cx_item){.p = &plan->pool,
+                              .cost = plan->cost,
+                              .key = pool_key,
+                              .keylen = sizeof pool_key - 1,
+                              .slot = -1};
+        x->pool = pool;
+    }
 }
 
+/* The plan made flat, run by the library's executor. */
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen)
 {
     const sl_check_item *it = plan->items;
-    int nit = plan->nitems;
-    int64_t now_ms = plan->now_ms, cost = plan->cost;
-    const sl_params *pool = plan->has_pool ? &plan->pool : NULL;
-    static const char pool_key[] = SL_CHECK_POOL_KEY;
-    sl_request req[SL_MAX_BATCH];
-    sl_result out[SL_MAX_BATCH];
-    sl_params big[SL_MAX_BATCH];
-    int idx[SL_MAX_BATCH];
-    unsigned char decided[SL_MAX_BATCH] = {0}; /* leaders with an answer in o->res */
-    unsigned char qover[SL_CHECK_MAX_DESC] = {0};
-    size_t nreq = 0;
-    int rc;
+    sl__cx_item xi[SL_MAX_BATCH], pool;
+    sl__cx_plan x;
     if (err != NULL && errlen > 0) err[0] = '\0';
     memset(o, 0, sizeof *o);
-
-    /* Lyft's counting: these counters are charged whatever the answer, at
-     * once (all pass at L = SL_MAX_LIMIT), then judged against their L. */
-    for (int k = 0; k < nit; k++) {
-        const sl_check_item *t = &it[k];
-        if (!t->lyft || t->lead != k) continue;
-        big[nreq] = t->p;
-        big[nreq].limit = SL_MAX_LIMIT;
-        req[nreq] = (sl_request){&big[nreq], t->key, t->keylen, t->cost};
-        idx[nreq++] = k;
+    sl__local_check_flat(s, plan, xi, &pool, &x);
+    sl__cx_out xo = {.res = o->res, .stretched = o->stretched};
+    int rc = sl__cx_run(&x, &xo);
+    if (rc != 0) {
+        if (xo.bad >= 0)
+            return sl__check_err(err, errlen, rc, "limit %s: %s", it[xi[xo.bad].slot].rl->name,
+                                 sl_strerror(rc));
+        return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
     }
-    if (nreq > 0) {
-        if ((rc = sl_decide_all(s, req, nreq, now_ms, out, NULL)) < 0)
-            return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
-        for (size_t q = 0; q < nreq; q++) {
-            lyft_answer(&it[idx[q]], &out[q], &o->res[idx[q]]);
-            decided[idx[q]] = 1;
-        }
-    }
-    for (int k = 0; k < nit; k++)
-        if (it[k].zero) decided[k] = 1; /* "denied, never": sl_check_report's answer */
-
-    /* Denied already -- by an enforced L = 0 or Lyft-counted counter, or
-     * every quota descriptor over: every other counter is only peeked
-     * (checked, and answered as if alone). */
-    int denied = plan->denied_never;
-    for (int k = 0; k < nit && !denied; k++)
-        denied = it[k].lyft && !it[k].shadow && !it[k].quota && over(o, it, k);
-    int quota_denied = !denied && quota_all_over(plan, o, decided, qover);
-    if (denied || quota_denied) {
-        for (int k = 0; k < nit; k++) {
-            const sl_check_item *t = &it[k];
-            if (decided[k] || t->lead != k) continue;
-            if ((rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, &o->res[k])) < 0)
-                return sl__check_err(err, errlen, rc, "limit %s: %s", t->rl->name, sl_strerror(rc));
-            if (!o->res[k].allowed && !t->shadow && !t->quota) quota_denied = 0;
-        }
-        o->quota_denied = quota_denied;
-        return 0; /* o->allowed = 0 */
-    }
-
-    /* The enforced and quota counters, all-or-none: sl_decide_all checks
-     * every request before it charges any, and when it charges none answers
-     * each as if alone -- so no peek is needed first.  A quota counter that
-     * denies leaves the batch and the rest is decided again (each round
-     * one fewer: at most nquota + 1 rounds). */
-    int allowed = 0, enforced = 0;
-    unsigned char outq[SL_MAX_BATCH] = {0}; /* quota counters out of the batch */
-    for (;;) {
-        nreq = 0;
-        for (int k = 0; k < nit; k++) {
-            const sl_check_item *t = &it[k];
-            if (t->zero || t->shadow || t->lyft || t->lead != k || outq[k]) continue;
-            req[nreq] = (sl_request){&t->p, t->key, t->keylen, t->cost};
-            idx[nreq++] = k;
-        }
-        if (nreq == 0) {
-            allowed = 1;
-            break;
-        }
-        enforced = 1;
-        int all = 0;
-        if ((rc = sl_decide_all(s, req, nreq, now_ms, out, &all)) < 0)
-            return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
-        for (size_t q = 0; q < nreq; q++) {
-            o->res[idx[q]] = out[q];
-            decided[idx[q]] = 1;
-        }
-        if (all) {
-            allowed = 1;
-            break;
-        }
-        int hard = 0, soft = 0, quota = 0; /* who denied: plain, elastic, quota */
-        for (size_t q = 0; q < nreq; q++) {
-            const sl_check_item *t = &it[idx[q]];
-            if (out[q].allowed) continue;
-            if (t->quota)
-                quota = 1;
-            else if (t->elastic)
-                soft = 1;
-            else
-                hard = 1;
-        }
-        if (hard) break;
-        if (quota) { /* out of the batch; denied when every quota descriptor is over */
-            for (size_t q = 0; q < nreq; q++)
-                if (!out[q].allowed && it[idx[q]].quota) outq[idx[q]] = 1;
-            if (quota_all_over(plan, o, decided, qover)) {
-                o->quota_denied = 1;
-                break;
-            }
-            continue;
-        }
-        /* Denied only by elastic limits: again, all-or-none, with those at
-         * their ceilings and the spare pool charged too. */
-        if (soft && pool != NULL && nreq < SL_MAX_BATCH) {
-            sl_params pe[SL_MAX_BATCH];
-            for (size_t q = 0; q < nreq; q++) {
-                const sl_check_item *t = &it[idx[q]];
-                pe[q] = t->p;
-                /* only the limits that denied go up to their ceilings: one
-                 * that passed at L is decided at L again (check.h) */
-                if (t->elastic && !out[q].allowed) pe[q].limit = t->rl->elastic_limit;
-                req[q].params = &pe[q];
-            }
-            req[nreq] = (sl_request){pool, pool_key, sizeof pool_key - 1, cost};
-            sl_result out2[SL_MAX_BATCH];
-            if ((rc = sl_decide_all(s, req, nreq + 1, now_ms, out2, &all)) < 0)
-                return sl__check_err(err, errlen, rc, "%s", sl_strerror(rc));
-            if (all) {
-                allowed = 1;
-                o->pool_charged = 1;
-                for (size_t q = 0; q < nreq; q++) {
-                    int k = idx[q];
-                    /* over L before (state only grows at one instant) */
-                    o->stretched[k] = !o->res[k].allowed;
-                    o->res[k] = out2[q];
-                    if (o->stretched[k] && out2[nreq].remaining < o->res[k].remaining)
-                        o->res[k].remaining = out2[nreq].remaining;
-                }
-            }
-        }
-        break;
-    }
-    /* Within every limit: the request still uses spare capacity. */
-    for (int k = 0; k < nit && !enforced; k++) enforced = it[k].lyft && !it[k].shadow;
-    if (allowed && enforced && pool != NULL && !o->pool_charged) {
-        sl_result pr;
-        (void)sl_decide(s, pool, pool_key, sizeof pool_key - 1, now_ms, cost, &pr);
-    }
-    o->allowed = allowed;
-
-    /* Shadow counters: charged when the request is allowed, else peeked.
-     * Their parameters and keys were checked when the set loaded and when
-     * the keys were built, so neither call fails in practice; if one did,
-     * the counter answers "allowed, all zeros" and the request stands. */
-    for (int k = 0; k < nit; k++) {
-        const sl_check_item *t = &it[k];
-        if (t->zero || !t->shadow || t->lyft || t->lead != k) continue;
-        sl_result *r = &o->res[k];
-        rc = allowed ? sl_decide(s, &t->p, t->key, t->keylen, now_ms, t->cost, r)
-                     : sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
-        if (rc < 0 && allowed) rc = sl_peek(s, &t->p, t->key, t->keylen, now_ms, t->cost, r);
-        if (rc < 0) {
-            memset(r, 0, sizeof *r);
-            r->allowed = 1;
-        }
-    }
+    o->allowed = xo.allowed;
+    o->quota_denied = xo.quota_denied;
+    o->pool_charged = xo.pool_charged;
     return 0;
 }
 

@@ -13,22 +13,35 @@
 #define SL_BACKEND_LOCAL_H
 
 #include "backend.h"
+#include "checkexec.h"
 
 /* A backend over store s (not owned: free the backend before the store).
  * NULL when out of memory. */
 sl_backend *sl_backend_local_new(sl_store *s);
 
-/* Executes a planned RL.CHECK on store s: today's rounds (check.h) -- the
- * Lyft-counted counters charged (SL_RULES_COUNT_DENIED); every other counter
- * peeked when the request is denied already (an enforced L = 0 or
- * Lyft-counted limit over, or every quota descriptor over); else
- * sl_decide_all over the enforced and quota counters, again without the
- * quota counters that denied until it passes or every quota descriptor is
- * over, a round with the elastic limits at their ceilings and the pool when
- * only elastic limits denied, the pool's charge, and the shadow counters
- * decided (or peeked when the request is denied).  Fills *o.  Returns 0, or
- * a negative SL_E* code with a message in err: nothing was charged then but
- * the Lyft-counted counters, which are charged first (as Lyft's INCRBY). */
+/* The plan made flat for the library's executor (src/lib/checkexec.h) on
+ * store s (NULL: to be set by the caller): its L = 0 limits and repeated
+ * counters out, the quota descriptors as masks, each counter answering
+ * into res[k] for plan item k, the pool (if any) in *pool under the key
+ * SL_CHECK_POOL_KEY.  xi holds SL_MAX_BATCH items; x points into xi, pool
+ * and plan: it lives as long as they do.  Pure: no store touched. */
+void sl__local_check_flat(sl_store *s, const sl_check_plan *plan, sl__cx_item *xi,
+                          sl__cx_item *pool, sl__cx_plan *x);
+
+/* Executes a planned RL.CHECK on store s: the executor's rounds
+ * (checkexec.h, check.h's semantics) on the flat plan -- the Lyft-counted
+ * counters charged (SL_RULES_COUNT_DENIED); every other counter peeked
+ * when the request is denied already (an enforced L = 0 or Lyft-counted
+ * limit over, or every quota descriptor over); else sl_decide_all over the
+ * enforced and quota counters, again without the quota counters that
+ * denied until it passes or every quota descriptor is over, a round with
+ * the elastic limits at their ceilings and the pool when only elastic
+ * limits denied, the pool's charge, and the shadow counters decided (or
+ * peeked when the request is denied).  Fills *o.  Returns 0, or a negative
+ * SL_E* code with a message in err: nothing was charged then but the
+ * Lyft-counted counters, which are charged first (as Lyft's INCRBY).
+ * Used by the local backend and by the Redis backend's
+ * `--on-backend-error local`. */
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen);
 

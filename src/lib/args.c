@@ -3,6 +3,8 @@
  */
 #include <ctype.h>
 #include <stdio.h>
+#include <string.h>
+#include <strings.h>
 
 #include "args.h"
 
@@ -109,4 +111,77 @@ int sl__parse_at(int trusted, int64_t max_skew, const char *refused, int64_t now
     }
     *out = at;
     return 0;
+}
+
+/* The options of RL.ALLOW and RL.PEEK, in the order the error names them. */
+enum allow_opt { OPT_ALGO, OPT_COST, OPT_BURST, OPT_PRECISION, OPT_LOGREJECTED, OPT_AT, NOPTS };
+static const char *const allow_opts[NOPTS] = {
+    [OPT_ALGO] = "ALGO",
+    [OPT_COST] = "COST",
+    [OPT_BURST] = "BURST",
+    [OPT_PRECISION] = "PRECISION",
+    [OPT_LOGREJECTED] = "LOGREJECTED",
+    [OPT_AT] = "AT",
+};
+
+static int arg_is(const sl__arg *a, const char *word)
+{
+    size_t n = strlen(word);
+    return a->len == n && strncasecmp(a->p, word, n) == 0;
+}
+
+int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, void *at_ctx,
+                    sl__allow_req *q, char *err, size_t errlen)
+{
+    char qb[80];
+    memset(q, 0, sizeof *q);
+    q->p = (sl_params)SL_PARAMS_INIT;
+    q->cost = 1;
+    if (sl__parse_limit(a[0].p, a[0].len, &q->p.limit, err, errlen) != 0 ||
+        sl__parse_window(a[1].p, a[1].len, &q->p.window_ms, err, errlen) != 0)
+        return -1;
+    unsigned seen = 0;
+    int i;
+    for (i = 2; i < n; i++) {
+        if (stop && arg_is(&a[i], stop)) break;
+        int which = 0;
+        while (which < NOPTS && !arg_is(&a[i], allow_opts[which])) which++;
+        if (which == NOPTS || (which == OPT_AT && at == NULL)) {
+            snprintf(err, errlen, "unknown option '%s' (expected ALGO, COST, BURST, PRECISION, %s)",
+                     sl__quote(qb, sizeof qb, a[i].p, a[i].len),
+                     at ? "LOGREJECTED or AT" : "or LOGREJECTED");
+            return -1;
+        }
+        if (seen & (1u << which)) {
+            snprintf(err, errlen, "option %s given twice", allow_opts[which]);
+            return -1;
+        }
+        seen |= 1u << which;
+        if (which == OPT_LOGREJECTED) {
+            q->p.log_rejected = 1;
+            continue;
+        }
+        if (i + 1 >= n) {
+            snprintf(err, errlen, "option %s needs a value", allow_opts[which]);
+            return -1;
+        }
+        const sl__arg *v = &a[++i];
+        int rc = 0;
+        switch ((enum allow_opt)which) {
+        case OPT_ALGO: rc = sl__parse_algo(v->p, v->len, &q->p.algo, err, errlen); break;
+        case OPT_COST: rc = sl__parse_cost(v->p, v->len, &q->cost, err, errlen); break;
+        case OPT_BURST: rc = sl__parse_burst(v->p, v->len, &q->p.burst, err, errlen); break;
+        case OPT_PRECISION:
+            rc = sl__parse_precision(v->p, v->len, &q->p.precision, err, errlen);
+            break;
+        case OPT_AT:
+            rc = at(at_ctx, v->p, v->len, &q->at, err, errlen);
+            q->has_at = 1;
+            break;
+        case OPT_LOGREJECTED:
+        case NOPTS: break;
+        }
+        if (rc != 0) return -1;
+    }
+    return i;
 }

@@ -6,6 +6,7 @@
  *
  * Each parses one value of n bytes at s: 0 and *out, or -1 with the
  * message in err (errlen bytes; *out may be written).  Pure: no state.
+ * sl__parse_allow parses the whole of RL.ALLOW's request after its key.
  */
 #ifndef SL_ARGS_H
 #define SL_ARGS_H
@@ -30,6 +31,42 @@ int sl__parse_precision(const char *s, size_t n, int64_t *out, char *err, size_t
  * ahead, now and the bound.  *out is written only on success. */
 int sl__parse_at(int trusted, int64_t max_skew, const char *refused, int64_t now, const char *s,
                  size_t n, int64_t *out, char *err, size_t errlen);
+
+/* A client's argument: len bytes at p, not NUL-terminated. */
+typedef struct sl__arg {
+    const char *p;
+    size_t len;
+} sl__arg;
+
+/* RL.ALLOW's (and RL.PEEK's) request after its key: "limit window [ALGO a]
+ * [COST c] [BURST b] [PRECISION p] [LOGREJECTED] [AT t]", each option at
+ * most once, in any order, names in any case. */
+typedef struct sl__allow_req {
+    sl_params p;  /* limit, window and the options; the rest SL_PARAMS_INIT's */
+    int64_t cost; /* 1 unless COST */
+    int has_at;   /* AT t was given: at */
+    int64_t at;
+} sl__allow_req;
+
+/* How AT's value is read where AT is taken (sluiced: its flags; the
+ * module: its load arguments): 0 and *out, or -1 with the message in err.
+ * Called only when a request carries AT, with the caller's ctx. */
+typedef int (*sl__at_parse)(void *ctx, const char *s, size_t n, int64_t *out, char *err,
+                            size_t errlen);
+
+/* Arguments past the key that can matter: the limit, the window, every
+ * option with its value (11), and one more, which is then an error or the
+ * stop word.  A caller may pass at most this many (copying no more). */
+#define SL__ALLOW_ARGS 14
+
+/* Parses a[0..n) as RL.ALLOW's request after its key (above) into *q.  AT
+ * is an option when at is not NULL (read by at(at_ctx, ...)).  stop, when
+ * not NULL, is a word that ends the request where an option could start
+ * (RL.DECIDEALL's REQ).  Returns how many arguments the request took (the
+ * stop word's index, or n), or -1 with the client's message in err: the
+ * first wrong argument, left to right, as sluiced and the module word it. */
+int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, void *at_ctx,
+                    sl__allow_req *q, char *err, size_t errlen);
 
 /* Writes at most cap-1 printable bytes of s into dst for quoting client
  * input in messages (other bytes become '?', a cut is marked "..."). */

@@ -31,6 +31,7 @@
 #include <strings.h>
 
 #include "args.h"
+#include "checkexec.h"
 #include "lone.h"
 #include "redismodule_api.h"
 #include "sluice.h"
@@ -174,16 +175,23 @@ static int from_log(RedisModuleCtx *ctx)
     return (f & (REDISMODULE_CTX_FLAGS_REPLICATED | REDISMODULE_CTX_FLAGS_LOADING)) != 0;
 }
 
-/* Parses AT t: accepted with trust-client-time (within max-client-skew of
- * Redis's clock) and from the master or the AOF (unbounded); else refused
- * as sluiced refuses it. */
+/* Parses AT t (n bytes at s): accepted with trust-client-time (within
+ * max-client-skew of Redis's clock) and from the master or the AOF
+ * (unbounded); else refused as sluiced refuses it.  ctx: the command's
+ * RedisModuleCtx (sl__parse_allow's at). */
+static int parse_at_bytes(void *ctx, const char *s, size_t n, int64_t *out, char *err,
+                          size_t errlen)
+{
+    int logged = from_log(ctx);
+    return sl__parse_at(mod.trust_client_time || logged, logged ? 0 : mod.max_client_skew_ms,
+                        refused_at, RedisModule_Milliseconds(), s, n, out, err, errlen);
+}
+
 static int parse_at(RedisModuleCtx *ctx, RedisModuleString *arg, int64_t *out, char *err)
 {
     size_t n;
     const char *s = RedisModule_StringPtrLen(arg, &n);
-    int logged = from_log(ctx);
-    return sl__parse_at(mod.trust_client_time || logged, logged ? 0 : mod.max_client_skew_ms,
-                        refused_at, RedisModule_Milliseconds(), s, n, out, err, ERRLEN);
+    return parse_at_bytes(ctx, s, n, out, err, ERRLEN);
 }
 
 /* Sets the key's TTL to when all of v's state comes to rest (the latest
@@ -314,15 +322,8 @@ static int key_ok(const char *s, size_t n, char *err)
 
 typedef struct request {
     int keyarg; /* argv index of the key */
-    sl_params p;
-    int64_t cost;
-    int has_at;
-    int64_t at;
+    sl__allow_req r;
 } request;
-
-enum { OPT_ALGO, OPT_COST, OPT_BURST, OPT_PRECISION, OPT_LOGREJECTED, OPT_AT, NOPTS };
-static const char *const opt_names[NOPTS] = {"ALGO",      "COST",        "BURST",
-                                             "PRECISION", "LOGREJECTED", "AT"};
 
 static int arg_is(RedisModuleString *a, const char *word)
 {
@@ -332,70 +333,29 @@ static int arg_is(RedisModuleString *a, const char *word)
 }
 
 /* Parses argv[i..end): key limit window [options] as RL.ALLOW takes them
- * (with_at: AT allowed among them).  `stop`, when not NULL, is a word that
- * ends the request (RL.DECIDEALL's REQ).  Returns the index after the
- * request, or -1 with the client's message in err. */
+ * (sl__parse_allow, sluiced's grammar; with_at: AT allowed among them).
+ * `stop`, when not NULL, is a word that ends the request (RL.DECIDEALL's
+ * REQ).  Returns the index after the request, or -1 with the client's
+ * message in err. */
 static int parse_request(RedisModuleCtx *ctx, RedisModuleString **argv, int i, int end,
                          const char *stop, int with_at, request *q, char *err)
 {
     size_t n;
     const char *s;
-    memset(q, 0, sizeof *q);
-    q->p = (sl_params)SL_PARAMS_INIT;
-    q->cost = 1;
+    sl__arg a[SL__ALLOW_ARGS];
     if (end - i < 3) {
+        memset(q, 0, sizeof *q);
         snprintf(err, ERRLEN, "a request needs a key, a limit and a window");
         return -1;
     }
     q->keyarg = i;
     s = RedisModule_StringPtrLen(argv[i], &n);
     if (key_ok(s, n, err) != 0) return -1;
-    s = RedisModule_StringPtrLen(argv[i + 1], &n);
-    if (sl__parse_limit(s, n, &q->p.limit, err, ERRLEN) != 0) return -1;
-    s = RedisModule_StringPtrLen(argv[i + 2], &n);
-    if (sl__parse_window(s, n, &q->p.window_ms, err, ERRLEN) != 0) return -1;
-    unsigned seen = 0;
-    for (i += 3; i < end; i++) {
-        if (stop && arg_is(argv[i], stop)) break;
-        int which = 0;
-        while (which < NOPTS && !arg_is(argv[i], opt_names[which])) which++;
-        if (which == NOPTS || (which == OPT_AT && !with_at)) {
-            char qb[80];
-            s = RedisModule_StringPtrLen(argv[i], &n);
-            snprintf(err, ERRLEN, "unknown option '%s' (expected ALGO, COST, BURST, PRECISION, %s)",
-                     sl__quote(qb, sizeof qb, s, n),
-                     with_at ? "LOGREJECTED or AT" : "or LOGREJECTED");
-            return -1;
-        }
-        if (seen & (1u << which)) {
-            snprintf(err, ERRLEN, "option %s given twice", opt_names[which]);
-            return -1;
-        }
-        seen |= 1u << which;
-        if (which == OPT_LOGREJECTED) {
-            q->p.log_rejected = 1;
-            continue;
-        }
-        if (i + 1 >= end) {
-            snprintf(err, ERRLEN, "option %s needs a value", opt_names[which]);
-            return -1;
-        }
-        s = RedisModule_StringPtrLen(argv[++i], &n);
-        int rc = 0;
-        switch (which) {
-        case OPT_ALGO: rc = sl__parse_algo(s, n, &q->p.algo, err, ERRLEN); break;
-        case OPT_COST: rc = sl__parse_cost(s, n, &q->cost, err, ERRLEN); break;
-        case OPT_BURST: rc = sl__parse_burst(s, n, &q->p.burst, err, ERRLEN); break;
-        case OPT_PRECISION: rc = sl__parse_precision(s, n, &q->p.precision, err, ERRLEN); break;
-        case OPT_AT:
-            rc = parse_at(ctx, argv[i], &q->at, err);
-            q->has_at = 1;
-            break;
-        default: break;
-        }
-        if (rc != 0) return -1;
-    }
-    return i;
+    int na = end - i - 1 < SL__ALLOW_ARGS ? end - i - 1 : SL__ALLOW_ARGS;
+    for (int k = 0; k < na; k++) a[k].p = RedisModule_StringPtrLen(argv[i + 1 + k], &a[k].len);
+    int took =
+        sl__parse_allow(a, na, stop, with_at ? parse_at_bytes : NULL, ctx, &q->r, err, ERRLEN);
+    return took < 0 ? -1 : i + 1 + took;
 }
 
 /* ---- RL.ALLOW / RL.PEEK ------------------------------------------------------ */
@@ -408,8 +368,8 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     request q;
     if (argc < 4) return RedisModule_WrongArity(ctx);
     if (parse_request(ctx, argv, 1, argc, NULL, 1, &q, err) < 0) return reply_err(ctx, err);
-    int64_t now = q.has_at ? q.at : RedisModule_Milliseconds();
-    int rc = sl_params_check(&q.p);
+    int64_t now = q.r.has_at ? q.r.at : RedisModule_Milliseconds();
+    int rc = sl_params_check(&q.r.p);
     if (rc != 0) return reply_err(ctx, sl_strerror(rc));
     RedisModuleKey *key;
     rlval *v;
@@ -417,8 +377,8 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         return REDISMODULE_OK;
     sl_result r;
     if (!commit) {
-        uint8_t *rec = v ? val_rec(v, q.p.algo) : NULL;
-        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.p, now, q.cost, 0, &r);
+        uint8_t *rec = v ? val_rec(v, q.r.p.algo) : NULL;
+        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, q.r.cost, 0, &r);
         RedisModule_CloseKey(key);
         if (rc != 0) return reply_err(ctx, sl_strerror(rc));
         reply_fields(ctx, &r);
@@ -432,11 +392,11 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         }
         made = 1;
     }
-    uint8_t *rec = val_rec(v, q.p.algo);
-    rc = val_needs_more(v, q.p.algo) ? val_more(v) : 0;
+    uint8_t *rec = val_rec(v, q.r.p.algo);
+    rc = val_needs_more(v, q.r.p.algo) ? val_more(v) : 0;
     if (rc == 0)
-        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.p.algo), &q.p, now, q.cost,
-                             1, &r);
+        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.r.p.algo), &q.r.p, now,
+                             q.r.cost, 1, &r);
     if (rc != 0) {
         if (made)
             val_free(v);
@@ -445,13 +405,13 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }
-    val_set(v, q.p.algo, rec);
+    val_set(v, q.r.p.algo, rec);
     if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
-    val_expire(key, v, now, q.has_at ? RedisModule_Milliseconds() : now);
+    val_expire(key, v, now, q.r.has_at ? RedisModule_Milliseconds() : now);
     RedisModule_CloseKey(key);
     /* the decision at its time, so a replica's state (and the AOF's) is
      * the master's */
-    if (q.has_at)
+    if (q.r.has_at)
         RedisModule_ReplicateVerbatim(ctx);
     else
         replicate_at(ctx, "RL.ALLOW", argv, argc, now, 0);
@@ -582,7 +542,7 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int64_t clock = RedisModule_Milliseconds();
     int64_t now = b.has_at ? b.at : clock;
     for (int k = 0; k < b.n; k++) {
-        int rc = sl_params_check(&b.q[k].p);
+        int rc = sl_params_check(&b.q[k].r.p);
         if (rc != 0) {
             snprintf(err, sizeof err, "request %d: %s", k + 1, sl_strerror(rc));
             return reply_err(ctx, err);
@@ -631,10 +591,10 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     size_t bad = 0;
     for (int k = 0; k < b.n && rc == 0; k++) {
         rlval *v = vals[owner[k]];
-        int a = (int)b.q[k].p.algo;
+        int a = (int)b.q[k].r.p.algo;
         first[k] = k;
         for (int j = 0; j < k && first[k] == k; j++)
-            if (owner[j] == owner[k] && (int)b.q[j].p.algo == a) first[k] = j;
+            if (owner[j] == owner[k] && (int)b.q[j].r.p.algo == a) first[k] = j;
         void *room = NULL;
         if (first[k] == k) {
             recs[k] = val_rec(v, a);
@@ -644,14 +604,14 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
                      (rc = val_more(v)) != 0)
                 bad = (size_t)k;
         }
-        reqs[k] = (sl__lone_req){&b.q[k].p, &recs[first[k]], b.q[k].cost, room};
+        reqs[k] = (sl__lone_req){&b.q[k].r.p, &recs[first[k]], b.q[k].r.cost, room};
     }
     if (rc == 0) {
         rc = sl__lone_decide_all(mod.loose, reqs, (size_t)b.n, now, out, &all, &bad);
         decided = 1;
     }
     for (int k = 0; decided && k < b.n; k++)
-        if (first[k] == k) val_set(vals[owner[k]], (int)b.q[k].p.algo, recs[k]);
+        if (first[k] == k) val_set(vals[owner[k]], (int)b.q[k].r.p.algo, recs[k]);
     for (int o = 0; o < nopen; o++) {
         val_trim(vals[o]);
         if (made[o] && val_empty(vals[o])) {
@@ -695,26 +655,22 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
  * all-or-none: the script's op C (docs/redis-scripts.md) with the same
  * arguments, a key before each counter's fields, and the same reply --
  * allowed, quota_denied, pool_charged, then per counter its six fields and
- * `stretched`.  The steps are the local backend's (sl__local_check_exec),
- * each on the module's decide / peek / decide-all of lone records.  Made
+ * `stretched`.  The rounds are the library's executor (src/lib/checkexec.h,
+ * also the local backend's), on the module's lone records.  Made
  * for the backend, which has checked every parameter; refused arguments
  * get -ERR naming the counter. */
 #define CP_ITEM 13 /* a counter's arguments: its key and 12 fields */
 #define CP_POOL 8  /* the pool's: its key and 7 fields */
 
-typedef struct cp_item {
-    int keyarg;           /* argv index of its key */
-    sl_params p, big, up; /* its parameters; at L = SL_MAX_LIMIT (Lyft); at its ceiling */
-    int64_t cost, ceiling, qmask;
-    int shadow, quota, lyft;
-    uint8_t **rec; /* its record (cmd_checkplan's, put back in the key's value after) */
-    void *room;    /* the value's room a record made for it goes in, or NULL */
-} cp_item;
-
+/* The plan: the executor's (src/lib/checkexec.h), its counters then the
+ * pool in it[], each counter's parameters in p[] and key at argv[keyarg]. */
 typedef struct cp_plan {
-    int m, has_pool, denied_never, has_at;
-    int64_t at, qall, zmask;
-    cp_item it[SL_MAX_BATCH + 1]; /* the counters, then the pool */
+    int m, has_pool, has_at;
+    int64_t at;
+    int keyarg[SL_MAX_BATCH + 1];
+    sl_params p[SL_MAX_BATCH + 1];
+    sl__cx_item it[SL_MAX_BATCH + 1];
+    sl__cx_plan x;
 } cp_plan;
 
 /* An integer argument 0..max: 0, or -1 with "<what>: not an integer 0..max". */
@@ -727,8 +683,9 @@ static int cp_int(RedisModuleString *a, int64_t max, int64_t *out, const char *w
     return -1;
 }
 
-/* A key and 7 fields at argv[i..i+8): 0, or -1 with err. */
-static int cp_fields(RedisModuleString **argv, int i, cp_item *t, char *err)
+/* A key and 7 fields at argv[i..i+8), counter k's (or the pool's): 0,
+ * or -1 with err. */
+static int cp_fields(RedisModuleString **argv, int i, cp_plan *c, int k, char *err)
 {
     static const char *const what[7] = {"algo", "L", "W", "B", "P", "log_rejected", "cost"};
     static const int64_t max[7] = {
@@ -737,18 +694,19 @@ static int cp_fields(RedisModuleString **argv, int i, cp_item *t, char *err)
     size_t n;
     const char *s = RedisModule_StringPtrLen(argv[i], &n);
     if (key_ok(s, n, err) != 0) return -1;
-    t->keyarg = i;
+    c->keyarg[k] = i;
     for (int f = 0; f < 7; f++)
         if (cp_int(argv[i + 1 + f], max[f], &v[f], what[f], err) != 0) return -1;
-    t->p = (sl_params)SL_PARAMS_INIT;
-    t->p.algo = (sl_algo)v[0];
-    t->p.limit = v[1];
-    t->p.window_ms = v[2];
-    t->p.burst = v[3];
-    t->p.precision = v[4];
-    t->p.log_rejected = (int)v[5];
-    t->cost = v[6];
-    int rc = sl_params_check(&t->p);
+    sl_params *p = &c->p[k];
+    *p = (sl_params)SL_PARAMS_INIT;
+    p->algo = (sl_algo)v[0];
+    p->limit = v[1];
+    p->window_ms = v[2];
+    p->burst = v[3];
+    p->precision = v[4];
+    p->log_rejected = (int)v[5];
+    c->it[k] = (sl__cx_item){.p = p, .cost = v[6], .slot = k};
+    int rc = sl_params_check(p);
     if (rc != 0) {
         snprintf(err, ERRLEN, "%s", sl_strerror(rc));
         return -1;
@@ -778,9 +736,9 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
         if (cp_int(argv[i + f], hmax[f], &v[f], head[f], err) != 0) return -1;
     c->m = (int)v[0];
     c->has_pool = (int)v[1];
-    c->denied_never = (int)v[2];
-    c->qall = v[3];
-    c->zmask = v[4];
+    c->x.denied_never = (int)v[2];
+    c->x.qall = (uint32_t)v[3];
+    c->x.zmask = (uint32_t)v[4];
     i += 5;
     if (argc - i != CP_ITEM * c->m + CP_POOL * c->has_pool) {
         snprintf(err, ERRLEN, "%d arguments after the header for %d counters%s", argc - i, c->m,
@@ -790,213 +748,37 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
     for (int k = 0; k < c->m; k++, i += CP_ITEM) {
         static const char *const what[5] = {"shadow", "quota", "lyft", "ceiling", "qmask"};
         static const int64_t max[5] = {1, 1, 1, SL_MAX_LIMIT, 0xffff};
-        cp_item *t = &c->it[k];
+        sl__cx_item *t = &c->it[k];
         int64_t f[5] = {0};
-        int rc = cp_fields(argv, i, t, msg);
+        int rc = cp_fields(argv, i, c, k, msg);
         for (int j = 0; rc == 0 && j < 5; j++)
             rc = cp_int(argv[i + 8 + j], max[j], &f[j], what[j], msg);
-        t->shadow = (int)f[0];
-        t->quota = (int)f[1];
-        t->lyft = (int)f[2];
+        t->shadow = (unsigned char)f[0];
+        t->quota = (unsigned char)f[1];
+        t->lyft = (unsigned char)f[2];
         t->ceiling = f[3];
-        t->qmask = f[4];
-        t->big = t->up = t->p;
-        t->big.limit = SL_MAX_LIMIT;
-        t->up.limit = t->ceiling;
-        if (rc == 0 && (t->lyft && (rc = sl_params_check(&t->big)) != 0))
+        t->qmask = (uint32_t)f[4];
+        /* the executor decides a Lyft-counted counter at L = SL_MAX_LIMIT
+         * and an elastic one at its ceiling: both checked here */
+        sl_params big = c->p[k], up = c->p[k];
+        big.limit = SL_MAX_LIMIT;
+        up.limit = t->ceiling;
+        if (rc == 0 && (t->lyft && (rc = sl_params_check(&big)) != 0))
             snprintf(msg, sizeof msg, "at L = %lld: %s", SL_MAX_LIMIT, sl_strerror(rc));
-        if (rc == 0 && t->ceiling > 0 && (rc = sl_params_check(&t->up)) != 0)
+        if (rc == 0 && t->ceiling > 0 && (rc = sl_params_check(&up)) != 0)
             snprintf(msg, sizeof msg, "at its ceiling: %s", sl_strerror(rc));
         if (rc != 0) {
             snprintf(err, ERRLEN, "counter %d: %.200s", k + 1, msg);
             return -1;
         }
     }
-    if (c->has_pool && cp_fields(argv, i, &c->it[c->m], msg) != 0) {
+    if (c->has_pool && cp_fields(argv, i, c, c->m, msg) != 0) {
         snprintf(err, ERRLEN, "the pool: %.200s", msg);
         return -1;
     }
-    return 0;
-}
-
-/* A Lyft-counted counter's answer from its answer at L = SL_MAX_LIMIT
- * (which charged it), as backend_local.c's lyft_answer. */
-static void cp_lyft(const cp_item *t, const sl_result *big, sl_result *r)
-{
-    int64_t L = t->p.limit, after = SL_MAX_LIMIT - big->remaining;
-    memset(r, 0, sizeof *r);
-    r->allowed = after <= L;
-    r->limit = L;
-    r->remaining = after <= L ? L - after : 0;
-    r->reset_after_ms = big->reset_after_ms;
-    r->retry_after_ms = r->allowed ? 0 : t->cost > L ? -1 : big->reset_after_ms;
-}
-
-/* What the steps found, and whether any step committed a decision. */
-typedef struct cp_out {
-    int allowed, quota_denied, pool_charged, wrote;
-    unsigned char stretched[SL_MAX_BATCH];
-    sl_result res[SL_MAX_BATCH];
-} cp_out;
-
-/* Marks in *qover the quota descriptors with a decided counter over; 1
- * when every quota descriptor is. */
-static int cp_quota_all_over(const cp_plan *c, const cp_out *o, const unsigned char *decided,
-                             int64_t *qover)
-{
-    if (c->qall == 0) return 0;
-    for (int k = 0; k < c->m; k++)
-        if (c->it[k].qmask != 0 && decided[k] && !o->res[k].allowed) *qover |= c->it[k].qmask;
-    return *qover == c->qall;
-}
-
-/* sl__lone_decide_all over the counters idx[0..n) (params: each one's,
- * or pe[q] when pe is given), with the pool as one more member when
- * with_pool.  0 or the SL_E* code. */
-static int cp_all(const cp_plan *c, const int *idx, size_t n, const sl_params *pe, int with_pool,
-                  int64_t now, sl_result *out, int *all, cp_out *o)
-{
-    sl__lone_req r[SL_MAX_BATCH + 1];
-    for (size_t q = 0; q < n; q++) {
-        const cp_item *t = &c->it[idx[q]];
-        r[q] = (sl__lone_req){pe ? &pe[q] : &t->p, t->rec, t->cost, t->room};
-    }
-    if (with_pool) {
-        const cp_item *t = &c->it[c->m];
-        r[n++] = (sl__lone_req){&t->p, t->rec, t->cost, t->room};
-    }
-    int rc = sl__lone_decide_all(mod.loose, r, n, now, out, all, NULL);
-    if (rc == 0 && *all) o->wrote = 1;
-    return rc;
-}
-
-/* The steps of sl__local_check_exec on the plan's records at now: 0, or
- * the SL_E* code of a step that failed (a record's memory). */
-static int cp_exec(const cp_plan *c, int64_t now, cp_out *o)
-{
-    int m = c->m, idx[SL_MAX_BATCH], rc, all = 0;
-    unsigned char decided[SL_MAX_BATCH] = {0}, outq[SL_MAX_BATCH] = {0};
-    int64_t qover = c->zmask;
-    sl_result out[SL_MAX_BATCH + 1];
-    sl_params pe[SL_MAX_BATCH];
-    size_t n = 0;
-    const cp_item *pool = c->has_pool ? &c->it[m] : NULL;
-
-    /* Lyft's counting: charged whatever the answer, then judged against L */
-    for (int k = 0; k < m; k++) {
-        if (!c->it[k].lyft) continue;
-        pe[n] = c->it[k].big;
-        idx[n++] = k;
-    }
-    if (n > 0) {
-        if ((rc = cp_all(c, idx, n, pe, 0, now, out, &all, o)) != 0) return rc;
-        for (size_t q = 0; q < n; q++) {
-            cp_lyft(&c->it[idx[q]], &out[q], &o->res[idx[q]]);
-            decided[idx[q]] = 1;
-        }
-    }
-    /* denied already: every other counter only peeked */
-    int denied = c->denied_never;
-    for (int k = 0; k < m; k++)
-        if (c->it[k].lyft && !c->it[k].shadow && !c->it[k].quota && !o->res[k].allowed) denied = 1;
-    int quota_denied = !denied && cp_quota_all_over(c, o, decided, &qover);
-    if (denied || quota_denied) {
-        for (int k = 0; k < m; k++) {
-            const cp_item *t = &c->it[k];
-            if (decided[k]) continue;
-            if ((rc = sl__lone_decide(mod.loose, t->rec, t->room, &t->p, now, t->cost, 0,
-                                      &o->res[k])) != 0)
-                return rc;
-            if (!o->res[k].allowed && !t->shadow && !t->quota) quota_denied = 0;
-        }
-        o->quota_denied = quota_denied;
-        return 0;
-    }
-    /* the enforced and quota counters all-or-none; a quota counter that
-     * denies leaves the batch and the rest is decided again */
-    int allowed = 0, enforced = 0;
-    for (;;) {
-        n = 0;
-        for (int k = 0; k < m; k++)
-            if (!c->it[k].shadow && !c->it[k].lyft && !outq[k]) idx[n++] = k;
-        if (n == 0) {
-            allowed = 1;
-            break;
-        }
-        enforced = 1;
-        if ((rc = cp_all(c, idx, n, NULL, 0, now, out, &all, o)) != 0) return rc;
-        for (size_t q = 0; q < n; q++) {
-            o->res[idx[q]] = out[q];
-            decided[idx[q]] = 1;
-        }
-        if (all) {
-            allowed = 1;
-            break;
-        }
-        int hard = 0, soft = 0, quota = 0;
-        for (size_t q = 0; q < n; q++) {
-            const cp_item *t = &c->it[idx[q]];
-            if (out[q].allowed) continue;
-            if (t->quota)
-                quota = 1;
-            else if (t->ceiling > 0)
-                soft = 1;
-            else
-                hard = 1;
-        }
-        if (hard) break;
-        if (quota) {
-            for (size_t q = 0; q < n; q++)
-                if (!out[q].allowed && c->it[idx[q]].quota) outq[idx[q]] = 1;
-            if (cp_quota_all_over(c, o, decided, &qover)) {
-                quota_denied = 1;
-                break;
-            }
-            continue;
-        }
-        /* denied only by elastic limits: again, those that denied at their
-         * ceilings, with the spare pool as one more member */
-        if (soft && pool != NULL && n < SL_MAX_BATCH) {
-            sl_result out2[SL_MAX_BATCH + 1];
-            for (size_t q = 0; q < n; q++) {
-                const cp_item *t = &c->it[idx[q]];
-                pe[q] = t->ceiling > 0 && !out[q].allowed ? t->up : t->p;
-            }
-            if ((rc = cp_all(c, idx, n, pe, 1, now, out2, &all, o)) != 0) return rc;
-            if (all) {
-                allowed = 1;
-                o->pool_charged = 1;
-                for (size_t q = 0; q < n; q++) {
-                    int k = idx[q];
-                    o->stretched[k] = !o->res[k].allowed; /* over L before */
-                    o->res[k] = out2[q];
-                    if (o->stretched[k] && out2[n].remaining < o->res[k].remaining)
-                        o->res[k].remaining = out2[n].remaining;
-                }
-            }
-        }
-        break;
-    }
-    o->quota_denied = quota_denied;
-    /* within every limit: the request still uses spare capacity */
-    for (int k = 0; k < m && !enforced; k++) enforced = c->it[k].lyft && !c->it[k].shadow;
-    if (allowed && enforced && pool != NULL && !o->pool_charged) {
-        sl_result pr;
-        if ((rc = sl__lone_decide(mod.loose, pool->rec, pool->room, &pool->p, now, pool->cost, 1,
-                                  &pr)) != 0)
-            return rc;
-        o->wrote = 1;
-    }
-    o->allowed = allowed;
-    /* shadow counters: charged when the request is allowed, else peeked */
-    for (int k = 0; k < m; k++) {
-        const cp_item *t = &c->it[k];
-        if (!t->shadow || t->lyft) continue;
-        if ((rc = sl__lone_decide(mod.loose, t->rec, t->room, &t->p, now, t->cost, allowed,
-                                  &o->res[k])) != 0)
-            return rc;
-        o->wrote |= allowed;
-    }
+    c->x.n = c->m;
+    c->x.it = c->it;
+    c->x.pool = c->has_pool ? &c->it[c->m] : NULL;
     return 0;
 }
 
@@ -1007,7 +789,7 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int perr = cp_parse(ctx, argv, argc, &c, err);
     int nk = c.m + c.has_pool;
     if (RedisModule_IsKeysPositionRequest(ctx)) {
-        for (int k = 0; perr == 0 && k < nk; k++) RedisModule_KeyAtPos(ctx, c.it[k].keyarg);
+        for (int k = 0; perr == 0 && k < nk; k++) RedisModule_KeyAtPos(ctx, c.keyarg[k]);
         return REDISMODULE_OK;
     }
     if (perr != 0) return reply_err(ctx, err);
@@ -1020,12 +802,12 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     int made[SL_MAX_BATCH + 1], owner[SL_MAX_BATCH + 1], nopen = 0, rc = 0;
     for (int k = 0; k < nk; k++) {
         size_t ln, lj;
-        const char *kn = RedisModule_StringPtrLen(argv[c.it[k].keyarg], &ln);
+        const char *kn = RedisModule_StringPtrLen(argv[c.keyarg[k]], &ln);
         owner[k] = -1;
         for (int j = 0; j < k && owner[k] < 0; j++) {
-            const char *kj = RedisModule_StringPtrLen(argv[c.it[j].keyarg], &lj);
+            const char *kj = RedisModule_StringPtrLen(argv[c.keyarg[j]], &lj);
             if (lj == ln && memcmp(kj, kn, ln) == 0) {
-                if (c.it[j].p.algo == c.it[k].p.algo) {
+                if (c.p[j].algo == c.p[k].algo) {
                     snprintf(err, sizeof err,
                              "counter %d names the key and algorithm of counter %d", k + 1, j + 1);
                     rc = SL_EINVAL;
@@ -1036,8 +818,7 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         if (rc != 0) break;
         if (owner[k] >= 0) continue;
         owner[k] = nopen;
-        if (open_val(ctx, argv[c.it[k].keyarg], REDISMODULE_WRITE, &keys[nopen], &vals[nopen]) !=
-            0) {
+        if (open_val(ctx, argv[c.keyarg[k]], REDISMODULE_WRITE, &keys[nopen], &vals[nopen]) != 0) {
             rc = -1; /* WRONGTYPE sent */
             break;
         }
@@ -1054,13 +835,14 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
      * cmd_decideall): a value's free room goes to the first counter whose
      * algorithm's records stay in one; a value a record may end up outside
      * the room of gets its `more` first */
-    cp_out o;
-    memset(&o, 0, sizeof o);
+    sl_result res[SL_MAX_BATCH] = {{0}};
+    unsigned char stretched[SL_MAX_BATCH] = {0};
+    sl__cx_out o = {.res = res, .stretched = stretched};
     uint8_t *recs[SL_MAX_BATCH + 1];
     int roomed[SL_MAX_BATCH + 1] = {0}, decided = 0;
     for (int k = 0; k < nk && rc == 0; k++) {
         rlval *v = vals[owner[k]];
-        int a = (int)c.it[k].p.algo;
+        int a = (int)c.p[k].algo;
         recs[k] = val_rec(v, a);
         c.it[k].rec = &recs[k];
         c.it[k].room = NULL;
@@ -1073,9 +855,12 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     }
     if (rc == 0) {
         decided = 1;
-        if ((rc = cp_exec(&c, now, &o)) != 0) snprintf(err, sizeof err, "%s", sl_strerror(rc));
+        c.x.loose = mod.loose;
+        c.x.strict = 1; /* a record's memory refused: the request fails */
+        c.x.now_ms = now;
+        if ((rc = sl__cx_run(&c.x, &o)) != 0) snprintf(err, sizeof err, "%s", sl_strerror(rc));
     }
-    for (int k = 0; decided && k < nk; k++) val_set(vals[owner[k]], (int)c.it[k].p.algo, recs[k]);
+    for (int k = 0; decided && k < nk; k++) val_set(vals[owner[k]], (int)c.p[k].algo, recs[k]);
     for (int j = 0; j < nopen; j++) {
         val_trim(vals[j]);
         if (made[j] && val_empty(vals[j])) {
@@ -1099,14 +884,14 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
     RedisModule_ReplyWithLongLong(ctx, o.quota_denied);
     RedisModule_ReplyWithLongLong(ctx, o.pool_charged);
     for (int k = 0; k < c.m; k++) {
-        const sl_result *r = &o.res[k];
+        const sl_result *r = &res[k];
         RedisModule_ReplyWithLongLong(ctx, r->allowed);
         RedisModule_ReplyWithLongLong(ctx, r->limit);
         RedisModule_ReplyWithLongLong(ctx, r->remaining);
         RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
         RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
         RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
-        RedisModule_ReplyWithLongLong(ctx, o.stretched[k]);
+        RedisModule_ReplyWithLongLong(ctx, stretched[k]);
     }
     return REDISMODULE_OK;
 }

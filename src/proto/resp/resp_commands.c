@@ -264,82 +264,35 @@ static void on_check3(void *arg, const sl_svc_reply *r) { on_check(arg, r, SL_RE
 
 /* ---- RL.ALLOW / RL.PEEK ----------------------------------------------------- */
 
-/* The options of RL.ALLOW and RL.PEEK, in the order the error names them. */
-enum allow_opt { OPT_ALGO, OPT_COST, OPT_BURST, OPT_PRECISION, OPT_LOGREJECTED, OPT_AT, NOPTS };
-static const struct {
-    const char *name;
-    int takes_value;
-} allow_opts[NOPTS] = {
-    [OPT_ALGO] = {"ALGO", 1},
-    [OPT_COST] = {"COST", 1},
-    [OPT_BURST] = {"BURST", 1},
-    [OPT_PRECISION] = {"PRECISION", 1},
-    [OPT_LOGREJECTED] = {"LOGREJECTED", 0},
-    [OPT_AT] = {"AT", 1},
-};
+/* AT's value, read by the service's rule (sl__parse_allow's at). */
+static int allow_at(void *ctx, const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    const req *q = ctx;
+    return sl_svc_parse_at(q->x, q->now, s, n, out, err, errlen);
+}
 
 /* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
- *          [LOGREJECTED] [AT t]   (RL.PEEK: the same, nothing consumed) */
+ *          [LOGREJECTED] [AT t]   (RL.PEEK: the same, nothing consumed):
+ * the grammar is sl__parse_allow's (src/lib/args.c), the module's too */
 static void decide(req *q, int commit)
 {
     const sl_resp_cmd *c = q->cmd;
-    char err[SL_SVC_ERR], qb[80];
+    char err[SL_SVC_ERR];
     const sl_resp_arg *key = &c->argv[1];
-    sl_params p = SL_PARAMS_INIT;
-    int64_t cost = 1, at = q->now;
+    sl__arg a[SL__ALLOW_ARGS];
+    sl__allow_req r;
+    int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS;
+    for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
     if (sl__parse_key(key->p, key->len, err, sizeof err) != 0 ||
-        sl__parse_limit(c->argv[2].p, c->argv[2].len, &p.limit, err, sizeof err) != 0 ||
-        sl__parse_window(c->argv[3].p, c->argv[3].len, &p.window_ms, err, sizeof err) != 0) {
+        sl__parse_allow(a, n, NULL, allow_at, q, &r, err, sizeof err) < 0) {
         err_reply(q, "%s", err);
         return;
-    }
-    unsigned seen = 0;
-    for (int i = 4; i < c->argc; i++) {
-        const sl_resp_arg *o = &c->argv[i];
-        int which = 0;
-        while (which < NOPTS && !arg_is(o, allow_opts[which].name)) which++;
-        if (which == NOPTS) {
-            err_reply(q,
-                      "unknown option '%s' (expected ALGO, COST, BURST, PRECISION, LOGREJECTED "
-                      "or AT)",
-                      quote(qb, sizeof qb, o));
-            return;
-        }
-        if (seen & (1u << which)) {
-            err_reply(q, "option %s given twice", allow_opts[which].name);
-            return;
-        }
-        seen |= 1u << which;
-        if (!allow_opts[which].takes_value) {
-            p.log_rejected = 1;
-            continue;
-        }
-        if (i + 1 >= c->argc) {
-            err_reply(q, "option %s needs a value", allow_opts[which].name);
-            return;
-        }
-        const sl_resp_arg *v = &c->argv[++i];
-        int rc = 0;
-        switch ((enum allow_opt)which) {
-        case OPT_ALGO: rc = sl__parse_algo(v->p, v->len, &p.algo, err, sizeof err); break;
-        case OPT_COST: rc = sl__parse_cost(v->p, v->len, &cost, err, sizeof err); break;
-        case OPT_BURST: rc = sl__parse_burst(v->p, v->len, &p.burst, err, sizeof err); break;
-        case OPT_PRECISION:
-            rc = sl__parse_precision(v->p, v->len, &p.precision, err, sizeof err);
-            break;
-        case OPT_AT: rc = sl_svc_parse_at(q->x, q->now, v->p, v->len, &at, err, sizeof err); break;
-        case OPT_LOGREJECTED:
-        case NOPTS: break;
-        }
-        if (rc != 0) {
-            err_reply(q, "%s", err);
-            return;
-        }
     }
     sl_slot *s = sl_conn_slot(q->c);
     if (s == NULL) return;
     /* the service checks the parameters: its error names the bad one */
-    sl_svc_allow(q->x, key->p, key->len, &p, cost, at, commit, on_fields, s);
+    sl_svc_allow(q->x, key->p, key->len, &r.p, r.cost, r.has_at ? r.at : q->now, commit, on_fields,
+                 s);
 }
 
 static void cmd_allow(req *q) { decide(q, 1); }
