@@ -776,5 +776,14 @@ static void http_fatal(sl_conn *c, const char *msg)
     refuse(c, 431, "request head longer than max-command");
 }
 
-const sl_proto sl_http_proto = {"http", http_run, http_fatal, sizeof(http_worker), http_closed,
-                                NULL};
+const sl_proto sl_http_proto = {
+    .name = "http",
+    .run = http_run,
+    .fatal = http_fatal,
+    .scratch_size = sizeof(http_worker),
+    .closed = http_closed,
+    .front = SL_FRONT_HTTP,
+    .timeout_ms = SL_HTTP_TIMEOUT_MS,
+    .refuse_in_band = 1, /* a 503 (sl_conn_refused) */
+    .stop_waits = 1,     /* answered with Connection: close */
+};
