@@ -1,6 +1,10 @@
 /*
  * proto.h -- what a protocol module (under src/proto/) plugs into net.c, and the
- * reply slots net.c gives it.
+ * reply slots net.c gives it ("net.c" here: the network layer, net.c and
+ * its parts, net_int.h).  Each protocol is one sl_proto: its callbacks,
+ * and the few ways net.c serves its connections differently (front,
+ * timeout_ms, refuse_line, refuse_in_band, stop_waits, h2), so that the
+ * network layer itself names no protocol.
  *
  * net.c owns sockets, buffers, fairness and limits; a protocol owns its
  * bytes: it parses requests out of what a connection has sent and writes

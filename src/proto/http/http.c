@@ -2,7 +2,7 @@
  * http.c -- HTTP/1.1 on net.c's own connection path (http.h): a second
  * protocol (proto.h) beside RESP, on the same workers, reply slots,
  * limits and TLS.  Each request is framed by h1.c, routed here, checked
- * with the service layer's sl_svc_parse_* (so a 400 says what RESP's -ERR
+ * with args.h's sl__parse_* and sl_svc_parse_at (so a 400 says what RESP's -ERR
  * says), and answered into its reply slot: the status line, headers and
  * body written straight into the slot's buffer, without printf and
  * without allocating (JSON bodies of the rarer endpoints excepted, made
