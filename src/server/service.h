@@ -1,8 +1,8 @@
 /*
  * service.h -- what sluiced does, whatever the protocol: allow / peek /
  * reset / check over the backend (backend.h), the rules (list, reload) and
- * the numbers INFO shows.  A protocol module (src/proto/resp/, http/ and
- * grpc/) turns its own syntax into these calls and their answers
+ * the numbers INFO shows.  A protocol module (src/proto/resp/ today, HTTP
+ * and gRPC later) turns its own syntax into these calls and their answers
  * into its own replies; nothing here knows RESP, sockets or threads.
  *
  * Each worker thread owns one sl_svc_ctx (no thread-locals): its channel
@@ -13,9 +13,8 @@
  * an sl_svc_reply that lives only during the call.
  *
  * Bad input never reaches the backend: protocols check every value with
- * args.h's parsers (sl__parse_*; AT: sl_svc_parse_at), whose messages are
- * what the client is told ("invalid window: ..., got '5x'"), the same for
- * every protocol.
+ * the sl_svc_parse_* helpers, whose messages are what the client is told
+ * ("invalid window: ..., got '5x'"), the same for every protocol.
  */
 #ifndef SL_SERVICE_H
 #define SL_SERVICE_H
