@@ -59,7 +59,7 @@ B       ?= build
 #     rules     src/rules        + lib
 #     backend   src/backend      + rules
 #     server    src/server       + backend      (the service layer, net, live)
-#     proto     src/proto/NAME   + server       (RESP today)
+#     proto     src/proto/NAME   + server       (RESP, HTTP, gRPC)
 #     sluiced   src/sluiced      + proto        (main: wires it all)
 #     cli       src/cli          lib + rules + backend (+ hiredis, an external library: top)
 #     module    src/module       lib            (build/sluice.so, the Redis module)

@@ -1,5 +1,6 @@
 #!/bin/sh
-# test_fuzz_rules.sh -- fuzzes the rules loader (src/rules/rules_load.c), and
+# test_fuzz_rules.sh -- fuzzes the rules loader (src/rules/rules_load.c,
+# rules_yaml.c, rules_tree.c), and
 # the matcher (rules_match.c) on every set it loads, with libFuzzer, under
 # ASan and UBSan.
 #
@@ -13,4 +14,6 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target rules 50000 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" "$ROOT/src/rules/rules_match.c" "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml
+fuzz_target rules 50000 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" \
+    "$ROOT/src/rules/rules_yaml.c" "$ROOT/src/rules/rules_tree.c" "$ROOT/src/rules/rules_match.c" \
+    "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml

@@ -1,6 +1,7 @@
 /*
- * rules_int.h -- private to src/rules/: what rules_load.c and rules_match.c
- * share, and no other file includes.  The set's layout (struct sl_rules),
+ * rules_int.h -- private to src/rules/: what the loader (rules_load.c,
+ * rules_yaml.c), the matcher (rules_match.c) and what both use
+ * (rules_tree.c) share, and no other file includes.  The set's layout (struct sl_rules),
  * each node's lookup tables (struct sl__rule_index) and bytes_cmp, the one
  * order those tables are sorted in by the loader and searched in by the
  * matcher -- kept here so the two cannot disagree.
@@ -21,7 +22,7 @@
 #include "rules.h"
 
 /* The set's memory: a list of chunks freed in one go.  struct chunk and the
- * allocator are in rules_load.c. */
+ * allocator are in rules_tree.c. */
 typedef struct chunk chunk;
 
 typedef struct arena {
@@ -59,5 +60,16 @@ static inline int bytes_cmp(const char *a, size_t alen, const char *b, size_t bl
     if (c != 0) return c;
     return alen < blen ? -1 : alen > blen;
 }
+
+/* n zeroed bytes aligned to 8 in a, or NULL (out of memory).  Large
+ * requests get a chunk of their own. */
+void *sl__arena_alloc(arena *a, size_t n);
+/* A NUL-terminated copy of s[0..len) in a, or NULL. */
+char *sl__arena_strndup(arena *a, const char *s, size_t len);
+/* Frees everything allocated in a; a is empty again. */
+void sl__arena_free(arena *a);
+
+/* The unit named s[0..len) in any case ("Minute"), or SL_UNIT_NONE. */
+sl_rule_unit sl__rule_unit_find(const char *s, size_t len);
 
 #endif /* SLUICE_RULES_INT_H */

@@ -2,18 +2,22 @@
  * rules_load.c -- loads rules files (Lyft ratelimit's YAML format plus sluice's
  * extensions) into an immutable, reference-counted rule set.  Matching a
  * request against the set is rules_match.c; docs/rules.md is the user's side
- * of both.  Also here: sl_rules_ref / sl_rules_unref (freeing is the
- * loader's arena) and the accessors of what a load recorded.
+ * of both.  Also here: reading files and directories, sl_rules_ref /
+ * sl_rules_unref (freeing is the set's arena, rules_tree.c) and the
+ * accessors of what a load recorded.
  *
  * Loading is three passes over one file, all bounded by named caps:
  *
  *   1. the raw bytes: the size (before anything is read into memory when the
- *      file system knows it), NUL bytes, tabs in indentation;
+ *      file system knows it, here), NUL bytes, tabs in indentation
+ *      (rules_yaml.c);
  *   2. libyaml's event parser builds a small tree of scalars, lists and maps
  *      (our own, so every node keeps its line and column, depth is capped
- *      while parsing, and an alias is a pointer to its anchor's node);
- *   3. the schema walk turns the tree into the model, checking every field:
- *      types, units, ranges, unknown and duplicate keys, duplicate siblings.
+ *      while parsing, and an alias is a pointer to its anchor's node:
+ *      rules_yaml.c);
+ *   3. the schema walk (here) turns the tree into the model, checking every
+ *      field: types, units, ranges, unknown and duplicate keys, duplicate
+ *      siblings; then each node's lookup tables, and merged domains.
  *
  * The first problem found stops the load with "FILE:LINE:COLUMN: message";
  * the set being built is freed, so there is never a partial result.
@@ -32,7 +36,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,201 +46,13 @@
 
 #include <yaml.h>
 
-#include "rules_int.h"
+#include "rules_yaml.h"
 #include "sluice.h"
 #include "util.h"
-
-/* ---- arena ---------------------------------------------------------------- */
-
-struct chunk {
-    struct chunk *next;
-    size_t used, cap;
-    max_align_t data[];
-};
-
-#define ARENA_CHUNK 65536
-
-/* Returns n zeroed bytes aligned to 8, or NULL.  Large requests get a chunk
- * of their own, linked behind the current one so its free space stays. */
-static void *arena_alloc(arena *a, size_t n)
-{
-    n = (n + 7) & ~(size_t)7;
-    if (n == 0) n = 8;
-    chunk *h = a->head;
-    if (h == NULL || h->cap - h->used < n) {
-        size_t cap = n > ARENA_CHUNK / 4 ? n : ARENA_CHUNK;
-        chunk *c = malloc(sizeof *c + cap);
-        if (c == NULL) return NULL;
-        c->used = 0;
-        c->cap = cap;
-        if (h != NULL && cap == n) {
-            c->next = h->next;
-            h->next = c;
-        } else {
-            c->next = h;
-            a->head = c;
-        }
-        h = c;
-    }
-    void *p = (char *)h->data + h->used;
-    h->used += n;
-    memset(p, 0, n);
-    return p;
-}
-
-static char *arena_strndup(arena *a, const char *s, size_t len)
-{
-    char *p = arena_alloc(a, len + 1);
-    if (p == NULL) return NULL;
-    if (len) memcpy(p, s, len);
-    p[len] = '\0';
-    return p;
-}
-
-static void arena_free(arena *a)
-{
-    chunk *c = a->head;
-    while (c) {
-        chunk *next = c->next;
-        free(c);
-        c = next;
-    }
-    a->head = NULL;
-}
 
 /* ---- the set -------------------------------------------------------------- */
 
 static _Atomic uint64_t generations; /* sets loaded by this process */
-
-/* ---- YAML tree ------------------------------------------------------------ */
-
-enum { Y_SCALAR, Y_SEQ, Y_MAP };
-
-typedef struct ycell ycell;
-
-typedef struct ynode {
-    unsigned char type;
-    unsigned char plain; /* a plain scalar: not quoted, not a block */
-    unsigned line, col;  /* 1-based; col counts characters */
-    union {
-        struct {
-            const char *s; /* NUL-terminated copy */
-            size_t len;
-        };
-        struct {
-            ycell *first, *last; /* maps: key, value, key, value... */
-            size_t n;
-        };
-    };
-} ynode;
-
-struct ycell {
-    const ynode *node;
-    ycell *next;
-};
-
-typedef struct anchor {
-    const char *name;
-    const ynode *node;
-    struct anchor *prev;
-} anchor;
-
-/* One file being loaded. */
-typedef struct loader {
-    const char *file; /* name in messages */
-    const char *buf;  /* its bytes */
-    size_t len;
-    char *err;
-    size_t errlen;
-    sl_rules *set;
-    arena tmp; /* the YAML tree */
-    /* tree building */
-    ynode *stack[SL_RULES_MAX_YAML_DEPTH];
-    const char *stack_anchor[SL_RULES_MAX_YAML_DEPTH];
-    int depth;
-    const ynode *root;
-    anchor *anchors;
-    size_t nanchors;
-    size_t nodes;  /* YAML nodes built */
-    size_t visits; /* YAML nodes visited by the schema walk */
-} loader;
-
-/* ---- messages ------------------------------------------------------------- */
-
-static int fail_at(loader *ld, unsigned line, unsigned col, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail_at(loader *ld, unsigned line, unsigned col, const char *fmt, ...)
-{
-    if (ld->errlen == 0) return -1;
-    int n = snprintf(ld->err, ld->errlen, "%s:%u:%u: ", ld->file, line, col);
-    if (n >= 0 && (size_t)n < ld->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(ld->err + n, ld->errlen - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
-
-#define FAIL(ld, node, ...) fail_at((ld), (node)->line, (node)->col, __VA_ARGS__)
-
-static int oom(loader *ld) { return fail_at(ld, 1, 1, "out of memory"); }
-
-/* Line and column (1-based, columns in characters) of byte offset off. */
-static void offset_pos(const char *buf, size_t len, size_t off, unsigned *line, unsigned *col)
-{
-    unsigned l = 1, c = 1;
-    if (off > len) off = len;
-    for (size_t i = 0; i < off; i++) {
-        if (buf[i] == '\n') {
-            l++;
-            c = 1;
-        } else if (((unsigned char)buf[i] & 0xC0) != 0x80) {
-            c++;
-        }
-    }
-    *line = l;
-    *col = c;
-}
-
-/* Writes a scalar's text for a message into buf (at least 16 bytes):
- * control bytes as \xNN, cut at a character boundary with "..." past 48. */
-static const char *tok_text(const char *s, size_t len, char *buf, size_t cap)
-{
-    size_t o = 0, i = 0;
-    for (; i < len && i < 48 && o + 8 < cap; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c < 0x20 || c == 0x7f) {
-            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
-        } else {
-            buf[o++] = (char)c;
-        }
-    }
-    if (i < len) {
-        while (o > 0 && ((unsigned char)buf[o - 1] & 0xC0) == 0x80) o--; /* continuation bytes */
-        if (o > 0 && (unsigned char)buf[o - 1] >= 0xC0) o--;             /* a lead byte */
-        memcpy(buf + o, "...", 3);
-        o += 3;
-    }
-    buf[o] = '\0';
-    return buf;
-}
-
-static const char *tok(const ynode *n, char *buf, size_t cap)
-{
-    return tok_text(n->s, n->len, buf, cap);
-}
-
-/* "'text'" for a scalar, "a list" or "a map" otherwise. */
-static const char *desc(const ynode *n, char *buf, size_t cap)
-{
-    if (n->type == Y_SEQ) return "a list";
-    if (n->type == Y_MAP) return "a map";
-    char t[80];
-    snprintf(buf, cap, "'%s'", tok(n, t, sizeof t));
-    return buf;
-}
 
 /* ---- reading -------------------------------------------------------------- */
 
@@ -351,215 +166,6 @@ nomem:
     return -1;
 }
 
-/* Pass 1: NUL bytes (binary data) and tabs in indentation, which YAML
- * forbids and which otherwise give confusing messages. */
-static int prescan(loader *ld)
-{
-    const char *nul = ld->len ? memchr(ld->buf, '\0', ld->len) : NULL;
-    if (nul != NULL) {
-        unsigned l, c;
-        offset_pos(ld->buf, ld->len, (size_t)(nul - ld->buf), &l, &c);
-        return fail_at(ld, l, c, "binary data (a NUL byte): not a YAML text file");
-    }
-    int bol = 1;
-    for (size_t i = 0; i < ld->len; i++) {
-        char ch = ld->buf[i];
-        if (ch == '\n') {
-            bol = 1;
-        } else if (bol && ch == '\t') {
-            unsigned l, c;
-            offset_pos(ld->buf, ld->len, i, &l, &c);
-            return fail_at(ld, l, c, "tab character in indentation (YAML indents with spaces)");
-        } else if (ch != ' ') {
-            bol = 0;
-        }
-    }
-    return 0;
-}
-
-/* ---- pass 2: YAML events to a tree ---------------------------------------- */
-
-static ynode *new_node(loader *ld, int type, const yaml_mark_t *m)
-{
-    if (++ld->nodes > SL_RULES_MAX_NODES) {
-        fail_at(ld, (unsigned)m->line + 1, (unsigned)m->column + 1,
-                "more than %d YAML nodes (SL_RULES_MAX_NODES)", SL_RULES_MAX_NODES);
-        return NULL;
-    }
-    ynode *n = arena_alloc(&ld->tmp, sizeof *n);
-    if (n == NULL) {
-        oom(ld);
-        return NULL;
-    }
-    n->type = (unsigned char)type;
-    n->line = (unsigned)m->line + 1;
-    n->col = (unsigned)m->column + 1;
-    return n;
-}
-
-static int add_node(loader *ld, const ynode *n)
-{
-    if (ld->depth == 0) {
-        ld->root = n;
-        return 0;
-    }
-    ynode *p = ld->stack[ld->depth - 1];
-    ycell *c = arena_alloc(&ld->tmp, sizeof *c);
-    if (c == NULL) return oom(ld);
-    c->node = n;
-    if (p->last)
-        p->last->next = c;
-    else
-        p->first = c;
-    p->last = c;
-    p->n++;
-    return 0;
-}
-
-static int add_anchor(loader *ld, const yaml_char_t *name, const ynode *n)
-{
-    if (name == NULL) return 0;
-    if (++ld->nanchors > SL_RULES_MAX_ANCHORS)
-        return FAIL(ld, n, "more than %d YAML anchors (SL_RULES_MAX_ANCHORS)",
-                    SL_RULES_MAX_ANCHORS);
-    anchor *a = arena_alloc(&ld->tmp, sizeof *a);
-    if (a == NULL) return oom(ld);
-    a->name = arena_strndup(&ld->tmp, (const char *)name, strlen((const char *)name));
-    if (a->name == NULL) return oom(ld);
-    a->node = n;
-    a->prev = ld->anchors;
-    ld->anchors = a;
-    return 0;
-}
-
-static int push(loader *ld, int type, const yaml_event_t *ev, const yaml_char_t *anchor_name)
-{
-    if (ld->depth >= SL_RULES_MAX_YAML_DEPTH)
-        return fail_at(ld, (unsigned)ev->start_mark.line + 1, (unsigned)ev->start_mark.column + 1,
-                       "YAML nested deeper than %d levels (SL_RULES_MAX_YAML_DEPTH)",
-                       SL_RULES_MAX_YAML_DEPTH);
-    ynode *n = new_node(ld, type, &ev->start_mark);
-    if (n == NULL || add_node(ld, n) != 0) return -1;
-    const char *a = NULL;
-    if (anchor_name != NULL) {
-        a = arena_strndup(&ld->tmp, (const char *)anchor_name, strlen((const char *)anchor_name));
-        if (a == NULL) return oom(ld);
-    }
-    ld->stack[ld->depth] = n;
-    ld->stack_anchor[ld->depth] = a;
-    ld->depth++;
-    return 0;
-}
-
-/* libyaml's error, with its position.  Reader errors (bad encoding, control
- * characters) carry a byte offset; the others a mark. */
-static int yaml_fail(loader *ld, const yaml_parser_t *p)
-{
-    unsigned l = 1, c = 1;
-    const char *problem = p->problem ? p->problem : "unknown problem";
-    switch (p->error) {
-    case YAML_MEMORY_ERROR: return oom(ld);
-    case YAML_READER_ERROR:
-        offset_pos(ld->buf, ld->len, p->problem_offset, &l, &c);
-        if (p->problem_value >= 0)
-            return fail_at(ld, l, c, "binary data or invalid UTF-8: %s (byte 0x%02x)", problem,
-                           (unsigned)p->problem_value & 0xff);
-        return fail_at(ld, l, c, "binary data or invalid UTF-8: %s", problem);
-    default: break;
-    }
-    l = (unsigned)p->problem_mark.line + 1;
-    c = (unsigned)p->problem_mark.column + 1;
-    /* does the line of the problem hold a tab? */
-    const char *hint = "";
-    size_t i = 0;
-    for (unsigned line = 1; i < ld->len && line < l; i++)
-        if (ld->buf[i] == '\n') line++;
-    for (; i < ld->len && ld->buf[i] != '\n'; i++) {
-        if (ld->buf[i] == '\t') {
-            hint = " (the line holds a tab character; YAML wants spaces)";
-            break;
-        }
-    }
-    if (p->context)
-        return fail_at(ld, l, c, "YAML syntax error: %s (%s from line %u)%s", problem, p->context,
-                       (unsigned)p->context_mark.line + 1, hint);
-    return fail_at(ld, l, c, "YAML syntax error: %s%s", problem, hint);
-}
-
-/* Pass 2.  Sets ld->root (NULL for a file without a document). */
-static int build_tree(loader *ld)
-{
-    yaml_parser_t p;
-    if (!yaml_parser_initialize(&p)) return oom(ld);
-    yaml_parser_set_input_string(&p, (const unsigned char *)ld->buf, ld->len);
-    int rc = 0, docs = 0;
-    for (int done = 0; !done && rc == 0;) {
-        yaml_event_t ev;
-        if (!yaml_parser_parse(&p, &ev)) {
-            rc = yaml_fail(ld, &p);
-            break;
-        }
-        switch (ev.type) {
-        case YAML_STREAM_END_EVENT: done = 1; break;
-        case YAML_DOCUMENT_START_EVENT:
-            if (++docs > 1)
-                rc = fail_at(ld, (unsigned)ev.start_mark.line + 1,
-                             (unsigned)ev.start_mark.column + 1,
-                             "a second YAML document: a rules file holds one domain");
-            break;
-        case YAML_SCALAR_EVENT: {
-            ynode *n = new_node(ld, Y_SCALAR, &ev.start_mark);
-            if (n == NULL) {
-                rc = -1;
-                break;
-            }
-            n->plain = ev.data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
-            n->len = ev.data.scalar.length;
-            n->s = arena_strndup(&ld->tmp, (const char *)ev.data.scalar.value, n->len);
-            if (n->s == NULL)
-                rc = oom(ld);
-            else if ((rc = add_node(ld, n)) == 0)
-                rc = add_anchor(ld, ev.data.scalar.anchor, n);
-            break;
-        }
-        case YAML_SEQUENCE_START_EVENT:
-            rc = push(ld, Y_SEQ, &ev, ev.data.sequence_start.anchor);
-            break;
-        case YAML_MAPPING_START_EVENT:
-            rc = push(ld, Y_MAP, &ev, ev.data.mapping_start.anchor);
-            break;
-        case YAML_SEQUENCE_END_EVENT:
-        case YAML_MAPPING_END_EVENT: {
-            /* an anchor names its node only once the node is complete, so an
-             * alias can never make a cycle */
-            ld->depth--;
-            const char *a = ld->stack_anchor[ld->depth];
-            if (a) rc = add_anchor(ld, (const yaml_char_t *)a, ld->stack[ld->depth]);
-            break;
-        }
-        case YAML_ALIAS_EVENT: {
-            const char *name = (const char *)ev.data.alias.anchor;
-            const anchor *a = ld->anchors;
-            while (a && strcmp(a->name, name) != 0) a = a->prev;
-            if (a == NULL) {
-                char t[80];
-                rc = fail_at(
-                    ld, (unsigned)ev.start_mark.line + 1, (unsigned)ev.start_mark.column + 1,
-                    "unknown alias '*%s' (no complete node has the anchor '&%s' before it)",
-                    tok_text(name, strlen(name), t, sizeof t), t);
-            } else {
-                rc = add_node(ld, a->node);
-            }
-            break;
-        }
-        default: break;
-        }
-        yaml_event_delete(&ev);
-    }
-    yaml_parser_delete(&p);
-    return rc;
-}
-
 /* ---- pass 3: the schema --------------------------------------------------- */
 
 /* Counts a visited YAML node: aliases may make a small file a big tree. */
@@ -592,12 +198,12 @@ static int get_fields(loader *ld, const ynode *map, const char *const *names, in
         if (visit(ld, k) != 0 || visit(ld, v) != 0) return -1;
         if (k->type != Y_SCALAR)
             return FAIL(ld, k, "the keys of %s must be field names, not %s", what,
-                        desc(k, d, sizeof d));
+                        sl__yaml_desc(k, d, sizeof d));
         int i = 0;
         while (i < nnames && strcmp(names[i], k->s) != 0) i++;
         if (i == nnames || strlen(names[i]) != k->len)
-            return FAIL(ld, k, "unknown field '%s' in %s (expected %s)", tok(k, t, sizeof t), what,
-                        expected);
+            return FAIL(ld, k, "unknown field '%s' in %s (expected %s)",
+                        sl__yaml_tok(k, t, sizeof t), what, expected);
         if (keys[i])
             return FAIL(ld, k, "duplicate key '%s' (first at line %u, column %u)", names[i],
                         keys[i]->line, keys[i]->col);
@@ -613,12 +219,12 @@ static int get_string(loader *ld, const ynode *v, const char *field, const char 
 {
     char d[96];
     if (v->type != Y_SCALAR)
-        return FAIL(ld, v, "%s must be a string, not %s", field, desc(v, d, sizeof d));
+        return FAIL(ld, v, "%s must be a string, not %s", field, sl__yaml_desc(v, d, sizeof d));
     for (size_t i = 0; i < v->len; i++) {
         unsigned char c = (unsigned char)v->s[i];
         if (c < 0x20 || c == 0x7f)
             return FAIL(ld, v, "%s %s holds a control character (\\x%02x)", field,
-                        desc(v, d, sizeof d), c);
+                        sl__yaml_desc(v, d, sizeof d), c);
     }
     *s = v->s;
     *len = v->len;
@@ -644,7 +250,7 @@ static int get_bool(loader *ld, const ynode *v, const char *field, int *out)
             }
         }
     }
-    return FAIL(ld, v, "%s must be true or false, not %s", field, desc(v, d, sizeof d));
+    return FAIL(ld, v, "%s must be true or false, not %s", field, sl__yaml_desc(v, d, sizeof d));
 }
 
 static int all_digits(const char *s, size_t len)
@@ -661,26 +267,27 @@ static int get_int(loader *ld, const ynode *v, const char *field, int64_t min, i
 {
     char t[80], d[96];
     if (v->type != Y_SCALAR)
-        return FAIL(ld, v, "%s must be a whole number, not %s", field, desc(v, d, sizeof d));
+        return FAIL(ld, v, "%s must be a whole number, not %s", field,
+                    sl__yaml_desc(v, d, sizeof d));
     if (!v->plain)
         return FAIL(ld, v, "%s must be a whole number, not the quoted string '%s'", field,
-                    tok(v, t, sizeof t));
+                    sl__yaml_tok(v, t, sizeof t));
     if (v->len > 1 && v->s[0] == '-' && all_digits(v->s + 1, v->len - 1))
-        return FAIL(ld, v, "negative %s '%s' (expected %lld to %lld)", field, tok(v, t, sizeof t),
-                    (long long)min, (long long)max);
+        return FAIL(ld, v, "negative %s '%s' (expected %lld to %lld)", field,
+                    sl__yaml_tok(v, t, sizeof t), (long long)min, (long long)max);
     if (!all_digits(v->s, v->len))
         return FAIL(ld, v, "%s must be a whole number from %lld to %lld, not '%s'", field,
-                    (long long)min, (long long)max, tok(v, t, sizeof t));
+                    (long long)min, (long long)max, sl__yaml_tok(v, t, sizeof t));
     if (v->len > 1 && v->s[0] == '0')
         return FAIL(ld, v, "%s '%s' has a leading zero (YAML 1.1 reads that as octal)", field,
-                    tok(v, t, sizeof t));
+                    sl__yaml_tok(v, t, sizeof t));
     int64_t x;
     if (sl_int_parse(v->s, v->len, max, &x) != 0)
-        return FAIL(ld, v, "%s '%s' is too large (at most %lld)", field, tok(v, t, sizeof t),
-                    (long long)max);
+        return FAIL(ld, v, "%s '%s' is too large (at most %lld)", field,
+                    sl__yaml_tok(v, t, sizeof t), (long long)max);
     if (x < min)
         return FAIL(ld, v, "%s must be from %lld to %lld, not '%s'", field, (long long)min,
-                    (long long)max, tok(v, t, sizeof t));
+                    (long long)max, sl__yaml_tok(v, t, sizeof t));
     *out = x;
     return 0;
 }
@@ -699,33 +306,9 @@ static int get_pct(loader *ld, const ynode *v, const char *field, int64_t min, i
     if (!is_pct(v) || !all_digits(v->s, v->len - 1) || (v->len > 2 && v->s[0] == '0') ||
         sl_int_parse(v->s, v->len - 1, max, &x) != 0 || x < min)
         return FAIL(ld, v, "%s must be a percentage from %lld%% to %lld%% such as 10%%, not %s",
-                    field, (long long)min, (long long)max, desc(v, d, sizeof d));
+                    field, (long long)min, (long long)max, sl__yaml_desc(v, d, sizeof d));
     *out = x;
     return 0;
-}
-
-static const struct {
-    const char *name;
-    int64_t seconds;
-} units[SL_UNIT_COUNT] = {
-    {"", 0},
-    {"second", 1},
-    {"minute", 60},
-    {"hour", 3600},
-    {"day", 86400},
-    {"week", 7 * 86400},
-    {"month", 30 * 86400}, /* Lyft: fixed 30 days */
-    {"year", 365 * 86400}, /* Lyft: fixed 365 days */
-};
-
-const char *sl_rule_unit_name(sl_rule_unit u)
-{
-    return (unsigned)u < SL_UNIT_COUNT ? units[u].name : "";
-}
-
-int64_t sl_rule_unit_ms(sl_rule_unit u)
-{
-    return u > SL_UNIT_NONE && u < SL_UNIT_COUNT ? units[u].seconds * 1000 : 0;
 }
 
 /* Lyft upper-cases the unit before looking it up: any case is accepted. */
@@ -733,18 +316,17 @@ static int get_unit(loader *ld, const ynode *v, sl_rule_unit *out)
 {
     char t[80], d[96];
     if (v->type == Y_SCALAR) {
-        for (int u = 1; u < SL_UNIT_COUNT; u++) {
-            if (strlen(units[u].name) == v->len && strncasecmp(units[u].name, v->s, v->len) == 0) {
-                *out = (sl_rule_unit)u;
-                return 0;
-            }
+        sl_rule_unit u = sl__rule_unit_find(v->s, v->len);
+        if (u != SL_UNIT_NONE) {
+            *out = u;
+            return 0;
         }
         return FAIL(ld, v,
                     "unknown unit '%s' (expected second, minute, hour, day, week, month or year)",
-                    tok(v, t, sizeof t));
+                    sl__yaml_tok(v, t, sizeof t));
     }
     return FAIL(ld, v, "unit must be one of second, minute, hour, day, week, month or year, not %s",
-                desc(v, d, sizeof d));
+                sl__yaml_desc(v, d, sizeof d));
 }
 
 static int is_bucket(sl_algo a)
@@ -779,9 +361,9 @@ static int load_replaces(loader *ld, sl_rule_limit *lim, const ynode *v)
     char d[96];
     if (v->type != Y_SEQ)
         return FAIL(ld, v, "replaces must be a list of '- name: ...', not %s",
-                    desc(v, d, sizeof d));
-    const char **names = arena_alloc(&ld->set->mem, (v->n ? v->n : 1) * sizeof *names);
-    if (names == NULL) return oom(ld);
+                    sl__yaml_desc(v, d, sizeof d));
+    const char **names = sl__arena_alloc(&ld->set->mem, (v->n ? v->n : 1) * sizeof *names);
+    if (names == NULL) return sl__yaml_oom(ld);
     int i = 0;
     for (const ycell *c = v->first; c; c = c->next, i++) {
         static const char *const fields[] = {"name"};
@@ -789,7 +371,7 @@ static int load_replaces(loader *ld, sl_rule_limit *lim, const ynode *v)
         if (visit(ld, item) != 0) return -1;
         if (item->type != Y_MAP)
             return FAIL(ld, item, "each replaces entry must be a map '- name: ...', not %s",
-                        desc(item, d, sizeof d));
+                        sl__yaml_desc(item, d, sizeof d));
         if (get_fields(ld, item, fields, 1, "a replaces entry", "name", val) != 0) return -1;
         const char *s = NULL;
         size_t len = 0;
@@ -798,7 +380,7 @@ static int load_replaces(loader *ld, sl_rule_limit *lim, const ynode *v)
         if (len == 0) return FAIL(ld, val[0], "a replaces entry needs a non-empty name");
         if (lim->named && strcmp(s, lim->name) == 0)
             return FAIL(ld, val[0], "a limit cannot replace itself ('%s')", lim->name);
-        if ((names[i] = arena_strndup(&ld->set->mem, s, len)) == NULL) return oom(ld);
+        if ((names[i] = sl__arena_strndup(&ld->set->mem, s, len)) == NULL) return sl__yaml_oom(ld);
     }
     lim->replaces = names;
     lim->nreplaces = i;
@@ -814,7 +396,7 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
         return FAIL(ld, map,
                     "each rate_limit must be a map (unit: ..., requests_per_unit: ...), "
                     "not %s",
-                    desc(map, d, sizeof d));
+                    sl__yaml_desc(map, d, sizeof d));
     if (get_fields(ld, map, limit_fields, L_N, "a rate_limit", LIMIT_EXPECTED, f) != 0) return -1;
     lim->line = map->line;
     lim->column = map->col;
@@ -822,7 +404,8 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
         const char *s = NULL;
         size_t len = 0;
         if (get_string(ld, f[L_NAME], "name", &s, &len) != 0) return -1;
-        if (len && (lim->name = arena_strndup(&ld->set->mem, s, len)) == NULL) return oom(ld);
+        if (len && (lim->name = sl__arena_strndup(&ld->set->mem, s, len)) == NULL)
+            return sl__yaml_oom(ld);
         lim->named = len > 0;
     }
     if (f[L_REPLACES] && load_replaces(ld, lim, f[L_REPLACES]) != 0) return -1;
@@ -849,14 +432,14 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
         return FAIL(ld, f[L_WINDOW], "give either unit or window, not both");
     if (f[L_UNIT]) {
         if (get_unit(ld, f[L_UNIT], &lim->unit) != 0) return -1;
-        p->window_ms = units[lim->unit].seconds * 1000;
+        p->window_ms = sl_rule_unit_ms(lim->unit);
     } else if (f[L_WINDOW]) {
         const ynode *w = f[L_WINDOW];
         if (w->type != Y_SCALAR || sl_duration_parse(w->s, w->len, &p->window_ms) != 0)
             return FAIL(ld, w,
                         "window must be a duration from 1ms to 10 years such as 90s "
                         "(an integer of ms, or with a unit ms, s, m, h, d, w, y), not %s",
-                        desc(w, d, sizeof d));
+                        sl__yaml_desc(w, d, sizeof d));
     } else {
         return FAIL(ld, map,
                     "rate_limit needs a unit (second, minute, hour, day, week, month or year) "
@@ -868,12 +451,12 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
         const ynode *a = f[L_ALGORITHM];
         if (a->type != Y_SCALAR)
             return FAIL(ld, a, "algorithm must be a name such as token-bucket, not %s",
-                        desc(a, d, sizeof d));
+                        sl__yaml_desc(a, d, sizeof d));
         if (sl_algo_parse(a->s, a->len, &p->algo) != 0)
             return FAIL(ld, a,
                         "unknown algorithm '%s' (expected fixed-window, sliding-log, "
                         "sliding-window, sliding-buckets, token-bucket, gcra or leaky-bucket)",
-                        tok(a, t, sizeof t));
+                        sl__yaml_tok(a, t, sizeof t));
     }
     if (f[L_BURST]) {
         if (!is_bucket(p->algo))
@@ -923,10 +506,9 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
             if (lim->elastic_limit > SL_MAX_LIMIT) lim->elastic_limit = SL_MAX_LIMIT;
             if (lim->elastic_limit <= p->limit)
                 return FAIL(ld, e, "elastic %s adds nothing to a limit of %lld",
-                            tok(e, t, sizeof t), (long long)p->limit);
+                            sl__yaml_tok(e, t, sizeof t), (long long)p->limit);
         } else {
-            if (get_int(ld, e, "elastic", 1, SL_MAX_LIMIT, &lim->elastic_limit) != 0)
-                return -1;
+            if (get_int(ld, e, "elastic", 1, SL_MAX_LIMIT, &lim->elastic_limit) != 0) return -1;
             if (lim->elastic_limit <= p->limit)
                 return FAIL(ld, e,
                             "elastic ceiling %lld must be above the limit %lld "
@@ -952,10 +534,10 @@ static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
         return FAIL(ld, v,
                     "rate_limit must be a map (unit: ..., requests_per_unit: ...) or a list of "
                     "them, not %s",
-                    desc(v, d, sizeof d));
+                    sl__yaml_desc(v, d, sizeof d));
     }
-    sl_rule_limit *lims = arena_alloc(&ld->set->mem, n * sizeof *lims);
-    if (lims == NULL) return oom(ld);
+    sl_rule_limit *lims = sl__arena_alloc(&ld->set->mem, n * sizeof *lims);
+    if (lims == NULL) return sl__yaml_oom(ld);
     const ycell *c = v->type == Y_SEQ ? v->first : NULL;
     for (size_t i = 0; i < n; i++) {
         const ynode *m = c ? c->node : v;
@@ -965,8 +547,8 @@ static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
         }
         if (load_limit(ld, &lims[i], m) != 0) return -1;
         /* zeroed by the arena: counts start at 0 */
-        if ((lims[i].counts = arena_alloc(&ld->set->mem, sizeof *lims[i].counts)) == NULL)
-            return oom(ld);
+        if ((lims[i].counts = sl__arena_alloc(&ld->set->mem, sizeof *lims[i].counts)) == NULL)
+            return sl__yaml_oom(ld);
         if (n > 1 && lims[i].unlimited)
             return FAIL(ld, m, "unlimited cannot be combined with other limits on one descriptor");
         for (size_t j = 0; j < i; j++) {
@@ -985,8 +567,8 @@ static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
             lims[i].name = node->path;
         } else {
             size_t len = strlen(node->path) + 16;
-            char *s = arena_alloc(&ld->set->mem, len);
-            if (s == NULL) return oom(ld);
+            char *s = sl__arena_alloc(&ld->set->mem, len);
+            if (s == NULL) return sl__yaml_oom(ld);
             snprintf(s, len, "%s#%zu", node->path, i + 1);
             lims[i].name = s;
         }
@@ -1053,7 +635,7 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
     char d[96];
     if (map->type != Y_MAP)
         return FAIL(ld, map, "each descriptor must be a map (key: ..., value: ...), not %s",
-                    desc(map, d, sizeof d));
+                    sl__yaml_desc(map, d, sizeof d));
     if (++ld->set->nrules > SL_RULES_MAX_RULES)
         return FAIL(ld, map, "more than %d descriptors (SL_RULES_MAX_RULES)", SL_RULES_MAX_RULES);
     if (get_fields(ld, map, desc_fields, D_N, "a descriptor", DESC_EXPECTED, f) != 0) return -1;
@@ -1071,7 +653,7 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
     if (len == 0) return FAIL(ld, f[D_KEY], "descriptor has an empty key");
     if (len > SL_MAX_KEY)
         return FAIL(ld, f[D_KEY], "key longer than %d bytes (SL_MAX_KEY)", SL_MAX_KEY);
-    if ((node->key = arena_strndup(&ld->set->mem, s, len)) == NULL) return oom(ld);
+    if ((node->key = sl__arena_strndup(&ld->set->mem, s, len)) == NULL) return sl__yaml_oom(ld);
     node->keylen = len;
     node->match = SL_MATCH_ANY;
     if (f[D_VALUE]) { /* Lyft: an empty value is no value */
@@ -1083,7 +665,8 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
             const char *star = memchr(val, '*', vlen);
             node->match = star ? SL_MATCH_WILDCARD : SL_MATCH_EXACT;
             node->valuelen = vlen;
-            if ((node->value = arena_strndup(&ld->set->mem, val, vlen)) == NULL) return oom(ld);
+            if ((node->value = sl__arena_strndup(&ld->set->mem, val, vlen)) == NULL)
+                return sl__yaml_oom(ld);
             if (star) { /* the matcher's fixed ends */
                 node->sl__whead = (size_t)(star - val);
                 node->sl__wtail = vlen - 1 - (size_t)((const char *)memrchr(val, '*', vlen) - val);
@@ -1092,8 +675,8 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
     }
     /* Lyft's full key: parent.key or parent.key_value (the value as written) */
     size_t plen = strlen(parent->path), n = plen + 1 + len + (vlen ? 1 + vlen : 0) + 1;
-    char *path = arena_alloc(&ld->set->mem, n);
-    if (path == NULL) return oom(ld);
+    char *path = sl__arena_alloc(&ld->set->mem, n);
+    if (path == NULL) return sl__yaml_oom(ld);
     if (vlen)
         snprintf(path, n, "%s.%s_%.*s", parent->path, node->key, (int)vlen, val);
     else
@@ -1117,17 +700,17 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
                 return FAIL(ld, f[D_SHARE],
                             "share_threshold needs a wildcard value (one with '*'), "
                             "and descriptor '%s' has no value",
-                            tok_text(node->key, node->keylen, vt, sizeof vt));
+                            sl__yaml_tok_text(node->key, node->keylen, vt, sizeof vt));
             return FAIL(ld, f[D_SHARE],
                         "share_threshold needs a wildcard value (one with '*'), not '%s'",
-                        tok_text(node->value, node->valuelen, vt, sizeof vt));
+                        sl__yaml_tok_text(node->value, node->valuelen, vt, sizeof vt));
         }
     }
     node->metric_dynamic = sl_rules_metric_dynamic(node); /* its ancestors are loaded */
     if (f[D_METADATA]) { /* Lyft hands it to Envoy; a RESP reply has no place for it */
         if (f[D_METADATA]->type != Y_MAP)
             return FAIL(ld, f[D_METADATA], "metadata must be a map (name: value ...), not %s",
-                        desc(f[D_METADATA], d, sizeof d));
+                        sl__yaml_desc(f[D_METADATA], d, sizeof d));
         node->has_metadata = 1;
     }
     if (f[D_IP_PREFIX] && load_ip_prefix(ld, node, f[D_IP_PREFIX]) != 0) return -1;
@@ -1166,15 +749,16 @@ static int sort_unique(loader *ld, const sl_rule_node **v, int n)
             bytes_cmp(a->value, a->valuelen, b->value, b->valuelen) != 0)
             continue;
         char k[80], val[80];
-        tok_text(b->key, b->keylen, k, sizeof k);
+        sl__yaml_tok_text(b->key, b->keylen, k, sizeof k);
         if (b->match == SL_MATCH_ANY)
-            return fail_at(ld, b->line, b->column,
-                           "duplicate descriptor: key '%s' without a value again "
-                           "(first at line %u)",
-                           k, a->line);
-        return fail_at(ld, b->line, b->column,
-                       "duplicate descriptor: key '%s' value '%s' again (first at line %u)", k,
-                       tok_text(b->value, b->valuelen, val, sizeof val), a->line);
+            return sl__yaml_fail_at(ld, b->line, b->column,
+                                    "duplicate descriptor: key '%s' without a value again "
+                                    "(first at line %u)",
+                                    k, a->line);
+        return sl__yaml_fail_at(
+            ld, b->line, b->column,
+            "duplicate descriptor: key '%s' value '%s' again (first at line %u)", k,
+            sl__yaml_tok_text(b->value, b->valuelen, val, sizeof val), a->line);
     }
     return 0;
 }
@@ -1185,8 +769,8 @@ static int sort_unique(loader *ld, const sl_rule_node **v, int n)
  * O(n log n). */
 static int build_index(loader *ld, sl_rule_node *node)
 {
-    struct sl__rule_index *ix = arena_alloc(&ld->set->mem, sizeof *ix);
-    if (ix == NULL) return oom(ld);
+    struct sl__rule_index *ix = sl__arena_alloc(&ld->set->mem, sizeof *ix);
+    if (ix == NULL) return sl__yaml_oom(ld);
     int n = node->nchildren, ne = 0, nw = 0, na = 0;
     for (int i = 0; i < n; i++) {
         sl_rule_match m = node->children[i].match;
@@ -1194,9 +778,9 @@ static int build_index(loader *ld, sl_rule_node *node)
         nw += m == SL_MATCH_WILDCARD;
         na += m == SL_MATCH_ANY;
     }
-    ix->exact = arena_alloc(&ld->set->mem, (size_t)(ne + nw + na + 1) * sizeof(sl_rule_node *));
-    const sl_rule_node **wsorted = arena_alloc(&ld->tmp, (size_t)(nw + 1) * sizeof *wsorted);
-    if (ix->exact == NULL || wsorted == NULL) return oom(ld);
+    ix->exact = sl__arena_alloc(&ld->set->mem, (size_t)(ne + nw + na + 1) * sizeof(sl_rule_node *));
+    const sl_rule_node **wsorted = sl__arena_alloc(&ld->tmp, (size_t)(nw + 1) * sizeof *wsorted);
+    if (ix->exact == NULL || wsorted == NULL) return sl__yaml_oom(ld);
     ix->wild = ix->exact + ne;
     ix->any = ix->wild + nw;
     for (int i = 0; i < n; i++) {
@@ -1223,12 +807,12 @@ static int load_descriptors(loader *ld, sl_rule_node *parent, const ynode *list)
     if (list != NULL) {
         if (list->type != Y_SEQ)
             return FAIL(ld, list, "descriptors must be a list (- key: ...), not %s",
-                        desc(list, d, sizeof d));
+                        sl__yaml_desc(list, d, sizeof d));
         if (list->n > SL_RULES_MAX_RULES)
             return FAIL(ld, list, "more than %d descriptors (SL_RULES_MAX_RULES)",
                         SL_RULES_MAX_RULES);
-        sl_rule_node *kids = arena_alloc(&ld->set->mem, (list->n ? list->n : 1) * sizeof *kids);
-        if (kids == NULL) return oom(ld);
+        sl_rule_node *kids = sl__arena_alloc(&ld->set->mem, (list->n ? list->n : 1) * sizeof *kids);
+        if (kids == NULL) return sl__yaml_oom(ld);
         parent->children = kids;
         int i = 0;
         for (const ycell *c = list->first; c; c = c->next, i++) {
@@ -1285,21 +869,23 @@ static int merge_domain(loader *ld, sl_rule_domain *dom, const ynode *list)
         const sl_rule_node *c = &add.children[i], *o = same_child(old, c);
         if (o == NULL) continue;
         char k[80], v[80];
-        tok_text(c->key, c->keylen, k, sizeof k);
+        sl__yaml_tok_text(c->key, c->keylen, k, sizeof k);
         if (c->match == SL_MATCH_ANY)
-            return fail_at(ld, c->line, c->column,
-                           "duplicate descriptor: key '%s' without a value, already in domain "
-                           "'%s' of %s (line %u)",
-                           k, dom->name, dom->file, o->line);
-        return fail_at(ld, c->line, c->column,
-                       "duplicate descriptor: key '%s' value '%s', already in domain '%s' of %s "
-                       "(line %u)",
-                       k, tok_text(c->value, c->valuelen, v, sizeof v), dom->name, dom->file,
-                       o->line);
+            return sl__yaml_fail_at(
+                ld, c->line, c->column,
+                "duplicate descriptor: key '%s' without a value, already in domain "
+                "'%s' of %s (line %u)",
+                k, dom->name, dom->file, o->line);
+        return sl__yaml_fail_at(
+            ld, c->line, c->column,
+            "duplicate descriptor: key '%s' value '%s', already in domain '%s' of %s "
+            "(line %u)",
+            k, sl__yaml_tok_text(c->value, c->valuelen, v, sizeof v), dom->name, dom->file,
+            o->line);
     }
     int n = old->nchildren + add.nchildren;
-    sl_rule_node *kids = arena_alloc(&ld->set->mem, (size_t)(n ? n : 1) * sizeof *kids);
-    if (kids == NULL) return oom(ld);
+    sl_rule_node *kids = sl__arena_alloc(&ld->set->mem, (size_t)(n ? n : 1) * sizeof *kids);
+    if (kids == NULL) return sl__yaml_oom(ld);
     if (old->nchildren) memcpy(kids, old->children, (size_t)old->nchildren * sizeof *kids);
     if (add.nchildren)
         memcpy(kids + old->nchildren, add.children, (size_t)add.nchildren * sizeof *kids);
@@ -1322,10 +908,11 @@ static int load_domain(loader *ld)
     const ynode *root = ld->root, *f[2];
     char d[96], t[80];
     if (root == NULL)
-        return fail_at(ld, 1, 1, "empty file: expected a map with 'domain' and 'descriptors'");
+        return sl__yaml_fail_at(ld, 1, 1,
+                                "empty file: expected a map with 'domain' and 'descriptors'");
     if (root->type != Y_MAP)
         return FAIL(ld, root, "a rules file must be a map with 'domain' and 'descriptors', not %s",
-                    desc(root, d, sizeof d));
+                    sl__yaml_desc(root, d, sizeof d));
     if (get_fields(ld, root, fields, 2, "a rules file", "domain or descriptors", f) != 0) return -1;
     if (f[0] == NULL) return FAIL(ld, root, "rules file has no domain");
     const char *s = NULL;
@@ -1342,13 +929,13 @@ static int load_domain(loader *ld)
         return FAIL(ld, f[0],
                     "domain '%s' is already defined in %s:%u:%u (--merge-domains merges "
                     "them, as Lyft's MERGE_DOMAIN_CONFIG does)",
-                    tok(f[0], t, sizeof t), o->file, o->line, o->column);
+                    sl__yaml_tok(f[0], t, sizeof t), o->file, o->line, o->column);
     }
     sl_rule_domain *dom = &set->domains[set->ndomains];
     memset(dom, 0, sizeof *dom);
-    if ((dom->name = arena_strndup(&set->mem, s, len)) == NULL ||
-        (dom->file = arena_strndup(&set->mem, ld->file, strlen(ld->file))) == NULL)
-        return oom(ld);
+    if ((dom->name = sl__arena_strndup(&set->mem, s, len)) == NULL ||
+        (dom->file = sl__arena_strndup(&set->mem, ld->file, strlen(ld->file))) == NULL)
+        return sl__yaml_oom(ld);
     dom->namelen = len;
     dom->nfiles = 1;
     dom->line = f[0]->line;
@@ -1380,12 +967,12 @@ static int load_one(sl_rules *set, const char *file, const char *buf, size_t len
     if (errlen) err[0] = '\0';
     int rc;
     if (len > SL_RULES_MAX_FILE)
-        rc = fail_at(&ld, 1, 1,
-                     "file too large: %zu bytes (the limit is %u bytes, SL_RULES_MAX_FILE)", len,
-                     (unsigned)SL_RULES_MAX_FILE);
-    else if ((rc = prescan(&ld)) == 0 && (rc = build_tree(&ld)) == 0)
+        rc = sl__yaml_fail_at(
+            &ld, 1, 1, "file too large: %zu bytes (the limit is %u bytes, SL_RULES_MAX_FILE)", len,
+            (unsigned)SL_RULES_MAX_FILE);
+    else if ((rc = sl__yaml_prescan(&ld)) == 0 && (rc = sl__yaml_build_tree(&ld)) == 0)
         rc = load_domain(&ld);
-    arena_free(&ld.tmp);
+    sl__arena_free(&ld.tmp);
     if (rc != 0 && errlen && err[0] == '\0') snprintf(err, errlen, "%s: invalid rules", file);
     return rc;
 }
@@ -1397,11 +984,11 @@ static sl_rules *set_new(const char *source, int nfiles)
     sl_rules *r = calloc(1, sizeof *r);
     if (r == NULL) return NULL;
     atomic_init(&r->refs, 1);
-    r->source = arena_strndup(&r->mem, source, strlen(source));
+    r->source = sl__arena_strndup(&r->mem, source, strlen(source));
     r->domains_cap = nfiles;
-    r->domains = arena_alloc(&r->mem, (size_t)(nfiles ? nfiles : 1) * sizeof *r->domains);
+    r->domains = sl__arena_alloc(&r->mem, (size_t)(nfiles ? nfiles : 1) * sizeof *r->domains);
     if (r->source == NULL || r->domains == NULL) {
-        arena_free(&r->mem);
+        sl__arena_free(&r->mem);
         free(r);
         return NULL;
     }
@@ -1410,7 +997,7 @@ static sl_rules *set_new(const char *source, int nfiles)
 
 static void set_destroy(sl_rules *r)
 {
-    arena_free(&r->mem);
+    sl__arena_free(&r->mem);
     free(r);
 }
 
@@ -1424,7 +1011,7 @@ static int cmp_domain(const void *x, const void *y)
 /* Completes a loaded set: the domain table, generation, time. */
 static int set_finish(sl_rules *r)
 {
-    r->by_name = arena_alloc(&r->mem, (size_t)(r->ndomains + 1) * sizeof *r->by_name);
+    r->by_name = sl__arena_alloc(&r->mem, (size_t)(r->ndomains + 1) * sizeof *r->by_name);
     if (r->by_name == NULL) return -1;
     for (int i = 0; i < r->ndomains; i++) r->by_name[i] = &r->domains[i];
     qsort(r->by_name, (size_t)r->ndomains, sizeof *r->by_name, cmp_domain);

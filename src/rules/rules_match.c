@@ -358,15 +358,6 @@ int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap)
 
 /* ---- Lyft's statistics names --------------------------------------------- */
 
-int sl_rules_metric_dynamic(const sl_rule_node *node)
-{
-    if (node == NULL) return 0;
-    if (node->detailed_metric) return 1;
-    for (const sl_rule_node *x = node; x != NULL && x->depth > 0; x = x->parent)
-        if (x->value_to_metric && !x->share_threshold && x->match != SL_MATCH_EXACT) return 1;
-    return 0;
-}
-
 typedef struct mbuf {
     char *p;
     size_t n, cap;

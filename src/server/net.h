@@ -1,6 +1,7 @@
 /*
  * net.h -- where sluiced meets sockets: listeners, worker threads and
- * client connections, on libevent.
+ * client connections, on libevent (the network layer: src/server/net.c and
+ * its parts by concern, listed in net_int.h).
  *
  * One acceptor thread owns the listening sockets (every address in
  * cfg->binds) and hands each accepted connection to the worker thread with
@@ -67,14 +68,15 @@
 /* Accept errors (e.g. out of file descriptors): pause accepting this long. */
 #define SL_NET_ACCEPT_BACKOFF_MS 100
 
-/* HTTP connections (net.c serves them with the protocol given for them):
- * without --recv-timeout, a request not whole this long after it began is
- * cut, and a connection idle this long (or --idle-timeout if shorter) is
- * closed. */
+/* HTTP's connections (its sl_proto.timeout_ms: a protocol whose timeouts
+ * are never unbounded): without --recv-timeout, a request not whole this
+ * long after it began is cut, and a connection idle this long (or
+ * --idle-timeout if shorter) is closed. */
 #define SL_NET_HTTP_TIMEOUT_MS 10000
 
-/* HTTP clients beyond max-clients are served uncounted only to have their
- * request answered 503 (sl_conn_refused): at most SL_NET_REFUSED_MAX of
+/* HTTP clients beyond max-clients (a protocol's sl_proto.refuse_in_band)
+ * are served uncounted only to have their request answered 503
+ * (sl_conn_refused): at most SL_NET_REFUSED_MAX of
  * them at once, each for at most SL_NET_REFUSED_MS (idle and request
  * deadline); any more are closed as they are accepted, as a refused TLS
  * or gRPC client is.  So every front together holds at most max-clients +

@@ -1,6 +1,10 @@
 /*
  * proto.h -- what a protocol module (under src/proto/) plugs into net.c, and the
- * reply slots net.c gives it.
+ * reply slots net.c gives it ("net.c" here: the network layer, net.c and
+ * its parts, net_int.h).  Each protocol is one sl_proto: its callbacks,
+ * and the few ways net.c serves its connections differently (front,
+ * timeout_ms, refuse_line, refuse_in_band, stop_waits, h2), so that the
+ * network layer itself names no protocol.
  *
  * net.c owns sockets, buffers, fairness and limits; a protocol owns its
  * bytes: it parses requests out of what a connection has sent and writes
@@ -79,6 +83,28 @@ typedef struct sl_proto {
      * (src/proto/grpc/).  The connection then closes after its replies.
      * NULL: nothing to say. */
     void (*stop)(sl_conn *c);
+
+    /* How net.c serves the protocol's connections: the same for every
+     * protocol but for these (all zero: as RESP's). */
+    int front; /* what its decisions and clients count under (stats.h: SL_FRONT_*) */
+    /* Its idle-timeout and recv-timeout are never unbounded: when not
+     * configured, this many ms (and idle-timeout no longer than
+     * recv-timeout).  HTTP's: SL_NET_HTTP_TIMEOUT_MS.  0: as configured. */
+    int64_t timeout_ms;
+    /* Sent to a client beyond max-clients on a plain socket before it is
+     * closed (a TLS client could not read it before a handshake): RESP's
+     * error line.  NULL: closed without a word. */
+    const char *refuse_line;
+    /* 1: a client beyond max-clients is served uncounted instead, at most
+     * SL_NET_REFUSED_MAX at once, each for at most SL_NET_REFUSED_MS, for
+     * the protocol to refuse its request (sl_conn_refused: HTTP's 503). */
+    unsigned refuse_in_band : 1;
+    /* 1: stopping, a request under way (partly read) is read until whole,
+     * within the stop deadline, and answered (HTTP's with Connection:
+     * close) rather than cut. */
+    unsigned stop_waits : 1;
+    /* 1: over TLS, ALPN selects "h2" (tls.h: HTTP/2, gRPC). */
+    unsigned h2 : 1;
 } sl_proto;
 
 /* Opens the next reply slot of c; NULL when out of memory. */

@@ -992,4 +992,6 @@ const sl_proto sl_grpc_proto = {
     .scratch_size = sizeof(scratch),
     .closed = closed,
     .stop = stop,
+    .front = SL_FRONT_GRPC,
+    .h2 = 1,
 };

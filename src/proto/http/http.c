@@ -2,7 +2,7 @@
  * http.c -- HTTP/1.1 on net.c's own connection path (http.h): a second
  * protocol (proto.h) beside RESP, on the same workers, reply slots,
  * limits and TLS.  Each request is framed by h1.c, routed here, checked
- * with the service layer's sl_svc_parse_* (so a 400 says what RESP's -ERR
+ * with args.h's sl__parse_* and sl_svc_parse_at (so a 400 says what RESP's -ERR
  * says), and answered into its reply slot: the status line, headers and
  * body written straight into the slot's buffer, without printf and
  * without allocating (JSON bodies of the rarer endpoints excepted, made
@@ -723,5 +723,14 @@ static void http_fatal(sl_conn *c, const char *msg)
     refuse(c, 431, "request head longer than max-command");
 }
 
-const sl_proto sl_http_proto = {"http", http_run, http_fatal, sizeof(http_worker), http_closed,
-                                NULL};
+const sl_proto sl_http_proto = {
+    .name = "http",
+    .run = http_run,
+    .fatal = http_fatal,
+    .scratch_size = sizeof(http_worker),
+    .closed = http_closed,
+    .front = SL_FRONT_HTTP,
+    .timeout_ms = SL_HTTP_TIMEOUT_MS,
+    .refuse_in_band = 1, /* a 503 (sl_conn_refused) */
+    .stop_waits = 1,     /* answered with Connection: close */
+};

@@ -1604,4 +1604,12 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
     return st;
 }
 
-const sl_proto sl_resp_proto = {"resp", run, fatal, sizeof(sl_resp_cmd), client_free, NULL};
+const sl_proto sl_resp_proto = {
+    .name = "resp",
+    .run = run,
+    .fatal = fatal,
+    .scratch_size = sizeof(sl_resp_cmd),
+    .closed = client_free,
+    .front = SL_FRONT_RESP,
+    .refuse_line = "-ERR max number of clients reached\r\n",
+};
