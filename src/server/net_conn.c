@@ -239,6 +239,14 @@ static void conn_free(conn *c, const char *why)
     sl__net_orphan_slots(c);
     size_t in = evbuffer_get_length(c->in);
     sl__net_account_as(c, 0);
+    /* uncounted before the socket closes: a client that sees its close
+     * (EOF) and then asks INFO finds itself gone from connected_clients */
+    int counted = !c->refused;
+    _Atomic int64_t *gauge = front_clients(srv, c->proto->front);
+    if (counted) {
+        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
+        if (gauge != NULL) atomic_fetch_sub_explicit(gauge, 1, memory_order_relaxed);
+    }
     if (c->bev != NULL) {
         evbuffer_remove_cb_entry(c->out, c->out_cb);
         /* frees the SSL and closes the socket (BEV_OPT_CLOSE_ON_FREE), at
@@ -261,15 +269,9 @@ static void conn_free(conn *c, const char *why)
         w->conns = c->next;
     if (c->next) c->next->prev = c->prev;
     if (c->proto->closed) c->proto->closed(c->pdata);
-    int counted = !c->refused;
-    _Atomic int64_t *gauge = front_clients(srv, c->proto->front);
     free(c);
     atomic_fetch_sub_explicit(&w->nconns, 1, memory_order_relaxed);
-    if (counted)
-        atomic_fetch_sub_explicit(&srv->clients, 1, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
-    if (counted && gauge != NULL) atomic_fetch_sub_explicit(gauge, 1, memory_order_relaxed);
+    if (!counted) atomic_fetch_sub_explicit(&w->net->nrefused, 1, memory_order_relaxed);
     if (in > 0) sl__net_release(w, in);
     if (w->stopping && w->conns == NULL) sl__net_maybe_exit(w);
 }
