@@ -172,27 +172,6 @@ static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
     a->at_limit_seen = st.evicted_at_limit;
 }
 
-static int later_clock(const uint8_t *rec, void *ctx)
-{
-    int64_t *latest = ctx;
-    if (sl__rec_clock(rec) > *latest) *latest = sl__rec_clock(rec);
-    return 0;
-}
-
-/* The latest time any key of s has seen (INT64_MIN for an empty store).
- * O(keys): once, at start. */
-static int64_t latest_key_time(sl_store *s)
-{
-    int64_t latest = INT64_MIN;
-    for (unsigned i = 0; i < sl__store_nshards(s); i++) {
-        sl__shard *sh = sl__store_shard_at(s, i);
-        sl__shard_lock(sh);
-        sl__shard_foreach(sh, later_clock, &latest);
-        sl__shard_unlock(sh);
-    }
-    return latest;
-}
-
 /* After a snapshot loaded: if its keys have seen times later than the
  * server's clock -- the wall clock stepped back while sluiced was down, or
  * while it ran before (its clock went on and its keys hold those times) --
@@ -204,7 +183,7 @@ static int64_t latest_key_time(sl_store *s)
 static void clock_after_load(app *a)
 {
     if (a->cfg.trust_client_time) return;
-    int64_t latest = latest_key_time(a->srv.store), now = sl_now_ms();
+    int64_t latest = sl_store_latest_time(a->srv.store), now = sl_now_ms();
     if (latest <= now) return;
     sl__clock_anchor(latest);
     sl_log(SL_LOG_WARN,
