@@ -545,14 +545,42 @@ int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, ch
     return 0;
 }
 
-const char *sl_redis_policy_name(int policy)
+int sl_backend_url_check(const char *s, size_t len, char *err, size_t errlen)
 {
-    switch (policy) {
-    case SL_REDIS_DENY: return "deny";
-    case SL_REDIS_ALLOW: return "allow";
-    case SL_REDIS_LOCAL: return "local";
-    default: return NULL;
+    int n;
+    if (len == 5 && memcmp(s, "local", 5) == 0) return 0;
+    return sl_redis_urls_parse(s, len, NULL, &n, err, errlen);
+}
+
+void sl_backend_url_shown(const char *url, char *buf, size_t cap)
+{
+    char why[600];
+    int n;
+    if (strcmp(url, "local") == 0) {
+        snprintf(buf, cap, "local");
+        return;
     }
+    sl_redis_url *u = malloc(SL_RING_MAX * sizeof *u); /* too large for a stack */
+    if (u == NULL || sl_redis_urls_parse(url, strlen(url), u, &n, why, sizeof why) != 0) {
+        snprintf(buf, cap, "%s", u == NULL ? "(out of memory)" : url);
+        free(u);
+        return;
+    }
+    size_t used = 0;
+    buf[0] = '\0';
+    if (u[0].cluster) /* the seeds: redis-cluster://[user:***@]host:port,... */
+        used = (size_t)snprintf(buf, cap, "redis-cluster://%s%s", u[0].user,
+                                u[0].pass[0] ? ":***@" : "");
+    for (int i = 0; i < n && used < cap; i++) {
+        const char *hp = strrchr(u[i].shown, '@'); /* host:port/0 of a seed */
+        hp = hp != NULL ? hp + 1 : u[i].shown + 8;
+        if (u[i].cluster)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%.*s", i ? "," : "",
+                                     (int)(strrchr(hp, '/') - hp), hp);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", u[i].shown);
+    }
+    free(u);
 }
 
 /* ---- state --------------------------------------------------------------- */
@@ -1022,6 +1050,63 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
     if (plan->has_pool) cmd_fields(c, &plan->pool, plan->cost);
 }
 
+/* Builds e's command for the script (docs/redis-scripts.md): one
+ * EVALSHA of op D, P, A or C; FORGET's DEL of the key's every algorithm. */
+static void cmd_script(struct cmd *c, const redis *r, const pend *e)
+{
+    const sl_breq *rq = e->rq;
+    int lead[SL_MAX_BATCH];
+
+    switch (rq->op) {
+    case SL_BOP_FORGET:
+        c->argc = c->nkeys = 0;
+        cmd_str(c, "DEL", 3);
+        for (int a = rq->algo_lo; a < rq->algo_hi; a++)
+            cmd_key(c, a, 0, e->key, rq->keylen, rq->keylen);
+        break;
+    case SL_BOP_CHECK: cmd_check(c, r, rq->plan, lead); break;
+    case SL_BOP_DECIDE_ALL:
+        cmd_evalsha(c, r, rq->nreqs);
+        for (size_t i = 0; i < rq->nreqs; i++) {
+            const sl_request *q = &e->reqs[i];
+            cmd_key(c, (int)q->params->algo, q->params->space, q->key, q->keylen, q->keylen);
+        }
+        cmd_str(c, "A", 1);
+        cmd_now(c, r, rq->now_ms);
+        for (size_t i = 0; i < rq->nreqs; i++) cmd_fields(c, e->reqs[i].params, e->reqs[i].cost);
+        break;
+    default: /* DECIDE, PEEK */
+        cmd_evalsha(c, r, 1);
+        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
+        cmd_str(c, rq->op == SL_BOP_DECIDE ? "D" : "P", 1);
+        cmd_now(c, r, rq->now_ms);
+        cmd_fields(c, rq->params, rq->cost);
+        break;
+    }
+}
+
+/* Builds batch b's command (n >= 2 DECIDEs): one op B call (op M's
+ * decisions, two arguments a key). */
+static void cmd_batch(struct cmd *c, const redis *r, const batch *b)
+{
+    cmd_evalsha(c, r, (size_t)b->n);
+    for (int i = 0; i < b->n; i++) {
+        const pend *e = b->m[i];
+        const sl_breq *rq = e->rq;
+        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
+    }
+    cmd_str(c, "B", 1);
+    cmd_now(c, r, b->now);
+    for (int i = 0; i < b->n; i++) {
+        const sl_params *p = b->m[i]->rq->params;
+        int len = snprintf(c->par[i], sizeof c->par[i], "%d %lld %lld %lld %lld %d", (int)p->algo,
+                           (long long)p->limit, (long long)p->window_ms, (long long)p->burst,
+                           (long long)p->precision, p->log_rejected);
+        cmd_str(c, c->par[i], (size_t)len);
+        cmd_int(c, b->m[i]->rq->cost);
+    }
+}
+
 /* ---- the module's commands (docs/module.md, "sluiced's Redis backend") ---- */
 
 /* The Redis key of (space, key[0..len), tag t) on the module path:
@@ -1135,44 +1220,12 @@ static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
  * refused it (the connection is going). */
 static int send_pend(rchan *ch, pend *e)
 {
-    const sl_breq *rq = e->rq;
-    redis *r = ch->r;
     struct cmd *c = ch->cmd;
-    int lead[SL_MAX_BATCH];
-
     e->module = ch->module;
-    if (ch->module) {
-        cmd_module(c, r, e);
-        return redisAsyncCommandArgv(ch->ac, on_reply, e, c->argc, c->argv, c->len) == REDIS_OK
-                   ? 0
-                   : -1;
-    }
-    switch (rq->op) {
-    case SL_BOP_FORGET:
-        c->argc = c->nkeys = 0;
-        cmd_str(c, "DEL", 3);
-        for (int a = rq->algo_lo; a < rq->algo_hi; a++)
-            cmd_key(c, a, 0, e->key, rq->keylen, rq->keylen);
-        break;
-    case SL_BOP_CHECK: cmd_check(c, r, rq->plan, lead); break;
-    case SL_BOP_DECIDE_ALL:
-        cmd_evalsha(c, r, rq->nreqs);
-        for (size_t i = 0; i < rq->nreqs; i++) {
-            const sl_request *q = &e->reqs[i];
-            cmd_key(c, (int)q->params->algo, q->params->space, q->key, q->keylen, q->keylen);
-        }
-        cmd_str(c, "A", 1);
-        cmd_now(c, r, rq->now_ms);
-        for (size_t i = 0; i < rq->nreqs; i++) cmd_fields(c, e->reqs[i].params, e->reqs[i].cost);
-        break;
-    default: /* DECIDE, PEEK */
-        cmd_evalsha(c, r, 1);
-        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
-        cmd_str(c, rq->op == SL_BOP_DECIDE ? "D" : "P", 1);
-        cmd_now(c, r, rq->now_ms);
-        cmd_fields(c, rq->params, rq->cost);
-        break;
-    }
+    if (ch->module)
+        cmd_module(c, ch->r, e);
+    else
+        cmd_script(c, ch->r, e);
     return redisAsyncCommandArgv(ch->ac, on_reply, e, c->argc, c->argv, c->len) == REDIS_OK ? 0
                                                                                             : -1;
 }
@@ -1184,22 +1237,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
 static int send_batch(rchan *ch, batch *b)
 {
     struct cmd *c = ch->cmd;
-    cmd_evalsha(c, ch->r, (size_t)b->n);
-    for (int i = 0; i < b->n; i++) {
-        const pend *e = b->m[i];
-        const sl_breq *rq = e->rq;
-        cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
-    }
-    cmd_str(c, "B", 1);
-    cmd_now(c, ch->r, b->now);
-    for (int i = 0; i < b->n; i++) {
-        const sl_params *p = b->m[i]->rq->params;
-        int len = snprintf(c->par[i], sizeof c->par[i], "%d %lld %lld %lld %lld %d", (int)p->algo,
-                           (long long)p->limit, (long long)p->window_ms, (long long)p->burst,
-                           (long long)p->precision, p->log_rejected);
-        cmd_str(c, c->par[i], (size_t)len);
-        cmd_int(c, b->m[i]->rq->cost);
-    }
+    cmd_batch(c, ch->r, b);
     return redisAsyncCommandArgv(ch->ac, on_batch_reply, b, c->argc, c->argv, c->len) == REDIS_OK
                ? 0
                : -1;
@@ -2395,8 +2433,13 @@ static void redis_free_all(redis *r);
 
 static void redis_free(sl_backend *b) { redis_free_all((redis *)b); }
 
+static void info_lines(sl_backend *b, void (*line)(void *arg, const char *name, const char *value),
+                       void *arg);
+static int metrics(sl_backend *b, struct evbuffer *out);
+
 static const sl_backend_ops redis_ops = {
-    "redis", redis_channel, redis_channel_free, redis_submit, redis_stats, redis_free,
+    "redis",     redis_channel, redis_channel_free, redis_submit,          redis_stats,
+    redis_free,  info_lines,    metrics,            sl_backend_redis_info,
 };
 
 /* One command on the start-up check's connection: the reply, or NULL with
@@ -2646,6 +2689,16 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     return &r->base;
 }
 
+sl_backend *sl_backend_open(const sl_backend_opts *o, char *err, size_t errlen)
+{
+    if (strcmp(o->url, "local") == 0) {
+        sl_backend *b = sl_backend_local_new(o->store);
+        if (b == NULL) snprintf(err, errlen, "out of memory");
+        return b;
+    }
+    return sl_backend_redis_new(o, err, errlen);
+}
+
 /* Whether node i decides anything: every server of one Redis or a ring;
  * in a cluster, a master that serves a slot in the latest map (one that
  * lost its slots -- a failover, a migration -- no longer counts). */
@@ -2679,7 +2732,7 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     for (int i = 0; i < 3; i++) out->fallback[i] = atomic_load(&r->fallback[i]);
     out->cache_hits = atomic_load(&r->cache_hits);
     out->inflight = atomic_load(&r->inflight);
-    out->policy = sl_redis_policy_name(r->o.policy);
+    out->policy = sl_backend_policy_name(r->o.policy);
     out->timeout_ms = r->o.timeout_ms;
     out->fleet_size = r->o.fleet_size;
     out->deny_cache = r->o.deny_cache;
@@ -2718,7 +2771,48 @@ int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out)
     return 0;
 }
 
-int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b)
+/* INFO's Backend section (backend.h: ops.info): the state, the options,
+ * the counters, then one line per server, each with its share of the
+ * ring (a cluster's master: of the slots, and their number). */
+static void info_lines(sl_backend *b, void (*line)(void *arg, const char *name, const char *value),
+                       void *arg)
+{
+    sl_redis_info ri;
+    char v[SL_REDIS_URL_MAX + 64];
+    if (sl_backend_redis_info(b, &ri) != 0) return;
+#define NUM(name, x) (snprintf(v, sizeof v, "%llu", (unsigned long long)(x)), line(arg, name, v))
+    line(arg, "backend_url", ri.url);
+    line(arg, "backend_status", ri.up ? "up" : "down");
+    NUM("backend_down_since_unix_ms", ri.down_since_ms);
+    NUM("backend_timeout_ms", ri.timeout_ms);
+    line(arg, "backend_on_error", ri.policy);
+    NUM("backend_fleet_size", ri.fleet_size);
+    line(arg, "backend_deny_cache", ri.deny_cache ? "yes" : "no");
+    line(arg, "backend_redis_path", ri.path);
+    NUM("backend_errors", ri.errors);
+    NUM("backend_timeouts", ri.timeouts);
+    NUM("backend_reconnects", ri.reconnects);
+    NUM("backend_fallback_deny", ri.fallback[SL_REDIS_DENY]);
+    NUM("backend_fallback_allow", ri.fallback[SL_REDIS_ALLOW]);
+    NUM("backend_fallback_local", ri.fallback[SL_REDIS_LOCAL]);
+    NUM("backend_deny_cache_hits", ri.cache_hits);
+    NUM("backend_inflight", ri.inflight);
+    line(arg, "backend_last_error", ri.last_error);
+    NUM("backend_nodes", ri.nodes);
+#undef NUM
+    sl_redis_node_info ni;
+    for (int i = 0; sl_backend_redis_node(b, i, &ni) == 0; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "backend_node%d", i);
+        int len = snprintf(v, sizeof v, "url=%s,status=%s,share=%.2f", ni.url,
+                           ni.up ? "up" : "down", ni.share * 100);
+        if (ni.slots >= 0 && len > 0 && (size_t)len < sizeof v) /* a cluster's */
+            snprintf(v + len, sizeof v - (size_t)len, ",slots=%d", ni.slots);
+        line(arg, name, v);
+    }
+}
+
+static int metrics(sl_backend *b, struct evbuffer *out)
 {
     sl_redis_info in;
     if (sl_backend_redis_info(b, &in) != 0) return 0;
@@ -2741,7 +2835,7 @@ int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b)
     FAMILY("sluice_backend_fallback_total", "counter",
            "Requests answered by --on-backend-error, by policy.");
     for (int i = 0; i < 3; i++)
-        SAMPLE("sluice_backend_fallback_total{policy=\"%s\"} %llu", sl_redis_policy_name(i),
+        SAMPLE("sluice_backend_fallback_total{policy=\"%s\"} %llu", sl_backend_policy_name(i),
                (unsigned long long)in.fallback[i]);
     FAMILY("sluice_backend_deny_cache_hits_total", "counter",
            "Requests the local deny cache denied without asking Redis.");
