@@ -306,15 +306,16 @@ static json_t *backend_json(sl_srv *srv)
                          (json_int_t)bs.keys, "bytes", (json_int_t)bs.bytes, "max_bytes",
                          (json_int_t)bs.max_bytes);
     }
-    json_t *o = json_pack(
-        "{s:s,s:s,s:b,s:I,s:i,s:s,s:i,s:s,s:I,s:{s:I,s:I,s:I},s:I,s:I,s:I,s:I}", "name",
-        srv->backend->ops->name, "url", ri.url, "up", ri.up, "down_since_ms",
-        (json_int_t)ri.down_since_ms, "nodes", ri.nodes, "path", ri.path, "module_channels",
-        ri.module_channels, "on_error", ri.policy, "timeout_ms", (json_int_t)ri.timeout_ms,
-        "fallback", "deny", (json_int_t)ri.fallback[SL_BACKEND_DENY], "allow",
-        (json_int_t)ri.fallback[SL_BACKEND_ALLOW], "local", (json_int_t)ri.fallback[SL_BACKEND_LOCAL],
-        "errors", (json_int_t)ri.errors, "timeouts", (json_int_t)ri.timeouts, "reconnects",
-        (json_int_t)ri.reconnects, "deny_cache_hits", (json_int_t)ri.cache_hits);
+    json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:i,s:s,s:i,s:s,s:I,s:{s:I,s:I,s:I},s:I,s:I,s:I,s:I}",
+                          "name", srv->backend->ops->name, "url", ri.url, "up", ri.up,
+                          "down_since_ms", (json_int_t)ri.down_since_ms, "nodes", ri.nodes, "path",
+                          ri.path, "module_channels", ri.module_channels, "on_error", ri.policy,
+                          "timeout_ms", (json_int_t)ri.timeout_ms, "fallback", "deny",
+                          (json_int_t)ri.fallback[SL_BACKEND_DENY], "allow",
+                          (json_int_t)ri.fallback[SL_BACKEND_ALLOW], "local",
+                          (json_int_t)ri.fallback[SL_BACKEND_LOCAL], "errors",
+                          (json_int_t)ri.errors, "timeouts", (json_int_t)ri.timeouts, "reconnects",
+                          (json_int_t)ri.reconnects, "deny_cache_hits", (json_int_t)ri.cache_hits);
     if (o != NULL) {
         int binary;
         json_object_set_new(o, "last_error",
