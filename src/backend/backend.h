@@ -2,7 +2,7 @@
  * backend.h -- the one seam through which the server asks for decisions.
  *
  * A backend is where counters live: the local store (backend_local.c,
- * today's sl_store), later Redis.  The server never calls the store
+ * over an sl_store) or Redis (backend_redis.c).  The server never calls the store
  * directly; it fills an sl_breq and submits it on its worker's channel:
  *
  *     sl_breq rq = {.op = SL_BOP_DECIDE, .params = &p, .key = k, ...,
