@@ -98,11 +98,13 @@ RULES_LIBS := -lyaml
 # The Redis backend (hiredis, libevent) is the server's only: the tool and
 # the rules' tests link the others.
 BACKEND_SRC := $(filter-out src/backend/backend_redis.c,$(wildcard src/backend/*.c))
-# The Redis backend's socket-free parts (the ring, the slots): its own
-# folder, unit-tested alone.
-REDIS_PARTS := $(patsubst %.c,$(B)/%.o,$(wildcard src/backend/redis/*.c))
+# The Redis backend: backend_redis.c and its parts by concern in
+# src/backend/redis/ (redis_int.h).  Its socket-free parts (the replies'
+# reader, the ring, the slots) are unit-tested alone.
+REDIS_SRC   := $(wildcard src/backend/redis/*.c)
+REDIS_PARTS := $(patsubst %,$(B)/src/backend/redis/%.o,reply ring slots)
 BACKEND_OBJ := $(BACKEND_SRC:%.c=$(B)/%.o)
-REDIS_OBJ   := $(B)/src/backend/backend_redis.o $(REDIS_PARTS)
+REDIS_OBJ   := $(B)/src/backend/backend_redis.o $(REDIS_SRC:%.c=$(B)/%.o)
 # sluiced: the service layer and net (src/server), the protocols
 # (src/proto/*), and main (src/sluiced).  Its parts without main() are
 # linked into its tests.
@@ -113,7 +115,7 @@ SRV_PARTS := $(SRV_OBJ) $(BACKEND_OBJ) $(REDIS_OBJ) $(RULES_OBJ)
 # libcrypto: also the passwords' SHA-256 (src/server/auth.c).
 # libjansson: the HTTP module's JSON (src/proto/http); libhttp_parser:
 # its request framing (src/proto/http/h1.c).
-# libhiredis: the Redis backend (src/backend/backend_redis.c).
+# libhiredis: the Redis backend (src/backend/backend_redis.c, src/backend/redis/).
 SRV_LIBS := -levent -levent_openssl -lssl -lcrypto -ljansson -lhttp_parser -lhiredis
 # The Redis module (src/module): the library's objects and the module's,
 # one shared object Redis loads (--loadmodule build/sluice.so).
@@ -210,8 +212,8 @@ $(B)/tests/%: $(B)/tests/%.o $(TEST_SUPPORT_OBJ) $(B)/libsluice.a
 
 # The status page is built into status.o (an assembler .incbin of the file).
 $(B)/src/proto/http/status.o: src/proto/http/status.html
-# The Redis backend's script is built into backend_redis.o the same way.
-$(B)/src/backend/backend_redis.o: src/backend/redis/sluice.lua
+# The Redis backend's script is built into redis/script.o the same way.
+$(B)/src/backend/redis/script.o: src/backend/redis/sluice.lua
 
 $(B)/sluiced: $(B)/src/sluiced/main.o $(SRV_PARTS) $(B)/libsluice.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(SRV_LIBS) $(RULES_LIBS) $(LDLIBS)

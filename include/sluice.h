@@ -212,6 +212,12 @@ void sl_store_stats_get(sl_store *s, sl_store_stats *out);
  * for correctness. */
 uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records);
 
+/* The latest time any key of s has been decided at (the largest key
+ * clock), INT64_MIN for an empty store: after sl_store_load, a server whose
+ * clock is behind the snapshot's keys learns how far.  O(keys): every
+ * shard is walked under its lock in turn, so decisions go on meanwhile. */
+int64_t sl_store_latest_time(sl_store *s);
+
 /* ---- snapshots ---------------------------------------------------------- */
 
 /* Writes every key's state to path atomically: path.tmp, fsync, rename,

@@ -3,7 +3,9 @@
  * (sl_redis_url_parse): what each part becomes, the URL shown in messages
  * (never the password), and the exact message naming the wrong part; and
  * the bounded reply reader (redis/reply.h): what it refuses, and why,
- * before allocating, and the real replies it reads whole.
+ * before allocating, and the real replies it reads whole; and what the
+ * seam (backend.h) says of --backend and --on-backend-error, and of a
+ * backend that decides here (nothing beyond its stats).
  * Talking to Redis is tests/e2e/test_backend_redis.py's and the redis row
  * of tests/test_backend.c's.
  */
@@ -17,6 +19,9 @@
 
 #include <cmocka.h>
 
+#include <event2/buffer.h>
+
+#include "backend_local.h"
 #include "backend_redis.h"
 #include "redis/reply.h"
 
@@ -190,6 +195,74 @@ static void test_reply_bounds(void **state)
     assert_string_equal(why, "a reply that matches no command sent (a reply too many)");
 }
 
+/* --backend through the seam: checked as sl_redis_urls_parse checks it
+ * (its exact message), and shown without its passwords. */
+static void test_seam_url(void **state)
+{
+    (void)state;
+    char err[600] = "", want[600] = "", shown[1024];
+    int n;
+    assert_int_equal(sl_backend_url_check("local", 5, err, sizeof err), 0);
+    assert_int_equal(sl_backend_url_check("redis://h:1,redis://h:2/1", 25, err, sizeof err), 0);
+    const char *bad = "redis://h:1,redis://h:99999";
+    assert_int_equal(sl_backend_url_check(bad, strlen(bad), err, sizeof err), -1);
+    assert_int_equal(sl_redis_urls_parse(bad, strlen(bad), NULL, &n, want, sizeof want), -1);
+    assert_string_equal(err, want);
+    assert_int_equal(sl_backend_url_check("locals", 6, err, sizeof err), -1);
+
+    sl_backend_url_shown("local", shown, sizeof shown);
+    assert_string_equal(shown, "local");
+    sl_backend_url_shown("redis://app:s3cret@h:2/3,redis://:pw@[::1]", shown, sizeof shown);
+    assert_string_equal(shown, "redis://app:***@h:2/3,redis://:***@[::1]:6379/0");
+    sl_backend_url_shown("redis-cluster://u:pw@127.0.0.1:7000,127.0.0.1:7001", shown,
+                         sizeof shown);
+    assert_string_equal(shown, "redis-cluster://u:***@127.0.0.1:7000,127.0.0.1:7001");
+}
+
+/* --on-backend-error's names, in sl_backend_policy's order. */
+static void test_seam_policy_names(void **state)
+{
+    (void)state;
+    assert_string_equal(sl_backend_policy_name(SL_BACKEND_DENY), "deny");
+    assert_string_equal(sl_backend_policy_name(SL_BACKEND_ALLOW), "allow");
+    assert_string_equal(sl_backend_policy_name(SL_BACKEND_LOCAL), "local");
+    assert_null(sl_backend_policy_name(SL_BACKEND_POLICIES));
+    assert_null(sl_backend_policy_name(-1));
+    assert_int_equal(SL_REDIS_DENY, SL_BACKEND_DENY); /* the Redis backend's names */
+    assert_int_equal(SL_REDIS_LOCAL, SL_BACKEND_LOCAL);
+}
+
+static void count_line(void *arg, const char *name, const char *value)
+{
+    (void)name, (void)value;
+    (*(int *)arg)++;
+}
+
+/* The local backend, made by sl_backend_open: nothing to tell beyond its
+ * stats -- no INFO lines, no /metrics families, no remote state. */
+static void test_seam_local(void **state)
+{
+    (void)state;
+    char err[200] = "";
+    sl_store *s = sl_store_new(NULL, NULL);
+    assert_non_null(s);
+    sl_backend_opts o = {.url = "local", .store = s};
+    sl_backend *b = sl_backend_open(&o, err, sizeof err);
+    assert_non_null(b);
+    assert_string_equal(b->ops->name, "local");
+    int lines = 0;
+    sl_backend_info(b, count_line, &lines);
+    assert_int_equal(lines, 0);
+    struct evbuffer *out = evbuffer_new();
+    assert_int_equal(sl_backend_metrics_write(out, b), 0);
+    assert_int_equal(evbuffer_get_length(out), 0);
+    evbuffer_free(out);
+    sl_backend_state st;
+    assert_int_equal(sl_backend_state_get(b, &st), -1);
+    sl_backend_free(b);
+    sl_store_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -197,6 +270,9 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_default_port_in_lists),
         cmocka_unit_test(test_reply_bounds),
+        cmocka_unit_test(test_seam_url),
+        cmocka_unit_test(test_seam_policy_names),
+        cmocka_unit_test(test_seam_local),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -84,6 +84,22 @@ refused module src/module service.h
 refused module src/module backend.h
 refused module src/module rules.h
 
+# the backend seam (backend.h) is the server's only way to a backend: only
+# src/backend/ includes the Redis backend's header, and sluiced's main
+# reaches the store through the library's public API, not its internals
+outside=$(grep -rl '#include "backend_redis.h"' src --include='*.c' --include='*.h' | grep -v '^src/backend/')
+if [ -z "$outside" ]; then
+    ok "only src/backend/ includes backend_redis.h"
+else
+    bad "backend_redis.h is included outside src/backend/" "$outside"
+fi
+internal=$(grep -rn 'sl__store_\|sl__shard' src/sluiced)
+if [ -z "$internal" ]; then
+    ok "src/sluiced uses no sl__store_* or sl__shard* name"
+else
+    bad "src/sluiced uses the store's internals" "$internal"
+fi
+
 # sluice.so, the Redis module: its entry point, and no internal name
 MSO=build/sluice.so
 if [ ! -f "$MSO" ]; then

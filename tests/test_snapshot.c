@@ -4,7 +4,9 @@
  * damaged file is refused whole with a message that says what is wrong.
  * A snapshot path that is a symbolic link is written through (the link
  * stays); sl_store_save_check finds a place that cannot be written before
- * the first save does.
+ * the first save does.  sl_store_latest_time gives the latest clock of the
+ * keys loaded (what sluiced starts its clock at when the wall clock is
+ * behind them).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -403,6 +405,31 @@ static void save_check_read_only_dir(void **state)
     remove_tree(dir);
 }
 
+/* The latest time of any key: none in an empty store, then the largest of
+ * the keys' clocks, the same after a round trip; a forgotten key's time
+ * goes with it. */
+static void latest_time(void **state)
+{
+    (void)state;
+    sl_store *a = sl_store_new(NULL, NULL);
+    assert_int_equal(sl_store_latest_time(a), INT64_MIN);
+    sl_params p = params_for(0);
+    sl_result r;
+    assert_int_equal(sl_decide(a, &p, "early", 5, 1000, 1, &r), 0);
+    assert_int_equal(sl_decide(a, &p, "late", 4, 987654, 1, &r), 0);
+    assert_int_equal(sl_decide(a, &p, "middle", 6, 5000, 1, &r), 0);
+    assert_int_equal(sl_store_latest_time(a), 987654);
+    char err[512];
+    assert_int_equal(sl_store_save(a, path, err, sizeof(err)), 0);
+    sl_store *b = sl_store_new(NULL, NULL);
+    assert_int_equal(sl_store_load(b, path, NULL, err, sizeof(err)), 0);
+    assert_int_equal(sl_store_latest_time(b), 987654);
+    assert_int_equal(sl_forget(b, p.algo, "late", 4), 1);
+    assert_int_equal(sl_store_latest_time(b), 5000);
+    sl_store_free(a);
+    sl_store_free(b);
+}
+
 int main(void)
 {
     snprintf(path, sizeof(path), "/tmp/sluice-test-snapshot.%d", (int)getpid());
@@ -411,6 +438,7 @@ int main(void)
         cmocka_unit_test(damaged_files), cmocka_unit_test(sparse_stores),
         cmocka_unit_test(unwritable),    cmocka_unit_test(save_through_symlink),
         cmocka_unit_test(save_check),    cmocka_unit_test(save_check_read_only_dir),
+        cmocka_unit_test(latest_time),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     unlink(path);

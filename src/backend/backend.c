@@ -1,5 +1,6 @@
 /*
- * backend.c -- what every backend shares: its error state (backend.h).
+ * backend.c -- what every backend shares: its error state and the names
+ * of --on-backend-error's policies (backend.h).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,4 +31,14 @@ void sl__breq_fail(sl_breq *rq, int rc, const char *fmt, ...)
     va_end(ap);
     rq->rc = rc;
     rq->cb(rq);
+}
+
+const char *sl_backend_policy_name(int policy)
+{
+    switch (policy) {
+    case SL_BACKEND_DENY: return "deny";
+    case SL_BACKEND_ALLOW: return "allow";
+    case SL_BACKEND_LOCAL: return "local";
+    default: return NULL;
+    }
 }

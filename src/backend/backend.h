@@ -2,8 +2,8 @@
  * backend.h -- the one seam through which the server asks for decisions.
  *
  * A backend is where counters live: the local store (backend_local.c,
- * sl_store) or Redis (backend_redis.h).  The server never calls the store
- * directly; it fills an sl_breq and submits it on its worker's channel:
+ * over an sl_store) or Redis (backend_redis.c and src/backend/redis/).  The
+ * server never calls the store directly; it fills an sl_breq and submits it on its worker's channel:
  *
  *     sl_breq rq = {.op = SL_BOP_DECIDE, .params = &p, .key = k, ...,
  *                   .cb = done, .data = ctx};
@@ -106,7 +106,46 @@ typedef struct sl_bchan sl_bchan;
 
 #define SL_BACKEND_INLINE 1 /* every request completes before submit returns */
 
-/* A backend implementation.  Every function is required. */
+/* What a request gets when a backend cannot answer (--on-backend-error):
+ * the Redis backend's policy while Redis is down or slow (backend_redis.h
+ * says what each answers); the local backend always answers. */
+typedef enum sl_backend_policy {
+    SL_BACKEND_DENY = 0, /* denied, retry after SL_REDIS_DENY_RETRY */
+    SL_BACKEND_ALLOW,    /* allowed */
+    SL_BACKEND_LOCAL,    /* decided on this node's own store, the limit shared by the fleet */
+    SL_BACKEND_POLICIES
+} sl_backend_policy;
+
+/* The state of a backend that decides elsewhere (Redis), for INFO's
+ * Backend section, the status page and the start-up log. */
+typedef struct sl_backend_state {
+    char url[1024];         /* where, without a password (a ring's: every URL, by commas) */
+    int up;                 /* 1: every channel connected to every node */
+    int64_t down_since_ms;  /* wall clock when the first node down went; 0 when up */
+    int nodes;              /* servers it talks to */
+    uint64_t errors;        /* error replies and lost connections */
+    uint64_t timeouts;      /* requests answered by the policy after the timeout */
+    uint64_t reconnects;    /* connections made again after one was lost */
+    uint64_t fallback[SL_BACKEND_POLICIES]; /* answers by the policy, by sl_backend_policy */
+    uint64_t cache_hits;    /* requests the deny cache answered */
+    uint64_t inflight;      /* requests sent, not yet answered */
+    const char *policy;     /* sl_backend_policy_name */
+    int64_t timeout_ms;
+    int64_t fleet_size;
+    int deny_cache;
+    const char *path;     /* Redis: "module": every connection sends the sluice module's
+                             commands; "script": every one the script (no module, or
+                             one it cannot use); "mixed": some of each (between a
+                             MODULE LOAD and every reconnect) */
+    int module_channels;  /* connections (a worker's to a node) on the module's path */
+    char last_error[256]; /* "" = none */
+} sl_backend_state;
+
+struct evbuffer;
+
+/* A backend implementation.  Every function is required but the three
+ * that tell what a backend knows beyond sl_backend_stats (info, metrics,
+ * state): NULL there means nothing more to tell (the local backend). */
 typedef struct sl_backend_ops {
     const char *name; /* "local", ... */
     /* Makes worker's channel for its event loop `loop` (an opaque pointer:
@@ -118,6 +157,15 @@ typedef struct sl_backend_ops {
     void (*submit)(sl_bchan *ch, sl_breq *rq);
     void (*stats)(sl_backend *b, sl_backend_stats *out);
     void (*free)(sl_backend *b);
+    /* INFO's Backend section after backend_name: calls line(arg, name,
+     * value) once per line, in the order INFO shows them. */
+    void (*info)(sl_backend *b, void (*line)(void *arg, const char *name, const char *value),
+                 void *arg);
+    /* Appends the backend's own families to a /metrics page (Prometheus
+     * text format).  Returns 0, or -1 when out of memory. */
+    int (*metrics)(sl_backend *b, struct evbuffer *out);
+    /* Fills *out and returns 0. */
+    int (*state)(sl_backend *b, sl_backend_state *out);
 } sl_backend_ops;
 
 /* The part every backend starts with. */
@@ -159,12 +207,78 @@ static inline void sl_backend_free(sl_backend *b)
     if (b != NULL) b->ops->free(b);
 }
 
-struct evbuffer;
+/* INFO's Backend section's lines after backend_name (ops->info); none
+ * for a backend with nothing to tell beyond its name. */
+static inline void sl_backend_info(sl_backend *b,
+                                   void (*line)(void *arg, const char *name, const char *value),
+                                   void *arg)
+{
+    if (b->ops->info != NULL) b->ops->info(b, line, arg);
+}
+
 /* Appends a backend's own numbers to a /metrics page (Prometheus text
- * format): the Redis backend's state and counters (backend_redis.c);
- * nothing for the local backend, whose numbers sl_backend_stats has.
- * Returns 0, or -1 when out of memory. */
-int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b);
+ * format): the Redis backend's state and counters; nothing for the local
+ * backend, whose numbers sl_backend_stats has.  Returns 0, or -1 when out
+ * of memory. */
+static inline int sl_backend_metrics_write(struct evbuffer *out, sl_backend *b)
+{
+    return b->ops->metrics != NULL ? b->ops->metrics(b, out) : 0;
+}
+
+/* Fills *out with the state of a backend that decides elsewhere and
+ * returns 0; -1 (nothing filled) for one that decides here (local). */
+static inline int sl_backend_state_get(sl_backend *b, sl_backend_state *out)
+{
+    return b->ops->state != NULL ? b->ops->state(b, out) : -1;
+}
+
+/* --on-backend-error's name of a policy ("deny", "allow", "local"), or NULL. */
+const char *sl_backend_policy_name(int policy);
+
+/* ---- the backends --backend names (the server's: linked with the Redis
+ * backend, src/backend/backend_redis.c) ---- */
+
+/* How to make the backend --backend names. */
+typedef struct sl_backend_opts {
+    const char *url;          /* "local", or one redis://... URL or several
+                                 (sl_backend_url_check) */
+    sl_store *store;          /* "local": the store it decides on (not owned) */
+    int64_t timeout_ms;       /* no caller waits longer for Redis (>= 1) */
+    sl_backend_policy policy; /* when Redis cannot answer */
+    int64_t fleet_size;       /* SL_BACKEND_LOCAL: L and B divided by this (>= 1) */
+    int deny_cache;           /* 1: the local deny cache is on */
+    int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
+                                 0: "" (Redis's clock) */
+    uint64_t local_max_bytes; /* SL_BACKEND_LOCAL's own store: its bound (0 = none) */
+    unsigned local_on_full;   /* ... and what it does when full (sl_store_opts.on_full) */
+    /* Called on a change of the backend's state (up: every channel has its
+     * connection; down: some channel has none), from the worker whose
+     * channel changed it; what says why.  NULL: none. */
+    void (*on_state)(void *arg, int up, const char *url, const char *what);
+    /* Called with state_arg when a server's path is first known (its
+     * start-up check, from the constructor; a cluster's master found
+     * later, at its first connection) and when a connection finds another
+     * (changed 1: the module loaded or gone, from that worker): module 1,
+     * decisions use the sluice module's commands; 0, the Lua script, why
+     * saying what Redis answered when a module may be there (an ACL's
+     * NOPERM, an AT refused), "" when there is none.  NULL: none. */
+    void (*on_path)(void *arg, const char *url, int module, const char *why, int changed);
+    void *state_arg;
+} sl_backend_opts;
+
+/* The backend o->url names: the local one over o->store, or Redis
+ * (reached now, synchronously, to check the URL, the password, the db and
+ * the script: sl_backend_redis_new).  NULL with a message in err. */
+sl_backend *sl_backend_open(const sl_backend_opts *o, char *err, size_t errlen);
+
+/* Checks s[0..len) as --backend's value: "local", or redis URLs (one, a
+ * ring's, a cluster's seeds).  Returns 0, or -1 with a message naming
+ * the element and the part that is wrong (sl_redis_urls_parse). */
+int sl_backend_url_check(const char *s, size_t len, char *err, size_t errlen);
+
+/* --backend's value as --dump-options shows it: the URLs without their
+ * passwords (a cluster's: redis-cluster://user:***@seed,seed...). */
+void sl_backend_url_shown(const char *url, char *buf, size_t cap);
 
 /* Sets the backend's error state (printf-style message); returns err. */
 int sl__backend_set_err(sl_backend *b, int err, const char *fmt, ...)

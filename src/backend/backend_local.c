@@ -165,6 +165,7 @@ static void local_free(sl_backend *b) { free(b); }
 
 static const sl_backend_ops local_ops = {
     "local", local_channel, local_channel_free, local_submit, local_stats, local_free,
+    NULL, NULL, NULL, /* info, metrics, state: nothing beyond its stats */
 };
 
 sl_backend *sl_backend_local_new(sl_store *s)

@@ -20,6 +20,10 @@
  *
  * Threads: a channel is used by its worker only; the counters
  * (sl_backend_redis_info) may be read from any thread.
+ *
+ * Only src/backend/ includes this header: the server reaches the backend
+ * through backend.h (sl_backend_open, and the ops' info, metrics, state).
+ * Its parts are under src/backend/redis/ (redis_int.h lists them).
  */
 #ifndef SL_BACKEND_REDIS_H
 #define SL_BACKEND_REDIS_H
@@ -50,13 +54,15 @@
 #define SL_REDIS_MASTERS_MAX  1024 /* Redis Cluster: masters one backend talks to (Redis
                                       Cluster's own advice: ~1,000 nodes at most) */
 
-/* What a request gets when Redis cannot answer (--on-backend-error). */
-typedef enum sl_redis_policy {
-    SL_REDIS_DENY = 0, /* denied: allowed 0, limit L, remaining 0, retry and reset
-                          SL_REDIS_DENY_RETRY, delay 0 */
-    SL_REDIS_ALLOW,    /* allowed: allowed 1, limit L, remaining 0, retry 0, reset 0, delay 0 */
-    SL_REDIS_LOCAL,    /* decided on this node's own store, L and B divided by the fleet size */
-} sl_redis_policy;
+/* What a request gets when Redis cannot answer (--on-backend-error,
+ * backend.h's sl_backend_policy). */
+typedef sl_backend_policy sl_redis_policy;
+#define SL_REDIS_DENY  SL_BACKEND_DENY  /* denied: allowed 0, limit L, remaining 0, retry and
+                                           reset SL_REDIS_DENY_RETRY, delay 0 */
+#define SL_REDIS_ALLOW SL_BACKEND_ALLOW /* allowed: allowed 1, limit L, remaining 0, retry 0,
+                                           reset 0, delay 0 */
+#define SL_REDIS_LOCAL SL_BACKEND_LOCAL /* decided on this node's own store, L and B divided
+                                           by the fleet size */
 
 /* A parsed redis://[user:password@]host[:port][/db] (no port: 6379). */
 typedef struct sl_redis_url {
@@ -93,30 +99,9 @@ int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, ch
 /* The server's identity "host:port/db" ([IPv6]), its place on a ring. */
 void sl__redis_url_id(const sl_redis_url *u, char *buf, size_t cap);
 
-typedef struct sl_redis_opts {
-    const char *url;          /* one redis://... URL or several (sl_redis_urls_parse) */
-    int64_t timeout_ms;       /* no caller waits longer for Redis (>= 1) */
-    sl_redis_policy policy;   /* when Redis cannot answer */
-    int64_t fleet_size;       /* SL_REDIS_LOCAL: L and B divided by this (>= 1) */
-    int deny_cache;           /* 1: the local deny cache is on */
-    int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
-                                 0: "" (Redis's clock) */
-    uint64_t local_max_bytes; /* SL_REDIS_LOCAL's own store: its bound (0 = none) */
-    unsigned local_on_full;   /* ... and what it does when full (sl_store_opts.on_full) */
-    /* Called on a change of the backend's state (up: every channel has its
-     * connection; down: some channel has none), from the worker whose
-     * channel changed it; what says why.  NULL: none. */
-    void (*on_state)(void *arg, int up, const char *url, const char *what);
-    /* Called with state_arg when a server's path is first known (its
-     * start-up check, from sl_backend_redis_new; a cluster's master found
-     * later, at its first connection) and when a connection finds another
-     * (changed 1: the module loaded or gone, from that worker): module 1,
-     * decisions use the sluice module's commands; 0, the Lua script, why
-     * saying what Redis answered when a module may be there (an ACL's
-     * NOPERM, an AT refused), "" when there is none.  NULL: none. */
-    void (*on_path)(void *arg, const char *url, int module, const char *why, int changed);
-    void *state_arg;
-} sl_redis_opts;
+/* How to reach Redis and what to do when it cannot answer: backend.h's
+ * sl_backend_opts (its store is not used: SL_REDIS_LOCAL makes its own). */
+typedef sl_backend_opts sl_redis_opts;
 
 /* Connects to Redis once, synchronously, to check the URL, the password,
  * the db and the script (SCRIPT LOAD); then the backend, whose channels
@@ -124,29 +109,9 @@ typedef struct sl_redis_opts {
  * (without its password) and what failed. */
 sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errlen);
 
-/* The backend's state and counters (since start). */
-typedef struct sl_redis_info {
-    char url[SL_REDIS_URL_MAX]; /* without the password (a ring's: every URL, by commas) */
-    int up;                     /* 1: every channel connected to every node */
-    int64_t down_since_ms;      /* wall clock when the first node down went; 0 when up */
-    int nodes;                  /* servers: 1, or a ring's (sl_backend_redis_node) */
-    uint64_t errors;            /* error replies and lost connections */
-    uint64_t timeouts;          /* requests answered by the policy after the timeout */
-    uint64_t reconnects;        /* connections made again after one was lost */
-    uint64_t fallback[3];       /* answers by the policy, by sl_redis_policy */
-    uint64_t cache_hits;        /* requests the deny cache answered */
-    uint64_t inflight;          /* requests sent, not yet answered */
-    const char *policy;         /* "deny", "allow", "local" */
-    int64_t timeout_ms;
-    int64_t fleet_size;
-    int deny_cache;
-    const char *path;     /* "module": every connection sends the sluice module's
-                             commands; "script": every one the script (no
-                             module, or one it cannot use); "mixed": some of each
-                             (between a MODULE LOAD and every reconnect) */
-    int module_channels;  /* connections (a worker's to a node) on the module's path */
-    char last_error[256]; /* "" = none */
-} sl_redis_info;
+/* The backend's state and counters (since start): backend.h's
+ * sl_backend_state (nodes: 1, or a ring's, sl_backend_redis_node). */
+typedef sl_backend_state sl_redis_info;
 
 /* Fills *out for a Redis backend and returns 0; -1 for another backend. */
 int sl_backend_redis_info(sl_backend *b, sl_redis_info *out);
@@ -164,8 +129,5 @@ typedef struct sl_redis_node_info {
 /* Fills *out with node i (0..nodes-1, in --backend's order) and returns
  * 0; -1 for another backend or i out of range. */
 int sl_backend_redis_node(sl_backend *b, int i, sl_redis_node_info *out);
-
-/* The policy's name ("deny", ...), or NULL. */
-const char *sl_redis_policy_name(int policy);
 
 #endif

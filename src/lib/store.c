@@ -1746,6 +1746,25 @@ uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records)
     return dropped;
 }
 
+static int later_clock(const uint8_t *rec, void *ctx)
+{
+    int64_t *latest = ctx;
+    if (sl__rec_clock(rec) > *latest) *latest = sl__rec_clock(rec);
+    return 0;
+}
+
+int64_t sl_store_latest_time(sl_store *s)
+{
+    int64_t latest = INT64_MIN;
+    for (unsigned i = 0; i < s->nshards; i++) {
+        sl__shard *sh = &s->shard[i];
+        sl__shard_lock(sh);
+        sl__shard_foreach(sh, later_clock, &latest);
+        sl__shard_unlock(sh);
+    }
+    return latest;
+}
+
 unsigned sl__store_nshards(const sl_store *s)
 {
     return s->nshards;

@@ -33,7 +33,7 @@
 #include <strings.h>
 
 #include "auth.h"
-#include "backend_redis.h"
+#include "backend.h"
 #include "config.h"
 #include "check.h"
 #include "log.h"
@@ -414,7 +414,7 @@ void sl_config_defaults(sl_config *cfg)
     cfg->max_client_skew_ms = 3600000;
     strcpy(cfg->backend, "local");
     cfg->backend_timeout_ms = 50;
-    cfg->on_backend_error = SL_REDIS_DENY;
+    cfg->on_backend_error = SL_BACKEND_DENY;
     cfg->fleet_size = 1;
     cfg->deny_cache = 1;
     cfg->log_level = SL_LOG_INFO;
@@ -685,13 +685,12 @@ static int set_capacity(sl_config *c, const opt *op, const char *v, size_t vlen,
 }
 
 /* --backend: local, or redis:// URLs (one, or a ring's) checked whole now
- * (sl_redis_urls_parse names the bad element and part); reaching them is
+ * (sl_backend_url_check names the bad element and part); reaching them is
  * main's, at start. */
 static int set_backend(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
                        char *err, size_t errlen)
 {
     char why[600];
-    int n;
     if (vlen == 5 && memcmp(v, "local", 5) == 0) {
         strcpy(c->backend, "local");
         return 0;
@@ -701,7 +700,7 @@ static int set_backend(sl_config *c, const opt *op, const char *v, size_t vlen, 
              op->name, sizeof c->backend - 1);
         return -1;
     }
-    if (sl_redis_urls_parse(v, vlen, NULL, &n, why, sizeof why) != 0) {
+    if (sl_backend_url_check(v, vlen, why, sizeof why) != 0) {
         fail(err, errlen, o, "invalid %s%s %s", dash(o), op->name, why);
         return -1;
     }
@@ -729,8 +728,8 @@ static int set_on_backend_error(sl_config *c, const opt *op, const char *v, size
                                 origin *o, char *err, size_t errlen)
 {
     char t[80];
-    for (int p = SL_REDIS_DENY; p <= SL_REDIS_LOCAL; p++) {
-        const char *name = sl_redis_policy_name(p);
+    for (int p = 0; p < SL_BACKEND_POLICIES; p++) {
+        const char *name = sl_backend_policy_name(p);
         if (strlen(name) == vlen && memcmp(v, name, vlen) == 0) {
             c->on_backend_error = p;
             return 0;
@@ -1028,34 +1027,7 @@ static void show_output_total(const sl_config *c, char *buf, size_t cap)
 /* The URLs without their passwords (--dump-options is not a place for them). */
 static void show_backend(const sl_config *c, char *buf, size_t cap)
 {
-    char why[600];
-    int n;
-    if (strcmp(c->backend, "local") == 0) {
-        snprintf(buf, cap, "local");
-        return;
-    }
-    sl_redis_url *u = malloc(SL_RING_MAX * sizeof *u); /* too large for a stack */
-    if (u == NULL ||
-        sl_redis_urls_parse(c->backend, strlen(c->backend), u, &n, why, sizeof why) != 0) {
-        snprintf(buf, cap, "%s", u == NULL ? "(out of memory)" : c->backend);
-        free(u);
-        return;
-    }
-    size_t used = 0;
-    buf[0] = '\0';
-    if (u[0].cluster) /* the seeds: redis-cluster://[user:***@]host:port,... */
-        used = (size_t)snprintf(buf, cap, "redis-cluster://%s%s", u[0].user,
-                                u[0].pass[0] ? ":***@" : "");
-    for (int i = 0; i < n && used < cap; i++) {
-        const char *hp = strrchr(u[i].shown, '@'); /* host:port/0 of a seed */
-        hp = hp != NULL ? hp + 1 : u[i].shown + 8;
-        if (u[i].cluster)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%.*s", i ? "," : "",
-                                     (int)(strrchr(hp, '/') - hp), hp);
-        else
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? "," : "", u[i].shown);
-    }
-    free(u);
+    sl_backend_url_shown(c->backend, buf, cap);
 }
 
 static void show_backend_timeout(const sl_config *c, char *buf, size_t cap)
@@ -1065,7 +1037,7 @@ static void show_backend_timeout(const sl_config *c, char *buf, size_t cap)
 
 static void show_on_backend_error(const sl_config *c, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s", sl_redis_policy_name(c->on_backend_error));
+    snprintf(buf, cap, "%s", sl_backend_policy_name(c->on_backend_error));
 }
 
 static void show_capacity(const sl_config *c, char *buf, size_t cap)

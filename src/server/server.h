@@ -90,9 +90,9 @@ typedef struct sl_config {
                                        SL_GRPC_DEFAULT_PORT; 0 = off; SL_HTTP_PORT_ANY = any */
     int grpc_tls_port;              /* gRPC over TLS (ALPN h2; the TLS context above) on
                                        each bind address; 0 = off (default); SL_HTTP_PORT_ANY */
-    char backend[1024];             /* "local" (default) or a redis:// URL (backend_redis.h) */
+    char backend[1024];             /* "local" (default) or redis:// URLs (sl_backend_open) */
     int64_t backend_timeout_ms;     /* the Redis backend: no caller waits longer; default 50 */
-    int on_backend_error;           /* sl_redis_policy; default SL_REDIS_DENY */
+    int on_backend_error;           /* sl_backend_policy; default SL_BACKEND_DENY */
     int fleet_size;                 /* on-backend-error local: L and B divided by it; default 1 */
     int deny_cache;                 /* the Redis backend's local deny cache; default 1 */
 } sl_config;

@@ -43,8 +43,7 @@
 #include <event2/event.h>
 
 #include "auth.h"
-#include "backend_local.h"
-#include "backend_redis.h"
+#include "backend.h"
 #include "config.h"
 #include "grpc.h"
 #include "history.h"
@@ -172,27 +171,6 @@ static void on_expire_timer(evutil_socket_t fd, short what, void *arg)
     a->at_limit_seen = st.evicted_at_limit;
 }
 
-static int later_clock(const uint8_t *rec, void *ctx)
-{
-    int64_t *latest = ctx;
-    if (sl__rec_clock(rec) > *latest) *latest = sl__rec_clock(rec);
-    return 0;
-}
-
-/* The latest time any key of s has seen (INT64_MIN for an empty store).
- * O(keys): once, at start. */
-static int64_t latest_key_time(sl_store *s)
-{
-    int64_t latest = INT64_MIN;
-    for (unsigned i = 0; i < sl__store_nshards(s); i++) {
-        sl__shard *sh = sl__store_shard_at(s, i);
-        sl__shard_lock(sh);
-        sl__shard_foreach(sh, later_clock, &latest);
-        sl__shard_unlock(sh);
-    }
-    return latest;
-}
-
 /* After a snapshot loaded: if its keys have seen times later than the
  * server's clock -- the wall clock stepped back while sluiced was down, or
  * while it ran before (its clock went on and its keys hold those times) --
@@ -204,7 +182,7 @@ static int64_t latest_key_time(sl_store *s)
 static void clock_after_load(app *a)
 {
     if (a->cfg.trust_client_time) return;
-    int64_t latest = latest_key_time(a->srv.store), now = sl_now_ms();
+    int64_t latest = sl_store_latest_time(a->srv.store), now = sl_now_ms();
     if (latest <= now) return;
     sl__clock_anchor(latest);
     sl_log(SL_LOG_WARN,
@@ -314,7 +292,7 @@ static void on_backend_state(void *arg, int up, const char *url, const char *wha
     else
         sl_log(SL_LOG_WARN, "Redis backend down: requests go to --on-backend-error",
                "url=%s why=%s on_backend_error=%s", sl_logq(url), sl_logq(what),
-               sl_redis_policy_name(cfg->on_backend_error));
+               sl_backend_policy_name(cfg->on_backend_error));
 }
 
 /* Which path a Redis server's decisions take: one line per server at
@@ -336,15 +314,11 @@ static void on_backend_path(void *arg, const char *url, int module, const char *
  * start).  NULL with err set. */
 static sl_backend *make_backend(app *a, char *err, size_t errlen)
 {
-    if (strcmp(a->cfg.backend, "local") == 0) {
-        sl_backend *b = sl_backend_local_new(a->srv.store);
-        if (b == NULL) snprintf(err, errlen, "out of memory");
-        return b;
-    }
-    sl_redis_opts o = {
+    sl_backend_opts o = {
         .url = a->cfg.backend,
+        .store = a->srv.store,
         .timeout_ms = a->cfg.backend_timeout_ms,
-        .policy = (sl_redis_policy)a->cfg.on_backend_error,
+        .policy = (sl_backend_policy)a->cfg.on_backend_error,
         .fleet_size = a->cfg.fleet_size,
         .deny_cache = a->cfg.deny_cache,
         .trust_client_time = a->cfg.trust_client_time,
@@ -354,14 +328,12 @@ static sl_backend *make_backend(app *a, char *err, size_t errlen)
         .on_path = on_backend_path,
         .state_arg = &a->cfg,
     };
-    sl_backend *b = sl_backend_redis_new(&o, err, errlen);
-    if (b != NULL) {
-        sl_redis_info in;
-        sl_backend_redis_info(b, &in);
+    sl_backend *b = sl_backend_open(&o, err, errlen);
+    sl_backend_state in;
+    if (b != NULL && sl_backend_state_get(b, &in) == 0)
         sl_log(SL_LOG_INFO, "Redis backend", "url=%s timeout_ms=%lld on_backend_error=%s "
                "fleet_size=%d deny_cache=%s", sl_logq(in.url), (long long)in.timeout_ms,
                in.policy, a->cfg.fleet_size, in.deny_cache ? "yes" : "no");
-    }
     return b;
 }
 

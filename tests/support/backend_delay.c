@@ -264,6 +264,7 @@ static void delay_free(sl_backend *b) { free(b); }
 
 static const sl_backend_ops delay_ops = {
     "delay", delay_channel, delay_channel_free, delay_submit, delay_stats, delay_free,
+    NULL, NULL, NULL, /* info, metrics, state: nothing beyond its stats */
 };
 
 sl_backend *backend_delay_new(sl_backend *inner, uint64_t seed, unsigned max_delay_us)

@@ -10,7 +10,7 @@
  * tags its new points take (all of them to it), and removing one moves
  * only its own tags (docs/fleet.md, "Several Redis servers").
  *
- * No sockets, no clock: the backend (backend_redis.c) asks sl_ring_node
+ * No sockets, no clock: the backend (route.c) asks sl_ring_node
  * for each request.  Immutable once made: any thread may read it.
  */
 #ifndef SL_RING_H

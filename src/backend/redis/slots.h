@@ -3,7 +3,7 @@
  * slot of a key as Redis computes it (CRC16 of the key, or of its hash
  * tag, modulo 16384), and a map from slot to the master that serves it.
  *
- * No sockets: the backend (backend_redis.c) reads CLUSTER SLOTS and fills
+ * No sockets: the backend (route.c) reads CLUSTER SLOTS and fills
  * the map; MOVED updates one slot.  docs/fleet.md, "Redis Cluster".
  */
 #ifndef SL_SLOTS_H

@@ -25,7 +25,6 @@
 
 #include <jansson.h>
 
-#include "backend_redis.h"
 #include "history.h"
 #include "http_int.h"
 #include "live.h"
@@ -296,26 +295,27 @@ static json_t *clients_json(sl_srv *srv)
 /* Where decisions are made: the local store's size, or Redis's state --
  * its URL (without a password), up or down, the module's commands or the
  * script, and the answers --on-backend-error gave while it could not
- * answer (what INFO's Backend section says, backend_redis.h). */
+ * answer (what INFO's Backend section says: the backend's state, backend.h). */
 static json_t *backend_json(sl_srv *srv)
 {
-    sl_redis_info ri;
-    if (sl_backend_redis_info(srv->backend, &ri) != 0) {
+    sl_backend_state ri;
+    if (sl_backend_state_get(srv->backend, &ri) != 0) {
         sl_backend_stats bs;
         sl_backend_stats_get(srv->backend, &bs);
         return json_pack("{s:s,s:I,s:I,s:I}", "name", srv->backend->ops->name, "keys",
                          (json_int_t)bs.keys, "bytes", (json_int_t)bs.bytes, "max_bytes",
                          (json_int_t)bs.max_bytes);
     }
-    json_t *o = json_pack(
-        "{s:s,s:s,s:b,s:I,s:i,s:s,s:i,s:s,s:I,s:{s:I,s:I,s:I},s:I,s:I,s:I,s:I}", "name",
-        srv->backend->ops->name, "url", ri.url, "up", ri.up, "down_since_ms",
-        (json_int_t)ri.down_since_ms, "nodes", ri.nodes, "path", ri.path, "module_channels",
-        ri.module_channels, "on_error", ri.policy, "timeout_ms", (json_int_t)ri.timeout_ms,
-        "fallback", "deny", (json_int_t)ri.fallback[SL_REDIS_DENY], "allow",
-        (json_int_t)ri.fallback[SL_REDIS_ALLOW], "local", (json_int_t)ri.fallback[SL_REDIS_LOCAL],
-        "errors", (json_int_t)ri.errors, "timeouts", (json_int_t)ri.timeouts, "reconnects",
-        (json_int_t)ri.reconnects, "deny_cache_hits", (json_int_t)ri.cache_hits);
+    json_t *o = json_pack("{s:s,s:s,s:b,s:I,s:i,s:s,s:i,s:s,s:I,s:{s:I,s:I,s:I},s:I,s:I,s:I,s:I}",
+                          "name", srv->backend->ops->name, "url", ri.url, "up", ri.up,
+                          "down_since_ms", (json_int_t)ri.down_since_ms, "nodes", ri.nodes, "path",
+                          ri.path, "module_channels", ri.module_channels, "on_error", ri.policy,
+                          "timeout_ms", (json_int_t)ri.timeout_ms, "fallback", "deny",
+                          (json_int_t)ri.fallback[SL_BACKEND_DENY], "allow",
+                          (json_int_t)ri.fallback[SL_BACKEND_ALLOW], "local",
+                          (json_int_t)ri.fallback[SL_BACKEND_LOCAL], "errors",
+                          (json_int_t)ri.errors, "timeouts", (json_int_t)ri.timeouts, "reconnects",
+                          (json_int_t)ri.reconnects, "deny_cache_hits", (json_int_t)ri.cache_hits);
     if (o != NULL) {
         int binary;
         json_object_set_new(o, "last_error",

@@ -1,0 +1,116 @@
+/*
+ * module_cmd.c -- the module path's command encoder: RL.ALLOW, RL.PEEK,
+ * RL.DECIDEALL, RL.CHECKPLAN and RL.RESET of the sluice module
+ * (docs/module.md, "sluiced's Redis backend") on keys "sl:m" space ":{"
+ * tag "}" rest, apart from the script's.  Builds bytes only.
+ */
+#include <string.h>
+
+#include "redis/redis_int.h"
+
+/* ---- the module's commands (docs/module.md, "sluiced's Redis backend") ---- */
+
+/* The Redis key of (space, key[0..len), tag t) on the module path:
+ * "sl:m" s ":{" key[0..t) "}" key[t..len).  The scripts' keys are "sl:"
+ * digit digit ":", so the two paths never name one Redis key; the hash
+ * tag is the script's, so a key maps to the same Cluster slot on both. */
+static void cmd_mkey(struct cmd *c, int space, const char *key, size_t len, size_t t)
+{
+    char *k = c->key[c->nkeys++];
+    memcpy(k, "sl:m", 4);
+    k[4] = (char)('0' + space);
+    k[5] = ':';
+    k[6] = '{';
+    memcpy(k + 7, key, t);
+    k[7 + t] = '}';
+    memcpy(k + 8 + t, key + t, len - t);
+    cmd_str(c, k, len + 8);
+}
+
+/* AT now_ms, with client time (the module loaded with trust-client-time
+ * yes: the handshake checked); nothing with Redis's clock. */
+static void cmd_at(struct cmd *c, const redis *r, int64_t now_ms)
+{
+    if (!r->o.trust_client_time) return;
+    cmd_str(c, "AT", 2);
+    cmd_int(c, now_ms);
+}
+
+/* limit window ALGO a COST c [BURST b] [PRECISION p] [LOGREJECTED]: a
+ * request's arguments after its key, as RL.ALLOW takes them. */
+static void cmd_request(struct cmd *c, const sl_params *p, int64_t cost)
+{
+    const char *algo = sl_algo_name(p->algo);
+    cmd_int(c, p->limit);
+    cmd_int(c, p->window_ms);
+    cmd_str(c, "ALGO", 4);
+    cmd_str(c, algo, strlen(algo));
+    cmd_str(c, "COST", 4);
+    cmd_int(c, cost);
+    if (p->burst != 0) {
+        cmd_str(c, "BURST", 5);
+        cmd_int(c, p->burst);
+    }
+    if (p->precision != 0) {
+        cmd_str(c, "PRECISION", 9);
+        cmd_int(c, p->precision);
+    }
+    if (p->log_rejected) cmd_str(c, "LOGREJECTED", 11);
+}
+
+/* Builds e's command for the module: RL.ALLOW (D), RL.PEEK (P),
+ * RL.DECIDEALL (A), RL.CHECKPLAN (C), RL.RESET (forget). */
+void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e)
+{
+    const sl_breq *rq = e->rq;
+    c->argc = c->nkeys = 0;
+    switch (rq->op) {
+    case SL_BOP_FORGET: /* the service resets one algorithm or all of them */
+        cmd_str(c, "RL.RESET", 8);
+        cmd_mkey(c, 0, e->key, rq->keylen, rq->keylen);
+        if (rq->algo_hi - rq->algo_lo == 1) {
+            const char *algo = sl_algo_name((sl_algo)rq->algo_lo);
+            cmd_str(c, "ALGO", 4);
+            cmd_str(c, algo, strlen(algo));
+        }
+        break;
+    case SL_BOP_CHECK: {
+        const sl_check_plan *plan = rq->plan;
+        int lead[SL_MAX_BATCH];
+        int64_t qall, zmask, qmask[SL_MAX_BATCH];
+        int m = sl__redis_check_masks(plan, lead, qmask, &qall, &zmask);
+        cmd_str(c, "RL.CHECKPLAN", 12);
+        cmd_at(c, r, plan->now_ms);
+        sl__redis_cmd_plan_head(c, plan, m, qall, zmask);
+        for (int i = 0; i < m; i++) {
+            const sl_check_item *t = &plan->items[lead[i]];
+            cmd_mkey(c, t->p.space, t->key, t->keylen, t->taglen);
+            sl__redis_cmd_plan_item(c, t, qmask[lead[i]]);
+        }
+        if (plan->has_pool) {
+            char u[KEYBUF];
+            size_t tag, n = sl__redis_pool_user_key(u, r, plan, &tag);
+            cmd_mkey(c, plan->pool.space, u, n, tag);
+            sl__redis_cmd_fields(c, &plan->pool, plan->cost);
+        }
+        break;
+    }
+    case SL_BOP_DECIDE_ALL:
+        cmd_str(c, "RL.DECIDEALL", 12);
+        cmd_at(c, r, rq->now_ms);
+        for (size_t i = 0; i < rq->nreqs; i++) {
+            const sl_request *q = &e->reqs[i];
+            cmd_str(c, "REQ", 3);
+            cmd_mkey(c, q->params->space, q->key, q->keylen, q->keylen);
+            cmd_request(c, q->params, q->cost);
+        }
+        break;
+    default: /* DECIDE, PEEK */
+        cmd_str(c, rq->op == SL_BOP_DECIDE ? "RL.ALLOW" : "RL.PEEK",
+                rq->op == SL_BOP_DECIDE ? 8 : 7);
+        cmd_mkey(c, rq->params->space, e->key, rq->keylen, rq->keylen);
+        cmd_request(c, rq->params, rq->cost);
+        cmd_at(c, r, rq->now_ms);
+        break;
+    }
+}

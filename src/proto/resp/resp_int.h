@@ -1,0 +1,65 @@
+/*
+ * resp_int.h -- what the files of the RESP module share (resp_commands.c,
+ * resp_info.c; only they include it): the request a command runs with,
+ * the small helpers every command uses, and the commands that live
+ * outside resp_commands.c.
+ */
+#ifndef SL_RESP_INT_H
+#define SL_RESP_INT_H
+
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+#include "auth.h"
+#include "proto.h"
+#include "resp.h"
+#include "service.h"
+
+typedef struct client client; /* a connection's state (resp_commands.c) */
+
+/* The request being run: one command of one connection. */
+typedef struct req {
+    sl_conn *c;
+    sl_svc_ctx *x;
+    const sl_resp_cmd *cmd;
+    int64_t now;
+    const sl_auth_user *who; /* the connection's user; NULL: not logged in */
+    client *cl;              /* the connection's state; NULL only if it could not be allocated */
+    int proto;               /* what replies are framed in: SL_RESP2 or SL_RESP3 */
+} req;
+
+/* What a non-admin user sees in place of a file path. */
+#define HIDDEN "(hidden: admin only)"
+
+static inline int is_admin(const req *q)
+{
+    return q->who != NULL && (q->who->groups & SL_AUTH_ADMIN);
+}
+
+/* A file path as q's user may see it: admins see it, others HIDDEN (an
+ * unset path stays ""). */
+static inline const char *path_for(const req *q, const char *path)
+{
+    return path[0] == '\0' || is_admin(q) ? path : HIDDEN;
+}
+
+/* Opens a slot for an answer that is known now; NULL when out of memory
+ * (the connection is then dropped by net.c: see reply_now's callers). */
+static inline sl_buf *now_open(req *q, sl_slot **s)
+{
+    *s = sl_conn_slot(q->c);
+    return *s ? sl_slot_buf(*s) : NULL;
+}
+
+/* Whether argument a is lit, case-insensitively. */
+static inline int arg_is(const sl_resp_arg *a, const char *lit)
+{
+    size_t n = strlen(lit);
+    return a->len == n && strncasecmp(a->p, lit, n) == 0;
+}
+
+/* INFO [section ...] (resp_info.c). */
+void sl__resp_cmd_info(req *q);
+
+#endif
