@@ -18,11 +18,18 @@
 #                      the page cache)
 #   RL.ALLOW -P 16     sluiced (--threads 1) requests/s from redis-benchmark,
 #                      50 clients, pipeline 16, 100,000 random keys
+#   /v1/auth           forward-auth requests/s from wrk (one thread, 50
+#                      keep-alive connections, SECS_HTTP s), the original URI
+#                      one of 100,000 paths, a rule per path (as bench/http.sh)
+#   gRPC               ShouldRateLimit requests/s from h2load (4 connections,
+#                      50 streams each, N_GRPC requests; as bench/grpc.sh)
+# (/v1/auth and gRPC only when both builds have --grpc-port.)
 # The servers and the benchmarked programs run on CPU 1, the load generator
 # on CPU 0 (taskset), when the machine has two CPUs or more.
 #
 # Environment: REPS (default 5), SECONDS_LIB (default 1), REPLAY_LINES
-# (default 3000000), N (requests per redis-benchmark run, default 400000).
+# (default 3000000), N (requests per redis-benchmark run, default 400000),
+# SECS_HTTP (seconds per wrk run, default 3), N_GRPC (default 200000).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +39,8 @@ REPS=${REPS:-5}
 SECONDS_LIB=${SECONDS_LIB:-1}
 REPLAY_LINES=${REPLAY_LINES:-3000000}
 N=${N:-400000}
+SECS_HTTP=${SECS_HTTP:-3}
+N_GRPC=${N_GRPC:-200000}
 for d in "$OLD" "$NEW"; do
     for f in sluiced bench/bench; do
         [ -x "$d/$f" ] || { echo "compare.sh: no $d/$f (make all build/bench/bench)" >&2; exit 1; }
@@ -61,13 +70,47 @@ trap cleanup EXIT
 
 "$NEW/bench/bench" --gen-replay "$REPLAY_LINES" 100000 >"$TMP/trace.txt"
 
+# the fronts' rows need HTTP and gRPC in both builds (and wrk, h2load)
+FRONTS=1
+for d in "$OLD" "$NEW"; do "$d/sluiced" --help 2>&1 | grep -q -- --grpc-port || FRONTS=; done
+command -v wrk >/dev/null && command -v h2load >/dev/null || FRONTS=
+cat >"$TMP/rules.yaml" <<'YAML'
+domain: bench
+descriptors:
+  - key: path
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000000000}
+YAML
+cat >"$TMP/auth.lua" <<'LUA'
+math.randomseed(1)
+request = function()
+    return wrk.format("GET", "/v1/auth/bench", {["X-Original-URI"] = "/p/" .. math.random(100000)})
+end
+LUA
+# RateLimitRequest{domain "bench", descriptors [{entries [{user, u1}]}]},
+# framed as one gRPC message
+python3 - "$TMP/body.bin" <<'PY'
+import struct, sys
+def field(num, payload):
+    return bytes([num << 3 | 2, len(payload)]) + payload
+msg = field(1, b"bench") + field(2, field(1, field(1, b"user") + field(2, b"u1")))
+open(sys.argv[1], "wb").write(b"\x00" + struct.pack(">I", len(msg)) + msg)
+PY
+
 # start_sluiced DIR NAME: starts DIR/sluiced on a free port; sets PORT_<NAME>.
 start_sluiced() {
-    local port http=
+    local port http= hport gport
     port=$("$NEW/bench/bench" --free-port)
     # builds with an HTTP listener: off, so two servers never both want 8390
     "$1/sluiced" --help 2>&1 | grep -q -- --http-port && http="--http-port 0"
     "$1/sluiced" --help 2>&1 | grep -q -- --grpc-port && http="$http --grpc-port 0"
+    if [ -n "$FRONTS" ]; then
+        hport=$("$NEW/bench/bench" --free-port)
+        gport=$("$NEW/bench/bench" --free-port)
+        http="--http-port $hport --grpc-port $gport --rules $TMP/rules.yaml"
+        eval "HPORT_$2=$hport GPORT_$2=$gport"
+    fi
     # shellcheck disable=SC2086 # $http is empty or two words
     $WORK "$1/sluiced" --port "$port" $http --threads 1 --max-memory 1gb >"$TMP/$2.log" 2>&1 &
     PIDS="$PIDS $!"
@@ -103,24 +146,45 @@ allow() {
         awk -F'"' 'NR > 1 && $4 != "" { print $4; exit }'
 }
 
+# auth HTTP_PORT: prints requests/s of forward-auth
+auth() {
+    $LOAD wrk -t1 -c50 -d"${SECS_HTTP}s" -s "$TMP/auth.lua" "http://127.0.0.1:$1" 2>/dev/null |
+        awk '$1 == "Requests/sec:" { print $2 }'
+}
+
+# grpc GRPC_PORT: prints requests/s of ShouldRateLimit
+grpc() {
+    $LOAD h2load -n "$N_GRPC" -c 4 -m 50 -t 1 -d "$TMP/body.bin" \
+        -H 'content-type: application/grpc' -H 'te: trailers' \
+        "http://127.0.0.1:$1/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" 2>/dev/null |
+        sed -n 's/^finished in .*, \([0-9.]*\) req\/s.*/\1/p'
+}
+
 declare -A vals
-measure() { # BUILD NAME DIR PORT
-    local which=$1 dir=$2 port=$3 lh lm
+measure() { # BUILD DIR NAME
+    local which=$1 dir=$2 name=$3 lh lm port
     read -r lh lm < <(lib "$dir")
     vals[$which,libhot]+=" $lh"
     vals[$which,lib1m]+=" $lm"
     vals[$which,replay]+=" $(replay "$dir")"
+    eval "port=\$PORT_$name"
     vals[$which,allow]+=" $(allow "$port")"
+    if [ -n "$FRONTS" ]; then
+        eval "port=\$HPORT_$name"
+        vals[$which,auth]+=" $(auth "$port")"
+        eval "port=\$GPORT_$name"
+        vals[$which,grpc]+=" $(grpc "$port")"
+    fi
 }
 
 echo "compare.sh: $REPS rounds, old=$OLD new=$NEW, load $(cut -d' ' -f1 /proc/loadavg) at start" >&2
 for r in $(seq "$REPS"); do
     if [ $((r % 2)) -eq 1 ]; then
-        measure old "$OLD" "$PORT_old"
-        measure new "$NEW" "$PORT_new"
+        measure old "$OLD" old
+        measure new "$NEW" new
     else
-        measure new "$NEW" "$PORT_new"
-        measure old "$OLD" "$PORT_old"
+        measure new "$NEW" new
+        measure old "$OLD" old
     fi
     echo "  round $r done" >&2
 done
@@ -129,12 +193,14 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { prin
 
 printf '%-28s | %12s | %12s | %7s | %s\n' "measure (median of $REPS)" old new new/old "all rounds (old ; new)"
 printf -- '-----------------------------+--------------+--------------+---------+------------------------\n'
-for m in libhot lib1m replay allow; do
+for m in libhot lib1m replay allow ${FRONTS:+auth grpc}; do
     case $m in
     libhot) label="lib hot keys, M dec/s" ;;
     lib1m) label="lib 1M keys, M dec/s" ;;
     replay) label="replay, M lines/s" ;;
     allow) label="RL.ALLOW -P 16, req/s" ;;
+    auth) label="/v1/auth (wrk), req/s" ;;
+    grpc) label="gRPC (h2load), req/s" ;;
     esac
     o=$(echo "${vals[old,$m]}" | median)
     n=$(echo "${vals[new,$m]}" | median)

@@ -161,4 +161,33 @@ else
     bad "build/src/server/service.o is not up to date (make all first)"
 fi
 
+# docs/architecture.md names every folder under src/ (a new one must be
+# placed on the map) and no folder that is gone
+missing=
+for d in $(find src -mindepth 1 -type d | sort); do
+    grep -q "$d/" docs/architecture.md || missing="$missing $d"
+done
+gone=
+for d in $(grep -o 'src/[a-z_/]*/' docs/architecture.md | sed 's#/$##' | sort -u); do
+    [ -d "$d" ] || gone="$gone $d"
+done
+if [ -z "$missing$gone" ]; then
+    ok "docs/architecture.md names every folder under src/, and only those"
+else
+    bad "docs/architecture.md: folders not on its map:${missing:- none}; named but gone:${gone:- none}"
+fi
+
+# an object without its .d is rebuilt (its headers are unknown)
+if [ -f build/src/lib/params.o ] && [ -f build/src/lib/params.d ]; then
+    mv build/src/lib/params.d "$T/params.d.keep"
+    if make -s -q build/src/lib/params.o 2>/dev/null; then
+        bad "build/src/lib/params.o without its .d is taken as up to date"
+    else
+        ok "an object without its .d is out of date"
+    fi
+    mv "$T/params.d.keep" build/src/lib/params.d
+else
+    bad "build/src/lib/params.o or its .d missing (make all first)"
+fi
+
 finish
