@@ -367,15 +367,7 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
     e->latest = t >= ch->latest_sent;
     if (e->latest) ch->latest_sent = t;
     e->deadline = sl__mono_ms() + r->o.timeout_ms;
-    e->prev = ch->tail;
-    e->next = NULL;
-    if (ch->tail)
-        ch->tail->next = e;
-    else
-        ch->head = e;
-    ch->tail = e;
-    ch->npend++;
-    atomic_fetch_add(&r->inflight, 1);
+    sl__redis_link_pend(ch, e);
     /* the script's batches; the module's RL.ALLOWs go as they come (hiredis
      * writes a turn's commands in one write, Redis reads them in one) */
     if (rq->op == SL_BOP_DECIDE && !ch->module && sl__redis_queue(ch, e) == 0) {

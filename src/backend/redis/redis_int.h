@@ -232,6 +232,9 @@ void sl__redis_on_timer(evutil_socket_t fd, short what, void *arg);
 
 /* send.c */
 void sl__redis_pend_put(rchan *ch, pend *e);
+/* Links e at the tail of ch's pending list, counted in flight (and the
+ * reverse, which also clears e's links). */
+void sl__redis_link_pend(rchan *ch, pend *e);
 void sl__redis_unlink_pend(rchan *ch, pend *e);
 int sl__redis_send_pend(rchan *ch, pend *e);
 int sl__redis_is_redirect(const char *err);

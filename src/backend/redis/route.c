@@ -189,15 +189,7 @@ static void follow(rchan *ch, pend *e, const char *err, int moved, int ask)
     }
     e->redirects++;
     e->ch = to;
-    e->prev = to->tail;
-    e->next = NULL;
-    if (to->tail)
-        to->tail->next = e;
-    else
-        to->head = e;
-    to->tail = e;
-    to->npend++;
-    atomic_fetch_add(&r->inflight, 1);
+    sl__redis_link_pend(to, e);
     if (ask) redisAsyncCommand(to->ac, NULL, NULL, "ASKING");
     if (sl__redis_send_pend(to, e) != 0) {
         sl__redis_unlink_pend(to, e);

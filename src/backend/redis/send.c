@@ -38,6 +38,19 @@ void sl__redis_unlink_pend(rchan *ch, pend *e)
     atomic_fetch_sub(&ch->r->inflight, 1);
 }
 
+void sl__redis_link_pend(rchan *ch, pend *e)
+{
+    e->prev = ch->tail;
+    e->next = NULL;
+    if (ch->tail)
+        ch->tail->next = e;
+    else
+        ch->head = e;
+    ch->tail = e;
+    ch->npend++;
+    atomic_fetch_add(&ch->r->inflight, 1);
+}
+
 static void on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 /* Sends e's command on ch's connection.  Returns 0, or -1 when hiredis
@@ -110,15 +123,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
             e->resent = 1;
             redisAsyncCommand(ac, sl__redis_on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
                               (size_t)(sl_redis_script_end - sl_redis_script));
-            e->prev = ch->tail;
-            e->next = NULL;
-            if (ch->tail)
-                ch->tail->next = e;
-            else
-                ch->head = e;
-            ch->tail = e;
-            ch->npend++;
-            atomic_fetch_add(&r->inflight, 1);
+            sl__redis_link_pend(ch, e);
             if (sl__redis_send_pend(ch, e) == 0) return 0;
             sl__redis_unlink_pend(ch, e);
         } else if (strncmp(x->str, "SLUICE ", 7) == 0) { /* the script refused the request */
