@@ -80,6 +80,7 @@
 #include "rules.h"
 #include "sluice.h"
 #include "support/backend_delay.h"
+#include "support/rng.h"
 #include "support/vectors.h"
 
 #define WAIT_SECONDS 60   /* a window of requests must complete within this */
@@ -565,26 +566,7 @@ static void ok(const treq *t, const char *what)
 
 /* ---- randomness ------------------------------------------------------------- */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rnd(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)
-{
-    if (hi <= lo) return lo;
-    uint64_t span = (uint64_t)hi - (uint64_t)lo + 1;
-    return span == 0 ? (int64_t)rnd(r) : (int64_t)((uint64_t)lo + rnd(r) % span);
-}
-
-static int chance(rng *r, int percent) { return (int)(rnd(r) % 100) < percent; }
+/* rng, rnd, rnd_in, chance: support/rng.h */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }

@@ -38,6 +38,7 @@
 
 #include "model.h"
 #include "sluice.h"
+#include "support/rng.h"
 
 #define FIXED_KEYS 4                 /* the keys[] table */
 #define MAX_KEYS 600                 /* more are named "m<i>" */
@@ -50,30 +51,7 @@ __extension__ typedef unsigned __int128 u128;
 
 /* ---- randomness: splitmix64 ---------------------------------------------- */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rnd(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* Uniform-enough integer in [lo, hi]. */
-static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)
-{
-    if (hi <= lo)
-        return lo;
-    uint64_t span = (uint64_t)hi - (uint64_t)lo + 1;
-    if (span == 0)
-        return (int64_t)rnd(r);
-    return (int64_t)((uint64_t)lo + rnd(r) % span);
-}
-
-static int chance(rng *r, int percent) { return (int)(rnd(r) % 100) < percent; }
+/* rng, rnd, rnd_in, chance: support/rng.h */
 
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }

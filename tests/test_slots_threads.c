@@ -60,6 +60,7 @@
 #include "resp_commands.h"
 #include "service.h"
 #include "support/backend_delay.h"
+#include "support/rng.h"
 
 #define DEADLINE_S   120.0 /* any wait: generous, for sanitizers on a loaded machine */
 #define DELAY_MAX_US 3000
@@ -249,22 +250,7 @@ static int reference(const char *in, size_t len, sl_buf *out)
 
 /* ---- pipelines ------------------------------------------------------------ */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rnd(rng *r)
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rnd(r) % (uint64_t)(hi - lo + 1));
-}
+/* rng, rnd, rnd_in: support/rng.h */
 
 /* Appends one command, each argument a bulk string (printf-style words
  * separated by spaces; no argument holds a space). */
