@@ -23,6 +23,9 @@
 #                      one of 100,000 paths, a rule per path (as bench/http.sh)
 #   gRPC               ShouldRateLimit requests/s from h2load (4 connections,
 #                      50 streams each, N_GRPC requests; as bench/grpc.sh)
+# Each server row has a second: requests per CPU-second of the server during
+# the run (/proc's utime + stime), the server's own cost per request, which
+# moves far less than the rate on a shared machine.
 # (/v1/auth and gRPC only when both builds have --grpc-port.)
 # The servers and the benchmarked programs run on CPU 1, the load generator
 # on CPU 0 (taskset), when the machine has two CPUs or more.
@@ -114,6 +117,7 @@ start_sluiced() {
     # shellcheck disable=SC2086 # $http is empty or two words
     $WORK "$1/sluiced" --port "$port" $http --threads 1 --max-memory 1gb >"$TMP/$2.log" 2>&1 &
     PIDS="$PIDS $!"
+    eval "SPID_$2=$!"
     for _ in $(seq 100); do
         redis-cli -p "$port" PING >/dev/null 2>&1 && break
         sleep 0.1
@@ -146,10 +150,10 @@ allow() {
         awk -F'"' 'NR > 1 && $4 != "" { print $4; exit }'
 }
 
-# auth HTTP_PORT: prints requests/s of forward-auth
+# auth HTTP_PORT: prints requests/s of forward-auth and the requests made
 auth() {
     $LOAD wrk -t1 -c50 -d"${SECS_HTTP}s" -s "$TMP/auth.lua" "http://127.0.0.1:$1" 2>/dev/null |
-        awk '$1 == "Requests/sec:" { print $2 }'
+        awk '$1 == "Requests/sec:" { r = $2 } $2 == "requests" && $3 == "in" { n = $1 } END { print r, n }'
 }
 
 # grpc GRPC_PORT: prints requests/s of ShouldRateLimit
@@ -160,20 +164,44 @@ grpc() {
         sed -n 's/^finished in .*, \([0-9.]*\) req\/s.*/\1/p'
 }
 
+# ticks PID: the process's user + system CPU so far, in clock ticks
+HZ=$(getconf CLK_TCK)
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+# percore N T0 T1: N requests over the server's CPU seconds between T0, T1
+percore() { awk -v n="$1" -v t="$(($3 - $2))" -v hz="$HZ" 'BEGIN { printf "%.0f\n", (t > 0) ? n / (t / hz) : 0 }'; }
+
 declare -A vals
+# run_fronts WHICH NAME KIND: one front's run, its rate and its requests per
+# CPU-second of the server (the server's own cost, which a client that
+# cannot keep up, or a neighbour on the machine, moves far less than the rate)
+run_front() {
+    local which=$1 name=$2 kind=$3 pid port t0 t1 rate n
+    eval "pid=\$SPID_$name"
+    case $kind in
+    allow) eval "port=\$PORT_$name" ;;
+    auth) eval "port=\$HPORT_$name" ;;
+    grpc) eval "port=\$GPORT_$name" ;;
+    esac
+    t0=$(ticks "$pid")
+    case $kind in
+    allow) rate=$(allow "$port"); n=$N ;;
+    auth) read -r rate n < <(auth "$port") ;;
+    grpc) rate=$(grpc "$port"); n=$N_GRPC ;;
+    esac
+    t1=$(ticks "$pid")
+    vals[$which,$kind]+=" $rate"
+    vals[$which,${kind}cpu]+=" $(percore "$n" "$t0" "$t1")"
+}
 measure() { # BUILD DIR NAME
     local which=$1 dir=$2 name=$3 lh lm port
     read -r lh lm < <(lib "$dir")
     vals[$which,libhot]+=" $lh"
     vals[$which,lib1m]+=" $lm"
     vals[$which,replay]+=" $(replay "$dir")"
-    eval "port=\$PORT_$name"
-    vals[$which,allow]+=" $(allow "$port")"
+    run_front "$which" "$name" allow
     if [ -n "$FRONTS" ]; then
-        eval "port=\$HPORT_$name"
-        vals[$which,auth]+=" $(auth "$port")"
-        eval "port=\$GPORT_$name"
-        vals[$which,grpc]+=" $(grpc "$port")"
+        run_front "$which" "$name" auth
+        run_front "$which" "$name" grpc
     fi
 }
 
@@ -193,14 +221,17 @@ median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { prin
 
 printf '%-28s | %12s | %12s | %7s | %s\n' "measure (median of $REPS)" old new new/old "all rounds (old ; new)"
 printf -- '-----------------------------+--------------+--------------+---------+------------------------\n'
-for m in libhot lib1m replay allow ${FRONTS:+auth grpc}; do
+for m in libhot lib1m replay allow allowcpu ${FRONTS:+auth authcpu grpc grpccpu}; do
     case $m in
     libhot) label="lib hot keys, M dec/s" ;;
     lib1m) label="lib 1M keys, M dec/s" ;;
     replay) label="replay, M lines/s" ;;
     allow) label="RL.ALLOW -P 16, req/s" ;;
+    allowcpu) label="  per server CPU-second" ;;
     auth) label="/v1/auth (wrk), req/s" ;;
+    authcpu) label="  per server CPU-second" ;;
     grpc) label="gRPC (h2load), req/s" ;;
+    grpccpu) label="  per server CPU-second" ;;
     esac
     o=$(echo "${vals[old,$m]}" | median)
     n=$(echo "${vals[new,$m]}" | median)
