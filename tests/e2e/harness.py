@@ -695,6 +695,23 @@ def parse_info(raw):
     return out
 
 
+
+class ScratchDirCase(unittest.TestCase):
+    """A test with a scratch folder of its own (self.dir, removed after the
+    test) and write(name, text) -> the path of a file written there.
+    SCRATCH_PREFIX names the folder (short where paths go into messages)."""
+    SCRATCH_PREFIX = "sluice-"
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix=self.SCRATCH_PREFIX)
+        self.addCleanup(shutil.rmtree, self.dir, True)
+
+    def write(self, name, text):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
 class ServerTestCase(unittest.TestCase):
     """Base class: one shared server per class (SERVER_ARGS), stopped by PID
     in tearDownClass, which fails the class if it does not exit cleanly with

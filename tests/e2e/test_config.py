@@ -7,14 +7,12 @@ is a clear error."""
 
 import os
 import re
-import shutil
 import socket
 import errno
 import subprocess
-import tempfile
 import time
-import unittest
 
+import harness
 from harness import (BASE, LOG_DIR, ROOT, SLOW, SLUICED, STARTED, RespError, Server,
                      assert_clean_stop, deadline, encode, free_port, nothing_listening, run_checked)
 
@@ -111,17 +109,8 @@ def levels(log):
     return out
 
 
-class TestConfig(unittest.TestCase):
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="sluice-conf-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+class TestConfig(harness.ScratchDirCase):
+    SCRATCH_PREFIX = "sluice-conf-"
 
     def start(self, *args):
         s = Server(*args, name=self.id().split(".")[-1])

@@ -5,14 +5,12 @@ serves; one over it is refused by RL.RULES RELOAD with the exact message
 (the old set keeps serving) and refuses a start (exit status 1, the message
 in the log).  Every file is generated in a temporary folder, deleted after."""
 
-import os
 import re
-import shutil
 import subprocess
-import tempfile
 import unittest
 
 from harness import SLOW, SLUICED, RespError, Server, assert_clean_stop, run_checked
+import harness
 
 MAX_FILE = 4 << 20
 MAX_FILES = 1024
@@ -40,17 +38,8 @@ def descriptors(domain, n):
         "  - {key: k, value: v%d}\n" % i for i in range(n))
 
 
-class TestRulesCaps(unittest.TestCase):
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="sl-caps-")  # short: paths are in the messages
-        self.addCleanup(shutil.rmtree, self.dir, True)
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+class TestRulesCaps(harness.ScratchDirCase):
+    SCRATCH_PREFIX = "sl-caps-"  # short: paths are in the messages
 
     def start(self, path):
         s = Server("--rules", path, "--watch-rules=no", name=self.id().split(".")[-1])

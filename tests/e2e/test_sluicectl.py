@@ -81,17 +81,8 @@ def refused_start_errors(*args):
     return [unquote(m) for m in ERR_RE.findall(p.stdout + p.stderr)]
 
 
-class CheckAsSluiced(unittest.TestCase):
-
-    def setUp(self):
-        self.dir = tempfile.mkdtemp(prefix="sluice-check-")
-        self.addCleanup(shutil.rmtree, self.dir, True)
-
-    def write(self, name, text):
-        path = os.path.join(self.dir, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+class CheckAsSluiced(harness.ScratchDirCase):
+    SCRATCH_PREFIX = "sluice-check-"
 
     def test_a_broken_file_is_the_message_sluiced_logs_at_start(self):
         for name, text in BROKEN.items():
