@@ -171,6 +171,12 @@ static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
     rchan *ch = ac->data;
     const redisReply *x = reply;
     if (x == NULL || ch->ac != ac) return;
+    if (x->type == REDIS_REPLY_ERROR && strncmp(x->str, "LOADING", 7) == 0) {
+        /* a Redis still reading its RDB or AOF after a restart answers
+         * nothing but LOADING: not up yet, try again after the backoff */
+        drop(ch, "Redis is loading its dataset (LOADING)");
+        return;
+    }
     int module = ch->has_cmd == 1 && sl__redis_probe_says(x, ch->no_module, sizeof ch->no_module);
     sl__redis_set_path(ch, module);
     sl__redis_tell_path(ch->r, ch->node, module, ch->no_module);
