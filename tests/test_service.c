@@ -579,7 +579,11 @@ static const char override_rules[] =
     "    rate_limit: {name: key4_rate_limit, unit: day, requests_per_unit: 1}\n"
     "  - key: plan\n"
     "    value: gold\n"
-    "    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+    "  - key: team\n"
+    "    rate_limit:\n"
+    "      - {unit: second, requests_per_unit: 1, name: team_burst}\n"
+    "      - {unit: minute, requests_per_unit: 5, name: team_minute}\n";
 
 static void override_statistics(void **state)
 {
@@ -598,6 +602,14 @@ static void override_statistics(void **state)
     assert_string_equal(code(&s, 0), "OVER_LIMIT");
     counts_are("test-domain.key4", 2, 1, 1, 0, 0, 0);
     assert_null(rule_stats("key4_rate_limit"));
+    /* named limits of a node of several: the path and "#N", as unnamed */
+    CHECK_IN(D, 0, &s, "team=red");
+    CHECK_IN(D, 1, &s, "team=red"); /* over 1 a second: denied, both peeked */
+    assert_int_equal(s.r.result.allowed, 0);
+    counts_are("test-domain.team#1", 2, 1, 1, 0, 0, 0);
+    counts_are("test-domain.team#2", 2, 2, 0, 0, 0, 0);
+    assert_null(rule_stats("team_burst"));
+    assert_null(rule_stats("team_minute"));
 
     /* TestConfigLimitOverride: 10 a day, then 2 an hour (its own counter:
      * the override's key holds the unit), the same name counting on */
