@@ -240,7 +240,9 @@ static void rule_stats_survive_reloads(void **state)
     for (int i = 0; i < 3; i++) check_one("bob", 0, &s); /* 2 allowed, 1 denied */
     assert_int_equal(s.r.result.allowed, 0);
     assert_int_equal(s.st[0].code, SL_CHECK_OVER_LIMIT);
-    const sl_rule_stats *rs = rule_stats("per_user");
+    /* counted under the descriptor path, not the rule's `name:` */
+    assert_null(rule_stats("per_user"));
+    const sl_rule_stats *rs = rule_stats("api.user");
     assert_non_null(rs);
     assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->matched), 3);
     assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->allowed), 2);
@@ -248,9 +250,9 @@ static void rule_stats_survive_reloads(void **state)
     assert_int_equal(sl_stat_get(&srv.stats.workers[0].checks), 3);
     assert_int_equal(sl_stat_get(&srv.stats.workers[0].checks_denied), 1);
 
-    /* a reload with the same name (a new limit): the numbers go on */
+    /* a reload with the same descriptor (a new limit, renamed): the numbers go on */
     write_file(path, "domain: api\ndescriptors:\n  - key: user\n"
-                     "    rate_limit: {name: per_user, unit: minute, requests_per_unit: 5}\n"
+                     "    rate_limit: {name: per_user_v2, unit: minute, requests_per_unit: 5}\n"
                      "  - key: team\n"
                      "    rate_limit: {name: per_team, unit: minute, requests_per_unit: 5}\n");
     seen rl = {0};
@@ -260,10 +262,11 @@ static void rule_stats_survive_reloads(void **state)
     assert_int_equal(rl.r.version, 2);
     check_one("carol", 0, &s);
     assert_int_equal(s.r.result.allowed, 1);
-    assert_ptr_equal(rule_stats("per_user"), rs); /* the same entry */
+    assert_ptr_equal(rule_stats("api.user"), rs); /* the same entry */
     assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->matched), 4);
     assert_int_equal(sl_stat_get((_Atomic uint64_t *)&rs->allowed), 3);
-    assert_non_null(rule_stats("per_team"));
+    assert_non_null(rule_stats("api.team"));
+    assert_null(rule_stats("per_user_v2"));
     assert_int_equal(srv.stats.nrules, 2);
 
     /* a refused reload changes nothing and is counted */
@@ -295,7 +298,17 @@ static void serve_rules(const char *path, const char *text)
 /* RL.CHECK in domain dom at time at, cost 1: descriptors of one or more
  * entries, given as "k=v" strings, a NULL between descriptors and two at
  * the end. */
+static void check_in_over(const char *dom, int64_t at, seen *s, const sl_check_override *over,
+                          const char *const *kv);
 static void check_in(const char *dom, int64_t at, seen *s, const char *const *kv)
+{
+    check_in_over(dom, at, s, NULL, kv);
+}
+
+/* As check_in, descriptor i given the limit override over[i] (over NULL:
+ * none; unit SL_UNIT_NONE: none for that descriptor). */
+static void check_in_over(const char *dom, int64_t at, seen *s, const sl_check_override *over,
+                          const char *const *kv)
 {
     static sl_rule_entry e[32];
     const sl_rule_entry *d[8];
@@ -310,14 +323,24 @@ static void check_in(const char *dom, int64_t at, seen *s, const char *const *kv
         n++;
     }
     s->calls = 0;
-    sl_svc_check_req q = {
-        .domain = dom, .dlen = strlen(dom), .n = n, .descs = d, .ndesc = nd, .cost = 1, .at = at};
+    sl_svc_check_req q = {.domain = dom,
+                          .dlen = strlen(dom),
+                          .n = n,
+                          .descs = d,
+                          .ndesc = nd,
+                          .over = over,
+                          .cost = 1,
+                          .at = at};
     sl_svc_check(&svc, &q, record, s);
     assert_int_equal(s->calls, 1);
     assert_int_equal(s->r.rc, 0);
 }
 #define CHECK_IN(dom, at, s, ...)                                                                  \
     check_in((dom), (at), (s), (const char *const[]){__VA_ARGS__, NULL, NULL})
+/* One descriptor given the override {limit, unit}. */
+#define CHECK_OVER(dom, at, s, limit, unit, ...)                                                   \
+    check_in_over((dom), (at), (s), (const sl_check_override[]){{(limit), (unit)}},               \
+                  (const char *const[]){__VA_ARGS__, NULL, NULL})
 
 /* A rule's counts: matched allowed denied over_quota shadow elastic. */
 static void counts_are_(int line, const char *name, uint64_t m, uint64_t a, uint64_t d, uint64_t q,
@@ -379,8 +402,8 @@ static void quota_over_is_its_own_count(void **state)
         assert_string_equal(code(&s, 0), want[i][0]);
         assert_string_equal(code(&s, 1), want[i][1]);
     }
-    counts_are("primary", 6, 2, 3, 1, 0, 0);
-    counts_are("fallback", 6, 3, 3, 0, 0, 0);
+    counts_are("route.backend_primary", 6, 2, 3, 1, 0, 0);
+    counts_are("route.backend_fallback", 6, 3, 3, 0, 0, 0);
 
     /* the next minute: an enforced limit denies while primary is over and
      * fallback has room -- primary answers OVER_QUOTA, not what denied */
@@ -394,9 +417,9 @@ static void quota_over_is_its_own_count(void **state)
     assert_string_equal(code(&s, 0), "OVER_QUOTA");
     assert_string_equal(code(&s, 1), "OK");
     assert_string_equal(code(&s, 2), "OVER_LIMIT");
-    counts_are("primary", 9, 4, 3, 2, 0, 0);
-    counts_are("fallback", 9, 6, 3, 0, 0, 0);
-    counts_are("per_user", 2, 1, 1, 0, 0, 0);
+    counts_are("route.backend_primary", 9, 4, 3, 2, 0, 0);
+    counts_are("route.backend_fallback", 9, 6, 3, 0, 0, 0);
+    counts_are("route.user", 2, 1, 1, 0, 0, 0);
     unlink(path);
 }
 
@@ -435,7 +458,7 @@ static const char metric_rules[] =
     "    value: gold\n"
     "    detailed_metric: true\n"
     "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
-    "  - key: other                 # a rule named as key7's value 'shared' is\n"
+    "  - key: other                 # a rule named as key7's value 'shared'\n"
     "    rate_limit: {name: m.key7_shared, unit: minute, requests_per_unit: 9}\n"
     "  - key: ip\n"
     "    rate_limit: {unit: minute, requests_per_unit: 3}\n";
@@ -482,12 +505,14 @@ static void per_value_statistics(void **state)
     CHECK_IN("m", 40, &s, "plan=gold");
     counts_are("m.plan_gold", 1, 1, 0, 0, 0, 0);
     assert_int_equal(must("m.plan_gold")->nvalues, 0);
-    /* the same name is the same entry: key7's value 'shared' and the rule
-     * named m.key7_shared count together, as Lyft's stats by name */
+    /* a rule's `name:` names no statistics (Lyft's are by path): the rule
+     * named m.key7_shared counts under m.other, key7's value 'shared'
+     * under its per-value name alone */
     CHECK_IN("m", 50, &s, "other=x");
     CHECK_IN("m", 51, &s, "key7=shared");
-    counts_are("m.key7_shared", 2, 2, 0, 0, 0, 0);
-    assert_false(must("m.key7_shared")->per_value); /* a rule of its own: no values= */
+    counts_are("m.other", 1, 1, 0, 0, 0, 0);
+    counts_are("m.key7_shared", 1, 1, 0, 0, 0, 0);
+    assert_false(must("m.key7_shared")->per_value); /* a per-value entry: no values= */
     /* request bytes in a name: outside '!'..'~' and % : , as %XX */
     CHECK_IN("m", 60, &s, "key7=a b:c,d%\r\n\xff");
     counts_are("m.key7_a%20b%3Ac%2Cd%25%0D%0A%FF", 1, 1, 0, 0, 0, 0);
@@ -539,6 +564,142 @@ static void per_value_statistics(void **state)
     unlink(path);
 }
 
+/* envoyproxy/ratelimit's statistics names (its config_test.go): a named
+ * limit counts under its descriptor path (TestBasicConfig's key4, named
+ * key4_rate_limit: test-domain.key4), a limit override under the
+ * request's descriptorKey (TestConfigLimitOverride:
+ * test-domain.key1_value1.subkey1_something), each request once: matched
+ * is the peer's total_hits, denied its over_limit, allowed its
+ * within_limit (for requests of one hit).  At most SL_STATS_MAX_VALUES
+ * override names per domain; past them the domain's entry counts. */
+static const char override_rules[] =
+    "domain: test-domain\n"
+    "descriptors:\n"
+    "  - key: key4\n"
+    "    rate_limit: {name: key4_rate_limit, unit: day, requests_per_unit: 1}\n"
+    "  - key: plan\n"
+    "    value: gold\n"
+    "    rate_limit: {unit: minute, requests_per_unit: 5}\n"
+    "  - key: team\n"
+    "    rate_limit:\n"
+    "      - {unit: second, requests_per_unit: 1, name: team_burst}\n"
+    "      - {unit: minute, requests_per_unit: 5, name: team_minute}\n";
+
+static void override_statistics(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/sluice-test-service-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    serve_rules(path, override_rules);
+    seen s = {0};
+    const char *D = "test-domain";
+
+    /* TestBasicConfig, key4: the name is for replaces and current_limit */
+    CHECK_IN(D, 0, &s, "key4=foo");
+    CHECK_IN(D, 1, &s, "key4=foo");
+    assert_string_equal(code(&s, 0), "OVER_LIMIT");
+    counts_are("test-domain.key4", 2, 1, 1, 0, 0, 0);
+    assert_null(rule_stats("key4_rate_limit"));
+    /* named limits of a node of several: the path and "#N", as unnamed */
+    CHECK_IN(D, 0, &s, "team=red");
+    CHECK_IN(D, 1, &s, "team=red"); /* over 1 a second: denied, both peeked */
+    assert_int_equal(s.r.result.allowed, 0);
+    counts_are("test-domain.team#1", 2, 1, 1, 0, 0, 0);
+    counts_are("test-domain.team#2", 2, 2, 0, 0, 0, 0);
+    assert_null(rule_stats("team_burst"));
+    assert_null(rule_stats("team_minute"));
+
+    /* TestConfigLimitOverride: 10 a day, then 2 an hour (its own counter:
+     * the override's key holds the unit), the same name counting on */
+    const char *k = "test-domain.key1_value1.subkey1_something";
+    CHECK_OVER(D, 0, &s, 10, SL_UNIT_DAY, "key1=value1", "subkey1=something");
+    assert_string_equal(code(&s, 0), "OK");
+    counts_are(k, 1, 1, 0, 0, 0, 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_OVER(D, 10 + i, &s, 2, SL_UNIT_HOUR, "key1=value1", "subkey1=something");
+    assert_string_equal(code(&s, 0), "OVER_LIMIT");
+    counts_are(k, 4, 3, 1, 0, 0, 0);
+    CHECK_OVER(D, 20, &s, 42, SL_UNIT_HOUR, "key1=value1", "subkey1=something_else");
+    counts_are("test-domain.key1_value1.subkey1_something_else", 1, 1, 0, 0, 0, 0);
+    counts_are(k, 4, 3, 1, 0, 0, 0);
+    /* an empty value: "key" alone in the name; limit 0: denied */
+    CHECK_OVER(D, 30, &s, 0, SL_UNIT_MINUTE, "key1=value1", "subkey1=");
+    assert_string_equal(code(&s, 0), "OVER_LIMIT");
+    counts_are("test-domain.key1_value1.subkey1", 1, 0, 1, 0, 0, 0);
+    /* the names hang from the domain's entry, which counts none of them */
+    const sl_rule_stats *dom = must("test-domain");
+    assert_true(dom->per_value);
+    assert_int_equal(dom->nvalues, 3);
+    counts_are("test-domain", 0, 0, 0, 0, 0, 0);
+    assert_int_equal(overflow_of("test-domain"), 0);
+    /* a domain without rules: NO_RULE, nothing counted (TestConfigLimitOverride's foo_domain) */
+    size_t tracked = srv.stats.nrules;
+    CHECK_OVER("foo_domain", 40, &s, 10, SL_UNIT_DAY, "key1=value1");
+    assert_string_equal(code(&s, 0), "NO_RULE");
+    assert_int_equal(srv.stats.nrules, tracked);
+    /* the same name is the same entry: an override of plan=gold counts
+     * with the rule of that path, as the peer's counters by name */
+    CHECK_IN(D, 50, &s, "plan=gold");
+    CHECK_OVER(D, 51, &s, 7, SL_UNIT_MINUTE, "plan=gold");
+    counts_are("test-domain.plan_gold", 2, 2, 0, 0, 0, 0);
+    assert_int_equal(dom->nvalues, 4);
+    /* a rule's descriptor and an override in one request: each its own */
+    check_in_over(D, 60, &s,
+                  (const sl_check_override[]){{0, SL_UNIT_NONE}, {5, SL_UNIT_MINUTE}},
+                  (const char *const[]){"key4=bar", NULL, "key1=value1", "subkey1=mixed", NULL,
+                                        NULL});
+    counts_are("test-domain.key4", 3, 2, 1, 0, 0, 0);
+    counts_are("test-domain.key1_value1.subkey1_mixed", 1, 1, 0, 0, 0, 0);
+    /* request bytes written as INFO writes them; a name longer than
+     * SL_STATS_MAX_NAME once so written (200 blanks: 600 bytes) is not
+     * tracked: the domain's entry counts it, and its overflow */
+    CHECK_OVER(D, 70, &s, 5, SL_UNIT_MINUTE, "key1=a b:c");
+    counts_are("test-domain.key1_a%20b%3Ac", 1, 1, 0, 0, 0, 0);
+    char big[200 + 6];
+    memcpy(big, "key1=", 5);
+    memset(big + 5, ' ', 200);
+    big[205] = '\0';
+    tracked = srv.stats.nrules;
+    CHECK_OVER(D, 80, &s, 5, SL_UNIT_MINUTE, big);
+    assert_int_equal(srv.stats.nrules, tracked);
+    counts_are("test-domain", 1, 1, 0, 0, 0, 0);
+    assert_int_equal(overflow_of("test-domain"), 1);
+    size_t had = dom->nvalues; /* 6 */
+    assert_int_equal(had, 6);
+
+    /* the bound: a client sending ever new entries gets 1,000 names in the
+     * domain, no more; then the domain's entry counts them (and its
+     * overflow), and the names it has go on counting */
+    tracked = srv.stats.nrules;
+    char v[64];
+    for (int i = 0; i < SL_STATS_MAX_VALUES + 5; i++) {
+        snprintf(v, sizeof v, "user=u%d", i);
+        CHECK_OVER(D, 1000 + i, &s, 1, SL_UNIT_MINUTE, v);
+        assert_int_equal(s.r.result.allowed, 1);
+    }
+    size_t fresh = SL_STATS_MAX_VALUES - had; /* names the loop got */
+    assert_int_equal(dom->nvalues, SL_STATS_MAX_VALUES);
+    assert_int_equal(srv.stats.nrules, tracked + fresh);
+    uint64_t past = SL_STATS_MAX_VALUES + 5 - fresh;
+    counts_are("test-domain", 1 + past, 1 + past, 0, 0, 0, 0);
+    assert_int_equal(overflow_of("test-domain"), 1 + past);
+    snprintf(v, sizeof v, "test-domain.user_u%zu", fresh - 1);
+    counts_are(v, 1, 1, 0, 0, 0, 0);
+    snprintf(v, sizeof v, "test-domain.user_u%zu", fresh);
+    assert_null(rule_stats(v));
+    CHECK_OVER(D, 3000, &s, 2, SL_UNIT_HOUR, "key1=value1", "subkey1=something");
+    assert_string_equal(code(&s, 0), "OVER_LIMIT");
+    counts_are(k, 5, 3, 2, 0, 0, 0);
+    assert_int_equal(overflow_of("test-domain"), 1 + past);
+    /* rules keep their own names past the bound: the cap is the domain's
+     * override names only */
+    CHECK_IN(D, 3001, &s, "key4=baz");
+    counts_are("test-domain.key4", 4, 3, 1, 0, 0, 0);
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -549,6 +710,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(rule_stats_survive_reloads, setup, teardown),
         cmocka_unit_test_setup_teardown(quota_over_is_its_own_count, setup, teardown),
         cmocka_unit_test_setup_teardown(per_value_statistics, setup, teardown),
+        cmocka_unit_test_setup_teardown(override_statistics, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

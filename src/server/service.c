@@ -432,6 +432,8 @@ void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *c, sl_svc_cb cb, void *
         return;
     }
     if (k->plan.nmetric > 0) metric_entries(&x->srv->stats, k, c->descs, c->ndesc);
+    if (c->over != NULL) /* limit overrides: their statistics names (stats.h) */
+        sl_stats_override_entries(&x->srv->stats, &k->plan, c->domain, c->dlen, c->descs, c->ndesc);
     q->cb = cb;
     q->arg = arg;
     if (!inline_backend(x)) q->held = sl_rules_ref(rules); /* the plan points into it */

@@ -16,11 +16,18 @@
  * takes s->mu, and a rule at its cap takes it no more (the count of names,
  * published after each name, says so).  The entries themselves are the
  * rule table's, by name.
+ *
+ * A limit override's names (envoyproxy/ratelimit's descriptorKey) are the
+ * same per-value names, hung from an entry per domain; the domains'
+ * entries are themselves found as per-value names of s->domains, an entry
+ * kept out of the table, so an override with a known name costs two such
+ * lookups and no lock.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "rules.h"
 #include "stats.h"
 
@@ -40,6 +47,12 @@ int sl_stats_init(sl_stats *s, int nworkers)
     if (nworkers < 1) nworkers = 1;
     s->workers = calloc((size_t)nworkers, sizeof *s->workers);
     if (s->workers == NULL) return -1;
+    s->domains = calloc(1, sizeof *s->domains + 1); /* named "" */
+    if (s->domains == NULL) {
+        free(s->workers);
+        s->workers = NULL;
+        return -1;
+    }
     s->nworkers = nworkers;
     pthread_mutex_init(&s->mu, NULL);
     return 0;
@@ -58,6 +71,8 @@ void sl_stats_free(sl_stats *s)
         s->retired = v->retired;
         free(v);
     }
+    free(atomic_load_explicit(&s->domains->values, memory_order_relaxed));
+    free(s->domains); /* its names are the table's entries, freed above */
     free(s->rules);
     free(s->workers);
     pthread_mutex_destroy(&s->mu);
@@ -120,6 +135,23 @@ static sl_rule_stats *entry(sl_stats *s, const char *name)
     return e;
 }
 
+/* The entry of limit j of node, by its statistics name (stats.h): the
+ * node's path, "#N" after it on a node of several -- what the limit's
+ * derived name is, whether or not the file gave it a `name:`.  Under mu. */
+static sl_rule_stats *limit_entry(sl_stats *s, const sl_rule_node *node, int j)
+{
+    const sl_rule_limit *l = &node->limits[j];
+    if (!l->named) return entry(s, l->name); /* derived: the path, or path#N */
+    if (node->nlimits == 1) return entry(s, node->path);
+    size_t n = strlen(node->path) + 16;
+    char *name = malloc(n);
+    if (name == NULL) return NULL;
+    snprintf(name, n, "%s#%d", node->path, j + 1);
+    sl_rule_stats *e = entry(s, name);
+    free(name);
+    return e;
+}
+
 static int bind_node(const sl_rule_node *node, void *arg)
 {
     sl_stats *s = arg;
@@ -127,7 +159,7 @@ static int bind_node(const sl_rule_node *node, void *arg)
         /* the set is still being built (not serving yet): this is its one
          * late write, so the const of a loaded set is cast away here only */
         sl_rule_limit *l = (sl_rule_limit *)&node->limits[j];
-        l->stats = entry(s, l->name);
+        l->stats = limit_entry(s, node, j);
         if (l->stats == NULL)
             atomic_fetch_add_explicit(&s->untracked, 1, memory_order_relaxed);
         else if (node->metric_dynamic)
@@ -205,16 +237,17 @@ static int values_add(sl_stats *s, sl_rule_stats *rs, sl_rule_stats *e)
     return 0;
 }
 
-sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *name, size_t len,
-                                    int nth)
+/* name (len bytes, any) as INFO writes it (stats.h), "#nth" after it when
+ * nth > 0, into buf (SL_STATS_MAX_NAME + 1 bytes, NUL-terminated).
+ * Returns 0, or -1 when that is longer than SL_STATS_MAX_NAME. */
+static int escape_name(const char *name, size_t len, int nth, char *buf)
 {
     static const char hex[] = "0123456789ABCDEF";
-    char buf[SL_STATS_MAX_NAME + 1];
     size_t n = 0;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)name[i];
         int esc = c <= ' ' || c > '~' || c == '%' || c == ':' || c == ',';
-        if (n + (esc ? 3 : 1) > SL_STATS_MAX_NAME) return NULL;
+        if (n + (esc ? 3 : 1) > SL_STATS_MAX_NAME) return -1;
         if (esc) {
             buf[n++] = '%';
             buf[n++] = hex[c >> 4];
@@ -224,12 +257,20 @@ sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *
         }
     }
     if (nth > 0) {
-        int k = snprintf(buf + n, sizeof buf - n, "#%d", nth);
-        if (k < 0 || n + (size_t)k > SL_STATS_MAX_NAME) return NULL;
+        int k = snprintf(buf + n, SL_STATS_MAX_NAME + 1 - n, "#%d", nth);
+        if (k < 0 || n + (size_t)k > SL_STATS_MAX_NAME) return -1;
         n += (size_t)k;
     }
     buf[n] = '\0';
-    if (strcmp(buf, rs->name) == 0) return rs; /* Lyft's name is the rule's own */
+    return 0;
+}
+
+/* rs's per-value entry named buf (as INFO writes it), added if new and rs
+ * has fewer than SL_STATS_MAX_VALUES; NULL when not tracked.  An entry it
+ * creates gets per_value = mark (a domain's override entry: INFO shows its
+ * values= and overflow=).  sl_stats_value_entry says the rest. */
+static sl_rule_stats *value_lookup(sl_stats *s, sl_rule_stats *rs, const char *buf, int mark)
+{
     uint64_t h = fnv(buf);
     sl_rule_stats *e = values_find(atomic_load_explicit(&rs->values, memory_order_acquire), buf, h);
     if (e != NULL) return e;
@@ -245,9 +286,69 @@ sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *
         atomic_load_explicit(&rs->nvalues, memory_order_relaxed) < SL_STATS_MAX_VALUES) {
         e = entry(s, buf);
         if (e != NULL && values_add(s, rs, e) != 0) e = NULL;
+        if (e != NULL && mark) e->per_value = 1;
     }
     pthread_mutex_unlock(&s->mu);
     return e;
+}
+
+sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *name, size_t len,
+                                    int nth)
+{
+    char buf[SL_STATS_MAX_NAME + 1];
+    if (escape_name(name, len, nth, buf) != 0) return NULL;
+    if (strcmp(buf, rs->name) == 0) return rs; /* Lyft's name is the rule's own */
+    return value_lookup(s, rs, buf, 0);
+}
+
+/* ---- limit overrides ------------------------------------------------------ */
+
+/* descriptorKey(domain, d) as envoyproxy/ratelimit builds it into buf (cap
+ * bytes): "domain." then the n entries joined by '.', each "key" or, with a
+ * value, "key_value".  Returns the length, or -1 when it does not fit. */
+static long override_name(const char *domain, size_t dlen, const sl_rule_entry *d, int n,
+                          char *buf, size_t cap)
+{
+    size_t len = 0;
+#define PUT(p, k)                                                                                  \
+    do {                                                                                           \
+        if ((k) > cap - len) return -1;                                                            \
+        memcpy(buf + len, (p), (k));                                                               \
+        len += (k);                                                                                \
+    } while (0)
+    PUT(domain, dlen);
+    for (int i = 0; i < n; i++) {
+        PUT(".", 1);
+        PUT(d[i].key, d[i].keylen);
+        if (d[i].valuelen > 0) {
+            PUT("_", 1);
+            PUT(d[i].value, d[i].valuelen);
+        }
+    }
+#undef PUT
+    return (long)len;
+}
+
+void sl_stats_override_entries(sl_stats *s, sl_check_plan *plan, const char *domain, size_t dlen,
+                               const sl_rule_entry *const *descs, const int *ndesc)
+{
+    char buf[SL_STATS_MAX_NAME + 1], raw[SL_STATS_MAX_NAME];
+    sl_rule_stats *dom = NULL; /* the domain's entry, found at the first override */
+    for (int j = 0; j < plan->nitems; j++) {
+        const sl_check_item *t = &plan->items[j];
+        sl_rule_limit *over = &plan->over[t->desc];
+        if (t->rl != over) continue; /* a rule's limit */
+        if (dom == NULL) {
+            if (escape_name(domain, dlen, 0, buf) != 0) return; /* a domain too long to name */
+            dom = value_lookup(s, s->domains, buf, 1);
+            if (dom == NULL) return; /* not tracked: none of them is */
+        }
+        long n = override_name(domain, dlen, descs[t->desc], ndesc[t->desc], raw, sizeof raw);
+        sl_rule_stats *e = NULL;
+        if (n >= 0 && escape_name(raw, (size_t)n, 0, buf) == 0) e = value_lookup(s, dom, buf, 0);
+        if (e == NULL) atomic_fetch_add_explicit(&dom->overflow, 1, memory_order_relaxed);
+        over->stats = e != NULL ? e : dom;
+    }
 }
 
 void sl_stats_foreach_rule(sl_stats *s, void (*fn)(const sl_rule_stats *rs, void *arg), void *arg)

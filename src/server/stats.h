@@ -7,12 +7,17 @@
  *     commands, error replies, protocol errors, bytes in and out,
  *     decisions by algorithm and outcome, and a decision-latency
  *     histogram;
- *   - per rule, by the rule's NAME (sl_rule_stats): matched, allowed,
- *     denied, over_quota (over, in quota mode, and not what denied),
- *     shadow (over, but in shadow mode), elastic (passed above L on the
- *     spare pool).  Kept by name across rules reloads: a reload binds
- *     the new set's limits to the entries of their names (sl_stats_bind),
- *     so a rule's numbers go on counting through any number of reloads.
+ *   - per rule, by the rule's statistics name (sl_rule_stats): matched,
+ *     allowed, denied, over_quota (over, in quota mode, and not what
+ *     denied), shadow (over, but in shadow mode), elastic (passed above L
+ *     on the spare pool).  The statistics name is Lyft's: the limit's
+ *     descriptor path (sl_rule_node.path, "domain.key_value.key2"), with
+ *     "#N" after it on a node of several limits -- never its `name:`,
+ *     which envoyproxy/ratelimit uses only for `replaces` and
+ *     current_limit.name.  Kept by name across rules reloads: a reload
+ *     binds the new set's limits to the entries of their names
+ *     (sl_stats_bind), so a rule's numbers go on counting through any
+ *     number of reloads.
  *     (RL.RULES's own per-set counts, sl_rule_counts, still restart with
  *     each set, as documented.)  Entries are never freed before the server
  *     exits; at most SL_STATS_MAX_RULES names are tracked.
@@ -23,6 +28,13 @@
  *     rule's own.  At most SL_STATS_MAX_VALUES names per rule: past them a
  *     request counts under the rule's name only, and in its `overflow`.
  *     Per-value entries live in the same table, by name, as the rules'.
+ *   - per limit override (a descriptor given its limit with the request,
+ *     check.h): one entry per name envoyproxy/ratelimit gives it, its
+ *     descriptorKey "domain.key_value.key2" (sl_stats_override_entries),
+ *     held as a per-value name of an entry named after the domain (whose
+ *     root no limit has): at most SL_STATS_MAX_VALUES override names per
+ *     domain; past them, or for a name too long, the request counts under
+ *     the domain's entry, and in its `overflow`.
  *   - per front (the protocol a decision came in by: RESP, HTTP, gRPC),
  *     in the worker's shard: decisions allowed and denied -- RL.ALLOW and
  *     GET /v1/allow's (not RL.PEEK), and RL.CHECK, POST /v1/check,
@@ -49,6 +61,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rules.h"
 #include "sluice.h"
 
 struct sl_rules;
@@ -145,6 +158,9 @@ typedef struct sl_stats {
     size_t nrules, cap;
     struct sl_stats_values *retired; /* per-value tables outgrown: freed at exit
                                         (a worker may still be reading one) */
+    sl_rule_stats *domains;          /* not in the table, named "": its per-value
+                                        names are the domains' override entries
+                                        (sl_stats_override_entries) */
     _Atomic uint64_t untracked;      /* limits not bound: over SL_STATS_MAX_RULES */
     _Atomic uint64_t reloads_ok;
     _Atomic uint64_t reloads_failed;
@@ -186,6 +202,25 @@ void sl_stats_on_rules_load(void *arg, struct sl_rules *r);
  * takes the table's lock.  Any thread. */
 sl_rule_stats *sl_stats_value_entry(sl_stats *s, sl_rule_stats *rs, const char *name, size_t len,
                                     int nth);
+
+/* Gives each limit override of plan (check.h: an item whose limit is
+ * plan->over[d]) the statistics entry envoyproxy/ratelimit counts it
+ * under: plan->over[d].stats = the entry of descriptorKey(domain, descs[d])
+ * -- "domain.key_value.key2": descs[d]'s entries joined by '.', each "key",
+ * or "key_value" when the value is not empty -- kept as a per-value name
+ * (written as INFO writes it) of the domain's entry (named (domain, dlen),
+ * created at the first override, values= and overflow= in INFO).  Past
+ * SL_STATS_MAX_VALUES names of that domain, or for a name longer than
+ * SL_STATS_MAX_NAME, the item gets the domain's entry and its overflow
+ * counts one (here, when planned); when even that is not tracked (the
+ * table full, no memory) the item keeps NULL and is not counted.  The
+ * caller counts the entries as any limit's (service.c, count_rules).
+ * Called before the request is submitted, while descs (the caller's
+ * bytes) are there, and only for a request with overrides; lock-free for
+ * names already known, a new name takes the table's lock.  Any thread. */
+struct sl_check_plan;
+void sl_stats_override_entries(sl_stats *s, struct sl_check_plan *plan, const char *domain,
+                               size_t dlen, const sl_rule_entry *const *descs, const int *ndesc);
 
 /* Calls fn for every tracked rule, in no particular order, under the
  * table's lock (fn must not call back into s). */

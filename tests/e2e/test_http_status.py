@@ -91,13 +91,14 @@ class TestStatusWithRules(StatusCase):
 
     def test_counts_per_rule_match_the_traffic(self):
         # tests in this class share the server: this one owns rules tenant
-        # and team_shadow's counts
+        # and team_shadow's counts, kept under their descriptor paths
+        # (api.tenant, api.team) as envoyproxy/ratelimit names statistics
         with self.srv.raw() as c:
             got = [self.check(c, tenant="acme") for _ in range(5)]
             got += [self.check(c, team="red") for _ in range(3)]
         self.assertEqual(got, [1, 1, 1, 0, 0, 1, 1, 1])  # shadow: over, let through
-        want = {"tenant": {"allowed": 3, "denied": 2, "shadow": 0, "elastic": 0},
-                "team_shadow": {"allowed": 1, "denied": 0, "shadow": 2, "elastic": 0}}
+        want = {"api.tenant": {"allowed": 3, "denied": 2, "shadow": 0, "elastic": 0},
+                "api.team": {"allowed": 1, "denied": 0, "shadow": 2, "elastic": 0}}
         st = self.wait_status(lambda s: self.totals(s) == want, "per-rule counts %s" % want)
         h = st["history"]
         self.assertEqual(h["seconds"], 300)
@@ -106,7 +107,11 @@ class TestStatusWithRules(StatusCase):
             for k in SERIES:
                 self.assertEqual(len(s[k]), 300, (s["rule"], k))
         # the busiest first, and each total is what its ring holds
-        self.assertEqual([s["rule"] for s in h["series"]], ["tenant", "team_shadow"])
+        self.assertEqual([s["rule"] for s in h["series"]], ["api.tenant", "api.team"])
+        # the page's heading is the rule's name, "counted as" its path
+        self.assertEqual([(s["base"], s["label"]) for s in h["series"]],
+                         [("tenant", "tenant \u2014 3 / minute"),
+                          ("team_shadow", "team_shadow \u2014 1 / minute")])
         self.assertEqual([s["total"] for s in h["series"]], [5, 3])
         # the newest second is the last: no count is later than it, and a
         # later sample moves it on without counting anything twice
@@ -375,7 +380,7 @@ class TestEveryDecision(StatusCase):
                 "api.remote_address", "api.remote_address \u2014 2000 / hour, token-bucket",
                 {"unlimited": False, "requests": 2000, "window_ms": 3600000, "unit": "hour",
                  "algorithm": "token-bucket", "text": "2000 / hour, token-bucket"}),
-            "tenant": ("tenant", "tenant \u2014 3 / minute",
+            "api.tenant": ("tenant", "tenant \u2014 3 / minute",
                        {"unlimited": False, "requests": 3, "window_ms": 60000, "unit": "minute",
                         "algorithm": "fixed-window", "text": "3 / minute"}),
             "api.path": ("api.path", "api.path \u2014 4 / 90s",
