@@ -332,7 +332,7 @@ static void deep(void **state)
 {
     fx *f = *state;
     use(f, rules_yaml, 0);
-    static char kbuf[17][8], vbuf[17][8];
+    static char kbuf[17][16], vbuf[17][16];
     sl_rule_entry e[17];
     for (int i = 0; i < 17; i++) {
         snprintf(kbuf[i], sizeof kbuf[i], i == 0 ? "a" : "k%d", i);
