@@ -81,7 +81,8 @@ static void build(req *q, const char *const *kv)
     q->n = 0;
     for (; kv[2 * q->n]; q->n++) {
         int i = q->n;
-        q->e[i] = (sl_rule_entry){kv[2 * i], strlen(kv[2 * i]), kv[2 * i + 1], strlen(kv[2 * i + 1])};
+        q->e[i] =
+            (sl_rule_entry){kv[2 * i], strlen(kv[2 * i]), kv[2 * i + 1], strlen(kv[2 * i + 1])};
         q->d[i] = &q->e[i];
         q->nd[i] = 1;
     }
@@ -111,7 +112,7 @@ static int run(fx *f, sl_check_input *in)
     do {                                                                                           \
         req q_;                                                                                    \
         build(&q_, (const char *const[]){__VA_ARGS__, NULL});                                      \
-        sl_check_input in_ = {.n = q_.n,                                                          \
+        sl_check_input in_ = {.n = q_.n,                                                           \
                               .descs = q_.d,                                                       \
                               .ndesc = q_.nd,                                                      \
                               .cost = 1,                                                           \
@@ -129,11 +130,11 @@ static void status_is_(int i, sl_check_code code, int64_t limit, int64_t rem, in
 {
     if (st[i].code != code || st[i].limit != limit || st[i].remaining != rem ||
         st[i].retry_after_ms != retry || st[i].reset_after_ms != reset)
-        fail_msg("line %d: status %d is %s %lld %lld %lld %lld, want %s %lld %lld %lld %lld", at,
-                 i, sl_check_code_name(st[i].code), (long long)st[i].limit,
-                 (long long)st[i].remaining, (long long)st[i].retry_after_ms,
-                 (long long)st[i].reset_after_ms, sl_check_code_name(code), (long long)limit,
-                 (long long)rem, (long long)retry, (long long)reset);
+        fail_msg("line %d: status %d is %s %lld %lld %lld %lld, want %s %lld %lld %lld %lld", at, i,
+                 sl_check_code_name(st[i].code), (long long)st[i].limit, (long long)st[i].remaining,
+                 (long long)st[i].retry_after_ms, (long long)st[i].reset_after_ms,
+                 sl_check_code_name(code), (long long)limit, (long long)rem, (long long)retry,
+                 (long long)reset);
 }
 
 /* The count of fixed-window counter key (space 1) at now, window W. */
@@ -232,7 +233,7 @@ static void lyft(void **state)
     RUN(f, NULL, 0, 2000, "a", "x", "b", "y");
     assert_int_equal(plan.items[0].lyft, 0);
     status_is(0, SL_CHECK_OVER_LIMIT, 2, 0, 58000, 58000);
-    status_is(1, SL_CHECK_OK, 10, 6, 0, 58000); /* a peek: what would be left */
+    status_is(1, SL_CHECK_OK, 10, 6, 0, 58000);   /* a peek: what would be left */
     assert_int_equal(COUNT(f, "e|a=x", 2000), 3); /* denied: nobody charged */
     assert_int_equal(COUNT(f, "e|b=y", 2000), 3);
     /* and a Lyft-counted one charges again */
@@ -285,8 +286,8 @@ static void fields(void **state)
         "  - {key: uq, quota_mode: true, rate_limit: {unlimited: true}}\n"
         "  - {key: p, rate_limit: {unit: minute, requests_per_unit: 5}}\n",
         0);
-    RUN(f, NULL, 0, 1000, "team", "t", "vip", "v", "q", "1", "sq", "1", "uq", "1", "p", "1",
-        "none", "1");
+    RUN(f, NULL, 0, 1000, "team", "t", "vip", "v", "q", "1", "sq", "1", "uq", "1", "p", "1", "none",
+        "1");
     const char *path[7] = {"e.team", "e.vip", "e.q", "e.sq", "e.uq", "e.p", NULL};
     for (int i = 0; i < 7; i++) {
         if (path[i] == NULL)
@@ -377,10 +378,9 @@ static void deep(void **state)
  * keys check.h documents. */
 static void digest_hex(const char *k, size_t klen, char out[65])
 {
-    static const uint8_t key[2][16] = {{'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/',
-                                        'n', 'o', '.', '1'},
-                                       {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/',
-                                        'n', 'o', '.', '2'}};
+    static const uint8_t key[2][16] = {
+        {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/', 'n', 'o', '.', '1'},
+        {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/', 'n', 'o', '.', '2'}};
     uint8_t d[32];
     for (int h = 0; h < 2; h++) {
         sl__sip128 s;
@@ -417,8 +417,7 @@ static void sip128_vectors(void **state)
             sl__sip128_final(&s, out);
             for (int i = 0; i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", out[i]);
             if (strcmp(hex, v[t].hex) != 0)
-                fail_msg("length %zu in pieces of %zu: %s, want %s", v[t].len, step, hex,
-                         v[t].hex);
+                fail_msg("length %zu in pieces of %zu: %s, want %s", v[t].len, step, hex, v[t].hex);
         }
     }
 }

@@ -252,8 +252,8 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
     return sl_check_plan_build(r, &in, plan, err, errlen);
 }
 
-int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_plan *plan,
-                        char *err, size_t errlen)
+int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_plan *plan, char *err,
+                        size_t errlen)
 {
     if (err != NULL && errlen > 0) err[0] = '\0';
     if (r == NULL || plan == NULL || in == NULL)
@@ -337,8 +337,8 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
                 continue;
             }
             if (ci > pool_cost) pool_cost = ci;
-            int rc = add_override(plan, dom, i, descs[i], ndesc[i], &over[i], nit, count_denied,
-                                  ci, err, errlen);
+            int rc = add_override(plan, dom, i, descs[i], ndesc[i], &over[i], nit, count_denied, ci,
+                                  err, errlen);
             if (rc < 0) return rc;
             nit++;
             continue;

@@ -105,8 +105,9 @@
  *     64 lowercase hex digits: SipHash-2-4-128 of the WHOLE key under the
  *     fixed key "sluice/keys/no.1", then under "sluice/keys/no.2" (256
  *     bits; src/lib/siphash.h).  No short key can take this form ("#~"
- *     never occurs in a key as built: '#' there is escaped but before the
- *     window's digits or "override/").  Two long keys share a counter
+ *     never occurs in a key as built: a '#' there is either escaped, %23,
+ *     or the separator before the window's digits or "override/"; and a
+ *     long key's suffix lies past its prefix).  Two long keys share a counter
  *     only if both 128-bit halves collide at once.  Why that is safe
  *     enough: the SipHash keys are public, so this is not a keyed PRF but
  *     a fixed 256-bit function; no way to find SipHash-2-4 collisions
@@ -390,8 +391,8 @@ typedef struct sl_check_input {
  * key's length (long keys take the digest form) nor for a descriptor's
  * number of entries.  Pure: no store, no clock, no allocation; O(the
  * request's bytes + its descriptors' matching). */
-int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_plan *plan,
-                        char *err, size_t errlen);
+int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_plan *plan, char *err,
+                        size_t errlen);
 
 /* Plans one RL.CHECK request: n (>= 1) descriptors, descriptor i being the
  * ndesc[i] (>= 1) entries descs[i], in `domain` (dlen

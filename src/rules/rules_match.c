@@ -209,8 +209,8 @@ static const uint8_t digest_key[2][16] = {
  * digest_key[0] then under digest_key[1] (check.h says why no two keys
  * meet).  A second pass of build, so only long keys pay for the digest;
  * no allocation whatever the key's length. */
-static int key_make(void (*build)(kbuf *b, const void *ctx), const void *ctx, char *buf,
-                    size_t cap, size_t *len)
+static int key_make(void (*build)(kbuf *b, const void *ctx), const void *ctx, char *buf, size_t cap,
+                    size_t *len)
 {
     kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0, NULL, 0, {0}};
     build(&b, ctx);
