@@ -272,6 +272,8 @@ $(B)/tests/test_rules: $(RULES_OBJ)
 $(B)/tests/test_rules: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_check: $(RULES_OBJ) $(BACKEND_OBJ)
 $(B)/tests/test_check: LDLIBS += $(RULES_LIBS)
+$(B)/tests/test_check_envoy: $(RULES_OBJ) $(BACKEND_OBJ)
+$(B)/tests/test_check_envoy: LDLIBS += $(RULES_LIBS)
 # The Redis script tests (sluice.lua against the local engine): sync hiredis.
 $(B)/tests/test_redis_scripts: $(RULES_OBJ) $(BACKEND_OBJ)
 $(B)/tests/test_redis_scripts: LDLIBS += -lhiredis $(RULES_LIBS)

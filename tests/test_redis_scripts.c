@@ -994,8 +994,10 @@ typedef struct check_seen {
 
 /* n random RL.CHECK requests on rules (flags: sl_rules_load_buffer_flags'),
  * each executed by op C and by sl__local_check_exec on a local store, in
- * the same order: identical outcomes. */
-static void check_trace(unsigned flags, int n, check_seen *seen)
+ * the same order: identical outcomes.  mixed: each request picks Lyft's
+ * counting or not (sl_check_input.lyft) and each descriptor its own cost,
+ * 0 to 2, and a user's value is now and then 600 bytes (a digest key). */
+static void check_trace(unsigned flags, int mixed, int n, check_seen *seen)
 {
     char err[512];
     sl_rules *rules = sl_rules_load_buffer_flags("check.yaml", check_yaml, strlen(check_yaml),
@@ -1028,8 +1030,28 @@ static void check_trace(unsigned flags, int n, check_seen *seen)
         int64_t cost = rin(0, 9) < 8 ? 1 : rin(0, 4);
         now += rin(0, 9) == 0 ? -rin(1, 300) : rin(0, 150);
         const sl_params *pl = rin(0, 4) ? &pool : NULL;
-        int rcp = sl_check_plan_make(rules, pl, "api", 3, descs, ndesc, nd, cost, now, &plan, err,
-                                     sizeof err);
+        int64_t costs[SL_CHECK_MAX_DESC];
+        static char longv[2][600];
+        for (int d = 0; mixed && d < nd; d++) {
+            costs[d] = rin(0, 2);
+            if (strcmp(ent[d].key, "user") == 0 && rin(0, 3) == 0) {
+                int w = (int)rin(0, 1);
+                memset(longv[w], 'a' + w, sizeof longv[w]);
+                ent[d].value = longv[w];
+                ent[d].valuelen = sizeof longv[w];
+            }
+        }
+        sl_check_input in = {.domain = "api",
+                             .dlen = 3,
+                             .n = nd,
+                             .descs = descs,
+                             .ndesc = ndesc,
+                             .cost = cost,
+                             .costs = mixed ? costs : NULL,
+                             .lyft = mixed && rin(0, 1),
+                             .pool = pl,
+                             .now_ms = now};
+        int rcp = sl_check_plan_build(rules, &in, &plan, err, sizeof err);
         assert_int_equal(rcp, 0);
         sl_check_outcome want, got;
         if (sl__local_check_exec(s, &plan, &want, err, sizeof err) != 0)
@@ -1075,9 +1097,15 @@ static void test_check(void **state)
     (void)state;
     seed(6);
     check_seen seen = {0};
-    check_trace(0, 1500, &seen);
+    check_trace(0, 0, 1500, &seen);
     check_seen lyft = {0};
-    check_trace(SL_RULES_COUNT_DENIED, 1500, &lyft);
+    check_trace(SL_RULES_COUNT_DENIED, 0, 1500, &lyft);
+    /* Lyft's counting per request, per-descriptor costs (0 among them),
+     * long keys: what the gRPC front asks (issue 26) */
+    check_seen mixed = {0};
+    check_trace(0, 1, 1500, &mixed);
+    assert_true(mixed.lyft > 0 && mixed.denied > 0 && mixed.allowed > 0);
+    assert_true(mixed.followers > 0 && mixed.quota_denied > 0);
     print_message("[ info     ] op C: %ld allowed, %ld denied (%ld every quota descriptor over), "
                   "%ld on the pool (%ld limits stretched), %ld shadow charges, %ld repeated "
                   "counters, %ld L = 0; with Lyft's counting %ld Lyft-counted, %ld denied\n",

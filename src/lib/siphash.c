@@ -92,3 +92,67 @@ uint64_t sl__siphash24(const uint8_t key[16], const void *data, size_t len)
 {
     return siphash_cd(key, data, len, 2, 4);
 }
+
+/* ---- SipHash-2-4 with a 128-bit output, streaming -------------------------
+ *
+ * The paper's 128-bit mode: v1 ^= 0xee after the key, v2 ^= 0xee (not 0xff)
+ * before the first 4 finalisation rounds, whose v0^v1^v2^v3 is the first
+ * half; then v1 ^= 0xdd and 4 more rounds for the second.  Fed in pieces
+ * of any size: up to 7 bytes wait in `tail` for the rest of their word. */
+
+void sl__sip128_init(sl__sip128 *h, const uint8_t key[16])
+{
+    sipstate s;
+    sip_init(&s, key);
+    h->v[0] = s.v0;
+    h->v[1] = s.v1 ^ 0xee;
+    h->v[2] = s.v2;
+    h->v[3] = s.v3;
+    h->tail = 0;
+    h->len = 0;
+}
+
+/* Absorbs the word m with 2 compression rounds. */
+static inline void sip128_word(sl__sip128 *h, uint64_t m)
+{
+    sipstate s = {h->v[0], h->v[1], h->v[2], h->v[3] ^ m};
+    sipround(&s);
+    sipround(&s);
+    h->v[0] = s.v0 ^ m;
+    h->v[1] = s.v1;
+    h->v[2] = s.v2;
+    h->v[3] = s.v3;
+}
+
+void sl__sip128_update(sl__sip128 *h, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len > 0 && (h->len & 7) != 0) { /* finish the pending word */
+        h->tail |= (uint64_t)*p++ << (8 * (h->len & 7));
+        h->len++;
+        len--;
+        if ((h->len & 7) == 0) {
+            sip128_word(h, h->tail);
+            h->tail = 0;
+        }
+    }
+    for (; len >= 8; p += 8, len -= 8, h->len += 8) sip128_word(h, sl__sip_le64(p));
+    for (; len > 0; len--, h->len++) h->tail |= (uint64_t)*p++ << (8 * (h->len & 7));
+}
+
+void sl__sip128_final(const sl__sip128 *h, uint8_t out[16])
+{
+    uint64_t b = h->tail | (uint64_t)(h->len & 0xff) << 56;
+    sipstate s = {h->v[0], h->v[1], h->v[2], h->v[3] ^ b};
+    sipround(&s);
+    sipround(&s);
+    s.v0 ^= b;
+    s.v2 ^= 0xee;
+    for (int i = 0; i < 4; i++) sipround(&s);
+    uint64_t r = s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+    for (int i = 0; i < 8; i++) out[i] = (uint8_t)(r >> (8 * i));
+    s.v1 ^= 0xdd;
+    for (int i = 0; i < 4; i++) sipround(&s);
+    r = s.v0 ^ s.v1 ^ s.v2 ^ s.v3;
+    for (int i = 0; i < 8; i++) out[8 + i] = (uint8_t)(r >> (8 * i));
+}

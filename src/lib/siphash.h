@@ -30,6 +30,21 @@ uint64_t sl__siphash(const uint8_t key[16], const void *data, size_t len, int c,
 /* SipHash-2-4, rounds unrolled. */
 uint64_t sl__siphash24(const uint8_t key[16], const void *data, size_t len);
 
+/* SipHash-2-4 with the paper's 128-bit output, fed in pieces: init, any
+ * number of updates (the result is that of their bytes in one piece),
+ * final.  For digests of inputs that are built piecewise and may be long
+ * (check.h: counting keys longer than SL_MAX_KEY).  The 16 bytes are the
+ * two 64-bit halves, each little-endian: the reference's byte order. */
+typedef struct sl__sip128 {
+    uint64_t v[4];
+    uint64_t tail; /* the bytes of an unfinished word */
+    uint64_t len;  /* bytes absorbed */
+} sl__sip128;
+
+void sl__sip128_init(sl__sip128 *h, const uint8_t key[16]);
+void sl__sip128_update(sl__sip128 *h, const void *data, size_t len);
+void sl__sip128_final(const sl__sip128 *h, uint8_t out[16]);
+
 /* ---- SipHash-1-3, inline ------------------------------------------------- */
 
 /* Inlined even where the compiler would rather call: the hot path's callers

@@ -165,11 +165,20 @@ static int merge(sl_check_item *it, int nit, int64_t cost, char *err, size_t err
     return 0;
 }
 
+/* The hash tag's length for the counters of domain dom (check.h, "Hash
+ * tag"): the domain's bytes at the start of the key, at most the readable
+ * prefix a long key keeps (SL_RULES_KEY_PREFIX), so that a domain's keys,
+ * long or not, share one tag. */
+static size_t tag_len(const sl_rule_domain *dom)
+{
+    return dom->namelen < SL_RULES_KEY_PREFIX ? dom->namelen : SL_RULES_KEY_PREFIX;
+}
+
 /* Descriptor i's override ov, in domain dom (check.h, "A limit
  * override"): its limit in plan->over[i], its one item at it[nit]. */
 static int add_override(sl_check_plan *plan, const sl_rule_domain *dom, int i,
                         const sl_rule_entry *desc, int ndesc, const sl_check_override *ov, int nit,
-                        int count_denied, char *err, size_t errlen)
+                        int count_denied, int64_t cost, char *err, size_t errlen)
 {
     sl_rule_limit *rl = &plan->over[i];
     memset(rl, 0, sizeof *rl);
@@ -196,7 +205,7 @@ static int add_override(sl_check_plan *plan, const sl_rule_domain *dom, int i,
     t->shadow = t->quota = t->elastic = 0; /* an override is none of these (Lyft) */
     t->zero = ov->limit == 0;
     t->lyft = count_denied && !t->zero;
-    t->cost = plan->cost;
+    t->cost = cost;
     t->lead = nit;
     if (t->zero) {
         plan->denied_never = 1;
@@ -207,16 +216,23 @@ static int add_override(sl_check_plan *plan, const sl_rule_domain *dom, int i,
     if (rc < 0)
         return sl__check_err(err, errlen, rc, "descriptor %d, limit override: %s", i + 1,
                              sl_strerror(rc));
-    t->taglen = dom->namelen;
-    return merge(plan->items, nit, plan->cost, err, errlen);
+    t->taglen = tag_len(dom);
+    return merge(plan->items, nit, cost, err, errlen);
 }
 
 int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *domain, size_t dlen,
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t now_ms, sl_check_plan *plan, char *err, size_t errlen)
 {
-    return sl_check_plan_make_over(r, pool, domain, dlen, descs, ndesc, NULL, n, cost, now_ms, plan,
-                                   err, errlen);
+    sl_check_input in = {.pool = pool,
+                         .domain = domain,
+                         .dlen = dlen,
+                         .descs = descs,
+                         .ndesc = ndesc,
+                         .n = n,
+                         .cost = cost,
+                         .now_ms = now_ms};
+    return sl_check_plan_build(r, &in, plan, err, errlen);
 }
 
 int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char *domain,
@@ -224,24 +240,53 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
                             const sl_check_override *over, int n, int64_t cost, int64_t now_ms,
                             sl_check_plan *plan, char *err, size_t errlen)
 {
+    sl_check_input in = {.pool = pool,
+                         .domain = domain,
+                         .dlen = dlen,
+                         .descs = descs,
+                         .ndesc = ndesc,
+                         .over = over,
+                         .n = n,
+                         .cost = cost,
+                         .now_ms = now_ms};
+    return sl_check_plan_build(r, &in, plan, err, errlen);
+}
+
+int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_plan *plan, char *err,
+                        size_t errlen)
+{
     if (err != NULL && errlen > 0) err[0] = '\0';
-    if (r == NULL || plan == NULL || (domain == NULL && dlen > 0) || descs == NULL ||
-        ndesc == NULL || sl_check_shape_desc(n) == SL_CHECK_SHAPE_NONE)
+    if (r == NULL || plan == NULL || in == NULL)
         return sl__check_err(err, errlen, SL_EINVAL, "invalid argument");
-    if (cost < 0 || cost > SL_MAX_LIMIT)
+    const sl_params *pool = in->pool;
+    const char *domain = in->domain;
+    size_t dlen = in->dlen;
+    const sl_rule_entry *const *descs = in->descs;
+    const int *ndesc = in->ndesc;
+    const sl_check_override *over = in->over;
+    int n = in->n;
+    int64_t cost = in->cost, now_ms = in->now_ms;
+    if ((domain == NULL && dlen > 0) || descs == NULL || ndesc == NULL ||
+        sl_check_shape_desc(n) == SL_CHECK_SHAPE_NONE)
+        return sl__check_err(err, errlen, SL_EINVAL, "invalid argument");
+    if (in->costs == NULL && (cost < 0 || cost > SL_MAX_LIMIT))
         return sl__check_err(err, errlen, SL_ECOST, "%s", sl_strerror(SL_ECOST));
     if (now_ms <= -SL_MAX_TIME_MS || now_ms >= SL_MAX_TIME_MS)
         return sl__check_err(err, errlen, SL_ETIME, "%s", sl_strerror(SL_ETIME));
     if (sl_check_shape_desc(n) == SL_CHECK_SHAPE_MANY)
         return sl__check_err(err, errlen, SL_EINVAL, "more than %d descriptors in one request",
                     SL_CHECK_MAX_DESC);
+    for (int i = 0; in->costs != NULL && i < n; i++)
+        if (in->costs[i] < 0 || in->costs[i] > SL_MAX_LIMIT)
+            return sl__check_err(err, errlen, SL_ECOST, "descriptor %d: %s", i + 1,
+                                 sl_strerror(SL_ECOST));
     plan->n = n;
     plan->nitems = 0;
     plan->denied_never = 0;
     plan->nquota = 0;
     plan->nmetric = 0;
-    int count_denied = (sl_rules_flags(r) & SL_RULES_COUNT_DENIED) != 0;
-    plan->cost = cost;
+    int count_denied = (sl_rules_flags(r) & SL_RULES_COUNT_DENIED) != 0 || in->lyft;
+    plan->cost = cost; /* with per-descriptor costs: set below (the pool's charge) */
     plan->now_ms = now_ms;
     plan->has_pool = pool != NULL;
     if (pool != NULL) { /* the pool too is a rule counter: space 1 */
@@ -259,9 +304,10 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
     for (int i = 0; i < n; i++) {
         memset(&st[i], 0, sizeof st[i]);
         nodes[i] = NULL;
-        if (sl_check_shape_entries(ndesc[i]) != SL_CHECK_SHAPE_OK || descs[i] == NULL)
-            return sl__check_err(err, errlen, SL_EINVAL,
-                        "descriptor %d must have 1 to %d entries", i + 1, SL_RULES_MAX_DEPTH);
+        /* any number of entries (check.h: a descriptor deeper than any
+         * rule matches none, unless it has an override) */
+        if (ndesc[i] < 1 || descs[i] == NULL)
+            return sl__check_err(err, errlen, SL_EINVAL, "descriptor %d has no entries", i + 1);
         if (over != NULL && over[i].unit != SL_UNIT_NONE) {
             if (sl_rule_unit_ms(over[i].unit) == 0)
                 return sl__check_err(err, errlen, SL_EINVAL,
@@ -273,6 +319,7 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
             overridden = 1;
             continue;
         }
+        if (ndesc[i] > SL_RULES_MAX_DEPTH) continue; /* deeper than any rule: NO_RULE */
         nodes[i] = sl_rules_match(r, domain, dlen, descs[i], ndesc[i]);
         if (nodes[i] != NULL) plan->nmetric += nodes[i]->metric_dynamic;
     }
@@ -280,14 +327,17 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
 
     /* Collect the counted limits. */
     int nit = 0;
+    int64_t pool_cost = 0; /* with costs: the largest of a non-shadow counter's */
     for (int i = 0; i < n; i++) {
         const sl_rule_node *node = nodes[i];
+        int64_t ci = in->costs != NULL ? in->costs[i] : cost;
         if (over != NULL && over[i].unit != SL_UNIT_NONE) {
             if (dom == NULL) { /* a domain without rules: as envoyproxy/ratelimit */
                 st[i].code = SL_CHECK_NO_RULE;
                 continue;
             }
-            int rc = add_override(plan, dom, i, descs[i], ndesc[i], &over[i], nit, count_denied,
+            if (ci > pool_cost) pool_cost = ci;
+            int rc = add_override(plan, dom, i, descs[i], ndesc[i], &over[i], nit, count_denied, ci,
                                   err, errlen);
             if (rc < 0) return rc;
             nit++;
@@ -298,6 +348,7 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
             continue;
         }
         st[i].shadow = node->shadow_mode != 0;
+        st[i].node = node;
         int quota = node->quota_mode && !node->shadow_mode; /* shadow: never denies */
         st[i].code = SL_CHECK_UNLIMITED; /* unless a counted limit follows */
         st[i].rule = &node->limits[0];
@@ -329,8 +380,9 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
             t->elastic =
                 pool != NULL && rl->elastic_limit > 0 && !t->shadow && !t->quota && !t->zero;
             t->lyft = count_denied && t->p.algo == SL_FIXED_WINDOW && !t->elastic && !t->zero;
-            t->cost = cost;
+            t->cost = ci;
             t->lead = nit;
+            if (!t->shadow && ci > pool_cost) pool_cost = ci;
             if (t->zero) {
                 /* denied, never: no backend call */
                 if (!t->shadow && !t->quota) plan->denied_never = 1;
@@ -340,22 +392,25 @@ int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char
                 if (rc < 0)
                     return sl__check_err(err, errlen, rc, "descriptor %d, limit %s: %s", i + 1,
                                 rl->name, sl_strerror(rc));
-                t->taglen = node->domain->namelen; /* "domain|...": the domain's bytes */
+                t->taglen = tag_len(node->domain); /* "domain|...": the domain's bytes */
                 /* the same counter earlier in the request: merge the costs */
-                rc = merge(it, nit, cost, err, errlen);
+                rc = merge(it, nit, ci, err, errlen);
                 if (rc < 0) return rc;
             }
             nit++;
         }
         if (counted > 0 && quota) plan->nquota++;
+        st[i].quota = counted > 0 && quota; /* not when unlimited or replaced */
         if (counted == 0 && first_replaced != NULL) {
             /* every counted limit replaced: applied as nothing, as Lyft does */
             st[i].code = SL_CHECK_OK;
             st[i].rule = first_replaced;
             st[i].name = first_replaced->name;
+            st[i].replaced = 1;
         }
     }
     plan->nitems = nit;
+    if (in->costs != NULL) plan->cost = pool_cost;
     return 0;
 }
 

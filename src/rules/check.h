@@ -12,7 +12,8 @@
  *     the request passes only if every limit passes, and then all are
  *     charged; otherwise none is (a request denied by one descriptor is not
  *     charged to the others, nor to the other limits of its own descriptor).
- *   - No rule (unknown domain, no match, node without limits): NO_RULE,
+ *   - No rule (unknown domain, no match, node without limits, more than
+ *     SL_RULES_MAX_DEPTH entries): NO_RULE,
  *     allowed, nothing counted; the status's numbers are all 0.
  *   - `unlimited`: UNLIMITED, allowed, nothing counted; numbers all 0.  (A
  *     node mixing unlimited and counted limits is decided on the counted
@@ -69,16 +70,58 @@
  *     keep the all-or-none rule and are charged only when the request
  *     passes; a request already denied by a Lyft-counted counter only peeks
  *     them.
+ *     The same for ONE request when its input asks (sl_check_input.lyft:
+ *     the gRPC front answering as envoyproxy/ratelimit), whatever the
+ *     set's flag.  A Lyft-counted counter given cost 0 charges nothing and
+ *     is judged as it stands: one already over L answers OVER_LIMIT (Lyft's
+ *     INCRBY 0, then after > L), one at exactly L answers OK, remaining 0.
+ *   - Costs: one `cost` for every descriptor, or each descriptor its own
+ *     (sl_check_input.costs: Envoy's per-descriptor hits_addend).  Cost 0
+ *     peeks: nothing is charged, the answer is the counter's as it stands.
+ *     Repeated counters add their descriptors' costs.  The pool (elastic)
+ *     is charged the largest cost of a non-shadow counted descriptor --
+ *     once a request, as with one cost.
  *   - `replaces` (Lyft): a named limit that another limit matched by the
  *     same request lists under `replaces` is not applied: not decided, not
  *     charged.  A descriptor whose every counted limit is replaced answers
  *     OK, with the (first) replaced limit's name and every number 0, as
- *     Lyft answers a replaced limit.
+ *     Lyft answers a replaced limit; its status says `replaced` (a front
+ *     answering as Lyft then shows no limit at all).
  *   - The same counter named twice in one request (two descriptors with the
  *     same entries) is one sl_request with the costs added (sl_decide_all
  *     refuses repeated keys); both descriptors report its answer.
  *   - At most SL_MAX_BATCH counted limits (enforced + shadow) per request;
- *     more is an error.
+ *     more is an error.  At most SL_CHECK_MAX_DESC descriptors (a front
+ *     with more splits them or refuses); a descriptor may have ANY number
+ *     of entries (at least 1): one deeper than SL_RULES_MAX_DEPTH matches
+ *     no rule (rules never nest deeper), so it is NO_RULE -- unless it has
+ *     a limit override, which counts it by all its entries.  The fronts
+ *     that refuse deeper descriptors (RESP, HTTP: sl_check_shape_entries)
+ *     do so themselves.
+ *   - Long keys.  A counting key (a rule's, sl_rules_key, or an
+ *     override's, sl_rules_override_key) longer than SL_MAX_KEY bytes is
+ *     not refused: it is kept in the digest form, exactly SL_MAX_KEY bytes:
+ *     its first SL_RULES_KEY_PREFIX (446) bytes, readable, then "#~", then
+ *     64 lowercase hex digits: SipHash-2-4-128 of the WHOLE key under the
+ *     fixed key "sluice/keys/no.1", then under "sluice/keys/no.2" (256
+ *     bits; src/lib/siphash.h).  No short key can take this form ("#~"
+ *     never occurs in a key as built: a '#' there is either escaped, %23,
+ *     or the separator before the window's digits or "override/"; and a
+ *     long key's suffix lies past its prefix).  Two long keys share a counter
+ *     only if both 128-bit halves collide at once.  Why that is safe
+ *     enough: the SipHash keys are public, so this is not a keyed PRF but
+ *     a fixed 256-bit function; no way to find SipHash-2-4 collisions
+ *     faster than by chance is known, and by chance two colliding long
+ *     keys take about 2^64 tries for one half alone and, as both halves
+ *     run over the same input with independent keys, far more for both
+ *     -- while what a collision gains is only that two clients share one
+ *     counter (no memory, no bypass of an unrelated limit).  No new
+ *     dependency: SHA-256 is in libcrypto, which the rules layer (and
+ *     sluicectl) do not link.  The form must never change: counters kept
+ *     in a snapshot or in Redis are named by it.
+ *     The hash tag (below) of every counter of a domain is the domain's
+ *     first SL_RULES_KEY_PREFIX bytes at most, so long keys and short
+ *     ones of one domain still share it.
  *   - A limit override (sl_check_override, Envoy's RateLimitDescriptor.limit,
  *     as envoyproxy/ratelimit applies it): a descriptor given one, in a
  *     domain the rules define, is decided with that limit alone -- a fixed
@@ -161,12 +204,13 @@ typedef enum sl_check_code {
 /* Descriptors in one request: RL.CHECK's cap, and `sluicectl replay --rules`'s. */
 #define SL_CHECK_MAX_DESC 16
 
-/* The shape of an RL.CHECK request, the one place its bounds are checked:
- * 1..SL_CHECK_MAX_DESC descriptors (sl_check_shape_desc of their count),
- * each of 1..SL_RULES_MAX_DEPTH entries (sl_check_shape_entries).  Every
+/* The shape of an RL.CHECK request as RESP and HTTP take it: 1..
+ * SL_CHECK_MAX_DESC descriptors (sl_check_shape_desc of their count), each
+ * of 1..SL_RULES_MAX_DEPTH entries (sl_check_shape_entries).  Every such
  * front asks before it stores one more (a 17th descriptor is refused as it
- * comes) and words the answer its own way; the plan asks again for the
- * callers that skip the fronts. */
+ * comes) and words the answer its own way.  The plan asks again only for
+ * the descriptors (1..SL_CHECK_MAX_DESC): it takes descriptors of any
+ * depth (see "At most" above), for the gRPC front. */
 typedef enum sl_check_shape {
     SL_CHECK_SHAPE_OK = 0,
     SL_CHECK_SHAPE_NONE, /* none at all */
@@ -202,6 +246,13 @@ typedef struct sl_check_status {
     int64_t reset_after_ms;
     sl_result result;           /* the engine's full answer for the reported limit
                                    (allowed: that limit alone); zeros if none */
+    const sl_rule_node *node;   /* the descriptor's matched node (lives as long as the
+                                   set); NULL for NO_RULE and for a limit override */
+    int replaced;               /* 1: every counted limit was replaced (`replaces`):
+                                   OK, the replaced limit's name, numbers 0 */
+    int quota;                  /* 1: the node is in quota mode, not in shadow mode,
+                                   and the descriptor counted some limit (not
+                                   unlimited, not replaced); whatever the code */
 } sl_check_status;
 
 /* Parses a spare-capacity pool, the value of `--capacity` (sluiced and
@@ -281,7 +332,8 @@ typedef struct sl_check_plan {
     sl_check_status pre[SL_CHECK_MAX_DESC]; /* what matching alone decides:
                                                NO_RULE, UNLIMITED, or OK for a
                                                descriptor whose limits are all
-                                               replaced; code/rule/name/shadow */
+                                               replaced; code/rule/name/shadow,
+                                               node/replaced/quota */
     /* each descriptor's matched node, or NULL (NO_RULE) */
     const sl_rule_node *node[SL_CHECK_MAX_DESC];
     int nmetric;                           /* descriptors whose node names its statistics
@@ -312,24 +364,54 @@ typedef struct sl_check_outcome {
  * always hold '='. */
 #define SL_CHECK_POOL_KEY "|spare-capacity"
 
+/* One request to plan (sl_check_plan_build): everything it points to is
+ * the caller's, read only during the call. */
+typedef struct sl_check_input {
+    const char *domain; /* dlen bytes */
+    size_t dlen;
+    int n;                             /* descriptors: 1..SL_CHECK_MAX_DESC */
+    const sl_rule_entry *const *descs; /* descriptor i: its ndesc[i] (>= 1) entries */
+    const int *ndesc;
+    const sl_check_override *over; /* descriptor i's limit override over[i]; NULL: none */
+    int64_t cost;                  /* of every descriptor, when costs is NULL */
+    const int64_t *costs;          /* descriptor i's own cost costs[i] (0..SL_MAX_LIMIT),
+                                      or NULL: `cost` for all */
+    int lyft;                      /* 1: Lyft's counting for this request (as
+                                      SL_RULES_COUNT_DENIED), whatever the set's flags */
+    const sl_params *pool;         /* the spare-capacity pool; NULL: none */
+    int64_t now_ms;
+} sl_check_input;
+
+/* Plans one RL.CHECK request (the semantics above).  Refuses with a
+ * negative SL_E* code and a message in err (may be NULL): a bad argument,
+ * n outside 1..SL_CHECK_MAX_DESC, a descriptor without entries, a cost out
+ * of range ("descriptor N: ..." for costs[]), a time out of range, a bad
+ * override, more than SL_MAX_BATCH counted limits, the same counter with
+ * different parameters, a merged cost above SL_MAX_LIMIT.  Never for a
+ * key's length (long keys take the digest form) nor for a descriptor's
+ * number of entries.  Pure: no store, no clock, no allocation; O(the
+ * request's bytes + its descriptors' matching). */
+int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_plan *plan, char *err,
+                        size_t errlen);
+
 /* Plans one RL.CHECK request: n (>= 1) descriptors, descriptor i being the
- * ndesc[i] (1..SL_RULES_MAX_DEPTH) entries descs[i], in `domain` (dlen
+ * ndesc[i] (>= 1) entries descs[i], in `domain` (dlen
  * bytes), each of cost `cost` (0..SL_MAX_LIMIT) at now_ms, with the
  * spare-capacity pool `pool` (from sl_check_pool_parse; NULL = none:
  * elastic limits then never pass above their L).  Reads the request's
  * bytes only during the call: the plan holds copies of every key.
  *
  * Returns 0 with err "", or a negative SL_E* code with a message in err
- * (may be NULL) on a bad argument, more than SL_MAX_BATCH counted limits, a
- * key too long, or the same counter with different parameters.  Pure: no
- * store, no clock, no allocation. */
+ * (may be NULL) as sl_check_plan_build, which it calls (no override,
+ * `cost` for every descriptor, the set's own counting). */
 int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *domain, size_t dlen,
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t now_ms, sl_check_plan *plan, char *err, size_t errlen);
 
 /* As sl_check_plan_make, with over[i] the limit override of descriptor i
  * (over NULL, or an entry with unit SL_UNIT_NONE: none).  A unit out of
- * range or a limit above SL_MAX_LIMIT is SL_EINVAL "descriptor N: ...". */
+ * range or a limit above SL_MAX_LIMIT is SL_EINVAL "descriptor N: ...".
+ * Kept for its callers: sl_check_plan_build with these inputs. */
 int sl_check_plan_make_over(const sl_rules *r, const sl_params *pool, const char *domain,
                             size_t dlen, const sl_rule_entry *const *descs, const int *ndesc,
                             const sl_check_override *over, int n, int64_t cost, int64_t now_ms,

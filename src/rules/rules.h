@@ -52,6 +52,8 @@
 #define SL_RULES_MAX_TOTAL      (64u << 20) /* bytes in all the files of a directory */
 #define SL_RULES_MAX_FILES      1024        /* rules files in a directory */
 #define SL_RULES_MAX_DEPTH      16          /* descriptor nesting; entries in a request */
+#define SL_RULES_KEY_PREFIX     446         /* readable bytes of a long key's digest form:
+                                               SL_MAX_KEY - strlen("#~") - 64 hex digits */
 #define SL_RULES_MAX_YAML_DEPTH 64          /* YAML nesting of lists and maps */
 #define SL_RULES_MAX_RULES      100000      /* descriptors in a set */
 #define SL_RULES_MAX_NODES      1000000     /* YAML nodes in a file, aliases expanded */
@@ -269,21 +271,26 @@ const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t
  * ms) is added when the node has several limits; limit = -1 gives the key
  * without it.  Not NUL-terminated.
  *
- * Returns 0 and sets *len; SL_EKEY if the key would exceed SL_MAX_KEY bytes
- * or cap; SL_EINVAL if n or limit do not fit node. */
+ * A key that would exceed SL_MAX_KEY bytes is written in the digest form
+ * (check.h, "Long keys"): its first SL_RULES_KEY_PREFIX bytes, "#~" and a
+ * 256-bit digest of all of it in hex, SL_MAX_KEY bytes in all.
+ *
+ * Returns 0 and sets *len; SL_EKEY if the key does not fit cap (a cap of
+ * SL_MAX_KEY or more always fits); SL_EINVAL if n or limit do not fit node. */
 int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, int limit,
                  char *buf, size_t cap, size_t *len);
 
 /* Writes the counting key of a limit override (check.h) of window_ms for
- * the request entries (n of them, 1..SL_RULES_MAX_DEPTH) in domain dom:
+ * the request entries (n of them, n >= 1: any number) in domain dom:
  *
  *     domain|key=value|key2=value2#override/W
  *
  * every part escaped as sl_rules_key does, the request's own values (no
  * node: no pattern, no ip_prefix).  No rule's key can be one of these:
- * after '#' a rule's key holds only digits.  Not NUL-terminated.  Returns
- * 0 and sets *len; SL_EKEY if the key would exceed SL_MAX_KEY bytes or
- * cap; SL_EINVAL on a bad argument. */
+ * after '#' a rule's key holds only digits.  Not NUL-terminated.  Long
+ * keys in the digest form, as sl_rules_key's.  Returns 0 and sets *len;
+ * SL_EKEY if the key does not fit cap (below SL_MAX_KEY); SL_EINVAL on a
+ * bad argument. */
 int sl_rules_override_key(const sl_rule_domain *dom, const sl_rule_entry *entries, int n,
                           int64_t window_ms, char *buf, size_t cap, size_t *len);
 

@@ -11,7 +11,9 @@
  * Invariants kept: nothing here writes to a set or allocates, so any number
  * of threads may use one set at once; and every part of a counting key has
  * its separators escaped, so two different requests never share a key
- * unless a share_threshold level says they do.  It relies on the loader's
+ * unless a share_threshold level says they do (or, for keys longer than
+ * SL_MAX_KEY, two of them meet in a 256-bit digest: check.h, "Long
+ * keys").  It relies on the loader's
  * invariant (rules_load.c): siblings are unique and
  * each node's lookup tables are sorted by bytes_cmp, so a level is a binary
  * search.
@@ -21,6 +23,7 @@
 #include <string.h>
 
 #include "rules_int.h"
+#include "siphash.h"
 #include "sluice.h"
 
 /* ---- domains -------------------------------------------------------------- */
@@ -141,11 +144,38 @@ const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t
 
 /* ---- counting keys -------------------------------------------------------- */
 
+/* Where a key's bytes go.  The first pass writes them to p (max bytes at
+ * most: over when they do not fit).  The digest pass (h set) writes the
+ * first max bytes to p -- the readable prefix -- and every byte to the
+ * two digests through stage. */
 typedef struct kbuf {
     char *p;
     size_t n, max;
     int over;
+    sl__sip128 *h; /* the digest pass: h[0], h[1]; NULL: the first pass */
+    size_t ns;     /* bytes in stage */
+    uint8_t stage[64];
 } kbuf;
+
+static void kflush(kbuf *b)
+{
+    sl__sip128_update(&b->h[0], b->stage, b->ns);
+    sl__sip128_update(&b->h[1], b->stage, b->ns);
+    b->ns = 0;
+}
+
+static void kbyte(kbuf *b, unsigned char c)
+{
+    if (b->h != NULL) {
+        b->stage[b->ns++] = c;
+        if (b->ns == sizeof b->stage) kflush(b);
+        if (b->n < b->max) b->p[b->n++] = (char)c;
+    } else if (b->n < b->max) {
+        b->p[b->n++] = (char)c;
+    } else {
+        b->over = 1;
+    }
+}
 
 /* Appends s, escaping the separators when esc. */
 static void kput(kbuf *b, const char *s, size_t len, int esc)
@@ -153,20 +183,61 @@ static void kput(kbuf *b, const char *s, size_t len, int esc)
     static const char hex[] = "0123456789ABCDEF";
     for (size_t i = 0; i < len && !b->over; i++) {
         unsigned char c = (unsigned char)s[i];
-        int special = esc && (c == '%' || c == '|' || c == '=' || c == '#');
-        size_t w = special ? 3 : 1;
-        if (b->n + w > b->max) {
-            b->over = 1;
-            return;
-        }
-        if (special) {
-            b->p[b->n++] = '%';
-            b->p[b->n++] = hex[c >> 4];
-            b->p[b->n++] = hex[c & 15];
+        if (esc && (c == '%' || c == '|' || c == '=' || c == '#')) {
+            kbyte(b, '%');
+            kbyte(b, (unsigned char)hex[c >> 4]);
+            kbyte(b, (unsigned char)hex[c & 15]);
         } else {
-            b->p[b->n++] = (char)c;
+            kbyte(b, c);
         }
     }
+}
+
+_Static_assert(SL_RULES_KEY_PREFIX + 2 + 64 == SL_MAX_KEY, "the digest form is SL_MAX_KEY bytes");
+
+/* The two fixed SipHash keys of the digest form (check.h, "Long keys").
+ * Never to change: counters already kept (a snapshot, Redis) are named
+ * with them. */
+static const uint8_t digest_key[2][16] = {
+    {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/', 'n', 'o', '.', '1'},
+    {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/', 'n', 'o', '.', '2'}};
+
+/* Builds a key with build(b, ctx) into buf: as built when it fits in
+ * SL_MAX_KEY (and cap) bytes, else -- cap permitting -- in the digest form
+ * of exactly SL_MAX_KEY bytes: its first SL_RULES_KEY_PREFIX bytes, "#~",
+ * and 64 lowercase hex digits of SipHash-2-4-128 of the whole key under
+ * digest_key[0] then under digest_key[1] (check.h says why no two keys
+ * meet).  A second pass of build, so only long keys pay for the digest;
+ * no allocation whatever the key's length. */
+static int key_make(void (*build)(kbuf *b, const void *ctx), const void *ctx, char *buf, size_t cap,
+                    size_t *len)
+{
+    kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0, NULL, 0, {0}};
+    build(&b, ctx);
+    if (!b.over) {
+        *len = b.n;
+        return 0;
+    }
+    if (cap < SL_MAX_KEY) return SL_EKEY;
+    sl__sip128 h[2];
+    sl__sip128_init(&h[0], digest_key[0]);
+    sl__sip128_init(&h[1], digest_key[1]);
+    kbuf d = {buf, 0, SL_RULES_KEY_PREFIX, 0, h, 0, {0}};
+    build(&d, ctx);
+    kflush(&d);
+    uint8_t dig[32];
+    sl__sip128_final(&h[0], dig);
+    sl__sip128_final(&h[1], dig + 16);
+    static const char hex[] = "0123456789abcdef";
+    char *o = buf + SL_RULES_KEY_PREFIX;
+    *o++ = '#';
+    *o++ = '~';
+    for (int i = 0; i < 32; i++) {
+        *o++ = hex[dig[i] >> 4];
+        *o++ = hex[dig[i] & 15];
+    }
+    *len = (size_t)(o - buf);
+    return 0;
 }
 
 static void mask_bits(unsigned char *a, int bytes, int prefix)
@@ -216,6 +287,50 @@ static size_t mask_ip(const char *v, size_t len, int p4, int p6, char *out, size
     return (size_t)(o - out);
 }
 
+/* A rule key's parts (sl_rules_key's arguments, checked). */
+typedef struct rule_key {
+    const sl_rule_node *node;
+    const sl_rule_node *const *lv; /* the node's levels, root's child first */
+    const sl_rule_entry *entries;
+    int n, limit;
+} rule_key;
+
+static void build_rule_key(kbuf *b, const void *ctx)
+{
+    const rule_key *k = ctx;
+    const sl_rule_domain *dom = k->node->domain;
+    kput(b, dom->name, dom->namelen, 1);
+    for (int i = 0; i < k->n; i++) {
+        const sl_rule_entry *e = &k->entries[i];
+        const sl_rule_node *l = k->lv[i];
+        kput(b, "|", 1, 0);
+        kput(b, l->key, l->keylen, 1);
+        kput(b, "=", 1, 0);
+        if (l->share_threshold) {
+            /* every value the pattern matches shares this counter.  Still
+             * one counter per node: the only request value equal to the
+             * pattern's text is the pattern itself, which this node takes
+             * first (child_for's exact step) */
+            kput(b, l->value, l->valuelen, 1);
+            continue;
+        }
+        char ip[INET6_ADDRSTRLEN];
+        size_t iplen = 0;
+        if (l->ip4_prefix >= 0 || l->ip6_prefix >= 0)
+            iplen = mask_ip(e->value, e->valuelen, l->ip4_prefix, l->ip6_prefix, ip, sizeof ip);
+        if (iplen)
+            kput(b, ip, iplen, 1);
+        else
+            kput(b, e->value, e->valuelen, 1);
+    }
+    if (k->limit >= 0 && k->node->nlimits > 1) {
+        char w[24];
+        int wl =
+            snprintf(w, sizeof w, "#%lld", (long long)k->node->limits[k->limit].params.window_ms);
+        kput(b, w, (size_t)wl, 0);
+    }
+}
+
 int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, int limit,
                  char *buf, size_t cap, size_t *len)
 {
@@ -224,67 +339,51 @@ int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, 
     const sl_rule_node *lv[SL_RULES_MAX_DEPTH];
     const sl_rule_node *x = node;
     for (int i = n - 1; i >= 0; i--, x = x->parent) lv[i] = x;
-    kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0};
-    const sl_rule_domain *dom = node->domain;
-    kput(&b, dom->name, dom->namelen, 1);
     for (int i = 0; i < n; i++) {
         const sl_rule_entry *e = &entries[i];
         if ((e->value == NULL && e->valuelen) || (e->key == NULL && e->keylen) ||
             bytes_cmp(e->key, e->keylen, lv[i]->key, lv[i]->keylen) != 0)
             return SL_EINVAL;
-        kput(&b, "|", 1, 0);
-        kput(&b, lv[i]->key, lv[i]->keylen, 1);
-        kput(&b, "=", 1, 0);
-        if (lv[i]->share_threshold) {
-            /* every value the pattern matches shares this counter.  Still
-             * one counter per node: the only request value equal to the
-             * pattern's text is the pattern itself, which this node takes
-             * first (child_for's exact step) */
-            kput(&b, lv[i]->value, lv[i]->valuelen, 1);
-            continue;
-        }
-        char ip[INET6_ADDRSTRLEN];
-        size_t iplen = 0;
-        if (lv[i]->ip4_prefix >= 0 || lv[i]->ip6_prefix >= 0)
-            iplen =
-                mask_ip(e->value, e->valuelen, lv[i]->ip4_prefix, lv[i]->ip6_prefix, ip, sizeof ip);
-        if (iplen)
-            kput(&b, ip, iplen, 1);
-        else
-            kput(&b, e->value, e->valuelen, 1);
     }
-    if (limit >= 0 && node->nlimits > 1) {
-        char w[24];
-        int wl = snprintf(w, sizeof w, "#%lld", (long long)node->limits[limit].params.window_ms);
-        kput(&b, w, (size_t)wl, 0);
+    rule_key k = {node, lv, entries, n, limit};
+    return key_make(build_rule_key, &k, buf, cap, len);
+}
+
+/* An override key's parts (sl_rules_override_key's arguments, checked). */
+typedef struct over_key {
+    const sl_rule_domain *dom;
+    const sl_rule_entry *entries;
+    int n;
+    int64_t window_ms;
+} over_key;
+
+static void build_over_key(kbuf *b, const void *ctx)
+{
+    const over_key *k = ctx;
+    kput(b, k->dom->name, k->dom->namelen, 1);
+    for (int i = 0; i < k->n; i++) {
+        const sl_rule_entry *e = &k->entries[i];
+        kput(b, "|", 1, 0);
+        kput(b, e->key, e->keylen, 1);
+        kput(b, "=", 1, 0);
+        kput(b, e->value, e->valuelen, 1);
     }
-    if (b.over) return SL_EKEY;
-    *len = b.n;
-    return 0;
+    char w[40];
+    int wl = snprintf(w, sizeof w, "#override/%lld", (long long)k->window_ms);
+    kput(b, w, (size_t)wl, 0);
 }
 
 int sl_rules_override_key(const sl_rule_domain *dom, const sl_rule_entry *entries, int n,
                           int64_t window_ms, char *buf, size_t cap, size_t *len)
 {
-    if (dom == NULL || entries == NULL || buf == NULL || len == NULL || n < 1 ||
-        n > SL_RULES_MAX_DEPTH || window_ms <= 0)
+    if (dom == NULL || entries == NULL || buf == NULL || len == NULL || n < 1 || window_ms <= 0)
         return SL_EINVAL;
-    kbuf b = {buf, 0, cap < SL_MAX_KEY ? cap : SL_MAX_KEY, 0};
-    kput(&b, dom->name, dom->namelen, 1);
     for (int i = 0; i < n; i++) {
         const sl_rule_entry *e = &entries[i];
         if ((e->value == NULL && e->valuelen) || (e->key == NULL && e->keylen)) return SL_EINVAL;
-        kput(&b, "|", 1, 0);
-        kput(&b, e->key, e->keylen, 1);
-        kput(&b, "=", 1, 0);
-        kput(&b, e->value, e->valuelen, 1);
     }
-    char w[40];
-    int wl = snprintf(w, sizeof w, "#override/%lld", (long long)window_ms);
-    kput(&b, w, (size_t)wl, 0);
-    if (b.over) return SL_EKEY;
-    *len = b.n;
-    return 0;
+    over_key k = {dom, entries, n, window_ms};
+    return key_make(build_over_key, &k, buf, cap, len);
 }
 
 /* ---- listing -------------------------------------------------------------- */

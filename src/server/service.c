@@ -423,9 +423,18 @@ void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *c, sl_svc_cb cb, void *
     const sl_config *cfg = x->srv->cfg;
     char err[SL_SVC_ERR];
     svc_check *k = q->chk;
-    int rc = sl_check_plan_make_over(rules, cfg->capacity[0] ? &cfg->pool : NULL, c->domain,
-                                     c->dlen, c->descs, c->ndesc, c->over, c->n, c->cost, c->at,
-                                     &k->plan, err, sizeof err);
+    sl_check_input in = {.domain = c->domain,
+                         .dlen = c->dlen,
+                         .n = c->n,
+                         .descs = c->descs,
+                         .ndesc = c->ndesc,
+                         .over = c->over,
+                         .cost = c->cost,
+                         .costs = c->costs,
+                         .lyft = c->lyft,
+                         .pool = cfg->capacity[0] ? &cfg->pool : NULL,
+                         .now_ms = c->at};
+    int rc = sl_check_plan_build(rules, &in, &k->plan, err, sizeof err);
     if (rc != 0) {
         req_put(q);
         reply_err(cb, arg, rc, err[0] ? err : sl_strerror(rc));

@@ -122,14 +122,21 @@ typedef struct sl_svc_check_req {
     const sl_rule_entry *const *descs; /* descriptor i: its ndesc[i] entries descs[i] */
     const int *ndesc;
     const sl_check_override *over; /* descriptor i's limit override over[i]; NULL: none */
-    int64_t cost;                  /* of every descriptor (0..SL_MAX_LIMIT) */
+    int64_t cost;                  /* of every descriptor (0..SL_MAX_LIMIT), when costs
+                                      is NULL */
+    const int64_t *costs;          /* descriptor i's own cost costs[i] (0..SL_MAX_LIMIT;
+                                      0: charges nothing), or NULL: `cost` for all */
+    int lyft;                      /* 1: count this request the Lyft way, as
+                                      --count-denied does, whatever the server's flag */
     int64_t at;                    /* ms: the decision's time */
 } sl_svc_check_req;
 
-/* RL.CHECK of q (sl_check_plan_make_over: against the serving rules, with
- * the server's spare pool).  cb gets the overall six fields and q->n
- * statuses, or an error ("no rules loaded ...", the plan's own message:
- * a bad shape, too many limits, a key too long). */
+/* RL.CHECK of q (sl_check_plan_build: against the serving rules, with the
+ * server's spare pool).  cb gets the overall six fields and q->n statuses,
+ * or an error ("no rules loaded ...", the plan's own message: a bad shape,
+ * too many limits, a cost out of range).  Descriptors of any depth and
+ * keys of any length are planned (check.h): the fronts that bound them
+ * check before calling. */
 void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *q, sl_svc_cb cb, void *arg);
 
 /* ---- rules and numbers ----------------------------------------------------- */
