@@ -837,6 +837,7 @@ static void answer_envoy(gstream *st, const greq *q, const gstat *gs, const sl_s
         ptr[i] = x;
         if (passed != NULL) passed[i] = NULL;
         if (s->code == SL_CHECK_UNLIMITED) { /* counted nowhere, as the peer's isUnlimited */
+            x->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
             x->limit_remaining = UINT32_MAX;
             continue;
         }
@@ -845,7 +846,10 @@ static void answer_envoy(gstream *st, const greq *q, const gstat *gs, const sl_s
             over = s->code == SL_CHECK_OVER_LIMIT || s->code == SL_CHECK_OVER_QUOTA;
             o[i].reset = envoy_limit(s, now_s, &o[i].l);
             x->current_limit = &o[i].l;
-            x->limit_remaining = over ? 0 : clamp_u32(s->remaining);
+            /* over, or over in shadow mode (the peer's OVER_LIMIT turned
+             * OK): nothing remains */
+            x->limit_remaining =
+                over || s->code == SL_CHECK_SHADOW ? 0 : clamp_u32(s->remaining);
             o[i].d = (Google__Protobuf__Duration)GOOGLE__PROTOBUF__DURATION__INIT;
             o[i].d.seconds = o[i].reset;
             x->duration_until_reset = &o[i].d;
