@@ -84,6 +84,8 @@ struct opt {
     opt_set_fn *set;    /* K_CUSTOM: the parser */
     opt_show_fn *show;  /* how --dump-options shows the value; NULL: by its kind */
     int action;         /* K_ACTION: what sl_config_parse_args returns for it */
+    const char *env;    /* envoyproxy/ratelimit's environment variable that also sets it
+                           (a flag wins over it, it wins over the config file); NULL: none */
 };
 
 /* The field f of sl_config, which must be of the type the kind stores:
@@ -102,6 +104,9 @@ struct opt {
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
 static opt_set_fn set_user_header, set_trusted_proxies;
+static opt_set_fn set_rls_semantics, set_header_name; /* the gRPC front's answers */
+static opt_show_fn show_rls_semantics, show_limit_limit_header, show_limit_remaining_header,
+    show_limit_reset_header;
 static opt_set_fn set_grpc_port, set_grpc_tls_port; /* gRPC (src/proto/grpc) */
 static opt_show_fn show_grpc_port, show_grpc_tls_port;
 static opt_set_fn set_user_header, set_trusted_proxies, set_backend, set_backend_timeout,
@@ -304,6 +309,59 @@ static const opt opts[] = {
      .def = "8391",
      .help = "also serve Envoy's rate limit service over gRPC (docs/envoy.md) on port N of each "
              "--bind address; 0 = off; any = any free port"},
+    {.name = "rls-semantics",
+     CUSTOM(set_rls_semantics, show_rls_semantics),
+     .arg = "envoy|sluice",
+     .def = "envoy",
+     .help = "how the gRPC front answers ShouldRateLimit: as envoyproxy/ratelimit does (its "
+             "counting, names, whole-second resets, codes), or sluice's RL.CHECK mapped onto it "
+             "(docs/envoy.md)"},
+    {.name = "shadow-mode",
+     BOOL(shadow_mode),
+     .def = "no",
+     .env = "SHADOW_MODE",
+     .help = "gRPC, envoy semantics: an overall OVER_LIMIT answers OK (the statuses kept)"},
+    {.name = "quota-mode",
+     BOOL(quota_mode),
+     .def = "no",
+     .env = "QUOTA_MODE",
+     .help = "gRPC, envoy semantics: every descriptor with a limit is in quota mode"},
+    {.name = "limit-response-headers-enabled",
+     BOOL(limit_headers),
+     .def = "no",
+     .env = "LIMIT_RESPONSE_HEADERS_ENABLED",
+     .help = "gRPC, envoy semantics: answer the limit, remaining and reset headers of the "
+             "descriptor closest to its limit"},
+    {.name = "limit-limit-header",
+     CUSTOM(set_header_name, show_limit_limit_header),
+     .arg = "NAME",
+     .def = "RateLimit-Limit",
+     .env = "LIMIT_LIMIT_HEADER",
+     .help = "the name of that limit header"},
+    {.name = "limit-remaining-header",
+     CUSTOM(set_header_name, show_limit_remaining_header),
+     .arg = "NAME",
+     .def = "RateLimit-Remaining",
+     .env = "LIMIT_REMAINING_HEADER",
+     .help = "the name of that remaining header"},
+    {.name = "limit-reset-header",
+     CUSTOM(set_header_name, show_limit_reset_header),
+     .arg = "NAME",
+     .def = "RateLimit-Reset",
+     .env = "LIMIT_RESET_HEADER",
+     .help = "the name of that reset header"},
+    {.name = "response-dynamic-metadata",
+     BOOL(response_dmeta),
+     .def = "no",
+     .env = "RESPONSE_DYNAMIC_METADATA",
+     .help = "gRPC, envoy semantics: answer dynamic_metadata (the domain, descriptors and the "
+             "metadata of the rules that passed)"},
+    {.name = "stop-cache-key-increment-when-overlimit",
+     BOOL(stop_incr_overlimit),
+     .def = "no",
+     .env = "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT",
+     .help = "gRPC, envoy semantics: when some descriptor would go over its limit, charge only "
+             "those"},
     {.name = "grpc-tls-port",
      CUSTOM(set_grpc_tls_port, show_grpc_tls_port),
      .arg = "N|any",
@@ -429,6 +487,10 @@ void sl_config_defaults(sl_config *cfg)
     cfg->https_port = 0;
     cfg->grpc_tls_port = 0;
     cfg->tls_auth_clients = SL_TLS_AUTH_YES; /* as Redis's tls-auth-clients */
+    cfg->rls_semantics = SL_RLS_ENVOY;
+    strcpy(cfg->limit_limit_header, "RateLimit-Limit"); /* envoyproxy/ratelimit's */
+    strcpy(cfg->limit_remaining_header, "RateLimit-Remaining");
+    strcpy(cfg->limit_reset_header, "RateLimit-Reset");
 }
 
 uint64_t sl_config_output_total(const sl_config *cfg)
@@ -794,11 +856,10 @@ static int http_port_value(const opt *op, const char *v, size_t vlen, origin *o,
     return 0;
 }
 
-/* An HTTP header name (RFC 9110 token): 1..127 of its characters. */
-static int set_user_header(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
-                           char *err, size_t errlen)
+/* Whether v[0..vlen) is an HTTP header name (RFC 9110 token) of 1..cap-1
+ * characters. */
+static int is_header_name(const char *v, size_t vlen, size_t cap)
 {
-    char t[80];
     size_t i;
     for (i = 0; i < vlen; i++) {
         unsigned char ch = (unsigned char)v[i];
@@ -806,7 +867,79 @@ static int set_user_header(sl_config *c, const opt *op, const char *v, size_t vl
               (ch != '\0' && strchr("!#$%&'*+-.^_`|~", ch) != NULL)))
             break;
     }
-    if (vlen == 0 || i < vlen || vlen >= sizeof c->user_header) {
+    return vlen > 0 && i == vlen && vlen < cap;
+}
+
+/* envoy|sluice */
+static int set_rls_semantics(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                             char *err, size_t errlen)
+{
+    char t[80];
+    if (vlen == 5 && memcmp(v, "envoy", 5) == 0) {
+        c->rls_semantics = SL_RLS_ENVOY;
+        return 0;
+    }
+    if (vlen == 6 && memcmp(v, "sluice", 6) == 0) {
+        c->rls_semantics = SL_RLS_SLUICE;
+        return 0;
+    }
+    fail(err, errlen, o, "invalid %s%s '%s': expected envoy or sluice", dash(o), op->name,
+         tok(v, vlen, t, sizeof t));
+    return -1;
+}
+
+static void show_rls_semantics(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->rls_semantics == SL_RLS_SLUICE ? "sluice" : "envoy");
+}
+
+/* The field of c a --limit-*-header option sets (op's name tells which). */
+static char *header_field(sl_config *c, const opt *op)
+{
+    return strcmp(op->name, "limit-limit-header") == 0       ? c->limit_limit_header
+           : strcmp(op->name, "limit-remaining-header") == 0 ? c->limit_remaining_header
+                                                             : c->limit_reset_header;
+}
+
+/* --limit-limit-header and its two siblings: a header name. */
+static int set_header_name(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                           char *err, size_t errlen)
+{
+    char t[80];
+    char *dst = header_field(c, op);
+    if (!is_header_name(v, vlen, sizeof c->limit_limit_header)) {
+        fail(err, errlen, o,
+             "invalid %s%s '%s': expected a header name (1..%zu letters, digits or "
+             "!#$%%&'*+-.^_`|~)",
+             dash(o), op->name, tok(v, vlen, t, sizeof t), sizeof c->limit_limit_header - 1);
+        return -1;
+    }
+    memcpy(dst, v, vlen);
+    dst[vlen] = '\0';
+    return 0;
+}
+
+static void show_limit_limit_header(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->limit_limit_header);
+}
+
+static void show_limit_remaining_header(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->limit_remaining_header);
+}
+
+static void show_limit_reset_header(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->limit_reset_header);
+}
+
+/* An HTTP header name (RFC 9110 token): 1..127 of its characters. */
+static int set_user_header(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                           char *err, size_t errlen)
+{
+    char t[80];
+    if (!is_header_name(v, vlen, sizeof c->user_header)) {
         fail(err, errlen, o,
              "invalid %s%s '%s': expected a header name (1..%zu letters, digits or "
              "!#$%%&'*+-.^_`|~)",
@@ -1421,6 +1554,54 @@ static int check_listeners(const sl_config *c, char *err, size_t errlen)
     return 0;
 }
 
+/* Go's strconv.ParseBool, which envoyproxy/ratelimit's settings use:
+ * 1 t T TRUE true True, 0 f F FALSE false False.  0 or -1. */
+static int parse_go_bool(const char *s, int *out)
+{
+    static const char *const yes[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static const char *const no[] = {"0", "f", "F", "FALSE", "false", "False"};
+    for (int i = 0; i < 6; i++) {
+        if (strcmp(s, yes[i]) == 0) return *out = 1, 0;
+        if (strcmp(s, no[i]) == 0) return *out = 0, 0;
+    }
+    return -1;
+}
+
+/* Applies the environment variables of the options that have one (opt.env)
+ * to c: after the config file, before the flags.  A yes/no variable takes
+ * Go's spellings (parse_go_bool), as envoyproxy/ratelimit reads it; any
+ * other goes through the option's own parser.  An empty variable is as
+ * good as unset (envconfig's habit: its default stays).  Returns 0, or -1
+ * with err naming the variable and quoting its value. */
+static int apply_env(sl_config *c, char *err, size_t errlen)
+{
+    char t[80], why[256];
+    for (size_t i = 0; i < NOPTS; i++) {
+        const opt *op = &opts[i];
+        const char *v = op->env ? getenv(op->env) : NULL;
+        if (v == NULL || v[0] == '\0') continue;
+        if (op->kind == K_BOOL) {
+            int b;
+            if (parse_go_bool(v, &b) != 0) {
+                snprintf(err, errlen,
+                         "invalid environment variable %s='%s': expected true or false (1, t, "
+                         "T, TRUE, true, True, 0, f, F, FALSE, false or False)",
+                         op->env, tok(v, strlen(v), t, sizeof t));
+                return -1;
+            }
+            *(int *)(void *)((char *)c + op->off) = b;
+            continue;
+        }
+        origin o = {NULL, 0, 0};
+        if (set_option(c, op, v, strlen(v), &o, why, sizeof why) != 0) {
+            snprintf(err, errlen, "invalid environment variable %s (--%s): %s", op->env,
+                     op->name, why);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_t errlen)
 {
     sl_config tmp = *cfg;
@@ -1445,6 +1626,7 @@ int sl_config_parse_args(int argc, char **argv, sl_config *cfg, char *err, size_
     if (tmp.config_file[0] != '\0' && sl_config_load_file(tmp.config_file, &tmp, err, errlen) != 0)
         return -1;
 
+    if (apply_env(&tmp, err, errlen) != 0) return -1;
     origin o = {NULL, 0, 0};
     for (int i = 1; i < argc; i++) {
         const opt *op = next_arg(argc, argv, &i, &val, &vlen, err, errlen);
@@ -1529,6 +1711,10 @@ void sl_config_usage(FILE *f)
         if (op->def != NULL) {
             size_t len = strlen(text);
             snprintf(text + len, sizeof text - len, " (default %s)", op->def);
+        }
+        if (op->env != NULL) {
+            size_t len = strlen(text);
+            snprintf(text + len, sizeof text - len, "; environment %s", op->env);
         }
         put_wrapped(f, text, HELP_INDENT, HELP_INDENT);
         fputc('\n', f);

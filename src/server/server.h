@@ -95,7 +95,23 @@ typedef struct sl_config {
     int on_backend_error;           /* sl_backend_policy; default SL_BACKEND_DENY */
     int fleet_size;                 /* on-backend-error local: L and B divided by it; default 1 */
     int deny_cache;                 /* the Redis backend's local deny cache; default 1 */
+    /* the gRPC front (src/proto/grpc, docs/envoy.md); the yes/no ones are
+     * envoyproxy/ratelimit's settings, also read from its environment
+     * variables (config.c) */
+    int rls_semantics;              /* SL_RLS_ENVOY (default) or SL_RLS_SLUICE */
+    int shadow_mode;                /* SHADOW_MODE: an overall OVER_LIMIT answers OK */
+    int quota_mode;                 /* QUOTA_MODE: every limited descriptor in quota mode */
+    int limit_headers;              /* LIMIT_RESPONSE_HEADERS_ENABLED */
+    char limit_limit_header[128];   /* LIMIT_LIMIT_HEADER; default RateLimit-Limit */
+    char limit_remaining_header[128]; /* LIMIT_REMAINING_HEADER; default RateLimit-Remaining */
+    char limit_reset_header[128];   /* LIMIT_RESET_HEADER; default RateLimit-Reset */
+    int response_dmeta;             /* RESPONSE_DYNAMIC_METADATA */
+    int stop_incr_overlimit;        /* STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT */
 } sl_config;
+
+/* --rls-semantics: how the gRPC front answers ShouldRateLimit. */
+#define SL_RLS_ENVOY  0 /* as envoyproxy/ratelimit does (the default) */
+#define SL_RLS_SLUICE 1 /* as RL.CHECK decides, mapped (docs/envoy.md) */
 
 #define SL_HTTP_DEFAULT_PORT 8390 /* SPEC section 8 */
 #define SL_HTTP_PORT_ANY     (-1) /* --http-port any: the kernel picks (the log says which) */

@@ -47,6 +47,28 @@ def info_says(field, yes="yes", no="no"):
     return read
 
 
+def grpc_says(build, judge):
+    """How to read a gRPC front's option (--rls-semantics envoy, the
+    default): the ShouldRateLimit answer to build(rls_pb2) on the rule
+    d/k (1 a second), judged yes or no by judge(response)."""
+    def read(srv):
+        import grpc
+        import test_grpc as G  # its stubs, generated from proto/
+        with grpc.insecure_channel("%s:%d" % (harness.HOST, srv.grpc_port)) as ch:
+            r = G.rls_pb2_grpc.RateLimitServiceStub(ch).ShouldRateLimit(build(G), timeout=30)
+        return "yes" if judge(G, r) else "no"
+    return read
+
+
+def over_twice(G):
+    """k=a at hits 2 (over its 1) beside k=b at its own hits 1, and a
+    descriptor no rule matches."""
+    req = G.request("d", [("k", "a")], [("k", "b")], [("none", "x")])
+    req.descriptors[0].hits_addend.value = 2
+    req.descriptors[1].hits_addend.value = 1
+    return req
+
+
 # Where each yes/no option shows on a running server.  A yes/no option the
 # table has and this does not fails test_every_yes_no_option_is_seen.
 SEEN = {
@@ -56,7 +78,25 @@ SEEN = {
     "merge-domains": log_says(" merge_domains=yes"),
     "count-denied": log_says(" count_denied=yes"),
     "deny-cache": info_says("backend_deny_cache"),
+    # an over descriptor: the overall answer OK (global shadow mode) ...
+    "shadow-mode": grpc_says(lambda G: G.request("d", [("k", "s")], cost=2),
+                             lambda G, r: r.overall_code == G.OK),
+    # ... OK when another descriptor, without a limit, counts as a passing
+    # quota one (global quota mode: every non-unlimited descriptor is)
+    "quota-mode": grpc_says(lambda G: G.request("d", [("k", "q")], [("none", "x")], cost=2),
+                            lambda G, r: r.overall_code == G.OK),
+    "limit-response-headers-enabled": grpc_says(
+        lambda G: G.request("d", [("k", "h")]), lambda G, r: len(r.response_headers_to_add) == 3),
+    "response-dynamic-metadata": grpc_says(lambda G: G.request("d", [("k", "m")]),
+                                           lambda G, r: r.HasField("dynamic_metadata")),
+    # k=b not charged (its 1 left) when k=a would go over
+    "stop-cache-key-increment-when-overlimit": grpc_says(
+        over_twice, lambda G, r: r.statuses[1].limit_remaining == 1),
 }
+
+# yes/no options seen over gRPC: their servers get a gRPC port
+GRPC_SEEN = {"shadow-mode", "quota-mode", "limit-response-headers-enabled",
+             "response-dynamic-metadata", "stop-cache-key-increment-when-overlimit"}
 
 # What a yes/no option needs beside itself to mean anything: the deny
 # cache is the Redis backend's (a redis-server of the test's own).
@@ -143,9 +183,45 @@ class TestYesNoFlags(ServerTestCase):
                 with self.subTest(option=name, args=args):
                     full = ["--rules", self.rules] + NEEDS.get(name, lambda t: [])(self) + args
                     self.assertEqual(dumped(full, name), want, "--dump-options")
-                    s = self.new_server(*full, name="%s_%s" % (name, len(args)))
+                    s = self.new_server(*full, name="%s_%s" % (name, len(args)),
+                                        grpc=name in GRPC_SEEN)
                     self.assertEqual(SEEN[name](s), want, "sluiced %s" % " ".join(full))
                     s.cleanup()
+
+    def test_environment_variables(self):
+        """The peer's settings from its environment variables: Go's
+        strconv.ParseBool spellings; a flag wins over the variable; a bad
+        value is a start error naming the variable."""
+        spellings = [("1", "yes"), ("t", "yes"), ("T", "yes"), ("TRUE", "yes"), ("true", "yes"),
+                     ("True", "yes"), ("0", "no"), ("f", "no"), ("F", "no"), ("FALSE", "no"),
+                     ("false", "no"), ("False", "no")]
+        env = dict(os.environ)
+        for word, want in spellings:
+            with self.subTest(word=word):
+                out = harness.run_checked([SLUICED, "--dump-options"], capture_output=True,
+                                          text=True, check=True,
+                                          env=dict(env, SHADOW_MODE=word)).stdout
+                self.assertIn("\nshadow-mode\t\tyes|no\tyes\tno\t%s\t" % want, out)
+        out = harness.run_checked([SLUICED, "--shadow-mode", "no", "--limit-reset-header", "X-R",
+                                   "--dump-options"], capture_output=True, text=True,
+                                  check=True, env=dict(env, SHADOW_MODE="true",
+                                                       LIMIT_RESET_HEADER="X-Env",
+                                                       LIMIT_LIMIT_HEADER="X-L")).stdout
+        rows = {l.split("\t")[0]: l.split("\t")[5] for l in out.splitlines()
+                if not l.startswith("#")}
+        self.assertEqual((rows["shadow-mode"], rows["limit-reset-header"],
+                          rows["limit-limit-header"]), ("no", "X-R", "X-L"))
+        for var, value, msg in [
+                ("QUOTA_MODE", "yes", "sluiced: invalid environment variable QUOTA_MODE='yes': "
+                 "expected true or false (1, t, T, TRUE, true, True, 0, f, F, FALSE, false or "
+                 "False)"),
+                ("LIMIT_LIMIT_HEADER", "a b", "sluiced: invalid environment variable "
+                 "LIMIT_LIMIT_HEADER (--limit-limit-header): invalid --limit-limit-header 'a b': "
+                 "expected a header name (1..127 letters, digits or !#$%&'*+-.^_`|~)")]:
+            with self.subTest(var=var):
+                p = harness.run_checked([SLUICED, "--port", "0"], capture_output=True, text=True,
+                                        timeout=30, env=dict(env, **{var: value}))
+                self.assertEqual((p.returncode, p.stderr.splitlines()[0]), (2, msg))
 
     def test_a_word_not_yes_or_no_is_refused(self):
         for name in sorted(self.bools):

@@ -116,8 +116,12 @@ def request_with_overrides(domain, *descs):
     return req
 
 
-def start(*args, **kw):
-    return Server(*args, grpc=True, **kw).start()
+def start(*args, semantics="sluice", **kw):
+    """sluiced with its gRPC front; the cases of sluice's own semantics
+    (most of this file) give --rls-semantics sluice, those of the peer's
+    (TestEnvoySemantics) semantics=None: the default, envoy."""
+    sem = ["--rls-semantics", semantics] if semantics else []
+    return Server(*(list(args) + sem), grpc=True, **kw).start()
 
 
 # ---- mapping RL.CHECK onto the published units (docs/envoy.md) ------------------
@@ -970,6 +974,305 @@ class TestNoRules(unittest.TestCase):
             line = c.cmd("RL.CHECK", "api", "DESCRIPTOR", "user", "x").line
         self.assertEqual((cm.exception.code(), cm.exception.details()),
                          (grpc.StatusCode.FAILED_PRECONDITION, line[len("ERR "):]))
+
+
+# ---- envoy semantics: envoyproxy/ratelimit's answers (the default) --------------
+
+ENVOY_RULES = """domain: env
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: named
+    rate_limit: {name: key4_rate_limit, unit: hour, requests_per_unit: 2}
+  - key: week
+    rate_limit: {unit: week, requests_per_unit: 70}
+  - key: zero
+    rate_limit: {unit: hour, requests_per_unit: 0}
+  - key: shadow
+    shadow_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true}
+  - key: q
+    quota_mode: true
+    rate_limit: {unit: hour, requests_per_unit: 1}
+  - key: banned
+    rate_limit: {name: banned_limit, unit: hour, requests_per_unit: 0}
+  - key: unbanned
+    rate_limit:
+      unit: hour
+      requests_per_unit: 5
+      replaces: [{name: banned_limit}]
+  - key: win
+    rate_limit: {window: 90s, requests_per_unit: 10}
+"""
+WEEK = 7  # RateLimitResponse.RateLimit.Unit WEEK, upstream rls.proto's number
+UNKNOWN = grpc.StatusCode.UNKNOWN
+
+
+def resets(div, t0, t1):
+    """Every duration_until_reset.seconds the peer's CalculateReset may give
+    for a unit of div seconds between t0 and t1 (this test's clock, with
+    CLOCK_SLACK_MS either side for sluiced's)."""
+    lo = int(t0 - CLOCK_SLACK_MS / 1000.0)
+    hi = int(t1 + CLOCK_SLACK_MS / 1000.0)
+    return {div - s % div for s in range(lo, hi + 1)}
+
+
+def with_env(env, *args, **kw):
+    """start() with env set in the environment sluiced inherits."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return start(*args, **kw)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
+
+
+class EnvoyCase(unittest.TestCase):
+    ARGS = []
+    ENV = {}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="sluice-grpc-envoy-")
+        with open(os.path.join(cls.dir, "env.yaml"), "w") as f:
+            f.write(ENVOY_RULES)
+        cls.srv = with_env(cls.ENV, "--rules", os.path.join(cls.dir, "env.yaml"), *cls.ARGS,
+                           semantics=None, name=cls.__name__)
+        cls.ch = grpc.insecure_channel("%s:%d" % (HOST, cls.srv.grpc_port))
+        cls.stub = rls_pb2_grpc.RateLimitServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        try:
+            assert_clean_stop(cls.srv)
+        finally:
+            shutil.rmtree(cls.dir, True)
+
+    def call(self, req):
+        return self.stub.ShouldRateLimit(req, timeout=TIMEOUT)
+
+    def timed(self, req):
+        t0 = time.time()
+        r = self.call(req)
+        return r, t0, time.time()
+
+    def fails(self, req, code, details):
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.call(req)
+        self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
+
+    def row(self, st):
+        """(code, (name, requests_per_unit, unit) or None, remaining)"""
+        return (st.code, (st.current_limit.name, st.current_limit.requests_per_unit,
+                          st.current_limit.unit) if st.HasField("current_limit") else None,
+                st.limit_remaining)
+
+
+class TestEnvoySemantics(EnvoyCase):
+    """The default semantics, row by row of docs/envoy.md's table, each case
+    named after the envoyproxy/ratelimit test whose expectation it follows."""
+
+    def test_config_name_only_when_given(self):
+        """config_test.go TestBasicConfig: a limit's name is its `name:`,
+        else empty (never the rule's path)."""
+        r = self.call(request("env", [("named", "a")], [("user", "names")]))
+        self.assertEqual([self.row(s) for s in r.statuses],
+                         [(OK, ("key4_rate_limit", 2, R.RateLimit.HOUR), 1),
+                          (OK, ("", 3, R.RateLimit.MINUTE), 2)])
+
+    def test_base_limiter_duration_until_reset_whole_seconds(self):
+        """base_limiter_test / CalculateReset: {unit - now % unit} seconds,
+        no nanos; a limit of 0 too."""
+        r, t0, t1 = self.timed(request("env", [("user", "reset")], [("zero", "z")]))
+        a, b = r.statuses
+        self.assertEqual(a.duration_until_reset.nanos, 0)
+        self.assertIn(a.duration_until_reset.seconds, resets(60, t0, t1))
+        self.assertEqual(self.row(b), (OVER, ("", 0, R.RateLimit.HOUR), 0))
+        self.assertEqual(b.duration_until_reset.nanos, 0)
+        self.assertIn(b.duration_until_reset.seconds, resets(3600, t0, t1))
+        self.assertEqual(r.overall_code, OVER)
+
+    def test_week_unit(self):
+        """unit: week is {N, WEEK}, reset on the week's boundary."""
+        r, t0, t1 = self.timed(request("env", [("week", "w")]))
+        self.assertEqual(self.row(r.statuses[0]), (OK, ("", 70, WEEK), 69))
+        self.assertIn(r.statuses[0].duration_until_reset.seconds, resets(7 * 86400, t0, t1))
+
+    def test_window_rule_maps_to_a_published_unit(self):
+        """A sluice `window` (no unit of the peer's): the nearest unit, its
+        reset rounded up to whole seconds (docs/envoy.md)."""
+        r = self.call(request("env", [("win", "w")]))
+        st = r.statuses[0]
+        self.assertEqual(self.row(st), (OK, ("", 6, R.RateLimit.MINUTE), 9))
+        self.assertEqual(st.duration_until_reset.nanos, 0)
+        self.assertGreaterEqual(st.duration_until_reset.seconds, 1)
+        self.assertLessEqual(st.duration_until_reset.seconds, 90)
+
+    def test_fixed_cache_impl_denied_hits_are_charged(self):
+        """fixed_cache_impl_test TestOverLimit: INCRBY always; over:
+        remaining 0, and the count keeps growing."""
+        rows = []
+        for cost in (2, 2, 1):
+            r = self.call(request("env", [("user", "charged")], cost=cost))
+            rows.append((r.overall_code, r.statuses[0].code, r.statuses[0].limit_remaining))
+        self.assertEqual(rows, [(OK, OK, 1), (OVER, OVER, 0), (OVER, OVER, 0)])
+
+    def test_service_mixed_descriptor_hits_addend(self):
+        """ratelimit_test TestServiceWithDescriptorHitsAddend: [0, 1]
+        served, the 0 only looks."""
+        req = request("env", [("user", "mix0")], [("user", "mix1")])
+        req.descriptors[0].hits_addend.value = 0
+        req.descriptors[1].hits_addend.value = 1
+        r = self.call(req)
+        self.assertEqual([s.limit_remaining for s in r.statuses], [3, 2])
+
+    def test_hits_addend_max_keeps_the_key_limited(self):
+        """hits_addend 4294967295: charged (up to SL_MAX_LIMIT), so the key
+        stays over for its window."""
+        req = request("env", [("user", "huge")], dcost=4294967295)
+        self.assertEqual(self.call(req).overall_code, OVER)
+        r = self.call(request("env", [("user", "huge")]))
+        self.assertEqual((r.overall_code, r.statuses[0].limit_remaining), (OVER, 0))
+
+    def test_empty_and_too_deep_descriptors_have_no_limit(self):
+        """An empty descriptor and one deeper than every rule: OK, no
+        current_limit, remaining 0 (the peer's nil limit)."""
+        req = request("env", [], [("user", "deep")] + [("k%d" % i, "v") for i in range(20)],
+                      [("user", "shallow")])
+        r = self.call(req)
+        self.assertEqual([self.row(s) for s in r.statuses],
+                         [(OK, None, 0), (OK, None, 0), (OK, ("", 3, R.RateLimit.MINUTE), 2)])
+        self.assertFalse(r.statuses[0].HasField("duration_until_reset"))
+
+    def test_more_descriptors_than_one_call(self):
+        """40 descriptors (SL_CHECK_MAX_DESC a call): all answered, in order."""
+        req = request("env", *[[("user", "many%d" % (i % 20))] for i in range(40)])
+        r = self.call(req)
+        self.assertEqual(len(r.statuses), 40)
+        self.assertEqual([s.limit_remaining for s in r.statuses[:20]], [2] * 20)
+        self.assertEqual([s.limit_remaining for s in r.statuses[20:]], [1] * 20)
+
+    def test_service_replaced_limit_has_no_current_limit(self):
+        """config_test TestReplaces: the replaced limit answers as nil."""
+        r = self.call(request("env", [("banned", "b")], [("unbanned", "u")]))
+        self.assertEqual([self.row(s) for s in r.statuses],
+                         [(OK, None, 0), (OK, ("", 5, R.RateLimit.HOUR), 4)])
+        self.assertEqual(r.overall_code, OK)
+
+    def test_service_unlimited(self):
+        r = self.call(request("env", [("free", "f")]))
+        self.assertEqual(self.row(r.statuses[0]), (OK, None, U32))
+
+    def test_base_limiter_shadow_mode(self):
+        """Over in shadow mode: OK, the limit and remaining 0."""
+        r = self.call(request("env", [("shadow", "s")], cost=2))
+        self.assertEqual((r.overall_code, self.row(r.statuses[0])),
+                         (OK, (OK, ("", 1, R.RateLimit.HOUR), 0)))
+
+    def test_service_quota_mode(self):
+        """ratelimit_test quota mode: alone and over, OVER_LIMIT; over
+        beside a passing limited descriptor, the status OVER_LIMIT and the
+        overall OK."""
+        r = self.call(request("env", [("q", "alone")], cost=2))
+        self.assertEqual((r.overall_code, r.statuses[0].code), (OVER, OVER))
+        r = self.call(request("env", [("q", "beside")], [("user", "q")], cost=2))
+        self.assertEqual((r.overall_code, [s.code for s in r.statuses]), (OK, [OVER, OK]))
+
+    def test_service_errors_are_unknown(self):
+        self.fails(request("", [("user", "x")]), UNKNOWN, "rate limit domain must not be empty")
+        self.fails(rls_pb2.RateLimitRequest(domain="env"), UNKNOWN,
+                   "rate limit descriptor list must not be empty")
+        req = request_with_overrides("env", ([("user", "ov")], (5, 0)))
+        self.fails(req, UNKNOWN, "descriptor 1: limit override with unit 0: expected SECOND "
+                                 "(1), MINUTE (2), HOUR (3), DAY (4), MONTH (5), YEAR (6) or "
+                                 "WEEK (7)")
+
+    def test_override_in_unknown_domain_is_no_limit(self):
+        req = request_with_overrides("nowhere", ([("user", "ov")], (5, 0)))
+        self.assertEqual(self.row(self.call(req).statuses[0]), (OK, None, 0))
+
+    def test_health_ratelimit_service(self):
+        """The peer's health service name, "ratelimit"; others NOT_FOUND."""
+        h = health_pb2_grpc.HealthStub(self.ch)
+        for name in ("", "ratelimit"):
+            self.assertEqual(h.Check(health_pb2.HealthCheckRequest(service=name),
+                                     timeout=TIMEOUT).status,
+                             health_pb2.HealthCheckResponse.SERVING)
+        for name in ("envoy.service.ratelimit.v3.RateLimitService", "other"):
+            with self.assertRaises(grpc.RpcError) as cm:
+                h.Check(health_pb2.HealthCheckRequest(service=name), timeout=TIMEOUT)
+            self.assertEqual((cm.exception.code(), cm.exception.details()),
+                             (grpc.StatusCode.NOT_FOUND, "unknown service"))
+
+    def test_no_headers_unless_enabled(self):
+        r = self.call(request("env", [("user", "nohdr")]))
+        self.assertEqual(list(r.response_headers_to_add), [])
+
+
+class TestEnvoySettingsFromEnvironment(EnvoyCase):
+    """SHADOW_MODE and the response headers from the environment; a flag
+    wins over its variable (LIMIT_RESET_HEADER)."""
+    ENV = {"SHADOW_MODE": "true", "LIMIT_RESPONSE_HEADERS_ENABLED": "True",
+           "LIMIT_REMAINING_HEADER": "X-Left", "LIMIT_RESET_HEADER": "X-Ignored"}
+    ARGS = ["--limit-reset-header", "X-Reset"]
+
+    def test_service_global_shadow_mode_and_headers(self):
+        """ratelimit_test TestServiceGlobalShadowMode / custom headers: the
+        statuses kept, the overall OK; the headers of the OVER_LIMIT one."""
+        r, t0, t1 = self.timed(request("env", [("user", "gs")], [("named", "gs")], cost=3))
+        self.assertEqual(r.overall_code, OK)
+        self.assertEqual([s.code for s in r.statuses], [OK, OVER])
+        h = [(x.key, x.value) for x in r.response_headers_to_add]
+        self.assertEqual([k for k, _ in h], ["RateLimit-Limit", "X-Left", "X-Reset"])
+        self.assertEqual(h[:2], [("RateLimit-Limit", "2"), ("X-Left", "0")])
+        self.assertIn(int(h[2][1]), resets(3600, t0, t1))
+
+    def test_headers_of_the_closest_descriptor(self):
+        r, t0, t1 = self.timed(request("env", [("named", "c1")], [("user", "c1")], cost=1))
+        h = [(x.key, x.value) for x in r.response_headers_to_add]
+        self.assertEqual(h[:2], [("RateLimit-Limit", "2"), ("X-Left", "1")])
+
+
+class TestEnvoyQuotaAndStopIncrement(EnvoyCase):
+    ARGS = ["--quota-mode", "--stop-cache-key-increment-when-overlimit"]
+
+    def test_service_global_quota_mode(self):
+        r = self.call(request("env", [("user", "gq")], cost=5))
+        self.assertEqual((r.overall_code, r.statuses[0].code), (OVER, OVER))
+        r = self.call(request("env", [("user", "gq2")], [("nothing", "x")], cost=5))
+        self.assertEqual((r.overall_code, [s.code for s in r.statuses]), (OK, [OVER, OK]))
+
+    def test_fixed_cache_impl_stop_increment_when_overlimit(self):
+        """fixed_cache_impl_test (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT):
+        one key would go over: only it is charged."""
+        req = request("env", [("user", "si1")], [("user", "si2")])
+        req.descriptors[0].hits_addend.value = 5
+        req.descriptors[1].hits_addend.value = 1
+        r = self.call(req)
+        self.assertEqual([(s.code, s.limit_remaining) for s in r.statuses], [(OVER, 0), (OK, 3)])
+        r = self.call(request("env", [("user", "si2")]))
+        self.assertEqual(r.statuses[0].limit_remaining, 2)
+
+
+class TestEnvoyNoRules(unittest.TestCase):
+    def test_no_rate_limit_configuration_loaded(self):
+        srv = start(semantics=None, name="grpc-envoy-no-rules")
+        try:
+            with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
+                with self.assertRaises(grpc.RpcError) as cm:
+                    rls_pb2_grpc.RateLimitServiceStub(ch).ShouldRateLimit(
+                        request("env", [("user", "x")]), timeout=TIMEOUT)
+            self.assertEqual((cm.exception.code(), cm.exception.details()),
+                             (UNKNOWN, "no rate limit configuration loaded"))
+        finally:
+            assert_clean_stop(srv)
 
 
 # ---- a raw HTTP/2 client ----------------------------------------------------------

@@ -67,9 +67,16 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_desc;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__RateLimitOverride
     rls_desc_override;
 
+/* What e-plan's sl_check_status / sl_svc_check_req add (until merged) */
+#define SL_GRPC_REPLACED(cs) 0
+#define SL_GRPC_QUOTA(cs)    ((cs)->code == SL_CHECK_OVER_QUOTA)
+#define SL_GRPC_META(cs)     NULL
+#define SL_GRPC_LYFT_FIELDS(costs)
+
 /* gRPC status codes (google.rpc.Code). */
 enum {
     ST_OK = 0,
+    ST_UNKNOWN = 2, /* envoyproxy/ratelimit's code for every error it answers */
     ST_INVALID_ARGUMENT = 3,
     ST_PERMISSION_DENIED = 7,
     ST_UNAUTHENTICATED = 16,
@@ -195,12 +202,72 @@ static void in_free(gstream *st)
     st->in = (sl_buf){0};
 }
 
-/* A ShouldRateLimit in flight: outlives its stream, never points to it. */
-typedef struct greq {
+/* A ShouldRateLimit in flight: outlives its stream, never points to it.
+ *
+ * In envoy semantics a request is one or more calls of the service
+ * (sl_svc_check takes at most SL_CHECK_MAX_DESC descriptors): the
+ * descriptors the plan sees ("planned": not answered at the front) go in
+ * chunks of at most SL_CHECK_MAX_DESC, each answered on its own
+ * (struct gchunk), and the answer is written when the last one came.
+ * With --stop-cache-key-increment-when-overlimit there are two rounds:
+ * a peek (every cost 0), then the charge.  A request of at most
+ * SL_CHECK_MAX_DESC descriptors uses the arrays inside greq (one malloc,
+ * as in sluice semantics); a larger one allocates its arrays once, sized
+ * by the request (bounded by SL_GRPC_MAX_MESSAGE's bytes). */
+typedef struct greq greq;
+
+typedef struct gchunk {
+    greq *q;
+    int first, count; /* planned descriptors [first, first + count) */
+} gchunk;
+
+/* Sets of rules held while a request's chunks are gathered (their statuses
+ * point into them); more than this many reloads during one request: the
+ * request answers UNKNOWN (never seen: a reload takes longer than a call). */
+#define HELD_MAX 4
+
+struct greq {
     gconn *g; /* holds a reference */
     int32_t id;
     int want_headers;
-} greq;
+    int envoy;       /* --rls-semantics envoy */
+    int n;           /* the request's descriptors */
+    int nplan;       /* ... of which the plan sees */
+    int round;       /* envoy: 1 the peek (stop-increment), 2 the charge */
+    int pending;     /* chunks of this round not answered yet */
+    int submitting;  /* inside sl_svc_check: an answer now comes inline */
+    int rc;          /* the first error a chunk answered, or 0 */
+    char err[256];   /* ... its message */
+    int64_t now;     /* ms: the request's clock (every round decides at it) */
+    int *idx;        /* planned descriptor k is the request's idx[k] */
+    int64_t *cost;   /* each request descriptor's hits (clamped to SL_MAX_LIMIT) */
+    unsigned char *over; /* round 1: descriptor would go over its limit */
+    struct gstat *st; /* gathered statuses, by request index (several chunks) */
+    int known;        /* the request's domain is in the rules: 1, 0, -1 not looked up */
+    gchunk *chunks;
+    int nchunks;
+    sl_rules *held[HELD_MAX]; /* sets st[] points into (split requests) */
+    int nheld;
+    uint8_t *msg;   /* round 2 of the stop-increment variant: the request's bytes */
+    size_t msglen;
+    /* a request of at most SL_CHECK_MAX_DESC descriptors: no other allocation */
+    int idx_small[SL_CHECK_MAX_DESC];
+    int64_t cost_small[SL_CHECK_MAX_DESC];
+    unsigned char over_small[SL_CHECK_MAX_DESC];
+    gchunk chunk_small;
+};
+
+static void greq_free(greq *q)
+{
+    if (q->idx != q->idx_small) free(q->idx);
+    if (q->cost != q->cost_small) free(q->cost);
+    if (q->over != q->over_small) free(q->over);
+    if (q->chunks != &q->chunk_small) free(q->chunks);
+    free(q->st);
+    free(q->msg);
+    for (int i = 0; i < q->nheld; i++) sl_rules_unref(q->held[i]);
+    free(q);
+}
 
 /* ---- the connection's state -------------------------------------------- */
 
@@ -476,29 +543,45 @@ static void answer_rls(gstream *st, const greq *q, const sl_svc_reply *r)
     answer_message(st, &resp.base);
 }
 
-static void on_rls(void *arg, const sl_svc_reply *r)
+/* The stream q answers, or NULL when it closed meanwhile (reset by the
+ * client, or the connection gone: counted as an orphan, now dropped).
+ * Marks the call answered: the caller writes its answer, then done(q). */
+static gstream *stream_of(greq *q)
 {
-    greq *q = arg;
     gconn *g = q->g;
     g->calls--;
     g->worked = 1;
-    if (g->h2 != NULL) {
-        sl_h2_stream *s = sl_h2_find(g->h2, (uint32_t)q->id);
-        if (s != NULL) { /* else: the client reset it (counted as an orphan) */
-            gstream *st = sl_h2_user(s);
-            st->inflight = 0;
-            answer_rls(st, q, r);
-        } else {
-            g->orphans--;
-        }
-        if (!g->in_run) {
-            set_deadline(g, g->now);
-            flush(g);
-        }
+    if (g->h2 == NULL) return NULL;
+    sl_h2_stream *s = sl_h2_find(g->h2, (uint32_t)q->id);
+    if (s == NULL) {
+        g->orphans--;
+        return NULL;
+    }
+    gstream *st = sl_h2_user(s);
+    st->inflight = 0;
+    return st;
+}
+
+/* After q's answer was put on its stream (or dropped): sends it, and
+ * gives back what q holds.  May close the connection (only g after it). */
+static void done(greq *q)
+{
+    gconn *g = q->g;
+    if (g->h2 != NULL && !g->in_run) {
+        set_deadline(g, g->now);
+        flush(g);
     }
     if (g->c != NULL) sl_conn_release(g->c); /* may close it: only g after this */
-    free(q);
+    greq_free(q);
     unref(g);
+}
+
+static void on_rls(void *arg, const sl_svc_reply *r)
+{
+    greq *q = arg;
+    gstream *st = stream_of(q);
+    if (st != NULL) answer_rls(st, q, r);
+    done(q);
 }
 
 /* A descriptor's limit override (docs/envoy.md, "Limit overrides") in
@@ -520,11 +603,12 @@ static int override_of(const rls_desc_override *o, sl_check_override *out)
     return 0;
 }
 
-/* Checks a request's descriptors and runs it (a descriptor's limit
- * override goes to the plan: sl_svc_check_req.over).  Bad input is answered
- * INVALID_ARGUMENT (UNIMPLEMENTED for what sluiced does not do) with a
- * message naming what and where; the backend is not asked then. */
-static void run_rls(gstream *st, const rls_req *m)
+/* --rls-semantics sluice: checks a request's descriptors and runs it (a
+ * descriptor's limit override goes to the plan: sl_svc_check_req.over).
+ * Bad input is answered INVALID_ARGUMENT (UNIMPLEMENTED for what sluiced
+ * does not do) with a message naming what and where; the backend is not
+ * asked then. */
+static void run_rls_sluice(gstream *st, const rls_req *m)
 {
     gconn *g = st->g;
     char err[SL_SVC_ERR];
@@ -606,7 +690,7 @@ static void run_rls(gstream *st, const rls_req *m)
         g->nomem = 1;
         return;
     }
-    *q = (greq){g, st->id, st->want_headers};
+    *q = (greq){.g = g, .id = st->id, .want_headers = st->want_headers};
     g->refs++;
     g->calls++;
     st->inflight = 1;   /* on_rls clears it; a stream closing before is an orphan */
@@ -622,11 +706,530 @@ static void run_rls(gstream *st, const rls_req *m)
     sl_svc_check(x, &c, on_rls, q);
 }
 
+/* ---- ShouldRateLimit, envoy semantics ------------------------------------------- *
+ *
+ * envoyproxy/ratelimit's answers (docs/envoy.md, "Envoy semantics"): its
+ * counting (every fixed-window counter charged on every request, then
+ * judged `after > L`: sl_svc_check_req.lyft), its hits (a descriptor's own
+ * hits_addend, else the request's, at least 1), its statuses, names and
+ * whole-second resets, and the overall code as its shouldRateLimitWorker
+ * computes it: OVER_LIMIT iff some non-quota descriptor is over, or there
+ * are quota descriptors and every one is over; --shadow-mode then answers
+ * OK. */
+
+/* envoy.type.v3.RateLimitUnit and RateLimitResponse.RateLimit.Unit (the
+ * same numbers) */
+enum { EU_UNKNOWN = 0, EU_SECOND, EU_MINUTE, EU_HOUR, EU_DAY, EU_MONTH, EU_YEAR, EU_WEEK };
+
+/* What the answer needs of one descriptor's status, copied at its chunk's
+ * callback (the plan, where an override's limit lives, is gone after it;
+ * name and meta point into a set of rules greq holds). */
+typedef struct gstat {
+    sl_check_code code;
+    int limited;     /* a limit applies: not NO_RULE, UNLIMITED nor replaced */
+    int quota;       /* its node is in quota mode */
+    sl_rule_unit unit; /* the limit's unit, SL_UNIT_NONE for a `window` */
+    int64_t window_ms;
+    const char *name; /* the rule's `name:`, or "" */
+    const void *meta; /* its node's metadata (e-meta), or NULL */
+    int64_t limit, remaining, reset_after_ms;
+} gstat;
+
+static void gstat_of(const sl_check_status *cs, gstat *o)
+{
+    *o = (gstat){.code = cs->code, .name = ""};
+    if (cs->code == SL_CHECK_NO_RULE || cs->code == SL_CHECK_UNLIMITED || cs->rule == NULL ||
+        SL_GRPC_REPLACED(cs))
+        return;
+    o->limited = 1;
+    o->quota = SL_GRPC_QUOTA(cs);
+    o->meta = SL_GRPC_META(cs);
+    o->unit = cs->rule->unit;
+    o->window_ms = cs->rule->params.window_ms;
+    if (cs->rule->named && cs->rule->name != NULL) o->name = cs->rule->name;
+    o->limit = cs->limit;
+    o->remaining = cs->remaining;
+    o->reset_after_ms = cs->reset_after_ms;
+}
+
+/* The peer's unit of a rule's unit; EU_UNKNOWN for a `window`. */
+static int envoy_unit(sl_rule_unit u)
+{
+    switch (u) {
+    case SL_UNIT_SECOND: return EU_SECOND;
+    case SL_UNIT_MINUTE: return EU_MINUTE;
+    case SL_UNIT_HOUR: return EU_HOUR;
+    case SL_UNIT_DAY: return EU_DAY;
+    case SL_UNIT_WEEK: return EU_WEEK;
+    case SL_UNIT_MONTH: return EU_MONTH;
+    case SL_UNIT_YEAR: return EU_YEAR;
+    default: return EU_UNKNOWN;
+    }
+}
+
+/* The limit of a status s as the peer reports it into *l, and the seconds
+ * until its reset: the unit's divider less now_s modulo it (utils.go's
+ * CalculateReset), also for a limit of 0; for a rule with a `window` (no
+ * unit of the peer's) the nearest published unit (unit_of) and the
+ * engine's reset rounded up to whole seconds. */
+static int64_t envoy_limit(const gstat *s, int64_t now_s, rls_limit *l)
+{
+    *l = (rls_limit)ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__INIT;
+    l->name = (char *)s->name;
+    int eu = envoy_unit(s->unit);
+    if (eu == EU_UNKNOWN) {
+        sl_rule_limit rl = {.params.window_ms = s->window_ms};
+        unit_of(&rl, s->limit, l);
+        return (s->reset_after_ms + 999) / 1000;
+    }
+    l->unit = (Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit__Unit)eu;
+    l->requests_per_unit = clamp_u32(s->limit);
+    int64_t div = sl_rule_unit_ms(s->unit) / 1000;
+    return div - now_s % div;
+}
+
+/* Writes resp on st, with the dynamic_metadata --response-dynamic-metadata
+ * asks for (passed: the metadata of each descriptor that passed with a
+ * limit, by index; NULL when not asked) made from the request's bytes
+ * kept in q. */
+static void answer_envoy_message(gstream *st, const greq *q, rls_resp *resp, const void **passed)
+{
+    (void)q;
+    (void)passed;
+    answer_message(st, &resp->base); /* dynamic_metadata: e-meta */
+}
+
+/* Answers an envoy request: gs[i] is descriptor i's status (q->n), r the
+ * last call's reply when the request was one call (for the headers
+ * x-sluice-ratelimit-headers asks for), else NULL. */
+static void answer_envoy(gstream *st, const greq *q, const gstat *gs, const sl_svc_reply *r)
+{
+    const sl_config *cfg = sl_conn_cfg(st->g->c);
+    int n = q->n;
+    int64_t now_s = q->now / 1000;
+    rls_resp resp = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
+    /* one block for the n statuses, their limits, durations and pointers */
+    struct one {
+        rls_status s;
+        rls_limit l;
+        Google__Protobuf__Duration d;
+        int64_t reset;
+    } small[SL_CHECK_MAX_DESC], *o = small;
+    rls_status *ptr_small[SL_CHECK_MAX_DESC], **ptr = ptr_small;
+    if (n > SL_CHECK_MAX_DESC) {
+        o = malloc((size_t)n * sizeof *o);
+        ptr = malloc((size_t)n * sizeof *ptr);
+        if (o == NULL || ptr == NULL) {
+            free(o == small ? NULL : o), free(ptr == ptr_small ? NULL : ptr);
+            answer_status(st, ST_UNKNOWN, "out of memory");
+            return;
+        }
+    }
+    const void *passed_small[SL_CHECK_MAX_DESC], **passed = NULL;
+    if (cfg->response_dmeta)
+        passed = n <= SL_CHECK_MAX_DESC ? passed_small : calloc((size_t)n, sizeof *passed);
+    int failed_rl = 0, failed_q = 0, total_q = 0, min = -1;
+    uint32_t minrem = UINT32_MAX;
+    for (int i = 0; i < n; i++) {
+        const gstat *s = &gs[i];
+        rls_status *x = &o[i].s;
+        *x = (rls_status)ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__DESCRIPTOR_STATUS__INIT;
+        ptr[i] = x;
+        if (passed != NULL) passed[i] = NULL;
+        if (s->code == SL_CHECK_UNLIMITED) { /* counted nowhere, as the peer's isUnlimited */
+            x->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+            x->limit_remaining = UINT32_MAX;
+            continue;
+        }
+        int over = 0;
+        if (s->limited) {
+            over = s->code == SL_CHECK_OVER_LIMIT || s->code == SL_CHECK_OVER_QUOTA;
+            o[i].reset = envoy_limit(s, now_s, &o[i].l);
+            x->current_limit = &o[i].l;
+            /* over, or over in shadow mode (the peer's OVER_LIMIT turned
+             * OK): nothing remains */
+            x->limit_remaining =
+                over || s->code == SL_CHECK_SHADOW ? 0 : clamp_u32(s->remaining);
+            o[i].d = (Google__Protobuf__Duration)GOOGLE__PROTOBUF__DURATION__INIT;
+            o[i].d.seconds = o[i].reset;
+            x->duration_until_reset = &o[i].d;
+            x->code = over ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+                           : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+        } else {
+            x->code = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+        }
+        /* the peer's minimumDescriptor: the fewest remaining, then the
+         * last non-quota OVER_LIMIT */
+        int quota = cfg->quota_mode || s->quota;
+        if (x->current_limit != NULL && x->limit_remaining < minrem) {
+            min = i;
+            minrem = x->limit_remaining;
+        }
+        if (!over && passed != NULL) passed[i] = s->meta; /* the peer's passedDescriptors */
+        if (over) {
+            if (quota) {
+                failed_q++;
+            } else {
+                failed_rl++;
+                min = i;
+                minrem = 0;
+            }
+        }
+        total_q += quota;
+    }
+    int deny = failed_rl > 0 || (total_q > 0 && total_q == failed_q);
+    if (deny && cfg->shadow_mode) deny = 0; /* global SHADOW_MODE: statuses kept */
+    resp.overall_code = deny ? ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OVER_LIMIT
+                             : ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__CODE__OK;
+    resp.n_statuses = (size_t)n;
+    resp.statuses = ptr;
+    rls_header hv[SL_RLH_MAX_FIELDS], *hvp[SL_RLH_MAX_FIELDS];
+    char text[SL_RLH_CAP]; /* the headers' values */
+    if (cfg->limit_headers) { /* the peer's three; they win over sluice's */
+        if (min >= 0) {
+            const rls_status *x = ptr[min];
+            int k = snprintf(text, sizeof text, "%" PRIu32 "%c%" PRIu32 "%c%" PRId64,
+                             x->current_limit->requests_per_unit, '\0', x->limit_remaining,
+                             '\0', o[min].reset);
+            (void)k;
+            const char *v1 = text, *v2 = v1 + strlen(v1) + 1, *v3 = v2 + strlen(v2) + 1;
+            const char *names[3] = {cfg->limit_limit_header, cfg->limit_remaining_header,
+                                    cfg->limit_reset_header};
+            const char *vals[3] = {v1, v2, v3};
+            for (int i = 0; i < 3; i++) {
+                hv[i] = (rls_header)ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
+                hv[i].key = (char *)names[i], hv[i].value = (char *)vals[i];
+                hvp[i] = &hv[i];
+            }
+            resp.n_response_headers_to_add = 3;
+            resp.response_headers_to_add = hvp;
+        }
+    } else if (q->want_headers && r != NULL) { /* sluice's (docs/envoy.md) */
+        sl_rlh h;
+        sl_rlh_init(&h, text, sizeof text, 0);
+        sl_rlh_check(&h, r->st, r->n, &r->result);
+        for (int i = 0; i < h.n; i++) {
+            hv[i] = (rls_header)ENVOY__CONFIG__CORE__V3__HEADER_VALUE__INIT;
+            hv[i].key = (char *)h.name[i], hv[i].value = (char *)h.value[i];
+            hvp[i] = &hv[i];
+        }
+        resp.n_response_headers_to_add = (size_t)h.n;
+        resp.response_headers_to_add = hvp;
+    }
+    answer_envoy_message(st, q, &resp, passed);
+    if (passed != passed_small) free(passed);
+    if (o != small) free(o);
+    if (ptr != ptr_small) free(ptr);
+}
+
+/* Whether descriptor status cs, a peek (cost 0), says that hits more
+ * would take its counter over its limit: the peer's `count + hits > L`
+ * of STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT (remaining = L - count). */
+static int would_go_over(const sl_check_status *cs, int64_t hits)
+{
+    gstat g;
+    gstat_of(cs, &g);
+    if (!g.limited) return 0;
+    if (g.code == SL_CHECK_OVER_LIMIT || g.code == SL_CHECK_OVER_QUOTA || g.code == SL_CHECK_SHADOW)
+        return 1;
+    return hits > g.remaining;
+}
+
+static void submit_round(greq *q, sl_svc_ctx *x, const rls_req *m);
+
+/* Holds the set of rules the plan just used (x's, read right after it
+ * was made: nothing ran between), for the statuses gathered from it. */
+static void hold_rules(greq *q, sl_svc_ctx *x)
+{
+    sl_rules *r = x->rules.rules;
+    if (r == NULL) return;
+    for (int i = 0; i < q->nheld; i++)
+        if (q->held[i] == r) return;
+    if (q->nheld == HELD_MAX) {
+        if (q->rc == 0) {
+            q->rc = SL_EINVAL;
+            snprintf(q->err, sizeof q->err, "the rules were reloaded %d times during the call",
+                     HELD_MAX);
+        }
+        return;
+    }
+    q->held[q->nheld++] = sl_rules_ref(r);
+}
+
+/* One chunk's answer fewer to wait for; at the last one of a round, the
+ * next round or the answer. */
+static void chunk_done(greq *q, const sl_svc_reply *r)
+{
+    if (--q->pending > 0) return;
+    gconn *g = q->g;
+    if (q->rc == 0 && q->round == 1) { /* the peek is in: the charge */
+        q->round = 2;
+        int any = 0;
+        for (int i = 0; i < q->n; i++) any |= q->over[i];
+        if (!any) memset(q->over, 1, (size_t)q->n); /* nobody over: everyone charged */
+        rls_req *m = g->c != NULL ? envoy__service__ratelimit__v3__rate_limit_request__unpack(
+                                        NULL, q->msglen, q->msg)
+                                  : NULL;
+        if (m != NULL) {
+            submit_round(q, sl_conn_svc(g->c), m);
+            envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
+            return;
+        }
+        q->rc = SL_ENOMEM;
+        snprintf(q->err, sizeof q->err, "%s", g->c != NULL ? "out of memory" : "");
+    }
+    gstream *st = stream_of(q);
+    if (st != NULL) {
+        if (q->rc != 0) {
+            answer_status(st, ST_UNKNOWN, q->err);
+        } else if (q->st != NULL) {
+            answer_envoy(st, q, (const gstat *)q->st, NULL);
+        } else { /* one call: its statuses, with those answered at the front */
+            gstat gs[SL_CHECK_MAX_DESC];
+            int k = 0;
+            for (int i = 0; i < q->n; i++) {
+                if (k < q->nplan && q->idx[k] == i)
+                    gstat_of(&r->st[k++], &gs[i]);
+                else
+                    gs[i] = (gstat){.code = SL_CHECK_NO_RULE, .name = ""};
+            }
+            answer_envoy(st, q, gs, r);
+        }
+    }
+    done(q);
+}
+
+static void on_chunk(void *arg, const sl_svc_reply *r)
+{
+    gchunk *ch = arg;
+    greq *q = ch->q;
+    if (r->rc < 0) {
+        if (q->rc == 0) {
+            q->rc = r->rc;
+            snprintf(q->err, sizeof q->err, "%s", r->err);
+        }
+    } else if (q->round == 1) {
+        for (int k = 0; k < ch->count && k < r->n; k++) {
+            int i = q->idx[ch->first + k];
+            q->over[i] = (unsigned char)would_go_over(&r->st[k], q->cost[i]);
+        }
+    } else if (q->st != NULL) { /* gathered: copied now, the plan goes */
+        if (q->submitting && q->g->c != NULL) hold_rules(q, sl_conn_svc(q->g->c));
+        gstat *gs = (gstat *)q->st;
+        for (int k = 0; k < ch->count && k < r->n; k++)
+            gstat_of(&r->st[k], &gs[q->idx[ch->first + k]]);
+    }
+    chunk_done(q, r);
+}
+
+/* Sends round q->round of m's planned descriptors, in chunks of at most
+ * SL_CHECK_MAX_DESC.  Round 1 (the peek) costs nothing; round 2 charges
+ * each descriptor its hits, or, after a peek that found some would go
+ * over, only those.  q may be gone when it returns. */
+static void submit_round(greq *q, sl_svc_ctx *x, const rls_req *m)
+{
+    int nch = q->nchunks;
+    /* one more than the chunks while sending: an answer coming inline
+     * cannot finish q under the loop; a single chunk finishes it itself */
+    q->pending = nch > 1 ? nch + 1 : 1;
+    for (int c = 0; c < nch; c++) {
+        gchunk *ch = &q->chunks[c];
+        sl_rule_entry ent_small[SL_CHECK_MAX_DESC * SL_RULES_MAX_DEPTH], *ent = ent_small;
+        const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
+        int ndesc[SL_CHECK_MAX_DESC];
+        sl_check_override ov[SL_CHECK_MAX_DESC];
+        int64_t costs[SL_CHECK_MAX_DESC];
+        size_t nent = 0;
+        for (int k = 0; k < ch->count; k++) nent += m->descriptors[q->idx[ch->first + k]]->n_entries;
+        if (nent > sizeof ent_small / sizeof ent_small[0] &&
+            (ent = malloc(nent * sizeof *ent)) == NULL) {
+            sl_svc_reply e = {.rc = SL_ENOMEM, .err = "out of memory"};
+            on_chunk(ch, &e);
+            if (nch == 1) return; /* q is gone */
+            continue;
+        }
+        int any_ov = 0;
+        size_t at = 0;
+        for (int k = 0; k < ch->count; k++) {
+            int i = q->idx[ch->first + k];
+            const rls_desc *ds = m->descriptors[i];
+            ov[k] = (sl_check_override){0, SL_UNIT_NONE};
+            if (ds->limit != NULL && q->known) { /* run_rls_envoy checked its unit */
+                static const sl_rule_unit unit[] = {
+                    [EU_SECOND] = SL_UNIT_SECOND, [EU_MINUTE] = SL_UNIT_MINUTE,
+                    [EU_HOUR] = SL_UNIT_HOUR,     [EU_DAY] = SL_UNIT_DAY,
+                    [EU_MONTH] = SL_UNIT_MONTH,   [EU_YEAR] = SL_UNIT_YEAR,
+                    [EU_WEEK] = SL_UNIT_WEEK,
+                };
+                ov[k] = (sl_check_override){(int64_t)ds->limit->requests_per_unit,
+                                            unit[ds->limit->unit]};
+                any_ov = 1;
+            }
+            for (size_t e = 0; e < ds->n_entries; e++) {
+                const char *kk = ds->entries[e]->key, *v = ds->entries[e]->value;
+                ent[at + e] = (sl_rule_entry){kk, strlen(kk), v, strlen(v)};
+            }
+            descs[k] = ent + at;
+            ndesc[k] = (int)ds->n_entries;
+            at += ds->n_entries;
+            costs[k] = q->round == 1 ? 0 : q->over[i] ? q->cost[i] : 0;
+        }
+        sl_svc_check_req cr = {.domain = m->domain,
+                               .dlen = strlen(m->domain),
+                               .n = ch->count,
+                               .descs = descs,
+                               .ndesc = ndesc,
+                               .over = any_ov ? ov : NULL,
+                               .cost = costs[0],
+                               SL_GRPC_LYFT_FIELDS(costs).at = q->now};
+        int gather = q->st != NULL && q->round == 2;
+        q->submitting = 1;
+        sl_svc_check(x, &cr, on_chunk, ch);
+        if (nch == 1) { /* q may be gone: nothing of it after this */
+            if (ent != ent_small) free(ent);
+            return;
+        }
+        q->submitting = 0;
+        if (gather) hold_rules(q, x); /* async: the set the plan used, held */
+        if (ent != ent_small) free(ent);
+    }
+    chunk_done(q, NULL); /* the loop's own count */
+}
+
+/* --rls-semantics envoy: checks a request as the peer does (its errors,
+ * UNKNOWN with its texts), answers at the front the descriptors no rule
+ * can match (no entries; more entries than any rule has, without an
+ * override), and sends the others to the plan (submit_round).  m's bytes
+ * (p, len) are kept when a later round or the dynamic metadata needs them. */
+static void run_rls_envoy(gstream *st, const rls_req *m, const uint8_t *p, size_t len)
+{
+    gconn *g = st->g;
+    char err[SL_SVC_ERR];
+    if (m->domain == NULL || m->domain[0] == '\0') {
+        answer_status(st, ST_UNKNOWN, "rate limit domain must not be empty");
+        return;
+    }
+    if (m->n_descriptors == 0) {
+        answer_status(st, ST_UNKNOWN, "rate limit descriptor list must not be empty");
+        return;
+    }
+    sl_svc_ctx *x = sl_conn_svc(g->c);
+    const sl_rules *rules = sl_svc_rules(x, NULL);
+    if (rules == NULL) {
+        answer_status(st, ST_UNKNOWN, "no rate limit configuration loaded");
+        return;
+    }
+    const sl_config *cfg = sl_conn_cfg(g->c);
+    int n = (int)m->n_descriptors; /* at most SL_GRPC_MAX_MESSAGE / 2 */
+    greq *q = malloc(sizeof *q);
+    if (q == NULL) {
+        g->nomem = 1;
+        return;
+    }
+    *q = (greq){.g = g,
+                .id = st->id,
+                .want_headers = st->want_headers,
+                .envoy = 1,
+                .n = n,
+                .round = cfg->stop_incr_overlimit ? 1 : 2,
+                .now = g->now,
+                .known = -1};
+    if (n <= SL_CHECK_MAX_DESC) {
+        q->idx = q->idx_small, q->cost = q->cost_small, q->over = q->over_small;
+    } else {
+        q->idx = malloc((size_t)n * sizeof *q->idx);
+        q->cost = malloc((size_t)n * sizeof *q->cost);
+        q->over = malloc((size_t)n);
+        q->st = malloc((size_t)n * sizeof *q->st);
+        if (q->idx == NULL || q->cost == NULL || q->over == NULL || q->st == NULL) goto nomem;
+    }
+    /* hits: the descriptor's own (0 allowed), else the request's, at least
+     * 1 (the peer's GetHitsAddends); above SL_MAX_LIMIT: SL_MAX_LIMIT,
+     * which is over every limit a rule can have */
+    int64_t dflt = m->hits_addend ? (int64_t)m->hits_addend : 1;
+    for (int i = 0; i < n; i++) {
+        const rls_desc *ds = m->descriptors[i];
+        int ov = 0;
+        if (ds->limit != NULL) {
+            if (q->known < 0)
+                q->known = sl_rules_find_domain(rules, m->domain, strlen(m->domain)) != NULL;
+            unsigned u = (unsigned)ds->limit->unit;
+            if (q->known && (u == EU_UNKNOWN || u > EU_WEEK)) {
+                /* the peer has no divider for it (its UnitToDivider panics) */
+                snprintf(err, sizeof err,
+                         "descriptor %d: limit override with unit %u: expected SECOND (1), "
+                         "MINUTE (2), HOUR (3), DAY (4), MONTH (5), YEAR (6) or WEEK (7)",
+                         i + 1, u);
+                answer_status(st, ST_UNKNOWN, err);
+                greq_free(q);
+                return;
+            }
+            ov = q->known;
+        }
+        q->cost[i] = ds->hits_addend ? (ds->hits_addend->value > SL_MAX_LIMIT
+                                            ? SL_MAX_LIMIT
+                                            : (int64_t)ds->hits_addend->value)
+                                     : dflt;
+        q->over[i] = 1; /* charged (round 1 may say otherwise) */
+        if (q->st != NULL) q->st[i] = (gstat){.code = SL_CHECK_NO_RULE, .name = ""};
+        if (ds->n_entries == 0 || (ds->n_entries > SL_RULES_MAX_DEPTH && !ov))
+            continue; /* no rule can match it: OK, no limit (the peer's nil) */
+        q->idx[q->nplan++] = i;
+    }
+    if (q->nplan == 0) { /* nothing for the plan: answered now */
+        gstat small[SL_CHECK_MAX_DESC];
+        if (q->st == NULL)
+            for (int i = 0; i < n; i++) small[i] = (gstat){.code = SL_CHECK_NO_RULE, .name = ""};
+        answer_envoy(st, q, q->st != NULL ? q->st : small, NULL);
+        greq_free(q);
+        return;
+    }
+    q->nchunks = (q->nplan + SL_CHECK_MAX_DESC - 1) / SL_CHECK_MAX_DESC;
+    if (q->nchunks == 1) {
+        q->chunks = &q->chunk_small;
+        free(q->st); /* one call: answered from its reply */
+        q->st = NULL;
+    } else if ((q->chunks = malloc((size_t)q->nchunks * sizeof *q->chunks)) == NULL) {
+        goto nomem;
+    }
+    for (int c = 0; c < q->nchunks; c++) {
+        int first = c * SL_CHECK_MAX_DESC, left = q->nplan - first;
+        q->chunks[c] = (gchunk){q, first, left < SL_CHECK_MAX_DESC ? left : SL_CHECK_MAX_DESC};
+    }
+    if (q->round == 1 || cfg->response_dmeta) { /* read again later */
+        if ((q->msg = malloc(len ? len : 1)) == NULL) goto nomem;
+        memcpy(q->msg, p, len);
+        q->msglen = len;
+    }
+    g->refs++;
+    g->calls++;
+    st->inflight = 1;   /* answered by chunk_done; a stream closing before is an orphan */
+    sl_conn_hold(g->c); /* until then: counted by net.c, waited for by a stop */
+    submit_round(q, x, m);
+    return;
+nomem:
+    answer_status(st, ST_UNKNOWN, "out of memory");
+    greq_free(q);
+}
+
+static void run_rls(gstream *st, const rls_req *m, const uint8_t *p, size_t len)
+{
+    if (sl_conn_cfg(st->g->c)->rls_semantics == SL_RLS_SLUICE)
+        run_rls_sluice(st, m);
+    else
+        run_rls_envoy(st, m, p, len);
+}
+
 /* ---- Health/Check ---------------------------------------------------------------- */
 
+/* Services "" and "ratelimit" (envoyproxy/ratelimit's name); with
+ * --rls-semantics sluice also the service's full name, as before.
+ * Others: NOT_FOUND "unknown service", grpc-go's answer. */
 static void run_health(gstream *st, const Grpc__Health__V1__HealthCheckRequest *m)
 {
-    if (m->service && m->service[0] && strcmp(m->service, RLS_SERVICE) != 0) {
+    const char *sv = m->service ? m->service : "";
+    int sluice = sl_conn_cfg(st->g->c)->rls_semantics == SL_RLS_SLUICE;
+    if (sv[0] != '\0' && strcmp(sv, "ratelimit") != 0 && !(sluice && strcmp(sv, RLS_SERVICE) == 0)) {
         answer_status(st, ST_NOT_FOUND, "unknown service");
         return;
     }
@@ -744,18 +1347,19 @@ static void dispatch(gstream *st)
     size_t used;
     rls_req *m = sl_rls_unpack(p + 5, len, a->mem, ARENA, &used);
     if (m != NULL) {
-        a->used = used;
-        in_free(st); /* m and all it points to live in the arena */
-        run_rls(st, m);
+        a->used = used; /* m and all it points to live in the arena */
+        run_rls(st, m, p + 5, len);
+        in_free(st);
         return;
     }
     m = envoy__service__ratelimit__v3__rate_limit_request__unpack(&al, len, p + 5);
-    in_free(st); /* protobuf-c copies what it keeps */
     if (m == NULL) {
+        in_free(st);
         answer_status(st, ST_INVALID_ARGUMENT, "cannot parse the RateLimitRequest");
         return;
     }
-    run_rls(st, m);
+    run_rls(st, m, p + 5, len);
+    in_free(st); /* protobuf-c copied what it keeps */
     envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, &al);
 }
 
