@@ -1178,12 +1178,15 @@ class TestEnvoySemantics(EnvoyCase):
 
     def test_service_quota_mode(self):
         """ratelimit_test quota mode: alone and over, OVER_LIMIT; over
-        beside a passing limited descriptor, the status OVER_LIMIT and the
-        overall OK."""
+        beside a passing descriptor that is not in quota mode, the status
+        OVER_LIMIT and the overall OVER_LIMIT too -- every quota descriptor
+        of the request is over (ratelimit.go's totalQuotaDescriptors ==
+        failedQuotaDescriptors; TestServiceQuotaModeOnlySomeOverTheLimit
+        has two quota descriptors, one with room, for an overall OK)."""
         r = self.call(request("env", [("q", "alone")], cost=2))
         self.assertEqual((r.overall_code, r.statuses[0].code), (OVER, OVER))
         r = self.call(request("env", [("q", "beside")], [("user", "q")], cost=2))
-        self.assertEqual((r.overall_code, [s.code for s in r.statuses]), (OK, [OVER, OK]))
+        self.assertEqual((r.overall_code, [s.code for s in r.statuses]), (OVER, [OVER, OK]))
 
     def test_service_errors_are_unknown(self):
         self.fails(request("", [("user", "x")]), UNKNOWN, "rate limit domain must not be empty")

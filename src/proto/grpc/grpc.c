@@ -67,11 +67,6 @@ typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor rls_desc;
 typedef Envoy__Extensions__Common__Ratelimit__V3__RateLimitDescriptor__RateLimitOverride
     rls_desc_override;
 
-/* What e-plan's sl_check_status / sl_svc_check_req add (until merged) */
-#define SL_GRPC_REPLACED(cs) 0
-#define SL_GRPC_QUOTA(cs)    ((cs)->code == SL_CHECK_OVER_QUOTA)
-#define SL_GRPC_META(cs)     NULL
-#define SL_GRPC_LYFT_FIELDS(costs)
 
 /* gRPC status codes (google.rpc.Code). */
 enum {
@@ -739,11 +734,13 @@ static void gstat_of(const sl_check_status *cs, gstat *o)
 {
     *o = (gstat){.code = cs->code, .name = ""};
     if (cs->code == SL_CHECK_NO_RULE || cs->code == SL_CHECK_UNLIMITED || cs->rule == NULL ||
-        SL_GRPC_REPLACED(cs))
+        cs->replaced)
         return;
     o->limited = 1;
-    o->quota = SL_GRPC_QUOTA(cs);
-    o->meta = SL_GRPC_META(cs);
+    /* the peer's isQuotaMode: the limit's quota_mode, shadow or not (an
+     * override has none) */
+    o->quota = cs->node != NULL && cs->node->quota_mode;
+    o->meta = NULL;
     o->unit = cs->rule->unit;
     o->window_ms = cs->rule->params.window_ms;
     if (cs->rule->named && cs->rule->name != NULL) o->name = cs->rule->name;
@@ -1081,7 +1078,9 @@ static void submit_round(greq *q, sl_svc_ctx *x, const rls_req *m)
                                .ndesc = ndesc,
                                .over = any_ov ? ov : NULL,
                                .cost = costs[0],
-                               SL_GRPC_LYFT_FIELDS(costs).at = q->now};
+                               .costs = costs,
+                               .lyft = 1,
+                               .at = q->now};
         int gather = q->st != NULL && q->round == 2;
         q->submitting = 1;
         sl_svc_check(x, &cr, on_chunk, ch);
