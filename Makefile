@@ -239,6 +239,13 @@ $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_grpc_wire: $(B)/src/proto/grpc/rls_wire.o $(PROTO_OBJ)
 $(B)/tests/test_grpc_wire: LDLIBS += -lprotobuf-c
+# dynamic_metadata (src/proto/grpc/rls_meta.c) from rules' metadata, read
+# back by protobuf-c
+$(B)/tests/test_rls_meta: $(B)/src/proto/grpc/rls_meta.o $(B)/src/proto/grpc/rls_wire.o $(B)/src/server/buf.o \
+                         $(PROTO_OBJ) $(RULES_OBJ)
+$(B)/tests/test_rls_meta: LDLIBS += -lprotobuf-c $(RULES_LIBS)
+$(B)/tests/test_rules_meta: $(RULES_OBJ)
+$(B)/tests/test_rules_meta: LDLIBS += $(RULES_LIBS)
 # HTTP/2 and HPACK (src/proto/grpc/h2.c, hpack.c) against nghttp2, the
 # independent peer: nghttp2 is the tests' only, never sluiced's
 $(B)/tests/test_hpack: $(B)/src/proto/grpc/hpack.o

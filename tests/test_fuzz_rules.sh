@@ -16,4 +16,5 @@ ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 fuzz_target rules 50000 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" \
     "$ROOT/src/rules/rules_yaml.c" "$ROOT/src/rules/rules_tree.c" "$ROOT/src/rules/rules_match.c" \
+    "$ROOT/src/rules/rules_meta.c" \
     "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml

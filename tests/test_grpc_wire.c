@@ -94,15 +94,24 @@ static void leaves_the_rest_to_protobuf_c(void **state)
     assert_int_equal(m->n_descriptors, 0);
 }
 
-/* packs m with both encoders and compares */
+/* packs m with both encoders and compares (dynamic_metadata given to
+ * rls_wire packed by protobuf-c) */
 static void same_bytes(const rls_resp *m)
 {
     size_t n = protobuf_c_message_get_packed_size(&m->base);
-    assert_int_equal(sl_rls_resp_size(m), n);
+    uint8_t dm[256], *dmeta = NULL;
+    size_t dlen = 0;
+    if (m->dynamic_metadata) {
+        dlen = protobuf_c_message_get_packed_size(&m->dynamic_metadata->base);
+        assert_true(dlen <= sizeof dm);
+        protobuf_c_message_pack(&m->dynamic_metadata->base, dm);
+        dmeta = dm;
+    }
+    assert_int_equal(sl_rls_resp_size(m, dmeta, dlen), n);
     uint8_t *a = malloc(n + 1), *b = malloc(n + 1);
     assert_non_null(a);
     assert_non_null(b);
-    assert_int_equal(sl_rls_resp_pack(m, a), n);
+    assert_int_equal(sl_rls_resp_pack(m, dmeta, dlen, a), n);
     protobuf_c_message_pack(&m->base, b);
     assert_memory_equal(a, b, n);
     free(a);
@@ -114,7 +123,7 @@ static void encodes_as_protobuf_c(void **state)
     (void)state;
     rls_resp r = ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__INIT;
     same_bytes(&r); /* empty: no bytes */
-    assert_int_equal(sl_rls_resp_size(&r), 0);
+    assert_int_equal(sl_rls_resp_size(&r, NULL, 0), 0);
 
     Envoy__Service__Ratelimit__V3__RateLimitResponse__RateLimit lim =
         ENVOY__SERVICE__RATELIMIT__V3__RATE_LIMIT_RESPONSE__RATE_LIMIT__INIT;
@@ -141,6 +150,41 @@ static void encodes_as_protobuf_c(void **state)
     /* a negative int32 takes ten bytes; an empty name is left out */
     d.nanos = -1, d.seconds = -5, lim.name = "";
     same_bytes(&r);
+
+    /* dynamic_metadata (field 6), last: an empty Struct is still written,
+     * then {"domain": "d", "n": [null, 2.5]} */
+    Google__Protobuf__Struct st = GOOGLE__PROTOBUF__STRUCT__INIT;
+    r.dynamic_metadata = &st;
+    same_bytes(&r);
+    Google__Protobuf__Value vs = GOOGLE__PROTOBUF__VALUE__INIT, vn = GOOGLE__PROTOBUF__VALUE__INIT,
+                            v0 = GOOGLE__PROTOBUF__VALUE__INIT, v1 = GOOGLE__PROTOBUF__VALUE__INIT;
+    vs.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_STRING_VALUE, vs.string_value = "d";
+    v0.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NULL_VALUE;
+    v1.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_NUMBER_VALUE, v1.number_value = 2.5;
+    Google__Protobuf__Value *items[] = {&v0, &v1};
+    Google__Protobuf__ListValue lv = GOOGLE__PROTOBUF__LIST_VALUE__INIT;
+    lv.n_values = 2, lv.values = items;
+    vn.kind_case = GOOGLE__PROTOBUF__VALUE__KIND_LIST_VALUE, vn.list_value = &lv;
+    Google__Protobuf__Struct__FieldsEntry e1 = GOOGLE__PROTOBUF__STRUCT__FIELDS_ENTRY__INIT,
+                                          e2 = GOOGLE__PROTOBUF__STRUCT__FIELDS_ENTRY__INIT;
+    e1.key = "domain", e1.value = &vs;
+    e2.key = "n", e2.value = &vn;
+    Google__Protobuf__Struct__FieldsEntry *ents[] = {&e1, &e2};
+    st.n_fields = 2, st.fields = ents;
+    same_bytes(&r);
+    /* and the bytes read back as the same message */
+    size_t n = sl_rls_resp_size(&r, NULL, 0);
+    uint8_t dm[64], out[512];
+    size_t dl = protobuf_c_message_pack(&st.base, dm);
+    size_t total = sl_rls_resp_pack(&r, dm, dl, out);
+    assert_int_equal(total, n + 1 + 1 + dl);
+    rls_resp *back = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, total, out);
+    assert_non_null(back);
+    assert_non_null(back->dynamic_metadata);
+    assert_int_equal(back->dynamic_metadata->n_fields, 2);
+    assert_string_equal(back->dynamic_metadata->fields[1]->key, "n");
+    assert_int_equal(back->dynamic_metadata->fields[1]->value->list_value->n_values, 2);
+    envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(back, NULL);
 }
 
 int main(void)

@@ -164,8 +164,11 @@ typedef struct sl_rule_node {
     int metric_dynamic;                     /* sl_rules_metric_dynamic(node), set once by
                                                the loader: RL.CHECK asks this field, so a
                                                node without either field costs nothing */
-    int has_metadata;                       /* Lyft's `metadata:` was given (kept for
-                                               nothing: RESP replies carry none) */
+    int has_metadata;                       /* Lyft's `metadata:` was given, even empty
+                                               (RL.RULES notes it) */
+    const struct sl_rule_meta *metadata;    /* its values (rules_meta.h), for the gRPC
+                                               reply's dynamic_metadata; NULL when none
+                                               or an empty map; the set's lifetime */
     int ip4_prefix;                         /* `ip_prefix`: mask IPv4 values to this many */
     int ip6_prefix;                         /*   bits before counting; -1 = not set */
     unsigned line, column;                  /* of the descriptor in its file */

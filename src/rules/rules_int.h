@@ -49,6 +49,7 @@ struct sl_rules {
     const sl_rule_domain **by_name; /* sorted by name */
     size_t nrules;                  /* descriptors */
     unsigned flags;                 /* SL_RULES_* it was loaded with */
+    size_t meta_values, meta_bytes; /* metadata built so far (rules_meta.h's bounds) */
 };
 
 /* Orders byte strings as memcmp does, a prefix before the longer string;

@@ -46,6 +46,7 @@
 
 #include <yaml.h>
 
+#include "rules_meta.h"
 #include "rules_yaml.h"
 #include "sluice.h"
 #include "util.h"
@@ -707,10 +708,8 @@ static int load_descriptor(loader *ld, const sl_rule_node *parent, sl_rule_node 
         }
     }
     node->metric_dynamic = sl_rules_metric_dynamic(node); /* its ancestors are loaded */
-    if (f[D_METADATA]) { /* Lyft hands it to Envoy; a RESP reply has no place for it */
-        if (f[D_METADATA]->type != Y_MAP)
-            return FAIL(ld, f[D_METADATA], "metadata must be a map (name: value ...), not %s",
-                        sl__yaml_desc(f[D_METADATA], d, sizeof d));
+    if (f[D_METADATA]) { /* Lyft hands it to Envoy (gRPC's dynamic_metadata) */
+        if (sl__rules_meta_load(ld, f[D_METADATA], &node->metadata) != 0) return -1;
         node->has_metadata = 1;
     }
     if (f[D_IP_PREFIX] && load_ip_prefix(ld, node, f[D_IP_PREFIX]) != 0) return -1;

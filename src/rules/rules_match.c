@@ -445,7 +445,8 @@ int sl_rules_node_notes(const sl_rule_node *node, char *buf, size_t cap)
 {
     if (node == NULL) return snprintf(buf, cap, "%s", "");
     /* what RL.RULES cannot show otherwise.  metadata goes to Envoy in
-     * Lyft's gRPC reply, and a RESP reply has no place for it; the two
+     * the gRPC reply's dynamic_metadata (rules_meta.h), and a RESP reply
+     * has no place for it -- "not applicable" here, on RESP; the two
      * metric fields name Lyft's per-value statistics (sl_rules_metric_name),
      * which INFO rulestats keeps beside the rule's own */
     return snprintf(buf, cap, "%s%s%s%s%s", node->share_threshold ? " share_threshold" : "",

@@ -10,8 +10,9 @@
  *     too, and both messages pack (protobuf-c) to the same bytes; the
  *     decoder stays inside its buffer and reports what it used;
  *   - when protobuf-c decodes the bytes as a RateLimitResponse without
- *     unknown fields, sl_rls_resp_size and sl_rls_resp_pack give protobuf-c's
- *     size and bytes.
+ *     unknown fields (outside dynamic_metadata), sl_rls_resp_size and
+ *     sl_rls_resp_pack, given dynamic_metadata packed by protobuf-c, give
+ *     protobuf-c's size and bytes.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +41,9 @@ static int unknown(const ProtobufCMessage *m)
     for (unsigned i = 0; i < d->n_fields; i++) {
         const ProtobufCFieldDescriptor *f = &d->fields[i];
         if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+        /* dynamic_metadata goes to the encoder packed by protobuf-c, its
+         * unknown fields and all */
+        if (f->descriptor == &google__protobuf__struct__descriptor) continue;
         const char *at = (const char *)m + f->offset;
         if (f->label == PROTOBUF_C_LABEL_REPEATED) {
             size_t n = *(const size_t *)((const char *)m + f->quantifier_offset);
@@ -85,17 +89,27 @@ static void check_response(const uint8_t *p, size_t n)
     rls_resp *m = envoy__service__ratelimit__v3__rate_limit_response__unpack(NULL, n, p);
     if (m == NULL) return;
     if (!unknown(&m->base)) {
-        size_t a = sl_rls_resp_size(m), b = protobuf_c_message_get_packed_size(&m->base);
+        /* dynamic_metadata, packed by protobuf-c, as grpc.c gives rls_meta.c's */
+        uint8_t *dm = NULL;
+        size_t dl = 0;
+        if (m->dynamic_metadata) {
+            dl = protobuf_c_message_get_packed_size(&m->dynamic_metadata->base);
+            if ((dm = malloc(dl + 1)) == NULL) goto out;
+            protobuf_c_message_pack(&m->dynamic_metadata->base, dm);
+        }
+        size_t a = sl_rls_resp_size(m, dm, dl), b = protobuf_c_message_get_packed_size(&m->base);
         if (a != b) die("sl_rls_resp_size differs from protobuf-c's");
         uint8_t *x = malloc(a + 1), *y = malloc(b + 1);
         if (x && y) {
-            if (sl_rls_resp_pack(m, x) != a) die("sl_rls_resp_pack wrote another size");
+            if (sl_rls_resp_pack(m, dm, dl, x) != a) die("sl_rls_resp_pack wrote another size");
             protobuf_c_message_pack(&m->base, y);
             if (memcmp(x, y, a) != 0) die("sl_rls_resp_pack wrote other bytes");
         }
         free(x);
         free(y);
+        free(dm);
     }
+out:
     envoy__service__ratelimit__v3__rate_limit_response__free_unpacked(m, NULL);
 }
 

@@ -410,7 +410,8 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
     if (st->answered) return;
     /* ShouldRateLimit's answer by hand (rls_wire.h), others by protobuf-c */
     int rls = m->descriptor == &envoy__service__ratelimit__v3__rate_limit_response__descriptor;
-    size_t n = rls ? sl_rls_resp_size((const rls_resp *)m) : protobuf_c_message_get_packed_size(m);
+    size_t n = rls ? sl_rls_resp_size((const rls_resp *)m, NULL, 0)
+                   : protobuf_c_message_get_packed_size(m);
     unsigned char small[SMALL];
     unsigned char *p = 5 + n <= SMALL ? small : malloc(5 + n);
     if (p == NULL) {
@@ -421,7 +422,7 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
     p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
     p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
     if (rls)
-        sl_rls_resp_pack((const rls_resp *)m, p + 5);
+        sl_rls_resp_pack((const rls_resp *)m, NULL, 0, p + 5);
     else
         protobuf_c_message_pack(m, p + 5);
     respond(st, HDR_OK, HDR_OK_LEN, p, 5 + n, TRAILER_OK, TRAILER_OK_LEN);

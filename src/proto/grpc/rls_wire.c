@@ -10,6 +10,7 @@
  * The encoder writes fields in number order and leaves out proto3's zero
  * values (0, an empty or NULL string, a NULL message), as protobuf-c does;
  * a nested message's length is its size, computed before it is written.
+ * dynamic_metadata comes packed already (rls_meta.c) and is copied.
  */
 #include <string.h>
 
@@ -283,7 +284,7 @@ static size_t status_sizes(const rls_status *s, size_t *ls, size_t *ds)
 
 static size_t header_size(const rls_header *h) { return fs(h->key) + fs(h->value); }
 
-size_t sl_rls_resp_size(const rls_resp *m)
+size_t sl_rls_resp_size(const rls_resp *m, const uint8_t *dmeta, size_t dmeta_len)
 {
     size_t n = fv(i32(m->overall_code));
     size_t ls, ds;
@@ -292,6 +293,7 @@ size_t sl_rls_resp_size(const rls_resp *m)
         n += fl(header_size(m->response_headers_to_add[i]));
     for (size_t i = 0; i < m->n_request_headers_to_add; i++)
         n += fl(header_size(m->request_headers_to_add[i]));
+    if (dmeta) n += fl(dmeta_len);
     return n;
 }
 
@@ -324,7 +326,7 @@ static uint8_t *put_status(uint8_t *o, const rls_status *s)
     return o;
 }
 
-size_t sl_rls_resp_pack(const rls_resp *m, uint8_t *out)
+size_t sl_rls_resp_pack(const rls_resp *m, const uint8_t *dmeta, size_t dmeta_len, uint8_t *out)
 {
     uint8_t *o = pv(out, 1, i32(m->overall_code));
     for (size_t i = 0; i < m->n_statuses; i++) o = put_status(o, m->statuses[i]);
@@ -332,5 +334,10 @@ size_t sl_rls_resp_pack(const rls_resp *m, uint8_t *out)
         o = put_header(o, 3, m->response_headers_to_add[i]);
     for (size_t i = 0; i < m->n_request_headers_to_add; i++)
         o = put_header(o, 4, m->request_headers_to_add[i]);
+    if (dmeta) {
+        o = pl(o, 6, dmeta_len);
+        if (dmeta_len) memcpy(o, dmeta, dmeta_len);
+        o += dmeta_len;
+    }
     return (size_t)(o - out);
 }

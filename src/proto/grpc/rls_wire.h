@@ -29,8 +29,16 @@ Envoy__Service__Ratelimit__V3__RateLimitRequest *sl_rls_unpack(const uint8_t *p,
                                                                void *buf, size_t cap, size_t *used);
 
 /* Bytes of m in the wire format, and m written to out (that many bytes):
- * byte for byte protobuf-c's get_packed_size and pack of m. */
-size_t sl_rls_resp_size(const Envoy__Service__Ratelimit__V3__RateLimitResponse *m);
-size_t sl_rls_resp_pack(const Envoy__Service__Ratelimit__V3__RateLimitResponse *m, uint8_t *out);
+ * byte for byte protobuf-c's get_packed_size and pack of m.
+ * dynamic_metadata (field 6) is not read from m but given packed: dmeta,
+ * dmeta_len bytes of a google.protobuf.Struct without its tag (as
+ * rls_meta.h's sl_rls_dmeta writes them), written last, as field 6;
+ * dmeta NULL: no field 6 (a non-NULL dmeta of 0 bytes is an empty Struct,
+ * present).  With m->dynamic_metadata packed by protobuf-c as dmeta, the
+ * bytes are protobuf-c's. */
+size_t sl_rls_resp_size(const Envoy__Service__Ratelimit__V3__RateLimitResponse *m,
+                        const uint8_t *dmeta, size_t dmeta_len);
+size_t sl_rls_resp_pack(const Envoy__Service__Ratelimit__V3__RateLimitResponse *m,
+                        const uint8_t *dmeta, size_t dmeta_len, uint8_t *out);
 
 #endif
