@@ -55,6 +55,7 @@
 #include "h2.h"
 #include "hpack.h"
 #include "ratelimit_headers.h"
+#include "rls_meta.h"
 #include "rls_wire.h"
 #include "service.h"
 
@@ -405,12 +406,13 @@ static void answer_status(gstream *st, int code, const char *msg)
 
 /* Answers st with message m (packed with its 5-byte prefix), then
  * grpc-status 0. */
-static void answer_message(gstream *st, const ProtobufCMessage *m)
+static void answer_message_dm(gstream *st, const ProtobufCMessage *m, const uint8_t *dmeta,
+                              size_t dmeta_len)
 {
     if (st->answered) return;
     /* ShouldRateLimit's answer by hand (rls_wire.h), others by protobuf-c */
     int rls = m->descriptor == &envoy__service__ratelimit__v3__rate_limit_response__descriptor;
-    size_t n = rls ? sl_rls_resp_size((const rls_resp *)m, NULL, 0)
+    size_t n = rls ? sl_rls_resp_size((const rls_resp *)m, dmeta, dmeta_len)
                    : protobuf_c_message_get_packed_size(m);
     unsigned char small[SMALL];
     unsigned char *p = 5 + n <= SMALL ? small : malloc(5 + n);
@@ -422,11 +424,18 @@ static void answer_message(gstream *st, const ProtobufCMessage *m)
     p[1] = (unsigned char)(n >> 24), p[2] = (unsigned char)(n >> 16);
     p[3] = (unsigned char)(n >> 8), p[4] = (unsigned char)n;
     if (rls)
-        sl_rls_resp_pack((const rls_resp *)m, NULL, 0, p + 5);
+        sl_rls_resp_pack((const rls_resp *)m, dmeta, dmeta_len, p + 5);
     else
         protobuf_c_message_pack(m, p + 5);
     respond(st, HDR_OK, HDR_OK_LEN, p, 5 + n, TRAILER_OK, TRAILER_OK_LEN);
     if (p != small) free(p);
+}
+
+/* Answers st with message m (packed with its 5-byte prefix), then
+ * grpc-status 0. */
+static void answer_message(gstream *st, const ProtobufCMessage *m)
+{
+    answer_message_dm(st, m, NULL, 0);
 }
 
 /* ---- ShouldRateLimit ------------------------------------------------------------ */
@@ -741,7 +750,7 @@ static void gstat_of(const sl_check_status *cs, gstat *o)
     /* the peer's isQuotaMode: the limit's quota_mode, shadow or not (an
      * override has none) */
     o->quota = cs->node != NULL && cs->node->quota_mode;
-    o->meta = NULL;
+    o->meta = cs->node != NULL ? cs->node->metadata : NULL;
     o->unit = cs->rule->unit;
     o->window_ms = cs->rule->params.window_ms;
     if (cs->rule->named && cs->rule->name != NULL) o->name = cs->rule->name;
@@ -790,11 +799,27 @@ static int64_t envoy_limit(const gstat *s, int64_t now_s, rls_limit *l)
  * asks for (passed: the metadata of each descriptor that passed with a
  * limit, by index; NULL when not asked) made from the request's bytes
  * kept in q. */
+/* Answers resp, with the peer's dynamic_metadata when passed is given
+ * (--response-dynamic-metadata): the request read again from the bytes q
+ * kept, passed[i] the metadata of descriptor i if it passed (rls_meta.h). */
 static void answer_envoy_message(gstream *st, const greq *q, rls_resp *resp, const void **passed)
 {
-    (void)q;
-    (void)passed;
-    answer_message(st, &resp->base); /* dynamic_metadata: e-meta */
+    if (passed == NULL || q->msg == NULL) {
+        answer_message(st, &resp->base);
+        return;
+    }
+    sl_buf b = {0};
+    rls_req *m = envoy__service__ratelimit__v3__rate_limit_request__unpack(NULL, q->msglen, q->msg);
+    if (m == NULL ||
+        sl_rls_dmeta(m, (const struct sl_rule_meta *const *)passed, q->n, &b) != 0) {
+        answer_status(st, ST_UNKNOWN, "out of memory");
+    } else {
+        /* an empty Struct is still a field: the peer always sets it */
+        answer_message_dm(st, &resp->base, b.p ? (const uint8_t *)b.p : (const uint8_t *)"",
+                          b.len);
+    }
+    if (m != NULL) envoy__service__ratelimit__v3__rate_limit_request__free_unpacked(m, NULL);
+    free(b.p);
 }
 
 /* Answers an envoy request: gs[i] is descriptor i's status (q->n), r the
