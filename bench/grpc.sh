@@ -83,7 +83,7 @@ EOF
 CPU_SERVER=1 CPU_CLIENT=0
 [ "$(nproc)" -ge 2 ] || CPU_SERVER=0
 taskset -c "$CPU_SERVER" "$SLUICED" --port 0 --http-port 0 --grpc-port any \
-    --threads 1 --rules "$TMP/rules.yaml" --max-memory 1gb >"$TMP/sluiced.log" 2>&1 &
+    --threads 1 --rules "$TMP/rules.yaml" --max-memory 1gb ${SLUICED_ARGS:-} >"$TMP/sluiced.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do
     grep -q 'grpc=yes' "$TMP/sluiced.log" && break
