@@ -137,7 +137,7 @@ class TestLyftConfig(LyftCase):
     def test_shadow_mode(self):
         """TestShadowModeConfig.  Lyft answers a shadow-mode rule over its
         limit OK (and counts it); sluice answers SHADOW, still allowed
-        (migrating doc: "Shadow mode's code")."""
+        (migrating doc: "RESP and HTTP")."""
         got = self.repeat(6, "shadow-domain", ("key1", "value1", "subkey1", "something"))
         self.assertEqual([r[0] for r in got], [1] * 5 + [0])          # not shadow: enforced
         self.assertEqual(got[5][6][:2], [b"OVER_LIMIT", b"shadow-domain.key1_value1.subkey1"])
@@ -308,7 +308,7 @@ class TestLyftIntegration(LyftCase):
         key3: Lyft's numbers.  key2: Lyft charges it even when key3 denies
         (remaining 9, 8, ... 5 on requests 11 to 15); sluice charges a
         denied request to none, so key2 stays at 10 used and answers 9 as if
-        alone (migrating doc: "Denied requests are not counted")."""
+        alone (migrating doc: "RESP and HTTP")."""
         got = self.repeat(15, "another", ("key2", "seq-two"), ("key3", "seq-two"), at=BASE + 7)
         for i, r in enumerate(got):
             key3 = [b"OK", b"another.key3", 10, 9 - i, 0, HOUR - 7] if i < 10 else \
