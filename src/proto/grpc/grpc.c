@@ -473,7 +473,7 @@ static void unit_of(const sl_rule_limit *rl, int64_t limit, rls_limit *out)
         out->requests_per_unit = clamp_u32(limit);
         return;
     }
-    /* limit * unit / w, without overflow: limit <= SL_MAX_LIMIT (2^53),
+    /* limit * unit / w, without overflow: limit <= SL_MAX_LIMIT (10^12 < 2^40),
      * unit <= 2^35: in long double's 64-bit mantissa after division */
     long double r = (long double)limit * (long double)units[k].ms / (long double)w;
     out->requests_per_unit = r >= (long double)UINT32_MAX ? UINT32_MAX : (uint32_t)r;
