@@ -1545,7 +1545,7 @@ static gconn *conn_state(sl_conn *c)
         free(g);
         return NULL;
     }
-    sl_h2_hold_data(g->h2); /* bodies buffered: at most SL_H2_WINDOW a connection */
+    sl_h2_hold_data(g->h2, SL_H2_WINDOW); /* bodies buffered: at most SL_H2_WINDOW */
     sl_conn_set_pdata(c, g);
     return g;
 }
