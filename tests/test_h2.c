@@ -720,13 +720,13 @@ static void client_reset(void **state)
  * Returns what sl_h2_recv ended with (0, or -1: the connection ended) and
  * sets *goaway to the code of the GOAWAY it sent (-1: none), *wu to the
  * sum of its WINDOW_UPDATEs on the connection. */
-static int feed(server *sv, int hold, const uint8_t *in, size_t n, long *goaway, uint64_t *wu)
+static int feed(server *sv, uint64_t hold, const uint8_t *in, size_t n, long *goaway, uint64_t *wu)
 {
     static uint8_t pre[64];
     size_t k = 24 + put_frame(pre + 24, 4, 0, 0, NULL, 0);
     memcpy(pre, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 24);
     server_new(sv);
-    if (hold) sl_h2_hold_data(sv->h);
+    if (hold) sl_h2_hold_data(sv->h, hold);
     *goaway = -1;
     if (wu) *wu = 0;
     int rc = 0;
@@ -913,7 +913,7 @@ static void held_bodies_and_reset(void **state)
     server sv;
     long code;
     uint64_t wu;
-    assert_int_equal(feed(&sv, 1, buf, k, &code, &wu), 0);
+    assert_int_equal(feed(&sv, SL_H2_WINDOW, buf, k, &code, &wu), 0);
     assert_int_equal(code, -1);
     assert_int_equal(wu, 0); /* all of it held: nothing given back */
     /* the client resets stream 1: its 60,000 bytes are freed and given back */
@@ -938,7 +938,7 @@ static void held_bodies_and_reset(void **state)
     for (int i = 0; i < 4; i++) k += put_frame(buf + k, 0, 0, 1, chunk, 15000);
     k += put_frame(buf + k, 1, 4, 3, BLOCK, sizeof BLOCK);
     k += put_frame(buf + k, 0, 0, 3, chunk, 5536);
-    assert_int_equal(feed(&sv, 1, buf, k, &code, &wu), -1);
+    assert_int_equal(feed(&sv, 1000, buf, k, &code, &wu), -1); /* below the window: as it */
     assert_int_equal(code, SL_H2_FLOW_CONTROL_ERROR);
     sl_h2_free(sv.h);
 
@@ -950,14 +950,127 @@ static void held_bodies_and_reset(void **state)
     sl_h2_free(sv.h);
 }
 
+/* A client following the server's windows over sv (fed the preface and
+ * SETTINGS, hold_data set): streams 1, 3 .. 2 * ns - 1 open, then each
+ * sends want bytes of DATA round robin in frames of at most 16,384, as
+ * far as the connection's and its own window let it, END_STREAM after
+ * the last when end.  Returns the DATA bytes sent; *granted is the
+ * connection window the server gave in all (65,535 and its
+ * WINDOW_UPDATEs on stream 0). */
+#define FOLLOW_MAX 8
+static uint64_t follow_windows(server *sv, int ns, size_t want, int end, uint64_t *granted)
+{
+    static uint8_t buf[16384 + 64], chunk[16384];
+    int64_t sw[FOLLOW_MAX]; /* the streams' windows */
+    size_t sent[FOLLOW_MAX] = {0};
+    uint64_t total = 0;
+    *granted = SL_H2_WINDOW;
+    assert_true(ns <= FOLLOW_MAX);
+    for (int i = 0; i < ns; i++) {
+        size_t k = put_frame(buf, 1, 4, (uint32_t)(1 + 2 * i), BLOCK, sizeof BLOCK);
+        assert_int_equal(sl_h2_recv(sv->h, buf, k), (ssize_t)k);
+        sw[i] = SL_H2_WINDOW;
+    }
+    for (int moved = 1; moved;) { /* bounded: each round sends, or it ends */
+        moved = 0;
+        for (int i = 0; i < ns; i++) {
+            size_t olen;
+            const uint8_t *o = sl_h2_out(sv->h, &olen);
+            for (size_t q = 0; q + 9 <= olen;) { /* the windows the server gave */
+                size_t fl = (size_t)o[q] << 16 | (size_t)o[q + 1] << 8 | o[q + 2];
+                uint32_t id = u32(o + q + 5) & 0x7fffffff;
+                if (o[q + 3] == 8 && id == 0) *granted += u32(o + q + 9);
+                if (o[q + 3] == 8 && id != 0) sw[(id - 1) / 2] += u32(o + q + 9);
+                q += 9 + fl;
+            }
+            sl_h2_out_taken(sv->h);
+            int64_t cw = (int64_t)(*granted - total);
+            size_t n = want - sent[i];
+            if ((int64_t)n > cw) n = (size_t)cw;
+            if ((int64_t)n > sw[i]) n = (size_t)sw[i];
+            if (n > sizeof chunk) n = sizeof chunk;
+            int last = end && sent[i] + n == want;
+            if (n == 0) continue;
+            size_t k = put_frame(buf, 0, last ? 1 : 0, (uint32_t)(1 + 2 * i), chunk, n);
+            assert_int_equal(sl_h2_recv(sv->h, buf, k), (ssize_t)k);
+            sent[i] += n, total += n, sw[i] -= (int64_t)n;
+            moved = 1;
+        }
+    }
+    return total;
+}
+
+/* hold_data with a bound above the window: the connection's window is
+ * given back while the bytes held plus the client's window stay within
+ * it.  Streams that never end: the client sends exactly the bound and
+ * is given no more; a stream ending gives back what it held.  One body
+ * longer than the window goes through (its stream's window is given
+ * back as it sends). */
+static void held_bodies_within_a_bound(void **state)
+{
+    (void)state;
+    static const uint64_t bound = 200005;
+    server sv;
+    long code;
+    uint64_t granted, wu;
+    /* 4 streams x 100,000 bytes, never ending: 200,005 of them held */
+    assert_int_equal(feed(&sv, bound, NULL, 0, &code, NULL), 0);
+    sv.defer = 1;
+    assert_int_equal(follow_windows(&sv, 4, 100000, 0, &granted), bound);
+    assert_int_equal(granted, bound);
+    assert_int_equal(sv.ended, 0);
+    /* one byte more is beyond the window: FLOW_CONTROL_ERROR */
+    static uint8_t buf[64];
+    size_t k = put_frame(buf, 0, 0, 7, "x", 1);
+    assert_int_equal(sl_h2_recv(sv.h, buf, k), -1);
+    size_t olen;
+    const uint8_t *o = sl_h2_out(sv.h, &olen);
+    assert_int_equal(olen, 9 + 8 + strlen("DATA beyond the connection's window"));
+    assert_int_equal(o[3], 7);
+    assert_int_equal(u32(o + 13), SL_H2_FLOW_CONTROL_ERROR);
+    sl_h2_free(sv.h);
+
+    /* the same, then stream 1 ends: its bytes are given back, no more */
+    assert_int_equal(feed(&sv, bound, NULL, 0, &code, NULL), 0);
+    sv.defer = 1;
+    assert_int_equal(follow_windows(&sv, 4, 100000, 0, &granted), bound);
+    size_t held1 = ((req *)sl_h2_user(sl_h2_find(sv.h, 1)))->blen;
+    assert_true(held1 > 0 && held1 < 100000);
+    k = put_frame(buf, 0, 1, 1, NULL, 0);
+    assert_int_equal(sl_h2_recv(sv.h, buf, k), (ssize_t)k);
+    assert_int_equal(sv.ended, 1);
+    o = sl_h2_out(sv.h, &olen);
+    assert_int_equal(olen, 13);
+    assert_int_equal(o[3], 8);
+    assert_int_equal(u32(o + 5), 0);
+    assert_int_equal(u32(o + 9), held1);
+    sl_h2_out_taken(sv.h);
+    sl_h2_free(sv.h);
+
+    /* one body of 150,000 bytes, more than a window: it ends */
+    assert_int_equal(feed(&sv, bound, NULL, 0, &code, NULL), 0);
+    sv.defer = 1;
+    assert_int_equal(follow_windows(&sv, 1, 150000, 1, &granted), 150000);
+    assert_int_equal(sv.ended, 1);
+    sl_h2_free(sv.h);
+
+    /* bound == SL_H2_WINDOW: nothing held is given back, as before */
+    assert_int_equal(feed(&sv, SL_H2_WINDOW, NULL, 0, &code, &wu), 0);
+    sv.defer = 1;
+    assert_int_equal(follow_windows(&sv, 4, 100000, 0, &granted), SL_H2_WINDOW);
+    assert_int_equal(granted, SL_H2_WINDOW);
+    sl_h2_free(sv.h);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(many_calls_one_connection), cmocka_unit_test(flow_control_both_ways),
-        cmocka_unit_test(connection_errors),         cmocka_unit_test(stream_errors),
-        cmocka_unit_test(ignored_after_goaway),      cmocka_unit_test(client_reset),
-        cmocka_unit_test(floods_are_calmed),         cmocka_unit_test(continuation_flood),
-        cmocka_unit_test(answered_calls_pay_back),   cmocka_unit_test(held_bodies_and_reset),
+        cmocka_unit_test(many_calls_one_connection),  cmocka_unit_test(flow_control_both_ways),
+        cmocka_unit_test(connection_errors),          cmocka_unit_test(stream_errors),
+        cmocka_unit_test(ignored_after_goaway),       cmocka_unit_test(client_reset),
+        cmocka_unit_test(floods_are_calmed),          cmocka_unit_test(continuation_flood),
+        cmocka_unit_test(answered_calls_pay_back),    cmocka_unit_test(held_bodies_and_reset),
+        cmocka_unit_test(held_bodies_within_a_bound),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

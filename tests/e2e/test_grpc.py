@@ -578,8 +578,9 @@ class TestCases(unittest.TestCase):
                           "unknown method /envoy.service.ratelimit.v3.RateLimitService/Nope"))
 
     def test_message_too_big_then_served(self):
-        self.fails(request("api", [("user", "x" * 20000)]), grpc.StatusCode.RESOURCE_EXHAUSTED,
-                   "request message larger than 16384 bytes")
+        req = request("api", [("user", "x" * (1 << 20))])  # --max-command: 1 MB
+        self.fails(req, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                   "grpc: received message larger than max (%d vs. 1048576)" % req.ByteSize())
         self.assertEqual(self.call(request("api", [("user", "after")])).overall_code, OK)
 
     def test_garbage_message(self):

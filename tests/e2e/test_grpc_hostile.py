@@ -9,9 +9,11 @@ a client can do what no library would).
   connection closed; a new client is served.
 - Request bodies: many connections each opening 100 streams with partial
   16 KB bodies, following the windows the server gives: the RSS growth is
-  bounded by the connection window (bodies held against it), and PINGs do
-  not keep them alive: each connection is cut at --recv-timeout.
-- A message whose prefix declares more than 16 KiB is answered at once.
+  bounded by --max-command + 5 a connection (bodies held: h2.h's
+  sl_h2_hold_data; test_grpc_caps.py checks the windows given), and PINGs
+  do not keep them alive: each connection is cut at --recv-timeout.
+- A message whose prefix declares more than --max-command is answered at
+  once.
 - --idle-timeout: a connection that only PINGs after its last call is
   closed; one making calls beside it is not.
 - HEADERS + DATA + RST_STREAM while the Redis backend is stopped
@@ -39,7 +41,7 @@ CANCEL = struct.pack(">I", 8)
 RLS = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 HEALTH = b"/grpc.health.v1.Health/Check"
 MAX_STREAMS = 100  # SL_GRPC_MAX_STREAMS (grpc.h)
-CONN_WINDOW = 65535  # SL_H2_WINDOW (h2.h): the bodies a connection may have held
+CONN_WINDOW = 65535  # SL_H2_WINDOW (h2.h): the connection's and each stream's window
 TIMEOUT = 20  # seconds, scaled by deadline()
 
 RULES = """domain: api
@@ -227,12 +229,15 @@ class TestPartialBodies(Base):
     def test_partial_bodies_bounded_and_cut_at_recv_timeout(self):
         """Connections of 100 streams each sending 15,000 of a declared
         16,000-byte message, as far as the server's windows let them:
-        each connection holds at most its window of bodies; PINGs every
-        0.1 s do not keep them: each is cut at --recv-timeout."""
+        each connection holds at most --max-command + 5 bytes of bodies
+        (64 KiB here); PINGs every 0.1 s do not keep them: each is cut at
+        --recv-timeout."""
         conns = 12 if SANITIZED else 40
         recv_ms = int(1000 * SLOW)
+        hold = 64 * 1024 + 5  # --max-command and a message's prefix
         srv = start("--recv-timeout", "%dms" % recv_ms, "--max-memory", "16mb",
-                    "--max-output-total", "16mb", name="grpc-partial-bodies")
+                    "--max-output-total", "16mb", "--max-command", "64kb",
+                    name="grpc-partial-bodies")
         self.addCleanup(srv.cleanup)
         base = srv.rss_kb()
         cut_before = srv.info_int("clients_cut_recv")
@@ -259,8 +264,8 @@ class TestPartialBodies(Base):
                     break
         grew_kb = srv.rss_kb() - base
         sent_all = sum(c.window for c in cs)
-        # held: at most the connection's window each, plus its streams' state
-        bound_kb = (conns * (2 * CONN_WINDOW + MAX_STREAMS * 1024) // 1024 + 4 * 1024) * \
+        # held: at most hold each, plus its streams' state
+        bound_kb = (conns * (2 * hold + MAX_STREAMS * 1024) // 1024 + 4 * 1024) * \
             harness.RSS_SCALE
         self.assertLessEqual(grew_kb, bound_kb,
                              "RSS grew %d KB for %d connections of partial bodies (windows "
@@ -280,9 +285,10 @@ class TestPartialBodies(Base):
 
 class TestMessageCap(Base):
     def test_a_message_declared_too_large_is_answered_at_once(self):
-        """A message whose prefix declares 1 GB: answered RESOURCE_EXHAUSTED
-        on its first DATA frame and its stream closed (RST_STREAM
-        NO_ERROR), the rest never awaited nor held; the connection goes on."""
+        """A message whose prefix declares 1 GB (above --max-command, 1 MB):
+        answered RESOURCE_EXHAUSTED on its first DATA frame in grpc-go's
+        words and its stream closed (RST_STREAM NO_ERROR), the rest never
+        awaited nor held; the connection goes on."""
         srv = start(name="grpc-message-cap")
         self.addCleanup(srv.cleanup)
         c = H2(srv.grpc_port)
@@ -293,6 +299,8 @@ class TestMessageCap(Base):
                         "no answer before the whole message")
         trailers = [p for t, f, sid, p in c.frames if sid == 1 and t == HEADERS]
         self.assertIn(b"grpc-status\x018", trailers[-1])  # RESOURCE_EXHAUSTED
+        self.assertIn(b"grpc: received message larger than max (1073741824 vs. 1048576)",
+                      trailers[-1])
         self.assertIn((RST, 1, struct.pack(">I", 0)), [(t, sid, p) for t, _, sid, p in c.frames])
         c.send(call_frames(3))
         self.assertTrue(c.read_until(lambda x: x.ended(3), deadline(TIMEOUT)))

@@ -9,7 +9,9 @@
  * 1 << (bits + 2) bytes, as reads would split it (what sl_h2_recv leaves is
  * offered again with the next piece); bit 4: a request is answered at its
  * end, inside the callback (else after all the input, those still open);
- * bit 5: the answer has a body and trailers (else headers only).
+ * bit 5: the answer has a body and trailers (else headers only); bits 6..7:
+ * sl_h2_hold_data (0: not called; 1: its bound SL_H2_WINDOW; 2: a bound of
+ * 3 windows; 3: a bound of 1, which counts as SL_H2_WINDOW).
  *
  * Checked besides no crash, leak or sanitizer report (ASan, UBSan):
  *   - h2.h's callback order: per stream, begin once, then fields and data,
@@ -22,7 +24,10 @@
  *   - what h2 writes is whole frames, the first a SETTINGS (type 4), none
  *     longer than SL_H2_MAX_FRAME, none on stream 0 of a type that needs a
  *     stream (HEADERS, DATA, RST_STREAM), none on a stream for a type that
- *     is the connection's (SETTINGS, PING, GOAWAY).
+ *     is the connection's (SETTINGS, PING, GOAWAY);
+ *   - with hold_data: the bytes the data callback took of the streams
+ *     whose request has not ended (nor the stream closed) never pass the
+ *     bound (DATA beyond the windows given ends the connection first).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,11 +50,13 @@ static void die(const char *why)
 typedef struct user {
     int magic;
     int ended;
+    uint64_t held; /* bytes taken since it began, until it ends or closes */
 } user;
 
 typedef struct conn {
     sl_h2 *h;
     int answer_at_end, body;
+    uint64_t bound, held; /* hold_data's bound (0: none), bytes held in all */
     long begun, closed;
     int n;
     uint32_t id[MAXS];
@@ -94,6 +101,7 @@ static int on_begin(void *arg, sl_h2_stream *s)
     user *u = sl_h2_user(s);
     u->magic = MAGIC;
     u->ended = 0;
+    u->held = 0;
     c->begun++;
     return 0;
 }
@@ -113,6 +121,10 @@ static int on_data(void *arg, sl_h2_stream *s, const uint8_t *p, size_t n)
     user *u = checked(arg, s, "data on a stream not begun, or closed");
     if (u->ended) die("data after the request's end");
     if (n > 0 && p == NULL) die("data at NULL");
+    conn *c = arg;
+    u->held += n;
+    c->held += n;
+    if (c->bound && c->held > c->bound) die("more held than hold_data's bound");
     return 0;
 }
 
@@ -122,6 +134,8 @@ static void on_end(void *arg, sl_h2_stream *s)
     user *u = checked(c, s, "end on a stream not begun, or closed");
     if (u->ended) die("end twice");
     u->ended = 1;
+    c->held -= u->held;
+    u->held = 0;
     int i = slot(c, sl_h2_id(s));
     if (i >= 0) c->state[i] = 2;
     if (c->answer_at_end) answer(c, s);
@@ -133,6 +147,8 @@ static void on_closed(void *arg, sl_h2_stream *s)
     user *u = checked(c, s, "closed on a stream not begun, or twice");
     int i = slot(c, sl_h2_id(s));
     if (i >= 0) c->state[i] = 3;
+    c->held -= u->held;
+    u->held = 0;
     u->magic = 0;
     c->closed++;
 }
@@ -186,6 +202,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c->body = opt & 32;
     c->h = sl_h2_new(&cbs, c, sizeof(user));
     if (c->h == NULL) die("memory");
+    static const uint64_t bounds[4] = {0, SL_H2_WINDOW, 3 * SL_H2_WINDOW, 1};
+    if (opt >> 6) {
+        sl_h2_hold_data(c->h, bounds[opt >> 6]);
+        c->bound = bounds[opt >> 6] < SL_H2_WINDOW ? SL_H2_WINDOW : bounds[opt >> 6];
+    }
     int first = 1, over = 0;
     size_t have = 0, fed = 0; /* in[fed - have .. fed) is offered */
     while (fed < n && !over) {

@@ -25,15 +25,16 @@
  * refuses more), counting the calls whose stream was reset while they
  * wait for their backend (orphans: on_begin refuses past the bound),
  * SL_GRPC_MAX_HEADERS bytes of header list (h2.c) and
- * SL_GRPC_MAX_MESSAGE bytes of message per request (RESOURCE_EXHAUSTED,
- * answered as soon as it is known); unfinished bodies held against the
- * connection's window (sl_h2_hold_data: SL_H2_WINDOW bytes a
- * connection); a request begun must be whole within recv-timeout and a
- * connection with nothing open or waiting closes after idle-timeout,
- * whatever frames it sends (set_deadline: net.c's sl_conn_deadline);
- * floods end with ENHANCE_YOUR_CALM (h2.c); and net.c's own: output held
- * for a client that does not read pauses it (the turn's budget,
- * proto.h), checked before each frame.
+ * --max-command bytes of message per request (RESOURCE_EXHAUSTED,
+ * answered as soon as it is known; grpc.h), SL_GRPC_MAX_DESC descriptors
+ * (counted before decoding: too_many_descriptors); unfinished bodies held
+ * (sl_h2_hold_data: --max-command + 5 bytes a connection); a request
+ * begun must be whole within recv-timeout and a connection with nothing
+ * open or waiting closes after idle-timeout, whatever frames it sends
+ * (set_deadline: net.c's sl_conn_deadline); floods end with
+ * ENHANCE_YOUR_CALM (h2.c); and net.c's own: output held for a client
+ * that does not read pauses it (the turn's budget, proto.h), checked
+ * before each frame.
  *
  * Stopping: net.c calls stop() once the connection's last requests ran;
  * it sends GOAWAY naming the last stream processed, and the calls still
@@ -209,7 +210,7 @@ static void in_free(gstream *st)
  * a peek (every cost 0), then the charge.  A request of at most
  * SL_CHECK_MAX_DESC descriptors uses the arrays inside greq (one malloc,
  * as in sluice semantics); a larger one allocates its arrays once, sized
- * by the request (bounded by SL_GRPC_MAX_MESSAGE's bytes). */
+ * by the request (at most SL_GRPC_MAX_DESC descriptors). */
 typedef struct greq greq;
 
 typedef struct gchunk {
@@ -1145,7 +1146,7 @@ static void run_rls_envoy(gstream *st, const rls_req *m, const uint8_t *p, size_
         return;
     }
     const sl_config *cfg = sl_conn_cfg(g->c);
-    int n = (int)m->n_descriptors; /* at most SL_GRPC_MAX_MESSAGE / 2 */
+    int n = (int)m->n_descriptors; /* at most SL_GRPC_MAX_DESC */
     greq *q = malloc(sizeof *q);
     if (q == NULL) {
         g->nomem = 1;
@@ -1315,6 +1316,67 @@ static int authorized(gstream *st)
     }
 }
 
+/* A protobuf varint at p[*i..len) into *v: 0, or -1 (cut short, or
+ * longer than 10 bytes). */
+static int pb_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
+{
+    *v = 0;
+    for (int sh = 0; *i < len && sh < 70; sh += 7) {
+        uint8_t b = p[(*i)++];
+        *v |= (uint64_t)(b & 0x7f) << (sh < 64 ? sh : 0);
+        if (!(b & 0x80)) return 0;
+    }
+    return -1;
+}
+
+/* The descriptors (field 2) of the RateLimitRequest p[0..len), counted
+ * on its top-level framing without decoding it (so that a request of too
+ * many is refused before protobuf-c builds them): those before the
+ * framing ends, or breaks (the decoder then refuses the message). */
+static size_t count_descriptors(const uint8_t *p, size_t len)
+{
+    size_t n = 0, i = 0;
+    while (i < len) {
+        uint64_t tag, v;
+        if (pb_varint(p, len, &i, &tag) != 0) return n;
+        switch (tag & 7) {
+        case 0: /* a varint */
+            if (pb_varint(p, len, &i, &v) != 0) return n;
+            continue;
+        case 1: v = 8; break;
+        case 2: /* length-delimited */
+            if (pb_varint(p, len, &i, &v) != 0) return n;
+            break;
+        case 5: v = 4; break;
+        default: return n; /* a group, or no wire type */
+        }
+        if (v > len - i) return n;
+        i += (size_t)v;
+        n += tag == (2 << 3 | 2);
+    }
+    return n;
+}
+
+/* More than SL_GRPC_MAX_DESC descriptors in st's message p[0..len): 1,
+ * answered (grpc.h's texts), else 0. */
+static int too_many_descriptors(gstream *st, const uint8_t *p, size_t len)
+{
+    size_t n = count_descriptors(p, len);
+    if (n <= SL_GRPC_MAX_DESC) return 0;
+    in_free(st); /* p is no longer needed; st may be gone after the answer */
+    char msg[96];
+    if (sl_conn_cfg(st->g->c)->rls_semantics == SL_RLS_SLUICE) {
+        snprintf(msg, sizeof msg, "at most %d descriptors in one request, got %zu",
+                 SL_CHECK_MAX_DESC, n);
+        answer_status(st, ST_INVALID_ARGUMENT, msg);
+    } else {
+        snprintf(msg, sizeof msg, "%zu descriptors in one request: at most %d", n,
+                 SL_GRPC_MAX_DESC);
+        answer_status(st, ST_UNKNOWN, msg);
+    }
+    return 1;
+}
+
 static void dispatch(gstream *st)
 {
     gconn *g = st->g;
@@ -1367,6 +1429,7 @@ static void dispatch(gstream *st)
         grpc__health__v1__health_check_request__free_unpacked(m, &al);
         return;
     }
+    if (too_many_descriptors(st, p + 5, len)) return;
     /* the fast path first (rls_wire.h: into the arena, nothing to free),
      * protobuf-c for what it leaves */
     size_t used;
@@ -1461,48 +1524,59 @@ static int on_field(void *arg, sl_h2_stream *s, const uint8_t *name, size_t nlen
     return 0;
 }
 
-/* A request's DATA: kept in st->in (at most 5 + SL_GRPC_MAX_MESSAGE
- * bytes; h2.c counts them against the connection's window until the
- * request ends: sl_h2_hold_data).  A message larger than that -- by its
- * prefix, or by its bytes -- is answered RESOURCE_EXHAUSTED at once (its
- * stream then closes: what it holds is freed and its window given back). */
+/* A request's DATA: kept in st->in (at most 5 + --max-command bytes;
+ * h2.c holds them against the connection's bound until the request ends:
+ * sl_h2_hold_data).  A message larger than --max-command -- by its
+ * prefix, or by its bytes -- is answered RESOURCE_EXHAUSTED at once, in
+ * grpc-go's words (its stream then closes: what it holds is freed and
+ * its window given back).  Past small_in the buffer is one allocation of
+ * the declared size when that is at most HEAP_FIRST bytes, else grows by
+ * doubling up to the declared size: a stream's buffer is never much more
+ * than what it sent (a message declared large but never sent costs no
+ * more than HEAP_FIRST). */
+#define HEAP_FIRST (16 * 1024 + 5)
 static int on_data(void *arg, sl_h2_stream *s, const uint8_t *d, size_t n)
 {
     (void)arg;
     gstream *st = sl_h2_user(s);
     if (st->answered) return 0;
     if (st->in.p == NULL) st->in = (sl_buf){st->small_in, 0, SMALL};
-    size_t want = 0; /* prefix and message, once the prefix is here */
-    if (st->in.len < 5 && st->in.len + n >= 5) {
+    uint64_t max = sl_conn_cfg(st->g->c)->max_command;
+    size_t have = st->in.len + n, want = 0; /* want: prefix and message, once known */
+    if (have >= 5) {
         uint8_t pre[5];
-        memcpy(pre, st->in.p, st->in.len);
-        memcpy(pre + st->in.len, d, 5 - st->in.len);
+        size_t k = st->in.len < 5 ? st->in.len : 5;
+        memcpy(pre, st->in.p, k);
+        memcpy(pre + k, d, 5 - k);
         want = 5 + ((size_t)pre[1] << 24 | (size_t)pre[2] << 16 | (size_t)pre[3] << 8 | pre[4]);
     }
-    if (st->in.len + n > 5 + (size_t)SL_GRPC_MAX_MESSAGE ||
-        want > 5 + (size_t)SL_GRPC_MAX_MESSAGE) {
+    if (want > 5 + max || have > 5 + max) {
         in_free(st);
         partial_off(st);
         char msg[96];
-        snprintf(msg, sizeof msg, "request message larger than %d bytes", SL_GRPC_MAX_MESSAGE);
+        snprintf(msg, sizeof msg, "grpc: received message larger than max (%zu vs. %" PRIu64 ")",
+                 (want > have ? want : have) - 5, max);
         answer_status(st, ST_RESOURCE_EXHAUSTED, msg); /* st may be gone */
         return 0;
     }
-    if (st->in.p == st->small_in && st->in.len + n > SMALL) { /* to the heap */
-        /* the size the prefix declared, when known: one allocation */
-        size_t cap = want > st->in.len + n ? want : st->in.len + n;
-        sl_buf b = {malloc(cap), 0, cap};
-        if (b.p == NULL) return SL_H2_INTERNAL_ERROR;
-        memcpy(b.p, st->small_in, st->in.len);
-        b.len = st->in.len;
-        st->in = b;
-    }
-    if (st->in.p == st->small_in) {
+    if (st->in.p == st->small_in && have <= SMALL) {
         memcpy(st->small_in + st->in.len, d, n);
-        st->in.len += n;
+        st->in.len = have;
         return 0;
     }
-    return sl_buf_add(&st->in, d, n) == 0 ? 0 : SL_H2_INTERNAL_ERROR;
+    if (have > st->in.cap) { /* to the heap, or a larger one */
+        size_t cap = st->in.p == st->small_in ? HEAP_FIRST : 2 * st->in.cap;
+        if (want >= have && cap > want) cap = want;
+        if (cap < have) cap = have;
+        char *b = st->in.p == st->small_in ? malloc(cap) : realloc(st->in.p, cap);
+        if (b == NULL) return SL_H2_INTERNAL_ERROR;
+        if (st->in.p == st->small_in) memcpy(b, st->small_in, st->in.len);
+        st->in.p = b;
+        st->in.cap = cap;
+    }
+    memcpy(st->in.p + st->in.len, d, n);
+    st->in.len = have;
+    return 0;
 }
 
 static void on_end(void *arg, sl_h2_stream *s)
@@ -1545,7 +1619,8 @@ static gconn *conn_state(sl_conn *c)
         free(g);
         return NULL;
     }
-    sl_h2_hold_data(g->h2); /* bodies buffered: at most SL_H2_WINDOW a connection */
+    /* unfinished bodies: at most one whole message a connection (on_data) */
+    sl_h2_hold_data(g->h2, sl_conn_cfg(c)->max_command + 5);
     sl_conn_set_pdata(c, g);
     return g;
 }

@@ -20,9 +20,20 @@
 
 /* Limits of one connection, named here and quoted by docs/envoy.md. */
 #define SL_GRPC_MAX_STREAMS 100 /* SETTINGS_MAX_CONCURRENT_STREAMS */
-#define SL_GRPC_MAX_MESSAGE                                                                        \
-    (16 * 1024) /* bytes of one request message (without its                                       \
-                   5-byte prefix): more is RESOURCE_EXHAUSTED */
+/* A request message (without its 5-byte prefix) is at most --max-command
+ * bytes (cfg->max_command, "the size of one command", as for RESP): more
+ * is answered RESOURCE_EXHAUSTED "grpc: received message larger than max
+ * (N vs. M)", grpc-go's code and text, as soon as the prefix declares it
+ * or the bytes pass it.  A connection holds at most --max-command + 5
+ * bytes of unfinished request bodies (at least SL_H2_WINDOW): h2.c's
+ * sl_h2_hold_data. */
+#define SL_GRPC_MAX_DESC                                                                           \
+    4096 /* descriptors of one RateLimitRequest, counted before it is                              \
+            decoded (the per-request state is ~200 bytes a descriptor):                            \
+            more is UNKNOWN "N descriptors in one request: at most 4096"                           \
+            (--rls-semantics envoy) or INVALID_ARGUMENT "at most 16                                \
+            descriptors in one request, got N" (sluice, whose bound is                             \
+            SL_CHECK_MAX_DESC) */
 #define SL_GRPC_MAX_HEADERS                                                                        \
     (16 * 1024) /* bytes of one request's header list, counted as RFC                              \
                    9113 does (names + values + 32 a field;                                         \

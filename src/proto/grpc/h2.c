@@ -23,9 +23,14 @@
  * WINDOW_UPDATE or SETTINGS.
  *
  * With hold_data, the bytes of a stream's DATA the caller took (s->held)
- * are not given back until its request ends or it closes: the
- * connection's WINDOW_UPDATE gives back what was received less what is
- * held (h->held, never more than h->recv_used).
+ * count against the connection's window until its request ends or it
+ * closes: the connection's WINDOW_UPDATE gives back what was received as
+ * far as h->held (all streams' held bytes) plus the window the client
+ * then has stays within h->hold_bound.  The client's window is
+ * SL_H2_WINDOW - h->recv_used, so what may be given back is
+ * recv_used - (held + SL_H2_WINDOW - hold_bound), at most recv_used; with
+ * hold_bound == SL_H2_WINDOW that is recv_used - held: nothing held is
+ * given back.
  *
  * Floods: h->waste is the client's debt of frames that did no work (h2.h);
  * waste() adds to it and ends the connection past SL_H2_MAX_WASTE.
@@ -68,7 +73,7 @@ struct sl_h2_stream {
     uint8_t answered;                     /* sl_h2_respond called */
     int64_t send_window;                  /* bytes of DATA the client takes now */
     uint32_t recv_used;                   /* bytes received since our last WINDOW_UPDATE */
-    uint32_t held;                        /* hold_data: bytes the caller holds (h2.h) */
+    uint64_t held;                        /* hold_data: bytes the caller holds (h2.h) */
     sl_h2_stream *hnext;                  /* hash chain, or the free list */
     sl_h2_stream *qnext;                  /* on h->blocked */
     uint8_t *pend;                        /* blocked: body's rest then trailers (malloc'd) */
@@ -91,7 +96,8 @@ struct sl_h2 {
     int goaway_recv;
     int64_t send_window;  /* the connection's, for our DATA */
     uint32_t recv_used;   /* connection bytes received since a WINDOW_UPDATE */
-    uint32_t held;        /* of which the open streams' held bytes (hold_data) */
+    uint64_t held;        /* the open streams' held bytes (hold_data) */
+    uint64_t hold_bound;  /* held + the client's window stay within it */
     int hold_data;        /* sl_h2_hold_data was called */
     unsigned waste;       /* the client's debt of frames that did no work (h2.h) */
     unsigned cont_frames; /* CONTINUATION frames of the block arriving */
@@ -237,14 +243,18 @@ static sl_h2_stream *stream_open(sl_h2 *h, uint32_t id)
     return s;
 }
 
-/* Gives the client back the connection's window it used, less what the
- * caller holds, once half of it is used: 0, or -1 out of memory. */
+/* Gives the client back the connection's window it used, once half of
+ * it is used, as far as what the caller holds plus the client's window
+ * stay within hold_bound (h2.c's head): 0, or -1 out of memory. */
 static int give_back(sl_h2 *h)
 {
-    uint32_t n = h->recv_used - h->held;
-    if (n == 0 || h->recv_used < SL_H2_WINDOW / 2) return 0;
-    if (frame_u32(h, F_WINDOW_UPDATE, 0, n) != 0) return -1;
-    h->recv_used -= n;
+    if (h->recv_used < SL_H2_WINDOW / 2) return 0;
+    uint64_t n = h->recv_used, keep = 0; /* keep: of recv_used, what stays used */
+    if (h->held + SL_H2_WINDOW > h->hold_bound) keep = h->held + SL_H2_WINDOW - h->hold_bound;
+    n = keep >= n ? 0 : n - keep;
+    if (n == 0) return 0;
+    if (frame_u32(h, F_WINDOW_UPDATE, 0, (uint32_t)n) != 0) return -1;
+    h->recv_used -= (uint32_t)n;
     return 0;
 }
 
@@ -429,6 +439,7 @@ sl_h2 *sl_h2_new(const sl_h2_cbs *cb, void *arg, size_t user_size)
     h->send_window = 65535;
     h->peer_window = 65535;
     h->peer_frame = 16384;
+    h->hold_bound = UINT64_MAX; /* no hold_data: everything is given back */
     sl_hpack_init(&h->dec);
     uint8_t s[18];
     static const uint16_t ids[3] = {0x3 /* MAX_CONCURRENT_STREAMS */,
@@ -477,7 +488,11 @@ int sl_h2_goaway(sl_h2 *h, uint32_t code, const char *msg)
     return 0;
 }
 
-void sl_h2_hold_data(sl_h2 *h) { h->hold_data = 1; }
+void sl_h2_hold_data(sl_h2 *h, uint64_t bound)
+{
+    h->hold_data = 1;
+    h->hold_bound = bound > SL_H2_WINDOW ? bound : SL_H2_WINDOW;
+}
 
 int sl_h2_partial(const sl_h2 *h) { return h->cont_id != 0; }
 
@@ -678,8 +693,8 @@ static int data_frame(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, si
         }
         if (sl_h2_find(h, id) != s) return 0; /* the caller answered it early: closed */
         if (h->hold_data && !s->answered) {   /* the caller holds n more bytes */
-            s->held += (uint32_t)n;
-            h->held += (uint32_t)n;
+            s->held += n;
+            h->held += n;
         }
     }
     if (flags & FL_END_STREAM) {
@@ -694,7 +709,8 @@ static int data_frame(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, si
     return 0;
 }
 
-/* DATA, then the connection's window given back (less what is held). */
+/* DATA, then the connection's window given back (as far as what is held
+ * allows). */
 static int on_data(sl_h2 *h, uint32_t id, uint8_t flags, const uint8_t *p, size_t n)
 {
     if (data_frame(h, id, flags, p, n) != 0) return -1;

@@ -30,10 +30,12 @@
  * SETTINGS are answered (their ACKs are output, held by net.c's bounds).
  *
  * Request bodies (sl_h2_hold_data): the caller may ask that DATA it took
- * stay counted against the connection's receive window until the
- * stream's request ends or the stream closes: then a client can have at
- * most SL_H2_WINDOW bytes of unfinished bodies in the caller's buffers,
- * whatever the number of streams.
+ * stay counted against a bound of its own (at least SL_H2_WINDOW) until
+ * the stream's request ends or the stream closes: the connection's
+ * WINDOW_UPDATEs give back held bytes only while what is held plus the
+ * window the client may still send stays within the bound, so a client
+ * can have at most that many bytes of unfinished bodies in the caller's
+ * buffers, whatever the number of streams.
  *
  * What it leaves out (gRPC's unary calls need none of it): server push,
  * RFC 7540's priority tree, CONNECT, a settings ACK timeout.  Frames on a
@@ -141,15 +143,19 @@ void sl_h2_reset(sl_h2 *h, sl_h2_stream *s, uint32_t code);
  * most once; returns 0 or -1 when out of memory. */
 int sl_h2_goaway(sl_h2 *h, uint32_t code, const char *msg);
 
-/* From now on, DATA taken by the data callback stays counted against
- * the connection's receive window (no WINDOW_UPDATE gives it back) until
- * its stream's request ends (END_STREAM: the end callback) or the stream
- * closes: the caller buffers at most SL_H2_WINDOW bytes of unfinished
- * request bodies per connection, and a client sending more waits for
- * them to end.  A stream's body must then be bounded well below
- * SL_H2_WINDOW by the caller (answering early past its bound), or it
+/* From now on, DATA taken by the data callback is held until its
+ * stream's request ends (END_STREAM: the end callback) or the stream
+ * closes, and the caller holds at most bound bytes of unfinished request
+ * bodies per connection (bound < SL_H2_WINDOW counts as SL_H2_WINDOW):
+ * the connection's WINDOW_UPDATEs give back held bytes only while the
+ * bytes held plus the window the client may still send stay within
+ * bound -- with bound == SL_H2_WINDOW, none: held bytes stay counted
+ * against the connection's receive window.  A client sending more waits
+ * for requests to end.  A stream's own window is given back as it sends
+ * (one body may be longer than SL_H2_WINDOW), so the caller must bound a
+ * stream's body below bound (answering early past its bound), or it
  * could never end. */
-void sl_h2_hold_data(sl_h2 *h);
+void sl_h2_hold_data(sl_h2 *h, uint64_t bound);
 
 /* 1: a header block is arriving (HEADERS without END_HEADERS, waiting for
  * its CONTINUATION): a request has begun that is not whole, though no
