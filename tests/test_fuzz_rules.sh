@@ -17,4 +17,4 @@ ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 fuzz_target rules 50000 "$ROOT/tests/fuzz/fuzz_rules.c" "$ROOT/src/rules/rules_load.c" \
     "$ROOT/src/rules/rules_yaml.c" "$ROOT/src/rules/rules_tree.c" "$ROOT/src/rules/rules_match.c" \
     "$ROOT/src/rules/rules_meta.c" \
-    "$ROOT/src/lib/params.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml
+    "$ROOT/src/lib/params.c" "$ROOT/src/lib/siphash.c" -I"$ROOT/src/rules" -I"$ROOT/src/lib" -lyaml

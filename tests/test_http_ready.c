@@ -125,8 +125,9 @@ static void label_values_are_escaped(void **state)
 }
 
 /* Rules past SL_METRICS_MAX_RULES and per-value names past
- * SL_METRICS_MAX_VALUES are left off and counted; a name bound to two
- * limits is one series. */
+ * SL_METRICS_MAX_VALUES are left off and counted; two limits with the same
+ * `name:` are two series, under their paths (statistics are named by
+ * path, as envoyproxy/ratelimit names them). */
 static void the_page_is_capped(void **state)
 {
     (void)state;
@@ -141,7 +142,7 @@ static void the_page_is_capped(void **state)
                               "  - key: v%d\n    value_to_metric: true\n"
                               "    rate_limit: {unit: minute, requests_per_unit: 1}\n",
                               i);
-    /* two limits of the same name: one entry */
+    /* two limits of the same name: two entries, d.same0 and d.same1 */
     for (int i = 0; i < 2; i++)
         n += (size_t)snprintf(yaml + n, cap - n,
                               "  - key: same%d\n"
@@ -169,12 +170,14 @@ static void the_page_is_capped(void **state)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     char *text = page(r);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    /* distinct rules: VRULES + "twice" + the k's; shown up to the cap */
-    int rules = VRULES + 1 + SL_METRICS_MAX_RULES + EXTRA;
+    /* distinct rules: VRULES + same0 + same1 + the k's; shown up to the cap */
+    int rules = VRULES + 2 + SL_METRICS_MAX_RULES + EXTRA;
     int omitted = rules - SL_METRICS_MAX_RULES;
     assert_int_equal(count(text, "sluice_rule_elastic_total{"), SL_METRICS_MAX_RULES);
     assert_int_equal(count(text, "sluice_rule_requests_total{"), 4 * SL_METRICS_MAX_RULES);
-    assert_int_equal(count(text, "rule=\"twice\",outcome=\"allowed\""), 1);
+    assert_int_equal(count(text, "rule=\"twice\""), 0);
+    assert_int_equal(count(text, "rule=\"d.same0\",outcome=\"allowed\""), 1);
+    assert_int_equal(count(text, "rule=\"d.same1\",outcome=\"allowed\""), 1);
     char line[128];
     snprintf(line, sizeof line, "\nsluice_metrics_omitted{what=\"rules\"} %d\n", omitted);
     assert_non_null(strstr(text, line));

@@ -118,10 +118,10 @@ done
 if [ "$codes" = " 200 429 429" ]; then ok "GET /v1/allow traffic sent (1 allowed, 2 denied)"; else bad "GET /v1/allow traffic" "got$codes"; fi
 
 cat >"$T/expect.json" <<EOF
-{"rules": {"tenant": {"allowed": 6, "denied": 3}, "path_limit": {"allowed": 1, "denied": 1},
+{"rules": {"api.tenant": {"allowed": 6, "denied": 3}, "api.path": {"allowed": 1, "denied": 1},
            "api.remote_address#1": {"allowed": 2, "denied": 0},
            "api.remote_address#2": {"allowed": 2, "denied": 0}},
- "labels": {"tenant": "tenant \u2014 3 / minute", "path_limit": "path_limit \u2014 1 / minute",
+ "labels": {"api.tenant": "tenant \u2014 3 / minute", "api.path": "path_limit \u2014 1 / minute",
             "api.remote_address#1": "api.remote_address \u2014 100 / minute",
             "api.remote_address#2": "api.remote_address \u2014 2000 / hour, token-bucket"},
  "all": {"allowed": 15, "denied": 8},

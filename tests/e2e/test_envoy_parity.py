@@ -18,6 +18,11 @@ Time: the peer's duration_until_reset is {seconds: div - now % div}; each
 expected message is built for every whole second from just before to just
 after the call (two values at most on a quick call), and sequences that
 count wait (bounded) until their window has the seconds they need left."""
+# The peer's answers, asked once, against the plain build (run_e2e.py): the
+# same code paths run under ASan and TSan in test_grpc.py's envoy cases,
+# test_grpc_caps.py and test_grpc_hostile.py; this module's time is mostly
+# its servers and its waits for a window's start.
+# sluice-e2e: plain-only
 
 import contextlib
 import difflib
