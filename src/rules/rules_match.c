@@ -177,19 +177,41 @@ static void kbyte(kbuf *b, unsigned char c)
     }
 }
 
-/* Appends s, escaping the separators when esc. */
+/* Whether c is written %XX in a key (esc): the separators and '%'. */
+static inline int kesc(unsigned char c)
+{
+    return c == '%' || c == '|' || c == '=' || c == '#';
+}
+
+/* Appends s, escaping the separators when esc.  The first pass (most
+ * keys: short, nothing to escape) copies each run of plain bytes at once;
+ * the digest pass goes a byte at a time through kbyte. */
 static void kput(kbuf *b, const char *s, size_t len, int esc)
 {
     static const char hex[] = "0123456789ABCDEF";
-    for (size_t i = 0; i < len && !b->over; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (esc && (c == '%' || c == '|' || c == '=' || c == '#')) {
-            kbyte(b, '%');
-            kbyte(b, (unsigned char)hex[c >> 4]);
-            kbyte(b, (unsigned char)hex[c & 15]);
+    size_t i = 0;
+    while (i < len && !b->over) {
+        size_t j = i;
+        if (esc)
+            while (j < len && !kesc((unsigned char)s[j])) j++;
+        else
+            j = len;
+        if (b->h == NULL) {
+            if (j - i > b->max - b->n) {
+                b->over = 1;
+                return;
+            }
+            memcpy(b->p + b->n, s + i, j - i);
+            b->n += j - i;
         } else {
-            kbyte(b, c);
+            for (size_t k = i; k < j; k++) kbyte(b, (unsigned char)s[k]);
         }
+        if (j == len) return;
+        unsigned char c = (unsigned char)s[j];
+        kbyte(b, '%');
+        kbyte(b, (unsigned char)hex[c >> 4]);
+        kbyte(b, (unsigned char)hex[c & 15]);
+        i = j + 1;
     }
 }
 

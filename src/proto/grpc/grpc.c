@@ -1361,6 +1361,9 @@ static size_t count_descriptors(const uint8_t *p, size_t len)
  * answered (grpc.h's texts), else 0. */
 static int too_many_descriptors(gstream *st, const uint8_t *p, size_t len)
 {
+    /* a descriptor takes 2 bytes at least (its tag and length): most
+     * messages are too short to hold too many, and are not scanned */
+    if (len < 2 * ((size_t)SL_GRPC_MAX_DESC + 1)) return 0;
     size_t n = count_descriptors(p, len);
     if (n <= SL_GRPC_MAX_DESC) return 0;
     in_free(st); /* p is no longer needed; st may be gone after the answer */
