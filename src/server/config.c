@@ -1207,7 +1207,7 @@ static void show_durability(const sl_config *c, char *buf, size_t cap)
     if (c->durability > 0)
         snprintf(buf, cap, "replicas:%d", c->durability);
     else
-        snprintf(buf, cap, "none");
+        snprintf(buf, cap, "%s", ""); /* none, as an unset path shows */
 }
 
 static void show_capacity(const sl_config *c, char *buf, size_t cap)
