@@ -210,6 +210,8 @@ static void test_addr_reply(void **state)
     ADDR("$-1\r\n", 0, "");
     ADDR("-ERR unknown command\r\n", -1, "ERR unknown command");
     ADDR("-NOAUTH Authentication required.\r\n", -1, "NOAUTH Authentication required.");
+    ADDR("-\r\n", -1, "an error without a message"); /* found by the fuzz target */
+    ADDR("-\x00@\r\n", -1, "an error without a message");
     /* wrong types and shapes */
     ADDR("+OK\r\n", -1, "a status, not [host, port]");
     ADDR(":6379\r\n", -1, "an integer, not [host, port]");

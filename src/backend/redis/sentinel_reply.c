@@ -48,6 +48,8 @@ int sl__sentinel_addr_says(const redisReply *x, char *host, int *port, char *why
     if (x->type == REDIS_REPLY_NIL) return 0;
     if (x->type == REDIS_REPLY_ERROR) {
         snprintf(why, cap, "%.*s", (int)(x->len > 200 ? 200 : x->len), x->str);
+        if (why[0] == '\0') /* empty, or a NUL first */
+            snprintf(why, cap, "an error without a message");
         return -1;
     }
     if (x->type != REDIS_REPLY_ARRAY || x->elements != 2 || x->element == NULL) {
