@@ -67,6 +67,8 @@ typedef struct redis {
     _Atomic uint64_t fallback[3];
     pthread_mutex_t lock; /* guards last_error */
     char last_error[256];
+    struct sl_sentinel *sentinel; /* redis-sentinel://: the Sentinels, the master followed
+                                     (redis/sentinel.c); NULL otherwise */
 } redis;
 
 typedef struct rchan rchan;
@@ -151,6 +153,7 @@ struct rchan {
     struct event *flush;      /* active while open: sends it at the end of the turn */
     size_t npend;             /* entries on the pending list (SL_REDIS_PENDING_MAX) */
     sl_redis_rbound rb;       /* the connection's reply bounds (redis/reply.h) */
+    struct sl_sentinel_ask *sen; /* redis-sentinel://: this connection's asking; NULL before */
 };
 
 /* A worker's channel: a connection per node, node i's at c[i] (a
@@ -273,6 +276,32 @@ void sl__redis_cluster_refresh(wchan *w);
 int sl__redis_redirect(rchan *ch, pend *e, const char *err);
 int sl__redis_request_slot(const redis *r, const sl_breq *rq);
 void sl__redis_route(sl_bchan *c, sl_breq *rq);
+
+/* sentinel.c (redis-sentinel://) */
+struct sl_sentinel *sl__sentinel_new(const sl_redis_sentinel *cfg);
+void sl__sentinel_free(struct sl_sentinel *s);
+const char *sl__sentinel_shown(const struct sl_sentinel *s);
+/* At start: the first Sentinel naming the master gives it, into *master
+ * (the URL's user and password, that host and port).  0, or -1 with err
+ * naming every Sentinel's failure. */
+int sl__sentinel_start(redis *r, sl_redis_url *master, char *err, size_t errlen);
+/* sl__redis_connect_now's first step: the master a round of asking
+ * found, to connect to now; or NULL while the Sentinels are asked (their
+ * answer calls sl__redis_connect_now again; none answering makes ch DOWN). */
+const sl_redis_url *sl__sentinel_target(rchan *ch);
+/* ch's handshake found its server a master (ROLE): counts a failover when
+ * it is at another address than the last confirmed. */
+void sl__sentinel_confirmed(rchan *ch);
+void sl__sentinel_chan_free(rchan *ch);
+void sl__sentinel_info_lines(redis *r, void (*line)(void *arg, const char *name, const char *value),
+                             void *arg);
+int sl__sentinel_metrics(redis *r, struct evbuffer *out);
+
+/* conn.c, for send.c: an error reply err on ch's connection ac saying the
+ * server is no longer a writable master (READONLY, LOADING) drops the
+ * connection when the master is followed through Sentinel (redis-sentinel://),
+ * so that the next asks the Sentinels again; nothing otherwise. */
+void sl__redis_demoted(rchan *ch, const redisAsyncContext *ac, const char *err);
 
 /* info.c */
 void sl__redis_info_lines(sl_backend *b,
