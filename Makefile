@@ -232,6 +232,8 @@ $(B)/tests/test_service: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_backend: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend_redis: $(SRV_PARTS)
+$(B)/tests/test_sentinel: $(SRV_PARTS)
+$(B)/tests/test_sentinel: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_ring: $(REDIS_PARTS)
 $(B)/tests/test_slots: $(REDIS_PARTS)
 $(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)

@@ -98,8 +98,9 @@ static void test_default_port_in_lists(void **state)
  * scheme or none lists them. */
 #define FORMS                                                                                      \
     "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "     \
-    "commas (a ring: redis://a:6379,redis://b:6379), or "                                          \
-    "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)"
+    "commas (a ring: redis://a:6379,redis://b:6379), "                                             \
+    "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379), or "           \
+    "redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name (no :port: 26379)"
 
 static void test_errors(void **state)
 {

@@ -14,5 +14,6 @@ set -u
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 fuzz_target redis_reply 300000 "$ROOT/tests/fuzz/fuzz_redis_reply.c" \
-    "$ROOT/src/backend/redis/reply.c" -I"$ROOT/src/backend" -I"$ROOT/src/rules" \
+    "$ROOT/src/backend/redis/reply.c" "$ROOT/src/backend/redis/sentinel_reply.c" \
+    -I"$ROOT/src/backend" -I"$ROOT/src/rules" \
     -I"$ROOT/src/lib" -lhiredis

@@ -91,6 +91,7 @@
 
 #include "backend_local.h"
 #include "redis/redis_int.h"
+#include "redis/sentinel.h"
 
 void sl__redis_set_last_error(redis *r, const char *fmt, ...)
 {
@@ -117,6 +118,7 @@ static void conn_free(rchan *ch)
     sl__redis_flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
     sl__redis_durable_free(ch);
     event_free(ch->wait_ev);
+    sl__sentinel_chan_free(ch);
     sl__redis_set_path(ch, 0);
     atomic_fetch_sub(&ch->r->nconn, 1);
     event_free(ch->timer);
@@ -493,6 +495,16 @@ static int check_node(redis *r, rnode *nd, const char *probe, const sl_redis_opt
     memcpy(sha, x->str, SHA_LEN);
     freeReplyObject(x);
     char why[320];
+    if (r->sentinel != NULL) { /* the server a Sentinel named must be the master */
+        x = redisCommand(c, "ROLE");
+        int master = sl__sentinel_role_says(x, why, sizeof why);
+        if (x != NULL) freeReplyObject(x);
+        if (!master) {
+            snprintf(err, errlen, "Redis at %s, the master a Sentinel of %s named: %s", u->shown,
+                     sl__sentinel_shown(r->sentinel), why);
+            goto out;
+        }
+    }
     nd->module_at_start = start_probe(c, o->trust_client_time, probe, why, sizeof why);
     sl__redis_tell_path(r, nd, nd->module_at_start, why);
     ok = 1;
@@ -556,6 +568,7 @@ static int cluster_start(redis *r, const sl_redis_url *u, int n, char *err, size
 
 static void redis_free_all(redis *r)
 {
+    sl__sentinel_free(r->sentinel);
     sl_store_free(r->store);
     sl_ring_free(r->ring);
     free(r->map);
@@ -576,7 +589,28 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
     }
     char why[600];
     int n = 0;
-    if (sl_redis_urls_parse(o->url, strlen(o->url), u, &n, why, sizeof why) != 0) {
+    sl_redis_sentinel sen;
+    if (strncasecmp(o->url, "redis-sentinel://", 17) == 0) { /* one node: the master */
+        if (sl_redis_sentinel_parse(o->url, strlen(o->url), &sen, why, sizeof why) != 0) {
+            snprintf(err, errlen, "invalid --backend %s", why);
+            free(u);
+            redis_free_all(r);
+            return NULL;
+        }
+        r->o = *o;
+        if ((r->sentinel = sl__sentinel_new(&sen)) == NULL) {
+            snprintf(err, errlen, "out of memory");
+            free(u);
+            redis_free_all(r);
+            return NULL;
+        }
+        if (sl__sentinel_start(r, &u[0], err, errlen) != 0) {
+            free(u);
+            redis_free_all(r);
+            return NULL;
+        }
+        n = 1;
+    } else if (sl_redis_urls_parse(o->url, strlen(o->url), u, &n, why, sizeof why) != 0) {
         snprintf(err, errlen, "invalid --backend %s", why);
         free(u);
         redis_free_all(r);
@@ -617,6 +651,8 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
         snprintf(r->shown + used, sizeof r->shown - used, "%s%s", i ? "," : "", u[i].shown);
     }
     free(u);
+    if (r->sentinel != NULL) /* shown: the Sentinels and the name (INFO adds the master) */
+        snprintf(r->shown, sizeof r->shown, "%s", sl__sentinel_shown(r->sentinel));
     if (r->node == NULL || (r->cluster && r->map == NULL) ||
         (n > 1 && (r->ring = sl_ring_new(ids, n)) == NULL)) {
         snprintf(err, errlen, "out of memory");
@@ -633,6 +669,8 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
             return NULL;
         }
     }
+    if (r->sentinel != NULL) /* the node is whichever master the Sentinels name */
+        snprintf(r->node[0].url.shown, sizeof r->node[0].url.shown, "%s", r->shown);
     if (r->o.policy == SL_REDIS_LOCAL) {
         sl_store_opts so = {.max_bytes = (size_t)o->local_max_bytes, .on_full = o->local_on_full};
         r->store = sl_store_new(&so, NULL);

@@ -92,9 +92,39 @@ int sl_redis_url_parse(const char *s, size_t len, sl_redis_url *u, char *err, si
  * more than SL_RING_MAX servers.  redis-cluster://[user:password@]host[:port]
  * [,host[:port]...] gives the seeds of a Redis Cluster (docs/fleet.md,
  * "Redis Cluster"), each a URL with .cluster = 1 and db 0; an error names
- * the seed ("seed K: ..."). */
+ * the seed ("seed K: ...").  A redis-sentinel:// URL is checked as
+ * sl_redis_sentinel_parse checks it and gives no server here (*n = 0). */
 int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
                         size_t errlen);
+
+/* Redis Sentinel (redis-sentinel://): the Sentinels asked, in order, for
+ * the master of one name (docs/fleet.md, "Redis Sentinel"). */
+#define SL_REDIS_SENTINELS_MAX 16    /* Sentinels one URL may name */
+#define SL_REDIS_SENTINEL_PORT 26379 /* a Sentinel without :port (Sentinel's own) */
+#define SL_REDIS_MASTER_NAME   256   /* bytes of a master's name, with its NUL */
+
+/* A parsed redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name. */
+typedef struct sl_redis_sentinel {
+    sl_redis_url master; /* the master's user and password (AUTH), db 0; host "" and
+                            port 0: the Sentinels tell where it is */
+    char name[SL_REDIS_MASTER_NAME];
+    int n; /* Sentinels, 1..SL_REDIS_SENTINELS_MAX */
+    struct {
+        char host[256]; /* a name, IPv4, or IPv6 without brackets */
+        int port;       /* 1..65535 */
+    } at[SL_REDIS_SENTINELS_MAX];
+    char shown[SL_REDIS_URL_MAX]; /* the URL without the password */
+} sl_redis_sentinel;
+
+/* Parses s[0..len) as a redis-sentinel:// URL (the user and password, the
+ * master's, may be percent-encoded, as redis://'s; a Sentinel without
+ * :port: SL_REDIS_SENTINEL_PORT; the Sentinels themselves are asked
+ * without AUTH).  Returns 0, or -1 with a message naming what is wrong:
+ * "'URL': what" for the whole URL, "Sentinel K: 'redis-sentinel://host':
+ * what" for one Sentinel, which two Sentinels are the same host:port; the
+ * password is never quoted.  Touches no socket. */
+int sl_redis_sentinel_parse(const char *s, size_t len, sl_redis_sentinel *out, char *err,
+                            size_t errlen);
 
 /* The server's identity "host:port/db" ([IPv6]), its place on a ring. */
 void sl__redis_url_id(const sl_redis_url *u, char *buf, size_t cap);

@@ -237,7 +237,9 @@ static const opt opts[] = {
              "redis://[user:password@]host[:port][/db], shared by every node on it; several "
              "redis:// URLs separated by commas: a consistent-hash ring over those servers; "
              "redis-cluster://[user:password@]host[:port][,host[:port]...]: a Redis Cluster "
-             "(no :port: 6379; docs/fleet.md)"},
+             "(no :port: 6379; docs/fleet.md); "
+             "redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name: the "
+             "master Redis Sentinel names, followed on failover (no :port: 26379)"},
     {.name = "backend-timeout",
      CUSTOM(set_backend_timeout, show_backend_timeout),
      .arg = "DUR",

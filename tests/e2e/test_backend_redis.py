@@ -81,8 +81,10 @@ def fw_count(conn, key):
 
 # Every form --backend takes, as the message of a scheme it does not take lists them.
 FORMS = ("use local, redis://[user:password@]host[:port][/db], several redis:// URLs "
-         "separated by commas (a ring: redis://a:6379,redis://b:6379), or "
-         "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)")
+         "separated by commas (a ring: redis://a:6379,redis://b:6379), "
+         "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379), or "
+         "redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name "
+         "(no :port: 26379)")
 
 
 def free_at(host, port):
@@ -539,8 +541,8 @@ class RedisBackendTest(unittest.TestCase):
         # a scheme --backend does not take, or none: every form it takes
         for value, want in [
                 ("http://127.0.0.1:6379", "'http://127.0.0.1:6379': unknown scheme 'http://'"),
-                ("redis-sentinel://u:s3cret@h", "'redis-sentinel://...': unknown scheme "
-                 "'redis-sentinel://'"),
+                ("redis+sentinel://u:s3cret@h", "'redis+sentinel://...': unknown scheme "
+                 "'redis+sentinel://'"),
                 ("127.0.0.1:6379", "'127.0.0.1:6379': no scheme"),
                 ("http://a:1,redis://b:2", "element 1 of 2: 'http://a:1': unknown scheme "
                  "'http://'")]:

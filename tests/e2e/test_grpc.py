@@ -1265,6 +1265,51 @@ class TestEnvoyQuotaAndStopIncrement(EnvoyCase):
         self.assertEqual(r.statuses[0].limit_remaining, 2)
 
 
+class TestEnvoyRedisChunks(unittest.TestCase):
+    """Envoy semantics on the Redis backend, where each call of a split
+    request (more than 16 descriptors) is answered later: the request's
+    answer is gathered from its calls; calls whose client gave up (the
+    stream reset) while Redis was paused are dropped when Redis answers,
+    and the server goes on (ASan and TSan builds check the memory)."""
+
+    def test_split_request_gathered_and_abandoned_ones_dropped(self):
+        d = tempfile.mkdtemp(prefix="sluice-grpc-chunks-")
+        self.addCleanup(shutil.rmtree, d, True)
+        with open(os.path.join(d, "env.yaml"), "w") as f:
+            f.write(ENVOY_RULES)
+        r = harness.RedisServer().start()
+        self.addCleanup(r.cleanup)
+        s = start("--rules", os.path.join(d, "env.yaml"), "--backend", r.url(),
+                  "--backend-timeout", "5s", semantics=None, name="grpc-chunks")
+        self.addCleanup(s.cleanup)
+        ch = grpc.insecure_channel("%s:%d" % (HOST, s.grpc_port))
+        self.addCleanup(ch.close)
+        stub = rls_pb2_grpc.RateLimitServiceStub(ch)
+        # 40 descriptors: three calls of at most 16; "user" allows 3 a minute,
+        # each descriptor its own counter, so every one has 2 left
+        req = request("env", *[[("user", "c%d" % i)] for i in range(40)])
+        got = stub.ShouldRateLimit(req, timeout=TIMEOUT)
+        self.assertEqual(got.overall_code, OK)
+        self.assertEqual([st.limit_remaining for st in got.statuses], [2] * 40)
+        # Redis paused: 20 split requests given up on by their clients
+        r.pause()
+        try:
+            late = [stub.ShouldRateLimit.future(
+                request("env", *[[("user", "x%d-%d" % (k, i))] for i in range(40)]),
+                timeout=0.3) for k in range(20)]
+            for f in late:
+                with self.assertRaises(grpc.RpcError) as cm:
+                    f.result()
+                self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+        finally:
+            r.resume()
+        # served again, the first request's counters where they were (whether
+        # an abandoned call reached Redis depends on when its reset came)
+        got = stub.ShouldRateLimit(req, timeout=TIMEOUT)
+        self.assertEqual([st.limit_remaining for st in got.statuses], [1] * 40)
+        assert_clean_stop(s)
+
+
 class TestEnvoyNoRules(unittest.TestCase):
     def test_no_rate_limit_configuration_loaded(self):
         srv = start(semantics=None, name="grpc-envoy-no-rules")

@@ -5,7 +5,9 @@
  * (src/backend/redis/reply.c), and every reply read goes through
  * sl__redis_parse_reply as the answer to each kind of request the backend
  * sends (DECIDE, PEEK, FORGET, DECIDE_ALL by the script and by the
- * module, CHECK).  Checks, aborting so libFuzzer keeps the input:
+ * module, CHECK), and as a Sentinel's SENTINEL get-master-addr-by-name and
+ * a master's ROLE (redis/sentinel.h).  Checks, aborting so libFuzzer
+ * keeps the input:
  *   - no reply holds more than the bounds (SL_REDIS_REPLY_ELEMENTS per
  *     array, SL_REDIS_REPLY_OBJECTS in all, SL_REDIS_REPLY_STRING per
  *     string), and every refusal says why;
@@ -22,6 +24,7 @@
 
 #include "backend.h"
 #include "redis/reply.h"
+#include "redis/sentinel.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -42,9 +45,28 @@ static size_t objects(const redisReply *r)
     return n;
 }
 
+/* Reads x as a Sentinel's and a master's answer (redis/sentinel.h): a
+ * master found has a host of allowed bytes and a port 1..65535; a
+ * refusal says why and gives nothing. */
+static void parse_sentinel(const redisReply *x)
+{
+    char host[SL_SENTINEL_HOST], why[300];
+    int port;
+    why[0] = '\0';
+    int rc = sl__sentinel_addr_says(x, host, &port, why, sizeof why);
+    if (rc == 1 && (host[0] == '\0' || strlen(host) >= SL_SENTINEL_HOST || port < 1 ||
+                    port > 65535 || strcspn(host, " /\r\n") != strlen(host)))
+        __builtin_trap();
+    if (rc != 1 && (host[0] != '\0' || port != 0)) __builtin_trap();
+    if (rc == -1 && why[0] == '\0') __builtin_trap();
+    why[0] = '\0';
+    if (sl__sentinel_role_says(x, why, sizeof why) != 1 && why[0] == '\0') __builtin_trap();
+}
+
 /* Reads x as the answer to each kind of request. */
 static void parse_all(const redisReply *x, int nreqs, int nitems)
 {
+    parse_sentinel(x);
     static sl_params p;
     sl_result results[SL_MAX_BATCH];
     for (int op = 0; op < SL_BOP_COUNT; op++) {

@@ -14,6 +14,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "redis/redis_int.h"
+#include "redis/sentinel.h"
 
 /* ---- state --------------------------------------------------------------- */
 
@@ -192,6 +193,33 @@ static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
     }
 }
 
+/* ROLE's reply (redis-sentinel://, the handshake's first after AUTH):
+ * anything but a master drops the connection, and the next asks the
+ * Sentinels again (redis/sentinel.c). */
+static void on_role(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    char why[300];
+    if (reply == NULL || ch->ac != ac) return;
+    if (sl__sentinel_role_says(reply, why, sizeof why) == 1) {
+        sl__sentinel_confirmed(ch);
+        return;
+    }
+    atomic_fetch_add(&ch->r->errors, 1);
+    drop(ch, why);
+}
+
+void sl__redis_demoted(rchan *ch, const redisAsyncContext *ac, const char *err)
+{
+    if (ch->r->sentinel == NULL || ch->ac != ac) return;
+    if (strncmp(err, "READONLY", 8) == 0 || strncmp(err, "LOADING", 7) == 0) {
+        char why[300];
+        snprintf(why, sizeof why, "no longer the master (%.200s)", err);
+        drop(ch, why);
+    }
+}
+
 /* AUTH's and SELECT's replies: an error drops the connection. */
 static void on_handshake(redisAsyncContext *ac, void *reply, void *privdata)
 {
@@ -253,6 +281,8 @@ void sl__redis_connect_now(rchan *ch)
 {
     redis *r = ch->r;
     const sl_redis_url *u = &ch->node->url;
+    if (r->sentinel != NULL && (u = sl__sentinel_target(ch)) == NULL)
+        return; /* the Sentinels are asked first; their answer calls this again */
     redisAsyncContext *ac = redisAsyncConnect(u->host, u->port);
     char why[300];
     if (ac == NULL || ac->err) {
@@ -286,6 +316,7 @@ void sl__redis_connect_now(rchan *ch)
         redisAsyncCommand(ac, on_handshake, (void *)"AUTH", "AUTH %s %s", u->user, u->pass);
     else if (u->pass[0] != '\0')
         redisAsyncCommand(ac, on_handshake, (void *)"AUTH", "AUTH %s", u->pass);
+    if (r->sentinel != NULL) redisAsyncCommand(ac, on_role, NULL, "ROLE");
     if (u->db != 0) redisAsyncCommand(ac, on_handshake, (void *)"SELECT", "SELECT %d", u->db);
     redisAsyncCommand(ac, sl__redis_on_script_load, NULL, "SCRIPT LOAD %b", sl_redis_script,
                       (size_t)(sl_redis_script_end - sl_redis_script));

@@ -133,6 +133,7 @@ void sl__redis_info_lines(sl_backend *b,
             snprintf(v + len, sizeof v - (size_t)len, ",slots=%d", ni.slots);
         line(arg, name, v);
     }
+    if (((redis *)b)->sentinel != NULL) sl__sentinel_info_lines((redis *)b, line, arg);
 }
 
 int sl__redis_metrics(sl_backend *b, struct evbuffer *out)
@@ -182,5 +183,6 @@ int sl__redis_metrics(sl_backend *b, struct evbuffer *out)
     SAMPLE("sluice_backend_module_connections %d", in.module_channels);
 #undef FAMILY
 #undef SAMPLE
+    if (((redis *)b)->sentinel != NULL) rc |= sl__sentinel_metrics((redis *)b, out) != 0;
     return rc ? -1 : 0;
 }

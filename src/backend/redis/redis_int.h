@@ -70,6 +70,8 @@ typedef struct redis {
     _Atomic uint64_t waits, waits_short, replaced;
     pthread_mutex_t lock; /* guards last_error */
     char last_error[256];
+    struct sl_sentinel *sentinel; /* redis-sentinel://: the Sentinels, the master followed
+                                     (redis/sentinel.c); NULL otherwise */
 } redis;
 
 typedef struct rchan rchan;
@@ -161,6 +163,7 @@ struct rchan {
     wgroup *whead, *wtail;    /* groups whose WAIT is sent, oldest first */
     wgroup *wfree;            /* the pool */
     struct event *wait_ev;    /* active while wopen: sends its WAIT at the end of the turn */
+    struct sl_sentinel_ask *sen; /* redis-sentinel://: this connection's asking; NULL before */
 };
 
 /* --durability replicas:N: the commands that may write (DECIDE,
@@ -307,6 +310,32 @@ void sl__redis_on_wait_turn(evutil_socket_t fd, short what, void *arg);
 int64_t sl__redis_durable_deadline(const rchan *ch);
 void sl__redis_durable_expire(rchan *ch, int64_t now);
 void sl__redis_durable_free(rchan *ch);
+
+/* sentinel.c (redis-sentinel://) */
+struct sl_sentinel *sl__sentinel_new(const sl_redis_sentinel *cfg);
+void sl__sentinel_free(struct sl_sentinel *s);
+const char *sl__sentinel_shown(const struct sl_sentinel *s);
+/* At start: the first Sentinel naming the master gives it, into *master
+ * (the URL's user and password, that host and port).  0, or -1 with err
+ * naming every Sentinel's failure. */
+int sl__sentinel_start(redis *r, sl_redis_url *master, char *err, size_t errlen);
+/* sl__redis_connect_now's first step: the master a round of asking
+ * found, to connect to now; or NULL while the Sentinels are asked (their
+ * answer calls sl__redis_connect_now again; none answering makes ch DOWN). */
+const sl_redis_url *sl__sentinel_target(rchan *ch);
+/* ch's handshake found its server a master (ROLE): counts a failover when
+ * it is at another address than the last confirmed. */
+void sl__sentinel_confirmed(rchan *ch);
+void sl__sentinel_chan_free(rchan *ch);
+void sl__sentinel_info_lines(redis *r, void (*line)(void *arg, const char *name, const char *value),
+                             void *arg);
+int sl__sentinel_metrics(redis *r, struct evbuffer *out);
+
+/* conn.c, for send.c: an error reply err on ch's connection ac saying the
+ * server is no longer a writable master (READONLY, LOADING) drops the
+ * connection when the master is followed through Sentinel (redis-sentinel://),
+ * so that the next asks the Sentinels again; nothing otherwise. */
+void sl__redis_demoted(rchan *ch, const redisAsyncContext *ac, const char *err);
 
 /* info.c */
 void sl__redis_info_lines(sl_backend *b,

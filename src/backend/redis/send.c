@@ -144,6 +144,7 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
         }
         atomic_fetch_add(&r->errors, 1);
         sl__redis_set_last_error(r, "%.200s", x->str);
+        sl__redis_demoted(ch, ac, x->str); /* redis-sentinel://: READONLY, LOADING */
         /* a slot no master serves: the map is stale (a topology change) */
         if (r->cluster && strncmp(x->str, "CLUSTERDOWN", 11) == 0) sl__redis_cluster_refresh(ch->w);
         sl__redis_by_policy(ch, rq, e->key, e->reqs);
@@ -230,6 +231,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
             sl__redis_batch_done(ch);
             return;
         }
+        sl__redis_demoted(ch, ac, x->str); /* redis-sentinel://: READONLY, LOADING */
         batch_lost(ch, b, x->str);
         sl__redis_arm_timer(ch);
         sl__redis_batch_done(ch);

@@ -69,8 +69,9 @@ void sl__redis_url_show(sl_redis_url *u)
  * their schemes (config.c's help says the same). */
 #define BACKEND_FORMS                                                                              \
     "use local, redis://[user:password@]host[:port][/db], several redis:// URLs separated by "     \
-    "commas (a ring: redis://a:6379,redis://b:6379), or "                                          \
-    "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379)"
+    "commas (a ring: redis://a:6379,redis://b:6379), "                                             \
+    "redis-cluster://[user:password@]host[:port][,host[:port]...] (no :port: 6379), or "           \
+    "redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name (no :port: 26379)"
 
 /* The message of s[0..len), printable, that starts with no scheme --backend
  * takes: the scheme it has (up to "://"), or that it has none, and every
@@ -239,11 +240,130 @@ static int cluster_parse(const char *s, size_t len, sl_redis_url *out, int *n, c
     return 0;
 }
 
+/* The message of a redis-sentinel:// URL as a whole: the URL quoted
+ * from its hosts on (shown: the scheme, with "***@" when it has a user
+ * part), up to 200 bytes of it. */
+static int sentinel_fail(char *err, size_t errlen, const char *shown, const char *from,
+                         const char *end, const char *what)
+{
+    size_t n = (size_t)(end - from);
+    snprintf(err, errlen, "'%s%.*s%s': %s", shown, (int)(n > 200 ? 200 : n), from,
+             n > 200 ? "..." : "", what);
+    return -1;
+}
+
+#define SENTINEL_FORM "redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name"
+
+int sl_redis_sentinel_parse(const char *s, size_t len, sl_redis_sentinel *out, char *err,
+                            size_t errlen)
+{
+    static const char scheme[] = "redis-sentinel://";
+    const size_t sl = sizeof scheme - 1;
+    memset(out, 0, sizeof *out);
+    if (len < sl || strncasecmp(s, scheme, sl) != 0) return scheme_fail(err, errlen, s, len);
+    const char *p = s + sl, *end = s + len, *at = NULL;
+    /* the master's user:password@: up to the last '@' before the first
+     * '/' (a '/' of a password is written %2F, as in redis://) */
+    const char *slash = memchr(p, '/', (size_t)(end - p));
+    for (const char *q = p; q < (slash != NULL ? slash : end); q++)
+        if (*q == '@') at = q;
+    const char *shown = at != NULL ? "redis-sentinel://***@" : "redis-sentinel://";
+    const char *hosts = at != NULL ? at + 1 : p;
+    if (len >= SL_REDIS_URL_MAX)
+        return sentinel_fail(err, errlen, shown, hosts, end, "longer than 1023 bytes");
+    for (size_t i = 0; i < len; i++)
+        if (!isgraph((unsigned char)s[i]))
+            return sentinel_fail(err, errlen, shown, hosts, end,
+                                 "a space or control byte in the URL");
+    if (slash == NULL)
+        return sentinel_fail(err, errlen, shown, hosts, end,
+                             "expected /master-name after the Sentinels (" SENTINEL_FORM ")");
+    if (hosts == slash)
+        return sentinel_fail(err, errlen, shown, hosts, end,
+                             "no Sentinel before '/master-name' (" SENTINEL_FORM ")");
+    const char *name = slash + 1;
+    if (name == end)
+        return sentinel_fail(err, errlen, shown, hosts, end, "missing master name after '/'");
+    if (memchr(name, '/', (size_t)(end - name)) != NULL)
+        return sentinel_fail(err, errlen, shown, hosts, end,
+                             "a master name holds no '/' (no /db: the master's db 0)");
+    if ((size_t)(end - name) >= sizeof out->name)
+        return sentinel_fail(err, errlen, shown, hosts, end, "master name longer than 255 bytes");
+    memcpy(out->name, name, (size_t)(end - name));
+    /* the Sentinels, each read as a redis:// URL with the user part (so a
+     * bad password is named as redis:// names it) */
+    int count = 0;
+    for (const char *h = hosts; h < slash;) {
+        const char *e = memchr(h, ',', (size_t)(slash - h));
+        if (e == NULL) e = slash;
+        if (count == SL_REDIS_SENTINELS_MAX) {
+            snprintf(err, errlen, "'%s...': more than %d Sentinels", shown, SL_REDIS_SENTINELS_MAX);
+            return -1;
+        }
+        char url[SL_REDIS_URL_MAX + 16], why[400];
+        int k = snprintf(url, sizeof url, "redis://%.*s%.*s", at != NULL ? (int)(at - p + 1) : 0, p,
+                         (int)(e - h), h);
+        sl_redis_url u;
+        if (k < 0 || (size_t)k >= sizeof url || sl_redis_url_parse(url, (size_t)k, &u, why, sizeof why) != 0) {
+            const char *what = k < 0 || (size_t)k >= sizeof url  ? "longer than 1023 bytes"
+                               : strstr(why, "': ") != NULL ? strstr(why, "': ") + 3
+                                                              : why;
+            snprintf(err, errlen, "Sentinel %d: '%s%.*s': %s", count + 1, shown, (int)(e - h), h,
+                     what);
+            return -1;
+        }
+        /* no :port: Sentinel's own (the parse above took Redis's) */
+        const char *rb = h < e && *h == '[' ? memchr(h, ']', (size_t)(e - h)) : h;
+        int has_port = rb != NULL && memchr(rb, ':', (size_t)(e - rb)) != NULL;
+        snprintf(out->at[count].host, sizeof out->at[count].host, "%s", u.host);
+        out->at[count].port = has_port ? u.port : SL_REDIS_SENTINEL_PORT;
+        for (int j = 0; j < count; j++)
+            if (out->at[j].port == out->at[count].port &&
+                strcmp(out->at[j].host, out->at[count].host) == 0) {
+                int b = strchr(u.host, ':') != NULL;
+                snprintf(err, errlen, "Sentinels %d and %d are the same, %s%s%s:%d", j + 1,
+                         count + 1, b ? "[" : "", u.host, b ? "]" : "", out->at[count].port);
+                return -1;
+            }
+        if (count == 0) {
+            snprintf(out->master.user, sizeof out->master.user, "%s", u.user);
+            snprintf(out->master.pass, sizeof out->master.pass, "%s", u.pass);
+        }
+        count++;
+        if (e == slash) break;
+        h = e + 1;
+        if (h == slash) { /* a trailing comma: an empty Sentinel */
+            snprintf(err, errlen, "Sentinel %d: '%s': missing host", count + 1, shown);
+            return -1;
+        }
+    }
+    out->n = count;
+    out->master.db = 0;
+    /* shown: the URL without the password, every Sentinel with its port */
+    size_t used = (size_t)snprintf(out->shown, sizeof out->shown, "redis-sentinel://%s%s",
+                                   out->master.user, out->master.pass[0] ? ":***@" : "");
+    for (int i = 0; i < count && used < sizeof out->shown; i++) {
+        int b = strchr(out->at[i].host, ':') != NULL;
+        used += (size_t)snprintf(out->shown + used, sizeof out->shown - used, "%s%s%s%s:%d",
+                                 i ? "," : "", b ? "[" : "", out->at[i].host, b ? "]" : "",
+                                 out->at[i].port);
+    }
+    if (used < sizeof out->shown)
+        snprintf(out->shown + used, sizeof out->shown - used, "/%s", out->name);
+    snprintf(out->master.shown, sizeof out->master.shown, "%s", out->shown);
+    return 0;
+}
+
 int sl_redis_urls_parse(const char *s, size_t len, sl_redis_url *out, int *n, char *err,
                         size_t errlen)
 {
     size_t start[SL_RING_MAX + 1], end[SL_RING_MAX + 1];
     int count = 0;
+    if (len >= 17 && strncasecmp(s, "redis-sentinel://", 17) == 0) {
+        sl_redis_sentinel one;
+        *n = 0;
+        return sl_redis_sentinel_parse(s, len, &one, err, errlen);
+    }
     if (len >= 16 && strncasecmp(s, "redis-cluster://", 16) == 0)
         return cluster_parse(s, len, out, n, err, errlen);
     for (size_t i = 0;; i = end[count - 1] + 1) {
@@ -305,6 +425,13 @@ void sl_backend_url_shown(const char *url, char *buf, size_t cap)
     int n;
     if (strcmp(url, "local") == 0) {
         snprintf(buf, cap, "local");
+        return;
+    }
+    if (strncasecmp(url, "redis-sentinel://", 17) == 0) {
+        sl_redis_sentinel sen;
+        snprintf(buf, cap, "%s",
+                 sl_redis_sentinel_parse(url, strlen(url), &sen, why, sizeof why) == 0 ? sen.shown
+                                                                                      : url);
         return;
     }
     sl_redis_url *u = malloc(SL_RING_MAX * sizeof *u); /* too large for a stack */
