@@ -238,6 +238,10 @@ const char *sl_backend_policy_name(int policy);
 /* ---- the backends --backend names (the server's: linked with the Redis
  * backend, src/backend/backend_redis.c) ---- */
 
+/* --durability replicas:N: the largest N (Redis's WAIT takes any; more
+ * replicas than this is not a setup a WAIT per batch suits). */
+#define SL_DURABILITY_REPLICAS_MAX 100
+
 /* How to make the backend --backend names. */
 typedef struct sl_backend_opts {
     const char *url;          /* "local", or one redis://... URL or several
@@ -247,6 +251,8 @@ typedef struct sl_backend_opts {
     sl_backend_policy policy; /* when Redis cannot answer */
     int64_t fleet_size;       /* SL_BACKEND_LOCAL: L and B divided by this (>= 1) */
     int deny_cache;           /* 1: the local deny cache is on */
+    int durability;           /* --durability replicas:N: N (1..SL_DURABILITY_REPLICAS_MAX),
+                                 an allowed answer waits for Redis's WAIT N; 0: none */
     int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
                                  0: "" (Redis's clock) */
     uint64_t local_max_bytes; /* SL_BACKEND_LOCAL's own store: its bound (0 = none) */

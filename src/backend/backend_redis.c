@@ -6,7 +6,7 @@
  * backend --backend names).  Its parts, one concern each, are under
  * redis/ (redis_int.h): url.c (--backend's URLs), conn.c (the
  * connection), send.c (requests in flight, batches, replies), fallback.c
- * (--on-backend-error), deny_cache.c, script.c and module_cmd.c (the two
+ * (--on-backend-error), durable.c (--durability: WAIT), deny_cache.c, script.c and module_cmd.c (the two
  * command encoders), route.c (ring and cluster routing), info.c (INFO,
  * /metrics, the status page), with reply.c, ring.c and slots.c.
  *
@@ -116,6 +116,8 @@ static void conn_free(rchan *ch)
         redisAsyncFree(ac); /* answers what is in flight: "channel closed" */
     }
     sl__redis_flush_open(ch); /* this turn's DECIDEs, never sent: "channel closed" */
+    sl__redis_durable_free(ch);
+    event_free(ch->wait_ev);
     sl__sentinel_chan_free(ch);
     sl__redis_set_path(ch, 0);
     atomic_fetch_sub(&ch->r->nconn, 1);
@@ -154,8 +156,10 @@ rchan *sl__redis_conn_new(redis *r, rnode *n, struct event_base *loop)
     ch->flush = event_new(loop, -1, 0, sl__redis_on_flush, ch);
     ch->timer = evtimer_new(loop, sl__redis_on_timer, ch);
     ch->retry = evtimer_new(loop, sl__redis_on_retry, ch);
+    ch->wait_ev = event_new(loop, -1, 0, sl__redis_on_wait_turn, ch); /* --durability */
     if ((r->o.deny_cache && ch->cache == NULL) || ch->timer == NULL || ch->retry == NULL ||
-        ch->cmd == NULL || ch->flush == NULL) {
+        ch->cmd == NULL || ch->flush == NULL || ch->wait_ev == NULL) {
+        if (ch->wait_ev) event_free(ch->wait_ev);
         if (ch->timer) event_free(ch->timer);
         if (ch->retry) event_free(ch->retry);
         if (ch->flush) event_free(ch->flush);
@@ -687,6 +691,13 @@ sl_backend *sl_backend_redis_new(const sl_redis_opts *o, char *err, size_t errle
 sl_backend *sl_backend_open(const sl_backend_opts *o, char *err, size_t errlen)
 {
     if (strcmp(o->url, "local") == 0) {
+        if (o->durability > 0) { /* nothing here can confirm a decision elsewhere */
+            snprintf(err, errlen,
+                     "--durability replicas:%d needs a Redis --backend (redis:// or "
+                     "redis-cluster://): with --backend local there is no replica to wait for",
+                     o->durability);
+            return NULL;
+        }
         sl_backend *b = sl_backend_local_new(o->store);
         if (b == NULL) snprintf(err, errlen, "out of memory");
         return b;

@@ -112,6 +112,8 @@ static opt_show_fn show_grpc_port, show_grpc_tls_port;
 static opt_set_fn set_user_header, set_trusted_proxies, set_backend, set_backend_timeout,
     set_on_backend_error;
 static opt_show_fn show_backend, show_backend_timeout, show_on_backend_error;
+static opt_set_fn set_durability; /* the Redis backend's WAIT (src/backend/redis/durable.c) */
+static opt_show_fn show_durability;
 static opt_show_fn show_trusted_proxies, show_user_header;
 static opt_set_fn set_port, set_tls_port, set_http_port, set_https_port, set_tls_auth_clients, set_bind, set_on_store_full,
     set_capacity, set_auth_fail_limit, set_log_level;
@@ -263,6 +265,13 @@ static const opt opts[] = {
      .def = "yes",
      .help = "the Redis backend: deny locally, without asking Redis, while a denial Redis gave "
              "still holds"},
+    {.name = "durability",
+     CUSTOM(set_durability, show_durability),
+     .arg = "none|replicas:N",
+     .def = "none",
+     .help = "the Redis backend: replicas:N, an allowed answer waits until Redis's WAIT N says N "
+             "replicas have its decision (one WAIT a batch); short of N within "
+             "--backend-timeout, --on-backend-error answers instead"},
     {.name = "trust-client-time",
      BOOL(trust_client_time),
      .def = "no",
@@ -804,6 +813,26 @@ static int set_on_backend_error(sl_config *c, const opt *op, const char *v, size
     return -1;
 }
 
+/* none, or replicas:N with N 1..SL_DURABILITY_REPLICAS_MAX. */
+static int set_durability(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                          char *err, size_t errlen)
+{
+    char t[80];
+    int64_t n;
+    if (vlen == 4 && memcmp(v, "none", 4) == 0) {
+        c->durability = 0;
+        return 0;
+    }
+    if (vlen > 9 && memcmp(v, "replicas:", 9) == 0 &&
+        sl_int_parse(v + 9, vlen - 9, SL_DURABILITY_REPLICAS_MAX, &n) == 0 && n >= 1) {
+        c->durability = (int)n;
+        return 0;
+    }
+    fail(err, errlen, o, "invalid %s%s '%s': expected none, or replicas:N with N 1..%d", dash(o),
+         op->name, tok(v, vlen, t, sizeof t), SL_DURABILITY_REPLICAS_MAX);
+    return -1;
+}
+
 /* A port: 0..65535; with off (--port only), no listener (-1). */
 static int port_value(const opt *op, const char *v, size_t vlen, origin *o, int off_word,
                       int *out, char *err, size_t errlen)
@@ -1173,6 +1202,14 @@ static void show_backend_timeout(const sl_config *c, char *buf, size_t cap)
 static void show_on_backend_error(const sl_config *c, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", sl_backend_policy_name(c->on_backend_error));
+}
+
+static void show_durability(const sl_config *c, char *buf, size_t cap)
+{
+    if (c->durability > 0)
+        snprintf(buf, cap, "replicas:%d", c->durability);
+    else
+        snprintf(buf, cap, "%s", ""); /* none, as an unset path shows */
 }
 
 static void show_capacity(const sl_config *c, char *buf, size_t cap)

@@ -95,6 +95,7 @@ typedef struct sl_config {
     int on_backend_error;           /* sl_backend_policy; default SL_BACKEND_DENY */
     int fleet_size;                 /* on-backend-error local: L and B divided by it; default 1 */
     int deny_cache;                 /* the Redis backend's local deny cache; default 1 */
+    int durability;                 /* --durability replicas:N: N; 0 = none (default) */
     /* the gRPC front (src/proto/grpc, docs/envoy.md); the yes/no ones are
      * envoyproxy/ratelimit's settings, also read from its environment
      * variables (config.c) */

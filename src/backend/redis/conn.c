@@ -334,11 +334,13 @@ void sl__redis_connect_now(rchan *ch)
     sl__redis_arm_timer(ch);
 }
 
-/* Arms ch's timer for the next deadline: the handshake's, the oldest request's. */
+/* Arms ch's timer for the next deadline: the handshake's, the oldest
+ * request's, the oldest WAIT's (--durability). */
 void sl__redis_arm_timer(rchan *ch)
 {
-    int64_t next = ch->hs_deadline;
+    int64_t next = ch->hs_deadline, w = sl__redis_durable_deadline(ch);
     if (ch->head != NULL && (next == 0 || ch->head->deadline < next)) next = ch->head->deadline;
+    if (w != 0 && (next == 0 || w < next)) next = w; /* --durability: a WAIT's (durable.c) */
     if (next == 0) {
         evtimer_del(ch->timer);
         return;
@@ -361,6 +363,7 @@ void sl__redis_on_timer(evutil_socket_t fd, short what, void *arg)
         drop(ch, why);
         return;
     }
+    sl__redis_durable_expire(ch, now); /* held answers whose WAIT is late: the policy's */
     if (ch->head != NULL && now >= ch->head->deadline) {
         uint64_t n = 0;
         for (pend *e = ch->head; e != NULL; e = e->next) n += now >= e->deadline;

@@ -111,6 +111,15 @@ void sl__redis_info_lines(sl_backend *b,
     NUM("backend_fallback_local", ri.fallback[SL_REDIS_LOCAL]);
     NUM("backend_deny_cache_hits", ri.cache_hits);
     NUM("backend_inflight", ri.inflight);
+    redis *r = (redis *)b; /* --durability (durable.c) */
+    if (r->o.durability > 0)
+        snprintf(v, sizeof v, "replicas:%d", r->o.durability);
+    else
+        snprintf(v, sizeof v, "none");
+    line(arg, "backend_durability", v);
+    NUM("backend_durability_waits", atomic_load(&r->waits));
+    NUM("backend_durability_waits_short", atomic_load(&r->waits_short));
+    NUM("backend_durability_replaced", atomic_load(&r->replaced));
     line(arg, "backend_last_error", ri.last_error);
     NUM("backend_nodes", ri.nodes);
 #undef NUM
@@ -157,6 +166,18 @@ int sl__redis_metrics(sl_backend *b, struct evbuffer *out)
     SAMPLE("sluice_backend_deny_cache_hits_total %llu", (unsigned long long)in.cache_hits);
     FAMILY("sluice_backend_inflight", "gauge", "Requests sent to Redis, not yet answered.");
     SAMPLE("sluice_backend_inflight %llu", (unsigned long long)in.inflight);
+    redis *r = (redis *)b; /* --durability (durable.c) */
+    FAMILY("sluice_backend_durability_waits_total", "counter",
+           "WAITs sent after a batch's writes (--durability replicas:N).");
+    SAMPLE("sluice_backend_durability_waits_total %llu", (unsigned long long)atomic_load(&r->waits));
+    FAMILY("sluice_backend_durability_waits_short_total", "counter",
+           "WAITs that did not confirm N replicas within --backend-timeout.");
+    SAMPLE("sluice_backend_durability_waits_short_total %llu",
+           (unsigned long long)atomic_load(&r->waits_short));
+    FAMILY("sluice_backend_durability_replaced_total", "counter",
+           "Allowed answers replaced by --on-backend-error's: their WAIT fell short.");
+    SAMPLE("sluice_backend_durability_replaced_total %llu",
+           (unsigned long long)atomic_load(&r->replaced));
     FAMILY("sluice_backend_module_connections", "gauge",
            "Redis connections sending the sluice module's commands instead of the script.");
     SAMPLE("sluice_backend_module_connections %d", in.module_channels);

@@ -65,6 +65,9 @@ typedef struct redis {
     _Atomic int nmod;      /* connections whose path is the module (rchan.module) */
     _Atomic uint64_t errors, timeouts, reconnects, cache_hits, inflight;
     _Atomic uint64_t fallback[3];
+    /* --durability replicas:N (durable.c): WAITs sent, those that did not
+     * confirm N replicas in time, allowed answers the policy replaced */
+    _Atomic uint64_t waits, waits_short, replaced;
     pthread_mutex_t lock; /* guards last_error */
     char last_error[256];
     struct sl_sentinel *sentinel; /* redis-sentinel://: the Sentinels, the master followed
@@ -73,6 +76,7 @@ typedef struct redis {
 
 typedef struct rchan rchan;
 typedef struct pend pend;
+typedef struct wgroup wgroup;
 
 /* DECIDEs sent (or to be sent) as one op B call. */
 typedef struct batch {
@@ -98,7 +102,8 @@ struct pend {
     int latest;       /* its time was the latest this channel had sent: no key
                          of it can have a later clock, so Redis decides it at
                          that time (the deny cache keeps only such answers) */
-    struct pend *prev, *next;
+    struct pend *prev, *next; /* the pending list; held (durable.c): the group's list */
+    wgroup *wg;               /* --durability: the group it was last sent in; NULL: none */
     char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
     char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
     sl_request *reqs;         /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
@@ -153,7 +158,27 @@ struct rchan {
     struct event *flush;      /* active while open: sends it at the end of the turn */
     size_t npend;             /* entries on the pending list (SL_REDIS_PENDING_MAX) */
     sl_redis_rbound rb;       /* the connection's reply bounds (redis/reply.h) */
+    /* --durability replicas:N (durable.c) */
+    wgroup *wopen;            /* this turn's writing commands: their WAIT not sent yet */
+    wgroup *whead, *wtail;    /* groups whose WAIT is sent, oldest first */
+    wgroup *wfree;            /* the pool */
+    struct event *wait_ev;    /* active while wopen: sends its WAIT at the end of the turn */
     struct sl_sentinel_ask *sen; /* redis-sentinel://: this connection's asking; NULL before */
+};
+
+/* --durability replicas:N: the commands that may write (DECIDE,
+ * DECIDE_ALL, CHECK) one loop turn sent on one connection, and the WAIT N
+ * sent after them; their allowed answers are held until its reply. */
+enum { W_OPEN, W_SENT, W_DONE };
+struct wgroup {
+    rchan *ch;
+    redisAsyncContext *ac; /* the connection they were sent on */
+    int64_t deadline;      /* monotonic ms: its earliest member's */
+    int state;             /* W_OPEN: no WAIT yet; W_SENT; W_DONE: ok says how it went */
+    int ok;                /* W_DONE: WAIT said N replicas have the writes, in time */
+    int refs;              /* members not yet answered, + 1 while its WAIT is unanswered */
+    pend *held, *held_tail; /* allowed answers waiting for the WAIT (pend.next) */
+    wgroup *next;          /* the channel's W_SENT list, or its pool */
 };
 
 /* A worker's channel: a connection per node, node i's at c[i] (a
@@ -276,6 +301,15 @@ void sl__redis_cluster_refresh(wchan *w);
 int sl__redis_redirect(rchan *ch, pend *e, const char *err);
 int sl__redis_request_slot(const redis *r, const sl_breq *rq);
 void sl__redis_route(sl_bchan *c, sl_breq *rq);
+
+/* durable.c */
+int sl__redis_durable_join(rchan *ch, pend *e);
+int sl__redis_durable_take(rchan *ch, pend *e);
+void sl__redis_durable_leave(pend *e);
+void sl__redis_on_wait_turn(evutil_socket_t fd, short what, void *arg);
+int64_t sl__redis_durable_deadline(const rchan *ch);
+void sl__redis_durable_expire(rchan *ch, int64_t now);
+void sl__redis_durable_free(rchan *ch);
 
 /* sentinel.c (redis-sentinel://) */
 struct sl_sentinel *sl__sentinel_new(const sl_redis_sentinel *cfg);

@@ -14,6 +14,7 @@
 
 void sl__redis_pend_put(rchan *ch, pend *e)
 {
+    sl__redis_durable_leave(e); /* --durability: its group may go */
     free(e->keys);
     free(e->reqs);
     e->keys = NULL;
@@ -59,6 +60,7 @@ int sl__redis_send_pend(rchan *ch, pend *e)
 {
     struct cmd *c = ch->cmd;
     e->module = ch->module;
+    if (sl__redis_durable_join(ch, e) != 0) return -1; /* its WAIT follows (durable.c) */
     if (ch->module)
         sl__redis_cmd_module(c, ch->r, e);
     else
@@ -74,6 +76,8 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata);
 static int send_batch(rchan *ch, batch *b)
 {
     struct cmd *c = ch->cmd;
+    for (int i = 0; i < b->n; i++) /* their WAIT follows (durable.c) */
+        if (sl__redis_durable_join(ch, b->m[i]) != 0) return -1;
     sl__redis_cmd_batch(c, ch->r, b);
     return redisAsyncCommandArgv(ch->ac, on_batch_reply, b, c->argc, c->argv, c->len) == REDIS_OK
                ? 0
@@ -156,9 +160,13 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
     } else {
         /* a peek's time is no key's clock: only decisions are kept */
         if (rq->op == SL_BOP_DECIDE) sl__redis_cache_after(ch, e);
-        rq->cb(rq);
+        /* --durability: an allowed answer waits for its WAIT (durable.c) */
+        if (sl__redis_durable_take(ch, e))
+            e = NULL;
+        else
+            rq->cb(rq);
     }
-    sl__redis_pend_put(ch, e);
+    if (e != NULL) sl__redis_pend_put(ch, e);
     sl__redis_arm_timer(ch);
     return 1;
 }
@@ -249,6 +257,7 @@ static void on_batch_reply(redisAsyncContext *ac, void *reply, void *privdata)
             rq->rc = 0;
             rq->err[0] = '\0';
             sl__redis_cache_after(ch, e);
+            if (sl__redis_durable_take(ch, e)) continue; /* held for its WAIT (durable.c) */
             rq->cb(rq);
         } else {
             atomic_fetch_add(&ch->r->errors, 1);
