@@ -101,6 +101,12 @@ static void fsync_dir(const char *path)
     }
 }
 
+int sl_journal_load_snapshot(sl_store *s, const char *snapshot, uint64_t *nkeys, uint32_t *mark,
+                             char *err, size_t errlen)
+{
+    return sl__store_load_mark(s, snapshot, nkeys, mark, err, errlen);
+}
+
 /* ---- replay ------------------------------------------------------------- */
 
 /* Reads all of path: 0, 1 when absent, -1 with err. */

@@ -60,6 +60,11 @@ typedef struct sl_journal_info {
     uint32_t gen;          /* the generation the new FILE starts */
 } sl_journal_info;
 
+/* sl_store_load that also returns the snapshot's mark (0: none), which
+ * sl_journal_open needs. */
+int sl_journal_load_snapshot(sl_store *s, const char *snapshot, uint64_t *nkeys, uint32_t *mark,
+                             char *err, size_t errlen);
+
 /* Replays the journal at path (path.old, then path) onto s, which holds
  * the snapshot with mark `mark` (0: none or unmarked).  Reads each file
  * whole.  Returns 0 with *info, or -1 with err naming the file and the

@@ -57,7 +57,6 @@
 #include "resp_commands.h"
 #include "server.h"
 #include "sluice.h"
-#include "snapshot.h"
 #include "store.h"
 #include "tls.h"
 #include "util.h"
@@ -478,7 +477,8 @@ int main(int argc, char **argv)
         uint64_t nkeys = 0;
         int64_t t0 = sl__mono_ms();
         uint32_t mark = 0;
-        int lr = sl__store_load_mark(a.srv.store, a.cfg.snapshot, &nkeys, &mark, err, sizeof err);
+        int lr = sl_journal_load_snapshot(a.srv.store, a.cfg.snapshot, &nkeys, &mark, err,
+                                          sizeof err);
         if (lr < 0) {
             char hint[1200];
             snprintf(hint, sizeof hint,
