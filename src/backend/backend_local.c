@@ -4,6 +4,19 @@
  *
  * The hot path is submit -> one switch -> sl_decide -> the callback: no
  * allocation, no lock beyond the store's own, no copy of the key.
+ *
+ * Two things the server may add (main.c), neither costing a request more
+ * than a test of a pointer or a time when unused:
+ *   - a recorder (sl_backend_local_record): called after every request
+ *     that may have changed a counter, once per counter it asked about,
+ *     with the counter's kind and key -- the decision journal
+ *     (src/server/journal.c) then writes that counter's new state;
+ *   - a deny window (sl_backend_local_deny_window, --after-crash
+ *     deny-window): until one window of a request's own parameters has
+ *     passed since `since`, a key the store does not hold answers as at its
+ *     limit (denied, remaining 0, retry after what is left of that window)
+ *     and is not created.  No state per key: the start and each request's
+ *     window say everything.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,12 +25,51 @@
 
 #include "backend_local.h"
 #include "checkexec.h"
+#include "store.h"
 
 typedef struct local {
     sl_backend base;
     sl_bchan chan; /* one channel serves every worker: it holds no state */
     sl_store *store;
+    sl_local_record_fn record; /* NULL: none (set before any request) */
+    void *record_arg;
+    int64_t deny_since; /* the deny window's start (ms, server clock);
+                           INT64_MIN: none (set before any request) */
 } local;
+
+static inline unsigned kind_of(const sl_params *p)
+{
+    return (unsigned)p->algo | (p->space ? SL__KIND_SPACE : 0u);
+}
+
+/* Whether a request on key with parameters p at now is in the deny window
+ * and the store has no record of the key. */
+static int denied_unknown(local *l, const sl_params *p, const void *key, size_t klen, int64_t now)
+{
+    if (l->deny_since == INT64_MIN || p == NULL || now - l->deny_since >= p->window_ms ||
+        klen == 0 || klen > SL_MAX_KEY)
+        return 0;
+    sl__shard *sh;
+    uint64_t h;
+    uint8_t *r = sl__store_lookup(l->store, kind_of(p), key, klen, &sh, &h);
+    if (r != NULL) sl__rec_release(r, sl__rec_meta(r));
+    sl__shard_unlock(sh);
+    return r == NULL;
+}
+
+/* The answer of a full counter: denied, nothing left, until the window
+ * that began at the start has passed. */
+static void full_counter(const local *l, const sl_params *p, int64_t now, sl_result *out)
+{
+    int64_t left = l->deny_since + p->window_ms - now;
+    int bucket = p->algo == SL_TOKEN_BUCKET || p->algo == SL_LEAKY_BUCKET ||
+                 p->algo == SL_GCRA;
+    *out = (sl_result){.allowed = 0,
+                       .limit = bucket && p->burst > 0 ? p->burst : p->limit,
+                       .remaining = 0,
+                       .retry_after_ms = left,
+                       .reset_after_ms = left};
+}
 
 void sl__local_check_flat(sl_store *s, const sl_check_plan *plan, sl__cx_item *xi,
                           sl__cx_item *pool, sl__cx_plan *x)
@@ -61,9 +113,12 @@ void sl__local_check_flat(sl_store *s, const sl_check_plan *plan, sl__cx_item *x
     }
 }
 
-/* The plan made flat, run by the library's executor. */
-int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
-                         size_t errlen)
+/* The plan made flat, run by the library's executor; with l, in the deny
+ * window, a counter the store does not hold denies as a full one (its
+ * answer that of a full counter, every other counter peeked), and with a
+ * recorder every counter is recorded after a run that wrote. */
+static int check_exec(local *l, sl_store *s, const sl_check_plan *plan, sl_check_outcome *o,
+                      char *err, size_t errlen)
 {
     const sl_check_item *it = plan->items;
     sl__cx_item xi[SL_MAX_BATCH], pool;
@@ -72,7 +127,31 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
     memset(o, 0, sizeof *o);
     sl__local_check_flat(s, plan, xi, &pool, &x);
     sl__cx_out xo = {.res = o->res, .stretched = o->stretched};
+    if (l != NULL && l->deny_since != INT64_MIN) {
+        int unknown = 0;
+        for (int k = 0; k < x.n; k++)
+            if (!xi[k].shadow && denied_unknown(l, xi[k].p, xi[k].key, xi[k].keylen, x.now_ms)) {
+                unknown = 1;
+                break;
+            }
+        if (unknown) { /* nothing charged: every counter's answer as it stands */
+            for (int k = 0; k < x.n; k++) {
+                const sl__cx_item *t = &xi[k];
+                if (!t->shadow && denied_unknown(l, t->p, t->key, t->keylen, x.now_ms))
+                    full_counter(l, t->p, x.now_ms, &o->res[t->slot]);
+                else if (sl_peek(s, t->p, t->key, t->keylen, x.now_ms, t->cost,
+                                 &o->res[t->slot]) != 0)
+                    memset(&o->res[t->slot], 0, sizeof o->res[t->slot]);
+            }
+            return 0; /* o->allowed = 0 */
+        }
+    }
     int rc = sl__cx_run(&x, &xo);
+    if (l != NULL && l->record != NULL && xo.wrote) {
+        for (int k = 0; k < x.n; k++)
+            l->record(l->record_arg, kind_of(xi[k].p), xi[k].key, xi[k].keylen);
+        if (x.pool != NULL) l->record(l->record_arg, kind_of(x.pool->p), x.pool->key, x.pool->keylen);
+    }
     if (rc != 0) {
         if (xo.bad >= 0)
             return sl__check_err(err, errlen, rc, "limit %s: %s", it[xi[xo.bad].slot].rl->name,
@@ -83,6 +162,12 @@ int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcom
     o->quota_denied = xo.quota_denied;
     o->pool_charged = xo.pool_charged;
     return 0;
+}
+
+int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
+                         size_t errlen)
+{
+    return check_exec(NULL, s, plan, o, err, errlen);
 }
 
 int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
@@ -115,12 +200,21 @@ static void local_channel_free(sl_bchan *ch) { (void)ch; }
 
 static void local_submit(sl_bchan *ch, sl_breq *rq)
 {
-    sl_store *s = ((local *)ch->b)->store;
+    local *l = (local *)ch->b;
+    sl_store *s = l->store;
     int rc;
     rq->err[0] = '\0';
     switch (rq->op) {
     case SL_BOP_DECIDE:
+        if (l->deny_since != INT64_MIN &&
+            denied_unknown(l, rq->params, rq->key, rq->keylen, rq->now_ms)) {
+            full_counter(l, rq->params, rq->now_ms, &rq->result);
+            rc = 0;
+            break;
+        }
         rc = sl_decide(s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
+        if (rc == 0 && l->record != NULL)
+            l->record(l->record_arg, kind_of(rq->params), rq->key, rq->keylen);
         break;
     case SL_BOP_PEEK:
         rc = sl_peek(s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
@@ -130,15 +224,40 @@ static void local_submit(sl_bchan *ch, sl_breq *rq)
         rq->existed = 0;
         for (int a = rq->algo_lo; a < rq->algo_hi && rc >= 0; a++) {
             rc = sl_forget(s, (sl_algo)a, rq->key, rq->keylen);
-            if (rc == 1) rq->existed = 1;
+            if (rc == 1) {
+                rq->existed = 1;
+                if (l->record != NULL) l->record(l->record_arg, (unsigned)a, rq->key, rq->keylen);
+            }
         }
         if (rc > 0) rc = 0;
         break;
-    case SL_BOP_DECIDE_ALL:
+    case SL_BOP_DECIDE_ALL: {
+        int unknown = 0;
+        for (size_t i = 0; l->deny_since != INT64_MIN && i < rq->nreqs && !unknown; i++)
+            unknown = denied_unknown(l, rq->reqs[i].params, rq->reqs[i].key, rq->reqs[i].keylen,
+                                     rq->now_ms);
+        if (unknown) { /* all or none: none, each answered as it stands */
+            rc = 0;
+            rq->all_allowed = 0;
+            for (size_t i = 0; i < rq->nreqs && rc == 0; i++) {
+                const sl_request *q = &rq->reqs[i];
+                if (denied_unknown(l, q->params, q->key, q->keylen, rq->now_ms))
+                    full_counter(l, q->params, rq->now_ms, &rq->results[i]);
+                else
+                    rc = sl_peek(s, q->params, q->key, q->keylen, rq->now_ms, q->cost,
+                                 &rq->results[i]);
+            }
+            break;
+        }
         rc = sl_decide_all(s, rq->reqs, rq->nreqs, rq->now_ms, rq->results, &rq->all_allowed);
+        if (rc == 0 && rq->all_allowed && l->record != NULL)
+            for (size_t i = 0; i < rq->nreqs; i++)
+                l->record(l->record_arg, kind_of(rq->reqs[i].params), rq->reqs[i].key,
+                          rq->reqs[i].keylen);
         break;
+    }
     case SL_BOP_CHECK:
-        rc = sl__local_check_exec(s, rq->plan, rq->outcome, rq->err, sizeof rq->err);
+        rc = check_exec(l, s, rq->plan, rq->outcome, rq->err, sizeof rq->err);
         break;
     default: rc = SL_EINVAL; break;
     }
@@ -179,5 +298,21 @@ sl_backend *sl_backend_local_new(sl_store *s)
     l->base.flags = SL_BACKEND_INLINE;
     l->chan.b = &l->base;
     l->store = s;
+    l->deny_since = INT64_MIN;
     return &l->base;
+}
+
+int sl_backend_local_record(sl_backend *b, sl_local_record_fn fn, void *arg)
+{
+    if (b == NULL || b->ops != &local_ops) return SL_EINVAL;
+    ((local *)b)->record = fn;
+    ((local *)b)->record_arg = arg;
+    return 0;
+}
+
+int sl_backend_local_deny_window(sl_backend *b, int64_t since_ms)
+{
+    if (b == NULL || b->ops != &local_ops) return SL_EINVAL;
+    ((local *)b)->deny_since = since_ms;
+    return 0;
 }

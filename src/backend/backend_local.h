@@ -19,6 +19,28 @@
  * NULL when out of memory. */
 sl_backend *sl_backend_local_new(sl_store *s);
 
+/* Called by the local backend after a request that may have changed the
+ * counter of (kind, key) -- kind: algorithm | SL__KIND_SPACE for key space
+ * 1 (store.h) --, on the worker's thread, once per counter: a decision
+ * (charged or not: its clock moved), each counter of an RL.CHECK that
+ * wrote, each of an all-or-none batch that passed, each state RL.RESET
+ * dropped.  It reads the counter's state itself (the journal:
+ * sl__store_image). */
+typedef void (*sl_local_record_fn)(void *arg, unsigned kind, const void *key, size_t klen);
+
+/* Sets b's recorder (NULL: none).  Before any request.  0, or SL_EINVAL
+ * when b is not the local backend. */
+int sl_backend_local_record(sl_backend *b, sl_local_record_fn fn, void *arg);
+
+/* --after-crash deny-window: from now on, until one window of a request's
+ * parameters has passed since since_ms (the server's clock), a key b's
+ * store does not hold answers as a full counter (denied, remaining 0,
+ * retry and reset after what is left of that window) and is not created;
+ * in an RL.CHECK or an all-or-none batch such a counter denies the whole
+ * request, nothing charged.  INT64_MIN: off (the default).  Before any
+ * request.  0, or SL_EINVAL when b is not the local backend. */
+int sl_backend_local_deny_window(sl_backend *b, int64_t since_ms);
+
 /* The plan made flat for the library's executor (src/lib/checkexec.h) on
  * store s (NULL: to be set by the caller): its L = 0 limits and repeated
  * counters out, the quota descriptors as masks, each counter answering

@@ -3,7 +3,8 @@
  *
  * Format (little-endian), version 1:
  *   "sluice snapshot\n"  16 bytes of magic
- *   u32 version, u32 reserved (0)
+ *   u32 version, u32 mark (0, or the journal generation the snapshot
+ *   folds: sl__store_save_mark; readers before it ignored this word)
  *   records: u16 meta (key length - 1 | algorithm << 10 | flags << 13:
  *            SL__REC_SPACE marks a key of space 1, SL__REC_LIMIT one at its
  *            limit -- a bit files written before it existed leave 0, which
@@ -34,6 +35,7 @@
 #include <zlib.h>
 
 #include "engine.h"
+#include "snapshot.h"
 #include "store.h"
 
 #define SNAP_MAGIC "sluice snapshot\n"
@@ -77,18 +79,30 @@ static uint8_t *snap_room(snap_buf *b, size_t n)
     return at;
 }
 
-static int dump_record(const uint8_t *r, void *ctx)
+/* The bytes of r's record in the file (held r). */
+static size_t rec_len(const uint8_t *r)
 {
-    snap_buf *b = ctx;
+    return SNAP_REC_HDR + sl__rec_klen(r) + sl__state_dump_len(r);
+}
+
+/* Writes r's record (rec_len(r) bytes) at p. */
+static void rec_write(const uint8_t *r, uint8_t *p)
+{
     size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
-    uint8_t *p = snap_room(b, SNAP_REC_HDR + klen + slen);
-    if (p == NULL) return -1;
     /* the lock bit is about this moment (the record is held while dumped) */
     sl__st16(p, (uint16_t)(sl__rec_meta(r) & ~SL__REC_LOCK));
     memcpy(p + 2, r + 2, 10);                       /* reset code, clock */
     sl__st32(p + 12, (uint32_t)slen);
     memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
     sl__state_dump(r, p + SNAP_REC_HDR + klen);
+}
+
+static int dump_record(const uint8_t *r, void *ctx)
+{
+    snap_buf *b = ctx;
+    uint8_t *p = snap_room(b, rec_len(r));
+    if (p == NULL) return -1;
+    rec_write(r, p);
     b->records++;
     return 0;
 }
@@ -186,6 +200,11 @@ int sl_store_save_check(const char *path, char *err, size_t errlen)
 
 int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
 {
+    return sl__store_save_mark(s, path, 0, err, errlen);
+}
+
+int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err, size_t errlen)
+{
     char target[PATH_MAX], tmp[PATH_MAX];
     if (save_paths(path, target, tmp, err, errlen) != 0) return -1;
     int fd = create_tmp(tmp);
@@ -196,7 +215,7 @@ int sl_store_save(sl_store *s, const char *path, char *err, size_t errlen)
     uint8_t head[SNAP_HEAD];
     memcpy(head, SNAP_MAGIC, 16);
     sl__st32(head + 16, SNAP_VERSION);
-    sl__st32(head + 20, 0);
+    sl__st32(head + 20, mark);
     uLong crc = crc32(0L, Z_NULL, 0);
     crc = crc32(crc, head, SNAP_HEAD);
     int bad = write_all(fd, head, SNAP_HEAD);
@@ -276,57 +295,78 @@ static int read_file(const char *path, uint8_t **out, size_t *len, char *err, si
     return 0;
 }
 
+/* Checks the record at p (avail bytes there): returns its length, or 0
+ * with *why set. */
+static size_t rec_check(const uint8_t *p, size_t avail, const char **why)
+{
+    *why = NULL;
+    if (avail < SNAP_REC_HDR) {
+        *why = "cut short";
+        return 0;
+    }
+    uint16_t meta = sl__ld16(p);
+    size_t klen = (size_t)(meta & 0x3ff) + 1;
+    unsigned algo = (meta >> 10) & 7;
+    size_t slen = sl__ld32(p + 12);
+    int64_t clock = (int64_t)sl__ld64(p + 4);
+    if (algo >= SL_ALGO_COUNT) *why = "unknown algorithm";
+    else if (klen > SL_MAX_KEY) *why = "key longer than 512 bytes";
+    else if (avail - SNAP_REC_HDR < klen || avail - SNAP_REC_HDR - klen < slen)
+        *why = "runs past the end of the file";
+    else if (clock <= -SL_MAX_TIME_MS || clock >= SL_MAX_TIME_MS) *why = "time out of range";
+    else if (sl__state_load_len(algo, p + SNAP_REC_HDR + klen, slen) == 0)
+        *why = "malformed state";
+    return *why ? 0 : SNAP_REC_HDR + klen + slen;
+}
+
+/* Puts a checked record (rec_check) into s, replacing the key's record. */
+static void rec_insert(sl_store *s, const uint8_t *p)
+{
+    uint16_t meta = sl__ld16(p);
+    size_t klen = (size_t)(meta & 0x3ff) + 1;
+    unsigned algo = (meta >> 10) & 7;
+    size_t slen = sl__ld32(p + 12);
+    int64_t clock = (int64_t)sl__ld64(p + 4);
+    const uint8_t *key = p + SNAP_REC_HDR, *st = key + klen;
+    size_t room = sl__state_load_len(algo, st, slen);
+    unsigned kind = algo | ((meta >> 13) & SL__REC_SPACE ? SL__KIND_SPACE : 0);
+    uint64_t h = sl__store_hash(s, kind, key, klen);
+    sl__shard *sh = sl__store_shard(s, h);
+    sl__shard_lock(sh);
+    uint8_t *r = sl__shard_find(sh, h, kind, key, klen);
+    if (r) sl__shard_remove(sh, h, r);
+    r = sl__shard_insert(sh, h, kind, key, klen, room, clock);
+    if (r && sl__state_load(sh, r, st, slen, clock) != 0) {
+        sl__shard_remove(sh, h, r);
+        r = NULL;
+    }
+    if (r) {
+        memcpy(r + 2, p + 2, 2); /* the reset code, as saved */
+        sl__rec_set_flags(r, sl__rec_flags(r) | (meta >> 13));
+        sl__rec_unlock(r);
+    }
+    sl__shard_unlock(sh);
+}
+
 /* Walks the records of a checked file; with insert == 0 only validates. */
 static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uint64_t count,
                 int insert, char *err, size_t errlen)
 {
     size_t pos = SNAP_HEAD, end = len - SNAP_TAIL;
     for (uint64_t k = 0; k < count; k++) {
-        if (end - pos < SNAP_REC_HDR) {
-            fail(err, errlen, "snapshot %s: record %llu at byte %zu is cut short", path,
-                 (unsigned long long)k + 1, pos);
+        const char *why;
+        size_t n = rec_check(p + pos, end - pos, &why);
+        if (n == 0) {
+            if (end - pos < SNAP_REC_HDR)
+                fail(err, errlen, "snapshot %s: record %llu at byte %zu is cut short", path,
+                     (unsigned long long)k + 1, pos);
+            else
+                fail(err, errlen, "snapshot %s: record %llu at byte %zu: %s", path,
+                     (unsigned long long)k + 1, pos, why);
             return -1;
         }
-        uint16_t meta = sl__ld16(p + pos);
-        size_t klen = (size_t)(meta & 0x3ff) + 1;
-        unsigned algo = (meta >> 10) & 7;
-        size_t slen = sl__ld32(p + pos + 12);
-        int64_t clock = (int64_t)sl__ld64(p + pos + 4);
-        const uint8_t *key = p + pos + SNAP_REC_HDR, *st = key + klen;
-        const char *why = NULL;
-        size_t room = 0;
-        if (algo >= SL_ALGO_COUNT)
-            why = "unknown algorithm";
-        else if (klen > SL_MAX_KEY) why = "key longer than 512 bytes";
-        else if (end - pos - SNAP_REC_HDR < klen || end - pos - SNAP_REC_HDR - klen < slen)
-            why = "runs past the end of the file";
-        else if (clock <= -SL_MAX_TIME_MS || clock >= SL_MAX_TIME_MS) why = "time out of range";
-        else if ((room = sl__state_load_len(algo, st, slen)) == 0) why = "malformed state";
-        if (why) {
-            fail(err, errlen, "snapshot %s: record %llu at byte %zu: %s", path,
-                 (unsigned long long)k + 1, pos, why);
-            return -1;
-        }
-        if (insert) {
-            unsigned kind = algo | ((meta >> 13) & SL__REC_SPACE ? SL__KIND_SPACE : 0);
-            uint64_t h = sl__store_hash(s, kind, key, klen);
-            sl__shard *sh = sl__store_shard(s, h);
-            sl__shard_lock(sh);
-            uint8_t *r = sl__shard_find(sh, h, kind, key, klen);
-            if (r) sl__shard_remove(sh, h, r);
-            r = sl__shard_insert(sh, h, kind, key, klen, room, clock);
-            if (r && sl__state_load(sh, r, st, slen, clock) != 0) {
-                sl__shard_remove(sh, h, r);
-                r = NULL;
-            }
-            if (r) {
-                memcpy(r + 2, p + pos + 2, 2); /* the reset code, as saved */
-                sl__rec_set_flags(r, sl__rec_flags(r) | (meta >> 13));
-                sl__rec_unlock(r);
-            }
-            sl__shard_unlock(sh);
-        }
-        pos += SNAP_REC_HDR + klen + slen;
+        if (insert) rec_insert(s, p + pos);
+        pos += n;
     }
     if (pos != end) {
         fail(err, errlen, "snapshot %s: %zu unexpected bytes after the last record", path,
@@ -338,6 +378,13 @@ static int walk(sl_store *s, const char *path, const uint8_t *p, size_t len, uin
 
 int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, size_t errlen)
 {
+    return sl__store_load_mark(s, path, nkeys, NULL, err, errlen);
+}
+
+int sl__store_load_mark(sl_store *s, const char *path, uint64_t *nkeys, uint32_t *mark, char *err,
+                        size_t errlen)
+{
+    if (mark) *mark = 0;
     uint8_t *p = NULL;
     size_t len = 0;
     int rc = read_file(path, &p, &len, err, errlen);
@@ -360,9 +407,57 @@ int sl_store_load(sl_store *s, const char *path, uint64_t *nkeys, char *err, siz
         if (walk(s, path, p, len, count, 0, err, errlen) == 0) {
             walk(s, path, p, len, count, 1, err, errlen);
             if (nkeys) *nkeys = count;
+            if (mark) *mark = sl__ld32(p + 20);
             rc = 0;
         }
     }
     free(p);
     return rc;
+}
+
+/* ---- one record at a time: the journal (snapshot.h) --------------------- */
+
+size_t sl__store_image(sl_store *s, unsigned kind, const void *key, size_t klen, uint8_t *buf,
+                       size_t cap, _Atomic uint64_t *seq, uint64_t *seq_out)
+{
+    uint8_t *r = NULL;
+    uint16_t m = 0;
+    uint64_t h;
+    sl__shard *sh = NULL;
+    /* held (by either way), the record's image and its number are one
+     * moment: no decision on the key falls between them */
+    if (sl__store_quick(s)) r = sl__store_grab_key(s, kind, key, klen, &h, &m);
+    if (r == NULL) {
+        r = sl__store_lookup(s, kind, key, klen, &sh, &h);
+        if (r != NULL) m = sl__rec_meta(r);
+    }
+    *seq_out = atomic_fetch_add_explicit(seq, 1, memory_order_relaxed);
+    size_t n = r ? rec_len(r) : 0;
+    if (r != NULL && n <= cap) rec_write(r, buf);
+    if (r != NULL) sl__rec_release(r, m);
+    if (sh != NULL) sl__shard_unlock(sh);
+    return n;
+}
+
+size_t sl__store_image_check(const uint8_t *p, size_t len, const char **why)
+{
+    size_t n = rec_check(p, len, why);
+    if (n != 0 && n != len) {
+        *why = "unexpected bytes after the record";
+        return 0;
+    }
+    return n;
+}
+
+void sl__store_image_apply(sl_store *s, const uint8_t *p) { rec_insert(s, p); }
+
+int sl__store_image_drop(sl_store *s, unsigned kind, const void *key, size_t klen)
+{
+    uint64_t h = sl__store_hash(s, kind, key, klen);
+    sl__shard *sh = sl__store_shard(s, h);
+    sl__shard_lock(sh);
+    uint8_t *r = sl__shard_find(sh, h, kind, key, klen);
+    if (r != NULL) sl__shard_remove(sh, h, r);
+    sl__shard_unlock(sh);
+    return r != NULL;
 }

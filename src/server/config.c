@@ -36,6 +36,7 @@
 #include "backend.h"
 #include "config.h"
 #include "check.h"
+#include "journal.h"
 #include "log.h"
 #include "util.h"
 
@@ -104,6 +105,8 @@ struct opt {
 #define ACTION(rc)          .kind = K_ACTION, .action = rc, .flag_only = 1
 
 static opt_set_fn set_user_header, set_trusted_proxies;
+static opt_set_fn set_journal_fsync, set_after_crash; /* the journal (journal.h) */
+static opt_show_fn show_journal_fsync, show_after_crash;
 static opt_set_fn set_rls_semantics, set_header_name; /* the gRPC front's answers */
 static opt_show_fn show_rls_semantics, show_limit_limit_header, show_limit_remaining_header,
     show_limit_reset_header;
@@ -203,6 +206,24 @@ static const opt opts[] = {
      .def = "60s",
      .zero = "only at shutdown",
      .help = "save every DUR"},
+    {.name = "journal",
+     PATH(journal),
+     .arg = "FILE",
+     .def = "none",
+     .help = "append every decision's new state to FILE and replay it at start after the "
+             "snapshot (needs --snapshot, which folds it; local backend only)"},
+    {.name = "journal-fsync",
+     CUSTOM(set_journal_fsync, show_journal_fsync),
+     .arg = "always|everysec|no",
+     .def = "everysec",
+     .help = "always: no reply leaves before its decisions are on disk; everysec: fdatasync "
+             "once a second; no: write only"},
+    {.name = "after-crash",
+     CUSTOM(set_after_crash, show_after_crash),
+     .arg = "deny-window|trust",
+     .def = "trust",
+     .help = "after an unclean stop without a journal: deny-window answers keys the snapshot "
+             "does not hold as at their limit for one window of their rule; trust, as fresh"},
     {.name = "rules",
      PATH(rules),
      .arg = "PATH",
@@ -459,7 +480,7 @@ static const opt opts[] = {
 
 /* set_option copies every path into a field of one size */
 #define SAME_SIZE(f) (sizeof((sl_config *)0)->f == sizeof((sl_config *)0)->config_file)
-_Static_assert(SAME_SIZE(snapshot) && SAME_SIZE(rules) && SAME_SIZE(requirepass_file) &&
+_Static_assert(SAME_SIZE(snapshot) && SAME_SIZE(journal) && SAME_SIZE(rules) && SAME_SIZE(requirepass_file) &&
                    SAME_SIZE(users_file) && SAME_SIZE(tls_cert_file) && SAME_SIZE(tls_key_file) &&
                    SAME_SIZE(tls_ca_cert_file) && SAME_SIZE(admin_token_file),
                "path fields differ in size");
@@ -480,6 +501,8 @@ void sl_config_defaults(sl_config *cfg)
     cfg->send_timeout_ms = 60000;
     cfg->recv_timeout_ms = 10000;
     cfg->snapshot_interval_ms = 60000;
+    cfg->journal_fsync = SL_JFSYNC_EVERYSEC;
+    cfg->after_crash = SL_AFTER_CRASH_TRUST;
     cfg->max_client_skew_ms = 3600000;
     strcpy(cfg->backend, "local");
     cfg->backend_timeout_ms = 50;
@@ -1121,6 +1144,40 @@ static int set_on_store_full(sl_config *c, const opt *op, const char *v, size_t 
     return 0;
 }
 
+static int set_journal_fsync(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                             char *err, size_t errlen)
+{
+    char t[80];
+    if (vlen == 6 && memcmp(v, "always", 6) == 0) {
+        c->journal_fsync = SL_JFSYNC_ALWAYS;
+    } else if (vlen == 8 && memcmp(v, "everysec", 8) == 0) {
+        c->journal_fsync = SL_JFSYNC_EVERYSEC;
+    } else if (vlen == 2 && memcmp(v, "no", 2) == 0) {
+        c->journal_fsync = SL_JFSYNC_NO;
+    } else {
+        fail(err, errlen, o, "invalid %s%s '%s': expected always, everysec or no", dash(o),
+             op->name, tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    return 0;
+}
+
+static int set_after_crash(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
+                           char *err, size_t errlen)
+{
+    char t[80];
+    if (vlen == 11 && memcmp(v, "deny-window", 11) == 0) {
+        c->after_crash = SL_AFTER_CRASH_DENY;
+    } else if (vlen == 5 && memcmp(v, "trust", 5) == 0) {
+        c->after_crash = SL_AFTER_CRASH_TRUST;
+    } else {
+        fail(err, errlen, o, "invalid %s%s '%s': expected deny-window or trust", dash(o),
+             op->name, tok(v, vlen, t, sizeof t));
+        return -1;
+    }
+    return 0;
+}
+
 static int set_log_level(sl_config *c, const opt *op, const char *v, size_t vlen, origin *o,
                          char *err, size_t errlen)
 {
@@ -1283,6 +1340,19 @@ static void show_tls_auth_clients(const sl_config *c, char *buf, size_t cap)
 static void show_on_store_full(const sl_config *c, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s", c->on_store_full == SL_FULL_DENY ? "deny-new" : "evict");
+}
+
+static void show_journal_fsync(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s",
+             c->journal_fsync == SL_JFSYNC_ALWAYS     ? "always"
+             : c->journal_fsync == SL_JFSYNC_EVERYSEC ? "everysec"
+                                                      : "no");
+}
+
+static void show_after_crash(const sl_config *c, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", c->after_crash == SL_AFTER_CRASH_DENY ? "deny-window" : "trust");
 }
 
 static void show_log_level(const sl_config *c, char *buf, size_t cap)

@@ -69,6 +69,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "journal.h"
 #include "log.h"
 #include "net_int.h"
 #include "util.h"
@@ -438,6 +439,13 @@ static int flush(conn *c)
     }
     if (b->len > 0) {
         size_t off = 0;
+        /* the decisions behind these replies, to the journal first (with
+         * --journal-fsync always: on disk); if that fails none may leave */
+        if (sl_journal_commit() != 0) {
+            b->len = 0;
+            conn_free(c, "journal write failed");
+            return -1;
+        }
         if (c->bev == NULL && evbuffer_get_length(c->out) == 0) {
             ssize_t n = send(c->fd, b->p, b->len, MSG_NOSIGNAL);
             if (n < 0) {

@@ -57,6 +57,9 @@ typedef struct sl_config {
     char capacity[64];              /* "" = no spare-capacity pool; else N/DURATION */
     sl_params pool;                 /* capacity, parsed: the elastic limits' pool */
     int64_t snapshot_interval_ms;   /* default 60 s */
+    char journal[1024];             /* --journal: "" = none (journal.h) */
+    int journal_fsync;              /* SL_JFSYNC_* (journal.h); default everysec */
+    int after_crash;                /* SL_AFTER_CRASH_*; default trust */
     int trust_client_time;          /* accept AT t */
     int64_t max_client_skew_ms;     /* AT at most this far ahead of the server's
                                        clock; 0 = no bound; default 1 h */
@@ -109,6 +112,11 @@ typedef struct sl_config {
     int response_dmeta;             /* RESPONSE_DYNAMIC_METADATA */
     int stop_incr_overlimit;        /* STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT */
 } sl_config;
+
+/* --after-crash: what a start after an unclean stop, without a journal,
+ * answers for keys the snapshot does not hold (backend_local.h). */
+#define SL_AFTER_CRASH_TRUST 0 /* as fresh keys (the default) */
+#define SL_AFTER_CRASH_DENY  1 /* as at their limit for one window (deny-window) */
 
 /* --rls-semantics: how the gRPC front answers ShouldRateLimit. */
 #define SL_RLS_ENVOY  0 /* as envoyproxy/ratelimit does (the default) */

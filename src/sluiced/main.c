@@ -31,6 +31,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -44,10 +45,12 @@
 
 #include "auth.h"
 #include "backend.h"
+#include "backend_local.h"
 #include "config.h"
 #include "grpc.h"
 #include "history.h"
 #include "http.h"
+#include "journal.h"
 #include "live.h"
 #include "log.h"
 #include "net.h"
@@ -77,6 +80,9 @@ typedef struct app {
     int64_t full_checked_ms; /* when the store was last checked for "store full" */
     uint64_t refused_seen;   /* its stats then: refused requests ... */
     uint64_t at_limit_seen;  /* ... and evictions of keys at their limit */
+    sl_journal *journal;     /* --journal; NULL: none */
+    char marker[1100];       /* --snapshot's ".running": here while sluiced runs, so a
+                                start that finds it knows the last stop was unclean */
 } app;
 
 /* Writes the snapshot, updates the INFO fields, logs.  Returns 0 or -1. */
@@ -84,7 +90,9 @@ static int save_snapshot(app *a, const char *why)
 {
     char err[512];
     int64_t t0 = sl__mono_ms();
-    if (sl_store_save(a->srv.store, a->cfg.snapshot, err, sizeof err) != 0) {
+    if ((a->journal ? sl_journal_snapshot(a->journal, a->srv.store, a->cfg.snapshot, err,
+                                          sizeof err)
+                    : sl_store_save(a->srv.store, a->cfg.snapshot, err, sizeof err)) != 0) {
         atomic_store(&a->srv.last_save_ok, 0);
         sl_log(SL_LOG_ERROR, "snapshot save failed", "file=%s reason=%s err=%s",
                sl_logq(a->cfg.snapshot), why, sl_logq(err));
@@ -425,6 +433,23 @@ int main(int argc, char **argv)
      * request path allocates, so one arena costs no contention there. */
     mallopt(M_ARENA_MAX, 1);
 
+    /* the journal folds into the snapshot, and the marker lives beside it */
+    if ((a.cfg.journal[0] != '\0' || a.cfg.after_crash == SL_AFTER_CRASH_DENY) &&
+        (a.cfg.snapshot[0] == '\0' || strcmp(a.cfg.backend, "local") != 0)) {
+        sl_log(SL_LOG_ERROR, "refusing to start", "err=%s",
+               sl_logq(a.cfg.journal[0] != '\0'
+                           ? "--journal needs --snapshot (the journal folds into it) and the "
+                             "local backend"
+                           : "--after-crash deny-window needs --snapshot (a marker beside it "
+                             "tells an unclean stop) and the local backend"));
+        return 1;
+    }
+    int unclean = 0;
+    if (a.cfg.snapshot[0] != '\0') {
+        snprintf(a.marker, sizeof a.marker, "%s.running", a.cfg.snapshot);
+        unclean = access(a.marker, F_OK) == 0;
+    }
+
     sl_store_opts so;
     memset(&so, 0, sizeof so);
     so.max_bytes = (size_t)a.cfg.max_memory;
@@ -452,7 +477,9 @@ int main(int argc, char **argv)
     if (a.cfg.snapshot[0] != '\0') {
         uint64_t nkeys = 0;
         int64_t t0 = sl__mono_ms();
-        int lr = sl_store_load(a.srv.store, a.cfg.snapshot, &nkeys, err, sizeof err);
+        uint32_t mark = 0;
+        int lr = sl_journal_load_snapshot(a.srv.store, a.cfg.snapshot, &nkeys, &mark, err,
+                                          sizeof err);
         if (lr < 0) {
             char hint[1200];
             snprintf(hint, sizeof hint,
@@ -472,8 +499,32 @@ int main(int argc, char **argv)
             sl_log(SL_LOG_INFO, "snapshot loaded", "file=%s keys=%llu ms=%lld",
                    sl_logq(a.cfg.snapshot), (unsigned long long)nkeys,
                    (long long)(sl__mono_ms() - t0));
-            clock_after_load(&a);
         }
+        if (a.cfg.journal[0] != '\0') {
+            sl_journal_info ji;
+            t0 = sl__mono_ms();
+            a.journal = sl_journal_open(a.srv.store, a.cfg.journal, a.cfg.snapshot,
+                                        a.cfg.journal_fsync, mark, &ji, err, sizeof err);
+            if (a.journal == NULL) {
+                sl_log(SL_LOG_ERROR, "cannot replay the journal: refusing to start",
+                       "file=%s err=%s", sl_logq(a.cfg.journal), sl_logq(err));
+                sl_store_free(a.srv.store);
+                return 1;
+            }
+            if (ji.torn)
+                sl_log(SL_LOG_WARN, "journal: a torn last record dropped (a crash in the middle "
+                       "of a write)", "file=%s offset=%zu bytes=%zu", sl_logq(ji.torn_file),
+                       ji.torn_off, ji.torn_bytes);
+            sl_log(SL_LOG_INFO, "journal replayed", "file=%s files=%d records=%llu "
+                   "already_in_snapshot=%llu generation=%u fsync=%s ms=%lld",
+                   sl_logq(a.cfg.journal), ji.files, (unsigned long long)ji.records,
+                   (unsigned long long)ji.skipped, ji.gen,
+                   a.cfg.journal_fsync == SL_JFSYNC_ALWAYS     ? "always"
+                   : a.cfg.journal_fsync == SL_JFSYNC_EVERYSEC ? "everysec"
+                                                               : "no",
+                   (long long)(sl__mono_ms() - t0));
+        }
+        if (lr == 0 || a.journal != NULL) clock_after_load(&a);
     }
     a.srv.start_ms = sl_now_ms();
     a.wall_offset_ms = sl__wall_ms() - a.srv.start_ms;
@@ -492,6 +543,29 @@ int main(int argc, char **argv)
                      : "");
         sl_store_free(a.srv.store);
         return 1;
+    }
+    if (a.journal != NULL) sl_backend_local_record(a.srv.backend, sl_journal_record, a.journal);
+    if (unclean && a.journal != NULL)
+        sl_log(SL_LOG_INFO, "the last stop was unclean: the journal's replay holds what it "
+               "decided", "marker=%s after_crash=%s", sl_logq(a.marker),
+               a.cfg.after_crash == SL_AFTER_CRASH_DENY ? "deny-window (not needed)" : "trust");
+    else if (unclean && a.cfg.after_crash == SL_AFTER_CRASH_DENY) {
+        sl_backend_local_deny_window(a.srv.backend, a.srv.start_ms);
+        sl_log(SL_LOG_WARN, "the last stop was unclean: keys the snapshot does not hold are "
+               "denied for one window of their limit", "marker=%s after_crash=deny-window",
+               sl_logq(a.marker));
+    } else if (unclean)
+        sl_log(SL_LOG_WARN, "the last stop was unclean: decisions since the last snapshot are "
+               "forgotten", "marker=%s after_crash=trust", sl_logq(a.marker));
+    if (a.marker[0] != '\0') {
+        int mfd = open(a.marker, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+        if (mfd < 0) {
+            sl_log(SL_LOG_ERROR, "cannot create the marker: refusing to start", "file=%s err=%s",
+                   sl_logq(a.marker), sl_logq(strerror(errno)));
+            return 1;
+        }
+        (void)fsync(mfd);
+        close(mfd);
     }
     if (sl_stats_init(&a.srv.stats, sl_net_default_workers(&a.cfg)) != 0 ||
         (a.srv.history = sl_history_new(a.srv.stats.nworkers)) == NULL) {
@@ -605,6 +679,11 @@ int main(int argc, char **argv)
     sl_log(SL_LOG_INFO, "clients closed", NULL);
     int status = 0;
     if (a.cfg.snapshot[0] != '\0' && save_snapshot(&a, "shutdown") != 0) status = 1;
+    sl_journal_close(a.journal);
+    /* a clean stop: the snapshot holds everything (else the marker stays) */
+    if (status == 0 && a.marker[0] != '\0' && unlink(a.marker) != 0 && errno != ENOENT)
+        sl_log(SL_LOG_WARN, "cannot remove the marker", "file=%s err=%s", sl_logq(a.marker),
+               sl_logq(strerror(errno)));
 
     sl_net_free(a.net);
     if (snap_ev) event_free(snap_ev);
