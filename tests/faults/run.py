@@ -1,0 +1,201 @@
+#!/usr/bin/python3
+"""run.py -- runs a fault schedule (topology x fault x mode) and prints a
+Jepsen-style table of what the clients were told (docs/faults.md).
+
+    /usr/bin/python3 tests/faults/run.py --schedule bounded   # the test command's round
+    /usr/bin/python3 tests/faults/run.py --schedule long      # make faults: 50 of each kind
+    /usr/bin/python3 tests/faults/run.py --count 10 --topology sentinel --fault stall
+
+For each mode (MODES, or --mode) and topology, the topology is started
+once; each fault kind is a phase of its own with keys of its own: clients
+run, the fault is injected `count` times (inject, hold, heal, wait until
+the topology is whole again, a gap), the clients stop, and the checker
+counts the phase's history.  With --assert the run fails (exit 1) when the
+harness did not work: a history incomplete, a fault not healed (the
+topology not whole again within its bound), a process that did not stop
+cleanly, a proxy thread left -- or over-admission in a mode whose row says
+expect_zero.  Over-admission in the other modes is measured and printed,
+never asserted.
+"""
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import checker  # noqa: E402
+import topo  # noqa: E402
+from load import Load, Plan  # noqa: E402
+
+# The modes: (name, the topologies it applies to, extra sluiced flags,
+# expect_zero).  `{dir}` in a flag is the topology's scratch folder.  The
+# hook for durability: when a mode lands, add its row with expect_zero=True
+# and every schedule -- the bounded round in the test command included --
+# asserts 0 over-admitted requests with it, e.g.
+#   ("replicas:1", ("sentinel", "cluster"), ["--durability", "replicas:1"], True),
+#   ("journal", ("single",), ["--journal", "{dir}/journal", "--journal-fsync", "always"], True),
+#   ("deny-window", ("single",), ["--after-crash", "deny-window"], True),
+MODES = [
+    ("none", ("single", "sentinel", "cluster"), [], False),
+]
+
+# schedule -> (faults of each kind, warm-up s, gap between faults s, settle s, rate)
+SCHEDULES = {
+    "bounded": (1, 1.0, 0.2, 0.3, 150),
+    "medium": (10, 1.5, 0.5, 0.5, 150),
+    "long": (50, 1.5, 0.5, 0.5, 150),
+}
+
+
+def log(msg):
+    sys.stderr.write("[%s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
+    """One fault kind on a started topology.  Returns (Counts, row facts,
+    problems, history)."""
+    inject, heal = t.faults()[fault]
+    phase = "%s:%s:%s:%s" % (run_id, t.name, fault, mode)
+    load = Load(t, Plan(phase), rate=rate, seed=hash(phase) & 0xffff).start()
+    problems = []
+    time.sleep(warm)
+    injected = healed = 0
+    t0 = time.monotonic()
+    for k in range(count):
+        what = inject(k)
+        injected += 1
+        time.sleep(t.HOLD[fault])
+        heal(k)
+        not_whole = t.ready()
+        if not_whole:
+            problems += ["after %r: %s" % (what, p) for p in not_whole]
+        else:
+            healed += 1
+        log("%s %s/%d: %s, whole again after %.1fs" % (t.name, fault, k + 1, what,
+                                                       time.monotonic() - t0))
+        t0 = time.monotonic()
+        time.sleep(gap)
+    time.sleep(settle)
+    problems += load.stop()
+    hist = load.history()
+    counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
+    facts = dict(injected=injected, healed=healed)
+    return counts, facts, problems, hist
+
+
+SLACK_MS = 2.0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--schedule", choices=sorted(SCHEDULES), default="bounded")
+    ap.add_argument("--count", type=int, help="faults of each kind (default: the schedule's)")
+    ap.add_argument("--topology", default="single,sentinel,cluster",
+                    help="comma-separated: single, sentinel, cluster")
+    ap.add_argument("--fault", default="", help="comma-separated fault kinds (default: all "
+                    "a topology offers: kill-sluiced, kill-master, stall, partition)")
+    ap.add_argument("--mode", action="append", default=[],
+                    help="NAME=FLAGS (extra sluiced flags, split on spaces) replaces MODES; "
+                    "NAME+=FLAGS also asserts 0 over-admitted (with --assert)")
+    ap.add_argument("--sentinel-backend", default="redis://{proxy}",
+                    help="backend URL template for the sentinel topology ({proxy}, "
+                    "{sentinel}, {master})")
+    ap.add_argument("--rate", type=int, help="requests a second, all clients together")
+    ap.add_argument("--assert", dest="check", action="store_true",
+                    help="exit 1 unless the harness worked (and expect_zero modes are 0)")
+    ap.add_argument("--json", help="write the rows (and problems) to this file")
+    ap.add_argument("--history", help="write every answer, one JSON array a line, here")
+    a = ap.parse_args(argv)
+
+    count, warm, gap, settle, rate = SCHEDULES[a.schedule]
+    count = a.count if a.count is not None else count
+    rate = a.rate or rate
+    modes = MODES
+    if a.mode:
+        modes = []
+        for m in a.mode:
+            name, sep, flags = m.partition("=")
+            zero = name.endswith("+")
+            modes.append((name.rstrip("+"), ("single", "sentinel", "cluster"), flags.split(), zero))
+    want_faults = [f for f in a.fault.split(",") if f]
+    run_id = "%x" % random.getrandbits(32)
+    rows = []
+    problems = []
+    hist_out = open(a.history, "w") if a.history else None
+    started = time.monotonic()
+    for mode, tops, flags, expect_zero in modes:
+        for tname in [x for x in a.topology.split(",") if x]:
+            if tname not in tops:
+                continue
+            cls = topo.TOPOLOGIES[tname]
+            kw = {"backend": a.sentinel_backend} if tname == "sentinel" else {}
+            t = cls([], **kw)
+            t.mode_flags = [f.replace("{dir}", t.dir) for f in flags]
+            tstart = time.monotonic()
+            try:
+                t.start()
+                log("%s (%s) started in %.1fs" % (tname, mode, time.monotonic() - tstart))
+                for fault in t.faults():
+                    if want_faults and fault not in want_faults:
+                        continue
+                    c, facts, ps, hist = run_phase(t, fault, mode, count, warm, gap, settle,
+                                                   rate, run_id)
+                    problems += ["%s/%s/%s: %s" % (tname, fault, mode, p) for p in ps]
+                    if expect_zero and c.over_admitted:
+                        problems.append("%s/%s/%s: %d over-admitted (expected 0) on %s"
+                                        % (tname, fault, mode, c.over_admitted,
+                                           ", ".join(c.keys_over[:5])))
+                    if facts["injected"] != count or facts["healed"] != count:
+                        problems.append("%s/%s/%s: %d of %d faults injected, %d healed"
+                                        % (tname, fault, mode, facts["injected"], count,
+                                           facts["healed"]))
+                    if c.requests == 0:
+                        problems.append("%s/%s/%s: no request recorded" % (tname, fault, mode))
+                    rows.append(dict(fault=fault, topology=tname, mode=mode, faults=count,
+                                     requests=c.requests, allowed=c.allowed,
+                                     over_admitted=c.over_admitted,
+                                     windows_over=c.windows_over, unavailable=c.unavailable,
+                                     errors=c.errors, policy=c.policy,
+                                     expect_zero=expect_zero, **facts))
+                    if hist_out:
+                        for x in hist:
+                            hist_out.write(json.dumps(list(x)) + "\n")
+            except AssertionError as e:
+                problems.append("%s/%s: %s" % (tname, mode, str(e)[:3000]))
+            finally:
+                stop_problems = t.stop()
+                problems += ["%s/%s stop: %s" % (tname, mode, p) for p in stop_problems]
+                log("%s (%s) done in %.1fs, stopped%s" % (
+                    tname, mode, time.monotonic() - tstart,
+                    " with problems" if stop_problems else " cleanly"))
+    if hist_out:
+        hist_out.close()
+    print(table(rows))
+    print("total %.1fs, %d faults injected" % (time.monotonic() - started,
+                                              sum(r["injected"] for r in rows)))
+    for p in problems:
+        print("PROBLEM %s" % p)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(rows=rows, problems=problems), f, indent=1)
+    return 1 if (a.check and problems) else 0
+
+
+def table(rows):
+    head = ["fault", "topology", "mode", "faults", "requests", "over-admitted", "windows over",
+            "unavailable"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lines.append("| %s | %s | %s | %d | %d | %d | %d | %d |" % (
+            r["fault"], r["topology"], r["mode"], r["faults"], r["requests"],
+            r["over_admitted"], r["windows_over"], r["unavailable"]))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
