@@ -23,7 +23,9 @@ import json
 import os
 import random
 import sys
+import threading
 import time
+import traceback
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -63,25 +65,27 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
     phase = "%s:%s:%s:%s" % (run_id, t.name, fault, mode)
     load = Load(t, Plan(phase), rate=rate, seed=hash(phase) & 0xffff).start()
     problems = []
-    time.sleep(warm)
     injected = healed = 0
-    t0 = time.monotonic()
-    for k in range(count):
-        what = inject(k)
-        injected += 1
-        time.sleep(t.HOLD[fault])
-        heal(k)
-        not_whole = t.ready()
-        if not_whole:
-            problems += ["after %r: %s" % (what, p) for p in not_whole]
-        else:
-            healed += 1
-        log("%s %s/%d: %s, whole again after %.1fs" % (t.name, fault, k + 1, what,
-                                                       time.monotonic() - t0))
+    try:
+        time.sleep(warm)
         t0 = time.monotonic()
-        time.sleep(gap)
-    time.sleep(settle)
-    problems += load.stop()
+        for k in range(count):
+            what = inject(k)
+            injected += 1
+            time.sleep(t.HOLD[fault])
+            heal(k)
+            not_whole = t.ready()
+            if not_whole:
+                problems += ["after %r: %s" % (what, p) for p in not_whole]
+            else:
+                healed += 1
+            log("%s %s/%d: %s, whole again after %.1fs" % (t.name, fault, k + 1, what,
+                                                           time.monotonic() - t0))
+            time.sleep(gap)
+            t0 = time.monotonic()
+        time.sleep(settle)
+    finally:
+        problems += load.stop()
     hist = load.history()
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
     facts = dict(injected=injected, healed=healed)
@@ -89,6 +93,53 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
 
 
 SLACK_MS = 2.0
+
+
+def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, rate, run_id,
+                 want_faults):
+    """Starts one topology in one mode, runs a phase of each fault kind,
+    stops it.  Returns (rows, problems, history)."""
+    rows, problems, history = [], [], []
+    cls = topo.TOPOLOGIES[tname]
+    kw = {"backend": a.sentinel_backend} if tname == "sentinel" else {}
+    t = cls([], **kw)
+    t.mode_flags = [f.replace("{dir}", t.dir) for f in flags]
+    tstart = time.monotonic()
+    try:
+        t.start()
+        log("%s (%s) started in %.1fs" % (tname, mode, time.monotonic() - tstart))
+        for fault in t.faults():
+            if want_faults and fault not in want_faults:
+                continue
+            c, facts, ps, hist = run_phase(t, fault, mode, count, warm, gap, settle, rate,
+                                           run_id)
+            history += hist
+            problems += ["%s/%s/%s: %s" % (tname, fault, mode, p) for p in ps]
+            if expect_zero and c.over_admitted:
+                problems.append("%s/%s/%s: %d over-admitted (expected 0) on %s"
+                                % (tname, fault, mode, c.over_admitted,
+                                   ", ".join(c.keys_over[:5])))
+            if facts["injected"] != count or facts["healed"] != count:
+                problems.append("%s/%s/%s: %d of %d faults injected, %d healed"
+                                % (tname, fault, mode, facts["injected"], count,
+                                   facts["healed"]))
+            if c.requests == 0:
+                problems.append("%s/%s/%s: no request recorded" % (tname, fault, mode))
+            rows.append(dict(fault=fault, topology=tname, mode=mode, faults=count,
+                             requests=c.requests, allowed=c.allowed,
+                             over_admitted=c.over_admitted, windows_over=c.windows_over,
+                             unavailable=c.unavailable, errors=c.errors, policy=c.policy,
+                             expect_zero=expect_zero, **facts))
+    except Exception as e:  # noqa: BLE001 -- reported as a problem of the run, then stop
+        problems.append("%s/%s: %s\n%s" % (tname, mode, str(e)[:3000],
+                                            traceback.format_exc()[-3000:]))
+    finally:
+        stop_problems = t.stop()
+        problems += ["%s/%s stop: %s" % (tname, mode, p) for p in stop_problems]
+        log("%s (%s) done in %.1fs, stopped%s" % (tname, mode, time.monotonic() - tstart,
+                                                  " with problems" if stop_problems
+                                                  else " cleanly"))
+    return rows, problems, history
 
 
 def main(argv=None):
@@ -108,6 +159,8 @@ def main(argv=None):
     ap.add_argument("--rate", type=int, help="requests a second, all clients together")
     ap.add_argument("--assert", dest="check", action="store_true",
                     help="exit 1 unless the harness worked (and expect_zero modes are 0)")
+    ap.add_argument("--parallel", action="store_true",
+                    help="run the topologies at the same time (one thread each)")
     ap.add_argument("--json", help="write the rows (and problems) to this file")
     ap.add_argument("--history", help="write every answer, one JSON array a line, here")
     a = ap.parse_args(argv)
@@ -128,53 +181,41 @@ def main(argv=None):
     problems = []
     hist_out = open(a.history, "w") if a.history else None
     started = time.monotonic()
+    jobs = []
     for mode, tops, flags, expect_zero in modes:
         for tname in [x for x in a.topology.split(",") if x]:
-            if tname not in tops:
-                continue
-            cls = topo.TOPOLOGIES[tname]
-            kw = {"backend": a.sentinel_backend} if tname == "sentinel" else {}
-            t = cls([], **kw)
-            t.mode_flags = [f.replace("{dir}", t.dir) for f in flags]
-            tstart = time.monotonic()
-            try:
-                t.start()
-                log("%s (%s) started in %.1fs" % (tname, mode, time.monotonic() - tstart))
-                for fault in t.faults():
-                    if want_faults and fault not in want_faults:
-                        continue
-                    c, facts, ps, hist = run_phase(t, fault, mode, count, warm, gap, settle,
-                                                   rate, run_id)
-                    problems += ["%s/%s/%s: %s" % (tname, fault, mode, p) for p in ps]
-                    if expect_zero and c.over_admitted:
-                        problems.append("%s/%s/%s: %d over-admitted (expected 0) on %s"
-                                        % (tname, fault, mode, c.over_admitted,
-                                           ", ".join(c.keys_over[:5])))
-                    if facts["injected"] != count or facts["healed"] != count:
-                        problems.append("%s/%s/%s: %d of %d faults injected, %d healed"
-                                        % (tname, fault, mode, facts["injected"], count,
-                                           facts["healed"]))
-                    if c.requests == 0:
-                        problems.append("%s/%s/%s: no request recorded" % (tname, fault, mode))
-                    rows.append(dict(fault=fault, topology=tname, mode=mode, faults=count,
-                                     requests=c.requests, allowed=c.allowed,
-                                     over_admitted=c.over_admitted,
-                                     windows_over=c.windows_over, unavailable=c.unavailable,
-                                     errors=c.errors, policy=c.policy,
-                                     expect_zero=expect_zero, **facts))
-                    if hist_out:
-                        for x in hist:
-                            hist_out.write(json.dumps(list(x)) + "\n")
-            except AssertionError as e:
-                problems.append("%s/%s: %s" % (tname, mode, str(e)[:3000]))
-            finally:
-                stop_problems = t.stop()
-                problems += ["%s/%s stop: %s" % (tname, mode, p) for p in stop_problems]
-                log("%s (%s) done in %.1fs, stopped%s" % (
-                    tname, mode, time.monotonic() - tstart,
-                    " with problems" if stop_problems else " cleanly"))
+            if tname in tops:
+                jobs.append((tname, mode, flags, expect_zero))
+    results = [None] * len(jobs)
+
+    def job(i):
+        tname, mode, flags, expect_zero = jobs[i]
+        results[i] = run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle,
+                                  rate, run_id, want_faults)
+    if a.parallel:
+        threads = [threading.Thread(target=job, args=(i,), name=jobs[i][0])
+                   for i in range(len(jobs))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    else:
+        for i in range(len(jobs)):
+            job(i)
+    for r, ps, hist in results:
+        rows += r
+        problems += ps
+        if hist_out:
+            for x in hist:
+                hist_out.write(json.dumps(list(x)) + "\n")
     if hist_out:
         hist_out.close()
+    # every process started, stopped: sluiced nodes, redis-servers, Sentinels
+    for proc, what in ([(x.proc, x.name) for x in topo.harness.STARTED] +
+                       [(x.proc, "redis-server :%s" % x.port) for x in topo.harness.REDIS_STARTED] +
+                       [(x.proc, "sentinel :%s" % x.port) for x in topo.SENTINELS]):
+        if proc is not None and proc.poll() is None:
+            problems.append("still running after the run: %s (pid %d)" % (what, proc.pid))
     print(table(rows))
     print("total %.1fs, %d faults injected" % (time.monotonic() - started,
                                               sum(r["injected"] for r in rows)))

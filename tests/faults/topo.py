@@ -69,11 +69,14 @@ def info_of(port, section=None):
     return harness.parse_info(v)
 
 
+SENTINELS = []  # every Sentinel started, for run.py's last check
+
+
 class Sentinel:
     """One Sentinel (the redis-server binary with --sentinel) watching master
     `m`; stopped by its PID (SIGTERM, a wait, SIGKILL is a problem)."""
 
-    def __init__(self, master_port, down_after_ms=1000, failover_timeout_ms=2000):
+    def __init__(self, master_port, down_after_ms=600, failover_timeout_ms=2000):
         self.dir = tempfile.mkdtemp(prefix="sluice-sentinel-")
         self.master_port = master_port
         self.down_after_ms = down_after_ms
@@ -82,6 +85,7 @@ class Sentinel:
         self.proc = None
         self.log_path = os.path.join(self.dir, "sentinel.log")
         self.problems = []
+        SENTINELS.append(self)
 
     def start(self):
         self.port = harness.free_port()
@@ -147,7 +151,9 @@ class Topology:
     kill -9 / restart fault of a sluiced node, and stop()."""
 
     name = "?"
-    HOLD = {"kill-sluiced": 0.3, "kill-master": 0.0, "stall": 0.4, "partition": 0.6}
+    # how long a fault lasts before it is healed (s); a stall stays below
+    # Sentinel's down-after (600 ms) and the cluster's node timeout (1 s)
+    HOLD = {"kill-sluiced": 0.3, "kill-master": 0.0, "stall": 0.3, "partition": 0.6}
 
     def __init__(self, mode_flags=(), nodes=3):
         self.mode_flags = list(mode_flags)
