@@ -89,8 +89,10 @@ for r in rows:
     case("round:%s" % key,
          not mine and r["injected"] == r["faults"] == r["healed"] and r["requests"] > 0,
          "\n".join(mine) + "\n%r" % r)
-    print("info  %s: %d requests, %d over-admitted in %d windows, %d unavailable (measured)"
-          % (key, r["requests"], r["over_admitted"], r["windows_over"], r["unavailable"]))
+    print("info  %s: %d requests, %d over-admitted in %d windows, %d unavailable "
+          "(%d failure-policy answers; INFO counted %d) -- measured"
+          % (key, r["requests"], r["over_admitted"], r["windows_over"], r["unavailable"],
+             r["policy"], r["info_policy"]))
     if r["expect_zero"]:
         case("zero:%s" % key, r["over_admitted"] == 0,
              "%d over-admitted with durability on" % r["over_admitted"])

@@ -66,6 +66,7 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
     load = Load(t, Plan(phase), rate=rate, seed=hash(phase) & 0xffff).start()
     problems = []
     injected = healed = 0
+    info_before = t.fallbacks()
     try:
         time.sleep(warm)
         t0 = time.monotonic()
@@ -86,9 +87,25 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
         time.sleep(settle)
     finally:
         problems += load.stop()
+    # how each node reaches Redis at the end (docs/fleet.md, "Through the
+    # module"): "mixed" means some connections use the module and others the
+    # script, whose counters are different keys -- a cause of over-admission
+    paths = set()
+    for s in t.nodes:
+        try:
+            p = topo.info_of(s.port, "backend").get("backend_redis_path")
+        except (OSError, EOFError, TimeoutError, AssertionError):
+            p = "?"
+        if p:
+            paths.add(p)
+    try:
+        info_policy = t.fallbacks() - info_before
+    except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
+        info_policy = -1
     hist = load.history()
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
-    facts = dict(injected=injected, healed=healed)
+    facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths),
+                 info_policy=info_policy)
     return counts, facts, problems, hist
 
 
@@ -217,6 +234,10 @@ def main(argv=None):
         if proc is not None and proc.poll() is None:
             problems.append("still running after the run: %s (pid %d)" % (what, proc.pid))
     print(table(rows))
+    for r in rows:
+        if "mixed" in r["redis_paths"]:
+            print("NOTE %s/%s/%s: a node's backend_redis_path was mixed at the end (module and "
+                  "script connections: two counters a key)" % (r["topology"], r["fault"], r["mode"]))
     print("total %.1fs, %d faults injected" % (time.monotonic() - started,
                                               sum(r["injected"] for r in rows)))
     for p in problems:
@@ -229,12 +250,13 @@ def main(argv=None):
 
 def table(rows):
     head = ["fault", "topology", "mode", "faults", "requests", "over-admitted", "windows over",
-            "unavailable"]
+            "unavailable", "policy (INFO)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        lines.append("| %s | %s | %s | %d | %d | %d | %d | %d |" % (
+        lines.append("| %s | %s | %s | %d | %d | %d | %d | %d | %s |" % (
             r["fault"], r["topology"], r["mode"], r["faults"], r["requests"],
-            r["over_admitted"], r["windows_over"], r["unavailable"]))
+            r["over_admitted"], r["windows_over"], r["unavailable"],
+            "%d (%d)" % (r["policy"], r["info_policy"])))
     return "\n".join(lines)
 
 

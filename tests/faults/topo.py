@@ -72,6 +72,13 @@ def info_of(port, section=None):
 SENTINELS = []  # every Sentinel started, for run.py's last check
 
 
+def fallbacks(port):
+    """INFO backend_fallback_deny + _allow + _local of one sluiced (0 on the
+    local store, which has none)."""
+    info = info_of(port, "backend")
+    return sum(int(info.get("backend_fallback_" + k, 0) or 0) for k in ("deny", "allow", "local"))
+
+
 class Sentinel:
     """One Sentinel (the redis-server binary with --sentinel) watching master
     `m`; stopped by its PID (SIGTERM, a wait, SIGKILL is a problem)."""
@@ -165,6 +172,7 @@ class Topology:
         self.nodes = []
         self.proxies = []
         self.problems = []      # found while running (a restart that failed, ...)
+        self.fallback_carry = 0  # policy answers counted by nodes before they were killed
 
     def faults(self):
         """{name: (inject, heal)}."""
@@ -185,6 +193,10 @@ class Topology:
         i = k % len(self.nodes)
         s = self.nodes[i]
         s.want_port = s.port  # the restart keeps the port the clients know
+        try:
+            self.fallback_carry += fallbacks(s.port)
+        except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
+            pass
         s.kill()              # SIGKILL by PID (outside unittest: a real kill -9)
         return "kill -9 sluiced node%d (pid %d)" % (i, s.pid)
 
@@ -194,6 +206,11 @@ class Topology:
         if problems:
             self.problems.append("%s before kill: %s" % (s.name, "; ".join(problems)))
         s.start()
+
+    def fallbacks(self):
+        """Failure-policy answers so far, every node's INFO together (a
+        killed node's count as read just before the kill)."""
+        return self.fallback_carry + sum(fallbacks(s.port) for s in self.nodes)
 
     def backend_up(self):
         return all(info_of(s.port, "backend").get("backend_status") in ("up", None)
