@@ -67,6 +67,7 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
     problems = []
     injected = healed = 0
     info_before = t.fallbacks()
+    failovers_before = t.failovers()
     try:
         time.sleep(warm)
         t0 = time.monotonic()
@@ -105,6 +106,7 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
     hist = load.history()
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
     facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths),
+                 failovers=t.failovers() - failovers_before,
                  info_policy=info_policy)
     return counts, facts, problems, hist
 
@@ -235,6 +237,11 @@ def main(argv=None):
             problems.append("still running after the run: %s (pid %d)" % (what, proc.pid))
     print(table(rows))
     for r in rows:
+        extra = r["failovers"] - (r["faults"] if r["fault"] == "kill-master" else 0)
+        if extra:
+            print("NOTE %s/%s/%s: %d failover(s) that no kill-master asked for (a fault or the "
+                  "load made a master look dead; Redis's logs)" % (r["topology"], r["fault"],
+                                                                   r["mode"], extra))
         if "mixed" in r["redis_paths"]:
             print("NOTE %s/%s/%s: a node's backend_redis_path was mixed at the end (module and "
                   "script connections: two counters a key)" % (r["topology"], r["fault"], r["mode"]))

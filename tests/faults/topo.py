@@ -83,7 +83,7 @@ class Sentinel:
     """One Sentinel (the redis-server binary with --sentinel) watching master
     `m`; stopped by its PID (SIGTERM, a wait, SIGKILL is a problem)."""
 
-    def __init__(self, master_port, down_after_ms=600, failover_timeout_ms=2000):
+    def __init__(self, master_port, down_after_ms=1500, failover_timeout_ms=2000):
         self.dir = tempfile.mkdtemp(prefix="sluice-sentinel-")
         self.master_port = master_port
         self.down_after_ms = down_after_ms
@@ -159,7 +159,7 @@ class Topology:
 
     name = "?"
     # how long a fault lasts before it is healed (s); a stall stays below
-    # Sentinel's down-after (600 ms) and the cluster's node timeout (1 s)
+    # Sentinel's down-after (1.5 s) and the cluster's node timeout (1 s)
     HOLD = {"kill-sluiced": 0.3, "kill-master": 0.0, "stall": 0.3, "partition": 0.6}
 
     def __init__(self, mode_flags=(), nodes=3):
@@ -206,6 +206,10 @@ class Topology:
         if problems:
             self.problems.append("%s before kill: %s" % (s.name, "; ".join(problems)))
         s.start()
+
+    def failovers(self):
+        """Failovers so far, as Redis logged them (0 without Redis)."""
+        return 0
 
     def fallbacks(self):
         """Failure-policy answers so far, every node's INFO together (a
@@ -360,6 +364,9 @@ class SentinelTopo(Topology):
             return ["sentinel: master+replica+Sentinel not whole again"]
         return super().ready(timeout)
 
+    def failovers(self):
+        return self.sentinel.log().count("+switch-master")
+
     def stop_redis(self):
         problems = []
         if self.sentinel:
@@ -469,6 +476,9 @@ class ClusterTopo(Topology):
 
     def ready(self, timeout=40):
         return self.ready_redis(timeout) or super().ready(timeout)
+
+    def failovers(self):
+        return sum(r.log().count("Failover election won") for r in self.redis)
 
     def stop_redis(self):
         problems = []
