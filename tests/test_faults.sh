@@ -89,6 +89,14 @@ for r in rows:
     case("round:%s" % key,
          not mine and r["injected"] == r["faults"] == r["healed"] and r["requests"] > 0,
          "\n".join(mine) + "\n%r" % r)
+    # each fault seen to take effect: the process died of SIGKILL or was
+    # stopped (state T), the proxy held or reset a connection; a master's
+    # death was followed by a failover in Redis's own log
+    case("round:%s:took-effect" % key,
+         r["effects"] == r["faults"] and (r["fault"] != "kill-master" or
+                                          r["failovers"] >= r["faults"]),
+         "%d of %d faults seen to take effect, %d failovers logged"
+         % (r["effects"], r["faults"], r["failovers"]))
     print("info  %s: %d requests, %d over-admitted in %d windows, %d unavailable "
           "(%d failure-policy answers; INFO counted %d) -- measured"
           % (key, r["requests"], r["over_admitted"], r["windows_over"], r["unavailable"],

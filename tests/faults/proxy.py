@@ -66,11 +66,14 @@ class Proxy:
         return "127.0.0.1:%d" % self.port
 
     def set_mode(self, mode, delay_ms=0):
+        """Switches the mode; returns how many open connections it applies
+        to (those a drop resets; those a blackhole or delay holds)."""
         if mode not in MODES:
             raise ValueError("proxy mode %r: one of %s" % (mode, ", ".join(MODES)))
         with self.lock:
             self.mode = mode
             self.delay_ms = delay_ms
+            n = len(self.conns)
             if mode == "drop":
                 self.generation += 1
                 conns, self.conns = self.conns, []
@@ -79,6 +82,7 @@ class Proxy:
         for c, u in conns:
             _reset(c)
             _reset(u)
+        return n
 
     def _accept_loop(self):
         while not self.stopping:

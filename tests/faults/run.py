@@ -68,6 +68,7 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
     injected = healed = 0
     info_before = t.fallbacks()
     failovers_before = t.failovers()
+    effects_before = t.effects
     try:
         time.sleep(warm)
         t0 = time.monotonic()
@@ -107,6 +108,7 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
     facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths),
                  failovers=t.failovers() - failovers_before,
+                 effects=t.effects - effects_before,
                  info_policy=info_policy)
     return counts, facts, problems, hist
 

@@ -72,6 +72,14 @@ def info_of(port, section=None):
 SENTINELS = []  # every Sentinel started, for run.py's last check
 
 
+def stopped(pid, timeout=5):
+    """True once /proc says pid is stopped (state T), within timeout s."""
+    def state():
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    return wait_for(lambda: state() in ("T", "t"), timeout, step=0.01)
+
+
 def fallbacks(port):
     """INFO backend_fallback_deny + _allow + _local of one sluiced (0 on the
     local store, which has none)."""
@@ -173,6 +181,8 @@ class Topology:
         self.proxies = []
         self.problems = []      # found while running (a restart that failed, ...)
         self.fallback_carry = 0  # policy answers counted by nodes before they were killed
+        self.effects = 0         # injections seen to take effect (a process dead or
+                                 # stopped, a connection cut, a failover logged)
 
     def faults(self):
         """{name: (inject, heal)}."""
@@ -198,6 +208,8 @@ class Topology:
         except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
             pass
         s.kill()              # SIGKILL by PID (outside unittest: a real kill -9)
+        if s.proc.returncode == -9:
+            self.effects += 1
         return "kill -9 sluiced node%d (pid %d)" % (i, s.pid)
 
     def restart_sluiced(self, k):
@@ -314,6 +326,8 @@ class SentinelTopo(Topology):
         m = self.master_server()
         self._killed = m
         m.kill()
+        if m.proc.returncode == -9:
+            self.effects += 1
         return "kill -9 redis master :%d (failover by Sentinel)" % m.port
 
     def restart_master(self, k):
@@ -330,6 +344,8 @@ class SentinelTopo(Topology):
         m = self.master_server()
         self._stalled = m
         m.pause()
+        if stopped(m.proc.pid):
+            self.effects += 1
         return "SIGSTOP redis master :%d" % m.port
 
     def unstall(self, k):
@@ -338,7 +354,9 @@ class SentinelTopo(Topology):
     def partition(self, k):
         i = k % self.n
         mode = self.partition_modes[(k // self.n) % len(self.partition_modes)]
-        self.proxies[i].set_mode(mode, delay_ms=200 if mode == "delay" else 0)
+        cut = self.proxies[i].set_mode(mode, delay_ms=200 if mode == "delay" else 0)
+        if cut:
+            self.effects += 1
         return "partition node%d from redis: %s" % (i, mode + (" 200ms" if mode == "delay" else ""))
 
     def unpartition(self, k):
@@ -450,6 +468,8 @@ class ClusterTopo(Topology):
         m = ms[k % len(ms)]
         self._killed = m
         m.kill()
+        if m.proc.returncode == -9:
+            self.effects += 1
         return "kill -9 cluster master :%d (failover by the cluster)" % m.port
 
     def restart_master(self, k):
@@ -469,6 +489,8 @@ class ClusterTopo(Topology):
         m = ms[k % len(ms)]
         self._stalled = m
         m.pause()
+        if stopped(m.proc.pid):
+            self.effects += 1
         return "SIGSTOP cluster master :%d" % m.port
 
     def unstall(self, k):
