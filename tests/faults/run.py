@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import sys
 import threading
 import time
@@ -251,6 +252,12 @@ def main(argv=None):
                                               sum(r["injected"] for r in rows)))
     for p in problems:
         print("PROBLEM %s" % p)
+    # sluiced's logs: kept when something went wrong, else removed (unless
+    # the caller named the folder, SLUICE_E2E_LOGS)
+    if problems:
+        print("logs kept in %s" % topo.harness.LOG_DIR)
+    elif not os.environ.get("SLUICE_E2E_LOGS"):
+        shutil.rmtree(topo.harness.LOG_DIR, True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(rows=rows, problems=problems), f, indent=1)
