@@ -136,7 +136,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(B)/tests/%)
 TEST_SUPPORT := $(filter-out $(TEST_SRC),$(wildcard tests/*.c)) tests/support/vectors.c
 TEST_SUPPORT_OBJ := $(TEST_SUPPORT:%.c=$(B)/%.o)
 
-.PHONY: all lib cli sluiced module tests check asan tsan run bench fuzz install uninstall man clean fmt print-layer
+.PHONY: all lib cli sluiced module tests check asan tsan run faults bench fuzz install uninstall man clean fmt print-layer
 .SECONDARY: # keep objects made by chained rules (tests/*.o)
 all: lib cli sluiced module
 
@@ -325,6 +325,11 @@ fuzz:
 
 run:
 	./scripts/run.sh
+
+# The fault harness's long schedule (docs/faults.md): 50 faults of each
+# kind on each topology, a table of over-admitted requests at the end.
+faults: all
+	SLUICE_BUILD=$(CURDIR)/$(B) /usr/bin/python3 tests/faults/run.py --schedule long --parallel
 
 # ---- install ------------------------------------------------------------
 # Man pages: man/*.in with the version put in; sluiced(8)'s OPTIONS come
