@@ -38,15 +38,14 @@ from load import Load, Plan  # noqa: E402
 # expect_zero).  `{dir}` in a flag is the topology's scratch folder.  The
 # hook for durability: a mode's row with expect_zero=True makes every
 # schedule -- the bounded round in the test command included -- assert 0
-# over-admitted requests with it.  These rows were run against main's build
-# once its modes landed (docs/faults.md, "With durability on"); add them
-# here when this branch meets those flags:
-#   ("replicas:1", ("sentinel", "cluster"), ["--durability", "replicas:1"], True),
-#   ("journal-always", ("single",), ["--journal", "{dir}/journal",
-#                                    "--journal-fsync", "always"], True),
-#   ("deny-window", ("single",), ["--after-crash", "deny-window"], True),
+# over-admitted requests with it (docs/faults.md, "With durability on").
 MODES = [
     ("none", ("single", "sentinel", "cluster"), [], False),
+    ("replicas:1", ("sentinel", "cluster"), ["--durability", "replicas:1",
+                                             "--backend-timeout", "250ms"], True),
+    ("journal-always", ("single",), ["--journal", "{dir}/journal",
+                                     "--journal-fsync", "always"], True),
+    ("deny-window", ("single",), ["--after-crash", "deny-window"], True),
 ]
 
 # schedule -> (faults of each kind, warm-up s, gap between faults s, settle s, rate)

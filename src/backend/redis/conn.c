@@ -178,7 +178,17 @@ static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
         drop(ch, "Redis is loading its dataset (LOADING)");
         return;
     }
-    int module = ch->has_cmd == 1 && sl__redis_probe_says(x, ch->no_module, sizeof ch->no_module);
+    /* A Cluster node that does not serve the probe's slot -- a master
+     * that became a replica -- redirects it (MOVED, ASK).  Redis checks
+     * the command and the user's permissions before it redirects, so
+     * RL.PEEK is there: the path is the module's when RL.CHECKPLAN is.
+     * Judged "script" instead, this connection would count its keys apart
+     * from the module's connections (two counters for one key: the fault
+     * harness saw it over-admit after a failover). */
+    int redirected = x->type == REDIS_REPLY_ERROR &&
+                     (strncmp(x->str, "MOVED ", 6) == 0 || strncmp(x->str, "ASK ", 4) == 0);
+    int module = ch->has_cmd == 1 &&
+                 (redirected || sl__redis_probe_says(x, ch->no_module, sizeof ch->no_module));
     sl__redis_set_path(ch, module);
     sl__redis_tell_path(ch->r, ch->node, module, ch->no_module);
     if (ch->state == CONNECTING) {
