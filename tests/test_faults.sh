@@ -57,7 +57,7 @@ if [ ! -s "$T/round.json" ]; then
     bad "round:ran" "run.py exit $rc, no rows" "$(tail -50 "$T/round.err")"
     finish
 fi
-"$PY" - "$T/round.json" "$T/round.err" >"$T/round.cases" 2>&1 <<'EOF'
+"$PY" - "$T/round.json" "$T/round.err" "$ROOT/tests/faults" >"$T/round.cases" 2>&1 <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows, problems = d["rows"], d["problems"]
@@ -76,12 +76,19 @@ def case(name, good, detail=""):
 # kill-master and stall with Redis; partition through the Sentinel proxies)
 want = {"single": ["kill-sluiced"], "sentinel": ["kill-sluiced", "kill-master", "stall", "partition"],
         "cluster": ["kill-sluiced", "kill-master", "stall"]}
+# ... in every mode of run.py's MODES that applies to the topology
+sys.path.insert(0, sys.argv[3])
+import run
+modes = {t: sorted(m[0] for m in run.MODES if t in m[1]) for t in want}
 have = {}
 for r in rows:
-    have.setdefault(r["topology"], []).append(r["fault"])
+    have.setdefault((r["topology"], r["mode"]), []).append(r["fault"])
 for t, faults in sorted(want.items()):
-    case("round:%s:faults" % t, sorted(have.get(t, [])) == sorted(faults),
-         "rows: %r, want %r\n%s" % (have.get(t), faults, "\n".join(problems) + "\n" + err))
+    got = {m: sorted(have.get((t, m), [])) for m in modes[t]}
+    seen = sorted(m for (tt, m) in have if tt == t)
+    case("round:%s:faults" % t, seen == modes[t] and all(f == sorted(faults) for f in got.values()),
+         "rows: %r (modes %r), want %r in modes %r\n%s"
+         % (got, seen, faults, modes[t], "\n".join(problems) + "\n" + err))
 for r in rows:
     key = "%s/%s/%s" % (r["topology"], r["fault"], r["mode"])
     mine = [p for p in problems if p.startswith(key + ":")]

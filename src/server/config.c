@@ -259,8 +259,9 @@ static const opt opts[] = {
              "redis:// URLs separated by commas: a consistent-hash ring over those servers; "
              "redis-cluster://[user:password@]host[:port][,host[:port]...]: a Redis Cluster "
              "(no :port: 6379; docs/fleet.md); "
-             "redis-sentinel://[user:password@]host[:port][,host[:port]...]/master-name: the "
-             "master Redis Sentinel names, followed on failover (no :port: 26379)"},
+             "redis-sentinel://[user:password@]SENTINELS/master-name, SENTINELS being "
+             "host[:port][,host[:port]...]: the master Redis Sentinel names, followed on "
+             "failover (no :port: 26379)"},
     {.name = "backend-timeout",
      CUSTOM(set_backend_timeout, show_backend_timeout),
      .arg = "DUR",

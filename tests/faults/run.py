@@ -127,6 +127,7 @@ def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, r
     cls = topo.TOPOLOGIES[tname]
     kw = {"backend": a.sentinel_backend} if tname == "sentinel" else {}
     t = cls([], **kw)
+    t.tag = "" if mode == "none" else "".join(c for c in mode if c.isalnum()) + "-"
     t.mode_flags = [f.replace("{dir}", t.dir) for f in flags]
     tstart = time.monotonic()
     try:

@@ -21,11 +21,14 @@ or Redis crash report, a proxy thread left).
 """
 
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -87,6 +90,47 @@ def fallbacks(port):
     return sum(int(info.get("backend_fallback_" + k, 0) or 0) for k in ("deny", "allow", "local"))
 
 
+
+# Ports the nodes listen on, kept below the kernel's ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): a node
+# killed with -9 restarts on its port, and while it is down a client's
+# outgoing connection must not be given that port as its own.
+_PORTS_TAKEN = set()
+_PORTS_LOCK = threading.Lock()
+
+
+def _bindable(p):
+    sk = socket.socket()
+    try:
+        sk.bind((harness.HOST, p))
+        return True
+    except OSError:
+        return False
+    finally:
+        sk.close()
+
+
+def listen_port(lo=20000, hi=32000, bus=False):
+    """A free loopback port in [lo, hi) not handed out before by this
+    process; with bus, its cluster bus port (+10000) free and kept too."""
+    rng = random.Random()
+    with _PORTS_LOCK:
+        for _ in range(1000):
+            p = rng.randrange(lo, hi)
+            ps = [p, p + 10000] if bus else [p]
+            if any(x in _PORTS_TAKEN or not _bindable(x) for x in ps):
+                continue
+            _PORTS_TAKEN.update(ps)
+            return p
+    raise RuntimeError("no free port in [%d, %d)" % (lo, hi))
+
+
+def redis_at(port, **kw):
+    """A harness.RedisServer that will listen on port (its restarts too)."""
+    r = harness.RedisServer(**kw)
+    r.port = port
+    return r
+
 class Sentinel:
     """One Sentinel (the redis-server binary with --sentinel) watching master
     `m`; stopped by its PID (SIGTERM, a wait, SIGKILL is a problem)."""
@@ -103,7 +147,7 @@ class Sentinel:
         SENTINELS.append(self)
 
     def start(self):
-        self.port = harness.free_port()
+        self.port = listen_port()
         conf = os.path.join(self.dir, "sentinel.conf")
         with open(conf, "w") as f:
             f.write("port %d\nbind %s\ndaemonize no\nprotected-mode no\ndir %s\n"
@@ -166,6 +210,7 @@ class Topology:
     kill -9 / restart fault of a sluiced node, and stop()."""
 
     name = "?"
+    tag = ""  # the mode's, in the nodes' log names: topologies of several modes run at once
     # how long a fault lasts before it is healed (s); a stall stays below
     # Sentinel's down-after (1.5 s) and the cluster's node timeout (1 s)
     HOLD = {"kill-sluiced": 0.3, "kill-master": 0.0, "stall": 0.3, "partition": 0.6}
@@ -195,7 +240,8 @@ class Topology:
         for i in range(self.n):
             s = harness.Server("--rules", self.rules, "--threads", "1",
                                *(self.node_args(i) + self.mode_flags),
-                               name="%s-node%d" % (self.name, i))
+                               port=listen_port(),
+                               name="%s-%snode%d" % (self.name, self.tag, i))
             s.start()
             self.nodes.append(s)
 
@@ -300,8 +346,8 @@ class SentinelTopo(Topology):
         return next(r for r in self.redis if r.port == port)
 
     def start(self):
-        a = harness.RedisServer().start()
-        b = harness.RedisServer().start()
+        a = redis_at(listen_port()).start()
+        b = redis_at(listen_port()).start()
         self.redis = [a, b]
         b.cmd("REPLICAOF", HOST, a.port)
         if not wait_for(lambda: info_of(b.port, "replication").get("master_link_status") == "up",
@@ -414,7 +460,8 @@ class ClusterTopo(Topology):
         return f
 
     def start(self):
-        self.redis = [harness.RedisServer(cluster=True, module_args=[]) for _ in range(6)]
+        self.redis = [redis_at(listen_port(10000, 22000, bus=True), cluster=True, module_args=[])
+                      for _ in range(6)]
         for r in self.redis:
             r.start()
             r.cmd("CONFIG", "SET", "cluster-node-timeout", str(self.NODE_TIMEOUT_MS))
