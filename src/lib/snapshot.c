@@ -259,27 +259,27 @@ int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err,
     return 0;
 }
 
-/* Reads all of path.  Returns 0, 1 if it does not exist, -1 (err set). */
-static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen)
+int sl__read_whole(const char *what, const char *path, uint8_t **out, size_t *len, char *err,
+                   size_t errlen)
 {
-    /* O_NONBLOCK: a FIFO in the snapshot's place is refused below, not
-     * waited on */
+    /* O_NONBLOCK: a FIFO in the file's place is refused below, not waited
+     * on */
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
     if (fd < 0) {
         if (errno == ENOENT) return 1;
-        fail(err, errlen, "snapshot %s: cannot open: %s", path, strerror(errno));
+        fail(err, errlen, "%s %s: cannot open: %s", what, path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fail(err, errlen, "snapshot %s: not a regular file", path);
+        fail(err, errlen, "%s %s: not a regular file", what, path);
         close(fd);
         return -1;
     }
     size_t n = (size_t)st.st_size, got = 0;
     uint8_t *p = malloc(n ? n : 1);
     if (p == NULL) {
-        fail(err, errlen, "snapshot %s: out of memory reading %zu bytes", path, n);
+        fail(err, errlen, "%s %s: out of memory reading %zu bytes", what, path, n);
         close(fd);
         return -1;
     }
@@ -387,7 +387,7 @@ int sl__store_load_mark(sl_store *s, const char *path, uint64_t *nkeys, uint32_t
     if (mark) *mark = 0;
     uint8_t *p = NULL;
     size_t len = 0;
-    int rc = read_file(path, &p, &len, err, errlen);
+    int rc = sl__read_whole("snapshot", path, &p, &len, err, errlen);
     if (rc != 0) return rc;
     rc = -1;
     if (len < SNAP_HEAD + SNAP_TAIL || memcmp(p, SNAP_MAGIC, 16) != 0) {

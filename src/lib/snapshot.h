@@ -17,6 +17,13 @@
 
 #include "sluice.h"
 
+/* Reads all of path (a regular file; a FIFO or a device is refused, not
+ * waited on) into *out (malloc'd, *len bytes).  Returns 0, 1 when it does
+ * not exist, or -1 with err naming `what` and path ("journal FILE: not a
+ * regular file").  The snapshot's load and the journal's replay. */
+int sl__read_whole(const char *what, const char *path, uint8_t **out, size_t *len, char *err,
+                   size_t errlen);
+
 /* sl_store_save with a mark in the header's second word (0 there before
  * marks existed): the journal's generation this snapshot folds. */
 int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err, size_t errlen);

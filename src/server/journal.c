@@ -109,39 +109,6 @@ int sl_journal_load_snapshot(sl_store *s, const char *snapshot, uint64_t *nkeys,
 
 /* ---- replay ------------------------------------------------------------- */
 
-/* Reads all of path: 0, 1 when absent, -1 with err. */
-static int read_file(const char *path, uint8_t **out, size_t *len, char *err, size_t errlen)
-{
-    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno == ENOENT) return 1;
-        fail(err, errlen, "journal %s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fail(err, errlen, "journal %s: not a regular file", path);
-        close(fd);
-        return -1;
-    }
-    size_t n = (size_t)st.st_size, got = 0;
-    uint8_t *p = malloc(n ? n : 1);
-    if (p == NULL) {
-        fail(err, errlen, "journal %s: out of memory reading %zu bytes", path, n);
-        close(fd);
-        return -1;
-    }
-    while (got < n) {
-        ssize_t r = read(fd, p + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) break;
-        got += (size_t)r;
-    }
-    close(fd);
-    *out = p;
-    *len = got;
-    return 0;
-}
 
 typedef struct jfile {
     uint8_t *p;
@@ -179,7 +146,7 @@ int sl_journal_replay(sl_store *s, const char *path, uint32_t mark, sl_journal_i
     }
     info->gen = mark;
     for (int i = 0; i < 2; i++) {
-        int r = read_file(names[i], &f[i].p, &f[i].len, err, errlen);
+        int r = sl__read_whole("journal", names[i], &f[i].p, &f[i].len, err, errlen);
         if (r < 0) goto out;
         if (r == 1) continue;
         const char *why;
