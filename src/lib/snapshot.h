@@ -24,6 +24,9 @@
 int sl__read_whole(const char *what, const char *path, uint8_t **out, size_t *len, char *err,
                    size_t errlen);
 
+/* Writes all n bytes at p to fd (EINTR retried): 0, or -1 (errno set). */
+int sl__write_all(int fd, const void *p, size_t n);
+
 /* sl_store_save with a mark in the header's second word (0 there before
  * marks existed): the journal's generation this snapshot folds. */
 int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err, size_t errlen);
