@@ -107,7 +107,7 @@ static int dump_record(const uint8_t *r, void *ctx)
     return 0;
 }
 
-int sl__write_all(int fd, const void *p, size_t n)
+int sl__fd_write_all(int fd, const void *p, size_t n)
 {
     const uint8_t *c = p;
     while (n > 0) {
@@ -218,7 +218,7 @@ int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err,
     sl__st32(head + 20, mark);
     uLong crc = crc32(0L, Z_NULL, 0);
     crc = crc32(crc, head, SNAP_HEAD);
-    int bad = sl__write_all(fd, head, SNAP_HEAD);
+    int bad = sl__fd_write_all(fd, head, SNAP_HEAD);
     snap_buf b = {0};
     for (unsigned i = 0; i < sl__store_nshards(s) && !bad; i++) {
         sl__shard *sh = sl__store_shard_at(s, i);
@@ -229,7 +229,7 @@ int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err,
         if (b.oom) break;
         if (b.len == 0) continue; /* (zlib's crc32 restarts when given NULL) */
         crc = crc32(crc, b.p, (uInt)b.len);
-        bad = sl__write_all(fd, b.p, b.len);
+        bad = sl__fd_write_all(fd, b.p, b.len);
     }
     uint8_t tail[SNAP_TAIL];
     sl__st64(tail, b.records);
@@ -237,7 +237,7 @@ int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err,
     sl__st32(tail + 8, (uint32_t)crc);
     int oom = b.oom;
     free(b.p);
-    if (!bad && !oom) bad = sl__write_all(fd, tail, SNAP_TAIL);
+    if (!bad && !oom) bad = sl__fd_write_all(fd, tail, SNAP_TAIL);
     if (!bad && !oom) bad = fsync(fd);
     int saved = errno;
     if (close(fd) != 0 && !bad) bad = -1, saved = errno;

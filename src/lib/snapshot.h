@@ -25,7 +25,7 @@ int sl__read_whole(const char *what, const char *path, uint8_t **out, size_t *le
                    size_t errlen);
 
 /* Writes all n bytes at p to fd (EINTR retried): 0, or -1 (errno set). */
-int sl__write_all(int fd, const void *p, size_t n);
+int sl__fd_write_all(int fd, const void *p, size_t n);
 
 /* sl_store_save with a mark in the header's second word (0 there before
  * marks existed): the journal's generation this snapshot folds. */

@@ -218,7 +218,7 @@ static int new_file(sl_journal *j, uint32_t gen, uint64_t base, char *err, size_
     if (unlink(j->tmp) != 0 && errno != ENOENT) goto bad;
     int fd = open(j->tmp, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0600);
     if (fd < 0) goto bad;
-    if (sl__write_all(fd, h, sizeof h) != 0 || fsync(fd) != 0) {
+    if (sl__fd_write_all(fd, h, sizeof h) != 0 || fsync(fd) != 0) {
         int e = errno;
         close(fd);
         unlink(j->tmp);
@@ -358,7 +358,7 @@ static int do_write(sl_journal *j, jbuf *b)
 {
     int bad = j->broken;
     if (!bad && b->len > 0) {
-        if (sl__write_all(j->fd, b->p, b->len) != 0) {
+        if (sl__fd_write_all(j->fd, b->p, b->len) != 0) {
             int e = errno;
             /* no half record before later ones: cut it off */
             if (ftruncate(j->fd, (off_t)j->size) != 0) (void)0;
