@@ -42,6 +42,9 @@ import grpc_tools
 from grpc_tools import protoc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, text_format
 
+# seconds: how far sluiced's clock may be from this process's (expect)
+CLOCK_SLACK = 0.1 * SLOW
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "envoy")
 LYFT_INTEGRATION = os.path.join(HERE, "lyft", "integration")
@@ -244,10 +247,13 @@ class EnvoyCase(unittest.TestCase):
 
     def expect(self, request, build, what=""):
         """Calls and asserts the answer equals build(s) for a whole second s
-        from just before to just after the call."""
-        t0 = int(time.time())
+        from just before to just after the call, CLOCK_SLACK either side:
+        sluiced reads its clock once per loop turn, from the monotonic clock
+        and the wall clock at its start, so its second may differ from
+        this process's near a second's edge."""
+        t0 = int(time.time() - CLOCK_SLACK)
         got = self.call(request)
-        t1 = int(time.time())
+        t1 = int(time.time() + CLOCK_SLACK)
         wants = [build(s) for s in range(t0, t1 + 1)]
         if got not in wants:
             self.fail("%s%s\nexpected %s\n     got %s" % (what + ": " if what else "",
