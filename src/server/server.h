@@ -169,6 +169,11 @@ typedef struct sl_srv {
     _Atomic int last_save_ok;       /* 1 ok, 0 failed */
     _Atomic uint64_t saves;         /* snapshots written */
     _Atomic uint64_t loaded_keys;   /* keys loaded from the snapshot at start */
+    struct sl_journal *journal;     /* --journal (journal.h); NULL: none (set by main
+                                       before sl_net_start) */
+    uint64_t journal_replayed;      /* records the journal replayed at start */
+    int unclean_start;              /* 1: the last stop was unclean (its marker was
+                                       there at start) */
 } sl_srv;
 
 /* The server's clock, in ms since the epoch: the anchored clock
