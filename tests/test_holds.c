@@ -241,8 +241,10 @@ static void reservations_match_the_model(void **state)
             int allowed = m.count + est <= m.L;
             if (allowed) m.count += est;
             fm_expect(&m, now, est, allowed, &r);
-            if (allowed) open[nopen++] = (mres){id, now, est, now + m.W};
-            else assert_int_equal(id, 0);
+            if (allowed)
+                open[nopen++] = (mres){id, now, est, now + m.W};
+            else
+                assert_int_equal(id, 0);
         } else if (op == 1 && nopen > 0) {
             int k = (int)rnd((uint64_t)nopen);
             int64_t actual = (int64_t)rnd(30);

@@ -135,7 +135,8 @@ static group *do_find(shard *sh, uint64_t hash, int kind, const void *key, size_
     group **pp = &sh->slot[hash & (sh->nslots - 1)];
     for (; *pp != NULL; pp = &(*pp)->next) {
         group *g = *pp;
-        if (g->hash == hash && g->kind == kind && g->klen == klen && memcmp(g->key, key, klen) == 0) {
+        if (g->hash == hash && g->kind == kind && g->klen == klen &&
+            memcmp(g->key, key, klen) == 0) {
             if (prevp) *prevp = pp;
             return g;
         }
@@ -238,8 +239,8 @@ static void do_grow(sl_holds *h, shard *sh)
 /* The group of (kind, key), made if absent with room for one entry more
  * than it has (room taken under the bound).  NULL with *rc (SL_EFULL,
  * SL_ENOMEM) when it cannot be.  mu held. */
-static group *do_group_for_insert(sl_holds *h, shard *sh, uint64_t hash, int kind,
-                                  const void *key, size_t klen, int64_t now, int *rc)
+static group *do_group_for_insert(sl_holds *h, shard *sh, uint64_t hash, int kind, const void *key,
+                                  size_t klen, int64_t now, int *rc)
 {
     group *g = do_find(sh, hash, kind, key, klen, NULL);
     size_t sz = esz(kind);
@@ -525,8 +526,8 @@ int sl_reserve(sl_holds *h, sl_store *s, const sl_params *p, const void *key, si
     return rc;
 }
 
-int sl_settle(sl_holds *h, sl_store *s, const void *key, size_t keylen, uint64_t id,
-              int64_t actual, int64_t now_ms, sl_result *out)
+int sl_settle(sl_holds *h, sl_store *s, const void *key, size_t keylen, uint64_t id, int64_t actual,
+              int64_t now_ms, sl_result *out)
 {
     int rc = check_key_time(key, keylen, now_ms);
     if (rc != 0) return rc;

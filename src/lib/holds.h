@@ -19,7 +19,7 @@
  * neither the clock nor the header (the caller does).  Returns 0, or
  * SL_EALGO for sliding-log (nothing changed).  O(P) for sliding-buckets'
  * roll, O(1) otherwise. */
-int sl__engine_adjust(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t clock_old,
-                      int64_t t, int64_t charged_at, int64_t delta);
+int sl__engine_adjust(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t clock_old, int64_t t,
+                      int64_t charged_at, int64_t delta);
 
 #endif

@@ -56,8 +56,8 @@ int sl_charge(sl_store *s, const sl_params *p, const void *key, size_t keylen, i
         sl__shard_unlock(sh);
         return rc;
     }
-    if (fresh && (r = sl__shard_insert(sh, h, n.kind, key, keylen, sl__state_len(&n), now_ms)) ==
-                     NULL) {
+    if (fresh &&
+        (r = sl__shard_insert(sh, h, n.kind, key, keylen, sl__state_len(&n), now_ms)) == NULL) {
         rc = sl__shard_fail(sh);
         sl__shard_unlock(sh);
         return rc;

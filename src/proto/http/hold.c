@@ -73,8 +73,8 @@ static void on_hold(void *arg, const sl_svc_reply *r)
 /* A body's field as the text a RESP argument would be: a string as it
  * is, an integer in decimal.  NULL (and *n = 0) when absent; -1 after
  * writing the message when it is another type. */
-static int field_text(const json_t *root, const char *name, char *buf, size_t cap,
-                      const char **out, size_t *n, char *err, size_t errlen)
+static int field_text(const json_t *root, const char *name, char *buf, size_t cap, const char **out,
+                      size_t *n, char *err, size_t errlen)
 {
     const json_t *v = json_object_get(root, name);
     *out = NULL;
@@ -117,8 +117,8 @@ static int known_fields(const json_t *root, const char *const *names, char *err,
             size_t off = (size_t)snprintf(err, errlen, "unknown field '%s' (expected",
                                           sl__quote(qb, sizeof qb, k, strlen(k)));
             for (const char *const *n = names; *n && off < errlen; n++)
-                off += (size_t)snprintf(err + off, errlen - off, "%s %s", n == names ? "" : ",",
-                                        *n);
+                off +=
+                    (size_t)snprintf(err + off, errlen - off, "%s %s", n == names ? "" : ",", *n);
             if (off < errlen) snprintf(err + off, errlen - off, ")");
             return -1;
         }
@@ -147,8 +147,8 @@ static void run(http_worker *hw, const sl_hreq *req, int what)
         return;
     }
     json_error_t je;
-    json_t *root = json_loadb(req->body_len ? req->body : "", req->body_len,
-                              JSON_REJECT_DUPLICATES, &je);
+    json_t *root =
+        json_loadb(req->body_len ? req->body : "", req->body_len, JSON_REJECT_DUPLICATES, &je);
     if (root == NULL || !json_is_object(root)) {
         if (root == NULL)
             snprintf(err, sizeof err, "the body is not JSON: %s (line %d, column %d)", je.text,
@@ -187,7 +187,8 @@ static void run(http_worker *hw, const sl_hreq *req, int what)
             bad = 1;
         } else if (b.v[2] &&
                    (sl_duration_parse(b.v[2], b.n[2], &v2) != 0 || v2 > SL_MAX_LEASE_TTL_MS)) {
-            snprintf(err, sizeof err, "TTL must be a duration between 1 ms and %lld ms (1d), got '%s'",
+            snprintf(err, sizeof err,
+                     "TTL must be a duration between 1 ms and %lld ms (1d), got '%s'",
                      (long long)SL_MAX_LEASE_TTL_MS, sl__quote(qb, sizeof qb, b.v[2], b.n[2]));
             bad = 1;
         } else if (b.v[3]) {
