@@ -1,0 +1,155 @@
+"""test_lease_fleet.py -- --lease on: three sluiced nodes on one
+redis-server, clients hammering one hot key through all three.  What a
+user would notice:
+
+- the fleet never admits more than the limit, and the nodes did answer
+  from leases (INFO's backend_lease_decisions);
+- units a node leased and did not spend come back: once every lease is
+  handed back (INFO's backend_leases_outstanding 0 everywhere) one more
+  client gets exactly what is left, so the fleet admits exactly L in the
+  window (fixed-window) -- or, for a bucket, exactly L less the units
+  INFO counts as lost (leased, neither spent nor put back);
+- a node killed with -9 while it holds leases: the fleet admits fewer,
+  never more.
+
+The window is ten years (fixed-window's edges fall at multiples of it
+from 1970: none during the test), so at Redis's own clock every request
+of a test is in one window, and a bucket refills nothing meanwhile.
+"""
+# A heavy fleet test (three nodes, thousands of requests): once, plain build.
+# sluice-e2e: plain-only
+
+import threading
+import unittest
+
+import harness
+from harness import RawConn, encode
+
+NODES = 3
+CLIENTS_PER_NODE = 2
+L = 3000
+CHUNK = 100
+W = "3650d"
+
+
+def hammer(port, cmd, chunks, out, errors, started=None, stop=None):
+    """Sends cmd in `chunks` pipelined chunks of CHUNK on one connection,
+    appending the replies to out; sets `started` after the fifth chunk;
+    ends early when `stop` is set or the connection goes (stop given)."""
+    try:
+        with RawConn(port, timeout=30) as c:
+            for k in range(chunks):
+                if stop is not None and stop.is_set():
+                    return
+                c.send(b"".join(encode(*cmd) for _ in range(CHUNK)))
+                out.extend(c.read_replies(CHUNK, timeout=60 * harness.SLOW))
+                if started is not None and k == 4:
+                    started.set()
+    except Exception as e:
+        if stop is None or not stop.is_set():
+            errors.append("%s: %r" % (port, e))
+
+
+class LeaseFleetTest(unittest.TestCase):
+
+    def start_fleet(self):
+        r = harness.RedisServer().start()
+        self.addCleanup(r.cleanup)
+        nodes = []
+        for i in range(NODES):
+            s = harness.Server("--backend", r.url(), "--backend-timeout", "5s", "--lease", "on",
+                               name="%s-node%d" % (self.id(), i))
+            s.start()
+            self.addCleanup(s.cleanup)
+            nodes.append(s)
+        return nodes
+
+    def run_clients(self, ports, cmd, chunks):
+        outs, errors, threads = [], [], []
+        for p in ports:
+            out = []
+            outs.append(out)
+            th = threading.Thread(target=hammer, args=(p, cmd, chunks, out, errors))
+            threads.append(th)
+            th.start()
+        for th in threads:
+            th.join(120 * harness.SLOW)
+            self.assertFalse(th.is_alive(), "a client did not finish")
+        self.assertEqual(errors, [])
+        flat = [r for out in outs for r in out]
+        for r in flat:
+            self.assertIsInstance(r, list, "an error reply: %r" % (r,))
+            self.assertEqual(len(r), 6, r)
+        return flat
+
+    def counters(self, nodes):
+        total = {}
+        for n in nodes:
+            info = n.info("backend")
+            for k in ("backend_lease_units_leased", "backend_lease_units_returned",
+                      "backend_lease_decisions", "backend_leases_outstanding"):
+                total[k] = total.get(k, 0) + int(info[k])
+        return total
+
+    def check_hot_key(self, algo):
+        nodes = self.start_fleet()
+        self.assertEqual(nodes[0].info("backend")["backend_lease"], "on")
+        cmd = ["RL.ALLOW", "hot:" + algo, L, W, "ALGO", algo]
+        ports = [n.port for n in nodes for _ in range(CLIENTS_PER_NODE)]
+        # demand 2L: 6 clients x 10 chunks of 100
+        flat = self.run_clients(ports, cmd, 2 * L // (CHUNK * len(ports)))
+        allowed = sum(1 for r in flat if r[0] == 1)
+        self.assertLessEqual(allowed, L, "the fleet admitted %d, the limit is %d" % (allowed, L))
+        for r in flat:
+            self.assertEqual(r[1], L, r)
+        c = self.counters(nodes)
+        self.assertGreater(c["backend_lease_decisions"], 0, "no decision came from a lease")
+        for n in nodes:  # every lease handed back (idle), bounded wait
+            n.wait_info("backend_leases_outstanding", lambda v: v == 0, "backend")
+        # one more client takes what is left; the fleet's total is then L,
+        # less what leases lost (a bucket's units handed back too late)
+        flat = self.run_clients([nodes[0].port], cmd, 2 * L // CHUNK)
+        allowed += sum(1 for r in flat if r[0] == 1)
+        c = self.counters(nodes)
+        lost = c["backend_lease_units_leased"] - c["backend_lease_decisions"] - \
+            c["backend_lease_units_returned"]
+        self.assertGreaterEqual(lost, 0, c)
+        if algo == "fixed-window":
+            self.assertEqual(lost, 0, "a window's lease lost units: %r" % c)
+        self.assertEqual(allowed, L - lost, "admitted %d of %d, %d lost in leases: %r"
+                         % (allowed, L, lost, c))
+
+    def test_fixed_window(self):
+        self.check_hot_key("fixed-window")
+
+    def test_token_bucket(self):
+        self.check_hot_key("token-bucket")
+
+    def test_node_killed_holding_leases(self):
+        nodes = self.start_fleet()
+        cmd = ["RL.ALLOW", "hot:killed", L, W, "ALGO", "fixed-window"]
+        out, errors, started, stop = [], [], threading.Event(), threading.Event()
+        th = threading.Thread(target=hammer,
+                              args=(nodes[0].port, cmd, 2 * L // CHUNK, out, errors, started,
+                                    stop))
+        th.start()
+        try:
+            self.assertTrue(started.wait(60 * harness.SLOW), "node 0's client did not start")
+            nodes[0].wait_info("backend_leases_outstanding", lambda v: v > 0, "backend",
+                               what="(node 0 holding a lease)")
+        finally:
+            stop.set()
+            nodes[0].kill()
+            th.join(60 * harness.SLOW)
+        self.assertFalse(th.is_alive())
+        self.assertEqual(errors, [])
+        allowed = sum(1 for r in out if isinstance(r, list) and r[0] == 1)
+        flat = self.run_clients([n.port for n in nodes[1:]], cmd, L // CHUNK)
+        allowed += sum(1 for r in flat if r[0] == 1)
+        self.assertLessEqual(allowed, L, "the fleet admitted %d after a kill -9, the limit is %d"
+                             % (allowed, L))
+        self.assertGreater(allowed, 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
