@@ -287,6 +287,7 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
     redis *r = ch->r;
     int rc = 0;
     long long want = 0; /* --lease on: > 0, sent as op T (lease.c) */
+    int fresh = 0;      /* --lease on: not from the deny cache (lease.c) */
     rq->err[0] = '\0';
     switch (rq->op) {
     case SL_BOP_DECIDE:
@@ -297,9 +298,9 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
         }
         rc = valid_one(rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost);
         if (rc == 0 && rq->op == SL_BOP_DECIDE && ch->lease != NULL &&
-            (want = sl__redis_lease_decide(ch, rq)) < 0)
+            (want = sl__redis_lease_decide(ch, rq, &fresh)) < 0)
             return; /* a lease answered it (lease.c) */
-        if (rc == 0 && want == 0 && sl__redis_cache_answer(ch, rq)) return;
+        if (rc == 0 && !fresh && sl__redis_cache_answer(ch, rq)) return;
         break;
     case SL_BOP_FORGET:
         if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY)

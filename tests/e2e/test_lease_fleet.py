@@ -19,6 +19,7 @@ of a test is in one window, and a bucket refills nothing meanwhile.
 # A heavy fleet test (three nodes, thousands of requests): once, plain build.
 # sluice-e2e: plain-only
 
+import os
 import threading
 import unittest
 
@@ -30,6 +31,8 @@ CLIENTS_PER_NODE = 2
 L = 3000
 CHUNK = 100
 W = "3650d"
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "backend",
+                      "redis", "sluice.lua")
 
 
 def hammer(port, cmd, chunks, out, errors, started=None, stop=None):
@@ -53,7 +56,7 @@ def hammer(port, cmd, chunks, out, errors, started=None, stop=None):
 class LeaseFleetTest(unittest.TestCase):
 
     def start_fleet(self):
-        r = harness.RedisServer().start()
+        r = self.redis = harness.RedisServer().start()
         self.addCleanup(r.cleanup)
         nodes = []
         for i in range(NODES):
@@ -124,6 +127,35 @@ class LeaseFleetTest(unittest.TestCase):
 
     def test_token_bucket(self):
         self.check_hot_key("token-bucket")
+
+    def test_returned_units_reach_a_denied_node(self):
+        """A lease taken elsewhere (this test, as a fourth node, through the
+        script's op T) holds 500 units; node 0 spends the rest and is
+        denied (its deny cache keeps the denial); the 500 come back (op R),
+        and node 0 -- which asks Redis past its deny cache now and then --
+        admits exactly them."""
+        nodes = self.start_fleet()
+        rconn = RawConn(self.redis.port)
+        self.addCleanup(rconn.close)
+        with open(SCRIPT, "rb") as f:
+            sha = rconn.cmd("SCRIPT", "LOAD", f.read())
+        fields = [0, L, 3650 * 86400000, 0, 0, 0]
+        got = rconn.cmd("EVALSHA", sha, 1, "sl:00:{hot:back}", "T", "", *fields, 1, 501)
+        self.assertEqual(got[:3] + got[6:7], [1, L, L - 501, 500], got)
+        cmd = ["RL.ALLOW", "hot:back", L, W, "ALGO", "fixed-window"]
+        flat = self.run_clients([nodes[0].port], cmd, 2 * L // CHUNK)
+        allowed = 1 + sum(1 for r in flat if r[0] == 1)
+        self.assertEqual(allowed, L - 500)
+        self.assertEqual(flat[-1][0], 0)
+        self.assertEqual(rconn.cmd("EVALSHA", sha, 1, "sl:00:{hot:back}", "R", "", *fields, 500,
+                                   500, got[8]), 500)
+        for _ in range(500):  # bounded: until node 0 has what came back
+            flat = self.run_clients([nodes[0].port], cmd, 1)
+            allowed += sum(1 for r in flat if r[0] == 1)
+            if allowed >= L:
+                break
+        self.assertEqual(allowed, L)
+        self.assertGreater(nodes[0].info_int("backend_deny_cache_hits", "backend"), 0)
 
     def test_node_killed_holding_leases(self):
         nodes = self.start_fleet()

@@ -53,6 +53,7 @@ typedef struct lease {
     int64_t left;      /* Redis's remaining after the take (the replies' remaining) */
     int64_t reset;     /* fixed-window: mono ms of its window's end */
     int64_t last_use;  /* mono ms */
+    int64_t asked_at;  /* mono ms: the last decision sent to Redis past the deny cache */
     char key[SL_MAX_KEY];
 } lease;
 
@@ -175,7 +176,7 @@ static void served(const lease *le, int64_t now, sl_result *out)
     }
 }
 
-long long sl__redis_lease_decide(rchan *ch, sl_breq *rq)
+long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
 {
     sl_lease_tab *t = ch->lease;
     const sl_params *p = rq->params;
@@ -211,10 +212,16 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq)
         }
         end_lease(ch, le, now); /* spent, or nearly over: a new one below */
     }
+    if (now - le->asked_at >= SL_LEASE_RECHECK_MS) { /* past the deny cache, now and then */
+        le->asked_at = now;
+        *fresh = 1;
+    }
     if (le->taking && now - le->sent_at < 2 * ch->r->o.timeout_ms) return 0; /* meanwhile */
     le->taking = 0;
     if (le->hits < SL_LEASE_HOT && le->prev_hits < SL_LEASE_HOT) return 0; /* cold here */
     le->taking = 1;
+    le->asked_at = now;
+    *fresh = 1;
     le->sent_at = now;
     return (long long)(le->size + rq->cost);
 }

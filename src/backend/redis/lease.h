@@ -18,6 +18,8 @@
 #define SL_LEASE_EARLY_MS 60   /* token-bucket, gcra: handed back this long before its end,
                                   so that R reaches Redis while the units can go back */
 #define SL_LEASE_SWEEP_MS 25   /* how often a connection looks over its leases */
+#define SL_LEASE_RECHECK_MS 20 /* a denial the deny cache holds is asked of Redis again
+                                  after this long: units other nodes hand back are seen */
 
 struct rchan;
 struct pend;
@@ -34,8 +36,11 @@ void sl__redis_lease_free(struct rchan *ch, sl_lease_tab *t);
 
 /* A DECIDE rq (valid) on ch: -1 when a lease answered it (its callback
  * has run); 0 when it goes to Redis as today; n > 0 when it goes as op T
- * asking for n units in all (its cost included). */
-long long sl__redis_lease_decide(struct rchan *ch, struct sl_breq *rq);
+ * asking for n units in all (its cost included).  *fresh is set to 1 when
+ * the deny cache must not answer it (0, or n > 0): a leasing key's denial
+ * is asked of Redis again every SL_LEASE_RECHECK_MS, since units leased
+ * elsewhere may have come back. */
+long long sl__redis_lease_decide(struct rchan *ch, struct sl_breq *rq, int *fresh);
 
 /* Reads op T's reply x to e (9 integers) into e's request and records the
  * lease: 0, or -1 when x is not such a reply. */
