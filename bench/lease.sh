@@ -17,9 +17,9 @@
 # "redis us/dec": Redis CPU per decision in that run (/proc).
 #
 # Then exactness, the same three nodes at once, demand twice the limit, one
-# window (ten years: at Redis's clock every request of a run is in it, and
-# a bucket refills nothing): a fresh key of limit LIM for fixed-window and
-# token-bucket, --lease on and off.  After the run every lease is handed
+# window (ten years: at Redis's clock every request of a run is in it; a
+# bucket's is a year, which refills nothing in a run): a fresh key of
+# limit LIM for fixed-window and token-bucket, --lease on and off.  After the run every lease is handed
 # back (INFO backend_leases_outstanding 0, bounded wait) and the admitted
 # count is read from the nodes' INFO (stats allowed): over-admission
 # admitted - LIM (must be <= 0), under-admission LIM - admitted (units left
@@ -167,46 +167,6 @@ for rep in $(seq "$REPS"); do
 done
 load1=$(cut -d' ' -f1 /proc/loadavg)
 
-# ---- exactness: demand 2 x LIM in one window --------------------------------
-sum_field() { # sum_field PORTS SECTION KEY
-    local s=0 p
-    for p in $1; do s=$((s + $(info_field "$p" "$2" "$3"))); done
-    echo "$s"
-}
-# exact NAME PORTS ALGO: appends "NAME ALGO admitted over under served
-# policy" to $TMP/exact
-exact() {
-    local name=$1 ports=$2 algo=$3 a0 a1 s0 s1 f0 f1 k=0 pids='' per key
-    key="exact:$name:$algo:$RANDOM"
-    per=$((2 * LIM / 3 / CLIENTS + 1))
-    a0=$(sum_field "$ports" stats allowed)
-    s0=$(sum_field "$ports" backend backend_lease_decisions)
-    f0=$(sum_field "$ports" backend backend_fallback_deny)
-    for p in $ports; do
-        k=$((k + 1))
-        timeout 600 redis-benchmark -h 127.0.0.1 -p "$p" -c "$CLIENTS" -n $((per * CLIENTS)) \
-            -P "$PIPE" -q RL.ALLOW "$key" "$LIM" 3650d ALGO "$algo" >/dev/null 2>&1 &
-        pids="$pids $!"
-    done
-    for pid in $pids; do wait "$pid" || die "redis-benchmark failed (exactness, $name)"; done
-    for p in $ports; do # every lease handed back (idle), bounded
-        for _ in $(seq 100); do
-            [ "$(info_field "$p" backend backend_leases_outstanding)" = 0 ] && break
-            sleep 0.05
-        done
-    done
-    a1=$(sum_field "$ports" stats allowed)
-    s1=$(sum_field "$ports" backend backend_lease_decisions)
-    f1=$(sum_field "$ports" backend backend_fallback_deny)
-    local adm=$((a1 - a0))
-    echo "$name $algo $adm $((adm - LIM)) $((LIM - adm)) $((s1 - s0)) $((f1 - f0))" >>"$TMP/exact"
-}
-: >"$TMP/exact"
-for algo in fixed-window token-bucket; do
-    exact ON "$ON" "$algo"
-    exact OFF "$OFF" "$algo"
-done
-
 # ---- the tables -------------------------------------------------------------
 rversion=$(redis-server --version | awk '{ print $3 }')
 echo
@@ -236,6 +196,51 @@ awk '
         printf "%-58s | %8.0f%% |\n", "--lease on / local stores", 100 * r["ON"] / r["LOCAL"]
         printf "%-58s | %+8.3f ms | %s\n", "goal: p99 --lease on - p99 --lease off <= 0", q["ON"] - q["OFF"], (q["ON"] <= q["OFF"] ? "yes" : "NO")
     }' "$TMP/runs"
+# ---- exactness: demand 2 x LIM in one window --------------------------------
+sum_field() { # sum_field PORTS SECTION KEY
+    local s=0 p
+    for p in $1; do s=$((s + $(info_field "$p" "$2" "$3"))); done
+    echo "$s"
+}
+# exact NAME PORTS ALGO: appends "NAME ALGO admitted over under served
+# policy" to $TMP/exact
+exact() {
+    local name=$1 ports=$2 algo=$3 a0 a1 s0 s1 f0 f1 k=0 pids='' per key w=3650d
+    # a bucket's B*W must stay within the script's 2^53: a year (it refills
+    # LIM a year: nothing in a run)
+    [ "$algo" = fixed-window ] || w=365d
+    key="exact:$name:$algo:$RANDOM"
+    per=$((2 * LIM / 3 / CLIENTS + 1))
+    a0=$(sum_field "$ports" stats allowed)
+    s0=$(sum_field "$ports" backend backend_lease_decisions)
+    f0=$(sum_field "$ports" backend backend_fallback_deny)
+    for p in $ports; do
+        k=$((k + 1))
+        timeout 600 redis-benchmark -h 127.0.0.1 -p "$p" -c "$CLIENTS" -n $((per * CLIENTS)) \
+            -P "$PIPE" -q RL.ALLOW "$key" "$LIM" "$w" ALGO "$algo" >/dev/null 2>"$TMP/ex$k.err" &
+        pids="$pids $!"
+    done
+    for pid in $pids; do
+        wait "$pid" || die "redis-benchmark failed (exactness, $name $algo): $(cat "$TMP"/ex*.err)"
+    done
+    for p in $ports; do # every lease handed back (idle), bounded
+        for _ in $(seq 100); do
+            [ "$(info_field "$p" backend backend_leases_outstanding)" = 0 ] && break
+            sleep 0.05
+        done
+    done
+    a1=$(sum_field "$ports" stats allowed)
+    s1=$(sum_field "$ports" backend backend_lease_decisions)
+    f1=$(sum_field "$ports" backend backend_fallback_deny)
+    local adm=$((a1 - a0))
+    echo "$name $algo $adm $((adm - LIM)) $((LIM - adm)) $((s1 - s0)) $((f1 - f0))" >>"$TMP/exact"
+}
+: >"$TMP/exact"
+for algo in fixed-window token-bucket; do
+    exact ON "$ON" "$algo"
+    exact OFF "$OFF" "$algo"
+done
+
 echo
 echo "== exactness: 3 nodes at once, demand 2 x $LIM in one window (limit $LIM), -P $PIPE =="
 ok=yes

@@ -61,7 +61,7 @@ class LeaseFleetTest(unittest.TestCase):
         nodes = []
         for i in range(NODES):
             s = harness.Server("--backend", r.url(), "--backend-timeout", "5s", "--lease", "on",
-                               name="%s-node%d" % (self.id(), i))
+                               name="%s-node%d" % (self.id(), i), http=True)
             s.start()
             self.addCleanup(s.cleanup)
             nodes.append(s)
@@ -121,6 +121,23 @@ class LeaseFleetTest(unittest.TestCase):
             self.assertEqual(lost, 0, "a window's lease lost units: %r" % c)
         self.assertEqual(allowed, L - lost, "admitted %d of %d, %d lost in leases: %r"
                          % (allowed, L, lost, c))
+        # /metrics has INFO's numbers (the nodes are quiet now)
+        nodes[0].wait_info("backend_leases_outstanding", lambda v: v == 0, "backend")
+        info = nodes[0].info("backend")
+        h = nodes[0].http_conn()
+        h.request("GET", "/metrics")
+        page = h.getresponse().read().decode()
+        h.close()
+        for line in ("sluice_backend_leases_outstanding 0",
+                     "sluice_backend_leases_total %s" % info["backend_leases_taken"],
+                     'sluice_backend_lease_units_total{what="leased"} %s'
+                     % info["backend_lease_units_leased"],
+                     'sluice_backend_lease_units_total{what="returned"} %s'
+                     % info["backend_lease_units_returned"],
+                     'sluice_backend_lease_units_total{what="expired"} %s'
+                     % info["backend_lease_units_expired"],
+                     "sluice_backend_lease_decisions_total %s" % info["backend_lease_decisions"]):
+            self.assertIn("\n" + line + "\n", page)
 
     def test_fixed_window(self):
         self.check_hot_key("fixed-window")
