@@ -265,6 +265,7 @@ typedef struct sl_backend_opts {
                                  an allowed answer waits for Redis's WAIT N; 0: none */
     int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
                                  0: "" (Redis's clock) */
+    int lease;                /* --lease on: hot keys lease quota (docs/fleet.md, "Leases") */
     uint64_t local_max_bytes; /* SL_BACKEND_LOCAL's own store: its bound (0 = none) */
     unsigned local_on_full;   /* ... and what it does when full (sl_store_opts.on_full) */
     /* Called on a change of the backend's state (up: every channel has its

@@ -99,6 +99,7 @@ typedef struct sl_config {
     int fleet_size;                 /* on-backend-error local: L and B divided by it; default 1 */
     int deny_cache;                 /* the Redis backend's local deny cache; default 1 */
     int durability;                 /* --durability replicas:N: N; 0 = none (default) */
+    int lease;                      /* --lease on: hot keys lease quota from Redis; default 0 */
     /* the gRPC front (src/proto/grpc, docs/envoy.md); the yes/no ones are
      * envoyproxy/ratelimit's settings, also read from its environment
      * variables (config.c) */

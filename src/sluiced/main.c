@@ -330,6 +330,7 @@ static sl_backend *make_backend(app *a, char *err, size_t errlen)
         .fleet_size = a->cfg.fleet_size,
         .deny_cache = a->cfg.deny_cache,
         .durability = a->cfg.durability,
+        .lease = a->cfg.lease,
         .trust_client_time = a->cfg.trust_client_time,
         .local_max_bytes = a->cfg.max_memory,
         .local_on_full = (unsigned)a->cfg.on_store_full,
