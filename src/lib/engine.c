@@ -15,6 +15,8 @@
  *                                          unset: a full bucket)
  *   leaky-bucket     dw:u40 dr:u40          level   = dw + dr/W requests
  *   gcra             dw:u40 dr:u40          TAT = clock + (dw*W + dr)/L ms
+ *   (the three buckets: dr's bit 39 set, SL__BUCKET_DEBT, makes dw*W + dr
+ *   a debt beyond an empty bucket instead: only a settle writes it)
  *   sliding-log      buf:ptr cap:u32 head:u32 used:u32 sum:u64
  *                    first:i64 last:i64     (see the log section below)
  * A zero state is a fresh key: empty window, full bucket, empty queue.
@@ -231,10 +233,45 @@ static inline void bucket_split(u128 d, uint64_t W, uint64_t *q, uint64_t *r)
     }
 }
 
-static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
+/* The largest debt a state holds (SL__BUCKET_DEBT): q at its u40 top.
+ * About 10^12 requests beyond empty -- SL_MAX_LIMIT; more saturates. */
+static inline u128 debt_max(uint64_t W)
 {
-    uint64_t q, r;
-    bucket_split(d, (uint64_t)n->W, &q, &r);
+    return (u128)SL__U40_MASK * W + (W - 1);
+}
+
+/* The deficit d of a bucket state at the key's clock, in 1/W of a request:
+ * capacity minus tokens (token-bucket), the level (leaky-bucket), TAT -
+ * clock (gcra).  In [0, B*W] but for a state holding a debt E
+ * (SL__BUCKET_DEBT: a settle charged past empty), which is B*W + E --
+ * kept whatever B is now.  tb_full: a token bucket not yet marked
+ * SL__REC_F1 (a full bucket, d = 0). */
+static u128 bucket_deficit(const uint8_t *st, const sl__norm *n, int tb, int tb_full)
+{
+    u128 BW = (u128)n->B * (uint64_t)n->W;
+    if (st == NULL || tb_full) return 0;
+    if (st[9] & 0x80) { /* the debt bit, r's bit 39 */
+        uint64_t lo = sl__ld64(st), W = (uint64_t)n->W;
+        uint64_t dw = lo & SL__U40_MASK, dr = (lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24) & ~SL__BUCKET_DEBT;
+        if (dr >= W) dr = W - 1;
+        return BW + (u128)dw * W + dr;
+    }
+    return tb ? BW - bucket_load(st, n) : bucket_load(st, n);
+}
+
+/* Writes deficit d as bucket_deficit reads it: past B*W, as a debt
+ * (saturated at debt_max). */
+static void bucket_put_deficit(uint8_t *st, const sl__norm *n, int tb, u128 d)
+{
+    uint64_t W = (uint64_t)n->W, q, r;
+    u128 BW = (u128)n->B * W;
+    if (d > BW) {
+        u128 e = d - BW, em = debt_max(W);
+        bucket_split(e > em ? em : e, W, &q, &r);
+        sl__bucket_put(st, q, r | SL__BUCKET_DEBT);
+        return;
+    }
+    bucket_split(tb ? BW - d : d, W, &q, &r);
     sl__bucket_put(st, q, r);
 }
 
@@ -242,14 +279,15 @@ static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
  * minus tokens; the leaky bucket's level).  The leaky bucket stores d (zero:
  * an empty queue); the token bucket stores its tokens, so that a change of
  * capacity keeps them (clamped), and marks the record SL__REC_F1 once it
- * holds any (before that the bucket is full). */
+ * holds any (before that the bucket is full).  A debt (d > B*W) denies
+ * until it and the cost have refilled. */
 static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int64_t clock_old,
                          int64_t t, int64_t cost, int commit, sl_result *out)
 {
     uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
     u128 BW = (u128)n->B * W, cW = (u128)cost * W;
     int tb = n->algo == SL_TOKEN_BUCKET;
-    u128 d = tb ? (tokens_stored ? BW - bucket_load(st, n) : 0) : bucket_load(st, n);
+    u128 d = bucket_deficit(st, n, tb, tb && !tokens_stored);
     u128 refill = (u128)(uint64_t)(t - clock_old) * L;
     d = refill >= d ? 0 : d - refill;
 
@@ -259,25 +297,28 @@ static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int6
     int64_t retry = 0, delay = 0;
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv(before + cW - BW, L));
     else if (!tb) delay = sat(ceildiv(before, L));
-    /* The stored quantity's whole part gives `remaining` too (one division). */
-    uint64_t q, r;
-    bucket_split(tb ? BW - d : d, W, &q, &r);
-    int64_t remaining = tb ? (int64_t)q : n->B - (int64_t)q - (r != 0);
+    int64_t remaining = 0;
+    if (d <= BW) { /* the stored quantity's whole part */
+        uint64_t q, r;
+        bucket_split(tb ? BW - d : d, W, &q, &r);
+        remaining = tb ? (int64_t)q : n->B - (int64_t)q - (r != 0);
+    }
     sl__answer(out, allowed, n->B, remaining, retry, sat(ceildiv(d, L)), delay);
-    if (commit) sl__bucket_put(st, q, r);
+    if (commit) bucket_put_deficit(st, n, tb, d);
 }
 
 /* GCRA: a request is conforming iff its arrival is no earlier than TAT minus
  * the tolerance; conforming requests push TAT by cost emission intervals.
  * Times are in units of 1/L ms, so the emission interval is W units and the
- * burst tolerance plus one interval is B*W units. */
+ * burst tolerance plus one interval is B*W units.  A debt is a TAT more
+ * than B*W ahead of the clock. */
 static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, int64_t cost,
                  int commit, sl_result *out)
 {
     int64_t L = n->L;
     uint64_t W = (uint64_t)n->W;
     i128 now = (i128)t * L;
-    i128 tat = (i128)clock_old * L + (i128)bucket_load(st, n);
+    i128 tat = (i128)clock_old * L + (i128)bucket_deficit(st, n, 0, 0);
     i128 limit = (i128)n->B * (i128)W; /* tau + T */
     i128 base = tat > now ? tat : now;
     i128 next = base + (i128)cost * (i128)W;
@@ -287,9 +328,9 @@ static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, i
     u128 ahead = tat > now ? (u128)(tat - now) : 0; /* TAT - t */
     int64_t retry = 0;
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv((u128)(next - now - limit), (uint64_t)L));
-    sl__answer(out, allowed, n->B, (int64_t)udiv((u128)limit - ahead, W), retry,
-           sat(ceildiv(ahead, (uint64_t)L)), 0);
-    if (commit) bucket_store(st, n, ahead);
+    int64_t remaining = ahead > (u128)limit ? 0 : (int64_t)udiv((u128)limit - ahead, W);
+    sl__answer(out, allowed, n->B, remaining, retry, sat(ceildiv(ahead, (uint64_t)L)), 0);
+    if (commit) bucket_put_deficit(st, n, 0, ahead);
 }
 
 /* ---- sliding-log -------------------------------------------------------- */
@@ -848,23 +889,25 @@ static void adjust_sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock
 }
 
 /* token-bucket, leaky-bucket and gcra, on the deficit d (token_bucket's and
- * gcra's quantity), in units of 1/W of a request, clamped to [0, B*W]. */
+ * gcra's quantity), in units of 1/W of a request: a charge past an empty
+ * bucket is kept as a debt (bucket_deficit), a refund fills it to at most
+ * full. */
 static void adjust_bucket(uint8_t *r, uint16_t *meta, uint8_t *st, const sl__norm *n,
                           int64_t clock_old, int64_t t, int64_t delta)
 {
     uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
-    u128 BW = (u128)n->B * W;
+    u128 BW = (u128)n->B * W, dmax = BW + debt_max(W);
     int tb = n->algo == SL_TOKEN_BUCKET;
     int stored = sl__tokens_stored(*meta, st);
-    u128 d = tb ? (stored ? BW - bucket_load(st, n) : 0) : bucket_load(st, n);
+    u128 d = bucket_deficit(st, n, tb, tb && !stored);
     u128 refill = (u128)(uint64_t)(t - clock_old) * L;
     d = refill >= d ? 0 : d - refill;
     u128 dd = (u128)(uint64_t)(delta < 0 ? -delta : delta) * W;
     if (delta > 0)
-        d = dd >= BW - d ? BW : d + dd;
+        d = dd >= dmax - d ? dmax : d + dd;
     else
         d = dd >= d ? 0 : d - dd;
-    bucket_store(st, n, tb ? BW - d : d);
+    bucket_put_deficit(st, n, tb, d);
     sl__tokens_mark(r, meta, n->algo, stored, 1);
 }
 

@@ -13,7 +13,8 @@
 /* Advances the state of record r (held, its layout already n's: for
  * sliding-buckets sl__state_need() == 0) from clock_old to t (>= clock_old)
  * as a decision would, then charges delta > 0 units (past the limit:
- * counters saturate at their field's width, above L) or refunds -delta
+ * counters saturate at their field's width, above L; a bucket keeps what
+ * passes empty as a debt, engine.h's SL__BUCKET_DEBT) or refunds -delta
  * (at most what a charge made at charged_at still counts at t; buckets
  * refill to at most B).  *meta as sl__engine_decide keeps it.  Writes
  * neither the clock nor the header (the caller does).  Returns 0, or
