@@ -100,6 +100,9 @@ static void cmd_script(struct cmd *c, const redis *r, const pend *e)
     }
 }
 
+/* The module's path: leases touch no rate state, so the script's LA and
+ * LR serve there too (the script is loaded on every connection); RL.RESERVE
+ * and RL.SETTLE are refused on that path before this (backend_redis.c). */
 void sl__redis_cmd_holds(struct cmd *c, const redis *r, const pend *e, int module)
 {
     (void)module;
