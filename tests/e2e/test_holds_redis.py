@@ -15,7 +15,9 @@ ST), against the local backend and across a fleet:
   released), every release of a held lease answered 1;
 - three nodes reserving and settling one key at once: the key's count is
   exactly the sum of the actuals (no unit created or lost), for a fixed
-  window and a token bucket.
+  window and a token bucket;
+- with the sluice module loaded: leases still work (the script's ops),
+  RL.RESERVE and RL.SETTLE are refused with a clear error.
 """
 # Four sluiced and a redis-server: run once, against the plain build.
 # sluice-e2e: plain-only
@@ -174,6 +176,28 @@ class HoldsRedis(unittest.TestCase):
             ttl = r.cmd("PTTL", k)
             self.assertGreater(ttl, 0, k)
             self.assertLessEqual(ttl, 3600000, k)  # client time: an hour of real time
+
+    def test_module_path(self):
+        """With the sluice module loaded, leases go through the script (no
+        rate state involved); RL.RESERVE / RL.SETTLE are refused, not
+        charged where RL.ALLOW does not look."""
+        r = harness.RedisServer(module_args=["trust-client-time", "yes",
+                                             "max-client-skew", "7d"]).start()
+        self.addCleanup(r.cleanup)
+        n = self.node(r, "module")
+        with RawConn(n.port) as c:
+            a = c.cmd("RL.ACQUIRE", "m", "1", "TTL", "5000", "AT", str(T))
+            self.assertEqual(a[:6], [1, 1, 0, 0, 5000, 0])
+            self.assertEqual(c.cmd("RL.ACQUIRE", "m", "1", "AT", str(T + 1)),
+                             [0, 1, 0, 4999, 4999, 0, None])
+            self.assertEqual(c.cmd("RL.RELEASE", "m", str(a[6])), 1)
+            for cmd in (("RL.RESERVE", "m", "10", "1m", "COST", "1", "AT", str(T)),
+                        ("RL.SETTLE", "m", "1", "1")):
+                self.assertEqual(flat(c.cmd(*cmd)),
+                                 "ERR:ERR RL.RESERVE and RL.SETTLE are not supported on a Redis "
+                                 "with the sluice module yet: only without it "
+                                 "(docs/commands-holds.md)")
+        self.assertEqual(r.cmd("EXISTS", "sl:40:{m}"), 0)
 
     def fleet(self, trust):
         r = self.redis()
