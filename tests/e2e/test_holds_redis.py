@@ -16,6 +16,7 @@ ST), against the local backend and across a fleet:
 - three nodes reserving and settling one key at once: the key's count is
   exactly the sum of the actuals (no unit created or lost), for a fixed
   window and a token bucket;
+- in a Redis Cluster, every key's holds on its decisions' master;
 - with the sluice module loaded: leases still work (the script's ops),
   RL.RESERVE and RL.SETTLE are refused with a clear error.
 """
@@ -198,6 +199,37 @@ class HoldsRedis(unittest.TestCase):
                                  "with the sluice module yet: only without it "
                                  "(docs/commands-holds.md)")
         self.assertEqual(r.cmd("EXISTS", "sl:40:{m}"), 0)
+
+    def test_cluster(self):
+        """In a Redis Cluster every hold goes to the master of its key's
+        slot (the decisions' routing): keys spread over the 3 masters all
+        answer, and each key's hold keys sit on the master holding its
+        RL.ALLOW state."""
+        c = harness.RedisCluster(3).start()
+        self.addCleanup(c.cleanup)
+        s = harness.Server("--backend", c.url(), "--backend-timeout", "5s",
+                           trust_client_time=True, name=self.id() + "-cluster")
+        s.start()
+        self.addCleanup(s.cleanup)
+        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
+        keys = ["u%d" % i for i in range(12)]
+        with RawConn(s.port) as conn:
+            for k in keys:
+                a = conn.cmd("RL.ACQUIRE", k, "1", "TTL", "5000", "AT", str(T))
+                self.assertEqual(a[:6], [1, 1, 0, 0, 5000, 0], k)
+                v = conn.cmd("RL.RESERVE", k, "10", "1m", "COST", "4", "ALGO", "fixed-window",
+                             "AT", str(T))
+                self.assertEqual(v[:3], [1, 10, 6], k)
+                self.assertEqual(conn.cmd("RL.SETTLE", k, str(v[6]), "1")[:3], [1, 10, 9], k)
+                self.assertEqual(conn.cmd("RL.RELEASE", k, str(a[6])), 1, k)
+        used = set()
+        for k in keys:
+            home = [i for i, r in enumerate(c.nodes)
+                    if r.cmd("EXISTS", "sl:00:{%s}" % k) == 1]
+            self.assertEqual(len(home), 1, k)
+            self.assertEqual(c.nodes[home[0]].cmd("EXISTS", "sl:hh:{%s}" % k), 1, k)
+            used.add(home[0])
+        self.assertEqual(len(used), 3)  # 12 keys: every master holds some
 
     def fleet(self, trust):
         r = self.redis()
