@@ -90,6 +90,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "backend_local.h"
+#include "redis/holds.h"
 #include "redis/lease.h"
 #include "redis/redis_int.h"
 #include "redis/sentinel.h"
@@ -320,6 +321,20 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
          * cache answers (space 0) shares: nothing there to drop */
         rc = rq->plan == NULL || rq->outcome == NULL ? SL_EINVAL : valid_plan(rq->plan);
         break;
+    case SL_BOP_ACQUIRE:
+    case SL_BOP_RELEASE:
+    case SL_BOP_RESERVE:
+    case SL_BOP_SETTLE: /* holds.c; a reservation charges or refunds the key's rate state */
+        rc = sl__redis_hold_check(rq);
+        if (rc == 0 && ch->module && (rq->op == SL_BOP_RESERVE || rq->op == SL_BOP_SETTLE)) {
+            sl__breq_fail(rq, SL_EINVAL,
+                          "RL.RESERVE and RL.SETTLE are not supported on a Redis with the sluice "
+                          "module yet: only without it (docs/commands-holds.md)");
+            return;
+        }
+        if (rc == 0 && (rq->op == SL_BOP_RESERVE || rq->op == SL_BOP_SETTLE))
+            sl__redis_cache_forget(ch, rq->key, rq->keylen);
+        break;
     default: rc = SL_EINVAL; break;
     }
     if (rc != 0) {
@@ -416,18 +431,9 @@ static void redis_free_all(redis *r);
 
 static void redis_free(sl_backend *b) { redis_free_all((redis *)b); }
 
-/* Leases and reservations (SPEC 10) are not on this backend yet: they
- * are refused before routing; everything else is routed (route.c). */
-static void redis_submit(sl_bchan *c, sl_breq *rq)
-{
-    if (rq->op >= SL_BOP_ACQUIRE && rq->op <= SL_BOP_SETTLE) {
-        sl__breq_fail(rq, SL_EINVAL,
-                      "RL.ACQUIRE, RL.RELEASE, RL.RESERVE and RL.SETTLE are not supported on "
-                      "the redis backend yet (docs/commands-holds.md)");
-        return;
-    }
-    sl__redis_route(c, rq);
-}
+/* Every request, leases and reservations (SPEC 10, holds.c) too, is
+ * routed by its key (route.c). */
+static void redis_submit(sl_bchan *c, sl_breq *rq) { sl__redis_route(c, rq); }
 
 const sl_backend_ops sl__redis_ops = {
     "redis",    redis_channel,        redis_channel_free, redis_submit,          redis_stats,
