@@ -54,6 +54,11 @@ typedef struct lease {
     int64_t reset;     /* fixed-window: mono ms of its window's end */
     int64_t last_use;  /* mono ms */
     int64_t asked_at;  /* mono ms: the last decision sent to Redis past the deny cache */
+    /* --durability: a T answered, its units not to be spent before its
+     * WAIT confirms them (sl__redis_lease_confirmed); sent_at, ttl, left
+     * are that T's */
+    int waiting;
+    int64_t w_extra, w_ttl, w_tag, w_sent_at, w_left;
     char key[SL_MAX_KEY];
 } lease;
 
@@ -218,12 +223,31 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
     }
     if (le->taking && now - le->sent_at < 2 * ch->r->o.timeout_ms) return 0; /* meanwhile */
     le->taking = 0;
+    if (le->waiting) { /* its WAIT never came: the units are not spent here */
+        le->waiting = 0;
+        atomic_fetch_add(&ch->r->lease_expired, (uint64_t)le->w_extra);
+    }
     if (le->hits < SL_LEASE_HOT && le->prev_hits < SL_LEASE_HOT) return 0; /* cold here */
     le->taking = 1;
     le->asked_at = now;
     *fresh = 1;
     le->sent_at = now;
     return (long long)(le->size + rq->cost);
+}
+
+/* Records a lease of extra units (tag, ttl ms from sent_at; Redis had left
+ * after it) in le, taken at mono ms now. */
+static void commit(rchan *ch, lease *le, int64_t extra, int64_t ttl, int64_t tag, int64_t sent_at,
+                   int64_t left, int64_t now)
+{
+    le->units = le->taken = extra;
+    le->tag = tag;
+    le->deadline = sent_at + ttl;
+    le->reset = sent_at + ttl;
+    le->got_at = now;
+    le->left = left;
+    atomic_fetch_add(&ch->r->lease_leases, 1);
+    atomic_fetch_add(&ch->r->lease_units, (uint64_t)extra);
 }
 
 int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
@@ -238,21 +262,61 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
     const sl_params *p = rq->params;
     int64_t now = sl__mono_ms();
     lease *le = ch->lease != NULL ? slot_of(ch->lease, e->key, rq->keylen, p) : NULL;
-    if (le == NULL || !le->taking || le->klen != rq->keylen ||
+    const wgroup *g = e->wg;
+    if (g != NULL && g->state == W_DONE && !g->ok) {
+        /* --durability: its WAIT failed already; the take may be lost with
+         * a master: never spent, never handed back (an R could subtract
+         * units a new master never counted) */
+        if (extra > 0) atomic_fetch_add(&ch->r->lease_expired, (uint64_t)extra);
+        if (le != NULL && le->taking && !le->waiting) le->taking = 0;
+        return 0;
+    }
+    if (le == NULL || !le->taking || le->waiting || le->klen != rq->keylen ||
         memcmp(le->key, e->key, rq->keylen) != 0 || !same_params(&le->p, p) || le->taken > 0) {
-        /* nobody waits for these units here any more: back at once */
-        if (extra > 0) send_return(ch, e->key, rq->keylen, p, extra, extra, tag);
+        /* nobody waits for these units here any more: back at once (with
+         * --durability: never handed back, as if lost -- fewer admissions) */
+        if (extra > 0 && g == NULL)
+            send_return(ch, e->key, rq->keylen, p, extra, extra, tag);
+        else if (extra > 0)
+            atomic_fetch_add(&ch->r->lease_expired, (uint64_t)extra);
+        return 0;
+    }
+    if (extra <= 0) { /* nothing to lease (little left): per request */
+        le->taking = 0;
+        return 0;
+    }
+    if (g != NULL && !(g->state == W_DONE && g->ok)) {
+        /* --durability replicas:N: the units are spent only once WAIT says
+         * N replicas have the take; a failover before that could hand them
+         * to another node (docs/faults.md, "Leases under faults") */
+        le->waiting = 1;
+        le->w_extra = extra;
+        le->w_ttl = ttl;
+        le->w_tag = tag;
+        le->w_sent_at = le->sent_at;
+        le->w_left = rq->result.remaining;
         return 0;
     }
     le->taking = 0;
-    if (extra <= 0) return 0; /* nothing to lease (little left): per request */
-    le->units = le->taken = extra;
-    le->tag = tag;
-    le->deadline = le->sent_at + ttl;
-    le->reset = le->sent_at + ttl;
-    le->got_at = now;
-    le->left = rq->result.remaining;
-    atomic_fetch_add(&ch->r->lease_leases, 1);
-    atomic_fetch_add(&ch->r->lease_units, (uint64_t)extra);
+    commit(ch, le, extra, ttl, tag, le->sent_at, rq->result.remaining, now);
     return 0;
+}
+
+void sl__redis_lease_confirmed(rchan *ch, const pend *e, int ok)
+{
+    sl_breq *rq = e->rq;
+    if (e->lease_want <= 0 || e->module || rq == NULL || rq->op != SL_BOP_DECIDE) return;
+    if (ch->lease == NULL) return; /* closing: what was taken stays counted */
+    lease *le = slot_of(ch->lease, e->key, rq->keylen, rq->params);
+    if (!le->waiting || le->klen != rq->keylen || memcmp(le->key, e->key, rq->keylen) != 0 ||
+        !same_params(&le->p, rq->params))
+        return;
+    int64_t now = sl__mono_ms();
+    le->waiting = 0;
+    le->taking = 0;
+    if (!ok || le->taken > 0) { /* lost, maybe: never spent, never handed back */
+        atomic_fetch_add(&ch->r->lease_expired, (uint64_t)le->w_extra);
+        return;
+    }
+    commit(ch, le, le->w_extra, le->w_ttl, le->w_tag, le->w_sent_at, le->w_left, now);
 }
