@@ -41,6 +41,7 @@ def wait_online(master, timeout=30):
 
 
 class LeaseDurableTest(unittest.TestCase):
+    MODULE = None  # ModuleLeaseDurableTest: [] (both Redis load sluice.so; RL.LEASE)
 
     def wait_no_lease(self, s):
         """Until the node holds no lease (idle ones go back after 50 ms)."""
@@ -52,9 +53,9 @@ class LeaseDurableTest(unittest.TestCase):
         self.fail("leases still outstanding: %r" % s.info("backend"))
 
     def test_a_lease_is_spent_only_after_its_wait(self):
-        m = RedisServer().start()
+        m = RedisServer(module_args=self.MODULE).start()
         self.addCleanup(m.cleanup)
-        r = RedisServer().start()
+        r = RedisServer(module_args=self.MODULE).start()
         self.addCleanup(r.cleanup)
         self.assertEqual(m.cmd("CONFIG", "SET", "repl-diskless-sync-delay", "0"), b"OK")
         self.assertEqual(r.cmd("REPLICAOF", HOST, str(m.port)), b"OK")
@@ -64,6 +65,8 @@ class LeaseDurableTest(unittest.TestCase):
         s.start()
         self.addCleanup(s.cleanup)
         self.assertEqual(s.info("backend")["backend_lease"], "on")
+        self.assertEqual(s.info("backend")["backend_redis_path"],
+                         "script" if self.MODULE is None else "module")
 
         # replica live: leases pay decisions, every answer allowed
         with s.raw(timeout=30) as c:
@@ -107,6 +110,11 @@ class LeaseDurableTest(unittest.TestCase):
                 replies = c.read_replies(BURST, timeout=30 * SLOW)
                 self.assertEqual([x[0] for x in replies], [1] * BURST, replies)
         self.assertGreater(s.info_int("backend_lease_decisions", "backend"), served)
+
+
+class ModuleLeaseDurableTest(LeaseDurableTest):
+    """The same on the sluice module's path (RL.LEASE replicated with AT)."""
+    MODULE = []
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@
  * Cost: a decision served here is a hash of its key, a compare, a
  * subtraction and one clock read; the sweep looks at every entry once per
  * SL_LEASE_SWEEP_MS.  Only fixed-window, token-bucket and gcra lease; only
- * at Redis's clock (not with --trust-client-time); only on the script's
- * path (a connection on the module's decides per request).
+ * at Redis's clock (not with --trust-client-time); on the module's path
+ * (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -58,18 +58,30 @@ typedef struct lease {
      * WAIT confirms them (sl__redis_lease_confirmed); sent_at, ttl, left
      * are that T's */
     int waiting;
+    int module; /* the lease was taken on the module's path (RL.LEASE): it goes back there */
     int64_t w_extra, w_ttl, w_tag, w_sent_at, w_left;
     char key[SL_MAX_KEY];
 } lease;
 
 struct sl_lease_tab {
     struct event *sweep;
+    int module; /* the connection's module has RL.LEASE (conn.c's probe) */
     lease s[SL_LEASE_SLOTS];
 };
 
-static int leases(const sl_params *p)
+/* Whether p's keys lease on ch: on the script's path fixed-window,
+ * token-bucket and gcra; on the module's (when it has RL.LEASE)
+ * fixed-window only (module.c: a lone record cannot yet keep a bucket's
+ * refill short of the units out). */
+static int leases(const rchan *ch, const sl_params *p)
 {
+    if (ch->module) return ch->lease->module && p->algo == SL_FIXED_WINDOW;
     return p->algo == SL_FIXED_WINDOW || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+}
+
+void sl__redis_lease_module(rchan *ch, int has)
+{
+    if (ch->lease != NULL) ch->lease->module = has;
 }
 
 static int same_params(const sl_params *a, const sl_params *b)
@@ -95,12 +107,18 @@ static void on_returned(redisAsyncContext *ac, void *reply, void *privdata)
 
 /* Sends R: back unspent units of a lease of taken units with tag (no
  * wait for the reply, which only counts). */
-static void send_return(rchan *ch, const char *key, size_t klen, const sl_params *p, int64_t back,
-                        int64_t taken, int64_t tag)
+static void send_return(rchan *ch, int module, const char *key, size_t klen, const sl_params *p,
+                        int64_t back, int64_t taken, int64_t tag)
 {
-    if (ch->ac == NULL || ch->module || back <= 0) return; /* they expire: fewer, never more */
+    /* Only on the path the lease was taken on: the module's keys and the
+     * script's are apart, and an R on the other would give back units
+     * that path never counted.  Else they expire: fewer, never more. */
+    if (ch->ac == NULL || ch->module != module || back <= 0) return;
     struct cmd *c = ch->cmd;
-    sl__redis_cmd_lease_return(c, ch->r, key, klen, p, back, taken, tag);
+    if (module)
+        sl__redis_cmd_module_lease_return(c, key, klen, p, back, tag);
+    else
+        sl__redis_cmd_lease_return(c, ch->r, key, klen, p, back, taken, tag);
     redisAsyncCommandArgv(ch->ac, on_returned, ch->r, c->argc, c->argv, c->len);
 }
 
@@ -111,7 +129,7 @@ static void end_lease(rchan *ch, lease *le, int64_t now)
     redis *r = ch->r;
     if (le->taken <= 0) return;
     if (le->units > 0 && now < le->deadline)
-        send_return(ch, le->key, le->klen, &le->p, le->units, le->taken, le->tag);
+        send_return(ch, le->module, le->key, le->klen, &le->p, le->units, le->taken, le->tag);
     else if (le->units > 0)
         atomic_fetch_add(&r->lease_expired, (uint64_t)le->units);
     if (le->units == 0 && now - le->got_at < (le->deadline - le->got_at) / 2) {
@@ -185,7 +203,7 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
 {
     sl_lease_tab *t = ch->lease;
     const sl_params *p = rq->params;
-    if (t == NULL || ch->module || ch->ac == NULL || rq->cost <= 0 || !leases(p)) return 0;
+    if (t == NULL || ch->ac == NULL || rq->cost <= 0 || !leases(ch, p)) return 0;
     int64_t now = sl__mono_ms();
     lease *le = slot_of(t, rq->key, rq->keylen, p);
     if (le->klen != rq->keylen || memcmp(le->key, rq->key, rq->keylen) != 0 ||
@@ -276,7 +294,7 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
         /* nobody waits for these units here any more: back at once (with
          * --durability: never handed back, as if lost -- fewer admissions) */
         if (extra > 0 && g == NULL)
-            send_return(ch, e->key, rq->keylen, p, extra, extra, tag);
+            send_return(ch, e->module, e->key, rq->keylen, p, extra, extra, tag);
         else if (extra > 0)
             atomic_fetch_add(&ch->r->lease_expired, (uint64_t)extra);
         return 0;
@@ -290,6 +308,7 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
          * N replicas have the take; a failover before that could hand them
          * to another node (docs/faults.md, "Leases under faults") */
         le->waiting = 1;
+        le->module = e->module;
         le->w_extra = extra;
         le->w_ttl = ttl;
         le->w_tag = tag;
@@ -298,6 +317,7 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
         return 0;
     }
     le->taking = 0;
+    le->module = e->module;
     commit(ch, le, extra, ttl, tag, le->sent_at, rq->result.remaining, now);
     return 0;
 }
@@ -305,7 +325,7 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
 void sl__redis_lease_confirmed(rchan *ch, const pend *e, int ok)
 {
     sl_breq *rq = e->rq;
-    if (e->lease_want <= 0 || e->module || rq == NULL || rq->op != SL_BOP_DECIDE) return;
+    if (e->lease_want <= 0 || rq == NULL || rq->op != SL_BOP_DECIDE) return;
     if (ch->lease == NULL) return; /* closing: what was taken stays counted */
     lease *le = slot_of(ch->lease, e->key, rq->keylen, rq->params);
     if (!le->waiting || le->klen != rq->keylen || memcmp(le->key, e->key, rq->keylen) != 0 ||
