@@ -12,6 +12,10 @@ user would notice:
 - a node killed with -9 while it holds leases: the fleet admits fewer,
   never more.
 
+ModuleLeaseFleetTest runs the same against Redis with sluice.so loaded
+(the nodes on the module's path: RL.LEASE, RL.LEASERETURN): fixed-window
+leases there; a token bucket is decided per request (exactly L).
+
 The window is ten years (fixed-window's edges fall at multiples of it
 from 1970: none during the test), so at Redis's own clock every request
 of a test is in one window, and a bucket refills nothing meanwhile.
@@ -54,9 +58,10 @@ def hammer(port, cmd, chunks, out, errors, started=None, stop=None):
 
 
 class LeaseFleetTest(unittest.TestCase):
+    MODULE = False  # ModuleLeaseFleetTest: Redis with sluice.so, the nodes on its path
 
     def start_fleet(self):
-        r = self.redis = harness.RedisServer().start()
+        r = self.redis = harness.RedisServer(module_args=[] if self.MODULE else None).start()
         self.addCleanup(r.cleanup)
         nodes = []
         for i in range(NODES):
@@ -65,6 +70,8 @@ class LeaseFleetTest(unittest.TestCase):
             s.start()
             self.addCleanup(s.cleanup)
             nodes.append(s)
+            self.assertEqual(s.info("backend")["backend_redis_path"],
+                             "module" if self.MODULE else "script")
         return nodes
 
     def run_clients(self, ports, cmd, chunks):
@@ -198,6 +205,43 @@ class LeaseFleetTest(unittest.TestCase):
         self.assertLessEqual(allowed, L, "the fleet admitted %d after a kill -9, the limit is %d"
                              % (allowed, L))
         self.assertGreater(allowed, 0)
+
+
+class ModuleLeaseFleetTest(LeaseFleetTest):
+    """The same fleet on the sluice module's path (RL.LEASE, RL.LEASERETURN):
+    fixed-window leases; a bucket decides per request there (module.c)."""
+    MODULE = True
+
+    def test_token_bucket(self):
+        nodes = self.start_fleet()
+        cmd = ["RL.ALLOW", "hot:tb", L, W, "ALGO", "token-bucket"]
+        ports = [n.port for n in nodes for _ in range(CLIENTS_PER_NODE)]
+        flat = self.run_clients(ports, cmd, 2 * L // (CHUNK * len(ports)))
+        self.assertEqual(sum(1 for r in flat if r[0] == 1), L)
+        self.assertEqual(self.counters(nodes)["backend_lease_decisions"], 0)
+
+    def test_returned_units_reach_a_denied_node(self):
+        """As the script's, with RL.LEASE / RL.LEASERETURN for the fourth node."""
+        nodes = self.start_fleet()
+        rconn = RawConn(self.redis.port)
+        self.addCleanup(rconn.close)
+        req = ["sl:m0:{hot:back}", L, W, "ALGO", "fixed-window"]
+        got = rconn.cmd("RL.LEASE", 501, *req)
+        self.assertEqual(got[:3] + got[6:7], [1, L, L - 501, 500], got)
+        cmd = ["RL.ALLOW", "hot:back", L, W, "ALGO", "fixed-window"]
+        flat = self.run_clients([nodes[0].port], cmd, 2 * L // CHUNK)
+        allowed = 1 + sum(1 for r in flat if r[0] == 1)
+        self.assertEqual(allowed, L - 500)
+        self.assertEqual(flat[-1][0], 0)
+        self.assertEqual(rconn.cmd("RL.LEASERETURN", 500, got[8] + 1, *req), 0)  # another window
+        self.assertEqual(rconn.cmd("RL.LEASERETURN", 500, got[8], *req), 500)
+        for _ in range(500):  # bounded: until node 0 has what came back
+            flat = self.run_clients([nodes[0].port], cmd, 1)
+            allowed += sum(1 for r in flat if r[0] == 1)
+            if allowed >= L:
+                break
+        self.assertEqual(allowed, L)
+        self.assertGreater(nodes[0].info_int("backend_deny_cache_hits", "backend"), 0)
 
 
 if __name__ == "__main__":

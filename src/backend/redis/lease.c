@@ -23,8 +23,8 @@
  * Cost: a decision served here is a hash of its key, a compare, a
  * subtraction and one clock read; the sweep looks at every entry once per
  * SL_LEASE_SWEEP_MS.  Only fixed-window, token-bucket and gcra lease; only
- * at Redis's clock (not with --trust-client-time); only on the script's
- * path (a connection on the module's decides per request).
+ * at Redis's clock (not with --trust-client-time); on the module's path
+ * (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -54,17 +54,34 @@ typedef struct lease {
     int64_t reset;     /* fixed-window: mono ms of its window's end */
     int64_t last_use;  /* mono ms */
     int64_t asked_at;  /* mono ms: the last decision sent to Redis past the deny cache */
+    /* --durability: a T answered, its units not to be spent before its
+     * WAIT confirms them (sl__redis_lease_confirmed); sent_at, ttl, left
+     * are that T's */
+    int waiting;
+    int module; /* the lease was taken on the module's path (RL.LEASE): it goes back there */
+    int64_t w_extra, w_ttl, w_tag, w_sent_at, w_left;
     char key[SL_MAX_KEY];
 } lease;
 
 struct sl_lease_tab {
     struct event *sweep;
+    int module; /* the connection's module has RL.LEASE (conn.c's probe) */
     lease s[SL_LEASE_SLOTS];
 };
 
-static int leases(const sl_params *p)
+/* Whether p's keys lease on ch: on the script's path fixed-window,
+ * token-bucket and gcra; on the module's (when it has RL.LEASE)
+ * fixed-window only (module.c: a lone record cannot yet keep a bucket's
+ * refill short of the units out). */
+static int leases(const rchan *ch, const sl_params *p)
 {
+    if (ch->module) return ch->lease->module && p->algo == SL_FIXED_WINDOW;
     return p->algo == SL_FIXED_WINDOW || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+}
+
+void sl__redis_lease_module(rchan *ch, int has)
+{
+    if (ch->lease != NULL) ch->lease->module = has;
 }
 
 static int same_params(const sl_params *a, const sl_params *b)
@@ -90,12 +107,18 @@ static void on_returned(redisAsyncContext *ac, void *reply, void *privdata)
 
 /* Sends R: back unspent units of a lease of taken units with tag (no
  * wait for the reply, which only counts). */
-static void send_return(rchan *ch, const char *key, size_t klen, const sl_params *p, int64_t back,
-                        int64_t taken, int64_t tag)
+static void send_return(rchan *ch, int module, const char *key, size_t klen, const sl_params *p,
+                        int64_t back, int64_t taken, int64_t tag)
 {
-    if (ch->ac == NULL || ch->module || back <= 0) return; /* they expire: fewer, never more */
+    /* Only on the path the lease was taken on: the module's keys and the
+     * script's are apart, and an R on the other would give back units
+     * that path never counted.  Else they expire: fewer, never more. */
+    if (ch->ac == NULL || ch->module != module || back <= 0) return;
     struct cmd *c = ch->cmd;
-    sl__redis_cmd_lease_return(c, ch->r, key, klen, p, back, taken, tag);
+    if (module)
+        sl__redis_cmd_module_lease_return(c, key, klen, p, back, tag);
+    else
+        sl__redis_cmd_lease_return(c, ch->r, key, klen, p, back, taken, tag);
     redisAsyncCommandArgv(ch->ac, on_returned, ch->r, c->argc, c->argv, c->len);
 }
 
@@ -106,7 +129,7 @@ static void end_lease(rchan *ch, lease *le, int64_t now)
     redis *r = ch->r;
     if (le->taken <= 0) return;
     if (le->units > 0 && now < le->deadline)
-        send_return(ch, le->key, le->klen, &le->p, le->units, le->taken, le->tag);
+        send_return(ch, le->module, le->key, le->klen, &le->p, le->units, le->taken, le->tag);
     else if (le->units > 0)
         atomic_fetch_add(&r->lease_expired, (uint64_t)le->units);
     if (le->units == 0 && now - le->got_at < (le->deadline - le->got_at) / 2) {
@@ -180,7 +203,7 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
 {
     sl_lease_tab *t = ch->lease;
     const sl_params *p = rq->params;
-    if (t == NULL || ch->module || ch->ac == NULL || rq->cost <= 0 || !leases(p)) return 0;
+    if (t == NULL || ch->ac == NULL || rq->cost <= 0 || !leases(ch, p)) return 0;
     int64_t now = sl__mono_ms();
     lease *le = slot_of(t, rq->key, rq->keylen, p);
     if (le->klen != rq->keylen || memcmp(le->key, rq->key, rq->keylen) != 0 ||
@@ -218,12 +241,31 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
     }
     if (le->taking && now - le->sent_at < 2 * ch->r->o.timeout_ms) return 0; /* meanwhile */
     le->taking = 0;
+    if (le->waiting) { /* its WAIT never came: the units are not spent here */
+        le->waiting = 0;
+        atomic_fetch_add(&ch->r->lease_expired, (uint64_t)le->w_extra);
+    }
     if (le->hits < SL_LEASE_HOT && le->prev_hits < SL_LEASE_HOT) return 0; /* cold here */
     le->taking = 1;
     le->asked_at = now;
     *fresh = 1;
     le->sent_at = now;
     return (long long)(le->size + rq->cost);
+}
+
+/* Records a lease of extra units (tag, ttl ms from sent_at; Redis had left
+ * after it) in le, taken at mono ms now. */
+static void commit(rchan *ch, lease *le, int64_t extra, int64_t ttl, int64_t tag, int64_t sent_at,
+                   int64_t left, int64_t now)
+{
+    le->units = le->taken = extra;
+    le->tag = tag;
+    le->deadline = sent_at + ttl;
+    le->reset = sent_at + ttl;
+    le->got_at = now;
+    le->left = left;
+    atomic_fetch_add(&ch->r->lease_leases, 1);
+    atomic_fetch_add(&ch->r->lease_units, (uint64_t)extra);
 }
 
 int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
@@ -238,21 +280,63 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
     const sl_params *p = rq->params;
     int64_t now = sl__mono_ms();
     lease *le = ch->lease != NULL ? slot_of(ch->lease, e->key, rq->keylen, p) : NULL;
-    if (le == NULL || !le->taking || le->klen != rq->keylen ||
+    const wgroup *g = e->wg;
+    if (g != NULL && g->state == W_DONE && !g->ok) {
+        /* --durability: its WAIT failed already; the take may be lost with
+         * a master: never spent, never handed back (an R could subtract
+         * units a new master never counted) */
+        if (extra > 0) atomic_fetch_add(&ch->r->lease_expired, (uint64_t)extra);
+        if (le != NULL && le->taking && !le->waiting) le->taking = 0;
+        return 0;
+    }
+    if (le == NULL || !le->taking || le->waiting || le->klen != rq->keylen ||
         memcmp(le->key, e->key, rq->keylen) != 0 || !same_params(&le->p, p) || le->taken > 0) {
-        /* nobody waits for these units here any more: back at once */
-        if (extra > 0) send_return(ch, e->key, rq->keylen, p, extra, extra, tag);
+        /* nobody waits for these units here any more: back at once (with
+         * --durability: never handed back, as if lost -- fewer admissions) */
+        if (extra > 0 && g == NULL)
+            send_return(ch, e->module, e->key, rq->keylen, p, extra, extra, tag);
+        else if (extra > 0)
+            atomic_fetch_add(&ch->r->lease_expired, (uint64_t)extra);
+        return 0;
+    }
+    if (extra <= 0) { /* nothing to lease (little left): per request */
+        le->taking = 0;
+        return 0;
+    }
+    if (g != NULL && !(g->state == W_DONE && g->ok)) {
+        /* --durability replicas:N: the units are spent only once WAIT says
+         * N replicas have the take; a failover before that could hand them
+         * to another node (docs/faults.md, "Leases under faults") */
+        le->waiting = 1;
+        le->module = e->module;
+        le->w_extra = extra;
+        le->w_ttl = ttl;
+        le->w_tag = tag;
+        le->w_sent_at = le->sent_at;
+        le->w_left = rq->result.remaining;
         return 0;
     }
     le->taking = 0;
-    if (extra <= 0) return 0; /* nothing to lease (little left): per request */
-    le->units = le->taken = extra;
-    le->tag = tag;
-    le->deadline = le->sent_at + ttl;
-    le->reset = le->sent_at + ttl;
-    le->got_at = now;
-    le->left = rq->result.remaining;
-    atomic_fetch_add(&ch->r->lease_leases, 1);
-    atomic_fetch_add(&ch->r->lease_units, (uint64_t)extra);
+    le->module = e->module;
+    commit(ch, le, extra, ttl, tag, le->sent_at, rq->result.remaining, now);
     return 0;
+}
+
+void sl__redis_lease_confirmed(rchan *ch, const pend *e, int ok)
+{
+    sl_breq *rq = e->rq;
+    if (e->lease_want <= 0 || rq == NULL || rq->op != SL_BOP_DECIDE) return;
+    if (ch->lease == NULL) return; /* closing: what was taken stays counted */
+    lease *le = slot_of(ch->lease, e->key, rq->keylen, rq->params);
+    if (!le->waiting || le->klen != rq->keylen || memcmp(le->key, e->key, rq->keylen) != 0 ||
+        !same_params(&le->p, rq->params))
+        return;
+    int64_t now = sl__mono_ms();
+    le->waiting = 0;
+    le->taking = 0;
+    if (!ok || le->taken > 0) { /* lost, maybe: never spent, never handed back */
+        atomic_fetch_add(&ch->r->lease_expired, (uint64_t)le->w_extra);
+        return;
+    }
+    commit(ch, le, le->w_extra, le->w_ttl, le->w_tag, le->w_sent_at, le->w_left, now);
 }

@@ -46,4 +46,15 @@ long long sl__redis_lease_decide(struct rchan *ch, struct sl_breq *rq, int *fres
  * lease: 0, or -1 when x is not such a reply. */
 int sl__redis_lease_reply(struct rchan *ch, const struct pend *e, const struct redisReply *x);
 
+/* Whether the module on ch's connection has RL.LEASE (the handshake's
+ * COMMAND INFO): without it a connection on the module's path does not
+ * lease. */
+void sl__redis_lease_module(struct rchan *ch, int has);
+
+/* --durability replicas:N: the WAIT after e's op T said ok (N replicas
+ * have the take: its units may be spent from now) or not (they may be lost
+ * with the master: never spent, never handed back, counted expired).  For
+ * any other e, nothing. */
+void sl__redis_lease_confirmed(struct rchan *ch, const struct pend *e, int ok);
+
 #endif

@@ -302,6 +302,8 @@ void sl__redis_cmd_lease_return(struct cmd *c, const redis *r, const char *key, 
 
 /* module_cmd.c */
 void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e);
+void sl__redis_cmd_module_lease_return(struct cmd *c, const char *key, size_t klen,
+                                       const sl_params *p, int64_t back, int64_t tag);
 
 /* route.c */
 int sl__redis_parse_slots(redis *r, const redisReply *x, const char *asked, sl_slotmap *map);
