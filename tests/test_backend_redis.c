@@ -23,6 +23,7 @@
 
 #include "backend_local.h"
 #include "backend_redis.h"
+#include "redis/redis_int.h"
 #include "redis/reply.h"
 
 static void parse_ok(const char *url, const char *host, int port, int db, const char *user,
@@ -198,6 +199,51 @@ static void test_reply_bounds(void **state)
 
 /* --backend through the seam: checked as sl_redis_urls_parse checks it
  * (its exact message), and shown without its passwords. */
+/* The handshake's probe: which path a connection takes from RL.PEEK's
+ * answer, given whether COMMAND INFO found RL.CHECKPLAN.  A cluster state
+ * that passes must never put a connection on the script's path beside the
+ * module's (two counters for one key). */
+static void test_probe_path(void **state)
+{
+    (void)state;
+    char why[300] = "COMMAND INFO: no RL.CHECKPLAN";
+    redisReply err = {.type = REDIS_REPLY_ERROR};
+    redisReply six = {.type = REDIS_REPLY_ARRAY, .elements = 6};
+    /* no module: the script, and why stays what COMMAND INFO said */
+    assert_int_equal(sl__redis_probe_path(0, &six, why, sizeof why), 0);
+    assert_string_equal(why, "COMMAND INFO: no RL.CHECKPLAN");
+    assert_int_equal(sl__redis_probe_path(-1, &six, why, sizeof why), 0);
+    /* the module answered: its path */
+    assert_int_equal(sl__redis_probe_path(1, &six, why, sizeof why), 1);
+    static const struct {
+        const char *str;
+        int path;
+    } cases[] = {
+        {"MOVED 3999 127.0.0.1:7001", 1},
+        {"ASK 3999 127.0.0.1:7001", 1},
+        {"CLUSTERDOWN Hash slot not served", -1},
+        {"CLUSTERDOWN The cluster is down", -1},
+        {"TRYAGAIN Multiple keys request during rehashing of slot", -1},
+        {"MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", -1},
+        {"BUSY Redis is busy running a script.", -1},
+        {"NOPERM User u has no permissions to run the 'rl.peek' command", 0},
+        {"ERR unknown command 'RL.PEEK'", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char str[200];
+        snprintf(str, sizeof str, "%s", cases[i].str);
+        err.str = str;
+        err.len = strlen(str);
+        why[0] = '\0';
+        int got = sl__redis_probe_path(1, &err, why, sizeof why);
+        if (got != cases[i].path) fail_msg("%s: path %d, expected %d", str, got, cases[i].path);
+        if (got != 1 && strstr(why, str) == NULL) fail_msg("%s: why is '%s'", str, why);
+    }
+    /* no answer: the script's, as before (the handshake's deadline drops it) */
+    assert_int_equal(sl__redis_probe_path(1, NULL, why, sizeof why), 0);
+    assert_string_equal(why, "RL.PEEK: no answer");
+}
+
 static void test_seam_url(void **state)
 {
     (void)state;
@@ -271,6 +317,7 @@ int main(void)
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_default_port_in_lists),
         cmocka_unit_test(test_reply_bounds),
+        cmocka_unit_test(test_probe_path),
         cmocka_unit_test(test_seam_url),
         cmocka_unit_test(test_seam_policy_names),
         cmocka_unit_test(test_seam_local),

@@ -134,6 +134,33 @@ int sl__redis_probe_says(const redisReply *x, char *why, size_t cap)
     return 0;
 }
 
+int sl__redis_probe_path(int has_cmd, const redisReply *x, char *why, size_t cap)
+{
+    if (has_cmd != 1) return 0; /* why: what COMMAND INFO said */
+    if (x != NULL && x->type == REDIS_REPLY_ERROR) {
+        /* A Cluster node that does not serve the probe's slot -- a master
+         * that became a replica -- redirects it (MOVED, ASK).  Redis checks
+         * the command and the user's permissions before it redirects, so
+         * RL.PEEK is there: the path is the module's.  A slot no master
+         * serves yet (CLUSTERDOWN), a slot moving (TRYAGAIN), a master
+         * without its replicas (MASTERDOWN), a busy script (BUSY): nothing
+         * is known about the module -- ask again on a new connection.
+         * Judged "script" instead, this connection would count its keys
+         * apart from the module's connections (two counters for one key:
+         * the fault harness saw it over-admit after failovers). */
+        static const char *const moved[] = {"MOVED ", "ASK "};
+        static const char *const passing[] = {"CLUSTERDOWN", "TRYAGAIN", "MASTERDOWN", "BUSY"};
+        for (size_t i = 0; i < sizeof moved / sizeof moved[0]; i++)
+            if (strncmp(x->str, moved[i], strlen(moved[i])) == 0) return 1;
+        for (size_t i = 0; i < sizeof passing / sizeof passing[0]; i++)
+            if (strncmp(x->str, passing[i], strlen(passing[i])) == 0) {
+                snprintf(why, cap, "RL.PEEK: %.280s", x->str);
+                return -1;
+            }
+    }
+    return sl__redis_probe_says(x, why, cap);
+}
+
 /* Tells on_path node n's path (module 1: the module's commands; 0: the
  * script, why says what was seen when a module may be there), when it is
  * the first told or differs from the last: once per server and per change,
@@ -191,17 +218,15 @@ static void on_probe(redisAsyncContext *ac, void *reply, void *privdata)
         drop(ch, "Redis is loading its dataset (LOADING)");
         return;
     }
-    /* A Cluster node that does not serve the probe's slot -- a master
-     * that became a replica -- redirects it (MOVED, ASK).  Redis checks
-     * the command and the user's permissions before it redirects, so
-     * RL.PEEK is there: the path is the module's when RL.CHECKPLAN is.
-     * Judged "script" instead, this connection would count its keys apart
-     * from the module's connections (two counters for one key: the fault
-     * harness saw it over-admit after a failover). */
-    int redirected = x->type == REDIS_REPLY_ERROR &&
-                     (strncmp(x->str, "MOVED ", 6) == 0 || strncmp(x->str, "ASK ", 4) == 0);
-    int module = ch->has_cmd == 1 &&
-                 (redirected || sl__redis_probe_says(x, ch->no_module, sizeof ch->no_module));
+    /* the module's path, the script's, or ask again (sl__redis_probe_path) */
+    int path = sl__redis_probe_path(ch->has_cmd, x, ch->no_module, sizeof ch->no_module);
+    if (path < 0) { /* a passing state of the cluster, not an answer about the module */
+        char why[300];
+        snprintf(why, sizeof why, "module probe: %.200s", ch->no_module);
+        drop(ch, why);
+        return;
+    }
+    int module = path == 1;
     sl__redis_set_path(ch, module);
     sl__redis_tell_path(ch->r, ch->node, module, ch->no_module);
     if (ch->state == CONNECTING) {

@@ -258,6 +258,12 @@ void sl__redis_on_script_load(redisAsyncContext *ac, void *reply, void *privdata
 void sl__redis_probe_key(char *out, size_t cap, const sl_slotmap *map, int i);
 int sl__redis_cmdinfo_says(const redisReply *x, char *why, size_t cap);
 int sl__redis_probe_says(const redisReply *x, char *why, size_t cap);
+/* The path the handshake's probe (RL.PEEK) says for a connection whose
+ * Redis has RL.CHECKPLAN or not (has_cmd 1, or 0 / -1): 1 the module's, 0
+ * the script's (why says what was seen), -1 neither yet: a cluster state
+ * that passes (CLUSTERDOWN, TRYAGAIN, MASTERDOWN, BUSY) -- the connection is
+ * made again, never put on the script's path beside the module's. */
+int sl__redis_probe_path(int has_cmd, const redisReply *x, char *why, size_t cap);
 void sl__redis_tell_path(redis *r, rnode *n, int module, const char *why);
 void sl__redis_set_path(rchan *ch, int module);
 void sl__redis_connect_now(rchan *ch);
