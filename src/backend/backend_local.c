@@ -224,7 +224,13 @@ static void local_submit(sl_bchan *ch, sl_breq *rq)
         if (rc == 0 && l->record != NULL)
             l->record(l->record_arg, kind_of(rq->params), rq->key, rq->keylen);
         break;
-    case SL_BOP_PEEK:
+    case SL_BOP_PEEK: /* what RL.ALLOW would answer: in the deny window, a full counter */
+        if (l->deny_since != INT64_MIN &&
+            denied_unknown(l, rq->params, rq->key, rq->keylen, rq->now_ms)) {
+            full_counter(l, rq->params, rq->now_ms, &rq->result);
+            rc = 0;
+            break;
+        }
         rc = sl_peek(s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
         break;
     case SL_BOP_FORGET:

@@ -190,6 +190,8 @@ class TestAfterCrash(JournalCase):
         s3 = self.server(*args)
         self.assertIn("keys the snapshot does not hold are denied", s3.log())
         with s3.raw() as c:
+            # RL.PEEK says what RL.ALLOW would: a full counter
+            self.assertEqual(c.cmd("RL.PEEK", "new", 5, "2s")[:3], [0, 5, 0])
             r = c.cmd("RL.ALLOW", "new", 5, "2s")
             self.assertEqual(r[:3], [0, 5, 0])
             self.assertTrue(0 < r[3] <= 2000 and r[3] == r[4], r)
