@@ -113,6 +113,13 @@ sl_slot *sl_conn_slot(sl_conn *c);
 sl_buf *sl_slot_buf(sl_slot *s);
 /* The slot's reply is complete (see the rules above). */
 void sl_slot_done(sl_slot *s);
+/* A request whose answer waits for something other than a backend (the
+ * waiting room: RL.WAIT, wait.h) asks to be told if its client goes
+ * before the slot is done -- the connection is freed, or its client's end
+ * is read (EOF) -- with fn(arg), once, on the worker's thread, from inside
+ * net.c: fn must not complete the slot then (it marks its request, which
+ * completes on a later event).  Cleared when the slot is done. */
+void sl_slot_on_drop(sl_slot *s, void (*fn)(void *), void *arg);
 /* A request of c in flight that holds no reply slot -- HTTP/2's answers
  * leave through the session's own output, in its order, so a call waiting
  * for its backend cannot hold a place in the slot queue (src/proto/grpc/)
