@@ -14,20 +14,27 @@ the next is sent.
 
 import json
 import os
-import select
 import time
 
-from harness import RawConn, RespError, ServerTestCase, deadline, encode
+from harness import RawConn, RedisServer, RespError, ServerTestCase, deadline, encode
 
 
 def wait_cmd(key, limit, window, timeout, *opts):
     return encode("RL.WAIT", key, limit, window, *opts, "TIMEOUT", timeout)
 
 
-class TestWait(ServerTestCase):
-    SERVER_ARGS = ("--threads", "2", "--max-waiters-per-key", "4", "--max-waiters", "6")
+ARGS = ("--threads", "2", "--max-waiters-per-key", "4", "--max-waiters", "6")
+
+
+class WaitCases:
+    """The cases, run on the local backend (TestWait) and on Redis
+    (TestWaitRedis): the waiting room asks through the same backend seam."""
+    SERVER_ARGS = ARGS
     TRUST = False
     HTTP = True
+
+    def setUp(self):
+        self.served0 = self.srv.info_int("waiters_served")
 
     def waiting(self):
         return self.srv.info_int("waiting_clients")
@@ -42,30 +49,35 @@ class TestWait(ServerTestCase):
         return cs
 
     def test_waiters_are_served_in_arrival_order_each_allowed(self):
+        """Waiter i is sent only once the server has it (INFO), between two
+        readings of the server's clock: its arrival t0 is in [before,
+        after], so it was served at t0 + delay_ms, within [before + delay,
+        after + delay].  Those intervals must follow arrival order: one
+        token every 300 ms, taken by the waiters first come first served."""
         r = self.srv.redis()
-        # the key's one unit per 400 ms is taken: every waiter must wait
-        self.assertEqual(r.execute_command("RL.ALLOW", "order", 1, 400)[0], 1)
-        cs = self.conns(4)
+        # the key's one unit per 300 ms is taken: every waiter must wait
+        self.assertEqual(r.execute_command("RL.ALLOW", "order", 1, 300)[0], 1)
+        cs = self.conns(3)
+        spans = []
         for i, c in enumerate(cs):
-            c.send(wait_cmd("order", 1, 400, 20000))
-            # its arrival is seen before the next one is sent (the first is
-            # the head and may already be served: served + waiting counts)
-            self.srv.wait_info("waiting_clients",
-                               lambda v, i=i: int(v) + self.srv.info_int("waiters_served") >= i + 1,
-                               what="waiter %d in line" % i)
+            before = self.srv.info_int("clock_ms", "server")
+            c.send(wait_cmd("order", 1, 300, 20000))
+            until = deadline(20)
+            while True:  # in line, or already served (the first may be at once)
+                info = self.srv.info("clients")
+                if int(info["waiting_clients"]) + int(info["waiters_served"]) - self.served0 > i:
+                    break
+                self.assertLess(time.monotonic(), until, "waiter %d never arrived" % i)
+                time.sleep(0.01)
+            spans.append((before, self.srv.info_int("clock_ms", "server")))
         served = []
-        pending = {c.sock.fileno(): (i, c) for i, c in enumerate(cs)}
-        end = deadline(30)
-        while pending and time.monotonic() < end:
-            ready, _, _ = select.select(list(pending), [], [], 1)
-            for fd in sorted(ready, key=lambda f: pending[f][0]):
-                i, c = pending.pop(fd)
-                reply = c.read_reply()
-                self.assertEqual(reply[0], 1, "waiter %d: %r" % (i, reply))
-                self.assertEqual(reply[1:3], [1, 0])
-                served.append(i)
-        self.assertEqual(served, [0, 1, 2, 3])
-        # four units given, in four windows, and nothing else charged
+        for i, c in enumerate(cs):
+            reply = c.read_reply(timeout=20)
+            self.assertEqual(reply[:4], [1, 1, 0, 0], "waiter %d: %r" % (i, reply))
+            served.append((spans[i][0] + reply[5], spans[i][1] + reply[5]))
+        for i in range(len(served) - 1):
+            self.assertLess(served[i][1], served[i + 1][0],
+                            "waiter %d served before waiter %d: %r" % (i + 1, i, served))
         self.assertEqual(self.waiting(), 0)
 
     def test_timeout_gives_the_denial_and_charges_nothing(self):
@@ -95,22 +107,41 @@ class TestWait(ServerTestCase):
                          [1, 5, 4])
 
     def test_a_closed_connection_is_charged_nothing_and_the_next_moves_up(self):
+        """The witness of charges is INFO's count of allowed decisions: the
+        RL.ALLOW and b's, and none for the client that left."""
         r = self.srv.redis()
-        self.assertEqual(r.execute_command("RL.ALLOW", "gone", 1, 500, "ALGO", "fixed-window")[0],
-                         1)
+        allowed0 = self.srv.info_int("allowed", "stats")
+        dropped0 = self.srv.info_int("waiters_dropped")
+        # one token per 800 ms: both waiters are in line before the next
+        self.assertEqual(r.execute_command("RL.ALLOW", "gone", 1, 800)[0], 1)
         a, b = self.conns(2)
-        a.send(wait_cmd("gone", 1, 500, 20000, "ALGO", "fixed-window"))
+        a.send(wait_cmd("gone", 1, 800, 20000))
         self.until_waiting(1, "the first waiter in line")
-        b.send(wait_cmd("gone", 1, 500, 20000, "ALGO", "fixed-window"))
+        b.send(wait_cmd("gone", 1, 800, 20000))
         self.until_waiting(2, "the second waiter in line")
         a.close()  # the head leaves
-        self.srv.wait_info("waiters_dropped", lambda v: int(v) >= 1, what="the head dropped")
+        self.srv.wait_info("waiters_dropped", lambda v: v == dropped0 + 1, what="the head dropped")
         reply = b.read_reply(timeout=20)
-        self.assertEqual(reply[:3], [1, 1, 0])  # b was served (the head's unit was not taken)
-        # one unit in b's window: b's; nothing for the client that left
-        self.assertEqual(r.execute_command("RL.PEEK", "gone", 1, 500, "ALGO", "fixed-window")[0],
-                         0)
+        self.assertEqual(reply[:4], [1, 1, 0, 0])  # b moved up and was served
+        self.assertEqual(self.srv.info_int("allowed", "stats"), allowed0 + 2)
         self.assertEqual(self.waiting(), 0)
+
+    def test_pipelined_commands_behind_a_held_wait_answer_in_order(self):
+        r = self.srv.redis()
+        self.assertEqual(r.execute_command("RL.ALLOW", "pipe", 1, 400, "ALGO", "fixed-window")[0],
+                         1)
+        c = self.conns(1)[0]
+        c.send(wait_cmd("pipe", 1, 400, 20000, "ALGO", "fixed-window") + encode("PING") +
+               encode("ECHO", "after") + encode("RL.ALLOW", "pipe-other", 3, "1h"))
+        replies = c.read_replies(4, timeout=20)
+        self.assertEqual(replies[0][:3], [1, 1, 0])
+        self.assertEqual(replies[1:3], [b"PONG", b"after"])
+        self.assertEqual(replies[3][:3], [1, 3, 2])
+
+
+class TestWait(WaitCases, ServerTestCase):
+    """The cases above on the local backend, and what does not depend on
+    the backend: arguments, bounds, EXEC, HTTP."""
 
     def test_bounds_answer_an_error_at_once(self):
         r = self.srv.redis()
@@ -157,18 +188,6 @@ class TestWait(ServerTestCase):
             c.send(encode("RL.WAIT", *args))
             self.assertEqual(c.read_reply(), RespError(msg), args)
 
-    def test_pipelined_commands_behind_a_held_wait_answer_in_order(self):
-        r = self.srv.redis()
-        self.assertEqual(r.execute_command("RL.ALLOW", "pipe", 1, 400, "ALGO", "fixed-window")[0],
-                         1)
-        c = self.conns(1)[0]
-        c.send(wait_cmd("pipe", 1, 400, 20000, "ALGO", "fixed-window") + encode("PING") +
-               encode("ECHO", "after") + encode("RL.ALLOW", "pipe-other", 3, "1h"))
-        replies = c.read_replies(4, timeout=20)
-        self.assertEqual(replies[0][:3], [1, 1, 0])
-        self.assertEqual(replies[1:3], [b"PONG", b"after"])
-        self.assertEqual(replies[3][:3], [1, 3, 2])
-
     def test_inside_exec_it_does_not_wait(self):
         r = self.srv.redis()
         self.assertEqual(r.execute_command("RL.ALLOW", "multi", 1, "1h")[0], 1)
@@ -201,6 +220,31 @@ class TestWait(ServerTestCase):
         status, body = self.get("/v1/allow?key=hw2&limit=1&window=1h&algo=fixed-window&wait=x")
         self.assertEqual((status, body), (400, {
             "error": "invalid TIMEOUT: expected milliseconds (or a duration: 500ms, 2s), got 'x'"}))
+
+
+
+class TestWaitRedis(WaitCases, ServerTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.redis_srv = RedisServer().start()
+        cls.SERVER_ARGS = ARGS + ("--backend", cls.redis_srv.url())
+        try:
+            super().setUpClass()
+            until = deadline(20)
+            while cls.srv.info("backend").get("backend_status") != "up":
+                if time.monotonic() >= until:
+                    raise AssertionError("the Redis backend never came up")
+                time.sleep(0.02)
+        except BaseException:
+            cls.redis_srv.cleanup()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            super().tearDownClass()
+        finally:
+            cls.redis_srv.cleanup()
 
 
 class TestWaitCheck(ServerTestCase):
