@@ -6,8 +6,9 @@
 # One sluiced (--threads 2, the local backend).  N clients connect first
 # (one waiter each, on its own connection), then RSS is read
 # (/proc/PID/status VmRSS): "before".  The key is a token bucket of one
-# token per W ms (burst 1), emptied by an RL.ALLOW; then each client sends
-#     RL.WAIT wait-bench 1 W TIMEOUT 600000
+# token per W ms, K tokens deep (limit K per K*W ms, burst K), emptied by
+# an RL.ALLOW of cost K; then each client sends
+#     RL.WAIT wait-bench K K*W BURST K TIMEOUT 600000
 # in turn, each sent only once INFO shows the one before it in line (so
 # the arrival order is known); RSS is read again with all of them in line:
 # "after".  Then every LEAVE-th client closes (they must be dropped,
@@ -17,19 +18,21 @@
 #   - allowed (each must be);
 #   - order: the replies come in arrival order (one every W ms, read by an
 #     epoll loop that timestamps each);
-#   - lateness behind its turn: the token bucket's own account of it.  With
-#     burst 1, a waiter served exactly when its token is whole leaves 0
-#     token, and reset_after_ms = W; served d ms late, the bucket had
-#     refilled d ms of the next token, so reset_after_ms = W - d (d < W;
-#     d >= W shows as 0 and loses a token).  So lateness = W - reset_after_ms,
-#     to the ms, on the server's own clock;
+#   - lateness behind its turn: the token bucket's own account of it.  A
+#     waiter served exactly when its token is whole leaves the bucket
+#     empty, and reset_after_ms = K*W (the time to refill it); served d ms
+#     late, the bucket refilled d ms more meanwhile, so reset_after_ms =
+#     K*W - d.  So lateness = K*W - reset_after_ms, to the ms, on the
+#     server's own clock, for d < (K-1)*W (beyond, the bucket was full,
+#     tokens were lost: counted apart as "saturated");
 #   - none lost: INFO allowed grew by exactly the waiters served + 1, and
 #     waiters_dropped by the clients that left.
 #
 #   bench/wait.sh            full run: N=10000, W=2 (about 25 s of waiting)
 #   bench/wait.sh --quick    N=500, judges nothing
 #
-# Environment: B (build dir, default build), N, W (ms), LEAVE (default 10).
+# Environment: B (build dir, default build), N, W (ms, default 2), K
+# (default 10: lateness is measured up to K*W ms), LEAVE (default 10).
 # sluiced listens on a free 127.0.0.1 port, is stopped by its PID on exit.
 set -euo pipefail
 
@@ -45,7 +48,7 @@ elif [ -n "${1:-}" ]; then
     exit 2
 fi
 if [ -n "$QUICK" ]; then : "${N:=500}"; fi
-: "${N:=10000}" "${W:=2}" "${LEAVE:=10}"
+: "${N:=10000}" "${W:=2}" "${K:=10}" "${LEAVE:=10}"
 [ -x "$ROOT/$B/sluiced" ] || die "$B/sluiced is missing: run make first"
 [ "$(ulimit -n)" -gt $((N + 100)) ] || ulimit -n $((N + 200)) 2>/dev/null ||
     die "ulimit -n $(ulimit -n) is below N + 200"
@@ -59,12 +62,14 @@ PID=$!
 trap 'kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; rm -f "$LOG"' EXIT
 wait_pong "$PORT" || die "sluiced did not answer: $(tail -5 "$LOG")"
 
-note "bench/wait.sh: N=$N W=${W}ms LEAVE=1/$LEAVE, sluiced pid $PID on port $PORT"
-timeout 900 python3 - "$PORT" "$PID" "$N" "$W" "$LEAVE" "$QUICK" <<'EOF'
+note "bench/wait.sh: N=$N W=${W}ms K=$K LEAVE=1/$LEAVE, sluiced pid $PID on port $PORT"
+timeout 900 python3 - "$PORT" "$PID" "$N" "$W" "$LEAVE" "$QUICK" "$K" <<'EOF'
 import selectors, socket, sys, time
 
 port, pid, n, w, leave = (int(a) for a in sys.argv[1:6])
 quick = sys.argv[6] == "1"
+k = int(sys.argv[7])
+span_ms = k * w  # the bucket's window: K tokens, one per W ms
 
 def rss_kb():
     with open("/proc/%d/status" % pid) as f:
@@ -123,8 +128,9 @@ time.sleep(0.5)
 rss_before = rss_kb()
 allowed0 = info("allowed", "stats")
 dropped0 = info("waiters_dropped")
-ctl_cmd("RL.ALLOW", "wait-bench", 1, w)  # the token is taken: every waiter waits
-cmd = enc("RL.WAIT", "wait-bench", 1, w, "TIMEOUT", 600000)
+# every token is taken: every waiter waits
+ctl_cmd("RL.ALLOW", "wait-bench", k, span_ms, "BURST", k, "COST", k)
+cmd = enc("RL.WAIT", "wait-bench", k, span_ms, "BURST", k, "TIMEOUT", 600000)
 t_send = time.monotonic()
 # the server's clock after each arrival was seen: waiter i arrived within
 # [clock[i-1], clock[i]] (sent only after i-1 was seen)
@@ -157,6 +163,7 @@ for i, s in enumerate(conns):
         sel.register(s, selectors.EVENT_READ, i)
         buf[i] = b""
 order, late, bad, span = [], [], [], {}
+lost = 0
 deadline = time.monotonic() + n * w / 1000 * 3 + 60
 while buf and time.monotonic() < deadline:
     for key, _ in sel.select(1):
@@ -171,7 +178,9 @@ while buf and time.monotonic() < deadline:
                 bad.append((i, parts[:7]))
                 continue
             order.append(i)
-            late.append(w - f[4])  # reset_after_ms = W - lateness
+            late.append(span_ms - f[4])  # reset_after_ms = K*W - lateness
+            if late[-1] >= span_ms - w:
+                lost += 1  # the bucket was full: at least (K-1)*W late, maybe more
             span[i] = (clock[i] + f[5], clock[i + 1] + f[5])  # served: arrival + delay_ms
 t_done = time.monotonic()
 served = len(order)
@@ -183,7 +192,8 @@ stayed = sorted(span)
 definite = sum(1 for a, b in zip(stayed, stayed[1:]) if span[b][1] < span[a][0])
 late.sort()
 p = lambda q: late[min(len(late) - 1, int(q * len(late)))] if late else -1
-print("waiters                 %d (one per connection), token bucket 1 per %d ms" % (n, w))
+print("waiters                 %d (one per connection), token bucket: 1 token per %d ms, %d deep"
+      % (n, w, k))
 print("in line at once         %d (the others served while the rest arrived)" % in_line)
 print("RSS before / after      %d KB / %d KB: %+d KB for the waiters in line (%.0f B each)"
       % (rss_before, rss_after, rss_after - rss_before,
@@ -195,15 +205,15 @@ print("order (server clock)    %d waiters served before one that arrived earlier
       "(arrival + delay_ms, each within its arrival's clock span)" % definite)
 print("order (client)          %d inversions in the order this reader saw the replies"
       % inversions)
-print("lateness (ms, floor)    p50 %d  p99 %d  p99.9 %d  max %d (W - reset_after_ms)"
-      % (p(0.5), p(0.99), p(0.999), late[-1] if late else -1))
+print("lateness (ms, floor)    p50 %d  p99 %d  p99.9 %d  max %d (K*W - reset_after_ms); "
+      "%d saturated (>= (K-1)*W)" % (p(0.5), p(0.99), p(0.999), late[-1] if late else -1, lost))
 early = len(gone) - dropped  # clients that left after being served
 print("units charged           %d = 1 (the RL.ALLOW) + %d served + %d served before leaving: %s"
       % (allowed, served, early,
          "none lost, none extra" if allowed == 1 + served + early else "MISMATCH"))
 print("wall                    %.1f s" % (t_done - t_send))
 ok = (not bad and served == n - len(gone) and definite == 0 and allowed == 1 + served + early
-      and p(0.99) < 1 and (rss_after - rss_before) < 10 * 1024)
+      and p(0.99) < 1 and lost == 0 and (rss_after - rss_before) < 10 * 1024)
 if not quick:
     print("goal (< 10 MB, in order, p99 < 1 ms, none lost): %s" % ("met" if ok else "NOT met"))
 EOF

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <event2/event.h>
@@ -306,11 +307,21 @@ static void answer(waiter *w, const sl_svc_reply *rep, int64_t now)
     cb(arg, &a);
 }
 
-/* Arms w's timer for ms from now. */
+/* Arms w's timer for ms from now, now being the server's clock in whole
+ * ms (sl_now_ms): the timer is set for the start of that ms, not ms from
+ * the instant within it, so a head asks as its token becomes whole, not up
+ * to 1 ms later (the server's clock moves with the steady clock: same ms
+ * boundaries). */
 static void arm(waiter *w, int64_t ms)
 {
-    if (ms < 0) ms = 0;
-    struct timeval tv = {(time_t)(ms / 1000), (suseconds_t)((ms % 1000) * 1000)};
+    int64_t us = ms > 0 ? ms * 1000 : 0;
+    if (us > 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_BOOTTIME, &ts);
+        us -= (int64_t)(ts.tv_nsec % 1000000) / 1000; /* into the current ms */
+        if (us < 0) us = 0;
+    }
+    struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
     evtimer_add(w->tev, &tv);
 }
 
