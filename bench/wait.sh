@@ -31,7 +31,7 @@
 #   bench/wait.sh            full run: N=10000, W=2 (about 25 s of waiting)
 #   bench/wait.sh --quick    N=500, judges nothing
 #
-# Environment: B (build dir, default build), N, W (ms, default 2), K
+# Environment: B (build dir, default build), N, W (ms, default 2), K, THREADS (2)
 # (default 10: lateness is measured up to K*W ms), LEAVE (default 10).
 # sluiced listens on a free 127.0.0.1 port, is stopped by its PID on exit.
 set -euo pipefail
@@ -48,14 +48,14 @@ elif [ -n "${1:-}" ]; then
     exit 2
 fi
 if [ -n "$QUICK" ]; then : "${N:=500}"; fi
-: "${N:=10000}" "${W:=2}" "${K:=10}" "${LEAVE:=10}"
+: "${N:=10000}" "${W:=2}" "${K:=10}" "${LEAVE:=10}" "${THREADS:=2}"
 [ -x "$ROOT/$B/sluiced" ] || die "$B/sluiced is missing: run make first"
 [ "$(ulimit -n)" -gt $((N + 100)) ] || ulimit -n $((N + 200)) 2>/dev/null ||
     die "ulimit -n $(ulimit -n) is below N + 200"
 
 PORT=$(free_port)
 LOG=$(mktemp /tmp/sluice-bench-wait-XXXXXX.log)
-"$ROOT/$B/sluiced" --port "$PORT" --http-port 0 --grpc-port 0 --threads 2 \
+${NICE:+nice -n "$NICE"} "$ROOT/$B/sluiced" --port "$PORT" --http-port 0 --grpc-port 0 --threads "$THREADS" \
     --max-clients $((N + 100)) --max-waiters $((N + 100)) --max-waiters-per-key $((N + 100)) \
     --max-wait 10m >"$LOG" 2>&1 &
 PID=$!
@@ -164,6 +164,7 @@ for i, s in enumerate(conns):
         buf[i] = b""
 order, late, bad, span = [], [], [], {}
 lost = 0
+late_after = []
 deadline = time.monotonic() + n * w / 1000 * 3 + 60
 while buf and time.monotonic() < deadline:
     for key, _ in sel.select(1):
@@ -179,6 +180,8 @@ while buf and time.monotonic() < deadline:
                 continue
             order.append(i)
             late.append(span_ms - f[4])  # reset_after_ms = K*W - lateness
+            if i >= n - in_line:
+                late_after.append(late[-1])  # in line when the arrivals ended
             if late[-1] >= span_ms - w:
                 lost += 1  # the bucket was full: at least (K-1)*W late, maybe more
             span[i] = (clock[i] + f[5], clock[i + 1] + f[5])  # served: arrival + delay_ms
@@ -191,7 +194,9 @@ inversions = sum(1 for a, b in zip(order, order[1:]) if b < a)
 stayed = sorted(span)
 definite = sum(1 for a, b in zip(stayed, stayed[1:]) if span[b][1] < span[a][0])
 late.sort()
-p = lambda q: late[min(len(late) - 1, int(q * len(late)))] if late else -1
+late_after.sort()
+pq = lambda v, q: v[min(len(v) - 1, int(q * len(v)))] if v else -1
+p = lambda q: pq(late, q)
 print("waiters                 %d (one per connection), token bucket: 1 token per %d ms, %d deep"
       % (n, w, k))
 print("in line at once         %d (the others served while the rest arrived)" % in_line)
@@ -208,6 +213,10 @@ print("order (client)          %d inversions in the order this reader saw the re
 print("lateness (ms, floor)    p50 %d  p99 %d  p99.9 %d  max %d (K*W - reset_after_ms); "
       "%d saturated (>= (K-1)*W)" % (p(0.5), p(0.99), p(0.999), late[-1] if late else -1, lost))
 early = len(gone) - dropped  # clients that left after being served
+print("  of those in line once every one had arrived (no INFO polling beside them): "
+      "p50 %d  p99 %d  p99.9 %d  max %d"
+      % (pq(late_after, 0.5), pq(late_after, 0.99), pq(late_after, 0.999),
+         late_after[-1] if late_after else -1))
 print("units charged           %d = 1 (the RL.ALLOW) + %d served + %d served before leaving: %s"
       % (allowed, served, early,
          "none lost, none extra" if allowed == 1 + served + early else "MISMATCH"))

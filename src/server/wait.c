@@ -322,6 +322,9 @@ static void arm(waiter *w, int64_t ms)
         if (us < 0) us = 0;
     }
     struct timeval tv = {(time_t)(us / 1000000), (suseconds_t)(us % 1000000)};
+    /* from now, not from the loop's cached time (its turn began earlier):
+     * a timer that fires early makes the head ask again for nothing */
+    event_base_update_cache_time(w->d->base);
     evtimer_add(w->tev, &tv);
 }
 
