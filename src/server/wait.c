@@ -77,6 +77,7 @@ struct waiter {
     int gone;              /* its client went (r->mu) */
     int kind;              /* K_ALLOW, K_CHECK */
     int64_t t0, deadline;  /* server clock, ms: arrival, and when it is answered anyway */
+    int64_t asked;         /* server clock, ms: its last question's time */
     sl_slot *slot;
     sl_svc_cb cb; /* the protocol's answer */
     void *arg;
@@ -275,6 +276,7 @@ static void on_answer(void *arg, const sl_svc_reply *rep);
 static void ask(waiter *w, int64_t now, int commit)
 {
     sl_svc_ctx *x = w->d->x;
+    w->asked = now;
     if (w->kind == K_ALLOW) {
         sl_svc_allow(x, w->key, w->keylen, &w->p, w->cost, now, commit, on_answer, w);
     } else {
@@ -285,7 +287,7 @@ static void ask(waiter *w, int64_t now, int commit)
 
 /* The protocol's answer, and w freed.  An allowed answer's delay_ms is
  * the time w waited (plus the algorithm's own delay: leaky-bucket's). */
-static void answer(waiter *w, const sl_svc_reply *rep, int64_t now)
+static void answer(waiter *w, const sl_svc_reply *rep)
 {
     sl_wait *r = w->d->r;
     sl_svc_reply a = *rep;
@@ -296,7 +298,7 @@ static void answer(waiter *w, const sl_svc_reply *rep, int64_t now)
         a.err = "waiter dropped: the client went";
     } else if (a.rc == 0 && a.result.allowed) {
         atomic_fetch_add_explicit(&r->served, 1, memory_order_relaxed);
-        int64_t waited = now > w->t0 ? now - w->t0 : 0;
+        int64_t waited = w->asked > w->t0 ? w->asked - w->t0 : 0; /* decided at asked */
         a.result.delay_ms += waited;
     } else if (a.rc == 0) {
         atomic_fetch_add_explicit(&r->timed_out, 1, memory_order_relaxed);
@@ -344,7 +346,7 @@ static void wake(waiter *w)
     if (w->gone) {
         leave(r, w);
         pthread_mutex_unlock(&r->mu);
-        answer(w, &(sl_svc_reply){0}, now);
+        answer(w, &(sl_svc_reply){0});
         return;
     }
     if (w->ln->head == w) {
@@ -385,10 +387,10 @@ static void on_answer(void *arg, const sl_svc_reply *rep)
             a.result.remaining = 0;
             a.result.retry_after_ms = 1;
             a.result.delay_ms = 0;
-            answer(w, &a, now);
+            answer(w, &a);
             return;
         }
-        answer(w, rep, now);
+        answer(w, rep);
         return;
     }
     int64_t retry = rep->result.retry_after_ms;
@@ -401,7 +403,7 @@ static void on_answer(void *arg, const sl_svc_reply *rep)
         w->state = W_QUEUED;
     pthread_mutex_unlock(&r->mu);
     if (final) {
-        answer(w, rep, now);
+        answer(w, rep);
         return;
     }
     if (retry < 1) retry = 1;
@@ -505,7 +507,7 @@ void sl_wait_detach(sl_wait *r, sl_svc_ctx *x)
             w->gone = 1;
         }
         pthread_mutex_unlock(&r->mu);
-        if (queued) answer(w, &(sl_svc_reply){0}, 0); /* frees w */
+        if (queued) answer(w, &(sl_svc_reply){0}); /* frees w */
     }
     pthread_mutex_lock(&r->mu);
     close(d->efd);
