@@ -648,7 +648,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     }
     if (n == 0) { /* the client is done sending; send what is pending, then close */
         c->eof = 1;
-        sl__net_drop_slots(c); /* its waiters leave (wait.h) */
+        sl__net_drop(c); /* its waiters leave (wait.h) */
         begin_close(c);
         flush(c);
         return;

@@ -73,15 +73,13 @@ struct sl_slot {
     sl_buf buf; /* the reply, unless written straight into the batch */
     int done;
     uint32_t weight; /* bytes its request holds in flight at a backend (on_charge);
-                        in the padding after done */
+                        in the padding after done: a slot stays 80 bytes */
     union {
         int64_t align;
         void *palign;
         unsigned char b[SL_SLOT_DATA];
-    } data;                /* the protocol's (sl_slot_data) */
-    sl_slot *next;         /* the connection's FIFO, or the worker's free pool */
-    void (*drop)(void *);  /* sl_slot_on_drop's hook; NULL: none */
-    void *drop_arg;
+    } data;        /* the protocol's (sl_slot_data) */
+    sl_slot *next; /* the connection's FIFO, or the worker's free pool */
 };
 
 struct sl_conn {
@@ -129,6 +127,8 @@ struct sl_conn {
     size_t wait_bytes;                 /* what its requests in flight at a backend hold
                                           (the weights of its slots not done) */
     void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
+    void (*drop)(void *);              /* sl_conn_on_drop's hook (proto.h); NULL: none */
+    void *drop_arg;
     struct sl_conn *prev, *next;
 };
 
@@ -249,9 +249,9 @@ void sl__net_stop_step(conn *c);
 void sl__net_on_charge(void *arg, size_t bytes);
 /* Detaches c's pending slots (c is closing). */
 void sl__net_orphan_slots(conn *c);
-/* c's client went (EOF, or c is being freed): the drop hooks of its
- * pending slots run (proto.h: sl_slot_on_drop). */
-void sl__net_drop_slots(conn *c);
+/* c's client went (EOF, or c is being freed): its drop hook runs, once
+ * (proto.h: sl_conn_on_drop). */
+void sl__net_drop(conn *c);
 /* Frees w's pool of free slots. */
 void sl__net_slot_pool_free(worker *w);
 

@@ -95,7 +95,6 @@ sl_slot *sl_conn_slot(conn *c)
     s->weight = 0;
     memset(&s->data, 0, sizeof s->data);
     s->next = NULL;
-    s->drop = NULL;
     if (c->tail)
         c->tail->next = s;
     else
@@ -122,7 +121,6 @@ void sl_slot_done(sl_slot *s)
 {
     conn *c = s->c;
     s->done = 1;
-    s->drop = NULL;
     unweigh(s);
     if (c == NULL) { /* orphaned: the connection is gone */
         slot_free(s);
@@ -172,19 +170,21 @@ void sl_conn_release(conn *c)
 
 void *sl_slot_data(sl_slot *s) { return s->data.b; }
 
-void sl_slot_on_drop(sl_slot *s, void (*fn)(void *), void *arg)
+void sl_conn_on_drop(conn *c, void (*fn)(void *), void *arg)
 {
-    s->drop = fn;
-    s->drop_arg = arg;
+    c->drop = fn;
+    c->drop_arg = fn != NULL ? arg : NULL;
 }
 
-void sl__net_drop_slots(conn *c)
+void *sl_conn_drop_arg(const conn *c) { return c->drop_arg; }
+
+void sl__net_drop(conn *c)
 {
-    for (sl_slot *s = c->head; s != NULL; s = s->next) {
-        void (*fn)(void *) = s->drop;
-        s->drop = NULL; /* once */
-        if (fn != NULL && !s->done) fn(s->drop_arg);
-    }
+    void (*fn)(void *) = c->drop;
+    if (fn == NULL) return;
+    c->drop = NULL; /* once */
+    fn(c->drop_arg);
+    c->drop_arg = NULL;
 }
 sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
 
@@ -194,7 +194,7 @@ void sl__net_orphan_slots(conn *c)
 {
     sl_slot *s = c->head, *next;
     size_t weight = 0;
-    sl__net_drop_slots(c); /* the hooks only mark their requests: the list stays */
+    sl__net_drop(c); /* the hook only marks its requests: the list stays */
     for (; s != NULL; s = next) {
         next = s->next;
         s->c = NULL;

@@ -198,7 +198,7 @@ static void on_tls_event(struct bufferevent *bev, short what, void *arg)
         /* the client is done sending; send what is pending, then close.
          * The bufferevent stopped writing at the EOF: start it again. */
         c->eof = 1;
-        sl__net_drop_slots(c); /* its waiters leave (wait.h) */
+        sl__net_drop(c); /* its waiters leave (wait.h) */
         sl__net_begin_close(c);
         if (sl__net_flush(c) == 0 && evbuffer_get_length(c->out) > 0)
             bufferevent_enable(bev, EV_WRITE);

@@ -71,6 +71,8 @@ struct waiter {
     waiter *prev, *next;   /* in ln (r->mu) */
     waiter *wprev, *wnext; /* on d->wake (r->mu) */
     waiter *mprev, *mnext; /* on d->mine (the worker's thread) */
+    sl_conn *c;            /* its client's connection until it goes (NULL then) */
+    waiter *cprev, *cnext; /* c's waiters: the list sl_conn_on_drop's arg heads */
     struct event *tev;     /* its timer: retry_after or deadline */
     int state;             /* W_*: r->mu */
     int woken;             /* on d->wake (r->mu) */
@@ -78,8 +80,7 @@ struct waiter {
     int kind;              /* K_ALLOW, K_CHECK */
     int64_t t0, deadline;  /* server clock, ms: arrival, and when it is answered anyway */
     int64_t asked;         /* server clock, ms: its last question's time */
-    sl_slot *slot;
-    sl_svc_cb cb; /* the protocol's answer */
+    sl_svc_cb cb; /* the protocol's answer (its reply slot in arg) */
     void *arg;
     /* K_ALLOW */
     sl_params p;
@@ -256,9 +257,26 @@ static void leave(sl_wait *r, waiter *w)
 
 /* ---- a waiter's life (its worker's thread) ------------------------------------ */
 
+static void on_conn_drop(void *arg);
+
+/* Takes w off its connection's list (the connection's drop hook). */
+static void conn_unlink(waiter *w)
+{
+    if (w->c == NULL) return;
+    if (w->cprev != NULL)
+        w->cprev->cnext = w->cnext;
+    else if (w->cnext != NULL)
+        sl_conn_on_drop(w->c, on_conn_drop, w->cnext);
+    else
+        sl_conn_on_drop(w->c, NULL, NULL);
+    if (w->cnext != NULL) w->cnext->cprev = w->cprev;
+    w->c = NULL;
+}
+
 static void waiter_free(waiter *w)
 {
     door *d = w->d;
+    conn_unlink(w);
     if (w->mprev != NULL)
         w->mprev->mnext = w->mnext;
     else
@@ -410,15 +428,20 @@ static void on_answer(void *arg, const sl_svc_reply *rep)
     arm(w, retry < w->deadline - now ? retry : w->deadline - now);
 }
 
-/* The client of w's slot went (net.c, on w's worker): w leaves on its
- * next event (the hook must not complete the slot itself). */
-static void on_drop(void *arg)
+/* A connection's client went (net.c, on its worker; the hook is cleared):
+ * each of its waiters, the list from arg on, leaves on its next event
+ * (the hook must not complete a slot itself). */
+static void on_conn_drop(void *arg)
 {
+    if (arg == NULL) return;
     waiter *w = arg;
     sl_wait *r = w->d->r;
     pthread_mutex_lock(&r->mu);
-    w->gone = 1;
-    if (w->state == W_QUEUED) kick(w);
+    for (; w != NULL; w = w->cnext) {
+        w->c = NULL; /* the connection may be freed next */
+        w->gone = 1;
+        if (w->state == W_QUEUED) kick(w);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -586,20 +609,25 @@ static void arrive(door *d, waiter *w, const char *lkey, size_t lklen, int64_t n
     w->mnext = d->mine;
     if (d->mine != NULL) d->mine->mprev = w;
     d->mine = w;
-    sl_slot_on_drop(w->slot, on_drop, w);
+    if (w->c != NULL) { /* first on its connection's list */
+        waiter *head = sl_conn_drop_arg(w->c);
+        w->cnext = head;
+        if (head != NULL) head->cprev = w;
+        sl_conn_on_drop(w->c, on_conn_drop, w);
+    }
     if (w->state == W_TRYING)
         ask(w, now, 1);
     else
         arm(w, w->deadline - now);
 }
 
-static waiter *waiter_new(door *d, sl_slot *s, int kind, size_t blob, int64_t now,
+static waiter *waiter_new(door *d, sl_conn *c, int kind, size_t blob, int64_t now,
                           int64_t timeout_ms, sl_svc_cb cb, void *arg)
 {
     waiter *w = calloc(1, sizeof *w + blob);
     if (w == NULL) return NULL;
     w->d = d;
-    w->slot = s;
+    w->c = c;
     w->kind = kind;
     w->t0 = now;
     w->deadline = d->stopping ? now : now + timeout_ms;
@@ -608,7 +636,7 @@ static waiter *waiter_new(door *d, sl_slot *s, int kind, size_t blob, int64_t no
     return w;
 }
 
-void sl_wait_allow(sl_svc_ctx *x, sl_slot *s, const char *key, size_t keylen, const sl_params *p,
+void sl_wait_allow(sl_svc_ctx *x, sl_conn *c, const char *key, size_t keylen, const sl_params *p,
                    int64_t cost, int64_t now, int64_t timeout_ms, sl_svc_cb cb, void *arg)
 {
     door *d = door_of(x);
@@ -617,7 +645,7 @@ void sl_wait_allow(sl_svc_ctx *x, sl_slot *s, const char *key, size_t keylen, co
         return;
     }
     /* the line: K_ALLOW, the algorithm, the key (state is per key and algorithm) */
-    waiter *w = waiter_new(d, s, K_ALLOW, 2 + keylen, now, timeout_ms, cb, arg);
+    waiter *w = waiter_new(d, c, K_ALLOW, 2 + keylen, now, timeout_ms, cb, arg);
     if (w == NULL) {
         cb(arg, &(sl_svc_reply){.rc = SL_ENOMEM, .err = "out of memory"});
         return;
@@ -641,14 +669,14 @@ static char *put_part(char *d, const char *s, size_t n)
     return d + sizeof len + n;
 }
 
-void sl_wait_check(sl_svc_ctx *x, sl_slot *s, const sl_svc_check_req *q, int64_t now,
+void sl_wait_check(sl_svc_ctx *x, sl_conn *c, const sl_svc_check_req *q, int64_t now,
                    int64_t timeout_ms, sl_svc_cb cb, void *arg)
 {
     door *d = door_of(x);
     if (d == NULL || q->n < 1) {
-        sl_svc_check_req c = *q;
-        c.at = now;
-        sl_svc_check(x, &c, cb, arg);
+        sl_svc_check_req once = *q;
+        once.at = now;
+        sl_svc_check(x, &once, cb, arg);
         return;
     }
     /* the blob: descriptor pointers, counts, entries, overrides, costs (all
@@ -666,7 +694,7 @@ void sl_wait_check(sl_svc_ctx *x, sl_slot *s, const sl_svc_check_req *q, int64_t
     size_t fixed = n * sizeof(sl_rule_entry *) + nent * sizeof(sl_rule_entry) +
                    (q->over ? n * sizeof(sl_check_override) : 0) +
                    (q->costs ? n * sizeof(int64_t) : 0) + n * sizeof(int);
-    waiter *w = waiter_new(d, s, K_CHECK, fixed + bytes + first, now, timeout_ms, cb, arg);
+    waiter *w = waiter_new(d, c, K_CHECK, fixed + bytes + first, now, timeout_ms, cb, arg);
     if (w == NULL) {
         cb(arg, &(sl_svc_reply){.rc = SL_ENOMEM, .err = "out of memory"});
         return;

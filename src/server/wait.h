@@ -13,7 +13,7 @@
  * leaves, the next waiter is woken on its own worker (each worker has a
  * door: an eventfd its loop reads).  A waiter whose deadline passes
  * leaves its line and gets RL.ALLOW's denial, charged nothing; one whose
- * client goes (proto.h: sl_slot_on_drop) leaves charged nothing.
+ * client goes (proto.h: sl_conn_on_drop) leaves charged nothing.
  *
  * Every decision goes through the service (service.h) and so through the
  * backend seam: the local backend and Redis alike.  Time is the server's
@@ -71,21 +71,22 @@ typedef struct sl_wait_stats {
 void sl_wait_stats_get(sl_wait *r, sl_wait_stats *out);
 
 /* RL.WAIT (RESP) and /v1/allow?wait=ms: key's RL.ALLOW with p and cost,
- * arriving at now (the server's clock), waiting at most timeout_ms (0..,
- * checked by the caller).  The request's reply slot s is where its answer
- * goes (sl_slot_on_drop is set on it).  cb(arg, r) runs exactly once, on
+ * arriving at now (the server's clock) on connection c, waiting at most
+ * timeout_ms (0.., checked by the caller); the waiter leaves if c's
+ * client goes (it takes c's drop hook: sl_conn_on_drop).  The protocol
+ * opened the request's reply slot first.  cb(arg, r) runs exactly once, on
  * this worker: allowed, with delay_ms the time waited (plus leaky-bucket's
  * own delay); or at the deadline, RL.ALLOW's denial, nothing charged; or
  * an error: the bounds (SL_EFULL, the message naming the option), a bad
  * parameter, the client gone.  The key is copied. */
-void sl_wait_allow(sl_svc_ctx *x, sl_slot *s, const char *key, size_t keylen, const sl_params *p,
+void sl_wait_allow(sl_svc_ctx *x, sl_conn *c, const char *key, size_t keylen, const sl_params *p,
                    int64_t cost, int64_t now, int64_t timeout_ms, sl_svc_cb cb, void *arg);
 
 /* /v1/check?wait=ms: the whole all-or-none check q, waiting as above in
  * the line of (q->domain, q's first descriptor).  q is copied (its
  * overrides and costs included); q->at is ignored: each try is at the
  * server's clock.  cb gets the check's answer as sl_svc_check gives it. */
-void sl_wait_check(sl_svc_ctx *x, sl_slot *s, const sl_svc_check_req *q, int64_t now,
+void sl_wait_check(sl_svc_ctx *x, sl_conn *c, const sl_svc_check_req *q, int64_t now,
                    int64_t timeout_ms, sl_svc_cb cb, void *arg);
 
 /* ---- the queue logic, for the unit test (tests/test_wait.c) ---- */

@@ -108,8 +108,8 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const sl_svc_che
 
 /* As sl_http_check_run, waiting up to wait ms in the line of the domain
  * and the first descriptor (wait.h: sl_wait_check). */
-static void check_wait(http_worker *hw, const sl_http_check *c, const sl_svc_check_req *q,
-                       int64_t now, int64_t wait)
+static void check_wait(http_worker *hw, sl_conn *conn, const sl_http_check *c,
+                       const sl_svc_check_req *q, int64_t now, int64_t wait)
 {
     const char *why;
     if (sl_svc_rules(hw->svc, &why) == NULL) {
@@ -118,7 +118,7 @@ static void check_wait(http_worker *hw, const sl_http_check *c, const sl_svc_che
     }
     sl_http_check *cc = sl_slot_data(c->a.slot);
     *cc = *c;
-    sl_wait_check(hw->svc, c->a.slot, q, now, wait, on_checked, cc);
+    sl_wait_check(hw->svc, conn, q, now, wait, on_checked, cc);
 }
 
 /* ---- POST /v1/check --------------------------------------------------------- */
@@ -320,7 +320,7 @@ void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
                                "at is refused with wait: a waiter is decided at the server's "
                                "clock");
         else if (wait >= 0)
-            check_wait(hw, &c, &q, now, wait);
+            check_wait(hw, req->conn, &c, &q, now, wait);
         else
             sl_http_check_run(hw, &c, &q);
     }

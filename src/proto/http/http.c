@@ -430,7 +430,7 @@ static void v1_allow(http_worker *hw, const sl_hreq *req)
     q->a = req->a;
     q->window_ms = p.window_ms;
     if (wait >= 0 && sl_params_check(&p) == 0) {
-        sl_wait_allow(x, req->a.slot, val[0], vlen[0], &p, cost, now, wait, on_waited, q);
+        sl_wait_allow(x, req->conn, val[0], vlen[0], &p, cost, now, wait, on_waited, q);
         return;
     }
     /* the service checks the parameters together: its error names the bad one */

@@ -321,7 +321,7 @@ static void cmd_wait(req *q)
         sl_svc_allow(q->x, key->p, key->len, &r.p, r.cost, q->now, 0, on_fields, s);
         return;
     }
-    sl_wait_allow(q->x, s, key->p, key->len, &r.p, r.cost, q->now, q->queued ? 0 : timeout,
+    sl_wait_allow(q->x, q->c, key->p, key->len, &r.p, r.cost, q->now, q->queued ? 0 : timeout,
                   on_fields, s);
 }
 
