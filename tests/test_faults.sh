@@ -108,6 +108,13 @@ for r in rows:
           "(%d failure-policy answers; INFO counted %d) -- measured"
           % (key, r["requests"], r["over_admitted"], r["windows_over"], r["unavailable"],
              r["policy"], r["info_policy"]))
+    # --lease on: leases were taken and paid decisions in the phase (the
+    # load makes one key hot on each node), so the fault met leases
+    if "--lease" in r.get("flags", ()):
+        case("lease:%s" % key, r["lease_decisions"] > 0,
+             "%d decisions paid by leases (INFO backend_lease_decisions)" % r["lease_decisions"])
+        print("info  %s: %d decisions paid by leases, %d node(s) killed holding leases"
+              % (key, r["lease_decisions"], r["killed_holding"]))
     if r["expect_zero"]:
         case("zero:%s" % key, r["over_admitted"] == 0,
              "%d over-admitted with durability on" % r["over_admitted"])

@@ -13,6 +13,6 @@ set -u
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 # shellcheck disable=SC2046 # the source list is a glob, split on purpose
-fuzz_target journal 30000 "$ROOT/tests/fuzz/fuzz_journal.c" "$ROOT/src/server/journal_fmt.c" \
+fuzz_target journal 15000 "$ROOT/tests/fuzz/fuzz_journal.c" "$ROOT/src/server/journal_fmt.c" \
     $(ls "$ROOT"/src/lib/*.c | grep -v '/args\.c$') -I"$ROOT/src/lib" -I"$ROOT/src/server" \
     -lurcu-bp -lz -lpthread

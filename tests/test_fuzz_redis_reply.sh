@@ -13,7 +13,7 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target redis_reply 300000 "$ROOT/tests/fuzz/fuzz_redis_reply.c" \
+fuzz_target redis_reply 150000 "$ROOT/tests/fuzz/fuzz_redis_reply.c" \
     "$ROOT/src/backend/redis/reply.c" "$ROOT/src/backend/redis/sentinel_reply.c" \
     -I"$ROOT/src/backend" -I"$ROOT/src/rules" \
     -I"$ROOT/src/lib" -lhiredis

@@ -16,5 +16,5 @@ ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 # libsluice without args.c (sluiced's and sluicectl's argument helpers)
 # shellcheck disable=SC2046 # the source list is a glob, split on purpose
-fuzz_target snapshot 30000 "$ROOT/tests/fuzz/fuzz_snapshot.c" \
+fuzz_target snapshot 15000 "$ROOT/tests/fuzz/fuzz_snapshot.c" \
     $(ls "$ROOT"/src/lib/*.c | grep -v '/args\.c$') -I"$ROOT/src/lib" -lurcu-bp -lz -lpthread

@@ -24,6 +24,7 @@
 
 #include <cmocka.h>
 
+#include "check.h"
 #include "rules.h"
 #include "sluice.h"
 
@@ -1820,6 +1821,66 @@ static void lyft_merge_domains(void **state)
     rmdir(dir);
 }
 
+/* ---- concurrency: N (SPEC 10, docs/rules.md) ----------------------------- */
+
+static void concurrency_fields(void **state)
+{
+    (void)state;
+    const char *yaml = "domain: llm\n"
+                       "descriptors:\n"
+                       "  - key: user\n"
+                       "    rate_limit:\n"
+                       "      - unit: minute\n"
+                       "        requests_per_unit: 60\n"
+                       "        concurrency: 4\n"
+                       "        concurrency_ttl: 2m\n"
+                       "  - key: db\n"
+                       "    rate_limit:\n"
+                       "      concurrency: 10\n";
+    sl_rules *r = sl_rules_load_buffer("t.yaml", yaml, strlen(yaml), err, sizeof err);
+    if (r == NULL) fail_msg("%s", err);
+    const sl_rule_node *u = MATCH(r, "llm", "user", "a");
+    assert_int_equal(L(u), 60);
+    assert_int_equal(u->concurrency, 4);
+    assert_int_equal(u->concurrency_ttl_ms, 120000);
+    /* concurrency alone: a descriptor that matches, no rate limit, TTL 60 s */
+    const sl_rule_node *d = MATCH(r, "llm", "db", "x");
+    assert_non_null(d);
+    assert_int_equal(d->nlimits, 0);
+    assert_int_equal(d->concurrency, 10);
+    assert_int_equal(d->concurrency_ttl_ms, SL_DEFAULT_LEASE_TTL_MS);
+    /* RL.CHECK refuses it, naming it, until it takes leases: never unenforced */
+    sl_rule_entry e = {"db", 2, "x", 1};
+    const sl_rule_entry *descs[1] = {&e};
+    int nd[1] = {1};
+    static sl_check_plan plan;
+    assert_int_equal(sl_check_plan_make(r, NULL, "llm", 3, descs, nd, 1, 1, 0, &plan, err,
+                                        sizeof err),
+                     SL_EINVAL);
+    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 10, which RL.CHECK does "
+                             "not take leases for yet (use RL.ACQUIRE; docs/rules.md)");
+    sl_rules_free(r);
+
+    expect_error(HEAD "      concurrency: 0\n", "t.yaml:5:20: ",
+                 "concurrency must be from 1 to 100000, not '0'");
+    expect_error(HEAD "      concurrency: 100001\n", "t.yaml:5:20: ",
+                 "concurrency '100001' is too large (at most 100000)");
+    expect_error(HEAD "      concurrency: 2.5\n", "t.yaml:5:20: ",
+                 "concurrency must be a whole number from 1 to 100000, not '2.5'");
+    expect_error(HEAD "      concurrency: four\n", "t.yaml:5:20: ",
+                 "concurrency must be a whole number from 1 to 100000, not 'four'");
+    expect_error(HEAD "      concurrency: -1\n", "t.yaml:5:20: ", "negative concurrency '-1'");
+    expect_error(HEAD "      concurrency: 2\n      concurrency_ttl: 2d\n", "t.yaml:6:24: ",
+                 "concurrency_ttl must be a duration from 1ms to 1d such as 30s, not '2d'");
+    expect_error(HEAD "      unit: minute\n      requests_per_unit: 5\n      concurrency_ttl: 5s\n",
+                 "t.yaml:7:24: ", "concurrency_ttl needs concurrency: N beside it");
+    expect_error(HEAD "      concurrency: 2\n      algorithm: gcra\n", "t.yaml:6:18: ",
+                 "algorithm needs a rate (unit and requests_per_unit) beside concurrency");
+    expect_error(HEAD "      - concurrency: 2\n      - unit: minute\n        requests_per_unit: 5\n"
+                      "        concurrency: 3\n",
+                 "t.yaml:8:22: ", "concurrency given twice on one descriptor (the other at line 5)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1853,6 +1914,7 @@ int main(void)
         cmocka_unit_test(lyft_new_fields),
         cmocka_unit_test(lyft_bad_files),
         cmocka_unit_test(lyft_merge_domains),
+        cmocka_unit_test(concurrency_fields),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

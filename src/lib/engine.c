@@ -15,6 +15,8 @@
  *                                          unset: a full bucket)
  *   leaky-bucket     dw:u40 dr:u40          level   = dw + dr/W requests
  *   gcra             dw:u40 dr:u40          TAT = clock + (dw*W + dr)/L ms
+ *   (the three buckets: dr's bit 39 set, SL__BUCKET_DEBT, makes dw*W + dr
+ *   a debt beyond an empty bucket instead: only a settle writes it)
  *   sliding-log      buf:ptr cap:u32 head:u32 used:u32 sum:u64
  *                    first:i64 last:i64     (see the log section below)
  * A zero state is a fresh key: empty window, full bucket, empty queue.
@@ -24,6 +26,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "holds.h" /* sl__engine_adjust */
 
 __extension__ typedef unsigned __int128 u128;
 __extension__ typedef __int128 i128;
@@ -230,10 +233,45 @@ static inline void bucket_split(u128 d, uint64_t W, uint64_t *q, uint64_t *r)
     }
 }
 
-static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
+/* The largest debt a state holds (SL__BUCKET_DEBT): q at its u40 top.
+ * About 10^12 requests beyond empty -- SL_MAX_LIMIT; more saturates. */
+static inline u128 debt_max(uint64_t W)
 {
-    uint64_t q, r;
-    bucket_split(d, (uint64_t)n->W, &q, &r);
+    return (u128)SL__U40_MASK * W + (W - 1);
+}
+
+/* The deficit d of a bucket state at the key's clock, in 1/W of a request:
+ * capacity minus tokens (token-bucket), the level (leaky-bucket), TAT -
+ * clock (gcra).  In [0, B*W] but for a state holding a debt E
+ * (SL__BUCKET_DEBT: a settle charged past empty), which is B*W + E --
+ * kept whatever B is now.  tb_full: a token bucket not yet marked
+ * SL__REC_F1 (a full bucket, d = 0). */
+static u128 bucket_deficit(const uint8_t *st, const sl__norm *n, int tb, int tb_full)
+{
+    u128 BW = (u128)n->B * (uint64_t)n->W;
+    if (st == NULL || tb_full) return 0;
+    if (st[9] & 0x80) { /* the debt bit, r's bit 39 */
+        uint64_t lo = sl__ld64(st), W = (uint64_t)n->W;
+        uint64_t dw = lo & SL__U40_MASK, dr = (lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24) & ~SL__BUCKET_DEBT;
+        if (dr >= W) dr = W - 1;
+        return BW + (u128)dw * W + dr;
+    }
+    return tb ? BW - bucket_load(st, n) : bucket_load(st, n);
+}
+
+/* Writes deficit d as bucket_deficit reads it: past B*W, as a debt
+ * (saturated at debt_max). */
+static void bucket_put_deficit(uint8_t *st, const sl__norm *n, int tb, u128 d)
+{
+    uint64_t W = (uint64_t)n->W, q, r;
+    u128 BW = (u128)n->B * W;
+    if (d > BW) {
+        u128 e = d - BW, em = debt_max(W);
+        bucket_split(e > em ? em : e, W, &q, &r);
+        sl__bucket_put(st, q, r | SL__BUCKET_DEBT);
+        return;
+    }
+    bucket_split(tb ? BW - d : d, W, &q, &r);
     sl__bucket_put(st, q, r);
 }
 
@@ -241,14 +279,15 @@ static inline void bucket_store(uint8_t *st, const sl__norm *n, u128 d)
  * minus tokens; the leaky bucket's level).  The leaky bucket stores d (zero:
  * an empty queue); the token bucket stores its tokens, so that a change of
  * capacity keeps them (clamped), and marks the record SL__REC_F1 once it
- * holds any (before that the bucket is full). */
+ * holds any (before that the bucket is full).  A debt (d > B*W) denies
+ * until it and the cost have refilled. */
 static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int64_t clock_old,
                          int64_t t, int64_t cost, int commit, sl_result *out)
 {
     uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
     u128 BW = (u128)n->B * W, cW = (u128)cost * W;
     int tb = n->algo == SL_TOKEN_BUCKET;
-    u128 d = tb ? (tokens_stored ? BW - bucket_load(st, n) : 0) : bucket_load(st, n);
+    u128 d = bucket_deficit(st, n, tb, tb && !tokens_stored);
     u128 refill = (u128)(uint64_t)(t - clock_old) * L;
     d = refill >= d ? 0 : d - refill;
 
@@ -258,25 +297,28 @@ static void token_bucket(uint8_t *st, const sl__norm *n, int tokens_stored, int6
     int64_t retry = 0, delay = 0;
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv(before + cW - BW, L));
     else if (!tb) delay = sat(ceildiv(before, L));
-    /* The stored quantity's whole part gives `remaining` too (one division). */
-    uint64_t q, r;
-    bucket_split(tb ? BW - d : d, W, &q, &r);
-    int64_t remaining = tb ? (int64_t)q : n->B - (int64_t)q - (r != 0);
+    int64_t remaining = 0;
+    if (d <= BW) { /* the stored quantity's whole part */
+        uint64_t q, r;
+        bucket_split(tb ? BW - d : d, W, &q, &r);
+        remaining = tb ? (int64_t)q : n->B - (int64_t)q - (r != 0);
+    }
     sl__answer(out, allowed, n->B, remaining, retry, sat(ceildiv(d, L)), delay);
-    if (commit) sl__bucket_put(st, q, r);
+    if (commit) bucket_put_deficit(st, n, tb, d);
 }
 
 /* GCRA: a request is conforming iff its arrival is no earlier than TAT minus
  * the tolerance; conforming requests push TAT by cost emission intervals.
  * Times are in units of 1/L ms, so the emission interval is W units and the
- * burst tolerance plus one interval is B*W units. */
+ * burst tolerance plus one interval is B*W units.  A debt is a TAT more
+ * than B*W ahead of the clock. */
 static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, int64_t cost,
                  int commit, sl_result *out)
 {
     int64_t L = n->L;
     uint64_t W = (uint64_t)n->W;
     i128 now = (i128)t * L;
-    i128 tat = (i128)clock_old * L + (i128)bucket_load(st, n);
+    i128 tat = (i128)clock_old * L + (i128)bucket_deficit(st, n, 0, 0);
     i128 limit = (i128)n->B * (i128)W; /* tau + T */
     i128 base = tat > now ? tat : now;
     i128 next = base + (i128)cost * (i128)W;
@@ -286,9 +328,9 @@ static void gcra(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t, i
     u128 ahead = tat > now ? (u128)(tat - now) : 0; /* TAT - t */
     int64_t retry = 0;
     if (!allowed) retry = cost > n->B ? -1 : sat(ceildiv((u128)(next - now - limit), (uint64_t)L));
-    sl__answer(out, allowed, n->B, (int64_t)udiv((u128)limit - ahead, W), retry,
-           sat(ceildiv(ahead, (uint64_t)L)), 0);
-    if (commit) bucket_store(st, n, ahead);
+    int64_t remaining = ahead > (u128)limit ? 0 : (int64_t)udiv((u128)limit - ahead, W);
+    sl__answer(out, allowed, n->B, remaining, retry, sat(ceildiv(ahead, (uint64_t)L)), 0);
+    if (commit) bucket_put_deficit(st, n, 0, ahead);
 }
 
 /* ---- sliding-log -------------------------------------------------------- */
@@ -755,4 +797,133 @@ int sl__state_load(sl__shard *sh, uint8_t *r, const uint8_t *src, size_t len, in
     }
     log_save(st, &lg);
     return 0;
+}
+
+/* ---- charging and refunding outside a decision (holds.h) ----------------
+ * sl__engine_adjust: settling a reservation (sl_charge).  The state is
+ * first advanced to t exactly as a decision advances it (windows rolled,
+ * buckets refilled), then delta is added (a charge, past the limit if it
+ * must) or taken away (a refund: at most what the charge made at
+ * charged_at still counts at t).  Counters saturate at what their fields
+ * hold (u40, a sliding-buckets counter's width): every such counter is
+ * then already above L, so no answer changes. */
+
+static uint64_t add_sat(uint64_t v, uint64_t d, uint64_t max)
+{
+    return d > max - (v < max ? v : max) ? max : v + d;
+}
+
+static void adjust_fixed(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                         int64_t charged_at, int64_t delta)
+{
+    int64_t i = sl__fdiv(t, n->W);
+    uint64_t count = sl__fdiv(clock_old, n->W) == i ? sl__ld40(st) : 0;
+    if (delta > 0) {
+        count = add_sat(count, (uint64_t)delta, SL__U40_MASK);
+    } else if (sl__fdiv(charged_at, n->W) == i) {
+        uint64_t take = (uint64_t)-delta;
+        count -= take < count ? take : count;
+    }
+    sl__st40(st, count);
+}
+
+static void adjust_sliding_window(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                                  int64_t charged_at, int64_t delta)
+{
+    int64_t W = n->W, i = sl__fdiv(t, W), io = sl__fdiv(clock_old, W);
+    uint64_t cur = 0, prev = 0;
+    if (i == io) {
+        cur = sl__ld40(st);
+        prev = sl__ld40(st + 5);
+    } else if (i == io + 1) {
+        prev = sl__ld40(st);
+    }
+    if (delta > 0) {
+        cur = add_sat(cur, (uint64_t)delta, SL__U40_MASK);
+    } else {
+        int64_t ic = sl__fdiv(charged_at, W);
+        uint64_t take = (uint64_t)-delta, *c = ic == i ? &cur : ic == i - 1 ? &prev : NULL;
+        if (c != NULL) *c -= take < *c ? take : *c;
+    }
+    sl__st40(st, cur);
+    sl__st40(st + 5, prev);
+}
+
+/* The layout must be n's already (sl__state_need() == 0). */
+static void adjust_sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                                   int64_t charged_at, int64_t delta)
+{
+    int64_t P = n->P, g = n->W / n->P;
+    unsigned w = st[2];
+    uint8_t *c = st + SB_HDR;
+    uint64_t sum = sl__ld64(st + 3);
+    int64_t b = sl__fdiv(t, g), bo = sl__fdiv(clock_old, g);
+    int64_t stale = b - bo >= P ? P : b - bo;
+    if (stale == P) {
+        sum = 0;
+        memset(c, 0, (size_t)P * w);
+    } else {
+        for (int64_t k = 1; k <= stale; k++) {
+            int64_t j = ((bo + k) % P + P) % P;
+            sum -= sb_get(c, w, j);
+            sb_set(c, w, j, 0);
+        }
+    }
+    uint64_t cmax = w == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * w)) - 1;
+    if (delta > 0) {
+        int64_t j = (b % P + P) % P;
+        uint64_t v = sb_get(c, w, j), nv = add_sat(v, (uint64_t)delta, cmax);
+        sb_set(c, w, j, nv);
+        sum += nv - v;
+    } else {
+        int64_t bc = sl__fdiv(charged_at, g);
+        if (bc > b - P && bc <= b) {
+            int64_t j = (bc % P + P) % P;
+            uint64_t v = sb_get(c, w, j), take = (uint64_t)-delta;
+            take = take < v ? take : v;
+            sb_set(c, w, j, v - take);
+            sum -= take;
+        }
+    }
+    sl__st64(st + 3, sum);
+}
+
+/* token-bucket, leaky-bucket and gcra, on the deficit d (token_bucket's and
+ * gcra's quantity), in units of 1/W of a request: a charge past an empty
+ * bucket is kept as a debt (bucket_deficit), a refund fills it to at most
+ * full. */
+static void adjust_bucket(uint8_t *r, uint16_t *meta, uint8_t *st, const sl__norm *n,
+                          int64_t clock_old, int64_t t, int64_t delta)
+{
+    uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
+    u128 BW = (u128)n->B * W, dmax = BW + debt_max(W);
+    int tb = n->algo == SL_TOKEN_BUCKET;
+    int stored = sl__tokens_stored(*meta, st);
+    u128 d = bucket_deficit(st, n, tb, tb && !stored);
+    u128 refill = (u128)(uint64_t)(t - clock_old) * L;
+    d = refill >= d ? 0 : d - refill;
+    u128 dd = (u128)(uint64_t)(delta < 0 ? -delta : delta) * W;
+    if (delta > 0)
+        d = dd >= dmax - d ? dmax : d + dd;
+    else
+        d = dd >= d ? 0 : d - dd;
+    bucket_put_deficit(st, n, tb, d);
+    sl__tokens_mark(r, meta, n->algo, stored, 1);
+}
+
+int sl__engine_adjust(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t clock_old,
+                      int64_t t, int64_t charged_at, int64_t delta)
+{
+    uint8_t *st = r + SL__REC_HDR + (*meta & 0x1ff) + 1;
+    switch (n->algo) {
+    case SL_FIXED_WINDOW: adjust_fixed(st, n, clock_old, t, charged_at, delta); return 0;
+    case SL_SLIDING_WINDOW: adjust_sliding_window(st, n, clock_old, t, charged_at, delta); return 0;
+    case SL_SLIDING_BUCKETS:
+        adjust_sliding_buckets(st, n, clock_old, t, charged_at, delta);
+        return 0;
+    case SL_TOKEN_BUCKET:
+    case SL_LEAKY_BUCKET:
+    case SL_GCRA: adjust_bucket(r, meta, st, n, clock_old, t, delta); return 0;
+    default: return SL_EALGO; /* sliding-log: sl_charge refuses it first */
+    }
 }

@@ -132,7 +132,13 @@ SL__HOT_INLINE void sl__fixed_window(uint8_t *st, const sl__norm *n, int64_t clo
 }
 
 /* The bucket state: q (u40) then r (u40), the quantity q*W + r (engine.c
- * explains it), written as one 8-byte and one 2-byte store. */
+ * explains it), written as one 8-byte and one 2-byte store.  r < W <
+ * 2^39, so r's top bit is free: set (SL__BUCKET_DEBT), q*W + (r without
+ * it) is a debt beyond an empty bucket, which only a settle's charge
+ * makes (sl__engine_adjust); decisions on such a state take the general
+ * path (engine.c).  A state that never saw a settle never has it. */
+#define SL__BUCKET_DEBT ((uint64_t)1 << 39)
+
 static inline void sl__bucket_put(uint8_t *st, uint64_t q, uint64_t r)
 {
     sl__st64(st, (q & SL__U40_MASK) | r << 40);
@@ -147,14 +153,17 @@ static inline void sl__bucket_put(uint8_t *st, uint64_t q, uint64_t r)
  * the level (leaky bucket) or TAT - t (gcra), in 1/W of a request and
  * clamped to [0, B*W].  The answers are exactly those of the general paths
  * in engine.c, which the randomized model tests check on both sides of the
- * 2^62 line.
+ * 2^62 line.  Returns 0, or 1 before reading further or writing anything
+ * when the state holds a debt (SL__BUCKET_DEBT, found in the test for a
+ * malformed r that was already there: no cost on the hot path): the
+ * caller then takes the general path.
  */
 static inline int sl__bucket64_fits(const sl__norm *n, int64_t cost)
 {
     return n->bw64 != 0 && cost <= n->B;
 }
 
-SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int tokens_stored,
+SL__HOT_INLINE int sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int tokens_stored,
                                  int64_t clock_old, int64_t t, int64_t cost,
                                  int commit, sl_result *out)
 {
@@ -163,7 +172,10 @@ SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int t
     if (st != NULL && (mode != 0 || tokens_stored)) {
         uint64_t lo = sl__ld64(st);
         uint64_t dw = lo & SL__U40_MASK, dr = lo >> 40 | (uint64_t)sl__ld16(st + 8) << 24;
-        if (dr >= W) dr = W - 1;
+        if (__builtin_expect(dr >= W, 0)) {
+            if (dr & SL__BUCKET_DEBT) return 1;
+            dr = W - 1;
+        }
         d = dw > B ? BW : dw * W + dr; /* dw <= B: at most BW + W - 1 < 2^63 */
         if (d > BW) d = BW;
         if (mode == 0) d = BW - d; /* stored tokens -> deficit */
@@ -185,6 +197,7 @@ SL__HOT_INLINE void sl__bucket64(uint8_t *st, const sl__norm *n, int mode, int t
     int64_t remaining = mode == 0 ? (int64_t)q : (int64_t)(B - q) - (r != 0);
     sl__answer(out, allowed, n->B, remaining, retry, (int64_t)sl__ceil64(d, L), delay);
     if (commit) sl__bucket_put(st, q, r);
+    return 0;
 }
 
 /* token-bucket's state holds its tokens once the record carries
@@ -227,14 +240,15 @@ SL__HOT_INLINE int sl__engine_decide(sl__shard *sh, uint8_t *r, uint16_t *meta, 
     switch (a) {
     case SL_FIXED_WINDOW: sl__fixed_window(st, n, clock_old, t, cost, commit, out); return 0;
     case SL_GCRA:
-        if (!sl__bucket64_fits(n, cost)) break;
-        sl__bucket64(st, n, 2, 0, clock_old, t, cost, commit, out);
+        if (!sl__bucket64_fits(n, cost) || sl__bucket64(st, n, 2, 0, clock_old, t, cost, commit, out))
+            break;
         return 0;
     case SL_TOKEN_BUCKET:
     case SL_LEAKY_BUCKET: {
         if (!sl__bucket64_fits(n, cost)) break;
         int stored = sl__tokens_stored(*meta, st);
-        sl__bucket64(st, n, a != SL_TOKEN_BUCKET, stored, clock_old, t, cost, commit, out);
+        if (sl__bucket64(st, n, a != SL_TOKEN_BUCKET, stored, clock_old, t, cost, commit, out))
+            break;
         sl__tokens_mark(r, meta, a, stored, commit);
         return 0;
     }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "holds.h"
 #include "lone.h"
 
 #define LONE_HDR 12 /* flags, reset code, clock */
@@ -78,4 +79,27 @@ int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, 
     sl__rec_unlock(r);
     *rec = r;
     return 0;
+}
+
+int sl__lone_refund(const sl_params *p, uint8_t *rec, int64_t now_ms, int64_t charged_at_ms,
+                    int64_t units)
+{
+    if (sl_params_check(p) != 0) return SL_EINVAL;
+    if (units <= 0 || units > SL_MAX_LIMIT) return SL_ECOST;
+    if (now_ms <= -SL_MAX_TIME_MS || now_ms >= SL_MAX_TIME_MS) return SL_ETIME;
+    if (p->algo == SL_SLIDING_LOG) return SL_EALGO;
+    if (rec == NULL) return 0;
+    if (sl__rec_algo(rec) != (unsigned)p->algo) return SL_EINVAL;
+    sl__norm n;
+    sl__norm_from(&n, p);
+    int64_t clock_old = sl__rec_clock(rec);
+    int64_t t = now_ms > clock_old ? now_ms : clock_old;
+    uint16_t meta = sl__rec_meta(rec);
+    int rc = sl__engine_adjust(rec, &meta, &n, clock_old, t, charged_at_ms, -units);
+    if (rc == 0) {
+        sl__rec_set_clock(rec, t);
+        sl__rec_mark_limit(rec, &meta, 0); /* fewer counted: not at the limit */
+    }
+    sl__rec_release(rec, meta);
+    return rc;
 }

@@ -37,6 +37,14 @@
 int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
                     int64_t cost, int commit, sl_result *out);
 
+/* Refunds units (> 0) on rec (NULL: no state, nothing to give back) with
+ * parameters p at now_ms: at most what a charge made at charged_at_ms
+ * still counts then (sl_charge's refund, sl__engine_adjust; the module's
+ * lease return).  Returns 0, or SL_EINVAL (bad parameters, another
+ * algorithm's record) / SL_ECOST / SL_EALGO (sliding-log), nothing changed. */
+int sl__lone_refund(const sl_params *p, uint8_t *rec, int64_t now_ms, int64_t charged_at_ms,
+                    int64_t units);
+
 /* Whether a record of algo made in a room stays there whatever happens
  * to it: it fits and never changes size (not sliding-log nor
  * sliding-buckets). */

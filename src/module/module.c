@@ -429,6 +429,179 @@ static int cmd_peek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     return decide_cmd(ctx, argv, argc, 0);
 }
 
+/* ---- RL.LEASE / RL.LEASERETURN: sluiced's leases (docs/fleet.md, "Leases") -----
+ * The module's side of --lease on, sluice.lua's ops T and R for
+ * fixed-window: a lease is units counted in the window's count now and
+ * spent by a sluiced node until the window ends; R subtracts what came back
+ * unspent, only in the window it was taken in.  Other algorithms are
+ * decided as RL.ALLOW and lease nothing (extra 0): a bucket's refill would
+ * have to stop short of B by the units out (the script keeps them in its
+ * state), which a lone record cannot yet. */
+
+/* A positive integer argument (at most max) into *out: 0, or -1 with the
+ * client's message in err. */
+static int lease_int(RedisModuleString *a, long long max, const char *what, long long *out,
+                     char *err)
+{
+    size_t n;
+    const char *s = RedisModule_StringPtrLen(a, &n);
+    int neg = n > 0 && s[0] == '-' && max < 0;
+    long long v = 0, lim = max < 0 ? -(max + 1) : max; /* max < 0: any int64 (a tag) */
+    size_t i = (size_t)neg;
+    for (; i < n && i < 20 && s[i] >= '0' && s[i] <= '9'; i++) {
+        if (v > (lim - (s[i] - '0')) / 10) break;
+        v = v * 10 + (s[i] - '0');
+    }
+    if (n == (size_t)neg || i != n) {
+        if (max < 0)
+            snprintf(err, ERRLEN, "%s must be an integer", what);
+        else
+            snprintf(err, ERRLEN, "%s must be an integer in 0..%lld", what, max);
+        return -1;
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* Opens argv[ki] for writing with a value (made if empty, *made = 1): 0,
+ * or -1 with the reply sent (WRONGTYPE, out of memory). */
+static int open_made(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleKey **kp,
+                     rlval **vp, int *made)
+{
+    *made = 0;
+    if (open_val(ctx, name, REDISMODULE_WRITE, kp, vp) != 0) return -1;
+    if (*vp == NULL) {
+        if ((*vp = val_new()) == NULL) {
+            RedisModule_CloseKey(*kp);
+            reply_err(ctx, sl_strerror(SL_ENOMEM));
+            return -1;
+        }
+        *made = 1;
+    }
+    return 0;
+}
+
+/* RL.LEASE want key limit window [options] [AT t]: RL.ALLOW's decision,
+ * and when it is allowed (fixed-window) up to want - cost more units
+ * charged to the window: at most half of what is left after the request,
+ * so the last units go one request at a time.  Reply: RL.ALLOW's six
+ * fields (remaining without the leased units), extra (units leased), ttl
+ * (ms to the window's end), tag (the window's index). */
+static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    char err[ERRLEN];
+    request q;
+    long long want;
+    if (argc < 5) return RedisModule_WrongArity(ctx);
+    if (lease_int(argv[1], SL_MAX_LIMIT, "want", &want, err) != 0) return reply_err(ctx, err);
+    if (parse_request(ctx, argv, 2, argc, NULL, 1, &q, err) < 0) return reply_err(ctx, err);
+    int64_t now = q.r.has_at ? q.r.at : RedisModule_Milliseconds();
+    int rc = sl_params_check(&q.r.p);
+    if (rc != 0) return reply_err(ctx, sl_strerror(rc));
+    RedisModuleKey *key;
+    rlval *v;
+    int made;
+    if (open_made(ctx, argv[2], &key, &v, &made) != 0) return REDISMODULE_OK;
+    uint8_t *rec = val_rec(v, q.r.p.algo);
+    rc = val_needs_more(v, q.r.p.algo) ? val_more(v) : 0;
+    sl_result r;
+    if (rc == 0)
+        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.r.p.algo), &q.r.p, now,
+                             q.r.cost, 1, &r);
+    if (rc != 0) {
+        if (made)
+            val_free(v);
+        else
+            val_trim(v);
+        RedisModule_CloseKey(key);
+        return reply_err(ctx, sl_strerror(rc));
+    }
+    long long extra = 0, ttl = 0, tag = 0;
+    if (r.allowed && q.r.p.algo == SL_FIXED_WINDOW && rec != NULL) {
+        int64_t t = sl__lone_clock(rec), w = q.r.p.window_ms;
+        tag = t >= 0 ? t / w : -((-t + w - 1) / w); /* windows aligned at 0 (SPEC 2) */
+        ttl = (tag + 1) * w - t;
+        extra = want - q.r.cost;
+        if (extra > r.remaining / 2) extra = r.remaining / 2;
+        if (extra > 0) {
+            sl_result r2;
+            if (sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, extra, 1, &r2) != 0 ||
+                !r2.allowed)
+                extra = 0; /* cannot be: extra <= what is left; leases nothing */
+            else
+                r.remaining = r2.remaining;
+        }
+        if (extra < 0) extra = 0;
+    }
+    val_set(v, q.r.p.algo, rec);
+    if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
+    val_expire(key, v, now, q.r.has_at ? RedisModule_Milliseconds() : now);
+    RedisModule_CloseKey(key);
+    if (q.r.has_at)
+        RedisModule_ReplicateVerbatim(ctx);
+    else
+        replicate_at(ctx, "RL.LEASE", argv, argc, now, 0);
+    RedisModule_ReplyWithArray(ctx, 9);
+    RedisModule_ReplyWithLongLong(ctx, r.allowed);
+    RedisModule_ReplyWithLongLong(ctx, r.limit);
+    RedisModule_ReplyWithLongLong(ctx, r.remaining);
+    RedisModule_ReplyWithLongLong(ctx, r.retry_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, r.reset_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, r.delay_ms);
+    RedisModule_ReplyWithLongLong(ctx, extra);
+    RedisModule_ReplyWithLongLong(ctx, ttl);
+    RedisModule_ReplyWithLongLong(ctx, tag);
+    return REDISMODULE_OK;
+}
+
+/* RL.LEASERETURN back tag key limit window [options] [AT t]: hands back
+ * `back` unspent units of a lease taken in window `tag` (fixed-window);
+ * too late (another window) nothing goes back.  Reply: the units put
+ * back. */
+static int cmd_leasereturn(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    char err[ERRLEN];
+    request q;
+    long long back, tag;
+    if (argc < 6) return RedisModule_WrongArity(ctx);
+    if (lease_int(argv[1], SL_MAX_LIMIT, "back", &back, err) != 0) return reply_err(ctx, err);
+    if (lease_int(argv[2], -INT64_MAX, "tag", &tag, err) != 0) return reply_err(ctx, err);
+    if (parse_request(ctx, argv, 3, argc, NULL, 1, &q, err) < 0) return reply_err(ctx, err);
+    int64_t now = q.r.has_at ? q.r.at : RedisModule_Milliseconds();
+    int rc = sl_params_check(&q.r.p);
+    if (rc != 0) return reply_err(ctx, sl_strerror(rc));
+    RedisModuleKey *key;
+    rlval *v;
+    if (open_val(ctx, argv[3], REDISMODULE_WRITE, &key, &v) != 0) return REDISMODULE_OK;
+    uint8_t *rec = v ? val_rec(v, q.r.p.algo) : NULL;
+    long long put = 0;
+    int64_t w = q.r.p.window_ms;
+    if (rec != NULL && back > 0 && q.r.p.algo == SL_FIXED_WINDOW && tag > INT64_MIN / w + 1 &&
+        tag < INT64_MAX / w - 1) {
+        sl_result before, after;
+        /* the window's count before and after (a peek of cost 0 brings
+         * nothing forward): what went back */
+        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, 0, 0, &before);
+        if (rc == 0) rc = sl__lone_refund(&q.r.p, rec, now, tag * w, back);
+        if (rc == 0) rc = sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, 0, 0, &after);
+        if (rc != 0) {
+            RedisModule_CloseKey(key);
+            return reply_err(ctx, sl_strerror(rc));
+        }
+        put = after.remaining - before.remaining;
+        if (put < 0) put = 0;
+        val_set(v, q.r.p.algo, rec);
+    }
+    RedisModule_CloseKey(key);
+    if (put > 0) {
+        if (q.r.has_at)
+            RedisModule_ReplicateVerbatim(ctx);
+        else
+            replicate_at(ctx, "RL.LEASERETURN", argv, argc, now, 0);
+    }
+    return RedisModule_ReplyWithLongLong(ctx, put);
+}
+
 /* ---- RL.RESET ---------------------------------------------------------------- */
 
 /* RL.RESET key [ALGO a]: :1 if state existed, else :0. */
@@ -1202,6 +1375,8 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         {"rl.decideall", cmd_decideall, "write deny-oom getkeys-api", 0, 0, 0},
         {"rl.restore", cmd_restore, "write deny-oom", 1, 1, 1},
         {"rl.checkplan", cmd_checkplan, "write deny-oom getkeys-api", 0, 0, 0},
+        {"rl.lease", cmd_lease, "write deny-oom fast", 2, 2, 1},
+        {"rl.leasereturn", cmd_leasereturn, "write fast", 3, 3, 1},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, cmds[i].flags, cmds[i].first,

@@ -347,6 +347,11 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
             st[i].code = SL_CHECK_NO_RULE;
             continue;
         }
+        if (node->concurrency > 0) /* refused, never left unenforced (docs/rules.md) */
+            return sl__check_err(err, errlen, SL_EINVAL,
+                                 "descriptor %d: rule %s has concurrency: %lld, which RL.CHECK "
+                                 "does not take leases for yet (use RL.ACQUIRE; docs/rules.md)",
+                                 i + 1, node->path, (long long)node->concurrency);
         st[i].shadow = node->shadow_mode != 0;
         st[i].node = node;
         int quota = node->quota_mode && !node->shadow_mode; /* shadow: never denies */

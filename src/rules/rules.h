@@ -172,6 +172,11 @@ typedef struct sl_rule_node {
     int ip4_prefix;                         /* `ip_prefix`: mask IPv4 values to this many */
     int ip6_prefix;                         /*   bits before counting; -1 = not set */
     unsigned line, column;                  /* of the descriptor in its file */
+    int64_t concurrency;                    /* `concurrency: N` (SPEC 10): leases in
+                                               flight, 1..SL_MAX_CONCURRENCY; 0 = none */
+    int64_t concurrency_ttl_ms;             /* `concurrency_ttl`, default
+                                               SL_DEFAULT_LEASE_TTL_MS */
+    unsigned concurrency_line;              /* of the rate_limit map that gave it */
     const struct sl__rule_index *sl__index; /* internal: lookup tables */
     size_t sl__whead, sl__wtail;            /* internal, WILDCARD: the bytes before the
                                                first '*' and after the last */

@@ -347,15 +347,17 @@ enum {
     L_PRECISION,
     L_SOFT,
     L_ELASTIC,
+    L_CONC,
+    L_CONC_TTL,
     L_N
 };
 static const char *const limit_fields[L_N] = {
     "unit",  "requests_per_unit", "unlimited", "name",    "replaces", "algorithm", "window",
-    "burst", "precision",         "soft",      "elastic",
+    "burst", "precision",         "soft",      "elastic",  "concurrency", "concurrency_ttl",
 };
 #define LIMIT_EXPECTED                                                                             \
     "unit, requests_per_unit, unlimited, name, replaces, algorithm, window, burst, precision, "    \
-    "soft or elastic"
+    "soft, elastic, concurrency or concurrency_ttl"
 
 static int load_replaces(loader *ld, sl_rule_limit *lim, const ynode *v)
 {
@@ -388,8 +390,35 @@ static int load_replaces(loader *ld, sl_rule_limit *lim, const ynode *v)
     return 0;
 }
 
-/* One rate_limit map into lim. */
-static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
+/* concurrency: N and concurrency_ttl of a rate_limit map (SPEC 10, docs/
+ * rules.md) onto its node: at most one per descriptor.  Returns 0, or -1
+ * (failed). */
+static int load_concurrency(loader *ld, sl_rule_node *node, const ynode *map, const ynode *const *f)
+{
+    char d[96];
+    if (f[L_CONC] == NULL)
+        return FAIL(ld, f[L_CONC_TTL], "concurrency_ttl needs concurrency: N beside it");
+    if (node->concurrency > 0)
+        return FAIL(ld, f[L_CONC],
+                    "concurrency given twice on one descriptor (the other at line %u)",
+                    node->concurrency_line);
+    if (get_int(ld, f[L_CONC], "concurrency", 1, SL_MAX_CONCURRENCY, &node->concurrency) != 0)
+        return -1;
+    node->concurrency_ttl_ms = SL_DEFAULT_LEASE_TTL_MS;
+    const ynode *w = f[L_CONC_TTL];
+    if (w != NULL && (w->type != Y_SCALAR ||
+                      sl_duration_parse(w->s, w->len, &node->concurrency_ttl_ms) != 0 ||
+                      node->concurrency_ttl_ms > SL_MAX_LEASE_TTL_MS))
+        return FAIL(ld, w,
+                    "concurrency_ttl must be a duration from 1ms to 1d such as 30s, not %s",
+                    sl__yaml_desc(w, d, sizeof d));
+    node->concurrency_line = map->line;
+    return 0;
+}
+
+/* One rate_limit map into lim.  Returns 0, 1 when the map holds only a
+ * concurrency limit (put on node; lim is not a limit), or -1 (failed). */
+static int load_limit(loader *ld, sl_rule_node *node, sl_rule_limit *lim, const ynode *map)
 {
     const ynode *f[L_N];
     char t[80], d[96];
@@ -399,6 +428,15 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
                     "not %s",
                     sl__yaml_desc(map, d, sizeof d));
     if (get_fields(ld, map, limit_fields, L_N, "a rate_limit", LIMIT_EXPECTED, f) != 0) return -1;
+    if ((f[L_CONC] || f[L_CONC_TTL]) && load_concurrency(ld, node, map, f) != 0) return -1;
+    if (f[L_CONC] && !f[L_UNIT] && !f[L_WINDOW] && !f[L_RPU]) {
+        for (int i = 0; i < L_CONC; i++)
+            if (f[i])
+                return FAIL(ld, f[i],
+                            "%s needs a rate (unit and requests_per_unit) beside concurrency",
+                            limit_fields[i]);
+        return 1; /* concurrency alone */
+    }
     lim->line = map->line;
     lim->column = map->col;
     if (f[L_NAME]) {
@@ -416,7 +454,7 @@ static int load_limit(loader *ld, sl_rule_limit *lim, const ynode *map)
         /* Lyft refuses a unit beside unlimited, and ignores requests_per_unit */
         if (f[L_UNIT]) return FAIL(ld, f[L_UNIT], "unit must not be given with unlimited: true");
         for (int i = L_ALGORITHM; i < L_N; i++)
-            if (f[i])
+            if (f[i] && i != L_CONC && i != L_CONC_TTL)
                 return FAIL(ld, f[i], "%s cannot be combined with unlimited: true",
                             limit_fields[i]);
         if (f[L_RPU]) {
@@ -540,13 +578,20 @@ static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
     sl_rule_limit *lims = sl__arena_alloc(&ld->set->mem, n * sizeof *lims);
     if (lims == NULL) return sl__yaml_oom(ld);
     const ycell *c = v->type == Y_SEQ ? v->first : NULL;
-    for (size_t i = 0; i < n; i++) {
+    size_t nall = n;
+    for (size_t i = 0, k = 0; k < nall; k++) {
         const ynode *m = c ? c->node : v;
         if (c) {
             if (visit(ld, m) != 0) return -1;
             c = c->next;
         }
-        if (load_limit(ld, &lims[i], m) != 0) return -1;
+        int rc = load_limit(ld, node, &lims[i], m);
+        if (rc < 0) return -1;
+        if (rc == 1) { /* a concurrency limit alone: not a rate limit */
+            memset(&lims[i], 0, sizeof lims[i]);
+            n--;
+            continue;
+        }
         /* zeroed by the arena: counts start at 0 */
         if ((lims[i].counts = sl__arena_alloc(&ld->set->mem, sizeof *lims[i].counts)) == NULL)
             return sl__yaml_oom(ld);
@@ -561,6 +606,7 @@ static int load_limits(loader *ld, sl_rule_node *node, const ynode *v)
                             sl_algo_name(lims[i].params.algo), (long long)lims[i].params.window_ms,
                             lims[j].line);
         }
+        i++;
     }
     for (size_t i = 0; i < n; i++) {
         if (lims[i].named) continue;

@@ -139,7 +139,7 @@ const sl_rule_node *sl_rules_match(const sl_rules *r, const char *domain, size_t
         if ((e->key == NULL && e->keylen) || (e->value == NULL && e->valuelen)) return NULL;
         node = child_for(node, e);
     }
-    return node && node->nlimits > 0 ? node : NULL;
+    return node && (node->nlimits > 0 || node->concurrency > 0) ? node : NULL;
 }
 
 /* ---- counting keys -------------------------------------------------------- */

@@ -160,7 +160,7 @@ class TestClientsThatDoNotRead(ServerTestCase):
     """Many clients each send 64 KB of `INFO\\r\\n` (thousands of replies
     each) and never read."""
 
-    N = 150 if SAN else 1000
+    N = 50 if harness.KIND == "tsan" else 150 if SAN else 1000
 
     def test_info_flood_memory_and_latency(self):
         """While N clients flood without reading, the server holds at most

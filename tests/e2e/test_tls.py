@@ -462,7 +462,7 @@ class TestClientCertificates(TlsTestCase):
 class TestTlsLimits(TlsTestCase):
     """The connection limits hold for TLS clients as for plain ones."""
 
-    N = 60 if SAN else 300
+    N = 20 if harness.KIND == "tsan" else 60 if SAN else 300
 
     def flood(self, srv, n):
         """n TLS connections, handshaken, each sending 64 KB of INFO\\r\\n

@@ -24,7 +24,7 @@ import time
 
 import checker
 import topo
-from harness import RawConn, RespError
+from harness import RawConn, RespError, encode
 
 REPLY_TIMEOUT = 3.0
 
@@ -32,14 +32,20 @@ REPLY_TIMEOUT = 3.0
 class Plan:
     """The keys of one phase: `keys` of each kind, named after the phase."""
 
-    def __init__(self, phase, fixed=(20, 4000), sliding=(20, 4000), keys=3):
+    def __init__(self, phase, fixed=(20, 4000), sliding=(20, 4000), keys=3, hot=0.0):
         self.phase = phase
         self.ops = []
+        self.hot = hot  # > 0: the first fixed-window key gets this share of the requests
         for i in range(keys):
             self.ops.append(("allow", "fixed", "%s:f%d" % (phase, i)) + fixed)
             self.ops.append(("allow", "sliding", "%s:s%d" % (phase, i)) + sliding)
             self.ops.append(("check", "fixed", "%s-u%d" % (phase, i),
                              topo.CHECK_LIMIT, topo.CHECK_WINDOW))
+
+    def pick(self, rnd):
+        if self.hot > 0 and rnd.random() < self.hot:
+            return self.ops[0]
+        return rnd.choice(self.ops)
 
 
 def classify(reply, limit):
@@ -55,7 +61,8 @@ class Load:
     """`threads` client threads, together about `rate` requests a second,
     spread at random over plan's ops and the topology's nodes."""
 
-    def __init__(self, topology, plan, rate=150, threads=3, seed=1):
+    def __init__(self, topology, plan, rate=150, threads=3, seed=1, burst=1):
+        self.burst = burst  # requests sent at once (pipelined) to one node, one key
         self.topo = topology
         self.plan = plan
         self.rate = rate
@@ -96,7 +103,7 @@ class Load:
     def _client(self, idx):
         rnd = random.Random(self.seed * 1000 + idx)
         conns = {}
-        interval = self.nthreads / float(self.rate)
+        interval = self.nthreads * self.burst / float(self.rate)
         nxt = time.monotonic()
         hist = self.histories[idx]
         while not self.stop_ev.is_set():
@@ -105,7 +112,7 @@ class Load:
                 self.stop_ev.wait(nxt - now)
                 continue
             nxt = max(nxt + interval, now - 1.0)
-            kind, algo, key, limit, window = rnd.choice(self.plan.ops)
+            kind, algo, key, limit, window = self.plan.pick(rnd)
             ni = rnd.randrange(len(self.topo.nodes))
             node = self.topo.nodes[ni]
             if kind == "allow":
@@ -115,8 +122,10 @@ class Load:
             else:
                 argv = ("RL.CHECK", "faults", "DESCRIPTOR", "user", key)
                 hkey = "faults|user=" + key
-            self.sent[idx] += 1
+            n = self.burst
+            self.sent[idx] += n
             send = time.time() * 1000.0
+            got = 0
             try:
                 c = conns.get(ni)
                 if c is None or c.port != node.port:
@@ -125,16 +134,21 @@ class Load:
                     c = RawConn(node.port, timeout=REPLY_TIMEOUT)
                     c.port = node.port
                     conns[ni] = c
-                reply = c.cmd(*argv, timeout=REPLY_TIMEOUT)
-                recv = time.time() * 1000.0
-                outcome, policy = classify(reply, limit)
+                c.send(encode(*argv) * n)
+                while got < n:
+                    reply = c.read_reply(timeout=REPLY_TIMEOUT)
+                    recv = time.time() * 1000.0
+                    outcome, policy = classify(reply, limit)
+                    hist.append(checker.Answer(send, recv, hkey, algo, limit, window, outcome,
+                                               policy, self.plan.phase, ni))
+                    got += 1
             except (OSError, EOFError, TimeoutError, ValueError):
                 recv = time.time() * 1000.0
-                outcome, policy = "error", False
                 c = conns.pop(ni, None)
                 if c is not None:
                     c.close()
-            hist.append(checker.Answer(send, recv, hkey, algo, limit, window, outcome, policy,
-                                       self.plan.phase, ni))
+                for _ in range(n - got):
+                    hist.append(checker.Answer(send, recv, hkey, algo, limit, window, "error",
+                                               False, self.plan.phase, ni))
         for c in conns.values():
             c.close()

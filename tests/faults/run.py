@@ -39,8 +39,20 @@ from load import Load, Plan  # noqa: E402
 # hook for durability: a mode's row with expect_zero=True makes every
 # schedule -- the bounded round in the test command included -- assert 0
 # over-admitted requests with it (docs/faults.md, "With durability on").
+#
+# A fifth element, when there, is the mode's load (Load's rate and burst,
+# Plan's fixed, keys and hot): --lease on leases only keys hot on a node
+# (SL_LEASE_HOT decisions in 100 ms on one connection), which the default
+# 150 requests/s over 9 keys and 3 nodes never makes; LEASE_LOAD sends 5
+# requests at once to one node, 80 % of them on one fixed-window key of
+# L = 1000 per 2 s, so leases are taken, spent, handed back and held at
+# every fault (docs/faults.md, "Leases under faults").
+LEASE_LOAD = dict(rate=900, burst=5, fixed=(1000, 2000), keys=1, hot=0.8)
+
 MODES = [
     ("none", ("single", "sentinel", "cluster"), [], False),
+    ("lease+replicas:1", ("sentinel",), ["--lease", "on", "--durability", "replicas:1",
+                                         "--backend-timeout", "250ms"], True, LEASE_LOAD),
     ("replicas:1", ("sentinel", "cluster"), ["--durability", "replicas:1",
                                              "--backend-timeout", "250ms"], True),
     ("journal-always", ("single",), ["--journal", "{dir}/journal",
@@ -61,15 +73,20 @@ def log(msg):
     sys.stderr.flush()
 
 
-def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
-    """One fault kind on a started topology.  Returns (Counts, row facts,
-    problems, history)."""
+def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id, prof=None):
+    """One fault kind on a started topology (prof: the mode's load, as
+    LEASE_LOAD).  Returns (Counts, row facts, problems, history)."""
     inject, heal = t.faults()[fault]
     phase = "%s:%s:%s:%s" % (run_id, t.name, fault, mode)
-    load = Load(t, Plan(phase), rate=rate, seed=hash(phase) & 0xffff).start()
+    prof = prof or {}
+    plan = Plan(phase, **{k: prof[k] for k in ("fixed", "keys", "hot") if k in prof})
+    load = Load(t, plan, rate=prof.get("rate", rate), burst=prof.get("burst", 1),
+                seed=hash(phase) & 0xffff).start()
     problems = []
     injected = healed = 0
     info_before = t.fallbacks()
+    lease_before = t.lease_decisions()
+    holding_before = t.killed_holding
     failovers_before = t.failovers()
     effects_before = t.effects
     try:
@@ -107,12 +124,17 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id):
         info_policy = t.fallbacks() - info_before
     except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
         info_policy = -1
+    try:
+        lease_decisions = t.lease_decisions() - lease_before
+    except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
+        lease_decisions = -1
     hist = load.history()
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
     facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths),
                  failovers=t.failovers() - failovers_before,
                  effects=t.effects - effects_before,
-                 info_policy=info_policy)
+                 info_policy=info_policy, lease_decisions=lease_decisions,
+                 killed_holding=t.killed_holding - holding_before)
     return counts, facts, problems, hist
 
 
@@ -120,7 +142,7 @@ SLACK_MS = 2.0
 
 
 def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, rate, run_id,
-                 want_faults):
+                 want_faults, prof=None):
     """Starts one topology in one mode, runs a phase of each fault kind,
     stops it.  Returns (rows, problems, history)."""
     rows, problems, history = [], [], []
@@ -137,7 +159,7 @@ def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, r
             if want_faults and fault not in want_faults:
                 continue
             c, facts, ps, hist = run_phase(t, fault, mode, count, warm, gap, settle, rate,
-                                           run_id)
+                                           run_id, prof)
             history += hist
             problems += ["%s/%s/%s: %s" % (tname, fault, mode, p) for p in ps]
             if expect_zero and c.over_admitted:
@@ -154,7 +176,7 @@ def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, r
                              requests=c.requests, allowed=c.allowed,
                              over_admitted=c.over_admitted, windows_over=c.windows_over,
                              unavailable=c.unavailable, errors=c.errors, policy=c.policy,
-                             expect_zero=expect_zero, **facts))
+                             expect_zero=expect_zero, flags=list(flags), **facts))
     except Exception as e:  # noqa: BLE001 -- reported as a problem of the run, then stop
         problems.append("%s/%s: %s\n%s" % (tname, mode, str(e)[:3000],
                                             traceback.format_exc()[-3000:]))
@@ -199,7 +221,9 @@ def main(argv=None):
         for m in a.mode:
             name, sep, flags = m.partition("=")
             zero = name.endswith("+")
-            modes.append((name.rstrip("+"), ("single", "sentinel", "cluster"), flags.split(), zero))
+            flags = flags.split()
+            prof = LEASE_LOAD if "--lease" in flags else None
+            modes.append((name.rstrip("+"), ("single", "sentinel", "cluster"), flags, zero, prof))
     want_faults = [f for f in a.fault.split(",") if f]
     run_id = "%x" % random.getrandbits(32)
     rows = []
@@ -207,16 +231,17 @@ def main(argv=None):
     hist_out = open(a.history, "w") if a.history else None
     started = time.monotonic()
     jobs = []
-    for mode, tops, flags, expect_zero in modes:
+    for m in modes:
+        mode, tops, flags, expect_zero = m[:4]
         for tname in [x for x in a.topology.split(",") if x]:
             if tname in tops:
-                jobs.append((tname, mode, flags, expect_zero))
+                jobs.append((tname, mode, flags, expect_zero, m[4] if len(m) > 4 else None))
     results = [None] * len(jobs)
 
     def job(i):
-        tname, mode, flags, expect_zero = jobs[i]
+        tname, mode, flags, expect_zero, prof = jobs[i]
         results[i] = run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle,
-                                  rate, run_id, want_faults)
+                                  rate, run_id, want_faults, prof)
     if a.parallel:
         threads = [threading.Thread(target=job, args=(i,), name=jobs[i][0])
                    for i in range(len(jobs))]
@@ -243,6 +268,10 @@ def main(argv=None):
             problems.append("still running after the run: %s (pid %d)" % (what, proc.pid))
     print(table(rows))
     for r in rows:
+        if r["lease_decisions"] or "--lease" in r.get("flags", ()):
+            print("LEASE %s/%s/%s: %d decisions paid by leases, %d node(s) killed holding leases"
+                  % (r["topology"], r["fault"], r["mode"], r["lease_decisions"],
+                     r["killed_holding"]))
         extra = r["failovers"] - (r["faults"] if r["fault"] == "kill-master" else 0)
         if extra:
             print("NOTE %s/%s/%s: %d failover(s) that no kill-master asked for (a fault or the "

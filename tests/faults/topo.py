@@ -90,6 +90,14 @@ def fallbacks(port):
     return sum(int(info.get("backend_fallback_" + k, 0) or 0) for k in ("deny", "allow", "local"))
 
 
+def leased(port):
+    """(INFO backend_lease_decisions, backend_leases_outstanding) of one
+    sluiced: decisions a lease paid, leases held now (0, 0 without --lease)."""
+    info = info_of(port, "backend")
+    return (int(info.get("backend_lease_decisions", 0) or 0),
+            int(info.get("backend_leases_outstanding", 0) or 0))
+
+
 
 # Ports the nodes listen on, kept below the kernel's ephemeral range
 # (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 by default): a node
@@ -226,6 +234,8 @@ class Topology:
         self.proxies = []
         self.problems = []      # found while running (a restart that failed, ...)
         self.fallback_carry = 0  # policy answers counted by nodes before they were killed
+        self.lease_carry = 0     # --lease on: decisions leases paid on nodes before they were killed
+        self.killed_holding = 0  # nodes killed while INFO said they held leases
         self.effects = 0         # injections seen to take effect (a process dead or
                                  # stopped, a connection cut, a failover logged)
 
@@ -253,6 +263,12 @@ class Topology:
             self.fallback_carry += fallbacks(s.port)
         except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
             pass
+        try:
+            served, held = leased(s.port)
+            self.lease_carry += served
+            self.killed_holding += 1 if held > 0 else 0
+        except (OSError, EOFError, TimeoutError, AssertionError, ValueError):
+            pass
         s.kill()              # SIGKILL by PID (outside unittest: a real kill -9)
         if s.proc.returncode == -9:
             self.effects += 1
@@ -273,6 +289,11 @@ class Topology:
         """Failure-policy answers so far, every node's INFO together (a
         killed node's count as read just before the kill)."""
         return self.fallback_carry + sum(fallbacks(s.port) for s in self.nodes)
+
+    def lease_decisions(self):
+        """Decisions leases paid so far, every node's INFO together (a killed
+        node's as read just before the kill)."""
+        return self.lease_carry + sum(leased(s.port)[0] for s in self.nodes)
 
     def backend_up(self):
         return all(info_of(s.port, "backend").get("backend_status") in ("up", None)

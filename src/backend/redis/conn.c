@@ -13,6 +13,7 @@
 
 #include <hiredis/adapters/libevent.h>
 
+#include "redis/lease.h"
 #include "redis/redis_int.h"
 #include "redis/sentinel.h"
 
@@ -161,6 +162,18 @@ static void on_cmdinfo(redisAsyncContext *ac, void *reply, void *privdata)
     const redisReply *x = reply;
     if (x == NULL || ch->ac != ac) return;
     ch->has_cmd = sl__redis_cmdinfo_says(x, ch->no_module, sizeof ch->no_module);
+}
+
+/* COMMAND INFO RL.LEASE's reply (--lease on): whether the module's path
+ * leases (lease.c); an older module, or a user who may not ask: it does
+ * not, and decides per request. */
+static void on_lease_cmdinfo(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    char why[8];
+    if (reply == NULL || ch->ac != ac) return;
+    sl__redis_lease_module(ch, sl__redis_cmdinfo_says(reply, why, sizeof why) == 1);
 }
 
 /* The probe's reply, the handshake's last: the module is the path when it
@@ -334,6 +347,10 @@ void sl__redis_connect_now(rchan *ch)
     ch->has_cmd = 0;
     ch->no_module[0] = '\0';
     redisAsyncCommand(ac, on_cmdinfo, NULL, "COMMAND INFO RL.CHECKPLAN");
+    if (ch->lease != NULL) { /* --lease on: the module leases when it has RL.LEASE */
+        sl__redis_lease_module(ch, 0);
+        redisAsyncCommand(ac, on_lease_cmdinfo, NULL, "COMMAND INFO RL.LEASE");
+    }
     char key[64];
     sl__redis_probe_key(key, sizeof key, r->cluster ? ch->w->map : NULL, (int)(ch->node - r->node));
     if (r->o.trust_client_time)

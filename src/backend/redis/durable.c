@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/lease.h"
 #include "redis/redis_int.h"
 
 /* Whether rq's answer says "allowed" (what the WAIT must confirm). */
@@ -149,6 +150,7 @@ static void release(rchan *ch, wgroup *g, int ok)
         e->next = NULL;
         ch->npend--;
         atomic_fetch_sub(&ch->r->inflight, 1);
+        sl__redis_lease_confirmed(ch, e, ok); /* an op T's units: spent only if ok */
         if (ok) {
             e->rq->cb(e->rq);
             sl__redis_pend_put(ch, e);

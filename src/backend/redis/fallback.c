@@ -72,6 +72,13 @@ void sl__redis_by_policy(rchan *ch, sl_breq *rq, const char *key, const sl_reque
                       ch->node->url.shown);
         return;
     }
+    if (rq->op >= SL_BOP_ACQUIRE && rq->op <= SL_BOP_SETTLE) { /* no id without Redis */
+        sl__breq_fail(rq, SL_EINVAL,
+                      "Redis (%s) did not answer: the lease or reservation may or may not "
+                      "have been taken, released or settled",
+                      ch->node->url.shown);
+        return;
+    }
     atomic_fetch_add(&r->fallback[r->o.policy], 1);
     if (rq->op == SL_BOP_CHECK) {
         check_by_policy(ch, rq);

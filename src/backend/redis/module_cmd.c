@@ -1,6 +1,6 @@
 /*
  * module_cmd.c -- the module path's command encoder: RL.ALLOW, RL.PEEK,
- * RL.DECIDEALL, RL.CHECKPLAN and RL.RESET of the sluice module
+ * RL.DECIDEALL, RL.CHECKPLAN, RL.RESET, RL.LEASE and RL.LEASERETURN of the sluice module
  * (docs/module.md, "sluiced's Redis backend") on keys "sl:m" space ":{"
  * tag "}" rest, apart from the script's.  Builds bytes only.
  */
@@ -106,11 +106,29 @@ void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e)
         }
         break;
     default: /* DECIDE, PEEK */
-        cmd_str(c, rq->op == SL_BOP_DECIDE ? "RL.ALLOW" : "RL.PEEK",
-                rq->op == SL_BOP_DECIDE ? 8 : 7);
+        if (rq->op == SL_BOP_DECIDE && e->lease_want > 0) { /* --lease on: op T (lease.c) */
+            cmd_str(c, "RL.LEASE", 8);
+            cmd_int(c, e->lease_want);
+        } else {
+            cmd_str(c, rq->op == SL_BOP_DECIDE ? "RL.ALLOW" : "RL.PEEK",
+                    rq->op == SL_BOP_DECIDE ? 8 : 7);
+        }
         cmd_mkey(c, rq->params->space, e->key, rq->keylen, rq->keylen);
         cmd_request(c, rq->params, rq->cost);
         cmd_at(c, r, rq->now_ms);
         break;
     }
+}
+
+/* RL.LEASERETURN back tag key request: op R on the module's path (lease.c;
+ * fixed-window only, Redis's clock: leases are off with client time). */
+void sl__redis_cmd_module_lease_return(struct cmd *c, const char *key, size_t klen,
+                                       const sl_params *p, int64_t back, int64_t tag)
+{
+    c->argc = c->nkeys = 0;
+    cmd_str(c, "RL.LEASERETURN", 14);
+    cmd_int(c, back);
+    cmd_int(c, tag);
+    cmd_mkey(c, p->space, key, klen, klen);
+    cmd_request(c, p, 1);
 }

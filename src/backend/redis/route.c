@@ -226,6 +226,12 @@ int sl__redis_request_slot(const redis *r, const sl_breq *rq)
             return 0;
         return slot_of_key((int)rq->params->algo, rq->params->space, rq->key, rq->keylen,
                            rq->keylen);
+    case SL_BOP_ACQUIRE: /* holds.c: every key of a hold carries the key as its tag */
+    case SL_BOP_RELEASE:
+    case SL_BOP_RESERVE:
+    case SL_BOP_SETTLE:
+        if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY) return 0;
+        return slot_of_key(0, 0, rq->key, rq->keylen, rq->keylen);
     case SL_BOP_FORGET:
         if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY || rq->algo_lo < 0 ||
             rq->algo_hi > SL_ALGO_COUNT)

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/holds.h"
+#include "redis/lease.h"
 #include "redis/redis_int.h"
 
 void sl__redis_pend_put(rchan *ch, pend *e)
@@ -61,7 +63,9 @@ int sl__redis_send_pend(rchan *ch, pend *e)
     struct cmd *c = ch->cmd;
     e->module = ch->module;
     if (sl__redis_durable_join(ch, e) != 0) return -1; /* its WAIT follows (durable.c) */
-    if (ch->module)
+    if (sl__redis_is_hold(e->rq->op))
+        sl__redis_cmd_holds(c, ch->r, e, ch->module); /* holds.c */
+    else if (ch->module)
         sl__redis_cmd_module(c, ch->r, e);
     else
         sl__redis_cmd_script(c, ch->r, e);
@@ -153,7 +157,9 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rq->rc = 0;
     rq->err[0] = '\0';
-    if (sl__redis_parse_reply(rq, x, e->module) != 0) {
+    if ((sl__redis_is_hold(rq->op) ? sl__redis_parse_holds(rq, x)
+         : e->lease_want > 0       ? sl__redis_lease_reply(ch, e, x) /* either path: 9 integers */
+                                   : sl__redis_parse_reply(rq, x, e->module)) != 0) {
         atomic_fetch_add(&r->errors, 1);
         sl__redis_set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
         sl__redis_by_policy(ch, rq, e->key, e->reqs);

@@ -13,7 +13,8 @@ or the error of that one request; a refused request is an error reply
 starting "SLUICE " and writes nothing.  Op B is M with two arguments a
 key ("algo L W B P log_rejected" as one string, then the cost: see
 batch() below); op C (one RL.CHECK, its own argument layout: see check()
-below) runs a whole planned request.
+below) runs a whole planned request.  Ops T (take a lease) and R (return
+one) are D with one or two more arguments: see "leases" below.
 
 The decisions are those of src/lib/engine.c, step for step, on the same
 state quantities (so a change of parameters carries over the same way).
@@ -289,7 +290,10 @@ end
 -- is the deficit: capacity minus tokens, the level, or TAT - t.  B*W <=
 -- 2^53 (checked), so every sum and difference below is exact.
 
-local function bucket(st, n, mode, clock_old, t, cost)
+-- O: units leased out and not yet settled (token-bucket and gcra, op T):
+-- the refill stops at a deficit of O*W, so that tokens plus what nodes
+-- hold never pass B (docs/fleet.md, "Leases").  Also returns d.
+local function bucket(st, n, mode, clock_old, t, cost, O)
     local W, L, B = n.W, n.L, n.B
     local BW = B * W
     local d = 0
@@ -306,7 +310,12 @@ local function bucket(st, n, mode, clock_old, t, cost)
     end
     -- A refill past 2^53 rounds, but only to a number >= 2^53 >= d.
     local refill = (t - clock_old) * L
-    if refill >= d then d = 0 else d = d - refill end
+    local low = 0
+    if O and O > 0 then
+        low = O * W -- O <= B: exact
+        if low > d then low = d end
+    end
+    if refill >= d - low then d = low else d = d - refill end
 
     local before = d
     local allowed, retry, delay = false, 0, 0
@@ -332,7 +341,15 @@ local function bucket(st, n, mode, clock_old, t, cost)
     else
         remaining = fdiv(BW - d, W)
     end
-    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), {q, r}
+    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), {q, r}, d
+end
+
+-- A deficit d of a bucket (mode 0 token-bucket, 2 gcra) as its stored pair.
+local function bucket_state(n, mode, d)
+    local v = d
+    if mode == 0 then v = n.B * n.W - d end
+    local q, r = fdiv(v, n.W)
+    return {q, r}
 end
 
 -- ---- sliding-log ---------------------------------------------------------
@@ -502,13 +519,43 @@ local function with_limit(n, L)
     return c
 end
 
+-- ---- leases (ops T and R; docs/fleet.md, "Leases") -----------------------
+-- A lease is units of a key's allowance charged to its state now and spent
+-- later by the node that took them, or handed back (R).  fixed-window: the
+-- units are in the window's count, valid in that window only (its index is
+-- the lease's tag).  token-bucket and gcra: the tokens are taken from the
+-- bucket, and the state keeps what is out, by epoch of LEASE_EPOCH ms:
+-- "clock dw dr e O0 O1", O0 leased in epoch e, O1 in epoch e - 1.  A lease
+-- of epoch e is settled (counted spent) at the start of epoch e + 2, so
+-- it lives at least LEASE_EPOCH ms; the taker stops spending before (it
+-- counts the ttl from before it sent T).  While units are out the refill
+-- stops short of B by them (bucket's O).
+
+local LEASE_EPOCH = 250
+
+-- lz = {e, O0, O1} moved to the epoch of t (its expired part dropped).
+local function lease_at(lz, t)
+    local ce = fdiv(t, LEASE_EPOCH)
+    if ce == lz[1] + 1 then
+        return {ce, 0, lz[2]}
+    elseif ce ~= lz[1] then
+        return {ce, 0, 0}
+    end
+    return lz
+end
+
 -- Decides request n on key at now (commit: D, or A's second pass).
 -- Returns the reply and, when committing, a function that writes.
 -- During M: the string states of its keys read by one MGET (false: no
 -- such key), kept current by the call's writes; nil otherwise.
+-- lease (ops T, R; commit): {op = "T", want = units} takes up to want -
+-- cost more units when the request is allowed (lease.extra, .ttl, .tag
+-- set); {op = "R", back = units, taken = units, tag = t} hands back
+-- `back` of a lease of `taken` (the request's cost is 0; lease.back set
+-- to what was put back).
 local pre = nil
 
-local function decide(key, n, now, commit)
+local function decide(key, n, now, commit, lease)
     local a = n.algo
     if a == 1 then
         local lg = log_load(key)
@@ -526,7 +573,13 @@ local function decide(key, n, now, commit)
         clock_old = table.remove(st, 1)
     end
     local t = now > clock_old and now or clock_old
-    local ans, new
+    local lz, O = nil, 0
+    if (a == 4 or a == 5) and st and #st == 5 then
+        lz = lease_at({st[3], st[4], st[5]}, t)
+        st[3], st[4], st[5] = nil, nil, nil
+        O = lz[2] + lz[3]
+    end
+    local ans, new, d
     if a == 0 then
         ans, new = fixed_window(st, n, clock_old, t, n.cost)
     elseif a == 2 then
@@ -534,13 +587,72 @@ local function decide(key, n, now, commit)
     elseif a == 3 then
         ans, new = sliding_buckets(st, n, clock_old, t, n.cost, commit)
     elseif a == 4 then
-        ans, new = bucket(st, n, 0, clock_old, t, n.cost)
+        ans, new, d = bucket(st, n, 0, clock_old, t, n.cost, O)
     elseif a == 5 then
-        ans, new = bucket(st, n, 2, clock_old, t, n.cost)
+        ans, new, d = bucket(st, n, 2, clock_old, t, n.cost, O)
     else
         ans, new = bucket(st, n, 1, clock_old, t, n.cost)
     end
+    if lease and (a == 0 or a == 4 or a == 5) then
+        if a ~= 0 and lz == nil then lz = {fdiv(t, LEASE_EPOCH), 0, 0} end
+        if lease.op == "T" then
+            lease.extra, lease.ttl, lease.tag = 0, 0, 0
+            if ans[1] == 1 then
+                -- at most half of what is left: the last units of a window
+                -- go one request at a time, never stranded in a lease
+                local x = lease.want - n.cost
+                local half = fdiv(ans[3], 2)
+                if x > half then x = half end
+                if x < 0 then x = 0 end
+                lease.extra = x
+                ans[3] = ans[3] - x
+                if a == 0 then
+                    local i, e = fdiv(t, n.W)
+                    new[1] = new[1] + x
+                    if new[1] > 0 then ans[5] = n.W - e end
+                    lease.ttl, lease.tag = n.W - e, i
+                else
+                    d = d + x * n.W
+                    new = bucket_state(n, a == 4 and 0 or 2, d)
+                    ans[5] = cdiv(d, n.L)
+                    lz[2] = lz[2] + x
+                    lease.ttl, lease.tag = (lz[1] + 2) * LEASE_EPOCH - t, lz[1]
+                end
+            end
+        else -- R: cost 0, so ans only brought the state to t
+            local back, taken, tag = lease.back, lease.taken, lease.tag
+            lease.back = 0
+            if a == 0 then
+                if fdiv(t, n.W) == tag and back > 0 then
+                    if back > new[1] then back = new[1] end
+                    new[1] = new[1] - back
+                    lease.back = back
+                end
+            else
+                local k = 0
+                if tag == lz[1] then k = 2 elseif tag == lz[1] - 1 then k = 3 end
+                if k > 0 then
+                    if taken > lz[k] then taken = lz[k] end
+                    if back > taken then back = taken end
+                    lz[k] = lz[k] - taken
+                    local low = (lz[2] + lz[3]) * n.W
+                    local d2 = d - back * n.W
+                    if d2 < low then d2 = low end
+                    lease.back = fdiv(d - d2, n.W)
+                    d = d2
+                    new = bucket_state(n, a == 4 and 0 or 2, d)
+                end
+                ans[5] = cdiv(d, n.L)
+            end
+        end
+    end
+    local lease_end = 0
+    if lz and lz[2] + lz[3] > 0 then
+        new[3], new[4], new[5] = lz[1], lz[2], lz[3]
+        lease_end = (lz[1] + 2) * LEASE_EPOCH - t
+    end
     return ans, function(ttl)
+        if ttl < lease_end then ttl = lease_end end
         table.insert(new, 1, t)
         local v = join_ints(new)
         redis.call("SET", key, v, "PX", ttl)
@@ -918,10 +1030,16 @@ end
 local function main()
     local op, nowarg = ARGV[1], ARGV[2]
     local nkeys = #KEYS
-    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" and op ~= "C" and op ~= "B" then
+    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" and op ~= "C" and op ~= "B" and
+        op ~= "T" and op ~= "R" then
         refuse("args: unknown op '" .. tostring(op) .. "'")
     end
-    if op == "B" then
+    if op == "T" or op == "R" then
+        local want = op == "T" and 1 or 2
+        if nkeys ~= 1 or #ARGV ~= 9 + want then
+            refuse("args: op " .. op .. " takes 1 key and " .. (9 + want) .. " arguments")
+        end
+    elseif op == "B" then
         if nkeys < 1 or nkeys > MANY then refuse("args: op B with " .. nkeys .. " keys") end
         if #ARGV ~= 2 + 2 * nkeys then
             refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys")
@@ -963,6 +1081,28 @@ local function main()
         write(ttl_of(ans, client_time))
         return ans
     end
+    if op == "T" then
+        -- T: D, and up to want - cost more units leased to the caller.
+        -- Reply: the six fields, then extra, ttl (ms the lease may be spent,
+        -- from this call's time), tag (window or epoch: R's).
+        local lease = {op = "T", want = int_arg(10, "want")}
+        local ans, write = decide(KEYS[1], reqs[1], now, true, lease)
+        write(ttl_of(ans, client_time))
+        return {ans[1], ans[2], ans[3], ans[4], ans[5], ans[6], lease.extra or 0,
+                lease.ttl or 0, lease.tag or 0}
+    end
+    if op == "R" then
+        -- R: hands back `cost` unspent units of a lease of `taken` units
+        -- taken with `tag`; too late (another window, a settled epoch),
+        -- nothing.  Reply: the units put back.
+        local lease = {op = "R", back = reqs[1].cost, taken = int_arg(10, "taken"),
+                       tag = int_arg(11, "tag")}
+        local n = reqs[1]
+        n.cost = 0
+        local ans, write = decide(KEYS[1], n, now, true, lease)
+        write(ttl_of(ans, client_time))
+        return lease.back or 0
+    end
     -- A: every answer first without charging; all charged only if all pass.
     local list = {}
     for i = 1, nkeys do list[i] = {key = KEYS[i], n = reqs[i]} end
@@ -972,6 +1112,282 @@ local function main()
         for k = 1, 6 do out[1 + (i - 1) * 6 + k] = res[i][k] end
     end
     return out
+end
+
+-- ---- holds: leases and reservations (SPEC 10, docs/commands-holds.md) ----
+-- Four ops of their own, dispatched before main's (below), each with
+-- ARGV[2] the time as every op takes it:
+--   LA now max ttl                  KEYS hh hl           acquire a lease
+--   LR now id                       KEYS hh hl           release one
+--   RV now algo L W B P lr estimate KEYS hh hr rate      reserve
+--   ST now id actual                KEYS hh hr r0 .. r6  settle (ri: algo i's state)
+-- hh, a hash: "n" the last id given (seeded from Redis's TIME in us when
+-- absent, so a key made again gives ids above its old ones), "l" and "r"
+-- the leases' and reservations' clock (kept while that kind has entries),
+-- and one field per reservation, its id -> "exp at estimate algo L W B P lr".
+-- hl: the leases, a sorted set id -> expiry; hr: the reservations' ids by
+-- expiry.  An entry is live at t while t < its expiry.  The whole of it is
+-- one closure made only when a hold op runs (decisions do not pay for it).
+local function holds(op)
+    local U40 = 1099511627775 -- a window's count saturates there, as engine.c's u40
+    local SBMAX = 17592186044416 -- 2^44: a sliding-buckets counter's bound here (> any L)
+    local RECLAIM = 100 -- expired reservations dropped per call at most
+    local nowarg = ARGV[2]
+    local client_time = nowarg ~= ""
+    local now
+    if client_time then
+        now = tonumber(nowarg)
+        if now == nil or now ~= floor(now) then refuse("args: now '" .. nowarg .. "' is not an integer") end
+        if now >= TWO53 or now <= -TWO53 then
+            refuse("range: |now| = " .. string.gsub(nowarg, "^-", "") .. RANGE_TAIL)
+        end
+    else
+        local tm = redis.call("TIME")
+        now = tonumber(tm[1]) * 1000 + floor(tonumber(tm[2]) / 1000)
+    end
+    local want = {LA = 4, LR = 3, RV = 9, ST = 4}
+    local nk = {LA = 2, LR = 2, RV = 3, ST = 9}
+    if #ARGV ~= want[op] or #KEYS ~= nk[op] then
+        refuse("args: op " .. op .. " takes " .. nk[op] .. " keys and " .. want[op] .. " arguments")
+    end
+    local hh = KEYS[1]
+
+    -- the kind's clock c ("l" or "r") moved to now: t = max(now, clock)
+    local function clock_of(c)
+        local v = redis.call("HGET", hh, c)
+        if v and tonumber(v) > now then return tonumber(v), true end
+        return now, v ~= false
+    end
+    -- key's expiry: never shortened, at least ms (an hour with client time)
+    local function keep(key, ms)
+        if ms < 1 then ms = 1 end
+        if client_time and ms < HOUR_MS then ms = HOUR_MS end
+        if redis.call("PTTL", key) < ms then redis.call("PEXPIRE", key, ms) end
+    end
+    local function next_id()
+        if redis.call("HEXISTS", hh, "n") == 0 then
+            local tm = redis.call("TIME")
+            redis.call("HSET", hh, "n", dec(tonumber(tm[1]) * 1000000 + tonumber(tm[2])))
+        end
+        return redis.call("HINCRBY", hh, "n", 1)
+    end
+    -- an id as the C side sends it, or nil (then unknown)
+    local function id_arg(i)
+        local s = ARGV[i]
+        if #s > 16 or not smatch(s, "^[1-9]%d*$") then return nil end
+        return s
+    end
+    local function score(key, i)
+        local z = redis.call("ZRANGE", key, i, i, "WITHSCORES")
+        return tonumber(z[2])
+    end
+
+    if op == "LA" then
+        local max, ttl = int_arg(3, "max"), int_arg(4, "ttl")
+        if max < 1 or ttl < 1 then refuse("args: max or ttl out of range") end
+        local hl = KEYS[2]
+        local t, had = clock_of("l")
+        redis.call("ZREMRANGEBYSCORE", hl, "-inf", t)
+        local n = redis.call("ZCARD", hl)
+        if n >= max then -- denied (n > 0): until the oldest expires
+            redis.call("HSET", hh, "l", dec(t))
+            return {0, max, 0, score(hl, 0) - t, score(hl, -1) - t, 0, 0}
+        end
+        local id, exp = next_id(), t + ttl
+        local last = exp
+        if n > 0 and score(hl, -1) > last then last = score(hl, -1) end
+        redis.call("ZADD", hl, exp, dec(id))
+        redis.call("HSET", hh, "l", dec(t))
+        keep(hl, exp - t)
+        keep(hh, exp - t)
+        return {1, max, max - n - 1, 0, last - t, 0, id}
+    end
+
+    if op == "LR" then
+        local hl = KEYS[2]
+        local t, had = clock_of("l")
+        if not had then return 0 end -- no leases: nothing held, nothing written
+        redis.call("ZREMRANGEBYSCORE", hl, "-inf", t)
+        local id, gone = id_arg(3), 0
+        if id then gone = redis.call("ZREM", hl, id) end
+        if redis.call("ZCARD", hl) == 0 then
+            redis.call("HDEL", hh, "l")
+        else
+            redis.call("HSET", hh, "l", dec(t))
+        end
+        return gone
+    end
+
+    local hr = KEYS[2]
+    -- drops up to RECLAIM reservations expired at t (their charge stays)
+    local function reclaim(t)
+        local ids = redis.call("ZRANGEBYSCORE", hr, "-inf", t, "LIMIT", 0, RECLAIM)
+        if #ids > 0 then
+            redis.call("ZREM", hr, unpack(ids))
+            redis.call("HDEL", hh, unpack(ids))
+        end
+    end
+    -- the kind's clock kept while it has entries (as the local table's group)
+    local function set_clock(t)
+        if redis.call("ZCARD", hr) == 0 then
+            redis.call("HDEL", hh, "r")
+        else
+            redis.call("HSET", hh, "r", dec(t))
+        end
+    end
+
+    if op == "RV" then
+        local n = fields(2, 1)
+        if n.algo == 1 then refuse("args: sliding-log is not reserved") end
+        local rate = KEYS[3]
+        local t = clock_of("r")
+        local ans, write = decide(rate, n, t, true) -- refusals: before any write
+        reclaim(t)
+        write(ttl_of(ans, client_time))
+        if ans[1] == 0 then
+            set_clock(t)
+            ans[7] = 0
+            return ans
+        end
+        local id, exp = next_id(), t + n.W
+        -- "exp at estimate algo L W B P lr"
+        local rec = {dec(exp), dec(t), ARGV[9], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8]}
+        redis.call("HSET", hh, dec(id), table.concat(rec, " "), "r", dec(t))
+        redis.call("ZADD", hr, exp, dec(id))
+        keep(hr, exp - t)
+        keep(hh, exp - t)
+        ans[7] = id
+        return ans
+    end
+
+    -- ST: the reservation's actual - estimate charged or refunded on its
+    -- key's state (engine.c's sl__engine_adjust, step for step)
+    local actual = int_arg(4, "actual")
+    if actual < 0 then refuse("args: actual out of range") end
+    local t, had = clock_of("r")
+    if not had then return {0} end
+    local id = id_arg(3)
+    local rec = id and redis.call("HGET", hh, id)
+    local v
+    if rec then v = parse_ints(rec) end
+    if v == nil or v[1] <= t then -- unknown, settled, or its window ended
+        reclaim(t)
+        set_clock(t)
+        return {0}
+    end
+    local at, est = v[2], v[3]
+    local n = make_request(v[4], v[5], v[6], v[7], v[8], v[9], 0, 1)
+    local a, W = n.algo, n.W
+    local key = KEYS[3 + a]
+    local delta = actual - est
+    local s = redis.call("GET", key)
+    local str = s
+    if s or delta > 0 then
+        local st, clock_old = nil, t
+        if s then
+            st = parse_ints(s)
+            clock_old = table.remove(st, 1)
+        end
+        local tt = t > clock_old and t or clock_old
+        local tail, O = nil, 0
+        if (a == 4 or a == 5) and st and #st == 5 then
+            tail = lease_at({st[3], st[4], st[5]}, tt)
+            st[3], st[4], st[5] = nil, nil, nil
+            O = tail[2] + tail[3]
+        end
+        local new, mag = nil, delta < 0 and -delta or delta
+        if a == 0 then
+            local _, nw = fixed_window(st, n, clock_old, tt, 0)
+            local count = nw[1]
+            if delta > 0 then
+                count = count + delta
+                if count > U40 then count = U40 end
+            elseif fdiv(at, W) == fdiv(tt, W) then
+                if mag > count then mag = count end
+                count = count - mag
+            end
+            new = {count}
+        elseif a == 2 then
+            local _, nw = sliding_window(st, n, clock_old, tt, 0)
+            local i = fdiv(tt, W)
+            if delta > 0 then
+                nw[1] = nw[1] + delta
+                if nw[1] > U40 then nw[1] = U40 end
+            else
+                local ic, k = fdiv(at, W), nil
+                if ic == i then k = 1 elseif ic == i - 1 then k = 2 end
+                if k then
+                    if mag > nw[k] then mag = nw[k] end
+                    nw[k] = nw[k] - mag
+                end
+            end
+            new = nw
+        elseif a == 3 then
+            local _, nw = sliding_buckets(st, n, clock_old, tt, 0, true)
+            local P = n.P
+            local g = W / P
+            local b = fdiv(tt, g)
+            local j
+            if delta > 0 then
+                local _, jj = fdiv(b, P)
+                j = jj
+            else
+                local bc = fdiv(at, g)
+                if bc > b - P and bc <= b then
+                    local _, jj = fdiv(bc, P)
+                    j = jj
+                end
+            end
+            if j then
+                local c = nw[3 + j]
+                local c2 = c + delta
+                if delta > 0 and c2 > SBMAX then c2 = SBMAX end
+                if c2 < 0 then c2 = 0 end
+                nw[3 + j] = c2
+                nw[2] = nw[2] + c2 - c
+            end
+            new = nw
+        else
+            local mode = a == 4 and 0 or (a == 5 and 2 or 1)
+            local _, _, d = bucket(st, n, mode, clock_old, tt, 0, O)
+            local BW = n.B * W
+            if delta > 0 then
+                if mag >= cdiv(BW - d, W) then d = BW else d = d + mag * W end
+            else
+                local low = O * W
+                if low > d then low = d end
+                if mag >= cdiv(d - low, W) then d = low else d = d - mag * W end
+            end
+            new = bucket_state(n, mode, d)
+            if tail and O > 0 then new[3], new[4], new[5] = tail[1], tail[2], tail[3] end
+        end
+        table.insert(new, 1, tt)
+        str = join_ints(new)
+    end
+    -- the answer of the state as it now stands (a request of cost 0), and
+    -- whether a request of cost 1 would pass (sl_charge's answer_after)
+    pre = {[key] = str or false}
+    local ans0, write = decide(key, n, t, str ~= nil)
+    local n1 = {}
+    for k2, x in pairs(n) do n1[k2] = x end
+    n1.cost = 1
+    local ans1 = decide(key, n1, t, false)
+    pre = nil
+    reclaim(t)
+    redis.call("HDEL", hh, id)
+    redis.call("ZREM", hr, id)
+    set_clock(t)
+    if str ~= nil then write(ttl_of(ans0, client_time)) end
+    return {1, ans1[1], ans0[2], ans0[3], ans1[4], ans0[5], 0}
+end
+
+do
+    local decisions = main
+    main = function()
+        local op = ARGV[1]
+        if op == "LA" or op == "LR" or op == "RV" or op == "ST" then return holds(op) end
+        return decisions()
+    end
 end
 
 local ok, res = pcall(main)

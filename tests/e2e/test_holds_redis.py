@@ -1,0 +1,334 @@
+"""test_holds_redis.py -- leases and reservations (SPEC section 10) on the
+Redis backend's script path (src/backend/redis/sluice.lua, ops LA LR RV
+ST), against the local backend and across a fleet:
+
+- one scripted sequence of RL.ACQUIRE, RL.RELEASE, RL.RESERVE, RL.SETTLE
+  and RL.ALLOW / RL.PEEK (every algorithm a reservation takes, refunds
+  into the current and the previous window, charges past the limit,
+  settling twice, an unknown id, a reservation whose window ended) sent
+  to a local-backend sluiced and to a Redis-backed one: every reply the
+  same, field by field (the ids: present or null alike).  Client time
+  (AT) throughout, so nothing depends on timing; RELEASE and SETTLE take
+  no AT and are decided at the key's latest time (BASE is days ahead);
+- three sluiced nodes on one redis-server acquiring one key with max = N
+  at once: exactly N granted, never more than N held (granted minus
+  released), every release of a held lease answered 1;
+- three nodes reserving and settling one key at once: the key's count is
+  exactly the sum of the actuals (no unit created or lost), for a fixed
+  window and a token bucket;
+- in a Redis Cluster, every key's holds on its decisions' master;
+- with the sluice module loaded: leases still work (the script's ops),
+  RL.RESERVE and RL.SETTLE are refused with a clear error.
+"""
+# Four sluiced and a redis-server: run once, against the plain build.
+# sluice-e2e: plain-only
+
+import threading
+import unittest
+
+import harness
+from harness import BASE, RawConn, encode
+
+T = BASE + 123  # inside a second, not at a window's edge
+NODES = 3
+
+
+def flat(reply):
+    """A reply with errors as their text (RespError compares by its line)."""
+    if isinstance(reply, harness.RespError):
+        return "ERR:" + reply.line
+    return reply
+
+
+class Pair:
+    """The same commands to a local-backend sluiced and a Redis-backed one;
+    `ids` maps a name to each server's id of that name."""
+
+    def __init__(self, test, local, remote):
+        self.test, self.c = test, [RawConn(local.port), RawConn(remote.port)]
+        self.ids = {}
+
+    def close(self):
+        for c in self.c:
+            c.close()
+
+    def send(self, *args, keep=None):
+        """Sends args to both ('@name' replaced by each server's id of that
+        name); asserts the replies are the same but for the ids; keeps a
+        7th element's id under `keep`.  Returns the local reply."""
+        out = []
+        for i, c in enumerate(self.c):
+            a = [self.ids[x[1:]][i] if isinstance(x, str) and x.startswith("@") else x
+                 for x in args]
+            out.append(flat(c.cmd(*[str(x) for x in a])))
+        lo, re = out
+        if keep is not None:
+            self.ids[keep] = (lo[6] if isinstance(lo, list) and len(lo) == 7 else None,
+                              re[6] if isinstance(re, list) and len(re) == 7 else None)
+        if isinstance(lo, list) and len(lo) == 7 and isinstance(re, list) and len(re) == 7:
+            self.test.assertEqual(lo[6] is None, re[6] is None, (args, lo, re))
+            if re[6] is not None:
+                self.test.assertIsInstance(re[6], int)
+                self.test.assertGreater(re[6], 0)
+            lo, re = lo[:6], re[:6]
+        self.test.assertEqual(lo, re, args)
+        return out[0]
+
+
+class HoldsRedis(unittest.TestCase):
+
+    def redis(self):
+        r = harness.RedisServer().start()
+        self.addCleanup(r.cleanup)
+        return r
+
+    def node(self, r, name, trust=True):
+        # a generous backend timeout: a slow answer must not become an error
+        s = harness.Server("--backend", r.url(), "--backend-timeout", "5s",
+                           trust_client_time=trust, name="%s-%s" % (self.id(), name))
+        s.start()
+        self.addCleanup(s.cleanup)
+        return s
+
+    def test_same_replies_as_local(self):
+        r = self.redis()
+        local = harness.Server(trust_client_time=True, name=self.id() + "-local")
+        local.start()
+        self.addCleanup(local.cleanup)
+        p = Pair(self, local, self.node(r, "redis"))
+        self.addCleanup(p.close)
+        S = p.send
+        # leases: two of max 2, a denial until the oldest expires, release
+        self.assertEqual(S("RL.ACQUIRE", "db", 2, "TTL", 1000, "AT", T, keep="a")[:6],
+                         [1, 2, 1, 0, 1000, 0])
+        S("RL.ACQUIRE", "db", 2, "TTL", 5000, "AT", T + 10, keep="b")
+        self.assertEqual(S("RL.ACQUIRE", "db", 2, "AT", T + 20),
+                         [0, 2, 0, 980, 4990, 0, None])
+        S("RL.ACQUIRE", "db", 3, "TTL", 100, "AT", T + 30, keep="c")  # max differs by call
+        self.assertEqual(S("RL.RELEASE", "db", "@a"), 1)
+        self.assertEqual(S("RL.RELEASE", "db", "@a"), 0)
+        self.assertEqual(S("RL.RELEASE", "db", "not-an-id"), 0)
+        self.assertEqual(S("RL.RELEASE", "other", "@b"), 0)  # another key's id
+        S("RL.ACQUIRE", "db", 2, "AT", T + 40)  # lease c still live: denied
+        S("RL.ACQUIRE", "db", 2, "AT", T + 130, keep="d")  # c expired at T + 130
+        self.assertEqual(S("RL.RELEASE", "db", "@c"), 0)
+        S("RL.ACQUIRE", "db", 2, "AT", T + 5010, keep="e")  # b expired too
+        self.assertEqual(S("RL.RELEASE", "db", "@b"), 0)
+        self.assertEqual(S("RL.RELEASE", "db", "@d"), 1)
+        self.assertEqual(S("RL.RELEASE", "db", "@e"), 1)
+        S("RL.ACQUIRE", "db", 1, "TTL", 1, "AT", T + 6000)
+        S("RL.ACQUIRE", "db", 1, "TTL", 1, "AT", T + 6000)  # 1 ms lease, same ms: held
+        S("RL.ACQUIRE", "db", 1, "TTL", 1, "AT", T + 6001)  # gone at t0 + d exactly
+        for bad in (("db", 0), ("db", 1, "TTL", "2d")):
+            S("RL.ACQUIRE", *bad)
+        # reservations, every algorithm they take
+        algos = [("fixed-window", ()), ("sliding-window", ()),
+                 ("sliding-buckets", ("PRECISION", 5)), ("token-bucket", ("BURST", 150)),
+                 ("gcra", ()), ("leaky-bucket", ())]
+        for algo, extra in algos:
+            k = "tpm:" + algo
+            L = ("RL.RESERVE", k, 100, "10s", "ALGO", algo) + extra
+            A = ("ALGO", algo) + extra
+            S(*L, "COST", 30, "AT", T, keep="r1")
+            S(*L, "COST", 20, "AT", T + 500, keep="r2")
+            S("RL.SETTLE", k, "@r1", 10)  # refund 20
+            S("RL.SETTLE", k, "@r1", 10)  # settled already: the error
+            S(*L, "COST", 5, "AT", T + 1000, keep="r3")
+            S("RL.SETTLE", k, "@r3", 60)  # charge 55: still within a bucket
+            S("RL.PEEK", k, 100, "10s", *A, "AT", T + 1000)
+            S(*L, "COST", 500, "AT", T + 1000)  # over the limit: denied, no id
+            S(*L, "COST", 1, "AT", T + 2000, keep="r4")
+            # the key decided a window later: r4's refund into the previous window
+            S("RL.ALLOW", k, 100, "10s", *A, "AT", T + 10500)
+            S("RL.SETTLE", k, "@r4", 0)
+            S("RL.SETTLE", k, "@r2", 20)  # actual = estimate
+            S(*L, "COST", 2, "AT", T + 11000, keep="r5")
+            S("RL.SETTLE", k, "@r5", 1)
+            S("RL.SETTLE", k, 424242, 1)  # unknown id
+            S("RL.SETTLE", k, "@r5", -1)
+            S("RL.PEEK", k, 100, "10s", *A, "AT", T + 11000)
+        # a charge past the limit in windows: the next request waits
+        k = "llm"
+        S("RL.RESERVE", k, 100, "1m", "COST", 5, "ALGO", "sliding-window", "AT", T, keep="x")
+        S("RL.SETTLE", k, "@x", 250)
+        S("RL.ALLOW", k, 100, "1m", "ALGO", "sliding-window", "AT", T + 59000)
+        S("RL.ALLOW", k, 100, "1m", "ALGO", "sliding-window", "AT", T + 90000)
+        # a reservation whose window ended settles at its estimate: unknown after
+        S("RL.RESERVE", "w", 10, "1s", "COST", 4, "ALGO", "fixed-window", "AT", T, keep="y")
+        S("RL.RESERVE", "w", 10, "1s", "COST", 1, "ALGO", "fixed-window", "AT", T + 1000)
+        S("RL.SETTLE", "w", "@y", 0)
+        S("RL.PEEK", "w", 10, "1s", "ALGO", "fixed-window", "AT", T + 1000)
+        # refusals, the same words
+        S("RL.RESERVE", "k", 10, "1m", "COST", 1, "ALGO", "sliding-log")
+        S("RL.RESERVE", "k", 10, "1m", "ALGO", "gcra")
+        S("RL.SETTLE", "nobody", 1, 1)
+
+    def test_keys_in_redis(self):
+        """The keys a hold makes carry the key as hash tag, and every one
+        has an expiry."""
+        r = self.redis()
+        n = self.node(r, "one")
+        with RawConn(n.port) as c:
+            c.cmd("RL.ACQUIRE", "q", "2", "TTL", "5000", "AT", str(T))
+            c.cmd("RL.RESERVE", "q", "10", "1m", "COST", "3", "AT", str(T))
+        keys = sorted(r.cmd("KEYS", "*"))
+        self.assertEqual(keys, [b"sl:40:{q}", b"sl:hh:{q}", b"sl:hl:{q}", b"sl:hr:{q}"])
+        for k in keys:
+            ttl = r.cmd("PTTL", k)
+            self.assertGreater(ttl, 0, k)
+            self.assertLessEqual(ttl, 3600000, k)  # client time: an hour of real time
+
+    def test_module_path(self):
+        """With the sluice module loaded, leases go through the script (no
+        rate state involved); RL.RESERVE / RL.SETTLE are refused, not
+        charged where RL.ALLOW does not look."""
+        r = harness.RedisServer(module_args=["trust-client-time", "yes",
+                                             "max-client-skew", "7d"]).start()
+        self.addCleanup(r.cleanup)
+        n = self.node(r, "module")
+        with RawConn(n.port) as c:
+            a = c.cmd("RL.ACQUIRE", "m", "1", "TTL", "5000", "AT", str(T))
+            self.assertEqual(a[:6], [1, 1, 0, 0, 5000, 0])
+            self.assertEqual(c.cmd("RL.ACQUIRE", "m", "1", "AT", str(T + 1)),
+                             [0, 1, 0, 4999, 4999, 0, None])
+            self.assertEqual(c.cmd("RL.RELEASE", "m", str(a[6])), 1)
+            for cmd in (("RL.RESERVE", "m", "10", "1m", "COST", "1", "AT", str(T)),
+                        ("RL.SETTLE", "m", "1", "1")):
+                self.assertEqual(flat(c.cmd(*cmd)),
+                                 "ERR:ERR RL.RESERVE and RL.SETTLE are not supported on a Redis "
+                                 "with the sluice module yet: only without it "
+                                 "(docs/commands-holds.md)")
+        self.assertEqual(r.cmd("EXISTS", "sl:40:{m}"), 0)
+
+    def test_cluster(self):
+        """In a Redis Cluster every hold goes to the master of its key's
+        slot (the decisions' routing): keys spread over the 3 masters all
+        answer, and each key's hold keys sit on the master holding its
+        RL.ALLOW state."""
+        c = harness.RedisCluster(3).start()
+        self.addCleanup(c.cleanup)
+        s = harness.Server("--backend", c.url(), "--backend-timeout", "5s",
+                           trust_client_time=True, name=self.id() + "-cluster")
+        s.start()
+        self.addCleanup(s.cleanup)
+        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
+        keys = ["u%d" % i for i in range(12)]
+        with RawConn(s.port) as conn:
+            for k in keys:
+                a = conn.cmd("RL.ACQUIRE", k, "1", "TTL", "5000", "AT", str(T))
+                self.assertEqual(a[:6], [1, 1, 0, 0, 5000, 0], k)
+                v = conn.cmd("RL.RESERVE", k, "10", "1m", "COST", "4", "ALGO", "fixed-window",
+                             "AT", str(T))
+                self.assertEqual(v[:3], [1, 10, 6], k)
+                self.assertEqual(conn.cmd("RL.SETTLE", k, str(v[6]), "1")[:3], [1, 10, 9], k)
+                self.assertEqual(conn.cmd("RL.RELEASE", k, str(a[6])), 1, k)
+        used = set()
+        for k in keys:
+            home = [i for i, r in enumerate(c.nodes)
+                    if r.cmd("EXISTS", "sl:00:{%s}" % k) == 1]
+            self.assertEqual(len(home), 1, k)
+            self.assertEqual(c.nodes[home[0]].cmd("EXISTS", "sl:hh:{%s}" % k), 1, k)
+            used.add(home[0])
+        self.assertEqual(len(used), 3)  # 12 keys: every master holds some
+
+    def fleet(self, trust):
+        r = self.redis()
+        return r, [self.node(r, "n%d" % i, trust=trust) for i in range(NODES)]
+
+    def test_leases_fleet(self):
+        _, nodes = self.fleet(trust=False)
+        N, PER = 4, 6
+        lock, held, worst, errors = threading.Lock(), [0], [0], []
+        got = [[] for _ in range(NODES * 2)]
+
+        def grab(j):
+            try:
+                with RawConn(nodes[j % NODES].port, timeout=30) as c:
+                    c.send(b"".join(encode("RL.ACQUIRE", "hot", str(N), "TTL", "60s")
+                                    for _ in range(PER)))
+                    for a in c.read_replies(PER, timeout=60 * harness.SLOW):
+                        if a[0] == 1:
+                            got[j].append(a[6])
+            except Exception as e:
+                errors.append(repr(e))
+
+        def churn(j):
+            """acquire, count, uncount, release: held never passes N"""
+            try:
+                with RawConn(nodes[j % NODES].port, timeout=30) as c:
+                    for _ in range(15):
+                        a = c.cmd("RL.ACQUIRE", "churn", str(N), "TTL", "60s")
+                        if a[0] != 1:
+                            continue
+                        with lock:
+                            held[0] += 1
+                            worst[0] = max(worst[0], held[0])
+                        with lock:
+                            held[0] -= 1
+                        if c.cmd("RL.RELEASE", "churn", str(a[6])) != 1:
+                            errors.append("a held lease released: not 1")
+            except Exception as e:
+                errors.append(repr(e))
+
+        for fn in (grab, churn):
+            ths = [threading.Thread(target=fn, args=(j,)) for j in range(NODES * 2)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join(120 * harness.SLOW)
+        self.assertEqual(errors, [])
+        ids = [i for g in got for i in g]
+        self.assertEqual(len(ids), N)  # exactly N of 36 asks, across 3 nodes
+        self.assertEqual(len(set(ids)), N)
+        self.assertLessEqual(worst[0], N)
+        self.assertGreaterEqual(worst[0], 1)
+        with RawConn(nodes[0].port) as c:
+            for i in ids:
+                self.assertEqual(c.cmd("RL.RELEASE", "hot", str(i)), 1)
+            self.assertEqual(c.cmd("RL.ACQUIRE", "hot", str(N), "TTL", "60s")[:3], [1, N, N - 1])
+
+    def test_reserve_settle_fleet(self):
+        _, nodes = self.fleet(trust=True)
+        PER, L = 10, 1000000
+        limits = {"fixed-window": ("ALGO", "fixed-window"),
+                  "token-bucket": ("ALGO", "token-bucket")}
+        actuals, errors = [], []
+        lock = threading.Lock()
+
+        def client(j):
+            try:
+                with RawConn(nodes[j % NODES].port, timeout=30) as c:
+                    for i in range(PER):
+                        for name, opt in limits.items():
+                            est, act = 50 + j, (i * 37 + j * 11) % 120
+                            a = c.cmd("RL.RESERVE", "tok:" + name, str(L), "1h", "COST",
+                                      str(est), *opt, "AT", str(T))
+                            if a[0] != 1:
+                                errors.append("denied: %r" % (a,))
+                                continue
+                            s = c.cmd("RL.SETTLE", "tok:" + name, str(a[6]), str(act))
+                            if not isinstance(s, list) or s[0] != 1:
+                                errors.append("settle: %r" % (s,))
+                                continue
+                            with lock:
+                                actuals.append((name, act))
+            except Exception as e:
+                errors.append(repr(e))
+
+        ths = [threading.Thread(target=client, args=(j,)) for j in range(NODES * 2)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join(120 * harness.SLOW)
+        self.assertEqual(errors, [])
+        with RawConn(nodes[1].port) as c:
+            for name, opt in limits.items():
+                total = sum(a for n, a in actuals if n == name)
+                self.assertEqual(len([1 for n, _ in actuals if n == name]), NODES * 2 * PER)
+                peek = c.cmd("RL.PEEK", "tok:" + name, str(L), "1h", *opt, "COST", "0",
+                             "AT", str(T))
+                self.assertEqual(peek[2], L - total, name)
+
+
+if __name__ == "__main__":
+    unittest.main()
