@@ -239,6 +239,8 @@ $(B)/tests/test_slots: $(REDIS_PARTS)
 $(B)/tests/test_backend_redis: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_slots_threads: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
 $(B)/tests/test_slots_threads: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_wait: $(SRV_PARTS) $(B)/tests/support/backend_delay.o
+$(B)/tests/test_wait: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_grpc_wire: $(B)/src/proto/grpc/rls_wire.o $(PROTO_OBJ)
 $(B)/tests/test_grpc_wire: LDLIBS += -lprotobuf-c
 # dynamic_metadata (src/proto/grpc/rls_meta.c) from rules' metadata, read

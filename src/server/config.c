@@ -39,6 +39,7 @@
 #include "journal.h"
 #include "log.h"
 #include "util.h"
+#include "wait.h"
 
 #define KB 1024LL
 #define MB (1024LL * KB)
@@ -469,6 +470,28 @@ static const opt opts[] = {
      .arg = "LEVEL",
      .def = "info",
      .help = "debug, info, warn or error"},
+    {.name = "max-waiters",
+     INT(max_waiters),
+     .min = 1,
+     .max = 10000000,
+     .arg = "N",
+     .def = "100000",
+     .help = "requests waiting for their turn at once (RL.WAIT, ?wait=ms), all keys; more are "
+             "refused at once"},
+    {.name = "max-waiters-per-key",
+     INT(max_waiters_per_key),
+     .min = 1,
+     .max = 10000000,
+     .arg = "N",
+     .def = "10000",
+     .help = "requests waiting in one key's line; more are refused at once"},
+    {.name = "max-wait",
+     DUR(max_wait_ms),
+     .min = 0,
+     .max = SL_WAIT_MAX_TIMEOUT_MS,
+     .def = "300s",
+     .zero = "no waiting (TIMEOUT 0 only)",
+     .help = "the longest TIMEOUT (RL.WAIT) or wait (HTTP) a request may give"},
     {.name = "help",
      .short_flag = 'h',
      ACTION(SL_CONFIG_HELP),
@@ -503,6 +526,9 @@ void sl_config_defaults(sl_config *cfg)
     cfg->max_clients = 10000;
     cfg->max_command = (uint64_t)MB;
     cfg->max_output = 8 * (uint64_t)MB;
+    cfg->max_waiters = 100000;
+    cfg->max_waiters_per_key = 10000;
+    cfg->max_wait_ms = 300000;
     cfg->idle_timeout_ms = 300000;
     cfg->send_timeout_ms = 60000;
     cfg->recv_timeout_ms = 10000;

@@ -39,6 +39,7 @@
 #include "log.h"
 #include "net_int.h"
 #include "util.h"
+#include "wait.h"
 
 /* A stopping worker with no connection left ends its loop once no request
  * of its is in flight at the backend (closed connections' requests
@@ -74,6 +75,7 @@ static void worker_begin_stop(worker *w)
         next = c->next; /* sl__net_stop_step frees at most c */
         if (c->state == C_OPEN) sl__net_stop_step(c);
     }
+    sl_wait_stop(w->net->srv->wait, &w->svc); /* waiters are answered now */
     if (w->conns == NULL) sl__net_maybe_exit(w);
 }
 
@@ -133,6 +135,7 @@ static void worker_free(worker *w)
     if (w == NULL) return;
     /* the service context first: closing its backend channel answers the
      * requests still in flight, which frees their slots into the pool */
+    if (w->svc_ok) sl_wait_detach(w->net->srv->wait, &w->svc);
     if (w->svc_ok) sl_svc_ctx_done(&w->svc);
     sl__net_slot_pool_free(w);
     if (w->exit_ev) event_free(w->exit_ev);
@@ -205,6 +208,10 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     w->svcp = &w->svc;
     w->svc.charge = sl__net_on_charge; /* requests in flight weigh on their connection */
     w->svc.charge_arg = w;
+    if (sl_wait_attach(net->srv->wait, &w->svc, w->base, err, errlen) != 0) {
+        worker_free(w);
+        return NULL;
+    }
     for (int f = 0; f < NET_FRONTS; f++) {
         const sl_proto *p = net->protos[f];
         if (p == NULL) continue;
@@ -268,6 +275,11 @@ sl_net *sl_net_start(sl_srv *srv, const sl_proto *proto, const sl_proto *http, c
         goto fail;
     }
     srv->nworkers = n;
+    srv->wait = sl_wait_new(n, cfg->max_waiters, cfg->max_waiters_per_key);
+    if (srv->wait == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
     for (int i = 0; i < n; i++) {
         net->workers[i] = worker_new(net, i, err, errlen);
         if (net->workers[i] == NULL) goto fail;
@@ -338,5 +350,7 @@ void sl_net_free(sl_net *net)
     if (net->acc_pipe[1] >= 0) close(net->acc_pipe[1]);
     for (int i = 0; i < net->nworkers; i++) worker_free(net->workers[i]);
     free(net->workers);
+    sl_wait_free(net->srv->wait);
+    net->srv->wait = NULL;
     free(net);
 }

@@ -665,7 +665,8 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (what & EV_TIMEOUT) {
-        if (c->writing) return; /* replies still going out: not idle */
+        /* replies still going out, or awaited (RL.WAIT): not idle */
+        if (c->writing || c->nslots > 0) return;
         atomic_fetch_add_explicit(&w->net->srv->cut_idle, 1, memory_order_relaxed);
         conn_free(c, "idle-timeout");
         return;
@@ -678,6 +679,7 @@ static void on_read(evutil_socket_t fd, short what, void *arg)
     }
     if (n == 0) { /* the client is done sending; send what is pending, then close */
         c->eof = 1;
+        sl__net_drop(c); /* its waiters leave (wait.h) */
         begin_close(c);
         flush(c);
         return;

@@ -127,6 +127,8 @@ struct sl_conn {
     size_t wait_bytes;                 /* what its requests in flight at a backend hold
                                           (the weights of its slots not done) */
     void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
+    void (*drop)(void *);              /* sl_conn_on_drop's hook (proto.h); NULL: none */
+    void *drop_arg;
     struct sl_conn *prev, *next;
     struct sl_conn *dprev, *dnext; /* on w->deferred: replies held for the turn's end */
     int deferred;                  /* ... is on it */
@@ -252,6 +254,9 @@ void sl__net_stop_step(conn *c);
 void sl__net_on_charge(void *arg, size_t bytes);
 /* Detaches c's pending slots (c is closing). */
 void sl__net_orphan_slots(conn *c);
+/* c's client went (EOF, or c is being freed): its drop hook runs, once
+ * (proto.h: sl_conn_on_drop). */
+void sl__net_drop(conn *c);
 /* Frees w's pool of free slots. */
 void sl__net_slot_pool_free(worker *w);
 

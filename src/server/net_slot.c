@@ -169,6 +169,23 @@ void sl_conn_release(conn *c)
 }
 
 void *sl_slot_data(sl_slot *s) { return s->data.b; }
+
+void sl_conn_on_drop(conn *c, void (*fn)(void *), void *arg)
+{
+    c->drop = fn;
+    c->drop_arg = fn != NULL ? arg : NULL;
+}
+
+void *sl_conn_drop_arg(const conn *c) { return c->drop_arg; }
+
+void sl__net_drop(conn *c)
+{
+    void (*fn)(void *) = c->drop;
+    if (fn == NULL) return;
+    c->drop = NULL; /* once */
+    fn(c->drop_arg);
+    c->drop_arg = NULL;
+}
 sl_svc_ctx *sl_slot_svc(sl_slot *s) { return s->w->svcp; }
 
 /* Detaches c's pending slots: the done ones are freed, the ones still in
@@ -177,6 +194,7 @@ void sl__net_orphan_slots(conn *c)
 {
     sl_slot *s = c->head, *next;
     size_t weight = 0;
+    sl__net_drop(c); /* the hook only marks its requests: the list stays */
     for (; s != NULL; s = next) {
         next = s->next;
         s->c = NULL;

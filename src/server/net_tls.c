@@ -188,7 +188,7 @@ static void on_tls_event(struct bufferevent *bev, short what, void *arg)
             sl__net_conn_cut(c, "send-timeout");
         } else if (c->state == C_LINGER) {
             sl__net_conn_free(c, "linger timeout");
-        } else if (!c->writing) { /* replies still going out: not idle */
+        } else if (!c->writing && c->nslots == 0) { /* replies going out or awaited: not idle */
             atomic_fetch_add_explicit(&srv->cut_idle, 1, memory_order_relaxed);
             sl__net_conn_free(c, "idle-timeout");
         }
@@ -198,6 +198,7 @@ static void on_tls_event(struct bufferevent *bev, short what, void *arg)
         /* the client is done sending; send what is pending, then close.
          * The bufferevent stopped writing at the EOF: start it again. */
         c->eof = 1;
+        sl__net_drop(c); /* its waiters leave (wait.h) */
         sl__net_begin_close(c);
         if (sl__net_flush(c) == 0 && evbuffer_get_length(c->out) > 0)
             bufferevent_enable(bev, EV_WRITE);

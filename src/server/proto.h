@@ -113,6 +113,16 @@ sl_slot *sl_conn_slot(sl_conn *c);
 sl_buf *sl_slot_buf(sl_slot *s);
 /* The slot's reply is complete (see the rules above). */
 void sl_slot_done(sl_slot *s);
+/* Requests whose answers wait for something other than a backend (the
+ * waiting room: RL.WAIT, wait.h) ask to be told if c's client goes while
+ * they wait -- c is freed, or its client's end is read (EOF): fn(arg) is
+ * called once, on the worker's thread, from inside net.c, and the hook is
+ * cleared first; fn must not complete slots then (it marks its requests,
+ * which complete on later events).  One hook per connection: its owner
+ * keeps its requests in a list of its own (sl_conn_drop_arg reads the
+ * arg set; fn NULL clears the hook). */
+void sl_conn_on_drop(sl_conn *c, void (*fn)(void *), void *arg);
+void *sl_conn_drop_arg(const sl_conn *c);
 /* A request of c in flight that holds no reply slot -- HTTP/2's answers
  * leave through the session's own output, in its order, so a call waiting
  * for its backend cannot hold a place in the slot queue (src/proto/grpc/)

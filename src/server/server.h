@@ -112,6 +112,10 @@ typedef struct sl_config {
     char limit_reset_header[128];   /* LIMIT_RESET_HEADER; default RateLimit-Reset */
     int response_dmeta;             /* RESPONSE_DYNAMIC_METADATA */
     int stop_incr_overlimit;        /* STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT */
+    /* waiting instead of failing (RL.WAIT, ?wait=ms: wait.h) */
+    int max_waiters;                /* waiters at once, all keys; default 100000 */
+    int max_waiters_per_key;        /* waiters in one key's line; default 10000 */
+    int64_t max_wait_ms;            /* the longest TIMEOUT accepted; default 300 s */
 } sl_config;
 
 /* --after-crash: what a start after an unclean stop, without a journal,
@@ -138,6 +142,7 @@ struct sl_auth;
 struct sl_tls;
 struct sl_history;
 struct sl_proto;
+struct sl_wait;
 
 typedef struct sl_srv {
     const sl_config *cfg;
@@ -160,6 +165,8 @@ typedef struct sl_srv {
                                        before sl_net_start); NULL: no gRPC listener */
     int grpc_port;                  /* the gRPC port actually bound; 0 = none */
     int grpc_tls_port;              /* the gRPC-over-TLS port actually bound; 0 = none */
+    struct sl_wait *wait;           /* the waiting room (wait.h), made by sl_net_start;
+                                       NULL: requests do not wait */
     _Atomic int clients;            /* connected now */
     _Atomic uint64_t connections;   /* accepted since start */
     _Atomic uint64_t rejected;      /* refused: max clients */

@@ -151,7 +151,7 @@ class TestHttpAllow(ServerTestCase):
             ("limit=5&window=1s", "missing parameter key (key, limit and window are needed)"),
             ("key=a&limit=5&window=1s&colour=red",
              "unknown parameter 'colour' (expected key, limit, window, algo, cost, burst, "
-             "precision or at)"),
+             "precision, at or wait)"),
             ("key=a&key=b&limit=5&window=1s", "parameter key given twice"),
             ("key=a%00b&limit=5&window=1s", "a parameter holds a NUL byte (%00)"),
         ):

@@ -16,6 +16,7 @@
 #include "check_int.h"
 #include "http_int.h"
 #include "service.h"
+#include "wait.h"
 
 /* ---- the answer ------------------------------------------------------------- */
 
@@ -61,7 +62,7 @@ static void on_checked(void *arg, const sl_svc_reply *r)
 {
     sl_http_check cc = *(const sl_http_check *)arg, *c = &cc;
     if (r->rc < 0) {
-        if (r->rc == SL_ENOMEM)
+        if (r->rc == SL_ENOMEM || r->rc == SL_EFULL) /* EFULL: the waiting room's bounds */
             sl_http_send_error(&c->a, 503, "Service Unavailable", r->err);
         else
             sl_http_send_error(&c->a, 400, "Bad Request", r->err);
@@ -103,6 +104,21 @@ void sl_http_check_run(http_worker *hw, const sl_http_check *c, const sl_svc_che
     sl_http_check *cc = sl_slot_data(c->a.slot);
     *cc = *c;
     sl_svc_check(hw->svc, q, on_checked, cc);
+}
+
+/* As sl_http_check_run, waiting up to wait ms in the line of the domain
+ * and the first descriptor (wait.h: sl_wait_check). */
+static void check_wait(http_worker *hw, sl_conn *conn, const sl_http_check *c,
+                       const sl_svc_check_req *q, int64_t now, int64_t wait)
+{
+    const char *why;
+    if (sl_svc_rules(hw->svc, &why) == NULL) {
+        sl_http_send_error(&c->a, 503, "Service Unavailable", why);
+        return;
+    }
+    sl_http_check *cc = sl_slot_data(c->a.slot);
+    *cc = *c;
+    sl_wait_check(hw->svc, conn, q, now, wait, on_checked, cc);
 }
 
 /* ---- POST /v1/check --------------------------------------------------------- */
@@ -250,11 +266,26 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
 void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
 {
     char err[SL_SVC_ERR];
+    int64_t wait = -1; /* ?wait=ms: the whole check waits (wait.h) */
     if (req->query != NULL && req->query[0] != '\0') {
-        sl_http_send_error(&req->a, 400, "Bad Request",
-                           "POST /v1/check takes no query string: send the request as the JSON "
-                           "body");
-        return;
+        if (strncmp(req->query, "wait=", 5) != 0) {
+            sl_http_send_error(&req->a, 400, "Bad Request",
+                               "POST /v1/check takes no query string but wait=ms: send the "
+                               "request as the JSON body");
+            return;
+        }
+        const char *v = req->query + 5;
+        if (sl_wait_parse_timeout(v, strlen(v), hw->cfg->max_wait_ms, &wait, err, sizeof err) !=
+            0) {
+            sl_http_send_error(&req->a, 400, "Bad Request", err);
+            return;
+        }
+        if (hw->cfg->count_denied) {
+            sl_http_send_error(&req->a, 400, "Bad Request",
+                               "wait is refused: this server charges denied checks "
+                               "(--count-denied), so each try would be charged");
+            return;
+        }
     }
     size_t len = req->body_len;
     const char *data = len ? req->body : "";
@@ -272,7 +303,8 @@ void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
         sl_http_send_error(&req->a, 503, "Service Unavailable", "out of memory");
         return;
     }
-    if (parse_body(hw, root, sl_now_ms(), b, err, sizeof err) != 0) {
+    int64_t now = sl_now_ms();
+    if (parse_body(hw, root, now, b, err, sizeof err) != 0) {
         sl_http_send_error(&req->a, 400, "Bad Request", err);
     } else {
         sl_http_check c = {req->a, 1, 0};
@@ -283,7 +315,14 @@ void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
                               .ndesc = b->ndesc,
                               .cost = b->cost,
                               .at = b->at};
-        sl_http_check_run(hw, &c, &q);
+        if (wait >= 0 && b->at != now)
+            sl_http_send_error(&req->a, 400, "Bad Request",
+                               "at is refused with wait: a waiter is decided at the server's "
+                               "clock");
+        else if (wait >= 0)
+            check_wait(hw, req->conn, &c, &q, now, wait);
+        else
+            sl_http_check_run(hw, &c, &q);
     }
     free(b);
     json_decref(root);

@@ -37,6 +37,7 @@
 #include "service.h"
 #include "status.h"
 #include "util.h"
+#include "wait.h"
 
 /* ---- writing answers ---------------------------------------------------------- */
 
@@ -302,9 +303,20 @@ static void on_allowed(void *arg, const sl_svc_reply *r)
                      (size_t)(d - body));
 }
 
+/* ?wait's answer: as /v1/allow's, but a full waiting room is 503. */
+static void on_waited(void *arg, const sl_svc_reply *r)
+{
+    allow_req *q = arg;
+    if (r->rc == SL_EFULL) {
+        sl_http_send_error(&q->a, 503, "Service Unavailable", r->err);
+        return;
+    }
+    on_allowed(arg, r);
+}
+
 /* The parameters of /v1/allow, in the order RL.ALLOW takes them. */
 static const char *const allow_params[] = {"key",  "limit", "window",    "algo",
-                                           "cost", "burst", "precision", "at"};
+                                           "cost", "burst", "precision", "at", "wait"};
 #define NPARAMS (sizeof allow_params / sizeof allow_params[0])
 
 static int unhex(int c)
@@ -366,7 +378,7 @@ static void v1_allow(http_worker *hw, const sl_hreq *req)
         if (i == NPARAMS) {
             snprintf(err, sizeof err,
                      "unknown parameter '%s' (expected key, limit, window, algo, cost, burst, "
-                     "precision or at)",
+                     "precision, at or wait)",
                      sl__quote(qb, sizeof qb, s, klen));
             bad = 1;
             break;
@@ -406,9 +418,21 @@ static void v1_allow(http_worker *hw, const sl_hreq *req)
         sl_http_send_error(&req->a, 400, "Bad Request", err);
         return;
     }
+    int64_t wait = -1; /* ?wait=ms: RL.WAIT's waiting (wait.h) */
+    if (val[8] != NULL &&
+        (sl_wait_parse_timeout(val[8], vlen[8], hw->cfg->max_wait_ms, &wait, err, sizeof err) ||
+         (val[7] != NULL && snprintf(err, sizeof err, "at is refused with wait: a waiter is "
+                                                      "decided at the server's clock") > 0))) {
+        sl_http_send_error(&req->a, 400, "Bad Request", err);
+        return;
+    }
     allow_req *q = sl_slot_data(req->a.slot);
     q->a = req->a;
     q->window_ms = p.window_ms;
+    if (wait >= 0 && sl_params_check(&p) == 0) {
+        sl_wait_allow(x, req->conn, val[0], vlen[0], &p, cost, now, wait, on_waited, q);
+        return;
+    }
     /* the service checks the parameters together: its error names the bad one */
     sl_svc_allow(x, val[0], vlen[0], &p, cost, at, 1, on_allowed, q);
 }

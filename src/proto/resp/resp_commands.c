@@ -60,6 +60,7 @@
 #include "resp_int.h"
 #include "service.h"
 #include "util.h"
+#include "wait.h"
 
 /* ---- the state of a connection ----------------------------------------- */
 
@@ -262,6 +263,67 @@ static void decide(req *q, int commit)
 
 static void cmd_allow(req *q) { decide(q, 1); }
 static void cmd_peek(req *q) { decide(q, 0); }
+
+/* ---- RL.WAIT ---------------------------------------------------------------- */
+
+/* RL.WAIT key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
+ *         TIMEOUT ms: RL.ALLOW's request, waiting in the key's line until
+ * allowed or until the timeout passes (wait.h, docs/commands-wait.md).
+ * Inside MULTI ... EXEC it does not wait (TIMEOUT 0), as Redis runs a
+ * blocking command in a transaction.  AT and LOGREJECTED are refused: a
+ * waiter is decided at the server's clock as time passes, and each denied
+ * try of log-rejected would be charged. */
+static void cmd_wait(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    char err[SL_SVC_ERR];
+    const sl_resp_arg *key = &c->argv[1];
+    sl__arg a[SL__ALLOW_ARGS + 2];
+    sl__allow_req r;
+    int n = c->argc - 2;
+    if (n > SL__ALLOW_ARGS + 2) {
+        err_reply(q, "too many arguments for 'rl.wait' command");
+        return;
+    }
+    for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    int k = sl__parse_allow(a, n, "TIMEOUT", allow_at, q, &r, err, sizeof err);
+    if (k < 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    if (k != n - 2) {
+        err_reply(q, k == n ? "RL.WAIT needs TIMEOUT ms after the other arguments"
+                            : "RL.WAIT takes nothing after TIMEOUT ms");
+        return;
+    }
+    if (r.has_at) {
+        err_reply(q, "AT is refused with RL.WAIT: a waiter is decided at the server's clock");
+        return;
+    }
+    if (r.p.log_rejected) {
+        err_reply(q, "LOGREJECTED is refused with RL.WAIT: each denied try would be charged");
+        return;
+    }
+    int64_t timeout;
+    const sl_config *cfg = sl_conn_cfg(q->c);
+    if (sl_wait_parse_timeout(a[k + 1].p, a[k + 1].len, cfg->max_wait_ms, &timeout, err,
+                              sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    if (sl_params_check(&r.p) != 0) { /* the service's words for it, nothing charged */
+        sl_svc_allow(q->x, key->p, key->len, &r.p, r.cost, q->now, 0, on_fields, s);
+        return;
+    }
+    sl_wait_allow(q->x, q->c, key->p, key->len, &r.p, r.cost, q->now, q->queued ? 0 : timeout,
+                  on_fields, s);
+}
 
 /* ---- RL.CHECK --------------------------------------------------------------- */
 
@@ -1121,6 +1183,7 @@ static const command commands[] = {
     {"rl.peek", -4, 1, 0, G_READ, cmd_peek, NULL},
     {"rl.reset", -2, 1, 0, G_ADMIN, cmd_reset, NULL},
     {"rl.check", -5, 0, 0, G_DECIDE, cmd_check, NULL},
+    {"rl.wait", -6, 1, 0, G_DECIDE, cmd_wait, NULL},
     {"rl.acquire", -3, 1, 0, G_DECIDE, cmd_acquire, NULL}, /* SPEC 10: holds */
     {"rl.release", 3, 1, 0, G_DECIDE, cmd_release, NULL},
     {"rl.reserve", -6, 1, 0, G_DECIDE, cmd_reserve, NULL},
@@ -1382,7 +1445,7 @@ static void cmd_unwatch(req *q) { reply_raw(q, "+OK\r\n"); }
 static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t rawlen, int64_t now,
                     int queued)
 {
-    req q = {c, sl_conn_svc(c), cmd, now, NULL, sl_conn_pdata(c), SL_RESP2};
+    req q = {c, sl_conn_svc(c), cmd, now, NULL, sl_conn_pdata(c), SL_RESP2, queued};
     if (q.cl == NULL) client_of(&q); /* its first command; NULL (no memory): tried again */
     if (q.cl != NULL) {
         q.who = q.cl->who;

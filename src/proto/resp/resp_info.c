@@ -18,6 +18,7 @@
 #include "live.h"
 #include "resp_int.h"
 #include "util.h"
+#include "wait.h"
 
 static void info_line(sl_buf *b, const char *name, unsigned long long v)
 {
@@ -117,6 +118,13 @@ void sl__resp_cmd_info(req *q)
         info_line(&b, "max_output_total_bytes", sl_config_output_total(cfg));
         info_line(&b, "client_output_bytes",
                   (unsigned long long)atomic_load(&srv->stats.output_bytes));
+        sl_wait_stats ws; /* the waiting room (wait.h) */
+        sl_wait_stats_get(srv->wait, &ws);
+        info_line(&b, "waiting_clients", (unsigned long long)ws.waiting);
+        info_line(&b, "waiters_served", ws.served);
+        info_line(&b, "waiters_timed_out", ws.timed_out);
+        info_line(&b, "waiters_dropped", ws.dropped);
+        info_line(&b, "waiters_refused", ws.refused);
         info_line(&b, "idle_timeout_ms", (unsigned long long)cfg->idle_timeout_ms);
         info_line(&b, "recv_timeout_ms", (unsigned long long)cfg->recv_timeout_ms);
         sl_resp_raw(&b, "\r\n");

@@ -27,6 +27,7 @@ typedef struct req {
     const sl_auth_user *who; /* the connection's user; NULL: not logged in */
     client *cl;              /* the connection's state; NULL only if it could not be allocated */
     int proto;               /* what replies are framed in: SL_RESP2 or SL_RESP3 */
+    int queued;              /* 1: run by EXEC from the transaction's queue */
 } req;
 
 /* What a non-admin user sees in place of a file path. */
