@@ -251,6 +251,10 @@ class TestGroups(AuthServer):
         (["RL.ALLOW", "g:k", 5, "10s"], "deciding", list),
         (["RL.CHECK", "api", "DESCRIPTOR", "user", "u1"], "deciding", list),
         (["RL.PEEK", "g:k", 5, "10s"], "reading", list),
+        (["RL.WAIT", "g:w", 5, "10s", "TIMEOUT", 0], "deciding", list),
+        (["RL.ACQUIRE", "g:a", 1000], "deciding", list),
+        (["RL.RELEASE", "g:a", 1], "deciding", int),
+        (["RL.RESERVE", "g:r", 1000, "10s", "COST", 1], "deciding", list),
         (["INFO", "server"], "reading", bytes),
         (["RL.RULES"], "reading", list),
         (["COMMAND", "COUNT"], "reading", int),
@@ -279,12 +283,12 @@ class TestGroups(AuthServer):
                     name = cmd[0].lower() + ("|reload" if cmd[1:2] == ["RELOAD"] else "")
                     self.assertEqual(got, noperm(name), "%s %s" % (user, cmd))
                     denied[user] += 1
-        # dec lacks reading (4) and admin (2); grafana deciding (2) and admin;
+        # dec lacks reading (4) and admin (2); grafana deciding (6) and admin;
         # ops deciding and reading; both admin; default nothing
-        self.assertEqual(denied, {"dec": 6, "grafana": 4, "ops": 6, "both": 2, "default": 0})
+        self.assertEqual(denied, {"dec": 6, "grafana": 8, "ops": 10, "both": 2, "default": 0})
         info = parse_info(self.conn("default", PASSWORD).cmd("INFO", "stats"))
         self.assertEqual(int(info["acl_access_denied_cmd"]) - int(info0["acl_access_denied_cmd"]),
-                         18)
+                         26)
 
     def test_a_denied_command_changes_nothing(self):
         d = self.conn("dec", USERS["dec"])
