@@ -147,6 +147,28 @@ class HoldsRedis(unittest.TestCase):
             S("RL.SETTLE", k, 424242, 1)  # unknown id
             S("RL.SETTLE", k, "@r5", -1)
             S("RL.PEEK", k, 100, "10s", *A, "AT", T + 11000)
+        # a settle past empty on the buckets: a debt, kept whole (the next
+        # requests wait until debt + cost has refilled; remaining 0 meanwhile)
+        for algo in ("token-bucket", "gcra", "leaky-bucket"):
+            k, A = "debt:" + algo, ("ALGO", algo)
+            R = ("RL.RESERVE", k, 10, "10s") + A
+            S(*R, "COST", 4, "AT", T, keep="d1")
+            S(*R, "COST", 3, "AT", T, keep="d2")
+            self.assertEqual(S("RL.SETTLE", k, "@d1", 29), [0, 10, 0, 23000, 32000, 0])
+            S("RL.PEEK", k, 10, "10s", *A, "COST", 3, "AT", T + 1500)
+            S("RL.ALLOW", k, 10, "10s", *A, "AT", T + 2000)  # denied
+            S("RL.SETTLE", k, "@d2", 1)  # refunds 2 of the debt
+            S("RL.ALLOW", k, 10, "10s", *A, "COST", 0, "AT", T + 2500)
+            S("RL.PEEK", k, 10, "10s", *A, "BURST", 20, "AT", T + 3000)  # the debt kept
+            S("RL.PEEK", k, 10, "5s", *A, "AT", T + 3000)  # a new window: its whole part kept
+            self.assertEqual(S(*R, "COST", 1, "AT", T + 20000),  # one more to refill
+                             [0, 10, 0, 1000, 10000, 0, None])
+            self.assertEqual(S(*R, "COST", 1, "AT", T + 21000, keep="d3")[:3], [1, 10, 0])
+            S("RL.SETTLE", k, "@d3", 10 ** 11)  # a huge debt: kept, not clamped
+            self.assertEqual(S("RL.PEEK", k, 10, "10s", *A, "AT", T + 22000),
+                             [0, 10, 0, 10 ** 14 - 1000, 10 ** 14 + 8000, 0])
+            S("RL.SETTLE", k, "@d3", 0)  # settled already
+            S("RL.ALLOW", k, 10, "10s", *A, "AT", T + 10 ** 6)
         # a charge past the limit in windows: the next request waits
         k = "llm"
         S("RL.RESERVE", k, 100, "1m", "COST", 5, "ALGO", "sliding-window", "AT", T, keep="x")
@@ -162,6 +184,30 @@ class HoldsRedis(unittest.TestCase):
         S("RL.RESERVE", "k", 10, "1m", "COST", 1, "ALGO", "sliding-log")
         S("RL.RESERVE", "k", 10, "1m", "ALGO", "gcra")
         S("RL.SETTLE", "nobody", 1, 1)
+
+    def test_debt_range(self):
+        """A bucket's debt past the script's exact range (B*W + debt > 2^53
+        in units of 1/W) is refused with the quantity named, nothing
+        written: the reservation can still be settled."""
+        r = self.redis()
+        with RawConn(self.node(r, "range").port) as c:
+            v = c.cmd("RL.RESERVE", "big", "10", "1h", "ALGO", "gcra", "COST", "1", "AT", str(T))
+            self.assertEqual(v[:3], [1, 10, 9])
+            self.assertEqual(flat(c.cmd("RL.SETTLE", "big", str(v[6]), str(10 ** 12))),
+                             "ERR:ERR range: B*W + the bucket's debt after the settle = 3600000 + "
+                             "3599999999996400000 passes 2^53, the Redis backend's exact range "
+                             "(docs/redis-scripts.md)")
+            self.assertEqual(c.cmd("RL.SETTLE", "big", str(v[6]), "2"), [1, 10, 8, 0, 720000, 0])
+            # a debt in range at W = 1 s, past it when read with W = 1 h
+            v = c.cmd("RL.RESERVE", "w", "10", "1s", "ALGO", "token-bucket", "COST", "1",
+                      "AT", str(T))
+            self.assertEqual(c.cmd("RL.SETTLE", "w", str(v[6]), str(10 ** 12))[:4],
+                             [0, 10, 0, 10 ** 14 - 900])
+            self.assertEqual(flat(c.cmd("RL.PEEK", "w", "10", "1h", "ALGO", "token-bucket",
+                                        "AT", str(T))),
+                             "ERR:ERR range: B*W + the bucket's debt = 3599999999964000000 + "
+                             "36000000 passes 2^53, the Redis backend's exact range "
+                             "(docs/redis-scripts.md)")
 
     def test_keys_in_redis(self):
         """The keys a hold makes carry the key as hash tag, and every one
