@@ -102,11 +102,15 @@ static void cmd_script(struct cmd *c, const redis *r, const pend *e)
 
 /* The module's path: leases touch no rate state, so the script's LA and
  * LR serve there too (the script is loaded on every connection); RL.RESERVE
- * and RL.SETTLE are refused on that path before this (backend_redis.c). */
+ * and RL.SETTLE charge the module's rate state, so they are the module's
+ * RL.HOLDRESERVE and RL.HOLDSETTLE (module_cmd.c), whose replies are RV's
+ * and ST's. */
 void sl__redis_cmd_holds(struct cmd *c, const redis *r, const pend *e, int module)
 {
-    (void)module;
-    cmd_script(c, r, e);
+    if (module && (e->rq->op == SL_BOP_RESERVE || e->rq->op == SL_BOP_SETTLE))
+        sl__redis_cmd_module_hold(c, r, e);
+    else
+        cmd_script(c, r, e);
 }
 
 /* An id element: an integer >= 1, or 0 / a null for none. */
