@@ -2,9 +2,9 @@
  * holds.c -- leases and reservations (SPEC 10: RL.ACQUIRE, RL.RELEASE,
  * RL.RESERVE, RL.SETTLE) on the Redis backend: the checks the local
  * backend makes, the command of each (the script's ops LA, LR, RV, ST in
- * sluice.lua's holds section; on the module's path the module's
- * RL.ACQUIRE, RL.RELEASE, RL.RESERVE, RL.SETTLE), and the reading of
- * their replies.  Builds bytes only: the sending is send.c's.
+ * sluice.lua's holds section; on the module's path RL.RESERVE and
+ * RL.SETTLE are the module's RL.HOLDRESERVE and RL.HOLDSETTLE, whose
+ * replies are RV's and ST's), and the reading of their replies.  Builds bytes only: the sending is send.c's.
  *
  * Every Redis key of a sluice key k carries k as its hash tag, as the
  * decisions' keys do, so one call is one Cluster slot and a ring sends
