@@ -195,25 +195,31 @@ static void tab_save(RedisModuleIO *io, void *p)
     RedisModule_Free(b);
 }
 
+/* Loading (module.c's type_load says why every read is checked): a
+ * refused value is logged as "warning" while Redis loads its data, as
+ * "verbose" for RESTORE (which answers an error: a client sending bad
+ * payloads cannot fill the log); NULL. */
+static void *tab_refuse(RedisModuleIO *io, const char *why, long long n)
+{
+    int loading = RedisModule_GetContextFlags(RedisModule_GetContextFromIO(io)) &
+                  REDISMODULE_CTX_FLAGS_LOADING;
+    RedisModule_LogIOError(io, loading ? "warning" : "verbose", "sluice: a %s value refused: %s %lld",
+                           RV_TYPE, why, n);
+    return NULL;
+}
+
 static void *tab_load(RedisModuleIO *io, int encver)
 {
-    if (encver != RV_ENCVER) {
-        RedisModule_LogIOError(io, "warning", "sluice: a %s value of encoding %d (this module reads %d)",
-                               RV_TYPE, encver, RV_ENCVER);
-        return NULL;
-    }
+    if (encver != RV_ENCVER) return tab_refuse(io, "encoding version (this module reads 0)", encver);
     size_t len = 0;
     char *b = RedisModule_LoadStringBuffer(io, &len);
     if (RedisModule_IsIOError(io) || b == NULL) {
         if (b) RedisModule_Free(b);
-        RedisModule_LogIOError(io, "warning", "sluice: a %s value refused: short read", RV_TYPE);
-        return NULL;
+        return tab_refuse(io, "short read, bytes", 0);
     }
     rvtab *t = blob_read((const uint8_t *)b, len);
     RedisModule_Free(b);
-    if (t == NULL)
-        RedisModule_LogIOError(io, "warning", "sluice: a %s value refused: malformed (%zu bytes)",
-                               RV_TYPE, len);
+    if (t == NULL) return tab_refuse(io, "malformed, bytes", (long long)len);
     return t;
 }
 
