@@ -326,12 +326,6 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
     case SL_BOP_RESERVE:
     case SL_BOP_SETTLE: /* holds.c; a reservation charges or refunds the key's rate state */
         rc = sl__redis_hold_check(rq);
-        if (rc == 0 && ch->module && (rq->op == SL_BOP_RESERVE || rq->op == SL_BOP_SETTLE)) {
-            sl__breq_fail(rq, SL_EINVAL,
-                          "RL.RESERVE and RL.SETTLE are not supported on a Redis with the sluice "
-                          "module yet: only without it (docs/commands-holds.md)");
-            return;
-        }
         if (rc == 0 && (rq->op == SL_BOP_RESERVE || rq->op == SL_BOP_SETTLE))
             sl__redis_cache_forget(ch, rq->key, rq->keylen);
         break;

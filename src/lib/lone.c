@@ -103,3 +103,44 @@ int sl__lone_refund(const sl_params *p, uint8_t *rec, int64_t now_ms, int64_t ch
     sl__rec_release(rec, meta);
     return rc;
 }
+
+int sl__lone_charge(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
+                    int64_t charged_at_ms, int64_t delta, sl_result *out)
+{
+    int rc = sl_params_check(p);
+    if (rc != 0) return rc;
+    if (delta < -SL_MAX_LIMIT || delta > SL_MAX_LIMIT) return SL_ECOST;
+    if (now_ms <= -SL_MAX_TIME_MS || now_ms >= SL_MAX_TIME_MS) return SL_ETIME;
+    if (sh == NULL || rec == NULL || out == NULL) return SL_EINVAL;
+    if (p->algo == SL_SLIDING_LOG) return SL_EALGO;
+    if (*rec != NULL && sl__rec_algo(*rec) != (unsigned)p->algo) return SL_EINVAL;
+    sl_result one;
+    if (*rec == NULL && delta <= 0) { /* nothing counted: nothing to refund */
+        rc = sl__lone_decide(sh, rec, NULL, p, now_ms, 0, 0, out);
+        if (rc == 0) rc = sl__lone_decide(sh, rec, NULL, p, now_ms, 1, 0, &one);
+    } else {
+        /* a committed decision of cost 0 makes the record (in room) or
+         * brings it to t = max(now, clock) (adapted, as sl_charge's);
+         * then the engine's adjust at t, as sl_charge's on a store */
+        rc = sl__lone_decide(sh, rec, room, p, now_ms, 0, 1, out);
+        if (rc == 0 && delta != 0) {
+            uint8_t *r = *rec;
+            sl__norm n;
+            sl__norm_from(&n, p);
+            int64_t t = sl__rec_clock(r);
+            uint16_t meta = sl__rec_meta(r);
+            rc = sl__engine_adjust(r, &meta, &n, t, t, charged_at_ms, delta);
+            sl__rec_release(r, meta);
+        }
+        /* committed again at t (cost 0): the record's reset time and
+         * at-limit flag as a decision writes them; a cost of 1 answers */
+        int64_t t = rc == 0 ? sl__rec_clock(*rec) : 0;
+        if (rc == 0) rc = sl__lone_decide(sh, rec, NULL, p, t, 0, 1, out);
+        if (rc == 0) rc = sl__lone_decide(sh, rec, NULL, p, t, 1, 0, &one);
+    }
+    if (rc != 0) return rc;
+    out->allowed = one.allowed;
+    out->retry_after_ms = one.retry_after_ms;
+    out->delay_ms = 0;
+    return 0;
+}

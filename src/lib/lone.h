@@ -45,6 +45,19 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
 int sl__lone_refund(const sl_params *p, uint8_t *rec, int64_t now_ms, int64_t charged_at_ms,
                     int64_t units);
 
+/* sl_charge on a lone record: charges delta (> 0, kept even past the
+ * limit: a bucket's debt) or refunds -delta (at most what a charge made at
+ * charged_at_ms still counts) on *rec with parameters p at
+ * t = max(now_ms, its clock), making the record (in room, as
+ * sl__lone_decide) when a charge needs one.  *out: sl_charge's six fields
+ * -- remaining and reset_after_ms of the state as it now stands, allowed
+ * and retry_after_ms of a request of cost 1 at t, delay_ms 0.  Returns 0,
+ * or SL_EINVAL (bad parameters, another algorithm's record) / SL_ECOST
+ * (|delta| > SL_MAX_LIMIT) / SL_ETIME / SL_EALGO (sliding-log) /
+ * SL_ETOOBIG / SL_ENOMEM, with nothing changed. */
+int sl__lone_charge(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p, int64_t now_ms,
+                    int64_t charged_at_ms, int64_t delta, sl_result *out);
+
 /* Whether a record of algo made in a room stays there whatever happens
  * to it: it fits and never changes size (not sliding-log nor
  * sliding-buckets). */

@@ -33,6 +33,7 @@
 #include "args.h"
 #include "checkexec.h"
 #include "lone.h"
+#include "module_int.h"
 #include "redismodule_api.h"
 #include "sluice.h"
 #include "util.h"
@@ -600,6 +601,47 @@ static int cmd_leasereturn(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
             replicate_at(ctx, "RL.LEASERETURN", argv, argc, now, 0);
     }
     return RedisModule_ReplyWithLongLong(ctx, put);
+}
+
+/* ---- what holds.c (RL.HOLDRESERVE, RL.HOLDSETTLE) takes from here: module_int.h ---- */
+
+int sl__mod_reply_err(RedisModuleCtx *ctx, const char *msg) { return reply_err(ctx, msg); }
+void sl__mod_reply_fields(RedisModuleCtx *ctx, const sl_result *r) { reply_fields(ctx, r); }
+int sl__mod_trusted(void) { return mod.trust_client_time; }
+int sl__mod_key_ok(const char *s, size_t n, char *err) { return key_ok(s, n, err); }
+int sl__mod_at(void *ctx, const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    return parse_at_bytes(ctx, s, n, out, err, errlen);
+}
+void sl__mod_replicate_at(RedisModuleCtx *ctx, const char *cmd, RedisModuleString **argv,
+                          int argc, int64_t now)
+{
+    replicate_at(ctx, cmd, argv, argc, now, 0);
+}
+
+int sl__mod_rate(RedisModuleCtx *ctx, RedisModuleString *name, const sl_params *p, int64_t now,
+                 int64_t clock, int charge, int64_t amount, int64_t charged_at, sl_result *out)
+{
+    RedisModuleKey *key;
+    rlval *v;
+    int made, a = (int)p->algo;
+    if (open_made(ctx, name, &key, &v, &made) != 0) return -1;
+    uint8_t *rec = val_rec(v, a);
+    void *room = rec ? NULL : val_room(v, a);
+    int rc = val_needs_more(v, a) ? val_more(v) : 0;
+    if (rc == 0)
+        rc = charge ? sl__lone_charge(mod.loose, &rec, room, p, now, charged_at, amount, out)
+                    : sl__lone_decide(mod.loose, &rec, room, p, now, amount, 1, out);
+    if (rc == 0) val_set(v, a, rec);
+    val_trim(v);
+    if (made && (rc != 0 || val_empty(v))) { /* a refund on a fresh key makes nothing */
+        val_free(v);
+    } else {
+        if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
+        if (rc == 0) val_expire(key, v, now, clock);
+    }
+    RedisModule_CloseKey(key);
+    return rc;
 }
 
 /* ---- RL.RESET ---------------------------------------------------------------- */
@@ -1382,6 +1424,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, cmds[i].flags, cmds[i].first,
                                       cmds[i].last, cmds[i].step) != REDISMODULE_OK)
             return REDISMODULE_ERR;
+    if (sl__mod_holds_load(ctx) != REDISMODULE_OK) return REDISMODULE_ERR; /* holds.c */
     RedisModule_Log(ctx, "notice", "sluice %s: client time %s", SL_VERSION,
                     mod.trust_client_time ? "trusted (AT accepted)" : "refused (Redis's clock)");
     return REDISMODULE_OK;

@@ -17,8 +17,10 @@ ST), against the local backend and across a fleet:
   exactly the sum of the actuals (no unit created or lost), for a fixed
   window and a token bucket;
 - in a Redis Cluster, every key's holds on its decisions' master;
-- with the sluice module loaded: leases still work (the script's ops),
-  RL.RESERVE and RL.SETTLE are refused with a clear error.
+- with the sluice module loaded: the same sequence compared with the
+  local backend (leases through the script's ops, reservations through
+  the module's RL.HOLDRESERVE / RL.HOLDSETTLE on the module's state), and
+  the module's own refusals.
 """
 # Four sluiced and a redis-server: run once, against the plain build.
 # sluice-e2e: plain-only
@@ -91,7 +93,24 @@ class HoldsRedis(unittest.TestCase):
         return s
 
     def test_same_replies_as_local(self):
-        r = self.redis()
+        self.compare(self.redis())
+
+    def test_same_replies_as_local_module(self):
+        """The same sequence against a Redis with the sluice module: leases
+        through the script, reservations through the module's
+        RL.HOLDRESERVE / RL.HOLDSETTLE on its own rate state."""
+        r = harness.RedisServer(module_args=["trust-client-time", "yes",
+                                             "max-client-skew", "7d"]).start()
+        self.addCleanup(r.cleanup)
+        self.compare(r)
+        # the module's keys, not the script's: RL.ALLOW's state and the
+        # reservations', both with an expiry
+        self.assertEqual(r.cmd("EXISTS", "sl:40:{tpm:token-bucket}"), 0)
+        self.assertEqual(r.cmd("TYPE", "sl:m0:{tpm:token-bucket}"), b"sluice-rl")
+        self.assertEqual(r.cmd("TYPE", "sl:mr:{tpm:token-bucket}"), b"sluice-rv")
+        self.assertGreater(r.cmd("PTTL", "sl:mr:{tpm:token-bucket}"), 0)
+
+    def compare(self, r):
         local = harness.Server(trust_client_time=True, name=self.id() + "-local")
         local.start()
         self.addCleanup(local.cleanup)
@@ -147,6 +166,28 @@ class HoldsRedis(unittest.TestCase):
             S("RL.SETTLE", k, 424242, 1)  # unknown id
             S("RL.SETTLE", k, "@r5", -1)
             S("RL.PEEK", k, 100, "10s", *A, "AT", T + 11000)
+        # a settle past empty on the buckets: a debt, kept whole (the next
+        # requests wait until debt + cost has refilled; remaining 0 meanwhile)
+        for algo in ("token-bucket", "gcra", "leaky-bucket"):
+            k, A = "debt:" + algo, ("ALGO", algo)
+            R = ("RL.RESERVE", k, 10, "10s") + A
+            S(*R, "COST", 4, "AT", T, keep="d1")
+            S(*R, "COST", 3, "AT", T, keep="d2")
+            self.assertEqual(S("RL.SETTLE", k, "@d1", 29), [0, 10, 0, 23000, 32000, 0])
+            S("RL.PEEK", k, 10, "10s", *A, "COST", 3, "AT", T + 1500)
+            S("RL.ALLOW", k, 10, "10s", *A, "AT", T + 2000)  # denied
+            S("RL.SETTLE", k, "@d2", 1)  # refunds 2 of the debt
+            S("RL.ALLOW", k, 10, "10s", *A, "COST", 0, "AT", T + 2500)
+            S("RL.PEEK", k, 10, "10s", *A, "BURST", 20, "AT", T + 3000)  # the debt kept
+            S("RL.PEEK", k, 10, "5s", *A, "AT", T + 3000)  # a new window: its whole part kept
+            self.assertEqual(S(*R, "COST", 1, "AT", T + 20000),  # one more to refill
+                             [0, 10, 0, 1000, 10000, 0, None])
+            self.assertEqual(S(*R, "COST", 1, "AT", T + 21000, keep="d3")[:3], [1, 10, 0])
+            S("RL.SETTLE", k, "@d3", 10 ** 11)  # a huge debt: kept, not clamped
+            self.assertEqual(S("RL.PEEK", k, 10, "10s", *A, "AT", T + 22000),
+                             [0, 10, 0, 10 ** 14 - 1000, 10 ** 14 + 8000, 0])
+            S("RL.SETTLE", k, "@d3", 0)  # settled already
+            S("RL.ALLOW", k, 10, "10s", *A, "AT", T + 10 ** 6)
         # a charge past the limit in windows: the next request waits
         k = "llm"
         S("RL.RESERVE", k, 100, "1m", "COST", 5, "ALGO", "sliding-window", "AT", T, keep="x")
@@ -162,6 +203,30 @@ class HoldsRedis(unittest.TestCase):
         S("RL.RESERVE", "k", 10, "1m", "COST", 1, "ALGO", "sliding-log")
         S("RL.RESERVE", "k", 10, "1m", "ALGO", "gcra")
         S("RL.SETTLE", "nobody", 1, 1)
+
+    def test_debt_range(self):
+        """A bucket's debt past the script's exact range (B*W + debt > 2^53
+        in units of 1/W) is refused with the quantity named, nothing
+        written: the reservation can still be settled."""
+        r = self.redis()
+        with RawConn(self.node(r, "range").port) as c:
+            v = c.cmd("RL.RESERVE", "big", "10", "1h", "ALGO", "gcra", "COST", "1", "AT", str(T))
+            self.assertEqual(v[:3], [1, 10, 9])
+            self.assertEqual(flat(c.cmd("RL.SETTLE", "big", str(v[6]), str(10 ** 12))),
+                             "ERR:ERR range: B*W + the bucket's debt after the settle = 3600000 + "
+                             "3599999999996400000 passes 2^53, the Redis backend's exact range "
+                             "(docs/redis-scripts.md)")
+            self.assertEqual(c.cmd("RL.SETTLE", "big", str(v[6]), "2"), [1, 10, 8, 0, 720000, 0])
+            # a debt in range at W = 1 s, past it when read with W = 1 h
+            v = c.cmd("RL.RESERVE", "w", "10", "1s", "ALGO", "token-bucket", "COST", "1",
+                      "AT", str(T))
+            self.assertEqual(c.cmd("RL.SETTLE", "w", str(v[6]), str(10 ** 12))[:4],
+                             [0, 10, 0, 10 ** 14 - 900])
+            self.assertEqual(flat(c.cmd("RL.PEEK", "w", "10", "1h", "ALGO", "token-bucket",
+                                        "AT", str(T))),
+                             "ERR:ERR range: B*W + the bucket's debt = 3599999999964000000 + "
+                             "36000000 passes 2^53, the Redis backend's exact range "
+                             "(docs/redis-scripts.md)")
 
     def test_keys_in_redis(self):
         """The keys a hold makes carry the key as hash tag, and every one
@@ -180,8 +245,8 @@ class HoldsRedis(unittest.TestCase):
 
     def test_module_path(self):
         """With the sluice module loaded, leases go through the script (no
-        rate state involved); RL.RESERVE / RL.SETTLE are refused, not
-        charged where RL.ALLOW does not look."""
+        rate state involved); RL.RESERVE / RL.SETTLE charge the module's
+        state, where RL.ALLOW looks, not the script's."""
         r = harness.RedisServer(module_args=["trust-client-time", "yes",
                                              "max-client-skew", "7d"]).start()
         self.addCleanup(r.cleanup)
@@ -192,13 +257,39 @@ class HoldsRedis(unittest.TestCase):
             self.assertEqual(c.cmd("RL.ACQUIRE", "m", "1", "AT", str(T + 1)),
                              [0, 1, 0, 4999, 4999, 0, None])
             self.assertEqual(c.cmd("RL.RELEASE", "m", str(a[6])), 1)
-            for cmd in (("RL.RESERVE", "m", "10", "1m", "COST", "1", "AT", str(T)),
-                        ("RL.SETTLE", "m", "1", "1")):
-                self.assertEqual(flat(c.cmd(*cmd)),
-                                 "ERR:ERR RL.RESERVE and RL.SETTLE are not supported on a Redis "
-                                 "with the sluice module yet: only without it "
-                                 "(docs/commands-holds.md)")
+            v = c.cmd("RL.RESERVE", "m", "10", "1m", "COST", "4", "AT", str(T))
+            self.assertEqual(v[:6], [1, 10, 6, 0, 24000, 0])  # token-bucket, 6 s a token
+            self.assertEqual(c.cmd("RL.SETTLE", "m", str(v[6]), "1"), [1, 10, 9, 0, 6000, 0])
+            self.assertEqual(c.cmd("RL.ALLOW", "m", "10", "1m", "COST", "9", "AT", str(T)),
+                             [1, 10, 0, 0, 60000, 0])
+            self.assertEqual(flat(c.cmd("RL.SETTLE", "m", str(v[6]), "1")),
+                             "ERR:ERR unknown reservation id: never given for this key, settled "
+                             "already, or its window ended (then it settled at its estimate)")
         self.assertEqual(r.cmd("EXISTS", "sl:40:{m}"), 0)
+        # the module's commands refuse what sluiced never sends, naming it
+        for cmd, msg in (
+                (("RL.HOLDRESERVE", "h", "k", "10", "1m"), "RL.HOLDRESERVE needs COST estimate"),
+                (("RL.HOLDRESERVE", "k", "k", "10", "1m", "COST", "1"),
+                 "the reservations' key and the key must differ"),
+                (("RL.HOLDRESERVE", "h", "k", "10", "1m", "COST", "1", "ALGO", "sliding-log"),
+                 "RL.HOLDRESERVE does not take sliding-log: a logged request's cost is not "
+                 "changed afterwards"),
+                (("RL.HOLDSETTLE", "h", "k", "1", "-1"), "actual must be an integer 0..1000000000000")):
+            self.assertEqual(flat(r.cmd(*cmd)), "ERR:ERR " + msg, cmd)
+        self.assertEqual(r.cmd("RL.HOLDSETTLE", "h", "k", "1", "1"), [0])
+        # a reservation survives the RDB form (DUMP, then RESTORE as h2)
+        with RawConn(r.port) as c:
+            v = c.cmd("RL.HOLDRESERVE", "h", "k", "10", "1m", "COST", "3", "AT", str(T))
+            self.assertEqual(v[:3], [1, 10, 7])
+            self.assertEqual(c.cmd("RESTORE", "h2", "0", c.cmd("DUMP", "h")), b"OK")
+            self.assertEqual(c.cmd("RL.HOLDSETTLE", "h2", "k", str(v[6]), "0", "AT", str(T)),
+                             [1, 1, 10, 10, 0, 0, 0])
+            self.assertEqual(c.cmd("RL.HOLDSETTLE", "h2", "k", str(v[6]), "0", "AT", str(T)), [0])
+            self.assertEqual(c.cmd("RL.HOLDSETTLE", "h", "k", str(v[6]), "0", "AT", str(T))[:2],
+                             [1, 1])
+            self.assertEqual(c.cmd("RL.HOLDSETTLE", "h", "k", str(v[6]), "0", "AT", str(T)), [0])
+            self.assertEqual(flat(c.cmd("RL.HOLDRESTORE", "h", "junk")),
+                             "ERR:ERR malformed reservations for RL.HOLDRESTORE")
 
     def test_cluster(self):
         """In a Redis Cluster every hold goes to the master of its key's

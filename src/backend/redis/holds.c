@@ -2,9 +2,9 @@
  * holds.c -- leases and reservations (SPEC 10: RL.ACQUIRE, RL.RELEASE,
  * RL.RESERVE, RL.SETTLE) on the Redis backend: the checks the local
  * backend makes, the command of each (the script's ops LA, LR, RV, ST in
- * sluice.lua's holds section; on the module's path the module's
- * RL.ACQUIRE, RL.RELEASE, RL.RESERVE, RL.SETTLE), and the reading of
- * their replies.  Builds bytes only: the sending is send.c's.
+ * sluice.lua's holds section; on the module's path RL.RESERVE and
+ * RL.SETTLE are the module's RL.HOLDRESERVE and RL.HOLDSETTLE, whose
+ * replies are RV's and ST's), and the reading of their replies.  Builds bytes only: the sending is send.c's.
  *
  * Every Redis key of a sluice key k carries k as its hash tag, as the
  * decisions' keys do, so one call is one Cluster slot and a ring sends
@@ -102,11 +102,15 @@ static void cmd_script(struct cmd *c, const redis *r, const pend *e)
 
 /* The module's path: leases touch no rate state, so the script's LA and
  * LR serve there too (the script is loaded on every connection); RL.RESERVE
- * and RL.SETTLE are refused on that path before this (backend_redis.c). */
+ * and RL.SETTLE charge the module's rate state, so they are the module's
+ * RL.HOLDRESERVE and RL.HOLDSETTLE (module_cmd.c), whose replies are RV's
+ * and ST's. */
 void sl__redis_cmd_holds(struct cmd *c, const redis *r, const pend *e, int module)
 {
-    (void)module;
-    cmd_script(c, r, e);
+    if (module && (e->rq->op == SL_BOP_RESERVE || e->rq->op == SL_BOP_SETTLE))
+        sl__redis_cmd_module_hold(c, r, e);
+    else
+        cmd_script(c, r, e);
 }
 
 /* An id element: an integer >= 1, or 0 / a null for none. */

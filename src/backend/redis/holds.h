@@ -19,6 +19,9 @@ int sl__redis_hold_check(const sl_breq *rq);
  * module's path (module 1) the module's command. */
 void sl__redis_cmd_holds(struct cmd *c, const redis *r, const pend *e, int module);
 
+/* RL.HOLDRESERVE / RL.HOLDSETTLE on the module's path (module_cmd.c). */
+void sl__redis_cmd_module_hold(struct cmd *c, const redis *r, const pend *e);
+
 /* Reads a good (not error) reply of a hold request into rq: 0, or -1
  * when it is not one the script or the module gives. */
 int sl__redis_parse_holds(sl_breq *rq, const redisReply *x);

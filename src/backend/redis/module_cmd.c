@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "redis/redis_int.h"
+#include "redis/holds.h"
 
 /* ---- the module's commands (docs/module.md, "sluiced's Redis backend") ---- */
 
@@ -131,4 +132,29 @@ void sl__redis_cmd_module_lease_return(struct cmd *c, const char *key, size_t kl
     cmd_int(c, tag);
     cmd_mkey(c, p->space, key, klen, klen);
     cmd_request(c, p, 1);
+}
+
+/* RL.HOLDRESERVE / RL.HOLDSETTLE (the module's src/module/holds.c): RL.RESERVE
+ * and RL.SETTLE on the module's path.  The reservations' key is
+ * "sl:mr:{" key "}" (the rate key's hash tag: one slot), the rate key
+ * RL.ALLOW's "sl:m0:{" key "}". */
+void sl__redis_cmd_module_hold(struct cmd *c, const redis *r, const pend *e)
+{
+    const sl_breq *rq = e->rq;
+    c->argc = c->nkeys = 0;
+    int reserve = rq->op == SL_BOP_RESERVE;
+    cmd_str(c, reserve ? "RL.HOLDRESERVE" : "RL.HOLDSETTLE", reserve ? 14 : 13);
+    char *k = c->key[c->nkeys++];
+    memcpy(k, "sl:mr:{", 7);
+    memcpy(k + 7, e->key, rq->keylen);
+    k[7 + rq->keylen] = '}';
+    cmd_str(c, k, rq->keylen + 8);
+    cmd_mkey(c, 0, e->key, rq->keylen, rq->keylen);
+    if (reserve) {
+        cmd_request(c, rq->params, rq->cost);
+    } else {
+        cmd_int(c, (int64_t)(rq->hold_id > INT64_MAX ? 0 : rq->hold_id));
+        cmd_int(c, rq->cost);
+    }
+    cmd_at(c, r, rq->now_ms);
 }

@@ -289,6 +289,37 @@ end
 -- dw*W + dr: the tokens (mode 0), the level (1), TAT - clock (2).  d below
 -- is the deficit: capacity minus tokens, the level, or TAT - t.  B*W <=
 -- 2^53 (checked), so every sum and difference below is exact.
+--
+-- A debt (engine.c's SL__BUCKET_DEBT): a settle that charges past an empty
+-- bucket keeps what lies beyond as E units of 1/W, so d = B*W + E -- E
+-- kept whatever B is now, its whole part whatever W is.  Stored "dw dr"
+-- with dw < 0: E = (-1 - dw)*W + dr (dr < W), the flag no plain state
+-- has.  E saturates where the engine's does (DEBT_Q whole requests and
+-- W - 1 parts); a debt with B*W + E past 2^53 is refused (the range).
+
+local DEBT_Q = 1099511627775 -- engine.c's debt_max: a u40 of whole requests
+
+-- The largest deficit a bucket keeps (engine.c's B*W + debt_max(W)), or
+-- nil when that passes 2^53 (then the range refuses first).
+local function bucket_dmax(n)
+    local W, BW = n.W, n.B * n.W
+    if DEBT_Q > fdiv(TWO53 - BW - (W - 1), W) then return nil end
+    return BW + DEBT_Q * W + W - 1
+end
+
+-- A deficit d of a bucket (mode 0 token-bucket, 1 leaky-bucket, 2 gcra) as
+-- its stored pair; past B*W, a debt.
+local function bucket_state(n, mode, d)
+    local BW = n.B * n.W
+    if d > BW then
+        local q, r = fdiv(d - BW, n.W)
+        return {-1 - q, r}
+    end
+    local v = d
+    if mode == 0 then v = BW - d end
+    local q, r = fdiv(v, n.W)
+    return {q, r}
+end
 
 -- O: units leased out and not yet settled (token-bucket and gcra, op T):
 -- the refill stops at a deficit of O*W, so that tokens plus what nodes
@@ -300,13 +331,20 @@ local function bucket(st, n, mode, clock_old, t, cost, O)
     if st then
         local dw, dr = st[1], st[2]
         if dr >= W then dr = W - 1 end
-        if dw > B then
+        if dw < 0 then -- a debt beyond empty (a settle's)
+            local q = -1 - dw
+            if q > fdiv(TWO53 - BW - dr, W) then
+                refuse("range: B*W + the bucket's debt = " .. mulstr(q, W) .. " + " ..
+                       dec(BW + dr) .. RANGE_TAIL)
+            end
+            d = BW + q * W + dr
+        elseif dw > B then
             d = BW
         else
             d = dw * W + dr -- may round only above BW: clamped below
             if d > BW then d = BW end
         end
-        if mode == 0 then d = BW - d end
+        if mode == 0 and dw >= 0 then d = BW - d end
     end
     -- A refill past 2^53 rounds, but only to a number >= 2^53 >= d.
     local refill = (t - clock_old) * L
@@ -327,29 +365,21 @@ local function bucket(st, n, mode, clock_old, t, cost, O)
         if allowed then
             d = d + cW
         else
-            retry = cdiv(cW - (BW - before), L)
+            retry = cdiv(cW - (BW - before), L) -- cW + the debt <= 2^53
         end
     end
     if allowed and mode == 1 then delay = cdiv(before, L) end
-    local v = d
-    if mode == 0 then v = BW - d end
-    local q, r = fdiv(v, W)
-    local remaining
-    if mode == 1 then
-        remaining = B - q
-        if r ~= 0 then remaining = remaining - 1 end
-    else
-        remaining = fdiv(BW - d, W)
+    local remaining = 0 -- in debt: 0
+    if d <= BW then
+        if mode == 1 then
+            local q, r = fdiv(d, W)
+            remaining = B - q
+            if r ~= 0 then remaining = remaining - 1 end
+        else
+            remaining = fdiv(BW - d, W)
+        end
     end
-    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), {q, r}, d
-end
-
--- A deficit d of a bucket (mode 0 token-bucket, 2 gcra) as its stored pair.
-local function bucket_state(n, mode, d)
-    local v = d
-    if mode == 0 then v = n.B * n.W - d end
-    local q, r = fdiv(v, n.W)
-    return {q, r}
+    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), bucket_state(n, mode, d), d
 end
 
 -- ---- sliding-log ---------------------------------------------------------
@@ -1350,9 +1380,16 @@ local function holds(op)
         else
             local mode = a == 4 and 0 or (a == 5 and 2 or 1)
             local _, _, d = bucket(st, n, mode, clock_old, tt, 0, O)
-            local BW = n.B * W
-            if delta > 0 then
-                if mag >= cdiv(BW - d, W) then d = BW else d = d + mag * W end
+            if delta > 0 then -- past empty: a debt, saturated as the engine's
+                local dmax = bucket_dmax(n)
+                if mag <= fdiv((dmax or TWO53) - d, W) then
+                    d = d + mag * W
+                elseif dmax then
+                    d = dmax
+                else
+                    refuse("range: B*W + the bucket's debt after the settle = " .. dec(d) ..
+                           " + " .. mulstr(mag, W) .. RANGE_TAIL)
+                end
             else
                 local low = O * W
                 if low > d then low = d end

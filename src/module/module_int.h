@@ -1,0 +1,49 @@
+/*
+ * module_int.h -- what module.c lends the module's other files (holds.c:
+ * RL.HOLDRESERVE, RL.HOLDSETTLE), so that they decide, reply, read AT and
+ * replicate exactly as module.c's own commands do.  Internal to the module.
+ */
+#ifndef SL_MODULE_INT_H
+#define SL_MODULE_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "redismodule_api.h"
+#include "sluice.h"
+
+/* "-ERR msg"; RL.ALLOW's six fields. */
+int sl__mod_reply_err(RedisModuleCtx *ctx, const char *msg);
+void sl__mod_reply_fields(RedisModuleCtx *ctx, const sl_result *r);
+
+/* Whether the module was loaded with trust-client-time yes. */
+int sl__mod_trusted(void);
+
+/* A request's key as the module's commands take it (sluiced's, or the
+ * backend's "sl:m" form): 0, or -1 with the message in err (256 bytes). */
+int sl__mod_key_ok(const char *s, size_t n, char *err);
+
+/* AT's value (sl__at_parse): accepted with trust-client-time (within
+ * max-client-skew) or from the master / the AOF; ctx: the command's. */
+int sl__mod_at(void *ctx, const char *s, size_t n, int64_t *out, char *err, size_t errlen);
+
+/* Propagates the command decided at `now`, Redis's clock, with AT now
+ * appended (as RL.ALLOW's), or verbatim when nothing can take it. */
+void sl__mod_replicate_at(RedisModuleCtx *ctx, const char *cmd, RedisModuleString **argv,
+                          int argc, int64_t now);
+
+/* On key `name`'s state under p's algorithm, at now (clock: Redis's
+ * clock, for the TTL): charge 0 -- a decision of cost `amount`, committed
+ * (RL.ALLOW's); charge 1 -- sl__lone_charge of delta `amount` for a
+ * charge made at charged_at.  The value is made if needed (not for a
+ * refund on a fresh key) and its TTL set as a decision sets it.  Returns
+ * 0 with *out, an SL_E* code (nothing changed), or -1 when a reply was
+ * sent already (WRONGTYPE, out of memory). */
+int sl__mod_rate(RedisModuleCtx *ctx, RedisModuleString *name, const sl_params *p, int64_t now,
+                 int64_t clock, int charge, int64_t amount, int64_t charged_at, sl_result *out);
+
+/* holds.c: registers the reservations' data type and commands at load:
+ * REDISMODULE_OK or REDISMODULE_ERR. */
+int sl__mod_holds_load(RedisModuleCtx *ctx);
+
+#endif
