@@ -135,6 +135,15 @@
  *     (envoyproxy/ratelimit's cache key), and an override never shares a
  *     rule's counter.  limit 0 is OVER_LIMIT "never", as a rule's.  The
  *     reported limit has the name "" (envoyproxy/ratelimit's).
+ *   - `concurrency: N` (sl_check_input.conc, sl_check_conc): with LEASE, one
+ *     lease per distinct lease key (plan->leases), decided all-or-none with
+ *     the rates by the executor (the local backend takes the enforced
+ *     leases first, decides the rates -- only peeked when a lease was
+ *     refused -- and gives the leases back when anything denied); the
+ *     lease is one more limit of its descriptor's status, named
+ *     "<path>#concurrency" (plan->lim).  Shadow: taken only when the
+ *     request passed and one is free, else SHADOW.  Cost 0: looked at,
+ *     not kept.  quota_mode with concurrency: refused.
  *   - Every counter, the pool's included, lives in key space 1 of the store
  *     (sl_params.space): RL.ALLOW, RL.PEEK and RL.RESET, which use space 0,
  *     can neither charge nor clear a rule's counter, whatever key they name.
