@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "backend.h"
 #include "backend_local.h"
 #include "check.h"
 #include "rules.h"
@@ -838,6 +839,164 @@ static void ties_and_delay(void **state)
     assert_int_equal(ov.delay_ms, 0);
 }
 
+/* ---- concurrency: N (docs/rules.md, "Concurrency") ----------------------- */
+
+static const char conc_yaml[] =
+    "domain: llm\n"
+    "descriptors:\n"
+    "  - key: user\n"
+    "    rate_limit:\n"
+    "      - {unit: minute, requests_per_unit: 3}\n"
+    "      - {concurrency: 2, concurrency_ttl: 10s}\n"
+    "  - key: db\n"
+    "    rate_limit: {concurrency: 1}\n"
+    "  - key: route\n"
+    "    quota_mode: true\n"
+    "    rate_limit: {concurrency: 1}\n";
+
+static sl_check_plan cplan;
+
+static int conc_plan(fx *f, sl_check_conc conc, int64_t cost, int64_t now,
+                     const char *const *kv)
+{
+    req q;
+    build(&q, kv);
+    sl_check_input in = {.domain = "llm", .dlen = 3, .n = q.n, .descs = q.d, .ndesc = q.nd,
+                         .cost = cost, .now_ms = now, .conc = conc};
+    return sl_check_plan_build(f->r, &in, &cplan, err, sizeof err);
+}
+#define CONC_PLAN(f, conc, cost, now, ...) \
+    conc_plan((f), (conc), (cost), (now), (const char *const[]){__VA_ARGS__, NULL})
+
+/* The lease key, one lease per key, the three modes, the refusals. */
+static void concurrency_plan(void **state)
+{
+    fx *f = *state;
+    use(f, conc_yaml, 0);
+    assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_REFUSE, 1, 0, "db", "x"), SL_EINVAL);
+    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 1, which RL.CHECK takes "
+                             "leases for only on the local backend, over RESP or /v1/check (use "
+                             "RL.ACQUIRE beside it; docs/rules.md)");
+    assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_LEASE, 1, 0, "route", "r"), SL_EINVAL);
+    assert_string_equal(err, "descriptor 1: rule llm.route has concurrency: 1 in quota_mode, "
+                             "which RL.CHECK does not take leases for (docs/rules.md)");
+    /* LEASE: the counting key and "|conc"; the same key twice is one lease */
+    assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_LEASE, 1, 0, "user", "a|b", "db", "x", "user",
+                               "a|b"), 0);
+    assert_int_equal(cplan.nleases, 3);
+    assert_int_equal(cplan.nitems, 2); /* the rpm, twice: one counter */
+    assert_int_equal(cplan.leases[0].keylen, strlen("llm|user=a%7Cb|conc"));
+    assert_memory_equal(cplan.leases[0].key, "llm|user=a%7Cb|conc", cplan.leases[0].keylen);
+    assert_memory_equal(cplan.leases[1].key, "llm|db=x|conc", cplan.leases[1].keylen);
+    assert_int_equal(cplan.leases[2].lead, 0);
+    assert_string_equal(cplan.lim[0].name, "llm.user#concurrency");
+    assert_int_equal(cplan.lim[0].params.limit, 2);
+    assert_int_equal(cplan.lim[0].params.window_ms, 10000);
+    assert_int_equal(cplan.lim[1].params.window_ms, SL_DEFAULT_LEASE_TTL_MS);
+    /* RATES (gRPC): no lease; a concurrency limit alone is no rule */
+    assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_RATES, 1, 0, "user", "a", "db", "x"), 0);
+    assert_int_equal(cplan.nleases, 0);
+    assert_int_equal(cplan.nitems, 1);
+    assert_int_equal(cplan.pre[1].code, SL_CHECK_NO_RULE);
+    /* long keys: SL_MAX_KEY bytes, "|conc#~" and 64 hex digits, whether
+     * the counting key took the digest form (600 bytes) or not (a key of
+     * 510 bytes, which the suffix would push past SL_MAX_KEY) */
+    static char v[601];
+    static const size_t lens[2] = {600, 501};
+    for (int t = 0; t < 2; t++) {
+        size_t len = lens[t];
+        memset(v, 'v', sizeof v);
+        v[len] = '\0';
+        assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_LEASE, 1, 0, "user", v), 0);
+        assert_int_equal(cplan.leases[0].keylen, SL_MAX_KEY);
+        assert_memory_equal(cplan.leases[0].key + SL_RULES_KEY_PREFIX - 5, "|conc#~", 7);
+        assert_memory_equal(cplan.leases[0].key, "llm|user=vvv", 12);
+        /* not the rate counter's key, nor the other length's */
+        assert_true(cplan.items[0].keylen != SL_MAX_KEY ||
+                    memcmp(cplan.leases[0].key, cplan.items[0].key, SL_MAX_KEY) != 0);
+    }
+}
+
+/* One RL.CHECK through the local backend (its holds table). */
+static sl_check_outcome cout;
+static sl_check_status cst[4];
+static sl_result cov;
+
+static void conc_done(sl_breq *rq) { (void)rq; }
+
+#define CONC_RUN(b, f, cost, now, ...)                                                            \
+    do {                                                                                          \
+        assert_int_equal(conc_plan((f), SL_CHECK_CONC_LEASE, (cost), (now),                      \
+                                   (const char *const[]){__VA_ARGS__, NULL}),                     \
+                         0);                                                                      \
+        sl_breq rq_;                                                                              \
+        memset(&rq_, 0, sizeof rq_);                                                              \
+        rq_.op = SL_BOP_CHECK;                                                                    \
+        rq_.now_ms = (now);                                                                       \
+        rq_.plan = &cplan;                                                                        \
+        rq_.outcome = &cout;                                                                      \
+        rq_.cb = conc_done;                                                                       \
+        sl_backend_submit(sl_backend_channel((b), NULL), &rq_);                                   \
+        assert_int_equal(rq_.rc, 0);                                                              \
+        sl_check_report(&cplan, &cout, &cov, cst);                                                \
+    } while (0)
+
+/* All or none: the third in flight is denied and charges no rate; a rate
+ * denial keeps no lease; cost 0 looks and keeps nothing. */
+static void concurrency_exec(void **state)
+{
+    fx *f = *state;
+    use(f, conc_yaml, 0);
+    sl_backend *b = sl_backend_local_new(f->s);
+    assert_non_null(b);
+    CONC_RUN(b, f, 1, 0, "user", "u");
+    assert_true(cov.allowed);
+    uint64_t id1 = cout.lid[0];
+    assert_true(id1 != 0);
+    CONC_RUN(b, f, 1, 100, "user", "u");
+    assert_true(cov.allowed && cout.lid[0] != 0 && cout.lid[0] != id1);
+    CONC_RUN(b, f, 1, 200, "user", "u"); /* the third: denied by the lease */
+    assert_false(cov.allowed);
+    assert_int_equal(cout.lid[0], 0);
+    assert_int_equal(cst[0].code, SL_CHECK_OVER_LIMIT);
+    assert_string_equal(cst[0].name, "llm.user#concurrency");
+    assert_int_equal(cov.retry_after_ms, 9800); /* the oldest lease, taken at 0 */
+    assert_int_equal(cov.reset_after_ms, 9900);
+    /* the rpm was not charged: after a release, the next is its 3rd of 3 */
+    sl_bchan *ch = sl_backend_channel(b, NULL);
+    sl_breq rel;
+    memset(&rel, 0, sizeof rel);
+    rel.op = SL_BOP_RELEASE;
+    rel.key = "llm|user=u|conc";
+    rel.keylen = strlen(rel.key);
+    rel.hold_id = id1;
+    rel.now_ms = 300;
+    rel.cb = conc_done;
+    sl_backend_submit(ch, &rel);
+    assert_int_equal(rel.existed, 1);
+    CONC_RUN(b, f, 1, 300, "user", "u");
+    assert_true(cov.allowed);
+    assert_int_equal(cout.res[0].remaining, 0);
+    rel.hold_id = cout.lid[0];
+    sl_backend_submit(ch, &rel);
+    assert_int_equal(rel.existed, 1);
+    /* a 4th: denied by the rpm, its lease given back (one held) */
+    CONC_RUN(b, f, 1, 400, "user", "u");
+    assert_false(cov.allowed);
+    assert_int_equal(cout.lid[0], 0);
+    assert_int_equal(cst[0].code, SL_CHECK_OVER_LIMIT);
+    assert_string_equal(cst[0].name, "llm.user");
+    /* cost 0 looks: one held, so a take would leave 0; nothing kept */
+    CONC_RUN(b, f, 0, 500, "user", "u");
+    assert_int_equal(cout.lres[0].remaining, 0);
+    assert_true(cout.lres[0].allowed);
+    assert_int_equal(cout.lid[0], 0);
+    CONC_RUN(b, f, 0, 500, "user", "u"); /* and the same again: the look kept nothing */
+    assert_int_equal(cout.lres[0].remaining, 0);
+    assert_true(cout.lres[0].allowed);
+    sl_backend_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -858,6 +1017,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(plan_metric_nodes, setup, teardown),
         cmocka_unit_test_setup_teardown(limit_override, setup, teardown),
         cmocka_unit_test_setup_teardown(ties_and_delay, setup, teardown),
+        cmocka_unit_test_setup_teardown(concurrency_plan, setup, teardown),
+        cmocka_unit_test_setup_teardown(concurrency_exec, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1849,7 +1849,8 @@ static void concurrency_fields(void **state)
     assert_int_equal(d->nlimits, 0);
     assert_int_equal(d->concurrency, 10);
     assert_int_equal(d->concurrency_ttl_ms, SL_DEFAULT_LEASE_TTL_MS);
-    /* RL.CHECK refuses it, naming it, until it takes leases: never unenforced */
+    /* a plan that cannot take leases (conc REFUSE, the default) refuses it,
+     * naming it: never unenforced */
     sl_rule_entry e = {"db", 2, "x", 1};
     const sl_rule_entry *descs[1] = {&e};
     int nd[1] = {1};
@@ -1857,8 +1858,9 @@ static void concurrency_fields(void **state)
     assert_int_equal(sl_check_plan_make(r, NULL, "llm", 3, descs, nd, 1, 1, 0, &plan, err,
                                         sizeof err),
                      SL_EINVAL);
-    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 10, which RL.CHECK does "
-                             "not take leases for yet (use RL.ACQUIRE; docs/rules.md)");
+    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 10, which RL.CHECK takes "
+                             "leases for only on the local backend, over RESP or /v1/check (use "
+                             "RL.ACQUIRE beside it; docs/rules.md)");
     sl_rules_free(r);
 
     expect_error(HEAD "      concurrency: 0\n", "t.yaml:5:20: ",

@@ -19,6 +19,7 @@
  *     window say everything.
  */
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,14 +127,15 @@ void sl__local_check_flat(sl_store *s, const sl_check_plan *plan, sl__cx_item *x
  * answer that of a full counter, every other counter peeked), and with a
  * recorder every counter is recorded after a run that wrote. */
 static int check_exec(local *l, sl_store *s, const sl_check_plan *plan, sl_check_outcome *o,
-                      char *err, size_t errlen)
+                      int denied, char *err, size_t errlen)
 {
     const sl_check_item *it = plan->items;
     sl__cx_item xi[SL_MAX_BATCH], pool;
     sl__cx_plan x;
     if (err != NULL && errlen > 0) err[0] = '\0';
-    memset(o, 0, sizeof *o);
+    memset(o, 0, offsetof(sl_check_outcome, lres)); /* the leases' are the caller's */
     sl__local_check_flat(s, plan, xi, &pool, &x);
+    if (denied) x.denied_never = 1; /* a lease denied: every counter only peeked */
     sl__cx_out xo = {.res = o->res, .stretched = o->stretched};
     if (l != NULL && l->deny_since != INT64_MIN) {
         int unknown = 0;
@@ -175,7 +177,78 @@ static int check_exec(local *l, sl_store *s, const sl_check_plan *plan, sl_check
 int sl__local_check_exec(sl_store *s, const sl_check_plan *plan, sl_check_outcome *o, char *err,
                          size_t errlen)
 {
-    return check_exec(NULL, s, plan, o, err, errlen);
+    if (plan->nleases > 0) /* no holds table here: the plan's caller asked for leases */
+        return sl__check_err(err, errlen, SL_EINVAL, "%s", "RL.CHECK takes leases only on the "
+                             "local backend");
+    memset(o->lid, 0, sizeof o->lid);
+    return check_exec(NULL, s, plan, o, 0, err, errlen);
+}
+
+/* Lease j of plan (a leader) on holds h: taken (o->lid[j] set when
+ * granted), or with keep 0 taken and given back at once -- a look at
+ * its count (the answer a take would get; a racing RL.ACQUIRE may see
+ * that one lease for an instant).  0 or an SL_E* code. */
+static int lease_take(sl_holds *h, const sl_check_plan *plan, int j, int keep, sl_check_outcome *o)
+{
+    const sl_check_lease *ls = &plan->leases[j];
+    uint64_t id = 0;
+    int rc = sl_acquire(h, ls->key, ls->keylen, plan->lim[j].params.limit,
+                        plan->lim[j].params.window_ms, plan->now_ms, &o->lres[j], &id);
+    if (rc < 0) return rc;
+    if (id != 0 && !keep) sl_release(h, ls->key, ls->keylen, id, plan->now_ms);
+    o->lid[j] = keep ? id : 0;
+    return 0;
+}
+
+/* Gives back every lease o holds (o->lid), then forgets their ids. */
+static void lease_drop(sl_holds *h, const sl_check_plan *plan, sl_check_outcome *o)
+{
+    for (int j = 0; j < plan->nleases; j++)
+        if (o->lid[j] != 0) {
+            sl_release(h, plan->leases[j].key, plan->leases[j].keylen, o->lid[j], plan->now_ms);
+            o->lid[j] = 0;
+        }
+}
+
+/* RL.CHECK with concurrency limits (docs/rules.md, "Concurrency"), all or
+ * none: every enforced lease is taken first (kept when its descriptor's
+ * cost is above 0, else only looked at); one denied, and the rate
+ * counters are only peeked (nothing charged) and the leases given back;
+ * all granted, the rates are decided as without leases, and when they
+ * deny the leases are given back.  Shadow leases come last: taken when the
+ * request passed (a shadow lease refused answers SHADOW, holds nothing),
+ * looked at when it did not.  Never an over-admission: a request allowed
+ * held its leases before its rates were decided and keeps them.  A
+ * spurious denial is possible: a lease taken here and given back after a
+ * rate denial is seen by a racing RL.ACQUIRE or RL.CHECK on its key while
+ * it is held. */
+static int check_leases(local *l, sl_store *s, const sl_check_plan *plan, sl_check_outcome *o,
+                        char *err, size_t errlen)
+{
+    int denied = 0, rc = 0;
+    memset(o->lid, 0, sizeof o->lid);
+    memset(o->lres, 0, sizeof o->lres);
+    for (int j = 0; j < plan->nleases && rc == 0; j++) {
+        const sl_check_lease *ls = &plan->leases[j];
+        if (ls->lead != j || ls->shadow) continue;
+        rc = lease_take(l->holds, plan, j, ls->take, o);
+        if (rc == 0 && !o->lres[j].allowed) denied = 1;
+    }
+    if (rc == 0) rc = check_exec(l, s, plan, o, denied, err, errlen);
+    else if (rc == SL_EFULL)
+        snprintf(err, errlen, "no room for the lease: the holds table (a quarter of "
+                 "--max-memory) or the store is at its bound");
+    else
+        sl__check_err(err, errlen, rc, "lease: %s", sl_strerror(rc));
+    if (rc != 0 || !o->allowed) lease_drop(l->holds, plan, o);
+    if (rc != 0) return rc;
+    for (int j = 0; j < plan->nleases; j++) { /* shadow: never denies */
+        const sl_check_lease *ls = &plan->leases[j];
+        if (ls->lead != j || !ls->shadow) continue;
+        if (lease_take(l->holds, plan, j, o->allowed && ls->take, o) != 0)
+            memset(&o->lres[j], 0, sizeof o->lres[j]), o->lres[j].allowed = 1;
+    }
+    return 0;
 }
 
 int sl_rules_check(const sl_rules *r, sl_store *s, const sl_params *pool, const char *domain,
@@ -271,7 +344,9 @@ static void local_submit(sl_bchan *ch, sl_breq *rq)
         break;
     }
     case SL_BOP_CHECK:
-        rc = check_exec(l, s, rq->plan, rq->outcome, rq->err, sizeof rq->err);
+        rc = rq->plan->nleases > 0
+                 ? check_leases(l, s, rq->plan, rq->outcome, rq->err, sizeof rq->err)
+                 : check_exec(l, s, rq->plan, rq->outcome, 0, rq->err, sizeof rq->err);
         break;
     case SL_BOP_ACQUIRE:
         rc = sl_acquire(l->holds, rq->key, rq->keylen, rq->max, rq->ttl_ms, rq->now_ms,

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "siphash.h"
+
 const char *sl_check_code_name(sl_check_code c)
 {
     switch (c) {
@@ -121,12 +123,12 @@ static int replaced(const sl_rule_limit *rl, const sl_rule_node *const *nodes, i
     return 0;
 }
 
-static void set_status(sl_check_status *st, sl_check_code code, const sl_check_item *it,
+static void set_status(sl_check_status *st, sl_check_code code, const sl_rule_limit *rl,
                        const sl_result *res)
 {
     st->code = code;
-    st->rule = it->rl;
-    st->name = it->rl->name;
+    st->rule = rl;
+    st->name = rl->name;
     st->result = *res;
     st->limit = res->limit;
     st->remaining = res->remaining;
@@ -220,6 +222,94 @@ static int add_override(sl_check_plan *plan, const sl_rule_domain *dom, int i,
     return merge(plan->items, nit, cost, err, errlen);
 }
 
+/* The lease key of descriptor (node, desc) into key (SL_MAX_KEY bytes):
+ * check.h, SL_CHECK_LEASE_SUFFIX.  0 or an SL_E* code. */
+static int lease_key(const sl_rule_node *node, const sl_rule_entry *desc, int ndesc, char *key,
+                     size_t *len)
+{
+    static const char suf[] = SL_CHECK_LEASE_SUFFIX;
+    const size_t sl = sizeof suf - 1;
+    size_t n;
+    int rc = sl_rules_key(node, desc, ndesc, -1, key, SL_MAX_KEY - sl, &n);
+    if (rc == 0) { /* the usual key: the counting key and the suffix */
+        memcpy(key + n, suf, sl);
+        *len = n + sl;
+        return 0;
+    }
+    if (rc != SL_EKEY) return rc;
+    /* too long for the suffix: the readable part, the suffix, "#~" and the
+     * 256-bit digest of the whole counting key -- the digest form's own
+     * when sl_rules_key wrote that form, else (a key of SL_MAX_KEY - sl + 1
+     * to SL_MAX_KEY bytes, written as it is) the same function computed
+     * here (check.h, "Long keys") */
+    char full[SL_MAX_KEY];
+    const size_t hexat = SL_RULES_KEY_PREFIX + 2;
+    rc = sl_rules_key(node, desc, ndesc, -1, full, sizeof full, &n);
+    if (rc < 0) return rc;
+    size_t keep = SL_RULES_KEY_PREFIX - sl;
+    memcpy(key, full, keep);
+    memcpy(key + keep, suf, sl);
+    memcpy(key + keep + sl, "#~", 2);
+    if (n == SL_MAX_KEY && full[SL_RULES_KEY_PREFIX] == '#' && full[SL_RULES_KEY_PREFIX + 1] == '~') {
+        memcpy(key + hexat, full + hexat, SL_MAX_KEY - hexat);
+    } else {
+        static const uint8_t dk[2][16] = {
+            {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/', 'n', 'o', '.', '1'},
+            {'s', 'l', 'u', 'i', 'c', 'e', '/', 'k', 'e', 'y', 's', '/', 'n', 'o', '.', '2'}};
+        static const char hex[] = "0123456789abcdef";
+        uint8_t dig[32];
+        for (int i = 0; i < 2; i++) {
+            sl__sip128 h;
+            sl__sip128_init(&h, dk[i]);
+            sl__sip128_update(&h, full, n);
+            sl__sip128_final(&h, dig + 16 * i);
+        }
+        for (int i = 0; i < 32; i++) {
+            key[hexat + 2 * (size_t)i] = hex[dig[i] >> 4];
+            key[hexat + 2 * (size_t)i + 1] = hex[dig[i] & 15];
+        }
+    }
+    *len = SL_MAX_KEY;
+    return 0;
+}
+
+/* Descriptor i's concurrency limit (node, a matched `concurrency: N`) as
+ * lease plan->nleases; take: its cost is above 0.  An earlier lease of the
+ * same key becomes its leader (one lease for both).  0 or an SL_E* code
+ * with a message. */
+static int add_lease(sl_check_plan *plan, int i, const sl_rule_node *node,
+                     const sl_rule_entry *desc, int ndesc, int take, char *err, size_t errlen)
+{
+    int j = plan->nleases;
+    sl_check_lease *l = &plan->leases[j];
+    l->desc = i;
+    l->lead = j;
+    l->shadow = node->shadow_mode != 0;
+    l->take = take;
+    int rc = lease_key(node, desc, ndesc, l->key, &l->keylen);
+    if (rc < 0)
+        return sl__check_err(err, errlen, rc, "descriptor %d, concurrency of %s: %s", i + 1,
+                             node->path, sl_strerror(rc));
+    sl_rule_limit *rl = &plan->lim[j];
+    memset(rl, 0, sizeof *rl);
+    snprintf(plan->lname[j], sizeof plan->lname[j], "%s#concurrency", node->path);
+    rl->name = plan->lname[j];
+    rl->params.limit = node->concurrency;
+    rl->params.window_ms = node->concurrency_ttl_ms;
+    rl->soft_limit = node->concurrency;
+    rl->unit = SL_UNIT_NONE;
+    for (int k = 0; k < j; k++) {
+        sl_check_lease *o = &plan->leases[k];
+        if (o->lead == k && o->keylen == l->keylen && memcmp(o->key, l->key, l->keylen) == 0) {
+            l->lead = k; /* one node: the same N, TTL and mode */
+            o->take |= take;
+            break;
+        }
+    }
+    plan->nleases++;
+    return 0;
+}
+
 int sl_check_plan_make(const sl_rules *r, const sl_params *pool, const char *domain, size_t dlen,
                        const sl_rule_entry *const *descs, const int *ndesc, int n, int64_t cost,
                        int64_t now_ms, sl_check_plan *plan, char *err, size_t errlen)
@@ -285,6 +375,7 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
     plan->denied_never = 0;
     plan->nquota = 0;
     plan->nmetric = 0;
+    plan->nleases = 0;
     int count_denied = (sl_rules_flags(r) & SL_RULES_COUNT_DENIED) != 0 || in->lyft;
     plan->cost = cost; /* with per-descriptor costs: set below (the pool's charge) */
     plan->now_ms = now_ms;
@@ -347,17 +438,37 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
             st[i].code = SL_CHECK_NO_RULE;
             continue;
         }
-        if (node->concurrency > 0) /* refused, never left unenforced (docs/rules.md) */
+        int quota = node->quota_mode && !node->shadow_mode; /* shadow: never denies */
+        int lease = node->concurrency > 0 && in->conc != SL_CHECK_CONC_RATES;
+        if (lease && in->conc != SL_CHECK_CONC_LEASE) /* never left unenforced */
             return sl__check_err(err, errlen, SL_EINVAL,
                                  "descriptor %d: rule %s has concurrency: %lld, which RL.CHECK "
-                                 "does not take leases for yet (use RL.ACQUIRE; docs/rules.md)",
+                                 "takes leases for only on the local backend, over RESP or "
+                                 "/v1/check (use RL.ACQUIRE beside it; docs/rules.md)",
                                  i + 1, node->path, (long long)node->concurrency);
+        if (lease && quota)
+            return sl__check_err(err, errlen, SL_EINVAL,
+                                 "descriptor %d: rule %s has concurrency: %lld in quota_mode, "
+                                 "which RL.CHECK does not take leases for (docs/rules.md)",
+                                 i + 1, node->path, (long long)node->concurrency);
+        if (!lease && node->nlimits == 0) { /* a concurrency limit alone, answered by rates */
+            st[i].code = SL_CHECK_NO_RULE;
+            continue;
+        }
         st[i].shadow = node->shadow_mode != 0;
         st[i].node = node;
-        int quota = node->quota_mode && !node->shadow_mode; /* shadow: never denies */
         st[i].code = SL_CHECK_UNLIMITED; /* unless a counted limit follows */
-        st[i].rule = &node->limits[0];
-        st[i].name = node->limits[0].name;
+        if (lease) {
+            int rc = add_lease(plan, i, node, descs[i], ndesc[i], ci > 0, err, errlen);
+            if (rc < 0) return rc;
+            st[i].code = SL_CHECK_OK; /* the lease's answer replaces it (sl_check_report) */
+            st[i].rule = &plan->lim[plan->nleases - 1];
+            st[i].name = st[i].rule->name;
+        }
+        if (node->nlimits > 0 && !lease) {
+            st[i].rule = &node->limits[0];
+            st[i].name = node->limits[0].name;
+        }
         int counted = 0;
         const sl_rule_limit *first_replaced = NULL;
         for (int j = 0; j < node->nlimits; j++) {
@@ -406,7 +517,7 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
         }
         if (counted > 0 && quota) plan->nquota++;
         st[i].quota = counted > 0 && quota; /* not when unlimited or replaced */
-        if (counted == 0 && first_replaced != NULL) {
+        if (counted == 0 && first_replaced != NULL && !lease) {
             /* every counted limit replaced: applied as nothing, as Lyft does */
             st[i].code = SL_CHECK_OK;
             st[i].rule = first_replaced;
@@ -435,35 +546,53 @@ void sl_check_report(const sl_check_plan *plan, sl_check_outcome *o, sl_result *
         }
     }
 
-    /* Each descriptor's status. */
+    /* Followers of a lease take their leader's answer (and hold no id). */
+    for (int j = 0; j < plan->nleases; j++)
+        if (plan->leases[j].lead != j) {
+            o->lres[j] = o->lres[plan->leases[j].lead];
+            o->lid[j] = 0;
+        }
+
+    /* Each descriptor's status: among its limits (items, then its lease),
+     * the over one that holds the request longest, else the tightest. */
     for (int i = 0; i < n; i++) {
         st[i] = plan->pre[i];
         if (st[i].code == SL_CHECK_NO_RULE) continue;
-        int worst = -1; /* the over limit with the largest retry */
-        int least = -1; /* the limit with the smallest remaining */
-        int over = -1;  /* passed above its L, on the pool */
+        const sl_result *worst = NULL, *least = NULL, *over = NULL; /* as below */
+        const sl_rule_limit *wl = NULL, *ll = NULL, *ol = NULL;     /* their limits */
+        int wquota = 0;
         for (int k = 0; k < nit; k++) {
             if (it[k].desc != i) continue;
             const sl_result *r = &o->res[k];
-            if (!r->allowed) {
-                if (worst < 0 || holds_longer(r, &o->res[worst])) worst = k;
-            } else if (o->stretched[it[k].lead]) {
-                if (over < 0 || tighter(r, &o->res[over])) over = k;
-            } else if (least < 0 || tighter(r, &o->res[least])) {
-                least = k;
+            if (!r->allowed) { /* the over limit with the largest retry */
+                if (worst == NULL || holds_longer(r, worst))
+                    worst = r, wl = it[k].rl, wquota = it[k].quota;
+            } else if (o->stretched[it[k].lead]) { /* passed above its L, on the pool */
+                if (over == NULL || tighter(r, over)) over = r, ol = it[k].rl;
+            } else if (least == NULL || tighter(r, least)) { /* the smallest remaining */
+                least = r, ll = it[k].rl;
             }
         }
-        if (worst >= 0) {
+        for (int j = 0; j < plan->nleases; j++) {
+            if (plan->leases[j].desc != i) continue;
+            const sl_result *r = &o->lres[j];
+            if (!r->allowed) {
+                if (worst == NULL || holds_longer(r, worst)) worst = r, wl = &plan->lim[j], wquota = 0;
+            } else if (least == NULL || tighter(r, least)) {
+                least = r, ll = &plan->lim[j];
+            }
+        }
+        if (worst != NULL) {
             sl_check_code code = SL_CHECK_OVER_LIMIT;
             if (st[i].shadow)
                 code = SL_CHECK_SHADOW;
-            else if (it[worst].quota && !o->quota_denied)
+            else if (wquota && !o->quota_denied)
                 code = SL_CHECK_OVER_QUOTA; /* the request did not fail for it */
-            set_status(&st[i], code, &it[worst], &o->res[worst]);
-        } else if (over >= 0)
-            set_status(&st[i], SL_CHECK_ELASTIC, &it[over], &o->res[over]);
-        else if (least >= 0)
-            set_status(&st[i], SL_CHECK_OK, &it[least], &o->res[least]);
+            set_status(&st[i], code, wl, worst);
+        } else if (over != NULL)
+            set_status(&st[i], SL_CHECK_ELASTIC, ol, over);
+        else if (least != NULL)
+            set_status(&st[i], SL_CHECK_OK, ll, least);
         /* else: every limit unlimited (or replaced), status as matched, zeros */
     }
 

@@ -135,6 +135,15 @@
  *     (envoyproxy/ratelimit's cache key), and an override never shares a
  *     rule's counter.  limit 0 is OVER_LIMIT "never", as a rule's.  The
  *     reported limit has the name "" (envoyproxy/ratelimit's).
+ *   - `concurrency: N` (sl_check_input.conc, sl_check_conc): with LEASE, one
+ *     lease per distinct lease key (plan->leases), decided all-or-none with
+ *     the rates by the executor (the local backend takes the enforced
+ *     leases first, decides the rates -- only peeked when a lease was
+ *     refused -- and gives the leases back when anything denied); the
+ *     lease is one more limit of its descriptor's status, named
+ *     "<path>#concurrency" (plan->lim).  Shadow: taken only when the
+ *     request passed and one is free, else SHADOW.  Cost 0: looked at,
+ *     not kept.  quota_mode with concurrency: refused.
  *   - Every counter, the pool's included, lives in key space 1 of the store
  *     (sl_params.space): RL.ALLOW, RL.PEEK and RL.RESET, which use space 0,
  *     can neither charge nor clear a rule's counter, whatever key they name.
@@ -295,6 +304,45 @@ int sl_check_pool_parse(const char *s, sl_params *pool, char *err, size_t errlen
  * docs/architecture.md ("The hash tag") for the alternatives weighed.
  */
 
+/* What a plan does with a matched `concurrency: N` (sl_check_input.conc;
+ * docs/rules.md, "Concurrency"):
+ *   REFUSE (0, the default): the plan is refused, naming the rule -- for
+ *          a caller that cannot take leases or hand their ids back (the
+ *          Redis backend, forward-auth, `sluicectl replay`): a limit is
+ *          never left unenforced silently;
+ *   LEASE: one lease per distinct lease key (sl_check_plan.leases), taken
+ *          all-or-none with the rate limits by the executor (the local
+ *          backend: backend_local.c), its id handed back to the caller;
+ *   RATES: the descriptor is answered by its rate limits alone (the gRPC
+ *          front: Envoy's protocol has no place for a lease id); a node
+ *          with only a concurrency limit is then NO_RULE. */
+typedef enum sl_check_conc {
+    SL_CHECK_CONC_REFUSE = 0,
+    SL_CHECK_CONC_LEASE,
+    SL_CHECK_CONC_RATES
+} sl_check_conc;
+
+/* The lease key's suffix: a descriptor's lease key is its counting key
+ * without "#W" (sl_rules_key, limit -1) followed by "|conc" -- a part
+ * without '=', which no rule key, override key or pool key has.  A key
+ * that does not fit SL_MAX_KEY: the first SL_RULES_KEY_PREFIX - 5 bytes of
+ * the descriptor's digest form, "|conc", "#~" and the digest's 64 hex
+ * digits (the digest of the counting key: one per descriptor and values). */
+#define SL_CHECK_LEASE_SUFFIX "|conc"
+#define SL_CHECK_LEASE_NAME   160 /* bytes of a lease status's name, NUL included */
+
+/* One concurrency limit of a request (conc LEASE). */
+typedef struct sl_check_lease {
+    int desc;             /* the (first) descriptor it serves */
+    int lead;             /* index of the lease holding the key (itself unless
+                             an earlier descriptor had the same key) */
+    int shadow;           /* the node is in shadow mode: never denies */
+    int take;             /* its descriptor's cost > 0: kept when the request
+                             passes; 0: only looked at (taken and given back) */
+    char key[SL_MAX_KEY]; /* the lease key (SL_CHECK_LEASE_SUFFIX) */
+    size_t keylen;
+} sl_check_lease;
+
 /* One counted limit of a request. */
 typedef struct sl_check_item {
     int desc;                /* descriptor index */
@@ -348,6 +396,14 @@ typedef struct sl_check_plan {
     /* the limits of the descriptors given an override (items point here:
      * they live as long as the plan; unused for the others) */
     sl_rule_limit over[SL_CHECK_MAX_DESC];
+    /* conc LEASE: the request's concurrency limits, one per descriptor
+     * with `concurrency` (followers: lead != index); lim[j] is lease j's
+     * limit as a status reports it (name "<path>#concurrency" in name[j],
+     * params.limit = N, params.window_ms = the lease's TTL) */
+    int nleases;
+    sl_check_lease leases[SL_CHECK_MAX_DESC];
+    sl_rule_limit lim[SL_CHECK_MAX_DESC];
+    char lname[SL_CHECK_MAX_DESC][SL_CHECK_LEASE_NAME];
 } sl_check_plan;
 
 /* What execution found.  res[k] is filled for leaders (item k with
@@ -358,6 +414,12 @@ typedef struct sl_check_outcome {
     int pool_charged;                   /* the elastic round passed on the pool */
     unsigned char stretched[SL_MAX_BATCH]; /* leader k passed above L, on the pool */
     sl_result res[SL_MAX_BATCH];
+    /* leases (plan->nleases): lease j's answer (sl_acquire's; followers
+     * are filled by sl_check_report) and its id, 0 when none is held
+     * (denied, given back because the request was denied, only looked
+     * at, or a follower) */
+    sl_result lres[SL_CHECK_MAX_DESC];
+    uint64_t lid[SL_CHECK_MAX_DESC];
 } sl_check_outcome;
 
 /* The pool's counter key (space 1).  No rule's key can be this: those
@@ -380,6 +442,8 @@ typedef struct sl_check_input {
                                       SL_RULES_COUNT_DENIED), whatever the set's flags */
     const sl_params *pool;         /* the spare-capacity pool; NULL: none */
     int64_t now_ms;
+    sl_check_conc conc;            /* a matched `concurrency`: refused (0), leases, or
+                                      answered by its rates (sl_check_conc) */
 } sl_check_input;
 
 /* Plans one RL.CHECK request (the semantics above).  Refuses with a

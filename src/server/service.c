@@ -481,6 +481,9 @@ static void done_check(sl_breq *b)
         }
         r.n = k->plan.n;
         r.st = k->st;
+        r.nleases = k->plan.nleases;
+        r.leases = k->plan.leases;
+        r.lid = k->out.lid;
     }
     /* the statuses live in q until the callback returns */
     q->cb(q->arg, &r);
@@ -520,7 +523,12 @@ void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *c, sl_svc_cb cb, void *
                          .costs = c->costs,
                          .lyft = c->lyft,
                          .pool = cfg->capacity[0] ? &cfg->pool : NULL,
-                         .now_ms = c->at};
+                         .now_ms = c->at,
+                         .conc = c->conc};
+    /* leases live in the local backend's holds table: elsewhere a
+     * concurrency limit is refused (docs/rules.md, "Concurrency") */
+    if (in.conc == SL_CHECK_CONC_LEASE && strcmp(x->srv->backend->ops->name, "local") != 0)
+        in.conc = SL_CHECK_CONC_REFUSE;
     int rc = sl_check_plan_build(rules, &in, &k->plan, err, sizeof err);
     if (rc != 0) {
         req_put(q);

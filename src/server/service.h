@@ -44,6 +44,10 @@ typedef struct sl_svc_reply {
     uint64_t version;          /* RELOAD: the rules version now serving */
     int n;                     /* CHECK: descriptors */
     const sl_check_status *st; /* CHECK: n statuses */
+    int nleases;               /* CHECK: the plan's leases (0: no concurrency limit
+                                  matched, the reply has no lease element) */
+    const sl_check_lease *leases; /* CHECK: nleases of them; leaders have lead == index */
+    const uint64_t *lid;       /* CHECK: lease j's id, 0 when none is held */
 } sl_svc_reply;
 
 typedef void (*sl_svc_cb)(void *arg, const sl_svc_reply *r);
@@ -131,6 +135,10 @@ typedef struct sl_svc_check_req {
     int lyft;                      /* 1: count this request the Lyft way, as
                                       --count-denied does, whatever the server's flag */
     int64_t at;                    /* ms: the decision's time */
+    sl_check_conc conc;            /* a matched `concurrency: N`: SL_CHECK_CONC_LEASE
+                                      for a front that hands the lease ids back (RESP,
+                                      /v1/check; refused unless the backend is the
+                                      local one), RATES (gRPC), REFUSE (0: the others) */
 } sl_svc_check_req;
 
 /* RL.CHECK of q (sl_check_plan_build: against the serving rules, with the

@@ -156,5 +156,142 @@ class HoldsResp(ServerTestCase):
                          (400, {"error": "unknown field 'mx' (expected key, max, ttl_ms, at)"}))
 
 
+# RL.CHECK with `concurrency: N` (docs/rules.md, "Concurrency"): the LLM
+# recipe as one all-or-none call -- requests per minute and 2 in flight
+# on `user`, tokens per minute on `tokens` (a rate charged its descriptor's
+# own cost, COSTS) -- and a shadow concurrency limit.
+LLM_RULES = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit:
+      - {unit: minute, requests_per_unit: 3}
+      - {concurrency: 2, concurrency_ttl: 10s}
+  - key: tokens
+    rate_limit: {window: 1m, requests_per_unit: 1000, algorithm: sliding-window}
+  - key: batch
+    shadow_mode: true
+    rate_limit: {concurrency: 1}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 5}
+"""
+
+
+class HoldsCheck(ServerTestCase):
+    HTTP = True
+
+    @classmethod
+    def setUpClass(cls):
+        path = cls.class_dir("sluice-holds-check-") + "/llm.yaml"
+        with open(path, "w") as f:
+            f.write(LLM_RULES)
+        cls.SERVER_ARGS = ("--rules", path)
+        super().setUpClass()
+
+    def r(self):
+        return redis.Redis(host=HOST, port=self.srv.port, socket_timeout=10 * harness.SLOW)
+
+    def check(self, user, rpm_cost, tokens, at):
+        return self.r().execute_command("RL.CHECK", "llm", "COSTS", rpm_cost, tokens, "AT", at,
+                                        "DESCRIPTOR", "user", user, "DESCRIPTOR", "tokens", user)
+
+    def test_llm_recipe_all_or_none(self):
+        r = self.r()
+        key = b"llm|user=u1|conc"
+        # 1, 2: allowed, each holding a lease; the tightest limit is the
+        # concurrency (1, then 0 left); 400 tokens each
+        c1 = self.check("u1", 1, 400, T)
+        self.assertEqual(len(c1), 9)
+        self.assertEqual(c1[:6], [1, 2, 1, 0, 10000, 0])
+        self.assertEqual(c1[6], [b"OK", b"llm.user#concurrency", 2, 1, 0, 10000])
+        self.assertEqual(c1[7][:4], [b"OK", b"llm.tokens", 1000, 600])
+        self.assertEqual([lk for lk, _ in c1[8]], [key])
+        id1 = c1[8][0][1]
+        c2 = self.check("u1", 1, 400, T + 100)
+        self.assertEqual(c2[:6], [1, 2, 0, 0, 10000, 0])
+        id2 = c2[8][0][1]
+        self.assertNotEqual(id1, id2)
+        # 3: a third in flight is denied until the oldest lease expires
+        # (T + 10000), with no lease and nothing charged
+        c3 = self.check("u1", 1, 100, T + 200)
+        self.assertEqual(c3[:6], [0, 2, 0, 9800, 9900, 0])
+        self.assertEqual(c3[6], [b"OVER_LIMIT", b"llm.user#concurrency", 2, 0, 9800, 9900])
+        self.assertEqual(c3[8], [])
+        # a release frees it: the next passes (the rpm's third: 0 left)
+        self.assertEqual(r.execute_command("RL.RELEASE", key, id1), 1)
+        c4 = self.check("u1", 1, 100, T + 300)
+        self.assertEqual(c4[:4], [1, 3, 0, 0])
+        self.assertEqual(c4[6][:4], [b"OK", b"llm.user", 3, 0])
+        # 400 + 400 + 100: the denied check charged no token
+        self.assertEqual(c4[7][:4], [b"OK", b"llm.tokens", 1000, 100])
+        id3 = c4[8][0][1]
+        self.assertEqual(r.execute_command("RL.RELEASE", key, id3), 1)
+        # 5: denied by the rpm (a 4th this minute) with a lease free: it
+        # takes none -- one lease (id2) held, as RL.ACQUIRE sees it
+        c5 = self.check("u1", 1, 1, T + 400)
+        self.assertEqual(c5[:4], [0, 3, 0, 59477])
+        self.assertEqual(c5[6][:4], [b"OVER_LIMIT", b"llm.user", 3, 0])
+        self.assertEqual(c5[8], [])
+        a = r.execute_command("RL.ACQUIRE", key, 2, "TTL", 1, "AT", T + 500)
+        self.assertEqual(a[:3], [1, 2, 0])
+        self.assertEqual(r.execute_command("RL.RELEASE", key, a[6]), 1)
+        self.assertEqual(r.execute_command("RL.RELEASE", key, id2), 1)
+
+    def test_shadow_and_plain(self):
+        r = self.r()
+        # a shadow concurrency limit never denies: a lease when it has
+        # room (the caller releases it), SHADOW and none when full
+        c1 = r.execute_command("RL.CHECK", "llm", "AT", T, "DESCRIPTOR", "batch", "s1")
+        self.assertEqual(c1[:7], [1, 0, 0, 0, 0, 0,
+                                  [b"OK", b"llm.batch#concurrency", 1, 0, 0, 60000]])
+        self.assertEqual([lk for lk, _ in c1[7]], [b"llm|batch=s1|conc"])
+        c2 = r.execute_command("RL.CHECK", "llm", "AT", T + 1, "DESCRIPTOR", "batch", "s1")
+        self.assertEqual(c2, [1, 0, 0, 0, 0, 0,
+                              [b"SHADOW", b"llm.batch#concurrency", 1, 0, 59999, 59999], []])
+        self.assertEqual(r.execute_command("RL.RELEASE", "llm|batch=s1|conc", c1[7][0][1]), 1)
+        # no concurrency rule matched: the reply as before, 6 + n elements
+        c3 = r.execute_command("RL.CHECK", "llm", "AT", T, "DESCRIPTOR", "plain", "p")
+        self.assertEqual(c3, [1, 5, 4, 0, 59877, 0, [b"OK", b"llm.plain", 5, 4, 0, 59877]])
+
+    def test_resp3_and_errors(self):
+        with harness.RawConn(self.srv.port) as c:
+            c.cmd("HELLO", "3")
+            rep = c.cmd("RL.CHECK", "llm", "AT", str(T), "DESCRIPTOR", "batch", "s3")
+            self.assertEqual(len(rep), 8)
+            self.assertEqual(rep[7][0][0], b"llm|batch=s3|conc")
+            self.assertEqual(c.cmd("RL.RELEASE", "llm|batch=s3|conc", str(rep[7][0][1])), 1)
+        r = self.r()
+        for args, msg in [
+                (("COSTS", 1, "DESCRIPTOR", "user", "e"),
+                 "COSTS gives 1 costs for 2 descriptors (one each)"),
+                (("COST", 1, "COSTS", 1, 1, "DESCRIPTOR", "user", "e"),
+                 "give COST or COSTS once, not both"),
+                (("COSTS", 1, "x", "DESCRIPTOR", "user", "e"),
+                 "COSTS: cost must be an integer between 0 and 1000000000000, got 'x'")]:
+            with self.assertRaises(redis.ResponseError) as cm:
+                r.execute_command("RL.CHECK", "llm", *args, "DESCRIPTOR", "tokens", "e")
+            self.assertEqual(str(cm.exception), msg)
+
+    def post(self, path, body):
+        return HoldsResp.post(self, path, body)
+
+    def test_http_check_leases(self):
+        body = {"domain": "llm", "costs": [1, 10], "at": T,
+                "descriptors": [[{"key": "user", "value": "h1"}], [{"key": "tokens", "value": "h1"}]]}
+        st, b, _ = self.post("/v1/check", body)
+        self.assertEqual((st, b["allowed"], b["remaining"]), (200, True, 1))
+        self.assertEqual([lk["key"] for lk in b["leases"]], ["llm|user=h1|conc"])
+        self.assertEqual(b["statuses"][1]["remaining"], 990)
+        lease = b["leases"][0]
+        self.assertEqual(self.post("/v1/release", lease)[:2], (200, {"released": True}))
+        # no concurrency rule: no "leases"
+        st, b, _ = self.post("/v1/check", {"domain": "llm", "at": T,
+                                           "descriptors": [[{"key": "plain", "value": "h"}]]})
+        self.assertEqual((st, "leases" in b), (200, False))
+        st, b, _ = self.post("/v1/check", dict(body, costs=[1]))
+        self.assertEqual((st, b), (400, {"error": "costs must be an array of integers, one per "
+                                                  "descriptor"}))
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -213,7 +213,7 @@ class TestHttpCheck(ServerTestCase):
             ({"domain": "api", "descriptors": [d("a", "b")] * 17},
              "at most 16 descriptors in one RL.CHECK, got 17"),
             ({"domain": "api", "descriptors": [d("a", "b")], "colour": 1},
-             "unknown field 'colour' (expected domain, descriptors, cost or at)"),
+             "unknown field 'colour' (expected domain, descriptors, cost, costs or at)"),
             ({"domain": "api", "descriptors": [d("a", "b")], "cost": "1"},
              "cost must be an integer"),
             ({"domain": "api", "descriptors": [d("a", "b")], "cost": 1.5},

@@ -708,7 +708,8 @@ static void run_rls_sluice(gstream *st, const rls_req *m)
                           .ndesc = ndesc,
                           .over = any_ov ? ov : NULL,
                           .cost = dcost,
-                          .at = g->now};
+                          .at = g->now,
+                          .conc = SL_CHECK_CONC_RATES}; /* no place for a lease id */
     sl_svc_check(x, &c, on_rls, q);
 }
 
@@ -1107,7 +1108,8 @@ static void submit_round(greq *q, sl_svc_ctx *x, const rls_req *m)
                                .cost = costs[0],
                                .costs = costs,
                                .lyft = 1,
-                               .at = q->now};
+                               .at = q->now,
+                               .conc = SL_CHECK_CONC_RATES}; /* no place for a lease id */
         int gather = q->st != NULL && q->round == 2;
         q->submitting = 1;
         sl_svc_check(x, &cr, on_chunk, ch);

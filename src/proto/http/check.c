@@ -87,6 +87,22 @@ static void on_checked(void *arg, const sl_svc_reply *r)
                                "retry_after_ms", (json_int_t)x->retry_after_ms, "reset_after_ms",
                                (json_int_t)x->reset_after_ms, "delay_ms", (json_int_t)x->delay_ms,
                                "statuses", st);
+    if (o != NULL && r->nleases > 0) { /* a concurrency limit matched: the leases held */
+        json_t *ls = json_array();
+        for (int j = 0; ls != NULL && j < r->nleases; j++) {
+            if (r->lid[j] == 0) continue;
+            json_t *l = json_pack("{s:s%,s:I}", "key", r->leases[j].key, r->leases[j].keylen,
+                                  "id", (json_int_t)r->lid[j]);
+            if (l == NULL || json_array_append_new(ls, l) != 0) {
+                json_decref(ls);
+                ls = NULL;
+            }
+        }
+        if (ls == NULL || json_object_set_new(o, "leases", ls) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
     if (x->allowed)
         sl_http_send_json_h(&c->a, &h, 200, "OK", o);
     else
@@ -133,6 +149,8 @@ typedef struct check_body {
     const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
     sl_rule_entry ent[SL_CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
     int64_t cost, at;
+    int ncosts; /* "costs": one per descriptor; -1: none */
+    int64_t costs[SL_CHECK_MAX_DESC];
 } check_body;
 
 /* Reads the JSON number v of field `name` as the decimal text the RESP
@@ -200,10 +218,32 @@ static int parse_body(http_worker *hw, const json_t *root, int64_t now, check_bo
     json_object_foreach((json_t *)root, k, v)
     {
         if (strcmp(k, "domain") && strcmp(k, "descriptors") && strcmp(k, "cost") &&
-            strcmp(k, "at")) {
-            snprintf(err, errlen, "unknown field '%s' (expected domain, descriptors, cost or at)",
+            strcmp(k, "costs") && strcmp(k, "at")) {
+            snprintf(err, errlen,
+                     "unknown field '%s' (expected domain, descriptors, cost, costs or at)",
                      sl__quote(qb, sizeof qb, k, strlen(k)));
             return -1;
+        }
+    }
+    b->ncosts = -1;
+    if ((v = json_object_get(root, "costs")) != NULL) { /* descriptor i's own cost */
+        const json_t *ds0 = json_object_get(root, "descriptors");
+        if (json_object_get(root, "cost") != NULL) {
+            snprintf(err, errlen, "give cost or costs, not both");
+            return -1;
+        }
+        if (!json_is_array(v) || !json_is_array(ds0) ||
+            json_array_size(v) != json_array_size(ds0) || json_array_size(v) > SL_CHECK_MAX_DESC) {
+            snprintf(err, errlen, "costs must be an array of integers, one per descriptor");
+            return -1;
+        }
+        b->ncosts = (int)json_array_size(v);
+        for (int i = 0; i < b->ncosts; i++) {
+            char name[24];
+            snprintf(name, sizeof name, "costs[%d]", i);
+            if (int_field(json_array_get(v, (size_t)i), name, txt, sizeof txt, err, errlen) != 0 ||
+                sl__parse_cost(txt, strlen(txt), &b->costs[i], err, errlen) != 0)
+                return -1;
         }
     }
     const json_t *dom = json_object_get(root, "domain");
@@ -313,8 +353,10 @@ void sl_http_v1_check(http_worker *hw, const sl_hreq *req)
                               .n = b->n,
                               .descs = b->descs,
                               .ndesc = b->ndesc,
-                              .cost = b->cost,
-                              .at = b->at};
+                              .cost = b->ncosts > 0 ? b->costs[0] : b->cost,
+                              .costs = b->ncosts > 0 ? b->costs : NULL,
+                              .at = b->at,
+                              .conc = SL_CHECK_CONC_LEASE};
         if (wait >= 0 && b->at != now)
             sl_http_send_error(&req->a, 400, "Bad Request",
                                "at is refused with wait: a waiter is decided at the server's "

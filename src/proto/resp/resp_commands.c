@@ -207,7 +207,7 @@ static void on_check(sl_slot *s, const sl_svc_reply *r, int proto)
         return;
     }
     sl_buf *b = sl_slot_buf(s);
-    sl_resp_array(b, 6 + r->n);
+    sl_resp_array(b, 6 + r->n + (r->nleases > 0));
     sl_resp_fields(b, &r->result);
     for (int d = 0; d < r->n; d++) {
         const sl_check_status *st = &r->st[d];
@@ -221,6 +221,17 @@ static void on_check(sl_slot *s, const sl_svc_reply *r, int proto)
         sl_resp_int(b, st->remaining);
         sl_resp_int(b, st->retry_after_ms);
         sl_resp_int(b, st->reset_after_ms);
+    }
+    if (r->nleases > 0) { /* a concurrency limit matched: the leases held, [key, id] each */
+        int held = 0;
+        for (int j = 0; j < r->nleases; j++) held += r->lid[j] != 0;
+        sl_resp_array(b, held);
+        for (int j = 0; j < r->nleases; j++) {
+            if (r->lid[j] == 0) continue;
+            sl_resp_raw(b, "*2\r\n");
+            sl_resp_bulk(b, r->leases[j].key, r->leases[j].keylen);
+            sl_resp_int(b, (long long)r->lid[j]);
+        }
     }
     sl_slot_done(s);
 }
@@ -327,18 +338,43 @@ static void cmd_wait(req *q)
 
 /* ---- RL.CHECK --------------------------------------------------------------- */
 
-/* RL.CHECK domain [COST c] [AT t] DESCRIPTOR k v [k v ...] [DESCRIPTOR ...] */
+/* RL.CHECK domain [COST c | COSTS c1 .. cN] [AT t] DESCRIPTOR k v [k v ...] [DESCRIPTOR ...]
+ * (COSTS: descriptor i's own cost, one per descriptor: docs/rules.md) */
 static void cmd_check(req *q)
 {
     const sl_resp_cmd *c = q->cmd;
     char qb[80], err[SL_SVC_ERR];
     sl_rule_entry ent[SL_CHECK_MAX_DESC][SL_RULES_MAX_DEPTH];
     const sl_rule_entry *descs[SL_CHECK_MAX_DESC];
-    int ndesc[SL_CHECK_MAX_DESC], n = -1;
-    int64_t cost = 1, at = q->now;
+    int ndesc[SL_CHECK_MAX_DESC], n = -1, ncosts = -1;
+    int64_t cost = 1, at = q->now, costs[SL_CHECK_MAX_DESC];
     unsigned seen = 0;
     for (int i = 2; i < c->argc;) {
         const sl_resp_arg *o = &c->argv[i];
+        if (n < 0 && arg_is(o, "COSTS")) {
+            if (seen & 2u || ncosts >= 0) {
+                err_reply(q, "give COST or COSTS once, not both");
+                return;
+            }
+            for (ncosts = 0, i++; i < c->argc && !arg_is(&c->argv[i], "DESCRIPTOR") &&
+                                  !arg_is(&c->argv[i], "AT");
+                 i++, ncosts++) {
+                if (ncosts == SL_CHECK_MAX_DESC) {
+                    err_reply(q, "COSTS gives more than %d costs", SL_CHECK_MAX_DESC);
+                    return;
+                }
+                if (sl__parse_cost(c->argv[i].p, c->argv[i].len, &costs[ncosts], err,
+                                   sizeof err) != 0) {
+                    err_reply(q, "COSTS: %s", err);
+                    return;
+                }
+            }
+            continue;
+        }
+        if (n < 0 && ncosts >= 0 && arg_is(o, "COST")) {
+            err_reply(q, "give COST or COSTS once, not both");
+            return;
+        }
         if (arg_is(o, "DESCRIPTOR")) {
             n++; /* descriptor n opens: n + 1 of them */
             if (sl_check_shape_desc(n + 1) == SL_CHECK_SHAPE_MANY) {
@@ -393,6 +429,10 @@ static void cmd_check(req *q)
         err_reply(q, "RL.CHECK needs at least one DESCRIPTOR");
         return;
     }
+    if (ncosts >= 0 && ncosts != n) {
+        err_reply(q, "COSTS gives %d costs for %d descriptors (one each)", ncosts, n);
+        return;
+    }
     sl_slot *s = sl_conn_slot(q->c);
     if (s == NULL) return;
     sl_svc_check_req r = {.domain = c->argv[1].p,
@@ -400,8 +440,10 @@ static void cmd_check(req *q)
                           .n = n,
                           .descs = descs,
                           .ndesc = ndesc,
-                          .cost = cost,
-                          .at = at};
+                          .cost = ncosts >= 0 ? costs[0] : cost,
+                          .costs = ncosts >= 0 ? costs : NULL,
+                          .at = at,
+                          .conc = SL_CHECK_CONC_LEASE};
     sl_svc_check(q->x, &r, q->proto == SL_RESP3 ? on_check3 : on_check2, s);
 }
 
