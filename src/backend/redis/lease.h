@@ -10,6 +10,7 @@
 #define SL_REDIS_LEASE_H
 
 #define SL_LEASE_SLOTS    256  /* keys a connection (a worker's to a node) may hold leases on */
+#define SL_LEASE_WAYS     4    /* entries a key may take (a set of them): SL_LEASE_SLOTS / 4 sets */
 #define SL_LEASE_TICK_MS  100  /* the period a key's decisions are counted over */
 #define SL_LEASE_HOT      8    /* decisions in a tick that make a key hot here: it leases */
 #define SL_LEASE_MIN      8    /* units a first lease asks for */
