@@ -164,9 +164,12 @@ sum_ticks() { # sum_ticks PIDS: their CPU time, in ticks
     for p in $1; do s=$((s + $(cpu_ticks "$p"))); done
     echo "$s"
 }
-sum_field() { # sum_field PORTS SECTION KEY
-    local s=0 p
-    for p in $1; do s=$((s + $(info_field "$p" "$2" "$3"))); done
+sum_field() { # sum_field PORTS SECTION KEY: a field summed over the nodes (none: 0)
+    local s=0 p v
+    for p in $1; do
+        v=$(info_field "$p" "$2" "$3")
+        s=$((s + ${v:-0}))
+    done
     echo "$s"
 }
 # rb OUT PORT N PIPE [redis-benchmark args...]: one redis-benchmark in the
@@ -192,7 +195,7 @@ run() {
     lname=$(echo "$name" | tr '[:upper:]' '[:lower:]')
     rm -f "$TMP"/rb[hc]*.csv
     RB_PIDS=
-    l0=$(sum_field "$ports" backend backend_lease_decisions 2>/dev/null || echo 0)
+    l0=$(sum_field "$ports" backend backend_lease_decisions)
     r0=$(cpu_ticks "$REDIS_PID")
     n0=$(sum_ticks "$npids")
     t0=$(date +%s%N)
@@ -213,7 +216,7 @@ run() {
     t1=$(date +%s%N)
     r1=$(cpu_ticks "$REDIS_PID")
     n1=$(sum_ticks "$npids")
-    l1=$(sum_field "$ports" backend backend_lease_decisions 2>/dev/null || echo 0)
+    l1=$(sum_field "$ports" backend backend_lease_decisions)
     if [ "$scen" = hot ]; then total=$((3 * N)); else total=$((3 * (NHOT + NCOLD))); fi
     awk -F, -v sc="$scen" -v n="$name" -v P="$pipe" -v rc=$((r1 - r0)) \
         -v nc=$((n1 - n0)) -v tick="$TICK" -v req="$total" -v ns=$((t1 - t0)) -v lz=$((l1 - l0)) '
@@ -365,15 +368,15 @@ exact() {
 : >"$TMP/exact"
 ok=yes
 if want exact; then
-    for algo in fixed-window token-bucket; do
+    for algo in fixed-window sliding-window token-bucket; do
         exact ON "$ON" "$algo"
         exact OFF "$OFF" "$algo"
     done
     echo
     echo "== exactness: 3 nodes at once, demand 2 x $LIM in one window (limit $LIM), -P $PIPE =="
     awk -v lim="$LIM" '
-        BEGIN { printf "%-6s | %-13s | %9s | %14s | %17s | %12s | %14s\n", "lease", "algorithm", "admitted", "over-admitted", "under-admitted", "from leases", "policy denials" }
-        { printf "%-6s | %-13s | %9d | %14d | %8d (%5.2f%%) | %12d | %14d\n", tolower($1), $2, $3, ($4 > 0 ? $4 : 0), ($5 > 0 ? $5 : 0), 100 * ($5 > 0 ? $5 : 0) / lim, $6, $7 }' "$TMP/exact"
+        BEGIN { printf "%-6s | %-14s | %9s | %14s | %17s | %12s | %14s\n", "lease", "algorithm", "admitted", "over-admitted", "under-admitted", "from leases", "policy denials" }
+        { printf "%-6s | %-14s | %9d | %14d | %8d (%5.2f%%) | %12d | %14d\n", tolower($1), $2, $3, ($4 > 0 ? $4 : 0), ($5 > 0 ? $5 : 0), 100 * ($5 > 0 ? $5 : 0) / lim, $6, $7 }' "$TMP/exact"
     while read -r _ _ _ over _ _ _; do [ "$over" -le 0 ] || ok=NO; done <"$TMP/exact"
     echo "  no over-admission: $ok"
 fi

@@ -24,11 +24,11 @@
  * when a lease was spent in less than half of its life, halved when more
  * than half of one went back unspent, in [SL_LEASE_MIN, SL_LEASE_MAX].
  *
- * Cost: a decision served here is a hash of its key, a compare, a
- * subtraction and one clock read; the sweep looks at every entry once per
- * SL_LEASE_SWEEP_MS.  Only fixed-window, token-bucket and gcra lease; only
- * at Redis's clock (not with --trust-client-time); on the module's path
- * (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
+ * Cost: a decision served here is a hash of its key, up to SL_LEASE_WAYS
+ * compares, a subtraction and one clock read; the sweep looks at every
+ * entry once per SL_LEASE_SWEEP_MS.  Only fixed-window, sliding-window, token-bucket and
+ * gcra lease; only at Redis's clock (not with --trust-client-time); on the
+ * module's path (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -74,13 +74,14 @@ struct sl_lease_tab {
 };
 
 /* Whether p's keys lease on ch: on the script's path fixed-window,
- * token-bucket and gcra; on the module's (when it has RL.LEASE)
- * fixed-window only (module.c: a lone record cannot yet keep a bucket's
- * refill short of the units out). */
+ * sliding-window, token-bucket and gcra; on the module's (when it has
+ * RL.LEASE) fixed-window only (module.c: a lone record cannot yet keep a
+ * bucket's refill short of the units out). */
 static int leases(const rchan *ch, const sl_params *p)
 {
     if (ch->module) return ch->lease->module && p->algo == SL_FIXED_WINDOW;
-    return p->algo == SL_FIXED_WINDOW || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+    return p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW ||
+           p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
 }
 
 void sl__redis_lease_module(rchan *ch, int has)
@@ -226,7 +227,9 @@ void sl__redis_lease_free(rchan *ch, sl_lease_tab *t)
 static void served(const lease *le, int64_t now, sl_result *out)
 {
     const sl_params *p = &le->p;
-    int64_t cap = p->algo == SL_FIXED_WINDOW || p->burst == 0 ? p->limit : p->burst;
+    int64_t cap = p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW || p->burst == 0
+                      ? p->limit
+                      : p->burst;
     int64_t rem = le->left + le->units;
     if (rem > cap) rem = cap;
     out->allowed = 1;
@@ -236,6 +239,10 @@ static void served(const lease *le, int64_t now, sl_result *out)
     out->delay_ms = 0;
     if (p->algo == SL_FIXED_WINDOW) {
         out->reset_after_ms = le->reset > now ? le->reset - now : 0;
+    } else if (p->algo == SL_SLIDING_WINDOW) {
+        /* the window's end, then a window for its count to weigh out (at
+         * most W / count ms later than Redis's: approximate, as remaining) */
+        out->reset_after_ms = (le->reset > now ? le->reset - now : 0) + p->window_ms;
     } else { /* time for B - remaining tokens at L per W, rounded up */
         i128 need = (i128)(cap - rem) * p->window_ms;
         out->reset_after_ms = (int64_t)((need + p->limit - 1) / p->limit);

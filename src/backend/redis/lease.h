@@ -16,8 +16,9 @@
 #define SL_LEASE_MIN      8    /* units a first lease asks for */
 #define SL_LEASE_MAX      8192 /* the most units one lease asks for */
 #define SL_LEASE_IDLE_MS  50   /* a lease not used for this long is handed back */
-#define SL_LEASE_EARLY_MS 60   /* token-bucket, gcra: handed back this long before its end,
-                                  so that R reaches Redis while the units can go back */
+#define SL_LEASE_EARLY_MS 60   /* all but fixed-window: handed back this long before its end,
+                                  so that R reaches Redis while the units can go back (a
+                                  sliding window's would weigh on the next window) */
 #define SL_LEASE_SWEEP_MS 25   /* how often a connection looks over its leases */
 #define SL_LEASE_RECHECK_MS 20 /* a denial the deny cache holds is asked of Redis again
                                   after this long: units other nodes hand back are seen */
