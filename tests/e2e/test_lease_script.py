@@ -7,9 +7,11 @@ Two things a user would notice:
   fields, the units leased, the lease's ttl and tag, the units put back);
 - several nodes taking, spending (at any time before their lease's
   deadline), returning late or never, and deciding per request never admit
-  more than the limit: every window's admissions are <= L (fixed-window),
-  and the admissions, fed to a strict bucket one by one, are all allowed
-  (token-bucket, gcra).
+  more than the limit: every window's admissions are <= L (fixed-window);
+  at every admission, this window's admissions so far plus the previous
+  window's weighted by what is left of this one are <= L (sliding-window:
+  SPEC 2's weighted counter, fed the admissions); and the admissions, fed
+  to a strict bucket one by one, are all allowed (token-bucket, gcra).
 """
 # Drives redis-server only (no sluiced): once, against the plain build.
 # sluice-e2e: plain-only
@@ -24,7 +26,7 @@ from harness import RawConn
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "backend",
                       "redis", "sluice.lua")
 EPOCH = 250  # the script's LEASE_EPOCH
-FW, TB, GCRA = 0, 4, 5
+FW, SW, TB, GCRA = 0, 2, 4, 5
 
 
 def cdiv(a, b):
@@ -69,6 +71,92 @@ class FixedModel:
         b = min(back, self.count)
         self.count -= b
         return b
+
+
+def weighed_below(p, r, W):
+    """The smallest offset e in [0, W] at which p * (W - e) // W <= r."""
+    if p == 0:
+        return 0
+    k = ((r + 1) * W - 1) // p
+    return 0 if k >= W else W - k
+
+
+class SlidingModel:
+    """sliding-window with leases: the units leased are in the current
+    window's count (cur); prev is the window before's, weighted by what is
+    left of the current one."""
+
+    def __init__(self, L, W):
+        self.L, self.W = L, W
+        self.clock, self.cur, self.prev = None, 0, 0
+
+    def _at(self, now):
+        W = self.W
+        t = now if self.clock is None or now > self.clock else self.clock
+        if self.clock is not None and t // W == self.clock // W + 1:
+            self.cur, self.prev = 0, self.cur
+        elif self.clock is None or t // W != self.clock // W:
+            self.cur, self.prev = 0, 0
+        self.clock = t
+        return t
+
+    def _reset(self, e):
+        W = self.W
+        if self.cur > 0:
+            return W - e + weighed_below(self.cur, 0, W)
+        return max(weighed_below(self.prev, 0, W), e) - e
+
+    def decide(self, now, cost, want=None):
+        L, W = self.L, self.W
+        t = self._at(now)
+        e = t % W
+        used = self.cur + self.prev * (W - e) // W
+        ok = used + cost <= L
+        retry = 0
+        if ok:
+            self.cur += cost
+            used += cost
+        elif cost > L:
+            retry = -1
+        else:
+            r = L - cost - self.cur
+            e1 = weighed_below(self.prev, r, W) if r >= 0 else None
+            if r >= 0 and e1 < W and e1 > e:
+                retry = e1 - e
+            else:
+                e2 = weighed_below(self.cur, L - cost, W)
+                retry = W - e + e2 if e2 < W else W - e + W
+        x = 0
+        if want is not None and ok:
+            x = max(0, min(want - cost, (L - used) // 2))
+            self.cur += x
+            used += x
+        six = [1 if ok else 0, L, max(0, L - used), retry, self._reset(e), 0]
+        if want is None:
+            return six
+        return six + ([x, W - e, t // W] if ok else [0, 0, 0])
+
+    def ret(self, now, back, taken, tag):
+        t = self._at(now)
+        if t // self.W != tag:
+            return 0
+        b = min(back, self.cur)
+        self.cur -= b
+        return b
+
+
+def sliding_counter_allows_all(events, L, W):
+    """Feeds the admissions (t, cost), in time order, to SPEC 2's weighted
+    counter: at each one, the admissions of its window so far (itself
+    included) plus the window before's weighted by what is left of this
+    one must be <= L.  True when they all are."""
+    per = {}
+    for t, c in sorted(events):
+        i, e = t // W, t % W
+        per[i] = per.get(i, 0) + c
+        if per[i] + per.get(i - 1, 0) * (W - e) // W > L:
+            return False
+    return True
 
 
 class BucketModel:
@@ -194,6 +282,22 @@ class LeaseScriptTest(unittest.TestCase):
         self.assertEqual(self.call(key, "T", 6100, f, 200)[6], 24)  # 48 left
         self.assertEqual(self.call(key, "T", 6100, f, 200)[6], 11)  # 23 left
 
+    def test_sliding_window_take_spend_return(self):
+        key = "sl:20:{sw-basic}"
+        f = [SW, 100, 1000, 0, 0, 0, 1]
+        # 41 in the count of window 1 (1 admitted, 40 leased): it drains,
+        # weighted, by the end of window 2
+        self.assertEqual(self.call(key, "T", 1500, f, 41), [1, 100, 59, 0, 1476, 0, 40, 500, 1])
+        # in window 2 they weigh 41 * 750 / 1000 = 30: a return of window
+        # 1's lease now puts nothing back
+        self.assertEqual(self.call(key, "D", 2250, f), [1, 100, 69, 0, 751, 0])
+        self.assertEqual(self.call(key, "R", 2250, [SW, 100, 1000, 0, 0, 0, 40], 40, 1), 0)
+        # a lease of window 2: at most half of what is left; back in its window
+        self.assertEqual(self.call(key, "T", 2300, f, 11), [1, 100, 60, 0, 1617, 0, 10, 700, 2])
+        self.assertEqual(self.call(key, "R", 2400, [SW, 100, 1000, 0, 0, 0, 10], 10, 2), 10)
+        self.assertEqual(self.call(key, "D", 2400, f), [1, 100, 73, 0, 1267, 0])
+        self.assertEqual(self.call(key, "T", 2400, f, 300)[6], 36)  # 72 left: 36 leased
+
     def test_bucket_refill_stops_short_of_what_is_out(self):
         key = "sl:40:{tb-basic}"
         f = [TB, 100, 1000, 0, 0, 0, 1]  # 100 tokens a second, B = 100
@@ -214,6 +318,9 @@ class LeaseScriptTest(unittest.TestCase):
         if algo == FW:
             L, W, B = rng.choice([(50, 1000), (7, 300), (1000, 2000)]) + (0,)
             model = FixedModel(L, W)
+        elif algo == SW:
+            L, W, B = rng.choice([(50, 1000), (7, 300), (1000, 2000)]) + (0,)
+            model = SlidingModel(L, W)
         else:
             L, W = rng.choice([(50, 1000), (5, 100), (400, 3000)])
             B = rng.choice([0, L, 2 * L])
@@ -256,6 +363,8 @@ class LeaseScriptTest(unittest.TestCase):
             for t, c in admitted:
                 per[t // W] = per.get(t // W, 0) + c
             self.assertLessEqual(max(per.values()), L)
+        elif algo == SW:
+            self.assertTrue(sliding_counter_allows_all(admitted, L, W))
         else:
             self.assertTrue(strict_bucket_allows_all(admitted, L, W, B or L))
         return admitted
@@ -263,6 +372,10 @@ class LeaseScriptTest(unittest.TestCase):
     def test_model_fixed_window(self):
         for seed in range(4):
             self.run_model(FW, seed)
+
+    def test_model_sliding_window(self):
+        for seed in range(4):
+            self.run_model(SW, seed)
 
     def test_model_token_bucket(self):
         for seed in range(4):

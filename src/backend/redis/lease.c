@@ -1,30 +1,34 @@
 /*
  * lease.c -- --lease on: leased quota on a connection (lease.h).
  *
- * A direct-mapped table of SL_LEASE_SLOTS entries per connection (a
- * worker's to one Redis node: a key's leases route exactly as its
- * decisions), one key each.  An entry counts its key's decisions per tick;
- * a key with SL_LEASE_HOT of them in a tick is hot, and its next decision
- * goes as op T, which decides it in Redis and leases up to `size` - cost
- * more units (Redis grants at most half of what is left: the last units of
- * a window go one request at a time).  Decisions then take units from the
- * lease here: no round trip, no Redis CPU.  A lease ends when its units are
- * spent (the next decision takes again), when it is idle for
+ * A table of SL_LEASE_SLOTS entries per connection (a worker's to one
+ * Redis node: a key's leases route exactly as its decisions), one key
+ * each, in sets of SL_LEASE_WAYS: a key not there takes an empty entry of
+ * its set, else the least recently used one that holds no lease and whose
+ * key is not hot (a cold key never pushes a hot one out); if there is
+ * none, it is decided per request.  An entry counts its key's decisions
+ * per tick; a key with SL_LEASE_HOT of them in a tick is hot, and its next
+ * decision goes as op T, which decides it in Redis and leases up to `size`
+ * - cost more units (Redis grants at most half of what is left: the last
+ * units of a window go one request at a time).  Decisions then take units
+ * from the lease here: no round trip, no Redis CPU.  A lease ends when its
+ * units are spent (the next decision takes again), when it is idle for
  * SL_LEASE_IDLE_MS, when its time is nearly up (token-bucket, gcra:
- * SL_LEASE_EARLY_MS before), or when another key wants its slot: what is
- * left goes back in op R.  A lease past its deadline is never spent from:
- * the deadline is counted from before T was sent, so it ends no later than
- * Redis's view of it (docs/fleet.md, "Leases": the proof sketch).
+ * SL_LEASE_EARLY_MS before), or when its entry goes to another key (only
+ * once idle and cold): what is left goes back in op R.  A lease past its
+ * deadline is never spent from: the deadline is counted from before T was
+ * sent, so it ends no later than Redis's view of it (docs/fleet.md,
+ * "Leases": the proof sketch).
  *
  * Sizing: a lease asks for `size` units (SL_LEASE_MIN at first), doubled
  * when a lease was spent in less than half of its life, halved when more
  * than half of one went back unspent, in [SL_LEASE_MIN, SL_LEASE_MAX].
  *
- * Cost: a decision served here is a hash of its key, a compare, a
- * subtraction and one clock read; the sweep looks at every entry once per
- * SL_LEASE_SWEEP_MS.  Only fixed-window, token-bucket and gcra lease; only
- * at Redis's clock (not with --trust-client-time); on the module's path
- * (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
+ * Cost: a decision served here is a hash of its key, up to SL_LEASE_WAYS
+ * compares, a subtraction and one clock read; the sweep looks at every
+ * entry once per SL_LEASE_SWEEP_MS.  Only fixed-window, sliding-window, token-bucket and
+ * gcra lease; only at Redis's clock (not with --trust-client-time); on the
+ * module's path (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -70,13 +74,14 @@ struct sl_lease_tab {
 };
 
 /* Whether p's keys lease on ch: on the script's path fixed-window,
- * token-bucket and gcra; on the module's (when it has RL.LEASE)
- * fixed-window only (module.c: a lone record cannot yet keep a bucket's
- * refill short of the units out). */
+ * sliding-window, token-bucket and gcra; on the module's (when it has
+ * RL.LEASE) fixed-window only (module.c: a lone record cannot yet keep a
+ * bucket's refill short of the units out). */
 static int leases(const rchan *ch, const sl_params *p)
 {
     if (ch->module) return ch->lease->module && p->algo == SL_FIXED_WINDOW;
-    return p->algo == SL_FIXED_WINDOW || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+    return p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW ||
+           p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
 }
 
 void sl__redis_lease_module(rchan *ch, int has)
@@ -91,9 +96,48 @@ static int same_params(const sl_params *a, const sl_params *b)
            a->log_rejected == b->log_rejected && a->space == b->space;
 }
 
-static lease *slot_of(sl_lease_tab *t, const char *key, size_t klen, const sl_params *p)
+/* The first of the SL_LEASE_WAYS entries key (with p's algorithm) may
+ * take. */
+static lease *set_of(sl_lease_tab *t, const char *key, size_t klen, const sl_params *p)
 {
-    return &t->s[(sl__redis_slot_of(key, klen, p->space) * 31 + (size_t)p->algo) % SL_LEASE_SLOTS];
+    size_t sets = SL_LEASE_SLOTS / SL_LEASE_WAYS;
+    return &t->s[(sl__redis_slot_of(key, klen, p->space) * 31 + (size_t)p->algo) % sets *
+                 SL_LEASE_WAYS];
+}
+
+/* key's entry (of any parameters), or NULL. */
+static lease *find(sl_lease_tab *t, const char *key, size_t klen, const sl_params *p)
+{
+    lease *w = set_of(t, key, klen, p);
+    for (int i = 0; i < SL_LEASE_WAYS; i++)
+        if (w[i].klen == klen && memcmp(w[i].key, key, klen) == 0) return &w[i];
+    return NULL;
+}
+
+/* Whether le may not make room for another key at mono ms now: it holds a
+ * lease (or waits for one), or its key was hot here in this tick or the
+ * last.  A cold key never pushes out a hot one: with a million cold keys
+ * passing by, the hot keys keep their leases (bench/lease.sh, "mix"). */
+static int busy(const lease *le, int64_t now)
+{
+    if (le->klen == 0) return 0;
+    if (le->taken > 0 || le->taking || le->waiting) return 1;
+    return now - le->tick < 2 * SL_LEASE_TICK_MS &&
+           (le->hits >= SL_LEASE_HOT ||
+            (now - le->tick < SL_LEASE_TICK_MS && le->prev_hits >= SL_LEASE_HOT));
+}
+
+/* An entry for a key not in the table, at mono ms now: an empty way of its
+ * set, else the least recently used one not busy; NULL when every way is
+ * busy (the key is then decided per request, uncounted). */
+static lease *victim(sl_lease_tab *t, const char *key, size_t klen, const sl_params *p, int64_t now)
+{
+    lease *w = set_of(t, key, klen, p), *v = NULL;
+    for (int i = 0; i < SL_LEASE_WAYS; i++) {
+        if (w[i].klen == 0) return &w[i];
+        if (!busy(&w[i], now) && (v == NULL || w[i].last_use < v->last_use)) v = &w[i];
+    }
+    return v;
 }
 
 static void on_returned(redisAsyncContext *ac, void *reply, void *privdata)
@@ -183,7 +227,9 @@ void sl__redis_lease_free(rchan *ch, sl_lease_tab *t)
 static void served(const lease *le, int64_t now, sl_result *out)
 {
     const sl_params *p = &le->p;
-    int64_t cap = p->algo == SL_FIXED_WINDOW || p->burst == 0 ? p->limit : p->burst;
+    int64_t cap = p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW || p->burst == 0
+                      ? p->limit
+                      : p->burst;
     int64_t rem = le->left + le->units;
     if (rem > cap) rem = cap;
     out->allowed = 1;
@@ -193,6 +239,10 @@ static void served(const lease *le, int64_t now, sl_result *out)
     out->delay_ms = 0;
     if (p->algo == SL_FIXED_WINDOW) {
         out->reset_after_ms = le->reset > now ? le->reset - now : 0;
+    } else if (p->algo == SL_SLIDING_WINDOW) {
+        /* the window's end, then a window for its count to weigh out (at
+         * most W / count ms later than Redis's: approximate, as remaining) */
+        out->reset_after_ms = (le->reset > now ? le->reset - now : 0) + p->window_ms;
     } else { /* time for B - remaining tokens at L per W, rounded up */
         i128 need = (i128)(cap - rem) * p->window_ms;
         out->reset_after_ms = (int64_t)((need + p->limit - 1) / p->limit);
@@ -205,7 +255,9 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
     const sl_params *p = rq->params;
     if (t == NULL || ch->ac == NULL || rq->cost <= 0 || !leases(ch, p)) return 0;
     int64_t now = sl__mono_ms();
-    lease *le = slot_of(t, rq->key, rq->keylen, p);
+    lease *le = find(t, rq->key, rq->keylen, p);
+    if (le == NULL && (le = victim(t, rq->key, rq->keylen, p, now)) == NULL)
+        return 0; /* its set is busy with hot keys: per request */
     if (le->klen != rq->keylen || memcmp(le->key, rq->key, rq->keylen) != 0 ||
         !same_params(&le->p, p)) {
         end_lease(ch, le, now); /* another key (or limit) takes the slot */
@@ -279,7 +331,7 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
     int64_t tag = x->element[8]->integer;
     const sl_params *p = rq->params;
     int64_t now = sl__mono_ms();
-    lease *le = ch->lease != NULL ? slot_of(ch->lease, e->key, rq->keylen, p) : NULL;
+    lease *le = ch->lease != NULL ? find(ch->lease, e->key, rq->keylen, p) : NULL;
     const wgroup *g = e->wg;
     if (g != NULL && g->state == W_DONE && !g->ok) {
         /* --durability: its WAIT failed already; the take may be lost with
@@ -327,9 +379,9 @@ void sl__redis_lease_confirmed(rchan *ch, const pend *e, int ok)
     sl_breq *rq = e->rq;
     if (e->lease_want <= 0 || rq == NULL || rq->op != SL_BOP_DECIDE) return;
     if (ch->lease == NULL) return; /* closing: what was taken stays counted */
-    lease *le = slot_of(ch->lease, e->key, rq->keylen, rq->params);
-    if (!le->waiting || le->klen != rq->keylen || memcmp(le->key, e->key, rq->keylen) != 0 ||
-        !same_params(&le->p, rq->params))
+    lease *le = find(ch->lease, e->key, rq->keylen, rq->params);
+    if (le == NULL || !le->waiting || le->klen != rq->keylen ||
+        memcmp(le->key, e->key, rq->keylen) != 0 || !same_params(&le->p, rq->params))
         return;
     int64_t now = sl__mono_ms();
     le->waiting = 0;

@@ -10,13 +10,15 @@
 #define SL_REDIS_LEASE_H
 
 #define SL_LEASE_SLOTS    256  /* keys a connection (a worker's to a node) may hold leases on */
+#define SL_LEASE_WAYS     4    /* entries a key may take (a set of them): SL_LEASE_SLOTS / 4 sets */
 #define SL_LEASE_TICK_MS  100  /* the period a key's decisions are counted over */
 #define SL_LEASE_HOT      8    /* decisions in a tick that make a key hot here: it leases */
 #define SL_LEASE_MIN      8    /* units a first lease asks for */
 #define SL_LEASE_MAX      8192 /* the most units one lease asks for */
 #define SL_LEASE_IDLE_MS  50   /* a lease not used for this long is handed back */
-#define SL_LEASE_EARLY_MS 60   /* token-bucket, gcra: handed back this long before its end,
-                                  so that R reaches Redis while the units can go back */
+#define SL_LEASE_EARLY_MS 60   /* all but fixed-window: handed back this long before its end,
+                                  so that R reaches Redis while the units can go back (a
+                                  sliding window's would weigh on the next window) */
 #define SL_LEASE_SWEEP_MS 25   /* how often a connection looks over its leases */
 #define SL_LEASE_RECHECK_MS 20 /* a denial the deny cache holds is asked of Redis again
                                   after this long: units other nodes hand back are seen */

@@ -551,9 +551,9 @@ end
 
 -- ---- leases (ops T and R; docs/fleet.md, "Leases") -----------------------
 -- A lease is units of a key's allowance charged to its state now and spent
--- later by the node that took them, or handed back (R).  fixed-window: the
--- units are in the window's count, valid in that window only (its index is
--- the lease's tag).  token-bucket and gcra: the tokens are taken from the
+-- later by the node that took them, or handed back (R).  fixed-window and
+-- sliding-window: the units are in the (current) window's count, valid in
+-- that window only (its index is the lease's tag).  token-bucket and gcra: the tokens are taken from the
 -- bucket, and the state keeps what is out, by epoch of LEASE_EPOCH ms:
 -- "clock dw dr e O0 O1", O0 leased in epoch e, O1 in epoch e - 1.  A lease
 -- of epoch e is settled (counted spent) at the start of epoch e + 2, so
@@ -623,8 +623,8 @@ local function decide(key, n, now, commit, lease)
     else
         ans, new = bucket(st, n, 1, clock_old, t, n.cost)
     end
-    if lease and (a == 0 or a == 4 or a == 5) then
-        if a ~= 0 and lz == nil then lz = {fdiv(t, LEASE_EPOCH), 0, 0} end
+    if lease and (a == 0 or a == 2 or a == 4 or a == 5) then
+        if a >= 4 and lz == nil then lz = {fdiv(t, LEASE_EPOCH), 0, 0} end
         if lease.op == "T" then
             lease.extra, lease.ttl, lease.tag = 0, 0, 0
             if ans[1] == 1 then
@@ -641,6 +641,14 @@ local function decide(key, n, now, commit, lease)
                     new[1] = new[1] + x
                     if new[1] > 0 then ans[5] = n.W - e end
                     lease.ttl, lease.tag = n.W - e, i
+                elseif a == 2 then
+                    -- in the current window's count, as fixed-window's:
+                    -- the weighted previous window only shrinks as the
+                    -- window goes on (docs/fleet.md, the proof sketch)
+                    local i, e = fdiv(t, n.W)
+                    new[1] = new[1] + x
+                    if x > 0 then ans[5] = n.W - e + weighed_below(new[1], 0, n.W) end
+                    lease.ttl, lease.tag = n.W - e, i
                 else
                     d = d + x * n.W
                     new = bucket_state(n, a == 4 and 0 or 2, d)
@@ -652,7 +660,7 @@ local function decide(key, n, now, commit, lease)
         else -- R: cost 0, so ans only brought the state to t
             local back, taken, tag = lease.back, lease.taken, lease.tag
             lease.back = 0
-            if a == 0 then
+            if a == 0 or a == 2 then
                 if fdiv(t, n.W) == tag and back > 0 then
                     if back > new[1] then back = new[1] end
                     new[1] = new[1] - back
