@@ -562,7 +562,8 @@ BAD_FILES = [
                                    "or ip_prefix)"),
     ("misspelled_key2.yaml", "7:7", "unknown field 'requestsperunit' in a rate_limit (expected "
                                     "unit, requests_per_unit, unlimited, name, replaces, "
-                                    "algorithm, window, burst, precision, soft or elastic)"),
+                                    "algorithm, window, burst, precision, soft, elastic, "
+                                    "concurrency or concurrency_ttl)"),
     ("non_map_list.yaml", "4:5", "each descriptor must be a map (key: ..., value: ...), not 'a'"),
     ("non_string_key.yaml", "2:1", "unknown field '0.25' in a rules file (expected domain or "
                                    "descriptors)"),
