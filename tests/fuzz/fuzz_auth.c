@@ -179,7 +179,10 @@ static int name_ok(const sl_resp_arg *a)
 static int group_of(const sl_resp_cmd *c)
 {
     const sl_resp_arg *n = &c->argv[0];
-    if (is(n, "rl.allow") || is(n, "rl.check")) return SL_AUTH_DECIDING;
+    static const char *const deciding[] = {"rl.allow",   "rl.check",   "rl.wait",   "rl.acquire",
+                                           "rl.release", "rl.reserve", "rl.settle"};
+    for (size_t i = 0; i < sizeof deciding / sizeof deciding[0]; i++)
+        if (is(n, deciding[i])) return SL_AUTH_DECIDING;
     if (is(n, "rl.rules"))
         return c->argc >= 2 && is(&c->argv[1], "reload") ? SL_AUTH_ADMIN : SL_AUTH_READING;
     if (is(n, "rl.peek") || is(n, "info") || is(n, "command")) return SL_AUTH_READING;
