@@ -201,6 +201,19 @@ class TestClients(ServerTestCase):
                                        "reload_failures", "last_error", "last_error_at_ms",
                                        "domains"], client)
         self.assertEqual(rules["domains"][0][0], "api")
+        # SPEC 10 through the library: a lease and its id, refused while
+        # held (retry when it expires), given back once; a token bucket of
+        # 100 a minute reserved at 30, settled at 45 (55 left, 45 tokens to
+        # refill at 600 ms each); a wait answered at once
+        lease = r["acquire"]
+        self.assertEqual(lease[:6], [1, 1, 0, 0, 30000, 0], client)
+        self.assertIsInstance(lease[6], int, client)
+        self.assertEqual(r["acquire_held"], [0, 1, 0, 30000, 30000, 0, None], client)
+        self.assertEqual((r["release"], r["release_again"]), (1, 0), client)
+        self.assertEqual(r["reserve"][:6], [1, 100, 70, 0, 18000, 0], client)
+        self.assertIsInstance(r["reserve"][6], int, client)
+        self.assertEqual(r["settle"], [1, 100, 55, 0, 27000, 0], client)
+        self.assertEqual(r["wait"], [1, 5, 4, 0, 2000, 0], client)
         self.assertNotIn("client_errors", r, client)
 
     def test_node_clients(self):

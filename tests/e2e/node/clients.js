@@ -44,6 +44,7 @@ function asError(e) {
 // library's multi().exec() does, and returns each reply or error.
 function steps(who, send, pipeline, settled, transaction) {
   const at = String(cfg.at), key = cfg.tag + '-' + who + ':k', user = cfg.tag + '-' + who;
+  let held = null, reserved = null; // the ids a later step gives back
   return [
     ['hello', () => send(['HELLO'])],
     ['allow', () => send(['RL.ALLOW', key, '5', '10s', 'AT', at])],
@@ -73,6 +74,16 @@ function steps(who, send, pipeline, settled, transaction) {
     ['client_info', () => send(['CLIENT', 'INFO'])],
     ['info', () => send(['INFO', 'server'])],
     ['rules', () => send(['RL.RULES'])],
+    // SPEC 10: a lease, refused while held, given back by its id; a
+    // reservation settled at its actual cost; a wait answered at once
+    ['acquire', async () => (held = await send(['RL.ACQUIRE', key + 'c', '1', 'TTL', '30000', 'AT', at]))],
+    ['acquire_held', () => send(['RL.ACQUIRE', key + 'c', '1', 'TTL', '30000', 'AT', at])],
+    ['release', () => send(['RL.RELEASE', key + 'c', String(held && held[6])])],
+    ['release_again', () => send(['RL.RELEASE', key + 'c', String(held && held[6])])],
+    ['reserve', async () => (reserved = await send(['RL.RESERVE', key + 'r', '100', '60s',
+                                                    'COST', '30', 'AT', at]))],
+    ['settle', () => send(['RL.SETTLE', key + 'r', String(reserved && reserved[6]), '45'])],
+    ['wait', () => send(['RL.WAIT', key + 'w', '5', '10s', 'TIMEOUT', '1000'])],
   ];
 }
 
