@@ -894,7 +894,7 @@ static const char *const check_kv[][2] = {
 static int script_cx(const sl__cx_plan *x, char (*rk)[SL_MAX_KEY + 16], const size_t *rl,
                      sl__cx_out *o, char *err, size_t errlen)
 {
-    enum { MAXA = 3 + SL_MAX_BATCH + 1 + 7 + SL_MAX_BATCH * 12 + 7 };
+    enum { MAXA = 3 + SL_MAX_BATCH + 1 + 7 + SL_MAX_BATCH * 12 + 7 + 1 };
     const char *argv[MAXA];
     size_t lens[MAXA];
     static char nums[MAXA][24];
@@ -925,6 +925,7 @@ static int script_cx(const sl__cx_plan *x, char (*rk)[SL_MAX_KEY + 16], const si
                          t->cost, t->shadow, t->quota,     t->lyft,  t->ceiling,   t->qmask};
         for (int j = 0; j < (i < m ? 12 : 7); j++) NUM(f[j]);
     }
+    NUM(0); /* nl: no leases (the executor's plan has none) */
 #undef NUM
     redisReply *r = redisCommandArgv(rc, (int)a, argv, lens);
     if (r == NULL) fail_msg("redis: %s", rc->errstr);

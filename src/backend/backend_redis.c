@@ -276,6 +276,13 @@ static int valid_plan(const sl_check_plan *plan)
         int rc = valid_one(&t->p, t->key, t->keylen, plan->now_ms, t->cost);
         if (rc != 0) return rc;
     }
+    if (plan->nleases < 0 || plan->nleases > SL_CHECK_MAX_DESC) return SL_EINVAL;
+    for (int j = 0; j < plan->nleases; j++) { /* sl_acquire's checks */
+        const sl_params *lp = &plan->lim[j].params;
+        if (plan->leases[j].keylen == 0 || plan->leases[j].keylen > SL_MAX_KEY) return SL_EKEY;
+        if (lp->limit < 1 || lp->limit > SL_MAX_CONCURRENCY) return SL_ELIMIT;
+        if (lp->window_ms < 1 || lp->window_ms > SL_MAX_LEASE_TTL_MS) return SL_EWINDOW;
+    }
     if (plan->has_pool) return valid_one(&plan->pool, "p", 1, plan->now_ms, plan->cost);
     return 0;
 }
@@ -320,6 +327,19 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
         /* the plan's counters are space 1, which no request the deny
          * cache answers (space 0) shares: nothing there to drop */
         rc = rq->plan == NULL || rq->outcome == NULL ? SL_EINVAL : valid_plan(rq->plan);
+        if (rc == 0 && rq->plan->nleases > 0 && (ch->module || r->cluster || r->ring != NULL)) {
+            /* a lease lives on its lease key's server (RL.RELEASE finds it
+             * there), the rates on their domain's: one script call holds
+             * both only on one server; the module's RL.CHECKPLAN takes none */
+            sl__breq_fail(rq, SL_EINVAL,
+                          "rule %.*s: RL.CHECK takes concurrency leases on Redis only by "
+                          "the script on one server, not %s (docs/rules.md)",
+                          (int)strcspn(rq->plan->lim[0].name, "#"), rq->plan->lim[0].name,
+                          ch->module ? "with the sluice module"
+                          : r->cluster ? "in a Redis Cluster"
+                                       : "on a ring of several");
+            return;
+        }
         break;
     case SL_BOP_ACQUIRE:
     case SL_BOP_RELEASE:

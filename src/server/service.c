@@ -525,9 +525,11 @@ void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *c, sl_svc_cb cb, void *
                          .pool = cfg->capacity[0] ? &cfg->pool : NULL,
                          .now_ms = c->at,
                          .conc = c->conc};
-    /* leases live in the local backend's holds table: elsewhere a
-     * concurrency limit is refused (docs/rules.md, "Concurrency") */
-    if (in.conc == SL_CHECK_CONC_LEASE && strcmp(x->srv->backend->ops->name, "local") != 0)
+    /* leases live in the local backend's holds table or in Redis (the
+     * script's op C): elsewhere a concurrency limit is refused
+     * (docs/rules.md, "Concurrency") */
+    if (in.conc == SL_CHECK_CONC_LEASE && strcmp(x->srv->backend->ops->name, "local") != 0 &&
+        strcmp(x->srv->backend->ops->name, "redis") != 0)
         in.conc = SL_CHECK_CONC_REFUSE;
     int rc = sl_check_plan_build(rules, &in, &k->plan, err, sizeof err);
     if (rc != 0) {

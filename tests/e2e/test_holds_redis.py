@@ -25,6 +25,9 @@ ST), against the local backend and across a fleet:
 # Four sluiced and a redis-server: run once, against the plain build.
 # sluice-e2e: plain-only
 
+import os
+import shutil
+import tempfile
 import threading
 import unittest
 
@@ -321,6 +324,147 @@ class HoldsRedis(unittest.TestCase):
             self.assertEqual(c.nodes[home[0]].cmd("EXISTS", "sl:hh:{%s}" % k), 1, k)
             used.add(home[0])
         self.assertEqual(len(used), 3)  # 12 keys: every master holds some
+
+    # RL.CHECK with concurrency limits (docs/rules.md, "Concurrency"): the
+    # LLM recipe of test_holds.py, on the script's op C (leases and rates
+    # in one call, all-or-none)
+    LLM_RULES = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit:
+      - {unit: minute, requests_per_unit: 3}
+      - {concurrency: 2, concurrency_ttl: 10s}
+  - key: tokens
+    rate_limit: {window: 1m, requests_per_unit: 1000, algorithm: sliding-window}
+  - key: batch
+    shadow_mode: true
+    rate_limit: {concurrency: 1}
+"""
+
+    def rules_file(self):
+        d = tempfile.mkdtemp(prefix="sluice-holds-redis-")
+        self.addCleanup(shutil.rmtree, d, True)
+        path = os.path.join(d, "llm.yaml")
+        with open(path, "w") as f:
+            f.write(self.LLM_RULES)
+        return path
+
+    def rules_node(self, backend, name, path):
+        args = ("--backend", backend, "--backend-timeout", "5s") if backend else ()
+        s = harness.Server(*args, "--rules", path, trust_client_time=True,
+                           name="%s-%s" % (self.id(), name))
+        s.start()
+        self.addCleanup(s.cleanup)
+        return s
+
+    @staticmethod
+    def llm(user, rpm_cost, tokens, at):
+        return ("RL.CHECK", "llm", "COSTS", rpm_cost, tokens, "AT", at,
+                "DESCRIPTOR", "user", user, "DESCRIPTOR", "tokens", user)
+
+    def test_check_leases_same_as_local(self):
+        """The LLM recipe (requests per minute, tokens per minute and
+        concurrency in one RL.CHECK) on a local-backend sluiced and a
+        Redis-backed one at the same AT times: every reply the same field
+        by field (a lease id present in both or in neither), RL.RELEASE of
+        the lease key and id answered 1 on both."""
+        path = self.rules_file()
+        r = self.redis()
+        cs = [RawConn(self.rules_node(None, "local", path).port),
+              RawConn(self.rules_node(r.url(), "redis", path).port)]
+        for c in cs:
+            self.addCleanup(c.close)
+        key = b"llm|user=u1|conc"
+
+        def both(*args):
+            """args to both; the replies equal once each lease id is
+            replaced by True; returns each server's reply."""
+            out = [flat(c.cmd(*[str(a) for a in args])) for c in cs]
+            norm = []
+            for rep in out:
+                if isinstance(rep, list) and rep and isinstance(rep[-1], list) and \
+                        all(isinstance(x, list) and len(x) == 2 for x in rep[-1]):
+                    for lk, lid in rep[-1]:
+                        self.assertIsInstance(lid, int, (args, rep))
+                        self.assertGreater(lid, 0, (args, rep))
+                    rep = rep[:-1] + [[[lk, True] for lk, _ in rep[-1]]]
+                norm.append(rep)
+            self.assertEqual(norm[0], norm[1], args)
+            return out
+
+        # 1, 2: allowed, each holding a lease (concurrency the tightest)
+        c1 = both(*self.llm("u1", 1, 400, T))
+        self.assertEqual(c1[1][:7], [1, 2, 1, 0, 10000, 0,
+                                     [b"OK", b"llm.user#concurrency", 2, 1, 0, 10000]])
+        self.assertEqual([lk for lk, _ in c1[1][8]], [key])
+        c2 = both(*self.llm("u1", 1, 400, T + 100))
+        self.assertEqual(c2[1][:6], [1, 2, 0, 0, 10000, 0])
+        # the leases are in RL.ACQUIRE's keys of the lease key in Redis
+        self.assertEqual(r.cmd("ZCARD", "sl:hl:{llm|user=u1|conc}"), 2)
+        # 3: denied by the concurrency: no lease taken, nothing charged
+        c3 = both(*self.llm("u1", 1, 100, T + 200))
+        self.assertEqual(c3[1][:7], [0, 2, 0, 9800, 9900, 0,
+                                     [b"OVER_LIMIT", b"llm.user#concurrency", 2, 0, 9800, 9900]])
+        self.assertEqual(c3[1][8], [])
+        # RL.RELEASE of the lease key and the check's id frees one
+        for i, c in enumerate(cs):
+            self.assertEqual(c.cmd("RL.RELEASE", key, str(c1[i][8][0][1])), 1)
+            self.assertEqual(c.cmd("RL.RELEASE", key, str(c1[i][8][0][1])), 0)
+        c4 = both(*self.llm("u1", 1, 100, T + 300))
+        self.assertEqual(c4[1][:4], [1, 3, 0, 0])
+        # 400 + 400 + 100 tokens: the check the concurrency denied charged none
+        self.assertEqual(c4[1][7][:4], [b"OK", b"llm.tokens", 1000, 100])
+        for i, c in enumerate(cs):
+            self.assertEqual(c.cmd("RL.RELEASE", key, str(c4[i][8][0][1])), 1)
+        # 5: denied by the rate (a 4th this minute) with a lease free: it
+        # takes none -- one lease (the second check's) held, as RL.ACQUIRE sees
+        c5 = both(*self.llm("u1", 1, 1, T + 400))
+        self.assertEqual(c5[1][:4], [0, 3, 0, 59477])
+        self.assertEqual(c5[1][6][:4], [b"OVER_LIMIT", b"llm.user", 3, 0])
+        self.assertEqual(c5[1][8], [])
+        for c in cs:
+            a = c.cmd("RL.ACQUIRE", key, "2", "TTL", "1", "AT", str(T + 500))
+            self.assertEqual(a[:6], [1, 2, 0, 0, 9600, 0])
+            self.assertEqual(c.cmd("RL.RELEASE", key, str(a[6])), 1)
+        for i, c in enumerate(cs):
+            self.assertEqual(c.cmd("RL.RELEASE", key, str(c2[i][8][0][1])), 1)
+        # the tokens: the rate-denied check charged none either (100 left)
+        t = both(*self.llm("u1", 0, 0, T + 600))
+        self.assertEqual(t[1][7][:4], [b"OK", b"llm.tokens", 1000, 100])
+        # a shadow concurrency limit: a lease while it has room, then
+        # SHADOW and none; never a denial
+        s1 = both("RL.CHECK", "llm", "AT", T, "DESCRIPTOR", "batch", "s1")
+        self.assertEqual(s1[1][:7], [1, 0, 0, 0, 0, 0,
+                                     [b"OK", b"llm.batch#concurrency", 1, 0, 0, 60000]])
+        s2 = both("RL.CHECK", "llm", "AT", T + 1, "DESCRIPTOR", "batch", "s1")
+        self.assertEqual(s2[1], [1, 0, 0, 0, 0, 0, [b"SHADOW", b"llm.batch#concurrency", 1, 0,
+                                                    59999, 59999], []])
+        for i, c in enumerate(cs):
+            self.assertEqual(c.cmd("RL.RELEASE", "llm|batch=s1|conc", str(s1[i][7][0][1])), 1)
+
+    def test_check_leases_refused_module_cluster(self):
+        """Where one script call cannot hold the leases and the rates (the
+        module's RL.CHECKPLAN; a Cluster, where the lease key's slot is not
+        the domain's), RL.CHECK with a concurrency limit is refused, naming
+        the rule; a check without one still answers."""
+        path = self.rules_file()
+        m = harness.RedisServer(module_args=["trust-client-time", "yes",
+                                             "max-client-skew", "7d"]).start()
+        self.addCleanup(m.cleanup)
+        c = harness.RedisCluster(3).start()
+        self.addCleanup(c.cleanup)
+        for backend, where in ((m.url(), "with the sluice module"),
+                               (c.url(), "in a Redis Cluster")):
+            s = self.rules_node(backend, where.split()[-1], path)
+            s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
+            with RawConn(s.port) as conn:
+                self.assertEqual(
+                    flat(conn.cmd(*[str(a) for a in self.llm("u1", 1, 400, T)])),
+                    "ERR:ERR rule llm.user: RL.CHECK takes concurrency leases on Redis only by "
+                    "the script on one server, not %s (docs/rules.md)" % where)
+                self.assertEqual(conn.cmd("RL.CHECK", "llm", "COST", "5", "AT", str(T),
+                                          "DESCRIPTOR", "tokens", "u1")[:3], [1, 1000, 995])
 
     def fleet(self, trust):
         r = self.redis()

@@ -45,8 +45,8 @@ int sl__redis_hold_check(const sl_breq *rq)
     }
 }
 
-/* "sl:h" kind ":{" key "}": a hold key of the script's path. */
-static void hold_key(struct cmd *c, char kind, const char *key, size_t len)
+/* "sl:h" kind ":{" key "}": a hold key of the script's path (holds.h). */
+void sl__redis_hold_key(struct cmd *c, char kind, const char *key, size_t len)
 {
     char *k = c->key[c->nkeys++];
     memcpy(k, "sl:h", 4);
@@ -75,8 +75,8 @@ static void cmd_script(struct cmd *c, const redis *r, const pend *e)
     cmd_str(c, "EVALSHA", 7);
     cmd_str(c, r->sha, SHA_LEN);
     cmd_int(c, nkeys[i]);
-    hold_key(c, 'h', e->key, rq->keylen);
-    hold_key(c, rq->op == SL_BOP_ACQUIRE || rq->op == SL_BOP_RELEASE ? 'l' : 'r', e->key,
+    sl__redis_hold_key(c, 'h', e->key, rq->keylen);
+    sl__redis_hold_key(c, rq->op == SL_BOP_ACQUIRE || rq->op == SL_BOP_RELEASE ? 'l' : 'r', e->key,
              rq->keylen);
     if (rq->op == SL_BOP_RESERVE) rate_key(c, (int)rq->params->algo, e->key, rq->keylen);
     if (rq->op == SL_BOP_SETTLE) /* the record names its algorithm */

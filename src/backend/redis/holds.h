@@ -15,6 +15,11 @@ int sl__redis_is_hold(int op);
  * SL_E* code (nothing sent). */
 int sl__redis_hold_check(const sl_breq *rq);
 
+/* Appends key "sl:h" kind ":{" key "}" to c's keys and arguments (kind 'h':
+ * the hash, 'l': the leases): a hold key of the script's path, the same
+ * for RL.ACQUIRE / RL.RELEASE on key and for RL.CHECK's leases on it. */
+void sl__redis_hold_key(struct cmd *c, char kind, const char *key, size_t len);
+
 /* Builds e's command: the script's op LA / LR / RV / ST, or on the
  * module's path (module 1) the module's command. */
 void sl__redis_cmd_holds(struct cmd *c, const redis *r, const pend *e, int module);

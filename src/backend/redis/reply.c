@@ -189,7 +189,9 @@ int sl__redis_parse_reply(sl_breq *rq, const redisReply *x, int module)
         size_t m = 0;
         for (int k = 0; k < plan->nitems; k++)
             m += !plan->items[k].zero && plan->items[k].lead == k;
-        if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m) return -1;
+        size_t nl = 0; /* op C's leases: seven integers each after the counters' */
+        for (int j = 0; !module && j < plan->nleases; j++) nl += plan->leases[j].lead == j;
+        if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m + 7 * nl) return -1;
         for (size_t i = 0; i < x->elements; i++)
             if (x->element[i]->type != REDIS_REPLY_INTEGER) return -1;
         memset(o, 0, sizeof *o);
@@ -201,6 +203,12 @@ int sl__redis_parse_reply(sl_breq *rq, const redisReply *x, int module)
             if (plan->items[k].zero || plan->items[k].lead != k) continue;
             if (sl__redis_six(x, i, &o->res[k]) != 0) return -1;
             o->stretched[k] = x->element[i + 6]->integer != 0;
+            i += 7;
+        }
+        for (int j = 0; nl > 0 && j < plan->nleases; j++) { /* followers: sl_check_report's */
+            if (plan->leases[j].lead != j) continue;
+            if (sl__redis_six(x, i, &o->lres[j]) != 0 || x->element[i + 6]->integer < 0) return -1;
+            o->lid[j] = o->lres[j].allowed ? (uint64_t)x->element[i + 6]->integer : 0;
             i += 7;
         }
         return 0;

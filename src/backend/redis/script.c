@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "redis/holds.h"
 #include "redis/redis_int.h"
 
 /* The script, src/backend/redis/sluice.lua, as bytes in the binary (the
@@ -155,7 +156,11 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
     const sl_check_item *it = plan->items;
     int64_t qall, zmask, qmask[SL_MAX_BATCH];
     int m = sl__redis_check_masks(plan, lead, qmask, &qall, &zmask);
-    cmd_evalsha(c, r, (size_t)m + (plan->has_pool ? 1 : 0));
+    /* the concurrency limits' leases (leaders: one a key): their keys are
+     * RL.ACQUIRE's on the lease key, so RL.RELEASE key id gives one back */
+    int nl = 0;
+    for (int j = 0; j < plan->nleases; j++) nl += plan->leases[j].lead == j;
+    cmd_evalsha(c, r, (size_t)m + (plan->has_pool ? 1 : 0) + 2 * (size_t)nl);
     for (int i = 0; i < m; i++) {
         const sl_check_item *t = &it[lead[i]];
         cmd_key(c, (int)t->p.algo, t->p.space, t->key, t->keylen, t->taglen);
@@ -165,11 +170,25 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
         size_t tag, n = sl__redis_pool_user_key(u, r, plan, &tag);
         cmd_key(c, (int)plan->pool.algo, plan->pool.space, u, n, tag);
     }
+    for (int j = 0; j < plan->nleases; j++)
+        if (plan->leases[j].lead == j) {
+            sl__redis_hold_key(c, 'h', plan->leases[j].key, plan->leases[j].keylen);
+            sl__redis_hold_key(c, 'l', plan->leases[j].key, plan->leases[j].keylen);
+        }
     cmd_str(c, "C", 1);
     cmd_now(c, r, plan->now_ms);
     sl__redis_cmd_plan_head(c, plan, m, qall, zmask);
     for (int i = 0; i < m; i++) sl__redis_cmd_plan_item(c, &it[lead[i]], qmask[lead[i]]);
     if (plan->has_pool) sl__redis_cmd_fields(c, &plan->pool, plan->cost);
+    cmd_int(c, nl); /* then take shadow max ttl a lease */
+    for (int j = 0; j < plan->nleases; j++) {
+        const sl_check_lease *ls = &plan->leases[j];
+        if (ls->lead != j) continue;
+        cmd_int(c, ls->take);
+        cmd_int(c, ls->shadow);
+        cmd_int(c, plan->lim[j].params.limit);
+        cmd_int(c, plan->lim[j].params.window_ms);
+    }
 }
 
 /* Builds e's command for the script (docs/redis-scripts.md): one

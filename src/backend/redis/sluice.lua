@@ -847,11 +847,22 @@ end
 --         lyft, ceiling (elastic: the limit's elastic_limit, else 0), qmask
 --         then, when pool = 1 (KEYS[m + 1]), the pool's 7 fields (its cost
 --         the request's).
+--         then nl, the concurrency limits' leases (docs/rules.md,
+--         "Concurrency"), and per lease j = 1..nl (KEYS[m + np + 2j - 1] its
+--         hh, KEYS[m + np + 2j] its hl, as ops LA / LR below): take (1: kept
+--         when the request passes; 0: only looked at), shadow, max, ttl.
 --   qall: the quota descriptors (bit d: descriptor d); zmask: those with
 --   an L = 0 limit (over from the start); qmask: the quota descriptors
 --   holding counter i (0: not a quota counter).
 --   Reply: allowed, quota_denied, pool_charged, then per counter its six
---   fields and stretched (passed above L on the pool).
+--   fields and stretched (passed above L on the pool), then per lease its
+--   six fields (what LA would answer now) and its id (0: none held).
+--   Leases all-or-none with the rates, as check_leases (backend_local.c):
+--   a non-shadow lease set that is full denies the request (its counters
+--   only peeked, nothing charged, no lease taken); a rate that denies
+--   takes no lease; only an allowed request adds its leases, last, so a
+--   refusal leaves them as they were.  Shadow leases never deny: taken
+--   when the request passes (and has room), else only looked at.
 
 local MAX_LIMIT = 1000000000000 -- SL_MAX_LIMIT: Lyft-counted counters are charged at it
 local MAX_BATCH = 16            -- SL_MAX_BATCH: counters of one request, members of one A
@@ -876,14 +887,61 @@ local function lyft_answer(n, big)
     return {ok and 1 or 0, L, ok and L - after or 0, retry, big[5], 0}
 end
 
+-- C's leases (the layout above), each {hh, hl, take, shadow, max, ttl};
+-- their state read as op LA reads it: t = max(now, the leases' clock),
+-- the leases expired at t dropped (nothing a caller can see), n held.
+local function lease_look(ls, now)
+    local v = redis.call("HGET", ls.hh, "l")
+    ls.t, ls.had = now, v ~= false
+    if v and tonumber(v) > now then ls.t = tonumber(v) end
+    if v and tonumber(v) < ls.t then redis.call("HSET", ls.hh, "l", dec(ls.t)) end -- as LA
+    redis.call("ZREMRANGEBYSCORE", ls.hl, "-inf", ls.t)
+    ls.n = redis.call("ZCARD", ls.hl)
+    local function score(i)
+        return tonumber(redis.call("ZRANGE", ls.hl, i, i, "WITHSCORES")[2])
+    end
+    if ls.n >= ls.max then -- full (n > 0): until the oldest expires
+        ls.room = false
+        ls.ans = {0, ls.max, 0, score(0) - ls.t, score(-1) - ls.t, 0}
+    else -- what a take answers (a look too: the local backend's take given back)
+        local last = ls.t + ls.ttl
+        if ls.n > 0 and score(-1) > last then last = score(-1) end
+        ls.room = true
+        ls.ans = {1, ls.max, ls.max - ls.n - 1, 0, last - ls.t, 0}
+    end
+end
+
+-- Takes lease ls (looked at, with room): its id, as op LA makes it.
+local function lease_take(ls, client_time)
+    local hh, t = ls.hh, ls.t
+    if redis.call("HEXISTS", hh, "n") == 0 then
+        local tm = redis.call("TIME")
+        redis.call("HSET", hh, "n", dec(tonumber(tm[1]) * 1000000 + tonumber(tm[2])))
+    end
+    local id = redis.call("HINCRBY", hh, "n", 1)
+    local exp = t + ls.ttl
+    redis.call("ZADD", ls.hl, exp, dec(id))
+    redis.call("HSET", hh, "l", dec(t))
+    for _, key in ipairs({ls.hl, hh}) do -- never shortened, an hour with client time
+        local ms = exp - t
+        if client_time and ms < HOUR_MS then ms = HOUR_MS end
+        if redis.call("PTTL", key) < ms then redis.call("PEXPIRE", key, ms) end
+    end
+    return id
+end
+
 local function check(now, client_time)
     local m = int_arg(3, "the number of counters")
     local np = int_arg(4, "pool") ~= 0 and 1 or 0
-    if m < 0 or m > MAX_BATCH or #KEYS ~= m + np then
+    if m < 0 or m > MAX_BATCH or #KEYS < m + np then
         refuse("args: op C with " .. #KEYS .. " keys for " .. dec(m) .. " counters")
     end
-    if #ARGV ~= 7 + 12 * m + 7 * np then
-        refuse("args: " .. #ARGV .. " arguments for " .. dec(m) .. " counters")
+    local lbase = 8 + 12 * m + 7 * np -- nl's place
+    local nl = tonumber(ARGV[lbase])
+    if nl == nil or nl ~= floor(nl) or nl < 0 or nl > MAX_BATCH or #KEYS ~= m + np + 2 * nl or
+        #ARGV ~= lbase + 4 * nl then
+        refuse("args: op C with " .. #KEYS .. " keys and " .. #ARGV .. " arguments for " ..
+               dec(m) .. " counters")
     end
     local denied = int_arg(5, "denied_never") ~= 0
     local qall, qover = int_arg(6, "qall"), int_arg(7, "zmask")
@@ -903,11 +961,31 @@ local function check(now, client_time)
     end
     local pool
     if np == 1 then pool = {key = KEYS[m + 1], n = fields(7 + 12 * m, m + 1)} end
+    local leases = {}
+    for j = 1, nl do
+        local b = lbase + 4 * (j - 1)
+        local ls = {hh = KEYS[m + np + 2 * j - 1], hl = KEYS[m + np + 2 * j],
+                    take = int_arg(b + 1, "take of lease " .. j) ~= 0,
+                    shadow = int_arg(b + 2, "shadow of lease " .. j) ~= 0,
+                    max = int_arg(b + 3, "max of lease " .. j),
+                    ttl = int_arg(b + 4, "ttl of lease " .. j)}
+        if ls.max < 1 or ls.max > 100000 or ls.ttl < 1 or ls.ttl > 86400000 then
+            refuse("args: max or ttl of lease " .. j .. " out of range")
+        end
+        leases[j] = ls
+    end
     -- The one refusal that depends on the state (a kept count of the
     -- previous window): found by a read before the first write.  Charges
     -- within this call never change a key's previous window.
     for i = 1, m do
         if it[i].n.algo == 2 then decide(it[i].key, it[i].n, now, false) end
+    end
+
+    -- Every lease set looked at (nothing taken yet); a full one that
+    -- is not shadow denies: then every counter is only peeked.
+    for j = 1, nl do
+        lease_look(leases[j], now)
+        if not leases[j].room and not leases[j].shadow then denied = true end
     end
 
     local res, stretched, decided = {}, {}, {}
@@ -922,12 +1000,21 @@ local function check(now, client_time)
         end
         return qover == qall
     end
+    -- The reply, after every rate's write: an allowed request takes its
+    -- leases now (every one had room), a denied one none.
     local function reply(allowed, quota_denied, pool_charged)
         local out = {allowed and 1 or 0, quota_denied and 1 or 0, pool_charged and 1 or 0}
         for i = 1, m do
             local r = res[i] or {0, 0, 0, 0, 0, 0}
             for k = 1, 6 do out[#out + 1] = r[k] end
             out[#out + 1] = stretched[i] and 1 or 0
+        end
+        for j = 1, nl do
+            local ls = leases[j]
+            local id = 0
+            if allowed and ls.take and ls.room then id = lease_take(ls, client_time) end
+            for k = 1, 6 do out[#out + 1] = ls.ans[k] end
+            out[#out + 1] = id
         end
         return out
     end
