@@ -17,6 +17,7 @@ ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 L=$ROOT/src/lib
 fuzz_target module_load 500000 "$ROOT/tests/fuzz/fuzz_module_load.c" "$ROOT/src/module/redismodule_api.c" \
+    "$ROOT/src/module/holds.c" \
     "$L/args.c" "$L/checkexec.c" "$L/engine.c" "$L/limiter.c" "$L/lone.c" "$L/params.c" \
     "$L/reclaim.c" "$L/siphash.c" "$L/snapshot.c" "$L/store.c" "$L/util.c" \
     -I"$ROOT/src/module" -I"$L" -DSL_RCU_CALLS -lurcu-bp -lz -lpthread
