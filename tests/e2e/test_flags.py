@@ -181,10 +181,16 @@ class TestYesNoFlags(ServerTestCase):
                  default),
                 ([], default),
             ]
-            for args, want in spellings:
+            for i, (args, want) in enumerate(spellings):
                 with self.subTest(option=name, args=args):
                     full = ["--rules", self.rules] + NEEDS.get(name, lambda t: [])(self) + args
                     self.assertEqual(dumped(full, name), want, "--dump-options")
+                    # every spelling is parsed by --dump-options above; under a
+                    # sanitizer (each start several seconds) a running server
+                    # shows the first three (yes, no, yes), one from a file, and
+                    # the default
+                    if harness.SANITIZED and i not in (0, 1, 2, 7, 9):
+                        continue
                     s = self.new_server(*full, name="%s_%s" % (name, len(args)),
                                         grpc=name in GRPC_SEEN)
                     self.assertEqual(SEEN[name](s), want, "sluiced %s" % " ".join(full))

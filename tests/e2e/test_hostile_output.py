@@ -160,7 +160,7 @@ class TestClientsThatDoNotRead(ServerTestCase):
     """Many clients each send 64 KB of `INFO\\r\\n` (thousands of replies
     each) and never read."""
 
-    N = 50 if harness.KIND == "tsan" else 150 if SAN else 1000
+    N = 30 if harness.KIND == "tsan" else 150 if SAN else 1000
 
     def test_info_flood_memory_and_latency(self):
         """While N clients flood without reading, the server holds at most
@@ -243,7 +243,7 @@ class TestRulesListingFlood(ServerTestCase):
     """Pipelined RL.RULES on a big rule set, never read: each reply is
     megabytes, so the output of all clients meets --max-output-total."""
 
-    N = 24 if SAN else 100
+    N = 12 if harness.KIND == "tsan" else 24 if SAN else 100
     DESCRIPTORS = 20000
     BUDGET = 8 * MB if SAN else 32 * MB  # well under N replies of the listing
 
