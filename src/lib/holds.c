@@ -400,6 +400,29 @@ static int check_key_time(const void *key, size_t klen, int64_t now)
     return 0;
 }
 
+/* The group of (kind, key), NULL when none, with its shard locked on
+ * return (*shp; the caller unlocks): advanced to the time the request is
+ * decided at -- now, or the group's later clock (SPEC 4) -- into *tp, its
+ * expired entries reclaimed.  *hashp, *ppp: as do_find's. */
+static group *group_at(sl_holds *h, unsigned kind, const void *key, size_t keylen, int64_t now,
+                       shard **shp, uint64_t *hashp, group ***ppp, int64_t *tp)
+{
+    uint64_t hash = hash_of(h, kind, key, keylen);
+    shard *sh = &h->sh[hash % SHARDS];
+    pthread_mutex_lock(&sh->mu);
+    group *g = do_find(sh, hash, kind, key, keylen, ppp);
+    int64_t t = now;
+    if (g != NULL) {
+        if (g->clock > t) t = g->clock;
+        g->clock = t;
+        do_reclaim(h, g, t);
+    }
+    *shp = sh;
+    *hashp = hash;
+    *tp = t;
+    return g;
+}
+
 /* ---- leases ---------------------------------------------------------------- */
 
 /* The six fields of key's leases at t (g may be NULL: none held). */
@@ -424,17 +447,11 @@ int sl_acquire(sl_holds *h, const void *key, size_t keylen, int64_t max, int64_t
     if (max < 1 || max > SL_MAX_CONCURRENCY) return SL_ELIMIT;
     if (ttl_ms < 1 || ttl_ms > SL_MAX_LEASE_TTL_MS) return SL_EWINDOW;
     if (h == NULL || out == NULL || id == NULL) return SL_EINVAL;
-    uint64_t hash = hash_of(h, K_LEASE, key, keylen);
-    shard *sh = &h->sh[hash % SHARDS];
-    pthread_mutex_lock(&sh->mu);
+    shard *sh;
+    uint64_t hash;
     group **pp = NULL;
-    group *g = do_find(sh, hash, K_LEASE, key, keylen, &pp);
-    int64_t t = now_ms;
-    if (g != NULL) {
-        if (g->clock > t) t = g->clock;
-        g->clock = t;
-        do_reclaim(h, g, t);
-    }
+    int64_t t;
+    group *g = group_at(h, K_LEASE, key, keylen, now_ms, &sh, &hash, &pp, &t);
     *id = 0;
     if (g != NULL && (int64_t)g->n >= max) { /* denied: n > 0, so min_exp is a lease's */
         lease_answer(g, max, t, 0, out);
@@ -457,16 +474,13 @@ int sl_release(sl_holds *h, const void *key, size_t keylen, uint64_t id, int64_t
     int rc = check_key_time(key, keylen, now_ms);
     if (rc != 0) return rc;
     if (h == NULL) return SL_EINVAL;
-    uint64_t hash = hash_of(h, K_LEASE, key, keylen);
-    shard *sh = &h->sh[hash % SHARDS];
-    pthread_mutex_lock(&sh->mu);
+    shard *sh;
+    uint64_t hash;
     group **pp = NULL;
-    group *g = do_find(sh, hash, K_LEASE, key, keylen, &pp);
+    int64_t t;
+    group *g = group_at(h, K_LEASE, key, keylen, now_ms, &sh, &hash, &pp, &t);
     int held = 0;
     if (g != NULL) {
-        int64_t t = now_ms > g->clock ? now_ms : g->clock;
-        g->clock = t;
-        do_reclaim(h, g, t);
         long i = find_id(g, id);
         if (i >= 0) {
             held = 1;
@@ -490,17 +504,11 @@ int sl_reserve(sl_holds *h, sl_store *s, const sl_params *p, const void *key, si
     if ((rc = sl_params_check(p)) != 0) return rc;
     if (estimate < 0 || estimate > SL_MAX_LIMIT) return SL_ECOST;
     if (p->algo == SL_SLIDING_LOG) return SL_EALGO;
-    uint64_t hash = hash_of(h, K_RESV, key, keylen);
-    shard *sh = &h->sh[hash % SHARDS];
-    pthread_mutex_lock(&sh->mu);
+    shard *sh;
+    uint64_t hash;
     group **pp = NULL;
-    group *g = do_find(sh, hash, K_RESV, key, keylen, &pp);
-    int64_t t = now_ms;
-    if (g != NULL) {
-        if (g->clock > t) t = g->clock;
-        g->clock = t;
-        do_reclaim(h, g, t);
-    }
+    int64_t t;
+    group *g = group_at(h, K_RESV, key, keylen, now_ms, &sh, &hash, &pp, &t);
     *id = 0;
     /* room first, so that an allowed charge always gets its record */
     if ((g = do_group_for_insert(h, sh, hash, K_RESV, key, keylen, t, &rc)) != NULL) {
@@ -533,16 +541,13 @@ int sl_settle(sl_holds *h, sl_store *s, const void *key, size_t keylen, uint64_t
     if (rc != 0) return rc;
     if (h == NULL || s == NULL || out == NULL) return SL_EINVAL;
     if (actual < 0 || actual > SL_MAX_LIMIT) return SL_ECOST;
-    uint64_t hash = hash_of(h, K_RESV, key, keylen);
-    shard *sh = &h->sh[hash % SHARDS];
-    pthread_mutex_lock(&sh->mu);
+    shard *sh;
+    uint64_t hash;
     group **pp = NULL;
-    group *g = do_find(sh, hash, K_RESV, key, keylen, &pp);
+    int64_t t;
+    group *g = group_at(h, K_RESV, key, keylen, now_ms, &sh, &hash, &pp, &t);
     int settled = 0;
     if (g != NULL) {
-        int64_t t = now_ms > g->clock ? now_ms : g->clock;
-        g->clock = t;
-        do_reclaim(h, g, t);
         long i = find_id(g, id);
         if (i >= 0) {
             const resv *e = &((resv *)g->ents)[i];

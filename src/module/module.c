@@ -361,6 +361,28 @@ static int parse_request(RedisModuleCtx *ctx, RedisModuleString **argv, int i, i
 
 /* ---- RL.ALLOW / RL.PEEK ------------------------------------------------------ */
 
+/* Decides p at now for cost on v's record of p's algorithm, committing (a
+ * record made in v's room when it has none); *recp: the record.  On an
+ * error v is left as it was -- freed when it was made for this call
+ * (made), trimmed otherwise -- and the SL_E* code returned. */
+static int decide_in(rlval *v, int made, const sl_params *p, int64_t now, int64_t cost,
+                     uint8_t **recp, sl_result *r)
+{
+    uint8_t *rec = val_rec(v, p->algo);
+    int rc = val_needs_more(v, p->algo) ? val_more(v) : 0;
+    if (rc == 0)
+        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, p->algo), p, now, cost, 1,
+                             r);
+    if (rc != 0) {
+        if (made)
+            val_free(v);
+        else
+            val_trim(v);
+    }
+    *recp = rec;
+    return rc;
+}
+
 /* RL.ALLOW key limit window [ALGO a] [COST c] [BURST b] [PRECISION p]
  *          [LOGREJECTED] [AT t]   (RL.PEEK: the same, nothing consumed) */
 static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int commit)
@@ -393,16 +415,9 @@ static int decide_cmd(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
         }
         made = 1;
     }
-    uint8_t *rec = val_rec(v, q.r.p.algo);
-    rc = val_needs_more(v, q.r.p.algo) ? val_more(v) : 0;
-    if (rc == 0)
-        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.r.p.algo), &q.r.p, now,
-                             q.r.cost, 1, &r);
+    uint8_t *rec;
+    rc = decide_in(v, made, &q.r.p, now, q.r.cost, &rec, &r);
     if (rc != 0) {
-        if (made)
-            val_free(v);
-        else
-            val_trim(v);
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }
@@ -503,17 +518,10 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     rlval *v;
     int made;
     if (open_made(ctx, argv[2], &key, &v, &made) != 0) return REDISMODULE_OK;
-    uint8_t *rec = val_rec(v, q.r.p.algo);
-    rc = val_needs_more(v, q.r.p.algo) ? val_more(v) : 0;
+    uint8_t *rec;
     sl_result r;
-    if (rc == 0)
-        rc = sl__lone_decide(mod.loose, &rec, rec ? NULL : val_room(v, q.r.p.algo), &q.r.p, now,
-                             q.r.cost, 1, &r);
+    rc = decide_in(v, made, &q.r.p, now, q.r.cost, &rec, &r);
     if (rc != 0) {
-        if (made)
-            val_free(v);
-        else
-            val_trim(v);
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }

@@ -574,6 +574,27 @@ local function lease_at(lz, t)
     return lz
 end
 
+-- A key's stored state s (nil: none) for algorithm a read at now: its
+-- fields without the clock, the clock (now when none), the time it is
+-- decided at (never before its clock, SPEC 4), and for a bucket (a 4, 5)
+-- with units leased out its lease tail moved to that time (lease_at) and
+-- the units it holds out (O; 0 without).
+local function split_state(s, now, a)
+    local st, clock_old = nil, now
+    if s then
+        st = parse_ints(s)
+        clock_old = table.remove(st, 1)
+    end
+    local t = now > clock_old and now or clock_old
+    local lz, O = nil, 0
+    if (a == 4 or a == 5) and st and #st == 5 then
+        lz = lease_at({st[3], st[4], st[5]}, t)
+        st[3], st[4], st[5] = nil, nil, nil
+        O = lz[2] + lz[3]
+    end
+    return st, clock_old, t, lz, O
+end
+
 -- Decides request n on key at now (commit: D, or A's second pass).
 -- Returns the reply and, when committing, a function that writes.
 -- During M: the string states of its keys read by one MGET (false: no
@@ -597,18 +618,7 @@ local function decide(key, n, now, commit, lease)
     local s
     if pre then s = pre[key] end
     if s == nil then s = redis.call("GET", key) end
-    local st, clock_old = nil, now
-    if s then
-        st = parse_ints(s)
-        clock_old = table.remove(st, 1)
-    end
-    local t = now > clock_old and now or clock_old
-    local lz, O = nil, 0
-    if (a == 4 or a == 5) and st and #st == 5 then
-        lz = lease_at({st[3], st[4], st[5]}, t)
-        st[3], st[4], st[5] = nil, nil, nil
-        O = lz[2] + lz[3]
-    end
+    local st, clock_old, t, lz, O = split_state(s, now, a)
     local ans, new, d
     if a == 0 then
         ans, new = fixed_window(st, n, clock_old, t, n.cost)
@@ -1408,18 +1418,7 @@ local function holds(op)
     local s = redis.call("GET", key)
     local str = s
     if s or delta > 0 then
-        local st, clock_old = nil, t
-        if s then
-            st = parse_ints(s)
-            clock_old = table.remove(st, 1)
-        end
-        local tt = t > clock_old and t or clock_old
-        local tail, O = nil, 0
-        if (a == 4 or a == 5) and st and #st == 5 then
-            tail = lease_at({st[3], st[4], st[5]}, tt)
-            st[3], st[4], st[5] = nil, nil, nil
-            O = tail[2] + tail[3]
-        end
+        local st, clock_old, tt, tail, O = split_state(s, t, a)
         local new, mag = nil, delta < 0 and -delta or delta
         if a == 0 then
             local _, nw = fixed_window(st, n, clock_old, tt, 0)
