@@ -164,7 +164,7 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     struct event_config *ec = event_config_new();
     if (ec != NULL) {
         /* each base is used by one thread only: no locks */
-        event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK);
+        event_config_set_flag(ec, EVENT_BASE_FLAG_NOLOCK | EVENT_BASE_FLAG_PRECISE_TIMER);
         w->base = event_base_new_with_config(ec);
         event_config_free(ec);
     }
