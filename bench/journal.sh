@@ -9,8 +9,10 @@
 #   always     --journal FILE --journal-fsync always     (reported)
 #
 # REPS rounds in interleaved order (none, everysec, always, none, ...); the
-# table shows each one's median decisions/s and its ratio to none, and the
-# journal's bytes written.  The journals live in JDIR (default: a fresh
+# table shows each one's median decisions/s and its ratio to none, the
+# CPU time sluiced spent per decision (user + system, /proc) and its
+# ratio to none (decisions per CPU-second: what a busy machine moves
+# least), and the journal's bytes written.  The journals live in JDIR (default: a fresh
 # directory under /tmp -- the disk that holds it decides what `always`
 # costs; tmpfs makes fdatasync free, so say where it ran).
 #
@@ -64,15 +66,19 @@ for m in "${MODES[@]}"; do
     wait_pong "${PORT[$m]}" || die "sluiced ($m) did not start: $(tail -5 "$TMP/$m.log")"
 done
 
-declare -A RES
+declare -A RES TICKS PID
+i=0
+for m in "${MODES[@]}"; do PID[$m]=${PIDS[$i]}; i=$((i + 1)); TICKS[$m]=0; done
 for r in $(seq "$REPS"); do
     for m in "${MODES[@]}"; do
+        t0=$(cpu_ticks "${PID[$m]}")
         out=$(timeout 300 redis-benchmark -h 127.0.0.1 -p "${PORT[$m]}" -c "$CLIENTS" -n "$N" \
             -r "$KEYS" -P "$PIPELINE" -q RL.ALLOW key:__rand_int__ 100 10s) ||
             die "redis-benchmark on $m failed"
         rps=$(printf '%s\n' "$out" | tr '\r' '\n' | awk '/requests per second/ { for (i = 1; i < NF; i++) if ($(i + 1) == "requests") v = $i } END { print v }')
         [ -n "$rps" ] || die "no result for $m: $out"
         RES[$m]="${RES[$m]:-} $rps"
+        TICKS[$m]=$((TICKS[$m] + $(cpu_ticks "${PID[$m]}") - t0))
         note "round $r $m: $rps decisions/s"
     done
 done
@@ -82,11 +88,18 @@ base=$(printf '%s' "${RES[none]}" | median)
 fs=$(stat -f -c %T "$JDIR")
 printf 'RL.ALLOW -P %s, %s clients, %s keys, %s rounds, journals on %s (%s)\n' \
     "$PIPELINE" "$CLIENTS" "$KEYS" "$REPS" "$JDIR" "$fs"
-printf '%-10s %14s %8s %16s\n' mode decisions/s ratio journal_bytes
+hz=$(getconf CLK_TCK)
+# CPU per decision: sluiced's user + system time over every round (the
+# noise of a shared machine moves decisions/s far more than it moves this)
+cpu_us() { awk -v t="${TICKS[$1]}" -v hz="$hz" -v n="$N" -v r="$REPS" 'BEGIN { printf "%.3f", t * 1e6 / hz / (n * r) }'; }
+base_cpu=$(cpu_us none)
+printf '%-10s %14s %8s %14s %10s %16s\n' mode decisions/s ratio cpu_us/decision cpu_ratio journal_bytes
 for m in "${MODES[@]}"; do
     med=$(printf '%s' "${RES[$m]}" | median)
     bytes=-
     [ "$m" = none ] || bytes=$(stat -c %s "$JDIR/$m.journal")
-    printf '%-10s %14s %8s %16s\n' "$m" "$med" \
-        "$(awk -v a="$med" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')" "$bytes"
+    c=$(cpu_us "$m")
+    printf '%-10s %14s %8s %14s %10s %16s\n' "$m" "$med" \
+        "$(awk -v a="$med" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')" "$c" \
+        "$(awk -v a="$c" -v b="$base_cpu" 'BEGIN { printf "%.2fx", b / a }')" "$bytes"
 done

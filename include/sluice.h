@@ -334,6 +334,97 @@ int sl_reset(sl_limiter *l, const void *key, size_t keylen);
  * n calls of sl_allow, working ahead. */
 size_t sl_allow_many(sl_limiter *l, const sl_call *calls, size_t n, sl_result *out, int *rc);
 
+/* ---- holds: concurrency leases and reservations (SPEC section 10) -------- */
+
+/* Charges (delta > 0) or refunds (delta < 0) |delta| units on the state of
+ * (key, p->algo) at now_ms, outside any decision: what settling a
+ * reservation does (sl_settle).  A charge is made even past the limit:
+ * the key then answers as if requests of that cost had passed, so the
+ * next request waits (window algorithms keep the whole excess; a bucket
+ * -- token-bucket, leaky-bucket, gcra -- holds at most its capacity
+ * B of debt: it is empty, and what lies beyond is not kept).  A refund
+ * gives back at most what the charge made at charged_at_ms still counts
+ * at now_ms (nothing once that charge has left the window; a bucket
+ * refills to at most B).  sliding-log is refused (SL_EALGO): a logged
+ * entry's cost is not changed afterwards.  *out is the answer a request
+ * of cost 1 would get afterwards (sl_peek's, nothing consumed).  Returns
+ * 0, or an SL_E* code with nothing changed. */
+int sl_charge(sl_store *s, const sl_params *p, const void *key, size_t keylen, int64_t now_ms,
+              int64_t charged_at_ms, int64_t delta, sl_result *out);
+
+/* Leases and reservations live in an sl_holds table: sharded, thread-safe,
+ * bounded in bytes (every group, entry array and table slot counted), each
+ * entry reclaimed when it expires (when its key is next touched, and a few
+ * groups examined at every insert).  Keys are the same bytes as a store's
+ * but a table of their own: a lease key and a rate key never meet. */
+typedef struct sl_holds sl_holds;
+
+#define SL_MAX_CONCURRENCY 100000         /* RL.ACQUIRE's max: leases one key may hold */
+#define SL_MAX_LEASE_TTL_MS 86400000LL    /* a lease lasts at most a day */
+#define SL_DEFAULT_LEASE_TTL_MS 60000LL   /* RL.ACQUIRE without TTL */
+
+typedef struct sl_holds_opts {
+    size_t max_bytes; /* bound on everything the table holds; 0 = unbounded */
+} sl_holds_opts;
+
+/* A table; opts may be NULL (unbounded).  NULL with *err (may be NULL) set. */
+sl_holds *sl_holds_new(const sl_holds_opts *opts, int *err);
+/* Frees it and every entry.  No other thread may be using it. */
+void sl_holds_free(sl_holds *h);
+
+typedef struct sl_holds_stats {
+    uint64_t leases;       /* live lease entries (some may be expired, not yet reclaimed) */
+    uint64_t reservations; /* live reservation entries (the same) */
+    uint64_t groups;       /* keys holding any */
+    uint64_t bytes;        /* memory held */
+    uint64_t max_bytes;    /* the bound (0 = none) */
+    uint64_t expired;      /* entries reclaimed after their time */
+    uint64_t refused;      /* inserts refused for room (SL_EFULL) */
+} sl_holds_stats;
+
+void sl_holds_stats_get(sl_holds *h, sl_holds_stats *out);
+
+/* Reclaims expired entries of at most max_groups groups (0 = all) from a
+ * rotating position.  Returns the entries reclaimed.  Never required for
+ * correctness. */
+uint64_t sl_holds_expire(sl_holds *h, int64_t now_ms, uint64_t max_groups);
+
+/* Takes one lease of key's concurrency limit max (1..SL_MAX_CONCURRENCY)
+ * for ttl_ms (1..SL_MAX_LEASE_TTL_MS) at now_ms (decided at the key's
+ * latest time if later, SPEC 4).  Allowed iff fewer than max leases are
+ * live (a lease is live while now < its expiry).  *out: allowed, limit =
+ * max, remaining = free leases after the call, retry_after_ms (denied) =
+ * until the oldest live lease expires, reset_after_ms = until every lease
+ * held expires, delay 0.  *id = the new lease's id (>= 1, unique in the
+ * table) or 0 when denied.  Returns 0, or SL_EKEY / SL_ELIMIT (max) /
+ * SL_EWINDOW (ttl) / SL_ETIME / SL_EFULL (the table's bound) / SL_ENOMEM,
+ * nothing changed. */
+int sl_acquire(sl_holds *h, const void *key, size_t keylen, int64_t max, int64_t ttl_ms,
+               int64_t now_ms, sl_result *out, uint64_t *id);
+
+/* Gives back lease id of key.  Returns 1 if it was live, 0 if unknown or
+ * expired, or SL_EKEY / SL_ETIME. */
+int sl_release(sl_holds *h, const void *key, size_t keylen, uint64_t id, int64_t now_ms);
+
+/* A reservation: sl_decide of `estimate` on (key, p) in store s; when
+ * allowed, a record of it (id, p, estimate, now) is kept until it is
+ * settled or until now + p->window_ms, when it settles at its estimate
+ * (the record goes: the charge stays).  *id = its id (>= 1), or 0 when
+ * denied (nothing kept).  Returns 0, or sl_decide's codes, SL_EALGO for
+ * sliding-log (sl_charge), SL_EFULL when the table has no room (nothing
+ * charged). */
+int sl_reserve(sl_holds *h, sl_store *s, const sl_params *p, const void *key, size_t keylen,
+               int64_t now_ms, int64_t estimate, sl_result *out, uint64_t *id);
+
+/* Settles reservation id of key at `actual` (0..SL_MAX_LIMIT): sl_charge
+ * of actual - estimate on the reservation's parameters, then the record
+ * goes.  *out: the key's six fields afterwards (sl_charge's).  Returns 1
+ * when settled, 0 when id is unknown, settled already or expired (settled
+ * at its estimate), or an SL_E* code with nothing changed (the
+ * reservation is then kept). */
+int sl_settle(sl_holds *h, sl_store *s, const void *key, size_t keylen, uint64_t id,
+              int64_t actual, int64_t now_ms, sl_result *out);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

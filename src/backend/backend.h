@@ -52,6 +52,11 @@ typedef enum sl_bop {
     SL_BOP_FORGET,     /* drop a key's state in algorithms [algo_lo, algo_hi) */
     SL_BOP_DECIDE_ALL, /* several requests all-or-none (sl_decide_all) */
     SL_BOP_CHECK,      /* execute a planned RL.CHECK (check.h) */
+    SL_BOP_ACQUIRE,    /* a concurrency lease (sl_acquire): max, ttl_ms -> hold_id */
+    SL_BOP_RELEASE,    /* give a lease back (sl_release): hold_id -> existed */
+    SL_BOP_RESERVE,    /* charge an estimate, keep a reservation (sl_reserve): params,
+                          cost = the estimate -> hold_id */
+    SL_BOP_SETTLE,     /* settle one (sl_settle): hold_id, cost = actual -> existed */
     SL_BOP_COUNT
 } sl_bop;
 
@@ -78,12 +83,17 @@ struct sl_breq {
     size_t nreqs;
     /* in: CHECK */
     const sl_check_plan *plan;
+    /* in: ACQUIRE (max, ttl_ms); RELEASE and SETTLE (hold_id) */
+    int64_t max;
+    int64_t ttl_ms;
+    uint64_t hold_id; /* out for ACQUIRE and RESERVE: the new id, 0 when denied */
 
     /* out */
     int rc;                    /* 0, or a negative SL_E* code with err */
     char err[SL_BREQ_ERR];     /* "" unless rc < 0 (may be "" then: use sl_strerror) */
     sl_result result;          /* DECIDE, PEEK */
-    int existed;               /* FORGET: 1 if some state was dropped */
+    int existed;               /* FORGET: 1 if some state was dropped; RELEASE: 1 if
+                                  the lease was held; SETTLE: 1 if settled */
     sl_result *results;        /* DECIDE_ALL: the caller's array of nreqs, filled */
     int all_allowed;           /* DECIDE_ALL */
     sl_check_outcome *outcome; /* CHECK: the caller's, filled */
@@ -255,6 +265,7 @@ typedef struct sl_backend_opts {
                                  an allowed answer waits for Redis's WAIT N; 0: none */
     int trust_client_time;    /* 1: the request's now_ms is the script's `now`;
                                  0: "" (Redis's clock) */
+    int lease;                /* --lease on: hot keys lease quota (docs/fleet.md, "Leases") */
     uint64_t local_max_bytes; /* SL_BACKEND_LOCAL's own store: its bound (0 = none) */
     unsigned local_on_full;   /* ... and what it does when full (sl_store_opts.on_full) */
     /* Called on a change of the backend's state (up: every channel has its

@@ -27,10 +27,18 @@
 #include "checkexec.h"
 #include "store.h"
 
+/* The holds table's bound (leases and reservations, SPEC 10): a quarter
+ * of the store's --max-memory on top of it, or 64 MB when the store has
+ * no bound.  Past it RL.ACQUIRE and RL.RESERVE are refused ("the holds
+ * table is full"), never an existing lease or reservation dropped. */
+#define SL_HOLDS_SHARE     4
+#define SL_HOLDS_MAX_BYTES ((size_t)64 << 20)
+
 typedef struct local {
     sl_backend base;
     sl_bchan chan; /* one channel serves every worker: it holds no state */
     sl_store *store;
+    sl_holds *holds; /* leases and reservations (SPEC 10), owned */
     sl_local_record_fn record; /* NULL: none (set before any request) */
     void *record_arg;
     int64_t deny_since; /* the deny window's start (ms, server clock);
@@ -259,8 +267,35 @@ static void local_submit(sl_bchan *ch, sl_breq *rq)
     case SL_BOP_CHECK:
         rc = check_exec(l, s, rq->plan, rq->outcome, rq->err, sizeof rq->err);
         break;
+    case SL_BOP_ACQUIRE:
+        rc = sl_acquire(l->holds, rq->key, rq->keylen, rq->max, rq->ttl_ms, rq->now_ms,
+                        &rq->result, &rq->hold_id);
+        break;
+    case SL_BOP_RELEASE:
+        rc = sl_release(l->holds, rq->key, rq->keylen, rq->hold_id, rq->now_ms);
+        rq->existed = rc == 1;
+        break;
+    case SL_BOP_RESERVE:
+        rc = sl_reserve(l->holds, s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost,
+                        &rq->result, &rq->hold_id);
+        if (rc == 0 && rq->hold_id != 0 && l->record != NULL)
+            l->record(l->record_arg, kind_of(rq->params), rq->key, rq->keylen);
+        break;
+    case SL_BOP_SETTLE:
+        rc = sl_settle(l->holds, s, rq->key, rq->keylen, rq->hold_id, rq->cost, rq->now_ms,
+                       &rq->result);
+        rq->existed = rc == 1;
+        /* the journal records the counter by kind: a settle does not know it here
+         * without the reservation; its algorithm's state is recorded at the next
+         * decision on the key (docs/commands-holds.md) */
+        break;
     default: rc = SL_EINVAL; break;
     }
+    if (rc == SL_EFULL && (rq->op == SL_BOP_ACQUIRE || rq->op == SL_BOP_RESERVE))
+        snprintf(rq->err, sizeof rq->err,
+                 "no room for the %s: the holds table (a quarter of --max-memory) or the "
+                 "store is at its bound",
+                 rq->op == SL_BOP_ACQUIRE ? "lease" : "reservation");
     rq->rc = rc < 0 ? rc : 0;
     rq->cb(rq);
 }
@@ -280,7 +315,11 @@ static void local_stats(sl_backend *b, sl_backend_stats *out)
     out->refused = st.refused;
 }
 
-static void local_free(sl_backend *b) { free(b); }
+static void local_free(sl_backend *b)
+{
+    sl_holds_free(((local *)b)->holds);
+    free(b);
+}
 
 static const sl_backend_ops local_ops = {
     "local", local_channel, local_channel_free, local_submit, local_stats, local_free,
@@ -299,6 +338,16 @@ sl_backend *sl_backend_local_new(sl_store *s)
     l->chan.b = &l->base;
     l->store = s;
     l->deny_since = INT64_MIN;
+    /* The holds' bound: a quarter of the store's (SL_HOLDS_SHARE), or
+     * SL_HOLDS_MAX_BYTES with an unbounded store */
+    sl_store_stats st;
+    sl_store_stats_get(s, &st);
+    sl_holds_opts ho = {.max_bytes = st.max_bytes ? (size_t)(st.max_bytes / SL_HOLDS_SHARE)
+                                                  : SL_HOLDS_MAX_BYTES};
+    if ((l->holds = sl_holds_new(&ho, NULL)) == NULL) {
+        free(l);
+        return NULL;
+    }
     return &l->base;
 }
 

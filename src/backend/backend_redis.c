@@ -90,6 +90,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "backend_local.h"
+#include "redis/lease.h"
 #include "redis/redis_int.h"
 #include "redis/sentinel.h"
 
@@ -110,6 +111,8 @@ static void conn_free(rchan *ch)
 {
     if (ch == NULL) return;
     ch->closing = 1;
+    sl__redis_lease_free(ch, ch->lease); /* what is held goes back while it still can */
+    ch->lease = NULL;
     if (ch->ac != NULL) {
         redisAsyncContext *ac = ch->ac;
         sl__redis_go_down(ch, "closing");
@@ -166,6 +169,13 @@ rchan *sl__redis_conn_new(redis *r, rnode *n, struct event_base *loop)
         free(ch->cache);
         free(ch->cmd);
         free(ch);
+        return NULL;
+    }
+    if (r->o.lease && !r->o.trust_client_time && (ch->lease = sl__redis_lease_new(ch)) == NULL) {
+        ch->closing = 1; /* nothing to hand back yet: frees as a new connection's parts */
+        event_free(ch->wait_ev), event_free(ch->timer), event_free(ch->retry);
+        event_free(ch->flush);
+        free(ch->cache), free(ch->cmd), free(ch);
         return NULL;
     }
     atomic_fetch_add(&r->nconn, 1);
@@ -276,6 +286,8 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
 {
     redis *r = ch->r;
     int rc = 0;
+    long long want = 0; /* --lease on: > 0, sent as op T (lease.c) */
+    int fresh = 0;      /* --lease on: not from the deny cache (lease.c) */
     rq->err[0] = '\0';
     switch (rq->op) {
     case SL_BOP_DECIDE:
@@ -285,7 +297,10 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
             break;
         }
         rc = valid_one(rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost);
-        if (rc == 0 && sl__redis_cache_answer(ch, rq)) return;
+        if (rc == 0 && rq->op == SL_BOP_DECIDE && ch->lease != NULL &&
+            (want = sl__redis_lease_decide(ch, rq, &fresh)) < 0)
+            return; /* a lease answered it (lease.c) */
+        if (rc == 0 && !fresh && sl__redis_cache_answer(ch, rq)) return;
         break;
     case SL_BOP_FORGET:
         if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY)
@@ -348,6 +363,7 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
     e->flushed = 0;
     e->keys = NULL;
     e->reqs = NULL;
+    e->lease_want = want;
     if (rq->op == SL_BOP_DECIDE_ALL) { /* the keys, copied: the caller's may go */
         size_t total = 0;
         for (size_t i = 0; i < rq->nreqs; i++) total += rq->reqs[i].keylen;
@@ -376,7 +392,7 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
     sl__redis_link_pend(ch, e);
     /* the script's batches; the module's RL.ALLOWs go as they come (hiredis
      * writes a turn's commands in one write, Redis reads them in one) */
-    if (rq->op == SL_BOP_DECIDE && !ch->module && sl__redis_queue(ch, e) == 0) {
+    if (rq->op == SL_BOP_DECIDE && !ch->module && want == 0 && sl__redis_queue(ch, e) == 0) {
         if (e == ch->head) sl__redis_arm_timer(ch);
         return;
     }
@@ -400,8 +416,21 @@ static void redis_free_all(redis *r);
 
 static void redis_free(sl_backend *b) { redis_free_all((redis *)b); }
 
+/* Leases and reservations (SPEC 10) are not on this backend yet: they
+ * are refused before routing; everything else is routed (route.c). */
+static void redis_submit(sl_bchan *c, sl_breq *rq)
+{
+    if (rq->op >= SL_BOP_ACQUIRE && rq->op <= SL_BOP_SETTLE) {
+        sl__breq_fail(rq, SL_EINVAL,
+                      "RL.ACQUIRE, RL.RELEASE, RL.RESERVE and RL.SETTLE are not supported on "
+                      "the redis backend yet (docs/commands-holds.md)");
+        return;
+    }
+    sl__redis_route(c, rq);
+}
+
 const sl_backend_ops sl__redis_ops = {
-    "redis",    redis_channel,        redis_channel_free, sl__redis_route,       redis_stats,
+    "redis",    redis_channel,        redis_channel_free, redis_submit,          redis_stats,
     redis_free, sl__redis_info_lines, sl__redis_metrics,  sl_backend_redis_info,
 };
 

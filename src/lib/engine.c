@@ -24,6 +24,7 @@
 #include <string.h>
 
 #include "engine.h"
+#include "holds.h" /* sl__engine_adjust */
 
 __extension__ typedef unsigned __int128 u128;
 __extension__ typedef __int128 i128;
@@ -755,4 +756,131 @@ int sl__state_load(sl__shard *sh, uint8_t *r, const uint8_t *src, size_t len, in
     }
     log_save(st, &lg);
     return 0;
+}
+
+/* ---- charging and refunding outside a decision (holds.h) ----------------
+ * sl__engine_adjust: settling a reservation (sl_charge).  The state is
+ * first advanced to t exactly as a decision advances it (windows rolled,
+ * buckets refilled), then delta is added (a charge, past the limit if it
+ * must) or taken away (a refund: at most what the charge made at
+ * charged_at still counts at t).  Counters saturate at what their fields
+ * hold (u40, a sliding-buckets counter's width): every such counter is
+ * then already above L, so no answer changes. */
+
+static uint64_t add_sat(uint64_t v, uint64_t d, uint64_t max)
+{
+    return d > max - (v < max ? v : max) ? max : v + d;
+}
+
+static void adjust_fixed(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                         int64_t charged_at, int64_t delta)
+{
+    int64_t i = sl__fdiv(t, n->W);
+    uint64_t count = sl__fdiv(clock_old, n->W) == i ? sl__ld40(st) : 0;
+    if (delta > 0) {
+        count = add_sat(count, (uint64_t)delta, SL__U40_MASK);
+    } else if (sl__fdiv(charged_at, n->W) == i) {
+        uint64_t take = (uint64_t)-delta;
+        count -= take < count ? take : count;
+    }
+    sl__st40(st, count);
+}
+
+static void adjust_sliding_window(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                                  int64_t charged_at, int64_t delta)
+{
+    int64_t W = n->W, i = sl__fdiv(t, W), io = sl__fdiv(clock_old, W);
+    uint64_t cur = 0, prev = 0;
+    if (i == io) {
+        cur = sl__ld40(st);
+        prev = sl__ld40(st + 5);
+    } else if (i == io + 1) {
+        prev = sl__ld40(st);
+    }
+    if (delta > 0) {
+        cur = add_sat(cur, (uint64_t)delta, SL__U40_MASK);
+    } else {
+        int64_t ic = sl__fdiv(charged_at, W);
+        uint64_t take = (uint64_t)-delta, *c = ic == i ? &cur : ic == i - 1 ? &prev : NULL;
+        if (c != NULL) *c -= take < *c ? take : *c;
+    }
+    sl__st40(st, cur);
+    sl__st40(st + 5, prev);
+}
+
+/* The layout must be n's already (sl__state_need() == 0). */
+static void adjust_sliding_buckets(uint8_t *st, const sl__norm *n, int64_t clock_old, int64_t t,
+                                   int64_t charged_at, int64_t delta)
+{
+    int64_t P = n->P, g = n->W / n->P;
+    unsigned w = st[2];
+    uint8_t *c = st + SB_HDR;
+    uint64_t sum = sl__ld64(st + 3);
+    int64_t b = sl__fdiv(t, g), bo = sl__fdiv(clock_old, g);
+    int64_t stale = b - bo >= P ? P : b - bo;
+    if (stale == P) {
+        sum = 0;
+        memset(c, 0, (size_t)P * w);
+    } else {
+        for (int64_t k = 1; k <= stale; k++) {
+            int64_t j = ((bo + k) % P + P) % P;
+            sum -= sb_get(c, w, j);
+            sb_set(c, w, j, 0);
+        }
+    }
+    uint64_t cmax = w == 8 ? UINT64_MAX : ((uint64_t)1 << (8 * w)) - 1;
+    if (delta > 0) {
+        int64_t j = (b % P + P) % P;
+        uint64_t v = sb_get(c, w, j), nv = add_sat(v, (uint64_t)delta, cmax);
+        sb_set(c, w, j, nv);
+        sum += nv - v;
+    } else {
+        int64_t bc = sl__fdiv(charged_at, g);
+        if (bc > b - P && bc <= b) {
+            int64_t j = (bc % P + P) % P;
+            uint64_t v = sb_get(c, w, j), take = (uint64_t)-delta;
+            take = take < v ? take : v;
+            sb_set(c, w, j, v - take);
+            sum -= take;
+        }
+    }
+    sl__st64(st + 3, sum);
+}
+
+/* token-bucket, leaky-bucket and gcra, on the deficit d (token_bucket's and
+ * gcra's quantity), in units of 1/W of a request, clamped to [0, B*W]. */
+static void adjust_bucket(uint8_t *r, uint16_t *meta, uint8_t *st, const sl__norm *n,
+                          int64_t clock_old, int64_t t, int64_t delta)
+{
+    uint64_t W = (uint64_t)n->W, L = (uint64_t)n->L;
+    u128 BW = (u128)n->B * W;
+    int tb = n->algo == SL_TOKEN_BUCKET;
+    int stored = sl__tokens_stored(*meta, st);
+    u128 d = tb ? (stored ? BW - bucket_load(st, n) : 0) : bucket_load(st, n);
+    u128 refill = (u128)(uint64_t)(t - clock_old) * L;
+    d = refill >= d ? 0 : d - refill;
+    u128 dd = (u128)(uint64_t)(delta < 0 ? -delta : delta) * W;
+    if (delta > 0)
+        d = dd >= BW - d ? BW : d + dd;
+    else
+        d = dd >= d ? 0 : d - dd;
+    bucket_store(st, n, tb ? BW - d : d);
+    sl__tokens_mark(r, meta, n->algo, stored, 1);
+}
+
+int sl__engine_adjust(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t clock_old,
+                      int64_t t, int64_t charged_at, int64_t delta)
+{
+    uint8_t *st = r + SL__REC_HDR + (*meta & 0x1ff) + 1;
+    switch (n->algo) {
+    case SL_FIXED_WINDOW: adjust_fixed(st, n, clock_old, t, charged_at, delta); return 0;
+    case SL_SLIDING_WINDOW: adjust_sliding_window(st, n, clock_old, t, charged_at, delta); return 0;
+    case SL_SLIDING_BUCKETS:
+        adjust_sliding_buckets(st, n, clock_old, t, charged_at, delta);
+        return 0;
+    case SL_TOKEN_BUCKET:
+    case SL_LEAKY_BUCKET:
+    case SL_GCRA: adjust_bucket(r, meta, st, n, clock_old, t, delta); return 0;
+    default: return SL_EALGO; /* sliding-log: sl_charge refuses it first */
+    }
 }

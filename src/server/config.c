@@ -287,6 +287,11 @@ static const opt opts[] = {
      .def = "yes",
      .help = "the Redis backend: deny locally, without asking Redis, while a denial Redis gave "
              "still holds"},
+    {.name = "lease",
+     BOOL(lease),
+     .def = "no",
+     .help = "the Redis backend: a node leases units of a hot key's limit from Redis and "
+             "spends them here, never more than the limit fleet-wide (docs/fleet.md, \"Leases\")"},
     {.name = "durability",
      CUSTOM(set_durability, show_durability),
      .arg = "none|replicas:N",

@@ -111,7 +111,12 @@ static void on_pipe(evutil_socket_t pfd, short what, void *arg)
 static void *worker_main(void *arg)
 {
     worker *w = arg;
-    event_base_dispatch(w->base);
+    /* one turn at a time, so that its end can group the journal's writes
+     * (Redis's beforeSleep); without a journal the end does nothing */
+    while (event_base_loop(w->base, EVLOOP_ONCE) == 0 && !event_base_got_exit(w->base) &&
+           !event_base_got_break(w->base))
+        sl__net_end_turn(w);
+    sl__net_end_turn(w);
     while (w->conns != NULL) sl__net_conn_free(w->conns, "worker exit");
     return NULL;
 }
@@ -171,6 +176,7 @@ static worker *worker_new(sl_net *net, int id, char *err, size_t errlen)
     w->exit_ev = evtimer_new(w->base, on_exit_check, w);
     w->trim_ev = evtimer_new(w->base, sl__net_on_trim, w);
     w->send_tv = common_timeout(w->base, net->cfg->send_timeout_ms);
+    w->journal = net->cfg->journal[0] != '\0';
     w->refused_tv = common_timeout(w->base, SL_NET_REFUSED_MS);
     w->linger_tv = common_timeout(w->base, SL_NET_LINGER_MS);
     int tv_ok = (net->cfg->send_timeout_ms <= 0 || w->send_tv) && w->linger_tv && w->refused_tv;

@@ -227,6 +227,19 @@ void sl_conn_detached_free(sl_conn *c)
     free(c);
 }
 
+/* Takes c off its worker's list of connections whose replies wait for the
+ * turn's journal write. */
+static void undefer(conn *c)
+{
+    if (!c->deferred) return;
+    if (c->dprev != NULL)
+        c->dprev->dnext = c->dnext;
+    else
+        c->w->deferred = c->dnext;
+    if (c->dnext != NULL) c->dnext->dprev = c->dprev;
+    c->deferred = 0;
+}
+
 /* Closes c at once and frees it.  `why` names the reason for the debug log. */
 static void conn_free(conn *c, const char *why)
 {
@@ -238,6 +251,7 @@ static void conn_free(conn *c, const char *why)
                conn_peer(c, pb, sizeof pb), w->id, sl_logq(why));
     }
     sl__net_orphan_slots(c);
+    undefer(c);
     size_t in = evbuffer_get_length(c->in);
     sl__net_account_as(c, 0);
     /* uncounted before the socket closes: a client that sees its close
@@ -437,7 +451,24 @@ static int flush(conn *c)
         conn_free(c, "out of memory");
         return -1;
     }
-    if (b->len > 0) {
+    if (b->len > 0 && w->journal && c->bev == NULL) {
+        /* the decisions behind these replies go to the journal first, in
+         * one write for the whole turn: the replies wait in c->out for it
+         * (sl__net_end_turn) */
+        int rc = evbuffer_add(c->out, b->p, b->len);
+        b->len = 0;
+        if (rc != 0) {
+            conn_free(c, "out of memory");
+            return -1;
+        }
+        if (!c->deferred) {
+            c->deferred = 1;
+            c->dprev = NULL;
+            c->dnext = w->deferred;
+            if (w->deferred != NULL) w->deferred->dprev = c;
+            w->deferred = c;
+        }
+    } else if (b->len > 0) {
         size_t off = 0;
         /* the decisions behind these replies, to the journal first (with
          * --journal-fsync always: on disk); if that fails none may leave */
@@ -480,7 +511,7 @@ static int flush(conn *c)
     }
     sl__net_account_as(c, pending);
     if (pending == 0) return c->state == C_CLOSING ? finish_close(c) : 0;
-    if (!c->writing && evbuffer_get_length(c->out) > 0) {
+    if (!c->writing && !c->deferred && evbuffer_get_length(c->out) > 0) {
         if (c->bev == NULL) event_add(c->wev, w->send_tv); /* TLS: the bufferevent writes */
         c->writing = 1;
     }
@@ -776,6 +807,12 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
         conn_cut(c, "send-timeout");
         return;
     }
+    /* replies queued in this turn wait for its journal write: with a
+     * journal, what this thread decided so far is written first */
+    if (w->journal && sl_journal_commit() != 0) {
+        conn_free(c, "journal write failed");
+        return;
+    }
     int n = evbuffer_write(c->out, fd);
     if (n < 0) {
         if (!sl__would_block(errno)) conn_free(c, "write error");
@@ -791,6 +828,39 @@ static void on_write(evutil_socket_t fd, short what, void *arg)
         return;
     }
     unpause(c);
+}
+
+void sl__net_end_turn(worker *w)
+{
+    if (w->deferred == NULL) return;
+    /* one write (and with --journal-fsync always, one fsync) for every
+     * decision of the turn; if it fails, none of their replies may leave */
+    int bad = sl_journal_commit() != 0;
+    while (w->deferred != NULL) {
+        conn *c = w->deferred;
+        undefer(c);
+        if (bad) {
+            conn_free(c, "journal write failed");
+            continue;
+        }
+        if (c->writing) continue; /* on_write sends it */
+        int n = evbuffer_write(c->out, c->fd);
+        if (n < 0) {
+            if (!sl__would_block(errno)) {
+                conn_free(c, "write error");
+                continue;
+            }
+            n = 0;
+        }
+        sl_stat_inc(&w->ws->net_out, (uint64_t)n);
+        sl__net_account(c);
+        if (evbuffer_get_length(c->out) > 0) {
+            event_add(c->wev, w->send_tv);
+            c->writing = 1;
+        } else if (c->state == C_CLOSING && c->nslots == 0 && c->nheld == 0) {
+            finish_close(c);
+        }
+    }
 }
 
 /* After replies completed outside a turn (an asynchronous backend): applies

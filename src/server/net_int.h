@@ -128,6 +128,8 @@ struct sl_conn {
                                           (the weights of its slots not done) */
     void *pdata;                       /* the protocol's word (proto.h: sl_conn_pdata) */
     struct sl_conn *prev, *next;
+    struct sl_conn *dprev, *dnext; /* on w->deferred: replies held for the turn's end */
+    int deferred;                  /* ... is on it */
 };
 
 struct worker {
@@ -162,6 +164,9 @@ struct worker {
     const struct timeval *send_tv, *linger_tv; /* NULL = none */
     const struct timeval *refused_tv;          /* a refused client's (SL_NET_REFUSED_MS) */
     sl_buf batch;                              /* replies of the commands being run */
+    int journal;                               /* --journal: replies wait for the turn's one
+                                                  journal write (sl__net_end_turn) */
+    conn *deferred;                            /* connections whose replies wait for it */
     _Atomic int shed_pending;                  /* a PIPE_SHED token is on its way to this worker */
     size_t orphan_bytes;                       /* what requests of closed connections still hold in
                                                   flight (their slots' weights), counted in the total */
@@ -280,6 +285,10 @@ int sl__net_tls_more(conn *c);
 /* A stopping worker with no connection left ends its loop once no request
  * of its is in flight. */
 void sl__net_maybe_exit(worker *w);
+/* The end of one turn of w's loop (the events one poll returned, all run):
+ * with a journal, its records are written in one go (group commit) and
+ * then the replies held for it go out (net_conn.c). */
+void sl__net_end_turn(worker *w);
 
 /* ---- net_listen.c ---- */
 

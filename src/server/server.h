@@ -99,6 +99,7 @@ typedef struct sl_config {
     int fleet_size;                 /* on-backend-error local: L and B divided by it; default 1 */
     int deny_cache;                 /* the Redis backend's local deny cache; default 1 */
     int durability;                 /* --durability replicas:N: N; 0 = none (default) */
+    int lease;                      /* --lease on: hot keys lease quota from Redis; default 0 */
     /* the gRPC front (src/proto/grpc, docs/envoy.md); the yes/no ones are
      * envoyproxy/ratelimit's settings, also read from its environment
      * variables (config.c) */
@@ -169,6 +170,11 @@ typedef struct sl_srv {
     _Atomic int last_save_ok;       /* 1 ok, 0 failed */
     _Atomic uint64_t saves;         /* snapshots written */
     _Atomic uint64_t loaded_keys;   /* keys loaded from the snapshot at start */
+    struct sl_journal *journal;     /* --journal (journal.h); NULL: none (set by main
+                                       before sl_net_start) */
+    uint64_t journal_replayed;      /* records the journal replayed at start */
+    int unclean_start;              /* 1: the last stop was unclean (its marker was
+                                       there at start) */
 } sl_srv;
 
 /* The server's clock, in ms since the epoch: the anchored clock

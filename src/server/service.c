@@ -288,6 +288,93 @@ void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, in
     submit(x, q);
 }
 
+/* ---- holds: RL.ACQUIRE, RL.RELEASE, RL.RESERVE, RL.SETTLE ------------------ */
+
+static void done_hold(sl_breq *b)
+{
+    svc_req *q = b->data;
+    sl_svc_ctx *x = q->x;
+    timed(q);
+    sl_svc_reply r;
+    reply_init(&r, b);
+    r.result = b->result;
+    r.existed = b->existed;
+    r.hold_id = b->hold_id;
+    if (b->rc == 0 && q->commit) { /* a reservation is a decision on its limit */
+        sl_algo a = q->p.algo;
+        sl_stat_inc(&x->st->decisions[a], 1);
+        sl_stat_inc(b->result.allowed ? &x->st->allowed[a] : &x->st->denied[a], 1);
+        sl_stats_decided(x->st, q->front, b->result.allowed);
+    }
+    sl_svc_cb cb = q->cb;
+    void *arg = q->arg;
+    req_put(q);
+    cb(arg, &r);
+}
+
+/* A hold request's context, its fields cleared; NULL after answering. */
+static svc_req *hold_start(sl_svc_ctx *x, sl_bop op, const char *key, size_t keylen, int64_t at,
+                           sl_svc_cb cb, void *arg)
+{
+    svc_req *q = req_start(x, cb, arg);
+    if (q == NULL) return NULL;
+    q->commit = 0;
+    sl_breq *b = &q->b;
+    b->op = op;
+    b->now_ms = at;
+    b->cb = done_hold;
+    b->params = NULL;
+    b->cost = 0;
+    b->max = 0;
+    b->ttl_ms = 0;
+    b->hold_id = 0;
+    b->existed = 0;
+    set_key(q, key, keylen);
+    return q;
+}
+
+void sl_svc_acquire(sl_svc_ctx *x, const char *key, size_t keylen, int64_t max, int64_t ttl_ms,
+                    int64_t at, sl_svc_cb cb, void *arg)
+{
+    svc_req *q = hold_start(x, SL_BOP_ACQUIRE, key, keylen, at, cb, arg);
+    if (q == NULL) return;
+    q->b.max = max;
+    q->b.ttl_ms = ttl_ms;
+    submit(x, q);
+}
+
+void sl_svc_release(sl_svc_ctx *x, const char *key, size_t keylen, uint64_t id, int64_t at,
+                    sl_svc_cb cb, void *arg)
+{
+    svc_req *q = hold_start(x, SL_BOP_RELEASE, key, keylen, at, cb, arg);
+    if (q == NULL) return;
+    q->t0_ns = 0; /* not a decision */
+    q->b.hold_id = id;
+    submit(x, q);
+}
+
+void sl_svc_reserve(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
+                    int64_t estimate, int64_t at, sl_svc_cb cb, void *arg)
+{
+    svc_req *q = hold_start(x, SL_BOP_RESERVE, key, keylen, at, cb, arg);
+    if (q == NULL) return;
+    q->commit = 1;
+    q->p = *p;
+    q->b.params = &q->p;
+    q->b.cost = estimate;
+    submit(x, q);
+}
+
+void sl_svc_settle(sl_svc_ctx *x, const char *key, size_t keylen, uint64_t id, int64_t actual,
+                   int64_t at, sl_svc_cb cb, void *arg)
+{
+    svc_req *q = hold_start(x, SL_BOP_SETTLE, key, keylen, at, cb, arg);
+    if (q == NULL) return;
+    q->b.hold_id = id;
+    q->b.cost = actual;
+    submit(x, q);
+}
+
 /* ---- RL.CHECK -------------------------------------------------------------- */
 
 /* Adds item k's answer to the statistics entry rs. */

@@ -38,7 +38,9 @@ typedef struct sl_svc_reply {
     int rc;                    /* 0, or < 0: err says what, for the client */
     const char *err;           /* "" when rc is 0 */
     sl_result result;          /* ALLOW, PEEK; CHECK: the overall six fields */
-    int existed;               /* RESET: 1 if some state was dropped */
+    int existed;               /* RESET: 1 if some state was dropped; RELEASE: 1 if the
+                                  lease was held; SETTLE: 1 if settled */
+    uint64_t hold_id;          /* ACQUIRE, RESERVE: the new id; 0 when denied */
     uint64_t version;          /* RELOAD: the rules version now serving */
     int n;                     /* CHECK: descriptors */
     const sl_check_status *st; /* CHECK: n statuses */
@@ -138,6 +140,27 @@ typedef struct sl_svc_check_req {
  * keys of any length are planned (check.h): the fronts that bound them
  * check before calling. */
 void sl_svc_check(sl_svc_ctx *x, const sl_svc_check_req *q, sl_svc_cb cb, void *arg);
+
+/* ---- holds: leases and reservations (SPEC section 10) ------------------------ */
+
+/* RL.ACQUIRE: a lease of key's concurrency limit max for ttl_ms at `at`.
+ * cb gets r->result (the six fields) and r->hold_id (0: denied). */
+void sl_svc_acquire(sl_svc_ctx *x, const char *key, size_t keylen, int64_t max, int64_t ttl_ms,
+                    int64_t at, sl_svc_cb cb, void *arg);
+
+/* RL.RELEASE: lease id of key.  cb gets r->existed (1: it was held). */
+void sl_svc_release(sl_svc_ctx *x, const char *key, size_t keylen, uint64_t id, int64_t at,
+                    sl_svc_cb cb, void *arg);
+
+/* RL.RESERVE: estimate charged on (key, p) at `at`, a reservation kept.
+ * cb gets r->result and r->hold_id (0: denied).  Counted as a decision. */
+void sl_svc_reserve(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p,
+                    int64_t estimate, int64_t at, sl_svc_cb cb, void *arg);
+
+/* RL.SETTLE: reservation id of key at `actual`.  cb gets r->existed (0:
+ * unknown, settled already or expired) and, when 1, r->result. */
+void sl_svc_settle(sl_svc_ctx *x, const char *key, size_t keylen, uint64_t id, int64_t actual,
+                   int64_t at, sl_svc_cb cb, void *arg);
 
 /* ---- rules and numbers ----------------------------------------------------- */
 

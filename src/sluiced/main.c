@@ -330,6 +330,7 @@ static sl_backend *make_backend(app *a, char *err, size_t errlen)
         .fleet_size = a->cfg.fleet_size,
         .deny_cache = a->cfg.deny_cache,
         .durability = a->cfg.durability,
+        .lease = a->cfg.lease,
         .trust_client_time = a->cfg.trust_client_time,
         .local_max_bytes = a->cfg.max_memory,
         .local_on_full = (unsigned)a->cfg.on_store_full,
@@ -511,6 +512,7 @@ int main(int argc, char **argv)
                 sl_store_free(a.srv.store);
                 return 1;
             }
+            a.srv.journal_replayed = ji.records;
             if (ji.torn)
                 sl_log(SL_LOG_WARN, "journal: a torn last record dropped (a crash in the middle "
                        "of a write)", "file=%s offset=%zu bytes=%zu", sl_logq(ji.torn_file),
@@ -545,6 +547,8 @@ int main(int argc, char **argv)
         return 1;
     }
     if (a.journal != NULL) sl_backend_local_record(a.srv.backend, sl_journal_record, a.journal);
+    a.srv.journal = a.journal;
+    a.srv.unclean_start = unclean;
     if (unclean && a.journal != NULL)
         sl_log(SL_LOG_INFO, "the last stop was unclean: the journal's replay holds what it "
                "decided", "marker=%s after_crash=%s", sl_logq(a.marker),

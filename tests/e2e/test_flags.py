@@ -78,6 +78,7 @@ SEEN = {
     "merge-domains": log_says(" merge_domains=yes"),
     "count-denied": log_says(" count_denied=yes"),
     "deny-cache": info_says("backend_deny_cache"),
+    "lease": info_says("backend_lease", yes="on", no="off"),
     # an over descriptor: the overall answer OK (global shadow mode) ...
     "shadow-mode": grpc_says(lambda G: G.request("d", [("k", "s")], cost=2),
                              lambda G, r: r.overall_code == G.OK),
@@ -102,6 +103,7 @@ GRPC_SEEN = {"shadow-mode", "quota-mode", "limit-response-headers-enabled",
 # cache is the Redis backend's (a redis-server of the test's own).
 NEEDS = {
     "deny-cache": lambda test: ["--backend", test.redis_url()],
+    "lease": lambda test: ["--backend", test.redis_url()],
 }
 
 

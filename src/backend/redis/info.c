@@ -120,6 +120,14 @@ void sl__redis_info_lines(sl_backend *b,
     NUM("backend_durability_waits", atomic_load(&r->waits));
     NUM("backend_durability_waits_short", atomic_load(&r->waits_short));
     NUM("backend_durability_replaced", atomic_load(&r->replaced));
+    line(arg, "backend_lease", r->o.lease ? "on" : "off"); /* --lease (lease.c) */
+    uint64_t taken = atomic_load(&r->lease_leases), ended = atomic_load(&r->lease_ended);
+    NUM("backend_leases_outstanding", taken > ended ? taken - ended : 0);
+    NUM("backend_leases_taken", taken);
+    NUM("backend_lease_units_leased", atomic_load(&r->lease_units));
+    NUM("backend_lease_units_returned", atomic_load(&r->lease_returned));
+    NUM("backend_lease_units_expired", atomic_load(&r->lease_expired));
+    NUM("backend_lease_decisions", atomic_load(&r->lease_served));
     line(arg, "backend_last_error", ri.last_error);
     NUM("backend_nodes", ri.nodes);
 #undef NUM
@@ -178,6 +186,25 @@ int sl__redis_metrics(sl_backend *b, struct evbuffer *out)
            "Allowed answers replaced by --on-backend-error's: their WAIT fell short.");
     SAMPLE("sluice_backend_durability_replaced_total %llu",
            (unsigned long long)atomic_load(&r->replaced));
+    uint64_t taken = atomic_load(&r->lease_leases), ended = atomic_load(&r->lease_ended);
+    FAMILY("sluice_backend_leases_outstanding", "gauge",
+           "Leases of quota this node holds (--lease on).");
+    SAMPLE("sluice_backend_leases_outstanding %llu",
+           (unsigned long long)(taken > ended ? taken - ended : 0));
+    FAMILY("sluice_backend_leases_total", "counter", "Leases of quota taken from Redis.");
+    SAMPLE("sluice_backend_leases_total %llu", (unsigned long long)taken);
+    FAMILY("sluice_backend_lease_units_total", "counter",
+           "Units of quota leased, handed back unspent, or expired unspent.");
+    SAMPLE("sluice_backend_lease_units_total{what=\"leased\"} %llu",
+           (unsigned long long)atomic_load(&r->lease_units));
+    SAMPLE("sluice_backend_lease_units_total{what=\"returned\"} %llu",
+           (unsigned long long)atomic_load(&r->lease_returned));
+    SAMPLE("sluice_backend_lease_units_total{what=\"expired\"} %llu",
+           (unsigned long long)atomic_load(&r->lease_expired));
+    FAMILY("sluice_backend_lease_decisions_total", "counter",
+           "Decisions answered from a lease, without asking Redis.");
+    SAMPLE("sluice_backend_lease_decisions_total %llu",
+           (unsigned long long)atomic_load(&r->lease_served));
     FAMILY("sluice_backend_module_connections", "gauge",
            "Redis connections sending the sluice module's commands instead of the script.");
     SAMPLE("sluice_backend_module_connections %d", in.module_channels);

@@ -68,6 +68,10 @@ typedef struct redis {
     /* --durability replicas:N (durable.c): WAITs sent, those that did not
      * confirm N replicas in time, allowed answers the policy replaced */
     _Atomic uint64_t waits, waits_short, replaced;
+    /* --lease on (lease.c): leases taken and ended, units leased, handed
+     * back (Redis's count), expired unspent; decisions a lease answered */
+    _Atomic uint64_t lease_leases, lease_ended, lease_units, lease_returned, lease_expired,
+        lease_served;
     pthread_mutex_t lock; /* guards last_error */
     char last_error[256];
     struct sl_sentinel *sentinel; /* redis-sentinel://: the Sentinels, the master followed
@@ -104,6 +108,7 @@ struct pend {
                          that time (the deny cache keeps only such answers) */
     struct pend *prev, *next; /* the pending list; held (durable.c): the group's list */
     wgroup *wg;               /* --durability: the group it was last sent in; NULL: none */
+    long long lease_want;     /* DECIDE: > 0, sent as op T asking this many units (lease.c) */
     char key[SL_MAX_KEY];     /* DECIDE, PEEK, FORGET: the key, copied */
     char *keys;               /* DECIDE_ALL: every key, copied (malloc) */
     sl_request *reqs;         /* DECIDE_ALL: rq->reqs pointing at keys (malloc) */
@@ -164,6 +169,7 @@ struct rchan {
     wgroup *wfree;            /* the pool */
     struct event *wait_ev;    /* active while wopen: sends its WAIT at the end of the turn */
     struct sl_sentinel_ask *sen; /* redis-sentinel://: this connection's asking; NULL before */
+    struct sl_lease_tab *lease;  /* --lease on: its leases (lease.c); NULL when off */
 };
 
 /* --durability replicas:N: the commands that may write (DECIDE,
@@ -291,6 +297,8 @@ void sl__redis_cmd_plan_head(struct cmd *c, const sl_check_plan *plan, int m, in
 void sl__redis_cmd_plan_item(struct cmd *c, const sl_check_item *t, int64_t qmask);
 void sl__redis_cmd_script(struct cmd *c, const redis *r, const pend *e);
 void sl__redis_cmd_batch(struct cmd *c, const redis *r, const batch *b);
+void sl__redis_cmd_lease_return(struct cmd *c, const redis *r, const char *key, size_t klen,
+                                const sl_params *p, int64_t back, int64_t taken, int64_t tag);
 
 /* module_cmd.c */
 void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e);

@@ -2,7 +2,8 @@
  * script.c -- the script path's command encoder: the Lua script
  * (sluice.lua, embedded here as bytes by an .incbin: the Makefile makes
  * this object depend on it) and the EVALSHA commands of its ABI
- * (docs/redis-scripts.md): ops D, P, A, B (a batch of DECIDEs), C
+ * (docs/redis-scripts.md): ops D, P, A, B (a batch of DECIDEs), T and R
+ * (--lease on: take and return, docs/fleet.md), C
  * (RL.CHECK's plan), and FORGET's DEL.  The pieces of a plan shared with
  * the module's RL.CHECKPLAN (module_cmd.c) are here too.  Builds bytes
  * only: the sending is send.c's.
@@ -200,11 +201,26 @@ void sl__redis_cmd_script(struct cmd *c, const redis *r, const pend *e)
     default: /* DECIDE, PEEK */
         cmd_evalsha(c, r, 1);
         cmd_key(c, (int)rq->params->algo, rq->params->space, e->key, rq->keylen, rq->keylen);
-        cmd_str(c, rq->op == SL_BOP_DECIDE ? "D" : "P", 1);
+        cmd_str(c, rq->op != SL_BOP_DECIDE ? "P" : e->lease_want > 0 ? "T" : "D", 1);
         cmd_now(c, r, rq->now_ms);
         sl__redis_cmd_fields(c, rq->params, rq->cost);
+        if (rq->op == SL_BOP_DECIDE && e->lease_want > 0) cmd_int(c, e->lease_want); /* lease.c */
         break;
     }
+}
+
+/* Op R (--lease on, lease.c): hands back `back` units of a lease of
+ * `taken` units of (key, p) taken with `tag`. */
+void sl__redis_cmd_lease_return(struct cmd *c, const redis *r, const char *key, size_t klen,
+                                const sl_params *p, int64_t back, int64_t taken, int64_t tag)
+{
+    cmd_evalsha(c, r, 1);
+    cmd_key(c, (int)p->algo, p->space, key, klen, klen);
+    cmd_str(c, "R", 1);
+    cmd_now(c, r, 0);
+    sl__redis_cmd_fields(c, p, back);
+    cmd_int(c, taken);
+    cmd_int(c, tag);
 }
 
 /* Builds batch b's command (n >= 2 DECIDEs): one op B call (op M's

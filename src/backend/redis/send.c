@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/lease.h"
 #include "redis/redis_int.h"
 
 void sl__redis_pend_put(rchan *ch, pend *e)
@@ -153,7 +154,8 @@ static int reply_one(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rq->rc = 0;
     rq->err[0] = '\0';
-    if (sl__redis_parse_reply(rq, x, e->module) != 0) {
+    if ((e->lease_want > 0 && !e->module ? sl__redis_lease_reply(ch, e, x)
+                                         : sl__redis_parse_reply(rq, x, e->module)) != 0) {
         atomic_fetch_add(&r->errors, 1);
         sl__redis_set_last_error(r, "a reply the script ABI does not allow (type %d)", x->type);
         sl__redis_by_policy(ch, rq, e->key, e->reqs);

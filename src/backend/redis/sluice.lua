@@ -13,7 +13,8 @@ or the error of that one request; a refused request is an error reply
 starting "SLUICE " and writes nothing.  Op B is M with two arguments a
 key ("algo L W B P log_rejected" as one string, then the cost: see
 batch() below); op C (one RL.CHECK, its own argument layout: see check()
-below) runs a whole planned request.
+below) runs a whole planned request.  Ops T (take a lease) and R (return
+one) are D with one or two more arguments: see "leases" below.
 
 The decisions are those of src/lib/engine.c, step for step, on the same
 state quantities (so a change of parameters carries over the same way).
@@ -289,7 +290,10 @@ end
 -- is the deficit: capacity minus tokens, the level, or TAT - t.  B*W <=
 -- 2^53 (checked), so every sum and difference below is exact.
 
-local function bucket(st, n, mode, clock_old, t, cost)
+-- O: units leased out and not yet settled (token-bucket and gcra, op T):
+-- the refill stops at a deficit of O*W, so that tokens plus what nodes
+-- hold never pass B (docs/fleet.md, "Leases").  Also returns d.
+local function bucket(st, n, mode, clock_old, t, cost, O)
     local W, L, B = n.W, n.L, n.B
     local BW = B * W
     local d = 0
@@ -306,7 +310,12 @@ local function bucket(st, n, mode, clock_old, t, cost)
     end
     -- A refill past 2^53 rounds, but only to a number >= 2^53 >= d.
     local refill = (t - clock_old) * L
-    if refill >= d then d = 0 else d = d - refill end
+    local low = 0
+    if O and O > 0 then
+        low = O * W -- O <= B: exact
+        if low > d then low = d end
+    end
+    if refill >= d - low then d = low else d = d - refill end
 
     local before = d
     local allowed, retry, delay = false, 0, 0
@@ -332,7 +341,15 @@ local function bucket(st, n, mode, clock_old, t, cost)
     else
         remaining = fdiv(BW - d, W)
     end
-    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), {q, r}
+    return answer(allowed, B, remaining, retry, cdiv(d, L), delay), {q, r}, d
+end
+
+-- A deficit d of a bucket (mode 0 token-bucket, 2 gcra) as its stored pair.
+local function bucket_state(n, mode, d)
+    local v = d
+    if mode == 0 then v = n.B * n.W - d end
+    local q, r = fdiv(v, n.W)
+    return {q, r}
 end
 
 -- ---- sliding-log ---------------------------------------------------------
@@ -502,13 +519,43 @@ local function with_limit(n, L)
     return c
 end
 
+-- ---- leases (ops T and R; docs/fleet.md, "Leases") -----------------------
+-- A lease is units of a key's allowance charged to its state now and spent
+-- later by the node that took them, or handed back (R).  fixed-window: the
+-- units are in the window's count, valid in that window only (its index is
+-- the lease's tag).  token-bucket and gcra: the tokens are taken from the
+-- bucket, and the state keeps what is out, by epoch of LEASE_EPOCH ms:
+-- "clock dw dr e O0 O1", O0 leased in epoch e, O1 in epoch e - 1.  A lease
+-- of epoch e is settled (counted spent) at the start of epoch e + 2, so
+-- it lives at least LEASE_EPOCH ms; the taker stops spending before (it
+-- counts the ttl from before it sent T).  While units are out the refill
+-- stops short of B by them (bucket's O).
+
+local LEASE_EPOCH = 250
+
+-- lz = {e, O0, O1} moved to the epoch of t (its expired part dropped).
+local function lease_at(lz, t)
+    local ce = fdiv(t, LEASE_EPOCH)
+    if ce == lz[1] + 1 then
+        return {ce, 0, lz[2]}
+    elseif ce ~= lz[1] then
+        return {ce, 0, 0}
+    end
+    return lz
+end
+
 -- Decides request n on key at now (commit: D, or A's second pass).
 -- Returns the reply and, when committing, a function that writes.
 -- During M: the string states of its keys read by one MGET (false: no
 -- such key), kept current by the call's writes; nil otherwise.
+-- lease (ops T, R; commit): {op = "T", want = units} takes up to want -
+-- cost more units when the request is allowed (lease.extra, .ttl, .tag
+-- set); {op = "R", back = units, taken = units, tag = t} hands back
+-- `back` of a lease of `taken` (the request's cost is 0; lease.back set
+-- to what was put back).
 local pre = nil
 
-local function decide(key, n, now, commit)
+local function decide(key, n, now, commit, lease)
     local a = n.algo
     if a == 1 then
         local lg = log_load(key)
@@ -526,7 +573,13 @@ local function decide(key, n, now, commit)
         clock_old = table.remove(st, 1)
     end
     local t = now > clock_old and now or clock_old
-    local ans, new
+    local lz, O = nil, 0
+    if (a == 4 or a == 5) and st and #st == 5 then
+        lz = lease_at({st[3], st[4], st[5]}, t)
+        st[3], st[4], st[5] = nil, nil, nil
+        O = lz[2] + lz[3]
+    end
+    local ans, new, d
     if a == 0 then
         ans, new = fixed_window(st, n, clock_old, t, n.cost)
     elseif a == 2 then
@@ -534,13 +587,72 @@ local function decide(key, n, now, commit)
     elseif a == 3 then
         ans, new = sliding_buckets(st, n, clock_old, t, n.cost, commit)
     elseif a == 4 then
-        ans, new = bucket(st, n, 0, clock_old, t, n.cost)
+        ans, new, d = bucket(st, n, 0, clock_old, t, n.cost, O)
     elseif a == 5 then
-        ans, new = bucket(st, n, 2, clock_old, t, n.cost)
+        ans, new, d = bucket(st, n, 2, clock_old, t, n.cost, O)
     else
         ans, new = bucket(st, n, 1, clock_old, t, n.cost)
     end
+    if lease and (a == 0 or a == 4 or a == 5) then
+        if a ~= 0 and lz == nil then lz = {fdiv(t, LEASE_EPOCH), 0, 0} end
+        if lease.op == "T" then
+            lease.extra, lease.ttl, lease.tag = 0, 0, 0
+            if ans[1] == 1 then
+                -- at most half of what is left: the last units of a window
+                -- go one request at a time, never stranded in a lease
+                local x = lease.want - n.cost
+                local half = fdiv(ans[3], 2)
+                if x > half then x = half end
+                if x < 0 then x = 0 end
+                lease.extra = x
+                ans[3] = ans[3] - x
+                if a == 0 then
+                    local i, e = fdiv(t, n.W)
+                    new[1] = new[1] + x
+                    if new[1] > 0 then ans[5] = n.W - e end
+                    lease.ttl, lease.tag = n.W - e, i
+                else
+                    d = d + x * n.W
+                    new = bucket_state(n, a == 4 and 0 or 2, d)
+                    ans[5] = cdiv(d, n.L)
+                    lz[2] = lz[2] + x
+                    lease.ttl, lease.tag = (lz[1] + 2) * LEASE_EPOCH - t, lz[1]
+                end
+            end
+        else -- R: cost 0, so ans only brought the state to t
+            local back, taken, tag = lease.back, lease.taken, lease.tag
+            lease.back = 0
+            if a == 0 then
+                if fdiv(t, n.W) == tag and back > 0 then
+                    if back > new[1] then back = new[1] end
+                    new[1] = new[1] - back
+                    lease.back = back
+                end
+            else
+                local k = 0
+                if tag == lz[1] then k = 2 elseif tag == lz[1] - 1 then k = 3 end
+                if k > 0 then
+                    if taken > lz[k] then taken = lz[k] end
+                    if back > taken then back = taken end
+                    lz[k] = lz[k] - taken
+                    local low = (lz[2] + lz[3]) * n.W
+                    local d2 = d - back * n.W
+                    if d2 < low then d2 = low end
+                    lease.back = fdiv(d - d2, n.W)
+                    d = d2
+                    new = bucket_state(n, a == 4 and 0 or 2, d)
+                end
+                ans[5] = cdiv(d, n.L)
+            end
+        end
+    end
+    local lease_end = 0
+    if lz and lz[2] + lz[3] > 0 then
+        new[3], new[4], new[5] = lz[1], lz[2], lz[3]
+        lease_end = (lz[1] + 2) * LEASE_EPOCH - t
+    end
     return ans, function(ttl)
+        if ttl < lease_end then ttl = lease_end end
         table.insert(new, 1, t)
         local v = join_ints(new)
         redis.call("SET", key, v, "PX", ttl)
@@ -918,10 +1030,16 @@ end
 local function main()
     local op, nowarg = ARGV[1], ARGV[2]
     local nkeys = #KEYS
-    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" and op ~= "C" and op ~= "B" then
+    if op ~= "D" and op ~= "P" and op ~= "A" and op ~= "M" and op ~= "C" and op ~= "B" and
+        op ~= "T" and op ~= "R" then
         refuse("args: unknown op '" .. tostring(op) .. "'")
     end
-    if op == "B" then
+    if op == "T" or op == "R" then
+        local want = op == "T" and 1 or 2
+        if nkeys ~= 1 or #ARGV ~= 9 + want then
+            refuse("args: op " .. op .. " takes 1 key and " .. (9 + want) .. " arguments")
+        end
+    elseif op == "B" then
         if nkeys < 1 or nkeys > MANY then refuse("args: op B with " .. nkeys .. " keys") end
         if #ARGV ~= 2 + 2 * nkeys then
             refuse("args: " .. #ARGV .. " arguments for " .. nkeys .. " keys")
@@ -962,6 +1080,28 @@ local function main()
         local ans, write = decide(KEYS[1], reqs[1], now, true)
         write(ttl_of(ans, client_time))
         return ans
+    end
+    if op == "T" then
+        -- T: D, and up to want - cost more units leased to the caller.
+        -- Reply: the six fields, then extra, ttl (ms the lease may be spent,
+        -- from this call's time), tag (window or epoch: R's).
+        local lease = {op = "T", want = int_arg(10, "want")}
+        local ans, write = decide(KEYS[1], reqs[1], now, true, lease)
+        write(ttl_of(ans, client_time))
+        return {ans[1], ans[2], ans[3], ans[4], ans[5], ans[6], lease.extra or 0,
+                lease.ttl or 0, lease.tag or 0}
+    end
+    if op == "R" then
+        -- R: hands back `cost` unspent units of a lease of `taken` units
+        -- taken with `tag`; too late (another window, a settled epoch),
+        -- nothing.  Reply: the units put back.
+        local lease = {op = "R", back = reqs[1].cost, taken = int_arg(10, "taken"),
+                       tag = int_arg(11, "tag")}
+        local n = reqs[1]
+        n.cost = 0
+        local ans, write = decide(KEYS[1], n, now, true, lease)
+        write(ttl_of(ans, client_time))
+        return lease.back or 0
     end
     -- A: every answer first without charging; all charged only if all pass.
     local list = {}

@@ -435,6 +435,10 @@ static const sl_http_route routes[] = {
     {"/v1/status", 0, GET | HEAD, "GET, HEAD", sl_http_status_json, SL_AUTH_READING},
     {"/", 0, GET | HEAD, "GET, HEAD", sl_http_status_page, SL_AUTH_READING},
     {"/v1/check", 0, SL_HM_POST, "POST", sl_http_v1_check, SL_AUTH_DECIDING},
+    {"/v1/acquire", 0, SL_HM_POST, "POST", sl_http_v1_acquire, SL_AUTH_DECIDING}, /* hold.c */
+    {"/v1/release", 0, SL_HM_POST, "POST", sl_http_v1_release, SL_AUTH_DECIDING},
+    {"/v1/reserve", 0, SL_HM_POST, "POST", sl_http_v1_reserve, SL_AUTH_DECIDING},
+    {"/v1/settle", 0, SL_HM_POST, "POST", sl_http_v1_settle, SL_AUTH_DECIDING},
     {"/v1/auth/", 1, ~0u, "", sl_http_v1_auth, SL_AUTH_DECIDING},
     {"/readyz", 0, GET | HEAD, "GET, HEAD", sl_http_readyz, 0},
     {"/metrics", 0, GET | HEAD, "GET, HEAD", sl_http_metrics, 0},

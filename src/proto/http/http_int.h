@@ -151,4 +151,8 @@ typedef struct sl_http_route {
  * configured every request is 404, so they answer 405 themselves. */
 sl_http_handler sl_http_rules_list, sl_http_rules_domain;
 
+/* Leases and reservations (hold.c, SPEC 10): POST /v1/acquire, /v1/release,
+ * /v1/reserve, /v1/settle. */
+sl_http_handler sl_http_v1_acquire, sl_http_v1_release, sl_http_v1_reserve, sl_http_v1_settle;
+
 #endif

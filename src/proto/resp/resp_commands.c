@@ -927,6 +927,166 @@ static void cmd_discard(req *q);
 static void cmd_watch(req *q);
 static void cmd_unwatch(req *q);
 
+/* ---- RL.ACQUIRE / RL.RELEASE / RL.RESERVE / RL.SETTLE (SPEC 10) ------------ */
+
+/* The six fields and a 7th, the lease's or reservation's id, or a null when
+ * denied (in the connection's protocol: on_hold2, on_hold3). */
+static void on_hold(sl_slot *s, const sl_svc_reply *r, int proto)
+{
+    if (r->rc < 0) {
+        slot_err(sl_slot_svc(s), s, r->err);
+        return;
+    }
+    sl_buf *b = sl_slot_buf(s);
+    sl_resp_raw(b, "*7\r\n");
+    sl_resp_fields(b, &r->result);
+    if (r->hold_id != 0)
+        sl_resp_int(b, (int64_t)r->hold_id);
+    else
+        sl_resp_null(b, proto);
+    sl_slot_done(s);
+}
+
+static void on_hold2(void *arg, const sl_svc_reply *r) { on_hold(arg, r, SL_RESP2); }
+static void on_hold3(void *arg, const sl_svc_reply *r) { on_hold(arg, r, SL_RESP3); }
+
+static void on_settle(void *arg, const sl_svc_reply *r)
+{
+    sl_slot *s = arg;
+    if (r->rc == 0 && !r->existed) {
+        slot_err(sl_slot_svc(s), s,
+                 "unknown reservation id: never given for this key, settled already, or its "
+                 "window ended (then it settled at its estimate)");
+        return;
+    }
+    on_fields(arg, r);
+}
+
+/* An id as RL.ACQUIRE and RL.RESERVE give them: 0 when a is not one. */
+static uint64_t hold_id_of(const sl_resp_arg *a)
+{
+    int64_t v;
+    return sl_int_parse(a->p, a->len, INT64_MAX, &v) == 0 ? (uint64_t)v : 0;
+}
+
+/* RL.ACQUIRE key max [TTL ms] [AT t] */
+static void cmd_acquire(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    const sl_resp_arg *key = &c->argv[1], *mx = &c->argv[2];
+    char err[SL_SVC_ERR], qb[64];
+    int64_t max, ttl = SL_DEFAULT_LEASE_TTL_MS, at = q->now;
+    int has_ttl = 0, has_at = 0;
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    if (sl_int_parse(mx->p, mx->len, SL_MAX_CONCURRENCY, &max) != 0 || max < 1) {
+        err_reply(q, "max must be an integer between 1 and %d, got '%s'", SL_MAX_CONCURRENCY,
+                  quote(qb, sizeof qb, mx));
+        return;
+    }
+    for (int i = 3; i < c->argc; i += 2) {
+        const sl_resp_arg *o = &c->argv[i], *v = i + 1 < c->argc ? &c->argv[i + 1] : NULL;
+        int is_ttl = arg_is(o, "ttl"), is_at = arg_is(o, "at");
+        if (!is_ttl && !is_at) {
+            err_reply(q, "unknown option '%s' (RL.ACQUIRE key max [TTL ms] [AT t])",
+                      quote(qb, sizeof qb, o));
+            return;
+        }
+        if ((is_ttl && has_ttl) || (is_at && has_at)) {
+            err_reply(q, "option %s given twice", is_ttl ? "TTL" : "AT");
+            return;
+        }
+        if (v == NULL) {
+            err_reply(q, "option %s needs a value", is_ttl ? "TTL" : "AT");
+            return;
+        }
+        if (is_ttl) {
+            has_ttl = 1;
+            if (sl_duration_parse(v->p, v->len, &ttl) != 0 || ttl > SL_MAX_LEASE_TTL_MS) {
+                err_reply(q, "TTL must be a duration between 1 ms and %lld ms (1d), got '%s'",
+                          (long long)SL_MAX_LEASE_TTL_MS, quote(qb, sizeof qb, v));
+                return;
+            }
+        } else {
+            has_at = 1;
+            if (sl_svc_parse_at(q->x, q->now, v->p, v->len, &at, err, sizeof err) != 0) {
+                err_reply(q, "%s", err);
+                return;
+            }
+        }
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_svc_acquire(q->x, key->p, key->len, max, ttl, at, q->proto == SL_RESP3 ? on_hold3 : on_hold2,
+                   s);
+}
+
+/* RL.RELEASE key id: :1 if held, :0 if not (an id that is no lease's too) */
+static void cmd_release(req *q)
+{
+    const sl_resp_arg *key = &q->cmd->argv[1];
+    char err[SL_SVC_ERR];
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_svc_release(q->x, key->p, key->len, hold_id_of(&q->cmd->argv[2]), q->now, on_reset, s);
+}
+
+/* RL.RESERVE key limit window COST estimate [ALGO name] [BURST b]
+ *            [PRECISION p] [AT t]: RL.ALLOW's grammar, COST required */
+static void cmd_reserve(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    char err[SL_SVC_ERR];
+    const sl_resp_arg *key = &c->argv[1];
+    sl__arg a[SL__ALLOW_ARGS];
+    sl__allow_req r;
+    int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS, has_cost = 0;
+    for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
+    for (int i = 2; i < n; i++) has_cost |= arg_is(&c->argv[2 + i], "cost");
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0 ||
+        sl__parse_allow(a, n, NULL, allow_at, q, &r, err, sizeof err) < 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    if (!has_cost) {
+        err_reply(q, "RL.RESERVE needs COST estimate (RL.RESERVE key limit window COST estimate "
+                     "[options])");
+        return;
+    }
+    if (r.p.algo == SL_SLIDING_LOG) {
+        err_reply(q, "RL.RESERVE does not take sliding-log: a logged request's cost cannot be "
+                     "settled afterwards (use sliding-window or sliding-buckets)");
+        return;
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_svc_reserve(q->x, key->p, key->len, &r.p, r.cost, r.has_at ? r.at : q->now,
+                   q->proto == SL_RESP3 ? on_hold3 : on_hold2, s);
+}
+
+/* RL.SETTLE key id actual */
+static void cmd_settle(req *q)
+{
+    const sl_resp_cmd *c = q->cmd;
+    const sl_resp_arg *key = &c->argv[1], *act = &c->argv[3];
+    char err[SL_SVC_ERR];
+    int64_t actual;
+    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0 ||
+        sl__parse_cost(act->p, act->len, &actual, err, sizeof err) != 0) {
+        err_reply(q, "%s", err);
+        return;
+    }
+    sl_slot *s = sl_conn_slot(q->c);
+    if (s == NULL) return;
+    sl_svc_settle(q->x, key->p, key->len, hold_id_of(&c->argv[2]), actual, q->now, on_settle, s);
+}
+
 /* ---- the table -------------------------------------------------------------- */
 
 #define F_CLOSE   1u /* close the connection after the reply (QUIT) */
@@ -961,6 +1121,10 @@ static const command commands[] = {
     {"rl.peek", -4, 1, 0, G_READ, cmd_peek, NULL},
     {"rl.reset", -2, 1, 0, G_ADMIN, cmd_reset, NULL},
     {"rl.check", -5, 0, 0, G_DECIDE, cmd_check, NULL},
+    {"rl.acquire", -3, 1, 0, G_DECIDE, cmd_acquire, NULL}, /* SPEC 10: holds */
+    {"rl.release", 3, 1, 0, G_DECIDE, cmd_release, NULL},
+    {"rl.reserve", -6, 1, 0, G_DECIDE, cmd_reserve, NULL},
+    {"rl.settle", 4, 1, 0, G_DECIDE, cmd_settle, NULL},
     {"rl.rules", -1, 0, 0, G_READ, cmd_rules, rules_subs},
     {"ping", -1, 0, 0, 0, cmd_ping, NULL},
     {"echo", 2, 0, 0, 0, cmd_echo, NULL},

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "journal.h"
 #include "live.h"
 #include "resp_int.h"
 #include "util.h"
@@ -237,6 +238,19 @@ void sl__resp_cmd_info(req *q)
         info_line(&b, "last_snapshot_unix_ms", (unsigned long long)atomic_load(&srv->last_save_ms));
         info_text(&b, "last_snapshot_status", atomic_load(&srv->last_save_ok) ? "ok" : "err");
         info_line(&b, "keys_loaded_at_start", atomic_load(&srv->loaded_keys));
+        /* the decision journal (docs/durability.md) */
+        uint64_t jbytes = 0, jsyncs = 0;
+        if (srv->journal != NULL) sl_journal_counts(srv->journal, &jbytes, &jsyncs);
+        info_text(&b, "journal_file", path_for(q, cfg->journal));
+        info_text(&b, "journal_fsync", cfg->journal[0] == '\0'                   ? ""
+                                       : cfg->journal_fsync == SL_JFSYNC_ALWAYS   ? "always"
+                                       : cfg->journal_fsync == SL_JFSYNC_EVERYSEC ? "everysec"
+                                                                                  : "no");
+        info_line(&b, "journal_bytes_written", jbytes);
+        info_line(&b, "journal_fsyncs", jsyncs);
+        info_line(&b, "journal_records_replayed", srv->journal_replayed);
+        info_text(&b, "after_crash", cfg->after_crash == SL_AFTER_CRASH_DENY ? "deny-window" : "trust");
+        info_line(&b, "last_stop_unclean", (unsigned long long)srv->unclean_start);
         sl_resp_raw(&b, "\r\n");
     }
     sl_slot *s;
