@@ -262,10 +262,7 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
         locks[k] = sh[i];
         nlocks++;
     }
-    for (size_t k = 0; k < nlocks; k++) { /* pinned: inserts move no held record */
-        sl__shard_lock(locks[k]);
-        sl__shard_pin(locks[k], (uint32_t)n);
-    }
+    for (size_t k = 0; k < nlocks; k++) sl__shard_lock(locks[k]);
     uint8_t *rec[SL_MAX_BATCH];
     uint16_t meta[SL_MAX_BATCH];
     for (size_t i = 0; i < n; i++) {
@@ -284,10 +281,7 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
     }
     for (size_t i = 0; i < n; i++)
         if (rec[i] != NULL) sl__rec_unlock(rec[i]);
-    for (size_t k = nlocks; k > 0; k--) {
-        sl__shard_unpin(locks[k - 1]);
-        sl__shard_unlock(locks[k - 1]);
-    }
+    for (size_t k = nlocks; k > 0; k--) sl__shard_unlock(locks[k - 1]);
     if (all_allowed) *all_allowed = rc == 0 && all;
     return rc;
 }

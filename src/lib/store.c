@@ -22,29 +22,16 @@
  * no atomic read-modify-write on the key's own line, ~5-10% faster for
  * one thread (docs/store.md).
  *
- * Table.  Open addressing with linear probing over slots of SL__SLOT
- * bytes.  A slot starts with a 32-bit word: a 6-bit tag from the key's hash
- * in its top bits and, below, a record handle (26 bits), SL__INLINE, or
- * SL__TOMB (a tombstone), 0 for an empty slot.  A record of a fixed-size
- * state (every algorithm but sliding-log and sliding-buckets) whose key is
- * short enough (SL__REC_HDR + key + state <= SL__SLOT_REC: a key of up to
- * 18 bytes for token-bucket and gcra, 23 for fixed-window) lives in the
- * slot itself, right after the word (SL__INLINE): finding an existing key
- * reads one line, the slot's, where a handle meant a second, dependent miss
- * (the record it names).  Other records live in the slab (below) and the
- * slot holds their handle.  A probe reads a record only when the tag matches
- * (1 in 64 for another key), then compares key length and algorithm (one
- * 16-bit load) and the key bytes.  Deletion shifts the rest of the cluster
- * back, recomputing the home slot of the records it passes; an inline
- * record is moved with its lock taken (never one held: a record held now
- * stops the shift, and the freed slot becomes a tombstone, which probes pass
- * and inserts reuse).  Invariant: every record sits in the cluster starting
- * at its home slot, with no empty slot between its home and itself.  The
- * table grows by 1.5x when records and tombstones would pass 0.8 of it, so
- * it stays between ~0.53 and 0.8 full; growing moves every inline record
- * (each taken first, and left free for good in the old table), so nobody
- * may hold an inline record of the shard across an insert that could grow
- * the table: sl__shard_pin says when none will.
+ * Table.  Open addressing with linear probing; a slot is 32 bits: a record
+ * handle (26 bits, 0 = empty) and a 6-bit tag from the key's hash.  A probe
+ * reads a record only when the tag matches (1 in 64 for another key), then
+ * compares key length and algorithm (one 16-bit load) and the key bytes, so
+ * a lookup reads one record, the key's own; deletion shifts the
+ * rest of the cluster back (no tombstones), recomputing the home slot of the
+ * records it moves.  Invariant: every record sits in the cluster starting at
+ * its home slot, with no empty slot between its home and itself.  The table
+ * grows by 1.5x when the load would pass 0.8, so it stays between ~0.53 and
+ * 0.8 full (4-7.5 bytes a key).
  *
  * Slab.  Records have an even size of at least 16 bytes.  Sizes up to
  * SL__CLASS_MAX each have a class; a class's records live in pages that hold
@@ -133,10 +120,6 @@
 #define SL__SAMPLE           16u /* table slots sampled for an eviction */
 #define SL__MAP_MIN          (64u * 1024)  /* bytes: blocks this big are mapped, not malloc'd */
 #define SL__LIMBO_MIN        (16u * 1024) /* bytes of limbo that may make the shard empty it */
-#define SL__SHRINK_MAX       1024 /* records evicted at most to shrink the table */
-#define SL__SLOT             44u /* bytes a table slot takes: its word, then an inline record */
-#define SL__SLOT_REC         (SL__SLOT - 4u) /* bytes of an inline record */
-#define SL__TABLE_HEAD       64u /* bytes before slot 0 in a table's block: its size */
 
 /* Waiting for a shard lock (lock_wait). */
 #define SL__SPINS  128u  /* busy waits before yielding the CPU */
@@ -149,9 +132,7 @@
 #define SL__PAGE_BITS 16
 #define SL__H_BITS    (SL__IDX_BITS + SL__PAGE_BITS)
 #define SL__H_MASK    ((1u << SL__H_BITS) - 1)
-#define SL__MAX_PAGES ((1u << SL__PAGE_BITS) - 2) /* pages per shard: the last handle < SL__TOMB */
-#define SL__INLINE    SL__H_MASK        /* a slot's word: the record is in the slot */
-#define SL__TOMB      (SL__H_MASK - 1u) /* a slot's word: a tombstone (tag 0) */
+#define SL__MAX_PAGES ((1u << SL__PAGE_BITS) - 1) /* pages per shard: the last handle < 2^26 */
 
 /* A free record's meta is SL__FREE_MARK (store.h); its bytes 2..3 link
  * the page's free list. */
@@ -186,17 +167,14 @@ typedef struct limbo {
     size_t n; /* bytes asked for (blk_free) */
 } limbo;
 
-/* Eviction candidates seen by one sample: table slots + 1 (0 = none), each
- * the least restricted of its kind by rank (rank_of: level, then time to
- * rest).  Slots stay valid from the sample to the eviction as long as
- * nothing is dropped in between (the callers evict only after a sample
- * that dropped nothing). */
+/* Eviction candidates seen by one sample: handles (0 = none), each the
+ * least restricted of its kind by rank (rank_of: level, then time to rest). */
 typedef struct victims {
     uint32_t best; /* the least restricted record */
-    uint32_t fit;  /* ... in the slab, whose slab slot a record of `want` fits */
+    uint32_t fit;  /* ... whose slot a record of `want` fits */
     uint32_t ext;  /* ... holding an external buffer */
-    uint32_t thin; /* a page (index + 1) holding a record at best's level,
-                      the one with the fewest live records */
+    uint32_t thin; /* a record at best's level on the page with
+                      the fewest live records */
     uint64_t best_rank, fit_rank, ext_rank;
     uint32_t thin_live;
 } victims;
@@ -209,20 +187,18 @@ struct sl__shard {
      * decision under the lock reads one line of shard, and readers on two
      * cores share it clean while no key is added (only the paths that add
      * or drop keys write it). */
-    uint8_t *tbl;          /* the table: slot 0 (slot_at); its block's head holds
+    uint32_t *slot;        /* the table: record handles, 0 = empty; slot[-1] holds
                               the size (table_new), so a reader gets both from one
                               pointer */
-    uint32_t size;         /* slots (= tbl_size(tbl)) */
+    uint32_t size;         /* slots (= slot[-1]) */
     page *pages;           /* page directory, pcap entries */
     const sl_store *store; /* for rehashing keys; read-only */
     int quick;             /* the store's `quick` (record locks taken atomically) */
     uint32_t count;        /* records */
-    uint32_t hand;         /* the expiry sweep's position: a slot */
-    uint32_t tombs;        /* tombstones in the table */
-    uint32_t pin;          /* sl__shard_pin calls not yet undone: no growth */
+    uint32_t hand_pi;      /* the expiry sweep's position: page index */
+    uint32_t hand_idx;     /* ... and record index in that page */
     uint64_t rng;          /* xorshift state for sampling eviction candidates */
-    uint32_t last_h;       /* handle of the slab record last found, inserted or
-                              resized (0 = none) */
+    uint32_t last_h;       /* handle last found, inserted or resized (0 = none) */
     uint32_t npages;       /* directory entries in use or on the unused list */
     uint32_t pcap;         /* directory entries allocated */
     uint32_t punused;      /* first unused entry (index + 1), 0 = none */
@@ -403,37 +379,12 @@ static inline uint32_t h_make(uint32_t pi, uint32_t idx)
 static inline uint32_t tag_of(uint64_t hash) { return (uint32_t)(hash >> 32) << SL__H_BITS; }
 static inline uint32_t s_h(uint32_t v) { return v & SL__H_MASK; }
 
-static inline uint8_t *slot_at(const uint8_t *tbl, uint32_t i)
-{
-    return (uint8_t *)tbl + (size_t)i * SL__SLOT;
-}
-
-/* Slot i's word.  Atomic: readers without the lock read it (sl__store_grab). */
-static inline uint32_t slot_word(const uint8_t *tbl, uint32_t i)
-{
-    return __atomic_load_n((const uint32_t *)(const void *)slot_at(tbl, i), __ATOMIC_ACQUIRE);
-}
-static inline uint32_t sv(const sl__shard *sh, uint32_t i) { return slot_word(sh->tbl, i); }
-
-/* Writes slot i's word: a release store, as readers without the lock may be
- * reading it (sl__store_grab); a record is complete before its word is
+/* Writes slot i: a release store, as readers without the lock may be
+ * reading it (sl__store_grab); a record is complete before its handle is
  * seen. */
 static inline void slot_set(sl__shard *sh, uint32_t i, uint32_t v)
 {
-    __atomic_store_n((uint32_t *)(void *)slot_at(sh->tbl, i), v, __ATOMIC_RELEASE);
-}
-
-/* A slot holding a record (not empty, not a tombstone), and one whose
- * record is in the slot. */
-static inline int v_live(uint32_t v) { return v && s_h(v) != SL__TOMB; }
-static inline int v_inline(uint32_t v) { return s_h(v) == SL__INLINE; }
-
-/* Whether a record of this kind and size lives in its table slot. */
-static inline int fits_inline(unsigned kind, size_t klen, size_t state_len)
-{
-    unsigned a = kind & 7;
-    return a != SL_SLIDING_LOG && a != SL_SLIDING_BUCKETS &&
-           SL__REC_HDR + klen + state_len <= SL__SLOT_REC;
+    __atomic_store_n(&sh->slot[i], v, __ATOMIC_RELEASE);
 }
 
 /* ---- blocks: what the shard's memory costs ------------------------------------
@@ -527,27 +478,20 @@ static void limbo_add(sl__shard *sh, void *blk, size_t n)
     if (sh->limbo_bytes >= SL__LIMBO_MIN && sh->limbo_bytes >= sh->bytes / 32) limbo_flush(sh);
 }
 
-/* A zeroed table of size slots, its size in the block's head; NULL if out
+/* A zeroed table of size slots, its size in front (slot[-1]); NULL if out
  * of memory.  table_block gives back the block to free or retire, of
- * table_bytes(size) bytes.  A zeroed slot is empty; the meta of its record
- * (0) is never read, as its word is 0. */
-static inline size_t table_bytes(uint32_t size) { return SL__TABLE_HEAD + (size_t)size * SL__SLOT; }
+ * table_bytes(size) bytes. */
+static inline size_t table_bytes(uint32_t size) { return ((size_t)size + 1) * sizeof(uint32_t); }
 
-static uint8_t *table_new(uint32_t size)
+static uint32_t *table_new(uint32_t size)
 {
-    uint8_t *b = blk_new(table_bytes(size), 1);
+    uint32_t *b = blk_new(table_bytes(size), 1);
     if (!b) return NULL;
-    memcpy(b, &size, sizeof size);
-    return b + SL__TABLE_HEAD;
+    b[0] = size;
+    return b + 1;
 }
 
-static inline void *table_block(uint8_t *tbl) { return tbl - SL__TABLE_HEAD; }
-static inline uint32_t tbl_size(const uint8_t *tbl)
-{
-    uint32_t n;
-    memcpy(&n, tbl - SL__TABLE_HEAD, sizeof n);
-    return n;
-}
+static inline void *table_block(uint32_t *slot) { return slot - 1; }
 
 static inline uint8_t *rec_at(const sl__shard *sh, uint32_t h)
 {
@@ -585,22 +529,6 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
     return a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1];
 }
 
-/* The record of live slot i whose word is v. */
-static inline uint8_t *slot_rec(const sl__shard *sh, uint32_t i, uint32_t v)
-{
-    return v_inline(v) ? slot_at(sh->tbl, i) + 4 : rec_at(sh, s_h(v));
-}
-
-/* Whether r lives in the shard's table (shard lock held), and its slot. */
-static inline int rec_inline(const sl__shard *sh, const uint8_t *r)
-{
-    return (uintptr_t)r - (uintptr_t)sh->tbl < (uintptr_t)sh->size * SL__SLOT;
-}
-static inline uint32_t inline_slot(const sl__shard *sh, const uint8_t *r)
-{
-    return (uint32_t)(((uintptr_t)r - (uintptr_t)sh->tbl) / SL__SLOT);
-}
-
 /* The record of (meta, key) in the table, or NULL.  A slot whose tag
  * differs is passed without reading its record: a probe reads a record
  * that is not the key's with probability 1/64.  The table is never full
@@ -608,31 +536,30 @@ static inline uint32_t inline_slot(const sl__shard *sh, const uint8_t *r)
 SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
                              size_t klen)
 {
-    const uint8_t *tbl = sh->tbl;
+    const uint32_t *slot = sh->slot;
     uint32_t size = sh->size, tag = tag_of(hash), i = home(sh, hash);
-    for (uint32_t n = 0; n < size; n++) {
-        uint32_t v = slot_word(tbl, i);
+    for (;;) {
+        uint32_t v = slot[i];
         if (!v) return NULL;
-        if ((v ^ tag) <= SL__H_MASK && v != SL__TOMB) {
-            uint8_t *r = slot_rec(sh, i, v);
+        if ((v ^ tag) <= SL__H_MASK) {
+            uint8_t *r = rec_at(sh, s_h(v));
             if ((sl__rec_meta(r) & SL__META_ID) == meta && key_eq(r + SL__REC_HDR, key, klen)) {
-                if (!v_inline(v)) sh->last_h = s_h(v);
+                sh->last_h = s_h(v);
                 return r;
             }
         }
         if (++i == size) i = 0;
     }
-    return NULL;
 }
 
-/* The slot holding slab handle h (whose hash is `hash`), or UINT32_MAX. */
+/* The slot holding handle h (whose hash is `hash`), or UINT32_MAX. */
 static uint32_t slot_of_handle(const sl__shard *sh, uint64_t hash, uint32_t h)
 {
     uint32_t i = home(sh, hash);
     for (uint32_t n = 0; n < sh->size; n++) {
-        uint32_t v = sv(sh, i);
-        if (!v) break;
+        uint32_t v = sh->slot[i];
         if (s_h(v) == h) return i;
+        if (!v) break;
         if (++i == sh->size) i = 0;
     }
     return UINT32_MAX;
@@ -641,161 +568,78 @@ static uint32_t slot_of_handle(const sl__shard *sh, uint64_t hash, uint32_t h)
 /* The slot holding record r (whose hash is `hash`), or UINT32_MAX. */
 static uint32_t slot_of_rec(const sl__shard *sh, uint64_t hash, const uint8_t *r)
 {
-    if (rec_inline(sh, r)) return inline_slot(sh, r);
     uint32_t i = home(sh, hash);
     for (uint32_t n = 0; n < sh->size; n++) {
-        uint32_t v = sv(sh, i);
+        uint32_t v = sh->slot[i];
         if (!v) break;
-        if (v_live(v) && !v_inline(v) && rec_at(sh, s_h(v)) == r) return i;
+        if (rec_at(sh, s_h(v)) == r) return i;
         if (++i == sh->size) i = 0;
     }
     return UINT32_MAX;
 }
 
-/* Copies the inline record of slot `from` (taken by the caller) into slot
- * `to`, whose record is free (SL__FREE_MARK: nobody reads past its meta),
- * still held there, and publishes it with word v; then frees `from` for
- * good (readers that reach it pass it).  Returns the record at `to`. */
-static uint8_t *inline_move(sl__shard *sh, uint32_t from, uint32_t to, uint32_t v)
-{
-    uint8_t *src = slot_at(sh->tbl, from) + 4, *dst = slot_at(sh->tbl, to) + 4;
-    memcpy(dst + 2, src + 2, SL__SLOT_REC - 2);
-    sl__rec_meta_set(dst, sl__rec_meta(src));
-    slot_set(sh, to, v);
-    sl__rec_meta_set(src, SL__FREE_MARK);
-    return dst;
-}
-
-/* Empties slot i, whose record is gone (an inline one marked free), and
- * shifts the rest of its cluster back so that every record stays reachable
- * from its home.  An inline record to move is taken first; if a thread
- * holds it right now it stays, and slot i becomes a tombstone instead.
- * Costs a hash per record moved past. */
+/* Empties slot i and shifts the rest of its cluster back so that every
+ * record stays reachable from its home.  Costs a hash per record moved past. */
 static void slot_delete(sl__shard *sh, uint32_t i)
 {
     uint32_t j = i;
-    for (uint32_t n = 0; n < sh->size; n++) {
+    for (;;) {
         if (++j == sh->size) j = 0;
-        uint32_t v = sv(sh, j);
-        if (!v) break;
-        if (v == SL__TOMB) continue; /* no home: stays */
-        uint8_t *r = slot_rec(sh, j, v);
-        uint32_t k = home(sh, rec_hash(sh, r));
-        /* v stays if its home lies cyclically in (i, j]. */
+        uint32_t h = sh->slot[j];
+        if (!h) break;
+        uint32_t k = home(sh, rec_hash(sh, rec_at(sh, s_h(h))));
+        /* h stays if its home lies cyclically in (i, j]. */
         int stays = i <= j ? (i < k && k <= j) : (i < k || k <= j);
         if (stays) continue;
-        if (v_inline(v)) {
-            if (!rec_trylock(sh, r)) { /* held: it may not move */
-                slot_set(sh, i, SL__TOMB);
-                sh->tombs++;
-                return;
-            }
-            sl__rec_unlock(inline_move(sh, j, i, v));
-        } else {
-            slot_set(sh, i, v);
-        }
+        slot_set(sh, i, h);
         i = j;
     }
     slot_set(sh, i, 0);
 }
 
-/* The first empty slot or tombstone from a hash's home (taken: a tombstone
- * is counted out). */
-static uint32_t slot_free(sl__shard *sh, uint64_t hash)
-{
-    uint32_t i = home(sh, hash);
-    for (uint32_t v; v_live(v = sv(sh, i));)
-        if (++i == sh->size) i = 0;
-    if (sv(sh, i) == SL__TOMB) sh->tombs--;
-    return i;
-}
-
-/* Puts slab handle h (of a record whose hash is `hash`) in the first free
- * slot from its home. */
+/* Puts handle h (of a record whose hash is `hash`) in the first empty slot
+ * from its home. */
 static void slot_put(sl__shard *sh, uint64_t hash, uint32_t h)
 {
-    slot_set(sh, slot_free(sh, hash), h | tag_of(hash));
-}
-
-/* Whether one more record needs a bigger table. */
-static inline int must_grow(const sl__shard *sh, uint32_t more)
-{
-    return (uint64_t)(sh->count + sh->tombs + more) * 5 > (uint64_t)sh->size * 4;
+    uint32_t i = home(sh, hash);
+    while (sh->slot[i])
+        if (++i == sh->size) i = 0;
+    slot_set(sh, i, h | tag_of(hash));
 }
 
 /* What the bigger table costs if one more record needs it, else 0. */
 static uint64_t grow_bytes(const sl__shard *sh)
 {
-    if (!must_grow(sh, 1)) return 0;
+    if ((uint64_t)(sh->count + 1) * 5 <= (uint64_t)sh->size * 4) return 0;
     return blk_cost(table_bytes(sh->size + sh->size / 2));
 }
 
-/* Rehashes into a table 1.5x bigger, dropping tombstones.  O(records):
- * every key is hashed again.  Each inline record is taken (waiting for its
- * holder: nobody holding one of this shard's records may insert, see the
- * top), copied, and left free in the old table; readers still in the old
- * one find every slab record there, and for an inline one fall back to the
- * sure way, which waits for this lock.  The new table is filled before it
- * is published; the old one is retired, not freed (reclaim.h). */
-static int table_rebuild(sl__shard *sh, uint32_t ns)
+/* Rehashes into a table 1.5x bigger.  O(records): every key is hashed
+ * again.  The new table is filled before it is published; readers still in
+ * the old one find every key there or fall back to the sure way, and the
+ * old one is retired, not freed (reclaim.h). */
+static int table_grow(sl__shard *sh)
 {
-    uint32_t old = sh->size;
-    uint8_t *t = table_new(ns);
+    if (sh->size > UINT32_MAX / 2) return -1;
+    uint32_t old = sh->size, ns = old + old / 2;
+    uint32_t *t = table_new(ns);
     if (!t) return -1;
-    uint8_t *o = sh->tbl;
+    uint32_t *o = sh->slot;
     for (uint32_t i = 0; i < old; i++) {
-        uint32_t v = slot_word(o, i);
-        if (!v_live(v)) continue;
-        uint8_t *r = slot_rec(sh, i, v);
-        uint32_t j = home_in(rec_hash(sh, r), ns);
-        while (slot_word(t, j))
+        uint32_t v = o[i];
+        if (!v) continue;
+        uint32_t j = home_in(rec_hash(sh, rec_at(sh, s_h(v))), ns);
+        while (t[j])
             if (++j == ns) j = 0;
-        uint8_t *d = slot_at(t, j);
-        if (v_inline(v)) {
-            rec_lock(sh, r);
-            uint16_t m = sl__rec_meta(r);
-            memcpy(d + 4, r, SL__SLOT_REC);
-            sl__st16(d + 4, (uint16_t)(m & ~SL__REC_LOCK)); /* unpublished yet */
-            sl__rec_meta_set(r, SL__FREE_MARK);
-        }
-        __atomic_store_n((uint32_t *)(void *)d, v, __ATOMIC_RELAXED); /* same key: same tag */
+        t[j] = v; /* same key: same tag */
     }
     /* Atomic stores: sl__store_grab and sl__store_prefetch read these two
      * without the lock. */
-    __atomic_store_n(&sh->tbl, t, __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->slot, t, __ATOMIC_RELEASE);
     __atomic_store_n(&sh->size, ns, __ATOMIC_RELAXED);
-    sh->tombs = 0;
-    sh->hand = 0;
     sh->bytes += blk_cost(table_bytes(ns));
     limbo_add(sh, table_block(o), table_bytes(old));
     return 0;
-}
-
-static int table_grow(sl__shard *sh)
-{
-    if (sh->size > UINT32_MAX / 2 / SL__SLOT) return -1;
-    return table_rebuild(sh, sh->size + sh->size / 2);
-}
-
-/*
- * Gives table memory back to the slab: rebuilds the table 1.5x smaller
- * when its records fit there below the growth threshold (not while
- * pinned).  A full store whose memory went to the table (its inline
- * records) has no other way to make room for a slab record: evicting an
- * inline record frees only a slot.  The new table is made while the old
- * is still held, so for the rebuild, under the shard lock, the shard holds
- * up to 2/3 of a table beyond its budget; the old one is freed (after a
- * grace period) before the lock is released, so the bound holds whenever
- * anyone can look.  Returns 1 if it shrank.
- */
-static int table_shrink(sl__shard *sh)
-{
-    uint32_t ns = sh->size / 3 * 2;
-    if (sh->pin || ns < SL__TABLE_MIN) return 0;
-    if ((uint64_t)(sh->count + 1) * 5 > (uint64_t)ns * 4) return 0;
-    if (table_rebuild(sh, ns) != 0) return 0;
-    limbo_flush(sh);
-    return 1;
 }
 
 /* ---- the slab ---------------------------------------------------------------- */
@@ -1003,20 +847,15 @@ static uint32_t rec_alloc(sl__shard *sh, uint32_t rsize, uint64_t reserve, int f
  * holds a handle (every slot has been empty since before it began, and
  * nothing is added under the lock), so nobody reads the directory any
  * more: it is freed at once, and the next page starts a new one. */
-static int table_rebuild(sl__shard *sh, uint32_t ns);
-
 static void shard_emptied(sl__shard *sh)
 {
-    /* an empty table goes back to its first size (no record to move) */
-    if (sh->size > SL__TABLE_MIN && !sh->pin && table_rebuild(sh, SL__TABLE_MIN) == 0 &&
-        !sh->pages)
-        limbo_flush(sh);
     if (!sh->pages) return;
     if (!limbo_flush(sh)) sl__reclaim_wait();
     blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
     sh->bytes -= blk_cost((size_t)sh->pcap * sizeof(page));
     __atomic_store_n(&sh->pages, NULL, __ATOMIC_RELEASE);
     sh->pcap = sh->npages = sh->punused = 0;
+    sh->hand_pi = sh->hand_idx = 0;
 }
 
 static void free_ext(sl__shard *sh, uint8_t *r)
@@ -1030,17 +869,14 @@ static void free_ext(sl__shard *sh, uint8_t *r)
     sl__st32(st + 8, 0);
 }
 
-/* Removes the record of live slot i (word v); the caller holds the
- * record's lock, which goes with it. */
-static void drop_slot(sl__shard *sh, uint32_t i, uint32_t v)
+/* Removes the record h held in slot i; the caller holds the record's lock,
+ * which goes with it. */
+static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
 {
-    uint8_t *r = slot_rec(sh, i, v);
+    uint8_t *r = rec_at(sh, h);
     if (sl__rec_has_ext(r)) free_ext(sh, r);
-    if (v_inline(v))
-        sl__rec_meta_set(r, SL__FREE_MARK); /* held for good: readers pass it */
-    else
-        rec_give(sh, s_h(v));
     slot_delete(sh, i);
+    rec_give(sh, h);
     sh->count--;
     if (!sh->count) shard_emptied(sh);
 }
@@ -1059,39 +895,36 @@ static void count_drop(sl__shard *sh, int lv, int room)
     sh->evict_limit += lv == SL__AT_LIMIT;
 }
 
-/* Evicts the record of slot i if it is at most at level max_lv at `now`,
- * unless a thread holds it right now (then it is in use: not a
- * candidate).  Returns 1 if evicted. */
-static int evict_one(sl__shard *sh, uint32_t i, int64_t now, int max_lv)
+/* Evicts record h if it is at most at level max_lv at `now`, unless a
+ * thread holds it right now (then it is in use: not a candidate).  Returns
+ * 1 if evicted. */
+static int evict_one(sl__shard *sh, uint32_t h, int64_t now, int max_lv)
 {
-    uint32_t v = sv(sh, i);
-    if (!v_live(v)) return 0;
-    uint8_t *r = slot_rec(sh, i, v);
+    uint8_t *r = rec_at(sh, h);
     if (!rec_trylock(sh, r)) return 0;
     int lv = sl__rec_restriction(r, now);
-    if (lv > max_lv) { /* too restricted */
+    uint32_t i = lv <= max_lv ? slot_of_handle(sh, rec_hash(sh, r), h) : UINT32_MAX;
+    if (i == UINT32_MAX) { /* too restricted (no live record lacks a slot) */
         sl__rec_unlock(r);
         return 0;
     }
-    drop_slot(sh, i, v);
+    drop_slot(sh, i, h);
     count_drop(sh, lv, 1);
     return 1;
 }
 
-/* Evicts every live record of slab page pi that nobody holds and that is
- * at most at level max_lv (the page is then freed if that was all of
- * them).  At most 1024 records, each a hash and a probe: bounded, and done
- * only when no sampled record had a slab slot the new record fits in.
- * Returns the number evicted. */
+/* Evicts every live record of page pi that nobody holds and that is at
+ * most at level max_lv (the page is then freed if that was all of them).
+ * At most 1024 records, each a hash and a probe: bounded, and done only
+ * when no sampled record had a slot the new record fits in.  Returns the
+ * number evicted. */
 static uint32_t evict_page(sl__shard *sh, uint32_t pi, int64_t now, int max_lv)
 {
     uint32_t n = 0; /* the shard may empty on the way: pages is then NULL */
     for (uint32_t idx = 0; sh->pages && sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
         const page *p = &sh->pages[pi];
-        uint8_t *r = p->mem + (size_t)idx * p->rsize;
-        if (sl__rec_meta(r) == SL__FREE_MARK) continue;
-        uint32_t i = slot_of_handle(sh, rec_hash(sh, r), h_make(pi, idx));
-        if (i != UINT32_MAX) n += (uint32_t)evict_one(sh, i, now, max_lv);
+        if (sl__rec_meta(p->mem + (size_t)idx * p->rsize) != SL__FREE_MARK)
+            n += (uint32_t)evict_one(sh, h_make(pi, idx), now, max_lv);
     }
     return n;
 }
@@ -1116,85 +949,87 @@ static uint64_t rank_of(const uint8_t *r, int lv, int64_t now)
 static inline int rank_level(uint64_t rank) { return (int)(rank >> 61); }
 
 /*
- * The expiry sweep: examines up to `max` live records in table order from
- * the hand, dropping each one at rest at `now` (never `keep`).  Deletion
- * shifts records back, so dropping a run of slots leaves no long cluster
- * behind (the slab order used before was for that); the table is read
- * sequentially.  After a drop the same slot is examined again (a record
- * may have moved into it).  Passes each slot at most once per call, and
- * steps over at most 32 * max empty slots.  `room`: sweeping to make room
+ * The expiry sweep: examines up to `max` live records in slab order from
+ * the hand, dropping each one at rest at `now` (never `keep`).
+ * Slab order, not table order: the records it drops are spread evenly over
+ * the table (dropping a run of table slots while inserts land everywhere
+ * would pack the rest of the table into one long cluster), and it reads
+ * memory sequentially.  Visits each page at most once per call, and steps
+ * over at most 32 * max free records.  `room`: sweeping to make room
  * (counted so).  Returns the number dropped; *seen (may be NULL) counts
  * records examined.
  */
-static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, const uint8_t *keep,
-                      uint64_t *seen, int room)
+static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
+                      int room)
 {
     uint64_t n = 0, dropped = 0, skip = max > UINT64_MAX / 32 ? UINT64_MAX : max * 32;
-    uint32_t i = sh->hand, steps = 0;
-    while (n < max && sh->count && steps < sh->size && skip) {
-        if (i >= sh->size) {
-            i = 0;
+    uint32_t pi = sh->hand_pi, idx = sh->hand_idx, visited = 0;
+    while (n < max && sh->count && visited <= sh->npages && skip) {
+        if (pi >= sh->npages) {
+            pi = idx = 0;
             sh->prev_drops = sh->pass_drops;
             sh->pass_drops = 0;
+            if (!sh->npages) break;
         }
-        uint32_t v = sv(sh, i);
-        if (!v_live(v)) {
-            skip--;
-            steps++;
-            i++;
+        const page *p = &sh->pages[pi];
+        if (!p->mem || idx >= p->bump) {
+            pi++;
+            idx = 0;
+            visited++;
             continue;
         }
-        uint8_t *r = slot_rec(sh, i, v);
+        uint8_t *r = p->mem + (size_t)idx * p->rsize;
+        uint32_t h = h_make(pi, idx++);
+        if (sl__rec_meta(r) == SL__FREE_MARK) {
+            skip--;
+            continue;
+        }
         n++;
         /* A held record is being decided on: not at rest, skip it. */
-        if (r != keep && rec_trylock(sh, r)) {
-            if (sl__rec_restriction(r, now) == SL__AT_REST) {
-                drop_slot(sh, i, v);
-                count_drop(sh, SL__AT_REST, room);
-                sh->pass_drops++;
-                dropped++;
-                continue; /* slot i again */
-            }
+        if (h == keep || !rec_trylock(sh, r)) continue;
+        uint32_t i;
+        if (sl__rec_restriction(r, now) == SL__AT_REST &&
+            (i = slot_of_handle(sh, rec_hash(sh, r), h)) != UINT32_MAX) {
+            drop_slot(sh, i, h); /* may free the page: p->mem is then NULL */
+            count_drop(sh, SL__AT_REST, room);
+            sh->pass_drops++;
+            dropped++;
+        } else {
             sl__rec_unlock(r);
         }
-        steps++;
-        i++;
     }
-    sh->hand = i;
+    sh->hand_pi = pi;
+    sh->hand_idx = idx;
     if (seen) *seen = n;
     return dropped;
 }
 
 /*
  * Samples up to SL__SAMPLE records at random table slots (the first record
- * at or after each), noting in v the eviction candidates for a slab record
- * of `want` bytes (0: an inline record, or memory); records at rest found
- * on the way are dropped (returned).  Random slots sample records evenly
- * whatever their size or age.
+ * at or after each), noting in v the eviction candidates for a record of
+ * `want` bytes; records at rest found on the way are dropped (returned).
+ * Random slots sample records evenly whatever their size or age.
  */
-static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, const uint8_t *keep, victims *v)
+static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep, victims *v)
 {
     uint64_t dropped = 0;
-    uint32_t keep_pi = UINT32_MAX;
-    if (keep && !rec_inline(sh, keep)) {
-        uint32_t ki = slot_of_rec(sh, rec_hash(sh, keep), keep);
-        if (ki != UINT32_MAX) keep_pi = h_page(s_h(sv(sh, ki)));
-    }
+    uint32_t keep_pi = keep ? h_page(keep) : UINT32_MAX;
     for (uint32_t k = 0; k < SL__SAMPLE && sh->count; k++) {
         uint64_t x = sh->rng;
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         sh->rng = x;
-        uint32_t i = home(sh, x), w;
-        while (!v_live(w = sv(sh, i)))
+        uint32_t i = home(sh, x), h;
+        while ((h = sh->slot[i]) == 0)
             if (++i == sh->size) i = 0;
-        uint8_t *r = slot_rec(sh, i, w);
-        if (r == keep) continue;
+        h = s_h(h);
+        if (h == keep) continue;
+        uint8_t *r = rec_at(sh, h);
         if (!rec_trylock(sh, r)) continue; /* in use right now: not a candidate */
         int lv = sl__rec_restriction(r, now);
         if (lv == SL__AT_REST) {
-            drop_slot(sh, i, w);
+            drop_slot(sh, i, h);
             count_drop(sh, lv, 1);
             dropped++;
             continue;
@@ -1202,13 +1037,13 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, const uint8_t 
         uint64_t rank = rank_of(r, lv, now);
         int ext = sl__rec_has_ext(r) && sl__ld32(sl__rec_state(r) + 8) > 0;
         sl__rec_unlock(r);
-        const page *p = v_inline(w) ? NULL : &sh->pages[h_page(s_h(w))];
-        if (p && want && p->rsize >= want && (!v->fit || rank < v->fit_rank)) {
-            v->fit = i + 1;
+        const page *p = &sh->pages[h_page(h)];
+        if (p->rsize >= want && (!v->fit || rank < v->fit_rank)) {
+            v->fit = h;
             v->fit_rank = rank;
         }
         if (ext && (!v->ext || rank < v->ext_rank)) {
-            v->ext = i + 1;
+            v->ext = h;
             v->ext_rank = rank;
         }
         if (!v->best || rank_level(rank) < rank_level(v->best_rank)) {
@@ -1216,12 +1051,12 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, const uint8_t 
             v->thin_live = UINT32_MAX;
         }
         if (!v->best || rank < v->best_rank) {
-            v->best = i + 1;
+            v->best = h;
             v->best_rank = rank;
         }
-        if (p && rank_level(rank) == rank_level(v->best_rank) && p->live < v->thin_live &&
-            h_page(s_h(w)) != keep_pi) {
-            v->thin = h_page(s_h(w)) + 1;
+        if (rank_level(rank) == rank_level(v->best_rank) && p->live < v->thin_live &&
+            h_page(h) != keep_pi) {
+            v->thin = h;
             v->thin_live = p->live;
         }
     }
@@ -1246,58 +1081,24 @@ static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_tabl
 {
     if (sh->deny || !v->best) return 0;
     int lv = rank_level(v->best_rank);
-    if (shrink_table) return evict_one(sh, v->best - 1, now, lv);
-    if (want && v->fit && rank_level(v->fit_rank) == lv) return evict_one(sh, v->fit - 1, now, lv);
-    if (!want && v->ext && rank_level(v->ext_rank) == lv) return evict_one(sh, v->ext - 1, now, lv);
-    if (v->thin && evict_page(sh, v->thin - 1, now, lv) > 0) return 1;
-    /* An inline record holds no slab memory: evicting it makes room for a
-     * slab record only once the table can shrink (table_shrink).  So as
-     * many records as that takes (at most SL__SHRINK_MAX, like emptying a
-     * page) go at once, each no more restricted than the best candidate,
-     * from the sweep's hand on. */
-    if (!evict_one(sh, v->best - 1, now, lv)) return 0;
-    uint32_t ns = sh->size / 3 * 2;
-    int64_t need = (int64_t)sh->count + 1 - (int64_t)ns * 4 / 5;
-    if (sh->pin || ns < SL__TABLE_MIN || need > SL__SHRINK_MAX) return 1;
-    uint32_t i = sh->hand, steps = 0;
-    while (need > 0 && steps < sh->size && sh->count) {
-        if (i >= sh->size) i = 0;
-        if (evict_one(sh, i, now, lv)) { /* slot i again: a record may have moved in */
-            need--;
-            continue;
-        }
-        i++;
-        steps++;
-    }
-    if (need <= 0) table_shrink(sh);
-    return 1;
+    if (shrink_table) return evict_one(sh, v->best, now, lv);
+    if (want && v->fit && rank_level(v->fit_rank) == lv) return evict_one(sh, v->fit, now, lv);
+    if (!want && v->ext && rank_level(v->ext_rank) == lv) return evict_one(sh, v->ext, now, lv);
+    if (v->thin && evict_page(sh, h_page(v->thin), now, lv) > 0) return 1;
+    return evict_one(sh, v->best, now, lv);
 }
 
-/* Whether the table may not grow now: it needs to and the shard is
- * pinned (sl__shard_pin), or the bigger table is beyond the budget. */
-static int table_full(const sl__shard *sh)
-{
-    uint64_t tb = grow_bytes(sh);
-    return tb && (sh->pin || tb > room(sh, 0));
-}
-
-/* A record of rsize bytes within budget (rsize 0: an inline record, which
- * needs only its table slot; then 1 for success), growing the table first
- * if `adding` a record needs it (never while pinned, unless forced); if
- * what stands in the way is memory in the limbo, takes it back and tries
- * again.  Returns the handle or 0. */
+/* A record of rsize bytes within budget, growing the table first if
+ * `adding` a record needs it; if what stands in the way is memory in the
+ * limbo, takes it back and tries again.  Returns the handle or 0. */
 static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
 {
     for (int again = 0;; again = 1) {
         uint64_t tb = adding ? grow_bytes(sh) : 0;
         uint32_t h = 0;
-        if (force || (tb <= room(sh, 0) && !(tb && sh->pin))) {
-            if (!rsize)
-                h = 1;
-            else
-                h = rec_alloc(sh, rsize, tb, force);
+        if (force || tb <= room(sh, 0)) {
+            h = rec_alloc(sh, rsize, tb, force);
             if (h && tb && table_grow(sh) != 0) {
-                if (rsize) rec_give(sh, h);
                 rec_give(sh, h);
                 h = 0;
             }
@@ -1307,9 +1108,8 @@ static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
 }
 
 /*
- * Finds a record of rsize bytes (0: room for an inline record: only a
- * table slot), reclaiming as the file comment says; keep (a record, or
- * NULL) is never dropped.  Records at rest go first: while the
+ * Finds a record of rsize bytes, reclaiming as the file comment says; keep
+ * (a handle, or 0) is never dropped.  Records at rest go first: while the
  * sweep drops some, or dropped some during the hand's current or previous
  * pass over the table (so more are likely ahead), up to half the rounds only
  * sweep; a restricted record is evicted only when sweeping finds nothing
@@ -1320,8 +1120,7 @@ static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
  * the record is placed even beyond the budget (a key bigger than the
  * budget still works, alone).
  */
-static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now,
-                       const uint8_t *keep)
+static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, uint32_t keep)
 {
     sh->fail = SL_ENOMEM;
     uint32_t h = try_alloc(sh, rsize, adding, 0);
@@ -1338,9 +1137,8 @@ static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now,
             continue;
         }
         declined |= sh->deny && v.best;
-        /* an inline record needs only a slot: any eviction makes room */
-        int shrink = adding && (!rsize || table_full(sh));
-        if (!evict(sh, &v, rsize, shrink, now) && !dropped && !v.best) break;
+        int table_full = adding && grow_bytes(sh) > room(sh, 0);
+        if (!evict(sh, &v, rsize, table_full, now) && !dropped && !v.best) break;
         if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
     }
     if (sh->count == (keep ? 1u : 0u)) return try_alloc(sh, rsize, adding, 1);
@@ -1378,12 +1176,7 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind, const void 
  *     record is held for good (SL__FREE_MARK), so a reader never takes one;
  *   - a key not found is not absent: the caller takes the sure way.
  * The directory is read after the slot that led to it, so it is at least as
- * new as that slot's handle (directories only grow).  An inline record is
- * read where its slot is: a slot's record bytes past the meta are written
- * only by the record's holder, or by the shard's lock holder while the
- * record is free (SL__FREE_MARK, or a never-used slot whose word is 0), so
- * a reader that takes it reads what its last holder left; a record moved
- * or copied to a new table is left free for good where it was.
+ * new as that slot's handle (directories only grow).
  */
 
 /* The record a handle names in directory dir, or NULL if the entry is
@@ -1405,15 +1198,15 @@ static inline uint8_t *rec_seen(const sl__shard *sh, uint32_t h)
  * way: stop). */
 typedef struct run_walk {
     const sl__shard *sh;
-    const uint8_t *tbl;
+    const uint32_t *slot;
     uint32_t size, tag, i, n;
 } run_walk;
 
 static inline void walk_start(run_walk *w, const sl__shard *sh, uint64_t hash)
 {
     w->sh = sh;
-    w->tbl = __atomic_load_n(&sh->tbl, __ATOMIC_ACQUIRE);
-    w->size = tbl_size(w->tbl);
+    w->slot = __atomic_load_n(&sh->slot, __ATOMIC_ACQUIRE);
+    w->size = w->slot[-1];
     w->tag = tag_of(hash);
     w->i = home_in(hash, w->size);
     w->n = 0;
@@ -1422,11 +1215,10 @@ static inline void walk_start(run_walk *w, const sl__shard *sh, uint64_t hash)
 static inline uint8_t *walk_next(run_walk *w)
 {
     while (w->n++ < w->size) {
-        uint32_t i = w->i, v = slot_word(w->tbl, i);
+        uint32_t v = __atomic_load_n(&w->slot[w->i], __ATOMIC_ACQUIRE);
         if (!v) return NULL;
         if (++w->i == w->size) w->i = 0;
-        if ((v ^ w->tag) <= SL__H_MASK && v != SL__TOMB)
-            return v_inline(v) ? slot_at(w->tbl, i) + 4 : rec_seen(w->sh, s_h(v));
+        if ((v ^ w->tag) <= SL__H_MASK) return rec_seen(w->sh, s_h(v));
     }
     return NULL;
 }
@@ -1501,11 +1293,9 @@ uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t 
  */
 static inline uint32_t prefetch_home(const sl__shard *sh, uint64_t hash)
 {
-    uintptr_t tbl = (uintptr_t)__atomic_load_n(&sh->tbl, __ATOMIC_RELAXED);
+    uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
     uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
-    uintptr_t at = tbl + (uintptr_t)home_in(hash, size) * SL__SLOT;
-    __builtin_prefetch((const void *)at, 1);
-    __builtin_prefetch((const void *)(at + SL__SLOT - 1), 1); /* its line's end */
+    __builtin_prefetch((const void *)(slot + (uintptr_t)home_in(hash, size) * sizeof(uint32_t)));
     return size;
 }
 
@@ -1542,10 +1332,9 @@ uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
 
 /* Stage two: without the lock (as sl__store_grab reads), walks the key's
  * probe run (its slots are in cache by now) and prefetches, for writing,
- * the first and last bytes of every slab record whose tag matches --
- * without reading them: reading the record here would wait for it, which
- * is what looking ahead avoids.  An inline record is in its slot, loaded
- * by now. */
+ * the first and last bytes of every record whose tag matches -- without
+ * reading them: reading the record here would wait for it, which is what
+ * looking ahead avoids. */
 void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 {
     const uint8_t *r;
@@ -1553,10 +1342,6 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
     sl__read_begin();
     walk_start(&w, shard_of(s, hash), hash);
     while ((r = walk_next(&w)) != NULL) {
-        if ((uintptr_t)r - (uintptr_t)w.tbl < (uintptr_t)w.size * SL__SLOT) {
-            __builtin_prefetch(r + SL__SLOT_REC - 1, 1);
-            continue;
-        }
         __builtin_prefetch(r, 1);
         __builtin_prefetch(r + 63, 1); /* most records end in the next line */
     }
@@ -1663,94 +1448,40 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
     sh->fail = SL_ENOMEM;
     if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || kind > 15) return NULL;
     if (sh->loose) return loose_insert(sh, kind, key, klen, state_len, now_ms);
-    int in = fits_inline(kind, klen, state_len);
-    uint32_t h = obtain(sh, in ? 0 : rec_size(klen, state_len), 1, now_ms, NULL);
+    uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
     if (!h) return NULL;
-    uint8_t *r;
-    uint32_t i = 0;
-    if (in) { /* a free slot: its record is free (or never used: word 0) */
-        i = slot_free(sh, hash);
-        r = slot_at(sh->tbl, i) + 4;
-        memset(r + 2, 0, SL__SLOT_REC - 2);
-    } else {
-        r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
-    }
+    uint8_t *r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
     sl__rec_set_clock(r, now_ms);
     memcpy(r + SL__REC_HDR, key, klen);
     sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
-    if (in) {
-        slot_set(sh, i, SL__INLINE | tag_of(hash));
-    } else {
-        slot_put(sh, hash, h);
-        sh->last_h = h;
-    }
+    slot_put(sh, hash, h);
     sh->count++;
+    sh->last_h = h;
     return r;
-}
-
-void sl__shard_pin(sl__shard *sh, uint32_t adds)
-{
-    if (sh->loose) return;
-    while (must_grow(sh, adds)) {
-        uint64_t c = blk_cost(table_bytes(sh->size + sh->size / 2));
-        if (c > room(sh, 0) && !(limbo_flush(sh) && c <= room(sh, 0))) break;
-        if (table_grow(sh) != 0) break;
-    }
-    sh->pin++;
-}
-
-void sl__shard_unpin(sl__shard *sh)
-{
-    if (!sh->loose && sh->pin) sh->pin--;
 }
 
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
 {
     if (sh->loose) return loose_cap(r);
-    if (rec_inline(sh, r)) return SL__SLOT_REC - SL__REC_HDR - sl__rec_klen(r);
     uint32_t h = sh->last_h;
     if (!h || rec_at(sh, h) != r) {
         uint32_t i = slot_of_rec(sh, rec_hash(sh, r), r);
         if (i == UINT32_MAX) return 0;
-        h = s_h(sv(sh, i));
+        h = s_h(sh->slot[i]);
     }
     return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r);
 }
 
 int sl__shard_fail(const sl__shard *sh) { return sh->fail; }
 
-/* sl__shard_resize of an inline record r (held): in its slot if the state
- * fits, else moved to the slab (its slot then holds the handle; r is left
- * free).  Reclaiming never moves r: it is held. */
-static uint8_t *inline_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_state_len)
-{
-    size_t klen = sl__rec_klen(r), cap = SL__SLOT_REC - SL__REC_HDR - klen;
-    if (new_state_len <= cap) {
-        memset(sl__rec_state(r) + new_state_len, 0, cap - new_state_len);
-        return r;
-    }
-    uint32_t nh = obtain(sh, rec_size(klen, new_state_len), 0, sl__rec_clock(r), r);
-    if (!nh) return NULL;
-    uint8_t *nr = rec_at(sh, nh);
-    memcpy(nr + 2, r + 2, SL__REC_HDR + klen + cap - 2);
-    sl__rec_meta_set(nr, sl__rec_meta(r)); /* held, as r is */
-    uint32_t i = inline_slot(sh, r);
-    slot_set(sh, i, nh | (sv(sh, i) & ~SL__H_MASK)); /* same key: same tag */
-    sl__rec_meta_set(r, SL__FREE_MARK);
-    (void)hash;
-    sh->last_h = nh;
-    return nr;
-}
-
 uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_state_len)
 {
     sh->fail = SL_ENOMEM;
     if (new_state_len > SL__STATE_MAX) return NULL;
     if (sh->loose) return loose_resize(r, new_state_len);
-    if (rec_inline(sh, r)) return inline_resize(sh, hash, r, new_state_len);
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i == UINT32_MAX) return NULL;
-    uint32_t h = s_h(sv(sh, i));
+    uint32_t h = s_h(sh->slot[i]);
     size_t klen = sl__rec_klen(r);
     uint32_t have = sh->pages[h_page(h)].rsize;
     size_t cap = have - SL__REC_HDR - klen;
@@ -1761,13 +1492,13 @@ uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_s
         return r;
     }
     /* Reclaiming may move slots (not records): find r's slot again after. */
-    uint32_t nh = obtain(sh, want, 0, sl__rec_clock(r), r);
+    uint32_t nh = obtain(sh, want, 0, sl__rec_clock(r), h);
     if (!nh) return NULL;
     uint8_t *nr = rec_at(sh, nh);
     memcpy(nr + 2, r + 2, SL__REC_HDR + klen + cap - 2);
     sl__rec_meta_set(nr, sl__rec_meta(r)); /* held, as r is */
     i = slot_of_handle(sh, hash, h);
-    slot_set(sh, i, nh | (sv(sh, i) & ~SL__H_MASK)); /* same key: same tag */
+    slot_set(sh, i, nh | (sh->slot[i] & ~SL__H_MASK)); /* same key: same tag */
     rec_give(sh, h);
     sh->last_h = nh;
     return nr;
@@ -1784,7 +1515,7 @@ void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
         return;
     }
     uint32_t i = slot_of_rec(sh, hash, r);
-    if (i != UINT32_MAX) drop_slot(sh, i, sv(sh, i));
+    if (i != UINT32_MAX) drop_slot(sh, i, s_h(sh->slot[i]));
 }
 
 void *sl__ext_alloc(sl__shard *sh, size_t bytes)
@@ -1813,15 +1544,20 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
     if (limbo_flush(sh) && room(sh, 0) >= bytes) return 0;
     if ((uint64_t)blk_cost(table_bytes(sh->size)) + bytes > sh->budget)
         return SL_ENOMEM; /* could never fit: evict nothing */
+    uint32_t keep_h = 0;
+    if (keep) {
+        uint32_t i = slot_of_rec(sh, rec_hash(sh, keep), keep);
+        if (i != UINT32_MAX) keep_h = s_h(sh->slot[i]);
+    }
     int rounds = sh->starved ? 1 : SL__ROUNDS, declined = 0;
     for (int round = 0; round < rounds; round++) {
-        uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep, NULL, 1);
+        uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL, 1);
         limbo_flush(sh);
         if (room(sh, 0) >= bytes) return 0;
         if (round < rounds / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
         victims v;
         victims_init(&v);
-        uint64_t sampled = sample(sh, now_ms, 0, keep, &v);
+        uint64_t sampled = sample(sh, now_ms, 0, keep_h, &v);
         declined |= sh->deny && v.best;
         if (!sampled && !evict(sh, &v, 0, 0, now_ms) && !dropped && !v.best) break;
         limbo_flush(sh);
@@ -1873,8 +1609,8 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
     sh->deny = s->deny;
     sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
     __atomic_store_n(&sh->size, SL__TABLE_MIN, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->tbl, table_new(SL__TABLE_MIN), __ATOMIC_RELAXED);
-    if (!sh->tbl) return -1;
+    __atomic_store_n(&sh->slot, table_new(SL__TABLE_MIN), __ATOMIC_RELAXED);
+    if (!sh->slot) return -1;
     sh->bytes = blk_cost(table_bytes(SL__TABLE_MIN));
     atomic_init(&sh->lock, 0);
     return 0;
@@ -1885,15 +1621,15 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
 static void shard_fini(sl__shard *sh)
 {
     for (uint32_t i = 0; i < sh->size; i++) {
-        uint32_t v = sv(sh, i);
-        if (v_live(v) && sl__rec_has_ext(slot_rec(sh, i, v))) free_ext(sh, slot_rec(sh, i, v));
+        uint32_t h = s_h(sh->slot[i]);
+        if (h && sl__rec_has_ext(rec_at(sh, h))) free_ext(sh, rec_at(sh, h));
     }
     for (uint32_t pi = 0; pi < sh->npages; pi++) {
         const page *p = &sh->pages[pi];
         if (p->mem) blk_free(p->mem, (size_t)p->cap * p->rsize);
     }
     blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
-    blk_free(table_block(sh->tbl), table_bytes(sh->size));
+    blk_free(table_block(sh->slot), table_bytes(sh->size));
     for (limbo *l = sh->limbo, *next; l; l = next) {
         next = l->next;
         blk_free(l->blk, l->n);
@@ -2042,9 +1778,8 @@ sl__shard *sl__store_shard_at(sl_store *s, unsigned i)
 int sl__shard_foreach(sl__shard *sh, int (*fn)(const uint8_t *rec, void *ctx), void *ctx)
 {
     for (uint32_t i = 0; i < sh->size; i++) {
-        uint32_t v = sv(sh, i);
-        if (!v_live(v)) continue;
-        uint8_t *r = slot_rec(sh, i, v);
+        if (!sh->slot[i]) continue;
+        uint8_t *r = rec_at(sh, s_h(sh->slot[i]));
         rec_lock(sh, r);
         int rc = fn(r, ctx);
         sl__rec_unlock(r);

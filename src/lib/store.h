@@ -2,10 +2,8 @@
  * store.h -- where per-key state lives (internal to libsluice).
  *
  * The store is a set of shards, each a lock, an open-addressing hash table
- * whose slots hold small records themselves (a fixed-size state and a short
- * key: one cache line to read for a decision), and a slab of variable-size
- * records for the others, which the table's slots name by handle.  Either
- * way a record is one run of bytes holding the key inline:
+ * of 32-bit record handles, and a slab of variable-size records.  A record is
+ * one allocation holding the key inline:
  *
  *     offset 0   uint16  meta    bits 0..8: key length - 1 (1..512 bytes)
  *                                bit 9: SL__REC_LOCK, the record's lock
@@ -48,13 +46,7 @@
  *   - everything else takes the shard lock first (sl__store_lookup), and
  *     functions named sl__shard_* expect it held.
  * A record pointer handed out is locked; it stays valid until its lock is
- * released (sl__rec_unlock) or it is moved or removed by the holder -- and,
- * for a record in the table, until an insert into its shard grows the
- * table (which moves every such record, waiting for each one's holder: a
- * thread holding one and inserting would wait for itself).  So whoever
- * holds records of a shard while inserting into it pins the shard first
- * (sl__shard_pin): the table then does not grow, and an insert that needs
- * a bigger table makes room by dropping a record instead.
+ * released (sl__rec_unlock) or it is moved or removed by the holder.
  */
 #ifndef SL_STORE_H
 #define SL_STORE_H
@@ -283,13 +275,6 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
                           const void *key, size_t klen, size_t state_len,
                           int64_t now_ms);
-
-/* Pinning (shard lock held, no record of the shard held yet): grows the
- * table now, as far as the bound allows, so that `adds` inserts need no
- * growth, and until sl__shard_unpin forbids growing it (records held then
- * stay where they are).  Calls nest. */
-void sl__shard_pin(sl__shard *sh, uint32_t adds);
-void sl__shard_unpin(sl__shard *sh);
 
 /* Why the shard's last sl__shard_insert or sl__shard_resize returned NULL:
  * SL_EFULL or SL_ENOMEM (shard lock held). */
