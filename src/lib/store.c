@@ -122,8 +122,7 @@
 #define SL__MAP_MIN          (64u * 1024)  /* bytes: blocks this big are mapped, not malloc'd */
 #define SL__LIMBO_MIN        (16u * 1024) /* bytes of limbo that may make the shard empty it */
 #define SL__CHUNK            (2u << 20)   /* bytes: an arena chunk, one huge page (arena) */
-#define SL__ARENA_SHARD_MIN  (8u << 20)   /* bytes: a bounded store's shards use the arena
-                                             when each has at least this budget */
+#define SL__ARENA_SHARD_MIN  (8u << 20)   /* bytes of budget a shard needs for the arena */
 
 /* Waiting for a shard lock (lock_wait). */
 #define SL__SPINS  128u  /* busy waits before yielding the CPU */
