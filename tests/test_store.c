@@ -677,6 +677,50 @@ static void test_memory_bound(void **state)
 #endif
 }
 
+/* A store big enough for the page arena (store.c: full slab pages from
+ * 2 MB chunks on huge pages): its shards keep one chunk (2 MB) of the bound
+ * aside for the arena's uncarved tail, use the rest, and reuse the pages
+ * of dropped keys. */
+static void test_arena_bound(void **state)
+{
+    (void)state;
+    const uint64_t bound = 10u << 20, chunk = 2u << 20; /* one shard of 8 MB + a chunk */
+    sl_store *s = store_new(bound, 1);
+    sl_store_stats ss;
+    char k[9];
+    const uint32_t n1 = 300000; /* more than fit: (bound - chunk) / REC = 279620 */
+    for (uint32_t i = 0; i < n1; i++) {
+        key8(k, i);
+        assert_true(put(s, SL_TOKEN_BUCKET, k, 8, 10, 1000, 1000, 1, 10));
+        if (i % 4096 == 0) {
+            stats(s, &ss);
+            assert_true(ss.bytes <= bound - chunk);
+        }
+    }
+    stats(s, &ss);
+    assert_true(ss.bytes <= bound - chunk);
+    assert_true(ss.bytes > (bound - chunk) / 20 * 17); /* the rest is used (a table
+                                                         growth needs old and new) */
+    assert_true(ss.keys > (bound - chunk) / 40);
+    assert_int_equal(ss.evictions, n1 - ss.keys);
+    uint64_t k1 = ss.keys, e1 = ss.evictions;
+    /* At t = 5000 those are at rest: new keys take their room (their freed
+     * pages come back from the arena) without a live eviction. */
+    for (uint32_t j = 0; j < k1; j++) {
+        key8(k, n1 + j);
+        assert_true(put(s, SL_TOKEN_BUCKET, k, 8, 10, 5000, 1000000, 2, 10));
+    }
+    stats(s, &ss);
+    assert_true(ss.bytes <= bound - chunk);
+    assert_int_equal(ss.evictions, e1);
+    assert_true(ss.expired >= k1 - k1 / 20);
+    for (uint32_t j = k1 - 1000; j < k1; j++) { /* the newest are all there */
+        key8(k, n1 + j);
+        assert_true(get(s, SL_TOKEN_BUCKET, k, 8, NULL, 0));
+    }
+    sl_store_free(s);
+}
+
 /* Keys of every length and several algorithms under a small bound: each new
  * key finds room (memory moves between record sizes), the bound holds. */
 static void test_bound_mixed_sizes(void **state)
@@ -898,6 +942,7 @@ int main(void)
         cmocka_unit_test(test_state_cap),
         cmocka_unit_test(test_ext_buffers),
         cmocka_unit_test(test_memory_bound),
+        cmocka_unit_test(test_arena_bound),
         cmocka_unit_test(test_bound_mixed_sizes),
         cmocka_unit_test(test_tiny_bound),
         cmocka_unit_test(test_expire),

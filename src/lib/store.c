@@ -93,6 +93,7 @@
 #include "store.h"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -120,6 +121,8 @@
 #define SL__SAMPLE           16u /* table slots sampled for an eviction */
 #define SL__MAP_MIN          (64u * 1024)  /* bytes: blocks this big are mapped, not malloc'd */
 #define SL__LIMBO_MIN        (16u * 1024) /* bytes of limbo that may make the shard empty it */
+#define SL__CHUNK            (2u << 20)   /* bytes: an arena chunk, one huge page (arena) */
+#define SL__ARENA_SHARD_MIN  (8u << 20)   /* bytes of budget a shard needs for the arena */
 
 /* Waiting for a shard lock (lock_wait). */
 #define SL__SPINS  128u  /* busy waits before yielding the CPU */
@@ -179,6 +182,19 @@ typedef struct victims {
     uint32_t thin_live;
 } victims;
 
+/* The store's page arena (see "arena" below): full-size slab pages carved
+ * from 2 MB chunks mapped for transparent huge pages. */
+typedef struct arena {
+    pthread_mutex_t lock; /* guards the rest; taken under a shard lock, never
+                             the other way round */
+    uint8_t **chunk;      /* mapped chunks (SL__CHUNK bytes each), by address */
+    uint32_t nchunk, cchunk;
+    uint8_t *tail;        /* the newest chunk's next page never handed out */
+    uint32_t left;        /* pages from tail to that chunk's end */
+    void **freev;         /* pages freed (and given back: MADV_DONTNEED) */
+    uint32_t nfree, cfree;
+} arena;
+
 struct sl__shard {
     _Alignas(64) atomic_uint lock; /* 0 = free, 1 = held (sl__shard_lock); must stay
                                       the first member (sl__shard_unlock, store.h) */
@@ -221,6 +237,7 @@ struct sl__shard {
     int loose;             /* a loose shard (sl__shard_loose_new): no table, each
                               record its own allocation, owned by the caller */
     uint64_t loose_rec_max; /* a loose shard's bound on one record (sl__lone_decide) */
+    arena *arena;           /* the store's page arena, NULL when it has none */
     uint8_t *loose_room;    /* room its owner offers for the next record (or NULL) */
     size_t loose_room_len;  /* its bytes */
     uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
@@ -240,6 +257,7 @@ struct sl_store {
     int deny;           /* on_full == SL_FULL_DENY */
     atomic_uint next;   /* shard where the next sl_store_expire starts */
     sl__shard *shard;
+    arena *arena;       /* NULL: slab pages are malloc'd (a small bounded store) */
 };
 
 /* ---- the reset code (store.h) -------------------------------------------------- */
@@ -438,6 +456,162 @@ static void blk_free(void *p, size_t n)
 
 size_t sl__ext_cost(size_t bytes) { return (size_t)blk_cost(bytes); }
 
+/* ---- the arena: slab pages on huge pages ---------------------------------------
+ *
+ * At 1M keys a decision's table slot and record are on two 4 KB pages of
+ * ~50 MB: two TLB misses, which under a VM's nested paging cost about what
+ * the cache misses do (docs/status.md, "Issue 18 of 18": 2 MB pages for
+ * the slab pages made 1M-key decisions 1.27-1.36x faster).  So a store
+ * that may grow big takes its full-size slab pages (more than half of
+ * SL__PAGE_MAX: a class's pages from the 7th on, nearly all of a big
+ * store) from chunks of SL__CHUNK bytes, aligned and marked MADV_HUGEPAGE.
+ * Such a page is counted as a malloc'd one (blk_cost, 16 bytes more than
+ * it takes); a freed one is given back to the system at once
+ * (MADV_DONTNEED) and kept for reuse, no longer resident.  What the arena
+ * holds beyond its pages is the newest chunk's uncarved tail, resident
+ * once the chunk's huge page is touched: at most SL__CHUNK, which a
+ * bounded store keeps aside from its shards' budgets (sl_store_new), so
+ * the bound holds; sl_store_stats' bytes, what the shards count, leave
+ * it out.  Chunks are unmapped with the store.  Used by
+ * unbounded stores and by bounded ones whose shards have at least
+ * SL__ARENA_SHARD_MIN each (sluiced's default 1 GB: 16 MB), never by a
+ * small one, whose 2 MB would be a large part of its bound. */
+
+static arena *arena_new(void)
+{
+    arena *a = calloc(1, sizeof *a);
+    if (a && pthread_mutex_init(&a->lock, NULL) != 0) {
+        free(a);
+        a = NULL;
+    }
+    return a;
+}
+
+static void arena_free(arena *a)
+{
+    if (!a) return;
+    for (uint32_t i = 0; i < a->nchunk; i++) munmap(a->chunk[i], SL__CHUNK);
+    free(a->chunk);
+    free(a->freev);
+    pthread_mutex_destroy(&a->lock);
+    free(a);
+}
+
+/* Whether blocks of n bytes come from the arena. */
+static inline int arena_size(size_t n) { return n > SL__PAGE_MAX / 2 && n <= SL__PAGE_MAX; }
+
+/* A new chunk, aligned to SL__CHUNK (so that it can be one huge page),
+ * entered in a->chunk by address.  Lock held.  0, or -1 out of memory. */
+static int arena_grow(arena *a)
+{
+    if (a->nchunk == a->cchunk) {
+        uint32_t nc = a->cchunk ? a->cchunk * 2 : 16;
+        uint8_t **v = realloc(a->chunk, (size_t)nc * sizeof *v);
+        if (!v) return -1;
+        a->chunk = v;
+        a->cchunk = nc;
+    }
+    uint8_t *m = mmap(NULL, 2 * (size_t)SL__CHUNK, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return -1;
+    uint8_t *c = (uint8_t *)(((uintptr_t)m + SL__CHUNK - 1) & ~(uintptr_t)(SL__CHUNK - 1));
+    if (c > m) munmap(m, (size_t)(c - m));
+    if (c + SL__CHUNK < m + 2 * (size_t)SL__CHUNK)
+        munmap(c + SL__CHUNK, (size_t)(m + 2 * (size_t)SL__CHUNK - (c + SL__CHUNK)));
+    madvise(c, SL__CHUNK, MADV_HUGEPAGE); /* a hint: 4 KB pages if refused */
+    uint32_t i = a->nchunk;
+    while (i > 0 && a->chunk[i - 1] > c) { /* insertion: chunks are few */
+        a->chunk[i] = a->chunk[i - 1];
+        i--;
+    }
+    a->chunk[i] = c;
+    a->nchunk++;
+    a->tail = c;
+    a->left = SL__CHUNK / SL__PAGE_MAX;
+    return 0;
+}
+
+/* A page of SL__PAGE_MAX bytes from the arena (a freed one first), or NULL
+ * when out of memory.  Its bytes are not zero (a freed one's are, in
+ * fact, but nobody relies on it). */
+static void *arena_page(arena *a)
+{
+    void *p = NULL;
+    pthread_mutex_lock(&a->lock);
+    if (a->nfree) {
+        p = a->freev[--a->nfree];
+    } else if (a->left || arena_grow(a) == 0) {
+        p = a->tail;
+        a->tail += SL__PAGE_MAX;
+        a->left--;
+    }
+    pthread_mutex_unlock(&a->lock);
+    return p;
+}
+
+/* Whether p is a page of the arena's (lock held). */
+static int arena_owns(const arena *a, const void *p)
+{
+    uint32_t lo = 0, hi = a->nchunk;
+    while (lo < hi) { /* the last chunk at or below p */
+        uint32_t mid = (lo + hi) / 2;
+        if ((const uint8_t *)p < a->chunk[mid])
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo > 0 && (const uint8_t *)p < a->chunk[lo - 1] + SL__CHUNK;
+}
+
+/* Takes back p if it is an arena page: gives its memory back to the system
+ * and keeps it for reuse.  Returns 1 if it was, 0 if p is some other block. */
+static int arena_put(arena *a, void *p)
+{
+    int own;
+    pthread_mutex_lock(&a->lock);
+    own = arena_owns(a, p);
+    if (own) {
+        madvise(p, SL__PAGE_MAX, MADV_DONTNEED);
+        if (a->nfree == a->cfree) {
+            uint32_t nc = a->cfree ? a->cfree * 2 : 64;
+            void **v = realloc(a->freev, (size_t)nc * sizeof *v);
+            if (v) {
+                a->freev = v;
+                a->cfree = nc;
+            }
+        }
+        if (a->nfree < a->cfree) a->freev[a->nfree++] = p; /* else lost until the store goes */
+    }
+    pthread_mutex_unlock(&a->lock);
+    return own;
+}
+
+/* A slab page's block of n bytes: from the arena when the store has one
+ * and n is a full page's size, else blk_new. */
+static void *page_blk_new(sl__shard *sh, size_t n)
+{
+    if (sh->arena && arena_size(n)) {
+        void *p = arena_page(sh->arena);
+        if (p) return p;
+    }
+    return blk_new(n, 0);
+}
+
+/* The size of a slab page's block of n bytes: an arena page is a whole
+ * SL__PAGE_MAX, and is counted so (a page the arena could not give, taken
+ * from malloc instead, is then counted a little high). */
+static inline size_t page_blk_size(const sl__shard *sh, size_t n)
+{
+    return sh->arena && arena_size(n) ? SL__PAGE_MAX : n;
+}
+
+/* Frees a block the shard held: to the arena if it came from there. */
+static void sh_blk_free(sl__shard *sh, void *p, size_t n)
+{
+    if (p && sh->arena && arena_size(n) && arena_put(sh->arena, p)) return;
+    blk_free(p, n);
+}
+
 /* Empties the limbo: waits for every reader that may still see a block in
  * it (a grace period), then frees them all.  Returns 1 if it freed any. */
 static int limbo_flush(sl__shard *sh)
@@ -447,7 +621,7 @@ static int limbo_flush(sl__shard *sh)
     sl__reclaim_wait();
     while (l) {
         limbo *next = l->next;
-        blk_free(l->blk, l->n);
+        sh_blk_free(sh, l->blk, l->n);
         free(l);
         l = next;
     }
@@ -466,7 +640,7 @@ static void limbo_add(sl__shard *sh, void *blk, size_t n)
     limbo *l = malloc(sizeof *l);
     if (!l) { /* no node: wait for the readers here */
         sl__reclaim_wait();
-        blk_free(blk, n);
+        sh_blk_free(sh, blk, n);
         sh->bytes -= blk_cost(n);
         return;
     }
@@ -694,7 +868,8 @@ static uint32_t dir_grown(const sl__shard *sh)
 static inline uint64_t page_cost(const sl__shard *sh, uint32_t cap, uint32_t rsize)
 {
     uint32_t nc = dir_grown(sh);
-    return blk_cost((size_t)cap * rsize) + (nc ? blk_cost((size_t)nc * sizeof(page)) : 0);
+    return blk_cost(page_blk_size(sh, (size_t)cap * rsize)) +
+           (nc ? blk_cost((size_t)nc * sizeof(page)) : 0);
 }
 
 /* A new page of cap records of rsize bytes.  Returns its index + 1, or 0
@@ -719,7 +894,7 @@ static uint32_t page_new(sl__shard *sh, uint32_t rsize, unsigned cls, uint32_t c
         }
         pi = sh->npages;
     }
-    uint8_t *mem = blk_new((size_t)cap * rsize, 0);
+    uint8_t *mem = page_blk_new(sh, (size_t)cap * rsize);
     if (!mem) return 0;
     /* Every record free until handed out: a reader that lands here through
      * a stale handle finds it held, never a key. */
@@ -736,7 +911,7 @@ static uint32_t page_new(sl__shard *sh, uint32_t rsize, unsigned cls, uint32_t c
     __atomic_store_n(&p->rsize, rsize, __ATOMIC_RELEASE);
     __atomic_store_n(&p->cap, (uint16_t)cap, __ATOMIC_RELEASE);
     __atomic_store_n(&p->mem, mem, __ATOMIC_RELEASE);
-    sh->bytes += blk_cost((size_t)cap * rsize);
+    sh->bytes += blk_cost(page_blk_size(sh, (size_t)cap * rsize));
     if (cls != SL__NOCLASS) {
         sh->npclass[cls]++;
         avail_link(sh, pi);
@@ -753,7 +928,7 @@ static void page_release(sl__shard *sh, uint32_t pi)
     __atomic_store_n(&p->mem, NULL, __ATOMIC_RELEASE);
     p->next = sh->punused;
     sh->punused = pi + 1;
-    limbo_add(sh, mem, (size_t)p->cap * p->rsize); /* still counted until freed */
+    limbo_add(sh, mem, page_blk_size(sh, (size_t)p->cap * p->rsize)); /* still counted */
 }
 
 /* Hands out a zeroed record of page pi (which has room). */
@@ -1626,13 +1801,16 @@ static void shard_fini(sl__shard *sh)
     }
     for (uint32_t pi = 0; pi < sh->npages; pi++) {
         const page *p = &sh->pages[pi];
-        if (p->mem) blk_free(p->mem, (size_t)p->cap * p->rsize);
+        size_t n = page_blk_size(sh, (size_t)p->cap * p->rsize);
+        if (p->mem && !(sh->arena && arena_size(n) && arena_owns(sh->arena, p->mem)))
+            blk_free(p->mem, n); /* arena pages go with the arena */
     }
     blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
     blk_free(table_block(sh->slot), table_bytes(sh->size));
     for (limbo *l = sh->limbo, *next; l; l = next) {
         next = l->next;
-        blk_free(l->blk, l->n);
+        if (!(sh->arena && arena_size(l->n) && arena_owns(sh->arena, l->blk)))
+            blk_free(l->blk, l->n);
         free(l);
     }
 }
@@ -1689,13 +1867,22 @@ sl_store *sl_store_new(const sl_store_opts *opts, int *err)
     }
     uint64_t budget = o.max_bytes ? o.max_bytes / n : 0;
     if (o.max_bytes && !budget) budget = 1;
+    /* The arena for a store that may grow big; a bounded one keeps a
+     * chunk's tail aside from its shards' budgets. */
+    if (!o.max_bytes ||
+        (o.max_bytes > SL__CHUNK && (o.max_bytes - SL__CHUNK) / n >= SL__ARENA_SHARD_MIN)) {
+        s->arena = arena_new();
+        if (s->arena && o.max_bytes) budget = (o.max_bytes - SL__CHUNK) / n;
+    }
     for (unsigned i = 0; i < n; i++) {
         if (shard_init(&s->shard[i], s, i, budget) != 0) {
             while (i--) shard_fini(&s->shard[i]);
+            arena_free(s->arena);
             free(s->shard);
             free(s);
             goto fail;
         }
+        s->shard[i].arena = s->arena;
     }
     if (err) *err = SL_OK;
     return s;
@@ -1708,6 +1895,7 @@ void sl_store_free(sl_store *s)
 {
     if (!s) return;
     for (unsigned i = 0; i < s->nshards; i++) shard_fini(&s->shard[i]);
+    arena_free(s->arena);
     free(s->shard);
     free(s);
 }
