@@ -25,6 +25,14 @@
 # admitted - LIM (must be <= 0), under-admission LIM - admitted (units left
 # in Redis although demand was above the limit: what leases stranded).
 #
+# Then latency at an equal offered rate ("open"): bench/openloop.c, an
+# open-loop client, sends ORATE requests/s to each node on a fixed schedule
+# (OSECS s, OCONNS connections a node; 90 % on the HOTKEYS hot keys, the
+# rest over the COLDKEYS cold ones, as "mix"), each request timed from
+# its scheduled send to its reply, so a stall counts for every request it
+# held up and both paths carry the same load (a closed-loop client offers
+# a faster path more).  ON and OFF alternate, REPS times; medians of p99.
+#
 #   bench/lease.sh            full run (a few minutes)
 #   bench/lease.sh --quick    smoke run: small counts, judges nothing
 #
@@ -43,7 +51,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 B=${B:-build}
 QUICK=
-ONLY="hot mix exact"
+ONLY="hot mix open exact"
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
@@ -52,15 +60,15 @@ while [ $# -gt 0 ]; do
         ONLY=$2
         shift
         for w in $ONLY; do
-            case $w in hot | mix | exact) ;; *)
-                echo "bench/lease.sh: --only: '$w' is not hot, mix or exact" >&2
+            case $w in hot | mix | open | exact) ;; *)
+                echo "bench/lease.sh: --only: '$w' is not hot, mix, open or exact" >&2
                 exit 2
                 ;;
             esac
         done
         ;;
     *)
-        echo "usage: bench/lease.sh [--quick] [--only 'hot mix exact']" >&2
+        echo "usage: bench/lease.sh [--quick] [--only 'hot mix open exact']" >&2
         exit 2
         ;;
     esac
@@ -73,6 +81,8 @@ else
     : "${N:=200000}" "${REPS:=3}" "${LIM:=100000}"
 fi
 : "${HOTKEYS:=100}" "${COLDKEYS:=1000000}" "${HOTPCT:=90}"
+if [ -n "$QUICK" ]; then : "${OSECS:=1}"; else : "${OSECS:=5}"; fi
+: "${ORATE:=10000}" "${OCONNS:=8}"
 NHOT=$((N * HOTPCT / 100))
 NCOLD=$((N - NHOT))
 : "${CLIENTS:=16}" "${PIPE:=16}" "${BTO:=2s}"
@@ -100,6 +110,11 @@ for t in redis-server redis-cli redis-benchmark python3; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
 timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
+OPENLOOP=$BD/bench/openloop
+if want open; then
+    mkdir -p "$BD/bench"
+    cc -O2 -o "$OPENLOOP" "$ROOT/bench/openloop.c" || die "cannot build bench/openloop.c"
+fi
 TICK=$(getconf CLK_TCK)
 
 # ---- the servers ----------------------------------------------------------
@@ -273,16 +288,37 @@ if want mix; then
     done
 fi
 load2=$(cut -d' ' -f1 /proc/loadavg)
+# open NAME REP: one open-loop run through the three nodes of NAME at once;
+# appends "NAME p99_hot p99_cold p999_hot p999_cold" to $TMP/open
+open_run() {
+    local name=$1 rep=$2 lname r
+    lname=$(echo "$name" | tr '[:upper:]' '[:lower:]')
+    r=$(timeout 120 "$OPENLOOP" -p "$(ports_of "$name" | xargs | tr ' ' ',')" -r "$ORATE" \
+        -s "$OSECS" -c "$OCONNS" -k "$HOTKEYS" -K "$COLDKEYS" -h "$HOTPCT" -x "open$rep:$lname:" \
+        -S "$rep") || die "openloop failed through $name: $r"
+    echo "$r" | awk -v n="$name" '{ print n, $10, $16, $11, $17 }' >>"$TMP/open"
+}
+: >"$TMP/open"
+if want open; then
+    note "open loop: $ORATE requests/s to each node for $OSECS s ($HOTPCT % on $HOTKEYS hot keys), $REPS rep(s)..."
+    for rep in $(seq "$REPS"); do
+        if [ $((rep % 2)) = 1 ]; then open_run ON "$rep"; open_run OFF "$rep"; else open_run OFF "$rep"; open_run ON "$rep"; fi
+        note "  rep $rep done"
+    done
+fi
+load3=$(cut -d' ' -f1 /proc/loadavg)
 
 # ---- the tables -------------------------------------------------------------
 rversion=$(redis-server --version | awk '{ print $3 }')
 # shellcheck disable=SC2016 # awk's program
-MEDIAN='
+MEDFN='
     function median(list,   a, n, i, j, t) {
         n = split(list, a, " ")
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
         return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
-    }
+    }'
+# shellcheck disable=SC2016 # awk's program
+MEDIAN=$MEDFN'
     { k = $1 " " $2 " " $3; rps[k] = rps[k] " " $4; ph[k] = ph[k] " " $5; pc[k] = pc[k] " " $6
       rus[k] = rus[k] " " $7; dpc[k] = dpc[k] " " $8; fl[k] = fl[k] " " $9 }'
 if want hot; then
@@ -330,6 +366,26 @@ if want mix; then
         w["ON"] = qh["ON"] > qc["ON"] ? qh["ON"] : qc["ON"]; w["OFF"] = qh["OFF"] > qc["OFF"] ? qh["OFF"] : qc["OFF"]
         printf "%-58s | %+8.3f ms | %s\n", "goal: worst p99 --lease on - --lease off <= 0", w["ON"] - w["OFF"], (w["ON"] <= w["OFF"] ? "yes" : "NO")
     }' "$TMP/runs"
+fi
+if want open; then
+    echo
+    echo "== open loop, equal offered rate: $ORATE requests/s to each of 3 nodes, $HOTPCT % on $HOTKEYS hot keys: median of $REPS =="
+    echo "   (latency from each request's scheduled send, ms; load $load2 -> $load3)"
+    awk "$MEDFN"'
+    { h[$1] = h[$1] " " $2; c[$1] = c[$1] " " $3; h9[$1] = h9[$1] " " $4; c9[$1] = c9[$1] " " $5 }
+    END {
+        printf "%-31s | %9s | %9s | %10s | %10s\n", "path", "p99 hot", "p99 cold", "p99.9 hot", "p99.9 cold"
+        print "--------------------------------+-----------+-----------+------------+-----------"
+        n = split("ON OFF", names, " ")
+        for (j = 1; j <= n; j++) {
+            k = names[j]
+            qh[k] = median(h[k]); qc[k] = median(c[k])
+            printf "%-31s | %9.3f | %9.3f | %10.3f | %10.3f\n", (k == "ON" ? "--lease on  (3 nodes -> Redis)" : "--lease off (3 nodes -> Redis)"), qh[k], qc[k], median(h9[k]), median(c9[k])
+        }
+        print ""
+        w["ON"] = qh["ON"] > qc["ON"] ? qh["ON"] : qc["ON"]; w["OFF"] = qh["OFF"] > qc["OFF"] ? qh["OFF"] : qc["OFF"]
+        printf "%-58s | %+8.3f ms | %s\n", "goal: worst p99 --lease on - --lease off <= 0", w["ON"] - w["OFF"], (w["ON"] <= w["OFF"] ? "yes" : "NO")
+    }' "$TMP/open"
 fi
 # ---- exactness: demand 2 x LIM in one window --------------------------------
 # exact NAME PORTS ALGO: appends "NAME ALGO admitted over under served
