@@ -42,6 +42,7 @@
 #define OUTSTANDING_MAX 65536 /* per connection, a power of two */
 #define OUT_CAP (1 << 20)
 #define IN_CAP (1 << 16)
+#define SEND_SLACK_NS 100000 /* 100 us */
 
 typedef struct {
     int fd;
@@ -191,7 +192,7 @@ int main(int argc, char **argv)
         uint64_t inflight = 0;
         for (int i = 0; i < nc; i++) {
             conn *c = &cs[i];
-            while (c->next_ns <= now && c->next_ns < t_end) {
+            while (c->next_ns <= now + SEND_SLACK_NS / 2 && c->next_ns < t_end) {
                 if (c->tail - c->head >= OUTSTANDING_MAX) {
                     fprintf(stderr, "openloop: %d requests outstanding on one connection: the path "
                                     "does not carry %.0f/s\n", OUTSTANDING_MAX, rate);
@@ -229,7 +230,12 @@ int main(int argc, char **argv)
             return 1;
         }
         struct epoll_event evs[64];
+        /* sends due within the next SEND_SLACK_NS go together: a wake-up
+         * and a send() per request would cost this client more CPU than
+         * the servers it measures (their latency still counts from the
+         * schedule) */
         int64_t d = wake - now_ns();
+        if (d > 0 && d < SEND_SLACK_NS) d = SEND_SLACK_NS;
         struct timespec ts = {d > 0 ? d / 1000000000 : 0, d > 0 ? d % 1000000000 : 0};
         int n = epoll_pwait2(ep, evs, 64, &ts, NULL);
         if (n < 0 && errno != EINTR) die("epoll_pwait2");
