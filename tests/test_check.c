@@ -874,9 +874,9 @@ static void concurrency_plan(void **state)
     fx *f = *state;
     use(f, conc_yaml, 0);
     assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_REFUSE, 1, 0, "db", "x"), SL_EINVAL);
-    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 1, which RL.CHECK takes "
-                             "leases for only on the local backend, over RESP or /v1/check (use "
-                             "RL.ACQUIRE beside it; docs/rules.md)");
+    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 1, which only RL.CHECK "
+                             "and /v1/check take leases for: forward-auth and replay cannot hand "
+                             "a lease back (use RL.ACQUIRE beside it; docs/rules.md)");
     assert_int_equal(CONC_PLAN(f, SL_CHECK_CONC_LEASE, 1, 0, "route", "r"), SL_EINVAL);
     assert_string_equal(err, "descriptor 1: rule llm.route has concurrency: 1 in quota_mode, "
                              "which RL.CHECK does not take leases for (docs/rules.md)");

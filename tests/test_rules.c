@@ -1858,9 +1858,9 @@ static void concurrency_fields(void **state)
     assert_int_equal(sl_check_plan_make(r, NULL, "llm", 3, descs, nd, 1, 1, 0, &plan, err,
                                         sizeof err),
                      SL_EINVAL);
-    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 10, which RL.CHECK takes "
-                             "leases for only on the local backend, over RESP or /v1/check (use "
-                             "RL.ACQUIRE beside it; docs/rules.md)");
+    assert_string_equal(err, "descriptor 1: rule llm.db has concurrency: 10, which only RL.CHECK "
+                             "and /v1/check take leases for: forward-auth and replay cannot hand "
+                             "a lease back (use RL.ACQUIRE beside it; docs/rules.md)");
     sl_rules_free(r);
 
     expect_error(HEAD "      concurrency: 0\n", "t.yaml:5:20: ",

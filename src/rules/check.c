@@ -442,9 +442,9 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
         int lease = node->concurrency > 0 && in->conc != SL_CHECK_CONC_RATES;
         if (lease && in->conc != SL_CHECK_CONC_LEASE) /* never left unenforced */
             return sl__check_err(err, errlen, SL_EINVAL,
-                                 "descriptor %d: rule %s has concurrency: %lld, which RL.CHECK "
-                                 "takes leases for only on the local backend, over RESP or "
-                                 "/v1/check (use RL.ACQUIRE beside it; docs/rules.md)",
+                                 "descriptor %d: rule %s has concurrency: %lld, which only RL.CHECK "
+                                 "and /v1/check take leases for: forward-auth and replay cannot "
+                                 "hand a lease back (use RL.ACQUIRE beside it; docs/rules.md)",
                                  i + 1, node->path, (long long)node->concurrency);
         if (lease && quota)
             return sl__check_err(err, errlen, SL_EINVAL,
