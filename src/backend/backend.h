@@ -149,6 +149,8 @@ typedef struct sl_backend_state {
                              MODULE LOAD and every reconnect) */
     int module_channels;  /* connections (a worker's to a node) on the module's path */
     char last_error[256]; /* "" = none */
+    char master[280];     /* a Sentinel's: the master it named, host:port ("" = not yet, or no
+                             Sentinel) */
 } sl_backend_state;
 
 struct evbuffer;

@@ -23,6 +23,7 @@ cleanup), and its log scanned.
 """
 # sluice-e2e: plain-only
 import http.client
+import json
 import os
 import subprocess
 import time
@@ -282,6 +283,15 @@ class TestSentinelFailover(unittest.TestCase):
         conn.close()
         self.assertIn("# TYPE sluice_backend_sentinel_failovers_total counter\n"
                       "sluice_backend_sentinel_failovers_total 1\n", page)
+        # the status page names the master decisions go to now, not only
+        # the Sentinels' URL
+        conn = http.client.HTTPConnection(HOST, s.http_port, timeout=10 * SLOW)
+        conn.request("GET", "/v1/status")
+        backend = json.loads(conn.getresponse().read())["backend"]
+        conn.close()
+        self.assertEqual(backend["url"], "redis-sentinel://%s:%d,%s:%d/mm"
+                         % (HOST, dead, HOST, self.sentinel.port))
+        self.assertEqual(backend["master"], "%s:%d" % (HOST, self.replica.port))
 
 
 if __name__ == "__main__":

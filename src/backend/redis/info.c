@@ -60,6 +60,7 @@ int sl_backend_redis_info(sl_backend *b, sl_redis_info *out)
     pthread_mutex_lock(&r->lock);
     snprintf(out->last_error, sizeof out->last_error, "%s", r->last_error);
     pthread_mutex_unlock(&r->lock);
+    if (r->sentinel != NULL) sl__sentinel_master(r, out->master, sizeof out->master);
     return 0;
 }
 

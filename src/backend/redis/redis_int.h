@@ -346,6 +346,8 @@ void sl__sentinel_chan_free(rchan *ch);
 void sl__sentinel_info_lines(redis *r, void (*line)(void *arg, const char *name, const char *value),
                              void *arg);
 int sl__sentinel_metrics(redis *r, struct evbuffer *out);
+/* The master the Sentinels last named and ROLE confirmed, host:port ("" before one). */
+void sl__sentinel_master(redis *r, char *out, size_t n);
 
 /* conn.c, for send.c: an error reply err on ch's connection ac saying the
  * server is no longer a writable master (READONLY, LOADING) drops the

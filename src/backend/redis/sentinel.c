@@ -318,6 +318,14 @@ void sl__sentinel_chan_free(rchan *ch)
 
 /* ---- what INFO and /metrics show ----------------------------------------- */
 
+void sl__sentinel_master(redis *r, char *out, size_t n)
+{
+    struct sl_sentinel *s = r->sentinel;
+    pthread_mutex_lock(&s->lock);
+    snprintf(out, n, "%s", s->master);
+    pthread_mutex_unlock(&s->lock);
+}
+
 void sl__sentinel_info_lines(redis *r, void (*line)(void *arg, const char *name, const char *value),
                              void *arg)
 {

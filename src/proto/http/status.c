@@ -316,6 +316,8 @@ static json_t *backend_json(sl_srv *srv)
                           (json_int_t)ri.fallback[SL_BACKEND_LOCAL], "errors",
                           (json_int_t)ri.errors, "timeouts", (json_int_t)ri.timeouts, "reconnects",
                           (json_int_t)ri.reconnects, "deny_cache_hits", (json_int_t)ri.cache_hits);
+    if (o != NULL && ri.master[0]) /* a Sentinel's: where decisions go now */
+        json_object_set_new(o, "master", json_string(ri.master));
     if (o != NULL) {
         int binary;
         json_object_set_new(o, "last_error",
