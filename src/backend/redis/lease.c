@@ -341,7 +341,11 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
         if (le != NULL && le->taking && !le->waiting) le->taking = 0;
         return 0;
     }
-    if (le == NULL || !le->taking || le->waiting || le->klen != rq->keylen ||
+    /* A T a cluster redirected (MOVED, ASK) is answered on another
+     * connection than the one whose entry sent it: an entry found here may
+     * be waiting for its own T, sent later than this one ran, and would
+     * count this lease's ttl from then -- past Redis's deadline. */
+    if (le == NULL || !le->taking || le->waiting || e->redirects > 0 || le->klen != rq->keylen ||
         memcmp(le->key, e->key, rq->keylen) != 0 || !same_params(&le->p, p) || le->taken > 0) {
         /* nobody waits for these units here any more: back at once (with
          * --durability: never handed back, as if lost -- fewer admissions) */
