@@ -38,10 +38,10 @@ NODES = 3
 L = 300
 CHUNK = 50
 W = "3650d"
-ALGOS = ("fixed-window", "sliding-window", "token-bucket", "gcra")
+ALGOS = ("fixed-window", "sliding-window", "sliding-buckets", "token-bucket", "gcra")
 DIGIT = {"fixed-window": 0, "sliding-window": 2, "sliding-buckets": 3, "token-bucket": 4,
          "gcra": 5}
-WINDOWS = ("fixed-window", "sliding-window")  # no unit lost there
+WINDOWS = ("fixed-window", "sliding-window", "sliding-buckets")  # no unit lost there
 
 
 def redis_key(key, algo, module=False):
