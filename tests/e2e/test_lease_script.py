@@ -10,8 +10,11 @@ Two things a user would notice:
   more than the limit: every window's admissions are <= L (fixed-window);
   at every admission, this window's admissions so far plus the previous
   window's weighted by what is left of this one are <= L (sliding-window:
-  SPEC 2's weighted counter, fed the admissions); and the admissions, fed
-  to a strict bucket one by one, are all allowed (token-bucket, gcra).
+  SPEC 2's weighted counter, fed the admissions); at every admission, the
+  admissions of the P buckets ending with its own are <= L
+  (sliding-buckets: what a per-request sliding-buckets promises); and the
+  admissions, fed to a strict bucket one by one, are all allowed
+  (token-bucket, gcra).
 """
 # Drives redis-server only (no sluiced): once, against the plain build.
 # sluice-e2e: plain-only
@@ -26,7 +29,7 @@ from harness import RawConn
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "backend",
                       "redis", "sluice.lua")
 EPOCH = 250  # the script's LEASE_EPOCH
-FW, SW, TB, GCRA = 0, 2, 4, 5
+FW, SW, SB, TB, GCRA = 0, 2, 3, 4, 5
 
 
 def cdiv(a, b):
@@ -155,6 +158,82 @@ def sliding_counter_allows_all(events, L, W):
         i, e = t // W, t % W
         per[i] = per.get(i, 0) + c
         if per[i] + per.get(i - 1, 0) * (W - e) // W > L:
+            return False
+    return True
+
+
+class BucketsModel:
+    """sliding-buckets with leases: P counters of g = W / P ms each, the
+    window the P buckets ending with the current one; the units leased are
+    in the current bucket's counter, and go back into it (R) while that
+    bucket is still in the window."""
+
+    def __init__(self, L, W, P):
+        self.L, self.W, self.P, self.g = L, W, P, W // P
+        self.clock, self.c = None, [0] * P
+
+    def _at(self, now):
+        t = now if self.clock is None or now > self.clock else self.clock
+        if self.clock is not None:
+            bo, b = self.clock // self.g, t // self.g
+            for k in range(1, min(b - bo, self.P) + 1):  # buckets that slid out
+                self.c[(bo + k) % self.P] = 0
+        self.clock = t
+        return t
+
+    def decide(self, now, cost, want=None):
+        L, W, P, g = self.L, self.W, self.P, self.g
+        t = self._at(now)
+        b, tm = t // g, t % g
+        ok = sum(self.c) + cost <= L
+        if ok:
+            self.c[b % P] += cost
+        retry = 0
+        if not ok and cost > L:
+            retry = -1
+        elif not ok:  # the first bucket end after which enough has slid out
+            need, freed = sum(self.c) + cost - L, 0
+            for k in range(1, P + 1):
+                freed += self.c[(b + k - P) % P]
+                if freed >= need:
+                    retry = k * g - tm
+                    break
+        x = 0
+        if want is not None and ok:
+            x = max(0, min(want - cost, (L - sum(self.c)) // 2))
+            self.c[b % P] += x
+        reset = 0
+        if sum(self.c) > 0:  # until the newest bucket holding a count slides out
+            d = 0
+            while d > -P and self.c[(b + d) % P] == 0:
+                d -= 1
+            reset = (d + P) * g - tm
+        six = [1 if ok else 0, L, max(0, L - sum(self.c)), retry, reset, 0]
+        if want is None:
+            return six
+        return six + ([x, g - tm, b] if ok else [0, 0, 0])
+
+    def ret(self, now, back, taken, tag):
+        t = self._at(now)
+        b = t // self.g
+        if back <= 0 or not b - self.P < tag <= b:
+            return 0
+        j = tag % self.P
+        put = min(back, self.c[j])
+        self.c[j] -= put
+        return put
+
+
+def buckets_allow_all(events, L, W, P):
+    """At each admission (t, cost), the admissions of the P buckets of W / P
+    ms ending with its own (itself included) must be <= L: what a
+    sliding-buckets limit decided per request promises.  True when they
+    all are."""
+    g, per = W // P, {}
+    for t, c in sorted(events):
+        b = t // g
+        per[b] = per.get(b, 0) + c
+        if sum(per.get(k, 0) for k in range(b - P + 1, b + 1)) > L:
             return False
     return True
 
@@ -298,6 +377,62 @@ class LeaseScriptTest(unittest.TestCase):
         self.assertEqual(self.call(key, "D", 2400, f), [1, 100, 73, 0, 1267, 0])
         self.assertEqual(self.call(key, "T", 2400, f, 300)[6], 36)  # 72 left: 36 leased
 
+    def test_sliding_buckets_take_spend_return(self):
+        """A lease is units of the current bucket: valid to that bucket's
+        end (ttl), tagged with its index; R puts units back into it while it
+        is in the window, even after its end, and not once it slid out."""
+        key = "sl:30:{sb-basic}"
+        m = BucketsModel(100, 1000, 10)  # buckets of 100 ms
+        f = [SB, 100, 1000, 0, 10, 0, 1]
+        steps = [  # (op, now, cost, want or (back, taken, tag), the script's reply)
+            # bucket 52 (5200..5299): 1 admitted, 49 leased (half of 99, down)
+            ("T", 5230, 1, 50, [1, 100, 50, 0, 970, 0, 49, 70, 52]),
+            ("D", 5240, 1, None, [1, 100, 49, 0, 960, 0]),
+            # back into bucket 52 after its end (bucket 53), while in the window
+            ("R", 5350, 30, (49, 52), 30),
+            ("D", 5350, 1, None, [1, 100, 78, 0, 950, 0]),
+            # bucket 52 slides out at 6200, its 21 with it (2 admitted, 19 leased)
+            ("D", 6200, 1, None, [1, 100, 98, 0, 1000, 0]),
+            ("R", 6200, 19, (49, 52), 0),
+            # a lease is at most half of what is left
+            ("T", 6210, 1, 300, [1, 100, 49, 0, 990, 0, 48, 90, 62]),
+            ("T", 6210, 1, 300, [1, 100, 24, 0, 990, 0, 24, 90, 62]),
+            ("T", 6210, 1, 300, [1, 100, 12, 0, 990, 0, 11, 90, 62]),
+            # refused: the window is full until enough slides out
+            ("T", 6290, 20, 300, [0, 100, 12, 910, 910, 0, 0, 0, 0]),
+        ]
+        for op, now, cost, arg, want in steps:
+            if op == "R":
+                got = self.call(key, "R", now, f[:6] + [cost], *arg)
+                self.assertEqual(got, m.ret(now, cost, *arg), (op, now))
+            elif op == "T":
+                got = self.call(key, "T", now, f[:6] + [cost], arg)
+                self.assertEqual(got, m.decide(now, cost, arg), (op, now))
+            else:
+                got = self.call(key, "D", now, f[:6] + [cost])
+                self.assertEqual(got, m.decide(now, cost), (op, now))
+            self.assertEqual(got, want, (op, now))
+
+    def test_buckets_check_catches_a_lease_spent_late(self):
+        """The sliding-buckets check of the model runs is not one that
+        cannot fail: a lease of bucket 0 (L 4, W 1000, P 2: buckets of 500
+        ms) spent before its deadline (500) is fine; spent at it, in bucket 1,
+        the fleet admits 5 in the window of buckets 1 and 2."""
+        key = "sl:30:{sb-late}"
+        f = [SB, 4, 1000, 0, 2, 0, 1]
+        got = self.call(key, "T", 400, f, 100)
+        self.assertEqual(got, [1, 4, 2, 0, 600, 0, 1, 100, 0])  # 1 leased, to 500
+        admitted = [(400, 1)]
+        for _ in range(2):
+            self.assertEqual(self.call(key, "D", 400, f)[0], 1)
+            admitted.append((400, 1))
+        self.assertEqual(self.call(key, "D", 400, f)[0], 0)  # 3 + 1 leased: full
+        for _ in range(4):  # bucket 0 has slid out at 1000
+            self.assertEqual(self.call(key, "D", 1000, f)[0], 1)
+        after = [(1000, 1)] * 4
+        self.assertTrue(buckets_allow_all(admitted + [(499, 1)] + after, 4, 1000, 2))
+        self.assertFalse(buckets_allow_all(admitted + [(500, 1)] + after, 4, 1000, 2))
+
     def test_bucket_refill_stops_short_of_what_is_out(self):
         key = "sl:40:{tb-basic}"
         f = [TB, 100, 1000, 0, 0, 0, 1]  # 100 tokens a second, B = 100
@@ -321,12 +456,16 @@ class LeaseScriptTest(unittest.TestCase):
         elif algo == SW:
             L, W, B = rng.choice([(50, 1000), (7, 300), (1000, 2000)]) + (0,)
             model = SlidingModel(L, W)
+        elif algo == SB:
+            L, W, P = rng.choice([(50, 1000, 10), (7, 300, 3), (1000, 2000, 4), (20, 500, 1)])
+            B = 0
+            model = BucketsModel(L, W, P)
         else:
             L, W = rng.choice([(50, 1000), (5, 100), (400, 3000)])
             B = rng.choice([0, L, 2 * L])
             model = BucketModel(L, W, B or L)
         key = "sl:%d0:{model-%d-%d}" % (algo, algo, seed)
-        f = [algo, L, W, B, 0, 0]
+        f = [algo, L, W, B, P if algo == SB else 0, 0]
         nodes = [None] * 3  # each: [units, taken, tag, deadline] or None
         admitted = []       # (t, cost)
         now = 10_000 + rng.randrange(1000)
@@ -365,6 +504,8 @@ class LeaseScriptTest(unittest.TestCase):
             self.assertLessEqual(max(per.values()), L)
         elif algo == SW:
             self.assertTrue(sliding_counter_allows_all(admitted, L, W))
+        elif algo == SB:
+            self.assertTrue(buckets_allow_all(admitted, L, W, P))
         else:
             self.assertTrue(strict_bucket_allows_all(admitted, L, W, B or L))
         return admitted
@@ -376,6 +517,10 @@ class LeaseScriptTest(unittest.TestCase):
     def test_model_sliding_window(self):
         for seed in range(4):
             self.run_model(SW, seed)
+
+    def test_model_sliding_buckets(self):
+        for seed in range(5):  # the fourth draws P = 1 (a fixed window of buckets)
+            self.run_model(SB, seed)
 
     def test_model_token_bucket(self):
         for seed in range(4):

@@ -74,14 +74,23 @@ struct sl_lease_tab {
 };
 
 /* Whether p's keys lease on ch: on the script's path fixed-window,
- * sliding-window, token-bucket and gcra; on the module's (when it has
+ * sliding-window, sliding-buckets, token-bucket and gcra; on the module's (when it has
  * RL.LEASE) fixed-window only (module.c: a lone record cannot yet keep a
  * bucket's refill short of the units out). */
 static int leases(const rchan *ch, const sl_params *p)
 {
     if (ch->module) return ch->lease->module && p->algo == SL_FIXED_WINDOW;
     return p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW ||
-           p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+           p->algo == SL_SLIDING_BUCKETS || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+}
+
+/* How long before its deadline a lease of algo ends: SL_LEASE_EARLY_MS for
+ * those whose units would be lost (or weigh on the next window) left
+ * there; 0 for fixed-window (its count starts again) and sliding-buckets
+ * (its units go back into their bucket past the deadline too: end_lease). */
+static int early_ms(int algo)
+{
+    return algo == SL_FIXED_WINDOW || algo == SL_SLIDING_BUCKETS ? 0 : SL_LEASE_EARLY_MS;
 }
 
 void sl__redis_lease_module(rchan *ch, int has)
@@ -172,7 +181,9 @@ static void end_lease(rchan *ch, lease *le, int64_t now)
 {
     redis *r = ch->r;
     if (le->taken <= 0) return;
-    if (le->units > 0 && now < le->deadline)
+    /* (a bucket of sliding-buckets takes its units back while it is in the
+     * window, also past the deadline: its lease ends at it, not before) */
+    if (le->units > 0 && (now < le->deadline || le->p.algo == SL_SLIDING_BUCKETS))
         send_return(ch, le->module, le->key, le->klen, &le->p, le->units, le->taken, le->tag);
     else if (le->units > 0)
         atomic_fetch_add(&r->lease_expired, (uint64_t)le->units);
@@ -194,7 +205,7 @@ static void on_sweep(evutil_socket_t fd, short what, void *arg)
     for (int i = 0; i < SL_LEASE_SLOTS; i++) {
         lease *le = &t->s[i];
         if (le->taken <= 0) continue;
-        int early = le->p.algo != SL_FIXED_WINDOW ? SL_LEASE_EARLY_MS : 0;
+        int early = early_ms(le->p.algo);
         if (now >= le->deadline - early || now - le->last_use >= SL_LEASE_IDLE_MS)
             end_lease(ch, le, now);
     }
@@ -243,6 +254,10 @@ static void served(const lease *le, int64_t now, sl_result *out)
         /* the window's end, then a window for its count to weigh out (at
          * most W / count ms later than Redis's: approximate, as remaining) */
         out->reset_after_ms = (le->reset > now ? le->reset - now : 0) + p->window_ms;
+    } else if (p->algo == SL_SLIDING_BUCKETS) { /* its bucket's end, then W less a bucket */
+        int64_t prec = p->precision > 0 ? p->precision : SL_DEFAULT_PRECISION;
+        out->reset_after_ms =
+            (le->reset > now ? le->reset - now : 0) + p->window_ms - p->window_ms / prec;
     } else { /* time for B - remaining tokens at L per W, rounded up */
         i128 need = (i128)(cap - rem) * p->window_ms;
         out->reset_after_ms = (int64_t)((need + p->limit - 1) / p->limit);
@@ -276,7 +291,7 @@ long long sl__redis_lease_decide(rchan *ch, sl_breq *rq, int *fresh)
     le->hits++;
     le->last_use = now;
     if (le->taken > 0) {
-        int early = p->algo != SL_FIXED_WINDOW ? SL_LEASE_EARLY_MS : 0;
+        int early = early_ms(p->algo);
         if (now < le->deadline - early && le->units >= rq->cost) {
             le->units -= rq->cost;
             served(le, now, &rq->result);
@@ -341,7 +356,11 @@ int sl__redis_lease_reply(rchan *ch, const pend *e, const redisReply *x)
         if (le != NULL && le->taking && !le->waiting) le->taking = 0;
         return 0;
     }
-    if (le == NULL || !le->taking || le->waiting || le->klen != rq->keylen ||
+    /* A T a cluster redirected (MOVED, ASK) is answered on another
+     * connection than the one whose entry sent it: an entry found here may
+     * be waiting for its own T, sent later than this one ran, and would
+     * count this lease's ttl from then -- past Redis's deadline. */
+    if (le == NULL || !le->taking || le->waiting || e->redirects > 0 || le->klen != rq->keylen ||
         memcmp(le->key, e->key, rq->keylen) != 0 || !same_params(&le->p, p) || le->taken > 0) {
         /* nobody waits for these units here any more: back at once (with
          * --durability: never handed back, as if lost -- fewer admissions) */

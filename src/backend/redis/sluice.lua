@@ -553,7 +553,10 @@ end
 -- A lease is units of a key's allowance charged to its state now and spent
 -- later by the node that took them, or handed back (R).  fixed-window and
 -- sliding-window: the units are in the (current) window's count, valid in
--- that window only (its index is the lease's tag).  token-bucket and gcra: the tokens are taken from the
+-- that window only (its index is the lease's tag).  sliding-buckets: in the
+-- current bucket's count, valid in that bucket only (its index is the
+-- tag), handed back into it while it is in the window.  token-bucket and
+-- gcra: the tokens are taken from the
 -- bucket, and the state keeps what is out, by epoch of LEASE_EPOCH ms:
 -- "clock dw dr e O0 O1", O0 leased in epoch e, O1 in epoch e - 1.  A lease
 -- of epoch e is settled (counted spent) at the start of epoch e + 2, so
@@ -633,7 +636,7 @@ local function decide(key, n, now, commit, lease)
     else
         ans, new = bucket(st, n, 1, clock_old, t, n.cost)
     end
-    if lease and (a == 0 or a == 2 or a == 4 or a == 5) then
+    if lease and (a == 0 or a == 2 or a == 3 or a == 4 or a == 5) then
         if a >= 4 and lz == nil then lz = {fdiv(t, LEASE_EPOCH), 0, 0} end
         if lease.op == "T" then
             lease.extra, lease.ttl, lease.tag = 0, 0, 0
@@ -659,6 +662,17 @@ local function decide(key, n, now, commit, lease)
                     new[1] = new[1] + x
                     if x > 0 then ans[5] = n.W - e + weighed_below(new[1], 0, n.W) end
                     lease.ttl, lease.tag = n.W - e, i
+                elseif a == 3 then
+                    -- in the current bucket's count, spent in that bucket
+                    -- only: the units slide out of the window exactly when
+                    -- that bucket's own admissions do (docs/fleet.md)
+                    local g = n.W / n.P
+                    local b, tm = fdiv(t, g)
+                    local _, j = fdiv(b, n.P)
+                    new[3 + j] = new[3 + j] + x
+                    new[2] = new[2] + x
+                    if x > 0 then ans[5] = n.W - tm end
+                    lease.ttl, lease.tag = g - tm, b
                 else
                     d = d + x * n.W
                     new = bucket_state(n, a == 4 and 0 or 2, d)
@@ -674,6 +688,17 @@ local function decide(key, n, now, commit, lease)
                 if fdiv(t, n.W) == tag and back > 0 then
                     if back > new[1] then back = new[1] end
                     new[1] = new[1] - back
+                    lease.back = back
+                end
+            elseif a == 3 then
+                -- into its bucket while that bucket is in the window, also
+                -- after its end: units never spent may leave its count
+                local b = fdiv(t, n.W / n.P)
+                if back > 0 and tag <= b and tag > b - n.P then
+                    local _, j = fdiv(tag, n.P)
+                    if back > new[3 + j] then back = new[3 + j] end
+                    new[3 + j] = new[3 + j] - back
+                    new[2] = new[2] - back
                     lease.back = back
                 end
             else
