@@ -23,6 +23,7 @@
 
 #include "backend_local.h"
 #include "backend_redis.h"
+#include "redis/holds.h"
 #include "redis/redis_int.h"
 #include "redis/reply.h"
 
@@ -310,6 +311,94 @@ static void test_seam_local(void **state)
     sl_store_free(s);
 }
 
+/* ---- lease keys' Redis names (redis/holds.h) ------------------------------ */
+
+static int by_name(const void *a, const void *b) { return strcmp(a, b); }
+
+/* A check's lease key gets the tag of its domain's counters (the item's
+ * taglen, check.c), for domains whose bytes the keys escape and for long
+ * keys; and no two keys -- '{', '}', '|', '%' anywhere -- share a name. */
+static void test_lease_names(void **state)
+{
+    (void)state;
+    static sl_check_plan plan;
+    static const char *const domains[] = {"llm", "a%b", "x|y=z#w", "}{", "{a}", "%%%"};
+    static char v[601];
+    memset(v, 'v', 600);
+    for (size_t d = 0; d < sizeof domains / sizeof *domains; d++) {
+        char yaml[256], err[512] = "";
+        int n = snprintf(yaml, sizeof yaml,
+                         "domain: '%s'\n"
+                         "descriptors:\n"
+                         "  - key: user\n"
+                         "    rate_limit:\n"
+                         "      - {unit: minute, requests_per_unit: 3}\n"
+                         "      - {concurrency: 2}\n",
+                         domains[d]);
+        sl_rules *r = sl_rules_load_buffer("t.yaml", yaml, (size_t)n, err, sizeof err);
+        if (r == NULL) fail_msg("%s: %s", domains[d], err);
+        for (size_t vlen = 1; vlen <= 600; vlen += 599) { /* short, long (the digest form) */
+            sl_rule_entry e = {"user", 4, v, vlen};
+            const sl_rule_entry *descs[1] = {&e};
+            int ndesc[1] = {1};
+            sl_check_input in = {.domain = domains[d], .dlen = strlen(domains[d]), .n = 1,
+                                 .descs = descs, .ndesc = ndesc, .cost = 1,
+                                 .conc = SL_CHECK_CONC_LEASE};
+            if (sl_check_plan_build(r, &in, &plan, err, sizeof err) != 0)
+                fail_msg("%s: %s", domains[d], err);
+            assert_int_equal(plan.nleases, 1);
+            const sl_check_lease *ls = &plan.leases[0];
+            size_t t = sl__redis_lease_tag(ls->key, ls->keylen);
+            if (t != plan.items[0].taglen || memcmp(ls->key, plan.items[0].key, t) != 0)
+                fail_msg("domain '%s', value of %zu bytes: the lease tag is %zu bytes, the "
+                         "counters' %zu", domains[d], vlen, t, plan.items[0].taglen);
+            char a[KEYBUF], b[KEYBUF];
+            size_t an = sl__redis_hold_name(a, 'l', ls->key, ls->keylen, t);
+            size_t bn = sl__redis_key(b, (int)plan.items[0].p.algo, 1, plan.items[0].key,
+                                      plan.items[0].keylen, plan.items[0].taglen);
+            /* the same slot -- but for a domain starting with '}', whose
+             * Redis tag is empty: Redis hashes each name whole, the
+             * counters' too (route.c refuses such a check as cross-slot) */
+            if (domains[d][0] != '}') assert_int_equal(sl_key_slot(a, an), sl_key_slot(b, bn));
+        }
+        sl_rules_unref(r);
+    }
+    assert_int_equal(sl__redis_lease_tag("llm|user=bob|conc", 17), 3);
+    assert_int_equal(sl__redis_lease_tag("a%7C|x|conc", 11), 2);
+    assert_int_equal(sl__redis_lease_tag("%%|x|conc", 9), 9);   /* nothing left: whole */
+    assert_int_equal(sl__redis_lease_tag("x|conc", 6), 6);      /* no "<domain>|" before */
+    assert_int_equal(sl__redis_lease_tag("a|b|conc}", 9), 9);   /* not the form */
+    assert_int_equal(sl__redis_lease_tag("db", 2), 2);
+
+    /* every key of up to 5 bytes of "a{}|%", each alone, + "|conc" and +
+     * "|x|conc": 11,717 keys, 11,717 names */
+    static const char abc[] = "a{}|%";
+    static const char *const sufs[] = {"", "|conc", "|x|conc"};
+    enum { MAXN = 3 * 3906 };
+    static char names[MAXN][32];
+    int nn = 0;
+    for (int len = 0; len <= 5; len++) {
+        int total = 1;
+        for (int i = 0; i < len; i++) total *= 5;
+        for (int x = 0; x < total; x++) {
+            char key[16];
+            for (int i = 0, y = x; i < len; i++, y /= 5) key[i] = abc[y % 5];
+            for (int s = 0; s < 3; s++) {
+                size_t sl = strlen(sufs[s]), kl = (size_t)len + sl;
+                if (kl == 0) continue;
+                memcpy(key + len, sufs[s], sl);
+                char *o = names[nn++];
+                size_t on = sl__redis_hold_name(o, 'l', key, kl, sl__redis_lease_tag(key, kl));
+                o[on] = '\0';
+            }
+        }
+    }
+    assert_int_equal(nn, MAXN - 1); /* the empty key is none */
+    qsort(names, (size_t)nn, sizeof names[0], by_name);
+    for (int i = 1; i < nn; i++)
+        if (strcmp(names[i - 1], names[i]) == 0) fail_msg("two keys named %s", names[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -321,6 +410,7 @@ int main(void)
         cmocka_unit_test(test_seam_url),
         cmocka_unit_test(test_seam_policy_names),
         cmocka_unit_test(test_seam_local),
+        cmocka_unit_test(test_lease_names),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

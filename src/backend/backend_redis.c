@@ -327,17 +327,15 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
         /* the plan's counters are space 1, which no request the deny
          * cache answers (space 0) shares: nothing there to drop */
         rc = rq->plan == NULL || rq->outcome == NULL ? SL_EINVAL : valid_plan(rq->plan);
-        if (rc == 0 && rq->plan->nleases > 0 && (ch->module || r->cluster || r->ring != NULL)) {
-            /* a lease lives on its lease key's server (RL.RELEASE finds it
-             * there), the rates on their domain's: one script call holds
-             * both only on one server; the module's RL.CHECKPLAN takes none */
+        if (rc == 0 && rq->plan->nleases > 0 && ch->module) {
+            /* the module's RL.CHECKPLAN takes no leases (in a Cluster and on
+             * a ring the script takes them: their keys carry the domain's
+             * tag, holds.c) */
             sl__breq_fail(rq, SL_EINVAL,
                           "rule %.*s: RL.CHECK takes concurrency leases on Redis only by "
                           "the script on one server, not %s (docs/rules.md)",
                           (int)strcspn(rq->plan->lim[0].name, "#"), rq->plan->lim[0].name,
-                          ch->module ? "with the sluice module"
-                          : r->cluster ? "in a Redis Cluster"
-                                       : "on a ring of several");
+                          "with the sluice module");
             return;
         }
         break;

@@ -32,6 +32,7 @@ import threading
 import unittest
 
 import harness
+import test_ring
 from harness import BASE, RawConn, encode
 
 T = BASE + 123  # inside a second, not at a window's edge
@@ -43,6 +44,140 @@ def flat(reply):
     if isinstance(reply, harness.RespError):
         return "ERR:" + reply.line
     return reply
+
+
+LLM_RULES = """\
+domain: llm
+descriptors:
+  - key: user
+    rate_limit:
+      - {unit: minute, requests_per_unit: 3}
+      - {concurrency: 2, concurrency_ttl: 10s}
+  - key: tokens
+    rate_limit: {window: 1m, requests_per_unit: 1000, algorithm: sliding-window}
+  - key: batch
+    shadow_mode: true
+    rate_limit: {concurrency: 1}
+  - key: job
+    rate_limit:
+      - {window: 1h, requests_per_unit: 1000000}
+      - {concurrency: 2, concurrency_ttl: 1h}
+"""
+
+
+def write_rules(d):
+    path = os.path.join(d, "llm.yaml")
+    with open(path, "w") as f:
+        f.write(LLM_RULES)
+    return path
+
+
+def llm(user, rpm_cost, tokens, at):
+    return ("RL.CHECK", "llm", "COSTS", rpm_cost, tokens, "AT", at,
+            "DESCRIPTOR", "user", user, "DESCRIPTOR", "tokens", user)
+
+
+def lease_name(kind, key):
+    """The Redis name of a lease's key (docs/commands-holds.md, "The lease tag"),
+    written from the docs: for "<domain>|...|conc" the domain is the tag
+    -- its bytes before the first '|', less two a '%' (an escape of the
+    rules' keys) --, any other key is its own tag."""
+    if key.endswith(b"|conc") and b"|" in key[:-5]:
+        p = key.index(b"|")
+        t = p - 2 * key[:p].count(b"%")
+        if t > 0:
+            return b"sl:h" + kind + b":{" + key[:t] + b"}" + key[t:]
+    return b"sl:h" + kind + b":{" + key + b"}"
+
+
+def leased_check_sequence(test, cs, zcard):
+    """The LLM recipe's checks (LLM_RULES, client time from T) on cs[0], a
+    local-backend sluiced, and cs[1], a Redis-backed one: every reply the
+    same field by field but for the lease ids (present in both or in
+    neither); zcard(name) counts the leases in Redis's sorted set name."""
+    key = b"llm|user=u1|conc"
+
+    def both(*args):
+        """args to both; the replies equal once each lease id is
+        replaced by True; returns each server's reply."""
+        out = [flat(c.cmd(*[str(a) for a in args])) for c in cs]
+        norm = []
+        for rep in out:
+            if isinstance(rep, list) and rep and isinstance(rep[-1], list) and \
+                    all(isinstance(x, list) and len(x) == 2 for x in rep[-1]):
+                for lk, lid in rep[-1]:
+                    test.assertIsInstance(lid, int, (args, rep))
+                    test.assertGreater(lid, 0, (args, rep))
+                rep = rep[:-1] + [[[lk, True] for lk, _ in rep[-1]]]
+            norm.append(rep)
+        test.assertEqual(norm[0], norm[1], args)
+        return out
+
+    # 1, 2: allowed, each holding a lease (concurrency the tightest)
+    c1 = both(*llm("u1", 1, 400, T))
+    test.assertEqual(c1[1][:7], [1, 2, 1, 0, 10000, 0,
+                                 [b"OK", b"llm.user#concurrency", 2, 1, 0, 10000]])
+    test.assertEqual([lk for lk, _ in c1[1][8]], [key])
+    c2 = both(*llm("u1", 1, 400, T + 100))
+    test.assertEqual(c2[1][:6], [1, 2, 0, 0, 10000, 0])
+    # the leases are in RL.ACQUIRE's keys of the lease key in Redis, under
+    # the domain's tag
+    test.assertEqual(zcard(b"sl:hl:{llm}|user=u1|conc"), 2)
+    # 3: denied by the concurrency: no lease taken, nothing charged
+    c3 = both(*llm("u1", 1, 100, T + 200))
+    test.assertEqual(c3[1][:7], [0, 2, 0, 9800, 9900, 0,
+                                 [b"OVER_LIMIT", b"llm.user#concurrency", 2, 0, 9800, 9900]])
+    test.assertEqual(c3[1][8], [])
+    # RL.RELEASE of the lease key and the check's id frees one
+    for i, c in enumerate(cs):
+        test.assertEqual(c.cmd("RL.RELEASE", key, str(c1[i][8][0][1])), 1)
+        test.assertEqual(c.cmd("RL.RELEASE", key, str(c1[i][8][0][1])), 0)
+    c4 = both(*llm("u1", 1, 100, T + 300))
+    test.assertEqual(c4[1][:4], [1, 3, 0, 0])
+    # 400 + 400 + 100 tokens: the check the concurrency denied charged none
+    test.assertEqual(c4[1][7][:4], [b"OK", b"llm.tokens", 1000, 100])
+    for i, c in enumerate(cs):
+        test.assertEqual(c.cmd("RL.RELEASE", key, str(c4[i][8][0][1])), 1)
+    # 5: denied by the rate (a 4th this minute) with a lease free: it
+    # takes none -- one lease (the second check's) held, as RL.ACQUIRE sees
+    c5 = both(*llm("u1", 1, 1, T + 400))
+    test.assertEqual(c5[1][:4], [0, 3, 0, 59477])
+    test.assertEqual(c5[1][6][:4], [b"OVER_LIMIT", b"llm.user", 3, 0])
+    test.assertEqual(c5[1][8], [])
+    for c in cs:
+        a = c.cmd("RL.ACQUIRE", key, "2", "TTL", "1", "AT", str(T + 500))
+        test.assertEqual(a[:6], [1, 2, 0, 0, 9600, 0])
+        test.assertEqual(c.cmd("RL.RELEASE", key, str(a[6])), 1)
+    for i, c in enumerate(cs):
+        test.assertEqual(c.cmd("RL.RELEASE", key, str(c2[i][8][0][1])), 1)
+    # the tokens: the rate-denied check charged none either (100 left)
+    t = both(*llm("u1", 0, 0, T + 600))
+    test.assertEqual(t[1][7][:4], [b"OK", b"llm.tokens", 1000, 100])
+    # a lease not given back ends at its TTL (10 s): the slot is free
+    # again at T + 10000 exactly, and the expired lease's id is unknown
+    e1 = both(*llm("u2", 1, 1, T))
+    both(*llm("u2", 1, 1, T + 1))
+    e3 = both(*llm("u2", 1, 1, T + 2))
+    test.assertEqual(e3[1][:7], [0, 2, 0, 9998, 9999, 0,
+                                 [b"OVER_LIMIT", b"llm.user#concurrency", 2, 0, 9998, 9999]])
+    e4 = both(*llm("u2", 1, 1, T + 9999))
+    test.assertEqual(e4[1][0], 0)
+    e5 = both(*llm("u2", 1, 1, T + 10000))
+    test.assertEqual(e5[1][0], 1)
+    test.assertEqual([lk for lk, _ in e5[1][8]], [b"llm|user=u2|conc"])
+    for i, c in enumerate(cs):
+        test.assertEqual(c.cmd("RL.RELEASE", b"llm|user=u2|conc", str(e1[i][8][0][1])), 0)
+    test.assertEqual(zcard(b"sl:hl:{llm}|user=u2|conc"), 2)
+    # a shadow concurrency limit: a lease while it has room, then
+    # SHADOW and none; never a denial
+    s1 = both("RL.CHECK", "llm", "AT", T, "DESCRIPTOR", "batch", "s1")
+    test.assertEqual(s1[1][:7], [1, 0, 0, 0, 0, 0,
+                                 [b"OK", b"llm.batch#concurrency", 1, 0, 0, 60000]])
+    s2 = both("RL.CHECK", "llm", "AT", T + 1, "DESCRIPTOR", "batch", "s1")
+    test.assertEqual(s2[1], [1, 0, 0, 0, 0, 0, [b"SHADOW", b"llm.batch#concurrency", 1, 0,
+                                                59999, 59999], []])
+    for i, c in enumerate(cs):
+        test.assertEqual(c.cmd("RL.RELEASE", "llm|batch=s1|conc", str(s1[i][7][0][1])), 1)
 
 
 class Pair:
@@ -328,27 +463,10 @@ class HoldsRedis(unittest.TestCase):
     # RL.CHECK with concurrency limits (docs/rules.md, "Concurrency"): the
     # LLM recipe of test_holds.py, on the script's op C (leases and rates
     # in one call, all-or-none)
-    LLM_RULES = """\
-domain: llm
-descriptors:
-  - key: user
-    rate_limit:
-      - {unit: minute, requests_per_unit: 3}
-      - {concurrency: 2, concurrency_ttl: 10s}
-  - key: tokens
-    rate_limit: {window: 1m, requests_per_unit: 1000, algorithm: sliding-window}
-  - key: batch
-    shadow_mode: true
-    rate_limit: {concurrency: 1}
-"""
-
     def rules_file(self):
         d = tempfile.mkdtemp(prefix="sluice-holds-redis-")
         self.addCleanup(shutil.rmtree, d, True)
-        path = os.path.join(d, "llm.yaml")
-        with open(path, "w") as f:
-            f.write(self.LLM_RULES)
-        return path
+        return write_rules(d)
 
     def rules_node(self, backend, name, path):
         args = ("--backend", backend, "--backend-timeout", "5s") if backend else ()
@@ -358,10 +476,7 @@ descriptors:
         self.addCleanup(s.cleanup)
         return s
 
-    @staticmethod
-    def llm(user, rpm_cost, tokens, at):
-        return ("RL.CHECK", "llm", "COSTS", rpm_cost, tokens, "AT", at,
-                "DESCRIPTOR", "user", user, "DESCRIPTOR", "tokens", user)
+    llm = staticmethod(llm)
 
     def test_check_leases_same_as_local(self):
         """The LLM recipe (requests per minute, tokens per minute and
@@ -375,96 +490,52 @@ descriptors:
               RawConn(self.rules_node(r.url(), "redis", path).port)]
         for c in cs:
             self.addCleanup(c.close)
-        key = b"llm|user=u1|conc"
+        leased_check_sequence(self, cs, lambda name: r.cmd("ZCARD", name))
 
-        def both(*args):
-            """args to both; the replies equal once each lease id is
-            replaced by True; returns each server's reply."""
-            out = [flat(c.cmd(*[str(a) for a in args])) for c in cs]
-            norm = []
-            for rep in out:
-                if isinstance(rep, list) and rep and isinstance(rep[-1], list) and \
-                        all(isinstance(x, list) and len(x) == 2 for x in rep[-1]):
-                    for lk, lid in rep[-1]:
-                        self.assertIsInstance(lid, int, (args, rep))
-                        self.assertGreater(lid, 0, (args, rep))
-                    rep = rep[:-1] + [[[lk, True] for lk, _ in rep[-1]]]
-                norm.append(rep)
-            self.assertEqual(norm[0], norm[1], args)
-            return out
-
-        # 1, 2: allowed, each holding a lease (concurrency the tightest)
-        c1 = both(*self.llm("u1", 1, 400, T))
-        self.assertEqual(c1[1][:7], [1, 2, 1, 0, 10000, 0,
-                                     [b"OK", b"llm.user#concurrency", 2, 1, 0, 10000]])
-        self.assertEqual([lk for lk, _ in c1[1][8]], [key])
-        c2 = both(*self.llm("u1", 1, 400, T + 100))
-        self.assertEqual(c2[1][:6], [1, 2, 0, 0, 10000, 0])
-        # the leases are in RL.ACQUIRE's keys of the lease key in Redis
-        self.assertEqual(r.cmd("ZCARD", "sl:hl:{llm|user=u1|conc}"), 2)
-        # 3: denied by the concurrency: no lease taken, nothing charged
-        c3 = both(*self.llm("u1", 1, 100, T + 200))
-        self.assertEqual(c3[1][:7], [0, 2, 0, 9800, 9900, 0,
-                                     [b"OVER_LIMIT", b"llm.user#concurrency", 2, 0, 9800, 9900]])
-        self.assertEqual(c3[1][8], [])
-        # RL.RELEASE of the lease key and the check's id frees one
-        for i, c in enumerate(cs):
-            self.assertEqual(c.cmd("RL.RELEASE", key, str(c1[i][8][0][1])), 1)
-            self.assertEqual(c.cmd("RL.RELEASE", key, str(c1[i][8][0][1])), 0)
-        c4 = both(*self.llm("u1", 1, 100, T + 300))
-        self.assertEqual(c4[1][:4], [1, 3, 0, 0])
-        # 400 + 400 + 100 tokens: the check the concurrency denied charged none
-        self.assertEqual(c4[1][7][:4], [b"OK", b"llm.tokens", 1000, 100])
-        for i, c in enumerate(cs):
-            self.assertEqual(c.cmd("RL.RELEASE", key, str(c4[i][8][0][1])), 1)
-        # 5: denied by the rate (a 4th this minute) with a lease free: it
-        # takes none -- one lease (the second check's) held, as RL.ACQUIRE sees
-        c5 = both(*self.llm("u1", 1, 1, T + 400))
-        self.assertEqual(c5[1][:4], [0, 3, 0, 59477])
-        self.assertEqual(c5[1][6][:4], [b"OVER_LIMIT", b"llm.user", 3, 0])
-        self.assertEqual(c5[1][8], [])
-        for c in cs:
-            a = c.cmd("RL.ACQUIRE", key, "2", "TTL", "1", "AT", str(T + 500))
-            self.assertEqual(a[:6], [1, 2, 0, 0, 9600, 0])
-            self.assertEqual(c.cmd("RL.RELEASE", key, str(a[6])), 1)
-        for i, c in enumerate(cs):
-            self.assertEqual(c.cmd("RL.RELEASE", key, str(c2[i][8][0][1])), 1)
-        # the tokens: the rate-denied check charged none either (100 left)
-        t = both(*self.llm("u1", 0, 0, T + 600))
-        self.assertEqual(t[1][7][:4], [b"OK", b"llm.tokens", 1000, 100])
-        # a shadow concurrency limit: a lease while it has room, then
-        # SHADOW and none; never a denial
-        s1 = both("RL.CHECK", "llm", "AT", T, "DESCRIPTOR", "batch", "s1")
-        self.assertEqual(s1[1][:7], [1, 0, 0, 0, 0, 0,
-                                     [b"OK", b"llm.batch#concurrency", 1, 0, 0, 60000]])
-        s2 = both("RL.CHECK", "llm", "AT", T + 1, "DESCRIPTOR", "batch", "s1")
-        self.assertEqual(s2[1], [1, 0, 0, 0, 0, 0, [b"SHADOW", b"llm.batch#concurrency", 1, 0,
-                                                    59999, 59999], []])
-        for i, c in enumerate(cs):
-            self.assertEqual(c.cmd("RL.RELEASE", "llm|batch=s1|conc", str(s1[i][7][0][1])), 1)
-
-    def test_check_leases_refused_module_cluster(self):
+    def test_check_leases_refused_module(self):
         """Where one script call cannot hold the leases and the rates (the
-        module's RL.CHECKPLAN; a Cluster, where the lease key's slot is not
-        the domain's), RL.CHECK with a concurrency limit is refused, naming
-        the rule; a check without one still answers."""
+        module's RL.CHECKPLAN), RL.CHECK with a concurrency limit is
+        refused, naming the rule; a check without one still answers.  (In
+        a Cluster and on a ring it works: CheckLeasesCluster, CheckLeasesRing.)"""
         path = self.rules_file()
         m = harness.RedisServer(module_args=["trust-client-time", "yes",
                                              "max-client-skew", "7d"]).start()
         self.addCleanup(m.cleanup)
-        c = harness.RedisCluster(3).start()
-        self.addCleanup(c.cleanup)
-        for backend, where in ((m.url(), "with the sluice module"),
-                               (c.url(), "in a Redis Cluster")):
-            s = self.rules_node(backend, where.split()[-1], path)
-            s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
-            with RawConn(s.port) as conn:
-                self.assertEqual(
-                    flat(conn.cmd(*[str(a) for a in self.llm("u1", 1, 400, T)])),
-                    "ERR:ERR rule llm.user: RL.CHECK takes concurrency leases on Redis only by "
-                    "the script on one server, not %s (docs/rules.md)" % where)
-                self.assertEqual(conn.cmd("RL.CHECK", "llm", "COST", "5", "AT", str(T),
-                                          "DESCRIPTOR", "tokens", "u1")[:3], [1, 1000, 995])
+        s = self.rules_node(m.url(), "module", path)
+        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
+        with RawConn(s.port) as conn:
+            self.assertEqual(
+                flat(conn.cmd(*[str(a) for a in self.llm("u1", 1, 400, T)])),
+                "ERR:ERR rule llm.user: RL.CHECK takes concurrency leases on Redis only by "
+                "the script on one server, not with the sluice module (docs/rules.md)")
+            self.assertEqual(conn.cmd("RL.CHECK", "llm", "COST", "5", "AT", str(T),
+                                      "DESCRIPTOR", "tokens", "u1")[:3], [1, 1000, 995])
+
+    def test_lease_key_names(self):
+        """A lease's Redis keys: "<domain>|...|conc" under the domain's tag,
+        any other key under its own; keys whose '{' and '}' would shift a
+        naive tag never share a lease set (max 1 each: every first acquire
+        allowed, every second denied) and get the names the docs give."""
+        r = self.redis()
+        keys = [b"a}b|x|conc", b"ab}|x|conc", b"a}|bx|conc", b"a|}bx|conc", b"{a}|x|conc",
+                b"{a|x|conc", b"a|x|conc", b"a|x|conc}", b"a|x|conc{", b"}a|x|conc",
+                b"a%7C|x|conc", b"a%|x|conc", b"%%|x|conc", b"|x|conc", b"x|conc", b"ab|conc",
+                b"a|x|conc}|conc", b"a}b", b"a}b|x", b"{a}b|x|conc}", b"llm|user=u|conc"]
+        with RawConn(self.node(r, "names").port) as c:
+            for k in keys:
+                self.assertEqual(c.cmd("RL.ACQUIRE", k, "1", "TTL", "60000", "AT", str(T))[:6],
+                                 [1, 1, 0, 0, 60000, 0], k)
+            for k in keys:
+                self.assertEqual(c.cmd("RL.ACQUIRE", k, "1", "AT", str(T + 1))[:4],
+                                 [0, 1, 0, 59999], k)
+        got = sorted(r.cmd("KEYS", "sl:hl:*"))
+        self.assertEqual(got, sorted(lease_name(b"l", k) for k in keys))
+        self.assertEqual(sorted(r.cmd("KEYS", "sl:hh:*")),
+                         sorted(lease_name(b"h", k) for k in keys))
+        self.assertIn(b"sl:hl:{a}b}|x|conc", got)
+        self.assertIn(b"sl:hl:{a}b}", got)
+        self.assertIn(b"sl:hl:{|x|conc}", got)  # no domain: the whole key
+        self.assertIn(b"sl:hl:{a%}7C|x|conc", got)  # "a|": one byte escaped as %7C
 
     def fleet(self, trust):
         r = self.redis()
@@ -563,6 +634,199 @@ descriptors:
                 peek = c.cmd("RL.PEEK", "tok:" + name, str(L), "1h", *opt, "COST", "0",
                              "AT", str(T))
                 self.assertEqual(peek[2], L - total, name)
+
+
+class _LeasesApart:
+    """RL.CHECK's concurrency leases where keys are spread: a Redis Cluster
+    (CheckLeasesCluster) or a ring of standalone servers (CheckLeasesRing).
+    A check's leases live under its domain's hash tag (holds.c), so one
+    script call holds the leases and the rates on the domain's server;
+    RL.ACQUIRE / RL.RELEASE on the lease key go there too.  The servers
+    are the class's: a local-backend sluiced and two on the spread backend,
+    all with LLM_RULES; each test uses keys of its own."""
+
+    @classmethod
+    def setUpClass(cls):
+        d = tempfile.mkdtemp(prefix="sluice-holds-apart-")
+        cls.addClassCleanup(shutil.rmtree, d, True)
+        path = write_rules(d)
+        backend = cls.start_backend()
+        cls.local = cls.sluiced(path, None, "local")
+        cls.nodes = [cls.sluiced(path, backend, "n%d" % i) for i in range(2)]
+
+    @classmethod
+    def sluiced(cls, path, backend, name):
+        args = ("--backend", backend, "--backend-timeout", "5s") if backend else ()
+        s = harness.Server(*args, "--rules", path, trust_client_time=True,
+                           name="%s-%s" % (cls.__name__, name))
+        s.start()
+        cls.addClassCleanup(s.cleanup)
+        if backend:
+            s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
+        return s
+
+    def conn(self, s):
+        c = RawConn(s.port, timeout=30)
+        self.addCleanup(c.close)
+        return c
+
+    def test_check_leases_same_as_local(self):
+        """The single server's sequence (leased_check_sequence: two leases
+        of N = 2 and a denial with retry_after, RL.RELEASE of the reply's
+        key and id, a rate denial taking no lease, TTL expiry, shadow),
+        every reply equal to the local backend's field by field; the lease
+        sets on the server of the domain's counters, and on no other."""
+        home = self.home(b"llm")
+
+        def zcard(name):
+            """On home; none elsewhere (a ring's other servers: 0; a
+            Cluster's other masters: MOVED, the slot is not theirs)."""
+            for r in self.servers():
+                if r is not home:
+                    n = flat(r.cmd("ZCARD", name))
+                    self.assertTrue(n == 0 or str(n).startswith("ERR:MOVED "), (name, n))
+            return home.cmd("ZCARD", name)
+
+        leased_check_sequence(self, [self.conn(self.local), self.conn(self.nodes[0])], zcard)
+        self.assertNotEqual(home.cmd("KEYS", "sl:?1:{llm}|user=u1*"), [])  # the rates there too
+
+    def test_acquire_release_go_with_the_domain(self):
+        """RL.ACQUIRE on a check's lease key (a user whose whole lease key
+        hashes elsewhere than "llm") shares the check's count, through
+        either node; RL.RELEASE through the other node gives it back.  A
+        user's own key "jobs|nightly|conc" lives with "jobs", a plain key
+        with itself; their replies are RL.ACQUIRE's as anywhere."""
+        home = self.home(b"llm")
+        user = next((u for u in ("w%d" % i for i in range(200))
+                     if self.home(b"llm|user=%s|conc" % u.encode()) is not home), None)
+        self.assertIsNotNone(user, "no user whose lease key hashes away from llm")
+        key = "llm|user=%s|conc" % user
+        n0, n1 = self.conn(self.nodes[0]), self.conn(self.nodes[1])
+        a = n0.cmd("RL.ACQUIRE", key, "2", "TTL", "10000", "AT", str(T))
+        self.assertEqual(a[:6], [1, 2, 1, 0, 10000, 0])
+        c1 = n1.cmd(*[str(x) for x in llm(user, 1, 1, T + 1)])
+        self.assertEqual(c1[:7], [1, 2, 0, 0, 10000, 0,
+                                  [b"OK", b"llm.user#concurrency", 2, 0, 0, 10000]])
+        self.assertEqual(c1[8][0][0], key.encode())
+        c2 = n0.cmd(*[str(x) for x in llm(user, 1, 1, T + 2)])
+        self.assertEqual(c2[:7], [0, 2, 0, 9998, 9999, 0,
+                                  [b"OVER_LIMIT", b"llm.user#concurrency", 2, 0, 9998, 9999]])
+        self.assertEqual(c2[8], [])
+        self.assertEqual(home.cmd("ZCARD", lease_name(b"l", key.encode())), 2)
+        self.assertEqual(n1.cmd("RL.RELEASE", key, str(a[6])), 1)
+        self.assertEqual(n0.cmd("RL.RELEASE", key, str(a[6])), 0)
+        c3 = n0.cmd(*[str(x) for x in llm(user, 1, 1, T + 3)])
+        self.assertEqual(c3[0], 1)
+        for c, lk, lid in ((n1, key, c1[8][0][1]), (n0, key, c3[8][0][1])):
+            self.assertEqual(c.cmd("RL.RELEASE", lk, str(lid)), 1)
+        self.assertEqual(home.cmd("ZCARD", lease_name(b"l", key.encode())), 0)
+        for k, tag in ((b"jobs|nightly|conc", b"jobs"), (b"plain:%s" % user.encode(), None)):
+            a = n0.cmd("RL.ACQUIRE", k, "1", "TTL", "5000", "AT", str(T))
+            self.assertEqual(a[:6], [1, 1, 0, 0, 5000, 0], k)
+            self.assertEqual(self.home(tag or k).cmd("ZCARD", lease_name(b"l", k)), 1, k)
+            self.assertEqual(n1.cmd("RL.RELEASE", k, str(a[6])), 1, k)
+
+    def test_fleet_never_more_than_n(self):
+        """Checks of one key (`job`: a rate and concurrency 2) from four
+        clients on two sluiced nodes at once: exactly 2 of 24 pipelined
+        checks granted (distinct ids); then acquire-count-release loops on
+        another key never see more than 2 held; the 2 released through the
+        other node, the next check has 1 left."""
+        N = 2
+        nodes = self.nodes
+
+        def check(c, job, at=T):
+            return c.cmd("RL.CHECK", "llm", "AT", str(at), "DESCRIPTOR", "job", job)
+
+        lock, held, worst, errors = threading.Lock(), [0], [0], []
+        got = [[] for _ in range(4)]
+
+        def grab(j):
+            try:
+                with RawConn(nodes[j % 2].port, timeout=30) as c:
+                    c.send(b"".join(encode("RL.CHECK", "llm", "AT", str(T), "DESCRIPTOR", "job",
+                                           "grab") for _ in range(6)))
+                    for rep in c.read_replies(6, timeout=60 * harness.SLOW):
+                        if rep[0] == 1:
+                            got[j].append(rep[7][0][1])
+                        elif rep[7] != []:
+                            errors.append("a denied check holds leases: %r" % (rep,))
+            except Exception as e:
+                errors.append(repr(e))
+
+        def churn(j):
+            try:
+                with RawConn(nodes[j % 2].port, timeout=30) as c:
+                    for _ in range(10):
+                        rep = check(c, "churn")
+                        if rep[0] != 1:
+                            continue
+                        with lock:
+                            held[0] += 1
+                            worst[0] = max(worst[0], held[0])
+                        with lock:
+                            held[0] -= 1
+                        lk, lid = rep[7][0]
+                        if c.cmd("RL.RELEASE", lk, str(lid)) != 1:
+                            errors.append("a held lease released: not 1")
+            except Exception as e:
+                errors.append(repr(e))
+
+        for fn in (grab, churn):
+            ths = [threading.Thread(target=fn, args=(j,)) for j in range(4)]
+            for th in ths:
+                th.start()
+            for th in ths:
+                th.join(120 * harness.SLOW)
+        self.assertEqual(errors, [])
+        ids = [i for g in got for i in g]
+        self.assertEqual(len(ids), N)  # exactly N of 24, across 2 nodes
+        self.assertEqual(len(set(ids)), N)
+        self.assertLessEqual(worst[0], N)
+        self.assertGreaterEqual(worst[0], 1)
+        with RawConn(nodes[1].port) as c:
+            for i in ids:
+                self.assertEqual(c.cmd("RL.RELEASE", "llm|job=grab|conc", str(i)), 1)
+            rep = check(c, "grab")
+            self.assertEqual(rep[6], [b"OK", b"llm.job#concurrency", N, N - 1, 0, 3600000])
+
+
+class CheckLeasesCluster(_LeasesApart, unittest.TestCase):
+    """_LeasesApart in a Redis Cluster of three masters."""
+
+    @classmethod
+    def start_backend(cls):
+        cls.cluster = harness.RedisCluster(3)
+        cls.addClassCleanup(cls.cluster.cleanup)
+        cls.cluster.start()
+        return cls.cluster.url()
+
+    def servers(self):
+        return self.cluster.nodes
+
+    def home(self, tag):
+        """The master of tag's slot."""
+        return self.cluster.node_of_slot(self.cluster.keyslot(tag))
+
+
+class CheckLeasesRing(_LeasesApart, unittest.TestCase):
+    """_LeasesApart on a ring of three standalone Redis servers; the owner
+    of a tag from test_ring.py's model of the ring."""
+
+    @classmethod
+    def start_backend(cls):
+        cls.ring = [harness.RedisServer() for _ in range(3)]
+        for r in cls.ring:
+            cls.addClassCleanup(r.cleanup)
+            r.start()
+        return ",".join(r.url() for r in cls.ring)
+
+    def servers(self):
+        return self.ring
+
+    def home(self, tag):
+        ids = [test_ring.ident(r) for r in self.ring]
+        return self.ring[ids.index(test_ring.ring_owner(ids, tag.decode()))]
 
 
 if __name__ == "__main__":

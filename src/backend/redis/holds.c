@@ -6,12 +6,17 @@
  * RL.SETTLE are the module's RL.HOLDRESERVE and RL.HOLDSETTLE, whose
  * replies are RV's and ST's), and the reading of their replies.  Builds bytes only: the sending is send.c's.
  *
- * Every Redis key of a sluice key k carries k as its hash tag, as the
- * decisions' keys do, so one call is one Cluster slot and a ring sends
- * it to the owner of k (route.c): "sl:hh:{k}" (a hash: the id counter,
- * the clocks, the reservations' records), "sl:hl:{k}" (the leases, a
- * sorted set by expiry), "sl:hr:{k}" (the reservations' ids by expiry),
- * and the rate state RL.ALLOW uses, "sl:<algo>0:{k}" (script.c).
+ * Every Redis key of one hold call carries one hash tag, so one call is
+ * one Cluster slot and a ring sends it to the owner of that tag
+ * (route.c).  A reservation's keys carry its key k, as the decisions'
+ * keys do: "sl:hh:{k}" (a hash: the id counter, the clock, the
+ * reservations' records), "sl:hr:{k}" (the reservations' ids by expiry)
+ * and the rate state RL.ALLOW uses, "sl:<algo>0:{k}" (script.c).  A
+ * lease's keys, "sl:hh:" and "sl:hl:" (the leases, a sorted set by
+ * expiry), carry k's lease tag (sl__redis_lease_tag): k itself, or for
+ * a key of RL.CHECK's lease form "<domain>|...|conc" the domain, as the
+ * domain's counters carry it -- so a check's leases and its rates are in
+ * one slot, on one ring member, and one script call takes both.
  * docs/commands-holds.md, "The Redis backend", tells the rest.
  */
 #include <string.h>
@@ -45,17 +50,56 @@ int sl__redis_hold_check(const sl_breq *rq)
     }
 }
 
-/* "sl:h" kind ":{" key "}": a hold key of the script's path (holds.h). */
+size_t sl__redis_lease_tag(const char *key, size_t len)
+{
+    static const char suf[] = SL_CHECK_LEASE_SUFFIX;
+    const size_t sl = sizeof suf - 1;
+    const size_t longat = SL_RULES_KEY_PREFIX - sl; /* the long form's "|conc#~" */
+    size_t end;                                     /* the domain ends before key[end] */
+    if (len > sl && memcmp(key + len - sl, suf, sl) == 0)
+        end = len - sl;
+    else if (len == SL_MAX_KEY && memcmp(key + longat, suf, sl) == 0 &&
+             memcmp(key + longat + sl, "#~", 2) == 0)
+        end = longat;
+    else
+        return len;
+    const char *bar = memchr(key, '|', end);
+    if (bar == NULL) return len; /* no "<domain>|" before the suffix */
+    /* the domain as the rules write it in a key: '%', '|', '=', '#'
+     * escaped as %XX (rules_match.c), so its own length is the bytes
+     * before the '|' less two a '%'; the counters' tag is that many bytes
+     * of the key, at most SL_RULES_KEY_PREFIX (check.c, tag_len) */
+    size_t p = (size_t)(bar - key), pct = 0;
+    for (size_t i = 0; i < p; i++) pct += key[i] == '%';
+    if (p <= 2 * pct) return len;
+    size_t t = p - 2 * pct;
+    return t < SL_RULES_KEY_PREFIX ? t : SL_RULES_KEY_PREFIX;
+}
+
+size_t sl__redis_hold_name(char *buf, char kind, const char *key, size_t len, size_t tag)
+{
+    memcpy(buf, "sl:h", 4);
+    buf[4] = kind;
+    buf[5] = ':';
+    buf[6] = '{';
+    memcpy(buf + 7, key, tag);
+    buf[7 + tag] = '}';
+    memcpy(buf + 8 + tag, key + tag, len - tag);
+    return len + 8;
+}
+
 void sl__redis_hold_key(struct cmd *c, char kind, const char *key, size_t len)
 {
     char *k = c->key[c->nkeys++];
-    memcpy(k, "sl:h", 4);
-    k[4] = kind;
-    k[5] = ':';
-    k[6] = '{';
-    memcpy(k + 7, key, len);
-    k[7 + len] = '}';
-    cmd_str(c, k, len + 8);
+    cmd_str(c, k, sl__redis_hold_name(k, kind, key, len, sl__redis_lease_tag(key, len)));
+}
+
+/* A reservation's hold key: "sl:h" kind ":{" key "}", the tag of the rate
+ * state it charges. */
+static void resv_key(struct cmd *c, char kind, const char *key, size_t len)
+{
+    char *k = c->key[c->nkeys++];
+    cmd_str(c, k, sl__redis_hold_name(k, kind, key, len, len));
 }
 
 static void rate_key(struct cmd *c, int algo, const char *key, size_t len)
@@ -75,9 +119,13 @@ static void cmd_script(struct cmd *c, const redis *r, const pend *e)
     cmd_str(c, "EVALSHA", 7);
     cmd_str(c, r->sha, SHA_LEN);
     cmd_int(c, nkeys[i]);
-    sl__redis_hold_key(c, 'h', e->key, rq->keylen);
-    sl__redis_hold_key(c, rq->op == SL_BOP_ACQUIRE || rq->op == SL_BOP_RELEASE ? 'l' : 'r', e->key,
-             rq->keylen);
+    if (rq->op == SL_BOP_ACQUIRE || rq->op == SL_BOP_RELEASE) { /* the lease tag */
+        sl__redis_hold_key(c, 'h', e->key, rq->keylen);
+        sl__redis_hold_key(c, 'l', e->key, rq->keylen);
+    } else {
+        resv_key(c, 'h', e->key, rq->keylen);
+        resv_key(c, 'r', e->key, rq->keylen);
+    }
     if (rq->op == SL_BOP_RESERVE) rate_key(c, (int)rq->params->algo, e->key, rq->keylen);
     if (rq->op == SL_BOP_SETTLE) /* the record names its algorithm */
         for (int a = 0; a < SL_ALGO_COUNT; a++) rate_key(c, a, e->key, rq->keylen);

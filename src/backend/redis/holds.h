@@ -15,9 +15,30 @@ int sl__redis_is_hold(int op);
  * SL_E* code (nothing sent). */
 int sl__redis_hold_check(const sl_breq *rq);
 
-/* Appends key "sl:h" kind ":{" key "}" to c's keys and arguments (kind 'h':
- * the hash, 'l': the leases): a hold key of the script's path, the same
- * for RL.ACQUIRE / RL.RELEASE on key and for RL.CHECK's leases on it. */
+/* The hash tag of a lease key (docs/commands-holds.md, "The lease tag"): the
+ * length of its first bytes that are the tag.  For a key of RL.CHECK's
+ * lease form -- "<domain>|...|conc", or the long form "...|conc#~" and
+ * 64 hex digits (check.h, SL_CHECK_LEASE_SUFFIX) with the domain whole
+ * before the suffix -- the domain as the domain's counters carry it
+ * (check.c: as many bytes as the domain has unescaped, at most
+ * SL_RULES_KEY_PREFIX: the bytes before the first '|' less two for each
+ * '%'), so a check's leases share its counters' slot and ring member;
+ * for any other key, len (the whole key).  O(len), no allocation. */
+size_t sl__redis_lease_tag(const char *key, size_t len);
+
+/* Writes hold key "sl:h" kind ":{" key[0..tag) "}" key[tag..len) into buf
+ * (KEYBUF bytes) and returns its length, len + 8.  One name for one
+ * (kind, key): the names of two different keys differ whatever '{' or
+ * '}' they hold, for tag = len (the name ends in '}') and for tag =
+ * sl__redis_lease_tag() < len (it ends in the suffix, and the tag is a
+ * function of the key's bytes before its first '|', which a '}' moved
+ * across does not change: docs/commands-holds.md). */
+size_t sl__redis_hold_name(char *buf, char kind, const char *key, size_t len, size_t tag);
+
+/* Appends a lease's hold key of key (kind 'h': the hash, 'l': the leases)
+ * to c's keys and arguments: sl__redis_hold_name with the lease tag, the
+ * same for RL.ACQUIRE / RL.RELEASE on key and for RL.CHECK's leases on
+ * it (a reservation's keys carry the whole key: holds.c). */
 void sl__redis_hold_key(struct cmd *c, char kind, const char *key, size_t len);
 
 /* Builds e's command: the script's op LA / LR / RV / ST, or on the

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "redis/holds.h"
 #include "redis/redis_int.h"
 
 /* ---- Redis Cluster -------------------------------------------------------- */
@@ -226,12 +227,15 @@ int sl__redis_request_slot(const redis *r, const sl_breq *rq)
             return 0;
         return slot_of_key((int)rq->params->algo, rq->params->space, rq->key, rq->keylen,
                            rq->keylen);
-    case SL_BOP_ACQUIRE: /* holds.c: every key of a hold carries the key as its tag */
-    case SL_BOP_RELEASE:
+    case SL_BOP_ACQUIRE: /* holds.c: a lease's keys carry the key's lease tag, */
+    case SL_BOP_RELEASE: /* a reservation's the key */
     case SL_BOP_RESERVE:
     case SL_BOP_SETTLE:
         if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY) return 0;
-        return slot_of_key(0, 0, rq->key, rq->keylen, rq->keylen);
+        return slot_of_key(0, 0, rq->key, rq->keylen,
+                           rq->op == SL_BOP_ACQUIRE || rq->op == SL_BOP_RELEASE
+                               ? sl__redis_lease_tag(rq->key, rq->keylen)
+                               : rq->keylen);
     case SL_BOP_FORGET:
         if (rq->key == NULL || rq->keylen == 0 || rq->keylen > SL_MAX_KEY || rq->algo_lo < 0 ||
             rq->algo_hi > SL_ALGO_COUNT)
@@ -265,6 +269,14 @@ int sl__redis_request_slot(const redis *r, const sl_breq *rq)
             size_t tag, n = sl__redis_pool_user_key(u, r, plan, &tag);
             SAME(slot_of_key((int)plan->pool.algo, plan->pool.space, u, n, tag));
         }
+        /* the leases: under the domain's tag too (holds.c), so in its slot */
+        if (plan->nleases < 0 || plan->nleases > SL_CHECK_MAX_DESC) return 0;
+        for (int j = 0; j < plan->nleases && slot != -1; j++) {
+            const sl_check_lease *ls = &plan->leases[j];
+            if (ls->lead != j) continue;
+            if (ls->keylen == 0 || ls->keylen > SL_MAX_KEY) return 0;
+            SAME(slot_of_key(0, 0, ls->key, ls->keylen, sl__redis_lease_tag(ls->key, ls->keylen)));
+        }
         break;
     }
     default: return 0;
@@ -294,11 +306,13 @@ static void cluster_submit(wchan *w, sl_breq *rq)
 }
 
 /* The hash tag of rq, which names the node that owns it: the key for
- * DECIDE, PEEK and FORGET (every Redis key they touch is "{key}"), the
- * first request's key for DECIDE_ALL (redis_submit refuses one whose
- * keys are on several nodes), the domain for CHECK (every
- * counter of a plan carries it: check.h).  *len = 0 when rq touches no
- * key (a CHECK of L = 0 counters only): any node will do. */
+ * DECIDE, PEEK, FORGET, RESERVE and SETTLE (every Redis key they touch is
+ * "{key}"), its lease tag for ACQUIRE and RELEASE (holds.c), the first
+ * request's key for DECIDE_ALL (redis_submit refuses one whose keys are
+ * on several nodes), the domain for CHECK (every counter of a plan
+ * carries it: check.h; its leases too: holds.c), its first lease's tag
+ * for a CHECK of leases alone.  *len = 0 when rq touches no key (a CHECK
+ * of L = 0 counters only): any node will do. */
 static const char *tag_of(const sl_breq *rq, size_t *len)
 {
     switch (rq->op) {
@@ -312,10 +326,37 @@ static const char *tag_of(const sl_breq *rq, size_t *len)
             *len = t->taglen;
             return t->key;
         }
+        if (rq->plan != NULL && rq->plan->nleases > 0 && rq->plan->leases[0].keylen <= SL_MAX_KEY) {
+            const sl_check_lease *ls = &rq->plan->leases[0];
+            *len = sl__redis_lease_tag(ls->key, ls->keylen);
+            return ls->key;
+        }
         *len = 0;
         return NULL;
+    case SL_BOP_ACQUIRE:
+    case SL_BOP_RELEASE:
+        *len = rq->key != NULL && rq->keylen <= SL_MAX_KEY
+                   ? sl__redis_lease_tag(rq->key, rq->keylen)
+                   : 0;
+        return rq->key;
     default: *len = rq->key != NULL ? rq->keylen : 0; return rq->key;
     }
+}
+
+/* 0 when every lease of CHECK rq is on ring node `node` (the one of its
+ * counters), else the index + 1 of the first lease that is not: a lease
+ * key whose lease tag is not its domain's counters' tag (a domain that
+ * does not fit whole before a long key's suffix: holds.c). */
+static int lease_elsewhere(const sl_ring *ring, const sl_breq *rq, int node)
+{
+    const sl_check_plan *plan = rq->plan;
+    for (int j = 0; plan != NULL && j < plan->nleases && j < SL_CHECK_MAX_DESC; j++) {
+        const sl_check_lease *ls = &plan->leases[j];
+        if (ls->lead != j || ls->keylen == 0 || ls->keylen > SL_MAX_KEY) continue;
+        size_t t = sl__redis_lease_tag(ls->key, ls->keylen);
+        if (sl_ring_node(ring, ls->key, t) != node) return j + 1;
+    }
+    return 0;
 }
 
 /* Routes rq to the connection of the node that owns its hash tag. */
@@ -345,6 +386,18 @@ void sl__redis_route(sl_bchan *c, sl_breq *rq)
                               i + 1);
                 return;
             }
+        }
+    }
+    if (rq->op == SL_BOP_CHECK && len > 0) {
+        int j = lease_elsewhere(w->r->ring, rq, node);
+        if (j > 0) { /* one script call holds the leases and the rates */
+            const char *name = rq->plan->lim[j - 1].name;
+            sl__breq_fail(rq, SL_EINVAL,
+                          "rule %.*s: its leases and its domain's counters are on different "
+                          "Redis servers of the ring (a domain too long for its lease key): "
+                          "decided all-or-none only on one (docs/rules.md)",
+                          (int)strcspn(name, "#"), name);
+            return;
         }
     }
     sl__redis_submit(w->c[node], rq, TO_REDIS);
