@@ -27,6 +27,7 @@
 
 #include "engine.h"
 #include "holds.h" /* sl__engine_adjust */
+#include "lone.h"  /* sl__engine_bucket_hold, sl__engine_bucket_give */
 
 __extension__ typedef unsigned __int128 u128;
 __extension__ typedef __int128 i128;
@@ -926,4 +927,45 @@ int sl__engine_adjust(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t clo
     case SL_GCRA: adjust_bucket(r, meta, st, n, clock_old, t, delta); return 0;
     default: return SL_EALGO; /* sliding-log: sl_charge refuses it first */
     }
+}
+
+/* ---- a bucket's units leased out (lone.h: the module's leases) -----------
+ * token-bucket and gcra with `out` whole requests held by nodes (leased,
+ * not yet spent nor settled: docs/fleet.md, "Leases"): the refill stops
+ * at a deficit of out*W -- tokens in the bucket plus those held never pass
+ * B -- and what comes back fills the bucket no further than that.  Neither
+ * ever raises the deficit: a state already below out*W (none is, but for
+ * crafted bytes) keeps what it has.  sluice.lua's bucket() with its O is
+ * the same arithmetic. */
+
+void sl__engine_bucket_hold(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t clock_old,
+                            int64_t t, int64_t out)
+{
+    uint8_t *st = r + SL__REC_HDR + (*meta & 0x1ff) + 1;
+    int tb = n->algo == SL_TOKEN_BUCKET;
+    int stored = sl__tokens_stored(*meta, st);
+    u128 d = bucket_deficit(st, n, tb, tb && !stored);
+    u128 low = (u128)(uint64_t)(out > 0 ? out : 0) * (uint64_t)n->W;
+    if (low > d) low = d;
+    u128 refill = (u128)(uint64_t)(t > clock_old ? t - clock_old : 0) * (uint64_t)n->L;
+    d = refill >= d - low ? low : d - refill;
+    bucket_put_deficit(st, n, tb, d);
+    sl__tokens_mark(r, meta, n->algo, stored, 1);
+}
+
+int64_t sl__engine_bucket_give(uint8_t *r, uint16_t *meta, const sl__norm *n, int64_t units,
+                               int64_t out)
+{
+    uint8_t *st = r + SL__REC_HDR + (*meta & 0x1ff) + 1;
+    int tb = n->algo == SL_TOKEN_BUCKET;
+    int stored = sl__tokens_stored(*meta, st);
+    uint64_t W = (uint64_t)n->W;
+    u128 d = bucket_deficit(st, n, tb, tb && !stored);
+    u128 low = (u128)(uint64_t)(out > 0 ? out : 0) * W;
+    u128 dd = (u128)(uint64_t)(units > 0 ? units : 0) * W;
+    u128 d2 = dd >= d ? 0 : d - dd;
+    if (d2 < low) d2 = low < d ? low : d;
+    bucket_put_deficit(st, n, tb, d2);
+    sl__tokens_mark(r, meta, n->algo, stored, 1);
+    return (int64_t)udiv(d - d2, W); /* <= units */
 }

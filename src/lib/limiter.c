@@ -299,11 +299,14 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
     sl__norm_from(&n, p);
     if (n.big > sl__shard_loose_rec_max(sh)) return SL_ETOOBIG; /* check_size */
     uint8_t *r = *rec;
+    sl__lone_keep keep; /* a bucket with units leased out: its refill held short (lone.h) */
+    sl__lone_hold(sh, r, &n, now_ms, &keep);
     uint16_t m = r ? sl__rec_meta(r) : 0;
     if (r == NULL && commit) sl__shard_loose_room(sh, room, SL__LONE_ROOM); /* for the insert */
     rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
     sl__shard_loose_room(sh, NULL, 0);
     if (r != NULL) sl__rec_release(r, m);
+    sl__lone_unhold(r, &keep, commit && rc == 0);
     *rec = r;
     return rc;
 }
@@ -332,6 +335,10 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
             return rc;
         }
         rec[i] = *reqs[i].rec;
+    }
+    sl__lone_keep keep[SL_MAX_BATCH]; /* buckets with units leased out (lone.h) */
+    for (size_t i = 0; i < n; i++) {
+        sl__lone_hold(sh, rec[i], &norm[i], now_ms, &keep[i]);
         meta[i] = rec[i] ? sl__rec_meta(rec[i]) : 0;
     }
     int rc = 0, all = 1;
@@ -348,6 +355,7 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
     }
     for (size_t k = 0; k < n; k++) {
         if (rec[k] != NULL) sl__rec_release(rec[k], meta[k]);
+        sl__lone_unhold(rec[k], &keep[k], rc == 0 && all);
         *reqs[k].rec = rec[k];
     }
     if (rc != 0 && bad) *bad = i - 1;

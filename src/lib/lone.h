@@ -39,9 +39,11 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
 
 /* Refunds units (> 0) on rec (NULL: no state, nothing to give back) with
  * parameters p at now_ms: at most what a charge made at charged_at_ms
- * still counts then (sl_charge's refund, sl__engine_adjust; the module's
- * lease return).  Returns 0, or SL_EINVAL (bad parameters, another
- * algorithm's record) / SL_ECOST / SL_EALGO (sliding-log), nothing changed. */
+ * still counts then (sl_charge's refund, sl__engine_adjust; a window's
+ * lease return).  Not for a bucket with units leased out (its refill
+ * floor is sl__lone_lease_return's).  Returns 0, or SL_EINVAL (bad
+ * parameters, another algorithm's record) / SL_ECOST / SL_EALGO
+ * (sliding-log), nothing changed. */
 int sl__lone_refund(const sl_params *p, uint8_t *rec, int64_t now_ms, int64_t charged_at_ms,
                     int64_t units);
 
@@ -101,13 +103,101 @@ size_t sl__lone_bytes(const uint8_t *rec);
 
 /* A record as portable bytes (persistence): sl__lone_dump_len bytes,
  * written by sl__lone_dump: u16 flags, u16 reset code, i64 clock, then
- * the state (engine.h's sl__state_dump).  sl__lone_load makes a record of
- * algorithm algo from such bytes (in room, as sl__lone_decide does): 0 and
- * *rec, or SL_EINVAL when they are malformed (out of range, wrong length)
- * or SL_ENOMEM. */
-size_t sl__lone_dump_len(const uint8_t *rec);
-void sl__lone_dump(const uint8_t *rec, uint8_t *dst);
+ * the state (engine.h's sl__state_dump), then for a bucket with units
+ * leased out its lease tail (SL__LONE_TAIL bytes, as the record keeps
+ * it; none when nothing is out).  sl__lone_load makes a record of
+ * algorithm algo from such bytes (in room, as sl__lone_decide does): 0
+ * and *rec, or SL_EINVAL when they are malformed (out of range, wrong
+ * length, a tail with nothing out or an epoch after the clock's) or
+ * SL_ENOMEM. */
+size_t sl__lone_dump_len(const sl__shard *sh, const uint8_t *rec);
+void sl__lone_dump(const sl__shard *sh, const uint8_t *rec, uint8_t *dst);
 int sl__lone_load(sl__shard *sh, unsigned algo, const uint8_t *src, size_t len, void *room,
                   uint8_t **rec);
+
+/* ---- leases (the module's RL.LEASE, RL.LEASERETURN; docs/fleet.md,
+ * "Leases", sluice.lua's ops T and R) -------------------------------------
+ * fixed-window and sliding-window: a lease is units counted in the
+ * window's count when taken, spent until the window's end, and what comes
+ * back is subtracted in that window only.  token-bucket and gcra: the
+ * units are taken from the bucket and the record keeps what is out in its
+ * lease tail, SL__LONE_TAIL bytes after its state in its state room (a
+ * record in its owner's room has room for it; another grows once, at its
+ * first lease): e:i64, O0:u40, O1:u40 -- O0 units leased in epoch e (of
+ * SL__LEASE_EPOCH_MS ms of the key's time), O1 in epoch e - 1; all zero:
+ * nothing out.  A lease of epoch e is settled (counted spent, never to
+ * come back) from the start of epoch e + 2.  While O = O0 + O1 units are
+ * out every decision, charge and refund on the record stops the bucket's
+ * refill O short of B (sl__lone_decide and sl__lone_decide_all hold it
+ * there: sl__lone_hold), so tokens in the bucket plus tokens held never
+ * pass B. */
+#define SL__LEASE_EPOCH_MS 250
+#define SL__LONE_TAIL      18
+
+/* A lease taken: units leased (beyond the request), ms it may be spent
+ * (from the key's time of the take), and its tag (the window's index, or
+ * the bucket's epoch) for its return. */
+typedef struct sl__lone_lease {
+    int64_t extra, ttl_ms, tag;
+} sl__lone_lease;
+
+/* Whether records of algo lease here (fixed-window, sliding-window,
+ * token-bucket, gcra). */
+int sl__lone_leases(unsigned algo);
+
+/* Leases x (0..SL_MAX_LIMIT) more units of *rec (p's algorithm) at now_ms,
+ * right after a committed, allowed decision of the request that asked:
+ * charged as a decision of cost x (which the caller keeps to at most
+ * half of what that request left: it is then allowed), and for a bucket
+ * added to O0.  *out: that decision's answer (the request's before it
+ * when x is 0); *lz: the lease (extra 0 when nothing was leased).
+ * Returns 0, or SL_EINVAL (no record, another algorithm's) / SL_EALGO
+ * (an algorithm that does not lease) / SL_ECOST / SL_ENOMEM (a tail's
+ * room), with nothing leased.  *rec may move (a tail's room). */
+int sl__lone_lease_take(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms, int64_t x,
+                        sl_result *out, sl__lone_lease *lz);
+
+/* Hands back `back` unspent units of a lease of `taken` units with tag
+ * (sl__lone_lease_take's) on *rec (NULL: nothing) at now_ms: a window's
+ * only in that window; a bucket's while its epoch is not settled -- the
+ * whole lease leaves O (what was not given back was spent), and the
+ * bucket takes back at most what it can hold with the units still out.
+ * *put: the units put back.  Returns 0, or SL_EINVAL / SL_EALGO /
+ * SL_ECOST / SL_ETIME, nothing changed. */
+int sl__lone_lease_return(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_t now_ms,
+                          int64_t back, int64_t taken, int64_t tag, int64_t *put);
+
+/* When rec's units out are all settled (the key's time), or INT64_MIN
+ * when none are out: a key's state is not at rest before (the module's
+ * TTL). */
+int64_t sl__lone_lease_end(const sl__shard *sh, const uint8_t *rec);
+
+/* What sl__lone_decide and sl__lone_decide_all (limiter.c) do around a
+ * decision on an existing record: sl__lone_hold brings a bucket with units
+ * out to the decision's time with its refill stopped O short of B (and
+ * its tail to that time's epoch), saving what it changes in *k;
+ * sl__lone_unhold keeps that (committed: the tail is written) or puts the
+ * record back as it was.  Nothing for other records. */
+typedef struct sl__lone_keep {
+    uint8_t *tail; /* NULL: nothing held */
+    int64_t clock, e, o0, o1;
+    unsigned flags;
+    uint8_t st[10];
+} sl__lone_keep;
+struct sl__norm;
+void sl__lone_hold(sl__shard *sh, uint8_t *r, const struct sl__norm *n, int64_t now_ms,
+                   sl__lone_keep *k);
+void sl__lone_unhold(uint8_t *r, const sl__lone_keep *k, int committed);
+
+/* engine.c, for the tail: on a token-bucket or gcra record r (its meta as
+ * its holder knows it), sl__engine_bucket_hold brings the state from
+ * clock_old to t with the refill stopped at a deficit of `out` requests;
+ * sl__engine_bucket_give takes up to `units` requests off the deficit,
+ * not below `out` of them, and returns the whole ones it took.  Neither
+ * raises the deficit nor moves the clock. */
+void sl__engine_bucket_hold(uint8_t *r, uint16_t *meta, const struct sl__norm *n, int64_t clock_old,
+                            int64_t t, int64_t out);
+int64_t sl__engine_bucket_give(uint8_t *r, uint16_t *meta, const struct sl__norm *n, int64_t units,
+                               int64_t out);
 
 #endif

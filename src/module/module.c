@@ -39,7 +39,9 @@
 #include "util.h"
 
 #define TYPE_NAME   "sluice-rl" /* 9 characters, as Redis requires */
-#define TYPE_ENCVER 0
+/* The RDB encoding: 1 since a bucket's record may carry its lease tail
+ * (lone.h); version 0's values (no tails) load as they are. */
+#define TYPE_ENCVER 1
 #define ERRLEN      256
 #define HOUR_MS     3600000LL
 
@@ -207,8 +209,9 @@ static void val_expire(RedisModuleKey *key, const rlval *v, int64_t now, int64_t
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
         const uint8_t *rec = val_rec(v, a);
         if (!rec) continue;
-        int64_t r = sl__lone_reset_at(rec);
+        int64_t r = sl__lone_reset_at(rec), end = sl__lone_lease_end(mod.loose, rec);
         if (r > until) until = r;
+        if (end > until) until = end; /* units leased out: not at rest before they settle */
     }
     if (until == INT64_MIN) return;
     if (until == INT64_MAX) {
@@ -446,13 +449,17 @@ static int cmd_peek(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 }
 
 /* ---- RL.LEASE / RL.LEASERETURN: sluiced's leases (docs/fleet.md, "Leases") -----
- * The module's side of --lease on, sluice.lua's ops T and R for
- * fixed-window: a lease is units counted in the window's count now and
- * spent by a sluiced node until the window ends; R subtracts what came back
- * unspent, only in the window it was taken in.  Other algorithms are
- * decided as RL.ALLOW and lease nothing (extra 0): a bucket's refill would
- * have to stop short of B by the units out (the script keeps them in its
- * state), which a lone record cannot yet. */
+ * The module's side of --lease on, sluice.lua's ops T and R, on the
+ * library's lease operations (lone.h, "leases"): fixed-window and
+ * sliding-window lease units counted in the window's count, spent until
+ * the window ends, subtracted again only in that window; token-bucket and
+ * gcra lease tokens taken from the bucket, and the record keeps what is
+ * out (its lease tail, by epoch of SL__LEASE_EPOCH_MS) so that every
+ * decision on the key stops the refill short of B by them.  Other
+ * algorithms are decided as RL.ALLOW and lease nothing (extra 0).
+ * RL.LEASEINFO names the algorithms that lease: sluiced asks it (lease.c),
+ * so an older module, which leases fixed-window only, is used per request
+ * for the others. */
 
 /* A positive integer argument (at most max) into *out: 0, or -1 with the
  * client's message in err. */
@@ -498,11 +505,13 @@ static int open_made(RedisModuleCtx *ctx, RedisModuleString *name, RedisModuleKe
 }
 
 /* RL.LEASE want key limit window [options] [AT t]: RL.ALLOW's decision,
- * and when it is allowed (fixed-window) up to want - cost more units
- * charged to the window: at most half of what is left after the request,
- * so the last units go one request at a time.  Reply: RL.ALLOW's six
- * fields (remaining without the leased units), extra (units leased), ttl
- * (ms to the window's end), tag (the window's index). */
+ * and when it is allowed (an algorithm that leases) up to want - cost
+ * more units leased: at most half of what is left after the request, so
+ * the last units go one request at a time.  Reply: RL.ALLOW's six fields
+ * (remaining without the leased units), extra (units leased), ttl (ms the
+ * lease may be spent: to the window's end, or to a bucket's lease's
+ * settling), tag (the window's index, windows aligned at 0; a bucket's
+ * epoch). */
 static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     char err[ERRLEN];
@@ -525,22 +534,14 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         RedisModule_CloseKey(key);
         return reply_err(ctx, sl_strerror(rc));
     }
-    long long extra = 0, ttl = 0, tag = 0;
-    if (r.allowed && q.r.p.algo == SL_FIXED_WINDOW && rec != NULL) {
-        int64_t t = sl__lone_clock(rec), w = q.r.p.window_ms;
-        tag = t >= 0 ? t / w : -((-t + w - 1) / w); /* windows aligned at 0 (SPEC 2) */
-        ttl = (tag + 1) * w - t;
-        extra = want - q.r.cost;
-        if (extra > r.remaining / 2) extra = r.remaining / 2;
-        if (extra > 0) {
-            sl_result r2;
-            if (sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, extra, 1, &r2) != 0 ||
-                !r2.allowed)
-                extra = 0; /* cannot be: extra <= what is left; leases nothing */
-            else
-                r.remaining = r2.remaining;
-        }
-        if (extra < 0) extra = 0;
+    sl__lone_lease lz = {0, 0, 0};
+    if (r.allowed && rec != NULL && sl__lone_leases(q.r.p.algo)) {
+        long long x = want - q.r.cost;
+        if (x > r.remaining / 2) x = r.remaining / 2;
+        if (x < 0) x = 0;
+        /* out of memory for a bucket's tail: the decision stands, no lease */
+        if (sl__lone_lease_take(mod.loose, &rec, &q.r.p, now, x, &r, &lz) != 0)
+            lz = (sl__lone_lease){0, 0, 0};
     }
     val_set(v, q.r.p.algo, rec);
     if (made) RedisModule_ModuleTypeSetValue(key, mod.type, v);
@@ -557,25 +558,47 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     RedisModule_ReplyWithLongLong(ctx, r.retry_after_ms);
     RedisModule_ReplyWithLongLong(ctx, r.reset_after_ms);
     RedisModule_ReplyWithLongLong(ctx, r.delay_ms);
-    RedisModule_ReplyWithLongLong(ctx, extra);
-    RedisModule_ReplyWithLongLong(ctx, ttl);
-    RedisModule_ReplyWithLongLong(ctx, tag);
+    RedisModule_ReplyWithLongLong(ctx, lz.extra);
+    RedisModule_ReplyWithLongLong(ctx, lz.ttl_ms);
+    RedisModule_ReplyWithLongLong(ctx, lz.tag);
     return REDISMODULE_OK;
 }
 
-/* RL.LEASERETURN back tag key limit window [options] [AT t]: hands back
- * `back` unspent units of a lease taken in window `tag` (fixed-window);
- * too late (another window) nothing goes back.  Reply: the units put
- * back. */
+/* RL.LEASERETURN back tag key limit window [options] [AT t] [TAKEN n [AT t]]:
+ * hands back `back` unspent units of a lease taken with tag (of n units,
+ * TAKEN: a bucket's whole lease leaves the units out; without it n =
+ * back).  A window's only in its window; a bucket's only before its
+ * epoch is settled, and no more than the bucket can hold with the units
+ * still out.  Too late, nothing goes back.  Reply: the units put back. */
 static int cmd_leasereturn(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
 {
     char err[ERRLEN];
     request q;
-    long long back, tag;
+    long long back, tag, taken;
     if (argc < 6) return RedisModule_WrongArity(ctx);
     if (lease_int(argv[1], SL_MAX_LIMIT, "back", &back, err) != 0) return reply_err(ctx, err);
     if (lease_int(argv[2], -INT64_MAX, "tag", &tag, err) != 0) return reply_err(ctx, err);
-    if (parse_request(ctx, argv, 3, argc, NULL, 1, &q, err) < 0) return reply_err(ctx, err);
+    int i = parse_request(ctx, argv, 3, argc, "TAKEN", 1, &q, err);
+    if (i < 0) return reply_err(ctx, err);
+    taken = back;
+    if (i < argc) { /* TAKEN n, then AT t when the request had none (replicate_at's) */
+        if (i + 1 >= argc) return reply_err(ctx, "TAKEN needs a value");
+        if (lease_int(argv[i + 1], SL_MAX_LIMIT, "TAKEN", &taken, err) != 0)
+            return reply_err(ctx, err);
+        i += 2;
+        if (i < argc && !q.r.has_at && arg_is(argv[i], "AT") && i + 1 < argc) {
+            if (parse_at(ctx, argv[i + 1], &q.r.at, err) != 0) return reply_err(ctx, err);
+            q.r.has_at = 1;
+            i += 2;
+        }
+        if (i < argc) {
+            size_t n;
+            const char *s = RedisModule_StringPtrLen(argv[i], &n);
+            snprintf(err, ERRLEN, "unexpected argument '%.*s' after TAKEN", (int)(n > 64 ? 64 : n),
+                     s);
+            return reply_err(ctx, err);
+        }
+    }
     int64_t now = q.r.has_at ? q.r.at : RedisModule_Milliseconds();
     int rc = sl_params_check(&q.r.p);
     if (rc != 0) return reply_err(ctx, sl_strerror(rc));
@@ -583,32 +606,41 @@ static int cmd_leasereturn(RedisModuleCtx *ctx, RedisModuleString **argv, int ar
     rlval *v;
     if (open_val(ctx, argv[3], REDISMODULE_WRITE, &key, &v) != 0) return REDISMODULE_OK;
     uint8_t *rec = v ? val_rec(v, q.r.p.algo) : NULL;
-    long long put = 0;
-    int64_t w = q.r.p.window_ms;
-    if (rec != NULL && back > 0 && q.r.p.algo == SL_FIXED_WINDOW && tag > INT64_MIN / w + 1 &&
-        tag < INT64_MAX / w - 1) {
-        sl_result before, after;
-        /* the window's count before and after (a peek of cost 0 brings
-         * nothing forward): what went back */
-        rc = sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, 0, 0, &before);
-        if (rc == 0) rc = sl__lone_refund(&q.r.p, rec, now, tag * w, back);
-        if (rc == 0) rc = sl__lone_decide(mod.loose, &rec, NULL, &q.r.p, now, 0, 0, &after);
+    int64_t put = 0;
+    if (rec != NULL && sl__lone_leases(q.r.p.algo)) {
+        rc = sl__lone_lease_return(mod.loose, &rec, &q.r.p, now, back, taken, tag, &put);
         if (rc != 0) {
             RedisModule_CloseKey(key);
             return reply_err(ctx, sl_strerror(rc));
         }
-        put = after.remaining - before.remaining;
-        if (put < 0) put = 0;
         val_set(v, q.r.p.algo, rec);
+        val_expire(key, v, now, q.r.has_at ? RedisModule_Milliseconds() : now);
     }
     RedisModule_CloseKey(key);
-    if (put > 0) {
+    int bucket = q.r.p.algo == SL_TOKEN_BUCKET || q.r.p.algo == SL_GCRA;
+    if (rec != NULL && (put > 0 || bucket)) { /* a bucket's units out changed */
         if (q.r.has_at)
             RedisModule_ReplicateVerbatim(ctx);
         else
             replicate_at(ctx, "RL.LEASERETURN", argv, argc, now, 0);
     }
     return RedisModule_ReplyWithLongLong(ctx, put);
+}
+
+/* RL.LEASEINFO: the algorithms RL.LEASE leases, by name (sluiced's
+ * handshake asks: an older module without this command leases
+ * fixed-window only). */
+static int cmd_leaseinfo(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    (void)argv;
+    if (argc != 1) return RedisModule_WrongArity(ctx);
+    long n = 0;
+    for (int a = 0; a < SL_ALGO_COUNT; a++) n += sl__lone_leases((unsigned)a);
+    RedisModule_ReplyWithArray(ctx, n);
+    for (int a = 0; a < SL_ALGO_COUNT; a++)
+        if (sl__lone_leases((unsigned)a))
+            RedisModule_ReplyWithSimpleString(ctx, sl_algo_name((sl_algo)a));
+    return REDISMODULE_OK;
 }
 
 /* ---- what holds.c (RL.HOLDRESERVE, RL.HOLDSETTLE) takes from here: module_int.h ---- */
@@ -1194,9 +1226,9 @@ static void type_save(RedisModuleIO *io, void *p)
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
         const uint8_t *rec = val_rec(v, a);
         if (!rec) continue;
-        size_t len = sl__lone_dump_len(rec);
+        size_t len = sl__lone_dump_len(mod.loose, rec);
         uint8_t *buf = RedisModule_Alloc(len);
-        sl__lone_dump(rec, buf);
+        sl__lone_dump(mod.loose, rec, buf);
         RedisModule_SaveUnsigned(io, (uint64_t)a);
         RedisModule_SaveStringBuffer(io, (const char *)buf, len);
         RedisModule_Free(buf);
@@ -1248,8 +1280,8 @@ static void *load_refuse(RedisModuleIO *io, rlval *v, const char *fmt, ...)
 
 static void *type_load(RedisModuleIO *io, int encver)
 {
-    if (encver != TYPE_ENCVER)
-        return load_refuse(io, NULL, "encoding version %d (this module reads %d)", encver,
+    if (encver < 0 || encver > TYPE_ENCVER)
+        return load_refuse(io, NULL, "encoding version %d (this module reads 0 to %d)", encver,
                            TYPE_ENCVER);
     uint64_t n = RedisModule_LoadUnsigned(io);
     if (RedisModule_IsIOError(io)) return load_refuse(io, NULL, "short read (record count)");
@@ -1307,9 +1339,9 @@ static void type_rewrite(RedisModuleIO *aof, RedisModuleString *key, void *p)
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
         const uint8_t *rec = val_rec(v, a);
         if (!rec) continue;
-        size_t len = sl__lone_dump_len(rec);
+        size_t len = sl__lone_dump_len(mod.loose, rec);
         uint8_t *buf = RedisModule_Alloc(len);
-        sl__lone_dump(rec, buf);
+        sl__lone_dump(mod.loose, rec, buf);
         RedisModule_EmitAOF(aof, "RL.RESTORE", "scb", key, sl_algo_name((sl_algo)a),
                             (const char *)buf, len);
         RedisModule_Free(buf);
@@ -1427,6 +1459,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         {"rl.checkplan", cmd_checkplan, "write deny-oom getkeys-api", 0, 0, 0},
         {"rl.lease", cmd_lease, "write deny-oom fast", 2, 2, 1},
         {"rl.leasereturn", cmd_leasereturn, "write fast", 3, 3, 1},
+        {"rl.leaseinfo", cmd_leaseinfo, "readonly fast", 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (RedisModule_CreateCommand(ctx, cmds[i].name, cmds[i].fn, cmds[i].flags, cmds[i].first,

@@ -13,8 +13,9 @@ user would notice:
   never more.
 
 ModuleLeaseFleetTest runs the same against Redis with sluice.so loaded
-(the nodes on the module's path: RL.LEASE, RL.LEASERETURN): fixed-window
-leases there; a token bucket is decided per request (exactly L).
+(the nodes on the module's path: RL.LEASE, RL.LEASERETURN), and there
+also a gcra and a sliding-window hot key: every algorithm the module
+names in RL.LEASEINFO leases.
 
 The window is ten years (fixed-window's edges fall at multiples of it
 from 1970: none during the test), so at Redis's own clock every request
@@ -130,7 +131,7 @@ class LeaseFleetTest(unittest.TestCase):
         lost = c["backend_lease_units_leased"] - c["backend_lease_decisions"] - \
             c["backend_lease_units_returned"]
         self.assertGreaterEqual(lost, 0, c)
-        if algo == "fixed-window":
+        if algo in ("fixed-window", "sliding-window"):
             self.assertEqual(lost, 0, "a window's lease lost units: %r" % c)
         self.assertEqual(allowed, L - lost, "admitted %d of %d, %d lost in leases: %r"
                          % (allowed, L, lost, c))
@@ -223,16 +224,15 @@ class LeaseFleetTest(unittest.TestCase):
 
 class ModuleLeaseFleetTest(LeaseFleetTest):
     """The same fleet on the sluice module's path (RL.LEASE, RL.LEASERETURN):
-    fixed-window leases; a bucket decides per request there (module.c)."""
+    fixed-window, token-bucket (test_token_bucket, inherited), gcra and
+    sliding-window lease there (module.c, lone.c's lease tail)."""
     MODULE = True
 
-    def test_token_bucket(self):
-        nodes = self.start_fleet()
-        cmd = ["RL.ALLOW", "hot:tb", L, W, "ALGO", "token-bucket"]
-        ports = [n.port for n in nodes for _ in range(CLIENTS_PER_NODE)]
-        flat = self.run_clients(ports, cmd, 2 * L // (CHUNK * len(ports)))
-        self.assertEqual(sum(1 for r in flat if r[0] == 1), L)
-        self.assertEqual(self.counters(nodes)["backend_lease_decisions"], 0)
+    def test_gcra(self):
+        self.check_hot_key("gcra")
+
+    def test_sliding_window(self):
+        self.check_hot_key("sliding-window")
 
     def test_returned_units_reach_a_denied_node(self):
         """As the script's, with RL.LEASE / RL.LEASERETURN for the fourth node."""

@@ -300,10 +300,10 @@ class ClusterLeaseTest(LeaseTopology, unittest.TestCase):
 
 class ModuleClusterLeaseTest(ClusterLeaseTest):
     """The same cluster with sluice.so in every master, sluiced on the
-    module's path: fixed-window leases (RL.LEASE); the others are decided
-    per request there, so they admit exactly L."""
+    module's path: what the module names in RL.LEASEINFO leases (RL.LEASE);
+    sliding-buckets is decided per request there, so it admits exactly L."""
     MODULE = True
-    LEASED = ("fixed-window",)
+    LEASED = ("fixed-window", "sliding-window", "token-bucket", "gcra")
     test_slot_migrated_while_leases_are_out = None  # the script's path's (not a test here)
 
 

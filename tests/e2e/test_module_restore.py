@@ -235,6 +235,10 @@ def make_keys(c):
         c.cmd("RL.ALLOW", "all", 5, "1h", "ALGO", a, "AT", BASE + 100 * j)
     c.cmd("RL.ALLOW", "pair", 3, "1h", "ALGO", "gcra", "AT", BASE)
     c.cmd("RL.ALLOW", "pair", 3, "1h", "ALGO", "sliding-log", "AT", BASE)
+    for a in ("token-bucket", "gcra"):  # units leased out: a record with its lease tail
+        got = c.cmd("RL.LEASE", 4, "lease:" + a, 10, "1h", "ALGO", a, "AT", BASE)
+        assert got[6] == 3, got
+        keys.append("lease:" + a)
     return keys + ["all", "pair"]
 
 

@@ -28,7 +28,9 @@
  * compares, a subtraction and one clock read; the sweep looks at every
  * entry once per SL_LEASE_SWEEP_MS.  Only fixed-window, sliding-window, token-bucket and
  * gcra lease; only at Redis's clock (not with --trust-client-time); on the
- * module's path (RL.LEASE, RL.LEASERETURN: module.c) fixed-window only.
+ * module's path (RL.LEASE, RL.LEASERETURN: module.c) those the module
+ * names in RL.LEASEINFO -- an older module without it leases
+ * fixed-window only, the others are then decided per request.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -69,19 +71,21 @@ typedef struct lease {
 
 struct sl_lease_tab {
     struct event *sweep;
-    int module; /* the connection's module has RL.LEASE (conn.c's probe) */
+    unsigned module; /* the algorithms (bit 1 << algo) the connection's module leases:
+                        none without RL.LEASE (conn.c's probe), fixed-window with it,
+                        those RL.LEASEINFO names when it answers */
     lease s[SL_LEASE_SLOTS];
 };
 
 /* Whether p's keys lease on ch: on the script's path fixed-window,
- * sliding-window, sliding-buckets, token-bucket and gcra; on the module's (when it has
- * RL.LEASE) fixed-window only (module.c: a lone record cannot yet keep a
- * bucket's refill short of the units out). */
+ * sliding-window, sliding-buckets, token-bucket and gcra; on the module's
+ * those of them it says it leases (RL.LEASEINFO). */
 static int leases(const rchan *ch, const sl_params *p)
 {
-    if (ch->module) return ch->lease->module && p->algo == SL_FIXED_WINDOW;
-    return p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW ||
-           p->algo == SL_SLIDING_BUCKETS || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+    int algo = p->algo == SL_FIXED_WINDOW || p->algo == SL_SLIDING_WINDOW ||
+               p->algo == SL_SLIDING_BUCKETS || p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA;
+    if (ch->module) return algo && (ch->lease->module >> p->algo & 1u);
+    return algo;
 }
 
 /* How long before its deadline a lease of algo ends: SL_LEASE_EARLY_MS for
@@ -93,9 +97,34 @@ static int early_ms(int algo)
     return algo == SL_FIXED_WINDOW || algo == SL_SLIDING_BUCKETS ? 0 : SL_LEASE_EARLY_MS;
 }
 
+/* RL.LEASEINFO's reply: the names of the algorithms the module leases.
+ * An error (an older module: unknown command; a user who may not ask)
+ * leaves fixed-window alone. */
+static void on_leaseinfo(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    const redisReply *x = reply;
+    if (x == NULL || ch->ac != ac || ch->lease == NULL || ch->lease->module == 0 ||
+        x->type != REDIS_REPLY_ARRAY)
+        return;
+    unsigned m = 1u << SL_FIXED_WINDOW;
+    for (size_t i = 0; i < x->elements && i < 16; i++) {
+        const redisReply *e = x->element[i];
+        sl_algo a;
+        if ((e->type == REDIS_REPLY_STATUS || e->type == REDIS_REPLY_STRING) &&
+            sl_algo_parse(e->str, e->len, &a) == 0)
+            m |= 1u << a;
+    }
+    ch->lease->module = m;
+}
+
 void sl__redis_lease_module(rchan *ch, int has)
 {
-    if (ch->lease != NULL) ch->lease->module = has;
+    if (ch->lease == NULL) return;
+    ch->lease->module = has ? 1u << SL_FIXED_WINDOW : 0;
+    if (has && ch->ac != NULL) /* which others it leases: a newer module says */
+        redisAsyncCommand(ch->ac, on_leaseinfo, NULL, "RL.LEASEINFO");
 }
 
 static int same_params(const sl_params *a, const sl_params *b)
@@ -168,9 +197,13 @@ static void send_return(rchan *ch, int module, const char *key, size_t klen, con
      * that path never counted.  Else they expire: fewer, never more. */
     if (ch->ac == NULL || ch->module != module || back <= 0) return;
     struct cmd *c = ch->cmd;
-    if (module)
+    if (module) {
         sl__redis_cmd_module_lease_return(c, key, klen, p, back, tag);
-    else
+        if (p->algo == SL_TOKEN_BUCKET || p->algo == SL_GCRA) { /* the whole lease leaves O */
+            cmd_str(c, "TAKEN", 5);
+            cmd_int(c, taken);
+        }
+    } else
         sl__redis_cmd_lease_return(c, ch->r, key, klen, p, back, taken, tag);
     redisAsyncCommandArgv(ch->ac, on_returned, ch->r, c->argc, c->argv, c->len);
 }
