@@ -121,8 +121,9 @@ void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e)
     }
 }
 
-/* RL.LEASERETURN back tag key request: op R on the module's path (lease.c;
- * fixed-window only, Redis's clock: leases are off with client time). */
+/* RL.LEASERETURN back tag key request: op R on the module's path (lease.c
+ * appends a bucket's TAKEN n; Redis's clock: leases are off with client
+ * time). */
 void sl__redis_cmd_module_lease_return(struct cmd *c, const char *key, size_t klen,
                                        const sl_params *p, int64_t back, int64_t tag)
 {
