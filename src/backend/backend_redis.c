@@ -181,7 +181,7 @@ rchan *sl__redis_conn_new(redis *r, rnode *n, struct event_base *loop)
     }
     atomic_fetch_add(&r->nconn, 1);
     sl__redis_set_path(ch, n->module_at_start);
-    ch->holdcheck = n->holdcheck_at_start;
+    ch->holdcheck = n->hold_at_start;
     return ch;
 }
 
@@ -558,7 +558,7 @@ static int check_node(redis *r, rnode *nd, const char *probe, const sl_redis_opt
     if (nd->module_at_start) { /* RL.CHECK's leases on the module (conn.c asks again) */
         char no[8];
         x = redisCommand(c, "COMMAND INFO RL.HOLDCHECK");
-        nd->holdcheck_at_start = sl__redis_cmdinfo_says(x, no, sizeof no) == 1;
+        nd->hold_at_start = sl__redis_cmdinfo_says(x, no, sizeof no) == 1;
         if (x != NULL) freeReplyObject(x);
     }
     sl__redis_tell_path(r, nd, nd->module_at_start, why);

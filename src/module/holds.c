@@ -467,7 +467,7 @@ static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
  * TIME in us), and module.c replicates that seed before the command (an
  * HSET), so that a replica or the AOF gives the same ids. */
 
-#define LEASE_WRONGTYPE(k, type)                                                                    \
+#define LEASE_WRONGTYPE(k, type)                                                                   \
     (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_EMPTY && RedisModule_KeyType(k) != (type))
 
 /* Field f of hash key k as an integer: 1 (*v), 0 absent, -1 not an integer. */

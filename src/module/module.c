@@ -1028,16 +1028,20 @@ static int cp_leases(RedisModuleString **argv, int i, int argc, cp_plan *c, char
                 return -1;
             }
         }
-        c->ls[j] = (sl__mod_lease){.hh = argv[b], .hl = argv[b + 1], .take = (int)v[0],
-                                   .shadow = (int)v[1], .max = v[2], .ttl = v[3]};
+        c->ls[j] = (sl__mod_lease){.hh = argv[b],
+                                   .hl = argv[b + 1],
+                                   .take = (int)v[0],
+                                   .shadow = (int)v[1],
+                                   .max = v[2],
+                                   .ttl = v[3]};
     }
     return 0;
 }
 
 /* Parses the plan (also for the key positions), RL.HOLDCHECK's with its
  * leases when holds.  0, or -1 with err. */
-static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int holds,
-                    cp_plan *c, char *err)
+static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int holds, cp_plan *c,
+                    char *err)
 {
     char msg[ERRLEN];
     int64_t v[5];

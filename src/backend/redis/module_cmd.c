@@ -1,8 +1,9 @@
 /*
  * module_cmd.c -- the module path's command encoder: RL.ALLOW, RL.PEEK,
- * RL.DECIDEALL, RL.CHECKPLAN, RL.HOLDCHECK, RL.RESET, RL.LEASE and RL.LEASERETURN of the sluice module
+ * RL.DECIDEALL, RL.CHECKPLAN, RL.RESET, RL.LEASE and RL.LEASERETURN of the sluice module
  * (docs/module.md, "sluiced's Redis backend") on keys "sl:m" space ":{"
- * tag "}" rest, apart from the script's.  Builds bytes only.
+ * tag "}" rest, apart from the script's; RL.HOLDCHECK (RL.CHECK's
+ * concurrency leases).  Builds bytes only.
  */
 #include <string.h>
 

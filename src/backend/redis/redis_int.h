@@ -45,7 +45,7 @@ typedef struct rnode {
     _Atomic int up;  /* the state last reported (on_state) */
     _Atomic int64_t down_since_ms;
     int module_at_start;   /* its start-up check found the module: new connections' path */
-    int holdcheck_at_start; /* ... and its RL.HOLDCHECK (RL.CHECK's leases): rchan.holdcheck */
+    int hold_at_start;     /* ... and its RL.HOLDCHECK (RL.CHECK's leases): rchan.holdcheck */
     _Atomic int path_told; /* the path last told (on_path): 0 none yet, 1 script, 2 module */
 } rnode;
 
