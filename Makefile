@@ -223,6 +223,8 @@ $(B)/sluiced: $(B)/src/sluiced/main.o $(SRV_PARTS) $(B)/libsluice.a
 $(B)/tests/test_replay_parse: $(CLI_PARTS) $(RULES_OBJ) $(BACKEND_OBJ)
 $(B)/tests/test_replay_parse: LDLIBS += $(RULES_LIBS)
 $(B)/tests/test_whatif_parse: $(B)/src/cli/whatif_parse.o $(B)/src/cli/text.o
+# the module's plan parser: module.c included whole, these beside it
+$(B)/tests/test_module_plan: $(B)/src/module/holds.o $(B)/src/module/redismodule_api.o
 $(B)/tests/test_resp: $(B)/src/proto/resp/resp.o $(B)/src/proto/resp/resp_write.o \
                      $(B)/src/server/buf.o
 $(B)/tests/test_commands: $(SRV_PARTS)

@@ -181,6 +181,7 @@ rchan *sl__redis_conn_new(redis *r, rnode *n, struct event_base *loop)
     }
     atomic_fetch_add(&r->nconn, 1);
     sl__redis_set_path(ch, n->module_at_start);
+    ch->holdcheck = n->hold_at_start;
     return ch;
 }
 
@@ -327,15 +328,16 @@ void sl__redis_submit(rchan *ch, sl_breq *rq, int where)
         /* the plan's counters are space 1, which no request the deny
          * cache answers (space 0) shares: nothing there to drop */
         rc = rq->plan == NULL || rq->outcome == NULL ? SL_EINVAL : valid_plan(rq->plan);
-        if (rc == 0 && rq->plan->nleases > 0 && ch->module) {
-            /* the module's RL.CHECKPLAN takes no leases (in a Cluster and on
-             * a ring the script takes them: their keys carry the domain's
-             * tag, holds.c) */
+        if (rc == 0 && rq->plan->nleases > 0 && ch->module && !ch->holdcheck) {
+            /* a module older than RL.HOLDCHECK takes no leases (RL.CHECKPLAN
+             * has none; in a Cluster and on a ring their keys carry the
+             * domain's tag, holds.c, so one command finds them beside the
+             * rates on either path) */
             sl__breq_fail(rq, SL_EINVAL,
                           "rule %.*s: RL.CHECK takes concurrency leases on Redis only by "
                           "the script on one server, not %s (docs/rules.md)",
                           (int)strcspn(rq->plan->lim[0].name, "#"), rq->plan->lim[0].name,
-                          "with the sluice module");
+                          "with a sluice module older than RL.HOLDCHECK");
             return;
         }
         break;
@@ -553,6 +555,12 @@ static int check_node(redis *r, rnode *nd, const char *probe, const sl_redis_opt
         }
     }
     nd->module_at_start = start_probe(c, o->trust_client_time, probe, why, sizeof why);
+    if (nd->module_at_start) { /* RL.CHECK's leases on the module (conn.c asks again) */
+        char no[8];
+        x = redisCommand(c, "COMMAND INFO RL.HOLDCHECK");
+        nd->hold_at_start = sl__redis_cmdinfo_says(x, no, sizeof no) == 1;
+        if (x != NULL) freeReplyObject(x);
+    }
     sl__redis_tell_path(r, nd, nd->module_at_start, why);
     ok = 1;
 out:

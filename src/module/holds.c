@@ -37,7 +37,12 @@
  * Bounds: at most RV_MAX live reservations per hkey (a clear error past
  * it, nothing charged); every command is O(reservations of the key)
  * (expired ones are dropped at each use).
+ *
+ * Also here: the leases of module.c's RL.HOLDCHECK (RL.CHECK with
+ * concurrency limits), on RL.ACQUIRE's own keys in the script's format
+ * (below, "RL.HOLDCHECK's leases").
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -448,6 +453,152 @@ static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     RedisModule_ReplyWithLongLong(ctx, r.retry_after_ms);
     RedisModule_ReplyWithLongLong(ctx, r.reset_after_ms);
     return RedisModule_ReplyWithLongLong(ctx, r.delay_ms);
+}
+
+/* ---- RL.HOLDCHECK's leases: RL.ACQUIRE's keys, in the script's format ---------
+ * A lease of RL.CHECK (module.c's RL.HOLDCHECK) lives where RL.ACQUIRE on
+ * its lease key keeps it on the script's path, so that the script's
+ * RL.RELEASE (op LR) gives it back and RL.ACQUIRE (op LA) shares the count:
+ * hh, a hash with "n" (the last id given) and "l" (the leases' clock),
+ * and hl, a sorted set id -> expiry (sluice.lua, "holds").  What is
+ * written here is what op C writes there, step for step (lease_look and
+ * lease_take in sluice.lua), through the key API.  One difference: a new
+ * id counter is seeded from Redis's clock in ms x 1000 (the script reads
+ * TIME in us), and module.c replicates that seed before the command (an
+ * HSET), so that a replica or the AOF gives the same ids. */
+
+#define LEASE_WRONGTYPE(k, type)                                                                   \
+    (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_EMPTY && RedisModule_KeyType(k) != (type))
+
+/* Field f of hash key k as an integer: 1 (*v), 0 absent, -1 not an integer. */
+static int hash_int(RedisModuleCtx *ctx, RedisModuleKey *k, const char *f, long long *v)
+{
+    RedisModuleString *s = NULL;
+    if (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_HASH) return 0;
+    RedisModule_HashGet(k, REDISMODULE_HASH_CFIELDS, f, &s, NULL);
+    if (s == NULL) return 0;
+    int rc = RedisModule_StringToLongLong(s, v) == REDISMODULE_OK ? 1 : -1;
+    RedisModule_FreeString(ctx, s);
+    return rc;
+}
+
+/* HSET k f v, v in decimal (the script's dec). */
+static void hash_put(RedisModuleCtx *ctx, RedisModuleKey *k, const char *f, long long v)
+{
+    RedisModuleString *s = RedisModule_CreateStringFromLongLong(ctx, v);
+    RedisModule_HashSet(k, REDISMODULE_HASH_CFIELDS, f, s, NULL);
+    RedisModule_FreeString(ctx, s);
+}
+
+/* The lowest (last 0) or highest (last 1) score of the sorted set k with a
+ * score <= max, into *score: 1, or 0 when there is none.  With drop, that
+ * member is removed too. */
+static int zset_end(RedisModuleCtx *ctx, RedisModuleKey *k, int last, double max, int drop,
+                    double *score)
+{
+    if (RedisModule_KeyType(k) != REDISMODULE_KEYTYPE_ZSET) return 0;
+    int ok = last ? RedisModule_ZsetLastInScoreRange(k, -INFINITY, max, 0, 0)
+                  : RedisModule_ZsetFirstInScoreRange(k, -INFINITY, max, 0, 0);
+    RedisModuleString *e = NULL;
+    if (ok == REDISMODULE_OK && !RedisModule_ZsetRangeEndReached(k))
+        e = RedisModule_ZsetRangeCurrentElement(k, score);
+    RedisModule_ZsetRangeStop(k);
+    if (e == NULL) return 0;
+    int gone = 0;
+    if (drop) RedisModule_ZsetRem(k, e, &gone); /* the last one deletes the key */
+    RedisModule_FreeString(ctx, e);
+    return 1;
+}
+
+/* The script's keep: k's expiry never shortened, at least ms (an hour with
+ * client time). */
+static void lease_keep(RedisModuleKey *k, int64_t ms)
+{
+    if (ms < 1) ms = 1;
+    if (sl__mod_trusted() && ms < HOUR_MS) ms = HOUR_MS;
+    if (RedisModule_GetExpire(k) < ms) RedisModule_SetExpire(k, ms);
+}
+
+void sl__mod_lease_close(sl__mod_lease *ls)
+{
+    if (ls->kh != NULL) RedisModule_CloseKey(ls->kh);
+    if (ls->kl != NULL) RedisModule_CloseKey(ls->kl);
+    ls->kh = ls->kl = NULL;
+}
+
+int sl__mod_lease_open(RedisModuleCtx *ctx, sl__mod_lease *ls, char *err)
+{
+    long long v;
+    ls->kh = RedisModule_OpenKey(ctx, ls->hh, REDISMODULE_READ | REDISMODULE_WRITE);
+    ls->kl = RedisModule_OpenKey(ctx, ls->hl, REDISMODULE_READ | REDISMODULE_WRITE);
+    if (LEASE_WRONGTYPE(ls->kh, REDISMODULE_KEYTYPE_HASH) ||
+        LEASE_WRONGTYPE(ls->kl, REDISMODULE_KEYTYPE_ZSET)) {
+        sl__mod_lease_close(ls);
+        RedisModule_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return -1;
+    }
+    static const char *const fields[2] = {"n", "l"};
+    for (int f = 0; f < 2; f++)
+        if (hash_int(ctx, ls->kh, fields[f], &v) < 0) {
+            size_t n;
+            const char *name = RedisModule_StringPtrLen(ls->hh, &n);
+            snprintf(err, ERRLEN, "field %s of %.*s is not an integer", fields[f],
+                     (int)(n > 160 ? 160 : n), name);
+            sl__mod_lease_close(ls);
+            return SL_EINVAL;
+        }
+    return 0;
+}
+
+int sl__mod_lease_look(RedisModuleCtx *ctx, sl__mod_lease *ls, int64_t now)
+{
+    long long l;
+    int had = hash_int(ctx, ls->kh, "l", &l) == 1, wrote = 0;
+    ls->t = had && l > now ? l : now;
+    if (had && l < ls->t) { /* as LA: the clock moved to now */
+        hash_put(ctx, ls->kh, "l", ls->t);
+        wrote = 1;
+    }
+    /* ZREMRANGEBYSCORE hl -inf t: each one found is removed (bounded by
+     * the set's size when looked at) */
+    double s;
+    for (size_t i = 0, n = RedisModule_ValueLength(ls->kl); i < n; i++) {
+        if (!zset_end(ctx, ls->kl, 0, (double)ls->t, 1, &s)) break;
+        wrote = 1;
+    }
+    int64_t held = (int64_t)RedisModule_ValueLength(ls->kl), t = ls->t;
+    double first = 0, last = 0;
+    if (held > 0) {
+        zset_end(ctx, ls->kl, 0, INFINITY, 0, &first);
+        zset_end(ctx, ls->kl, 1, INFINITY, 0, &last);
+    }
+    if (held >= ls->max) { /* full (held > 0): until the oldest expires */
+        ls->room = 0;
+        ls->ans = (sl_result){0, ls->max, 0, (int64_t)first - t, (int64_t)last - t, 0};
+    } else { /* what a take answers (a look too) */
+        int64_t end = t + ls->ttl;
+        if (held > 0 && (int64_t)last > end) end = (int64_t)last;
+        ls->room = 1;
+        ls->ans = (sl_result){1, ls->max, ls->max - held - 1, 0, end - t, 0};
+    }
+    return wrote;
+}
+
+void sl__mod_lease_take(RedisModuleCtx *ctx, sl__mod_lease *ls)
+{
+    long long n;
+    ls->seed = 0;
+    if (hash_int(ctx, ls->kh, "n", &n) != 1) n = ls->seed = RedisModule_Milliseconds() * 1000;
+    ls->id = n + 1; /* HINCRBY n 1 */
+    hash_put(ctx, ls->kh, "n", ls->id);
+    int64_t exp = ls->t + ls->ttl;
+    RedisModuleString *m = RedisModule_CreateStringFromLongLong(ctx, ls->id);
+    int flags = 0;
+    RedisModule_ZsetAdd(ls->kl, (double)exp, m, &flags);
+    RedisModule_FreeString(ctx, m);
+    hash_put(ctx, ls->kh, "l", ls->t);
+    lease_keep(ls->kl, exp - ls->t);
+    lease_keep(ls->kh, exp - ls->t);
 }
 
 /* RL.HOLDRESTORE hkey bytes: what the AOF rewrite emits (the value as

@@ -91,6 +91,19 @@ static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
     RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
 }
 
+/* The six fields flat, then one more integer (RL.CHECKPLAN's `stretched`,
+ * RL.HOLDCHECK's lease id). */
+static void reply_seven(RedisModuleCtx *ctx, const sl_result *r, long long seventh)
+{
+    RedisModule_ReplyWithLongLong(ctx, r->allowed);
+    RedisModule_ReplyWithLongLong(ctx, r->limit);
+    RedisModule_ReplyWithLongLong(ctx, r->remaining);
+    RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
+    RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
+    RedisModule_ReplyWithLongLong(ctx, seventh);
+}
+
 /* ---- values ---------------------------------------------------------------- */
 
 static rlval *val_new(void) { return RedisModule_Calloc(1, sizeof(rlval)); }
@@ -913,16 +926,33 @@ static int cmd_decideall(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
  * `stretched`.  The rounds are the library's executor (src/lib/checkexec.h,
  * also the local backend's), on the module's lone records.  Made
  * for the backend, which has checked every parameter; refused arguments
- * get -ERR naming the counter. */
-#define CP_ITEM 13 /* a counter's arguments: its key and 12 fields */
-#define CP_POOL 8  /* the pool's: its key and 7 fields */
+ * get -ERR naming the counter.
+ *
+ * RL.HOLDCHECK: the same, then the concurrency limits' leases of the
+ * check (docs/rules.md, "Concurrency"; op C's, sluice.lua):
+ *              ... nl <hh hl take shadow max ttl> x nl
+ * hh and hl being RL.ACQUIRE's keys of the lease key on the script's path
+ * (the hash and the sorted set: holds.c, "RL.HOLDCHECK's leases").  All
+ * or none with the counters in this one command: a lease set that is
+ * full and not shadow denies the request (its counters only peeked,
+ * nothing charged, no lease taken); only an allowed request takes its
+ * leases (take 1, with room), after the counters.  The reply is
+ * RL.CHECKPLAN's, then per lease the six fields RL.ACQUIRE would answer
+ * and the id taken (0: none).  Its own name, so that sluiced learns at
+ * its handshake (COMMAND INFO RL.HOLDCHECK) whether this module takes
+ * leases; RL.CHECKPLAN's grammar is unchanged. */
+#define CP_ITEM  13 /* a counter's arguments: its key and 12 fields */
+#define CP_POOL  8  /* the pool's: its key and 7 fields */
+#define CP_LEASE 6  /* a lease's: hh hl take shadow max ttl */
 
 /* The plan: the executor's (src/lib/checkexec.h), its counters then the
  * pool in it[], each counter's parameters in p[] and key at argv[keyarg]. */
 typedef struct cp_plan {
     int m, has_pool, has_at;
+    int nl; /* RL.HOLDCHECK: its leases in ls[] */
     int64_t at;
     int keyarg[SL_MAX_BATCH + 1];
+    sl__mod_lease ls[SL_MAX_BATCH];
     sl_params p[SL_MAX_BATCH + 1];
     sl__cx_item it[SL_MAX_BATCH + 1];
     sl__cx_plan x;
@@ -969,8 +999,49 @@ static int cp_fields(RedisModuleString **argv, int i, cp_plan *c, int k, char *e
     return 0;
 }
 
-/* Parses the plan (also for the key positions).  0, or -1 with err. */
-static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_plan *c, char *err)
+/* RL.HOLDCHECK's leases at argv[i..argc) (i < argc: cp_parse saw nl):
+ * nl, then CP_LEASE arguments a lease.  0, or -1 with err naming it. */
+static int cp_leases(RedisModuleString **argv, int i, int argc, cp_plan *c, char *err)
+{
+    static const char *const what[4] = {"take", "shadow", "max", "ttl"};
+    static const int64_t lo[4] = {0, 0, 1, 1};
+    static const int64_t hi[4] = {1, 1, SL_MAX_CONCURRENCY, SL_MAX_LEASE_TTL_MS};
+    int64_t nl;
+    if (cp_int(argv[i], SL_MAX_BATCH, &nl, "nl", err) != 0) return -1;
+    if (argc - i - 1 != CP_LEASE * nl) {
+        snprintf(err, ERRLEN, "%d arguments after nl for %d leases (%d each)", argc - i - 1,
+                 (int)nl, CP_LEASE);
+        return -1;
+    }
+    c->nl = (int)nl;
+    for (int j = 0; j < c->nl; j++) {
+        int b = i + 1 + CP_LEASE * j;
+        int64_t v[4];
+        for (int f = 0; f < 4; f++) {
+            size_t n;
+            const char *s = RedisModule_StringPtrLen(argv[b + 2 + f], &n);
+            /* the bounds checked here too: sl_int_parse takes one digit
+             * past a max below 9 ("2" for 0..1) */
+            if (sl_int_parse(s, n, hi[f], &v[f]) != 0 || v[f] < lo[f] || v[f] > hi[f]) {
+                snprintf(err, ERRLEN, "lease %d: %s is not an integer %lld..%lld", j + 1, what[f],
+                         (long long)lo[f], (long long)hi[f]);
+                return -1;
+            }
+        }
+        c->ls[j] = (sl__mod_lease){.hh = argv[b],
+                                   .hl = argv[b + 1],
+                                   .take = (int)v[0],
+                                   .shadow = (int)v[1],
+                                   .max = v[2],
+                                   .ttl = v[3]};
+    }
+    return 0;
+}
+
+/* Parses the plan (also for the key positions), RL.HOLDCHECK's with its
+ * leases when holds.  0, or -1 with err. */
+static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int holds, cp_plan *c,
+                    char *err)
 {
     char msg[ERRLEN];
     int64_t v[5];
@@ -995,9 +1066,10 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
     c->x.qall = (uint32_t)v[3];
     c->x.zmask = (uint32_t)v[4];
     i += 5;
-    if (argc - i != CP_ITEM * c->m + CP_POOL * c->has_pool) {
-        snprintf(err, ERRLEN, "%d arguments after the header for %d counters%s", argc - i, c->m,
-                 c->has_pool ? " and a pool" : "");
+    int items = CP_ITEM * c->m + CP_POOL * c->has_pool;
+    if (holds ? argc - i <= items : argc - i != items) {
+        snprintf(err, ERRLEN, "%d arguments after the header for %d counters%s%s", argc - i, c->m,
+                 c->has_pool ? " and a pool" : "", holds ? " and nl" : "");
         return -1;
     }
     for (int k = 0; k < c->m; k++, i += CP_ITEM) {
@@ -1031,22 +1103,76 @@ static int cp_parse(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, cp_
         snprintf(err, ERRLEN, "the pool: %.200s", msg);
         return -1;
     }
+    if (holds && cp_leases(argv, i + CP_POOL * c->has_pool, argc, c, err) != 0) return -1;
     c->x.n = c->m;
     c->x.it = c->it;
     c->x.pool = c->has_pool ? &c->it[c->m] : NULL;
     return 0;
 }
 
-static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+/* Whether argv[k] and argv[j] are the same bytes. */
+static int same_arg(RedisModuleString *a, RedisModuleString *b)
+{
+    size_t la, lb;
+    const char *sa = RedisModule_StringPtrLen(a, &la), *sb = RedisModule_StringPtrLen(b, &lb);
+    return la == lb && memcmp(sa, sb, la) == 0;
+}
+
+/* RL.HOLDCHECK's keys are each named once (a lease's two and every
+ * counter's): 0, or -1 with err. */
+static int cp_distinct(RedisModuleString **argv, const cp_plan *c, char *err)
+{
+    int nk = c->m + c->has_pool;
+    for (int j = 0; j < c->nl; j++) {
+        RedisModuleString *mine[2] = {c->ls[j].hh, c->ls[j].hl};
+        for (int h = 0; h < 2; h++) {
+            int dup = h == 1 && same_arg(mine[0], mine[1]);
+            for (int k = 0; !dup && k < nk; k++) dup = same_arg(mine[h], argv[c->keyarg[k]]);
+            for (int i = 0; !dup && i < j; i++)
+                dup = same_arg(mine[h], c->ls[i].hh) || same_arg(mine[h], c->ls[i].hl);
+            if (dup) {
+                snprintf(err, ERRLEN, "lease %d: its %s key is named twice in the command", j + 1,
+                         h ? "hl" : "hh");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* Propagates RL.HOLDCHECK / RL.CHECKPLAN (cmd) decided at now: the id
+ * counters a take made first (HSET hh n seed: a replica's take then gives
+ * the same ids), then the command at its time (AT now first), or verbatim
+ * when it carried AT. */
+static void cp_replicate(RedisModuleCtx *ctx, const char *cmd, RedisModuleString **argv, int argc,
+                         const cp_plan *c, int64_t now)
+{
+    int logs = mod.repl || (RedisModule_GetContextFlags(ctx) & REDISMODULE_CTX_FLAGS_AOF);
+    for (int j = 0; logs && j < c->nl; j++)
+        if (c->ls[j].seed > 0)
+            RedisModule_Replicate(ctx, "HSET", "scl", c->ls[j].hh, "n", c->ls[j].seed);
+    if (c->has_at)
+        RedisModule_ReplicateVerbatim(ctx);
+    else
+        replicate_at(ctx, cmd, argv, argc, now, 1);
+}
+
+static int checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int holds)
 {
     char err[ERRLEN];
     cp_plan c;
-    int perr = cp_parse(ctx, argv, argc, &c, err);
+    int perr = cp_parse(ctx, argv, argc, holds, &c, err);
     int nk = c.m + c.has_pool;
     if (RedisModule_IsKeysPositionRequest(ctx)) {
         for (int k = 0; perr == 0 && k < nk; k++) RedisModule_KeyAtPos(ctx, c.keyarg[k]);
+        /* a lease's hh and hl: its first two arguments (cp_leases) */
+        for (int j = 0, i = argc - CP_LEASE * c.nl; perr == 0 && j < c.nl; j++, i += CP_LEASE) {
+            RedisModule_KeyAtPos(ctx, i);
+            RedisModule_KeyAtPos(ctx, i + 1);
+        }
         return REDISMODULE_OK;
     }
+    if (perr == 0) perr = cp_distinct(argv, &c, err);
     if (perr != 0) return reply_err(ctx, err);
     int64_t clock = RedisModule_Milliseconds();
     int64_t now = c.has_at ? c.at : clock;
@@ -1086,6 +1212,10 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         nopen++;
     }
+    /* the leases' keys, checked before anything is written (holds.c) */
+    int lopen = 0, lwrote = 0;
+    for (; rc == 0 && lopen < c.nl; lopen++)
+        if ((rc = sl__mod_lease_open(ctx, &c.ls[lopen], err)) != 0) break;
     /* each counter's record, taken out of its value and put back after (as
      * cmd_decideall): a value's free room goes to the first counter whose
      * algorithm's records stay in one; a value a record may end up outside
@@ -1108,6 +1238,12 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
             rc = SL_ENOMEM;
         }
     }
+    /* every lease set looked at (op C's order): a full one that is not
+     * shadow denies, and the counters are then only peeked */
+    for (int j = 0; rc == 0 && j < c.nl; j++) {
+        lwrote |= sl__mod_lease_look(ctx, &c.ls[j], now);
+        if (!c.ls[j].room && !c.ls[j].shadow) c.x.denied_never = 1;
+    }
     if (rc == 0) {
         decided = 1;
         c.x.loose = mod.loose;
@@ -1115,6 +1251,13 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         c.x.now_ms = now;
         if ((rc = sl__cx_run(&c.x, &o)) != 0) snprintf(err, sizeof err, "%s", sl_strerror(rc));
     }
+    /* an allowed request takes its leases, last */
+    for (int j = 0; rc == 0 && o.allowed && j < c.nl; j++)
+        if (c.ls[j].take && c.ls[j].room) {
+            sl__mod_lease_take(ctx, &c.ls[j]);
+            lwrote = 1;
+        }
+    for (int j = 0; j < lopen; j++) sl__mod_lease_close(&c.ls[j]);
     for (int k = 0; decided && k < nk; k++) val_set(vals[owner[k]], (int)c.p[k].algo, recs[k]);
     for (int j = 0; j < nopen; j++) {
         val_trim(vals[j]);
@@ -1126,29 +1269,28 @@ static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
         }
         RedisModule_CloseKey(keys[j]);
     }
-    if (o.wrote) { /* what was decided, at its time: a replica or the AOF decides the same */
-        if (c.has_at)
-            RedisModule_ReplicateVerbatim(ctx);
-        else
-            replicate_at(ctx, "RL.CHECKPLAN", argv, argc, now, 1);
-    }
+    /* what was decided, at its time: a replica or the AOF decides the same */
+    if (o.wrote || lwrote)
+        cp_replicate(ctx, holds ? "RL.HOLDCHECK" : "RL.CHECKPLAN", argv, argc, &c, now);
     if (rc == -1) return REDISMODULE_OK;
     if (rc != 0) return reply_err(ctx, err);
-    RedisModule_ReplyWithArray(ctx, 3 + 7 * (long)c.m);
+    RedisModule_ReplyWithArray(ctx, 3 + 7 * (long)c.m + 7 * (long)c.nl);
     RedisModule_ReplyWithLongLong(ctx, o.allowed);
     RedisModule_ReplyWithLongLong(ctx, o.quota_denied);
     RedisModule_ReplyWithLongLong(ctx, o.pool_charged);
-    for (int k = 0; k < c.m; k++) {
-        const sl_result *r = &res[k];
-        RedisModule_ReplyWithLongLong(ctx, r->allowed);
-        RedisModule_ReplyWithLongLong(ctx, r->limit);
-        RedisModule_ReplyWithLongLong(ctx, r->remaining);
-        RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
-        RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
-        RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
-        RedisModule_ReplyWithLongLong(ctx, stretched[k]);
-    }
+    for (int k = 0; k < c.m; k++) reply_seven(ctx, &res[k], stretched[k]);
+    for (int j = 0; j < c.nl; j++) reply_seven(ctx, &c.ls[j].ans, c.ls[j].id);
     return REDISMODULE_OK;
+}
+
+static int cmd_checkplan(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return checkplan(ctx, argv, argc, 0);
+}
+
+static int cmd_holdcheck(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
+{
+    return checkplan(ctx, argv, argc, 1);
 }
 
 /* ---- RL.RESTORE: what the AOF rewrite emits ------------------------------------ */
@@ -1457,6 +1599,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
         {"rl.decideall", cmd_decideall, "write deny-oom getkeys-api", 0, 0, 0},
         {"rl.restore", cmd_restore, "write deny-oom", 1, 1, 1},
         {"rl.checkplan", cmd_checkplan, "write deny-oom getkeys-api", 0, 0, 0},
+        {"rl.holdcheck", cmd_holdcheck, "write deny-oom getkeys-api", 0, 0, 0},
         {"rl.lease", cmd_lease, "write deny-oom fast", 2, 2, 1},
         {"rl.leasereturn", cmd_leasereturn, "write fast", 3, 3, 1},
         {"rl.leaseinfo", cmd_leaseinfo, "readonly fast", 0, 0, 0},

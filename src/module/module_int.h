@@ -46,4 +46,39 @@ int sl__mod_rate(RedisModuleCtx *ctx, RedisModuleString *name, const sl_params *
  * REDISMODULE_OK or REDISMODULE_ERR. */
 int sl__mod_holds_load(RedisModuleCtx *ctx);
 
+/* One concurrency lease of an RL.HOLDCHECK (module.c parses it; holds.c
+ * looks at and takes it on RL.ACQUIRE's own Redis keys of its lease key,
+ * in the script's format: docs/module.md, "RL.HOLDCHECK").  The fields
+ * above `kh` are the command's; the rest is filled while it runs. */
+typedef struct sl__mod_lease {
+    RedisModuleString *hh, *hl; /* its keys (argv's): the hash, the sorted set */
+    int take, shadow;           /* take: kept when the request passes; shadow: never denies */
+    int64_t max;                /* 1..SL_MAX_CONCURRENCY */
+    int64_t ttl;                /* ms, 1..SL_MAX_LEASE_TTL_MS */
+    RedisModuleKey *kh, *kl;    /* open between sl__mod_lease_open and _close */
+    int64_t t;                  /* ms: max(now, the leases' clock) */
+    int room;                   /* fewer than max leases live at t */
+    sl_result ans;              /* what a take answers at t (RL.ACQUIRE's six fields) */
+    long long id;               /* the lease taken, else 0 */
+    long long seed;             /* > 0: its id counter was made by this take (replicated) */
+} sl__mod_lease;
+
+/* Opens ls's keys for writing and checks them before anything is
+ * written: 0; -1 when a key holds another type (WRONGTYPE replied, the
+ * keys closed); SL_EINVAL with err (256 bytes) when a clock or id
+ * counter of the hash is not an integer (the keys closed). */
+int sl__mod_lease_open(RedisModuleCtx *ctx, sl__mod_lease *ls, char *err);
+
+/* Op C's look at ls at now (sluice.lua, lease_look): t = max(now, the
+ * clock), the leases expired at t dropped, ls->room and ls->ans set.
+ * Returns 1 when it wrote (a lease dropped, the clock moved), else 0.
+ * O(leases dropped x log leases held). */
+int sl__mod_lease_look(RedisModuleCtx *ctx, sl__mod_lease *ls, int64_t now);
+
+/* Takes ls (looked at, with room): ls->id, as op LA gives one. */
+void sl__mod_lease_take(RedisModuleCtx *ctx, sl__mod_lease *ls);
+
+/* Closes ls's keys (either may be closed already). */
+void sl__mod_lease_close(sl__mod_lease *ls);
+
 #endif

@@ -15,6 +15,8 @@
  *   - return codes REDISMODULE_OK 0, REDISMODULE_ERR 1;
  *   - key open modes READ 1, WRITE 2; key types EMPTY 0 .. MODULE 6;
  *   - REDISMODULE_NO_EXPIRE -1 for SetExpire / GetExpire;
+ *   - key types HASH 3, ZSET 5; HashGet / HashSet's flag CFIELDS (1<<2),
+ *     the fields then C strings; ZsetAdd's flags 0 in: add or update;
  *   - RedisModuleTypeMethods: a version, then the callbacks in the order
  *     below (version 1 reads up to `free`; later fields are read only by
  *     later versions, so version 1 is enough for this module);
@@ -43,7 +45,12 @@
 #define REDISMODULE_WRITE (1 << 1)
 
 #define REDISMODULE_KEYTYPE_EMPTY  0
+#define REDISMODULE_KEYTYPE_HASH   3
+#define REDISMODULE_KEYTYPE_ZSET   5
 #define REDISMODULE_KEYTYPE_MODULE 6
+
+/* HashGet / HashSet: the fields given as C strings (NULL ends the list). */
+#define REDISMODULE_HASH_CFIELDS (1 << 2)
 
 #define REDISMODULE_NO_EXPIRE -1
 
@@ -152,7 +159,23 @@ typedef struct RedisModuleTypeMethods {
     X(RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section))     \
     X(void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))              \
     X(long long, ServerInfoGetFieldSigned,                                                         \
-      (RedisModuleServerInfoData * data, const char *field, int *out_err))
+      (RedisModuleServerInfoData * data, const char *field, int *out_err))                        \
+    X(RedisModuleString *, CreateStringFromLongLong, (RedisModuleCtx * ctx, long long ll))         \
+    X(void, FreeString, (RedisModuleCtx * ctx, RedisModuleString * str))                           \
+    X(int, StringToLongLong, (const RedisModuleString *str, long long *ll))                        \
+    X(mstime_t, GetExpire, (RedisModuleKey * key))                                                 \
+    X(size_t, ValueLength, (RedisModuleKey * key))                                                 \
+    X(int, HashGet, (RedisModuleKey * key, int flags, ...))                                        \
+    X(int, HashSet, (RedisModuleKey * key, int flags, ...))                                        \
+    X(int, ZsetAdd, (RedisModuleKey * key, double score, RedisModuleString *ele, int *flagsptr))   \
+    X(int, ZsetRem, (RedisModuleKey * key, RedisModuleString * ele, int *deleted))                 \
+    X(int, ZsetFirstInScoreRange,                                                                  \
+      (RedisModuleKey * key, double min, double max, int minex, int maxex))                        \
+    X(int, ZsetLastInScoreRange,                                                                   \
+      (RedisModuleKey * key, double min, double max, int minex, int maxex))                        \
+    X(RedisModuleString *, ZsetRangeCurrentElement, (RedisModuleKey * key, double *score))         \
+    X(void, ZsetRangeStop, (RedisModuleKey * key))                                                 \
+    X(int, ZsetRangeEndReached, (RedisModuleKey * key))
 
 #define SL_RM_DECLARE(ret, name, params) extern ret(*RedisModule_##name) params;
 SL_RM_FUNCS(SL_RM_DECLARE)

@@ -29,6 +29,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import unittest
 
 import harness
@@ -492,24 +493,62 @@ class HoldsRedis(unittest.TestCase):
             self.addCleanup(c.close)
         leased_check_sequence(self, cs, lambda name: r.cmd("ZCARD", name))
 
-    def test_check_leases_refused_module(self):
-        """Where one script call cannot hold the leases and the rates (the
-        module's RL.CHECKPLAN), RL.CHECK with a concurrency limit is
-        refused, naming the rule; a check without one still answers.  (In
-        a Cluster and on a ring it works: CheckLeasesCluster, CheckLeasesRing.)"""
+    def test_check_leases_module_replicated(self):
+        """RL.CHECK's leases on the module (RL.HOLDCHECK) replicated: a
+        replica of the module's Redis holds the same leases with the same
+        ids and expiries, the same id counter and the same rate state --
+        for a node sending client time (the command verbatim) and one on
+        Redis's clock (AT now added); a new id counter's seed is sent
+        before the command.  (The module's path takes RL.CHECK's leases:
+        CheckLeasesModule.)"""
         path = self.rules_file()
         m = harness.RedisServer(module_args=["trust-client-time", "yes",
                                              "max-client-skew", "7d"]).start()
         self.addCleanup(m.cleanup)
-        s = self.rules_node(m.url(), "module", path)
-        s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
-        with RawConn(s.port) as conn:
-            self.assertEqual(
-                flat(conn.cmd(*[str(a) for a in self.llm("u1", 1, 400, T)])),
-                "ERR:ERR rule llm.user: RL.CHECK takes concurrency leases on Redis only by "
-                "the script on one server, not with the sluice module (docs/rules.md)")
-            self.assertEqual(conn.cmd("RL.CHECK", "llm", "COST", "5", "AT", str(T),
-                                      "DESCRIPTOR", "tokens", "u1")[:3], [1, 1000, 995])
+        rep = harness.RedisServer(module_args=["trust-client-time", "yes",
+                                               "max-client-skew", "7d"]).start()
+        self.addCleanup(rep.cleanup)
+        self.assertEqual(m.cmd("CONFIG", "SET", "repl-diskless-sync-delay", "0"), b"OK")
+        self.assertEqual(rep.cmd("REPLICAOF", harness.HOST, str(m.port)), b"OK")
+        until = harness.deadline(30 * harness.SLOW)
+        while "state=online" not in m.cmd("INFO", "replication").decode():
+            self.assertLess(time.monotonic(), until, "the replica never came online")
+            time.sleep(0.05)
+        at = self.rules_node(m.url(), "at", path)
+        own = harness.Server("--backend", m.url(), "--backend-timeout", "5s", "--rules", path,
+                             name=self.id() + "-own")
+        own.start()
+        self.addCleanup(own.cleanup)
+        ids = []
+        for s, user, extra in ((at, "a", ("AT", str(T))), (own, "b", ())):
+            s.wait_section("backend", lambda i: i.get("backend_status") == "up", "backend up")
+            with RawConn(s.port) as c:
+                for _ in range(3):  # 2 leases, then a denial
+                    a = c.cmd("RL.CHECK", "llm", *extra, "DESCRIPTOR", "user", user)
+                    ids += [i for _, i in a[-1]]
+        self.assertEqual(len(ids), 4)
+        # a write of this connection's after the nodes' (the stream is in
+        # order): once the replica shows it, it has them all
+        self.assertEqual(m.cmd("SET", "synced", "1"), b"OK")
+        until = harness.deadline(30 * harness.SLOW)
+        while rep.cmd("EXISTS", "synced") != 1:
+            self.assertLess(time.monotonic(), until, "the replica never caught up")
+            time.sleep(0.02)
+        held = []
+        for user in (b"a", b"b"):
+            key = b"llm|user=%s|conc" % user
+            hh, hl = lease_name(b"h", key), lease_name(b"l", key)
+            got = m.cmd("ZRANGE", hl, "0", "-1", "WITHSCORES")
+            self.assertEqual(len(got), 4, got)
+            held += [int(x) for x in got[::2]]
+            self.assertEqual(rep.cmd("ZRANGE", hl, "0", "-1", "WITHSCORES"), got, user)
+            self.assertEqual(rep.cmd("HGETALL", hh), m.cmd("HGETALL", hh), user)
+        self.assertEqual(sorted(held), sorted(ids))
+        keys = sorted(m.cmd("KEYS", "sl:m1:*"))
+        self.assertEqual(len(keys), 2, keys)
+        self.assertEqual(sorted(rep.cmd("KEYS", "sl:m1:*")), keys)
+        for k in keys:
+            self.assertEqual(rep.cmd("DUMP", k), m.cmd("DUMP", k), k)
 
     def test_lease_key_names(self):
         """A lease's Redis keys: "<domain>|...|conc" under the domain's tag,
@@ -698,7 +737,8 @@ class _LeasesApart:
         with itself; their replies are RL.ACQUIRE's as anywhere."""
         home = self.home(b"llm")
         user = next((u for u in ("w%d" % i for i in range(200))
-                     if self.home(b"llm|user=%s|conc" % u.encode()) is not home), None)
+                     if len(self.servers()) == 1 or
+                     self.home(b"llm|user=%s|conc" % u.encode()) is not home), None)
         self.assertIsNotNone(user, "no user whose lease key hashes away from llm")
         key = "llm|user=%s|conc" % user
         n0, n1 = self.conn(self.nodes[0]), self.conn(self.nodes[1])
@@ -807,6 +847,45 @@ class CheckLeasesCluster(_LeasesApart, unittest.TestCase):
     def home(self, tag):
         """The master of tag's slot."""
         return self.cluster.node_of_slot(self.cluster.keyslot(tag))
+
+
+class CheckLeasesModule(_LeasesApart, unittest.TestCase):
+    """_LeasesApart on one Redis with the sluice module: RL.CHECK's leases
+    by the module's RL.HOLDCHECK (the rates on the module's state, the
+    leases in RL.ACQUIRE's keys, all-or-none in one command)."""
+
+    @classmethod
+    def start_backend(cls):
+        cls.redis = harness.RedisServer(module_args=["trust-client-time", "yes",
+                                                     "max-client-skew", "7d"])
+        cls.addClassCleanup(cls.redis.cleanup)
+        cls.redis.start()
+        return cls.redis.url()
+
+    def servers(self):
+        return [self.redis]
+
+    def home(self, tag):
+        return self.redis
+
+    def test_rates_on_the_module_keys(self):
+        """The rates of a leased check are counted where every RL.CHECK on
+        the module's path counts them -- the module's values -- and never
+        on the script's keys (one counter a rule): a check without the
+        concurrency descriptor sees the count."""
+        c = self.conn(self.nodes[1])
+        got = c.cmd("RL.CHECK", "llm", "COSTS", "1", "300", "AT", str(T), "DESCRIPTOR", "user",
+                    "r1", "DESCRIPTOR", "tokens", "r1")
+        self.assertEqual(got[0], 1)
+        lk, lid = got[-1][0]
+        self.assertEqual(c.cmd("RL.RELEASE", lk, str(lid)), 1)
+        self.assertEqual(c.cmd("RL.CHECK", "llm", "COST", "0", "AT", str(T), "DESCRIPTOR",
+                               "tokens", "r1")[:3], [1, 1000, 700])
+        self.assertEqual(self.redis.cmd("KEYS", "sl:[0-9][0-9]:*"), [])
+        mine = self.redis.cmd("KEYS", "sl:m1:{llm}|*=r1*")
+        self.assertEqual(len(mine), 2, mine)  # requests and tokens of r1
+        for k in mine:
+            self.assertEqual(self.redis.cmd("TYPE", k), b"sluice-rl", k)
 
 
 class CheckLeasesRing(_LeasesApart, unittest.TestCase):

@@ -203,6 +203,18 @@ static void on_lease_cmdinfo(redisAsyncContext *ac, void *reply, void *privdata)
     sl__redis_lease_module(ch, sl__redis_cmdinfo_says(reply, why, sizeof why) == 1);
 }
 
+/* COMMAND INFO RL.HOLDCHECK's reply: whether the module takes RL.CHECK's
+ * concurrency leases (an older one, or a user who may not ask: it does
+ * not, and such a check is refused: backend_redis.c). */
+static void on_holdcheck_cmdinfo(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    (void)privdata;
+    rchan *ch = ac->data;
+    char why[8];
+    if (reply == NULL || ch->ac != ac) return;
+    ch->holdcheck = sl__redis_cmdinfo_says(reply, why, sizeof why) == 1;
+}
+
 /* The probe's reply, the handshake's last: the module is the path when it
  * has RL.CHECKPLAN and answered RL.PEEK (so this user may call it and, with
  * client time, the module takes AT); then the channel is UP. */
@@ -372,6 +384,7 @@ void sl__redis_connect_now(rchan *ch)
     ch->has_cmd = 0;
     ch->no_module[0] = '\0';
     redisAsyncCommand(ac, on_cmdinfo, NULL, "COMMAND INFO RL.CHECKPLAN");
+    redisAsyncCommand(ac, on_holdcheck_cmdinfo, NULL, "COMMAND INFO RL.HOLDCHECK");
     if (ch->lease != NULL) { /* --lease on: the module leases when it has RL.LEASE */
         sl__redis_lease_module(ch, 0);
         redisAsyncCommand(ac, on_lease_cmdinfo, NULL, "COMMAND INFO RL.LEASE");

@@ -102,6 +102,13 @@ static void resv_key(struct cmd *c, char kind, const char *key, size_t len)
     cmd_str(c, k, sl__redis_hold_name(k, kind, key, len, len));
 }
 
+/* RL.CHECK's lease j of plan: its hh then its hl (holds.h). */
+void sl__redis_check_lease_keys(struct cmd *c, const sl_check_plan *plan, int j)
+{
+    sl__redis_hold_key(c, 'h', plan->leases[j].key, plan->leases[j].keylen);
+    sl__redis_hold_key(c, 'l', plan->leases[j].key, plan->leases[j].keylen);
+}
+
 static void rate_key(struct cmd *c, int algo, const char *key, size_t len)
 {
     char *k = c->key[c->nkeys++];

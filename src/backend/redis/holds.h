@@ -41,6 +41,11 @@ size_t sl__redis_hold_name(char *buf, char kind, const char *key, size_t len, si
  * it (a reservation's keys carry the whole key: holds.c). */
 void sl__redis_hold_key(struct cmd *c, char kind, const char *key, size_t len);
 
+/* Appends the two keys of RL.CHECK's lease j of plan (its hh, then its
+ * hl): the one place both paths (the script's op C, the module's
+ * RL.HOLDCHECK) name them. */
+void sl__redis_check_lease_keys(struct cmd *c, const sl_check_plan *plan, int j);
+
 /* Builds e's command: the script's op LA / LR / RV / ST, or on the
  * module's path (module 1) the module's command. */
 void sl__redis_cmd_holds(struct cmd *c, const redis *r, const pend *e, int module);

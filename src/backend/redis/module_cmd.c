@@ -2,7 +2,8 @@
  * module_cmd.c -- the module path's command encoder: RL.ALLOW, RL.PEEK,
  * RL.DECIDEALL, RL.CHECKPLAN, RL.RESET, RL.LEASE and RL.LEASERETURN of the sluice module
  * (docs/module.md, "sluiced's Redis backend") on keys "sl:m" space ":{"
- * tag "}" rest, apart from the script's.  Builds bytes only.
+ * tag "}" rest, apart from the script's; RL.HOLDCHECK (RL.CHECK's
+ * concurrency leases).  Builds bytes only.
  */
 #include <string.h>
 
@@ -59,8 +60,26 @@ static void cmd_request(struct cmd *c, const sl_params *p, int64_t cost)
     if (p->log_rejected) cmd_str(c, "LOGREJECTED", 11);
 }
 
+/* RL.HOLDCHECK's leases after the plan: nl, then per lease (leaders only:
+ * one a lease key) its keys -- RL.ACQUIRE's on the script's path, so that
+ * RL.RELEASE key id gives it back -- and take shadow max ttl, as op C. */
+static void cmd_leases(struct cmd *c, const sl_check_plan *plan, int nl)
+{
+    cmd_int(c, nl);
+    for (int j = 0; j < plan->nleases; j++) {
+        const sl_check_lease *ls = &plan->leases[j];
+        if (ls->lead != j) continue;
+        sl__redis_check_lease_keys(c, plan, j);
+        cmd_int(c, ls->take);
+        cmd_int(c, ls->shadow);
+        cmd_int(c, plan->lim[j].params.limit);
+        cmd_int(c, plan->lim[j].params.window_ms);
+    }
+}
+
 /* Builds e's command for the module: RL.ALLOW (D), RL.PEEK (P),
- * RL.DECIDEALL (A), RL.CHECKPLAN (C), RL.RESET (forget). */
+ * RL.DECIDEALL (A), RL.CHECKPLAN or with leases RL.HOLDCHECK (C),
+ * RL.RESET (forget). */
 void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e)
 {
     const sl_breq *rq = e->rq;
@@ -80,7 +99,15 @@ void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e)
         int lead[SL_MAX_BATCH];
         int64_t qall, zmask, qmask[SL_MAX_BATCH];
         int m = sl__redis_check_masks(plan, lead, qmask, &qall, &zmask);
-        cmd_str(c, "RL.CHECKPLAN", 12);
+        /* with concurrency limits, RL.HOLDCHECK: the plan and its leases,
+         * on RL.ACQUIRE's keys of each lease key (sent only to a module
+         * that has it: backend_redis.c) */
+        int nl = 0;
+        for (int j = 0; j < plan->nleases; j++) nl += plan->leases[j].lead == j;
+        if (nl > 0)
+            cmd_str(c, "RL.HOLDCHECK", 12);
+        else
+            cmd_str(c, "RL.CHECKPLAN", 12);
         cmd_at(c, r, plan->now_ms);
         sl__redis_cmd_plan_head(c, plan, m, qall, zmask);
         for (int i = 0; i < m; i++) {
@@ -94,6 +121,7 @@ void sl__redis_cmd_module(struct cmd *c, const redis *r, const pend *e)
             cmd_mkey(c, plan->pool.space, u, n, tag);
             sl__redis_cmd_fields(c, &plan->pool, plan->cost);
         }
+        if (nl > 0) cmd_leases(c, plan, nl);
         break;
     }
     case SL_BOP_DECIDE_ALL:

@@ -45,6 +45,7 @@ typedef struct rnode {
     _Atomic int up;  /* the state last reported (on_state) */
     _Atomic int64_t down_since_ms;
     int module_at_start;   /* its start-up check found the module: new connections' path */
+    int hold_at_start;     /* ... and its RL.HOLDCHECK (RL.CHECK's leases): rchan.holdcheck */
     _Atomic int path_told; /* the path last told (on_path): 0 none yet, 1 script, 2 module */
 } rnode;
 
@@ -147,6 +148,8 @@ struct rchan {
                                  last handshake's finding; the start-up check's at first) */
     int has_cmd;              /* this handshake: COMMAND INFO found RL.CHECKPLAN (1), not
                                  (0), or was refused (-1, why in no_module) */
+    int holdcheck;            /* the module has RL.HOLDCHECK: RL.CHECK takes leases on the
+                                 module's path (the last handshake's finding, as module) */
     char no_module[320];      /* this handshake: why the module is not the path ("": none) */
     int64_t hs_deadline;      /* CONNECTING: monotonic ms; 0 = none */
     pend *head, *tail, *free; /* sent, oldest first; the pool */

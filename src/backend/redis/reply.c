@@ -189,8 +189,8 @@ int sl__redis_parse_reply(sl_breq *rq, const redisReply *x, int module)
         size_t m = 0;
         for (int k = 0; k < plan->nitems; k++)
             m += !plan->items[k].zero && plan->items[k].lead == k;
-        size_t nl = 0; /* op C's leases: seven integers each after the counters' */
-        for (int j = 0; !module && j < plan->nleases; j++) nl += plan->leases[j].lead == j;
+        size_t nl = 0; /* op C's / RL.HOLDCHECK's leases: seven integers each after the counters' */
+        for (int j = 0; j < plan->nleases; j++) nl += plan->leases[j].lead == j;
         if (x->type != REDIS_REPLY_ARRAY || x->elements != 3 + 7 * m + 7 * nl) return -1;
         for (size_t i = 0; i < x->elements; i++)
             if (x->element[i]->type != REDIS_REPLY_INTEGER) return -1;

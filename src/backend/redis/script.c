@@ -171,10 +171,7 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
         cmd_key(c, (int)plan->pool.algo, plan->pool.space, u, n, tag);
     }
     for (int j = 0; j < plan->nleases; j++)
-        if (plan->leases[j].lead == j) {
-            sl__redis_hold_key(c, 'h', plan->leases[j].key, plan->leases[j].keylen);
-            sl__redis_hold_key(c, 'l', plan->leases[j].key, plan->leases[j].keylen);
-        }
+        if (plan->leases[j].lead == j) sl__redis_check_lease_keys(c, plan, j);
     cmd_str(c, "C", 1);
     cmd_now(c, r, plan->now_ms);
     sl__redis_cmd_plan_head(c, plan, m, qall, zmask);
