@@ -157,8 +157,9 @@ static size_t cmd(sl_buf *b, int argc, const char *const *argv)
 }
 
 static const char *const keys[] = {"a", "b", "c", "user:1", "user:2", "k", "x:y", "zz"};
-static const char *const algos[] = {"token-bucket", "gcra", "fixed-window", "sliding-log",
-                                    "sliding-window", "leaky-bucket", "sliding-buckets"};
+static const char *const algos[] = {"token-bucket",   "gcra",           "fixed-window",
+                                    "sliding-log",    "sliding-window", "leaky-bucket",
+                                    "sliding-buckets"};
 
 /* One random command at group time now (ms) into b.  Mostly a valid
  * RL.ALLOW (so runs form, longer than SL_SVC_MANY at times); the rest
@@ -183,12 +184,12 @@ static void one(sl_buf *b, int64_t now, int with_users)
         if (rnd(8) == 0) v[n++] = "BURST", v[n++] = "3";
     } else if (r < 80) { /* a bad RL.ALLOW: its error in its place */
         static const char *const bad[][6] = {
-            {"RL.ALLOW", "a", "5", NULL},              /* arity */
-            {"RL.ALLOW", "a", "x5", "10s", NULL},      /* limit */
-            {"RL.ALLOW", "b", "5", "0", NULL},         /* window */
+            {"RL.ALLOW", "a", "5", NULL},         /* arity */
+            {"RL.ALLOW", "a", "x5", "10s", NULL}, /* limit */
+            {"RL.ALLOW", "b", "5", "0", NULL},    /* window */
             {"RL.ALLOW", "c", "5", "10s", "ALGO", "nope"},
             {"RL.ALLOW", "a", "5", "10s", "COST", "-1"},
-            {"RL.ALLOW", "", "5", "10s", NULL},        /* empty key */
+            {"RL.ALLOW", "", "5", "10s", NULL}, /* empty key */
             {"RL.ALLOW", "a", "5", "10s", "AT", "soon"},
             {"RL.ALLOW", "k", "5", "10s", "FROB", NULL},
         };
@@ -355,12 +356,13 @@ static void exact_run(void **state)
     cmd(&in, 4, ok);
     feed(&A, in.p, in.len, 5000);
     assert_int_equal(sl_buf_add(&A.out, "", 1), 0);
-    assert_string_equal(A.out.p, "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:5000\r\n:0\r\n"
-                                 "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:10000\r\n:0\r\n"
-                                 "*6\r\n:0\r\n:2\r\n:0\r\n:5000\r\n:10000\r\n:0\r\n"
-                                 "-ERR cost must be an integer between 0 and 1000000000000, got 'x'\r\n"
-                                 "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:5000\r\n:0\r\n"
-                                 "*6\r\n:0\r\n:2\r\n:0\r\n:5000\r\n:10000\r\n:0\r\n");
+    assert_string_equal(A.out.p,
+                        "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:5000\r\n:0\r\n"
+                        "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:10000\r\n:0\r\n"
+                        "*6\r\n:0\r\n:2\r\n:0\r\n:5000\r\n:10000\r\n:0\r\n"
+                        "-ERR cost must be an integer between 0 and 1000000000000, got 'x'\r\n"
+                        "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:5000\r\n:0\r\n"
+                        "*6\r\n:0\r\n:2\r\n:0\r\n:5000\r\n:10000\r\n:0\r\n");
     sl_stats_sum x;
     sl_stats_sum_get(&A.srv.stats, &x);
     assert_int_equal(x.batched, 5); /* three, then two after the error */

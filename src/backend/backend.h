@@ -57,9 +57,9 @@ typedef enum sl_bop {
     SL_BOP_RESERVE,    /* charge an estimate, keep a reservation (sl_reserve): params,
                           cost = the estimate -> hold_id */
     SL_BOP_SETTLE,     /* settle one (sl_settle): hold_id, cost = actual -> existed */
-    SL_BOP_DECIDE_MANY, /* several DECIDEs one after another (sl_decide_many): calls,
-                           nreqs -> results, rcs; only to a backend with
-                           SL_BACKEND_MANY */
+    /* several DECIDEs one after another (sl_decide_many): calls, nreqs ->
+     * results, rcs; only to a backend with SL_BACKEND_MANY */
+    SL_BOP_DECIDE_MANY,
     SL_BOP_COUNT
 } sl_bop;
 
@@ -121,8 +121,9 @@ typedef struct sl_backend sl_backend;
 typedef struct sl_bchan sl_bchan;
 
 #define SL_BACKEND_INLINE 1 /* every request completes before submit returns */
-#define SL_BACKEND_MANY   2 /* takes SL_BOP_DECIDE_MANY (an inline backend only: the
-                               caller's arrays are read and written during submit) */
+/* takes SL_BOP_DECIDE_MANY (an inline backend only: the caller's arrays
+ * are read and written during submit) */
+#define SL_BACKEND_MANY 2
 
 /* What a request gets when a backend cannot answer (--on-backend-error):
  * the Redis backend's policy while Redis is down or slow (backend_redis.h

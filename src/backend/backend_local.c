@@ -310,8 +310,8 @@ static void decide_many(local *l, const sl_call *calls, size_t n, sl_result *out
 {
     if (l->deny_since != INT64_MIN) {
         for (size_t i = 0; i < n; i++)
-            rcs[i] = decide_one(l, calls[i].params, calls[i].key, calls[i].keylen,
-                                calls[i].now_ms, calls[i].cost, &out[i]);
+            rcs[i] = decide_one(l, calls[i].params, calls[i].key, calls[i].keylen, calls[i].now_ms,
+                                calls[i].cost, &out[i]);
         return;
     }
     sl_decide_many(l->store, calls, n, out, rcs);

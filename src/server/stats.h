@@ -97,8 +97,8 @@ typedef struct sl_worker_stats {
     _Atomic uint64_t net_out;         /* bytes written to clients */
     _Atomic uint64_t checks;          /* RL.CHECK decisions */
     _Atomic uint64_t checks_denied;
-    _Atomic uint64_t batched;         /* RL.ALLOW decided in a batch of two or more
-                                         (service.h: sl_svc_allow_many) */
+    _Atomic uint64_t batched;                       /* RL.ALLOW decided in a batch of two or more
+                                                       (service.h: sl_svc_allow_many) */
     _Atomic uint64_t front_allowed[SL_FRONTS];      /* decisions allowed, by front (see the top) */
     _Atomic uint64_t front_denied[SL_FRONTS];       /* ... denied */
     _Atomic uint64_t lat[SL_STATS_LAT_NBOUNDS + 1]; /* sampled decisions per bucket */
