@@ -229,6 +229,8 @@ $(B)/tests/test_resp: $(B)/src/proto/resp/resp.o $(B)/src/proto/resp/resp_write.
                      $(B)/src/server/buf.o
 $(B)/tests/test_commands: $(SRV_PARTS)
 $(B)/tests/test_commands: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
+$(B)/tests/test_pipeline: $(SRV_PARTS)
+$(B)/tests/test_pipeline: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_service: $(SRV_PARTS)
 $(B)/tests/test_service: LDLIBS += $(SRV_LIBS) $(RULES_LIBS)
 $(B)/tests/test_backend: $(SRV_PARTS) $(B)/tests/support/backend_delay.o

@@ -25,7 +25,13 @@
 # Environment: B (build dir, default build), N (requests per run, default
 # 300000; --quick 20000), REPS (default 3; --quick 1), KEYS (default 100000),
 # CLIENTS (default 50), PIPELINE (default 16), THREADS (sluiced --threads,
-# default: its own default, one per core).  Both servers listen on free
+# default: its own default, one per core).  PIN=1: every server on CPU 1
+# (taskset) with sluiced --threads 1, redis-benchmark on CPU 0 -- the
+# like-for-like setting of "pinned to one core", and a goal of its own
+# (issue 30: RL.ALLOW >= 1.5x INCR at -P PIPELINE).  BASE=path: another
+# sluiced binary (e.g. the main branch's build) run beside this one with
+# the same flags, as the row "RL.ALLOW, BASE", interleaved with the rest
+# (before/after in one run).  Both servers listen on free
 # 127.0.0.1 ports and are stopped by their PIDs when the script exits; every
 # step runs under `timeout`.  Exits 0 when the run completed (goals met or
 # not), 1 when something failed (a server, or replies that were errors).
@@ -47,7 +53,17 @@ if [ -n "$QUICK" ]; then
 else
     : "${N:=300000}" "${REPS:=3}"
 fi
-: "${KEYS:=100000}" "${CLIENTS:=50}" "${PIPELINE:=16}" "${THREADS:=}"
+: "${KEYS:=100000}" "${CLIENTS:=50}" "${PIPELINE:=16}" "${THREADS:=}" "${PIN:=}" "${BASE:=}"
+SRV_PIN=()
+CLI_PIN=()
+if [ -n "$PIN" ]; then
+    [ "$(nproc)" -gt 1 ] || die "PIN=1 needs two CPUs (servers on 1, the client on 0)"
+    command -v taskset >/dev/null || die "PIN=1 needs taskset (util-linux)"
+    SRV_PIN=(taskset -c 1)
+    CLI_PIN=(taskset -c 0)
+    THREADS=1
+fi
+[ -z "$BASE" ] || [ -x "$BASE" ] || die "BASE=$BASE is not an executable sluiced"
 case $B in
 /*) BD=$B ;;
 *) BD=$ROOT/$B ;;
@@ -77,7 +93,7 @@ timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
 
 # ---- the servers ----------------------------------------------------------
 RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
+${SRV_PIN[@]+"${SRV_PIN[@]}"} redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
     --logfile "$TMP/redis.log" --dir "$TMP" &
 REDIS_PID=$!
 wait_pong "$RPORT" || die "redis-server did not start on port $RPORT: $(tail -5 "$TMP/redis.log")"
@@ -90,12 +106,13 @@ descriptors:
       - {unit: minute, requests_per_unit: 100}
       - {unit: hour, requests_per_unit: 1000}
 YAML
-# start_sluiced LOG [ARGS...]: starts sluiced on a free port, appends its
-# PID to SLUICED_PID and sets PORT_OUT and PID_OUT.
+# start_sluiced LOG [ARGS...]: starts sluiced ($SL_BIN, default $SLUICED)
+# on a free port, appends its PID to SLUICED_PID and sets PORT_OUT and
+# PID_OUT.
 start_sluiced() {
     local log=$1 port='' pid
     shift
-    "$SLUICED" --port 0 --http-port 0 --grpc-port 0 --rules "$TMP/rules.yaml" "$@" >"$log" 2>&1 &
+    ${SRV_PIN[@]+"${SRV_PIN[@]}"} "${SL_BIN:-$SLUICED}" --port 0 --http-port 0 --grpc-port 0 --rules "$TMP/rules.yaml" "$@" >"$log" 2>&1 &
     pid=$!
     SLUICED_PID="$SLUICED_PID $pid"
     for _ in $(seq 100); do
@@ -113,6 +130,13 @@ start_sluiced() {
 start_sluiced "$TMP/sluiced.log" ${THREADS:+--threads "$THREADS"}
 SPORT=$PORT_OUT
 S_PID=$PID_OUT
+SBPORT=
+SB_PID=
+if [ -n "$BASE" ]; then
+    SL_BIN=$BASE start_sluiced "$TMP/sluiced-base.log" ${THREADS:+--threads "$THREADS"}
+    SBPORT=$PORT_OUT
+    SB_PID=$PID_OUT
+fi
 # The same server with one worker: redis-benchmark takes a whole core of
 # this machine, and redis-server answers on one thread, so on 2 cores one
 # worker is the like-for-like setting (the default, one per core, also
@@ -153,7 +177,7 @@ run() {
     c0=$(cpu_ticks "$pid")
     out=$( (
         TIMEFORMAT='%R %U %S'
-        time timeout 600 redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
+        time timeout 600 ${CLI_PIN[@]+"${CLI_PIN[@]}"} redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
             -r "$KEYS" -P "$pipe" --precision 3 --csv "$@" 2>"$TMP/rb.err"
     ) 2>"$TMP/rb.time") || die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
     c1=$(cpu_ticks "$pid")
@@ -171,7 +195,7 @@ run() {
 note "redis-benchmark: $N requests per run, $KEYS keys, $CLIENTS clients, P=1 and P=$PIPELINE, $REPS rep(s)..."
 load0=$(cut -d' ' -f1 /proc/loadavg)
 # one_test N PIPE: the N-th test (0-based) of the list, at pipeline PIPE.
-TESTS=7
+TESTS=8
 one_test() {
     case $1 in
     0) run INCR "$RPORT" "$REDIS_PID" "$2" INCR 'counter:__rand_int__' ;;
@@ -181,6 +205,7 @@ one_test() {
     4) run RL.CHECK "$SPORT" "$S_PID" "$2" RL.CHECK bench DESCRIPTOR user 'u:__rand_int__' ;;
     5) run RPING "$RPORT" "$REDIS_PID" "$2" PING ;;
     6) run SPING "$SPORT" "$S_PID" "$2" PING ;;
+    7) [ -z "$SBPORT" ] || run RL.ALLOWB "$SBPORT" "$SB_PID" "$2" RL.ALLOW 'key:__rand_int__' 100 10s ;;
     esac
 }
 # Each rep starts the list at a different test, so that no test always
@@ -209,6 +234,13 @@ if [ -n "$S1PORT" ]; then
     [ "$s1_err" = 0 ] || die "sluiced (1 worker) answered $s1_err errors during the benchmark"
     [ "$s1_dec" = $((2 * REPS * N)) ] || die "sluiced (1 worker) made $s1_dec decisions, expected $((2 * REPS * N))"
 fi
+if [ -n "$SBPORT" ]; then
+    sb_dec=$(info_field "$SBPORT" stats decisions)
+    sb_err=$(info_field "$SBPORT" stats error_replies)
+    [ "$sb_err" = 0 ] || die "sluiced (BASE) answered $sb_err errors during the benchmark"
+    [ "$sb_dec" = $((2 * REPS * N)) ] || die "sluiced (BASE) made $sb_dec decisions, expected $((2 * REPS * N))"
+fi
+s_batched=$(info_field "$SPORT" stats decisions_batched)
 
 # ---- the table ------------------------------------------------------------------
 rversion=$(redis-server --version | awk '{ print $3 }')
@@ -216,7 +248,9 @@ sthreads=$(info_field "$SPORT" server threads)
 echo
 echo "== sluiced vs redis-server ${rversion#v=}: redis-benchmark -c $CLIENTS -n $N -r $KEYS, median of $REPS =="
 echo "   (one run; same client and machine; $(nproc) cores; sluiced $sthreads threads; load $load0 -> $load1)"
-awk -v reps="$REPS" -v sthreads="$sthreads" '
+[ -z "$PIN" ] || echo "   (PIN=1: servers on CPU 1, redis-benchmark on CPU 0)"
+[ -z "$BASE" ] || echo "   (BASE: $BASE)"
+awk -v reps="$REPS" -v sthreads="$sthreads" -v pin="$PIN" -v pipeline="$PIPELINE" '
     function median(list,   a, n, i, j, t) {
         n = split(list, a, " ")
         for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -226,10 +260,11 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
       ccpu[k] = ccpu[k] " " $6; sus[k] = sus[k] " " $7
       if (!($2 in seenp)) { seenp[$2] = 1; pipes[++np] = $2 } }
     END {
-        nn = split("INCR LUA RL.ALLOW RL.ALLOW1 RL.CHECK RPING SPING", names, " ")
+        nn = split("INCR LUA RL.ALLOW RL.ALLOWB RL.ALLOW1 RL.CHECK RPING SPING", names, " ")
         label["INCR"] = "redis INCR counter:__rand_int__"
         label["LUA"] = "redis EVALSHA token bucket (Lua)"
         label["RL.ALLOW"] = "sluiced RL.ALLOW key:__rand_int__ 100 10s"
+        label["RL.ALLOWB"] = "  the same, BASE sluiced"
         label["RL.ALLOW1"] = "  the same, sluiced --threads 1"
         label["RL.CHECK"] = "sluiced RL.CHECK (2 limits) u:__rand_int__"
         label["RPING"] = "(ceiling) redis PING"
@@ -239,6 +274,7 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
         for (i = 1; i <= np; i++)
             for (j = 1; j <= nn; j++) {
                 n = names[j]; k = n SUBSEP pipes[i]
+                if (!(k in rps)) continue # (reading rps[k] would make it: a row of zeros)
                 r[n, pipes[i]] = median(rps[k]); l99[n, pipes[i]] = median(p99[k])
             }
         for (i = 1; i <= np; i++) {
@@ -277,6 +313,12 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
             if (x >= 1.0) badv++
             if (!badv) good++
         }
+        if (pin != "" && (("RL.ALLOW" SUBSEP pipeline) in rps)) {
+            x = r["RL.ALLOW", pipeline] / r["INCR", pipeline]
+            printf "%-58s | %9.2fx | %s\n", "RL.ALLOW >= 1.5x INCR, P=" pipeline ", pinned to one core", x, (x >= 1.5 ? "yes" : "NO")
+            if (("RL.ALLOWB" SUBSEP pipeline) in rps)
+                printf "%-58s | %9.2fx |\n", "  (BASE sluiced: " sprintf("%.2fx", r["RL.ALLOWB", pipeline] / r["INCR", pipeline]) " INCR; this / BASE)", r["RL.ALLOW", pipeline] / r["RL.ALLOWB", pipeline]
+        }
         printf "\nP=1 ceiling (PING on each server, nothing behind the reply): redis %.0f, sluiced %.0f rps\n",
             r["RPING", 1], r["SPING", 1]
         printf "client %%: redis-benchmark CPU time / wall time (100 = one core busy: the client sets the pace);\n"
@@ -287,5 +329,5 @@ awk -v reps="$REPS" -v sthreads="$sthreads" '
         printf "server goals met: %s\n", good ? "yes" : "no"
     }' "$TMP/runs"
 [ -n "$QUICK" ] && echo "(--quick: counts too small to judge the goals)"
-echo "(checked: every RL.ALLOW was a decision ($s_dec counted), no error replies on either server)"
+echo "(checked: every RL.ALLOW was a decision ($s_dec counted, ${s_batched:-0} of them in pipelined batches), no error replies on either server)"
 exit 0

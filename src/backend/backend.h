@@ -57,6 +57,9 @@ typedef enum sl_bop {
     SL_BOP_RESERVE,    /* charge an estimate, keep a reservation (sl_reserve): params,
                           cost = the estimate -> hold_id */
     SL_BOP_SETTLE,     /* settle one (sl_settle): hold_id, cost = actual -> existed */
+    /* several DECIDEs one after another (sl_decide_many): calls, nreqs ->
+     * results, rcs; only to a backend with SL_BACKEND_MANY */
+    SL_BOP_DECIDE_MANY,
     SL_BOP_COUNT
 } sl_bop;
 
@@ -78,8 +81,9 @@ struct sl_breq {
     int64_t cost; /* DECIDE, PEEK */
     int algo_lo;  /* FORGET: algorithms [algo_lo, algo_hi) */
     int algo_hi;
-    /* in: DECIDE_ALL */
+    /* in: DECIDE_ALL (reqs), DECIDE_MANY (calls) */
     const sl_request *reqs;
+    const sl_call *calls;
     size_t nreqs;
     /* in: CHECK */
     const sl_check_plan *plan;
@@ -94,7 +98,9 @@ struct sl_breq {
     sl_result result;          /* DECIDE, PEEK */
     int existed;               /* FORGET: 1 if some state was dropped; RELEASE: 1 if
                                   the lease was held; SETTLE: 1 if settled */
-    sl_result *results;        /* DECIDE_ALL: the caller's array of nreqs, filled */
+    sl_result *results;        /* DECIDE_ALL, DECIDE_MANY: the caller's array of nreqs, filled */
+    int *rcs;                  /* DECIDE_MANY: the caller's array of nreqs: each call's
+                                  0 or SL_E* code, as DECIDE's rc (rc itself is 0) */
     int all_allowed;           /* DECIDE_ALL */
     sl_check_outcome *outcome; /* CHECK: the caller's, filled */
 };
@@ -115,6 +121,9 @@ typedef struct sl_backend sl_backend;
 typedef struct sl_bchan sl_bchan;
 
 #define SL_BACKEND_INLINE 1 /* every request completes before submit returns */
+/* takes SL_BOP_DECIDE_MANY (an inline backend only: the caller's arrays
+ * are read and written during submit) */
+#define SL_BACKEND_MANY 2
 
 /* What a request gets when a backend cannot answer (--on-backend-error):
  * the Redis backend's policy while Redis is down or slow (backend_redis.h

@@ -3,7 +3,9 @@
  * decided on this process's sl_store, inline, before submit returns.
  *
  * The hot path is submit -> one switch -> sl_decide -> the callback: no
- * allocation, no lock beyond the store's own, no copy of the key.
+ * allocation, no lock beyond the store's own, no copy of the key.  A run
+ * of decisions (SL_BOP_DECIDE_MANY: a pipelined run of RL.ALLOW) goes
+ * through sl_decide_many, which overlaps the cache misses of its keys.
  *
  * Two things the server may add (main.c), neither costing a request more
  * than a test of a pointer or a time when unused:
@@ -279,6 +281,47 @@ static sl_bchan *local_channel(sl_backend *b, void *loop)
 
 static void local_channel_free(sl_bchan *ch) { (void)ch; }
 
+/* One DECIDE: in the deny window, a key the store does not hold answers
+ * as a full counter (nothing created, nothing recorded); else sl_decide,
+ * recorded when it decided.  0 or an SL_E* code. */
+static int decide_one(local *l, const sl_params *p, const void *key, size_t klen, int64_t now,
+                      int64_t cost, sl_result *out)
+{
+    if (l->deny_since != INT64_MIN && denied_unknown(l, p, key, klen, now)) {
+        full_counter(l, p, now, out);
+        return 0;
+    }
+    int rc = sl_decide(l->store, p, key, klen, now, cost, out);
+    if (rc == 0 && l->record != NULL) l->record(l->record_arg, kind_of(p), key, klen);
+    return rc < 0 ? rc : 0;
+}
+
+/* DECIDE_MANY: calls[0..n) decided in order, each answering exactly as a
+ * DECIDE of its own would (out[i], rcs[i]).  Outside the deny window the
+ * library's batched call does it (sl_decide_many: the table slots and
+ * records of later calls are fetched while earlier ones are decided), and
+ * every call that decided is recorded after the batch, in call order:
+ * the recorder reads the counter's state then, so a key named twice is
+ * recorded twice with its state after both -- what replaying the journal
+ * rebuilds is the same, and the journal is committed before any of the
+ * replies leaves (journal.c), as for single decisions.  In the deny
+ * window each call goes the single way (decide_one). */
+static void decide_many(local *l, const sl_call *calls, size_t n, sl_result *out, int *rcs)
+{
+    if (l->deny_since != INT64_MIN) {
+        for (size_t i = 0; i < n; i++)
+            rcs[i] = decide_one(l, calls[i].params, calls[i].key, calls[i].keylen, calls[i].now_ms,
+                                calls[i].cost, &out[i]);
+        return;
+    }
+    sl_decide_many(l->store, calls, n, out, rcs);
+    for (size_t i = 0; i < n; i++) {
+        if (rcs[i] > 0) rcs[i] = 0;
+        if (rcs[i] == 0 && l->record != NULL)
+            l->record(l->record_arg, kind_of(calls[i].params), calls[i].key, calls[i].keylen);
+    }
+}
+
 static void local_submit(sl_bchan *ch, sl_breq *rq)
 {
     local *l = (local *)ch->b;
@@ -287,15 +330,11 @@ static void local_submit(sl_bchan *ch, sl_breq *rq)
     rq->err[0] = '\0';
     switch (rq->op) {
     case SL_BOP_DECIDE:
-        if (l->deny_since != INT64_MIN &&
-            denied_unknown(l, rq->params, rq->key, rq->keylen, rq->now_ms)) {
-            full_counter(l, rq->params, rq->now_ms, &rq->result);
-            rc = 0;
-            break;
-        }
-        rc = sl_decide(s, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
-        if (rc == 0 && l->record != NULL)
-            l->record(l->record_arg, kind_of(rq->params), rq->key, rq->keylen);
+        rc = decide_one(l, rq->params, rq->key, rq->keylen, rq->now_ms, rq->cost, &rq->result);
+        break;
+    case SL_BOP_DECIDE_MANY:
+        rc = 0;
+        decide_many(l, rq->calls, rq->nreqs, rq->results, rq->rcs);
         break;
     case SL_BOP_PEEK: /* what RL.ALLOW would answer: in the deny window, a full counter */
         if (l->deny_since != INT64_MIN &&
@@ -415,7 +454,7 @@ sl_backend *sl_backend_local_new(sl_store *s)
         return NULL;
     }
     l->base.ops = &local_ops;
-    l->base.flags = SL_BACKEND_INLINE;
+    l->base.flags = SL_BACKEND_INLINE | SL_BACKEND_MANY;
     l->chan.b = &l->base;
     l->store = s;
     l->deny_since = INT64_MIN;

@@ -13,6 +13,11 @@
  * reference.  With one that may answer later, the context keeps a copy of
  * the key and a reference to the rule set, so a reload or the caller's
  * buffer moving on cannot pull them away while the request is in flight.
+ *
+ * A run of RL.ALLOW (sl_svc_allow_many: a protocol's pipelined requests)
+ * is one context and one backend request (DECIDE_MANY) on a backend that
+ * takes it, each call then counted and answered as done_allow does one;
+ * on any other it is n sl_svc_allow calls.
  */
 #include <ctype.h>
 #include <stdio.h>
@@ -45,6 +50,7 @@ struct svc_req {
     sl_svc_cb cb;
     void *arg;
     int commit;           /* ALLOW: a decision, counted in the statistics */
+    unsigned nsampled;    /* DECIDE_MANY: its calls whose latency is sampled */
     int front;            /* SL_FRONT_* it came in by (x->front at submission) */
     sl_params p;          /* ALLOW, PEEK: b.params points here */
     int64_t t0_ns;        /* sampled: submission time; 0 = not timed */
@@ -256,6 +262,93 @@ void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params
     b->params = &q->p;
     b->cost = cost;
     set_key(q, key, keylen);
+    submit(x, q);
+}
+
+/* ---- a run of RL.ALLOW as one batch -------------------------------------------- */
+
+size_t sl_svc_many_max(const sl_svc_ctx *x)
+{
+    unsigned want = SL_BACKEND_INLINE | SL_BACKEND_MANY;
+    return (x->srv->backend->flags & want) == want ? SL_SVC_MANY : 1;
+}
+
+/* DECIDE_MANY answered: each call counted as done_allow counts one, then
+ * answered in order.  The arrays (b->calls, results, rcs) are
+ * sl_svc_allow_many's, alive during this call (the backend is inline);
+ * q->arg holds its args.  Each sampled call (the worker's tick, one in
+ * SL_STATS_LAT_SAMPLE, as for single requests) is timed as the whole
+ * batch: from its submission to its completion. */
+static void done_many(sl_breq *b)
+{
+    svc_req *q = b->data;
+    sl_svc_ctx *x = q->x;
+    void *const *args = q->arg;
+    sl_svc_cb cb = q->cb;
+    int front = q->front;
+    int64_t t0 = q->t0_ns;
+    unsigned timed_n = q->nsampled;
+    const sl_call *calls = b->calls;
+    const sl_result *res = b->results;
+    const int *rcs = b->rcs;
+    size_t n = b->nreqs;
+    req_put(q); /* before the callbacks, as done_allow: b is not read again */
+    if (t0 != 0) {
+        int64_t ns = sl__mono_ns() - t0;
+        for (unsigned k = 0; k < timed_n; k++) sl_stats_latency(x->st, ns);
+    }
+    for (size_t i = 0; i < n; i++) {
+        const sl_call *c = &calls[i];
+        sl_svc_reply r;
+        memset(&r, 0, sizeof r);
+        r.rc = rcs[i];
+        r.err = r.rc < 0 ? sl_strerror(r.rc) : "";
+        if (r.rc == 0) {
+            sl_algo a = c->params->algo;
+            r.result = res[i];
+            sl_stat_inc(&x->st->decisions[a], 1);
+            sl_stat_inc(res[i].allowed ? &x->st->allowed[a] : &x->st->denied[a], 1);
+            sl_stats_decided(x->st, front, res[i].allowed);
+            sl_stat_inc(&x->st->batched, 1);
+            if (!res[i].allowed) sl_history_denied(x->srv->history, x->id, c->key, c->keylen);
+        }
+        cb(args[i], &r);
+    }
+}
+
+void sl_svc_allow_many(sl_svc_ctx *x, const sl_call *calls, size_t n, void *const *args,
+                       sl_svc_cb cb)
+{
+    if (n <= 1 || n > sl_svc_many_max(x)) { /* one at a time: what the batch stands for */
+        for (size_t i = 0; i < n; i++)
+            sl_svc_allow(x, calls[i].key, calls[i].keylen, calls[i].params, calls[i].cost,
+                         calls[i].now_ms, 1, cb, args[i]);
+        return;
+    }
+    sl_result results[SL_SVC_MANY];
+    int rcs[SL_SVC_MANY];
+    unsigned sampled = x->st->lat_tick % SL_STATS_LAT_SAMPLE == SL_STATS_LAT_SAMPLE - 1;
+    svc_req *q = req_get(x); /* its own tick: the first call's */
+    if (q == NULL) {         /* out of memory: each answers so, as sl_svc_allow would */
+        for (size_t i = 0; i < n; i++) reply_err(cb, args[i], SL_ENOMEM, sl_strerror(SL_ENOMEM));
+        return;
+    }
+    for (size_t i = 1; i < n; i++) /* the other calls' ticks */
+        if (++x->st->lat_tick % SL_STATS_LAT_SAMPLE == 0) {
+            sampled++;
+            if (q->t0_ns == 0) q->t0_ns = sl__mono_ns();
+        }
+    q->cb = cb;
+    q->arg = (void *)args;
+    q->nsampled = sampled;
+    sl_breq *b = &q->b;
+    b->op = SL_BOP_DECIDE_MANY;
+    b->cb = done_many;
+    b->calls = calls;
+    b->nreqs = n;
+    b->results = results;
+    b->rcs = rcs;
+    b->now_ms = calls[0].now_ms;
     submit(x, q);
 }
 

@@ -113,6 +113,24 @@ int sl_svc_parse_at(const sl_svc_ctx *x, int64_t now, const char *s, size_t n, i
 void sl_svc_allow(sl_svc_ctx *x, const char *key, size_t keylen, const sl_params *p, int64_t cost,
                   int64_t at, int commit, sl_svc_cb cb, void *arg);
 
+/* The most RL.ALLOW requests sl_svc_allow_many decides as one batch on
+ * x's backend: SL_SVC_MANY when the backend takes a run of decisions at
+ * once (the local one: SL_BACKEND_MANY), else 1 (a protocol then has no
+ * reason to hold requests back: it calls sl_svc_allow for each). */
+#define SL_SVC_MANY SL_MAX_BATCH
+size_t sl_svc_many_max(const sl_svc_ctx *x);
+
+/* RL.ALLOW (commit) of each of calls[0..n), n <= sl_svc_many_max(x), in
+ * order: exactly what n calls of sl_svc_allow(x, calls[i].key, ...,
+ * calls[i].params, calls[i].cost, calls[i].now_ms, 1, cb, args[i]) would
+ * answer and count -- a key named twice sees the first one's charge --
+ * but decided by one backend request, which lets the store overlap the
+ * cache misses of different keys (sl_decide_many).  cb(args[i], r) runs
+ * exactly once for each i, in order, before the call returns.  The keys
+ * and parameters are read only during the call. */
+void sl_svc_allow_many(sl_svc_ctx *x, const sl_call *calls, size_t n, void *const *args,
+                       sl_svc_cb cb);
+
 /* RL.RESET: forgets key in algorithms [algo_lo, algo_hi).  cb gets
  * r->existed. */
 void sl_svc_reset(sl_svc_ctx *x, const char *key, size_t keylen, int algo_lo, int algo_hi,

@@ -394,6 +394,7 @@ void sl_stats_sum_get(const sl_stats *s, sl_stats_sum *out)
         out->net_out += sl_stat_get(&w->net_out);
         out->checks += sl_stat_get(&w->checks);
         out->checks_denied += sl_stat_get(&w->checks_denied);
+        out->batched += sl_stat_get(&w->batched);
         for (int a = 0; a < SL_ALGO_COUNT; a++) {
             out->decisions[a] += sl_stat_get(&w->decisions[a]);
             out->allowed[a] += sl_stat_get(&w->allowed[a]);

@@ -97,6 +97,8 @@ typedef struct sl_worker_stats {
     _Atomic uint64_t net_out;         /* bytes written to clients */
     _Atomic uint64_t checks;          /* RL.CHECK decisions */
     _Atomic uint64_t checks_denied;
+    _Atomic uint64_t batched;                       /* RL.ALLOW decided in a batch of two or more
+                                                       (service.h: sl_svc_allow_many) */
     _Atomic uint64_t front_allowed[SL_FRONTS];      /* decisions allowed, by front (see the top) */
     _Atomic uint64_t front_denied[SL_FRONTS];       /* ... denied */
     _Atomic uint64_t lat[SL_STATS_LAT_NBOUNDS + 1]; /* sampled decisions per bucket */
@@ -237,7 +239,7 @@ void sl_stats_latency(sl_worker_stats *w, int64_t ns);
 
 /* The totals of every shard, for readers. */
 typedef struct sl_stats_sum {
-    uint64_t commands, errors, protocol_errors, net_in, net_out, checks, checks_denied;
+    uint64_t commands, errors, protocol_errors, net_in, net_out, checks, checks_denied, batched;
     uint64_t decisions[SL_ALGO_COUNT], allowed[SL_ALGO_COUNT], denied[SL_ALGO_COUNT];
     uint64_t lat[SL_STATS_LAT_NBOUNDS + 1], lat_count, lat_sum_ns;
     uint64_t front_allowed[SL_FRONTS], front_denied[SL_FRONTS];

@@ -248,20 +248,30 @@ static int allow_at(void *ctx, const char *s, size_t n, int64_t *out, char *err,
     return sl_svc_parse_at(q->x, q->now, s, n, out, err, errlen);
 }
 
+/* RL.ALLOW's (RL.PEEK's) arguments of q into *r: 0, or -1 with the
+ * client's message in err.  Pure: nothing asked of the backend. */
+static int allow_args(req *q, sl__allow_req *r, char *err, size_t errlen)
+{
+    const sl_resp_cmd *c = q->cmd;
+    const sl_resp_arg *key = &c->argv[1];
+    sl__arg a[SL__ALLOW_ARGS];
+    int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS;
+    for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
+    if (sl__parse_key(key->p, key->len, err, errlen) != 0 ||
+        sl__parse_allow(a, n, NULL, allow_at, q, r, err, errlen) < 0)
+        return -1;
+    return 0;
+}
+
 /* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
  *          [LOGREJECTED] [AT t]   (RL.PEEK: the same, nothing consumed):
  * the grammar is sl__parse_allow's (src/lib/args.c), the module's too */
 static void decide(req *q, int commit)
 {
-    const sl_resp_cmd *c = q->cmd;
     char err[SL_SVC_ERR];
-    const sl_resp_arg *key = &c->argv[1];
-    sl__arg a[SL__ALLOW_ARGS];
+    const sl_resp_arg *key = &q->cmd->argv[1];
     sl__allow_req r;
-    int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS;
-    for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
-    if (sl__parse_key(key->p, key->len, err, sizeof err) != 0 ||
-        sl__parse_allow(a, n, NULL, allow_at, q, &r, err, sizeof err) < 0) {
+    if (allow_args(q, &r, err, sizeof err) != 0) {
         err_reply(q, "%s", err);
         return;
     }
@@ -270,6 +280,66 @@ static void decide(req *q, int commit)
     /* the service checks the parameters: its error names the bad one */
     sl_svc_allow(q->x, key->p, key->len, &r.p, r.cost, r.has_at ? r.at : q->now, commit, on_fields,
                  s);
+}
+
+/* ---- a pipelined run of RL.ALLOW, decided as one batch ----------------------- */
+
+/* The worker's scratch (sl_conn_scratch): the command being parsed and
+ * run, and the run of RL.ALLOW held back to be decided together.  Shared
+ * by the worker's connections: the run is always empty when run() returns. */
+typedef struct scratch {
+    sl_resp_cmd cmd;
+    size_t n;                      /* RL.ALLOW held: calls[0..n) */
+    sl_call calls[SL_SVC_MANY];    /* key: into the connection's input, valid during run() */
+    sl_params params[SL_SVC_MANY]; /* calls[i].params == &params[i] */
+} scratch;
+
+/* Decides the held run (if any) as one batch (sl_svc_allow_many), each
+ * answer into a slot opened now, in request order: a held request has
+ * no slot yet, and no later request of the connection has opened one,
+ * since every other command -- and every reply that is not a held
+ * RL.ALLOW's -- flushes the run first.  So the replies are those of the
+ * requests run one at a time, in their order. */
+static void run_flush(sl_conn *c)
+{
+    scratch *sc = sl_conn_scratch(c);
+    size_t n = sc->n;
+    void *slots[SL_SVC_MANY];
+    if (n == 0) return;
+    sc->n = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((slots[i] = sl_conn_slot(c)) == NULL) { /* out of memory: net.c drops c */
+            n = i;
+            break;
+        }
+    sl_svc_allow_many(sl_conn_svc(c), sc->calls, n, slots, on_fields);
+}
+
+/* RL.ALLOW, known to pass its checks (permitted, arity, not in MULTI), on
+ * a backend that decides a run at once: held in the run, decided when the
+ * run ends -- a command of another kind, a bad argument (its error then
+ * follows the run's answers), SL_SVC_MANY of them, or the end of what
+ * this read holds (run()).  A bad argument is found now, as the request
+ * would have found it alone: nothing else is read to check it. */
+static void allow_hold(req *q)
+{
+    char err[SL_SVC_ERR];
+    const sl_resp_arg *key = &q->cmd->argv[1];
+    sl__allow_req r;
+    if (allow_args(q, &r, err, sizeof err) != 0) {
+        run_flush(q->c);
+        err_reply(q, "%s", err);
+        return;
+    }
+    scratch *sc = sl_conn_scratch(q->c);
+    size_t i = sc->n++;
+    sc->params[i] = r.p;
+    sc->calls[i] = (sl_call){.params = &sc->params[i],
+                             .key = key->p,
+                             .keylen = key->len,
+                             .now_ms = r.has_at ? r.at : q->now,
+                             .cost = r.cost};
+    if (sc->n >= sl_svc_many_max(q->x)) run_flush(q->c);
 }
 
 static void cmd_allow(req *q) { decide(q, 1); }
@@ -1296,23 +1366,31 @@ static void cmd_command(req *q)
     sl_slot_done(s);
 }
 
+/* May q's user run command k with q's arguments?  *sub: the subcommand
+ * that decided it, or NULL.  Nothing written. */
+static int may_run(const req *q, const command *k, const char **sub)
+{
+    unsigned need = k->group;
+    *sub = NULL;
+    if (k->subs != NULL && q->cmd->argc >= 2) {
+        for (const subcommand *sc = k->subs; sc->name != NULL; sc++) {
+            if (arg_is(&q->cmd->argv[1], sc->name)) {
+                need = sc->group;
+                *sub = sc->name;
+                break;
+            }
+        }
+    }
+    return need == 0 || (q->who != NULL && (q->who->groups & need) == need);
+}
+
 /* May q's user run command k with q's arguments?  If not, the reply
  * (NOPERM, naming the command or "command|sub" as Redis 7.0 does) is
  * written and 0 returned. */
 static int permitted(req *q, const command *k)
 {
-    unsigned need = k->group;
-    const char *sub = NULL;
-    if (k->subs != NULL && q->cmd->argc >= 2) {
-        for (const subcommand *sc = k->subs; sc->name != NULL; sc++) {
-            if (arg_is(&q->cmd->argv[1], sc->name)) {
-                need = sc->group;
-                sub = sc->name;
-                break;
-            }
-        }
-    }
-    if (need == 0 || (q->who != NULL && (q->who->groups & need) == need)) return 1;
+    const char *sub;
+    if (may_run(q, k, &sub)) return 1;
     sl_auth_count_denied(q->x->srv->auth);
     char line[160];
     snprintf(line, sizeof line,
@@ -1447,7 +1525,7 @@ static void cmd_exec(req *q)
     size_t max_bulk =
         cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command : (size_t)SL_RESP_MAX_BULK;
     /* the worker's parsed command: EXEC's own arguments are no longer needed */
-    sl_resp_cmd *cmd = sl_conn_scratch(q->c);
+    sl_resp_cmd *cmd = &((scratch *)sl_conn_scratch(q->c))->cmd;
     size_t pos = 0;
     for (int i = 0; i < n; i++) {
         size_t used = 0;
@@ -1476,6 +1554,18 @@ static void cmd_watch(req *q)
  * a pipeline that had WATCHed is reset). */
 static void cmd_unwatch(req *q) { reply_raw(q, "+OK\r\n"); }
 
+/* Whether q's command k joins the run of RL.ALLOW decided as one batch
+ * (allow_hold): an RL.ALLOW that passes every check exec_one makes
+ * (logged in, permitted, arity), not inside MULTI nor from EXEC, on a
+ * backend that decides a run at once (sl_svc_many_max > 1).  Every other
+ * command takes exec_one's ordinary path, after the run. */
+static int joins_run(const req *q, const command *k)
+{
+    const char *sub;
+    return k != NULL && k->run == cmd_allow && !q->queued && q->who != NULL && !in_multi(q) &&
+           q->cmd->argc >= -k->arity && may_run(q, k, &sub) && sl_svc_many_max(q->x) > 1;
+}
+
 /* Runs one parsed command, whose bytes as sent are raw[0..rawlen) (kept if
  * it is queued); queued: it comes from EXEC's queue (already counted in the
  * statistics when it was queued; never queued again).  Returns
@@ -1496,6 +1586,11 @@ static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t 
     if (q.who == NULL) q.who = sl_auth_anonymous(q.x->srv->auth);
     if (!queued) sl_stat_inc(&q.x->st->commands, 1);
     const command *k = lookup(&cmd->argv[0]);
+    if (joins_run(&q, k)) {
+        allow_hold(&q);
+        return SL_PROTO_AGAIN;
+    }
+    run_flush(c); /* what this command answers follows the run's answers */
     if (q.who == NULL && (k == NULL || !(k->flags & F_NOAUTH))) {
         raw_err(&q, "-NOAUTH Authentication required.\r\n");
         return SL_PROTO_AGAIN;
@@ -1547,7 +1642,7 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
     size_t max_bulk =
         cfg->max_command < SL_RESP_MAX_BULK ? (size_t)cfg->max_command : (size_t)SL_RESP_MAX_BULK;
     size_t pos = 0;
-    sl_resp_cmd *cmd = sl_conn_scratch(c); /* the command being run */
+    sl_resp_cmd *cmd = &((scratch *)sl_conn_scratch(c))->cmd; /* the command being run */
     int st = SL_PROTO_AGAIN;
     while (pos < len) {
         if (t->cmds == 0 || t->bytes == 0) {
@@ -1559,11 +1654,13 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
         int rc = sl_resp_parse(p + pos, len - pos, max_bulk, cmd, &used, &perr);
         if (rc == SL_RESP_AGAIN) break;
         if (rc == SL_RESP_ERROR) {
+            run_flush(c);
             fatal(c, perr ? perr : "Protocol error");
             st = SL_PROTO_CLOSE;
             break;
         }
         if (used > cfg->max_command) { /* however it arrived: whole or in pieces */
+            run_flush(c);
             fatal(c, "Protocol error: command larger than max-command");
             st = SL_PROTO_CLOSE;
             break;
@@ -1577,6 +1674,7 @@ static int run(sl_conn *c, const char *p, size_t len, int64_t now, sl_turn *t, s
             break;
         }
     }
+    run_flush(c); /* the held run: its keys point into p */
     *usedp = pos;
     return st;
 }
@@ -1585,7 +1683,7 @@ const sl_proto sl_resp_proto = {
     .name = "resp",
     .run = run,
     .fatal = fatal,
-    .scratch_size = sizeof(sl_resp_cmd),
+    .scratch_size = sizeof(scratch),
     .closed = client_free,
     .front = SL_FRONT_RESP,
     .refuse_line = "-ERR max number of clients reached\r\n",

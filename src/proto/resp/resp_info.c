@@ -151,6 +151,7 @@ void sl__resp_cmd_info(req *q)
         info_line(&b, "decisions", all_dec);
         info_line(&b, "allowed", all_ok);
         info_line(&b, "denied", all_no);
+        info_line(&b, "decisions_batched", sum.batched);
         for (int a = 0; a < SL_ALGO_COUNT; a++) {
             char line[200];
             int n =
