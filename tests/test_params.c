@@ -65,6 +65,18 @@ static void test_int_parse_rejects(void **state)
     int64_t v;
     assert_int_equal(int_parse("1000000000001", SL_MAX_LIMIT, &v), SL_EINVAL);
     assert_int_equal(int_parse("9223372036854775808", INT64_MAX, &v), SL_EINVAL);
+    /* a bound below 9: every digit past it refused, every one up to it taken
+     * (the flags 0..1 of RL.CHECKPLAN once took 2..9) */
+    for (int64_t max = 0; max <= 9; max++)
+        for (int64_t d = 0; d <= 9; d++) {
+            char s[2] = {(char)('0' + d), 0};
+            int rc = int_parse(s, max, &v);
+            if (rc != (d <= max ? 0 : SL_EINVAL))
+                fail_msg("sl_int_parse('%s', max %lld) gave %d", s, (long long)max, rc);
+        }
+    assert_int_equal(int_parse("10", 9, &v), SL_EINVAL);
+    assert_int_equal(int_parse("19", 19, &v), 0);
+    assert_int_equal(int_parse("20", 19, &v), SL_EINVAL);
 }
 
 /* Only len bytes are read: the buffer need not be NUL-terminated. */

@@ -95,7 +95,10 @@ int sl_int_parse(const char *s, size_t len, int64_t max, int64_t *out)
     for (size_t i = 0; i < len; i++) {
         unsigned d = (unsigned char)s[i] - '0';
         if (d > 9) return SL_EINVAL;
-        if (v > (max - (int64_t)d) / 10) return SL_EINVAL;
+        /* the first test keeps v * 10 from overflowing; the second is the
+         * bound (the first alone lets a digit past a max below 9 through:
+         * (1 - 2) / 10 is 0) */
+        if (v > (max - (int64_t)d) / 10 || v * 10 + (int64_t)d > max) return SL_EINVAL;
         v = v * 10 + (int64_t)d;
     }
     *out = v;
