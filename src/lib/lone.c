@@ -284,7 +284,8 @@ size_t sl__lone_dump_len(const sl__shard *sh, const uint8_t *rec)
 void sl__lone_dump(const sl__shard *sh, const uint8_t *rec, uint8_t *dst)
 {
     sl__st16(dst, (uint16_t)(sl__rec_flags(rec) & ~SL__REC_SPACE));
-    memcpy(dst + 2, rec + 2, 10); /* reset code, clock */
+    sl__st16(dst + 2, sl__ld16(rec + 2));              /* reset code */
+    sl__st64(dst + 4, (uint64_t)sl__rec_clock(rec)); /* clock, whole */
     sl__state_dump(rec, dst + LONE_HDR);
     if (tail_out(sh, rec))
         memcpy(dst + LONE_HDR + sl__state_dump_len(rec), tail_of(sh, rec), SL__LONE_TAIL);

@@ -93,6 +93,7 @@
 #include "store.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -259,6 +260,26 @@ struct sl_store {
     sl__shard *shard;
     arena *arena;       /* NULL: slab pages are malloc'd (a small bounded store) */
 };
+
+/* ---- the clock epoch (store.h; WIP prototype) ----------------------------------- */
+
+int64_t sl__clock_epoch = SL__EPOCH_UNSET;
+
+int64_t sl__clock_epoch_init(int64_t t)
+{
+    int64_t want = t - ((int64_t)1 << 31), e = SL__EPOCH_UNSET;
+    if (__atomic_compare_exchange_n(&sl__clock_epoch, &e, want, 0, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+        return want;
+    return e; /* another thread set it first */
+}
+
+void sl__clock_far(int64_t t)
+{
+    fprintf(stderr, "sluice (hdr8 prototype): clock %lld ms is outside the 32-bit window "
+                    "of the epoch %lld\n", (long long)t, (long long)sl__clock_epoch);
+    abort();
+}
 
 /* ---- the reset code (store.h) -------------------------------------------------- */
 

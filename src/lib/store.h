@@ -11,8 +11,9 @@
  *                                bits 13..15: SL__REC_* flags (bit 15,
  *                                SL__REC_SPACE, is the key space)
  *     offset 2   uint16  exp     reset time, coded relative to clock (below)
- *     offset 4   int64   clock   latest time seen for the key (ms)
- *     offset 12  key bytes
+ *     offset 4   uint32  clock   latest time seen for the key (ms), as an
+ *                                offset from the clock epoch (below)
+ *     offset 8   key bytes
  *     then       state bytes     algorithm-defined, unaligned
  *
  * A record is identified by (kind, key), where the kind is the algorithm
@@ -57,7 +58,7 @@
 
 #include "sluice.h"
 
-#define SL__REC_HDR 12         /* bytes before the key */
+#define SL__REC_HDR 8          /* bytes before the key */
 /* SL__REC_LIMIT: the key was at its limit at its clock -- its last committed
  * request was denied or left nothing (written by the engine, read by
  * eviction: sl__rec_restriction). */
@@ -127,8 +128,30 @@ static inline unsigned sl__rec_kind(const uint8_t *r)
 static inline int sl__rec_has_ext(const uint8_t *r) { return sl__rec_algo(r) == SL_SLIDING_LOG; }
 static inline const uint8_t *sl__rec_key(const uint8_t *r) { return r + SL__REC_HDR; }
 static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__rec_klen(r); }
-static inline int64_t sl__rec_clock(const uint8_t *r) { return (int64_t)sl__ld64(r + 4); }
-static inline void sl__rec_set_clock(uint8_t *r, int64_t t) { sl__st64(r + 4, (uint64_t)t); }
+/* The clock epoch (WIP, branch hdr8: a measurement prototype).  A record
+ * keeps its clock in 32 bits, as an offset from one process-wide epoch set
+ * by the first clock ever written (that time - 2^31, so ~24.8 days either
+ * side of it fit).  A clock outside that window cannot be kept: the
+ * prototype stops the process (sl__clock_far).  The design that replaces
+ * it (a per-shard epoch that moves, with wide records for clocks outside
+ * it) is in docs/store.md, "An 8-byte header". */
+#define SL__EPOCH_UNSET INT64_MIN
+extern int64_t sl__clock_epoch;
+int64_t sl__clock_epoch_init(int64_t t);
+_Noreturn void sl__clock_far(int64_t t);
+static inline int64_t sl__rec_clock(const uint8_t *r)
+{
+    uint64_t e = (uint64_t)__atomic_load_n(&sl__clock_epoch, __ATOMIC_RELAXED);
+    return (int64_t)(e + sl__ld32(r + 4));
+}
+static inline void sl__rec_set_clock(uint8_t *r, int64_t t)
+{
+    int64_t e = __atomic_load_n(&sl__clock_epoch, __ATOMIC_RELAXED);
+    if (__builtin_expect(e == SL__EPOCH_UNSET, 0)) e = sl__clock_epoch_init(t);
+    uint64_t off = (uint64_t)t - (uint64_t)e;
+    if (__builtin_expect(off > UINT32_MAX, 0)) sl__clock_far(t);
+    sl__st32(r + 4, (uint32_t)off);
+}
 
 /* The 16-bit code of a time left until reset: codes 0..2047 are that many
  * ms; a code c >= 2048 is a float with a 5-bit exponent e = c >> 11
