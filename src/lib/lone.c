@@ -284,7 +284,7 @@ size_t sl__lone_dump_len(const sl__shard *sh, const uint8_t *rec)
 void sl__lone_dump(const sl__shard *sh, const uint8_t *rec, uint8_t *dst)
 {
     sl__st16(dst, (uint16_t)(sl__rec_flags(rec) & ~SL__REC_SPACE));
-    sl__st16(dst + 2, sl__ld16(rec + 2));              /* reset code */
+    sl__st16(dst + 2, sl__ld16(rec + 2));            /* reset code */
     sl__st64(dst + 4, (uint64_t)sl__rec_clock(rec)); /* clock, whole */
     sl__state_dump(rec, dst + LONE_HDR);
     if (tail_out(sh, rec))

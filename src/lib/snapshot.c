@@ -91,8 +91,8 @@ static void rec_write(const uint8_t *r, uint8_t *p)
     size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
     /* the lock bit is about this moment (the record is held while dumped) */
     sl__st16(p, (uint16_t)(sl__rec_meta(r) & ~SL__REC_LOCK));
-    sl__st16(p + 2, sl__ld16(r + 2));               /* reset code */
-    sl__st64(p + 4, (uint64_t)sl__rec_clock(r));    /* clock, whole */
+    sl__st16(p + 2, sl__ld16(r + 2));            /* reset code */
+    sl__st64(p + 4, (uint64_t)sl__rec_clock(r)); /* clock, whole */
     sl__st32(p + 12, (uint32_t)slen);
     memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
     sl__state_dump(r, p + SNAP_REC_HDR + klen);

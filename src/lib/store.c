@@ -93,10 +93,10 @@
 #include "store.h"
 
 #include <fcntl.h>
-#include <stdio.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/random.h>
@@ -276,8 +276,10 @@ int64_t sl__clock_epoch_init(int64_t t)
 
 void sl__clock_far(int64_t t)
 {
-    fprintf(stderr, "sluice (hdr8 prototype): clock %lld ms is outside the 32-bit window "
-                    "of the epoch %lld\n", (long long)t, (long long)sl__clock_epoch);
+    fprintf(stderr,
+            "sluice (hdr8 prototype): clock %lld ms is outside the 32-bit window "
+            "of the epoch %lld\n",
+            (long long)t, (long long)sl__clock_epoch);
     abort();
 }
 

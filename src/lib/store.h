@@ -134,7 +134,7 @@ static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__
  * side of it fit).  A clock outside that window cannot be kept: the
  * prototype stops the process (sl__clock_far).  The design that replaces
  * it (a per-shard epoch that moves, with wide records for clocks outside
- * it) is in docs/store.md, "An 8-byte header". */
+ * it) is in docs/store.md, "An 8-byte record header". */
 #define SL__EPOCH_UNSET INT64_MIN
 extern int64_t sl__clock_epoch;
 int64_t sl__clock_epoch_init(int64_t t);
