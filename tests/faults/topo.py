@@ -347,9 +347,10 @@ class SentinelTopo(Topology):
     """Redis master + replica + Sentinel; 3 sluiced through their proxies."""
     name = "sentinel"
 
-    def __init__(self, mode_flags=(), backend="redis://{proxy}"):
+    def __init__(self, mode_flags=(), backend="redis://{proxy}", module=False):
         super().__init__(mode_flags)
         self.backend = backend
+        self.module = module  # build/sluice.so in both servers: sluiced's module path
         self.redis = []
         self.sentinel = None
         self.partition_modes = ["blackhole", "drop", "delay"]
@@ -367,8 +368,9 @@ class SentinelTopo(Topology):
         return next(r for r in self.redis if r.port == port)
 
     def start(self):
-        a = redis_at(listen_port()).start()
-        b = redis_at(listen_port()).start()
+        margs = [] if self.module else None
+        a = redis_at(listen_port(), module_args=margs).start()
+        b = redis_at(listen_port(), module_args=margs).start()
         self.redis = [a, b]
         b.cmd("REPLICAOF", HOST, a.port)
         if not wait_for(lambda: info_of(b.port, "replication").get("master_link_status") == "up",
