@@ -115,6 +115,12 @@ for r in rows:
              "%d decisions paid by leases (INFO backend_lease_decisions)" % r["lease_decisions"])
         print("info  %s: %d decisions paid by leases, %d node(s) killed holding leases"
               % (key, r["lease_decisions"], r["killed_holding"]))
+        # the lease load's bucket key (tests/faults/run.py, LEASE_LOAD) met its
+        # limit: real denials, not the policy's (else 0 over could not fail)
+        for algo in ("fixed", "bucket"):
+            a, d, o, pol = r["by_algo"].get(algo, [0, 0, 0, 0])
+            case("lease:%s:%s-at-limit" % (key, algo), d - pol > 0,
+                 "%s: %d allowed, %d denied (%d by the policy), %d over" % (algo, a, d, pol, o))
     if r["expect_zero"]:
         case("zero:%s" % key, r["over_admitted"] == 0,
              "%d over-admitted with durability on" % r["over_admitted"])

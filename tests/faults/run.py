@@ -137,11 +137,12 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id, prof=None)
         lease_decisions = -1
     hist = load.history()
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
-    # per algorithm: allowed and over-admitted (the checker on its answers)
+    # per algorithm: allowed, denied, over-admitted, failure-policy answers
+    # (the checker on that algorithm's answers)
     by_algo = {}
     for algo in sorted(set(x.algo for x in hist)):
         ca = checker.check([x for x in hist if x.algo == algo], slack=SLACK_MS)[phase]
-        by_algo[algo] = [ca.allowed, ca.denied, ca.over_admitted]
+        by_algo[algo] = [ca.allowed, ca.denied, ca.over_admitted, ca.policy]
     facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths), by_algo=by_algo,
                  failovers=t.failovers() - failovers_before,
                  effects=t.effects - effects_before,
