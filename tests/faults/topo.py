@@ -9,6 +9,8 @@ servers (free loopback ports, stopped by PID, logs scanned):
             template: `redis://{proxy}` (default), or e.g.
             `redis-sentinel://{sentinel}/m` once sluiced speaks Sentinel
             (then the partition fault has nothing to cut: not offered).
+            With module=True (run.py --module) both servers load
+            build/sluice.so: the nodes are on the module's path.
   cluster   a Redis Cluster of 3 masters with a replica each, build/sluice.so
             loaded in every node, 3 sluiced with `redis-cluster://{seeds}`.
   single    one sluiced, local store, `--snapshot FILE`.
