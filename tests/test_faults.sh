@@ -13,6 +13,8 @@
 # - a mode whose row in run.py's MODES says expect_zero (durability on):
 #   0 over-admitted requests.  With durability off ("none") the
 #   over-admission is measured and printed, not asserted.
+# - a lease mode: leases paid decisions, and its load's fixed-window and
+#   token-bucket keys met their limits (real denials) in every phase.
 # Heavy (3 topologies, 10 redis-servers): the plain build only.
 # sluice-test: plain-only
 set -u
