@@ -80,9 +80,9 @@ static int reply_err(RedisModuleCtx *ctx, const char *msg)
     return RedisModule_ReplyWithError(ctx, buf);
 }
 
-static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
+/* The six fields, flat (inside an array the caller opened). */
+static void reply_six(RedisModuleCtx *ctx, const sl_result *r)
 {
-    RedisModule_ReplyWithArray(ctx, 6);
     RedisModule_ReplyWithLongLong(ctx, r->allowed);
     RedisModule_ReplyWithLongLong(ctx, r->limit);
     RedisModule_ReplyWithLongLong(ctx, r->remaining);
@@ -91,16 +91,17 @@ static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
     RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
 }
 
+static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
+{
+    RedisModule_ReplyWithArray(ctx, 6);
+    reply_six(ctx, r);
+}
+
 /* The six fields flat, then one more integer (RL.CHECKPLAN's `stretched`,
  * RL.HOLDCHECK's lease id). */
 static void reply_seven(RedisModuleCtx *ctx, const sl_result *r, long long seventh)
 {
-    RedisModule_ReplyWithLongLong(ctx, r->allowed);
-    RedisModule_ReplyWithLongLong(ctx, r->limit);
-    RedisModule_ReplyWithLongLong(ctx, r->remaining);
-    RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
+    reply_six(ctx, r);
     RedisModule_ReplyWithLongLong(ctx, seventh);
 }
 
