@@ -35,6 +35,15 @@
 #
 #   bench/lease.sh            full run (a few minutes)
 #   bench/lease.sh --quick    smoke run: small counts, judges nothing
+#   bench/lease.sh --module   (or PATH_MODE=module) the same on the module's
+#                             path: redis-server loads $B/sluice.so, so the
+#                             ON and OFF nodes decide with RL.ALLOW / RL.LEASE
+#                             (INFO backend_redis_path must say module on
+#                             every one; without it, script)
+#
+# Exactness covers fixed-window, sliding-window, token-bucket and gcra on
+# either path (the module leases all four; sliding-buckets leases on the
+# script's path only and is not in the table).
 #
 # Environment: B (build dir, default build), N (requests per node per run,
 # default 200000; --quick 20000), REPS (3; --quick 1), CLIENTS (16),
@@ -52,9 +61,11 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 B=${B:-build}
 QUICK=
 ONLY="hot mix open exact"
+PATH_MODE=${PATH_MODE:-script}
 while [ $# -gt 0 ]; do
     case $1 in
     --quick) QUICK=1 ;;
+    --module) PATH_MODE=module ;;
     --only)
         [ $# -ge 2 ] || { echo "bench/lease.sh: --only needs a list, e.g. 'hot exact'" >&2; exit 2; }
         ONLY=$2
@@ -68,12 +79,17 @@ while [ $# -gt 0 ]; do
         done
         ;;
     *)
-        echo "usage: bench/lease.sh [--quick] [--only 'hot mix open exact']" >&2
+        echo "usage: bench/lease.sh [--quick] [--module] [--only 'hot mix open exact']" >&2
         exit 2
         ;;
     esac
     shift
 done
+case $PATH_MODE in script | module) ;; *)
+    echo "bench/lease.sh: PATH_MODE must be script or module, not '$PATH_MODE'" >&2
+    exit 2
+    ;;
+esac
 want() { case " $ONLY " in *" $1 "*) return 0 ;; esac; return 1; }
 if [ -n "$QUICK" ]; then
     : "${N:=20000}" "${REPS:=1}" "${LIM:=10000}"
@@ -110,6 +126,12 @@ for t in redis-server redis-cli redis-benchmark python3; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
 timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
+MODARGS=()
+if [ "$PATH_MODE" = module ]; then
+    timeout 600 make -s -C "$ROOT" "$B/sluice.so" >&2
+    [ -e "$BD/sluice.so" ] || die "no $BD/sluice.so after make"
+    MODARGS=(--loadmodule "$BD/sluice.so")
+fi
 OPENLOOP=$BD/bench/openloop
 if want open; then
     mkdir -p "$BD/bench"
@@ -120,7 +142,7 @@ TICK=$(getconf CLK_TCK)
 # ---- the servers ----------------------------------------------------------
 RPORT=$(free_port)
 redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no \
-    --logfile "$TMP/redis.log" --dir "$TMP" &
+    --logfile "$TMP/redis.log" --dir "$TMP" "${MODARGS[@]}" &
 REDIS_PID=$!
 PIDS="$PIDS $REDIS_PID"
 wait_pong "$RPORT" || die "redis-server did not start on port $RPORT: $(tail -5 "$TMP/redis.log")"
@@ -159,6 +181,12 @@ for i in 1 2 3; do
 done
 for p in $ON; do
     [ "$(info_field "$p" backend backend_lease)" = on ] || die "node $p: backend_lease is not on"
+done
+# every fleet node on the path asked for (a node with --threads 1 has one
+# connection: module or script, never mixed)
+for p in $ON $OFF; do
+    v=$(info_field "$p" backend backend_redis_path)
+    [ "$v" = "$PATH_MODE" ] || die "node $p: backend_redis_path is '$v', not $PATH_MODE"
 done
 # the fleet's decision is in Redis: a second node sees the first's charge
 # shellcheck disable=SC2086
@@ -323,7 +351,7 @@ MEDIAN=$MEDFN'
       rus[k] = rus[k] " " $7; dpc[k] = dpc[k] " " $8; fl[k] = fl[k] " " $9 }'
 if want hot; then
     echo
-    echo "== one hot key, 3 sluiced nodes on one Redis ${rversion#v=}: median of $REPS =="
+    echo "== one hot key, 3 sluiced nodes on one Redis ${rversion#v=} ($PATH_MODE path): median of $REPS =="
     echo "   (-c $CLIENTS per node; $(nproc) CPUs shared by Redis, 9 sluiced and 3 clients; load $load0 -> $load1)"
     awk "$MEDIAN"'
     END {
@@ -347,7 +375,7 @@ if want hot; then
 fi
 if want mix; then
     echo
-    echo "== $HOTKEYS hot keys among $COLDKEYS cold, 3 sluiced nodes on one Redis ${rversion#v=}: median of $REPS =="
+    echo "== $HOTKEYS hot keys among $COLDKEYS cold, 3 sluiced nodes on one Redis ${rversion#v=} ($PATH_MODE path): median of $REPS =="
     echo "   (per node: $NHOT requests over the hot keys, $NCOLD over the cold, at once, -c $CLIENTS each; load $load1 -> $load2)"
     awk "$MEDIAN"'
     END {
@@ -369,7 +397,7 @@ if want mix; then
 fi
 if want open; then
     echo
-    echo "== open loop, equal offered rate: $ORATE requests/s to each of 3 nodes, $HOTPCT % on $HOTKEYS hot keys: median of $REPS =="
+    echo "== open loop, equal offered rate ($PATH_MODE path): $ORATE requests/s to each of 3 nodes, $HOTPCT % on $HOTKEYS hot keys: median of $REPS =="
     echo "   (latency from each request's scheduled send, ms; load $load2 -> $load3)"
     awk "$MEDFN"'
     { h[$1] = h[$1] " " $2; c[$1] = c[$1] " " $3; h9[$1] = h9[$1] " " $4; c9[$1] = c9[$1] " " $5 }
@@ -424,12 +452,12 @@ exact() {
 : >"$TMP/exact"
 ok=yes
 if want exact; then
-    for algo in fixed-window sliding-window token-bucket; do
+    for algo in fixed-window sliding-window token-bucket gcra; do
         exact ON "$ON" "$algo"
         exact OFF "$OFF" "$algo"
     done
     echo
-    echo "== exactness: 3 nodes at once, demand 2 x $LIM in one window (limit $LIM), -P $PIPE =="
+    echo "== exactness ($PATH_MODE path): 3 nodes at once, demand 2 x $LIM in one window (limit $LIM), -P $PIPE =="
     awk -v lim="$LIM" '
         BEGIN { printf "%-6s | %-14s | %9s | %14s | %17s | %12s | %14s\n", "lease", "algorithm", "admitted", "over-admitted", "under-admitted", "from leases", "policy denials" }
         { printf "%-6s | %-14s | %9d | %14d | %8d (%5.2f%%) | %12d | %14d\n", tolower($1), $2, $3, ($4 > 0 ? $4 : 0), ($5 > 0 ? $5 : 0), 100 * ($5 > 0 ? $5 : 0) / lim, $6, $7 }' "$TMP/exact"

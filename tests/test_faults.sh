@@ -13,6 +13,8 @@
 # - a mode whose row in run.py's MODES says expect_zero (durability on):
 #   0 over-admitted requests.  With durability off ("none") the
 #   over-admission is measured and printed, not asserted.
+# - a lease mode: leases paid decisions, and its load's fixed-window and
+#   token-bucket keys met their limits (real denials) in every phase.
 # Heavy (3 topologies, 10 redis-servers): the plain build only.
 # sluice-test: plain-only
 set -u
@@ -115,6 +117,12 @@ for r in rows:
              "%d decisions paid by leases (INFO backend_lease_decisions)" % r["lease_decisions"])
         print("info  %s: %d decisions paid by leases, %d node(s) killed holding leases"
               % (key, r["lease_decisions"], r["killed_holding"]))
+        # the lease load's bucket key (tests/faults/run.py, LEASE_LOAD) met its
+        # limit: real denials, not the policy's (else 0 over could not fail)
+        for algo in ("fixed", "bucket"):
+            a, d, o, pol = r["by_algo"].get(algo, [0, 0, 0, 0])
+            case("lease:%s:%s-at-limit" % (key, algo), d - pol > 0,
+                 "%s: %d allowed, %d denied (%d by the policy), %d over" % (algo, a, d, pol, o))
     if r["expect_zero"]:
         case("zero:%s" % key, r["over_admitted"] == 0,
              "%d over-admitted with durability on" % r["over_admitted"])

@@ -124,7 +124,17 @@ void sl__lone_unhold(uint8_t *r, const sl__lone_keep *k, int committed)
 
 int sl__lone_leases(unsigned algo)
 {
-    return algo == SL_FIXED_WINDOW || algo == SL_SLIDING_WINDOW || is_bucket(algo);
+    return algo == SL_FIXED_WINDOW || algo == SL_SLIDING_WINDOW || algo == SL_SLIDING_BUCKETS ||
+           is_bucket(algo);
+}
+
+/* A sliding-buckets lease's span: one bucket of p's (W / P ms), the one
+ * its units were charged to (docs/fleet.md, "sliding-buckets"). */
+static int64_t sb_bucket_ms(const sl_params *p)
+{
+    sl__norm n;
+    sl__norm_from(&n, p);
+    return n.W / n.P;
 }
 
 /* Checks a lease operation's common arguments: 0 or its SL_E* code. */
@@ -176,8 +186,8 @@ int sl__lone_lease_take(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_
         }
         lz->tag = z.e;
         lz->ttl_ms = (z.e + 2) * SL__LEASE_EPOCH_MS - t;
-    } else {
-        int64_t W = p->window_ms;
+    } else { /* a window's: its window; sliding-buckets': the bucket charged */
+        int64_t W = p->algo == SL_SLIDING_BUCKETS ? sb_bucket_ms(p) : p->window_ms;
         lz->tag = sl__fdiv(t, W);
         lz->ttl_ms = (lz->tag + 1) * W - t;
     }
@@ -194,6 +204,23 @@ int sl__lone_lease_return(sl__shard *sh, uint8_t **rec, const sl_params *p, int6
     if (rc == 0 && (taken < 0 || taken > SL_MAX_LIMIT)) rc = SL_ECOST;
     if (rc != 0 || *rec == NULL) return rc;
     uint8_t *r = *rec;
+    if (p->algo == SL_SLIDING_BUCKETS) {
+        /* into bucket tag while it is in the window, past the lease's end
+         * too (its units count there until it slides out): the state
+         * brought to now first (a committed decision of cost 0), so what
+         * the refund takes off the sum is what went back */
+        int64_t g = sb_bucket_ms(p);
+        sl_result o;
+        if ((rc = sl__lone_decide(sh, rec, NULL, p, now_ms, 0, 1, &o)) != 0) return rc;
+        r = *rec;
+        const uint8_t *st = sl__rec_state(r);
+        int64_t b = sl__fdiv(sl__rec_clock(r), g), P = sl__ld16(st);
+        if (tag <= b - P || tag > b) return 0; /* slid out: counted spent */
+        uint64_t before = sl__ld64(st + 3);
+        if (back > 0 && (rc = sl__lone_refund(p, r, now_ms, tag * g, back)) != 0) return rc;
+        *put = (int64_t)(before - sl__ld64(sl__rec_state(r) + 3));
+        return 0;
+    }
     if (!is_bucket((unsigned)p->algo)) {
         /* the window's count, in window tag only (not the one after: a
          * sliding window's previous count stays as it was) */

@@ -142,7 +142,7 @@ typedef struct sl__lone_lease {
 } sl__lone_lease;
 
 /* Whether records of algo lease here (fixed-window, sliding-window,
- * token-bucket, gcra). */
+ * sliding-buckets, token-bucket, gcra). */
 int sl__lone_leases(unsigned algo);
 
 /* Leases x (0..SL_MAX_LIMIT) more units of *rec (p's algorithm) at now_ms,
@@ -159,7 +159,8 @@ int sl__lone_lease_take(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_
 
 /* Hands back `back` unspent units of a lease of `taken` units with tag
  * (sl__lone_lease_take's) on *rec (NULL: nothing) at now_ms: a window's
- * only in that window; a bucket's while its epoch is not settled -- the
+ * only in that window; sliding-buckets' into bucket tag while it is in
+ * the window; a bucket's while its epoch is not settled -- the
  * whole lease leaves O (what was not given back was spent), and the
  * bucket takes back at most what it can hold with the units still out.
  * *put: the units put back.  Returns 0, or SL_EINVAL / SL_EALGO /

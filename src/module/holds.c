@@ -378,12 +378,7 @@ static int cmd_reserve(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     else
         sl__mod_replicate_at(ctx, "RL.HOLDRESERVE", argv, argc, now);
     RedisModule_ReplyWithArray(ctx, 7);
-    RedisModule_ReplyWithLongLong(ctx, r.allowed);
-    RedisModule_ReplyWithLongLong(ctx, r.limit);
-    RedisModule_ReplyWithLongLong(ctx, r.remaining);
-    RedisModule_ReplyWithLongLong(ctx, r.retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r.reset_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r.delay_ms);
+    sl__mod_reply_six(ctx, &r);
     RedisModule_ReplyWithLongLong(ctx, (long long)id);
     return REDISMODULE_OK;
 }
@@ -447,12 +442,8 @@ static int cmd_settle(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     }
     RedisModule_ReplyWithArray(ctx, 7);
     RedisModule_ReplyWithLongLong(ctx, 1);
-    RedisModule_ReplyWithLongLong(ctx, r.allowed);
-    RedisModule_ReplyWithLongLong(ctx, r.limit);
-    RedisModule_ReplyWithLongLong(ctx, r.remaining);
-    RedisModule_ReplyWithLongLong(ctx, r.retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r.reset_after_ms);
-    return RedisModule_ReplyWithLongLong(ctx, r.delay_ms);
+    sl__mod_reply_six(ctx, &r);
+    return REDISMODULE_OK;
 }
 
 /* ---- RL.HOLDCHECK's leases: RL.ACQUIRE's keys, in the script's format ---------

@@ -80,9 +80,8 @@ static int reply_err(RedisModuleCtx *ctx, const char *msg)
     return RedisModule_ReplyWithError(ctx, buf);
 }
 
-static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
+void sl__mod_reply_six(RedisModuleCtx *ctx, const sl_result *r)
 {
-    RedisModule_ReplyWithArray(ctx, 6);
     RedisModule_ReplyWithLongLong(ctx, r->allowed);
     RedisModule_ReplyWithLongLong(ctx, r->limit);
     RedisModule_ReplyWithLongLong(ctx, r->remaining);
@@ -91,16 +90,17 @@ static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
     RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
 }
 
+static void reply_fields(RedisModuleCtx *ctx, const sl_result *r)
+{
+    RedisModule_ReplyWithArray(ctx, 6);
+    sl__mod_reply_six(ctx, r);
+}
+
 /* The six fields flat, then one more integer (RL.CHECKPLAN's `stretched`,
  * RL.HOLDCHECK's lease id). */
 static void reply_seven(RedisModuleCtx *ctx, const sl_result *r, long long seventh)
 {
-    RedisModule_ReplyWithLongLong(ctx, r->allowed);
-    RedisModule_ReplyWithLongLong(ctx, r->limit);
-    RedisModule_ReplyWithLongLong(ctx, r->remaining);
-    RedisModule_ReplyWithLongLong(ctx, r->retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r->reset_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r->delay_ms);
+    sl__mod_reply_six(ctx, r);
     RedisModule_ReplyWithLongLong(ctx, seventh);
 }
 
@@ -565,12 +565,7 @@ static int cmd_lease(RedisModuleCtx *ctx, RedisModuleString **argv, int argc)
     else
         replicate_at(ctx, "RL.LEASE", argv, argc, now, 0);
     RedisModule_ReplyWithArray(ctx, 9);
-    RedisModule_ReplyWithLongLong(ctx, r.allowed);
-    RedisModule_ReplyWithLongLong(ctx, r.limit);
-    RedisModule_ReplyWithLongLong(ctx, r.remaining);
-    RedisModule_ReplyWithLongLong(ctx, r.retry_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r.reset_after_ms);
-    RedisModule_ReplyWithLongLong(ctx, r.delay_ms);
+    sl__mod_reply_six(ctx, &r);
     RedisModule_ReplyWithLongLong(ctx, lz.extra);
     RedisModule_ReplyWithLongLong(ctx, lz.ttl_ms);
     RedisModule_ReplyWithLongLong(ctx, lz.tag);

@@ -27,6 +27,9 @@ int sl__mod_key_ok(const char *s, size_t n, char *err);
  * max-client-skew) or from the master / the AOF; ctx: the command's. */
 int sl__mod_at(void *ctx, const char *s, size_t n, int64_t *out, char *err, size_t errlen);
 
+/* RL.ALLOW's six fields, flat (inside an array the caller opened). */
+void sl__mod_reply_six(RedisModuleCtx *ctx, const sl_result *r);
+
 /* Propagates the command decided at `now`, Redis's clock, with AT now
  * appended (as RL.ALLOW's), or verbatim when nothing can take it. */
 void sl__mod_replicate_at(RedisModuleCtx *ctx, const char *cmd, RedisModuleString **argv,

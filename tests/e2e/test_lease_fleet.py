@@ -224,9 +224,13 @@ class LeaseFleetTest(unittest.TestCase):
 
 class ModuleLeaseFleetTest(LeaseFleetTest):
     """The same fleet on the sluice module's path (RL.LEASE, RL.LEASERETURN):
-    fixed-window, token-bucket (test_token_bucket, inherited), gcra and
-    sliding-window lease there (module.c, lone.c's lease tail)."""
+    fixed-window, token-bucket (test_token_bucket, inherited), gcra,
+    sliding-window and sliding-buckets lease there (module.c, lone.c's
+    lease tail)."""
     MODULE = True
+
+    def test_sliding_buckets(self):
+        self.check_hot_key("sliding-buckets")
 
     def test_gcra(self):
         self.check_hot_key("gcra")

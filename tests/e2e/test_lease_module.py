@@ -37,7 +37,8 @@ class TestBucketLeases(ModuleCase):
             got = c.cmd("RL.LEASEINFO")
             self.assertIsInstance(got, list, got)
             names = sorted(x.decode() if isinstance(x, bytes) else x for x in got)
-            self.assertEqual(names, ["fixed-window", "gcra", "sliding-window", "token-bucket"])
+            self.assertEqual(names, ["fixed-window", "gcra", "sliding-buckets", "sliding-window",
+                                     "token-bucket"])
 
     def check_bucket(self, algo):
         r = self.redis(*TRUST)
@@ -95,6 +96,32 @@ class TestBucketLeases(ModuleCase):
             self.assertEqual(c.cmd("RL.PEEK", *req, "AT", t + 100)[2], 88)
             # the next window: nothing (its previous count stays)
             self.assertEqual(c.cmd("RL.LEASERETURN", 10, got[8], *req, "AT", t + 900), 0)
+
+    def test_sliding_buckets(self):
+        """A lease is charged to the current bucket (W / P ms), lasts until
+        that bucket ends, and goes back into it while it is in the window
+        -- past the lease's end too -- but not once it has slid out."""
+        r = self.redis(*TRUST)
+        req = ["lsb", 100, 1000, "ALGO", "sliding-buckets", "PRECISION", 10]  # 100 ms buckets
+        t = BASE + 250
+        with r.conn() as c:
+            got = c.cmd("RL.LEASE", 41, *req, "AT", t)
+            # the request and 40 leased (at most half of the 99 left), until
+            # the bucket's end 50 ms on; the tag is the bucket's index
+            self.assertEqual(got[:4] + got[5:], [1, 100, 59, 0, 0, 40, 50, t // 100])
+            self.assertEqual(c.cmd("RL.LEASERETURN", 30, got[8], *req, "AT", t + 30), 30)
+            self.assertEqual(c.cmd("RL.PEEK", *req, "AT", t + 30)[2], 88)  # a peek counts its own unit
+            # past the lease's end, its bucket still in the window: back into it
+            self.assertEqual(c.cmd("RL.LEASERETURN", 5, got[8], *req, "AT", t + 500), 5)
+            self.assertEqual(c.cmd("RL.PEEK", *req, "AT", t + 500)[2], 93)
+            # never more than the bucket holds (6 units are left in it)
+            self.assertEqual(c.cmd("RL.LEASERETURN", 9, got[8], *req, "AT", t + 600), 6)
+            self.assertEqual(c.cmd("RL.PEEK", *req, "AT", t + 600)[2], 99)
+            # a second lease, returned once its bucket has slid out: nothing
+            got = c.cmd("RL.LEASE", 11, *req, "AT", t + 700)
+            self.assertEqual(got[6], 10)
+            self.assertEqual(c.cmd("RL.LEASERETURN", 10, got[8], *req, "AT", t + 1700), 0)
+            self.assertEqual(c.cmd("RL.PEEK", *req, "AT", t + 1700)[2], 99)
 
     def test_replica_has_the_units_out(self):
         """RL.LEASE and RL.LEASERETURN reach the replica as themselves at

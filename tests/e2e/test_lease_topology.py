@@ -300,10 +300,10 @@ class ClusterLeaseTest(LeaseTopology, unittest.TestCase):
 
 class ModuleClusterLeaseTest(ClusterLeaseTest):
     """The same cluster with sluice.so in every master, sluiced on the
-    module's path: what the module names in RL.LEASEINFO leases (RL.LEASE);
-    sliding-buckets is decided per request there, so it admits exactly L."""
+    module's path: what the module names in RL.LEASEINFO leases (RL.LEASE),
+    every leasing algorithm as on the script's path."""
     MODULE = True
-    LEASED = ("fixed-window", "sliding-window", "token-bucket", "gcra")
+    LEASED = ("fixed-window", "sliding-window", "sliding-buckets", "token-bucket", "gcra")
     test_slot_migrated_while_leases_are_out = None  # the script's path's (not a test here)
 
 

@@ -1,5 +1,6 @@
 """load.py -- the clients: threads that send RL.ALLOW (fixed-window and
-sliding-log keys of known L per W) and RL.CHECK (the rules file's domain
+sliding-log keys of known L per W; for lease modes also token-bucket,
+gcra or sliding-window keys, Plan's hot_algos) and RL.CHECK (the rules file's domain
 `faults`, user descriptors: L = topo.CHECK_LIMIT per second, a fixed window)
 to the topology's sluiced nodes at a bounded rate, for as long as the run
 lasts, and record every answer (checker.Answer): client wall-clock times
@@ -29,22 +30,39 @@ from harness import RawConn, RespError, encode
 REPLY_TIMEOUT = 3.0
 
 
-class Plan:
-    """The keys of one phase: `keys` of each kind, named after the phase."""
+# RL.ALLOW's ALGO for each of the checker's algorithms
+ALGO = {"fixed": "fixed-window", "sliding": "sliding-log", "bucket": "token-bucket",
+        "gcra": "gcra", "swindow": "sliding-window"}
 
-    def __init__(self, phase, fixed=(20, 4000), sliding=(20, 4000), keys=3, hot=0.0):
+
+class Plan:
+    """The keys of one phase: `keys` of each kind, named after the phase.
+
+    hot > 0: that share of the requests goes to the first key of each
+    algorithm in hot_algos, split evenly (the rest at random over every
+    op).  An algorithm of hot_algos other than fixed and sliding adds a
+    key of its own to each of the `keys` (L per W from `limits`)."""
+
+    def __init__(self, phase, fixed=(20, 4000), sliding=(20, 4000), keys=3, hot=0.0,
+                 hot_algos=("fixed",), limits=None):
         self.phase = phase
         self.ops = []
-        self.hot = hot  # > 0: the first fixed-window key gets this share of the requests
+        self.hot = hot
+        self.hot_ops = []
+        extra = [a for a in hot_algos if a not in ("fixed", "sliding")]
         for i in range(keys):
-            self.ops.append(("allow", "fixed", "%s:f%d" % (phase, i)) + fixed)
-            self.ops.append(("allow", "sliding", "%s:s%d" % (phase, i)) + sliding)
+            self.ops.append(("allow", "fixed", "%s:f%d" % (phase, i)) + tuple(fixed))
+            self.ops.append(("allow", "sliding", "%s:s%d" % (phase, i)) + tuple(sliding))
             self.ops.append(("check", "fixed", "%s-u%d" % (phase, i),
                              topo.CHECK_LIMIT, topo.CHECK_WINDOW))
+            for a in extra:
+                self.ops.append(("allow", a, "%s:%s%d" % (phase, a, i)) + tuple(limits[a]))
+        for a in hot_algos:
+            self.hot_ops.append(next(op for op in self.ops if op[0] == "allow" and op[1] == a))
 
     def pick(self, rnd):
         if self.hot > 0 and rnd.random() < self.hot:
-            return self.ops[0]
+            return rnd.choice(self.hot_ops)
         return rnd.choice(self.ops)
 
 
@@ -116,8 +134,7 @@ class Load:
             ni = rnd.randrange(len(self.topo.nodes))
             node = self.topo.nodes[ni]
             if kind == "allow":
-                argv = ("RL.ALLOW", key, limit, window, "ALGO",
-                        "fixed-window" if algo == "fixed" else "sliding-log")
+                argv = ("RL.ALLOW", key, limit, window, "ALGO", ALGO[algo])
                 hkey = key
             else:
                 argv = ("RL.CHECK", "faults", "DESCRIPTOR", "user", key)

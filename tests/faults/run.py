@@ -41,13 +41,19 @@ from load import Load, Plan  # noqa: E402
 # over-admitted requests with it (docs/faults.md, "With durability on").
 #
 # A fifth element, when there, is the mode's load (Load's rate and burst,
-# Plan's fixed, keys and hot): --lease on leases only keys hot on a node
-# (SL_LEASE_HOT decisions in 100 ms on one connection), which the default
-# 150 requests/s over 9 keys and 3 nodes never makes; LEASE_LOAD sends 5
-# requests at once to one node, 80 % of them on one fixed-window key of
-# L = 1000 per 2 s, so leases are taken, spent, handed back and held at
-# every fault (docs/faults.md, "Leases under faults").
-LEASE_LOAD = dict(rate=900, burst=5, fixed=(1000, 2000), keys=1, hot=0.8)
+# Plan's fixed, keys, hot, hot_algos and limits): --lease on leases only
+# keys hot on a node (SL_LEASE_HOT decisions in 100 ms on one connection),
+# which the default 150 requests/s over 9 keys and 3 nodes never makes;
+# LEASE_LOAD sends 5 requests at once to one node, 80 % of them split
+# between a fixed-window key of L = 500 per 2 s and a token-bucket key of
+# B = L = 60 per 250 ms (~360/s each against 250/s and 240/s), so leases of
+# both kinds are taken, spent, handed back and held at every fault, and
+# both keys are at their limit (docs/faults.md, "Leases under faults").
+# --hot picks other algorithms for the hot share (LEASE_LIMITS).
+LEASE_LIMITS = {"fixed": (500, 2000), "bucket": (60, 250), "gcra": (60, 250),
+                "swindow": (500, 2000)}
+LEASE_LOAD = dict(rate=900, burst=5, fixed=LEASE_LIMITS["fixed"], keys=1, hot=0.8,
+                  hot_algos=("fixed", "bucket"), limits=LEASE_LIMITS)
 
 MODES = [
     ("none", ("single", "sentinel", "cluster"), [], False),
@@ -79,7 +85,8 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id, prof=None)
     inject, heal = t.faults()[fault]
     phase = "%s:%s:%s:%s" % (run_id, t.name, fault, mode)
     prof = prof or {}
-    plan = Plan(phase, **{k: prof[k] for k in ("fixed", "keys", "hot") if k in prof})
+    plan = Plan(phase, **{k: prof[k] for k in ("fixed", "keys", "hot", "hot_algos", "limits")
+                          if k in prof})
     load = Load(t, plan, rate=prof.get("rate", rate), burst=prof.get("burst", 1),
                 seed=hash(phase) & 0xffff).start()
     problems = []
@@ -130,7 +137,13 @@ def run_phase(t, fault, mode, count, warm, gap, settle, rate, run_id, prof=None)
         lease_decisions = -1
     hist = load.history()
     counts = checker.check(hist, slack=SLACK_MS)[phase] if hist else checker.check([])["*"]
-    facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths),
+    # per algorithm: allowed, denied, over-admitted, failure-policy answers
+    # (the checker on that algorithm's answers)
+    by_algo = {}
+    for algo in sorted(set(x.algo for x in hist)):
+        ca = checker.check([x for x in hist if x.algo == algo], slack=SLACK_MS)[phase]
+        by_algo[algo] = [ca.allowed, ca.denied, ca.over_admitted, ca.policy]
+    facts = dict(injected=injected, healed=healed, redis_paths=sorted(paths), by_algo=by_algo,
                  failovers=t.failovers() - failovers_before,
                  effects=t.effects - effects_before,
                  info_policy=info_policy, lease_decisions=lease_decisions,
@@ -147,7 +160,7 @@ def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, r
     stops it.  Returns (rows, problems, history)."""
     rows, problems, history = [], [], []
     cls = topo.TOPOLOGIES[tname]
-    kw = {"backend": a.sentinel_backend} if tname == "sentinel" else {}
+    kw = {"backend": a.sentinel_backend, "module": a.module} if tname == "sentinel" else {}
     t = cls([], **kw)
     t.tag = "" if mode == "none" else "".join(c for c in mode if c.isalnum()) + "-"
     t.mode_flags = [f.replace("{dir}", t.dir) for f in flags]
@@ -170,6 +183,9 @@ def run_topology(tname, mode, flags, expect_zero, a, count, warm, gap, settle, r
                 problems.append("%s/%s/%s: %d of %d faults injected, %d healed"
                                 % (tname, fault, mode, facts["injected"], count,
                                    facts["healed"]))
+            if tname == "sentinel" and a.module and facts["redis_paths"] != ["module"]:
+                problems.append("%s/%s/%s: backend_redis_path %s at the end, not module"
+                                % (tname, fault, mode, "/".join(facts["redis_paths"])))
             if c.requests == 0:
                 problems.append("%s/%s/%s: no request recorded" % (tname, fault, mode))
             rows.append(dict(fault=fault, topology=tname, mode=mode, faults=count,
@@ -203,7 +219,14 @@ def main(argv=None):
     ap.add_argument("--sentinel-backend", default="redis://{proxy}",
                     help="backend URL template for the sentinel topology ({proxy}, "
                     "{sentinel}, {master})")
-    ap.add_argument("--rate", type=int, help="requests a second, all clients together")
+    ap.add_argument("--rate", type=int, help="requests a second, all clients together "
+                    "(a lease mode's too)")
+    ap.add_argument("--hot", help="lease modes: comma-separated algorithms whose key gets the "
+                    "hot share (fixed, bucket, gcra, swindow; default fixed,bucket)")
+    ap.add_argument("--module", action="store_true",
+                    help="load build/sluice.so in the sentinel topology's Redis servers: "
+                    "sluiced's module path (RL.LEASE); a node not on it at a phase's end is "
+                    "a problem")
     ap.add_argument("--assert", dest="check", action="store_true",
                     help="exit 1 unless the harness worked (and expect_zero modes are 0)")
     ap.add_argument("--parallel", action="store_true",
@@ -222,8 +245,16 @@ def main(argv=None):
             name, sep, flags = m.partition("=")
             zero = name.endswith("+")
             flags = flags.split()
-            prof = LEASE_LOAD if "--lease" in flags else None
+            prof = dict(LEASE_LOAD) if "--lease" in flags else None
             modes.append((name.rstrip("+"), ("single", "sentinel", "cluster"), flags, zero, prof))
+    if a.hot or a.rate:
+        modes = [m[:4] + (dict(m[4], **({"hot_algos": tuple(a.hot.split(","))} if a.hot else {}),
+                               **({"rate": a.rate} if a.rate else {})),)
+                 if len(m) > 4 and m[4] else m for m in modes]
+        for m in modes:
+            for h in (m[4].get("hot_algos", ()) if len(m) > 4 and m[4] else ()):
+                if h not in LEASE_LIMITS:
+                    ap.error("--hot: %r is not one of %s" % (h, ", ".join(sorted(LEASE_LIMITS))))
     want_faults = [f for f in a.fault.split(",") if f]
     run_id = "%x" % random.getrandbits(32)
     rows = []
@@ -272,6 +303,9 @@ def main(argv=None):
             print("LEASE %s/%s/%s: %d decisions paid by leases, %d node(s) killed holding leases"
                   % (r["topology"], r["fault"], r["mode"], r["lease_decisions"],
                      r["killed_holding"]))
+        print("ALGO %s/%s/%s: %s" % (r["topology"], r["fault"], r["mode"], ", ".join(
+            "%s %d allowed %d denied %d over" % (k, v[0], v[1], v[2])
+            for k, v in sorted(r["by_algo"].items()))))
         extra = r["failovers"] - (r["faults"] if r["fault"] == "kill-master" else 0)
         if extra:
             print("NOTE %s/%s/%s: %d failover(s) that no kill-master asked for (a fault or the "

@@ -172,8 +172,129 @@ class Phases(unittest.TestCase):
         self.assertEqual(checker.check([])["*"].requests, 0)
 
     def test_unknown_algorithm_is_refused(self):
-        with self.assertRaisesRegex(ValueError, "unknown algorithm 'gcra'"):
-            checker.check([at(0, algo="gcra")])
+        with self.assertRaisesRegex(ValueError, "unknown algorithm 'leaky'"):
+            checker.check([at(0, algo="leaky")])
+
+
+def bk(t, recv=None, algo="bucket", limit=2, window=1000, **kw):
+    return at(t, algo=algo, limit=limit, window=window, recv=recv, **kw)
+
+
+class Buckets(unittest.TestCase):
+    """B = L = 2 tokens, 2 per 1000 ms (one per 500 ms), full at the start:
+    over [t0, t1] at most 2 + 2 * (t1 - t0) / 1000 admissions."""
+
+    def counts(self, hist, slack=0.0):
+        return checker.check(hist, slack)["*"]
+
+    def test_the_burst_then_one_per_refill_is_exactly_the_bound(self):
+        # 2 at 0, then one every 500 ms: over [0, 500k] exactly 2 + k
+        hist = [bk(0), bk(0)] + [bk(500 * k) for k in range(1, 9)]
+        c = self.counts(hist)
+        self.assertEqual((c.allowed, c.over_admitted, c.windows_over), (10, 0, 0))
+
+    def test_one_more_than_the_bound_is_one_over(self):
+        # a third at 0: 3 in [0, 0] > 2
+        c = self.counts([bk(0), bk(0), bk(0)])
+        self.assertEqual((c.over_admitted, c.windows_over, c.keys_over), (1, 1, ["k"]))
+        # 2 + 1 at 500 is the bound; a fourth by 500 is one over
+        self.assertEqual(self.counts([bk(0), bk(0), bk(500)]).over_admitted, 0)
+        self.assertEqual(self.counts([bk(0), bk(0), bk(499), bk(500)]).over_admitted, 1)
+
+    def test_the_bound_counts_from_the_worst_start(self):
+        # steady at the rate for 4 s (2 + 8 over [0, 4000]), then one extra
+        # token at 4000: over [0, 4000] 11 > 10, though any 1 s around 4000
+        # holds at most 2 + 2 (a lost bucket state refilled to B shows only
+        # against the interval since the bucket was last full)
+        hist = [bk(0), bk(0)] + [bk(500 * k) for k in range(1, 9)] + [bk(4000)]
+        self.assertEqual(self.counts(hist).over_admitted, 1)
+
+    def test_a_full_bucket_after_a_quiet_time_is_not_over(self):
+        # 2 at 0; quiet 10 s (the bucket holds only B = 2 again); 2 at 10000
+        hist = [bk(0), bk(0), bk(10000), bk(10000)]
+        self.assertEqual(self.counts(hist).over_admitted, 0)
+        self.assertEqual(self.counts(hist + [bk(10000)]).over_admitted, 1)
+
+    def test_uncertain_times_are_taken_in_the_server_s_favour(self):
+        # 3 answers whose intervals span 500 ms: they may be 500 apart, 3 <= 2 + 1
+        hist = [bk(0, recv=500), bk(0, recv=500), bk(0, recv=500)]
+        self.assertEqual(self.counts(hist).over_admitted, 0)
+        # a fourth in the same span is over wherever they were
+        self.assertEqual(self.counts(hist + [bk(0, recv=500)]).over_admitted, 1)
+
+    def test_slack(self):
+        # 3 at 0 with recv 0: over; slack 250 on each side makes the span 500
+        hist = [bk(0), bk(0), bk(0)]
+        self.assertEqual(self.counts(hist, slack=0.0).over_admitted, 1)
+        self.assertEqual(self.counts(hist, slack=250.0).over_admitted, 0)
+
+    def test_over_answers_do_not_count_against_later_ones(self):
+        # 4 at 0 (2 over), then one at 500: the kept 2 + 1 is the bound
+        hist = [bk(0)] * 4 + [bk(500)]
+        c = self.counts(hist)
+        self.assertEqual((c.over_admitted, c.windows_over), (2, 1))
+
+    def test_gcra_is_the_same_rule(self):
+        hist = [bk(0, algo="gcra"), bk(0, algo="gcra"), bk(500, algo="gcra")]
+        self.assertEqual(self.counts(hist).over_admitted, 0)
+        self.assertEqual(self.counts(hist + [bk(500, algo="gcra")]).over_admitted, 1)
+
+    def test_denied_answers_take_nothing(self):
+        hist = [bk(0), bk(0), bk(1, outcome="denied"), bk(2, outcome="error")]
+        c = self.counts(hist)
+        self.assertEqual((c.requests, c.allowed, c.over_admitted), (4, 2, 0))
+
+    def test_windows_over_cover_runs(self):
+        # 3 at 0 and 3 at 5000 (after a refill to B): 2 over, 5000 apart
+        hist = [bk(0)] * 3 + [bk(5000)] * 3
+        c = self.counts(hist)
+        self.assertEqual((c.over_admitted, c.windows_over), (2, 2))
+
+
+def sw(t, recv=None, limit=4, window=1000, **kw):
+    return at(t, algo="swindow", limit=limit, window=window, recv=recv, **kw)
+
+
+class SlidingWindow(unittest.TestCase):
+    """L = 4 per 1000 ms, SPEC's weighted counter: at t = i*W + e allowed
+    iff n + floor(p * (W - e) / W) + 1 <= L."""
+
+    def counts(self, hist, slack=0.0):
+        return checker.check(hist, slack)["*"]
+
+    def test_at_most_l_in_each_aligned_window(self):
+        self.assertEqual(self.counts([sw(t) for t in (0, 1, 2, 999)]).over_admitted, 0)
+        c = self.counts([sw(t) for t in (0, 1, 2, 3, 999)])
+        self.assertEqual((c.over_admitted, c.windows_over), (1, 1))
+
+    def test_the_previous_window_weighs_exactly(self):
+        # 4 in window 0; at e = 500 of window 1 p weighs floor(4 * 500 / 1000) = 2:
+        # 2 more are the bound, a third is over
+        prev = [sw(t) for t in (0, 1, 2, 3)]
+        self.assertEqual(self.counts(prev + [sw(1500), sw(1500)]).over_admitted, 0)
+        c = self.counts(prev + [sw(1500), sw(1500), sw(1500)])
+        self.assertEqual((c.over_admitted, c.windows_over), (1, 1))
+
+    def test_the_weight_is_floored(self):
+        # at e = 250 p = 4 weighs floor(3.0) = 3: 1 more; at e = 251, floor(2.996) = 2: 2
+        prev = [sw(t) for t in (0, 1, 2, 3)]
+        self.assertEqual(self.counts(prev + [sw(1250), sw(1250)]).over_admitted, 1)
+        self.assertEqual(self.counts(prev + [sw(1251), sw(1251)]).over_admitted, 0)
+
+    def test_uncertain_times_are_taken_in_the_server_s_favour(self):
+        # an answer in [1250, 1750] is judged at its latest offset (750: weight 1)
+        prev = [sw(t) for t in (0, 1, 2, 3)]
+        hist = prev + [sw(1250, recv=1750)] * 3
+        self.assertEqual(self.counts(hist).over_admitted, 0)
+        # an answer straddling two windows is judged by the aligned-window rule only
+        self.assertEqual(self.counts(prev + [sw(990, recv=1010)]).over_admitted, 0)
+        self.assertEqual(self.counts(prev + [sw(990, recv=1010)] * 5).over_admitted, 1)
+
+    def test_a_previous_window_over_l_weighs_as_l(self):
+        # 5 in window 0 (1 over there); window 1 is judged with p = L = 4
+        prev = [sw(t) for t in (0, 1, 2, 3, 4)]
+        c = self.counts(prev + [sw(1500), sw(1500)])
+        self.assertEqual(c.over_admitted, 1)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ servers (free loopback ports, stopped by PID, logs scanned):
             template: `redis://{proxy}` (default), or e.g.
             `redis-sentinel://{sentinel}/m` once sluiced speaks Sentinel
             (then the partition fault has nothing to cut: not offered).
+            With module=True (run.py --module) both servers load
+            build/sluice.so: the nodes are on the module's path.
   cluster   a Redis Cluster of 3 masters with a replica each, build/sluice.so
             loaded in every node, 3 sluiced with `redis-cluster://{seeds}`.
   single    one sluiced, local store, `--snapshot FILE`.
@@ -347,9 +349,10 @@ class SentinelTopo(Topology):
     """Redis master + replica + Sentinel; 3 sluiced through their proxies."""
     name = "sentinel"
 
-    def __init__(self, mode_flags=(), backend="redis://{proxy}"):
+    def __init__(self, mode_flags=(), backend="redis://{proxy}", module=False):
         super().__init__(mode_flags)
         self.backend = backend
+        self.module = module  # build/sluice.so in both servers: sluiced's module path
         self.redis = []
         self.sentinel = None
         self.partition_modes = ["blackhole", "drop", "delay"]
@@ -367,8 +370,9 @@ class SentinelTopo(Topology):
         return next(r for r in self.redis if r.port == port)
 
     def start(self):
-        a = redis_at(listen_port()).start()
-        b = redis_at(listen_port()).start()
+        margs = [] if self.module else None
+        a = redis_at(listen_port(), module_args=margs).start()
+        b = redis_at(listen_port(), module_args=margs).start()
         self.redis = [a, b]
         b.cmd("REPLICAOF", HOST, a.port)
         if not wait_for(lambda: info_of(b.port, "replication").get("master_link_status") == "up",
