@@ -99,19 +99,25 @@ static inline int quick_ok(sl_algo a)
 
 /* Decides on the record *rp of (a = n->algo, key) -- NULL if the key has none
  * -- which the caller holds, with the shard lock held; sh is NULL on the
- * quick way (an existing record, quick_ok).  *mp is the record's meta as
+ * quick way (an existing record, quick_ok; clock_q its clock, from
+ * sl__store_grab).  *mp is the record's meta as
  * the holder knows it (sl__engine_decide).  On return *rp is the key's
  * record, still held, or NULL, and *mp its meta.  commit = 0 answers
  * without changing anything. */
 SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
                                const sl__norm *n, sl_algo a, const void *key, size_t klen,
-                               int64_t now, int64_t cost, int commit, sl_result *out)
+                               int64_t now, int64_t clock_q, int64_t cost, int commit,
+                               sl_result *out)
 {
     int rc;
     uint8_t *r = *rp;
     int fresh = r == NULL;
-    int64_t clock_old = r ? sl__rec_clock(r) : now;
+    int64_t clock_old = sh == NULL ? clock_q : r ? sl__rec_clock(sh, r) : now;
     int64_t t = now > clock_old ? now : clock_old;
+    if (commit && sh != NULL && r != NULL) { /* room for the clock t (store.h) */
+        if ((rc = sl__shard_clock_room(sh, h, rp, t)) != 0) return rc;
+        r = *rp;
+    }
 
     if (fresh && commit) {
         r = sl__shard_insert(sh, h, n->kind, key, klen, sl__state_len(n), now);
@@ -134,7 +140,10 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
         return rc;
     }
     if (commit) { /* what the store reads to choose what to drop (store.h) */
-        sl__rec_set_clock(r, t);
+        if (sh != NULL)
+            sl__rec_set_clock(sh, r, t);
+        else
+            sl__rec_set_clock_lo(r, t); /* sl__store_grab's promise */
         sl__rec_set_reset(r, out->reset_after_ms);
         sl__rec_mark_limit(r, mp, !out->allowed || out->remaining == 0);
     }
@@ -152,12 +161,13 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
     int rc;
     uint8_t *r = NULL;
     uint16_t m = 0;
+    int64_t c = 0;
     sl__shard *sh;
     if (quick_ok(a) && sl__store_quick(s)) {
-        r = hashed ? sl__store_grab(s, n->kind, key, klen, h, &m)
-                   : sl__store_grab_key(s, n->kind, key, klen, &h, &m);
+        r = hashed ? sl__store_grab(s, n->kind, key, klen, h, now, &m, &c)
+                   : sl__store_grab_key(s, n->kind, key, klen, &h, now, &m, &c);
         if (r != NULL) {
-            rc = decide_held(NULL, h, &r, &m, n, a, key, klen, now, cost, commit, out);
+            rc = decide_held(NULL, h, &r, &m, n, a, key, klen, now, c, cost, commit, out);
             sl__rec_release(r, m); /* quick_ok: never moved nor removed */
             return rc;
         }
@@ -166,7 +176,7 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
     r = hashed ? sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh)
                : sl__store_lookup(s, n->kind, key, klen, &sh, &h);
     if (r != NULL) m = sl__rec_meta(r);
-    rc = decide_held(sh, h, &r, &m, n, a, key, klen, now, cost, commit, out);
+    rc = decide_held(sh, h, &r, &m, n, a, key, klen, now, 0, cost, commit, out);
     if (r != NULL) sl__rec_release(r, m); /* m: held or not (sl__store_lookup) */
     sl__shard_unlock(sh);
     return rc;
@@ -271,10 +281,15 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
     }
     int rc = 0, all = 1;
     for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
+        for (size_t i = 0; i < n && rc == 0 && pass == 1; i++) /* before any is charged */
+            if (rec[i] != NULL) {
+                int64_t c = sl__rec_clock(sh[i], rec[i]);
+                rc = sl__shard_clock_room(sh[i], h[i], &rec[i], now_ms > c ? now_ms : c);
+            }
         for (size_t i = 0; i < n && rc == 0; i++) {
             const sl_request *q = &reqs[i];
             rc = decide_held(sh[i], h[i], &rec[i], &meta[i], &norm[i], norm[i].algo, q->key,
-                             q->keylen, now_ms, q->cost, (int)pass, &out[i]);
+                             q->keylen, now_ms, 0, q->cost, (int)pass, &out[i]);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
         if (!all) break; /* a denial: nothing is charged */
@@ -303,7 +318,7 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
     sl__lone_hold(sh, r, &n, now_ms, &keep);
     uint16_t m = r ? sl__rec_meta(r) : 0;
     if (r == NULL && commit) sl__shard_loose_room(sh, room, SL__LONE_ROOM); /* for the insert */
-    rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
+    rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, 0, cost, commit, out);
     sl__shard_loose_room(sh, NULL, 0);
     if (r != NULL) sl__rec_release(r, m);
     sl__lone_unhold(r, &keep, commit && rc == 0);
@@ -346,7 +361,7 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         for (i = 0; i < n && rc == 0; i++) {
             if (pass == 1 && rec[i] == NULL) sl__shard_loose_room(sh, reqs[i].room, SL__LONE_ROOM);
-            rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms,
+            rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms, 0,
                              reqs[i].cost, pass, &out[i]);
             sl__shard_loose_room(sh, NULL, 0);
             if (pass == 0 && !out[i].allowed) all = 0;

@@ -11,8 +11,8 @@
  *                                bits 13..15: SL__REC_* flags (bit 15,
  *                                SL__REC_SPACE, is the key space)
  *     offset 2   uint16  exp     reset time, coded relative to clock (below)
- *     offset 4   uint32  clock   latest time seen for the key (ms), as an
- *                                offset from the clock epoch (below)
+ *     offset 4   uint32  clock   latest time seen for the key (ms): its low
+ *                                32 bits, or SL__CLOCK_WIDE (below)
  *     offset 8   key bytes
  *     then       state bytes     algorithm-defined, unaligned
  *
@@ -128,30 +128,109 @@ static inline unsigned sl__rec_kind(const uint8_t *r)
 static inline int sl__rec_has_ext(const uint8_t *r) { return sl__rec_algo(r) == SL_SLIDING_LOG; }
 static inline const uint8_t *sl__rec_key(const uint8_t *r) { return r + SL__REC_HDR; }
 static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__rec_klen(r); }
-/* The clock epoch (WIP, branch hdr8: a measurement prototype).  A record
- * keeps its clock in 32 bits, as an offset from one process-wide epoch set
- * by the first clock ever written (that time - 2^31, so ~24.8 days either
- * side of it fit).  A clock outside that window cannot be kept: the
- * prototype stops the process (sl__clock_far).  The design that replaces
- * it (a per-shard epoch that moves, with wide records for clocks outside
- * it) is in docs/store.md, "An 8-byte record header". */
-#define SL__EPOCH_UNSET INT64_MIN
-extern int64_t sl__clock_epoch;
-int64_t sl__clock_epoch_init(int64_t t);
-_Noreturn void sl__clock_far(int64_t t);
-static inline int64_t sl__rec_clock(const uint8_t *r)
+/*
+ * The clock (docs/store.md, "An 8-byte record header").  A record keeps the
+ * low 32 bits of its clock in its header; its shard keeps E, the low end
+ * of a window of 2^32 ms (sl__shard_epoch), and the clock is the one time
+ * in [E, E + 2^32) with those low bits (sl__clock_in).  A clock outside
+ * the window, or whose low bits are SL__CLOCK_WIDE (1 ms in 2^32), is kept
+ * wide: the header's word is SL__CLOCK_WIDE and the whole clock sits in
+ * the last SL__CLOCK_WIDE_BYTES of the record's room, which its state's
+ * room leaves out (sl__rec_state_cap).  A loose shard's records are wide
+ * always, their clock before the record (SL__LOOSE_PREFIX).
+ *
+ * Invariant: every narrow record of a shard has a clock in its window.
+ * E only moves forward, under the shard lock, after a walk of the shard
+ * has dropped (at rest) or made wide every record the move would leave
+ * behind (store.c, clock_walk); inserts take the shard lock.  A record's
+ * clock never goes back, so the low bits written under an older E read
+ * the same under a newer one; a reader loads E after taking the record,
+ * so it never reads a clock written under a newer E against an older one.
+ *
+ *   - the quick way (sl__store_grab) reads E and the word itself and gives
+ *     up (the caller takes the sure way) on a wide record or when the
+ *     decision's time is SL__CLOCK_QUICK or more past E: it then writes the
+ *     low bits alone (sl__rec_set_clock_lo), never making a record wide;
+ *   - the sure way reads with sl__rec_clock, makes room for the new time
+ *     with sl__shard_clock_room before deciding (it may move E, or make the
+ *     record wide, moving it: the one step that can fail, with nothing
+ *     changed) and writes it with sl__rec_set_clock.
+ */
+#define SL__CLOCK_WIDE       0xffffffffu        /* the header word of a wide record */
+#define SL__CLOCK_WIDE_BYTES 8u                 /* a wide clock's room, at the room's end */
+#define SL__CLOCK_QUICK      ((int64_t)3 << 30) /* the quick way writes below E + this */
+#define SL__CLOCK_KEEP       ((int64_t)1 << 31) /* E moves to the newest time - this */
+#define SL__LOOSE_PREFIX     12u /* a loose record's clock (8) and room word (4), before it */
+
+/* The shard's E (store.c keeps it at offset 8, in the line of its lock). */
+static inline int64_t sl__shard_epoch(const sl__shard *sh)
 {
-    uint64_t e = (uint64_t)__atomic_load_n(&sl__clock_epoch, __ATOMIC_RELAXED);
-    return (int64_t)(e + sl__ld32(r + 4));
+    return __atomic_load_n((const int64_t *)(const void *)((const char *)sh + 8), __ATOMIC_ACQUIRE);
 }
-static inline void sl__rec_set_clock(uint8_t *r, int64_t t)
+/* The clock with low bits lo in the window starting at e. */
+static inline int64_t sl__clock_in(int64_t e, uint32_t lo)
 {
-    int64_t e = __atomic_load_n(&sl__clock_epoch, __ATOMIC_RELAXED);
-    if (__builtin_expect(e == SL__EPOCH_UNSET, 0)) e = sl__clock_epoch_init(t);
-    uint64_t off = (uint64_t)t - (uint64_t)e;
-    if (__builtin_expect(off > UINT32_MAX, 0)) sl__clock_far(t);
-    sl__st32(r + 4, (uint32_t)off);
+    return (int64_t)((uint64_t)e + (uint32_t)(lo - (uint32_t)e));
 }
+/* Whether t can be kept narrow in the window starting at e. */
+static inline int sl__clock_fits(int64_t e, int64_t t)
+{
+    return (uint64_t)t - (uint64_t)e <= UINT32_MAX && (uint32_t)t != SL__CLOCK_WIDE;
+}
+/* Whether the quick way may write t in the window starting at e. */
+static inline int sl__clock_quick(int64_t e, int64_t t)
+{
+    return ((uint64_t)t - (uint64_t)e < (uint64_t)SL__CLOCK_QUICK) &
+           ((uint32_t)t != SL__CLOCK_WIDE);
+}
+static inline int sl__rec_wide(const uint8_t *r) { return sl__ld32(r + 4) == SL__CLOCK_WIDE; }
+
+/* A loose record's clock (loose shards keep it before the record). */
+static inline int64_t sl__loose_clock(const uint8_t *r)
+{
+    return (int64_t)sl__ld64(r - SL__LOOSE_PREFIX);
+}
+static inline void sl__loose_set_clock(uint8_t *r, int64_t t)
+{
+    sl__st64(r - SL__LOOSE_PREFIX, (uint64_t)t);
+}
+
+int64_t sl__rec_clock_wide(const sl__shard *sh, const uint8_t *r);
+void sl__rec_set_clock_wide(sl__shard *sh, uint8_t *r, int64_t t);
+int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t);
+
+/* The clock of r, a record of sh that the caller holds, under sh's lock
+ * (or a loose shard's). */
+static inline int64_t sl__rec_clock(const sl__shard *sh, const uint8_t *r)
+{
+    uint32_t lo = sl__ld32(r + 4);
+    if (__builtin_expect(lo == SL__CLOCK_WIDE, 0)) return sl__rec_clock_wide(sh, r);
+    return sl__clock_in(sl__shard_epoch(sh), lo);
+}
+
+/* Before a decision at t (>= r's clock) on *rp, held, shard lock held:
+ * makes sure r can keep t -- may move E (a walk of the shard) or move the
+ * record to make it wide (*rp then changes; its meta is the same).  0, or
+ * SL_EFULL / SL_ENOMEM (as sl__shard_fail) with the record unchanged. */
+static inline int sl__shard_clock_room(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
+{
+    if (__builtin_expect(!sl__rec_wide(*rp) && sl__clock_quick(sl__shard_epoch(sh), t), 1))
+        return 0;
+    return sl__shard_clock_slow(sh, hash, rp, t);
+}
+
+/* Writes r's clock t (shard lock held, after sl__shard_clock_room(t)). */
+static inline void sl__rec_set_clock(sl__shard *sh, uint8_t *r, int64_t t)
+{
+    if (__builtin_expect(!sl__rec_wide(r) && sl__clock_fits(sl__shard_epoch(sh), t), 1)) {
+        sl__st32(r + 4, (uint32_t)t);
+        return;
+    }
+    sl__rec_set_clock_wide(sh, r, t);
+}
+
+/* The quick way's write: t passed sl__store_grab's test. */
+static inline void sl__rec_set_clock_lo(uint8_t *r, int64_t t) { sl__st32(r + 4, (uint32_t)t); }
 
 /* The 16-bit code of a time left until reset: codes 0..2047 are that many
  * ms; a code c >= 2048 is a float with a 5-bit exponent e = c >> 11
@@ -182,8 +261,11 @@ static inline void sl__rec_set_reset(uint8_t *r, int64_t reset_after_ms)
 {
     sl__st16(r + 2, sl__reset_encode(reset_after_ms));
 }
-/* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX. */
-int64_t sl__rec_reset_at(const uint8_t *r);
+/* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX.
+ * r is a record of sh (lock held), or of a loose shard. */
+int64_t sl__rec_reset_at(const sl__shard *sh, const uint8_t *r);
+/* ... of a loose shard's record (no shard needed). */
+int64_t sl__loose_reset_at(const uint8_t *r);
 
 /* Sets or clears SL__REC_LIMIT in *meta, the meta of a record the caller
  * holds as it knows it; writes the record's meta only when that changes
@@ -213,9 +295,9 @@ static inline void sl__rec_mark_limit(uint8_t *r, uint16_t *meta, int at_limit)
  * The order is the eviction order: lower first. */
 enum { SL__AT_REST = 0, SL__RESTRICTED = 1, SL__AT_LIMIT = 2 };
 
-static inline int sl__rec_restriction(const uint8_t *r, int64_t now)
+static inline int sl__rec_restriction(const sl__shard *sh, const uint8_t *r, int64_t now)
 {
-    if (sl__rec_reset_at(r) <= now) return SL__AT_REST;
+    if (sl__rec_reset_at(sh, r) <= now) return SL__AT_REST;
     return (sl__rec_flags(r) & SL__REC_LIMIT) ? SL__AT_LIMIT : SL__RESTRICTED;
 }
 
@@ -242,13 +324,18 @@ static inline void sl__shard_unlock(sl__shard *sh)
  * short spin, or moved while the table was read): then take the sure way,
  * sl__store_lookup.  Wait-free of the shard lock, bounded work.  Sets
  * *metap to the record's meta as taken (SL__REC_LOCK set), so the holder
- * need not read back the word it just wrote with a locked instruction. */
+ * need not read back the word it just wrote with a locked instruction.
+ * The clock: NULL too (the record released) when the record's clock is
+ * wide or a decision at now (t = max(now, clock)) could not write t the
+ * quick way (sl__clock_quick: the sure way makes room for it); else sets
+ * *clockp to the record's clock, and the holder may write t with
+ * sl__rec_set_clock_lo.  INT64_MIN for now: only the clock is read. */
 uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
-                        uint16_t *metap);
+                        int64_t now, uint16_t *metap, int64_t *clockp);
 
 /* sl__store_grab that hashes the key too (one call), setting *hashp. */
 uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                            uint64_t *hashp, uint16_t *metap);
+                            uint64_t *hashp, int64_t now, uint16_t *metap, int64_t *clockp);
 
 /* Whether the quick way applies to the store at all (SL_LOCK_RECORD; with
  * SL_LOCK_SHARD records are taken only under the shard lock, with plain
@@ -286,7 +373,9 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
                         const void *key, size_t klen);
 
 /* Inserts a new record with room for at least state_len state bytes, all
- * zero, clock = now_ms, reset coded as 0.  When the memory bound would be
+ * zero, clock = now_ms (kept wide if it does not fit the shard's window,
+ * which may move first: sl__shard_clock_room), reset coded as 0.  When
+ * the memory bound would be
  * passed it first drops records at rest (reset time <= now_ms), then --
  * only with SL_FULL_EVICT -- evicts the least restricted of those it
  * examines (sl__rec_restriction: below its limit before at it, then the
@@ -303,7 +392,12 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
  * SL_EFULL or SL_ENOMEM (shard lock held). */
 int sl__shard_fail(const sl__shard *sh);
 
-/* Room for state bytes in r (>= the state_len it was made with). */
+/* Clock walks the shard tried (store.c, clock_walk) and, in *moved, how
+ * many moved its E (shard lock held; for tests). */
+uint64_t sl__shard_clock_walks(const sl__shard *sh, uint64_t *moved);
+
+/* Room for state bytes in r (>= the state_len it was made with; a wide
+ * clock's bytes left out). */
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r);
 
 /* Moves r (held) to a record with room for new_state_len state bytes,
