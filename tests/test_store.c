@@ -633,8 +633,12 @@ static void memory_bound_run(uint64_t bound, unsigned shards, uint64_t max_left_
     }
     stats(s, &ss);
     uint64_t k1 = ss.keys;
-    assert_true(k1 > bound / 40); /* the bound is used, not wasted */
-    assert_true(ss.bytes > bound / 10 * 9);
+    assert_true(k1 > bound / 40); /* the bound is used, not wasted: */
+    /* 90% of it, or what is left is less than the table's next growth (by
+     * 1.5x from at least 1.25 slots a key, 4 bytes a slot), which a new key
+     * would need: at some bounds keys stop there (64 KB with 26-byte
+     * records, the 8-byte header's) */
+    assert_true(ss.bytes > bound / 10 * 9 || ss.bytes + k1 * 15 / 2 > bound);
     assert_int_equal(ss.expired, 0);
     assert_int_equal(ss.evictions, n1 - k1); /* every eviction counted */
 

@@ -118,7 +118,7 @@ static void play(sl_store *s, const sl_params *p, uint64_t seed, int steps)
     static const int rising[NGROUPS] = {2, 0, 3, 4, 1}; /* first each group once, in time order */
     for (int k = 0; k < steps; k++) {
         int g = k < NGROUPS ? rising[k] : (int)rnd_in(&r, 0, NGROUPS - 1);
-        char key[16];
+        char key[32];
         snprintf(key, sizeof key, "g%dk%d", g, (int)rnd_in(&r, 0, PER_GROUP - 1));
         now[g] += rnd_in(&r, 0, 700);
         int64_t cost = rnd_in(&r, 0, 2);
@@ -243,7 +243,7 @@ static void test_snapshot_of_wide_records(void **state)
         for (int i = 0; i < 3; i++)
             for (int g = 0; g < NGROUPS; g++)
                 for (int k = 0; k < PER_GROUP; k++) {
-                    char key[16];
+                    char key[32];
                     snprintf(key, sizeof key, "g%dk%d", g, k);
                     for (int64_t later = 0; later <= 2 * SL_MAX_WINDOW_MS;
                          later += SL_MAX_WINDOW_MS / 3) {

@@ -7,6 +7,7 @@
  * own).  Runs under ThreadSanitizer too (the name holds "thread").
  */
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,6 +31,7 @@
 #define STRIDE   (((int64_t)1 << 32) + 12345) /* each jump: past E + 3 * 2^30 */
 
 static _Atomic int64_t clock_base = T0; /* the time the jumper reached */
+static _Atomic int steps_done, workers_done; /* the jumper keeps pace with them */
 
 typedef struct worker {
     sl_store *s;
@@ -52,7 +54,7 @@ static void key_of(char *key, size_t n, int id, int k) { snprintf(key, n, "w%dk%
 /* One decision of worker w on its key k at its time, checked. */
 static void step(worker *w, model *m, int k, int64_t cost)
 {
-    char key[16];
+    char key[32];
     key_of(key, sizeof key, w->id, k);
     sl_result got, want;
     if (sl_decide(w->s, w->p, key, strlen(key), w->now, cost, &got) != 0) {
@@ -79,6 +81,7 @@ static void *work(void *arg)
         int64_t b = __atomic_load_n(&clock_base, __ATOMIC_ACQUIRE);
         w->now = (b > w->now ? b : w->now) + rnd_in(&r, 0, 40);
         step(w, m, (int)rnd_in(&r, 0, NKEYS - 1), rnd_in(&r, 0, 2));
+        __atomic_fetch_add(&steps_done, 1, __ATOMIC_RELAXED);
     }
     /* the last word, after every jump: each key once more */
     w->now += (int64_t)1 << 33;
@@ -86,6 +89,7 @@ static void *work(void *arg)
     if (model_error(m) && w->mismatches++ == 0)
         snprintf(w->first, sizeof w->first, "model: %s", model_error(m));
     model_free(m);
+    __atomic_fetch_add(&workers_done, 1, __ATOMIC_RELEASE);
     return NULL;
 }
 
@@ -99,6 +103,11 @@ static void *jump(void *arg)
 {
     jumper *j = arg;
     for (int i = 0; i < JUMPS; i++) {
+        /* jump i once the workers made i / JUMPS of their steps (or are
+         * done): the walks fall among their decisions */
+        while (__atomic_load_n(&steps_done, __ATOMIC_RELAXED) < i * (NWORKERS * STEPS / JUMPS) &&
+               __atomic_load_n(&workers_done, __ATOMIC_ACQUIRE) < NWORKERS)
+            sched_yield();
         int64_t b = __atomic_load_n(&clock_base, __ATOMIC_RELAXED) + STRIDE;
         __atomic_store_n(&clock_base, b, __ATOMIC_RELEASE);
         sl_result r;
@@ -131,6 +140,8 @@ static void run(unsigned locking, sl_algo algo)
     p.limit = 4;
     p.window_ms = SL_MAX_WINDOW_MS; /* restricted across every jump: made wide, not dropped */
     __atomic_store_n(&clock_base, T0, __ATOMIC_RELAXED);
+    __atomic_store_n(&steps_done, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&workers_done, 0, __ATOMIC_RELAXED);
     worker w[NWORKERS];
     jumper j = {s, &p, 0};
     pthread_t tid[NWORKERS + 1];
