@@ -112,10 +112,11 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
     int rc;
     uint8_t *r = *rp;
     int fresh = r == NULL;
-    int64_t clock_old = sh == NULL ? clock_q : r ? sl__rec_clock(sh, r) : now;
+    int fast = sh == NULL; /* t written with sl__rec_set_clock_lo (store.h) */
+    int64_t clock_old = sh == NULL ? clock_q : r ? sl__rec_clock_at(sh, r, now, &fast) : now;
     int64_t t = now > clock_old ? now : clock_old;
-    if (commit && sh != NULL && r != NULL) { /* room for the clock t (store.h) */
-        if ((rc = sl__shard_clock_room(sh, h, rp, t)) != 0) return rc;
+    if (commit && !fast && r != NULL) { /* room for the clock t (store.h) */
+        if ((rc = sl__shard_clock_slow(sh, h, rp, t)) != 0) return rc;
         r = *rp;
     }
 
@@ -140,10 +141,10 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
         return rc;
     }
     if (commit) { /* what the store reads to choose what to drop (store.h) */
-        if (sh != NULL)
-            sl__rec_set_clock(sh, r, t);
+        if (fast)
+            sl__rec_set_clock_lo(r, t); /* sl__store_grab's or sl__rec_clock_at's promise */
         else
-            sl__rec_set_clock_lo(r, t); /* sl__store_grab's promise */
+            sl__rec_set_clock(sh, r, t);
         sl__rec_set_reset(r, out->reset_after_ms);
         sl__rec_mark_limit(r, mp, !out->allowed || out->remaining == 0);
     }

@@ -1453,7 +1453,8 @@ SL__HOT_INLINE uint8_t *grab(sl_store *s, unsigned kind, const void *key, size_t
     sl__read_end();
     if (got != NULL) { /* the clock: E read after the record was taken (store.h) */
         uint32_t lo = sl__ld32(got + 4);
-        int64_t e = sl__shard_epoch(sh), c = sl__clock_in(e, lo), t = now > c ? now : c;
+        int64_t e = __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE);
+        int64_t c = sl__clock_in(e, lo), t = now > c ? now : c;
         if (__builtin_expect((lo == SL__CLOCK_WIDE) | !sl__clock_quick(e, t), 0)) {
             sl__rec_release(got, *metap); /* the sure way makes room */
             return NULL;

@@ -162,10 +162,12 @@ static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__
 #define SL__CLOCK_KEEP       ((int64_t)1 << 31) /* E moves to the newest time - this */
 #define SL__LOOSE_PREFIX     12u /* a loose record's clock (8) and room word (4), before it */
 
-/* The shard's E (store.c keeps it at offset 8, in the line of its lock). */
+/* The shard's E (store.c keeps it at offset 8, in the line of its lock),
+ * read under the shard lock, under which alone it is written: a plain
+ * load (the quick way reads it atomically, in store.c). */
 static inline int64_t sl__shard_epoch(const sl__shard *sh)
 {
-    return __atomic_load_n((const int64_t *)(const void *)((const char *)sh + 8), __ATOMIC_ACQUIRE);
+    return *(const int64_t *)(const void *)((const char *)sh + 8);
 }
 /* The clock with low bits lo in the window starting at e. */
 static inline int64_t sl__clock_in(int64_t e, uint32_t lo)
@@ -206,6 +208,24 @@ static inline int64_t sl__rec_clock(const sl__shard *sh, const uint8_t *r)
     uint32_t lo = sl__ld32(r + 4);
     if (__builtin_expect(lo == SL__CLOCK_WIDE, 0)) return sl__rec_clock_wide(sh, r);
     return sl__clock_in(sl__shard_epoch(sh), lo);
+}
+
+/* sl__rec_clock for a decision at now, in one read of the header and of E:
+ * sets *fast when the record is narrow and t = max(now, clock) is inside
+ * the quick span (sl__clock_quick): then no room need be made for t and
+ * sl__rec_set_clock_lo writes it; else sl__shard_clock_slow, then
+ * sl__rec_set_clock. */
+static inline int64_t sl__rec_clock_at(const sl__shard *sh, const uint8_t *r, int64_t now,
+                                       int *fast)
+{
+    uint32_t lo = sl__ld32(r + 4);
+    if (__builtin_expect(lo == SL__CLOCK_WIDE, 0)) {
+        *fast = 0;
+        return sl__rec_clock_wide(sh, r);
+    }
+    int64_t e = sl__shard_epoch(sh), c = sl__clock_in(e, lo);
+    *fast = sl__clock_quick(e, now > c ? now : c);
+    return c;
 }
 
 /* Before a decision at t (>= r's clock) on *rp, held, shard lock held:
