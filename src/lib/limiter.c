@@ -103,23 +103,58 @@ static inline int quick_ok(sl_algo a)
  * sl__store_grab).  *mp is the record's meta as
  * the holder knows it (sl__engine_decide).  On return *rp is the key's
  * record, still held, or NULL, and *mp its meta.  commit = 0 answers
- * without changing anything. */
-SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
-                               const sl__norm *n, sl_algo a, const void *key, size_t klen,
-                               int64_t now, int64_t clock_q, int64_t cost, int commit,
-                               sl_result *out)
+ * without changing anything.
+ *
+ * The clock (store.h, "The clock"), by `way`, a constant in each copy:
+ * WAY_QUICK (sh NULL: sl__store_grab made the test) and WAY_NEAR (an
+ * existing narrow record whose t = max(now, clock) passes
+ * sl__clock_quick_q) write t as low bits alone; anything else (a fresh
+ * key, a wide record, the marked ms, a time past Q) goes to decide_far, out of
+ * line: WAY_FAR reads the whole clock, makes room for t first and writes
+ * it with sl__rec_set_clock.  So the hot copies keep no flag across the
+ * engine. */
+enum { WAY_NEAR, WAY_FAR, WAY_QUICK };
+SL__HOT_INLINE int decide_held_as(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                                  const sl__norm *n, sl_algo a, const void *key, size_t klen,
+                                  int64_t now, int64_t clock_q, int64_t cost, int commit,
+                                  sl_result *out, int way);
+
+static __attribute__((noinline)) int decide_far(sl__shard *sh, uint64_t h, uint8_t **rp,
+                                                uint16_t *mp, const sl__norm *n, sl_algo a,
+                                                const void *key, size_t klen, int64_t now,
+                                                int64_t cost, int commit, sl_result *out)
+{
+    return decide_held_as(sh, h, rp, mp, n, a, key, klen, now, 0, cost, commit, out, WAY_FAR);
+}
+
+SL__HOT_INLINE int decide_held_as(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                                  const sl__norm *n, sl_algo a, const void *key, size_t klen,
+                                  int64_t now, int64_t clock_q, int64_t cost, int commit,
+                                  sl_result *out, int way)
 {
     int rc;
     uint8_t *r = *rp;
     int fresh = r == NULL;
-    int fast = sh == NULL; /* t written with sl__rec_set_clock_lo (store.h) */
-    int64_t clock_old = sh == NULL ? clock_q : r ? sl__rec_clock_at(sh, r, now, &fast) : now;
+    int64_t clock_old;
+    if (way == WAY_QUICK)
+        clock_old = clock_q;
+    else if (way == WAY_FAR)
+        clock_old = fresh ? now : sl__rec_clock(sh, r);
+    else {
+        if (__builtin_expect(fresh, 0))
+            return decide_far(sh, h, rp, mp, n, a, key, klen, now, cost, commit, out);
+        uint32_t lo = sl__ld32(r + 4);
+        clock_old = sl__clock_in(sl__shard_epoch(sh), lo);
+        if (__builtin_expect(!sl__clock_quick_q(sl__shard_quick_max(sh), lo,
+                                                now > clock_old ? now : clock_old),
+                             0))
+            return decide_far(sh, h, rp, mp, n, a, key, klen, now, cost, commit, out);
+    }
     int64_t t = now > clock_old ? now : clock_old;
-    if (commit && !fast && r != NULL) { /* room for the clock t (store.h) */
+    if (way == WAY_FAR && commit && !fresh) { /* room for the clock t (store.h) */
         if ((rc = sl__shard_clock_slow(sh, h, rp, t)) != 0) return rc;
         r = *rp;
     }
-
     if (fresh && commit) {
         r = sl__shard_insert(sh, h, n->kind, key, klen, sl__state_len(n), now);
         if (r == NULL) return sl__shard_fail(sh);
@@ -141,14 +176,23 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
         return rc;
     }
     if (commit) { /* what the store reads to choose what to drop (store.h) */
-        if (fast)
-            sl__rec_set_clock_lo(r, t); /* sl__store_grab's or sl__rec_clock_at's promise */
-        else
+        if (way == WAY_FAR) /* a fresh record's insert may have made it wide */
             sl__rec_set_clock(sh, r, t);
+        else
+            sl__rec_set_clock_lo(r, t); /* t <= Q: narrow, in the window (store.h) */
         sl__rec_set_reset(r, out->reset_after_ms);
         sl__rec_mark_limit(r, mp, !out->allowed || out->remaining == 0);
     }
     return 0;
+}
+
+SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                               const sl__norm *n, sl_algo a, const void *key, size_t klen,
+                               int64_t now, int64_t clock_q, int64_t cost, int commit,
+                               sl_result *out)
+{
+    return decide_held_as(sh, h, rp, mp, n, a, key, klen, now, clock_q, cost, commit, out,
+                          sh == NULL ? WAY_QUICK : WAY_NEAR);
 }
 
 /* One decision on a checked request: the quick way when it applies and
@@ -162,13 +206,17 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
     int rc;
     uint8_t *r = NULL;
     uint16_t m = 0;
-    int64_t c = 0;
     sl__shard *sh;
     if (quick_ok(a) && sl__store_quick(s)) {
-        r = hashed ? sl__store_grab(s, n->kind, key, klen, h, now, &m, &c)
-                   : sl__store_grab_key(s, n->kind, key, klen, &h, now, &m, &c);
-        if (r != NULL) {
-            rc = decide_held(NULL, h, &r, &m, n, a, key, klen, now, c, cost, commit, out);
+        sl__grabbed g = {NULL, 0};
+        if (hashed)
+            g.rec = sl__store_grab(s, n->kind, key, klen, h, now, &m, &g.clock);
+        else
+            g = sl__store_grab_key(s, n->kind, key, klen, &h, now, &m);
+        if (g.rec != NULL) {
+            r = g.rec;
+            rc = decide_held_as(NULL, h, &r, &m, n, a, key, klen, now, g.clock, cost, commit, out,
+                                WAY_QUICK);
             sl__rec_release(r, m); /* quick_ok: never moved nor removed */
             return rc;
         }
@@ -177,7 +225,7 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
     r = hashed ? sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh)
                : sl__store_lookup(s, n->kind, key, klen, &sh, &h);
     if (r != NULL) m = sl__rec_meta(r);
-    rc = decide_held(sh, h, &r, &m, n, a, key, klen, now, 0, cost, commit, out);
+    rc = decide_held_as(sh, h, &r, &m, n, a, key, klen, now, 0, cost, commit, out, WAY_NEAR);
     if (r != NULL) sl__rec_release(r, m); /* m: held or not (sl__store_lookup) */
     sl__shard_unlock(sh);
     return rc;

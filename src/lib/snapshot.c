@@ -431,7 +431,11 @@ size_t sl__store_image(sl_store *s, unsigned kind, const void *key, size_t klen,
     sl__shard *sh = NULL;
     /* held (by either way), the record's image and its number are one
      * moment: no decision on the key falls between them */
-    if (sl__store_quick(s)) r = sl__store_grab_key(s, kind, key, klen, &h, INT64_MIN, &m, &clock);
+    if (sl__store_quick(s)) {
+        sl__grabbed g = sl__store_grab_key(s, kind, key, klen, &h, INT64_MIN, &m);
+        r = g.rec;
+        clock = g.clock;
+    }
     if (r == NULL) {
         r = sl__store_lookup(s, kind, key, klen, &sh, &h);
         if (r != NULL) {

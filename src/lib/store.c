@@ -201,6 +201,8 @@ struct sl__shard {
     int64_t epoch;                 /* E, the clock window's low end (store.h, "The clock"):
                                       at offset 8 (sl__shard_epoch); written under the lock,
                                       atomically, read without it by the quick way */
+    int64_t quick_max;             /* Q, the latest time the quick way may write
+                                      (sl__shard_quick_max, offset 16): set with E */
     /* Everything below is protected by lock; slot, size and pages are also
      * read without it (sl__store_grab).  They share the lock's line: a
      * decision under the lock reads one line of shard, and readers on two
@@ -254,6 +256,9 @@ struct sl__shard {
 };
 _Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
 _Static_assert(offsetof(struct sl__shard, epoch) == 8, "sl__shard_epoch reads E at offset 8");
+_Static_assert(offsetof(struct sl__shard, quick_max) == 16, "sl__shard_quick_max reads Q at 16");
+_Static_assert(offsetof(struct sl__shard, pages) + sizeof(void *) <= 64,
+               "the quick way's fields share the lock's line");
 
 struct sl_store {
     int quick;          /* SL_LOCK_RECORD: must stay the first member (store.h) */
@@ -1431,8 +1436,8 @@ static inline int rec_grab(uint8_t *r, uint16_t meta, uint16_t *got)
     }
 }
 
-SL__HOT_INLINE uint8_t *grab(sl_store *s, unsigned kind, const void *key, size_t klen,
-                             uint64_t hash, int64_t now, uint16_t *metap, int64_t *clockp)
+SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, size_t klen,
+                                uint64_t hash, int64_t now, uint16_t *metap)
 {
     uint16_t meta = sl__meta_id(kind, klen);
     uint8_t *r, *got = NULL;
@@ -1451,30 +1456,33 @@ SL__HOT_INLINE uint8_t *grab(sl_store *s, unsigned kind, const void *key, size_t
         sl__rec_unlock(r);
     }
     sl__read_end();
-    if (got != NULL) { /* the clock: E read after the record was taken (store.h) */
-        uint32_t lo = sl__ld32(got + 4);
+    if (got != NULL) { /* the clock: Q, then E, read after the record was taken (store.h) */
+        int64_t q = __atomic_load_n(&sh->quick_max, __ATOMIC_ACQUIRE);
         int64_t e = __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE);
+        uint32_t lo = sl__ld32(got + 4);
         int64_t c = sl__clock_in(e, lo), t = now > c ? now : c;
-        if (__builtin_expect((lo == SL__CLOCK_WIDE) | !sl__clock_quick(e, t), 0)) {
+        if (__builtin_expect(!sl__clock_quick_q(q, lo, t), 0)) {
             sl__rec_release(got, *metap); /* the sure way makes room */
-            return NULL;
+            return (sl__grabbed){NULL, 0};
         }
-        *clockp = c;
+        return (sl__grabbed){got, c};
     }
-    return got;
+    return (sl__grabbed){NULL, 0};
 }
 
 uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
                         int64_t now, uint16_t *metap, int64_t *clockp)
 {
-    return grab(s, kind, key, klen, hash, now, metap, clockp);
+    sl__grabbed g = grab(s, kind, key, klen, hash, now, metap);
+    if (g.rec != NULL) *clockp = g.clock;
+    return g.rec;
 }
 
-uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                            uint64_t *hashp, int64_t now, uint16_t *metap, int64_t *clockp)
+sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
+                               uint64_t *hashp, int64_t now, uint16_t *metap)
 {
     *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
-    return grab(s, kind, key, klen, *hashp, now, metap, clockp);
+    return grab(s, kind, key, klen, *hashp, now, metap);
 }
 
 /*
@@ -1633,6 +1641,7 @@ sl__shard *sl__shard_loose_new(uint64_t max_bytes)
     if (!sh) return NULL;
     memset(sh, 0, sizeof *sh);
     sh->loose = 1;
+    sh->quick_max = INT64_MIN; /* its records are wide: never the quick way */
     sh->loose_rec_max = max_bytes ? max_bytes / SL_STORE_REC_SHARE : UINT64_MAX;
     return sh;
 }
@@ -1660,9 +1669,14 @@ uint64_t sl__shard_loose_bytes(const sl__shard *sh) { return sh->ext; }
  * room; a decision at a time back in the window writes it narrow again
  * (set_clock_wide), and its state keeps the room it had. */
 
+/* Sets E and Q (sl__quick_max(e)) together: E first, then Q, both
+ * release, so a reader that loads Q and then E (acquire) sees a Q no later
+ * than its E's (sl__quick_max is monotonic in e; E moves back only in an
+ * empty shard, where nobody holds a record to test). */
 static inline void epoch_set(sl__shard *sh, int64_t e)
 {
     __atomic_store_n(&sh->epoch, e, __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->quick_max, sl__quick_max(e), __ATOMIC_RELEASE);
 }
 
 /* r's handle (r a live record of the table), or 0. */
@@ -2015,6 +2029,7 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
     sh->quick = s->quick;
     sh->budget = budget;
     sh->deny = s->deny;
+    epoch_set(sh, 0);
     sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
     __atomic_store_n(&sh->size, SL__TABLE_MIN, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->slot, table_new(SL__TABLE_MIN), __ATOMIC_RELAXED);

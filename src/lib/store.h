@@ -147,10 +147,11 @@ static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__
  * the same under a newer one; a reader loads E after taking the record,
  * so it never reads a clock written under a newer E against an older one.
  *
- *   - the quick way (sl__store_grab) reads E and the word itself and gives
- *     up (the caller takes the sure way) on a wide record or when the
- *     decision's time is SL__CLOCK_QUICK or more past E: it then writes the
- *     low bits alone (sl__rec_set_clock_lo), never making a record wide;
+ *   - the quick way (sl__store_grab) reads the shard's Q (sl__quick_max),
+ *     E and the word itself and gives up (the caller takes the sure way)
+ *     on a wide record, the marked ms, or a time past Q (SL__CLOCK_QUICK
+ *     or more past E: sl__clock_quick_q); else it writes the low bits alone
+ *     (sl__rec_set_clock_lo), never making a record wide;
  *   - the sure way reads with sl__rec_clock, makes room for the new time
  *     with sl__shard_clock_room before deciding (it may move E, or make the
  *     record wide, moving it: the one step that can fail, with nothing
@@ -186,6 +187,27 @@ static inline int sl__clock_quick(int64_t e, int64_t t)
            ((uint32_t)t != SL__CLOCK_WIDE);
 }
 static inline int sl__rec_wide(const uint8_t *r) { return sl__ld32(r + 4) == SL__CLOCK_WIDE; }
+/* Q for the window starting at e: the latest time the quick way may write,
+ * e + SL__CLOCK_QUICK - 1, kept by the shard beside E so the span test is
+ * one compare with no constant to load (sl__clock_quick_q).  The window's
+ * one marked ms (low bits SL__CLOCK_WIDE) may lie below Q -- with a real
+ * clock it usually does -- so the mark's two tests stay: a Q below the
+ * mark (one compare for all three) would send every time after the mark
+ * to the sure way until E next moves. */
+static inline int64_t sl__quick_max(int64_t e) { return e + SL__CLOCK_QUICK - 1; }
+/* Whether the quick way may write t (>= the clock, which is in the window)
+ * on a record whose header word is lo, Q being its shard's: the same test
+ * as !wide && sl__clock_quick(E, t). */
+static inline int sl__clock_quick_q(int64_t q, uint32_t lo, int64_t t)
+{
+    return (t <= q) & (lo != SL__CLOCK_WIDE) & ((uint32_t)t != SL__CLOCK_WIDE);
+}
+/* The shard's Q (store.c keeps it at offset 16, beside E): a plain load,
+ * under the shard lock. */
+static inline int64_t sl__shard_quick_max(const sl__shard *sh)
+{
+    return *(const int64_t *)(const void *)((const char *)sh + 16);
+}
 
 /* A loose record's clock (loose shards keep it before the record). */
 static inline int64_t sl__loose_clock(const uint8_t *r)
@@ -208,24 +230,6 @@ static inline int64_t sl__rec_clock(const sl__shard *sh, const uint8_t *r)
     uint32_t lo = sl__ld32(r + 4);
     if (__builtin_expect(lo == SL__CLOCK_WIDE, 0)) return sl__rec_clock_wide(sh, r);
     return sl__clock_in(sl__shard_epoch(sh), lo);
-}
-
-/* sl__rec_clock for a decision at now, in one read of the header and of E:
- * sets *fast when the record is narrow and t = max(now, clock) is inside
- * the quick span (sl__clock_quick): then no room need be made for t and
- * sl__rec_set_clock_lo writes it; else sl__shard_clock_slow, then
- * sl__rec_set_clock. */
-static inline int64_t sl__rec_clock_at(const sl__shard *sh, const uint8_t *r, int64_t now,
-                                       int *fast)
-{
-    uint32_t lo = sl__ld32(r + 4);
-    if (__builtin_expect(lo == SL__CLOCK_WIDE, 0)) {
-        *fast = 0;
-        return sl__rec_clock_wide(sh, r);
-    }
-    int64_t e = sl__shard_epoch(sh), c = sl__clock_in(e, lo);
-    *fast = sl__clock_quick(e, now > c ? now : c);
-    return c;
 }
 
 /* Before a decision at t (>= r's clock) on *rp, held, shard lock held:
@@ -347,15 +351,19 @@ static inline void sl__shard_unlock(sl__shard *sh)
  * need not read back the word it just wrote with a locked instruction.
  * The clock: NULL too (the record released) when the record's clock is
  * wide or a decision at now (t = max(now, clock)) could not write t the
- * quick way (sl__clock_quick: the sure way makes room for it); else sets
- * *clockp to the record's clock, and the holder may write t with
- * sl__rec_set_clock_lo.  INT64_MIN for now: only the clock is read. */
+ * quick way (sl__clock_quick_q: the sure way makes room for it); else sets *clockp to the record's clock, and the holder may write t
+ * with sl__rec_set_clock_lo.  INT64_MIN for now: only the clock is read. */
+typedef struct sl__grabbed {
+    uint8_t *rec; /* the record, or NULL */
+    int64_t clock;
+} sl__grabbed;
 uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
                         int64_t now, uint16_t *metap, int64_t *clockp);
 
-/* sl__store_grab that hashes the key too (one call), setting *hashp. */
-uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                            uint64_t *hashp, int64_t now, uint16_t *metap, int64_t *clockp);
+/* sl__store_grab that hashes the key too (one call), setting *hashp; the
+ * record and its clock returned as a pair, in registers (the hot path). */
+sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
+                               uint64_t *hashp, int64_t now, uint16_t *metap);
 
 /* Whether the quick way applies to the store at all (SL_LOCK_RECORD; with
  * SL_LOCK_SHARD records are taken only under the shard lock, with plain
