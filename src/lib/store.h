@@ -200,7 +200,7 @@ static inline int64_t sl__quick_max(int64_t e) { return e + SL__CLOCK_QUICK - 1;
  * as !wide && sl__clock_quick(E, t). */
 static inline int sl__clock_quick_q(int64_t q, uint32_t lo, int64_t t)
 {
-    return (t <= q) & (lo != SL__CLOCK_WIDE) & ((uint32_t)t != SL__CLOCK_WIDE);
+    return t <= q && lo != SL__CLOCK_WIDE && (uint32_t)t != SL__CLOCK_WIDE;
 }
 /* The shard's Q (store.c keeps it at offset 16, beside E): a plain load,
  * under the shard lock. */
