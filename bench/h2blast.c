@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client.h"
+
 #define MAX_CONNS 64
 #define OUT_CAP (1 << 20)
 #define IN_CAP (1 << 18)
@@ -65,19 +67,6 @@ static unsigned char body[4096];
 static size_t body_len;
 static unsigned char hb_first[256], hb_next[16]; /* header blocks */
 static size_t hb_first_len, hb_next_len;
-
-static _Noreturn void die(const char *m)
-{
-    fprintf(stderr, "h2blast: %s\n", m);
-    exit(1);
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Appends a frame header and payload to c's output. */
 static void put_frame(conn *c, int type, int flags, uint32_t id, const void *p, size_t n)
@@ -222,6 +211,7 @@ int main(int argc, char **argv)
     long total = 0;
     double limit_s = 120;
     const char *bodyfile = NULL;
+    bc_name = "h2blast";
     while ((opt = getopt(argc, argv, "p:n:f:c:m:t:")) != -1) {
         switch (opt) {
         case 'p': port = atoi(optarg); break;

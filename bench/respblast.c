@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client.h"
+
 #define MAX_CONNS 256
 #define POOL 65536 /* commands encoded before the run */
 #define IN_CAP (1 << 16)
@@ -48,28 +50,6 @@ typedef struct {
 
 static char *pool;          /* POOL commands, back to back */
 static uint32_t pool_off[POOL + 1];
-
-static _Noreturn void die(const char *m)
-{
-    fprintf(stderr, "respblast: %s\n", m);
-    exit(1);
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ULL;
-static uint64_t rng(void) /* xorshift64* */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ULL;
-}
 
 /* Encodes POOL commands of argv[0..argc) into pool. */
 static void build_pool(int argc, char **argv, uint64_t keys)
@@ -98,35 +78,6 @@ static void build_pool(int argc, char **argv, uint64_t keys)
         }
     }
     pool_off[POOL] = (uint32_t)off;
-}
-
-/* Length of the one RESP value at p[0..n), 0 if incomplete, -1 if bad;
- * *err set when it is an error reply. */
-static long value_len(const char *p, size_t n, int *err)
-{
-    const char *e = memchr(p, '\n', n);
-    if (e == NULL) return 0;
-    long head = e - p + 1;
-    switch (p[0]) {
-    case '-': *err = 1; /* fall through */
-    case '+':
-    case ':': return head;
-    case '$': {
-        long len = atol(p + 1);
-        if (len < 0) return head;
-        return (size_t)(head + len + 2) <= n ? head + len + 2 : 0;
-    }
-    case '*': {
-        long cnt = atol(p + 1), off = head;
-        for (long i = 0; i < cnt; i++) {
-            long l = value_len(p + off, n - (size_t)off, err);
-            if (l <= 0) return l;
-            off += l;
-        }
-        return off;
-    }
-    default: return -1;
-    }
 }
 
 /* Sends c's next run of pipe commands, from the pool. */
@@ -164,6 +115,7 @@ int main(int argc, char **argv)
     long total = 0;
     uint64_t keys = 100000;
     double limit_s = 120;
+    bc_name = "respblast";
     while ((opt = getopt(argc, argv, "p:n:c:P:r:S:t:")) != -1) {
         switch (opt) {
         case 'p': port = atoi(optarg); break;
