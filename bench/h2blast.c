@@ -239,12 +239,7 @@ int main(int argc, char **argv)
     static const char preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
     for (int i = 0; i < conns; i++) {
         conn *c = &cs[i];
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0) die("cannot connect");
-        int one = 1;
-        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = bc_connect(port, ep, (uint32_t)i);
         c->next_id = 1;
         c->send_win = 65535;
         memcpy(c->out, preface, sizeof preface - 1);
@@ -255,8 +250,6 @@ int main(int argc, char **argv)
         unsigned char w[4];
         put_u32(w, 0x7fffffffu - 65535);
         put_frame(c, 8, 0, 0, w, 4);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) die("epoll_ctl");
     }
 
     long sent = 0, done = 0;
@@ -275,10 +268,7 @@ int main(int argc, char **argv)
         if (n < 0 && errno != EINTR) die("epoll_wait");
         for (int k = 0; k < n; k++) {
             conn *c = &cs[evs[k].data.u32];
-            ssize_t r = recv(c->fd, c->in + c->inlen, IN_CAP - c->inlen, MSG_DONTWAIT);
-            if (r == 0) die("the server closed a connection");
-            if (r < 0) continue;
-            c->inlen += (size_t)r;
+            if (!bc_recv(c->fd, c->in, &c->inlen, IN_CAP)) continue;
             done += take_frames(c);
         }
         if (now_ns() > deadline) die("the time limit passed before every answer came");

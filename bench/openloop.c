@@ -116,20 +116,13 @@ int main(int argc, char **argv)
     int64_t t0 = now_ns() + 100000000; /* start in 100 ms: every socket connected */
     for (int i = 0; i < nc; i++) {
         conn *c = &cs[i];
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port[i / conns])};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0) die("cannot connect");
-        int one = 1;
-        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = bc_connect(port[i / conns], ep, (uint32_t)i);
         c->sched = malloc(OUTSTANDING_MAX * sizeof *c->sched);
         c->hot = malloc(OUTSTANDING_MAX);
         c->out = malloc(OUT_CAP);
         if (c->sched == NULL || c->hot == NULL || c->out == NULL) die("out of memory");
         c->interval = (int64_t)(1e9 * conns / rate);
         c->next_ns = t0 + c->interval * (i % conns) / conns; /* spread over the interval */
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) die("epoll_ctl");
     }
     size_t cap = (size_t)(rate * secs * np) + 16, nhot = 0, ncold = 0;
     int64_t *lhot = malloc(cap * sizeof *lhot), *lcold = malloc(cap * sizeof *lcold);
@@ -191,10 +184,7 @@ int main(int argc, char **argv)
         if (n < 0 && errno != EINTR) die("epoll_pwait2");
         for (int k = 0; k < n; k++) {
             conn *c = &cs[evs[k].data.u32];
-            ssize_t r = recv(c->fd, c->in + c->inlen, IN_CAP - c->inlen, MSG_DONTWAIT);
-            if (r == 0) die("the server closed a connection");
-            if (r < 0) continue;
-            c->inlen += (size_t)r;
+            if (!bc_recv(c->fd, c->in, &c->inlen, IN_CAP)) continue;
             int64_t at = now_ns();
             size_t off = 0;
             for (;;) {

@@ -139,15 +139,8 @@ int main(int argc, char **argv)
     if (cs == NULL || lat == NULL || ep < 0) die("out of memory");
     for (int i = 0; i < conns; i++) {
         conn *c = &cs[i];
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0) die("cannot connect");
-        int one = 1;
-        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = bc_connect(port, ep, (uint32_t)i);
         c->next_cmd = (uint32_t)i * 7919u; /* connections start at different keys */
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) die("epoll_ctl");
     }
 
     long sent = 0, done = 0, errors = 0;
@@ -163,10 +156,7 @@ int main(int argc, char **argv)
         if (n < 0 && errno != EINTR) die("epoll_wait");
         for (int k = 0; k < n; k++) {
             conn *c = &cs[evs[k].data.u32];
-            ssize_t r = recv(c->fd, c->in + c->inlen, IN_CAP - c->inlen, MSG_DONTWAIT);
-            if (r == 0) die("the server closed a connection");
-            if (r < 0) continue;
-            c->inlen += (size_t)r;
+            if (!bc_recv(c->fd, c->in, &c->inlen, IN_CAP)) continue;
             int64_t at = now_ns();
             size_t off = 0;
             for (;;) {
