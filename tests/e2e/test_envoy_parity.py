@@ -566,6 +566,18 @@ class TestConfigCounting(EnvoyCase):
         self.expect(req("test-domain", [("key1", "value1"), ("subkey1", "something_else")],
                         hits=1, overrides=[(42, HOUR)]), resp(OK, st(OK, 42, HOUR, 41)))
 
+    def test_TestConfigLimitOverride_no_entries(self):
+        """config_impl.go GetLimit, as TestConfigLimitOverride exercises it:
+        in a domain of the rules an override is returned before the entries
+        are looked at, so a descriptor with none is limited by it and
+        counted (the peer's cache key is then "test-domain_<window>"); in
+        an unknown domain (TestConfigLimitOverride's first row) no limit."""
+        self.serve(os.path.join(FIX, "basic_config"))
+        wait_window(60, 5)
+        self.expect(req("test-domain", [], overrides=[(5, MINUTE)]), resp(OK, st(OK, 5, MINUTE, 4)))
+        self.expect(req("test-domain", [], overrides=[(5, MINUTE)]), resp(OK, st(OK, 5, MINUTE, 3)))
+        self.expect(req("foo_domain", [], overrides=[(5, MINUTE)]), resp(OK, NONE))
+
     def test_TestDomainMerge(self):
         """config_test.go TestDomainMerge: with --merge-domains (the peer's
         MERGE_DOMAIN_CONFIG) both files' limits of test-domain apply; an
