@@ -550,19 +550,19 @@ class TestConfigCounting(EnvoyCase):
 
     def test_TestConfigLimitOverride(self):
         """config_test.go TestConfigLimitOverride: an override 10/DAY, then
-        42/HOUR on the same entries (one counter per entries and window start:
-        the hour's window starts with the day's in the first hour of a day),
-        then another value."""
+        42/HOUR on the same entries, then another value.  Each unit counts
+        apart, at every hour of the day: the peer's Redis key (entries and
+        window start) is shared by the day's and the hour's windows in the
+        first hour of a day, sluiced's (entries and unit) is not -- a
+        difference kept on purpose (docs/migrating-from-envoy-ratelimit.md);
+        the case asked 40 then and so failed from 00:00 to 01:00 UTC."""
         self.serve(os.path.join(FIX, "basic_config"))
         wait_window(3600, 20)
         e = [("key1", "value1"), ("subkey1", "something")]
         self.expect(req("test-domain", e, hits=1, overrides=[(10, DAY)]),
                     resp(OK, st(OK, 10, DAY, 9)))
-
-        def second(now):
-            left = 40 if now // 3600 * 3600 == now // 86400 * 86400 else 41
-            return resp(OK, st(OK, 42, HOUR, left))(now)
-        self.expect(req("test-domain", e, hits=1, overrides=[(42, HOUR)]), second)
+        self.expect(req("test-domain", e, hits=1, overrides=[(42, HOUR)]),
+                    resp(OK, st(OK, 42, HOUR, 41)))
         self.expect(req("test-domain", [("key1", "value1"), ("subkey1", "something_else")],
                         hits=1, overrides=[(42, HOUR)]), resp(OK, st(OK, 42, HOUR, 41)))
 
