@@ -38,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client.h"
+
 #define MAX_CONNS 256
 #define OUTSTANDING_MAX 65536 /* per connection, a power of two */
 #define OUT_CAP (1 << 20)
@@ -57,28 +59,6 @@ typedef struct {
     size_t inlen;
 } conn;
 
-static uint64_t rng_state;
-static uint64_t rng(void) /* xorshift64* */
-{
-    rng_state ^= rng_state >> 12;
-    rng_state ^= rng_state << 25;
-    rng_state ^= rng_state >> 27;
-    return rng_state * 2685821657736338717ULL;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static void die(const char *m)
-{
-    fprintf(stderr, "openloop: %s\n", m);
-    exit(2);
-}
-
 /* Appends one RESP array of argc bulk strings to c's output. */
 static void put_cmd(conn *c, int argc, const char **argv)
 {
@@ -86,36 +66,6 @@ static void put_cmd(conn *c, int argc, const char **argv)
     c->outlen += (size_t)sprintf(c->out + c->outlen, "*%d\r\n", argc);
     for (int i = 0; i < argc; i++)
         c->outlen += (size_t)sprintf(c->out + c->outlen, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
-}
-
-/* Length of the one RESP value at p[0..n), 0 if incomplete, -1 if bad;
- * *err set when it is an error reply.  Enough for RL.ALLOW's replies
- * (arrays of integers, errors, bulk strings). */
-static long value_len(const char *p, size_t n, int *err)
-{
-    const char *e = memchr(p, '\n', n);
-    if (e == NULL) return 0;
-    long head = e - p + 1;
-    switch (p[0]) {
-    case '-': *err = 1; /* fall through */
-    case '+':
-    case ':': return head;
-    case '$': {
-        long len = atol(p + 1);
-        if (len < 0) return head;
-        return (size_t)(head + len + 2) <= n ? head + len + 2 : 0;
-    }
-    case '*': {
-        long cnt = atol(p + 1), off = head;
-        for (long i = 0; i < cnt; i++) {
-            long l = value_len(p + off, n - (size_t)off, err);
-            if (l <= 0) return l;
-            off += l;
-        }
-        return off;
-    }
-    default: return -1;
-    }
 }
 
 static int cmp64(const void *a, const void *b)
@@ -138,7 +88,7 @@ int main(int argc, char **argv)
     double rate = 0, secs = 0;
     int conns = 8, hotpct = 90, opt;
     long hotkeys = 100, coldkeys = 1000000;
-    rng_state = 0x9e3779b97f4a7c15ULL;
+    bc_name = "openloop";
     while ((opt = getopt(argc, argv, "p:r:s:c:k:K:h:x:S:")) != -1) {
         switch (opt) {
         case 'p': ports = optarg; break;
@@ -166,20 +116,13 @@ int main(int argc, char **argv)
     int64_t t0 = now_ns() + 100000000; /* start in 100 ms: every socket connected */
     for (int i = 0; i < nc; i++) {
         conn *c = &cs[i];
-        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port[i / conns])};
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        c->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c->fd < 0 || connect(c->fd, (struct sockaddr *)&a, sizeof a) != 0) die("cannot connect");
-        int one = 1;
-        setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        c->fd = bc_connect(port[i / conns], ep, (uint32_t)i);
         c->sched = malloc(OUTSTANDING_MAX * sizeof *c->sched);
         c->hot = malloc(OUTSTANDING_MAX);
         c->out = malloc(OUT_CAP);
         if (c->sched == NULL || c->hot == NULL || c->out == NULL) die("out of memory");
         c->interval = (int64_t)(1e9 * conns / rate);
         c->next_ns = t0 + c->interval * (i % conns) / conns; /* spread over the interval */
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)i};
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) != 0) die("epoll_ctl");
     }
     size_t cap = (size_t)(rate * secs * np) + 16, nhot = 0, ncold = 0;
     int64_t *lhot = malloc(cap * sizeof *lhot), *lcold = malloc(cap * sizeof *lcold);
@@ -241,10 +184,7 @@ int main(int argc, char **argv)
         if (n < 0 && errno != EINTR) die("epoll_pwait2");
         for (int k = 0; k < n; k++) {
             conn *c = &cs[evs[k].data.u32];
-            ssize_t r = recv(c->fd, c->in + c->inlen, IN_CAP - c->inlen, MSG_DONTWAIT);
-            if (r == 0) die("the server closed a connection");
-            if (r < 0) continue;
-            c->inlen += (size_t)r;
+            if (!bc_recv(c->fd, c->in, &c->inlen, IN_CAP)) continue;
             int64_t at = now_ns();
             size_t off = 0;
             for (;;) {

@@ -31,7 +31,11 @@
 # (issue 30: RL.ALLOW >= 1.5x INCR at -P PIPELINE).  BASE=path: another
 # sluiced binary (e.g. the main branch's build) run beside this one with
 # the same flags, as the row "RL.ALLOW, BASE", interleaved with the rest
-# (before/after in one run).  Both servers listen on free
+# (before/after in one run).  CLIENT=respblast: bench/respblast.c instead
+# of redis-benchmark for every run, a client that sends commands encoded
+# before the run and only measures replies (with PIN=1, redis-benchmark
+# on its one core is slower than the servers at -P 16, so every server
+# row measures the client; "client %" shows it).  Both servers listen on free
 # 127.0.0.1 ports and are stopped by their PIDs when the script exits; every
 # step runs under `timeout`.  Exits 0 when the run completed (goals met or
 # not), 1 when something failed (a server, or replies that were errors).
@@ -89,6 +93,16 @@ for t in redis-server redis-cli redis-benchmark python3; do
     command -v "$t" >/dev/null || die "$t is not installed (scripts/deps.sh installs redis-server)"
 done
 timeout 600 make -s -C "$ROOT" "$B/sluiced" >&2
+: "${CLIENT:=redis-benchmark}"
+RESPBLAST=$BD/bench/respblast
+case $CLIENT in
+redis-benchmark) ;;
+respblast)
+    mkdir -p "$BD/bench"
+    cc -O2 -o "$RESPBLAST" "$ROOT/bench/respblast.c" || die "cannot build bench/respblast.c"
+    ;;
+*) die "CLIENT=$CLIENT: redis-benchmark or respblast" ;;
+esac
 
 
 # ---- the servers ----------------------------------------------------------
@@ -175,11 +189,22 @@ run() {
     local name=$1 port=$2 pid=$3 pipe=$4 out c0 c1 t
     shift 4
     c0=$(cpu_ticks "$pid")
-    out=$( (
-        TIMEFORMAT='%R %U %S'
-        time timeout 600 ${CLI_PIN[@]+"${CLI_PIN[@]}"} redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
-            -r "$KEYS" -P "$pipe" --precision 3 --csv "$@" 2>"$TMP/rb.err"
-    ) 2>"$TMP/rb.time") || die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
+    if [ "$CLIENT" = respblast ]; then
+        # the same load from bench/respblast.c; its line rewritten as the
+        # CSV row below reads it: rate at NF-6, p50 at NF-3, p99 at NF-1
+        out=$( (
+            TIMEFORMAT='%R %U %S'
+            time timeout 600 ${CLI_PIN[@]+"${CLI_PIN[@]}"} "$RESPBLAST" -p "$port" -c "$CLIENTS" -n "$N" \
+                -r "$KEYS" -P "$pipe" -- "$@" 2>"$TMP/rb.err"
+        ) 2>"$TMP/rb.time") || die "respblast failed for $name: $(tail -3 "$TMP/rb.err")"
+        out=$(echo "$out" | awk '{ print "test,x"; print "x," $8 ",0,0," $10 ",0," $12 ",0" }')
+    else
+        out=$( (
+            TIMEFORMAT='%R %U %S'
+            time timeout 600 ${CLI_PIN[@]+"${CLI_PIN[@]}"} redis-benchmark -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" \
+                -r "$KEYS" -P "$pipe" --precision 3 --csv "$@" 2>"$TMP/rb.err"
+        ) 2>"$TMP/rb.time") || die "redis-benchmark failed for $name: $(tail -3 "$TMP/rb.err")"
+    fi
     c1=$(cpu_ticks "$pid")
     t=$(tail -1 "$TMP/rb.time")
     echo "$out" | tr -d '"\r' | awk -F, -v n="$name" -v p="$pipe" -v t="$t" -v sc=$((c1 - c0)) \
@@ -192,7 +217,7 @@ run() {
          END { if (!f) exit 1 }' >>"$TMP/runs" || die "no result line for $name: $out"
 }
 
-note "redis-benchmark: $N requests per run, $KEYS keys, $CLIENTS clients, P=1 and P=$PIPELINE, $REPS rep(s)..."
+note "$CLIENT: $N requests per run, $KEYS keys, $CLIENTS clients, P=1 and P=$PIPELINE, $REPS rep(s)..."
 load0=$(cut -d' ' -f1 /proc/loadavg)
 # one_test N PIPE: the N-th test (0-based) of the list, at pipeline PIPE.
 TESTS=8
@@ -246,7 +271,7 @@ s_batched=$(info_field "$SPORT" stats decisions_batched)
 rversion=$(redis-server --version | awk '{ print $3 }')
 sthreads=$(info_field "$SPORT" server threads)
 echo
-echo "== sluiced vs redis-server ${rversion#v=}: redis-benchmark -c $CLIENTS -n $N -r $KEYS, median of $REPS =="
+echo "== sluiced vs redis-server ${rversion#v=}: $CLIENT -c $CLIENTS -n $N -r $KEYS, median of $REPS =="
 echo "   (one run; same client and machine; $(nproc) cores; sluiced $sthreads threads; load $load0 -> $load1)"
 [ -z "$PIN" ] || echo "   (PIN=1: servers on CPU 1, redis-benchmark on CPU 0)"
 [ -z "$BASE" ] || echo "   (BASE: $BASE)"

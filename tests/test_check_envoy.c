@@ -368,8 +368,16 @@ static void deep(void **state)
     e[16].valuelen = 5;
     assert_int_equal(run(f, &in), 0);
     status_is(0, SL_CHECK_OK, 2, 1, 0, 60000);
-    /* no entries at all is still refused */
+    /* no entries with an override: counted by the domain and window alone
+     * (envoyproxy/ratelimit's GetLimit returns the override before looking
+     * at the entries; its cache key is then "domain_<window start>") */
     nd[0] = 0;
+    assert_int_equal(run(f, &in), 0);
+    status_is(0, SL_CHECK_OK, 2, 1, 0, 60000);
+    assert_int_equal((int)plan.items[0].keylen, 16);
+    assert_memory_equal(plan.items[0].key, "e#override/60000", 16);
+    /* without one, no entries at all is still refused */
+    in.over = NULL;
     assert_int_equal(run(f, &in), SL_EINVAL);
     assert_string_equal(err, "descriptor 1 has no entries");
 }

@@ -396,10 +396,12 @@ int sl_check_plan_build(const sl_rules *r, const sl_check_input *in, sl_check_pl
         memset(&st[i], 0, sizeof st[i]);
         nodes[i] = NULL;
         /* any number of entries (check.h: a descriptor deeper than any
-         * rule matches none, unless it has an override) */
-        if (ndesc[i] < 1 || descs[i] == NULL)
+         * rule matches none, unless it has an override); none only with an
+         * override, which envoyproxy/ratelimit applies whatever the entries */
+        int has_over = over != NULL && over[i].unit != SL_UNIT_NONE;
+        if ((ndesc[i] < 1 && !(has_over && ndesc[i] == 0)) || descs[i] == NULL)
             return sl__check_err(err, errlen, SL_EINVAL, "descriptor %d has no entries", i + 1);
-        if (over != NULL && over[i].unit != SL_UNIT_NONE) {
+        if (has_over) {
             if (sl_rule_unit_ms(over[i].unit) == 0)
                 return sl__check_err(err, errlen, SL_EINVAL,
                                      "descriptor %d: limit override with an unknown unit", i + 1);

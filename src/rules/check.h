@@ -432,7 +432,7 @@ typedef struct sl_check_input {
     const char *domain; /* dlen bytes */
     size_t dlen;
     int n;                             /* descriptors: 1..SL_CHECK_MAX_DESC */
-    const sl_rule_entry *const *descs; /* descriptor i: its ndesc[i] (>= 1) entries */
+    const sl_rule_entry *const *descs; /* descriptor i: its ndesc[i] (>= 1; 0 with an override) entries */
     const int *ndesc;
     const sl_check_override *over; /* descriptor i's limit override over[i]; NULL: none */
     int64_t cost;                  /* of every descriptor, when costs is NULL */

@@ -289,7 +289,7 @@ int sl_rules_key(const sl_rule_node *node, const sl_rule_entry *entries, int n, 
                  char *buf, size_t cap, size_t *len);
 
 /* Writes the counting key of a limit override (check.h) of window_ms for
- * the request entries (n of them, n >= 1: any number) in domain dom:
+ * the request entries (n of them, n >= 0: any number) in domain dom:
  *
  *     domain|key=value|key2=value2#override/W
  *

@@ -398,7 +398,7 @@ static void build_over_key(kbuf *b, const void *ctx)
 int sl_rules_override_key(const sl_rule_domain *dom, const sl_rule_entry *entries, int n,
                           int64_t window_ms, char *buf, size_t cap, size_t *len)
 {
-    if (dom == NULL || entries == NULL || buf == NULL || len == NULL || n < 1 || window_ms <= 0)
+    if (dom == NULL || entries == NULL || buf == NULL || len == NULL || n < 0 || window_ms <= 0)
         return SL_EINVAL;
     for (int i = 0; i < n; i++) {
         const sl_rule_entry *e = &entries[i];

@@ -284,27 +284,32 @@ class TestIntegration(EnvoyCase):
 
     FLAGS = ()
     STOP = False
+    RULES = LYFT_INTEGRATION
+    SUFFIX = ""  # "_local": the keys of the peer's local-cache runs (getCacheKey)
 
     def setUp(self):
-        self.serve(LYFT_INTEGRATION, *self.FLAGS)
+        self.serve(self.RULES, *self.FLAGS)
+
+    def k(self, key):
+        return key + self.SUFFIX
 
     def test_TestBasicConfig_unknown_domain(self):
         """integration_test.go testBasicBaseConfig: domain foo, hello=world."""
-        self.expect(req("foo", [("hello", "world")], hits=1), resp(OK, NONE))
+        self.expect(req("foo", [(self.k("hello"), "world")], hits=1), resp(OK, NONE))
 
     def test_TestBasicConfig_first_limit(self):
         """integration_test.go testBasicBaseConfig: basic key1=foo, 50/second, 49 left."""
-        self.expect(req("basic", [("key1", "foo")], hits=1),
+        self.expect(req("basic", [(self.k("key1"), "foo")], hits=1),
                     resp(OK, st(OK, 50, SECOND, 49)))
 
     def test_TestBasicConfig_over_limit_one_key(self):
         """integration_test.go testBasicBaseConfig: 25 hits on another key2=random
         (20/minute): 19..0 left, then OVER_LIMIT with 0 left."""
         v = uniq()
-        wait_window(60, 20)
+        wait_window(60, 5)  # 25 calls at most: well within 5 s
         for i in range(25):
             code, left = (OVER, 0) if i >= 20 else (OK, 20 - (i + 1))
-            self.expect(req("another", [("key2", v)], hits=1),
+            self.expect(req("another", [(self.k("key2"), v)], hits=1),
                         resp(code, st(code, 20, MINUTE, left)), "hit %d" % (i + 1))
 
     def test_TestBasicConfig_over_limit_two_keys(self):
@@ -313,24 +318,24 @@ class TestIntegration(EnvoyCase):
         keeps counting (or, with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
         stays at 10 left)."""
         v = uniq()
-        wait_window(60, 20)
+        wait_window(60, 5)  # 25 calls at most: well within 5 s
         for i in range(15):
             code, left1, left2 = OK, 20 - (i + 1), 10 - (i + 1)
             if i >= 10:
                 code, left2 = OVER, 0
                 if self.STOP:
                     left1 = 10
-            self.expect(req("another", [("key2", v)], [("key3", v)], hits=1),
+            self.expect(req("another", [(self.k("key2"), v)], [(self.k("key3"), v)], hits=1),
                         resp(code, st(OK, 20, MINUTE, left1), st(code, 10, HOUR, left2)),
                         "hit %d" % (i + 1))
 
     def test_TestBasicConfig_duration_until_reset(self):
         """integration_test.go testBasicBaseConfig: key4=durTest (20/day) twice,
         2 s apart: the reset counts down in whole seconds."""
-        a = self.expect(req("another", [("key4", "durTest")], hits=1),
+        a = self.expect(req("another", [(self.k("key4"), "durTest")], hits=1),
                         resp(OK, st(OK, 20, DAY, 19)))
         time.sleep(2)
-        b = self.expect(req("another", [("key4", "durTest")], hits=1),
+        b = self.expect(req("another", [(self.k("key4"), "durTest")], hits=1),
                         resp(OK, st(OK, 20, DAY, 18)))
         if b.statuses[0].duration_until_reset.seconds < 86400 - 3 * SLOW:  # not a new day
             self.assertLess(b.statuses[0].duration_until_reset.seconds,
@@ -376,6 +381,29 @@ class TestIntegrationRedisStopCacheKeyIncrement(TestIntegrationRedis):
     STOP = True
 
 
+class TestIntegrationLocalCache(TestIntegration):
+    """The peer's WithLocalCache runs of testBasicBaseConfig: the same
+    answers, asked with its "_local" keys (getCacheKey) of our own copy of
+    its integration domains; LOCAL_CACHE_SIZE_IN_BYTES itself answers
+    nothing differently (a key known over is OVER_LIMIT with 0 left)."""
+
+    RULES = os.path.join(FIX, "integration_local")
+    SUFFIX = "_local"
+    test_TestShareThreshold = None  # the peer runs it without a local cache only
+
+
+class TestIntegrationLocalCacheStopCacheKeyIncrement(TestIntegrationLocalCache):
+    """...WithLocalCacheAndstopCacheKeyIncrementWhenOverlimitConfig: only
+    the case the setting changes."""
+
+    FLAGS = ("--stop-cache-key-increment-when-overlimit=yes",)
+    STOP = True
+    test_TestBasicConfig_unknown_domain = None
+    test_TestBasicConfig_first_limit = None
+    test_TestBasicConfig_over_limit_one_key = None
+    test_TestBasicConfig_duration_until_reset = None
+
+
 class TestIntegrationStopCacheKeyIncrementEnv(EnvoyCase):
     """The peer's setting as an environment variable."""
 
@@ -385,7 +413,7 @@ class TestIntegrationStopCacheKeyIncrementEnv(EnvoyCase):
         environment."""
         self.serve(LYFT_INTEGRATION, env={"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"})
         v = uniq()
-        wait_window(60, 20)
+        wait_window(60, 5)  # 25 calls at most: well within 5 s
         for i in range(12):
             code, left1, left2 = OK, 20 - (i + 1), 10 - (i + 1)
             if i >= 10:
@@ -465,15 +493,19 @@ BASIC = [
     ("key7_detailed_metric", "test-domain", [("key7", "unspecified_value")],
      resp(OK, st(OK, 70, MINUTE, 69))),
     ("key3_over", "test-domain", [("key3", "bar")], resp(OVER, st(OVER, 1, HOUR, 0)), 2),
+    ("key7_another_value", "test-domain", [("key7", "another_value")],
+     resp(OK, st(OK, 70, MINUTE, 69))),
 ]
 
 WILDCARD = [
     ("noVal", [("noVal", "foo1")], st(OK, 20, MINUTE, 19)),
+    ("noVal_foo2", [("noVal", "foo2")], st(OK, 20, MINUTE, 19)),
     ("wild_foo1", [("wild", "foo1")], st(OK, 20, MINUTE, 19)),
     ("nested_wild", [("nestedWild", "val1"), ("wild", "goo2")], st(OK, 20, MINUTE, 19)),
     ("no_match", [("wild", "bar")], NONE),
     ("non_wildcard_not_eager", [("noWild", "foo1")], NONE),
     ("middle", [("midWild", "bar123b")], st(OK, 20, MINUTE, 19)),
+    ("middle_barab", [("midWild", "barab")], st(OK, 20, MINUTE, 19)),
     ("middle_empty", [("midWild", "barb")], st(OK, 20, MINUTE, 19)),
     ("middle_no_suffix", [("midWild", "bara")], NONE),
     ("middle_no_prefix", [("midWild", "xbarb")], NONE),
@@ -518,21 +550,43 @@ class TestConfigCounting(EnvoyCase):
 
     def test_TestConfigLimitOverride(self):
         """config_test.go TestConfigLimitOverride: an override 10/DAY, then
-        42/HOUR on the same entries (one counter per entries and window start:
-        the hour's window starts with the day's in the first hour of a day),
-        then another value."""
+        42/HOUR on the same entries, then another value.  Each unit counts
+        apart, at every hour of the day: the peer's Redis key (entries and
+        window start) is shared by the day's and the hour's windows in the
+        first hour of a day, sluiced's (entries and unit) is not -- a
+        difference kept on purpose (docs/migrating-from-envoy-ratelimit.md);
+        the case asked 40 then and so failed from 00:00 to 01:00 UTC."""
         self.serve(os.path.join(FIX, "basic_config"))
         wait_window(3600, 20)
         e = [("key1", "value1"), ("subkey1", "something")]
         self.expect(req("test-domain", e, hits=1, overrides=[(10, DAY)]),
                     resp(OK, st(OK, 10, DAY, 9)))
-
-        def second(now):
-            left = 40 if now // 3600 * 3600 == now // 86400 * 86400 else 41
-            return resp(OK, st(OK, 42, HOUR, left))(now)
-        self.expect(req("test-domain", e, hits=1, overrides=[(42, HOUR)]), second)
+        self.expect(req("test-domain", e, hits=1, overrides=[(42, HOUR)]),
+                    resp(OK, st(OK, 42, HOUR, 41)))
         self.expect(req("test-domain", [("key1", "value1"), ("subkey1", "something_else")],
                         hits=1, overrides=[(42, HOUR)]), resp(OK, st(OK, 42, HOUR, 41)))
+
+    def test_TestConfigLimitOverride_no_entries(self):
+        """config_impl.go GetLimit, as TestConfigLimitOverride exercises it:
+        in a domain of the rules an override is returned before the entries
+        are looked at, so a descriptor with none is limited by it and
+        counted (the peer's cache key is then "test-domain_<window>"); in
+        an unknown domain (TestConfigLimitOverride's first row) no limit."""
+        self.serve(os.path.join(FIX, "basic_config"))
+        wait_window(60, 5)
+        self.expect(req("test-domain", [], overrides=[(5, MINUTE)]), resp(OK, st(OK, 5, MINUTE, 4)))
+        self.expect(req("test-domain", [], overrides=[(5, MINUTE)]), resp(OK, st(OK, 5, MINUTE, 3)))
+        self.expect(req("foo_domain", [], overrides=[(5, MINUTE)]), resp(OK, NONE))
+
+    def test_TestDomainMerge(self):
+        """config_test.go TestDomainMerge: with --merge-domains (the peer's
+        MERGE_DOMAIN_CONFIG) both files' limits of test-domain apply; an
+        empty descriptor, or an unknown domain, has no limit."""
+        self.serve(os.path.join(FIX, "merge"), "--merge-domains")
+        self.expect(req("foo_domain", []), resp(OK, NONE))
+        self.expect(req("test-domain", []), resp(OK, NONE))
+        self.expect(req("test-domain", [("key1", "value1")]), resp(OK, st(OK, 10, MINUTE, 9)))
+        self.expect(req("test-domain", [("key2", "value2")]), resp(OK, st(OK, 20, MINUTE, 19)))
 
     def test_TestWildcardConfig_values_count_apart(self):
         """config_test.go TestWildcardConfig: wild=foo1 and wild=foo2 match one
@@ -618,11 +672,271 @@ class TestReadme(EnvoyCase):
                         [("key_2", "value_2"), ("user", "bkthomps")], hits=1),
                     resp(OK, NONE, st(OK, 10, SECOND, 9)))
 
+    def test_README_Example7_replacing_alone(self):
+        """README.md Example 7: the replacing limit alone applies (10/second)."""
+        self.serve(os.path.join(FIX, "replaces"))
+        self.expect(req("example7", [("key_2", "value_2"), ("user", "bkthomps")], hits=1),
+                    resp(OK, st(OK, 10, SECOND, 9)))
+
     def test_README_Example7_not_replaced_alone(self):
         """README.md Example 7: the named limit alone applies (5/second)."""
         self.serve(os.path.join(FIX, "replaces"))
         self.expect(req("example7", [("key_1", "value_1"), ("user", "bkthomps")], hits=1),
                     resp(OK, st(OK, 5, SECOND, 4, name="specific_limit")))
+
+
+class SharedEnvoyCase(EnvoyCase):
+    """One server for the class (RULES, FLAGS), stopped by PID in
+    tearDownClass, which fails the class unless it exits cleanly: for rows
+    that each ask their own entries, so that they cannot disturb each
+    other's counts."""
+
+    RULES = None
+    FLAGS = ()
+
+    @classmethod
+    def setUpClass(cls):
+        cls.srv = Server("--rules", cls.RULES, *cls.FLAGS, grpc=True, name=cls.__name__)
+        cls.srv.start()
+        cls.ch = grpc.insecure_channel("%s:%d" % (HOST, cls.srv.grpc_port))
+        cls.rpc = cls.ch.unary_unary(RLS, request_serializer=lambda m: m.SerializeToString(),
+                                     response_deserializer=R.FromString)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        harness.assert_clean_stop(cls.srv)
+
+    def rows(self, domain, rows):
+        """rows: (entries, status builder); each asked once with hits 1."""
+        for entries, s in rows:
+            self.expect(req(domain, entries, hits=1), resp(s(0).code, s), repr(entries))
+
+
+class TestConfigGetLimit(SharedEnvoyCase):
+    """config_test.go's GetLimit cases whose configurations are inline Go
+    (TestDetailedMetric, TestValueToMetric_*, TestWildcardStatsBehavior):
+    the peer asserts the limit found (and statistics names, which gRPC does
+    not show); each limit found is a status with it, none is no limit."""
+
+    RULES = os.path.join(FIX, "getlimit")
+
+    def test_TestDetailedMetric(self):
+        """config_test.go TestDetailedMetric: each sub-test's request finds
+        its limit (detailed_metric only names statistics)."""
+        self.rows("nested", [
+            ([("key-1", "value-1")], st(OK, 100, MINUTE, 99)),
+            ([("key-1", "value-1"), ("key-2", "value-2")], st(OK, 5, MINUTE, 4)),
+            ([("key_1", "value-for-key-1")], st(OK, 500, MINUTE, 499)),
+            ([("key_2", "key-2-value")], st(OK, 5000, MINUTE, 4999)),
+            ([("key_2", "key-2-value"), ("key_3", "requested-key3-value")], st(OK, 5, MINUTE, 4)),
+            ([("key_2", "specific-id"), ("key_3", "requested-key3-value")],
+             st(OK, 100, MINUTE, 99)),
+            ([("key_2", "key-2-value"), ("key_3", "other")], NONE),  # key_3 alone: no limit
+        ])
+
+    def test_TestValueToMetric(self):
+        """config_test.go TestValueToMetric_UsesRuntimeValuesInStats,
+        _DefaultKeyIncludesValueAtThatLevel, _MidLevelOnly, _NoFlag_Unchanged,
+        _DoesNotOverrideDetailedMetric, _WithConfiguredValues, _WithWildcard,
+        _WithEmptyValue, _FullKeyMatchesStatsKey: the limit each finds
+        (empty values match a key-only descriptor)."""
+        self.rows("vtm", [
+            ([("route", "draw"), ("http_method", "GET"), ("subject_id", "123")],
+             st(OK, 60, MINUTE, 59)),
+            ([("route", ""), ("http_method", "GET"), ("subject_id", "123")],
+             st(OK, 60, MINUTE, 59)),
+            ([("route", "draw"), ("http_method", ""), ("subject_id", "123")],
+             st(OK, 60, MINUTE, 59)),
+            ([("route", ""), ("http_method", ""), ("subject_id", "123")], st(OK, 60, MINUTE, 59)),
+            ([("user", "alice"), ("action", "readfile"), ("resource", "documents")],
+             st(OK, 100, MINUTE, 99)),
+            ([("user", "bob"), ("action", "readdata"), ("resource", "database")],
+             st(OK, 100, MINUTE, 99)),
+            ([("user", "bob"), ("action", "write"), ("resource", "database")], NONE),
+        ])
+        self.rows("vtm-d", [
+            ([("k1", "A"), ("k2", "foo")], st(OK, 1, SECOND, 0)),
+            ([("k1", "X"), ("k2", "Y"), ("k3", "Z")], st(OK, 1, SECOND, 0)),
+        ])
+        self.rows("vtm-configured", [
+            ([("route", "api"), ("http_method", "GET"), ("subject_id", "user123")],
+             st(OK, 60, MINUTE, 59)),
+            ([("route", "api"), ("http_method", "POST"), ("subject_id", "user456")],
+             st(OK, 30, MINUTE, 29)),
+            ([("route", "api"), ("http_method", "PUT"), ("subject_id", "user456")], NONE),
+            ([("plain", "api"), ("http_method", "GET"), ("subject_id", "user123")],
+             st(OK, 60, MINUTE, 59)),
+        ])
+
+    def test_TestWildcardStatsBehavior(self):
+        """config_test.go TestWildcardStatsBehavior: foo* and foo*bar* with no
+        flag, value_to_metric, share_threshold (one counter for every value),
+        both, and value_to_metric on a child."""
+        wait_window(60, 3)  # s and sv: two calls in one minute
+        self.rows("wsb", [
+            ([("w", "foo1")], st(OK, 20, MINUTE, 19)),
+            ([("w", "foo2")], st(OK, 20, MINUTE, 19)),
+            ([("v", "foo1")], st(OK, 20, MINUTE, 19)),
+            ([("s", "foo1")], st(OK, 20, MINUTE, 19)),
+            ([("s", "foo2")], st(OK, 20, MINUTE, 18)),
+            ([("sv", "foo1")], st(OK, 20, MINUTE, 19)),
+            ([("sv", "foo2")], st(OK, 20, MINUTE, 18)),
+            ([("o", "foo1"), ("other", "bar"), ("limit", "X")], st(OK, 20, MINUTE, 19)),
+            ([("m", "foo123bar456")], st(OK, 20, MINUTE, 19)),
+            ([("m", "fooXbarY")], st(OK, 20, MINUTE, 19)),
+            ([("m", "fooXbaY")], NONE),
+            ([("mv", "foo123bar456")], st(OK, 20, MINUTE, 19)),
+        ])
+
+
+class TestShareThresholdMore(SharedEnvoyCase):
+    """config_test.go TestShareThreshold's cases share_threshold/ leaves out,
+    and base_limiter_test.go TestGenerateCacheKeysWithShareThreshold: which
+    values share one counter (the peer's cache key writes a shared level's
+    pattern, every other level's value)."""
+
+    RULES = os.path.join(FIX, "share_more")
+
+    def test_TestShareThreshold_more(self):
+        wait_window(3600, 20)
+        self.rows("test-domain", [
+            ([("files", "files/c.txt")], st(OK, 100, HOUR, 99)),
+            ([("files", "top/file1.txt"), ("files", "nested/file1.txt")],
+             st(OK, 300, HOUR, 299)),
+            ([("files", "top/file2.pdf"), ("files", "nested/sub2.csv")],
+             st(OK, 300, HOUR, 298)),
+            ([("route", "api/v1"), ("method", "GET")], st(OK, 60, HOUR, 59)),
+            ([("route", "api/v2"), ("method", "GET")], st(OK, 60, HOUR, 58)),
+            ([("route", "api/v1"), ("method", "POST")], st(OK, 60, HOUR, 59)),
+            ([("service", "svc/user"), ("endpoint", "get")], st(OK, 80, HOUR, 79)),
+            ([("service", "svc/other"), ("endpoint", "get")], st(OK, 80, HOUR, 78)),
+            ([("path", "path/foo"), ("file", "file/doc1"), ("type", "pdf")],
+             st(OK, 120, HOUR, 119)),
+            ([("path", "path/bar"), ("file", "file/doc1"), ("type", "pdf")],
+             st(OK, 120, HOUR, 118)),
+            ([("path", "path/foo"), ("file", "file/doc2"), ("type", "pdf")],
+             st(OK, 120, HOUR, 119)),
+            ([("user", "user/alice"), ("resource", "res/file1"), ("action", "read")],
+             st(OK, 150, HOUR, 149)),
+            ([("user", "user/bob"), ("resource", "res/file2"), ("action", "read")],
+             st(OK, 150, HOUR, 148)),
+            ([("user", "user/bob"), ("resource", "res/file2"), ("action", "write")],
+             st(OK, 150, HOUR, 149)),
+            ([("midpath", "/api/v1")], st(OK, 100, HOUR, 99)),
+            ([("midpath", "/api-beta-v1")], st(OK, 100, HOUR, 98)),
+            ([("midpath", "/apiXYZv1")], st(OK, 100, HOUR, 97)),
+            ([("midpath", "/api/v2")], NONE),
+            ([("multiroute", "svcAepBrpc")], st(OK, 50, HOUR, 49)),
+            ([("multiroute", "svcXXXepYYYrpc")], st(OK, 50, HOUR, 48)),
+            ([("multiroute", "svceprpc")], st(OK, 50, HOUR, 47)),
+            ([("multiroute", "svcABCrpc")], NONE),
+            ([("midroute", "/api/v2")], st(OK, 80, HOUR, 79)),
+            ([("midroute", "/api-beta-v2")], st(OK, 80, HOUR, 78)),
+            ([("tenant", "t1prod"), ("resource", "resAv2")], st(OK, 60, HOUR, 59)),
+            ([("tenant", "t99prod"), ("resource", "resBBBv2")], st(OK, 60, HOUR, 58)),
+        ])
+
+
+class TestReadmeExamples(SharedEnvoyCase):
+    """README.md's configuration examples 1 to 11 (readme/, our own files of
+    their shapes), asked as the README describes each."""
+
+    RULES = os.path.join(FIX, "readme")
+
+    def test_README_Example1(self):
+        self.rows("mongo_cps", [([("database", "users")], st(OK, 500, SECOND, 499)),
+                                ([("database", "default")], st(OK, 500, SECOND, 499)),
+                                ([("database", "other")], NONE)])
+
+    def test_README_Example2(self):
+        """Two descriptors of one request: 5 marketing messages a day to a
+        number, 100 messages a day to it; each number counts apart."""
+        for number in ("2061111111", "2062222222"):
+            self.expect(req("messaging", [("message_type", "marketing"), ("to_number", number)],
+                            [("to_number", number)], hits=1),
+                        resp(OK, st(OK, 5, DAY, 4), st(OK, 100, DAY, 99)), number)
+
+    def test_README_Example3(self):
+        """Any address 10 a second; 50.0.0.5 (its own value, limit 0) is
+        denied, its reset the end of the second."""
+        self.rows("edge_proxy_per_ip", [([("remote_address", "50.0.0.1")], st(OK, 10, SECOND, 9)),
+                                        ([("remote_address", "50.0.0.5")], st(OVER, 0, SECOND, 0))])
+
+    def test_README_Example4(self):
+        """A descriptor of two entries matches only a configuration two deep."""
+        e = [("key", "value"), ("subkey", "subvalue")]
+        self.rows("example4a", [(e, NONE)])
+        self.rows("example4", [(e, st(OK, 300, SECOND, 299))])
+
+    def test_README_Example5(self):
+        self.rows("internal", [([("ldap", "x")], UNLIMITED),
+                               ([("azure", "x")], st(OK, 100, MINUTE, 99))])
+
+    def test_README_Example6(self):
+        """user-a's limit is in shadow mode: OK with 0 left once over;
+        user-b's is enforced."""
+        self.expect(req("example6", [("service", "auth-service"), ("user", "user-a")], hits=11),
+                    resp(OK, st(OK, 10, SECOND, 0)))
+        self.expect(req("example6", [("service", "auth-service"), ("user", "user-b")], hits=21),
+                    resp(OVER, st(OVER, 20, SECOND, 0)))
+
+    def test_README_Example7_not_affected(self):
+        """"the limit of the original will not be changed": after a request
+        where the named limit was replaced, it was not charged (5 a second,
+        4 left after one hit of its own, in that second or the next)."""
+        k1 = [("key_1", "value_1"), ("user", "bkthomps")]
+        k2 = [("key_2", "value_2"), ("user", "bkthomps")]
+        wait_window(1, 0.5)
+        self.expect(req("example7", k1, k2, hits=1), resp(OK, NONE, st(OK, 10, SECOND, 9)),
+                    "replaced")
+        self.expect(req("example7", k1, hits=1),
+                    resp(OK, st(OK, 5, SECOND, 4, name="specific_limit")), "not charged")
+
+    def test_README_Example8(self):
+        self.rows("example8", [([("key1", "unspecified_value")], st(OK, 10, MINUTE, 9)),
+                               ([("key1", "unspecified_value2")], st(OK, 10, MINUTE, 9)),
+                               ([("key1", "value1")], st(OK, 20, MINUTE, 19))])
+
+    def test_README_Example9(self):
+        self.rows("example9", [
+            ([("key1", "value1")], st(OK, 20, MINUTE, 19)),
+            ([("key1", "valueXYZ")], st(OK, 20, MINUTE, 19)),
+            ([("path", "/api/123/action")], st(OK, 20, MINUTE, 19)),
+            ([("path", "/api/user-id/action")], st(OK, 20, MINUTE, 19)),
+            ([("path", "/api/123/other")], NONE),
+            ([("route", "/api/v1/resource/123/action")], st(OK, 20, MINUTE, 19)),
+            ([("route", "/api/v2/resource/456/action")], st(OK, 20, MINUTE, 19)),
+        ])
+
+    def test_README_Example10(self):
+        self.rows("example10", [
+            ([("route", "api"), ("http_method", "GET"), ("subject_id", "123")],
+             st(OK, 60, MINUTE, 59)),
+            ([("route", "web"), ("http_method", "POST"), ("subject_id", "456")],
+             st(OK, 60, MINUTE, 59)),
+        ])
+        self.rows("example10_wildcard", [
+            ([("user", "alice"), ("action", "readfile"), ("resource", "documents")],
+             st(OK, 100, MINUTE, 99))])
+
+    def test_README_Example11(self):
+        """files/*: 5 of files/a.pdf and 5 of files/b.csv spend the shared 10,
+        files/c.txt is then over; files_no_share/*: 10 of one value leave
+        another its own 10."""
+        wait_window(3600, 20)
+        for i, v in enumerate(["files/a.pdf"] * 5 + ["files/b.csv"] * 5):
+            self.expect(req("example11", [("files", v)], hits=1),
+                        resp(OK, st(OK, 10, HOUR, 9 - i)), "hit %d" % (i + 1))
+        self.expect(req("example11", [("files", "files/c.txt")], hits=1),
+                    resp(OVER, st(OVER, 10, HOUR, 0)))
+        for i in range(10):
+            self.expect(req("example11", [("files_no_share", "files_no_share/a.pdf")], hits=1),
+                        resp(OK, st(OK, 10, HOUR, 9 - i)), "hit %d" % (i + 1))
+        self.expect(req("example11", [("files_no_share", "files_no_share/b.csv")], hits=1),
+                    resp(OK, st(OK, 10, HOUR, 9)))
+        self.rows("example11_metrics", [([("route", "api/v1"), ("method", "GET")],
+                                         st(OK, 60, MINUTE, 59))])
 
 
 # ---- test/service/ratelimit_test.go --------------------------------------------------------
@@ -748,6 +1062,31 @@ class TestService(EnvoyCase):
         self.expect(req("different-domain", FB, [("anon", "bar")], hits=1),
                     resp(OK, st(OK, 10, MINUTE, 9, name="key_name"), st(OK, 10, MINUTE, 3),
                          headers=reset_header(MINUTE, limit=10, remaining=3)))
+
+    def test_TestService_config_load_failure(self):
+        """ratelimit_test.go TestService: a configuration that fails to load
+        leaves the one loaded serving (the peer logs config_load_error):
+        a file the peer refuses (an empty domain) is written into the rules
+        folder and a reload asked (RL.RULES RELOAD, refused); the answers
+        stay those of the loaded rules, in either order of descriptors."""
+        d = tempfile.mkdtemp(prefix="sluice-envoy-loadfail-")
+        self.addCleanup(shutil.rmtree, d, True)
+        for f in os.listdir(SERVICE):
+            shutil.copy(os.path.join(SERVICE, f), d)
+        self.serve(d, "--watch-rules=no")
+        self.expect(req("different-domain", FB, HW, hits=1),
+                    resp(OK, st(OK, 10, MINUTE, 9, name="key_name"), NONE))
+        with open(os.path.join(d, "bad.yaml"), "w") as f:
+            f.write('domain: ""\ndescriptors:\n  - {key: foo, rate_limit: {unit: minute, '
+                    'requests_per_unit: 1}}\n')
+        with self.srv.raw() as c:
+            got = c.cmd("RL.RULES", "RELOAD")
+        self.assertIsInstance(got, harness.RespError, got)
+        self.assertIn("keeps serving", str(got))
+        wait_window(60, 5)
+        self.charge("different-domain", FB, 10)
+        self.expect(req("different-domain", HW, FB, hits=1),
+                    resp(OVER, NONE, st(OVER, 10, MINUTE, 0, name="key_name")))
 
     def test_TestEmptyDomain(self):
         """ratelimit_test.go TestEmptyDomain: gRPC UNKNOWN with the peer's text."""
@@ -954,6 +1293,27 @@ class TestFixedCache(EnvoyCase):
                 self.charge(D, e, before % 9)
             self.expect(req(D, e, hits=hits), resp(want(0).code, want), key)
 
+    def test_TestNearLimit_hits_addend_3(self):
+        """fixed_cache_impl_test.go TestNearLimit: 20 at 2, hits_addend 3 ->
+        15 left (key13 here: the peer's key5 is 20/second)."""
+        self.charge(D, [("key13", "value13")], 2)
+        self.expect(req(D, [("key13", "value13")], hits=3), resp(OK, st(OK, 20, MINUTE, 15)))
+
+    def test_TestOverLimitWithLocalCacheShadowRule(self):
+        """fixed_cache_impl_test.go TestOverLimitWithLocalCacheShadowRule and
+        base_limiter_test.go TestGetResponseStatus*ShadowMode: a shadow_mode
+        limit (15/hour, key12 here) from 10: OK 4 left, OK 2 left, then over
+        it OK with 0 left, twice (the local cache's answer is the same)."""
+        wait_window(3600, 15)
+        e = [("key12", "value12")]
+        self.charge(D, e, 10)
+        self.expect(req(D, e, hits=1), resp(OK, st(OK, 15, HOUR, 4)))
+        self.charge(D, e, 1)
+        self.expect(req(D, e, hits=1), resp(OK, st(OK, 15, HOUR, 2)))
+        self.charge(D, e, 2)
+        self.expect(req(D, e, hits=1), resp(OK, st(OK, 15, HOUR, 0)))
+        self.expect(req(D, e, hits=1), resp(OK, st(OK, 15, HOUR, 0)))
+
     def test_TestGetResponseStatusOverLimit_remaining_zero(self):
         """base_limiter_test.go TestGetResponseStatusOverLimit: a denied
         status has limit_remaining 0, and the denied hits count (the next
@@ -1040,7 +1400,8 @@ class TestHealth(EnvoyCase):
         """grpc-go's health server: an unknown service is NOT_FOUND."""
         with self.assertRaises(grpc.RpcError) as cm:
             self.health(HealthReq(service="other"), timeout=TIMEOUT)
-        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.NOT_FOUND, "unknown service"))
 
 
 if __name__ == "__main__":

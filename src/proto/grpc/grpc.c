@@ -1200,8 +1200,9 @@ static void run_rls_envoy(gstream *st, const rls_req *m, const uint8_t *p, size_
                                      : dflt;
         q->over[i] = 1; /* charged (round 1 may say otherwise) */
         if (q->st != NULL) q->st[i] = (gstat){.code = SL_CHECK_NO_RULE, .name = ""};
-        if (ds->n_entries == 0 || (ds->n_entries > SL_RULES_MAX_DEPTH && !ov))
-            continue; /* no rule can match it: OK, no limit (the peer's nil) */
+        if ((ds->n_entries == 0 || ds->n_entries > SL_RULES_MAX_DEPTH) && !ov)
+            continue; /* no rule can match it: OK, no limit (the peer's nil); an
+                       * override applies whatever the entries, none included */
         q->idx[q->nplan++] = i;
     }
     if (q->nplan == 0) { /* nothing for the plan: answered now */
