@@ -4,10 +4,14 @@
  * shard a window's low end E, and clocks outside the window are kept wide.
  *
  *   - one shard whose keys' times jump by 2^40 ms back and forth (and sit
- *     on the one time a window cannot hold narrow, low bits 0xffffffff):
- *     every reply equals the reference model's (tests/model.c: the 64-bit
- *     semantics every build before this one had), wide records are made
- *     and E moves, with either kind of lock;
+ *     near a time whose low 32 bits are 0xffffffff): every reply equals
+ *     the reference model's (tests/model.c: the 64-bit semantics every
+ *     build before this one had), wide records are made and E moves, with
+ *     either kind of lock;
+ *   - the one time a window cannot hold narrow, its top E + 2^32 - 1 (the
+ *     time a wide record's mark decodes to): a key decided there is wide,
+ *     one ms later (E moved) narrow again, and a wide record's mark is
+ *     rewritten when E moves;
  *   - a snapshot of a store holding wide records loads into stores of one
  *     and of 64 shards with every key answering as before.
  *
@@ -57,22 +61,29 @@ static sl_store *one_shard(unsigned locking)
 typedef struct census {
     const sl__shard *sh;
     uint64_t records, wide;
+    const char *watch; /* a one-byte key whose record's clock and width are noted */
+    int64_t watch_clock;
+    int watch_wide;
 } census;
 
 static int count_wide(const uint8_t *r, void *ctx)
 {
     census *c = ctx;
     c->records++;
-    c->wide += (uint64_t)sl__rec_wide(r);
-    (void)sl__rec_clock(c->sh, r);
+    c->wide += (uint64_t)sl__rec_wide(c->sh, r);
+    int64_t clock = sl__rec_clock(c->sh, r);
+    if (c->watch && sl__rec_klen(r) == 1 && sl__rec_key(r)[0] == (uint8_t)c->watch[0]) {
+        c->watch_clock = clock;
+        c->watch_wide = sl__rec_wide(c->sh, r);
+    }
     return 0;
 }
 
 /* Records and wide records in every shard of s; *moved: walks that moved
  * an E. */
-static census take_census(sl_store *s, uint64_t *moved)
+static census take_census_of(sl_store *s, uint64_t *moved, const char *watch)
 {
-    census c = {NULL, 0, 0};
+    census c = {NULL, 0, 0, watch, INT64_MIN, -1};
     *moved = 0;
     for (unsigned i = 0; i < sl__store_nshards(s); i++) {
         sl__shard *sh = sl__store_shard_at(s, i);
@@ -85,6 +96,18 @@ static census take_census(sl_store *s, uint64_t *moved)
         *moved += m;
     }
     return c;
+}
+
+static census take_census(sl_store *s, uint64_t *moved) { return take_census_of(s, moved, NULL); }
+
+/* E of s's shard 0. */
+static int64_t epoch_of(sl_store *s)
+{
+    sl__shard *sh = sl__store_shard_at(s, 0);
+    sl__shard_lock(sh);
+    int64_t e = sl__shard_epoch(sh);
+    sl__shard_unlock(sh);
+    return e;
 }
 
 static void same(const char *what, const sl_params *p, const char *key, int64_t t,
@@ -172,32 +195,84 @@ static void test_jumps_shard_locks(void **state)
     jumps_match_model(SL_LOCK_SHARD);
 }
 
-/* A key decided at a time whose low 32 bits are 0xffffffff (the mark of a
- * wide record) is kept wide, then narrow again one ms later; the clock
- * reads back exactly each time and the replies are the model's. */
-static void test_the_marked_millisecond(void **state)
+/* One decision of p on one-byte key k at t, on s and on the model. */
+static void decide_as_model(sl_store *s, model *m, const sl_params *p, const char *k, int64_t t)
 {
-    (void)state;
-    sl_store *s = one_shard(SL_LOCK_RECORD);
+    sl_result got, want;
+    assert_int_equal(sl_decide(s, p, k, 1, t, 1, &got), 0);
+    model_decide(m, k, 1, t, 1, &want);
+    same("decide", p, k, t, &got, &want);
+}
+
+/* The window's top, E + 2^32 - 1, is the one time a window cannot hold
+ * narrow (a wide record's mark decodes to it).  Keys a and b at T0 (E =
+ * T0 - 2^31); a at T0 + 3 * 2^30 moves E to T0 + 2^30 (b, left behind,
+ * made wide; the next walk is skipped: walk_wait, half the records); c
+ * at E + 5, narrow; c at the top: the walk skipped, c made wide, its
+ * clock the top exactly; c one ms later: the walk moves E to that time -
+ * 2^31, rewrites b's mark (b still wide, its clock T0) and writes c
+ * narrow again.  Every reply is the model's. */
+static void window_top(unsigned locking)
+{
+    sl_store *s = one_shard(locking);
     sl_params p = SL_PARAMS_INIT;
     p.algo = SL_FIXED_WINDOW;
     p.limit = 2;
     p.window_ms = 1000;
     model *m = model_new(&p);
-    int64_t t = (int64_t)((uint64_t)T0 | 0xffffffffULL) - 1;
-    for (int k = 0; k < 3; k++, t++) {
-        sl_result got, want;
-        assert_int_equal(sl_decide(s, &p, "k", 1, t, 1, &got), 0);
-        model_decide(m, "k", 1, t, 1, &want);
-        same("decide", &p, "k", t, &got, &want);
-        assert_true(sl_store_latest_time(s) == t);
-        uint64_t moved;
-        census c = take_census(s, &moved);
-        assert_int_equal(c.records, 1);
-        assert_int_equal(c.wide, (uint32_t)t == 0xffffffffu ? 1 : 0);
-    }
+    uint64_t moved;
+    decide_as_model(s, m, &p, "a", T0);
+    decide_as_model(s, m, &p, "b", T0);
+    assert_true(epoch_of(s) == T0 - ((int64_t)1 << 31));
+    decide_as_model(s, m, &p, "a", T0 + ((int64_t)3 << 30));
+    int64_t e = epoch_of(s);
+    assert_true(e == T0 + ((int64_t)1 << 30));
+    census c = take_census_of(s, &moved, "b");
+    assert_int_equal(c.wide, 1);
+    assert_int_equal(c.watch_wide, 1);
+    assert_true(c.watch_clock == T0);
+    decide_as_model(s, m, &p, "c", e + 5);
+    c = take_census_of(s, &moved, "c");
+    assert_int_equal(c.watch_wide, 0);
+    assert_true(c.watch_clock == e + 5);
+    int64_t top = e + (int64_t)0xffffffff;
+    decide_as_model(s, m, &p, "c", top);
+    assert_true(epoch_of(s) == e);
+    c = take_census_of(s, &moved, "c");
+    assert_int_equal(c.records, 3);
+    assert_int_equal(c.wide, 2);
+    assert_int_equal(c.watch_wide, 1);
+    assert_true(c.watch_clock == top);
+    assert_true(sl_store_latest_time(s) == top);
+    decide_as_model(s, m, &p, "c", top + 1);
+    assert_true(epoch_of(s) == top + 1 - ((int64_t)1 << 31));
+    c = take_census_of(s, &moved, "c");
+    assert_int_equal(c.wide, 1);
+    assert_int_equal(c.watch_wide, 0);
+    assert_true(c.watch_clock == top + 1);
+    c = take_census_of(s, &moved, "b");
+    assert_int_equal(c.watch_wide, 1);
+    assert_true(c.watch_clock == T0);
+    decide_as_model(s, m, &p, "b", T0 + 999); /* far below E: b stays wide, read right */
+    c = take_census_of(s, &moved, "b");
+    assert_int_equal(c.watch_wide, 1);
+    assert_true(c.watch_clock == T0 + 999);
+    decide_as_model(s, m, &p, "a", top + 2);
+    assert_null(model_error(m));
     model_free(m);
     sl_store_free(s);
+}
+
+static void test_the_window_top_record_locks(void **state)
+{
+    (void)state;
+    window_top(SL_LOCK_RECORD);
+}
+
+static void test_the_window_top_shard_locks(void **state)
+{
+    (void)state;
+    window_top(SL_LOCK_SHARD);
 }
 
 /* A snapshot of a store with wide records loads, into one shard and into
@@ -265,7 +340,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_jumps_record_locks),
         cmocka_unit_test(test_jumps_shard_locks),
-        cmocka_unit_test(test_the_marked_millisecond),
+        cmocka_unit_test(test_the_window_top_record_locks),
+        cmocka_unit_test(test_the_window_top_shard_locks),
         cmocka_unit_test(test_snapshot_of_wide_records),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

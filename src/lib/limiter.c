@@ -107,10 +107,10 @@ static inline int quick_ok(sl_algo a)
  *
  * The clock (store.h, "The clock"), by `way`, a constant in each copy:
  * WAY_QUICK (sh NULL: sl__store_grab made the test) and WAY_NEAR (an
- * existing narrow record whose t = max(now, clock) passes
- * sl__clock_quick_q) write t as low bits alone; anything else (a fresh
- * key, a wide record, the marked ms, a time past Q) goes to decide_far, out of
- * line: WAY_FAR reads the whole clock, makes room for t first and writes
+ * existing record whose t = max(now, clock) passes sl__clock_quick_q, t
+ * <= Q, which no wide record does) write t as low bits alone; anything
+ * else (a fresh key, a wide record, a time past Q) goes to decide_far, out
+ * of line: WAY_FAR reads the whole clock, makes room for t first and writes
  * it with sl__rec_set_clock.  So the hot copies keep no flag across the
  * engine. */
 enum { WAY_NEAR, WAY_FAR, WAY_QUICK };
@@ -143,11 +143,10 @@ SL__HOT_INLINE int decide_held_as(sl__shard *sh, uint64_t h, uint8_t **rp, uint1
     else {
         if (__builtin_expect(fresh, 0))
             return decide_far(sh, h, rp, mp, n, a, key, klen, now, cost, commit, out);
-        uint32_t lo = sl__ld32(r + 4);
-        clock_old = sl__clock_in(sl__shard_epoch(sh), lo);
-        if (__builtin_expect(!sl__clock_quick_q(sl__shard_quick_max(sh), lo,
-                                                now > clock_old ? now : clock_old),
-                             0))
+        /* a wide record's word decodes to the window's top, above Q */
+        clock_old = sl__clock_in(sl__shard_epoch(sh), sl__ld32(r + 4));
+        if (__builtin_expect(
+                !sl__clock_quick_q(sl__shard_quick_max(sh), now > clock_old ? now : clock_old), 0))
             return decide_far(sh, h, rp, mp, n, a, key, klen, now, cost, commit, out);
     }
     int64_t t = now > clock_old ? now : clock_old;

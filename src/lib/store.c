@@ -1456,12 +1456,11 @@ SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, siz
         sl__rec_unlock(r);
     }
     sl__read_end();
-    if (got != NULL) { /* the clock: Q, then E, read after the record was taken (store.h) */
+    if (got != NULL) { /* the clock: Q, then E, read after the record was taken (clock_walk) */
         int64_t q = __atomic_load_n(&sh->quick_max, __ATOMIC_ACQUIRE);
         int64_t e = __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE);
-        uint32_t lo = sl__ld32(got + 4);
-        int64_t c = sl__clock_in(e, lo), t = now > c ? now : c;
-        if (__builtin_expect(!sl__clock_quick_q(q, lo, t), 0)) {
+        int64_t c = sl__clock_in(e, sl__ld32(got + 4)), t = now > c ? now : c;
+        if (__builtin_expect(!sl__clock_quick_q(q, t), 0)) { /* wide: c is the top, > Q */
             sl__rec_release(got, *metap); /* the sure way makes room */
             return (sl__grabbed){NULL, 0};
         }
@@ -1560,7 +1559,8 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 /* ---- loose shards (store.h) ---------------------------------------------------
  * A record of a loose shard is its own allocation, or lives in room its
  * owner offered (sl__shard_loose_room): its clock (int64, store.h: a loose
- * record's clock is always kept whole, its header word SL__CLOCK_WIDE), a
+ * record's clock is always kept whole, its header word the mark of its
+ * shard's E, 0: SL__LOOSE_MARK), a
  * uint32 word of its state room -- LOOSE_LENT set when it lives in the
  * owner's room, which the shard never frees nor grows (a record that
  * outgrows it moves to an allocation of its own) -- then the record
@@ -1571,6 +1571,7 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
  * the shard only counts external buffers. */
 
 #define LOOSE_PREFIX SL__LOOSE_PREFIX
+#define SL__LOOSE_MARK 0xffffffffu /* sl__clock_mark(0): a loose shard's E stays 0 */
 #define LOOSE_LENT   ((uint32_t)1 << 31)
 
 static uint32_t loose_word(const uint8_t *r) { return sl__ld32(r - 4); }
@@ -1597,7 +1598,7 @@ static uint8_t *loose_insert(sl__shard *sh, unsigned kind, const void *key, size
     uint8_t *r = b + LOOSE_PREFIX;
     sl__st32(r - 4, word);
     sl__loose_set_clock(r, now_ms);
-    sl__st32(r + 4, SL__CLOCK_WIDE);
+    sl__st32(r + 4, SL__LOOSE_MARK);
     memcpy(r + SL__REC_HDR, key, klen);
     sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
     return r;
@@ -1641,7 +1642,7 @@ sl__shard *sl__shard_loose_new(uint64_t max_bytes)
     if (!sh) return NULL;
     memset(sh, 0, sizeof *sh);
     sh->loose = 1;
-    sh->quick_max = INT64_MIN; /* its records are wide: never the quick way */
+    sh->quick_max = INT64_MIN; /* its records are wide: never the quick way; E stays 0 */
     sh->loose_rec_max = max_bytes ? max_bytes / SL_STORE_REC_SHARE : UINT64_MAX;
     return sh;
 }
@@ -1654,13 +1655,16 @@ uint64_t sl__shard_loose_bytes(const sl__shard *sh) { return sh->ext; }
 
 /* ---- the clock (store.h, "The clock"; docs/store.md) ---------------------------
  *
- * A narrow record keeps its clock's low 32 bits, a wide one SL__CLOCK_WIDE
- * and the whole clock in the last 8 bytes of its room (the page's rsize).
- * E moves forward by clock_walk, which makes every record the move leaves
- * behind wide (or drops it, at rest) before it stores the new E.  The
- * walk gives up -- E stays, nothing is wrong, the record being decided is
- * made wide alone -- when a record is held by another thread for longer
- * than a short wait, or memory for a wide record cannot be found.  It is
+ * A narrow record keeps its clock's low 32 bits, a wide one the mark of
+ * its shard's E (sl__clock_mark(E), the word that decodes to the window's
+ * top) and the whole clock in the last 8 bytes of its room (the page's
+ * rsize).  E moves forward by clock_walk, which makes every record the
+ * move leaves behind wide (or drops it, at rest), then rewrites every wide
+ * record's mark for the new E, then stores the new E.  The walk gives up
+ * -- E stays, nothing is wrong, the record being decided is made wide
+ * alone -- when a record is held by another thread for longer than a
+ * short wait, or memory for a wide record cannot be found; it gives up
+ * only before it rewrites a mark.  It is
  * O(records in the shard), so a shard walks at most once per walk_wait
  * clock moves past E + SL__CLOCK_QUICK (a walk sets it to half its
  * records): with a real clock E moves once per ~12.4 days
@@ -1670,9 +1674,10 @@ uint64_t sl__shard_loose_bytes(const sl__shard *sh) { return sh->ext; }
  * (set_clock_wide), and its state keeps the room it had. */
 
 /* Sets E and Q (sl__quick_max(e)) together: E first, then Q, both
- * release, so a reader that loads Q and then E (acquire) sees a Q no later
- * than its E's (sl__quick_max is monotonic in e; E moves back only in an
- * empty shard, where nobody holds a record to test). */
+ * release, so a reader that loads Q and then E (acquire) sees an E no
+ * older than its Q's.  Outside a walk, only where no record can be held
+ * by anyone: a new shard (E = 0), an empty one (its window starts afresh,
+ * possibly back). */
 static inline void epoch_set(sl__shard *sh, int64_t e)
 {
     __atomic_store_n(&sh->epoch, e, __ATOMIC_RELEASE);
@@ -1709,7 +1714,7 @@ void sl__rec_set_clock_wide(sl__shard *sh, uint8_t *r, int64_t t)
     }
     uint32_t h = rec_handle(sh, r);
     if (!h) return;
-    if (!sl__rec_wide(r)) { /* cannot be: sl__shard_clock_room(t) made it wide */
+    if (!sl__rec_wide(sh, r)) { /* cannot be: sl__shard_clock_room(t) made it wide */
         abort();
     }
     if (sl__clock_fits(sl__shard_epoch(sh), t)) {        /* back in the window: narrow again */
@@ -1731,7 +1736,7 @@ static uint32_t widen(sl__shard *sh, uint64_t hash, uint32_t h, int64_t c, int64
     if (!nh) return 0;
     uint8_t *nr = rec_at(sh, nh);
     memcpy(nr + 2, r + 2, have - 2);
-    sl__st32(nr + 4, SL__CLOCK_WIDE);
+    sl__st32(nr + 4, sl__clock_mark(sh->epoch));
     sl__st64(wide_at(sh, nh), (uint64_t)c);
     sl__rec_meta_set(nr, sl__rec_meta(r));             /* held, as r is */
     uint32_t i = slot_of_handle(sh, hash, h);          /* reclaiming may have moved slots */
@@ -1752,16 +1757,57 @@ static int rec_trylock_wait(const sl__shard *sh, uint8_t *r)
     return 0;
 }
 
+/* Takes live record r, waiting for its holder however long (shard lock
+ * held): for clock_walk's second pass, when the only holders left are
+ * quick ways that read Q = INT64_MIN and let go at once. */
+static void rec_lock_live(const sl__shard *sh, uint8_t *r) { rec_lock(sh, r); }
+
 /*
  * Moves E to t - SL__CLOCK_KEEP if it can (shard lock held): every live
  * record whose clock would fall below it is made wide, or in a bounded
  * store dropped if at rest at t (it answers as a fresh key would; an
  * unbounded store keeps every key: docs/store.md, "A dropped key forgets
- * its clock").  *keepp (a record the
- * caller holds, or NULL) is never dropped; it is made wide too if it must
- * (then *keepp changes).  Gives up when a record is held by someone else
- * or a wide one finds no memory: what was done stays (wide records are
- * right under either E), E does not move.
+ * its clock"), and every wide record's mark is rewritten for the new E.
+ * *keepp (a record the caller holds, or NULL) is never dropped; it is made
+ * wide too if it must (then *keepp changes).  Gives up when a record is
+ * held by someone else or a wide one finds no memory: what was done stays
+ * (a record made wide has the mark of the E in force, which stays), E and
+ * Q are as before.
+ *
+ * Why lock-free readers (the quick way, SL_LOCK_RECORD: sl__store_grab)
+ * never read a word against the wrong E.  A reader takes the record's
+ * lock (acquire), then loads Q (acquire), then E, then the word; it
+ * writes the word only if t <= Q, and lets the record go (release).  The
+ * walk, holding the shard lock (so no sure way runs, and no E, Q, record
+ * or mark changes but by it):
+ *   1. stores Q = INT64_MIN (release): from then on a reader that sees it
+ *      writes nothing and takes the sure way, which waits for the shard lock;
+ *   2. pass one: takes every record's lock (a bounded wait, else it gives
+ *      up), reads its word under the old E, makes wide (mark of the old E)
+ *      or drops the ones the new E leaves behind;
+ *   3. if it gave up: stores the old Q back (release) and stops; every
+ *      word is right under the E still in force;
+ *   4. pass two: takes every record's lock again, waiting as long as it
+ *      takes, and rewrites each old mark as the new E's mark;
+ *   5. stores E' (release), then Q' (release).
+ * A reader holding record r when the walk takes r in pass one took it
+ * before (the lock orders them): if it read the old Q, it also read the
+ * old E (E' is stored in 5, after the walk took r, which was after the
+ * reader let r go, and the reader's loads came before that), and it read
+ * and wrote r's word before the walk reads it.  A reader that takes r
+ * after the walk let it go in pass one or two synchronizes with that
+ * release, so it reads INT64_MIN (stored in 1, before) or, once 5 is
+ * done, Q' -- and a Q' read with acquire makes E' and every rewritten
+ * mark visible to it.  So after pass one nobody but INT64_MIN readers
+ * (who hold a record only to let it go) takes a record: pass two's wait
+ * is short, and it cannot be for the caller's own records (a batch's,
+ * sl_decide_all), since pass one would have given up on those.  The
+ * marks of pass one's new wide records and pass two's rewrites are made
+ * under the record lock, read by readers only after they took it.  A
+ * narrow record's word never equals the new mark: its clock c is in
+ * [E', E + 2^32 - 1), and c = E' - 1 (mod 2^32) would put it at E' - 1 or
+ * at E' + 2^32 - 1 or above.  With SL_LOCK_SHARD no reader runs without
+ * the shard lock; the same steps are merely plain.
  */
 static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
 {
@@ -1772,12 +1818,14 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
         return;
     }
     sh->walks++;
+    uint32_t mark = sl__clock_mark(e), mark2 = sl__clock_mark(e2);
     uint32_t keep = keepp && *keepp ? rec_handle(sh, *keepp) : 0;
     uint16_t keep_meta = keep ? sl__rec_meta(*keepp) : 0;
     if (keep && !sh->quick) /* SL_LOCK_SHARD: mark it held, so nothing drops it */
         sl__rec_meta_set(*keepp, (uint16_t)(keep_meta | SL__REC_LOCK));
+    __atomic_store_n(&sh->quick_max, INT64_MIN, __ATOMIC_RELEASE); /* 1 */
     int ok = 1;
-    for (uint32_t pi = 0; ok && sh->pages && pi < sh->npages; pi++) {
+    for (uint32_t pi = 0; ok && sh->pages && pi < sh->npages; pi++) { /* 2 */
         for (uint32_t idx = 0; ok && sh->pages && sh->pages[pi].mem && idx < sh->pages[pi].bump;
              idx++) {
             uint32_t h = h_make(pi, idx);
@@ -1788,8 +1836,7 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
                 break;
             }
             uint32_t lo = sl__ld32(r + 4); /* as its last holder left it */
-            int64_t c = sl__clock_in(e, lo);
-            if (lo == SL__CLOCK_WIDE || c >= e2) {
+            if (lo == mark || sl__clock_in(e, lo) >= e2) {
                 sl__rec_unlock(r);
                 continue;
             }
@@ -1800,7 +1847,7 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
                 drop_slot(sh, i, h); /* a bounded store's: an unbounded one keeps every key */
                 count_drop(sh, SL__AT_REST, 0);
             } else {
-                uint32_t nh = widen(sh, hash, h, c, t);
+                uint32_t nh = widen(sh, hash, h, sl__clock_in(e, lo), t);
                 if (nh)
                     sl__rec_unlock(rec_at(sh, nh));
                 else {
@@ -1813,20 +1860,33 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
     if (ok && keep) { /* the caller's record: its clock may be left behind too */
         uint8_t *r = *keepp;
         uint32_t lo = sl__ld32(r + 4), kh = rec_handle(sh, r);
-        int64_t c = sl__clock_in(e, lo);
-        if (lo != SL__CLOCK_WIDE && c < e2) {
-            uint32_t nh = kh ? widen(sh, rec_hash(sh, r), kh, c, t) : 0;
+        if (lo != mark && sl__clock_in(e, lo) < e2) {
+            uint32_t nh = kh ? widen(sh, rec_hash(sh, r), kh, sl__clock_in(e, lo), t) : 0;
             if (nh)
                 *keepp = rec_at(sh, nh);
             else
                 ok = 0;
         }
     }
-    if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
     sh->walk_wait = sh->count / 2;
-    if (!ok) return;
+    if (!ok) { /* 3 */
+        if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
+        __atomic_store_n(&sh->quick_max, sl__quick_max(e), __ATOMIC_RELEASE);
+        return;
+    }
+    for (uint32_t pi = 0; sh->pages && pi < sh->npages; pi++) { /* 4 */
+        for (uint32_t idx = 0; sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
+            uint8_t *r = rec_at(sh, h_make(pi, idx));
+            int mine = keep && r == *keepp;
+            if (sl__rec_meta(r) == SL__FREE_MARK) continue;
+            if (!mine) rec_lock_live(sh, r);
+            if (sl__ld32(r + 4) == mark) sl__st32(r + 4, mark2);
+            if (!mine) sl__rec_unlock(r);
+        }
+    }
+    if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
     sh->walks_moved++;
-    epoch_set(sh, e2);
+    epoch_set(sh, e2); /* 5 */
 }
 
 int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
@@ -1835,7 +1895,7 @@ int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
     if (t > sh->epoch && (uint64_t)t - (uint64_t)sh->epoch >= (uint64_t)SL__CLOCK_QUICK)
         clock_walk(sh, t, rp);
     uint8_t *r = *rp;
-    if (sl__rec_wide(r) || sl__clock_fits(sh->epoch, t)) return 0;
+    if (sl__rec_wide(sh, r) || sl__clock_fits(sh->epoch, t)) return 0;
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i == UINT32_MAX) return SL_ENOMEM; /* cannot be: r is the key's */
     uint32_t h = s_h(sh->slot[i]);
@@ -1862,7 +1922,7 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
     if (!h) return NULL;
     uint8_t *r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
     if (wide) {
-        sl__st32(r + 4, SL__CLOCK_WIDE);
+        sl__st32(r + 4, sl__clock_mark(sh->epoch));
         sl__st64(wide_at(sh, h), (uint64_t)now_ms);
     } else {
         sl__st32(r + 4, (uint32_t)now_ms);
@@ -1881,7 +1941,7 @@ size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
     uint32_t h = rec_handle(sh, r);
     if (!h) return 0;
     return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r) -
-           (sl__rec_wide(r) ? SL__CLOCK_WIDE_BYTES : 0);
+           (sl__rec_wide(sh, r) ? SL__CLOCK_WIDE_BYTES : 0);
 }
 
 int sl__shard_fail(const sl__shard *sh) { return sh->fail; }
@@ -1901,7 +1961,7 @@ uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_s
     if (i == UINT32_MAX) return NULL;
     uint32_t h = s_h(sh->slot[i]);
     size_t klen = sl__rec_klen(r);
-    int wide = sl__rec_wide(r);
+    int wide = sl__rec_wide(sh, r);
     size_t extra = wide ? SL__CLOCK_WIDE_BYTES : 0;
     uint32_t have = sh->pages[h_page(h)].rsize;
     size_t cap = have - SL__REC_HDR - klen - extra;

@@ -12,7 +12,7 @@
  *                                SL__REC_SPACE, is the key space)
  *     offset 2   uint16  exp     reset time, coded relative to clock (below)
  *     offset 4   uint32  clock   latest time seen for the key (ms): its low
- *                                32 bits, or SL__CLOCK_WIDE (below)
+ *                                32 bits, or the shard's mark (below)
  *     offset 8   key bytes
  *     then       state bytes     algorithm-defined, unaligned
  *
@@ -131,33 +131,37 @@ static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__
 /*
  * The clock (docs/store.md, "An 8-byte record header").  A record keeps the
  * low 32 bits of its clock in its header; its shard keeps E, the low end
- * of a window of 2^32 ms (sl__shard_epoch), and the clock is the one time
- * in [E, E + 2^32) with those low bits (sl__clock_in).  A clock outside
- * the window, or whose low bits are SL__CLOCK_WIDE (1 ms in 2^32), is kept
- * wide: the header's word is SL__CLOCK_WIDE and the whole clock sits in
- * the last SL__CLOCK_WIDE_BYTES of the record's room, which its state's
- * room leaves out (sl__rec_state_cap).  A loose shard's records are wide
- * always, their clock before the record (SL__LOOSE_PREFIX).
+ * of a window of 2^32 ms (sl__shard_epoch), and the header word lo stands
+ * for the one time in [E, E + 2^32) with those low bits (sl__clock_in).
+ * The window's top, E + 2^32 - 1, is no narrow clock: a word that decodes
+ * to it, (uint32_t)(E - 1) (sl__clock_mark: relative to E), marks a wide
+ * record, whose whole clock sits in the last SL__CLOCK_WIDE_BYTES of the
+ * record's room, which its state's room leaves out (sl__rec_state_cap).
+ * A clock outside [E, E + 2^32 - 1) is kept wide.  A loose shard's E is 0
+ * always and its records are wide always (their word 0xffffffff, the mark
+ * of E = 0), their clock before the record (SL__LOOSE_PREFIX).
  *
- * Invariant: every narrow record of a shard has a clock in its window.
- * E only moves forward, under the shard lock, after a walk of the shard
- * has dropped (at rest) or made wide every record the move would leave
- * behind (store.c, clock_walk); inserts take the shard lock.  A record's
- * clock never goes back, so the low bits written under an older E read
- * the same under a newer one; a reader loads E after taking the record,
- * so it never reads a clock written under a newer E against an older one.
+ * Invariant: every narrow record of a shard has a clock in [E, E + 2^32 -
+ * 1), every wide one the word sl__clock_mark(E).  E only moves forward,
+ * under the shard lock, by a walk of the shard (store.c, clock_walk) that
+ * first drops (at rest) or makes wide every record the move would leave
+ * behind, then rewrites every wide record's mark for the new E; inserts
+ * take the shard lock.  A record's clock never goes back, so low bits
+ * written under an older E read the same under a newer one.
  *
  *   - the quick way (sl__store_grab) reads the shard's Q (sl__quick_max),
- *     E and the word itself and gives up (the caller takes the sure way)
- *     on a wide record, the marked ms, or a time past Q (SL__CLOCK_QUICK
- *     or more past E: sl__clock_quick_q); else it writes the low bits alone
- *     (sl__rec_set_clock_lo), never making a record wide;
+ *     then E, then the word: c = sl__clock_in(E, lo), t = max(now, c), and
+ *     one compare, t <= Q (sl__clock_quick_q): a wide record decodes to
+ *     the top, above Q, so it needs no test of its own; a walk sets Q to
+ *     INT64_MIN while it runs (store.c, clock_walk, says why that is
+ *     enough).  It writes the low bits alone (sl__rec_set_clock_lo),
+ *     never making a record wide;
  *   - the sure way reads with sl__rec_clock, makes room for the new time
  *     with sl__shard_clock_room before deciding (it may move E, or make the
  *     record wide, moving it: the one step that can fail, with nothing
  *     changed) and writes it with sl__rec_set_clock.
  */
-#define SL__CLOCK_WIDE       0xffffffffu        /* the header word of a wide record */
+#define SL__CLOCK_TOP        0xffffffffu        /* the window's top, E + this: the mark's time */
 #define SL__CLOCK_WIDE_BYTES 8u                 /* a wide clock's room, at the room's end */
 #define SL__CLOCK_QUICK      ((int64_t)3 << 30) /* the quick way writes below E + this */
 #define SL__CLOCK_KEEP       ((int64_t)1 << 31) /* E moves to the newest time - this */
@@ -170,38 +174,40 @@ static inline int64_t sl__shard_epoch(const sl__shard *sh)
 {
     return *(const int64_t *)(const void *)((const char *)sh + 8);
 }
-/* The clock with low bits lo in the window starting at e. */
+/* The clock with low bits lo in the window starting at e (the top, e +
+ * SL__CLOCK_TOP, for the mark). */
 static inline int64_t sl__clock_in(int64_t e, uint32_t lo)
 {
     return (int64_t)((uint64_t)e + (uint32_t)(lo - (uint32_t)e));
 }
+/* The header word of a wide record in the window starting at e: the word
+ * that decodes to the window's top. */
+static inline uint32_t sl__clock_mark(int64_t e) { return (uint32_t)e - 1u; }
 /* Whether t can be kept narrow in the window starting at e. */
 static inline int sl__clock_fits(int64_t e, int64_t t)
 {
-    return (uint64_t)t - (uint64_t)e <= UINT32_MAX && (uint32_t)t != SL__CLOCK_WIDE;
+    return (uint64_t)t - (uint64_t)e < (uint64_t)SL__CLOCK_TOP;
 }
 /* Whether the quick way may write t in the window starting at e. */
 static inline int sl__clock_quick(int64_t e, int64_t t)
 {
-    return ((uint64_t)t - (uint64_t)e < (uint64_t)SL__CLOCK_QUICK) &
-           ((uint32_t)t != SL__CLOCK_WIDE);
+    return (uint64_t)t - (uint64_t)e < (uint64_t)SL__CLOCK_QUICK;
 }
-static inline int sl__rec_wide(const uint8_t *r) { return sl__ld32(r + 4) == SL__CLOCK_WIDE; }
-/* Q for the window starting at e: the latest time the quick way may write,
- * e + SL__CLOCK_QUICK - 1, kept by the shard beside E so the span test is
- * one compare with no constant to load (sl__clock_quick_q).  The window's
- * one marked ms (low bits SL__CLOCK_WIDE) may lie below Q -- with a real
- * clock it usually does -- so the mark's two tests stay: a Q below the
- * mark (one compare for all three) would send every time after the mark
- * to the sure way until E next moves. */
-static inline int64_t sl__quick_max(int64_t e) { return e + SL__CLOCK_QUICK - 1; }
-/* Whether the quick way may write t (>= the clock, which is in the window)
- * on a record whose header word is lo, Q being its shard's: the same test
- * as !wide && sl__clock_quick(E, t). */
-static inline int sl__clock_quick_q(int64_t q, uint32_t lo, int64_t t)
+/* Whether r, a record of sh held under sh's lock, is wide. */
+static inline int sl__rec_wide(const sl__shard *sh, const uint8_t *r)
 {
-    return t <= q && lo != SL__CLOCK_WIDE && (uint32_t)t != SL__CLOCK_WIDE;
+    return sl__ld32(r + 4) == sl__clock_mark(sl__shard_epoch(sh));
 }
+/* Q for the window starting at e: the latest time the quick way may write,
+ * e + SL__CLOCK_QUICK - 1, kept by the shard beside E so the test is one
+ * compare with no constant to load (sl__clock_quick_q).  Below the top
+ * (e + SL__CLOCK_TOP), which a wide record's word decodes to. */
+static inline int64_t sl__quick_max(int64_t e) { return e + SL__CLOCK_QUICK - 1; }
+/* Whether the quick way may write t = max(now, c), c the clock the header
+ * word decodes to under E, Q being the shard's (read before E): false on
+ * a wide record (c is the top), a time past the quick span, or while a
+ * walk runs (Q = INT64_MIN). */
+static inline int sl__clock_quick_q(int64_t q, int64_t t) { return t <= q; }
 /* The shard's Q (store.c keeps it at offset 16, beside E): a plain load,
  * under the shard lock. */
 static inline int64_t sl__shard_quick_max(const sl__shard *sh)
@@ -228,8 +234,9 @@ int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t);
 static inline int64_t sl__rec_clock(const sl__shard *sh, const uint8_t *r)
 {
     uint32_t lo = sl__ld32(r + 4);
-    if (__builtin_expect(lo == SL__CLOCK_WIDE, 0)) return sl__rec_clock_wide(sh, r);
-    return sl__clock_in(sl__shard_epoch(sh), lo);
+    int64_t e = sl__shard_epoch(sh);
+    if (__builtin_expect(lo == sl__clock_mark(e), 0)) return sl__rec_clock_wide(sh, r);
+    return sl__clock_in(e, lo);
 }
 
 /* Before a decision at t (>= r's clock) on *rp, held, shard lock held:
@@ -238,7 +245,7 @@ static inline int64_t sl__rec_clock(const sl__shard *sh, const uint8_t *r)
  * SL_EFULL / SL_ENOMEM (as sl__shard_fail) with the record unchanged. */
 static inline int sl__shard_clock_room(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
 {
-    if (__builtin_expect(!sl__rec_wide(*rp) && sl__clock_quick(sl__shard_epoch(sh), t), 1))
+    if (__builtin_expect(!sl__rec_wide(sh, *rp) && sl__clock_quick(sl__shard_epoch(sh), t), 1))
         return 0;
     return sl__shard_clock_slow(sh, hash, rp, t);
 }
@@ -246,7 +253,7 @@ static inline int sl__shard_clock_room(sl__shard *sh, uint64_t hash, uint8_t **r
 /* Writes r's clock t (shard lock held, after sl__shard_clock_room(t)). */
 static inline void sl__rec_set_clock(sl__shard *sh, uint8_t *r, int64_t t)
 {
-    if (__builtin_expect(!sl__rec_wide(r) && sl__clock_fits(sl__shard_epoch(sh), t), 1)) {
+    if (__builtin_expect(!sl__rec_wide(sh, r) && sl__clock_fits(sl__shard_epoch(sh), t), 1)) {
         sl__st32(r + 4, (uint32_t)t);
         return;
     }
