@@ -91,7 +91,7 @@ static census take_census_of(sl_store *s, uint64_t *moved, const char *watch)
         sl__shard_lock(sh);
         c.sh = sh;
         sl__shard_foreach(sh, count_wide, &c);
-        sl__shard_clock_walks(sh, &m);
+        m = sl__shard_clock_moves(sh);
         sl__shard_unlock(sh);
         *moved += m;
     }

@@ -121,7 +121,7 @@ static uint64_t walks_moved(sl_store *s)
     sl__shard *sh = sl__store_shard_at(s, 0);
     uint64_t moved = 0;
     sl__shard_lock(sh);
-    sl__shard_clock_walks(sh, &moved);
+    moved = sl__shard_clock_moves(sh);
     sl__shard_unlock(sh);
     return moved;
 }

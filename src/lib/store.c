@@ -198,6 +198,7 @@ typedef struct arena {
 struct sl__shard {
     _Alignas(64) atomic_uint lock; /* 0 = free, 1 = held (sl__shard_lock); must stay
                                       the first member (sl__shard_unlock, store.h) */
+    uint32_t walk_wait;            /* clock walks to skip before the next (clock_walk) */
     int64_t epoch;                 /* E, the clock window's low end (store.h, "The clock"):
                                       at offset 8 (sl__shard_epoch); written under the lock,
                                       atomically, read without it by the quick way */
@@ -212,17 +213,25 @@ struct sl__shard {
                               the size (table_new), so a reader gets both from one
                               pointer */
     uint32_t size;         /* slots (= slot[-1]) */
+    uint8_t quick;         /* the store's `quick` (record locks taken atomically) */
+    uint8_t deny;          /* SL_FULL_DENY: never evict a restricted record */
+    uint8_t starved;       /* the last reclaim found only restricted records
+                              (SL_FULL_DENY); cleared when one at rest is dropped
+                              (any other drop leaves room: no search then) */
+    uint8_t loose;         /* a loose shard (sl__shard_loose_new): no table, each
+                              record its own allocation, owned by the caller */
     page *pages;           /* page directory, pcap entries */
     const sl_store *store; /* for rehashing keys; read-only */
-    int quick;             /* the store's `quick` (record locks taken atomically) */
     uint32_t count;        /* records */
-    uint32_t hand_pi;      /* the expiry sweep's position: page index */
-    uint32_t hand_idx;     /* ... and record index in that page */
+    uint16_t hand_pi;      /* the expiry sweep's position: page index (< SL__MAX_PAGES) */
+    uint16_t hand_idx;     /* ... and record index in that page (< 2^SL__IDX_BITS) */
     uint64_t rng;          /* xorshift state for sampling eviction candidates */
     uint32_t last_h;       /* handle last found, inserted or resized (0 = none) */
     uint32_t npages;       /* directory entries in use or on the unused list */
     uint32_t pcap;         /* directory entries allocated */
     uint32_t punused;      /* first unused entry (index + 1), 0 = none */
+    int fail;              /* why the last insert or resize failed (sl__shard_fail) */
+    uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint64_t bytes;        /* every block held, at blk_cost: pages, directory, table,
                               external buffers, limbo */
     uint64_t budget;       /* bytes; 0 = unbounded */
@@ -234,21 +243,11 @@ struct sl__shard {
     uint64_t evict_rest;   /* of expired: dropped to make room */
     uint64_t evict_limit;  /* of evictions: at their limit */
     uint64_t refused;      /* SL_EFULL failures */
-    int deny;              /* SL_FULL_DENY: never evict a restricted record */
-    int starved;           /* the last reclaim found only restricted records
-                              (SL_FULL_DENY); cleared when one at rest is dropped
-                              (any other drop leaves room: no search then) */
-    int fail;              /* why the last insert or resize failed (sl__shard_fail) */
-    int loose;             /* a loose shard (sl__shard_loose_new): no table, each
-                              record its own allocation, owned by the caller */
     uint64_t loose_rec_max; /* a loose shard's bound on one record (sl__lone_decide) */
     arena *arena;           /* the store's page arena, NULL when it has none */
     uint8_t *loose_room;    /* room its owner offers for the next record (or NULL) */
     size_t loose_room_len;  /* its bytes */
-    uint32_t walk_wait;     /* clock walks to skip before the next (clock_walk) */
-    uint64_t walks;         /* clock walks done, and how many moved E (tests) */
-    uint64_t walks_moved;
-    uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
+    uint32_t walks_moved;   /* clock walks that moved E (tests) */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
     uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
@@ -257,6 +256,8 @@ struct sl__shard {
 _Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
 _Static_assert(offsetof(struct sl__shard, epoch) == 8, "sl__shard_epoch reads E at offset 8");
 _Static_assert(offsetof(struct sl__shard, quick_max) == 16, "sl__shard_quick_max reads Q at 16");
+_Static_assert(sizeof(struct sl__shard) == 2304, "a shard is 9 * 256 bytes: two instructions "
+                                                 "find one (lea, shl), as before the clock");
 _Static_assert(offsetof(struct sl__shard, pages) + sizeof(void *) <= 64,
                "the quick way's fields share the lock's line");
 
@@ -1817,7 +1818,6 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
         sh->walk_wait--;
         return;
     }
-    sh->walks++;
     uint32_t mark = sl__clock_mark(e), mark2 = sl__clock_mark(e2);
     uint32_t keep = keepp && *keepp ? rec_handle(sh, *keepp) : 0;
     uint16_t keep_meta = keep ? sl__rec_meta(*keepp) : 0;
@@ -1946,11 +1946,7 @@ size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
 
 int sl__shard_fail(const sl__shard *sh) { return sh->fail; }
 
-uint64_t sl__shard_clock_walks(const sl__shard *sh, uint64_t *moved)
-{
-    if (moved) *moved = sh->walks_moved;
-    return sh->walks;
-}
+uint64_t sl__shard_clock_moves(const sl__shard *sh) { return sh->walks_moved; }
 
 uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_state_len)
 {

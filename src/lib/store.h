@@ -427,9 +427,9 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
  * SL_EFULL or SL_ENOMEM (shard lock held). */
 int sl__shard_fail(const sl__shard *sh);
 
-/* Clock walks the shard tried (store.c, clock_walk) and, in *moved, how
- * many moved its E (shard lock held; for tests). */
-uint64_t sl__shard_clock_walks(const sl__shard *sh, uint64_t *moved);
+/* Clock walks of the shard (store.c, clock_walk) that moved its E (shard
+ * lock held; for tests). */
+uint64_t sl__shard_clock_moves(const sl__shard *sh);
 
 /* Room for state bytes in r (>= the state_len it was made with; a wide
  * clock's bytes left out). */
