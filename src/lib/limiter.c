@@ -228,17 +228,18 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
     uint16_t m = 0;
     sl__shard *sh;
     if (quick_ok(a) && sl__store_quick(s)) {
-        sl__grabbed g = {NULL, 0};
-        if (hashed)
-            g.rec = sl__store_grab(s, n->kind, key, klen, h, now, &m, &g.clock);
-        else
-            g = sl__store_grab_key(s, n->kind, key, klen, &h, now, &m);
+        sl__grabbed g = hashed ? sl__store_grab(s, n->kind, key, klen, h, &m)
+                               : sl__store_grab_key(s, n->kind, key, klen, &h, &m);
         if (g.rec != NULL) {
-            r = g.rec;
-            rc = decide_held_as(NULL, h, &r, &m, n, a, key, klen, now, g.clock, cost, commit, out,
-                                WAY_QUICK);
-            sl__rec_release(r, m); /* quick_ok: never moved nor removed */
-            return rc;
+            int64_t c;
+            if (__builtin_expect(sl__grabbed_clock(g, now, &c), 1)) {
+                r = g.rec;
+                rc = decide_held_as(NULL, h, &r, &m, n, a, key, klen, now, c, cost, commit, out,
+                                    WAY_QUICK);
+                sl__rec_release(r, m); /* quick_ok: never moved nor removed */
+                return rc;
+            }
+            sl__rec_release(g.rec, m); /* the sure way makes room for the clock */
         }
         hashed = 1; /* grab computed h */
     }

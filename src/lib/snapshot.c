@@ -432,9 +432,11 @@ size_t sl__store_image(sl_store *s, unsigned kind, const void *key, size_t klen,
     /* held (by either way), the record's image and its number are one
      * moment: no decision on the key falls between them */
     if (sl__store_quick(s)) {
-        sl__grabbed g = sl__store_grab_key(s, kind, key, klen, &h, INT64_MIN, &m);
-        r = g.rec;
-        clock = g.clock;
+        sl__grabbed g = sl__store_grab_key(s, kind, key, klen, &h, &m);
+        if (g.rec != NULL && sl__grabbed_clock(g, INT64_MIN, &clock))
+            r = g.rec;
+        else if (g.rec != NULL) /* a wide record, or a walk under way: the sure way */
+            sl__rec_release(g.rec, m);
     }
     if (r == NULL) {
         r = sl__store_lookup(s, kind, key, klen, &sh, &h);

@@ -1438,7 +1438,7 @@ static inline int rec_grab(uint8_t *r, uint16_t meta, uint16_t *got)
 }
 
 SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, size_t klen,
-                                uint64_t hash, int64_t now, uint16_t *metap)
+                                uint64_t hash, uint16_t *metap)
 {
     uint16_t meta = sl__meta_id(kind, klen);
     uint8_t *r, *got = NULL;
@@ -1457,32 +1457,20 @@ SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, siz
         sl__rec_unlock(r);
     }
     sl__read_end();
-    if (got != NULL) { /* the clock: Q, then E, read after the record was taken (clock_walk) */
-        int64_t q = __atomic_load_n(&sh->quick_max, __ATOMIC_ACQUIRE);
-        int64_t e = __atomic_load_n(&sh->epoch, __ATOMIC_ACQUIRE);
-        int64_t c = sl__clock_in(e, sl__ld32(got + 4)), t = now > c ? now : c;
-        if (__builtin_expect(!sl__clock_quick_q(q, t), 0)) { /* wide: c is the top, > Q */
-            sl__rec_release(got, *metap); /* the sure way makes room */
-            return (sl__grabbed){NULL, 0};
-        }
-        return (sl__grabbed){got, c};
-    }
-    return (sl__grabbed){NULL, 0};
+    return (sl__grabbed){got, sh}; /* the clock: sl__grabbed_clock (store.h) */
 }
 
-uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
-                        int64_t now, uint16_t *metap, int64_t *clockp)
+sl__grabbed sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
+                           uint16_t *metap)
 {
-    sl__grabbed g = grab(s, kind, key, klen, hash, now, metap);
-    if (g.rec != NULL) *clockp = g.clock;
-    return g.rec;
+    return grab(s, kind, key, klen, hash, metap);
 }
 
 sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                               uint64_t *hashp, int64_t now, uint16_t *metap)
+                               uint64_t *hashp, uint16_t *metap)
 {
     *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
-    return grab(s, kind, key, klen, *hashp, now, metap);
+    return grab(s, kind, key, klen, *hashp, metap);
 }
 
 /*

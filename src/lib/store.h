@@ -356,21 +356,38 @@ static inline void sl__shard_unlock(sl__shard *sh)
  * sl__store_lookup.  Wait-free of the shard lock, bounded work.  Sets
  * *metap to the record's meta as taken (SL__REC_LOCK set), so the holder
  * need not read back the word it just wrote with a locked instruction.
- * The clock: NULL too (the record released) when the record's clock is
- * wide or a decision at now (t = max(now, clock)) could not write t the
- * quick way (sl__clock_quick_q: the sure way makes room for it); else sets *clockp to the record's clock, and the holder may write t
- * with sl__rec_set_clock_lo.  INT64_MIN for now: only the clock is read. */
+ * Returns the record and its shard, as a pair in registers; the holder
+ * then reads the clock with sl__grabbed_clock before it decides. */
 typedef struct sl__grabbed {
-    uint8_t *rec; /* the record, or NULL */
-    int64_t clock;
+    uint8_t *rec;          /* the record, or NULL */
+    const sl__shard *sh;   /* its shard */
 } sl__grabbed;
-uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
-                        int64_t now, uint16_t *metap, int64_t *clockp);
+sl__grabbed sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen,
+                           uint64_t hash, uint16_t *metap);
 
-/* sl__store_grab that hashes the key too (one call), setting *hashp; the
- * record and its clock returned as a pair, in registers (the hot path). */
+/* sl__store_grab that hashes the key too (one call), setting *hashp (the
+ * hot path). */
 sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                               uint64_t *hashp, int64_t now, uint16_t *metap);
+                               uint64_t *hashp, uint16_t *metap);
+
+/* The clock of g.rec, just grabbed, into *cp, and whether a decision at
+ * now may take the quick way: t = max(now, *cp) <= Q (sl__clock_quick_q;
+ * false on a wide record, whose word decodes to the window's top, and
+ * while a walk runs).  Q, then E, loaded with acquire after the record was
+ * taken (store.c, clock_walk, says why).  If not, the holder lets the
+ * record go and takes the sure way, which makes room for t; if so, it may
+ * write t with sl__rec_set_clock_lo.  now = INT64_MIN: only the clock is
+ * read (right whenever it says 1). */
+static inline int sl__grabbed_clock(sl__grabbed g, int64_t now, int64_t *cp)
+{
+    int64_t q = __atomic_load_n((const int64_t *)(const void *)((const char *)g.sh + 16),
+                                __ATOMIC_ACQUIRE);
+    int64_t e = __atomic_load_n((const int64_t *)(const void *)((const char *)g.sh + 8),
+                                __ATOMIC_ACQUIRE);
+    int64_t c = sl__clock_in(e, sl__ld32(g.rec + 4));
+    *cp = c;
+    return sl__clock_quick_q(q, now > c ? now : c);
+}
 
 /* Whether the quick way applies to the store at all (SL_LOCK_RECORD; with
  * SL_LOCK_SHARD records are taken only under the shard lock, with plain
