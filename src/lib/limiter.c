@@ -224,28 +224,36 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
                                  int commit, sl_result *out)
 {
     int rc;
-    uint8_t *r = NULL;
-    uint16_t m = 0;
-    sl__shard *sh;
     if (quick_ok(a) && sl__store_quick(s)) {
-        sl__grabbed g = hashed ? sl__store_grab(s, n->kind, key, klen, h, &m)
-                               : sl__store_grab_key(s, n->kind, key, klen, &h, &m);
+        uint16_t gm = 0; /* grab writes it: a variable of its own, not the sure way's */
+        sl__grabbed g = hashed ? sl__store_grab(s, n->kind, key, klen, h, &gm)
+                               : sl__store_grab_key(s, n->kind, key, klen, &h, &gm);
         if (g.rec != NULL) {
             int64_t c;
             if (__builtin_expect(sl__grabbed_clock(g, now, &c), 1)) {
-                r = g.rec;
-                rc = decide_held_as(NULL, h, &r, &m, n, a, key, klen, now, c, cost, commit, out,
+                uint8_t *r = g.rec;
+                rc = decide_held_as(NULL, h, &r, &gm, n, a, key, klen, now, c, cost, commit, out,
                                     WAY_QUICK);
-                sl__rec_release(r, m); /* quick_ok: never moved nor removed */
+                sl__rec_release(r, gm); /* quick_ok: never moved nor removed */
                 return rc;
             }
-            sl__rec_release(g.rec, m); /* the sure way makes room for the clock */
+            sl__rec_release(g.rec, gm); /* the sure way makes room for the clock */
         }
         hashed = 1; /* grab computed h */
     }
-    r = hashed ? sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh)
-               : sl__store_lookup(s, n->kind, key, klen, &sh, &h);
-    if (r != NULL) m = sl__rec_meta(r);
+    /* r, m and sh: their addresses go to no out-of-line call (registers) */
+    uint8_t *r;
+    sl__shard *sh;
+    if (hashed) {
+        sl__shard *hs;
+        r = sl__store_lookup_hashed(s, n->kind, key, klen, h, &hs);
+        sh = hs;
+    } else {
+        sl__found f = sl__store_lookup_pair(s, n->kind, key, klen, &h);
+        r = f.rec;
+        sh = f.sh;
+    }
+    uint16_t m = r != NULL ? sl__rec_meta(r) : 0;
     rc = decide_held_as(sh, h, &r, &m, n, a, key, klen, now, 0, cost, commit, out, WAY_HOT);
     if (__builtin_expect(rc == GO_FAR, 0))
         return decide_far_done(sh, h, r, m, n, a, key, klen, now, cost, commit, out);

@@ -1515,6 +1515,15 @@ uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t kl
     return lookup(s, kind, key, klen, *hashp, shp);
 }
 
+sl__found sl__store_lookup_pair(sl_store *s, unsigned kind, const void *key, size_t klen,
+                                uint64_t *hashp)
+{
+    sl__found f;
+    *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
+    f.rec = lookup(s, kind, key, klen, *hashp, &f.sh);
+    return f;
+}
+
 uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp)
 {

@@ -406,6 +406,15 @@ static inline int sl__store_quick(const sl_store *s) { return *(const int *)(con
 uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
                           sl__shard **shp, uint64_t *hashp);
 
+/* sl__store_lookup returning the record and its shard as a pair, in
+ * registers (the hot path: no shard pointer through memory). */
+typedef struct sl__found {
+    uint8_t *rec; /* the record, or NULL */
+    sl__shard *sh; /* its shard, locked */
+} sl__found;
+sl__found sl__store_lookup_pair(sl_store *s, unsigned kind, const void *key, size_t klen,
+                                uint64_t *hashp);
+
 /* sl__store_lookup for a hash already computed with sl__store_hash. */
 uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp);
