@@ -1,10 +1,15 @@
 /*
  * test_store_wide_threads.c -- a shard's clock window moves (store.h, "The
  * clock": E moves, a walk of the shard making the records it leaves
- * behind wide) while other threads decide on the shard's keys, the quick
- * way and the sure way.  Every reply of every thread must equal the
- * reference model's (tests/model.c, one per thread: its keys are its
- * own).  Runs under ThreadSanitizer too (the name holds "thread").
+ * behind wide, then rewriting every wide record's mark for the new E)
+ * while other threads decide on the shard's keys, narrow ones the quick
+ * way and wide ones the sure way (a wide record's word decodes to the
+ * window's top, above Q: the quick way reads it, lets it go).  Each worker
+ * also has sleepers: keys decided at the start and again only at the end,
+ * wide through every walk, their marks rewritten each time.  Every reply
+ * of every thread must equal the reference model's (tests/model.c, one
+ * per thread: its keys are its own).  Runs under ThreadSanitizer too (the
+ * name holds "thread").
  */
 #include <pthread.h>
 #include <sched.h>
@@ -25,6 +30,7 @@
 
 #define NWORKERS 2
 #define NKEYS    12  /* a worker's own keys */
+#define SLEEPERS 3   /* ... and its sleepers, keys NKEYS .. NKEYS + SLEEPERS - 1 */
 #define STEPS    720 /* decisions a worker makes: 60 a key (the model is O(history)) */
 #define JUMPS    120
 #define T0       1764000000000LL
@@ -75,6 +81,7 @@ static void *work(void *arg)
     worker *w = arg;
     model *m = model_new(w->p);
     rng r = {0x77770000u + (uint64_t)w->id};
+    for (int k = NKEYS; k < NKEYS + SLEEPERS; k++) step(w, m, k, 1 + (k & 1));
     for (int i = 0; i < STEPS; i++) {
         /* its time follows the jumper's (its keys' clocks sit where E is
          * about to move past them), never going back */
@@ -85,7 +92,7 @@ static void *work(void *arg)
     }
     /* the last word, after every jump: each key once more */
     w->now += (int64_t)1 << 33;
-    for (int k = 0; k < NKEYS; k++) step(w, m, k, 1);
+    for (int k = 0; k < NKEYS + SLEEPERS; k++) step(w, m, k, 1);
     if (model_error(m) && w->mismatches++ == 0)
         snprintf(w->first, sizeof w->first, "model: %s", model_error(m));
     model_free(m);
@@ -165,7 +172,8 @@ static void run(unsigned locking, sl_algo algo)
      * (no other holder); walks are skipped for a while after each one */
     uint64_t before = walks_moved(s);
     int64_t b = __atomic_load_n(&clock_base, __ATOMIC_RELAXED);
-    for (int i = 0; i < 2 * (NWORKERS * NKEYS + 1) + 2 && walks_moved(s) == before; i++) {
+    for (int i = 0; i < 2 * (NWORKERS * (NKEYS + SLEEPERS) + 1) + 2 && walks_moved(s) == before;
+         i++) {
         sl_result r;
         b += STRIDE;
         assert_int_equal(sl_decide(s, &p, "jump", 4, b, 1, &r), 0);
