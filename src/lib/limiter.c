@@ -101,13 +101,13 @@ static inline int quick_ok(sl_algo a)
 /* Decides on the record *rp of (a = n->algo, key) -- NULL if the key has none
  * -- which the caller holds, with the shard lock held; sh is NULL on the
  * quick way (an existing record, quick_ok; clock_q its clock, from
- * sl__store_grab).  *mp is the record's meta as
+ * sl__grabbed_clock).  *mp is the record's meta as
  * the holder knows it (sl__engine_decide).  On return *rp is the key's
  * record, still held, or NULL, and *mp its meta.  commit = 0 answers
  * without changing anything.
  *
  * The clock (store.h, "The clock"), by `way`, a constant in each copy:
- * WAY_QUICK (sh NULL: sl__store_grab made the test) and WAY_NEAR (an
+ * WAY_QUICK (sh NULL: sl__grabbed_clock made the test) and WAY_NEAR (an
  * existing record whose t = max(now, clock) passes sl__clock_quick_q, t
  * <= Q, which no wide record does) write t as low bits alone; anything
  * else (a fresh key, a wide record, a time past Q) goes to decide_far, out
@@ -117,7 +117,7 @@ static inline int quick_ok(sl_algo a)
  * decide_far it returns GO_FAR instead, and decide_hashed calls
  * decide_far_done, so that the hot copy passes the addresses of its
  * record and meta to no function it does not inline (they stay in
- * registers: 3 instructions a decision). */
+ * registers, not reloaded after the engine: ~3 instructions a decision). */
 enum { WAY_NEAR, WAY_FAR, WAY_QUICK, WAY_HOT };
 #define GO_FAR INT_MIN /* no sl_* code: WAY_HOT's "take decide_far" */
 SL__HOT_INLINE int decide_held_as(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
