@@ -35,6 +35,12 @@
 #define JUMPS    120
 #define T0       1764000000000LL
 #define STRIDE   (((int64_t)1 << 32) + 12345) /* each jump: past E + 3 * 2^30 */
+/* every other jump 2^30 ms on: the time is only just past E + 3 * 2^30
+ * (E is the last jump - 2^31), E moves by ~2^30, and a new mark read
+ * against the old E would decode below the old Q (what a quick way
+ * running between a walk's rewrite and its new E would take, were Q not
+ * INT64_MIN then: store.c, clock_walk) */
+#define STRIDE_SHORT (((int64_t)1 << 30) + 12345)
 
 static _Atomic int64_t clock_base = T0; /* the time the jumper reached */
 static _Atomic int steps_done, workers_done; /* the jumper keeps pace with them */
@@ -115,7 +121,7 @@ static void *jump(void *arg)
         while (__atomic_load_n(&steps_done, __ATOMIC_RELAXED) < i * (NWORKERS * STEPS / JUMPS) &&
                __atomic_load_n(&workers_done, __ATOMIC_ACQUIRE) < NWORKERS)
             sched_yield();
-        int64_t b = __atomic_load_n(&clock_base, __ATOMIC_RELAXED) + STRIDE;
+        int64_t b = __atomic_load_n(&clock_base, __ATOMIC_RELAXED) + (i & 1 ? STRIDE_SHORT : STRIDE);
         __atomic_store_n(&clock_base, b, __ATOMIC_RELEASE);
         sl_result r;
         if (sl_decide(j->s, j->p, "jump", 4, b, 1, &r) != 0) j->errors++;
