@@ -178,9 +178,7 @@ static void on_fields(void *arg, const sl_svc_reply *r)
         slot_err(x, s, r->err);
         return;
     }
-    sl_buf *b = sl_slot_buf(s);
-    sl_resp_raw(b, "*6\r\n");
-    sl_resp_fields(b, &r->result);
+    sl_resp_fields_array(sl_slot_buf(s), &r->result);
     sl_slot_done(s);
 }
 
