@@ -429,7 +429,8 @@ static void integers_match_printf(void **state)
     long long v[200];
     size_t nv = 0;
     long long p = 1;
-    for (int d = 0; d < 19; d++, p *= 10) {
+    for (int d = 0; d < 19; d++) {
+        if (d > 0) p *= 10; /* 10^d: 10^18 the last */
         v[nv++] = p - 1;
         v[nv++] = p;
         v[nv++] = -p;
