@@ -337,7 +337,7 @@ static void allow_hold(req *q)
                              .keylen = key->len,
                              .now_ms = r.has_at ? r.at : q->now,
                              .cost = r.cost};
-    if (sc->n >= sl_svc_many_max(q->x)) run_flush(q->c);
+    if (sc->n >= SL_SVC_MANY) run_flush(q->c); /* sl_svc_many_max: joins_run checked it */
 }
 
 static void cmd_allow(req *q) { decide(q, 1); }
