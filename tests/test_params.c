@@ -468,8 +468,7 @@ static uint64_t rnd(void)
 static void gen(char *s, size_t n, const char *alpha)
 {
     size_t na = strlen(alpha);
-    for (size_t i = 0; i < n; i++)
-        s[i] = rnd() % 4 ? (char)('0' + rnd() % 10) : alpha[rnd() % na];
+    for (size_t i = 0; i < n; i++) s[i] = rnd() % 4 ? (char)('0' + rnd() % 10) : alpha[rnd() % na];
 }
 
 #define UNSET 0x5a5a5a5a5a5a5a5aLL /* *out must stay so on an error */
@@ -488,13 +487,44 @@ static void int_agrees(const char *s, size_t n, int64_t max)
 static void test_int_parse_fast_equals_full(void **state)
 {
     (void)state;
-    static const int64_t maxes[] = {0, 1, 5, 9, 10, 99, 100, 65535, SL_MAX_LIMIT, SL_MAX_WINDOW_MS,
-                                    SL_MAX_TIME_MS - 1, 999999999999999999LL, INT64_MAX};
+    static const int64_t maxes[] = {0,
+                                    1,
+                                    5,
+                                    9,
+                                    10,
+                                    99,
+                                    100,
+                                    65535,
+                                    SL_MAX_LIMIT,
+                                    SL_MAX_WINDOW_MS,
+                                    SL_MAX_TIME_MS - 1,
+                                    999999999999999999LL,
+                                    INT64_MAX};
     static const char *edges[] = {
-        "", "0", "00", "9", "10", "100", "65535", "65536", "1000000000000", "1000000000001",
-        "000000000000000001", "999999999999999999", "0000000000000000001",
-        "9223372036854775807", "9223372036854775808", "99999999999999999999", "-1", "+1", " 1",
-        "1 ", "1a", "a1", "1.0", "\xd9\xa1",
+        "",
+        "0",
+        "00",
+        "9",
+        "10",
+        "100",
+        "65535",
+        "65536",
+        "1000000000000",
+        "1000000000001",
+        "000000000000000001",
+        "999999999999999999",
+        "0000000000000000001",
+        "9223372036854775807",
+        "9223372036854775808",
+        "99999999999999999999",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1a",
+        "a1",
+        "1.0",
+        "\xd9\xa1",
     };
     for (size_t m = 0; m < sizeof maxes / sizeof maxes[0]; m++)
         for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
@@ -529,11 +559,47 @@ static void test_duration_parse_fast_equals_full(void **state)
 {
     (void)state;
     static const char *edges[] = {
-        "", "0", "1", "1ms", "1s", "1m", "1h", "1d", "1w", "1y", "10y", "11y", "0h", "ms", "h",
-        "1M", "1S", "1mss", "1sm", "1 h", "1h ", "1hh", "315576000000", "315576000001",
-        "315576000000ms", "315576000s", "5259600m", "87660h", "3652d", "3653d", "521w", "522w",
-        "000000000000000001h", "0000000000000000001h", "999999999999999999",
-        "9999999999999999999", "000000000000000000000000001", "-1h", "+1h", "1.5h", "1\0h",
+        "",
+        "0",
+        "1",
+        "1ms",
+        "1s",
+        "1m",
+        "1h",
+        "1d",
+        "1w",
+        "1y",
+        "10y",
+        "11y",
+        "0h",
+        "ms",
+        "h",
+        "1M",
+        "1S",
+        "1mss",
+        "1sm",
+        "1 h",
+        "1h ",
+        "1hh",
+        "315576000000",
+        "315576000001",
+        "315576000000ms",
+        "315576000s",
+        "5259600m",
+        "87660h",
+        "3652d",
+        "3653d",
+        "521w",
+        "522w",
+        "000000000000000001h",
+        "0000000000000000001h",
+        "999999999999999999",
+        "9999999999999999999",
+        "000000000000000000000000001",
+        "-1h",
+        "+1h",
+        "1.5h",
+        "1\0h",
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
         duration_agrees(edges[i], strlen(edges[i]));

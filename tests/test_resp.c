@@ -262,8 +262,8 @@ static int ref_len_line(const char *buf, size_t len, size_t *pos, long long *val
     return SL_RESP_OK;
 }
 
-static int ref_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *c,
-                         size_t *used, const char **err)
+static int ref_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *c, size_t *used,
+                         const char **err)
 {
     size_t pos = 0;
     long long count;
@@ -379,18 +379,18 @@ static void length_lines_match_reference(void **state)
 {
     (void)state;
     static const char *edges[] = {
-        "*1\r\n$04\r\nPING\r\n",                       /* leading zeros */
-        "*001\r\n$000000000000000004\r\nPING\r\n",     /* 18 digits: the fast path's last */
-        "*1\r\n$0000000000000000004\r\nPING\r\n",      /* 19: refused, as before */
-        "*1\r\n$+4\r\nPING\r\n",                       /* '+' */
-        "*1\r\n$-0\r\n\r\n",                           /* '-0' */
-        "*-1\r\n",                                     /* RESP's null */
-        "*1\r\n$4x\r\n",                               /* junk after the digits */
-        "*1\r\n$4x",                                   /* ... the line not ended yet */
-        "*1\r\n$999999999999999999\r\n",               /* 18 nines: over max_bulk */
-        "*1\r\n$1234567890123456789012\r\n",           /* 22 digits */
-        "*1\r\n$12345678901234567890123",              /* a line too long, no CR */
-        "*1\r\n$4\r\r\n",                              /* CR CR */
+        "*1\r\n$04\r\nPING\r\n",                   /* leading zeros */
+        "*001\r\n$000000000000000004\r\nPING\r\n", /* 18 digits: the fast path's last */
+        "*1\r\n$0000000000000000004\r\nPING\r\n",  /* 19: refused, as before */
+        "*1\r\n$+4\r\nPING\r\n",                   /* '+' */
+        "*1\r\n$-0\r\n\r\n",                       /* '-0' */
+        "*-1\r\n",                                 /* RESP's null */
+        "*1\r\n$4x\r\n",                           /* junk after the digits */
+        "*1\r\n$4x",                               /* ... the line not ended yet */
+        "*1\r\n$999999999999999999\r\n",           /* 18 nines: over max_bulk */
+        "*1\r\n$1234567890123456789012\r\n",       /* 22 digits */
+        "*1\r\n$12345678901234567890123",          /* a line too long, no CR */
+        "*1\r\n$4\r\r\n",                          /* CR CR */
         "*2\r\n$8\r\nRL.ALLOW\r\n$3\r\nkey\r\n",
     };
     for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
@@ -505,8 +505,14 @@ static void same_ci_matches_strncasecmp(void **state)
     }
     assert_true(sl__resp_same_ci("RL.ALLOW", "rl.allow", 8));
     assert_true(sl__resp_same_ci("rL.aLlOw!", "Rl.AlLoW!", 9));
-    assert_false(sl__resp_same_ci("RL\x0e" "ALLOW", "rl.allow", 8)); /* 0x0e | 0x20 is '.' */
-    assert_false(sl__resp_same_ci("\xc1" "BC", "\xe1" "bc", 3)); /* not ASCII: no case */
+    assert_false(sl__resp_same_ci("RL\x0e"
+                                  "ALLOW",
+                                  "rl.allow", 8)); /* 0x0e | 0x20 is '.' */
+    assert_false(sl__resp_same_ci("\xc1"
+                                  "BC",
+                                  "\xe1"
+                                  "bc",
+                                  3)); /* not ASCII: no case */
 }
 
 int main(void)

@@ -37,7 +37,8 @@ static int parse_len(const char *p, size_t n, long long *out)
 /* Reads a "<c><integer>\r\n" line at buf[pos].  Returns SL_RESP_OK with
  * *val and *pos past the line, SL_RESP_AGAIN, or SL_RESP_ERROR.  The full
  * reading, for every line read_len_line's fast path leaves to it. */
-__attribute__((noinline)) static int read_len_line_full(const char *buf, size_t len, size_t *pos, long long *val)
+__attribute__((noinline)) static int read_len_line_full(const char *buf, size_t len, size_t *pos,
+                                                        long long *val)
 {
     size_t start = *pos + 1, avail = len - start;
     size_t scan = avail < NUM_MAX + 2 ? avail : NUM_MAX + 2;
@@ -59,7 +60,8 @@ __attribute__((noinline)) static int read_len_line_full(const char *buf, size_t 
  * reading, which alone decides AGAIN and every error.  No memchr and no
  * call: a length of 1-3 digits costs a few instructions a digit. */
 #define LEN_FAST 18
-__attribute__((always_inline)) static inline int read_len_line(const char *buf, size_t len, size_t *pos, long long *val)
+__attribute__((always_inline)) static inline int read_len_line(const char *buf, size_t len,
+                                                               size_t *pos, long long *val)
 {
     size_t start = *pos + 1, i = start, lim = len - start > LEN_FAST ? start + LEN_FAST : len;
     long long v = 0;
