@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "args.h"
 #include "sluice.h"
 
 /* ---- sl_int_parse ------------------------------------------------------- */
@@ -451,6 +452,173 @@ static void test_limiter_new_rejects(void **state)
     sl_limiter_free(l);
 }
 
+/* ---- the fast paths against the full parsers ----------------------------- */
+
+/* A deterministic generator (xorshift64*): the same cases every run. */
+static uint64_t rng = 0x2545f4914f6cdd1dULL;
+static uint64_t rnd(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ULL;
+}
+
+/* A string of n bytes, mostly digits, else one of alpha's. */
+static void gen(char *s, size_t n, const char *alpha)
+{
+    size_t na = strlen(alpha);
+    for (size_t i = 0; i < n; i++) s[i] = rnd() % 4 ? (char)('0' + rnd() % 10) : alpha[rnd() % na];
+}
+
+#define UNSET 0x5a5a5a5a5a5a5a5aLL /* *out must stay so on an error */
+
+/* sl_int_parse and sl__int_parse_full give the same code, and the same
+ * value or none, for s[0..n) under max. */
+static void int_agrees(const char *s, size_t n, int64_t max)
+{
+    int64_t a = UNSET, b = UNSET;
+    int ra = sl_int_parse(s, n, max, &a), rb = sl__int_parse_full(s, n, max, &b);
+    if (ra != rb || a != b)
+        fail_msg("'%.*s' under %lld: %d/%lld, full parser %d/%lld", (int)n, s, (long long)max, ra,
+                 (long long)a, rb, (long long)b);
+}
+
+static void test_int_parse_fast_equals_full(void **state)
+{
+    (void)state;
+    static const int64_t maxes[] = {0,
+                                    1,
+                                    5,
+                                    9,
+                                    10,
+                                    99,
+                                    100,
+                                    65535,
+                                    SL_MAX_LIMIT,
+                                    SL_MAX_WINDOW_MS,
+                                    SL_MAX_TIME_MS - 1,
+                                    999999999999999999LL,
+                                    INT64_MAX};
+    static const char *edges[] = {
+        "",
+        "0",
+        "00",
+        "9",
+        "10",
+        "100",
+        "65535",
+        "65536",
+        "1000000000000",
+        "1000000000001",
+        "000000000000000001",
+        "999999999999999999",
+        "0000000000000000001",
+        "9223372036854775807",
+        "9223372036854775808",
+        "99999999999999999999",
+        "-1",
+        "+1",
+        " 1",
+        "1 ",
+        "1a",
+        "a1",
+        "1.0",
+        "\xd9\xa1",
+    };
+    for (size_t m = 0; m < sizeof maxes / sizeof maxes[0]; m++)
+        for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+            int_agrees(edges[i], strlen(edges[i]), maxes[m]);
+    char s[24];
+    for (int round = 0; round < 100000; round++) {
+        size_t n = rnd() % 22;
+        gen(s, n, "-+ a/:\x00\xff");
+        int64_t max = rnd() % 3 ? maxes[rnd() % (sizeof maxes / sizeof maxes[0])]
+                                : (int64_t)(rnd() >> (rnd() % 64));
+        int_agrees(s, n, max);
+    }
+    /* the fast path's bound, by itself: a value above max, short or long */
+    int64_t v = UNSET;
+    assert_int_equal(sl_int_parse("10", 2, 9, &v), SL_EINVAL);
+    assert_int_equal(sl_int_parse("5", 1, 3, &v), SL_EINVAL);
+    assert_int_equal(v, UNSET);
+    assert_int_equal(sl_int_parse("999999999999999999", 18, INT64_MAX, &v), 0);
+    assert_int_equal(v, 999999999999999999LL);
+}
+
+static void duration_agrees(const char *s, size_t n)
+{
+    int64_t a = UNSET, b = UNSET;
+    int ra = sl_duration_parse(s, n, &a), rb = sl__duration_parse_full(s, n, &b);
+    if (ra != rb || a != b)
+        fail_msg("'%.*s': %d/%lld, full parser %d/%lld", (int)n, s, ra, (long long)a, rb,
+                 (long long)b);
+}
+
+static void test_duration_parse_fast_equals_full(void **state)
+{
+    (void)state;
+    static const char *edges[] = {
+        "",
+        "0",
+        "1",
+        "1ms",
+        "1s",
+        "1m",
+        "1h",
+        "1d",
+        "1w",
+        "1y",
+        "10y",
+        "11y",
+        "0h",
+        "ms",
+        "h",
+        "1M",
+        "1S",
+        "1mss",
+        "1sm",
+        "1 h",
+        "1h ",
+        "1hh",
+        "315576000000",
+        "315576000001",
+        "315576000000ms",
+        "315576000s",
+        "5259600m",
+        "87660h",
+        "3652d",
+        "3653d",
+        "521w",
+        "522w",
+        "000000000000000001h",
+        "0000000000000000001h",
+        "999999999999999999",
+        "9999999999999999999",
+        "000000000000000000000000001",
+        "-1h",
+        "+1h",
+        "1.5h",
+        "1\0h",
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++)
+        duration_agrees(edges[i], strlen(edges[i]));
+    duration_agrees("1\0h", 3);
+    char s[32];
+    for (int round = 0; round < 100000; round++) {
+        size_t n = rnd() % 24;
+        gen(s, n, "smhdwyMS x-\x00");
+        duration_agrees(s, n);
+        /* digits then a unit, the common shape */
+        size_t d = rnd() % 21;
+        gen(s, d, "0");
+        static const char *units[] = {"", "ms", "s", "m", "h", "d", "w", "y", "us", "mm"};
+        const char *u = units[rnd() % (sizeof units / sizeof units[0])];
+        memcpy(s + d, u, strlen(u));
+        duration_agrees(s, d + strlen(u));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -466,6 +634,8 @@ int main(void)
         cmocka_unit_test(test_bad_requests_leave_state),
         cmocka_unit_test(test_keys_binary_safe),
         cmocka_unit_test(test_limiter_new_rejects),
+        cmocka_unit_test(test_int_parse_fast_equals_full),
+        cmocka_unit_test(test_duration_parse_fast_equals_full),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,8 +7,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cmocka.h>
 
@@ -16,6 +18,7 @@
 
 #include "buf.h"
 #include "resp.h"
+#include "resp_int.h"
 
 static sl_resp_cmd cmd;
 
@@ -221,6 +224,297 @@ static void writers_resp3(void **state)
     out = (sl_buf){0};
 }
 
+/* ---- the fast paths against the parser as it was ------------------------- */
+
+/* The reference: the multibulk half of the parser before its length lines
+ * got a fast path (memchr for the '\r', then the digits), kept here as the
+ * model sl_resp_parse must agree with byte for byte: the same answer, the
+ * same bytes used, the same arguments, the same message. */
+static int ref_parse_len(const char *p, size_t n, long long *res)
+{
+    int neg = 0;
+    if (n > 0 && p[0] == '-') {
+        neg = 1;
+        p++;
+        n--;
+    }
+    if (n == 0 || n > 18) return -1;
+    long long v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    *res = neg ? -v : v;
+    return 0;
+}
+
+static int ref_len_line(const char *buf, size_t len, size_t *pos, long long *val)
+{
+    size_t start = *pos + 1, avail = len - start;
+    size_t scan = avail < 22 ? avail : 22;
+    const char *cr = memchr(buf + start, '\r', scan);
+    if (cr == NULL) return avail > 21 ? SL_RESP_ERROR : SL_RESP_AGAIN;
+    size_t n = (size_t)(cr - (buf + start));
+    if (start + n + 1 >= len) return SL_RESP_AGAIN;
+    if (buf[start + n + 1] != '\n') return SL_RESP_ERROR;
+    if (ref_parse_len(buf + start, n, val) != 0) return SL_RESP_ERROR;
+    *pos = start + n + 2;
+    return SL_RESP_OK;
+}
+
+static int ref_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *c, size_t *used,
+                         const char **err)
+{
+    size_t pos = 0;
+    long long count;
+    if (len == 0) return SL_RESP_AGAIN;
+    int rc = ref_len_line(buf, len, &pos, &count);
+    if (rc != SL_RESP_OK) {
+        *err = "Protocol error: invalid multibulk length";
+        return rc;
+    }
+    if (count > SL_RESP_MAX_ARGS) {
+        *err = "Protocol error: too many arguments (at most 1024)";
+        return SL_RESP_ERROR;
+    }
+    c->argc = 0;
+    for (long long i = 0; i < count; i++) {
+        if (pos >= len) return SL_RESP_AGAIN;
+        if (buf[pos] != '$') {
+            *err = "Protocol error: expected '$' before a bulk argument";
+            return SL_RESP_ERROR;
+        }
+        long long blen;
+        rc = ref_len_line(buf, len, &pos, &blen);
+        if (rc == SL_RESP_AGAIN) return rc;
+        if (rc != SL_RESP_OK || blen < 0) {
+            *err = "Protocol error: invalid bulk length";
+            return SL_RESP_ERROR;
+        }
+        if ((unsigned long long)blen > max_bulk) {
+            *err = "Protocol error: argument longer than the server accepts";
+            return SL_RESP_ERROR;
+        }
+        if (len - pos < (size_t)blen + 2) return SL_RESP_AGAIN;
+        if (buf[pos + (size_t)blen] != '\r' || buf[pos + (size_t)blen + 1] != '\n') {
+            *err = "Protocol error: bulk argument not followed by CRLF";
+            return SL_RESP_ERROR;
+        }
+        c->argv[c->argc].p = buf + pos;
+        c->argv[c->argc].len = (size_t)blen;
+        c->argc++;
+        pos += (size_t)blen + 2;
+    }
+    *used = pos;
+    return SL_RESP_OK;
+}
+
+static sl_resp_cmd refcmd;
+
+/* sl_resp_parse and the reference agree on buf[0..len) (a multibulk). */
+static void agree(const char *buf, size_t len, size_t max_bulk)
+{
+    size_t u1 = 0, u2 = 0;
+    const char *e1 = NULL, *e2 = NULL;
+    int r1 = sl_resp_parse(buf, len, max_bulk, &cmd, &u1, &e1);
+    int r2 = ref_multibulk(buf, len, max_bulk, &refcmd, &u2, &e2);
+    if (r1 != r2) fail_msg("rc %d, reference %d on %zu bytes '%.*s'", r1, r2, len, (int)len, buf);
+    if (r1 == SL_RESP_ERROR) {
+        assert_non_null(e1);
+        assert_string_equal(e1, e2);
+    }
+    if (r1 != SL_RESP_OK) return;
+    assert_int_equal(u1, u2);
+    assert_int_equal(cmd.argc, refcmd.argc);
+    for (int i = 0; i < cmd.argc; i++) {
+        assert_ptr_equal(cmd.argv[i].p, refcmd.argv[i].p);
+        assert_int_equal(cmd.argv[i].len, refcmd.argv[i].len);
+    }
+}
+
+/* A deterministic generator (xorshift64*): the same cases every run. */
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static uint64_t rnd(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 2685821657736338717ULL;
+}
+static unsigned rndn(unsigned n) { return (unsigned)(rnd() % n); }
+
+/* Appends a length line's body to b (at most 28 bytes): mostly a plain
+ * length (n, with leading zeros sometimes), else what a client should not
+ * send -- a sign, junk, 17 to 22 digits, nothing. */
+static size_t gen_len(char *b, long long n)
+{
+    char tmp[64];
+    int k;
+    switch (rndn(10)) {
+    case 0: k = snprintf(tmp, sizeof tmp, "%0*lld", (int)(1 + rndn(20)), n); break;
+    case 1: k = snprintf(tmp, sizeof tmp, "%c%lld", "+- 0x"[rndn(5)], n); break;
+    case 2: k = snprintf(tmp, sizeof tmp, "%lld%c", n, "+-ax\n\0"[rndn(6)]); break;
+    case 3: {
+        k = (int)(17 + rndn(6));
+        for (int i = 0; i < k; i++) tmp[i] = (char)('0' + (i ? rndn(10) : 1 + rndn(9)));
+        break;
+    }
+    case 4: k = 0; break;
+    default: k = snprintf(tmp, sizeof tmp, "%lld", n); break;
+    }
+    memcpy(b, tmp, (size_t)k);
+    return (size_t)k;
+}
+
+/* A line's end: mostly CRLF, sometimes "\r", "\n", "\rx" or nothing. */
+static size_t gen_end(char *b)
+{
+    static const char *ends[] = {"\r\n", "\r\n", "\r\n", "\r\n", "\r\n", "\r", "\n", "\rx", ""};
+    const char *e = ends[rndn(sizeof ends / sizeof ends[0])];
+    memcpy(b, e, strlen(e));
+    return strlen(e);
+}
+
+static void length_lines_match_reference(void **state)
+{
+    (void)state;
+    static const char *edges[] = {
+        "*1\r\n$04\r\nPING\r\n",                   /* leading zeros */
+        "*001\r\n$000000000000000004\r\nPING\r\n", /* 18 digits: the fast path's last */
+        "*1\r\n$0000000000000000004\r\nPING\r\n",  /* 19: refused, as before */
+        "*1\r\n$+4\r\nPING\r\n",                   /* '+' */
+        "*1\r\n$-0\r\n\r\n",                       /* '-0' */
+        "*-1\r\n",                                 /* RESP's null */
+        "*1\r\n$4x\r\n",                           /* junk after the digits */
+        "*1\r\n$4x",                               /* ... the line not ended yet */
+        "*1\r\n$999999999999999999\r\n",           /* 18 nines: over max_bulk */
+        "*1\r\n$1234567890123456789012\r\n",       /* 22 digits */
+        "*1\r\n$12345678901234567890123",          /* a line too long, no CR */
+        "*1\r\n$4\r\r\n",                          /* CR CR */
+        "*2\r\n$8\r\nRL.ALLOW\r\n$3\r\nkey\r\n",
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        size_t n = strlen(edges[i]);
+        for (size_t k = 0; k <= n; k++) { /* every prefix: partial lines */
+            agree(edges[i], k, SL_RESP_MAX_BULK);
+            agree(edges[i], k, 3);
+        }
+    }
+    /* generated commands, cut at every length */
+    char buf[512];
+    for (int round = 0; round < 4000; round++) {
+        size_t n = 0;
+        unsigned argc = rndn(5);
+        buf[n++] = '*';
+        n += gen_len(buf + n, rndn(8) ? (long long)argc : (long long)rndn(2000) - 2);
+        n += gen_end(buf + n);
+        for (unsigned a = 0; a < argc; a++) {
+            unsigned alen = rndn(12);
+            buf[n++] = rndn(30) ? '$' : '+';
+            n += gen_len(buf + n, rndn(8) ? (long long)alen : (long long)rndn(40) - 2);
+            n += gen_end(buf + n);
+            for (unsigned j = 0; j < alen; j++) buf[n++] = (char)rnd();
+            n += gen_end(buf + n);
+        }
+        size_t max_bulk = rndn(4) ? SL_RESP_MAX_BULK : rndn(12);
+        for (size_t k = 0; k <= n; k++) agree(buf, k, max_bulk);
+    }
+}
+
+/* The integer writer against printf, over the edges of each digit count
+ * and random values, appended to a buffer that must grow. */
+static void integers_match_printf(void **state)
+{
+    (void)state;
+    long long v[200];
+    size_t nv = 0;
+    long long p = 1;
+    for (int d = 0; d < 19; d++) {
+        if (d > 0) p *= 10; /* 10^d: 10^18 the last */
+        v[nv++] = p - 1;
+        v[nv++] = p;
+        v[nv++] = -p;
+        v[nv++] = 1 - p;
+    }
+    v[nv++] = 9223372036854775807LL;
+    v[nv++] = -9223372036854775807LL - 1;
+    for (int i = 0; i < 100; i++) v[nv++] = (long long)(rnd() >> rndn(64));
+    sl_buf b = {0};
+    char want[64];
+    for (size_t i = 0; i < nv; i++) {
+        size_t at = b.len;
+        sl_resp_int(&b, v[i]);
+        int n = snprintf(want, sizeof want, ":%lld\r\n", v[i]);
+        assert_int_equal(b.len - at, (size_t)n);
+        assert_memory_equal(b.p + at, want, (size_t)n);
+        at = b.len;
+        sl_resp_array(&b, v[i]);
+        want[0] = '*';
+        assert_int_equal(b.len - at, (size_t)n);
+        assert_memory_equal(b.p + at, want, (size_t)n);
+    }
+    free(b.p);
+}
+
+/* RL.ALLOW's reply: the array header and the six fields, as the pieces
+ * would write them, into a buffer with no room left (it grows). */
+static void allow_reply_in_place(void **state)
+{
+    (void)state;
+    sl_result r = {.allowed = 1,
+                   .limit = 1000000000000LL,
+                   .remaining = 99,
+                   .retry_after_ms = -1,
+                   .reset_after_ms = 3599999,
+                   .delay_ms = 0};
+    sl_buf b = {0};
+    sl_buf_add(&b, "x", 1);
+    b.cap = b.len; /* full: the reservation must grow it (realloc keeps the bytes) */
+    sl_resp_fields_array(&b, &r);
+    const char *want = "x*6\r\n:1\r\n:1000000000000\r\n:99\r\n:-1\r\n:3599999\r\n:0\r\n";
+    assert_int_equal(b.len, strlen(want));
+    assert_memory_equal(b.p, want, b.len);
+    b.len = 0;
+    sl_resp_fields(&b, &r);
+    assert_int_equal(b.len, strlen(want) - 5);
+    assert_memory_equal(b.p, want + 5, b.len);
+    free(b.p);
+}
+
+/* sl__resp_same_ci (command names, options) against strncasecmp: bytes of
+ * every value on one side, a NUL-free literal on the other (as arg_is's). */
+static void same_ci_matches_strncasecmp(void **state)
+{
+    (void)state;
+    char a[24], lit[24];
+    for (int round = 0; round < 200000; round++) {
+        size_t n = rndn(20);
+        for (size_t i = 0; i < n; i++) {
+            a[i] = (char)(rndn(3) ? "aZ.-_@[`{09"[rndn(11)] : (int)rnd());
+            int c = (unsigned char)a[i];
+            switch (rndn(4)) { /* the literal: a's byte, its other case, or another */
+            case 0: c = c >= 'a' && c <= 'z' ? c - 32 : c >= 'A' && c <= 'Z' ? c + 32 : c; break;
+            case 1: c = (int)(rnd() & 0xff); break;
+            default: break;
+            }
+            lit[i] = (char)(c == 0 ? 'x' : c);
+        }
+        lit[n] = '\0';
+        int want = strncasecmp(a, lit, n) == 0;
+        if (sl__resp_same_ci(a, lit, n) != want) fail_msg("round %d: same_ci is %d", round, !want);
+    }
+    assert_true(sl__resp_same_ci("RL.ALLOW", "rl.allow", 8));
+    assert_true(sl__resp_same_ci("rL.aLlOw!", "Rl.AlLoW!", 9));
+    assert_false(sl__resp_same_ci("RL\x0e"
+                                  "ALLOW",
+                                  "rl.allow", 8)); /* 0x0e | 0x20 is '.' */
+    assert_false(sl__resp_same_ci("\xc1"
+                                  "BC",
+                                  "\xe1"
+                                  "bc",
+                                  3)); /* not ASCII: no case */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -228,6 +522,10 @@ int main(void)
         cmocka_unit_test(binary_arguments), cmocka_unit_test(one_byte_at_a_time),
         cmocka_unit_test(protocol_errors),  cmocka_unit_test(empty_and_null_multibulk),
         cmocka_unit_test(writers_resp2),    cmocka_unit_test(writers_resp3),
+        cmocka_unit_test(length_lines_match_reference),
+        cmocka_unit_test(integers_match_printf),
+        cmocka_unit_test(allow_reply_in_place),
+        cmocka_unit_test(same_ci_matches_strncasecmp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -72,4 +72,9 @@ int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, 
  * input in messages (other bytes become '?', a cut is marked "..."). */
 const char *sl__quote(char *dst, size_t cap, const char *s, size_t n);
 
+/* The full parsers behind sl_int_parse and sl_duration_parse's fast paths
+ * (params.c): the same answers for every input; for tests. */
+int sl__int_parse_full(const char *s, size_t len, int64_t max, int64_t *out);
+int sl__duration_parse_full(const char *s, size_t len, int64_t *ms);
+
 #endif

@@ -88,7 +88,12 @@ int sl_params_check(const sl_params *p)
     return SL_OK;
 }
 
-int sl_int_parse(const char *s, size_t len, int64_t max, int64_t *out)
+/* sl_int_parse and sl_duration_parse each have a fast path for what
+ * requests carry (a few digits, maybe one unit) that gives exactly the full
+ * parser's value and error, and leave the rest to the full parser, which
+ * is the reference the fast path is tested against (tests/test_params.c). */
+
+int sl__int_parse_full(const char *s, size_t len, int64_t max, int64_t *out)
 {
     if (len == 0 || len > 19) return SL_EINVAL;
     int64_t v = 0;
@@ -105,7 +110,24 @@ int sl_int_parse(const char *s, size_t len, int64_t max, int64_t *out)
     return 0;
 }
 
-int sl_duration_parse(const char *s, size_t len, int64_t *ms)
+/* Fast path: up to 18 digits cannot overflow (< 10^18), and a value's
+ * prefixes are never above it, so "the value is at most max" is the full
+ * parser's every-prefix test. */
+int sl_int_parse(const char *s, size_t len, int64_t max, int64_t *out)
+{
+    if (len == 0 || len > 18) return sl__int_parse_full(s, len, max, out);
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned d = (unsigned char)s[i] - '0';
+        if (d > 9) return SL_EINVAL;
+        v = v * 10 + (int64_t)d;
+    }
+    if (v > max) return SL_EINVAL;
+    *out = v;
+    return 0;
+}
+
+int sl__duration_parse_full(const char *s, size_t len, int64_t *ms)
 {
     static const struct {
         const char *unit;
@@ -117,7 +139,7 @@ int sl_duration_parse(const char *s, size_t len, int64_t *ms)
     size_t n = 0;
     while (n < len && s[n] >= '0' && s[n] <= '9') n++;
     int64_t v, mult = 0;
-    if (n == 0 || sl_int_parse(s, n, SL_MAX_WINDOW_MS, &v) != 0) return SL_EWINDOW;
+    if (n == 0 || sl__int_parse_full(s, n, SL_MAX_WINDOW_MS, &v) != 0) return SL_EWINDOW;
     if (n == len) {
         mult = 1;
     } else {
@@ -127,6 +149,40 @@ int sl_duration_parse(const char *s, size_t len, int64_t *ms)
         }
     }
     if (mult == 0 || v < 1 || v > SL_MAX_WINDOW_MS / mult) return SL_EWINDOW;
+    *ms = v * mult;
+    return 0;
+}
+
+/* Fast path: 1 to 18 digits (no overflow) and nothing, one unit letter or
+ * "ms" after them -- the full parser's units, case and all; every failure
+ * is SL_EWINDOW there too.  More digits: the full parser. */
+int sl_duration_parse(const char *s, size_t len, int64_t *ms)
+{
+    size_t n = 0, lim = len < 18 ? len : 18;
+    int64_t v = 0, mult = 0;
+    unsigned d;
+    while (n < lim && (d = (unsigned)(unsigned char)s[n] - '0') <= 9) {
+        v = v * 10 + (int64_t)d;
+        n++;
+    }
+    if (n == 18 && len > 18 && (unsigned)(unsigned char)s[18] - '0' <= 9)
+        return sl__duration_parse_full(s, len, ms);
+    if (n == len) {
+        mult = 1;
+    } else if (len - n == 1) {
+        switch (s[n]) {
+        case 's': mult = 1000; break;
+        case 'm': mult = 60000; break;
+        case 'h': mult = 3600000; break;
+        case 'd': mult = 86400000; break;
+        case 'w': mult = 604800000; break;
+        case 'y': mult = 31557600000LL; break;
+        default: break;
+        }
+    } else if (len - n == 2 && s[n] == 'm' && s[n + 1] == 's') {
+        mult = 1;
+    }
+    if (n == 0 || mult == 0 || v < 1 || v > SL_MAX_WINDOW_MS / mult) return SL_EWINDOW;
     *ms = v * mult;
     return 0;
 }

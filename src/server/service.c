@@ -297,15 +297,15 @@ static void done_many(sl_breq *b)
         int64_t ns = sl__mono_ns() - t0;
         for (unsigned k = 0; k < timed_n; k++) sl_stats_latency(x->st, ns);
     }
+    sl_svc_reply r;
+    memset(&r, 0, sizeof r); /* once: each call sets rc, err and result */
     for (size_t i = 0; i < n; i++) {
         const sl_call *c = &calls[i];
-        sl_svc_reply r;
-        memset(&r, 0, sizeof r);
         r.rc = rcs[i];
         r.err = r.rc < 0 ? sl_strerror(r.rc) : "";
+        r.result = r.rc == 0 ? res[i] : (sl_result){0};
         if (r.rc == 0) {
             sl_algo a = c->params->algo;
-            r.result = res[i];
             sl_stat_inc(&x->st->decisions[a], 1);
             sl_stat_inc(res[i].allowed ? &x->st->allowed[a] : &x->st->denied[a], 1);
             sl_stats_decided(x->st, front, res[i].allowed);

@@ -68,6 +68,9 @@ void sl_resp_err(struct sl_buf *b, const char *msg);
 /* The six fields of SPEC section 3, as six integers (no array header):
  * the same in both protocols. */
 void sl_resp_fields(struct sl_buf *b, const sl_result *r);
+/* RL.ALLOW's reply: "*6", then sl_resp_fields's six, written at once (one
+ * capacity check, no copy). */
+void sl_resp_fields_array(struct sl_buf *b, const sl_result *r);
 
 /* RESP3 types, with their RESP2 form (what Redis sends a RESP2 client):
  *   null          _            $-1 (a null bulk string)

@@ -178,9 +178,7 @@ static void on_fields(void *arg, const sl_svc_reply *r)
         slot_err(x, s, r->err);
         return;
     }
-    sl_buf *b = sl_slot_buf(s);
-    sl_resp_raw(b, "*6\r\n");
-    sl_resp_fields(b, &r->result);
+    sl_resp_fields_array(sl_slot_buf(s), &r->result);
     sl_slot_done(s);
 }
 
@@ -339,7 +337,7 @@ static void allow_hold(req *q)
                              .keylen = key->len,
                              .now_ms = r.has_at ? r.at : q->now,
                              .cost = r.cost};
-    if (sc->n >= sl_svc_many_max(q->x)) run_flush(q->c);
+    if (sc->n >= SL_SVC_MANY) run_flush(q->c); /* sl_svc_many_max: joins_run checked it */
 }
 
 static void cmd_allow(req *q) { decide(q, 1); }
@@ -1280,6 +1278,7 @@ typedef struct subcommand {
 
 typedef struct command {
     const char *name; /* lower case, as COMMAND lists it */
+    size_t namelen;   /* strlen(name): lookup compares lengths first */
     int arity;        /* Redis's convention: N exactly, -N at least N (the name counts) */
     int first_key;    /* for COMMAND: position of the key, 0 = none */
     unsigned flags;   /* F_* */
@@ -1288,41 +1287,47 @@ typedef struct command {
     const subcommand *subs; /* argv[1] values with a group of their own; NULL-ended */
 } command;
 
+#define N(name) name, sizeof(name) - 1 /* a command's name and namelen */
+
 static const subcommand rules_subs[] = {{"reload", G_ADMIN}, {NULL, 0}};
 
 static const command commands[] = {
-    {"rl.allow", -4, 1, 0, G_DECIDE, cmd_allow, NULL},
-    {"rl.peek", -4, 1, 0, G_READ, cmd_peek, NULL},
-    {"rl.reset", -2, 1, 0, G_ADMIN, cmd_reset, NULL},
-    {"rl.check", -5, 0, 0, G_DECIDE, cmd_check, NULL},
-    {"rl.wait", -6, 1, 0, G_DECIDE, cmd_wait, NULL},
-    {"rl.acquire", -3, 1, 0, G_DECIDE, cmd_acquire, NULL}, /* SPEC 10: holds */
-    {"rl.release", 3, 1, 0, G_DECIDE, cmd_release, NULL},
-    {"rl.reserve", -6, 1, 0, G_DECIDE, cmd_reserve, NULL},
-    {"rl.settle", 4, 1, 0, G_DECIDE, cmd_settle, NULL},
-    {"rl.rules", -1, 0, 0, G_READ, cmd_rules, rules_subs},
-    {"ping", -1, 0, 0, 0, cmd_ping, NULL},
-    {"echo", 2, 0, 0, 0, cmd_echo, NULL},
-    {"quit", -1, 0, F_CLOSE | F_NOAUTH | F_NOQUEUE, 0, cmd_quit, NULL},
-    {"info", -1, 0, 0, G_READ, sl__resp_cmd_info, NULL},
-    {"command", -1, 0, 0, G_READ, cmd_command, NULL},
-    {"hello", -1, 0, F_NOAUTH, 0, cmd_hello, NULL},
-    {"auth", -2, 0, F_NOAUTH, 0, cmd_auth, NULL},
-    {"client", -2, 0, 0, 0, cmd_client, NULL},
-    {"select", 2, 0, 0, 0, cmd_select, NULL},
-    {"config", -2, 0, 0, 0, cmd_config, NULL},
-    {"multi", 1, 0, F_NOQUEUE, 0, cmd_multi, NULL},
-    {"exec", 1, 0, F_NOQUEUE, 0, cmd_exec, NULL},
-    {"discard", 1, 0, F_NOQUEUE, 0, cmd_discard, NULL},
-    {"watch", -2, 0, F_NOQUEUE, 0, cmd_watch, NULL},
-    {"unwatch", 1, 0, 0, 0, cmd_unwatch, NULL},
+    {N("rl.allow"), -4, 1, 0, G_DECIDE, cmd_allow, NULL},
+    {N("rl.peek"), -4, 1, 0, G_READ, cmd_peek, NULL},
+    {N("rl.reset"), -2, 1, 0, G_ADMIN, cmd_reset, NULL},
+    {N("rl.check"), -5, 0, 0, G_DECIDE, cmd_check, NULL},
+    {N("rl.wait"), -6, 1, 0, G_DECIDE, cmd_wait, NULL},
+    {N("rl.acquire"), -3, 1, 0, G_DECIDE, cmd_acquire, NULL}, /* SPEC 10: holds */
+    {N("rl.release"), 3, 1, 0, G_DECIDE, cmd_release, NULL},
+    {N("rl.reserve"), -6, 1, 0, G_DECIDE, cmd_reserve, NULL},
+    {N("rl.settle"), 4, 1, 0, G_DECIDE, cmd_settle, NULL},
+    {N("rl.rules"), -1, 0, 0, G_READ, cmd_rules, rules_subs},
+    {N("ping"), -1, 0, 0, 0, cmd_ping, NULL},
+    {N("echo"), 2, 0, 0, 0, cmd_echo, NULL},
+    {N("quit"), -1, 0, F_CLOSE | F_NOAUTH | F_NOQUEUE, 0, cmd_quit, NULL},
+    {N("info"), -1, 0, 0, G_READ, sl__resp_cmd_info, NULL},
+    {N("command"), -1, 0, 0, G_READ, cmd_command, NULL},
+    {N("hello"), -1, 0, F_NOAUTH, 0, cmd_hello, NULL},
+    {N("auth"), -2, 0, F_NOAUTH, 0, cmd_auth, NULL},
+    {N("client"), -2, 0, 0, 0, cmd_client, NULL},
+    {N("select"), 2, 0, 0, 0, cmd_select, NULL},
+    {N("config"), -2, 0, 0, 0, cmd_config, NULL},
+    {N("multi"), 1, 0, F_NOQUEUE, 0, cmd_multi, NULL},
+    {N("exec"), 1, 0, F_NOQUEUE, 0, cmd_exec, NULL},
+    {N("discard"), 1, 0, F_NOQUEUE, 0, cmd_discard, NULL},
+    {N("watch"), -2, 0, F_NOQUEUE, 0, cmd_watch, NULL},
+    {N("unwatch"), 1, 0, 0, 0, cmd_unwatch, NULL},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
+/* The command named name, in any case; NULL if none.  Lengths first, then
+ * the bytes (sl__resp_same_ci): no libc call for the common commands. */
 static const command *lookup(const sl_resp_arg *name)
 {
     for (size_t k = 0; k < NCOMMANDS; k++)
-        if (arg_is(name, commands[k].name)) return &commands[k];
+        if (commands[k].namelen == name->len &&
+            sl__resp_same_ci(name->p, commands[k].name, name->len))
+            return &commands[k];
     return NULL;
 }
 

@@ -11,20 +11,76 @@
 
 void sl_resp_raw(sl_buf *b, const char *s) { sl_buf_add(b, s, strlen(s)); }
 
-/* A type byte, an integer, CRLF: ":<v>\r\n", "*<n>\r\n", "$<n>\r\n". */
+/* "00".."99": two digits a step, half the divisions. */
+static const char pairs[201] = "00010203040506070809101112131415161718192021222324"
+                               "25262728293031323334353637383940414243444546474849"
+                               "50515253545556575859606162636465666768697071727374"
+                               "75767778798081828384858687888990919293949596979899";
+
+#define NUM_LEN 23 /* the longest num(): type, '-', 19 digits, CRLF */
+
+/* How many decimal digits u has: four at a step, comparisons in between. */
+static unsigned ndigits(unsigned long long u)
+{
+    unsigned n = 1;
+    for (;;) {
+        if (u < 10) return n;
+        if (u < 100) return n + 1;
+        if (u < 1000) return n + 2;
+        if (u < 10000) return n + 3;
+        u /= 10000;
+        n += 4;
+    }
+}
+
+/* u's digits at d; returns the end. */
+static char *put_digits(char *d, unsigned long long u)
+{
+    char *e = d + ndigits(u), *p = e;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        p -= 2;
+        p[0] = pairs[2 * r];
+        p[1] = pairs[2 * r + 1];
+    }
+    if (u >= 10) {
+        p[-2] = pairs[2 * u];
+        p[-1] = pairs[2 * u + 1];
+    } else {
+        p[-1] = (char)('0' + u);
+    }
+    return e;
+}
+
+/* Writes a type byte, v, CRLF (":<v>\r\n", "*<n>\r\n", "$<n>\r\n") at d,
+ * which has room for NUM_LEN bytes; returns the end.  Inline for the
+ * values most replies carry (0 to 99), a call for the others. */
+static inline char *put_num(char *d, char type, long long v)
+{
+    *d++ = type;
+    if (v >= 0 && v < 10) {
+        *d++ = (char)('0' + v);
+    } else if (v >= 10 && v < 100) {
+        d[0] = pairs[2 * v];
+        d[1] = pairs[2 * v + 1];
+        d += 2;
+    } else if (v >= 0) {
+        d = put_digits(d, (unsigned long long)v);
+    } else {
+        *d++ = '-';
+        d = put_digits(d, 0ULL - (unsigned long long)v);
+    }
+    d[0] = '\r';
+    d[1] = '\n';
+    return d + 2;
+}
+
+/* One put_num appended to b: one capacity check.  Out of memory: b as it was. */
 static void num(sl_buf *b, char type, long long v)
 {
-    char tmp[32], *e = tmp + sizeof tmp, *p = e;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    *--p = '\n';
-    *--p = '\r';
-    do {
-        *--p = (char)('0' + u % 10);
-        u /= 10;
-    } while (u);
-    if (v < 0) *--p = '-';
-    *--p = type;
-    sl_buf_add(b, p, (size_t)(e - p));
+    if (sl_buf_reserve(b, NUM_LEN) != 0) return;
+    b->len = (size_t)(put_num(b->p + b->len, type, v) - b->p);
 }
 
 void sl_resp_int(sl_buf *b, long long v) { num(b, ':', v); }
@@ -32,9 +88,12 @@ void sl_resp_array(sl_buf *b, long long n) { num(b, '*', n); }
 
 void sl_resp_bulk(sl_buf *b, const char *s, size_t n)
 {
-    num(b, '$', (long long)n);
-    sl_buf_add(b, s, n);
-    sl_buf_add(b, "\r\n", 2);
+    if (sl_buf_reserve(b, NUM_LEN + n + 2) != 0) return;
+    char *d = put_num(b->p + b->len, '$', (long long)n);
+    if (n > 0) memcpy(d, s, n);
+    d[n] = '\r';
+    d[n + 1] = '\n';
+    b->len = (size_t)(d + n + 2 - b->p);
 }
 
 void sl_resp_bulk_str(sl_buf *b, const char *s) { sl_resp_bulk(b, s, strlen(s)); }
@@ -53,14 +112,29 @@ void sl_resp_err(sl_buf *b, const char *msg)
     sl_buf_add(b, "\r\n", 2);
 }
 
+/* The six fields at d, which has room for 6 * NUM_LEN bytes; returns the end. */
+static inline char *put_fields(char *d, const sl_result *r)
+{
+    d = put_num(d, ':', r->allowed);
+    d = put_num(d, ':', r->limit);
+    d = put_num(d, ':', r->remaining);
+    d = put_num(d, ':', r->retry_after_ms);
+    d = put_num(d, ':', r->reset_after_ms);
+    return put_num(d, ':', r->delay_ms);
+}
+
 void sl_resp_fields(sl_buf *b, const sl_result *r)
 {
-    num(b, ':', r->allowed);
-    num(b, ':', r->limit);
-    num(b, ':', r->remaining);
-    num(b, ':', r->retry_after_ms);
-    num(b, ':', r->reset_after_ms);
-    num(b, ':', r->delay_ms);
+    if (sl_buf_reserve(b, 6 * NUM_LEN) != 0) return;
+    b->len = (size_t)(put_fields(b->p + b->len, r) - b->p);
+}
+
+void sl_resp_fields_array(sl_buf *b, const sl_result *r)
+{
+    if (sl_buf_reserve(b, 4 + 6 * NUM_LEN) != 0) return;
+    char *d = b->p + b->len;
+    memcpy(d, "*6\r\n", 4);
+    b->len = (size_t)(put_fields(d + 4, r) - b->p);
 }
 
 /* ---- RESP3 ------------------------------------------------------------------ */
