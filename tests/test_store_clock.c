@@ -4,9 +4,10 @@
  *
  * The guard for a record header that keeps the clock in fewer than 64 bits
  * (docs/store.md, "An 8-byte record header"): every store here has one
- * shard, so all its keys share whatever epoch the shard keeps.  Today's
- * 64-bit clock passes; branch hdr8's prototype (one 32-bit window of
- * ~49.7 days) stops the process here.
+ * shard, so all its keys share whatever epoch the shard keeps.  The
+ * 64-bit clock passed; hdr8's prototype (one 32-bit window of ~49.7 days)
+ * stopped the process here; the 8-byte header as built (a window per
+ * shard that moves, wide records outside it) passes.
  */
 #include <setjmp.h>
 #include <stdarg.h>

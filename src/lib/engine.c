@@ -593,7 +593,8 @@ void sl__norm_from(sl__norm *n, const sl_params *p)
 
 uint64_t sl__state_max(const sl__norm *n)
 {
-    uint64_t rec = SL__REC_HDR + SL_MAX_KEY + sl__state_len(n) + 1;
+    /* the header, a wide clock's room (store.h), the longest key, the state */
+    uint64_t rec = SL__REC_HDR + SL__CLOCK_WIDE_BYTES + SL_MAX_KEY + sl__state_len(n) + 1;
     if (n->algo != SL_SLIDING_LOG) return rec;
     /* Entries: at most L, or L + 1 kept by log-rejected, plus the one being
      * appended.  A time gap is below W, its varint (of 2 * gap + 1) at most

@@ -6,6 +6,7 @@
  * older than the key's latest time is decided at that time), and lets the
  * engine decide.  Bad input is refused before any state is touched.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,20 +100,68 @@ static inline int quick_ok(sl_algo a)
 
 /* Decides on the record *rp of (a = n->algo, key) -- NULL if the key has none
  * -- which the caller holds, with the shard lock held; sh is NULL on the
- * quick way (an existing record, quick_ok).  *mp is the record's meta as
+ * quick way (an existing record, quick_ok; clock_q its clock, from
+ * sl__grabbed_clock).  *mp is the record's meta as
  * the holder knows it (sl__engine_decide).  On return *rp is the key's
  * record, still held, or NULL, and *mp its meta.  commit = 0 answers
- * without changing anything. */
-SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
-                               const sl__norm *n, sl_algo a, const void *key, size_t klen,
-                               int64_t now, int64_t cost, int commit, sl_result *out)
+ * without changing anything.
+ *
+ * The clock (store.h, "The clock"), by `way`, a constant in each copy:
+ * WAY_QUICK (sh NULL: sl__grabbed_clock made the test) and WAY_NEAR (an
+ * existing record whose t = max(now, clock) passes sl__clock_quick_q, t
+ * <= Q, which no wide record does) write t as low bits alone; anything
+ * else (a fresh key, a wide record, a time past Q) goes to decide_far, out
+ * of line: WAY_FAR reads the whole clock, makes room for t first and writes
+ * it with sl__rec_set_clock.  So the hot copies keep no flag across the
+ * engine.  WAY_HOT is WAY_NEAR for decide_hashed: where WAY_NEAR calls
+ * decide_far it returns GO_FAR instead, and decide_hashed calls
+ * decide_far_done, so that the hot copy passes the addresses of its
+ * record and meta to no function it does not inline (they stay in
+ * registers, not reloaded after the engine: ~3 instructions a decision). */
+enum { WAY_NEAR, WAY_FAR, WAY_QUICK, WAY_HOT };
+#define GO_FAR INT_MIN /* no sl_* code: WAY_HOT's "take decide_far" */
+SL__HOT_INLINE int decide_held_as(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                                  const sl__norm *n, sl_algo a, const void *key, size_t klen,
+                                  int64_t now, int64_t clock_q, int64_t cost, int commit,
+                                  sl_result *out, int way);
+
+static __attribute__((noinline)) int decide_far(sl__shard *sh, uint64_t h, uint8_t **rp,
+                                                uint16_t *mp, const sl__norm *n, sl_algo a,
+                                                const void *key, size_t klen, int64_t now,
+                                                int64_t cost, int commit, sl_result *out)
+{
+    return decide_held_as(sh, h, rp, mp, n, a, key, klen, now, 0, cost, commit, out, WAY_FAR);
+}
+
+SL__HOT_INLINE int decide_held_as(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                                  const sl__norm *n, sl_algo a, const void *key, size_t klen,
+                                  int64_t now, int64_t clock_q, int64_t cost, int commit,
+                                  sl_result *out, int way)
 {
     int rc;
     uint8_t *r = *rp;
     int fresh = r == NULL;
-    int64_t clock_old = r ? sl__rec_clock(r) : now;
+    int64_t clock_old;
+    if (way == WAY_QUICK)
+        clock_old = clock_q;
+    else if (way == WAY_FAR)
+        clock_old = fresh ? now : sl__rec_clock(sh, r);
+    else {
+        if (__builtin_expect(fresh, 0))
+            return way == WAY_HOT ? GO_FAR
+                                  : decide_far(sh, h, rp, mp, n, a, key, klen, now, cost, commit, out);
+        /* a wide record's word decodes to the window's top, above Q */
+        clock_old = sl__clock_in(sl__shard_epoch(sh), sl__ld32(r + 4));
+        if (__builtin_expect(
+                !sl__clock_quick_q(sl__shard_quick_max(sh), now > clock_old ? now : clock_old), 0))
+            return way == WAY_HOT ? GO_FAR
+                                  : decide_far(sh, h, rp, mp, n, a, key, klen, now, cost, commit, out);
+    }
     int64_t t = now > clock_old ? now : clock_old;
-
+    if (way == WAY_FAR && commit && !fresh) { /* room for the clock t (store.h) */
+        if ((rc = sl__shard_clock_slow(sh, h, rp, t)) != 0) return rc;
+        r = *rp;
+    }
     if (fresh && commit) {
         r = sl__shard_insert(sh, h, n->kind, key, klen, sl__state_len(n), now);
         if (r == NULL) return sl__shard_fail(sh);
@@ -134,11 +183,36 @@ SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t
         return rc;
     }
     if (commit) { /* what the store reads to choose what to drop (store.h) */
-        sl__rec_set_clock(r, t);
+        if (way == WAY_FAR) /* a fresh record's insert may have made it wide */
+            sl__rec_set_clock(sh, r, t);
+        else
+            sl__rec_set_clock_lo(r, t); /* t <= Q: narrow, in the window (store.h) */
         sl__rec_set_reset(r, out->reset_after_ms);
         sl__rec_mark_limit(r, mp, !out->allowed || out->remaining == 0);
     }
     return 0;
+}
+
+SL__HOT_INLINE int decide_held(sl__shard *sh, uint64_t h, uint8_t **rp, uint16_t *mp,
+                               const sl__norm *n, sl_algo a, const void *key, size_t klen,
+                               int64_t now, int64_t clock_q, int64_t cost, int commit,
+                               sl_result *out)
+{
+    return decide_held_as(sh, h, rp, mp, n, a, key, klen, now, clock_q, cost, commit, out,
+                          sh == NULL ? WAY_QUICK : WAY_NEAR);
+}
+
+/* decide_far on record r (meta m, or NULL), then lets r and the shard go:
+ * decide_hashed's way out of line (WAY_HOT). */
+static __attribute__((noinline)) int decide_far_done(sl__shard *sh, uint64_t h, uint8_t *r,
+                                                     uint16_t m, const sl__norm *n, sl_algo a,
+                                                     const void *key, size_t klen, int64_t now,
+                                                     int64_t cost, int commit, sl_result *out)
+{
+    int rc = decide_far(sh, h, &r, &m, n, a, key, klen, now, cost, commit, out);
+    if (r != NULL) sl__rec_release(r, m);
+    sl__shard_unlock(sh);
+    return rc;
 }
 
 /* One decision on a checked request: the quick way when it applies and
@@ -150,23 +224,39 @@ SL__HOT_INLINE int decide_hashed(sl_store *s, const sl__norm *n, sl_algo a, cons
                                  int commit, sl_result *out)
 {
     int rc;
-    uint8_t *r = NULL;
-    uint16_t m = 0;
-    sl__shard *sh;
     if (quick_ok(a) && sl__store_quick(s)) {
-        r = hashed ? sl__store_grab(s, n->kind, key, klen, h, &m)
-                   : sl__store_grab_key(s, n->kind, key, klen, &h, &m);
-        if (r != NULL) {
-            rc = decide_held(NULL, h, &r, &m, n, a, key, klen, now, cost, commit, out);
-            sl__rec_release(r, m); /* quick_ok: never moved nor removed */
-            return rc;
+        uint16_t gm = 0; /* grab writes it: a variable of its own, not the sure way's */
+        sl__grabbed g = hashed ? sl__store_grab(s, n->kind, key, klen, h, &gm)
+                               : sl__store_grab_key(s, n->kind, key, klen, &h, &gm);
+        if (g.rec != NULL) {
+            int64_t c;
+            if (__builtin_expect(sl__grabbed_clock(g, now, &c), 1)) {
+                uint8_t *r = g.rec;
+                rc = decide_held_as(NULL, h, &r, &gm, n, a, key, klen, now, c, cost, commit, out,
+                                    WAY_QUICK);
+                sl__rec_release(r, gm); /* quick_ok: never moved nor removed */
+                return rc;
+            }
+            sl__rec_release(g.rec, gm); /* the sure way makes room for the clock */
         }
         hashed = 1; /* grab computed h */
     }
-    r = hashed ? sl__store_lookup_hashed(s, n->kind, key, klen, h, &sh)
-               : sl__store_lookup(s, n->kind, key, klen, &sh, &h);
-    if (r != NULL) m = sl__rec_meta(r);
-    rc = decide_held(sh, h, &r, &m, n, a, key, klen, now, cost, commit, out);
+    /* r, m and sh: their addresses go to no out-of-line call (registers) */
+    uint8_t *r;
+    sl__shard *sh;
+    if (hashed) {
+        sl__shard *hs;
+        r = sl__store_lookup_hashed(s, n->kind, key, klen, h, &hs);
+        sh = hs;
+    } else {
+        sl__found f = sl__store_lookup_pair(s, n->kind, key, klen, &h);
+        r = f.rec;
+        sh = f.sh;
+    }
+    uint16_t m = r != NULL ? sl__rec_meta(r) : 0;
+    rc = decide_held_as(sh, h, &r, &m, n, a, key, klen, now, 0, cost, commit, out, WAY_HOT);
+    if (__builtin_expect(rc == GO_FAR, 0))
+        return decide_far_done(sh, h, r, m, n, a, key, klen, now, cost, commit, out);
     if (r != NULL) sl__rec_release(r, m); /* m: held or not (sl__store_lookup) */
     sl__shard_unlock(sh);
     return rc;
@@ -271,10 +361,15 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
     }
     int rc = 0, all = 1;
     for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
+        for (size_t i = 0; i < n && rc == 0 && pass == 1; i++) /* before any is charged */
+            if (rec[i] != NULL) {
+                int64_t c = sl__rec_clock(sh[i], rec[i]);
+                rc = sl__shard_clock_room(sh[i], h[i], &rec[i], now_ms > c ? now_ms : c);
+            }
         for (size_t i = 0; i < n && rc == 0; i++) {
             const sl_request *q = &reqs[i];
             rc = decide_held(sh[i], h[i], &rec[i], &meta[i], &norm[i], norm[i].algo, q->key,
-                             q->keylen, now_ms, q->cost, (int)pass, &out[i]);
+                             q->keylen, now_ms, 0, q->cost, (int)pass, &out[i]);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
         if (!all) break; /* a denial: nothing is charged */
@@ -303,7 +398,7 @@ int sl__lone_decide(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
     sl__lone_hold(sh, r, &n, now_ms, &keep);
     uint16_t m = r ? sl__rec_meta(r) : 0;
     if (r == NULL && commit) sl__shard_loose_room(sh, room, SL__LONE_ROOM); /* for the insert */
-    rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, cost, commit, out);
+    rc = decide_held(sh, 0, &r, &m, &n, n.algo, "", 1, now_ms, 0, cost, commit, out);
     sl__shard_loose_room(sh, NULL, 0);
     if (r != NULL) sl__rec_release(r, m);
     sl__lone_unhold(r, &keep, commit && rc == 0);
@@ -346,7 +441,7 @@ int sl__lone_decide_all(sl__shard *sh, const sl__lone_req *reqs, size_t n, int64
     for (int pass = 0; pass < 2 && rc == 0; pass++) {
         for (i = 0; i < n && rc == 0; i++) {
             if (pass == 1 && rec[i] == NULL) sl__shard_loose_room(sh, reqs[i].room, SL__LONE_ROOM);
-            rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms,
+            rc = decide_held(sh, 0, &rec[i], &meta[i], &norm[i], norm[i].algo, "", 1, now_ms, 0,
                              reqs[i].cost, pass, &out[i]);
             sl__shard_loose_room(sh, NULL, 0);
             if (pass == 0 && !out[i].allowed) all = 0;

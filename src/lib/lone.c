@@ -93,7 +93,7 @@ void sl__lone_hold(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t now_ms,
     tail z;
     tail_read(p, &z);
     if (z.o0 == 0 && z.o1 == 0) return; /* nothing out: the plain decision */
-    int64_t clock = sl__rec_clock(r), t = now_ms > clock ? now_ms : clock;
+    int64_t clock = sl__loose_clock(r), t = now_ms > clock ? now_ms : clock;
     tail_at(&z, t);
     k->tail = p;
     k->clock = clock;
@@ -106,7 +106,7 @@ void sl__lone_hold(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t now_ms,
     uint16_t meta = sl__rec_meta(r);
     sl__engine_bucket_hold(r, &meta, n, clock, t, z.o0 + z.o1);
     sl__rec_release(r, meta);
-    sl__rec_set_clock(r, t);
+    sl__loose_set_clock(r, t);
 }
 
 void sl__lone_unhold(uint8_t *r, const sl__lone_keep *k, int committed)
@@ -118,7 +118,7 @@ void sl__lone_unhold(uint8_t *r, const sl__lone_keep *k, int committed)
         return;
     }
     memcpy(sl__rec_state(r), k->st, BUCKET_ST);
-    sl__rec_set_clock(r, k->clock);
+    sl__loose_set_clock(r, k->clock);
     sl__rec_set_flags(r, k->flags);
 }
 
@@ -172,7 +172,7 @@ int sl__lone_lease_take(sl__shard *sh, uint8_t **rec, const sl_params *p, int64_
         else
             x = 0; /* cannot be: x is at most half of what is left */
     }
-    int64_t t = sl__rec_clock(r); /* the decisions' time */
+    int64_t t = sl__loose_clock(r); /* the decisions' time */
     if (is_bucket((unsigned)p->algo)) {
         tail z = {sl__fdiv(t, SL__LEASE_EPOCH_MS), 0, 0};
         uint8_t *tp = tail_of(sh, r);
@@ -214,7 +214,7 @@ int sl__lone_lease_return(sl__shard *sh, uint8_t **rec, const sl_params *p, int6
         if ((rc = sl__lone_decide(sh, rec, NULL, p, now_ms, 0, 1, &o)) != 0) return rc;
         r = *rec;
         const uint8_t *st = sl__rec_state(r);
-        int64_t b = sl__fdiv(sl__rec_clock(r), g), P = sl__ld16(st);
+        int64_t b = sl__fdiv(sl__loose_clock(r), g), P = sl__ld16(st);
         if (tag <= b - P || tag > b) return 0; /* slid out: counted spent */
         uint64_t before = sl__ld64(st + 3);
         if (back > 0 && (rc = sl__lone_refund(p, r, now_ms, tag * g, back)) != 0) return rc;
@@ -224,7 +224,7 @@ int sl__lone_lease_return(sl__shard *sh, uint8_t **rec, const sl_params *p, int6
     if (!is_bucket((unsigned)p->algo)) {
         /* the window's count, in window tag only (not the one after: a
          * sliding window's previous count stays as it was) */
-        int64_t W = p->window_ms, clock = sl__rec_clock(r);
+        int64_t W = p->window_ms, clock = sl__loose_clock(r);
         int64_t t = now_ms > clock ? now_ms : clock;
         if (sl__fdiv(t, W) != tag || sl__fdiv(clock, W) != tag) return 0;
         int64_t count = (int64_t)sl__ld40(sl__rec_state(r));
@@ -242,7 +242,7 @@ int sl__lone_lease_return(sl__shard *sh, uint8_t **rec, const sl_params *p, int6
     uint8_t *tp = tail_of(sh, r);
     tail z;
     tail_read(tp, &z);
-    tail_at(&z, sl__rec_clock(r));
+    tail_at(&z, sl__loose_clock(r));
     int64_t *o_k = tag == z.e ? &z.o0 : tag == z.e - 1 ? &z.o1 : NULL;
     if (o_k == NULL) return 0; /* settled: counted spent */
     int64_t tk = taken < *o_k ? taken : *o_k, b = back < tk ? back : tk;
@@ -274,8 +274,8 @@ void sl__lone_free(sl__shard *sh, uint8_t *rec)
 }
 
 sl_algo sl__lone_algo(const uint8_t *rec) { return (sl_algo)sl__rec_algo(rec); }
-int64_t sl__lone_clock(const uint8_t *rec) { return sl__rec_clock(rec); }
-int64_t sl__lone_reset_at(const uint8_t *rec) { return sl__rec_reset_at(rec); }
+int64_t sl__lone_clock(const uint8_t *rec) { return sl__loose_clock(rec); }
+int64_t sl__lone_reset_at(const uint8_t *rec) { return sl__loose_reset_at(rec); }
 
 uint8_t *sl__lone_roomed(const void *room) { return sl__shard_loose_roomed(room); }
 
@@ -288,8 +288,8 @@ int sl__lone_stays(unsigned algo)
     p.window_ms = 1000;
     sl__norm n;
     sl__norm_from(&n, &p); /* the other algorithms' state has one size */
-    /* the loose record's word, its header, the one-byte key, the state */
-    return sizeof(size_t) + SL__REC_HDR + 1 + sl__state_len(&n) <= SL__LONE_ROOM;
+    /* the loose record's clock and word, its header, the one-byte key, the state */
+    return SL__LOOSE_PREFIX + SL__REC_HDR + 1 + sl__state_len(&n) <= SL__LONE_ROOM;
 }
 
 size_t sl__lone_bytes(const uint8_t *rec)
@@ -298,7 +298,7 @@ size_t sl__lone_bytes(const uint8_t *rec)
      * at its capacity */
     size_t n = sl__shard_loose_lent(rec)
                    ? 0
-                   : sizeof(size_t) + SL__REC_HDR + sl__rec_klen(rec) + sl__state_dump_len(rec);
+                   : SL__LOOSE_PREFIX + SL__REC_HDR + sl__rec_klen(rec) + sl__state_dump_len(rec);
     if (sl__rec_has_ext(rec)) n += sl__ld32(rec + SL__REC_HDR + sl__rec_klen(rec) + 8);
     return n;
 }
@@ -311,7 +311,8 @@ size_t sl__lone_dump_len(const sl__shard *sh, const uint8_t *rec)
 void sl__lone_dump(const sl__shard *sh, const uint8_t *rec, uint8_t *dst)
 {
     sl__st16(dst, (uint16_t)(sl__rec_flags(rec) & ~SL__REC_SPACE));
-    memcpy(dst + 2, rec + 2, 10); /* reset code, clock */
+    sl__st16(dst + 2, sl__ld16(rec + 2));            /* reset code */
+    sl__st64(dst + 4, (uint64_t)sl__loose_clock(rec)); /* clock */
     sl__state_dump(rec, dst + LONE_HDR);
     if (tail_out(sh, rec))
         memcpy(dst + LONE_HDR + sl__state_dump_len(rec), tail_of(sh, rec), SL__LONE_TAIL);
@@ -361,12 +362,12 @@ int sl__lone_refund(const sl_params *p, uint8_t *rec, int64_t now_ms, int64_t ch
     if (sl__rec_algo(rec) != (unsigned)p->algo) return SL_EINVAL;
     sl__norm n;
     sl__norm_from(&n, p);
-    int64_t clock_old = sl__rec_clock(rec);
+    int64_t clock_old = sl__loose_clock(rec);
     int64_t t = now_ms > clock_old ? now_ms : clock_old;
     uint16_t meta = sl__rec_meta(rec);
     int rc = sl__engine_adjust(rec, &meta, &n, clock_old, t, charged_at_ms, -units);
     if (rc == 0) {
-        sl__rec_set_clock(rec, t);
+        sl__loose_set_clock(rec, t);
         sl__rec_mark_limit(rec, &meta, 0); /* fewer counted: not at the limit */
     }
     sl__rec_release(rec, meta);
@@ -396,7 +397,7 @@ int sl__lone_charge(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
             uint8_t *r = *rec;
             sl__norm n;
             sl__norm_from(&n, p);
-            int64_t t = sl__rec_clock(r), out_now = 0;
+            int64_t t = sl__loose_clock(r), out_now = 0;
             uint8_t *tp = delta < 0 ? tail_of(sh, r) : NULL;
             if (tp != NULL) { /* the decision above brought the tail to t */
                 tail z;
@@ -412,7 +413,7 @@ int sl__lone_charge(sl__shard *sh, uint8_t **rec, void *room, const sl_params *p
         }
         /* committed again at t (cost 0): the record's reset time and
          * at-limit flag as a decision writes them; a cost of 1 answers */
-        int64_t t = rc == 0 ? sl__rec_clock(*rec) : 0;
+        int64_t t = rc == 0 ? sl__loose_clock(*rec) : 0;
         if (rc == 0) rc = sl__lone_decide(sh, rec, NULL, p, t, 0, 1, out);
         if (rc == 0) rc = sl__lone_decide(sh, rec, NULL, p, t, 1, 0, &one);
     }

@@ -48,7 +48,7 @@ int sl_charge(sl_store *s, const sl_params *p, const void *key, size_t keylen, i
     uint64_t h;
     uint8_t *r = sl__store_lookup(s, n.kind, key, keylen, &sh, &h);
     int fresh = r == NULL;
-    int64_t clock_old = r ? sl__rec_clock(r) : now_ms;
+    int64_t clock_old = r ? sl__rec_clock(sh, r) : now_ms;
     int64_t t = now_ms > clock_old ? now_ms : clock_old;
     if (fresh && delta <= 0) { /* nothing counted: nothing to refund */
         uint16_t m0 = 0;
@@ -79,10 +79,18 @@ int sl_charge(sl_store *s, const sl_params *p, const void *key, size_t keylen, i
         }
         if (need) sl__state_adapt(sl__rec_state(r), &n, clock_old);
     }
+    if ((rc = sl__shard_clock_room(sh, h, &r, t)) != 0) { /* room for the clock t (store.h) */
+        if (fresh)
+            sl__shard_remove(sh, h, r);
+        else
+            sl__rec_release(r, sl__rec_meta(r));
+        sl__shard_unlock(sh);
+        return rc;
+    }
     uint16_t meta = sl__rec_meta(r);
     rc = sl__engine_adjust(r, &meta, &n, clock_old, t, charged_at_ms, delta);
     if (rc == 0) {
-        sl__rec_set_clock(r, t);
+        sl__rec_set_clock(sh, r, t);
         rc = answer_after(sh, r, &meta, &n, t, out);
     }
     if (rc == 0) { /* what the store reads to choose what to drop (store.h) */

@@ -59,6 +59,7 @@ typedef struct snap_buf {
     size_t len, cap;
     int oom;
     uint64_t records;
+    const sl__shard *sh; /* the shard being dumped (its records' clocks) */
 } snap_buf;
 
 static uint8_t *snap_room(snap_buf *b, size_t n)
@@ -85,13 +86,15 @@ static size_t rec_len(const uint8_t *r)
     return SNAP_REC_HDR + sl__rec_klen(r) + sl__state_dump_len(r);
 }
 
-/* Writes r's record (rec_len(r) bytes) at p. */
-static void rec_write(const uint8_t *r, uint8_t *p)
+/* Writes r's record (rec_len(r) bytes) at p; clock is r's clock (the
+ * file keeps it whole, whatever the header keeps: store.h). */
+static void rec_write(const uint8_t *r, int64_t clock, uint8_t *p)
 {
     size_t klen = sl__rec_klen(r), slen = sl__state_dump_len(r);
     /* the lock bit is about this moment (the record is held while dumped) */
     sl__st16(p, (uint16_t)(sl__rec_meta(r) & ~SL__REC_LOCK));
-    memcpy(p + 2, r + 2, 10);                       /* reset code, clock */
+    sl__st16(p + 2, sl__ld16(r + 2)); /* reset code */
+    sl__st64(p + 4, (uint64_t)clock);
     sl__st32(p + 12, (uint32_t)slen);
     memcpy(p + SNAP_REC_HDR, sl__rec_key(r), klen);
     sl__state_dump(r, p + SNAP_REC_HDR + klen);
@@ -102,7 +105,7 @@ static int dump_record(const uint8_t *r, void *ctx)
     snap_buf *b = ctx;
     uint8_t *p = snap_room(b, rec_len(r));
     if (p == NULL) return -1;
-    rec_write(r, p);
+    rec_write(r, sl__rec_clock(b->sh, r), p);
     b->records++;
     return 0;
 }
@@ -223,6 +226,7 @@ int sl__store_save_mark(sl_store *s, const char *path, uint32_t mark, char *err,
     for (unsigned i = 0; i < sl__store_nshards(s) && !bad; i++) {
         sl__shard *sh = sl__store_shard_at(s, i);
         b.len = 0;
+        b.sh = sh;
         sl__shard_lock(sh);
         sl__shard_foreach(sh, dump_record, &b);
         sl__shard_unlock(sh);
@@ -423,17 +427,27 @@ size_t sl__store_image(sl_store *s, unsigned kind, const void *key, size_t klen,
     uint8_t *r = NULL;
     uint16_t m = 0;
     uint64_t h;
+    int64_t clock = 0;
     sl__shard *sh = NULL;
     /* held (by either way), the record's image and its number are one
      * moment: no decision on the key falls between them */
-    if (sl__store_quick(s)) r = sl__store_grab_key(s, kind, key, klen, &h, &m);
+    if (sl__store_quick(s)) {
+        sl__grabbed g = sl__store_grab_key(s, kind, key, klen, &h, &m);
+        if (g.rec != NULL && sl__grabbed_clock(g, INT64_MIN, &clock))
+            r = g.rec;
+        else if (g.rec != NULL) /* a wide record, or a walk under way: the sure way */
+            sl__rec_release(g.rec, m);
+    }
     if (r == NULL) {
         r = sl__store_lookup(s, kind, key, klen, &sh, &h);
-        if (r != NULL) m = sl__rec_meta(r);
+        if (r != NULL) {
+            m = sl__rec_meta(r);
+            clock = sl__rec_clock(sh, r);
+        }
     }
     *seq_out = atomic_fetch_add_explicit(seq, 1, memory_order_relaxed);
     size_t n = r ? rec_len(r) : 0;
-    if (r != NULL && n <= cap) rec_write(r, buf);
+    if (r != NULL && n <= cap) rec_write(r, clock, buf);
     if (r != NULL) sl__rec_release(r, m);
     if (sh != NULL) sl__shard_unlock(sh);
     return n;

@@ -198,6 +198,12 @@ typedef struct arena {
 struct sl__shard {
     _Alignas(64) atomic_uint lock; /* 0 = free, 1 = held (sl__shard_lock); must stay
                                       the first member (sl__shard_unlock, store.h) */
+    uint32_t walk_wait;            /* clock walks to skip before the next (clock_walk) */
+    int64_t epoch;                 /* E, the clock window's low end (store.h, "The clock"):
+                                      at offset 8 (sl__shard_epoch); written under the lock,
+                                      atomically, read without it by the quick way */
+    int64_t quick_max;             /* Q, the latest time the quick way may write
+                                      (sl__shard_quick_max, offset 16): set with E */
     /* Everything below is protected by lock; slot, size and pages are also
      * read without it (sl__store_grab).  They share the lock's line: a
      * decision under the lock reads one line of shard, and readers on two
@@ -207,17 +213,25 @@ struct sl__shard {
                               the size (table_new), so a reader gets both from one
                               pointer */
     uint32_t size;         /* slots (= slot[-1]) */
+    uint8_t quick;         /* the store's `quick` (record locks taken atomically) */
+    uint8_t deny;          /* SL_FULL_DENY: never evict a restricted record */
+    uint8_t starved;       /* the last reclaim found only restricted records
+                              (SL_FULL_DENY); cleared when one at rest is dropped
+                              (any other drop leaves room: no search then) */
+    uint8_t loose;         /* a loose shard (sl__shard_loose_new): no table, each
+                              record its own allocation, owned by the caller */
     page *pages;           /* page directory, pcap entries */
     const sl_store *store; /* for rehashing keys; read-only */
-    int quick;             /* the store's `quick` (record locks taken atomically) */
     uint32_t count;        /* records */
-    uint32_t hand_pi;      /* the expiry sweep's position: page index */
-    uint32_t hand_idx;     /* ... and record index in that page */
+    uint16_t hand_pi;      /* the expiry sweep's position: page index (< SL__MAX_PAGES) */
+    uint16_t hand_idx;     /* ... and record index in that page (< 2^SL__IDX_BITS) */
     uint64_t rng;          /* xorshift state for sampling eviction candidates */
     uint32_t last_h;       /* handle last found, inserted or resized (0 = none) */
     uint32_t npages;       /* directory entries in use or on the unused list */
     uint32_t pcap;         /* directory entries allocated */
     uint32_t punused;      /* first unused entry (index + 1), 0 = none */
+    int fail;              /* why the last insert or resize failed (sl__shard_fail) */
+    uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
     uint64_t bytes;        /* every block held, at blk_cost: pages, directory, table,
                               external buffers, limbo */
     uint64_t budget;       /* bytes; 0 = unbounded */
@@ -229,24 +243,23 @@ struct sl__shard {
     uint64_t evict_rest;   /* of expired: dropped to make room */
     uint64_t evict_limit;  /* of evictions: at their limit */
     uint64_t refused;      /* SL_EFULL failures */
-    int deny;              /* SL_FULL_DENY: never evict a restricted record */
-    int starved;           /* the last reclaim found only restricted records
-                              (SL_FULL_DENY); cleared when one at rest is dropped
-                              (any other drop leaves room: no search then) */
-    int fail;              /* why the last insert or resize failed (sl__shard_fail) */
-    int loose;             /* a loose shard (sl__shard_loose_new): no table, each
-                              record its own allocation, owned by the caller */
     uint64_t loose_rec_max; /* a loose shard's bound on one record (sl__lone_decide) */
     arena *arena;           /* the store's page arena, NULL when it has none */
     uint8_t *loose_room;    /* room its owner offers for the next record (or NULL) */
     size_t loose_room_len;  /* its bytes */
-    uint32_t pass_drops;   /* expired records dropped in the sweep's current pass */
+    uint32_t walks_moved;   /* clock walks that moved E (tests) */
     uint32_t prev_drops;   /* ... in its previous pass over the pages */
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
     uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
     uint16_t npclass[SL__NCLASS]; /* pages the class holds */
 };
 _Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
+_Static_assert(offsetof(struct sl__shard, epoch) == 8, "sl__shard_epoch reads E at offset 8");
+_Static_assert(offsetof(struct sl__shard, quick_max) == 16, "sl__shard_quick_max reads Q at 16");
+_Static_assert(sizeof(struct sl__shard) == 2304, "a shard is 9 * 256 bytes: two instructions "
+                                                 "find one (lea, shl), as before the clock");
+_Static_assert(offsetof(struct sl__shard, pages) + sizeof(void *) <= 64,
+               "the quick way's fields share the lock's line");
 
 struct sl_store {
     int quick;          /* SL_LOCK_RECORD: must stay the first member (store.h) */
@@ -270,10 +283,18 @@ static int64_t reset_decode(uint16_t code)
     return (int64_t)((2048u + (code & 2047u)) * ((uint64_t)1 << (e - 1)));
 }
 
-int64_t sl__rec_reset_at(const uint8_t *r)
+int64_t sl__rec_reset_at(const sl__shard *sh, const uint8_t *r)
 {
     int64_t d = reset_decode(sl__ld16(r + 2));
-    int64_t c = sl__rec_clock(r);
+    int64_t c = sl__rec_clock(sh, r);
+    if (d == INT64_MAX || c > INT64_MAX - d) return INT64_MAX;
+    return c + d;
+}
+
+int64_t sl__loose_reset_at(const uint8_t *r)
+{
+    int64_t d = reset_decode(sl__ld16(r + 2));
+    int64_t c = sl__loose_clock(r);
     if (d == INT64_MAX || c > INT64_MAX - d) return INT64_MAX;
     return c + d;
 }
@@ -1077,7 +1098,7 @@ static int evict_one(sl__shard *sh, uint32_t h, int64_t now, int max_lv)
 {
     uint8_t *r = rec_at(sh, h);
     if (!rec_trylock(sh, r)) return 0;
-    int lv = sl__rec_restriction(r, now);
+    int lv = sl__rec_restriction(sh, r, now);
     uint32_t i = lv <= max_lv ? slot_of_handle(sh, rec_hash(sh, r), h) : UINT32_MAX;
     if (i == UINT32_MAX) { /* too restricted (no live record lacks a slot) */
         sl__rec_unlock(r);
@@ -1113,9 +1134,9 @@ static void victims_init(victims *v)
 /* How restricted a record is at `now`, as one number, lower = evicted
  * first: its level (sl__rec_restriction) in the top bits, then the time
  * until it comes to rest. */
-static uint64_t rank_of(const uint8_t *r, int lv, int64_t now)
+static uint64_t rank_of(const sl__shard *sh, const uint8_t *r, int lv, int64_t now)
 {
-    int64_t at = sl__rec_reset_at(r);
+    int64_t at = sl__rec_reset_at(sh, r);
     uint64_t left = at > now ? (uint64_t)at - (uint64_t)now : 0;
     if (left >= (uint64_t)1 << 61) left = ((uint64_t)1 << 61) - 1;
     return (uint64_t)lv << 61 | left;
@@ -1163,7 +1184,7 @@ static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, u
         /* A held record is being decided on: not at rest, skip it. */
         if (h == keep || !rec_trylock(sh, r)) continue;
         uint32_t i;
-        if (sl__rec_restriction(r, now) == SL__AT_REST &&
+        if (sl__rec_restriction(sh, r, now) == SL__AT_REST &&
             (i = slot_of_handle(sh, rec_hash(sh, r), h)) != UINT32_MAX) {
             drop_slot(sh, i, h); /* may free the page: p->mem is then NULL */
             count_drop(sh, SL__AT_REST, room);
@@ -1202,14 +1223,14 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
         if (h == keep) continue;
         uint8_t *r = rec_at(sh, h);
         if (!rec_trylock(sh, r)) continue; /* in use right now: not a candidate */
-        int lv = sl__rec_restriction(r, now);
+        int lv = sl__rec_restriction(sh, r, now);
         if (lv == SL__AT_REST) {
             drop_slot(sh, i, h);
             count_drop(sh, lv, 1);
             dropped++;
             continue;
         }
-        uint64_t rank = rank_of(r, lv, now);
+        uint64_t rank = rank_of(sh, r, lv, now);
         int ext = sl__rec_has_ext(r) && sl__ld32(sl__rec_state(r) + 8) > 0;
         sl__rec_unlock(r);
         const page *p = &sh->pages[h_page(h)];
@@ -1416,14 +1437,15 @@ static inline int rec_grab(uint8_t *r, uint16_t meta, uint16_t *got)
     }
 }
 
-SL__HOT_INLINE uint8_t *grab(sl_store *s, unsigned kind, const void *key, size_t klen,
-                             uint64_t hash, uint16_t *metap)
+SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, size_t klen,
+                                uint64_t hash, uint16_t *metap)
 {
     uint16_t meta = sl__meta_id(kind, klen);
     uint8_t *r, *got = NULL;
+    const sl__shard *sh = shard_of(s, hash);
     run_walk w;
     sl__read_begin();
-    walk_start(&w, shard_of(s, hash), hash);
+    walk_start(&w, sh, hash);
     while ((r = walk_next(&w)) != NULL) {
         int rc = rec_grab(r, meta, metap);
         if (rc < 0) break;
@@ -1435,17 +1457,17 @@ SL__HOT_INLINE uint8_t *grab(sl_store *s, unsigned kind, const void *key, size_t
         sl__rec_unlock(r);
     }
     sl__read_end();
-    return got;
+    return (sl__grabbed){got, sh}; /* the clock: sl__grabbed_clock (store.h) */
 }
 
-uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
-                        uint16_t *metap)
+sl__grabbed sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
+                           uint16_t *metap)
 {
     return grab(s, kind, key, klen, hash, metap);
 }
 
-uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                            uint64_t *hashp, uint16_t *metap)
+sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
+                               uint64_t *hashp, uint16_t *metap)
 {
     *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
     return grab(s, kind, key, klen, *hashp, metap);
@@ -1493,6 +1515,15 @@ uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t kl
     return lookup(s, kind, key, klen, *hashp, shp);
 }
 
+sl__found sl__store_lookup_pair(sl_store *s, unsigned kind, const void *key, size_t klen,
+                                uint64_t *hashp)
+{
+    sl__found f;
+    *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
+    f.rec = lookup(s, kind, key, klen, *hashp, &f.sh);
+    return f;
+}
+
 uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp)
 {
@@ -1525,23 +1556,23 @@ void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
 
 /* ---- loose shards (store.h) ---------------------------------------------------
  * A record of a loose shard is its own allocation, or lives in room its
- * owner offered (sl__shard_loose_room): a size_t word of its state room --
- * LOOSE_LENT set when it lives in the owner's room, which the shard never
- * frees nor grows (a record that outgrows it moves to an allocation of its
- * own) -- then the record (2-byte aligned, as in a page).  A room whose
- * word is 0 is free: the shard zeroes it when its record leaves.  No
- * table, no budget: its owner finds it, and the shard only counts external
- * buffers. */
+ * owner offered (sl__shard_loose_room): its clock (int64, store.h: a loose
+ * record's clock is always kept whole, its header word the mark of its
+ * shard's E, 0: SL__LOOSE_MARK), a
+ * uint32 word of its state room -- LOOSE_LENT set when it lives in the
+ * owner's room, which the shard never frees nor grows (a record that
+ * outgrows it moves to an allocation of its own) -- then the record
+ * (2-byte aligned, as in a page): SL__LOOSE_PREFIX bytes before it, as
+ * many as the 64-bit clock took in the header before (a lone record is as
+ * big as it was).  A room whose word is 0 is free: the shard zeroes it
+ * when its record leaves.  No table, no budget: its owner finds it, and
+ * the shard only counts external buffers. */
 
-#define LOOSE_PREFIX sizeof(size_t)
-#define LOOSE_LENT   ((size_t)1 << (sizeof(size_t) * 8 - 1))
+#define LOOSE_PREFIX SL__LOOSE_PREFIX
+#define SL__LOOSE_MARK 0xffffffffu /* sl__clock_mark(0): a loose shard's E stays 0 */
+#define LOOSE_LENT   ((uint32_t)1 << 31)
 
-static size_t loose_word(const uint8_t *r)
-{
-    size_t w;
-    memcpy(&w, r - LOOSE_PREFIX, sizeof w);
-    return w;
-}
+static uint32_t loose_word(const uint8_t *r) { return sl__ld32(r - 4); }
 
 static size_t loose_cap(const uint8_t *r) { return loose_word(r) & ~LOOSE_LENT; }
 
@@ -1550,20 +1581,22 @@ int sl__shard_loose_lent(const uint8_t *r) { return (loose_word(r) & LOOSE_LENT)
 static uint8_t *loose_insert(sl__shard *sh, unsigned kind, const void *key, size_t klen,
                              size_t state_len, int64_t now_ms)
 {
-    size_t need = LOOSE_PREFIX + SL__REC_HDR + klen + state_len, word = state_len;
+    size_t need = LOOSE_PREFIX + SL__REC_HDR + klen + state_len;
+    uint32_t word = (uint32_t)state_len; /* <= SL__STATE_MAX */
     uint8_t *b;
     uint8_t *room = sh->loose_room;
     if (room && need <= sh->loose_room_len && loose_word(room + LOOSE_PREFIX) == 0) {
         b = room; /* the owner's free room, once */
-        word = (sh->loose_room_len - (need - state_len)) | LOOSE_LENT;
+        word = (uint32_t)(sh->loose_room_len - (need - state_len)) | LOOSE_LENT;
         memset(b, 0, sh->loose_room_len);
         sh->loose_room = NULL;
     } else if ((b = calloc(1, need)) == NULL) {
         return NULL;
     }
-    memcpy(b, &word, sizeof word);
     uint8_t *r = b + LOOSE_PREFIX;
-    sl__rec_set_clock(r, now_ms);
+    sl__st32(r - 4, word);
+    sl__loose_set_clock(r, now_ms);
+    sl__st32(r + 4, SL__LOOSE_MARK);
     memcpy(r + SL__REC_HDR, key, klen);
     sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
     return r;
@@ -1579,12 +1612,12 @@ static uint8_t *loose_resize(uint8_t *r, size_t new_state_len)
     uint8_t *b;
     if (sl__shard_loose_lent(r)) { /* out of the owner's room, which stays its: free */
         if ((b = malloc(LOOSE_PREFIX + head + new_state_len)) == NULL) return NULL;
-        memcpy(b + LOOSE_PREFIX, r, head + cap);
+        memcpy(b, r - LOOSE_PREFIX, LOOSE_PREFIX + head + cap); /* clock, word, record */
         memset(r - LOOSE_PREFIX, 0, LOOSE_PREFIX);
     } else if ((b = realloc(r - LOOSE_PREFIX, LOOSE_PREFIX + head + new_state_len)) == NULL) {
         return NULL;
     }
-    memcpy(b, &new_state_len, sizeof new_state_len);
+    sl__st32(b + LOOSE_PREFIX - 4, (uint32_t)new_state_len);
     memset(b + LOOSE_PREFIX + head + cap, 0, new_state_len - cap);
     return b + LOOSE_PREFIX;
 }
@@ -1607,6 +1640,7 @@ sl__shard *sl__shard_loose_new(uint64_t max_bytes)
     if (!sh) return NULL;
     memset(sh, 0, sizeof *sh);
     sh->loose = 1;
+    sh->quick_max = INT64_MIN; /* its records are wide: never the quick way; E stays 0 */
     sh->loose_rec_max = max_bytes ? max_bytes / SL_STORE_REC_SHARE : UINT64_MAX;
     return sh;
 }
@@ -1617,16 +1651,279 @@ void sl__shard_loose_free(sl__shard *sh) { free(sh); }
 
 uint64_t sl__shard_loose_bytes(const sl__shard *sh) { return sh->ext; }
 
+/* ---- the clock (store.h, "The clock"; docs/store.md) ---------------------------
+ *
+ * A narrow record keeps its clock's low 32 bits, a wide one the mark of
+ * its shard's E (sl__clock_mark(E), the word that decodes to the window's
+ * top) and the whole clock in the last 8 bytes of its room (the page's
+ * rsize).  E moves forward by clock_walk, which makes every record the
+ * move leaves behind wide (or drops it, at rest), then rewrites every wide
+ * record's mark for the new E, then stores the new E.  The walk gives up
+ * -- E stays, nothing is wrong, the record being decided is made wide
+ * alone -- when a record is held by another thread for longer than a
+ * short wait, or memory for a wide record cannot be found; it gives up
+ * only before it rewrites a mark.  It is
+ * O(records in the shard), so a shard walks at most once per walk_wait
+ * clock moves past E + SL__CLOCK_QUICK (a walk sets it to half its
+ * records): with a real clock E moves once per ~12.4 days
+ * (SL__CLOCK_QUICK - SL__CLOCK_KEEP), and callers' times jumping about
+ * cost O(1) amortized a decision.  A record made wide stays in its bigger
+ * room; a decision at a time back in the window writes it narrow again
+ * (set_clock_wide), and its state keeps the room it had. */
+
+/* Sets E and Q (sl__quick_max(e)) together: E first, then Q, both
+ * release, so a reader that loads Q and then E (acquire) sees an E no
+ * older than its Q's.  Outside a walk, only where no record can be held
+ * by anyone: a new shard (E = 0), an empty one (its window starts afresh,
+ * possibly back). */
+static inline void epoch_set(sl__shard *sh, int64_t e)
+{
+    __atomic_store_n(&sh->epoch, e, __ATOMIC_RELEASE);
+    __atomic_store_n(&sh->quick_max, sl__quick_max(e), __ATOMIC_RELEASE);
+}
+
+/* r's handle (r a live record of the table), or 0. */
+static uint32_t rec_handle(const sl__shard *sh, const uint8_t *r)
+{
+    uint32_t h = sh->last_h;
+    if (h && sh->pages[h_page(h)].mem && rec_at(sh, h) == r) return h;
+    uint32_t i = slot_of_rec(sh, rec_hash(sh, r), r);
+    return i == UINT32_MAX ? 0 : s_h(sh->slot[i]);
+}
+
+/* Where record h (wide) keeps its clock: the last 8 bytes of its room. */
+static inline uint8_t *wide_at(const sl__shard *sh, uint32_t h)
+{
+    return rec_at(sh, h) + sh->pages[h_page(h)].rsize - SL__CLOCK_WIDE_BYTES;
+}
+
+int64_t sl__rec_clock_wide(const sl__shard *sh, const uint8_t *r)
+{
+    if (sh->loose) return sl__loose_clock(r);
+    uint32_t h = rec_handle(sh, r);
+    return h ? (int64_t)sl__ld64(wide_at(sh, h)) : 0;
+}
+
+void sl__rec_set_clock_wide(sl__shard *sh, uint8_t *r, int64_t t)
+{
+    if (sh->loose) {
+        sl__loose_set_clock(r, t);
+        return;
+    }
+    uint32_t h = rec_handle(sh, r);
+    if (!h) return;
+    if (!sl__rec_wide(sh, r)) { /* cannot be: sl__shard_clock_room(t) made it wide */
+        abort();
+    }
+    if (sl__clock_fits(sl__shard_epoch(sh), t)) {        /* back in the window: narrow again */
+        memset(wide_at(sh, h), 0, SL__CLOCK_WIDE_BYTES); /* state room again, zero */
+        sl__st32(r + 4, (uint32_t)t);
+        return;
+    }
+    sl__st64(wide_at(sh, h), (uint64_t)t);
+}
+
+/* Moves narrow record h (held; hash its hash) to a room 8 bytes bigger and
+ * makes it wide, its clock c; `now` for reclaiming.  Returns the new
+ * handle (held, meta as h's), or 0 (sh->fail) with h unchanged. */
+static uint32_t widen(sl__shard *sh, uint64_t hash, uint32_t h, int64_t c, int64_t now)
+{
+    uint8_t *r = rec_at(sh, h);
+    uint32_t have = sh->pages[h_page(h)].rsize;
+    uint32_t nh = obtain(sh, have + SL__CLOCK_WIDE_BYTES, 0, now, h);
+    if (!nh) return 0;
+    uint8_t *nr = rec_at(sh, nh);
+    memcpy(nr + 2, r + 2, have - 2);
+    sl__st32(nr + 4, sl__clock_mark(sh->epoch));
+    sl__st64(wide_at(sh, nh), (uint64_t)c);
+    sl__rec_meta_set(nr, sl__rec_meta(r));             /* held, as r is */
+    uint32_t i = slot_of_handle(sh, hash, h);          /* reclaiming may have moved slots */
+    slot_set(sh, i, nh | (sh->slot[i] & ~SL__H_MASK)); /* same key: same tag */
+    rec_give(sh, h);
+    sh->last_h = nh;
+    return nh;
+}
+
+/* Takes r, waiting a little for another holder (a decision holds a record
+ * ~20-100 ns); 0 when it is still held, maybe by the caller itself. */
+static int rec_trylock_wait(const sl__shard *sh, uint8_t *r)
+{
+    for (unsigned n = 0; n < 16 * SL__GRAB_SPINS; n++) {
+        if (rec_trylock(sh, r)) return 1;
+        cpu_relax();
+    }
+    return 0;
+}
+
+/* Takes live record r, waiting for its holder however long (shard lock
+ * held): for clock_walk's second pass, when the only holders left are
+ * quick ways that read Q = INT64_MIN and let go at once. */
+static void rec_lock_live(const sl__shard *sh, uint8_t *r) { rec_lock(sh, r); }
+
+/*
+ * Moves E to t - SL__CLOCK_KEEP if it can (shard lock held): every live
+ * record whose clock would fall below it is made wide, or in a bounded
+ * store dropped if at rest at t (it answers as a fresh key would; an
+ * unbounded store keeps every key: docs/store.md, "A dropped key forgets
+ * its clock"), and every wide record's mark is rewritten for the new E.
+ * *keepp (a record the caller holds, or NULL) is never dropped; it is made
+ * wide too if it must (then *keepp changes).  Gives up when a record is
+ * held by someone else or a wide one finds no memory: what was done stays
+ * (a record made wide has the mark of the E in force, which stays), E and
+ * Q are as before.
+ *
+ * Why lock-free readers (the quick way, SL_LOCK_RECORD: sl__store_grab)
+ * never read a word against the wrong E.  A reader takes the record's
+ * lock (acquire), then loads Q (acquire), then E, then the word; it
+ * writes the word only if t <= Q, and lets the record go (release).  The
+ * walk, holding the shard lock (so no sure way runs, and no E, Q, record
+ * or mark changes but by it):
+ *   1. stores Q = INT64_MIN (release): from then on a reader that sees it
+ *      writes nothing and takes the sure way, which waits for the shard lock;
+ *   2. pass one: takes every record's lock (a bounded wait, else it gives
+ *      up), reads its word under the old E, makes wide (mark of the old E)
+ *      or drops the ones the new E leaves behind;
+ *   3. if it gave up: stores the old Q back (release) and stops; every
+ *      word is right under the E still in force;
+ *   4. pass two: takes every record's lock again, waiting as long as it
+ *      takes, and rewrites each old mark as the new E's mark;
+ *   5. stores E' (release), then Q' (release).
+ * A reader holding record r when the walk takes r in pass one took it
+ * before (the lock orders them): if it read the old Q, it also read the
+ * old E (E' is stored in 5, after the walk took r, which was after the
+ * reader let r go, and the reader's loads came before that), and it read
+ * and wrote r's word before the walk reads it.  A reader that takes r
+ * after the walk let it go in pass one or two synchronizes with that
+ * release, so it reads INT64_MIN (stored in 1, before) or, once 5 is
+ * done, Q' -- and a Q' read with acquire makes E' and every rewritten
+ * mark visible to it.  So after pass one nobody but INT64_MIN readers
+ * (who hold a record only to let it go) takes a record: pass two's wait
+ * is short, and it cannot be for the caller's own records (a batch's,
+ * sl_decide_all), since pass one would have given up on those.  The
+ * marks of pass one's new wide records and pass two's rewrites are made
+ * under the record lock, read by readers only after they took it.  A
+ * narrow record's word never equals the new mark: its clock c is in
+ * [E', E + 2^32 - 1), and c = E' - 1 (mod 2^32) would put it at E' - 1 or
+ * at E' + 2^32 - 1 or above.  With SL_LOCK_SHARD no reader runs without
+ * the shard lock; the same steps are merely plain.
+ */
+static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
+{
+    int64_t e = sh->epoch, e2 = t - SL__CLOCK_KEEP;
+    if (e2 <= e || !sh->count) return;
+    if (sh->walk_wait) {
+        sh->walk_wait--;
+        return;
+    }
+    uint32_t mark = sl__clock_mark(e), mark2 = sl__clock_mark(e2);
+    uint32_t keep = keepp && *keepp ? rec_handle(sh, *keepp) : 0;
+    uint16_t keep_meta = keep ? sl__rec_meta(*keepp) : 0;
+    if (keep && !sh->quick) /* SL_LOCK_SHARD: mark it held, so nothing drops it */
+        sl__rec_meta_set(*keepp, (uint16_t)(keep_meta | SL__REC_LOCK));
+    __atomic_store_n(&sh->quick_max, INT64_MIN, __ATOMIC_RELEASE); /* 1 */
+    int ok = 1;
+    for (uint32_t pi = 0; ok && sh->pages && pi < sh->npages; pi++) { /* 2 */
+        for (uint32_t idx = 0; ok && sh->pages && sh->pages[pi].mem && idx < sh->pages[pi].bump;
+             idx++) {
+            uint32_t h = h_make(pi, idx);
+            uint8_t *r = rec_at(sh, h);
+            if (h == keep || sl__rec_meta(r) == SL__FREE_MARK) continue;
+            if (!rec_trylock_wait(sh, r)) { /* its clock may be being written */
+                ok = 0;
+                break;
+            }
+            uint32_t lo = sl__ld32(r + 4); /* as its last holder left it */
+            if (lo == mark || sl__clock_in(e, lo) >= e2) {
+                sl__rec_unlock(r);
+                continue;
+            }
+            uint64_t hash = rec_hash(sh, r);
+            uint32_t i;
+            if (sh->budget && sl__rec_restriction(sh, r, t) == SL__AT_REST &&
+                (i = slot_of_handle(sh, hash, h)) != UINT32_MAX) {
+                drop_slot(sh, i, h); /* a bounded store's: an unbounded one keeps every key */
+                count_drop(sh, SL__AT_REST, 0);
+            } else {
+                uint32_t nh = widen(sh, hash, h, sl__clock_in(e, lo), t);
+                if (nh)
+                    sl__rec_unlock(rec_at(sh, nh));
+                else {
+                    sl__rec_unlock(r);
+                    ok = 0;
+                }
+            }
+        }
+    }
+    if (ok && keep) { /* the caller's record: its clock may be left behind too */
+        uint8_t *r = *keepp;
+        uint32_t lo = sl__ld32(r + 4), kh = rec_handle(sh, r);
+        if (lo != mark && sl__clock_in(e, lo) < e2) {
+            uint32_t nh = kh ? widen(sh, rec_hash(sh, r), kh, sl__clock_in(e, lo), t) : 0;
+            if (nh)
+                *keepp = rec_at(sh, nh);
+            else
+                ok = 0;
+        }
+    }
+    sh->walk_wait = sh->count / 2;
+    if (!ok) { /* 3 */
+        if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
+        __atomic_store_n(&sh->quick_max, sl__quick_max(e), __ATOMIC_RELEASE);
+        return;
+    }
+    for (uint32_t pi = 0; sh->pages && pi < sh->npages; pi++) { /* 4 */
+        for (uint32_t idx = 0; sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
+            uint8_t *r = rec_at(sh, h_make(pi, idx));
+            int mine = keep && r == *keepp;
+            if (sl__rec_meta(r) == SL__FREE_MARK) continue;
+            if (!mine) rec_lock_live(sh, r);
+            if (sl__ld32(r + 4) == mark) sl__st32(r + 4, mark2);
+            if (!mine) sl__rec_unlock(r);
+        }
+    }
+    if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
+    sh->walks_moved++;
+    epoch_set(sh, e2); /* 5 */
+}
+
+int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
+{
+    if (sh->loose) return 0; /* wide always, in room of their own */
+    if (t > sh->epoch && (uint64_t)t - (uint64_t)sh->epoch >= (uint64_t)SL__CLOCK_QUICK)
+        clock_walk(sh, t, rp);
+    uint8_t *r = *rp;
+    if (sl__rec_wide(sh, r) || sl__clock_fits(sh->epoch, t)) return 0;
+    uint32_t i = slot_of_rec(sh, hash, r);
+    if (i == UINT32_MAX) return SL_ENOMEM; /* cannot be: r is the key's */
+    uint32_t h = s_h(sh->slot[i]);
+    uint32_t nh = widen(sh, hash, h, sl__clock_in(sh->epoch, sl__ld32(r + 4)), t);
+    if (!nh) return sh->fail;
+    *rp = rec_at(sh, nh);
+    return 0;
+}
+
 uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const void *key, size_t klen,
                           size_t state_len, int64_t now_ms)
 {
     sh->fail = SL_ENOMEM;
     if (klen == 0 || klen > SL_MAX_KEY || state_len > SL__STATE_MAX || kind > 15) return NULL;
     if (sh->loose) return loose_insert(sh, kind, key, klen, state_len, now_ms);
-    uint32_t h = obtain(sh, rec_size(klen, state_len), 1, now_ms, 0);
+    if (!sh->count) /* an empty shard: its window starts afresh */
+        epoch_set(sh, now_ms - SL__CLOCK_KEEP);
+    else if (now_ms > sh->epoch &&
+             (uint64_t)now_ms - (uint64_t)sh->epoch >= (uint64_t)SL__CLOCK_QUICK)
+        clock_walk(sh, now_ms, NULL);
+    int wide = !sl__clock_fits(sh->epoch, now_ms);
+    uint32_t h =
+        obtain(sh, rec_size(klen, state_len) + (wide ? SL__CLOCK_WIDE_BYTES : 0), 1, now_ms, 0);
     if (!h) return NULL;
     uint8_t *r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
-    sl__rec_set_clock(r, now_ms);
+    if (wide) {
+        sl__st32(r + 4, sl__clock_mark(sh->epoch));
+        sl__st64(wide_at(sh, h), (uint64_t)now_ms);
+    } else {
+        sl__st32(r + 4, (uint32_t)now_ms);
+    }
     memcpy(r + SL__REC_HDR, key, klen);
     sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
     slot_put(sh, hash, h);
@@ -1638,16 +1935,15 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
 {
     if (sh->loose) return loose_cap(r);
-    uint32_t h = sh->last_h;
-    if (!h || rec_at(sh, h) != r) {
-        uint32_t i = slot_of_rec(sh, rec_hash(sh, r), r);
-        if (i == UINT32_MAX) return 0;
-        h = s_h(sh->slot[i]);
-    }
-    return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r);
+    uint32_t h = rec_handle(sh, r);
+    if (!h) return 0;
+    return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r) -
+           (sl__rec_wide(sh, r) ? SL__CLOCK_WIDE_BYTES : 0);
 }
 
 int sl__shard_fail(const sl__shard *sh) { return sh->fail; }
+
+uint64_t sl__shard_clock_moves(const sl__shard *sh) { return sh->walks_moved; }
 
 uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_state_len)
 {
@@ -1658,19 +1954,23 @@ uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_s
     if (i == UINT32_MAX) return NULL;
     uint32_t h = s_h(sh->slot[i]);
     size_t klen = sl__rec_klen(r);
+    int wide = sl__rec_wide(sh, r);
+    size_t extra = wide ? SL__CLOCK_WIDE_BYTES : 0;
     uint32_t have = sh->pages[h_page(h)].rsize;
-    size_t cap = have - SL__REC_HDR - klen;
-    uint32_t want = rec_size(klen, new_state_len);
+    size_t cap = have - SL__REC_HDR - klen - extra;
+    uint32_t want = rec_size(klen, new_state_len) + (uint32_t)extra;
     if (want <= have) { /* fits where it is: clear what is no longer state */
         if (new_state_len < cap) memset(sl__rec_state(r) + new_state_len, 0, cap - new_state_len);
         sh->last_h = h;
         return r;
     }
     /* Reclaiming may move slots (not records): find r's slot again after. */
-    uint32_t nh = obtain(sh, want, 0, sl__rec_clock(r), h);
+    int64_t clock = sl__rec_clock(sh, r);
+    uint32_t nh = obtain(sh, want, 0, clock, h);
     if (!nh) return NULL;
     uint8_t *nr = rec_at(sh, nh);
     memcpy(nr + 2, r + 2, SL__REC_HDR + klen + cap - 2);
+    if (wide) sl__st64(wide_at(sh, nh), (uint64_t)clock);
     sl__rec_meta_set(nr, sl__rec_meta(r)); /* held, as r is */
     i = slot_of_handle(sh, hash, h);
     slot_set(sh, i, nh | (sh->slot[i] & ~SL__H_MASK)); /* same key: same tag */
@@ -1782,6 +2082,7 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
     sh->quick = s->quick;
     sh->budget = budget;
     sh->deny = s->deny;
+    epoch_set(sh, 0);
     sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
     __atomic_store_n(&sh->size, SL__TABLE_MIN, __ATOMIC_RELAXED);
     __atomic_store_n(&sh->slot, table_new(SL__TABLE_MIN), __ATOMIC_RELAXED);
@@ -1934,23 +2235,30 @@ uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records)
     return dropped;
 }
 
+typedef struct latest_ctx {
+    const sl__shard *sh;
+    int64_t latest;
+} latest_ctx;
+
 static int later_clock(const uint8_t *rec, void *ctx)
 {
-    int64_t *latest = ctx;
-    if (sl__rec_clock(rec) > *latest) *latest = sl__rec_clock(rec);
+    latest_ctx *x = ctx;
+    int64_t c = sl__rec_clock(x->sh, rec);
+    if (c > x->latest) x->latest = c;
     return 0;
 }
 
 int64_t sl_store_latest_time(sl_store *s)
 {
-    int64_t latest = INT64_MIN;
+    latest_ctx x = {NULL, INT64_MIN};
     for (unsigned i = 0; i < s->nshards; i++) {
         sl__shard *sh = &s->shard[i];
         sl__shard_lock(sh);
-        sl__shard_foreach(sh, later_clock, &latest);
+        x.sh = sh;
+        sl__shard_foreach(sh, later_clock, &x);
         sl__shard_unlock(sh);
     }
-    return latest;
+    return x.latest;
 }
 
 unsigned sl__store_nshards(const sl_store *s)

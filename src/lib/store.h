@@ -11,8 +11,9 @@
  *                                bits 13..15: SL__REC_* flags (bit 15,
  *                                SL__REC_SPACE, is the key space)
  *     offset 2   uint16  exp     reset time, coded relative to clock (below)
- *     offset 4   int64   clock   latest time seen for the key (ms)
- *     offset 12  key bytes
+ *     offset 4   uint32  clock   latest time seen for the key (ms): its low
+ *                                32 bits, or the shard's mark (below)
+ *     offset 8   key bytes
  *     then       state bytes     algorithm-defined, unaligned
  *
  * A record is identified by (kind, key), where the kind is the algorithm
@@ -57,7 +58,7 @@
 
 #include "sluice.h"
 
-#define SL__REC_HDR 12         /* bytes before the key */
+#define SL__REC_HDR 8          /* bytes before the key */
 /* SL__REC_LIMIT: the key was at its limit at its clock -- its last committed
  * request was denied or left nothing (written by the engine, read by
  * eviction: sl__rec_restriction). */
@@ -127,8 +128,140 @@ static inline unsigned sl__rec_kind(const uint8_t *r)
 static inline int sl__rec_has_ext(const uint8_t *r) { return sl__rec_algo(r) == SL_SLIDING_LOG; }
 static inline const uint8_t *sl__rec_key(const uint8_t *r) { return r + SL__REC_HDR; }
 static inline uint8_t *sl__rec_state(uint8_t *r) { return r + SL__REC_HDR + sl__rec_klen(r); }
-static inline int64_t sl__rec_clock(const uint8_t *r) { return (int64_t)sl__ld64(r + 4); }
-static inline void sl__rec_set_clock(uint8_t *r, int64_t t) { sl__st64(r + 4, (uint64_t)t); }
+/*
+ * The clock (docs/store.md, "An 8-byte record header").  A record keeps the
+ * low 32 bits of its clock in its header; its shard keeps E, the low end
+ * of a window of 2^32 ms (sl__shard_epoch), and the header word lo stands
+ * for the one time in [E, E + 2^32) with those low bits (sl__clock_in).
+ * The window's top, E + 2^32 - 1, is no narrow clock: a word that decodes
+ * to it, (uint32_t)(E - 1) (sl__clock_mark: relative to E), marks a wide
+ * record, whose whole clock sits in the last SL__CLOCK_WIDE_BYTES of the
+ * record's room, which its state's room leaves out (sl__rec_state_cap).
+ * A clock outside [E, E + 2^32 - 1) is kept wide.  A loose shard's E is 0
+ * always and its records are wide always (their word 0xffffffff, the mark
+ * of E = 0), their clock before the record (SL__LOOSE_PREFIX).
+ *
+ * Invariant: every narrow record of a shard has a clock in [E, E + 2^32 -
+ * 1), every wide one the word sl__clock_mark(E).  E only moves forward,
+ * under the shard lock, by a walk of the shard (store.c, clock_walk) that
+ * first drops (at rest) or makes wide every record the move would leave
+ * behind, then rewrites every wide record's mark for the new E; inserts
+ * take the shard lock.  A record's clock never goes back, so low bits
+ * written under an older E read the same under a newer one.
+ *
+ *   - the quick way (sl__store_grab) reads the shard's Q (sl__quick_max),
+ *     then E, then the word: c = sl__clock_in(E, lo), t = max(now, c), and
+ *     one compare, t <= Q (sl__clock_quick_q): a wide record decodes to
+ *     the top, above Q, so it needs no test of its own; a walk sets Q to
+ *     INT64_MIN while it runs (store.c, clock_walk, says why that is
+ *     enough).  It writes the low bits alone (sl__rec_set_clock_lo),
+ *     never making a record wide;
+ *   - the sure way reads with sl__rec_clock, makes room for the new time
+ *     with sl__shard_clock_room before deciding (it may move E, or make the
+ *     record wide, moving it: the one step that can fail, with nothing
+ *     changed) and writes it with sl__rec_set_clock.
+ */
+#define SL__CLOCK_TOP        0xffffffffu        /* the window's top, E + this: the mark's time */
+#define SL__CLOCK_WIDE_BYTES 8u                 /* a wide clock's room, at the room's end */
+#define SL__CLOCK_QUICK      ((int64_t)3 << 30) /* the quick way writes below E + this */
+#define SL__CLOCK_KEEP       ((int64_t)1 << 31) /* E moves to the newest time - this */
+#define SL__LOOSE_PREFIX     12u /* a loose record's clock (8) and room word (4), before it */
+
+/* The shard's E (store.c keeps it at offset 8, in the line of its lock),
+ * read under the shard lock, under which alone it is written: a plain
+ * load (the quick way reads it atomically, in store.c). */
+static inline int64_t sl__shard_epoch(const sl__shard *sh)
+{
+    return *(const int64_t *)(const void *)((const char *)sh + 8);
+}
+/* The clock with low bits lo in the window starting at e (the top, e +
+ * SL__CLOCK_TOP, for the mark). */
+static inline int64_t sl__clock_in(int64_t e, uint32_t lo)
+{
+    return (int64_t)((uint64_t)e + (uint32_t)(lo - (uint32_t)e));
+}
+/* The header word of a wide record in the window starting at e: the word
+ * that decodes to the window's top. */
+static inline uint32_t sl__clock_mark(int64_t e) { return (uint32_t)e - 1u; }
+/* Whether t can be kept narrow in the window starting at e. */
+static inline int sl__clock_fits(int64_t e, int64_t t)
+{
+    return (uint64_t)t - (uint64_t)e < (uint64_t)SL__CLOCK_TOP;
+}
+/* Whether the quick way may write t in the window starting at e. */
+static inline int sl__clock_quick(int64_t e, int64_t t)
+{
+    return (uint64_t)t - (uint64_t)e < (uint64_t)SL__CLOCK_QUICK;
+}
+/* Whether r, a record of sh held under sh's lock, is wide. */
+static inline int sl__rec_wide(const sl__shard *sh, const uint8_t *r)
+{
+    return sl__ld32(r + 4) == sl__clock_mark(sl__shard_epoch(sh));
+}
+/* Q for the window starting at e: the latest time the quick way may write,
+ * e + SL__CLOCK_QUICK - 1, kept by the shard beside E so the test is one
+ * compare with no constant to load (sl__clock_quick_q).  Below the top
+ * (e + SL__CLOCK_TOP), which a wide record's word decodes to. */
+static inline int64_t sl__quick_max(int64_t e) { return e + SL__CLOCK_QUICK - 1; }
+/* Whether the quick way may write t = max(now, c), c the clock the header
+ * word decodes to under E, Q being the shard's (read before E): false on
+ * a wide record (c is the top), a time past the quick span, or while a
+ * walk runs (Q = INT64_MIN). */
+static inline int sl__clock_quick_q(int64_t q, int64_t t) { return t <= q; }
+/* The shard's Q (store.c keeps it at offset 16, beside E): a plain load,
+ * under the shard lock. */
+static inline int64_t sl__shard_quick_max(const sl__shard *sh)
+{
+    return *(const int64_t *)(const void *)((const char *)sh + 16);
+}
+
+/* A loose record's clock (loose shards keep it before the record). */
+static inline int64_t sl__loose_clock(const uint8_t *r)
+{
+    return (int64_t)sl__ld64(r - SL__LOOSE_PREFIX);
+}
+static inline void sl__loose_set_clock(uint8_t *r, int64_t t)
+{
+    sl__st64(r - SL__LOOSE_PREFIX, (uint64_t)t);
+}
+
+int64_t sl__rec_clock_wide(const sl__shard *sh, const uint8_t *r);
+void sl__rec_set_clock_wide(sl__shard *sh, uint8_t *r, int64_t t);
+int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t);
+
+/* The clock of r, a record of sh that the caller holds, under sh's lock
+ * (or a loose shard's). */
+static inline int64_t sl__rec_clock(const sl__shard *sh, const uint8_t *r)
+{
+    uint32_t lo = sl__ld32(r + 4);
+    int64_t e = sl__shard_epoch(sh);
+    if (__builtin_expect(lo == sl__clock_mark(e), 0)) return sl__rec_clock_wide(sh, r);
+    return sl__clock_in(e, lo);
+}
+
+/* Before a decision at t (>= r's clock) on *rp, held, shard lock held:
+ * makes sure r can keep t -- may move E (a walk of the shard) or move the
+ * record to make it wide (*rp then changes; its meta is the same).  0, or
+ * SL_EFULL / SL_ENOMEM (as sl__shard_fail) with the record unchanged. */
+static inline int sl__shard_clock_room(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
+{
+    if (__builtin_expect(!sl__rec_wide(sh, *rp) && sl__clock_quick(sl__shard_epoch(sh), t), 1))
+        return 0;
+    return sl__shard_clock_slow(sh, hash, rp, t);
+}
+
+/* Writes r's clock t (shard lock held, after sl__shard_clock_room(t)). */
+static inline void sl__rec_set_clock(sl__shard *sh, uint8_t *r, int64_t t)
+{
+    if (__builtin_expect(!sl__rec_wide(sh, r) && sl__clock_fits(sl__shard_epoch(sh), t), 1)) {
+        sl__st32(r + 4, (uint32_t)t);
+        return;
+    }
+    sl__rec_set_clock_wide(sh, r, t);
+}
+
+/* The quick way's write: t passed sl__store_grab's test. */
+static inline void sl__rec_set_clock_lo(uint8_t *r, int64_t t) { sl__st32(r + 4, (uint32_t)t); }
 
 /* The 16-bit code of a time left until reset: codes 0..2047 are that many
  * ms; a code c >= 2048 is a float with a 5-bit exponent e = c >> 11
@@ -159,8 +292,11 @@ static inline void sl__rec_set_reset(uint8_t *r, int64_t reset_after_ms)
 {
     sl__st16(r + 2, sl__reset_encode(reset_after_ms));
 }
-/* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX. */
-int64_t sl__rec_reset_at(const uint8_t *r);
+/* The reset time (ms): clock + decoded reset.  Saturates at INT64_MAX.
+ * r is a record of sh (lock held), or of a loose shard. */
+int64_t sl__rec_reset_at(const sl__shard *sh, const uint8_t *r);
+/* ... of a loose shard's record (no shard needed). */
+int64_t sl__loose_reset_at(const uint8_t *r);
 
 /* Sets or clears SL__REC_LIMIT in *meta, the meta of a record the caller
  * holds as it knows it; writes the record's meta only when that changes
@@ -190,9 +326,9 @@ static inline void sl__rec_mark_limit(uint8_t *r, uint16_t *meta, int at_limit)
  * The order is the eviction order: lower first. */
 enum { SL__AT_REST = 0, SL__RESTRICTED = 1, SL__AT_LIMIT = 2 };
 
-static inline int sl__rec_restriction(const uint8_t *r, int64_t now)
+static inline int sl__rec_restriction(const sl__shard *sh, const uint8_t *r, int64_t now)
 {
-    if (sl__rec_reset_at(r) <= now) return SL__AT_REST;
+    if (sl__rec_reset_at(sh, r) <= now) return SL__AT_REST;
     return (sl__rec_flags(r) & SL__REC_LIMIT) ? SL__AT_LIMIT : SL__RESTRICTED;
 }
 
@@ -219,13 +355,39 @@ static inline void sl__shard_unlock(sl__shard *sh)
  * short spin, or moved while the table was read): then take the sure way,
  * sl__store_lookup.  Wait-free of the shard lock, bounded work.  Sets
  * *metap to the record's meta as taken (SL__REC_LOCK set), so the holder
- * need not read back the word it just wrote with a locked instruction. */
-uint8_t *sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
-                        uint16_t *metap);
+ * need not read back the word it just wrote with a locked instruction.
+ * Returns the record and its shard, as a pair in registers; the holder
+ * then reads the clock with sl__grabbed_clock before it decides. */
+typedef struct sl__grabbed {
+    uint8_t *rec;          /* the record, or NULL */
+    const sl__shard *sh;   /* its shard */
+} sl__grabbed;
+sl__grabbed sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen,
+                           uint64_t hash, uint16_t *metap);
 
-/* sl__store_grab that hashes the key too (one call), setting *hashp. */
-uint8_t *sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
-                            uint64_t *hashp, uint16_t *metap);
+/* sl__store_grab that hashes the key too (one call), setting *hashp (the
+ * hot path). */
+sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
+                               uint64_t *hashp, uint16_t *metap);
+
+/* The clock of g.rec, just grabbed, into *cp, and whether a decision at
+ * now may take the quick way: t = max(now, *cp) <= Q (sl__clock_quick_q;
+ * false on a wide record, whose word decodes to the window's top, and
+ * while a walk runs).  Q, then E, loaded with acquire after the record was
+ * taken (store.c, clock_walk, says why).  If not, the holder lets the
+ * record go and takes the sure way, which makes room for t; if so, it may
+ * write t with sl__rec_set_clock_lo.  now = INT64_MIN: only the clock is
+ * read (right whenever it says 1). */
+static inline int sl__grabbed_clock(sl__grabbed g, int64_t now, int64_t *cp)
+{
+    int64_t q = __atomic_load_n((const int64_t *)(const void *)((const char *)g.sh + 16),
+                                __ATOMIC_ACQUIRE);
+    int64_t e = __atomic_load_n((const int64_t *)(const void *)((const char *)g.sh + 8),
+                                __ATOMIC_ACQUIRE);
+    int64_t c = sl__clock_in(e, sl__ld32(g.rec + 4));
+    *cp = c;
+    return sl__clock_quick_q(q, now > c ? now : c);
+}
 
 /* Whether the quick way applies to the store at all (SL_LOCK_RECORD; with
  * SL_LOCK_SHARD records are taken only under the shard lock, with plain
@@ -243,6 +405,15 @@ static inline int sl__store_quick(const sl_store *s) { return *(const int *)(con
  * way (a store of the meta the caller knows). */
 uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
                           sl__shard **shp, uint64_t *hashp);
+
+/* sl__store_lookup returning the record and its shard as a pair, in
+ * registers (the hot path: no shard pointer through memory). */
+typedef struct sl__found {
+    uint8_t *rec; /* the record, or NULL */
+    sl__shard *sh; /* its shard, locked */
+} sl__found;
+sl__found sl__store_lookup_pair(sl_store *s, unsigned kind, const void *key, size_t klen,
+                                uint64_t *hashp);
 
 /* sl__store_lookup for a hash already computed with sl__store_hash. */
 uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
@@ -263,7 +434,9 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind,
                         const void *key, size_t klen);
 
 /* Inserts a new record with room for at least state_len state bytes, all
- * zero, clock = now_ms, reset coded as 0.  When the memory bound would be
+ * zero, clock = now_ms (kept wide if it does not fit the shard's window,
+ * which may move first: sl__shard_clock_room), reset coded as 0.  When
+ * the memory bound would be
  * passed it first drops records at rest (reset time <= now_ms), then --
  * only with SL_FULL_EVICT -- evicts the least restricted of those it
  * examines (sl__rec_restriction: below its limit before at it, then the
@@ -280,7 +453,12 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind,
  * SL_EFULL or SL_ENOMEM (shard lock held). */
 int sl__shard_fail(const sl__shard *sh);
 
-/* Room for state bytes in r (>= the state_len it was made with). */
+/* Clock walks of the shard (store.c, clock_walk) that moved its E (shard
+ * lock held; for tests). */
+uint64_t sl__shard_clock_moves(const sl__shard *sh);
+
+/* Room for state bytes in r (>= the state_len it was made with; a wide
+ * clock's bytes left out). */
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r);
 
 /* Moves r (held) to a record with room for new_state_len state bytes,
