@@ -78,9 +78,51 @@ __attribute__((always_inline)) static inline int read_len_line(const char *buf, 
     return read_len_line_full(buf, len, pos, val);
 }
 
+/* The common command whole in buf: "*<1-9>\r\n", then each argument
+ * "$<1 or 2 digits>\r\n<bytes>\r\n", within max_bulk.  Returns 1 with cmd
+ * and *used set -- what parse_multibulk gives for these bytes, as each
+ * step is one it takes with the same outcome -- or 0 at the first byte
+ * that is anything else (a longer length, a sign, a partial command, any
+ * error): parse_multibulk then reads the command from its start and alone
+ * decides AGAIN and every error.  One test of the bytes left per step. */
+static inline int parse_fast(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd,
+                             size_t *used)
+{
+    if (len < 4) return 0;
+    unsigned count = (unsigned)(unsigned char)buf[1] - '1'; /* count - 1 */
+    if (count > 8 || buf[2] != '\r' || buf[3] != '\n') return 0;
+    count++;
+    size_t pos = 4;
+    for (unsigned i = 0; i < count; i++) {
+        /* "$d\r\n" + at least "\r\n": 6 bytes, or 7 with a second digit */
+        if (len - pos < 6 || buf[pos] != '$') return 0;
+        size_t blen = (unsigned)(unsigned char)buf[pos + 1] - '0';
+        if (blen > 9) return 0;
+        size_t q = pos + 2;
+        unsigned d = (unsigned)(unsigned char)buf[q] - '0';
+        if (d <= 9) {
+            blen = blen * 10 + d;
+            q++;
+            if (len - q < 4) return 0;
+        }
+        if (buf[q] != '\r' || buf[q + 1] != '\n') return 0;
+        q += 2;
+        if (blen > max_bulk || len - q < blen + 2 || buf[q + blen] != '\r' ||
+            buf[q + blen + 1] != '\n')
+            return 0;
+        cmd->argv[i].p = buf + q;
+        cmd->argv[i].len = blen;
+        pos = q + blen + 2;
+    }
+    cmd->argc = (int)count;
+    *used = pos;
+    return 1;
+}
+
 static int parse_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd,
                            size_t *used, const char **err)
 {
+    if (parse_fast(buf, len, max_bulk, cmd, used)) return SL_RESP_OK;
     size_t pos = 0;
     long long count;
     int rc = read_len_line(buf, len, &pos, &count);
