@@ -515,6 +515,25 @@ static void integers_match_printf(void **state)
     free(b.p);
 }
 
+/* Every value from 0 to 2,000,000 and 2,000,000 random ones below 10^9
+ * (put_digits8 takes 100 to 10^8 - 1) against printf, as :v and *v. */
+static void integers_below_1e9_match_printf(void **state)
+{
+    (void)state;
+    sl_buf b = {0};
+    char want[32];
+    for (long long i = 0; i < 4000000; i++) {
+        long long v = i < 2000000 ? i : (long long)(rnd() % 1000000000ULL);
+        if (i % 7 == 3) v = -v;
+        b.len = 0;
+        sl_resp_int(&b, v);
+        int n = snprintf(want, sizeof want, ":%lld\r\n", v);
+        if (b.len != (size_t)n || memcmp(b.p, want, (size_t)n) != 0)
+            fail_msg("%lld written as '%.*s'", v, (int)b.len, b.p);
+    }
+    free(b.p);
+}
+
 /* RL.ALLOW's reply: the array header and the six fields, as the pieces
  * would write them, into a buffer with no room left (it grows). */
 static void allow_reply_in_place(void **state)
@@ -584,6 +603,7 @@ int main(void)
         cmocka_unit_test(length_lines_match_reference),
         cmocka_unit_test(fast_path_matches_reference),
         cmocka_unit_test(integers_match_printf),
+        cmocka_unit_test(integers_below_1e9_match_printf),
         cmocka_unit_test(allow_reply_in_place),
         cmocka_unit_test(same_ci_matches_strncasecmp),
     };
