@@ -185,3 +185,43 @@ int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, 
     }
     return i;
 }
+
+/* Whether a[0..n) are m's request, byte for byte. */
+static int memo_same(const sl__allow_memo *m, const sl__arg *a, int n)
+{
+    if (m->n != n) return 0;
+    const char *b = m->bytes;
+    for (int i = 0; i < n; i++) {
+        size_t len = a[i].len;
+        if (len != m->len[i]) return 0;
+        for (size_t j = 0; j < len; j++)
+            if (a[i].p[j] != b[j]) return 0;
+        b += len;
+    }
+    return 1;
+}
+
+int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
+                         void *at_ctx, sl__allow_req *q, char *err, size_t errlen)
+{
+    if (n > 0 && memo_same(m, a, n)) {
+        *q = m->req;
+        return n;
+    }
+    int rc = sl__parse_allow(a, n, NULL, at, at_ctx, q, err, errlen);
+    if (rc < 0 || q->has_at || n > SL__ALLOW_ARGS) return rc;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].len > SL__ALLOW_MEMO_BYTES - total) return rc; /* too long to remember */
+        total += a[i].len;
+    }
+    char *b = m->bytes;
+    for (int i = 0; i < n; i++) {
+        m->len[i] = (unsigned char)a[i].len;
+        memcpy(b, a[i].p, a[i].len);
+        b += a[i].len;
+    }
+    m->n = n;
+    m->req = *q;
+    return rc;
+}

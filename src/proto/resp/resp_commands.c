@@ -81,6 +81,7 @@ typedef struct client {
     int doomed;    /* a command failed to queue: EXEC answers EXECABORT */
     int nqueued;   /* commands in queued (<= SL_RESP_MAX_QUEUED) */
     sl_buf queued; /* their bytes as sent (<= max-command); empty once doomed */
+    sl__allow_memo memo; /* RL.ALLOW's (RL.PEEK's) last arguments, parsed (allow_args) */
 } client;
 
 /* The last id given (CLIENT ID, HELLO's id), as Redis: in the order
@@ -247,7 +248,9 @@ static int allow_at(void *ctx, const char *s, size_t n, int64_t *out, char *err,
 }
 
 /* RL.ALLOW's (RL.PEEK's) arguments of q into *r: 0, or -1 with the
- * client's message in err.  Pure: nothing asked of the backend. */
+ * client's message in err.  Pure: nothing asked of the backend.  The
+ * connection's memo answers a request whose arguments are the last one's
+ * (a client sends the same limit and window again and again). */
 static int allow_args(req *q, sl__allow_req *r, char *err, size_t errlen)
 {
     const sl_resp_cmd *c = q->cmd;
@@ -255,10 +258,10 @@ static int allow_args(req *q, sl__allow_req *r, char *err, size_t errlen)
     sl__arg a[SL__ALLOW_ARGS];
     int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS;
     for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
-    if (sl__parse_key(key->p, key->len, err, errlen) != 0 ||
-        sl__parse_allow(a, n, NULL, allow_at, q, r, err, errlen) < 0)
-        return -1;
-    return 0;
+    if (sl__parse_key(key->p, key->len, err, errlen) != 0) return -1;
+    if (q->cl != NULL)
+        return sl__parse_allow_memo(&q->cl->memo, a, n, allow_at, q, r, err, errlen) < 0 ? -1 : 0;
+    return sl__parse_allow(a, n, NULL, allow_at, q, r, err, errlen) < 0 ? -1 : 0;
 }
 
 /* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
