@@ -712,6 +712,20 @@ static void test_allow_memo_equals_parse(void **state)
         }
     }
     assert_true(remembered > 10000);
+    /* a good request of 74 bytes: answered, not remembered (m keeps the last one) */
+    static const char *big[] = {"100",     "1h",    "ALGO",    "token-bucket", "COST",
+                                "1000000", "BURST", "1000000", "LOGREJECTED"};
+    sl__arg a[9];
+    for (int i = 0; i < 9; i++) a[i] = (sl__arg){big[i], strlen(big[i])};
+    for (int twice = 0; twice < 2; twice++) {
+        sl__allow_req q1, q2;
+        char e1[256] = "", e2[256] = "";
+        assert_int_equal(sl__parse_allow_memo(&m, a, 9, NULL, NULL, &q1, e1, sizeof e1), 9);
+        assert_int_equal(sl__parse_allow(a, 9, NULL, NULL, NULL, &q2, e2, sizeof e2), 9);
+        req_equal(&q1, &q2);
+        assert_int_equal(q1.cost, 1000000);
+        assert_true(m.n != 9);
+    }
 }
 
 int main(void)
