@@ -183,6 +183,21 @@ static void on_fields(void *arg, const sl_svc_reply *r)
     sl_slot_done(s);
 }
 
+/* on_fields for a request held without a slot (run_flush): the reply
+ * straight out, then the hold released. */
+static void on_fields_now(void *arg, const sl_svc_reply *r)
+{
+    sl_conn *c = arg;
+    sl_buf *b = sl_conn_out_now(c);
+    if (r->rc < 0) {
+        sl_resp_err(b, r->err);
+        sl_stat_inc(&sl_conn_svc(c)->st->errors, 1);
+    } else {
+        sl_resp_fields_array(b, &r->result);
+    }
+    sl_conn_release(c);
+}
+
 static void on_reset(void *arg, const sl_svc_reply *r)
 {
     sl_slot *s = arg;
@@ -301,6 +316,8 @@ typedef struct scratch {
  * since every other command -- and every reply that is not a held
  * RL.ALLOW's -- flushes the run first.  So the replies are those of the
  * requests run one at a time, in their order. */
+static void on_fields_now(void *arg, const sl_svc_reply *r);
+
 static void run_flush(sl_conn *c)
 {
     scratch *sc = sl_conn_scratch(c);
@@ -308,6 +325,18 @@ static void run_flush(sl_conn *c)
     void *slots[SL_SVC_MANY];
     if (n == 0) return;
     sc->n = 0;
+    if (sl_conn_out_now(c) != NULL) {
+        /* no reply pending before the run: each answer, made during the
+         * call (the backend is inline: sl_svc_many_max), goes straight
+         * out, held as a slot would be (the same bound checks, the same
+         * counts) but with no slot to open, queue and free */
+        for (size_t i = 0; i < n; i++) {
+            sl_conn_hold(c);
+            slots[i] = c;
+        }
+        sl_svc_allow_many(sl_conn_svc(c), sc->calls, n, slots, on_fields_now);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         if ((slots[i] = sl_conn_slot(c)) == NULL) { /* out of memory: net.c drops c */
             n = i;
