@@ -374,6 +374,45 @@ static void exact_run(void **state)
     fx_free(&A);
 }
 
+/* A run whose calls the service refuses (BURST with an algorithm that has
+ * none: sl_params_check's error, not the parser's) among good ones, in
+ * two runs of one read, a PING between them; each run has no reply
+ * pending before it, so it is answered straight out (run_flush's held
+ * path): the replies in order, each error counted once. */
+static void run_with_service_errors(void **state)
+{
+    (void)state;
+    fx_init(&A, 0, INT64_MIN);
+    sl_buf in = {0};
+    const char *ok[] = {"RL.ALLOW", "k", "2", "10s"};
+    const char *refused[] = {"RL.ALLOW", "k", "2", "10s", "ALGO", "sliding-log", "BURST", "3"};
+    const char *ping[] = {"PING"};
+    cmd(&in, 4, ok);
+    cmd(&in, 8, refused);
+    cmd(&in, 4, ok);
+    cmd(&in, 1, ping);
+    cmd(&in, 8, refused);
+    cmd(&in, 4, ok);
+    feed(&A, in.p, in.len, 5000);
+    assert_int_equal(sl_buf_add(&A.out, "", 1), 0);
+    const char *err = "-ERR burst must be an integer between 1 and 1000000000000, and applies only "
+                      "to token-bucket, gcra and leaky-bucket\r\n";
+    char want[1024];
+    snprintf(want, sizeof want,
+             "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:5000\r\n:0\r\n%s"
+             "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:10000\r\n:0\r\n"
+             "+PONG\r\n%s"
+             "*6\r\n:0\r\n:2\r\n:0\r\n:5000\r\n:10000\r\n:0\r\n",
+             err, err);
+    assert_string_equal(A.out.p, want);
+    sl_stats_sum x;
+    sl_stats_sum_get(&A.srv.stats, &x);
+    assert_int_equal(x.errors, 2);
+    assert_int_equal(x.decisions[SL_TOKEN_BUCKET], 3);
+    free(in.p);
+    fx_free(&A);
+}
+
 /* 50 RL.ALLOW of one read on three keys: split into runs of at most
  * SL_SVC_MANY, every one batched, answers as one at a time. */
 static void long_run_split(void **state)
@@ -441,6 +480,8 @@ int main(void)
         cmocka_unit_test(random_streams),
         cmocka_unit_test(random_streams_acl),
         cmocka_unit_test(random_streams_deny_window),
+        /* last: its connection would shift the client ids the streams mask */
+        cmocka_unit_test(run_with_service_errors),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
