@@ -658,6 +658,7 @@ static void test_allow_memo_equals_parse(void **state)
         "100", "1", "0", "-1", "5", "1000000", "abc", "1h", "60s", "1x", "250ms", "ALGO", "algo",
         "COST", "cost", "BURST", "PRECISION", "LOGREJECTED", "logrejected", "AT", "at", "FOO",
         "token-bucket", "gcra", "sliding-log", "sliding-buckets", "7", "x1", "",
+        "00000000000000100", "0000000000000000100", "00000000000000001h", /* 17-19 bytes */
         "123456789012345678901234567890123456789012345" /* 45 bytes: with more, beyond 48 */};
     size_t nw = sizeof words / sizeof words[0];
     sl__allow_memo m;
