@@ -556,6 +556,19 @@ static void allow_reply_in_place(void **state)
     sl_resp_fields(&b, &r);
     assert_int_equal(b.len, strlen(want) - 5);
     assert_memory_equal(b.p, want + 5, b.len);
+    /* allowed 0 and 1 take one store for the header and that field; any
+     * other value (the field is an integer) is written as one */
+    static const int64_t allowed[] = {0, 1, 2, -1, 10, INT64_MIN};
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        char w[160];
+        r.allowed = allowed[i];
+        int n = snprintf(w, sizeof w, "*6\r\n:%lld\r\n:1000000000000\r\n:99\r\n:-1\r\n:3599999\r\n:0\r\n",
+                         (long long)r.allowed);
+        b.len = 0;
+        sl_resp_fields_array(&b, &r);
+        assert_int_equal(b.len, (size_t)n);
+        assert_memory_equal(b.p, w, b.len);
+    }
     free(b.p);
 }
 

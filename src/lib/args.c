@@ -226,13 +226,11 @@ static int memo_same(const sl__allow_memo *m, const sl__arg *a, int n)
     return 1;
 }
 
-int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
-                         void *at_ctx, sl__allow_req *q, char *err, size_t errlen)
+/* sl__parse_allow_memo's miss: parse, and remember a request that may be. */
+__attribute__((noinline)) static int memo_parse(sl__allow_memo *m, const sl__arg *a, int n,
+                                                sl__at_parse at, void *at_ctx, sl__allow_req *q,
+                                                char *err, size_t errlen)
 {
-    if (n > 0 && memo_same(m, a, n)) {
-        *q = m->req;
-        return n;
-    }
     int rc = sl__parse_allow(a, n, NULL, at, at_ctx, q, err, errlen);
     if (rc < 0 || q->has_at || n > SL__ALLOW_ARGS) return rc;
     size_t total = 0;
@@ -249,4 +247,14 @@ int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_pars
     m->n = n;
     m->req = *q;
     return rc;
+}
+
+int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
+                         void *at_ctx, sl__allow_req *q, char *err, size_t errlen)
+{
+    if (n > 0 && memo_same(m, a, n)) {
+        *q = m->req;
+        return n;
+    }
+    return memo_parse(m, a, n, at, at_ctx, q, err, errlen);
 }

@@ -1612,9 +1612,9 @@ static void cmd_unwatch(req *q) { reply_raw(q, "+OK\r\n"); }
  * command takes exec_one's ordinary path, after the run. */
 static int joins_run(const req *q, const command *k)
 {
-    const char *sub;
     return k != NULL && k->run == cmd_allow && !q->queued && q->who != NULL && !in_multi(q) &&
-           q->cmd->argc >= -k->arity && may_run(q, k, &sub) && sl_svc_many_max(q->x) > 1;
+           q->cmd->argc >= -k->arity && (q->who->groups & k->group) == k->group &&
+           sl_svc_many_max(q->x) > 1; /* RL.ALLOW has no subcommand: may_run's test */
 }
 
 /* Runs one parsed command, whose bytes as sent are raw[0..rawlen) (kept if

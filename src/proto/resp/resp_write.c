@@ -164,8 +164,22 @@ void sl_resp_fields_array(sl_buf *b, const sl_result *r)
 {
     if (sl_buf_reserve(b, 4 + 6 * NUM_LEN) != 0) return;
     char *d = b->p + b->len;
-    memcpy(d, "*6\r\n", 4);
-    b->len = (size_t)(put_fields(d + 4, r) - b->p);
+    if (DIGITS8 && (uint64_t)r->allowed <= 1) {
+        /* "*6\r\n:0\r\n" or "*6\r\n:1\r\n": one store, the digit its byte 5 */
+        uint64_t w;
+        memcpy(&w, "*6\r\n:0\r\n", 8);
+        w += (uint64_t)r->allowed << 40;
+        memcpy(d, &w, 8);
+        d += 8;
+    } else {
+        memcpy(d, "*6\r\n", 4);
+        d = put_num(d + 4, ':', r->allowed);
+    }
+    d = put_num(d, ':', r->limit);
+    d = put_num(d, ':', r->remaining);
+    d = put_num(d, ':', r->retry_after_ms);
+    d = put_num(d, ':', r->reset_after_ms);
+    b->len = (size_t)(put_num(d, ':', r->delay_ms) - b->p);
 }
 
 /* ---- RESP3 ------------------------------------------------------------------ */
