@@ -693,7 +693,13 @@ static void test_allow_memo_equals_parse(void **state)
         sl__at_parse at = rnd() % 8 ? at_counter : NULL;
         sl__allow_req q1, q2;
         char e1[256] = "", e2[256] = "";
+        const sl__allow_req *hit = sl__allow_memo_get(&m, a, n);
+        sl__allow_req before = hit ? *hit : (sl__allow_req){0};
         int r1 = sl__parse_allow_memo(&m, a, n, at, &k1, &q1, e1, sizeof e1);
+        if (hit != NULL) { /* a hit is the answer sl__parse_allow_memo gives */
+            assert_int_equal(r1, n);
+            req_equal(&before, &q1);
+        }
         int r2 = sl__parse_allow(a, n, NULL, at, &k2, &q2, e2, sizeof e2);
         if (r1 != r2) fail_msg("round %d: %d, sl__parse_allow %d", round, r1, r2);
         if (r1 < 0) {

@@ -186,19 +186,22 @@ int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, 
     return i;
 }
 
-/* Whether the n bytes at x and y are equal: for n <= 16 by two loads
- * from each side that together cover the n bytes (they overlap when n is
- * not 2, 8 or 16), never reading past either. */
+/* Whether the n bytes at x and y are equal: by loads of 8, 4 or 1 bytes
+ * from each side that together cover the n bytes (the last overlaps the
+ * one before unless n is a multiple of its size), never reading past
+ * either; no call (the memo's hit path stays a leaf). */
 static inline int same_bytes(const char *x, const char *y, size_t n)
 {
     if (n >= 8) {
-        if (n > 16) return memcmp(x, y, n) == 0;
-        uint64_t a, b, c, d;
-        memcpy(&a, x, 8);
-        memcpy(&b, y, 8);
-        memcpy(&c, x + n - 8, 8);
-        memcpy(&d, y + n - 8, 8);
-        return ((a ^ b) | (c ^ d)) == 0;
+        uint64_t a, b;
+        for (size_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&a, x + i, 8);
+            memcpy(&b, y + i, 8);
+            if (a != b) return 0;
+        }
+        memcpy(&a, x + n - 8, 8);
+        memcpy(&b, y + n - 8, 8);
+        return a == b;
     }
     if (n >= 4) {
         uint32_t a, b, c, d;
@@ -249,11 +252,17 @@ __attribute__((noinline)) static int memo_parse(sl__allow_memo *m, const sl__arg
     return rc;
 }
 
+const sl__allow_req *sl__allow_memo_get(const sl__allow_memo *m, const sl__arg *a, int n)
+{
+    return n > 0 && memo_same(m, a, n) ? &m->req : NULL;
+}
+
 int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
                          void *at_ctx, sl__allow_req *q, char *err, size_t errlen)
 {
-    if (n > 0 && memo_same(m, a, n)) {
-        *q = m->req;
+    const sl__allow_req *hit = sl__allow_memo_get(m, a, n);
+    if (hit != NULL) {
+        *q = *hit;
         return n;
     }
     return memo_parse(m, a, n, at, at_ctx, q, err, errlen);

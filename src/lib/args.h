@@ -87,6 +87,10 @@ typedef struct sl__allow_memo {
  * bytes do not fit; an error leaves m as it was.  Use one m with one `at`. */
 int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
                          void *at_ctx, sl__allow_req *q, char *err, size_t errlen);
+/* Its hit alone: m's parsed request when a[0..n) are its bytes, else NULL
+ * (nothing parsed: then sl__parse_allow_memo).  Three arguments, no call:
+ * the cheap test a caller makes first. */
+const sl__allow_req *sl__allow_memo_get(const sl__allow_memo *m, const sl__arg *a, int n);
 
 /* Writes at most cap-1 printable bytes of s into dst for quoting client
  * input in messages (other bytes become '?', a cut is marked "..."). */

@@ -274,8 +274,14 @@ static int allow_args(req *q, sl__allow_req *r, char *err, size_t errlen)
     int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS;
     for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
     if (sl__parse_key(key->p, key->len, err, errlen) != 0) return -1;
-    if (q->cl != NULL)
+    if (q->cl != NULL) {
+        const sl__allow_req *hit = sl__allow_memo_get(&q->cl->memo, a, n);
+        if (hit != NULL) {
+            *r = *hit;
+            return 0;
+        }
         return sl__parse_allow_memo(&q->cl->memo, a, n, allow_at, q, r, err, errlen) < 0 ? -1 : 0;
+    }
     return sl__parse_allow(a, n, NULL, allow_at, q, r, err, errlen) < 0 ? -1 : 0;
 }
 
