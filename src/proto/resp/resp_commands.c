@@ -183,19 +183,25 @@ static void on_fields(void *arg, const sl_svc_reply *r)
     sl_slot_done(s);
 }
 
+/* A run answered straight out (run_flush): its connection, and where
+ * its replies go (sl_conn_out_now's answer). */
+typedef struct now_out {
+    sl_conn *c;
+    sl_buf *b;
+} now_out;
+
 /* on_fields for a request held without a slot (run_flush): the reply
  * straight out, then the hold released. */
 static void on_fields_now(void *arg, const sl_svc_reply *r)
 {
-    sl_conn *c = arg;
-    sl_buf *b = sl_conn_out_now(c);
+    const now_out *o = arg;
     if (r->rc < 0) {
-        sl_resp_err(b, r->err);
-        sl_stat_inc(&sl_conn_svc(c)->st->errors, 1);
+        sl_resp_err(o->b, r->err);
+        sl_stat_inc(&sl_conn_svc(o->c)->st->errors, 1);
     } else {
-        sl_resp_fields_array(b, &r->result);
+        sl_resp_fields_array(o->b, &r->result);
     }
-    sl_conn_release(c);
+    sl_conn_release(o->c);
 }
 
 static void on_reset(void *arg, const sl_svc_reply *r)
@@ -322,6 +328,7 @@ typedef struct scratch {
  * since every other command -- and every reply that is not a held
  * RL.ALLOW's -- flushes the run first.  So the replies are those of the
  * requests run one at a time, in their order. */
+typedef struct now_out now_out;
 static void on_fields_now(void *arg, const sl_svc_reply *r);
 
 static void run_flush(sl_conn *c)
@@ -331,14 +338,17 @@ static void run_flush(sl_conn *c)
     void *slots[SL_SVC_MANY];
     if (n == 0) return;
     sc->n = 0;
-    if (sl_conn_out_now(c) != NULL) {
+    now_out o = {c, sl_conn_out_now(c)};
+    if (o.b != NULL) {
         /* no reply pending before the run: each answer, made during the
          * call (the backend is inline: sl_svc_many_max), goes straight
-         * out, held as a slot would be (the same bound checks, the same
-         * counts) but with no slot to open, queue and free */
+         * out to o.b -- where it stays while the run is answered: no slot
+         * is opened meanwhile -- held as a slot would be (the same bound
+         * checks, the same counts) but with no slot to open, queue and
+         * free */
         for (size_t i = 0; i < n; i++) {
             sl_conn_hold(c);
-            slots[i] = c;
+            slots[i] = &o;
         }
         sl_svc_allow_many(sl_conn_svc(c), sc->calls, n, slots, on_fields_now);
         return;

@@ -83,8 +83,8 @@ static inline char *put_digits8(char *d, unsigned long long u)
 
 /* Writes a type byte, v, CRLF (":<v>\r\n", "*<n>\r\n", "$<n>\r\n") at d,
  * which has room for NUM_LEN bytes; returns the end.  Inline for the
- * values most replies carry (0 to 99; below 10^8 eight digits at once), a
- * call for the others. */
+ * values most replies carry (0 to 999; below 10^8 eight digits at once),
+ * a call for the others. */
 static inline char *put_num(char *d, char type, long long v)
 {
     *d++ = type;
@@ -94,6 +94,12 @@ static inline char *put_num(char *d, char type, long long v)
         d[0] = pairs[2 * v];
         d[1] = pairs[2 * v + 1];
         d += 2;
+    } else if (v >= 100 && v < 1000) { /* v * 41 >> 12 is v / 100 below 1000 */
+        unsigned h = (unsigned)(v * 41) >> 12, r = (unsigned)v - 100 * h;
+        d[0] = (char)('0' + h);
+        d[1] = pairs[2 * r];
+        d[2] = pairs[2 * r + 1];
+        d += 3;
     } else if (DIGITS8 && v >= 0 && v < 100000000) {
         d = put_digits8(d, (unsigned long long)v);
     } else if (v >= 0) {
