@@ -85,7 +85,7 @@ static inline char *put_digits8(char *d, unsigned long long u)
  * which has room for NUM_LEN bytes; returns the end.  Inline for the
  * values most replies carry (0 to 999; below 10^8 eight digits at once),
  * a call for the others. */
-static inline char *put_num(char *d, char type, long long v)
+__attribute__((always_inline)) static inline char *put_num(char *d, char type, long long v)
 {
     *d++ = type;
     if (v >= 0 && v < 10) {
