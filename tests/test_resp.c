@@ -431,10 +431,11 @@ static void fast_path_matches_reference(void **state)
 {
     (void)state;
     static const char *edges[] = {
-        "*9\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$"
-        "1\r\na\r\n",
+        "*9\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$"
+        "1\r\na\r\n$1\r\na\r\n",
         "*1\r\n$99\r\n"
-        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxx"
         "xxxx\r\n",
         "*1\r\n$0\r\n\r\n",
         "*1\r\n$00\r\n\r\n",
@@ -443,8 +444,8 @@ static void fast_path_matches_reference(void **state)
         "*2\r\n$1\r\na\r\n",
         "*4\r\n$8\r\nRL.ALLOW\r\n$10\r\nkey:000001\r\n$3\r\n100\r\n$2\r\n1h\r\n",
         /* ':' follows '9', '/' precedes '0': a digit test one off takes them */
-        "*:\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$"
-        "1\r\na\r\n$1\r\na\r\n",
+        "*:\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$"
+        "1\r\na\r\n$1\r\na\r\n$1\r\na\r\n",
         "*/\r\n",
         "*1\r\n$:\r\n0123456789\r\n",
         "*1\r\n$1:\r\n01234567890123456789\r\n",
@@ -473,8 +474,10 @@ static void fast_path_matches_reference(void **state)
             buf[n++] = '\n';
         }
         /* one byte changed, past the leading '*' (agree compares multibulk) */
-        if (rndn(2)) buf[1 + rndn((unsigned)n - 1)] = "0123456789\r\n$*:/"[rndn(16)];
-        else if (rndn(4) == 0) buf[1 + rndn((unsigned)n - 1)] = (char)rnd();
+        if (rndn(2))
+            buf[1 + rndn((unsigned)n - 1)] = "0123456789\r\n$*:/"[rndn(16)];
+        else if (rndn(4) == 0)
+            buf[1 + rndn((unsigned)n - 1)] = (char)rnd();
         size_t max_bulk = rndn(3) ? SL_RESP_MAX_BULK : rndn(120);
         for (size_t k = 0; k <= n; k++) agree(buf, k, max_bulk);
     }
@@ -563,7 +566,8 @@ static void allow_reply_in_place(void **state)
     for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
         char w[160];
         r.allowed = allowed[i];
-        int n = snprintf(w, sizeof w, "*6\r\n:%lld\r\n:1000000000000\r\n:99\r\n:-1\r\n:3599999\r\n:0\r\n",
+        int n = snprintf(w, sizeof w,
+                         "*6\r\n:%lld\r\n:1000000000000\r\n:99\r\n:-1\r\n:3599999\r\n:0\r\n",
                          (long long)r.allowed);
         b.len = 0;
         sl_resp_fields_array(&b, &r);

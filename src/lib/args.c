@@ -257,8 +257,8 @@ const sl__allow_req *sl__allow_memo_get(const sl__allow_memo *m, const sl__arg *
     return n > 0 && memo_same(m, a, n) ? &m->req : NULL;
 }
 
-int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
-                         void *at_ctx, sl__allow_req *q, char *err, size_t errlen)
+int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at, void *at_ctx,
+                         sl__allow_req *q, char *err, size_t errlen)
 {
     const sl__allow_req *hit = sl__allow_memo_get(m, a, n);
     if (hit != NULL) {

@@ -85,8 +85,8 @@ typedef struct sl__allow_memo {
  * its result and nothing is parsed again.  A request with AT is never
  * remembered (at's answer depends on at_ctx: the clock), nor one whose
  * bytes do not fit; an error leaves m as it was.  Use one m with one `at`. */
-int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at,
-                         void *at_ctx, sl__allow_req *q, char *err, size_t errlen);
+int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at, void *at_ctx,
+                         sl__allow_req *q, char *err, size_t errlen);
 /* Its hit alone: m's parsed request when a[0..n) are its bytes, else NULL
  * (nothing parsed: then sl__parse_allow_memo).  Three arguments, no call:
  * the cheap test a caller makes first. */

@@ -135,9 +135,9 @@ static inline int parse_fast(const char *buf, size_t len, size_t max_bulk, sl_re
     return 1;
 }
 
-__attribute__((noinline)) static int parse_multibulk(const char *buf, size_t len,
-                                                     size_t max_bulk, sl_resp_cmd *cmd,
-                                                     size_t *used, const char **err)
+__attribute__((noinline)) static int parse_multibulk(const char *buf, size_t len, size_t max_bulk,
+                                                     sl_resp_cmd *cmd, size_t *used,
+                                                     const char **err)
 {
     size_t pos = 0;
     long long count;
@@ -182,8 +182,8 @@ __attribute__((noinline)) static int parse_multibulk(const char *buf, size_t len
     return SL_RESP_OK;
 }
 
-__attribute__((noinline)) static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd, size_t *used,
-                        const char **err)
+__attribute__((noinline)) static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd,
+                                                  size_t *used, const char **err)
 {
     size_t scan = len < SL_RESP_MAX_INLINE + 2 ? len : SL_RESP_MAX_INLINE + 2;
     const char *nl = memchr(buf, '\n', scan);

@@ -81,7 +81,8 @@ typedef struct client {
     int doomed;    /* a command failed to queue: EXEC answers EXECABORT */
     int nqueued;   /* commands in queued (<= SL_RESP_MAX_QUEUED) */
     sl_buf queued; /* their bytes as sent (<= max-command); empty once doomed */
-    sl__allow_memo memo; /* RL.ALLOW's (RL.PEEK's) last arguments, parsed (allow_args) */
+    /* RL.ALLOW's (RL.PEEK's) last arguments, parsed (allow_args) */
+    sl__allow_memo memo;
 } client;
 
 /* The last id given (CLIENT ID, HELLO's id), as Redis: in the order
