@@ -413,6 +413,47 @@ static void run_with_service_errors(void **state)
     fx_free(&A);
 }
 
+/* RL.ALLOW's name is matched first by one 8-byte compare (lookup_hot),
+ * the table after: every case of it runs RL.ALLOW, and the names one
+ * byte off -- a byte that lower-cases onto '.', 'X' for 'W', '7' for 'w',
+ * one byte short or long, "rl.check" of the same length -- are what the
+ * table makes of them. */
+static void allow_name_any_case(void **state)
+{
+    (void)state;
+    fx_init(&A, 0, INT64_MIN);
+    static const char *names[] = {"rl.allow",
+                                  "Rl.AlLoW",
+                                  "RL.ALLOW",
+                                  "RL\x0e" /* | 0x20 is '.' */
+                                  "ALLOW",
+                                  "RL.ALLOX",
+                                  "RL.ALLO",
+                                  "RL.ALLOWW",
+                                  "RL_ALLOW",
+                                  "rl.allo7" /* 'w' ^ 0x40 */,
+                                  "rl.check"};
+    sl_buf in = {0};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v[] = {names[i], "n", "3", "10s"};
+        cmd(&in, 4, v);
+    }
+    feed(&A, in.p, in.len, 5000);
+    assert_int_equal(sl_buf_add(&A.out, "", 1), 0);
+    assert_string_equal(A.out.p, "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:3334\r\n:0\r\n"
+                                 "*6\r\n:1\r\n:3\r\n:1\r\n:0\r\n:6667\r\n:0\r\n"
+                                 "*6\r\n:1\r\n:3\r\n:0\r\n:0\r\n:10000\r\n:0\r\n"
+                                 "-ERR unknown command 'RL?ALLOW'\r\n"
+                                 "-ERR unknown command 'RL.ALLOX'\r\n"
+                                 "-ERR unknown command 'RL.ALLO'\r\n"
+                                 "-ERR unknown command 'RL.ALLOWW'\r\n"
+                                 "-ERR unknown command 'RL_ALLOW'\r\n"
+                                 "-ERR unknown command 'rl.allo7'\r\n"
+                                 "-ERR no rules loaded (start sluiced with --rules PATH)\r\n");
+    free(in.p);
+    fx_free(&A);
+}
+
 /* 50 RL.ALLOW of one read on three keys: split into runs of at most
  * SL_SVC_MANY, every one batched, answers as one at a time. */
 static void long_run_split(void **state)
@@ -482,6 +523,7 @@ int main(void)
         cmocka_unit_test(random_streams_deny_window),
         /* last: its connection would shift the client ids the streams mask */
         cmocka_unit_test(run_with_service_errors),
+        cmocka_unit_test(allow_name_any_case),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
