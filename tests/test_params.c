@@ -619,6 +619,122 @@ static void test_duration_parse_fast_equals_full(void **state)
     }
 }
 
+/* AT for the memo test: the value is a counter, a new one each call, so
+ * a request with AT answered from the memo would show. */
+static int at_counter(void *ctx, const char *s, size_t n, int64_t *out, char *err, size_t errlen)
+{
+    int64_t *k = ctx;
+    if (n > 0 && s[0] == 'x') {
+        snprintf(err, errlen, "bad AT '%.*s'", (int)n, s);
+        return -1;
+    }
+    *out = ++*k;
+    return 0;
+}
+
+static void req_equal(const sl__allow_req *a, const sl__allow_req *b)
+{
+    assert_int_equal(a->p.algo, b->p.algo);
+    assert_int_equal(a->p.limit, b->p.limit);
+    assert_int_equal(a->p.window_ms, b->p.window_ms);
+    assert_int_equal(a->p.burst, b->p.burst);
+    assert_int_equal(a->p.precision, b->p.precision);
+    assert_int_equal(a->p.log_rejected, b->p.log_rejected);
+    assert_int_equal(a->p.space, b->p.space);
+    assert_int_equal(a->cost, b->cost);
+    assert_int_equal(a->has_at, b->has_at);
+    assert_int_equal(a->at, b->at);
+}
+
+/* sl__parse_allow_memo against sl__parse_allow on runs of requests: the
+ * same one again (the memo answers), one byte changed, its case changed,
+ * another request, AT (never remembered: its value changes each call),
+ * errors (the memo keeps the last good one), arguments too long to
+ * remember.  Every answer, *q and message equal. */
+static void test_allow_memo_equals_parse(void **state)
+{
+    (void)state;
+    static const char *words[] = {
+        "100", "1", "0", "-1", "5", "1000000", "abc", "1h", "60s", "1x", "250ms", "ALGO", "algo",
+        "COST", "cost", "BURST", "PRECISION", "LOGREJECTED", "logrejected", "AT", "at", "FOO",
+        "token-bucket", "gcra", "sliding-log", "sliding-buckets", "7", "x1", "",
+        "00000000000000100", "0000000000000000100", "00000000000000001h", /* 17-19 bytes */
+        "123456789012345678901234567890123456789012345" /* 45 bytes: with more, beyond 48 */};
+    size_t nw = sizeof words / sizeof words[0];
+    sl__allow_memo m;
+    memset(&m, 0, sizeof m);
+    char store[SL__ALLOW_ARGS][64], prev[SL__ALLOW_ARGS][64];
+    size_t plen[SL__ALLOW_ARGS];
+    int pn = 0, remembered = 0;
+    int64_t k1 = 0, k2 = 0;
+    for (int round = 0; round < 200000; round++) {
+        sl__arg a[SL__ALLOW_ARGS];
+        int n;
+        unsigned how = (unsigned)(rnd() % 8);
+        if (pn > 0 && how < 5) { /* the previous request, maybe changed */
+            n = pn;
+            for (int i = 0; i < n; i++) {
+                memcpy(store[i], prev[i], plen[i]);
+                a[i] = (sl__arg){store[i], plen[i]};
+            }
+            int i = (int)(rnd() % (unsigned)n);
+            if (how == 3 && plen[i] > 0) store[i][rnd() % plen[i]] ^= (char)(1 + rnd() % 3);
+            if (how == 4 && plen[i] > 0) store[i][rnd() % plen[i]] ^= 0x20; /* its case */
+        } else {
+            n = 2 + (int)(rnd() % 7);
+            for (int i = 0; i < n; i++) {
+                const char *w = i == 0 && rnd() % 4 ? "100" : i == 1 && rnd() % 4 ? "1h"
+                                                                                 : words[rnd() % nw];
+                size_t len = strlen(w);
+                memcpy(store[i], w, len);
+                a[i] = (sl__arg){store[i], len};
+            }
+        }
+        sl__at_parse at = rnd() % 8 ? at_counter : NULL;
+        sl__allow_req q1, q2;
+        char e1[256] = "", e2[256] = "";
+        const sl__allow_req *hit = sl__allow_memo_get(&m, a, n);
+        sl__allow_req before = hit ? *hit : (sl__allow_req){0};
+        int r1 = sl__parse_allow_memo(&m, a, n, at, &k1, &q1, e1, sizeof e1);
+        if (hit != NULL) { /* a hit is the answer sl__parse_allow_memo gives */
+            assert_int_equal(r1, n);
+            req_equal(&before, &q1);
+        }
+        int r2 = sl__parse_allow(a, n, NULL, at, &k2, &q2, e2, sizeof e2);
+        if (r1 != r2) fail_msg("round %d: %d, sl__parse_allow %d", round, r1, r2);
+        if (r1 < 0) {
+            assert_string_equal(e1, e2);
+        } else {
+            req_equal(&q1, &q2);
+            remembered += m.n == n && !q1.has_at;
+        }
+        assert_int_equal(k1, k2);
+        size_t held = 0; /* the memo's bound */
+        for (int i = 0; i < m.n; i++) held += m.len[i];
+        assert_true(held <= SL__ALLOW_MEMO_BYTES);
+        pn = n;
+        for (int i = 0; i < n; i++) {
+            memcpy(prev[i], a[i].p, a[i].len);
+            plen[i] = a[i].len;
+        }
+    }
+    assert_true(remembered > 10000);
+    /* a good request of 74 bytes: answered, not remembered (m keeps the last one) */
+    static const char *big[] = {"100",     "1h",    "ALGO",    "token-bucket", "COST",
+                                "1000000", "BURST", "1000000", "LOGREJECTED"};
+    sl__arg a[9];
+    for (int i = 0; i < 9; i++) a[i] = (sl__arg){big[i], strlen(big[i])};
+    for (int twice = 0; twice < 2; twice++) {
+        sl__allow_req q1, q2;
+        char e1[256] = "", e2[256] = "";
+        assert_int_equal(sl__parse_allow_memo(&m, a, 9, NULL, NULL, &q1, e1, sizeof e1), 9);
+        assert_int_equal(sl__parse_allow(a, 9, NULL, NULL, NULL, &q2, e2, sizeof e2), 9);
+        req_equal(&q1, &q2);
+        assert_int_equal(q1.cost, 1000000);
+        assert_true(m.n != 9);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -636,6 +752,7 @@ int main(void)
         cmocka_unit_test(test_limiter_new_rejects),
         cmocka_unit_test(test_int_parse_fast_equals_full),
         cmocka_unit_test(test_duration_parse_fast_equals_full),
+        cmocka_unit_test(test_allow_memo_equals_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

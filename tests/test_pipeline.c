@@ -374,6 +374,86 @@ static void exact_run(void **state)
     fx_free(&A);
 }
 
+/* A run whose calls the service refuses (BURST with an algorithm that has
+ * none: sl_params_check's error, not the parser's) among good ones, in
+ * two runs of one read, a PING between them; each run has no reply
+ * pending before it, so it is answered straight out (run_flush's held
+ * path): the replies in order, each error counted once. */
+static void run_with_service_errors(void **state)
+{
+    (void)state;
+    fx_init(&A, 0, INT64_MIN);
+    sl_buf in = {0};
+    const char *ok[] = {"RL.ALLOW", "k", "2", "10s"};
+    const char *refused[] = {"RL.ALLOW", "k", "2", "10s", "ALGO", "sliding-log", "BURST", "3"};
+    const char *ping[] = {"PING"};
+    cmd(&in, 4, ok);
+    cmd(&in, 8, refused);
+    cmd(&in, 4, ok);
+    cmd(&in, 1, ping);
+    cmd(&in, 8, refused);
+    cmd(&in, 4, ok);
+    feed(&A, in.p, in.len, 5000);
+    assert_int_equal(sl_buf_add(&A.out, "", 1), 0);
+    const char *err = "-ERR burst must be an integer between 1 and 1000000000000, and applies only "
+                      "to token-bucket, gcra and leaky-bucket\r\n";
+    char want[1024];
+    snprintf(want, sizeof want,
+             "*6\r\n:1\r\n:2\r\n:1\r\n:0\r\n:5000\r\n:0\r\n%s"
+             "*6\r\n:1\r\n:2\r\n:0\r\n:0\r\n:10000\r\n:0\r\n"
+             "+PONG\r\n%s"
+             "*6\r\n:0\r\n:2\r\n:0\r\n:5000\r\n:10000\r\n:0\r\n",
+             err, err);
+    assert_string_equal(A.out.p, want);
+    sl_stats_sum x;
+    sl_stats_sum_get(&A.srv.stats, &x);
+    assert_int_equal(x.errors, 2);
+    assert_int_equal(x.decisions[SL_TOKEN_BUCKET], 3);
+    free(in.p);
+    fx_free(&A);
+}
+
+/* RL.ALLOW's name is matched first by one 8-byte compare (lookup_hot),
+ * the table after: every case of it runs RL.ALLOW, and the names one
+ * byte off -- a byte that lower-cases onto '.', 'X' for 'W', '7' for 'w',
+ * one byte short or long, "rl.check" of the same length -- are what the
+ * table makes of them. */
+static void allow_name_any_case(void **state)
+{
+    (void)state;
+    fx_init(&A, 0, INT64_MIN);
+    static const char *names[] = {"rl.allow",
+                                  "Rl.AlLoW",
+                                  "RL.ALLOW",
+                                  "RL\x0e" /* | 0x20 is '.' */
+                                  "ALLOW",
+                                  "RL.ALLOX",
+                                  "RL.ALLO",
+                                  "RL.ALLOWW",
+                                  "RL_ALLOW",
+                                  "rl.allo7" /* 'w' ^ 0x40 */,
+                                  "rl.check"};
+    sl_buf in = {0};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const char *v[] = {names[i], "n", "3", "10s"};
+        cmd(&in, 4, v);
+    }
+    feed(&A, in.p, in.len, 5000);
+    assert_int_equal(sl_buf_add(&A.out, "", 1), 0);
+    assert_string_equal(A.out.p, "*6\r\n:1\r\n:3\r\n:2\r\n:0\r\n:3334\r\n:0\r\n"
+                                 "*6\r\n:1\r\n:3\r\n:1\r\n:0\r\n:6667\r\n:0\r\n"
+                                 "*6\r\n:1\r\n:3\r\n:0\r\n:0\r\n:10000\r\n:0\r\n"
+                                 "-ERR unknown command 'RL?ALLOW'\r\n"
+                                 "-ERR unknown command 'RL.ALLOX'\r\n"
+                                 "-ERR unknown command 'RL.ALLO'\r\n"
+                                 "-ERR unknown command 'RL.ALLOWW'\r\n"
+                                 "-ERR unknown command 'RL_ALLOW'\r\n"
+                                 "-ERR unknown command 'rl.allo7'\r\n"
+                                 "-ERR no rules loaded (start sluiced with --rules PATH)\r\n");
+    free(in.p);
+    fx_free(&A);
+}
+
 /* 50 RL.ALLOW of one read on three keys: split into runs of at most
  * SL_SVC_MANY, every one batched, answers as one at a time. */
 static void long_run_split(void **state)
@@ -441,6 +521,9 @@ int main(void)
         cmocka_unit_test(random_streams),
         cmocka_unit_test(random_streams_acl),
         cmocka_unit_test(random_streams_deny_window),
+        /* last: its connection would shift the client ids the streams mask */
+        cmocka_unit_test(run_with_service_errors),
+        cmocka_unit_test(allow_name_any_case),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -421,6 +421,68 @@ static void length_lines_match_reference(void **state)
     }
 }
 
+/* The whole-command fast path (parse_fast in resp.c: "*<1-9>", lengths of
+ * 1 or 2 digits) against the reference: well-formed commands of 1 to 10
+ * arguments of 0 to 120 bytes -- either side of each bound the fast path
+ * has -- whole, cut at every length, and with one byte changed (a digit,
+ * a CR, an LF, a '$', ':' or '/' (either side of the digits) or a random
+ * byte) anywhere, under max_bulk caps either side of the lengths. */
+static void fast_path_matches_reference(void **state)
+{
+    (void)state;
+    static const char *edges[] = {
+        "*9\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$"
+        "1\r\na\r\n$1\r\na\r\n",
+        "*1\r\n$99\r\n"
+        "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+        "xxxxx"
+        "xxxx\r\n",
+        "*1\r\n$0\r\n\r\n",
+        "*1\r\n$00\r\n\r\n",
+        "*0\r\n",
+        "*1\r\n$1\r\nab\r\n",
+        "*2\r\n$1\r\na\r\n",
+        "*4\r\n$8\r\nRL.ALLOW\r\n$10\r\nkey:000001\r\n$3\r\n100\r\n$2\r\n1h\r\n",
+        /* ':' follows '9', '/' precedes '0': a digit test one off takes them */
+        "*:\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n$"
+        "1\r\na\r\n$1\r\na\r\n$1\r\na\r\n",
+        "*/\r\n",
+        "*1\r\n$:\r\n0123456789\r\n",
+        "*1\r\n$1:\r\n01234567890123456789\r\n",
+        "*1\r\n$/\r\n\r\n",
+        "*1\r\n$1/\r\n\r\n",
+    };
+    for (size_t i = 0; i < sizeof edges / sizeof edges[0]; i++) {
+        size_t n = strlen(edges[i]);
+        for (size_t k = 0; k <= n; k++) {
+            agree(edges[i], k, SL_RESP_MAX_BULK);
+            agree(edges[i], k, 1);
+            agree(edges[i], k, 98);
+            agree(edges[i], k, 99);
+        }
+    }
+    static char buf[2048];
+    for (int round = 0; round < 3000; round++) {
+        size_t n = 0;
+        unsigned argc = 1 + rndn(10);
+        n += (size_t)snprintf(buf + n, 16, "*%u\r\n", argc);
+        for (unsigned a = 0; a < argc; a++) {
+            unsigned alen = rndn(4) ? rndn(12) : rndn(121);
+            n += (size_t)snprintf(buf + n, 16, rndn(20) ? "$%u\r\n" : "$0%u\r\n", alen);
+            for (unsigned j = 0; j < alen; j++) buf[n++] = (char)(rndn(2) ? 'a' + rndn(26) : rnd());
+            buf[n++] = '\r';
+            buf[n++] = '\n';
+        }
+        /* one byte changed, past the leading '*' (agree compares multibulk) */
+        if (rndn(2))
+            buf[1 + rndn((unsigned)n - 1)] = "0123456789\r\n$*:/"[rndn(16)];
+        else if (rndn(4) == 0)
+            buf[1 + rndn((unsigned)n - 1)] = (char)rnd();
+        size_t max_bulk = rndn(3) ? SL_RESP_MAX_BULK : rndn(120);
+        for (size_t k = 0; k <= n; k++) agree(buf, k, max_bulk);
+    }
+}
+
 /* The integer writer against printf, over the edges of each digit count
  * and random values, appended to a buffer that must grow. */
 static void integers_match_printf(void **state)
@@ -456,6 +518,26 @@ static void integers_match_printf(void **state)
     free(b.p);
 }
 
+/* Every value from 0 to 300,000 and 300,000 random ones below 10^9
+ * (put_digits8 takes 100 to 10^8 - 1), every seventh negated, against
+ * printf. */
+static void integers_below_1e9_match_printf(void **state)
+{
+    (void)state;
+    sl_buf b = {0};
+    char want[32];
+    for (long long i = 0; i < 600000; i++) {
+        long long v = i < 300000 ? i : (long long)(rnd() % 1000000000ULL);
+        if (i % 7 == 3) v = -v;
+        b.len = 0;
+        sl_resp_int(&b, v);
+        int n = snprintf(want, sizeof want, ":%lld\r\n", v);
+        if (b.len != (size_t)n || memcmp(b.p, want, (size_t)n) != 0)
+            fail_msg("%lld written as '%.*s'", v, (int)b.len, b.p);
+    }
+    free(b.p);
+}
+
 /* RL.ALLOW's reply: the array header and the six fields, as the pieces
  * would write them, into a buffer with no room left (it grows). */
 static void allow_reply_in_place(void **state)
@@ -478,6 +560,20 @@ static void allow_reply_in_place(void **state)
     sl_resp_fields(&b, &r);
     assert_int_equal(b.len, strlen(want) - 5);
     assert_memory_equal(b.p, want + 5, b.len);
+    /* allowed 0 and 1 take one store for the header and that field; any
+     * other value (the field is an integer) is written as one */
+    static const int64_t allowed[] = {0, 1, 2, -1, 10, INT64_MIN};
+    for (size_t i = 0; i < sizeof allowed / sizeof allowed[0]; i++) {
+        char w[160];
+        r.allowed = allowed[i];
+        int n = snprintf(w, sizeof w,
+                         "*6\r\n:%lld\r\n:1000000000000\r\n:99\r\n:-1\r\n:3599999\r\n:0\r\n",
+                         (long long)r.allowed);
+        b.len = 0;
+        sl_resp_fields_array(&b, &r);
+        assert_int_equal(b.len, (size_t)n);
+        assert_memory_equal(b.p, w, b.len);
+    }
     free(b.p);
 }
 
@@ -523,7 +619,9 @@ int main(void)
         cmocka_unit_test(protocol_errors),  cmocka_unit_test(empty_and_null_multibulk),
         cmocka_unit_test(writers_resp2),    cmocka_unit_test(writers_resp3),
         cmocka_unit_test(length_lines_match_reference),
+        cmocka_unit_test(fast_path_matches_reference),
         cmocka_unit_test(integers_match_printf),
+        cmocka_unit_test(integers_below_1e9_match_printf),
         cmocka_unit_test(allow_reply_in_place),
         cmocka_unit_test(same_ci_matches_strncasecmp),
     };

@@ -185,3 +185,85 @@ int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, 
     }
     return i;
 }
+
+/* Whether the n bytes at x and y are equal: by loads of 8, 4 or 1 bytes
+ * from each side that together cover the n bytes (the last overlaps the
+ * one before unless n is a multiple of its size), never reading past
+ * either; no call (the memo's hit path stays a leaf). */
+static inline int same_bytes(const char *x, const char *y, size_t n)
+{
+    if (n >= 8) {
+        uint64_t a, b;
+        for (size_t i = 0; i + 8 < n; i += 8) {
+            memcpy(&a, x + i, 8);
+            memcpy(&b, y + i, 8);
+            if (a != b) return 0;
+        }
+        memcpy(&a, x + n - 8, 8);
+        memcpy(&b, y + n - 8, 8);
+        return a == b;
+    }
+    if (n >= 4) {
+        uint32_t a, b, c, d;
+        memcpy(&a, x, 4);
+        memcpy(&b, y, 4);
+        memcpy(&c, x + n - 4, 4);
+        memcpy(&d, y + n - 4, 4);
+        return ((a ^ b) | (c ^ d)) == 0;
+    }
+    if (n == 0) return 1;
+    /* 1 to 3 bytes: the first, the middle and the last cover them */
+    return x[0] == y[0] && x[n / 2] == y[n / 2] && x[n - 1] == y[n - 1];
+}
+
+/* Whether a[0..n) are m's request, byte for byte. */
+static int memo_same(const sl__allow_memo *m, const sl__arg *a, int n)
+{
+    if (m->n != n) return 0;
+    const char *b = m->bytes;
+    for (int i = 0; i < n; i++) {
+        size_t len = a[i].len;
+        if (len != m->len[i] || !same_bytes(a[i].p, b, len)) return 0;
+        b += len;
+    }
+    return 1;
+}
+
+/* sl__parse_allow_memo's miss: parse, and remember a request that may be. */
+__attribute__((noinline)) static int memo_parse(sl__allow_memo *m, const sl__arg *a, int n,
+                                                sl__at_parse at, void *at_ctx, sl__allow_req *q,
+                                                char *err, size_t errlen)
+{
+    int rc = sl__parse_allow(a, n, NULL, at, at_ctx, q, err, errlen);
+    if (rc < 0 || q->has_at || n > SL__ALLOW_ARGS) return rc;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        if (a[i].len > SL__ALLOW_MEMO_BYTES - total) return rc; /* too long to remember */
+        total += a[i].len;
+    }
+    char *b = m->bytes;
+    for (int i = 0; i < n; i++) {
+        m->len[i] = (unsigned char)a[i].len;
+        memcpy(b, a[i].p, a[i].len);
+        b += a[i].len;
+    }
+    m->n = n;
+    m->req = *q;
+    return rc;
+}
+
+const sl__allow_req *sl__allow_memo_get(const sl__allow_memo *m, const sl__arg *a, int n)
+{
+    return n > 0 && memo_same(m, a, n) ? &m->req : NULL;
+}
+
+int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at, void *at_ctx,
+                         sl__allow_req *q, char *err, size_t errlen)
+{
+    const sl__allow_req *hit = sl__allow_memo_get(m, a, n);
+    if (hit != NULL) {
+        *q = *hit;
+        return n;
+    }
+    return memo_parse(m, a, n, at, at_ctx, q, err, errlen);
+}

@@ -68,6 +68,30 @@ typedef int (*sl__at_parse)(void *ctx, const char *s, size_t n, int64_t *out, ch
 int sl__parse_allow(const sl__arg *a, int n, const char *stop, sl__at_parse at, void *at_ctx,
                     sl__allow_req *q, char *err, size_t errlen);
 
+/* The last request a caller parsed (one connection's, say): its bytes
+ * after the key and what sl__parse_allow made of them.  Zero it before
+ * its first use.  One entry: bounded by its size. */
+#define SL__ALLOW_MEMO_BYTES 48 /* the bytes of the arguments, all together */
+typedef struct sl__allow_memo {
+    int n; /* arguments remembered; 0: none */
+    unsigned char len[SL__ALLOW_ARGS];
+    char bytes[SL__ALLOW_MEMO_BYTES]; /* theirs, one after another */
+    sl__allow_req req;                /* what they parse to */
+} sl__allow_memo;
+
+/* sl__parse_allow(a, n, NULL, at, at_ctx, q, err, errlen) -- the same
+ * answer and the same *q or message for every input -- with m remembering
+ * the last request parsed without error: when a[0..n) are its bytes, *q is
+ * its result and nothing is parsed again.  A request with AT is never
+ * remembered (at's answer depends on at_ctx: the clock), nor one whose
+ * bytes do not fit; an error leaves m as it was.  Use one m with one `at`. */
+int sl__parse_allow_memo(sl__allow_memo *m, const sl__arg *a, int n, sl__at_parse at, void *at_ctx,
+                         sl__allow_req *q, char *err, size_t errlen);
+/* Its hit alone: m's parsed request when a[0..n) are its bytes, else NULL
+ * (nothing parsed: then sl__parse_allow_memo).  Three arguments, no call:
+ * the cheap test a caller makes first. */
+const sl__allow_req *sl__allow_memo_get(const sl__allow_memo *m, const sl__arg *a, int n);
+
 /* Writes at most cap-1 printable bytes of s into dst for quoting client
  * input in messages (other bytes become '?', a cut is marked "..."). */
 const char *sl__quote(char *dst, size_t cap, const char *s, size_t n);

@@ -539,12 +539,12 @@ void sl_conn_protocol_error(conn *c, const char *msg)
 static int run(conn *c, const char *p, size_t len, int64_t now, sl_turn *t, size_t *usedp)
 {
     worker *w = c->w;
-    w->serving = c;
+    sl__net_serving(w, c);
     w->turn = t;
     /* the front its decisions count under (stats.h) */
     w->svcp->front = c->proto->front;
     int st = c->proto->run(c, p, len, now, t, usedp);
-    w->serving = NULL;
+    sl__net_serving(w, NULL);
     w->turn = NULL;
     return st;
 }
@@ -626,9 +626,9 @@ static int serve(conn *c, const char *fresh, size_t n, int all)
     case SL_PROTO_AGAIN:
         c->paused_turn = 0;
         if (evbuffer_get_length(c->in) > net->cfg->max_command) {
-            w->serving = c;
+            sl__net_serving(w, c);
             c->proto->fatal(c, "Protocol error: command larger than max-command");
-            w->serving = NULL;
+            sl__net_serving(w, NULL);
             begin_close(c);
         }
         break;
@@ -917,9 +917,9 @@ static void stop_step(conn *c)
         p = w->rbuf, n = (size_t)got;
     }
     if (c->proto->stop != NULL) { /* its last word (HTTP/2's GOAWAY), sent with the rest */
-        w->serving = c;
+        sl__net_serving(w, c);
         c->proto->stop(c);
-        w->serving = NULL;
+        sl__net_serving(w, NULL);
     }
     begin_close(c);
     flush(c);

@@ -153,6 +153,8 @@ struct worker {
     size_t nfree_slots;        /* how many */
     conn *serving;             /* the connection whose input is being run: replies
                                   of its first pending slot go straight to batch */
+    size_t serving_out;        /* evbuffer_get_length(serving->out), as it stays
+                                  while serving runs (sl__net_serving) */
     sl_turn *turn;             /* serving's budget in this turn */
     _Atomic int nconns;        /* +1 by the acceptor on hand-off, -1 here on close */
     conn *conns;               /* every connection of this worker */
@@ -334,9 +336,19 @@ static inline void sl__net_check_bound(conn *c)
 {
     worker *w = c->w;
     if (w->serving == c && w->turn != NULL &&
-        (sl__net_held_out(c) + w->batch.len > w->net->out_pause || w->batch.len > SL_NET_TURN_OUT ||
-         sl__net_waiting(c)))
+        (w->serving_out + c->slot_bytes + (c->nslots + c->nheld) * sizeof(sl_slot) + w->batch.len >
+             w->net->out_pause ||
+         w->batch.len > SL_NET_TURN_OUT || sl__net_waiting(c)))
         w->turn->cmds = 0;
+}
+/* c is (c != NULL) or is no longer (NULL) the connection w serves.  While
+ * it is, its replies go to w->batch, never to c->out, so c->out's length
+ * is read once here rather than at every bound check (sl__net_held_out's
+ * first term, in sl__net_check_bound). */
+static inline void sl__net_serving(worker *w, conn *c)
+{
+    w->serving = c;
+    w->serving_out = c != NULL ? evbuffer_get_length(c->out) : 0;
 }
 
 /* Counts c in the totals as holding `now` bytes (net_budget.c).  Nothing

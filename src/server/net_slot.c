@@ -117,6 +117,13 @@ sl_buf *sl_slot_buf(sl_slot *s)
     return &s->buf;
 }
 
+sl_buf *sl_conn_out_now(conn *c)
+{
+    if (c->head != NULL) return NULL;
+    if (c->sink != NULL) return c->sink;
+    return c->w->serving == c ? &c->w->batch : NULL;
+}
+
 void sl_slot_done(sl_slot *s)
 {
     conn *c = s->c;

@@ -113,6 +113,11 @@ sl_slot *sl_conn_slot(sl_conn *c);
 sl_buf *sl_slot_buf(sl_slot *s);
 /* The slot's reply is complete (see the rules above). */
 void sl_slot_done(sl_slot *s);
+/* Where a reply made now goes straight to when c has no slot pending and
+ * is being served (or is detached): what sl_slot_buf gives its first
+ * slot.  NULL otherwise.  A protocol answering at once may write there,
+ * between sl_conn_hold and sl_conn_release, instead of opening a slot. */
+sl_buf *sl_conn_out_now(sl_conn *c);
 /* Requests whose answers wait for something other than a backend (the
  * waiting room: RL.WAIT, wait.h) ask to be told if c's client goes while
  * they wait -- c is freed, or its client's end is read (EOF): fn(arg) is

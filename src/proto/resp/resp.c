@@ -8,11 +8,23 @@
  * incomplete command from its start when more bytes arrive, which is cheap
  * because bulk payloads are skipped by length, never scanned.
  */
+#include <stdint.h>
 #include <string.h>
 
 #include "resp.h"
 
 #define NUM_MAX 20 /* digits and sign of a length line */
+
+/* "\r\n" as the high half of a 32-bit load of "xy\r\n", and as a 16-bit
+ * load: parse_fast reads the bytes in little-endian order (x86, arm64);
+ * elsewhere it is not used. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define FAST_LE 1
+#else
+#define FAST_LE 0
+#endif
+#define LINE_END ((uint32_t)'\r' << 16 | (uint32_t)'\n' << 24)
+#define CRLF16   ((uint16_t)('\r' | '\n' << 8))
 
 /* Parses the decimal integer in p[0..n) (optional leading '-').  Returns 0
  * and sets *out, or -1. */
@@ -78,8 +90,54 @@ __attribute__((always_inline)) static inline int read_len_line(const char *buf, 
     return read_len_line_full(buf, len, pos, val);
 }
 
-static int parse_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd,
-                           size_t *used, const char **err)
+/* The common command whole in buf: "*<1-9>\r\n", then each argument
+ * "$<1 or 2 digits>\r\n<bytes>\r\n", within max_bulk.  Returns 1 with cmd
+ * and *used set -- what parse_multibulk gives for these bytes, as each
+ * step is one it takes with the same outcome -- or 0 at the first byte
+ * that is anything else (a longer length, a sign, a partial command, any
+ * error): parse_multibulk then reads the command from its start and alone
+ * decides AGAIN and every error.  One test of the bytes left per step. */
+static inline int parse_fast(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd,
+                             size_t *used)
+{
+    if (len < 4) return 0;
+    uint32_t w;
+    memcpy(&w, buf, 4);
+    unsigned count = ((w >> 8) & 0xff) - '1'; /* count - 1 */
+    if (count > 8 || (w & 0xffff0000u) != LINE_END) return 0;
+    count++;
+    size_t pos = 4;
+    for (unsigned i = 0; i < count; i++) {
+        /* "$d\r\n" + at least "\r\n": 6 bytes, or 7 with a second digit */
+        if (len - pos < 6) return 0;
+        memcpy(&w, buf + pos, 4);
+        size_t blen = ((w >> 8) & 0xff) - (unsigned)'0', q;
+        if ((w & 0xffff00ffu) == (LINE_END | '$') && blen <= 9) { /* "$d\r\n" */
+            q = pos + 4;
+        } else { /* "$dd\r\n" */
+            unsigned d = (w >> 16 & 0xff) - (unsigned)'0';
+            if ((w & 0xff000000u) != ('\r' << 24) || (w & 0xffu) != '$' || blen > 9 || d > 9 ||
+                len - pos < 7 || buf[pos + 4] != '\n')
+                return 0;
+            blen = blen * 10 + d;
+            q = pos + 5;
+        }
+        if (blen > max_bulk || len - q < blen + 2) return 0;
+        uint16_t e;
+        memcpy(&e, buf + q + blen, 2);
+        if (e != CRLF16) return 0;
+        cmd->argv[i].p = buf + q;
+        cmd->argv[i].len = blen;
+        pos = q + blen + 2;
+    }
+    cmd->argc = (int)count;
+    *used = pos;
+    return 1;
+}
+
+__attribute__((noinline)) static int parse_multibulk(const char *buf, size_t len, size_t max_bulk,
+                                                     sl_resp_cmd *cmd, size_t *used,
+                                                     const char **err)
 {
     size_t pos = 0;
     long long count;
@@ -124,8 +182,8 @@ static int parse_multibulk(const char *buf, size_t len, size_t max_bulk, sl_resp
     return SL_RESP_OK;
 }
 
-static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd, size_t *used,
-                        const char **err)
+__attribute__((noinline)) static int parse_inline(const char *buf, size_t len, sl_resp_cmd *cmd,
+                                                  size_t *used, const char **err)
 {
     size_t scan = len < SL_RESP_MAX_INLINE + 2 ? len : SL_RESP_MAX_INLINE + 2;
     const char *nl = memchr(buf, '\n', scan);
@@ -167,6 +225,9 @@ int sl_resp_parse(const char *buf, size_t len, size_t max_bulk, sl_resp_cmd *cmd
 {
     if (len == 0) return SL_RESP_AGAIN;
     if (max_bulk > SL_RESP_MAX_BULK) max_bulk = SL_RESP_MAX_BULK;
-    if (buf[0] == '*') return parse_multibulk(buf, len, max_bulk, cmd, used, err);
+    if (buf[0] == '*') {
+        if (FAST_LE && parse_fast(buf, len, max_bulk, cmd, used)) return SL_RESP_OK;
+        return parse_multibulk(buf, len, max_bulk, cmd, used, err);
+    }
     return parse_inline(buf, len, cmd, used, err);
 }

@@ -81,6 +81,8 @@ typedef struct client {
     int doomed;    /* a command failed to queue: EXEC answers EXECABORT */
     int nqueued;   /* commands in queued (<= SL_RESP_MAX_QUEUED) */
     sl_buf queued; /* their bytes as sent (<= max-command); empty once doomed */
+    /* RL.ALLOW's (RL.PEEK's) last arguments, parsed (allow_args) */
+    sl__allow_memo memo;
 } client;
 
 /* The last id given (CLIENT ID, HELLO's id), as Redis: in the order
@@ -182,6 +184,27 @@ static void on_fields(void *arg, const sl_svc_reply *r)
     sl_slot_done(s);
 }
 
+/* A run answered straight out (run_flush): its connection, and where
+ * its replies go (sl_conn_out_now's answer). */
+typedef struct now_out {
+    sl_conn *c;
+    sl_buf *b;
+} now_out;
+
+/* on_fields for a request held without a slot (run_flush): the reply
+ * straight out, then the hold released. */
+static void on_fields_now(void *arg, const sl_svc_reply *r)
+{
+    const now_out *o = arg;
+    if (r->rc < 0) {
+        sl_resp_err(o->b, r->err);
+        sl_stat_inc(&sl_conn_svc(o->c)->st->errors, 1);
+    } else {
+        sl_resp_fields_array(o->b, &r->result);
+    }
+    sl_conn_release(o->c);
+}
+
 static void on_reset(void *arg, const sl_svc_reply *r)
 {
     sl_slot *s = arg;
@@ -247,7 +270,9 @@ static int allow_at(void *ctx, const char *s, size_t n, int64_t *out, char *err,
 }
 
 /* RL.ALLOW's (RL.PEEK's) arguments of q into *r: 0, or -1 with the
- * client's message in err.  Pure: nothing asked of the backend. */
+ * client's message in err.  Pure: nothing asked of the backend.  The
+ * connection's memo answers a request whose arguments are the last one's
+ * (a client sends the same limit and window again and again). */
 static int allow_args(req *q, sl__allow_req *r, char *err, size_t errlen)
 {
     const sl_resp_cmd *c = q->cmd;
@@ -255,10 +280,16 @@ static int allow_args(req *q, sl__allow_req *r, char *err, size_t errlen)
     sl__arg a[SL__ALLOW_ARGS];
     int n = c->argc - 2 < SL__ALLOW_ARGS ? c->argc - 2 : SL__ALLOW_ARGS;
     for (int i = 0; i < n; i++) a[i] = (sl__arg){c->argv[2 + i].p, c->argv[2 + i].len};
-    if (sl__parse_key(key->p, key->len, err, errlen) != 0 ||
-        sl__parse_allow(a, n, NULL, allow_at, q, r, err, errlen) < 0)
-        return -1;
-    return 0;
+    if (sl__parse_key(key->p, key->len, err, errlen) != 0) return -1;
+    if (q->cl != NULL) {
+        const sl__allow_req *hit = sl__allow_memo_get(&q->cl->memo, a, n);
+        if (hit != NULL) {
+            *r = *hit;
+            return 0;
+        }
+        return sl__parse_allow_memo(&q->cl->memo, a, n, allow_at, q, r, err, errlen) < 0 ? -1 : 0;
+    }
+    return sl__parse_allow(a, n, NULL, allow_at, q, r, err, errlen) < 0 ? -1 : 0;
 }
 
 /* RL.ALLOW key limit window [ALGO name] [COST c] [BURST b] [PRECISION p]
@@ -298,6 +329,9 @@ typedef struct scratch {
  * since every other command -- and every reply that is not a held
  * RL.ALLOW's -- flushes the run first.  So the replies are those of the
  * requests run one at a time, in their order. */
+typedef struct now_out now_out;
+static void on_fields_now(void *arg, const sl_svc_reply *r);
+
 static void run_flush(sl_conn *c)
 {
     scratch *sc = sl_conn_scratch(c);
@@ -305,6 +339,21 @@ static void run_flush(sl_conn *c)
     void *slots[SL_SVC_MANY];
     if (n == 0) return;
     sc->n = 0;
+    now_out o = {c, sl_conn_out_now(c)};
+    if (o.b != NULL) {
+        /* no reply pending before the run: each answer, made during the
+         * call (the backend is inline: sl_svc_many_max), goes straight
+         * out to o.b -- where it stays while the run is answered: no slot
+         * is opened meanwhile -- held as a slot would be (the same bound
+         * checks, the same counts) but with no slot to open, queue and
+         * free */
+        for (size_t i = 0; i < n; i++) {
+            sl_conn_hold(c);
+            slots[i] = &o;
+        }
+        sl_svc_allow_many(sl_conn_svc(c), sc->calls, n, slots, on_fields_now);
+        return;
+    }
     for (size_t i = 0; i < n; i++)
         if ((slots[i] = sl_conn_slot(c)) == NULL) { /* out of memory: net.c drops c */
             n = i;
@@ -1331,6 +1380,20 @@ static const command *lookup(const sl_resp_arg *name)
     return NULL;
 }
 
+/* lookup(name), with RL.ALLOW -- commands[0], the command a client sends
+ * again and again -- found by one comparison of its eight bytes, lower
+ * cased (sl__resp_lower8: what sl__resp_same_ci compares), first. */
+static inline const command *lookup_hot(const sl_resp_arg *name)
+{
+    if (name->len == 8) {
+        uint64_t w, want;
+        memcpy(&w, name->p, 8);
+        memcpy(&want, "rl.allow", 8);
+        if (sl__resp_lower8(w) == want) return &commands[0];
+    }
+    return lookup(name);
+}
+
 /* One COMMAND entry: name, arity, flags (a set in RESP3), first key, last
  * key, step. */
 static void command_entry(sl_buf *out, int proto, const command *k)
@@ -1566,9 +1629,9 @@ static void cmd_unwatch(req *q) { reply_raw(q, "+OK\r\n"); }
  * command takes exec_one's ordinary path, after the run. */
 static int joins_run(const req *q, const command *k)
 {
-    const char *sub;
     return k != NULL && k->run == cmd_allow && !q->queued && q->who != NULL && !in_multi(q) &&
-           q->cmd->argc >= -k->arity && may_run(q, k, &sub) && sl_svc_many_max(q->x) > 1;
+           q->cmd->argc >= -k->arity && (q->who->groups & k->group) == k->group &&
+           sl_svc_many_max(q->x) > 1; /* RL.ALLOW has no subcommand: may_run's test */
 }
 
 /* Runs one parsed command, whose bytes as sent are raw[0..rawlen) (kept if
@@ -1590,7 +1653,7 @@ static int exec_one(sl_conn *c, const sl_resp_cmd *cmd, const char *raw, size_t 
     }
     if (q.who == NULL) q.who = sl_auth_anonymous(q.x->srv->auth);
     if (!queued) sl_stat_inc(&q.x->st->commands, 1);
-    const command *k = lookup(&cmd->argv[0]);
+    const command *k = lookup_hot(&cmd->argv[0]);
     if (joins_run(&q, k)) {
         allow_hold(&q);
         return SL_PROTO_AGAIN;
