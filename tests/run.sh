@@ -155,8 +155,13 @@ is_built() { case " $built " in *" $1 "*) return 0 ;; esac; return 1; }
 
 for v in plain asan tsan; do
     cut -d'|' -f4 "$PLAN" | grep -qx "$v" || continue
+    only= # TSan: only the test binaries that run under it (the plan's)
     case $v in
         plain) target="all tests" ;;
+        tsan)
+            target=tsan
+            only="TSAN_TESTS=$(awk -F'|' '$3 == "c" && $4 == "tsan" { print $5 }' "$PLAN" | tr '\n' ' ')"
+            ;;
         *) target=$v ;;
     esac
     log=$LOGS/build_$v.log
@@ -166,7 +171,7 @@ for v in plain asan tsan; do
         case $f in *.o) ;; *) rm -f "$f" ;; esac
     done
     # shellcheck disable=SC2086
-    if make -k -j"$JOBS" $target </dev/null >"$log" 2>&1; then
+    if make -k -j"$JOBS" $target ${only:+"$only"} </dev/null >"$log" 2>&1; then
         echo "built $v ($(dir_of "$v")/) in $(secs $(($(ms) - t0)))"
     else
         tally FAIL "build/$v" "make $target failed after $(secs $(($(ms) - t0))); the tests that built still run"
