@@ -282,7 +282,9 @@ class RedisBackendTest(unittest.TestCase):
         one call), every reply exact and in order; an RL.RESET inside the
         burst still comes between the decisions before and after it."""
         r = self.redis()
-        s = self.node(r, "--threads", "1", "--deny-cache", "off")
+        # a backend timeout far beyond the test's: the default 50 ms ran out
+        # once on a loaded machine, and the policy's deny answered
+        s = self.node(r, "--threads", "1", "--deny-cache", "off", "--backend-timeout", "30s")
         n = 150 if SANITIZED else 400
         burst = []
         want = []
