@@ -478,7 +478,10 @@ class RedisBackendTest(unittest.TestCase):
         d = tempfile.mkdtemp(prefix="sluice-aof-")
         self.addCleanup(shutil.rmtree, d, True)
         r = self.redis(appendonly_dir=d)
-        s = self.node(r, "--threads", "1")
+        # a backend timeout far beyond the test's (a stopped Redis refuses at
+        # once): the default 50 ms ran out once on a loaded machine at the
+        # first request after the restart, and the policy's deny answered
+        s = self.node(r, "--threads", "1", "--backend-timeout", "30s")
         with s.raw(timeout=30) as c:
             self.assertEqual(self.allow(c, "rk", 5, BASE), [1, 5, 4, 0, W, 0])
             self.assertEqual(self.allow(c, "rk", 5, BASE), [1, 5, 3, 0, W, 0])
