@@ -303,8 +303,10 @@ $(B)/bench/bench: $(B)/bench/bench.o $(B)/libsluice.a
 asan:
 	$(MAKE) B=build/asan CFLAGS="$(ASAN_FLAGS)" LDFLAGS="$(ASAN_FLAGS)" all tests
 
+# TSAN_TESTS: the test binaries to build (default all; tests/run.sh names
+# the few it runs under TSan)
 tsan:
-	$(MAKE) B=build/tsan CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" all tests
+	$(MAKE) B=build/tsan CFLAGS="$(TSAN_FLAGS)" LDFLAGS="$(TSAN_FLAGS)" all $(or $(TSAN_TESTS),tests)
 
 # The whole test suite: plain build, then ASan+UBSan, then TSan for the
 # threaded tests.  tests/run.sh prints "N passed, N failed" and fails if any did.

@@ -16,7 +16,7 @@ set -u
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 # shellcheck disable=SC2046 # the source lists are globs, split on purpose
-fuzz_target config 50000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_config.c" \
+fuzz_target config 50000 "$ROOT/tests/fuzz/fuzz_config.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/backend/*.c "$ROOT"/src/backend/redis/*.c \
         "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \
     -I"$ROOT/src/lib" -I"$ROOT/src/rules" -I"$ROOT/src/backend" -I"$ROOT/src/server" \

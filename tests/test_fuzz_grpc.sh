@@ -22,7 +22,7 @@ GEN=$(mktemp -d) || exit 1
 (cd "$ROOT/proto" && find . -name '*.proto' | sed 's|^\./||' |
     xargs protoc-c -I. --c_out="$GEN") || { echo "FAIL  protoc-c"; exit 1; }
 rc=0
-fuzz_target grpc 15000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_grpc.c" \
+fuzz_target grpc 15000 "$ROOT/tests/fuzz/fuzz_grpc.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/grpc/*.c "$ROOT"/src/proto/headers/*.c \
         "$ROOT"/src/backend/*.c \
         "$ROOT"/src/backend/redis/*.c \

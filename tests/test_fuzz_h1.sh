@@ -15,7 +15,7 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target h1 8000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_h1.c" \
+fuzz_target h1 8000 "$ROOT/tests/fuzz/fuzz_h1.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/resp/*.c "$ROOT"/src/proto/http/*.c \
         "$ROOT"/src/proto/headers/*.c \
         "$ROOT"/src/backend/*.c "$ROOT"/src/backend/redis/*.c "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \

@@ -14,7 +14,7 @@ set -u
 
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
-fuzz_target http 5000 -DSL_RCU_CALLS "$ROOT/tests/fuzz/fuzz_http.c" \
+fuzz_target http 5000 "$ROOT/tests/fuzz/fuzz_http.c" \
     $(ls "$ROOT"/src/server/*.c "$ROOT"/src/proto/resp/*.c "$ROOT"/src/proto/http/*.c \
         "$ROOT"/src/proto/headers/*.c \
         "$ROOT"/src/backend/*.c "$ROOT"/src/backend/redis/*.c "$ROOT"/src/rules/*.c "$ROOT"/src/lib/*.c) \

@@ -20,4 +20,4 @@ fuzz_target module_load 500000 "$ROOT/tests/fuzz/fuzz_module_load.c" "$ROOT/src/
     "$ROOT/src/module/holds.c" \
     "$L/args.c" "$L/checkexec.c" "$L/engine.c" "$L/limiter.c" "$L/lone.c" "$L/params.c" \
     "$L/reclaim.c" "$L/siphash.c" "$L/snapshot.c" "$L/store.c" "$L/util.c" \
-    -I"$ROOT/src/module" -I"$L" -DSL_RCU_CALLS -lurcu-bp -lz -lpthread
+    -I"$ROOT/src/module" -I"$L" -lurcu-bp -lz -lpthread

@@ -8,7 +8,9 @@
 # 200 concurrent connections, hostile bytes, restarts and snapshots, client
 # and memory limits, and configuration.  See tests/e2e/harness.py.
 #
-# tests/run.sh runs it against build/ and build/asan/ (and build/tsan/), and
+# tests/run.sh runs it against build/ and build/asan/ (and build/tsan/) --
+# a module's "# sluice-e2e: plain-only / no-tsan / no-asan" line leaves it
+# out of a sanitizer's run (run_e2e.py, docs/testing.md) --, and
 # counts the line "CASE PASS|FAIL|SKIP <id> <seconds>" run_e2e.py prints for
 # each test as one case (docs/testing.md).
 # Environment: SLUICE_BUILD, SLUICE_SPEC_DIR, SLUICE_E2E_ARGS (extra

@@ -205,14 +205,43 @@ def stop_leftovers_at_exit():
             print("redis-server left at exit: %s" % str(e).split("\n")[0])
 
 
-def plain_only(path):
-    """Whether the test module at path has the line "# sluice-e2e:
-    plain-only": a heavy fleet or fault test (a Redis Cluster, a ring, a
-    fleet of sluiced), run once, against the plain build, and not again
-    under the sanitizers (docs/testing.md).  Its cases are then not run,
-    not skipped: they count in the plain build's e2e alone."""
+MARKERS = ("plain-only", "no-asan", "no-tsan")
+
+
+def markers(path):
+    """The markers of the test module at path: its lines "# sluice-e2e:
+    plain-only" (a heavy fleet or fault test -- a Redis Cluster, a ring, a
+    fleet of sluiced -- run once, against the plain build), "# sluice-e2e:
+    no-tsan" or "no-asan" (not run against that sanitizer's build; the
+    next line says why).  docs/testing.md, "What runs under which build,
+    and why", lists them.  A module left out of a build is not run there,
+    not skipped: its cases count in the other builds' e2e alone.  An
+    unknown marker is an error, not a module run everywhere by mistake."""
+    found = set()
     with open(path, encoding="utf-8") as f:
-        return any(line.strip() == "# sluice-e2e: plain-only" for line in f)
+        lines = f.read().split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r"^# sluice-e2e:\s*(\S+)\s*$", line)
+        if not m:
+            continue
+        if m.group(1) not in MARKERS:
+            raise ValueError("%s:%d: unknown marker '# sluice-e2e: %s' (known: %s)"
+                             % (path, i + 1, m.group(1), ", ".join(MARKERS)))
+        why = lines[i + 1] if i + 1 < len(lines) else ""
+        if m.group(1).startswith("no-") and not re.match(r"^# \S", why):
+            raise ValueError("%s:%d: '# sluice-e2e: %s' without its reason on the next line"
+                             % (path, i + 1, m.group(1)))
+        found.add(m.group(1))
+    return found
+
+
+def runs_under(path, kind):
+    """Whether the module at path runs against a build of this kind
+    (harness.KIND: plain, asan or tsan)."""
+    m = markers(path)
+    if kind == "plain":
+        return True
+    return "plain-only" not in m and "no-" + kind not in m
 
 
 def main():
@@ -240,10 +269,16 @@ def main():
     else:
         names = sorted(f[:-3] for f in os.listdir(here)
                        if f.startswith("test_") and f.endswith(".py"))
-        if harness.SANITIZED:
-            left = [n for n in names if plain_only(os.path.join(here, n + ".py"))]
-            names = [n for n in names if n not in left]
-            print("plain build only, not run here: %s" % " ".join(left))
+        try:
+            left = [n for n in names
+                    if not runs_under(os.path.join(here, n + ".py"), harness.KIND)]
+        except ValueError as e:
+            print("CASE FAIL run_e2e.markers 0.00 %s" % e)
+            return 1
+        names = [n for n in names if n not in left]
+        if left:
+            print("not run against the %s build (their sluice-e2e markers): %s"
+                  % (harness.KIND, " ".join(left)))
         suite = loader.loadTestsFromNames(names)
 
     print("sluiced: %s (deadlines x%g), logs: %s" % (harness.SLUICED, harness.SLOW, harness.LOG_DIR))

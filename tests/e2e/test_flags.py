@@ -6,6 +6,10 @@ setting seen where a user sees it: INFO (`trust_client_time`,
 every spelling of every yes/no option against the parsed values; this
 checks that the server runs with what it parsed, and that the two agree."""
 
+# sluice-e2e: no-tsan
+# Each spelling is parsed before any thread starts and then read back through
+# INFO or the log: start and stop are in every TSan module. ASan+UBSan run it.
+
 import os
 import re
 import shutil

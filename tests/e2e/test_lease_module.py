@@ -17,6 +17,11 @@ What a user -- sluiced, or an operator -- would notice:
   tails) still loads; a later version is refused.
 """
 
+# sluice-e2e: no-tsan
+# The module runs inside redis-server on Redis's main thread only (see
+# test_module.py): TSan has no second thread of ours to watch. ASan+UBSan run
+# it.
+
 import tempfile
 import time
 import unittest

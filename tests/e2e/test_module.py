@@ -14,6 +14,14 @@ which is not built with ASan, runs with the sanitizer's runtime preloaded
 (LD_PRELOAD, what gcc -print-file-name finds); likewise TSan.
 """
 
+# sluice-e2e: no-tsan
+# The module runs inside redis-server on Redis's main thread only: no thread
+# of ours (no pthread, call_rcu or thread-safe context in src/module/ or the
+# lone-key code it calls), and no free_effort callback, so Redis frees a
+# value on its lazyfree thread only for FLUSHALL/FLUSHDB ASYNC, which no
+# module test sends.  TSan has no second thread of ours to watch; ASan+UBSan
+# run it.
+
 import os
 import random
 import shutil

@@ -20,6 +20,11 @@ The servers are test_module.py's (its own folder, a free loopback port,
 stopped by PID, the log scanned for sanitizer reports and crashes).
 """
 
+# sluice-e2e: no-tsan
+# The module runs inside redis-server on Redis's main thread only (see
+# test_module.py): TSan has no second thread of ours to watch. ASan+UBSan run
+# it.
+
 import random
 
 from harness import BASE, SANITIZED, RespError, encode

@@ -5,6 +5,11 @@ serves; one over it is refused by RL.RULES RELOAD with the exact message
 (the old set keeps serving) and refuses a start (exit status 1, the message
 in the log).  Every file is generated in a temporary folder, deleted after."""
 
+# sluice-e2e: no-tsan
+# The caps are checked while a rules set is parsed, before it is swapped in;
+# the swap under serving workers is test_rules_reload's, which runs under TSan.
+# ASan+UBSan run it.
+
 import re
 import subprocess
 import unittest

@@ -11,6 +11,12 @@ temporary folder (never committed): a CA, the server's certificate
 (127.0.0.1) and key, a client's, and a second CA with a client of its own.
 Loads are bounded in count and time and scaled down under sanitizers."""
 
+# sluice-e2e: no-tsan
+# A TLS connection's state stays on its worker; the state workers share that
+# these cases reach (the output budget, sl__net_account, the stats and cut
+# counters) is the plain path's, driven under TSan by test_hostile_output and
+# test_limits, and OpenSSL/libevent are not instrumented. ASan+UBSan run it.
+
 import os
 import re
 import select

@@ -148,10 +148,20 @@ fuzz_open() {
 # each (~45 s a target, most of the fuzz layer's time).  Two targets
 # compiling one object at once each write their own and rename it into
 # place: the same bytes either way.
+#
+# Every target gets the same compile flags, so that a source several
+# targets use is compiled once for all of them: -DSL_RCU_CALLS for all
+# (liburcu's read side as calls: what src/lib/reclaim.h asks for under
+# UBSan, and what the Makefile's asan build does), not only for the targets
+# that build the server (src/lib was compiled twice, once each way).
+# -gline-tables-only, not -g: a report's stack still names file:line and
+# function (what libFuzzer and the sanitizers print), without the type and
+# variable info a debugger wants -- ~15% less compile time (for a
+# debugger, rebuild with CFLAGS_FUZZ=-g).
 fuzz_build() {
-    # shellcheck disable=SC2086 # $zero: flags
-    set -- -std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer \
-        -fno-sanitize-recover=all $zero -I"$ROOT/include" "$@"
+    # shellcheck disable=SC2086 # $zero, $CFLAGS_FUZZ: flags
+    set -- -std=c11 -D_GNU_SOURCE ${CFLAGS_FUZZ:--gline-tables-only} -O1 -fno-omit-frame-pointer \
+        -fno-sanitize-recover=all $zero -DSL_RCU_CALLS -I"$ROOT/include" "$@"
     tree=$(cd "$ROOT" && find src include proto tests/fuzz \( -name '*.[ch]' -o -name '*.proto' \) |
         LC_ALL=C sort | xargs cat | cksum | cut -d' ' -f1)
     key_flags=
