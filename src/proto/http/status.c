@@ -333,22 +333,37 @@ void sl_http_status_json(http_worker *hw, const sl_hreq *req)
     sl_svc_ctx *x = hw->svc;
     sl_srv *srv = x->srv;
     int64_t now = sl_now_ms();
-    series_list sl = {.list = json_array(), .n = 0};
-    int64_t last = -1;
-    json_t *top = json_array();
-    if (srv->history != NULL) {
-        last = sl_history_foreach(srv->history, add_series, &sl);
+    series_list sl;
+    int64_t last;
+    json_t *top, *dec;
+    /* The series and the decisions per second are two reads of the
+     * history; a sample between them would give two ends.  Read again
+     * (at most twice more: a sample is taken once a second) until both
+     * name the same second, so a client sees one end. */
+    for (int tries = 0;; tries++) {
+        sl = (series_list){.list = json_array(), .n = 0};
+        last = -1;
+        top = json_array();
+        if (srv->history != NULL) {
+            last = sl_history_foreach(srv->history, add_series, &sl);
+            json_decref(top);
+            top = top_json(srv->history);
+        }
+        dec = decisions_json(srv);
+        json_t *ps = json_object_get(dec, "per_second");
+        if (tries == 2 || json_integer_value(json_object_get(ps, "end")) == last) break;
+        json_decref(dec);
         json_decref(top);
-        top = top_json(srv->history);
+        json_decref(sl.list);
     }
     const char *why;
     name_limits(&sl, sl_svc_rules(x, &why));
-    json_t *o = json_pack("{s:I,s:I,s:o,s:o,s:o,s:o,s:{s:i,s:i,s:I,s:o},s:o}", "now_ms",
-                          (json_int_t)now, "uptime_s", (json_int_t)((now - srv->start_ms) / 1000),
-                          "rules", rules_json(srv->live), "decisions", decisions_json(srv),
-                          "clients", clients_json(srv), "backend", backend_json(srv), "history",
-                          "seconds", SL_HISTORY_SECONDS, "rules_max", SL_HISTORY_RULES, "end",
-                          (json_int_t)last, "series", sl.list, "top_keys", top);
+    json_t *o =
+        json_pack("{s:I,s:I,s:o,s:o,s:o,s:o,s:{s:i,s:i,s:I,s:o},s:o}", "now_ms", (json_int_t)now,
+                  "uptime_s", (json_int_t)((now - srv->start_ms) / 1000), "rules",
+                  rules_json(srv->live), "decisions", dec, "clients", clients_json(srv), "backend",
+                  backend_json(srv), "history", "seconds", SL_HISTORY_SECONDS, "rules_max",
+                  SL_HISTORY_RULES, "end", (json_int_t)last, "series", sl.list, "top_keys", top);
     sl_hhdrs h;
     sl_hhdrs_init(&h);
     sl_hhdrs_add(&h, "Cache-Control", "no-store");
