@@ -525,6 +525,29 @@ class RedisBackendTest(unittest.TestCase):
             self.assertEqual(s.info("backend")["backend_errors"], "1")
         self.assertIn(b"errorstat_NOSCRIPT:count=1\r\n", r.cmd("INFO", "errorstats"))
 
+    def test_noscript_resend_keeps_a_reset_in_order(self):
+        """Redis lost the script (SCRIPT FLUSH) while a pipelined RL.ALLOW,
+        RL.RESET, RL.ALLOW of one key were in flight: the decisions sent
+        again after loading it still come before and after the reset, as
+        sent (RL.RESET goes through the script too, so it is sent again in
+        its place: a bare DEL ran before the resent decision and the key
+        kept its charge)."""
+        r = self.redis()
+        s = self.node(r, "--threads", "1", "--deny-cache", "off", "--backend-timeout", "30s")
+        with s.raw(timeout=30) as c:
+            self.assertEqual(self.allow(c, "nk", 4, BASE), [1, 4, 3, 0, W, 0])
+            self.assertEqual(c.cmd("RL.RESET", "nk"), 1)
+            self.assertEqual(r.cmd("SCRIPT", "FLUSH"), b"OK")
+            burst = [("RL.ALLOW", "nk", "4", "10s", "ALGO", "fixed-window", "AT", str(BASE)),
+                     ("RL.RESET", "nk"),
+                     ("RL.ALLOW", "nk", "4", "10s", "ALGO", "fixed-window", "AT", str(BASE))]
+            c.send(b"".join(harness.encode(*cmd) for cmd in burst))
+            got = [c.read_reply(timeout=30) for _ in burst]
+            self.assertEqual(got, [[1, 4, 3, 0, W, 0], 1, [1, 4, 3, 0, W, 0]])
+            self.assertEqual(self.allow(c, "nk", 4, BASE), [1, 4, 2, 0, W, 0])
+        self.assertEqual(s.info("backend")["backend_errors"], "0")
+        self.assertIn(b"errorstat_NOSCRIPT:count=", r.cmd("INFO", "errorstats"))
+
     # -- bad configuration --
 
     def run_sluiced(self, *args):

@@ -4,7 +4,7 @@
  * this object depend on it) and the EVALSHA commands of its ABI
  * (docs/redis-scripts.md): ops D, P, A, B (a batch of DECIDEs), T and R
  * (--lease on: take and return, docs/fleet.md), C
- * (RL.CHECK's plan), and FORGET's DEL.  The pieces of a plan shared with
+ * (RL.CHECK's plan), and FORGET's op F (a DEL).  The pieces of a plan shared with
  * the module's RL.CHECKPLAN (module_cmd.c) are here too.  Builds bytes
  * only: the sending is send.c's.
  */
@@ -189,18 +189,20 @@ static void cmd_check(struct cmd *c, const redis *r, const sl_check_plan *plan, 
 }
 
 /* Builds e's command for the script (docs/redis-scripts.md): one
- * EVALSHA of op D, P, A or C; FORGET's DEL of the key's every algorithm. */
+ * EVALSHA of op D, P, A or C; FORGET's op F (the DEL of the key's every
+ * algorithm). */
 void sl__redis_cmd_script(struct cmd *c, const redis *r, const pend *e)
 {
     const sl_breq *rq = e->rq;
     int lead[SL_MAX_BATCH];
 
     switch (rq->op) {
-    case SL_BOP_FORGET:
-        c->argc = c->nkeys = 0;
-        cmd_str(c, "DEL", 3);
+    case SL_BOP_FORGET: /* op F: a DEL inside the script, so that a NOSCRIPT
+                           resend cannot put a decision sent before it after it */
+        cmd_evalsha(c, r, (size_t)(rq->algo_hi - rq->algo_lo));
         for (int a = rq->algo_lo; a < rq->algo_hi; a++)
             cmd_key(c, a, 0, e->key, rq->keylen, rq->keylen);
+        cmd_str(c, "F", 1);
         break;
     case SL_BOP_CHECK: cmd_check(c, r, rq->plan, lead); break;
     case SL_BOP_DECIDE_ALL:

@@ -1542,6 +1542,16 @@ do
     main = function()
         local op = ARGV[1]
         if op == "LA" or op == "LR" or op == "RV" or op == "ST" then return holds(op) end
+        if op == "F" then
+            -- F: FORGET, the DEL of a key's every algorithm, through the
+            -- script so that it keeps its place among the calls around it
+            -- when Redis lost the script (NOSCRIPT: they are all sent again
+            -- in order).  Reply: DEL's, the keys that existed.
+            if #KEYS < 1 or #KEYS > 7 or #ARGV ~= 1 then
+                refuse("args: op F takes 1 to 7 keys and no other argument")
+            end
+            return redis.call("DEL", unpack(KEYS))
+        end
         return decisions()
     end
 end
