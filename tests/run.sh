@@ -19,8 +19,8 @@
 #      together when it finishes:
 #        plain/test_*   every C test (tests/test_*.c -> build/tests/test_*)
 #        asan/test_*    every C test again
-#        tsan/test_*    the C tests whose name contains "thread", test_store and
-#                       test_fit_model (their threaded cases)
+#        tsan/test_*    the C tests whose name contains "thread", test_store, and
+#                       test_fit_model (which runs only its threaded cases there)
 #        tests/test_*.sh  every shell test, once against build/ and once against
 #                       build/asan/ (SLUICE_BUILD says which); a script with the
 #                       line "# sluice-test: plain-only" runs against build/
