@@ -45,8 +45,13 @@
  *       own keys (each checked against its own models) while a third
  *       inserts batches of new keys, re-decides, forgets and expires them,
  *       for SL_LOCK_RECORD and SL_LOCK_SHARD; a fixed number of operations.
+ *   threads_bounded_deny   the same in a store bounded with SL_FULL_DENY
+ *       that every batch goes past: the deciders' keys (held for a day,
+ *       made before the others start) are never dropped and answer
+ *       exactly, the inserter is refused and its keys at rest make room,
+ *       `bytes` stays within the bound, and every refusal is counted.
  *
- * Under TSan (tests/run.sh runs this file there too) only the two thread
+ * Under TSan (tests/run.sh runs this file there too) only the three thread
  * cases run: the others have one thread.  Seeds are fixed; SLUICE_SEED=N
  * changes every case's; SLUICE_TEST_FILTER="*bound*" runs only the
  * matching cases.
@@ -89,14 +94,18 @@
  * as long, so the deciders run while tables grow.  Sanitizers run the
  * store and the model 3-10x slower: fewer. */
 #ifdef SANITIZED
-#define THREAD_OPS    12000
-#define CHURN_BATCHES 6
+#define THREAD_OPS      12000
+#define CHURN_BATCHES   6
+#define BOUNDED_BATCHES 2
 #else
-#define THREAD_OPS    40000
-#define CHURN_BATCHES 16
+#define THREAD_OPS      40000
+#define CHURN_BATCHES   16
+#define BOUNDED_BATCHES 4
 #endif
-#define SNAP_ROUNDS 10   /* churn rounds before the snapshot */
-#define BATCH       1500 /* keys the inserting thread holds at once */
+#define SNAP_ROUNDS   10           /* churn rounds before the snapshot */
+#define BATCH         1500         /* keys the inserting thread holds at once */
+#define THREAD_BOUND  (256 * 1024) /* the bounded case's, one shard: ~3000 keys */
+#define BATCH_BOUNDED 3000         /* its batches: past the bound */
 
 #define NFIXED 5
 static const sl_algo fixed_algos[NFIXED] = {SL_TOKEN_BUCKET, SL_GCRA, SL_FIXED_WINDOW,
@@ -176,13 +185,13 @@ static int compare(const char *what, const slot *s, int64_t t, int64_t cost, int
                    const sl_result *got, const sl_result *want, char *err, size_t errlen)
 {
     const char *me = model_error(s->m);
+    if (me == NULL && rc == 0 && same(got, want)) return 0;
     char d[200], g[120], w[120];
     describe(d, sizeof d, s);
     if (me != NULL) {
         snprintf(err, errlen, "%s: %s", d, me);
         return -1;
     }
-    if (rc == 0 && same(got, want)) return 0;
     fmt_result(w, sizeof w, want);
     if (rc != 0)
         snprintf(g, sizeof g, "error %d (%s)", rc, sl_strerror(rc));
@@ -934,13 +943,56 @@ typedef struct tctx {
     slot *slots;
     size_t n;
     unsigned char *bytes; /* the slots' keys */
+    size_t bound;         /* the store's max_bytes: 0, or SL_FULL_DENY's bound */
+    uint64_t held;        /* inserter, bounded: the deciders' keys, all in the store */
     uint64_t expired;     /* inserter: sum of sl_store_expire's returns */
+    uint64_t refused;     /* inserter: its SL_EFULL answers */
+    uint64_t nomem;       /* inserter: its SL_ENOMEM answers (step_room) */
     char err[1024];       /* the first failure, "" if none */
 } tctx;
+
+/* sl_decide of cost at t where a bounded SL_FULL_DENY store may refuse: a
+ * key not in the store, or at rest at t (the store may have dropped it to
+ * make room), may get SL_EFULL -- nothing changed, and the key is fresh;
+ * any other answer must be the model's.  SL_ENOMEM is taken as such a
+ * refusal too (counted in *nomem): today's store answers it, now and then,
+ * when the room it freed by dropping keys at rest lies in pages of other
+ * record sizes (docs/store.md: "SL_FULL_DENY may refuse while memory is
+ * free in the wrong place"), and the same call again is admitted.  Returns
+ * 0, or -1 with a message in err. */
+static int step_room(sl_store *st, slot *s, int64_t t, int64_t cost, uint64_t *refused,
+                     uint64_t *nomem, char *err, size_t errlen)
+{
+    int may = s->present != IN || s->reset_at <= t;
+    sl_result got, want;
+    memset(&got, 0, sizeof got);
+    int64_t T = model_effective_time(s->m, s->key, s->klen, t);
+    int rc = sl_decide(st, &s->p, s->key, s->klen, t, cost, &got);
+    if ((rc == SL_EFULL || rc == SL_ENOMEM) && may) {
+        (*(rc == SL_EFULL ? refused : nomem))++;
+        slot_fresh(s);
+        return 0;
+    }
+    model_decide(s->m, s->key, s->klen, t, cost, &want);
+    if (compare("decide", s, t, cost, rc, &got, &want, err, errlen) != 0) return -1;
+    note_decided(s, T, &want);
+    return 0;
+}
+
+static int check_bound_t(sl_store *st, size_t bound, char *err, size_t errlen)
+{
+    sl_store_stats ss;
+    stats_of(st, &ss);
+    if (bound == 0 || ss.bytes <= bound) return 0;
+    snprintf(err, errlen, "the store holds %" PRIu64 " bytes, its bound is %zu", ss.bytes, bound);
+    return -1;
+}
 
 #define DEC_KEYS 40 /* keys per decider; x5 algorithms x2 spaces = 400 slots */
 
 /* A decider: keys "D<id>" + filler of 3..64 bytes (and a few of 100-200),
+ * (bounded: each decided once before the start, with windows of a day, so
+ * none comes to rest and none may be dropped; no forgets, no new keys),
  * decided, peeked, forgotten, in batches too, at its own time from 10^12
  * on -- far above the inserter's, so the inserter's expires never reach
  * them; no other thread touches them, so its models are exact. */
@@ -948,7 +1000,7 @@ static void *decider(void *arg)
 {
     tctx *c = arg;
     rng r = {c->seed};
-    static const int64_t windows[] = {10, 100, 1000};
+    static const int64_t windows[] = {10, 100, 1000}, day[] = {DAY};
     c->n = DEC_KEYS * NFIXED * 2;
     c->slots = calloc(c->n, sizeof *c->slots);
     c->bytes = malloc((size_t)DEC_KEYS * 200);
@@ -966,16 +1018,21 @@ static void *decider(void *arg)
         for (size_t j = 3; j < len; j++) b[j] = (unsigned char)rnd(&r);
         for (int a = 0; a < NFIXED; a++)
             for (int sp = 0; sp < 2; sp++) {
-                sl_params p = params_rand(&r, fixed_algos[a], windows, 3, sp);
+                sl_params p = c->bound ? params_rand(&r, fixed_algos[a], day, 1, sp)
+                                       : params_rand(&r, fixed_algos[a], windows, 3, sp);
                 slot_init(&c->slots[(k * NFIXED + a) * 2 + sp], &p, b, len);
             }
     }
-    pthread_barrier_wait(c->start);
     int64_t t = 1000000000000LL;
-    for (int i = 0; i < THREAD_OPS && c->err[0] == '\0'; i++) {
+    for (size_t j = 0; c->bound && j < c->n && c->err[0] == '\0'; j++)
+        step(c->st, &c->slots[j], 0, t, 1, c->err, sizeof c->err);
+    pthread_barrier_wait(c->start);
+    /* bounded: a day's windows keep every request in the model's history */
+    int ops = c->bound ? THREAD_OPS / 4 : THREAD_OPS;
+    for (int i = 0; i < ops && c->err[0] == '\0'; i++) {
         t += rnd_in(&r, 0, 3);
         int op = (int)rnd_in(&r, 0, 99);
-        if (op < 3) { /* forget a (key, algorithm): its space-0 slot */
+        if (op < 3 && !c->bound) { /* forget a (key, algorithm): its space-0 slot */
             size_t k = (size_t)rnd_in(&r, 0, (int64_t)(c->n / 2) - 1);
             forget(c->st, &c->slots[2 * k], c->err, sizeof c->err);
         } else if (op < 5) {
@@ -992,57 +1049,82 @@ static void *decider(void *arg)
             int64_t ti = chance(&r, 20) ? t - rnd_in(&r, 0, 30) : t;
             step(c->st, s, op < 15, ti, cost_for(&r, s), c->err, sizeof c->err);
         }
+        if (i % 64 == 0 && c->err[0] == '\0') check_bound_t(c->st, c->bound, c->err, sizeof c->err);
     }
     return NULL;
 }
 
 /* The inserter: CHURN_BATCHES batches of BATCH new keys ("C" + 4 bytes of
  * batch and index + filler, 5..64 bytes and one in twenty of 100..200),
- * each decided at the batch's time, a third decided again, four fifths of
- * the space-0 ones forgotten (sl_forget must find each), then an expire
- * at a time when all are at rest must drop exactly the rest. */
+ * each decided at the batch's time, then as many random ones decided or
+ * peeked again, four fifths of the space-0 ones forgotten (sl_forget must
+ * find each), then an expire at a time when all are at rest must drop
+ * exactly the rest.  Bounded: BOUNDED_BATCHES batches of BATCH_BOUNDED
+ * keys, one in two of 100..200 bytes, most holding a limit through the
+ * batch, so each batch goes past the bound: refusals (step_room) make
+ * their keys fresh, keys at rest may be gone (forget and expire may find
+ * them or not), and after each expire the store holds the deciders' keys
+ * and nothing else. */
 static void *inserter(void *arg)
 {
     tctx *c = arg;
     rng r = {c->seed};
-    static const int64_t windows[] = {10, 100};
-    c->n = BATCH;
+    /* bounded: most hold a limit through the batch (~0.5 s), so it fills
+     * the bound and is refused */
+    static const int64_t windows[] = {10, 100}, longer[] = {100, 1000, 10000};
+    c->n = c->bound ? BATCH_BOUNDED : BATCH;
     c->slots = calloc(c->n, sizeof *c->slots);
-    c->bytes = malloc((size_t)BATCH * 200);
+    c->bytes = malloc(c->n * 200);
     pthread_barrier_wait(c->start);
     if (c->slots == NULL || c->bytes == NULL) {
         snprintf(c->err, sizeof c->err, "out of memory");
         return NULL;
     }
-    for (int b = 0; b < CHURN_BATCHES && c->err[0] == '\0'; b++) {
+    for (int b = 0; b < (c->bound ? BOUNDED_BATCHES : CHURN_BATCHES) && c->err[0] == '\0'; b++) {
         int64_t tb = 1000000000000LL - 1000000000LL + (int64_t)b * 100000;
         for (size_t i = 0; i < c->n && c->err[0] == '\0'; i++) {
             unsigned char *kb = c->bytes + i * 200;
-            size_t len = chance(&r, 5) ? (size_t)rnd_in(&r, 100, 200) : (size_t)rnd_in(&r, 5, 64);
+            size_t len = chance(&r, c->bound ? 50 : 5) ? (size_t)rnd_in(&r, 100, 200)
+                                                       : (size_t)rnd_in(&r, 5, 64);
             kb[0] = 'C';
             kb[1] = (unsigned char)b;
-            kb[2] = (unsigned char)(i >> 8);
+            kb[2] = (unsigned char)(i >> 8); /* i < 2^16 */
             kb[3] = (unsigned char)i;
             for (size_t j = 4; j < len; j++) kb[j] = (unsigned char)rnd(&r);
-            sl_params p = params_rand(&r, fixed_algos[rnd_in(&r, 0, NFIXED - 1)], windows, 2,
-                                      (int)rnd_in(&r, 0, 1));
+            sl_params p =
+                params_rand(&r, fixed_algos[rnd_in(&r, 0, NFIXED - 1)], c->bound ? longer : windows,
+                            c->bound ? 3 : 2, (int)rnd_in(&r, 0, 1));
             model_free(c->slots[i].m);
             slot_init(&c->slots[i], &p, kb, len);
-            step(c->st, &c->slots[i], 0, tb + (int64_t)(i / 16),
-                 rnd_in(&r, 1, cap_of(&c->slots[i])), c->err, sizeof c->err);
+            int64_t t = tb + (int64_t)(i / 16), cost = rnd_in(&r, 1, cap_of(&c->slots[i]));
+            if (c->bound) {
+                step_room(c->st, &c->slots[i], t, cost, &c->refused, &c->nomem, c->err,
+                          sizeof c->err);
+                check_bound_t(c->st, c->bound, c->err, sizeof c->err);
+            } else
+                step(c->st, &c->slots[i], 0, t, cost, c->err, sizeof c->err);
         }
+        const int64_t half = (int64_t)c->n / 16, tend = tb + 2 * half; /* the batch's last time */
         for (size_t i = 0; i < c->n && c->err[0] == '\0'; i++) {
             slot *s = &c->slots[rnd_in(&r, 0, (int64_t)c->n - 1)];
-            step(c->st, s, chance(&r, 20), tb + BATCH / 16 + (int64_t)(i / 16), cost_for(&r, s),
-                 c->err, sizeof c->err);
+            int64_t t = tb + half + (int64_t)(i / 16), cost = cost_for(&r, s);
+            int peek = chance(&r, 20);
+            if (c->bound && !peek)
+                step_room(c->st, s, t, cost, &c->refused, &c->nomem, c->err, sizeof c->err);
+            else
+                step(c->st, s, peek, t, cost, c->err, sizeof c->err);
         }
-        uint64_t left = 0;
+        uint64_t left = 0, held = 0;
         for (size_t i = 0; i < c->n && c->err[0] == '\0'; i++) {
             slot *s = &c->slots[i];
+            if (c->bound && s->present == IN && s->reset_at <= tend)
+                s->present = MAYBE; /* at rest: may have made room for another */
             if (s->p.space == 0 && chance(&r, 80))
                 forget(c->st, s, c->err, sizeof c->err);
-            else
-                left += s->present == IN;
+            else {
+                left += s->present != OUT;
+                held += s->present == IN;
+            }
         }
         if (c->err[0] != '\0') break;
         /* a few records from the rotating position, then the rest */
@@ -1050,19 +1132,29 @@ static void *inserter(void *arg)
         uint64_t d = sl_store_expire(c->st, at, 64);
         d += sl_store_expire(c->st, at, 0);
         c->expired += d;
-        if (d != left)
+        if (d < held || d > left)
             snprintf(c->err, sizeof c->err,
                      "batch %d: sl_store_expire(%" PRId64 ") dropped %" PRIu64 " keys; %" PRIu64
-                     " of the batch were left, all at rest",
-                     b, at, d, left);
+                     " of the batch were left, all at rest (%" PRIu64 " surely in the store)",
+                     b, at, d, left, held);
+        sl_store_stats ss;
+        stats_of(c->st, &ss);
+        if (c->bound && ss.keys != c->held) /* the deciders add and remove none */
+            snprintf(c->err, sizeof c->err,
+                     "batch %d: after the expire the store holds %" PRIu64
+                     " keys; the deciders hold %" PRIu64 " and nothing else is left",
+                     b, ss.keys, c->held);
         for (size_t i = 0; i < c->n; i++) c->slots[i].present = OUT;
     }
     return NULL;
 }
 
-static void threads_run(unsigned locking, uint64_t seed)
+/* The three threads on one store: unbounded, of 2 shards (big tables), or
+ * bounded by `bound` with SL_FULL_DENY, of one shard. */
+static void threads_run(unsigned locking, uint64_t seed, size_t bound)
 {
-    sl_store *st = store_new(0, 2, locking, SL_FULL_EVICT, seed); /* 2 shards: big tables */
+    sl_store *st =
+        store_new(bound, bound ? 1 : 2, locking, bound ? SL_FULL_DENY : SL_FULL_EVICT, seed);
     pthread_barrier_t start;
     assert_int_equal(pthread_barrier_init(&start, NULL, 3), 0);
     tctx c[3];
@@ -1073,6 +1165,8 @@ static void threads_run(unsigned locking, uint64_t seed)
         c[i].start = &start;
         c[i].id = i;
         c[i].seed = seed_of(seed + 0x1000 * (uint64_t)i);
+        c[i].bound = bound;
+        c[i].held = 2 * DEC_KEYS * NFIXED * 2;
         assert_int_equal(pthread_create(&th[i], NULL, i < 2 ? decider : inserter, &c[i]), 0);
     }
     for (int i = 0; i < 3; i++) pthread_join(th[i], NULL);
@@ -1096,10 +1190,18 @@ static void threads_run(unsigned locking, uint64_t seed)
     }
     sl_store_stats ss;
     stats_of(st, &ss);
-    if (ss.keys != in || ss.expired != c[2].expired || ss.evictions != 0)
+    /* bounded: keys at rest were also dropped to make room (evicted_at_rest),
+     * the bound was reached (refusals), and held */
+    uint64_t rest = bound ? ss.evicted_at_rest : 0;
+    if (ss.keys != in || ss.expired != c[2].expired + rest || ss.evictions != 0 ||
+        ss.refused != c[2].refused || (bound != 0) != (c[2].refused > 0) ||
+        (bound && ss.bytes > bound))
         fail_msg("after the run: keys %" PRIu64 " (the deciders hold %" PRIu64 "), expired %" PRIu64
-                 " (the inserter's expires dropped %" PRIu64 "), evictions %" PRIu64,
-                 ss.keys, in, ss.expired, c[2].expired, ss.evictions);
+                 " (the inserter's expires dropped %" PRIu64 ", at rest for room %" PRIu64
+                 "), evictions %" PRIu64 ", refused %" PRIu64 " (the inserter saw %" PRIu64
+                 "), bytes %" PRIu64 " (bound %zu)",
+                 ss.keys, in, ss.expired, c[2].expired, ss.evicted_at_rest, ss.evictions,
+                 ss.refused, c[2].refused, ss.bytes, bound);
     for (int i = 0; i < 3; i++) {
         for (size_t j = 0; j < c[i].n; j++) model_free(c[i].slots[j].m);
         free(c[i].slots);
@@ -1111,13 +1213,22 @@ static void threads_run(unsigned locking, uint64_t seed)
 static void test_threads_record_locks(void **state)
 {
     (void)state;
-    threads_run(SL_LOCK_RECORD, 0x7e11);
+    threads_run(SL_LOCK_RECORD, 0x7e11, 0);
 }
 
 static void test_threads_shard_locks(void **state)
 {
     (void)state;
-    threads_run(SL_LOCK_SHARD, 0x5a4d);
+    threads_run(SL_LOCK_SHARD, 0x5a4d, 0);
+}
+
+/* The same under a bound of SL_FULL_DENY that the inserter's batches go
+ * past: it is refused, its keys at rest make room, and the deciders' keys
+ * (held for a day) are never dropped and answer exactly throughout. */
+static void test_threads_bounded_deny(void **state)
+{
+    (void)state;
+    threads_run(SL_LOCK_RECORD, 0xb0d, THREAD_BOUND);
 }
 
 int main(void)
@@ -1130,11 +1241,13 @@ int main(void)
         cmocka_unit_test(test_snapshot_of_churned_store),
         cmocka_unit_test(test_threads_record_locks),
         cmocka_unit_test(test_threads_shard_locks),
+        cmocka_unit_test(test_threads_bounded_deny),
     };
     const char *filter = getenv("SLUICE_TEST_FILTER"); /* e.g. "*bound*" */
-    if (filter != NULL && *filter != '\0') cmocka_set_test_filter(filter);
 #ifdef TSAN
-    cmocka_set_test_filter("test_threads_*"); /* the one-thread cases: plain and ASan */
+    if (filter == NULL || *filter == '\0')
+        filter = "test_threads_*"; /* the one-thread cases: plain and ASan */
 #endif
+    if (filter != NULL && *filter != '\0') cmocka_set_test_filter(filter);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
