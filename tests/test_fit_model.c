@@ -686,15 +686,16 @@ static void check_bound(sl_store *st, size_t bound, const char *when, uint64_t i
 /* n new keys decided once each at t (+1 ms every 64): mixed lengths, the
  * five fixed-size algorithms and sliding-log (one in ten), both spaces,
  * windows of `window` (one in five of `long_window` when nonzero).  Each
- * answer is the model's; SL_EFULL is the only error allowed, and only with
- * SL_FULL_DENY.  Returns the keys (with *refused). */
+ * answer is the model's; the only errors allowed are refusals, with
+ * SL_FULL_DENY only: SL_EFULL (counted in refused[0]) and SL_ENOMEM
+ * (refused[1]: see step_room).  Returns the keys. */
 static fkey *flood(sl_store *st, rng *r, size_t bound, unsigned on_full, uint32_t first, uint64_t n,
-                   int64_t t, int64_t window, int64_t long_window, uint64_t *refused)
+                   int64_t t, int64_t window, int64_t long_window, uint64_t refused[2])
 {
     fkey *f = calloc(n, sizeof *f);
     assert_non_null(f);
     char err[1024];
-    *refused = 0;
+    refused[0] = refused[1] = 0;
     for (uint64_t i = 0; i < n; i++) {
         int lw = long_window != 0 && chance(r, 20);
         int64_t w[1] = {lw ? long_window : window};
@@ -714,8 +715,8 @@ static fkey *flood(sl_store *st, rng *r, size_t bound, unsigned on_full, uint32_
         int64_t ti = t + (int64_t)(i / 64), cost = rnd_in(r, 1, cap_of(&f[i].s));
         sl_result got;
         int rc = sl_decide(st, &p, f[i].bytes, len, ti, cost, &got);
-        if (rc == SL_EFULL && on_full == SL_FULL_DENY) {
-            (*refused)++;
+        if ((rc == SL_EFULL || rc == SL_ENOMEM) && on_full == SL_FULL_DENY) {
+            refused[rc == SL_ENOMEM]++;
             model_free(f[i].s.m); /* fresh: flood_peek makes one when needed */
             f[i].s.m = NULL;
         } else {
@@ -758,7 +759,8 @@ static void flood_peek(sl_store *st, rng *r, fkey *f, uint64_t n, int64_t t, con
 
 /* SL_FULL_DENY: a flood far past the bound (keys holding a limit for an
  * hour, one in five for a day) is refused with SL_EFULL once the store is
- * full; every admitted key answers exactly, and decides again without an
+ * full (SL_ENOMEM taken as a refusal too: step_room), every refusal
+ * counted in `refused`; every admitted key answers exactly, and decides again without an
  * error (a sliding-log's ring may need to grow: SL_EFULL allowed there,
  * nothing changed); three hours later the hour keys are at rest and a
  * second flood takes their room; no day key is lost, none evicted. */
@@ -770,15 +772,17 @@ static void test_bound_deny_keeps_every_key(void **state)
     rng r = {seed_of(0xde4711)};
     sl_store *st = store_new(bound, 0, SL_LOCK_RECORD, SL_FULL_DENY, 7);
     const int64_t t1 = 20 * DAY + HOUR; /* an hour into a day: day windows hold */
-    uint64_t ref1, ref2;
-    fkey *f1 = flood(st, &r, bound, SL_FULL_DENY, 0, n, t1, HOUR, DAY, &ref1);
-    uint64_t adm1 = n - ref1;
+    uint64_t ref1[2], ref2[2];
+    fkey *f1 = flood(st, &r, bound, SL_FULL_DENY, 0, n, t1, HOUR, DAY, ref1);
+    uint64_t adm1 = n - ref1[0] - ref1[1];
     sl_store_stats ss;
     stats_of(st, &ss);
-    if (ref1 == 0 || ss.keys != adm1 || ss.refused != ref1 || ss.evictions != 0 || ss.expired != 0)
-        fail_msg("after the first flood: %" PRIu64 " refused, keys %" PRIu64 " (admitted %" PRIu64
-                 "), refused %" PRIu64 ", evictions %" PRIu64 ", expired %" PRIu64,
-                 ref1, ss.keys, adm1, ss.refused, ss.evictions, ss.expired);
+    if (ref1[0] == 0 || ss.keys != adm1 || ss.refused != ref1[0] || ss.evictions != 0 ||
+        ss.expired != 0)
+        fail_msg("after the first flood: %" PRIu64 " SL_EFULL (%" PRIu64
+                 " SL_ENOMEM), keys %" PRIu64 " (admitted %" PRIu64 "), refused %" PRIu64
+                 ", evictions %" PRIu64 ", expired %" PRIu64,
+                 ref1[0], ref1[1], ss.keys, adm1, ss.refused, ss.evictions, ss.expired);
     flood_peek(st, &r, f1, n, t1 + 1000, "after the first flood");
 
     /* every admitted key decides again: found, exact, never refused */
@@ -816,17 +820,17 @@ static void test_bound_deny_keeps_every_key(void **state)
         held += p.reset_after_ms > 0;
     }
     assert_true(held > adm1 / 10); /* the test's own premise */
-    fkey *f2 = flood(st, &r, bound, SL_FULL_DENY, (uint32_t)n, n, t2, HOUR, 0, &ref2);
-    uint64_t adm2 = n - ref2;
+    fkey *f2 = flood(st, &r, bound, SL_FULL_DENY, (uint32_t)n, n, t2, HOUR, 0, ref2);
+    uint64_t adm2 = n - ref2[0] - ref2[1];
     stats_of(st, &ss);
-    if (adm2 < n / 10 || ss.evictions != 0 || ss.refused != ref1 + ref2 ||
+    if (adm2 < n / 10 || ss.evictions != 0 || ss.refused != ref1[0] + ref2[0] ||
         ss.expired != ss.evicted_at_rest || ss.keys != adm1 - ss.expired + adm2)
         fail_msg("after the second flood: admitted %" PRIu64 " of %" PRIu64 ", keys %" PRIu64
                  " (first flood %" PRIu64 " - expired %" PRIu64 " + %" PRIu64
                  "), evictions %" PRIu64 ", refused %" PRIu64 " (want %" PRIu64
                  "), evicted at rest %" PRIu64,
-                 adm2, n, ss.keys, adm1, ss.expired, adm2, ss.evictions, ss.refused, ref1 + ref2,
-                 ss.evicted_at_rest);
+                 adm2, n, ss.keys, adm1, ss.expired, adm2, ss.evictions, ss.refused,
+                 ref1[0] + ref2[0], ss.evicted_at_rest);
     flood_peek(st, &r, f1, n, t2 + 1, "the first flood after the second");
     flood_peek(st, &r, f2, n, t2 + 1, "the second flood");
     flood_free(f1, n);
@@ -848,8 +852,8 @@ static void test_bound_evict_keeps_keys_at_limit(void **state)
     sl_store *st = store_new(bound, 0, SL_LOCK_RECORD, SL_FULL_EVICT, 8);
     const int64_t t0 = 30 * DAY + HOUR;
     char err[1024];
-    uint64_t none;
-    fkey *lim = flood(st, &r, bound, SL_FULL_EVICT, 0x7f000000u, NLIM, t0, DAY, 0, &none);
+    uint64_t none[2];
+    fkey *lim = flood(st, &r, bound, SL_FULL_EVICT, 0x7f000000u, NLIM, t0, DAY, 0, none);
     for (int i = 0; i < NLIM; i++) { /* to the limit: the rest of it, then one denied */
         int64_t left;
         sl_result p;
@@ -867,7 +871,7 @@ static void test_bound_evict_keeps_keys_at_limit(void **state)
     sl_store_stats ss;
     for (uint64_t i = 0; i < n; i++) {
         fkey *k =
-            flood(st, &r, bound, SL_FULL_EVICT, (uint32_t)i, 1, t0 + 1 + (int64_t)i, 20, 0, &none);
+            flood(st, &r, bound, SL_FULL_EVICT, (uint32_t)i, 1, t0 + 1 + (int64_t)i, 20, 0, none);
         flood_free(k, 1);
         if (i % 4096 == 4095)
             flood_peek(st, &r, lim, NLIM, t0 + 1 + (int64_t)i,
