@@ -19,7 +19,8 @@
 #      together when it finishes:
 #        plain/test_*   every C test (tests/test_*.c -> build/tests/test_*)
 #        asan/test_*    every C test again
-#        tsan/test_*    the C tests whose name contains "thread", and test_store
+#        tsan/test_*    the C tests whose name contains "thread", test_store, and
+#                       test_fit_model (which runs only its threaded cases there)
 #        tests/test_*.sh  every shell test, once against build/ and once against
 #                       build/asan/ (SLUICE_BUILD says which); a script with the
 #                       line "# sluice-test: plain-only" runs against build/
@@ -139,7 +140,7 @@ for v in plain asan tsan; do
         [ -e "$src" ] || continue
         t=$(basename "$src" .c)
         if [ "$v" = tsan ]; then
-            case $t in *thread* | test_store) ;; *) continue ;; esac
+            case $t in *thread* | test_store | test_fit_model) ;; *) continue ;; esac
         fi
         selected "$v/$t" && echo "$v C|$v/$t|c|$v|$(dir_of "$v")/tests/$t" >>"$PLAN"
     done
