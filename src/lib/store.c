@@ -103,7 +103,6 @@
 #include <unistd.h>
 
 #include "reclaim.h"
-#include <stdio.h>
 #include "siphash.h"
 
 #define SL__REC_MIN          16u   /* bytes: the smallest record (a free list link fits) */
@@ -247,6 +246,7 @@ struct sl__shard {
     uint32_t hcount;       /* records in the slab (and the handle table) */
     uint32_t fit_pass_drops; /* records at rest dropped in the fitted hand's pass */
     uint32_t fit_prev_drops; /* ... in its previous pass */
+    uint64_t tomb_graces;  /* grace periods waited to reuse a tombstone (tests) */
     uint32_t fit_want_fi;  /* while a fitted insert reclaims (obtain): its table + 1 */
     uint64_t fit_want_hash; /* ... and its hash */
     uint8_t *fit_got;      /* the slot obtain found for it (SL__H_FIT) */
@@ -278,14 +278,14 @@ struct sl__shard {
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
     uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
     uint16_t npclass[SL__NCLASS]; /* pages the class holds */
-    uint8_t pad_to_3k[3072 - 2696]; /* see the size's assert below */
+    uint8_t pad_to_3k[3072 - 2704]; /* see the size's assert below */
 };
 _Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
 _Static_assert(offsetof(struct sl__shard, epoch) == 8, "sl__shard_epoch reads E at offset 8");
 _Static_assert(offsetof(struct sl__shard, quick_max) == 16, "sl__shard_quick_max reads Q at 16");
 _Static_assert(sizeof(struct sl__shard) == 3072, "a shard is 3 * 1024 bytes: two instructions "
                                                  "find one (lea, shl), as with 9 * 256 before "
-                                                 "the fitted tables' fields (2696 bytes: padded)");
+                                                 "the fitted tables' fields (2704 bytes: padded)");
 _Static_assert(offsetof(struct sl__shard, fit_slab) + sizeof(uint32_t) <= 64,
                "the quick way's fields share the lock's line (fit[] is the next line's)");
 
@@ -836,6 +836,13 @@ static inline uint8_t *fit_slot(const fit_tbl *t, uint32_t i)
 }
 static inline int fit_live_meta(uint16_t m) { return m != SL__FREE_MARK && m != SL__TOMB_MARK; }
 
+/* Counts a fitted-kind record into or out of the slab (read without the
+ * lock by the quick way: an atomic store). */
+static inline void fit_slab_add(sl__shard *sh, int d)
+{
+    __atomic_store_n(&sh->fit_slab, sh->fit_slab + (uint32_t)d, __ATOMIC_RELAXED);
+}
+
 /* The fitted table holding r (a record of sh), or NULL: r is in the slab. */
 static fit_tbl *fit_holding(const sl__shard *sh, const uint8_t *r)
 {
@@ -1221,7 +1228,7 @@ static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
 {
     uint8_t *r = rec_at(sh, h);
     if (sl__rec_has_ext(r)) free_ext(sh, r);
-    if (fit_idx(sl__rec_algo(r), sl__rec_klen(r)) != SL__FIT_NONE) sh->fit_slab--;
+    if (fit_idx(sl__rec_algo(r), sl__rec_klen(r)) != SL__FIT_NONE) fit_slab_add(sh, -1);
     slot_delete(sh, i);
     rec_give(sh, h);
     sh->hcount--;
@@ -1442,7 +1449,10 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
             uint8_t *r = fit_slot(t, i);
             uint16_t m = sl__rec_meta(r);
             if (m == SL__TOMB_MARK) {
-                if (sh->quick && sh->tomb_new) grace(sh);
+                if (sh->quick && sh->tomb_new) {
+                    grace(sh);
+                    sh->tomb_graces++;
+                }
                 t->tomb--;
                 t->live++;
                 memset(r + 2, 0, t->rsize - 2);
@@ -1500,7 +1510,7 @@ static uint32_t fit_move_out(sl__shard *sh, fit_tbl *t, uint64_t hash, uint8_t *
     sl__rec_meta_set(nr, m); /* held as r was */
     slot_put(sh, hash, nh);
     sh->hcount++;
-    sh->fit_slab++;
+    fit_slab_add(sh, 1);
     sh->count++;      /* fit_drop counts r out */
     fit_drop(sh, t, r);
     sh->last_h = nh;
@@ -2620,7 +2630,7 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
     slot_put(sh, hash, h);
     sh->count++;
     sh->hcount++;
-    if (fk != SL__FIT_NONE) sh->fit_slab++;
+    if (fk != SL__FIT_NONE) fit_slab_add(sh, 1);
     sh->last_h = h;
     return r;
 }
@@ -2926,7 +2936,6 @@ void sl_store_stats_get(sl_store *s, sl_store_stats *out)
         sl__shard *sh = &s->shard[i];
         sl__shard_lock(sh);
         out->keys += sh->count;
-        if (getenv("SL_DBG")) { uint64_t fl = 0, ft = 0; for (unsigned fi = 0; fi < SL__NFIT; fi++) if (sh->fit[fi]) { fl += sh->fit[fi]->live; ft += sh->fit[fi]->tomb; } fprintf(stderr, "shard %u count %u hcount %u fitlive %llu tomb %llu fit_slab %u ev %llu exp %llu\n", i, sh->count, sh->hcount, (unsigned long long)fl, (unsigned long long)ft, sh->fit_slab, (unsigned long long)sh->evictions, (unsigned long long)sh->expired); }
         out->bytes += sh->bytes;
         out->expired += sh->expired;
         out->evictions += sh->evictions;
@@ -3023,6 +3032,20 @@ int sl__store_placed(sl_store *s, unsigned kind, const void *key, size_t klen)
     int where = !r ? 0 : fit_holding(sh, r) ? 1 : 2;
     sl__shard_unlock(sh);
     return where;
+}
+
+void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->graces = sh->tomb_graces;
+    unsigned fi = fit_idx(kind, klen);
+    const fit_tbl *t = fi == SL__FIT_NONE ? NULL : sh->fit[fi];
+    if (!t) return;
+    out->cap = t->cap;
+    out->live = t->live;
+    out->tomb = t->tomb;
+    out->rsize = t->rsize;
+    out->slot0 = fit_slot(t, 0);
 }
 
 void sl__store_fit_off(sl_store *s, int off)

@@ -437,6 +437,15 @@ void sl__store_prefetch_rec(sl_store *s, unsigned kind, size_t klen, uint64_t ha
 /* For tests: where the record of (kind, key) lives: 0 absent, 1 in a
  * fitted table, 2 in the slab (takes the shard lock). */
 int sl__store_placed(sl_store *s, unsigned kind, const void *key, size_t klen);
+/* For tests: the fitted table of records of (kind, klen) in shard sh
+ * (shard lock held): its slots (0: none), first slot, live records and
+ * tombstones, and the grace periods the shard waited to reuse one. */
+typedef struct sl__fit_info {
+    uint32_t cap, live, tomb, rsize;
+    const uint8_t *slot0;
+    uint64_t graces;
+} sl__fit_info;
+void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit_info *out);
 /* For tests: with off != 0, new records of s go to the slab, as before
  * fitted tables (the old path: answers must not change).  Before use. */
 void sl__store_fit_off(sl_store *s, int off);
