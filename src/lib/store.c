@@ -820,9 +820,12 @@ static const uint8_t fit_state_len[8] = {5, 0, 10, 0, 10, 10, 10, 0};
  * keys, or SL__FIT_NONE when they never live in one. */
 static inline unsigned fit_idx(unsigned algo, size_t klen)
 {
-    unsigned l = fit_state_len[algo & 7];
+    /* (rec_size(klen, l) - SL__REC_MIN) / 2, rec_size's rounding and
+     * minimum folded in: (klen + l - 7) / 2, at least 0 */
+    int l = fit_state_len[algo & 7];
     if (!l || klen > SL__FIT_KEY_MAX) return SL__FIT_NONE;
-    return (rec_size(klen, l) - SL__REC_MIN) / 2;
+    int v = (int)klen + l - 7;
+    return v > 0 ? (unsigned)v >> 1 : 0;
 }
 
 static inline uint32_t fit_rsize_of(unsigned fi) { return SL__REC_MIN + 2 * fi; }
@@ -875,10 +878,9 @@ SL__HOT_INLINE uint8_t *fit_probe(const fit_tbl *t, uint64_t hash, uint16_t meta
  * differs is passed without reading its record: a probe reads a record
  * that is not the key's with probability 1/64.  The table is never full
  * (it grows at 0.8), so the loop ends at an empty slot. */
-SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
-                             size_t klen)
+SL__HOT_INLINE uint8_t *find_fi(sl__shard *sh, unsigned fi, uint64_t hash, uint16_t meta,
+                                const void *key, size_t klen)
 {
-    unsigned fi = fit_idx((meta >> 10) & 7, klen);
     if (fi != SL__FIT_NONE) {
         const fit_tbl *t = sh->fit[fi];
         if (t) {
@@ -901,6 +903,13 @@ SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const 
         }
         if (++i == size) i = 0;
     }
+}
+
+/* find_fi for the key's fitted table (fit_idx). */
+SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
+                             size_t klen)
+{
+    return find_fi(sh, fit_idx((meta >> 10) & 7, klen), hash, meta, key, klen);
 }
 
 /* The slot holding handle h (whose hash is `hash`), or UINT32_MAX. */
@@ -2132,9 +2141,10 @@ SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned kind, const void *key, size
 {
     sl__shard *sh = shard_of(s, hash);
     *shp = sh;
-    prefetch_home(sh, fit_idx(kind, klen), hash); /* the slot's miss before the lock's fence */
+    unsigned fi = fit_idx(kind, klen);
+    prefetch_home(sh, fi, hash); /* the slot's miss before the lock's fence */
     shard_lock(sh);
-    uint8_t *r = find(sh, hash, sl__meta_id(kind, klen), key, klen);
+    uint8_t *r = find_fi(sh, fi, hash, sl__meta_id(kind, klen), key, klen);
     if (r && sh->quick) rec_lock(sh, r); /* else: the shard lock is enough */
     return r;
 }
