@@ -22,6 +22,13 @@
  * no atomic read-modify-write on the key's own line, ~5-10% faster for
  * one thread (docs/store.md).
  *
+ * Fitted tables.  In a store without a bound, a record of a fixed-size state
+ * with a key of at most SL__FIT_KEY_MAX bytes and a narrow clock lives in
+ * its shard's table of records of its size, the slot being the record: a
+ * decision reads one place, not a handle then a record (see "fitted
+ * tables" below; docs/store.md).  Everything else -- and every record of a
+ * bounded store -- is in the slab, found through the handle table:
+ *
  * Table.  Open addressing with linear probing; a slot is 32 bits: a record
  * handle (26 bits, 0 = empty) and a 6-bit tag from the key's hash.  A probe
  * reads a record only when the tag matches (1 in 64 for another key), then
