@@ -425,6 +425,39 @@ static void test_snapshot_reload(void **state)
     sl_store_free(s);
 }
 
+/* Fitted records come to rest: sl_store_expire drops them (tombstones),
+ * counts them, and once a shard is empty its fitted tables go (bytes back
+ * to the handle tables alone); the keys answer as fresh ones. */
+static void test_expire_fitted(void **state)
+{
+    (void)state;
+    sl_store *s = store_of(SL_LOCK_RECORD, 2, 0);
+    sl_params p = params_of(SL_FIXED_WINDOW);
+    char k[16];
+    sl_result r;
+    sl_store_stats st0, st;
+    sl_store_stats_get(s, &st0);
+    for (unsigned i = 0; i < 3000; i++) {
+        int n = snprintf(k, sizeof k, "e%06u", i);
+        assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0, 7, &r), 0); /* at its limit */
+        assert_int_equal(sl__store_placed(s, SL_FIXED_WINDOW, k, (size_t)n), 1);
+    }
+    assert_int_equal(sl_store_expire(s, T0 + 9999, 0), 0); /* none at rest yet */
+    assert_int_equal(sl_store_expire(s, T0 + 10000, 1000), 1000);
+    sl_store_stats_get(s, &st);
+    assert_int_equal(st.keys, 2000);
+    assert_int_equal(sl_store_expire(s, T0 + 10000, 0), 2000);
+    sl_store_stats_get(s, &st);
+    assert_int_equal(st.keys, 0);
+    assert_int_equal(st.expired, 3000);
+    assert_int_equal(st.bytes, st0.bytes); /* the fitted tables went */
+    int n = snprintf(k, sizeof k, "e%06u", 5);
+    assert_int_equal(sl__store_placed(s, SL_FIXED_WINDOW, k, (size_t)n), 0);
+    assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0 + 10001, 1, &r), 0);
+    assert_int_equal(r.remaining, 6); /* a fresh key */
+    sl_store_free(s);
+}
+
 /* A bounded store keeps today's path (docs/store.md, "Fitted tables"):
  * its keys live in the slab and the bound holds. */
 static void test_bounded_store_slab(void **state)
@@ -460,6 +493,7 @@ int main(void)
         cmocka_unit_test(test_walk_moves_shard_lock),
         cmocka_unit_test(test_walk_moves_record_lock),
         cmocka_unit_test(test_snapshot_reload),
+        cmocka_unit_test(test_expire_fitted),
         cmocka_unit_test(test_bounded_store_slab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
