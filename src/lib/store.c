@@ -254,6 +254,9 @@ struct sl__shard {
     uint32_t fit_pass_drops; /* records at rest dropped in the fitted hand's pass */
     uint32_t fit_prev_drops; /* ... in its previous pass */
     uint64_t tomb_graces;  /* grace periods waited to reuse a tombstone (tests) */
+    uint64_t fit_reserve;  /* bounded: room kept from the slab for rebuilding the
+                              biggest fitted table in place of its tombstones */
+    uint64_t fit_held;     /* bytes of the fitted tables' blocks */
     uint32_t fit_want_fi;  /* while a fitted insert reclaims (obtain): its table + 1 */
     uint64_t fit_want_hash; /* ... and its hash */
     uint8_t *fit_got;      /* the slot obtain found for it (SL__H_FIT) */
@@ -285,14 +288,14 @@ struct sl__shard {
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
     uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
     uint16_t npclass[SL__NCLASS]; /* pages the class holds */
-    uint8_t pad_to_3k[3072 - 2704]; /* see the size's assert below */
+    uint8_t pad_to_3k[3072 - 2720]; /* see the size's assert below */
 };
 _Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
 _Static_assert(offsetof(struct sl__shard, epoch) == 8, "sl__shard_epoch reads E at offset 8");
 _Static_assert(offsetof(struct sl__shard, quick_max) == 16, "sl__shard_quick_max reads Q at 16");
 _Static_assert(sizeof(struct sl__shard) == 3072, "a shard is 3 * 1024 bytes: two instructions "
                                                  "find one (lea, shl), as with 9 * 256 before "
-                                                 "the fitted tables' fields (2704 bytes: padded)");
+                                                 "the fitted tables' fields (2720 bytes: padded)");
 _Static_assert(offsetof(struct sl__shard, fit_slab) + sizeof(uint32_t) <= 64,
                "the quick way's fields share the lock's line (fit[] is the next line's)");
 
@@ -813,11 +816,11 @@ typedef struct fit_tbl {
 #define SL__FIT_TO_DEN   100u
 #define SL__FIT_SMALL    4096u /* a table of fewer slots at least doubles */
 #ifndef SL__FIT_BOUNDED
-#define SL__FIT_BOUNDED  0     /* 1: bounded stores use fitted tables too (unfinished:
-                                  docs/store.md, "Fitted tables", "Bounded stores") */
+#define SL__FIT_BOUNDED  0     /* 1: bounded stores use fitted tables too: unfinished,
+                                  it breaks at-rest-first at the bound (docs/store.md,
+                                  "Fitted tables", "Bounded stores keep the old path") */
 #endif
-#define SL__FIT_HARD_NUM 19u   /* with tombstones, live + tombstones may reach 19/20 */
-#define SL__FIT_HARD_DEN 20u   /* when no rebuild fits (fit_place) */
+#define SL__FIT_SHARE    10u   /* bounded: fitted tables hold at most 1/10 of the budget */
 
 /* The state bytes of each algorithm whose state has a fixed size (engine.c,
  * sl__state_len; test_store_fit checks they agree), 0 for the others. */
@@ -1167,8 +1170,15 @@ static void rec_give(sl__shard *sh, uint32_t h)
 static inline uint64_t room(const sl__shard *sh, uint64_t reserve)
 {
     if (!sh->budget) return UINT64_MAX;
-    uint64_t used = sh->bytes + reserve;
+    uint64_t used = sh->bytes + reserve + sh->fit_reserve;
     return used < sh->budget ? sh->budget - used : 0;
+}
+
+/* Room for a fitted table's block: the reserve kept for it too. */
+static inline uint64_t room_fit(const sl__shard *sh)
+{
+    if (!sh->budget) return UINT64_MAX;
+    return sh->bytes < sh->budget ? sh->budget - sh->bytes : 0;
 }
 
 /*
@@ -1324,7 +1334,6 @@ static inline int rank_level(uint64_t rank) { return (int)(rank >> 61); }
 static int rec_trylock_wait(const sl__shard *sh, uint8_t *r);
 static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, uint32_t keep);
 static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force);
-static int fit_reserve_rest(sl__shard *sh, uint64_t bytes, int64_t now);
 static inline uint8_t *wide_at(const sl__shard *sh, uint32_t h);
 
 /* A grace period: every reader that could see a tombstone's old key is done. */
@@ -1350,6 +1359,20 @@ static void fit_publish(sl__shard *sh, unsigned fi, fit_tbl *t)
     __atomic_store_n(&sh->fit[fi], t, __ATOMIC_RELEASE);
 }
 
+/* The reserve a bounded shard keeps from the slab (room): a block as big
+ * as its biggest fitted table's, so that a rebuild in place of its
+ * tombstones always fits (fit_place). */
+static void fit_reserve_set(sl__shard *sh)
+{
+    uint64_t m = 0;
+    for (unsigned fi = 0; sh->budget && fi < SL__NFIT; fi++) {
+        const fit_tbl *t = sh->fit[fi];
+        uint64_t c = t ? blk_cost(fit_bytes(t->cap, t->rsize)) : 0;
+        if (c > m) m = c;
+    }
+    sh->fit_reserve = m;
+}
+
 /* The shard holds no record: its fitted tables, all tombstones, are
  * retired (memory goes back to the handle table alone).  Only where no
  * caller walks a table (sl__shard_remove, sl_store_expire). */
@@ -1361,27 +1384,15 @@ static void fit_release_all(sl__shard *sh)
         if (!t) continue;
         fit_publish(sh, fi, NULL);
         __atomic_store_n(&sh->fit_cap[fi], 0, __ATOMIC_RELAXED);
+        sh->fit_held -= blk_cost(fit_bytes(t->cap, t->rsize));
         limbo_add(sh, t, fit_bytes(t->cap, t->rsize));
     }
+    fit_reserve_set(sh);
     sh->fit_hand_t = 0;
     sh->fit_hand_i = 0;
     limbo_flush(sh); /* an empty shard holds its handle table alone */
 }
 
-/*
- * Rebuilds fitted table fi into a new block with room for `need` records
- * (sized for a load of SL__FIT_TO; tables under SL__FIT_SMALL slots at
- * least double), which must fit the shard's room beside the old block (a
- * smaller one is taken if it still holds `need` within the load).  Every
- * live record is taken first (waiting a little for a holder, as
- * clock_walk does); if one stays held -- another thread deciding, or the
- * caller's own (sl_decide_all holds several) -- those taken are let go and
- * nothing changes.  Then each is copied to its new home, its old slot
- * marked a tombstone (held forever: a reader of the old block finds
- * nothing and takes the sure way), the new block published and the old one
- * retired.  O(records): each key is hashed again.  0, or -1 (nothing
- * changed).
- */
 /* The slots a rebuild of o (or a new table) gives for `need` records. */
 static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
 {
@@ -1392,15 +1403,43 @@ static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
     return ncap < mincap ? mincap : ncap;
 }
 
-static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need)
+/*
+ * Rebuilds fitted table fi into a new block with room for `need` records
+ * (sized for a load of SL__FIT_TO; tables under SL__FIT_SMALL slots at
+ * least double) -- or, with !grow, with no more slots than it has (a
+ * rebuild in place of its tombstones) -- which must fit the shard's room
+ * beside the old block; a smaller one is taken if it still holds `need`
+ * within the load.  In a bounded shard a table grows only while the
+ * fitted tables stay within SL__FIT_SHARE of the budget and the room
+ * left holds a second block as big (the reserve, fit_reserve, kept from
+ * the slab so that a rebuild in place always fits).  Every live record is
+ * taken first (waiting a little for a holder, as clock_walk does); if one
+ * stays held -- another thread deciding, or the caller's own
+ * (sl_decide_all holds several) -- those taken are let go and nothing
+ * changes.  Then each is copied to its new home, its old slot marked a
+ * tombstone (held forever: a reader of the old block finds nothing and
+ * takes the sure way), the new block published and the old one retired.
+ * O(records): each key is hashed again.  0, or -1 (nothing changed).
+ */
+static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
 {
     fit_tbl *o = sh->fit[fi];
     uint32_t rsize = fit_rsize_of(fi);
     uint64_t mincap = (uint64_t)need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
     uint64_t ncap = fit_cap_for(o, need);
+    if (!grow) {
+        if (!o || mincap > o->cap) return -1;
+        if (ncap > o->cap) ncap = o->cap;
+    }
     if (ncap > (1u << 28)) return -1;
-    uint64_t left = room(sh, 0);
-    if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left && limbo_flush(sh)) left = room(sh, 0);
+    uint64_t ocost = o ? blk_cost(fit_bytes(o->cap, rsize)) : 0;
+    uint64_t left = room_fit(sh);
+    if (sh->budget) { /* a growth keeps the reserve's room for itself */
+        uint64_t share = sh->budget / SL__FIT_SHARE, held = sh->fit_held - ocost;
+        uint64_t c = blk_cost(fit_bytes((uint32_t)ncap, rsize));
+        if (grow && (held + c > share || sh->bytes + 2 * c > sh->budget + ocost)) return -1;
+        if (c > left && limbo_flush(sh)) left = room_fit(sh);
+    }
     if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits */
         uint64_t fixed = sizeof(fit_tbl) + 32 + os_page();
         uint64_t c = left > fixed ? (left - fixed) / rsize : 0;
@@ -1441,8 +1480,10 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need)
     fit_publish(sh, fi, n);
     __atomic_store_n(&sh->fit_cap[fi], n->cap, __ATOMIC_RELAXED);
     sh->bytes += blk_cost(nb);
+    sh->fit_held += blk_cost(nb) - ocost;
     if (sh->fit_hand_t == fi) sh->fit_hand_i = 0;
     if (o) limbo_add(sh, o, fit_bytes(o->cap, rsize));
+    fit_reserve_set(sh);
     return 0;
 }
 
@@ -1451,14 +1492,15 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need)
  * tombstone of its probe run (after a grace period if one was made since
  * the last, in an SL_LOCK_RECORD shard), else its first free slot if the
  * table stays within its load; else, with `rebuild`, one in a rebuilt
- * block.  The slot is counted live, its bytes after the meta are zero and
- * its meta is still a mark (held): the caller fills it, then publishes the
- * meta.  NULL if there is none.
+ * block: a bigger one, or, when a tenth of its slots are tombstones (made
+ * elsewhere than in this key's run: records at rest dropped by a sweep),
+ * one as big without them.  The slot is counted live, its bytes after the
+ * meta are zero and its meta is still a mark (held): the caller fills it,
+ * then publishes the meta.  NULL if there is none.
  */
 static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild)
 {
     fit_tbl *t = sh->fit[fi];
-    uint8_t *free = NULL;
     if (t) {
         uint32_t cap = t->cap, i = home_in(hash, cap);
         for (uint32_t n = 0; n < cap; n++) {
@@ -1475,27 +1517,20 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
                 return r;
             }
             if (m == SL__FREE_MARK) {
-                if ((uint64_t)(t->live + t->tomb + 1) * SL__FIT_LOAD_DEN <=
-                    (uint64_t)cap * SL__FIT_LOAD_NUM) {
-                    t->live++;
-                    return r; /* never used: zero */
-                }
-                free = r;
-                break;
+                if ((uint64_t)(t->live + t->tomb + 1) * SL__FIT_LOAD_DEN >
+                    (uint64_t)cap * SL__FIT_LOAD_NUM)
+                    break;
+                t->live++;
+                return r; /* never used: zero */
             }
             if (++i == cap) i = 0;
         }
     }
-    if (rebuild && fit_rebuild(sh, fi, t ? t->live + 1 : 1) == 0) return fit_place(sh, fi, hash, 0);
-    /* No rebuild (no room): tombstones made elsewhere than in this run
-     * would be lost to it until one fits, so it may take its free slot as
-     * long as live records stay within the load and live + tombstones
-     * within SL__FIT_HARD. */
-    if (free && (uint64_t)(t->live + 1) * SL__FIT_LOAD_DEN <= (uint64_t)t->cap * SL__FIT_LOAD_NUM &&
-        (uint64_t)(t->live + t->tomb + 1) * SL__FIT_HARD_DEN <= (uint64_t)t->cap * SL__FIT_HARD_NUM) {
-        t->live++;
-        return free;
-    }
+    if (!rebuild) return NULL;
+    uint32_t need = t ? t->live + 1 : 1;
+    if (fit_rebuild(sh, fi, need, 1) == 0 ||
+        (t && (uint64_t)t->tomb * 10 >= t->cap && fit_rebuild(sh, fi, need, 0) == 0))
+        return fit_place(sh, fi, hash, 0);
     return NULL;
 }
 
@@ -1534,51 +1569,6 @@ static uint32_t fit_move_out(sl__shard *sh, fit_tbl *t, uint64_t hash, uint8_t *
 }
 
 /*
- * For a new record of this hash when fitted table fi is full and the shard
- * bounded: examines the live records of its probe run (up to SL__SAMPLE,
- * from its home: the slots it could take) and drops the first at rest to
- * take its slot; unless `rest_only`, evicts the least restricted instead
- * when none is.  Held records are skipped.  Returns the slot as fit_place
- * does, or NULL (*met: a restricted record was seen).
- */
-static uint8_t *fit_evict_run(sl__shard *sh, unsigned fi, uint64_t hash, int64_t now,
-                              int rest_only, int *met)
-{
-    fit_tbl *t = sh->fit[fi];
-    *met = 0;
-    if (!t) return NULL;
-    uint32_t cap = t->cap, i = home_in(hash, cap), seen = 0;
-    uint8_t *best = NULL;
-    uint64_t best_rank = 0;
-    for (uint32_t n = 0; n < cap && seen < SL__SAMPLE; n++) {
-        uint8_t *r = fit_slot(t, i);
-        if (++i == cap) i = 0;
-        uint16_t m = sl__rec_meta(r);
-        if (m == SL__FREE_MARK) break;
-        if (m == SL__TOMB_MARK) return fit_place(sh, fi, hash, 0);
-        seen++;
-        if (!rec_trylock(sh, r)) continue; /* in use right now: not a candidate */
-        int lv = sl__rec_restriction(sh, r, now);
-        if (lv == SL__AT_REST) {
-            fit_drop(sh, t, r);
-            count_drop(sh, lv, 1);
-            return fit_place(sh, fi, hash, 0);
-        }
-        uint64_t rank = rank_of(sh, r, lv, now);
-        sl__rec_unlock(r);
-        *met = 1;
-        if (!best || rank < best_rank) {
-            best = r;
-            best_rank = rank;
-        }
-    }
-    if (rest_only || !best || !rec_trylock(sh, best)) return NULL;
-    fit_drop(sh, t, best);
-    count_drop(sh, rank_level(best_rank), 1);
-    return fit_place(sh, fi, hash, 0);
-}
-
-/*
  * A place for a new record of fitted table fi (state room: the table's):
  * a fitted slot (returned), or a slab record (*hp) when the table cannot
  * take it -- its rebuild does not fit the shard's room, or gave up on a
@@ -1598,53 +1588,18 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
     if (r) return r;
     uint32_t rsize = fit_rsize_of(fi);
     if ((*hp = try_alloc(sh, rsize, 1, 0)) != 0 || !sh->budget) return NULL;
-    int met;
-    if ((r = fit_evict_run(sh, fi, hash, now, 1, &met)) != NULL) return r;
-    fit_tbl *t = sh->fit[fi];
-    if (t && (uint64_t)t->tomb * 16 >= t->cap) {
-        /* Tombstones made elsewhere than in new keys' runs (records at rest
-         * dropped by a sweep) are lost to them until a rebuild clears them:
-         * make room for one as a sliding-log ring would (what is at rest
-         * first), then rebuild. */
-        uint64_t cost = blk_cost(fit_bytes((uint32_t)fit_cap_for(t, t->live + 1), rsize));
-        if (fit_reserve_rest(sh, cost, now) && (r = fit_place(sh, fi, hash, 1)) != NULL) return r;
-    }
     sh->fit_want_fi = fi + 1;
     sh->fit_want_hash = hash;
     uint32_t h = obtain(sh, rsize, 1, now, 0);
     sh->fit_want_fi = 0;
     if (h == SL__H_FIT) return sh->fit_got;
-    if (h) {
-        *hp = h;
-        return NULL;
-    }
-    if (sh->fail == SL_EFULL) return NULL; /* refused, and counted */
-    if ((r = fit_evict_run(sh, fi, hash, now, sh->deny, &met)) != NULL) return r;
-    if (met && sh->deny) {
-        sh->fail = SL_EFULL;
-        sh->starved = 1;
-        sh->refused++;
-    }
+    *hp = h;
     return NULL;
 }
 
 static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
                       int room);
 static inline int rest_lately(const sl__shard *sh);
-
-/* Makes `bytes` of room by dropping records at rest only (never a
- * restricted one), sweeping on while it finds some, up to two passes.
- * Whether there is room now. */
-static int fit_reserve_rest(sl__shard *sh, uint64_t bytes, int64_t now)
-{
-    uint64_t limit = 2 * (uint64_t)sh->count / SL__SCAN + SL__ROUNDS;
-    for (uint64_t k = 0; k < limit; k++) {
-        if (room(sh, 0) >= bytes || (limbo_flush(sh) && room(sh, 0) >= bytes)) return 1;
-        if (!sweep(sh, now, SL__SCAN, 0, NULL, 1) && !rest_lately(sh)) break;
-    }
-    limbo_flush(sh);
-    return room(sh, 0) >= bytes;
-}
 
 /* The expiry sweep's part over fitted tables (sweep): from its own hand,
  * up to `max` live records, dropping those at rest; steps over at most
@@ -1897,7 +1852,7 @@ static inline int rest_lately(const sl__shard *sh)
 static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
 {
     if (sh->fit_want_fi) { /* a fitted insert reclaiming: a tombstone of its run will do */
-        uint8_t *f = fit_place(sh, sh->fit_want_fi - 1, sh->fit_want_hash, 0);
+        uint8_t *f = fit_place(sh, sh->fit_want_fi - 1, sh->fit_want_hash, 1);
         if (f) {
             sh->fit_got = f;
             return SL__H_FIT;
