@@ -1393,6 +1393,19 @@ static void fit_release_all(sl__shard *sh)
     limbo_flush(sh); /* an empty shard holds its handle table alone */
 }
 
+/* A fitted table's block of n bytes, zeroed: as blk_new, a mapped one's
+ * pages populated at once (the rebuild writes every slot's meta: one call
+ * instead of a fault per page). */
+static void *fit_blk_new(size_t n)
+{
+    if (n >= SL__MAP_MIN) {
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                       -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    return blk_new(n, 1);
+}
+
 /* The slots a rebuild of o (or a new table) gives for `need` records. */
 static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
 {
@@ -1453,7 +1466,7 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
         if (fit_live_meta(sl__rec_meta(r)) && !rec_trylock_wait(sh, r)) break;
     }
     size_t nb = fit_bytes((uint32_t)ncap, rsize);
-    fit_tbl *n = i == ocap ? blk_new(nb, 1) : NULL;
+    fit_tbl *n = i == ocap ? fit_blk_new(nb) : NULL;
     if (!n) { /* let go of those taken */
         for (uint32_t j = 0; j < i; j++) {
             uint8_t *r = fit_slot(o, j);
