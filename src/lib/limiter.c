@@ -505,12 +505,13 @@ static size_t decide_many(sl_store *s, const sl__norm *shared, const sl_call *ca
             }
             if (a->rc == 0) {
                 a->hash = sl__store_hash(s, a->norm->kind, c->key, c->keylen);
-                a->far = sl__store_prefetch(s, a->hash) > SL__NEAR_SLOTS;
+                a->far = sl__store_prefetch(s, a->norm->kind, c->keylen, a->hash) > SL__NEAR_SLOTS;
             }
         }
         if (i >= SL__AHEAD && i - SL__AHEAD < n) { /* stage two: prefetch the record */
             const ahead *a = &ring[(i - SL__AHEAD) % SL__RING];
-            if (a->rc == 0 && a->far) sl__store_prefetch_rec(s, a->hash);
+            if (a->rc == 0 && a->far)
+                sl__store_prefetch_rec(s, a->norm->kind, calls[i - SL__AHEAD].keylen, a->hash);
         }
         if (i >= 2 * SL__AHEAD) { /* stage three: decide */
             size_t k = i - 2 * SL__AHEAD;

@@ -22,6 +22,13 @@
  * no atomic read-modify-write on the key's own line, ~5-10% faster for
  * one thread (docs/store.md).
  *
+ * Fitted tables.  In a store without a bound, a record of a fixed-size state
+ * with a key of at most SL__FIT_KEY_MAX bytes and a narrow clock lives in
+ * its shard's table of records of its size, the slot being the record: a
+ * decision reads one place, not a handle then a record (see "fitted
+ * tables" below; docs/store.md).  Everything else -- and every record of a
+ * bounded store -- is in the slab, found through the handle table:
+ *
  * Table.  Open addressing with linear probing; a slot is 32 bits: a record
  * handle (26 bits, 0 = empty) and a 6-bit tag from the key's hash.  A probe
  * reads a record only when the tag matches (1 in 64 for another key), then
@@ -140,6 +147,13 @@
 /* A free record's meta is SL__FREE_MARK (store.h); its bytes 2..3 link
  * the page's free list. */
 
+/* Fitted tables (see "fitted tables" below): one per record size of the
+ * fixed-size states with keys of at most SL__FIT_KEY_MAX bytes. */
+#define SL__FIT_RSIZE_MAX ((SL__REC_HDR + SL__FIT_KEY_MAX + 10 + 1) & ~1u)
+#define SL__NFIT          ((SL__FIT_RSIZE_MAX - SL__REC_MIN) / 2 + 1)
+#define SL__FIT_NONE      0xffu
+#define SL__H_FIT         (1u << SL__H_BITS) /* obtain's "a fitted slot was found" */
+
 /* Waiting for a record's holder on the quick path (sl__store_grab) before
  * taking the sure way: a decision holds a record ~20-100 ns. */
 #define SL__GRAB_SPINS 64u
@@ -221,10 +235,32 @@ struct sl__shard {
     uint8_t loose;         /* a loose shard (sl__shard_loose_new): no table, each
                               record its own allocation, owned by the caller */
     page *pages;           /* page directory, pcap entries */
-    const sl_store *store; /* for rehashing keys; read-only */
-    uint32_t count;        /* records */
+    uint32_t fit_slab;     /* records of fitted kinds (fit_idx) in the slab, which a
+                              lookup must then look for in the handle table too; read
+                              without the lock by the quick way */
+    uint32_t count;        /* records, fitted and in the slab */
     uint16_t hand_pi;      /* the expiry sweep's position: page index (< SL__MAX_PAGES) */
     uint16_t hand_idx;     /* ... and record index in that page (< 2^SL__IDX_BITS) */
+    uint8_t tomb_new;      /* a tombstone was made since the last grace period: an
+                              SL_LOCK_RECORD shard waits for one before reusing it */
+    uint8_t fit_off;       /* new records go to the slab (sl__store_fit_off) */
+    uint8_t fit_hand_t;    /* the expiry sweep's position in the fitted tables: table */
+    /* Fitted tables by record size (fit_idx), NULL until a key of that size
+     * comes: written under the lock (release), read without it. */
+    _Alignas(64) struct fit_tbl *fit[SL__NFIT];
+    uint32_t fit_cap[SL__NFIT]; /* their slots, for prefetching without reading them */
+    uint32_t fit_hand_i;   /* ... and slot */
+    uint32_t hcount;       /* records in the slab (and the handle table) */
+    uint32_t fit_pass_drops; /* records at rest dropped in the fitted hand's pass */
+    uint32_t fit_prev_drops; /* ... in its previous pass */
+    uint64_t tomb_graces;  /* grace periods waited to reuse a tombstone (tests) */
+    uint64_t fit_reserve;  /* bounded: room kept from the slab for rebuilding the
+                              biggest fitted table in place of its tombstones */
+    uint64_t fit_held;     /* bytes of the fitted tables' blocks */
+    uint32_t fit_want_fi;  /* while a fitted insert reclaims (obtain): its table + 1 */
+    uint64_t fit_want_hash; /* ... and its hash */
+    uint8_t *fit_got;      /* the slot obtain found for it (SL__H_FIT) */
+    const sl_store *store; /* for rehashing keys; read-only */
     uint64_t rng;          /* xorshift state for sampling eviction candidates */
     uint32_t last_h;       /* handle last found, inserted or resized (0 = none) */
     uint32_t npages;       /* directory entries in use or on the unused list */
@@ -252,14 +288,16 @@ struct sl__shard {
     uint64_t availmap[(SL__NCLASS + 63) / 64]; /* classes with a page with room */
     uint16_t avail[SL__NCLASS];   /* first page with room (index + 1 <= SL__MAX_PAGES) */
     uint16_t npclass[SL__NCLASS]; /* pages the class holds */
+    uint8_t pad_to_3k[3072 - 2720]; /* see the size's assert below */
 };
 _Static_assert(offsetof(struct sl__shard, lock) == 0, "sl__shard_unlock needs the lock first");
 _Static_assert(offsetof(struct sl__shard, epoch) == 8, "sl__shard_epoch reads E at offset 8");
 _Static_assert(offsetof(struct sl__shard, quick_max) == 16, "sl__shard_quick_max reads Q at 16");
-_Static_assert(sizeof(struct sl__shard) == 2304, "a shard is 9 * 256 bytes: two instructions "
-                                                 "find one (lea, shl), as before the clock");
-_Static_assert(offsetof(struct sl__shard, pages) + sizeof(void *) <= 64,
-               "the quick way's fields share the lock's line");
+_Static_assert(sizeof(struct sl__shard) == 3072, "a shard is 3 * 1024 bytes: two instructions "
+                                                 "find one (lea, shl), as with 9 * 256 before "
+                                                 "the fitted tables' fields (2720 bytes: padded)");
+_Static_assert(offsetof(struct sl__shard, fit_slab) + sizeof(uint32_t) <= 64,
+               "the quick way's fields share the lock's line (fit[] is the next line's)");
 
 struct sl_store {
     int quick;          /* SL_LOCK_RECORD: must stay the first member (store.h) */
@@ -640,6 +678,7 @@ static int limbo_flush(sl__shard *sh)
     limbo *l = sh->limbo;
     if (!l) return 0;
     sl__reclaim_wait();
+    sh->tomb_new = 0; /* a grace period: tombstones made so far may be reused */
     while (l) {
         limbo *next = l->next;
         sh_blk_free(sh, l->blk, l->n);
@@ -661,6 +700,7 @@ static void limbo_add(sl__shard *sh, void *blk, size_t n)
     limbo *l = malloc(sizeof *l);
     if (!l) { /* no node: wait for the readers here */
         sl__reclaim_wait();
+        sh->tomb_new = 0;
         sh_blk_free(sh, blk, n);
         sh->bytes -= blk_cost(n);
         return;
@@ -724,13 +764,141 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
     return a[0] == b[0] && a[n / 2] == b[n / 2] && a[n - 1] == b[n - 1];
 }
 
+/* ---- fitted tables: the records themselves ---------------------------------------
+ *
+ * A record of a fixed-size state (fit_state_len: all but sliding log and
+ * sliding buckets) with a key of at most SL__FIT_KEY_MAX bytes and a narrow
+ * clock lives in its shard's fitted table for its size (fit_idx), if there
+ * is room: one block, a fit_tbl header then `cap` slots of exactly rsize
+ * bytes, each a whole record in the slab's format (so every sl__rec_*
+ * helper and the engine work on it unchanged).  A decision on it reads one
+ * place: the slot, not a handle and then a record.  Open addressing,
+ * linear probing from home_in(hash, cap); no tag: a probe compares the
+ * identity bits of each slot's meta and, on a match, the key bytes.
+ * A slot's meta says its state: SL__FREE_MARK, never used (a probe stops
+ * there), SL__TOMB_MARK, removed (a probe goes on), else a record.  Both
+ * marks are held forever (their lock bit is set), so nobody takes them.
+ *
+ * Records never move while reachable, except by a rebuild (fit_rebuild:
+ * every live record taken, copied into a new block, the old slot marked a
+ * tombstone, the new block published, the old one retired to the limbo)
+ * and by a move to the slab (fit_move_out: a record that must become wide
+ * or bigger).  Removing one writes the tombstone over its meta.
+ *
+ * Readers without the shard lock (sl__store_grab) load the table pointer
+ * (acquire), then each slot's meta (acquire), and compare the key bytes
+ * before they take the record: a slot's key bytes are written before its
+ * meta is published (release) and never change while it carries that
+ * identity, and a tombstone is reused only after a grace period since it
+ * was made (tomb_new) in an SL_LOCK_RECORD store, so a reader still
+ * comparing the old key's bytes is done before they change.  In an
+ * SL_LOCK_SHARD store nobody reads without the lock: reuse at once.
+ *
+ * Everything else stays as it was: variable states, long keys, wide
+ * records and the overflow -- a fitted-kind record whose table could not
+ * take it (a rebuild that did not fit the shard's room, or gave up on a
+ * held record) -- live in the slab and the handle table.  sh->fit_slab
+ * counts fitted-kind records in the slab: while it is 0, a key of a fitted
+ * kind not in its fitted table is absent, and the handle table is not read.
+ */
+typedef struct fit_tbl {
+    uint32_t cap;   /* slots */
+    uint32_t rsize; /* bytes a slot: a whole record */
+    uint32_t live;  /* slots holding a record (shard lock) */
+    uint32_t tomb;  /* tombstones (shard lock) */
+    uint8_t pad[48]; /* the slots start on a cache line of a mapped block */
+} fit_tbl;
+
+#define SL__FIT_MIN      16u   /* slots in a new fitted table */
+#define SL__FIT_LOAD_NUM 9u    /* live + tombstones stay within 9/10 of the slots */
+#define SL__FIT_LOAD_DEN 10u
+#define SL__FIT_TO_NUM   82u   /* a rebuild sizes the new block for a load of 0.82 */
+#define SL__FIT_TO_DEN   100u
+#define SL__FIT_SMALL    4096u /* a table of fewer slots at least doubles */
+#ifndef SL__FIT_BOUNDED
+#define SL__FIT_BOUNDED  0     /* 1: bounded stores use fitted tables too: unfinished,
+                                  it breaks at-rest-first at the bound (docs/store.md,
+                                  "Fitted tables", "Bounded stores keep the old path") */
+#endif
+#define SL__FIT_SHARE    10u   /* bounded: fitted tables hold at most 1/10 of the budget */
+
+/* The state bytes of each algorithm whose state has a fixed size (engine.c,
+ * sl__state_len; test_store_fit checks they agree), 0 for the others. */
+static const uint8_t fit_state_len[8] = {5, 0, 10, 0, 10, 10, 10, 0};
+
+/* The fitted table (index) of records of algorithm `algo` with klen-byte
+ * keys, or SL__FIT_NONE when they never live in one. */
+static inline unsigned fit_idx(unsigned algo, size_t klen)
+{
+    /* (rec_size(klen, l) - SL__REC_MIN) / 2, rec_size's rounding and
+     * minimum folded in: (klen + l - 7) / 2, at least 0 */
+    int l = fit_state_len[algo & 7];
+    if (!l || klen > SL__FIT_KEY_MAX) return SL__FIT_NONE;
+    int v = (int)klen + l - 7;
+    return v > 0 ? (unsigned)v >> 1 : 0;
+}
+
+static inline uint32_t fit_rsize_of(unsigned fi) { return SL__REC_MIN + 2 * fi; }
+static inline size_t fit_bytes(uint32_t cap, uint32_t rsize)
+{
+    return sizeof(fit_tbl) + (size_t)cap * rsize;
+}
+static inline uint8_t *fit_slot(const fit_tbl *t, uint32_t i)
+{
+    return (uint8_t *)(uintptr_t)(t + 1) + (size_t)i * t->rsize;
+}
+static inline int fit_live_meta(uint16_t m) { return m != SL__FREE_MARK && m != SL__TOMB_MARK; }
+
+/* Counts a fitted-kind record into or out of the slab (read without the
+ * lock by the quick way: an atomic store). */
+static inline void fit_slab_add(sl__shard *sh, int d)
+{
+    __atomic_store_n(&sh->fit_slab, sh->fit_slab + (uint32_t)d, __ATOMIC_RELAXED);
+}
+
+/* The fitted table holding r (a record of sh), or NULL: r is in the slab. */
+static fit_tbl *fit_holding(const sl__shard *sh, const uint8_t *r)
+{
+    unsigned fi = fit_idx(sl__rec_algo(r), sl__rec_klen(r));
+    if (fi == SL__FIT_NONE || !sh->fit[fi]) return NULL;
+    fit_tbl *t = sh->fit[fi];
+    const uint8_t *b = fit_slot(t, 0);
+    return r >= b && r < b + (size_t)t->cap * t->rsize ? t : NULL;
+}
+
+/* The record of (meta, key) in fitted table t, or NULL: with or without the
+ * shard lock (see above; without it, inside a read section, and the record
+ * is trusted only once taken with its identity checked again). */
+SL__HOT_INLINE uint8_t *fit_probe(const fit_tbl *t, uint64_t hash, uint16_t meta, const void *key,
+                                  size_t klen)
+{
+    uint32_t cap = t->cap, rsize = t->rsize, i = home_in(hash, cap);
+    uint8_t *base = fit_slot(t, 0);
+    for (uint32_t n = 0; n < cap; n++) {
+        uint8_t *r = base + (size_t)i * rsize;
+        uint16_t m = __atomic_load_n((uint16_t *)(void *)r, __ATOMIC_ACQUIRE);
+        if (m == SL__FREE_MARK) return NULL;
+        if ((m & SL__META_ID) == meta && key_eq(r + SL__REC_HDR, key, klen)) return r;
+        if (++i == cap) i = 0;
+    }
+    return NULL;
+}
+
 /* The record of (meta, key) in the table, or NULL.  A slot whose tag
  * differs is passed without reading its record: a probe reads a record
  * that is not the key's with probability 1/64.  The table is never full
  * (it grows at 0.8), so the loop ends at an empty slot. */
-SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
-                             size_t klen)
+SL__HOT_INLINE uint8_t *find_fi(sl__shard *sh, unsigned fi, uint64_t hash, uint16_t meta,
+                                const void *key, size_t klen)
 {
+    if (fi != SL__FIT_NONE) {
+        const fit_tbl *t = sh->fit[fi];
+        if (t) {
+            uint8_t *r = fit_probe(t, hash, meta, key, klen);
+            if (r) return r;
+        }
+        if (!sh->fit_slab) return NULL;
+    }
     const uint32_t *slot = sh->slot;
     uint32_t size = sh->size, tag = tag_of(hash), i = home(sh, hash);
     for (;;) {
@@ -745,6 +913,13 @@ SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const 
         }
         if (++i == size) i = 0;
     }
+}
+
+/* find_fi for the key's fitted table (fit_idx). */
+SL__HOT_INLINE uint8_t *find(sl__shard *sh, uint64_t hash, uint16_t meta, const void *key,
+                             size_t klen)
+{
+    return find_fi(sh, fit_idx((meta >> 10) & 7, klen), hash, meta, key, klen);
 }
 
 /* The slot holding handle h (whose hash is `hash`), or UINT32_MAX. */
@@ -805,7 +980,7 @@ static void slot_put(sl__shard *sh, uint64_t hash, uint32_t h)
 /* What the bigger table costs if one more record needs it, else 0. */
 static uint64_t grow_bytes(const sl__shard *sh)
 {
-    if ((uint64_t)(sh->count + 1) * 5 <= (uint64_t)sh->size * 4) return 0;
+    if ((uint64_t)(sh->hcount + 1) * 5 <= (uint64_t)sh->size * 4) return 0;
     return blk_cost(table_bytes(sh->size + sh->size / 2));
 }
 
@@ -995,8 +1170,15 @@ static void rec_give(sl__shard *sh, uint32_t h)
 static inline uint64_t room(const sl__shard *sh, uint64_t reserve)
 {
     if (!sh->budget) return UINT64_MAX;
-    uint64_t used = sh->bytes + reserve;
+    uint64_t used = sh->bytes + reserve + sh->fit_reserve;
     return used < sh->budget ? sh->budget - used : 0;
+}
+
+/* Room for a fitted table's block: the reserve kept for it too. */
+static inline uint64_t room_fit(const sl__shard *sh)
+{
+    if (!sh->budget) return UINT64_MAX;
+    return sh->bytes < sh->budget ? sh->budget - sh->bytes : 0;
 }
 
 /*
@@ -1047,6 +1229,7 @@ static void shard_emptied(sl__shard *sh)
 {
     if (!sh->pages) return;
     if (!limbo_flush(sh)) sl__reclaim_wait();
+    sh->tomb_new = 0;
     blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
     sh->bytes -= blk_cost((size_t)sh->pcap * sizeof(page));
     __atomic_store_n(&sh->pages, NULL, __ATOMIC_RELEASE);
@@ -1071,8 +1254,10 @@ static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
 {
     uint8_t *r = rec_at(sh, h);
     if (sl__rec_has_ext(r)) free_ext(sh, r);
+    if (fit_idx(sl__rec_algo(r), sl__rec_klen(r)) != SL__FIT_NONE) fit_slab_add(sh, -1);
     slot_delete(sh, i);
     rec_give(sh, h);
+    sh->hcount--;
     sh->count--;
     if (!sh->count) shard_emptied(sh);
 }
@@ -1144,6 +1329,368 @@ static uint64_t rank_of(const sl__shard *sh, const uint8_t *r, int lv, int64_t n
 
 static inline int rank_level(uint64_t rank) { return (int)(rank >> 61); }
 
+/* ---- fitted tables: adding, moving and dropping (shard lock held) ------------- */
+
+static int rec_trylock_wait(const sl__shard *sh, uint8_t *r);
+static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, uint32_t keep);
+static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force);
+static inline uint8_t *wide_at(const sl__shard *sh, uint32_t h);
+
+/* A grace period: every reader that could see a tombstone's old key is done. */
+static void grace(sl__shard *sh)
+{
+    sl__reclaim_wait();
+    sh->tomb_new = 0;
+}
+
+/* Removes fitted record r of t, which the caller holds: a tombstone. */
+static void fit_drop(sl__shard *sh, fit_tbl *t, uint8_t *r)
+{
+    sl__rec_meta_set(r, SL__TOMB_MARK);
+    t->live--;
+    t->tomb++;
+    sh->tomb_new = 1;
+    sh->count--;
+    if (!sh->count) shard_emptied(sh);
+}
+
+static void fit_publish(sl__shard *sh, unsigned fi, fit_tbl *t)
+{
+    __atomic_store_n(&sh->fit[fi], t, __ATOMIC_RELEASE);
+}
+
+/* The reserve a bounded shard keeps from the slab (room): a block as big
+ * as its biggest fitted table's, so that a rebuild in place of its
+ * tombstones always fits (fit_place). */
+static void fit_reserve_set(sl__shard *sh)
+{
+    uint64_t m = 0;
+    for (unsigned fi = 0; sh->budget && fi < SL__NFIT; fi++) {
+        const fit_tbl *t = sh->fit[fi];
+        uint64_t c = t ? blk_cost(fit_bytes(t->cap, t->rsize)) : 0;
+        if (c > m) m = c;
+    }
+    sh->fit_reserve = m;
+}
+
+/* The shard holds no record: its fitted tables, all tombstones, are
+ * retired (memory goes back to the handle table alone).  Only where no
+ * caller walks a table (sl__shard_remove, sl_store_expire). */
+static void fit_release_all(sl__shard *sh)
+{
+    if (sh->count) return;
+    for (unsigned fi = 0; fi < SL__NFIT; fi++) {
+        fit_tbl *t = sh->fit[fi];
+        if (!t) continue;
+        fit_publish(sh, fi, NULL);
+        __atomic_store_n(&sh->fit_cap[fi], 0, __ATOMIC_RELAXED);
+        sh->fit_held -= blk_cost(fit_bytes(t->cap, t->rsize));
+        limbo_add(sh, t, fit_bytes(t->cap, t->rsize));
+    }
+    fit_reserve_set(sh);
+    sh->fit_hand_t = 0;
+    sh->fit_hand_i = 0;
+    limbo_flush(sh); /* an empty shard holds its handle table alone */
+}
+
+/* A fitted table's block of n bytes, zeroed: as blk_new, a mapped one's
+ * pages populated at once (the rebuild writes every slot's meta: one call
+ * instead of a fault per page). */
+static void *fit_blk_new(size_t n)
+{
+    if (n >= SL__MAP_MIN) {
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
+                       -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    return blk_new(n, 1);
+}
+
+/* The slots a rebuild of o (or a new table) gives for `need` records. */
+static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
+{
+    uint64_t mincap = (uint64_t)need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+    uint64_t ncap = (uint64_t)need * SL__FIT_TO_DEN / SL__FIT_TO_NUM + 1;
+    if (o && o->cap < SL__FIT_SMALL && ncap < 2ull * o->cap && need > o->live) ncap = 2ull * o->cap;
+    if (ncap < SL__FIT_MIN) ncap = SL__FIT_MIN;
+    return ncap < mincap ? mincap : ncap;
+}
+
+/*
+ * Rebuilds fitted table fi into a new block with room for `need` records
+ * (sized for a load of SL__FIT_TO; tables under SL__FIT_SMALL slots at
+ * least double) -- or, with !grow, with no more slots than it has (a
+ * rebuild in place of its tombstones) -- which must fit the shard's room
+ * beside the old block; a smaller one is taken if it still holds `need`
+ * within the load.  In a bounded shard a table grows only while the
+ * fitted tables stay within SL__FIT_SHARE of the budget and the room
+ * left holds a second block as big (the reserve, fit_reserve, kept from
+ * the slab so that a rebuild in place always fits).  Every live record is
+ * taken first (waiting a little for a holder, as clock_walk does); if one
+ * stays held -- another thread deciding, or the caller's own
+ * (sl_decide_all holds several) -- those taken are let go and nothing
+ * changes.  Then each is copied to its new home, its old slot marked a
+ * tombstone (held forever: a reader of the old block finds nothing and
+ * takes the sure way), the new block published and the old one retired.
+ * O(records): each key is hashed again.  0, or -1 (nothing changed).
+ */
+static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
+{
+    fit_tbl *o = sh->fit[fi];
+    uint32_t rsize = fit_rsize_of(fi);
+    uint64_t mincap = (uint64_t)need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+    uint64_t ncap = fit_cap_for(o, need);
+    if (!grow) {
+        if (!o || mincap > o->cap) return -1;
+        if (ncap > o->cap) ncap = o->cap;
+    }
+    if (ncap > (1u << 28)) return -1;
+    uint64_t ocost = o ? blk_cost(fit_bytes(o->cap, rsize)) : 0;
+    uint64_t left = room_fit(sh);
+    if (sh->budget) { /* a growth keeps the reserve's room for itself */
+        uint64_t share = sh->budget / SL__FIT_SHARE, held = sh->fit_held - ocost;
+        uint64_t c = blk_cost(fit_bytes((uint32_t)ncap, rsize));
+        if (grow && (held + c > share || sh->bytes + 2 * c > sh->budget + ocost)) return -1;
+        if (c > left && limbo_flush(sh)) left = room_fit(sh);
+    }
+    if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits */
+        uint64_t fixed = sizeof(fit_tbl) + 32 + os_page();
+        uint64_t c = left > fixed ? (left - fixed) / rsize : 0;
+        if (c < ncap) ncap = c;
+        if (ncap < mincap || ncap < SL__FIT_MIN || blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left)
+            return -1;
+    }
+    uint32_t ocap = o ? o->cap : 0, i;
+    for (i = 0; i < ocap; i++) { /* take every live record */
+        uint8_t *r = fit_slot(o, i);
+        if (fit_live_meta(sl__rec_meta(r)) && !rec_trylock_wait(sh, r)) break;
+    }
+    size_t nb = fit_bytes((uint32_t)ncap, rsize);
+    fit_tbl *n = i == ocap ? fit_blk_new(nb) : NULL;
+    if (!n) { /* let go of those taken */
+        for (uint32_t j = 0; j < i; j++) {
+            uint8_t *r = fit_slot(o, j);
+            if (fit_live_meta(sl__rec_meta(r))) sl__rec_unlock(r);
+        }
+        return -1;
+    }
+    n->cap = (uint32_t)ncap;
+    n->rsize = rsize;
+    for (uint32_t j = 0; j < n->cap; j++) sl__st16(fit_slot(n, j), SL__FREE_MARK);
+    for (uint32_t j = 0; j < ocap; j++) {
+        uint8_t *r = fit_slot(o, j);
+        uint16_t m = sl__rec_meta(r);
+        if (!fit_live_meta(m)) continue;
+        uint32_t k = home_in(rec_hash(sh, r), n->cap);
+        while (sl__ld16(fit_slot(n, k)) != SL__FREE_MARK)
+            if (++k == n->cap) k = 0;
+        uint8_t *d = fit_slot(n, k);
+        memcpy(d + 2, r + 2, rsize - 2);
+        sl__st16(d, (uint16_t)(m & ~SL__REC_LOCK)); /* published with the block */
+        n->live++;
+        sl__rec_meta_set(r, SL__TOMB_MARK); /* held for good */
+    }
+    fit_publish(sh, fi, n);
+    __atomic_store_n(&sh->fit_cap[fi], n->cap, __ATOMIC_RELAXED);
+    sh->bytes += blk_cost(nb);
+    sh->fit_held += blk_cost(nb) - ocost;
+    if (sh->fit_hand_t == fi) sh->fit_hand_i = 0;
+    if (o) limbo_add(sh, o, fit_bytes(o->cap, rsize));
+    fit_reserve_set(sh);
+    return 0;
+}
+
+/*
+ * A slot for a new record of this hash in fitted table fi: the first
+ * tombstone of its probe run (after a grace period if one was made since
+ * the last, in an SL_LOCK_RECORD shard), else its first free slot if the
+ * table stays within its load; else, with `rebuild`, one in a rebuilt
+ * block: a bigger one, or, when a tenth of its slots are tombstones (made
+ * elsewhere than in this key's run: records at rest dropped by a sweep),
+ * one as big without them.  The slot is counted live, its bytes after the
+ * meta are zero and its meta is still a mark (held): the caller fills it,
+ * then publishes the meta.  NULL if there is none.
+ */
+static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild)
+{
+    fit_tbl *t = sh->fit[fi];
+    if (t) {
+        uint32_t cap = t->cap, i = home_in(hash, cap);
+        for (uint32_t n = 0; n < cap; n++) {
+            uint8_t *r = fit_slot(t, i);
+            uint16_t m = sl__rec_meta(r);
+            if (m == SL__TOMB_MARK) {
+                if (sh->quick && sh->tomb_new) {
+                    grace(sh);
+                    sh->tomb_graces++;
+                }
+                t->tomb--;
+                t->live++;
+                memset(r + 2, 0, t->rsize - 2);
+                return r;
+            }
+            if (m == SL__FREE_MARK) {
+                if ((uint64_t)(t->live + t->tomb + 1) * SL__FIT_LOAD_DEN >
+                    (uint64_t)cap * SL__FIT_LOAD_NUM)
+                    break;
+                t->live++;
+                return r; /* never used: zero */
+            }
+            if (++i == cap) i = 0;
+        }
+    }
+    if (!rebuild) return NULL;
+    uint32_t need = t ? t->live + 1 : 1;
+    if (fit_rebuild(sh, fi, need, 1) == 0 ||
+        (t && (uint64_t)t->tomb * 10 >= t->cap && fit_rebuild(sh, fi, need, 0) == 0))
+        return fit_place(sh, fi, hash, 0);
+    return NULL;
+}
+
+/*
+ * Moves fitted record r of t (the caller's, held or, in an SL_LOCK_SHARD
+ * store, found under the shard lock) to a slab record of want >= t->rsize
+ * bytes, made wide with clock c if `wide`; `now` for reclaiming.  The new
+ * record has r's meta and bytes (the rest zero), its handle goes in the
+ * handle table before r becomes a tombstone.  Returns the new handle, or
+ * 0 (sh->fail) with r unchanged.
+ */
+static uint32_t fit_move_out(sl__shard *sh, fit_tbl *t, uint64_t hash, uint8_t *r, uint32_t want,
+                             int wide, int64_t c, int64_t now)
+{
+    uint16_t m = sl__rec_meta(r);
+    sl__rec_meta_set(r, (uint16_t)(m | SL__REC_LOCK)); /* nothing reclaims it meanwhile */
+    uint32_t nh = obtain(sh, want, 1, now, SL__H_FIT);
+    if (!nh) {
+        sl__rec_meta_set(r, m);
+        return 0;
+    }
+    uint8_t *nr = rec_at(sh, nh);
+    memcpy(nr + 2, r + 2, t->rsize - 2);
+    if (wide) {
+        sl__st32(nr + 4, sl__clock_mark(sh->epoch));
+        sl__st64(wide_at(sh, nh), (uint64_t)c);
+    }
+    sl__rec_meta_set(nr, m); /* held as r was */
+    slot_put(sh, hash, nh);
+    sh->hcount++;
+    fit_slab_add(sh, 1);
+    sh->count++;      /* fit_drop counts r out */
+    fit_drop(sh, t, r);
+    sh->last_h = nh;
+    return nh;
+}
+
+/*
+ * A place for a new record of fitted table fi (state room: the table's):
+ * a fitted slot (returned), or a slab record (*hp) when the table cannot
+ * take it -- its rebuild does not fit the shard's room, or gave up on a
+ * held record -- which keeps the bound: a store near it keeps its fitted
+ * tables as they are and puts new keys in the slab.  When neither has
+ * room, it reclaims: records at rest in the key's probe run, then as
+ * obtain does (the whole shard's at rest first; the slab's restricted
+ * records), each step trying the run's tombstones again, and last, with
+ * SL_FULL_EVICT, the least restricted record of the run.  NULL with *hp 0:
+ * sh->fail says why.
+ */
+static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t now, uint32_t *hp)
+{
+    *hp = 0;
+    sh->fail = SL_ENOMEM;
+    uint8_t *r = fit_place(sh, fi, hash, 1);
+    if (r) return r;
+    uint32_t rsize = fit_rsize_of(fi);
+    if ((*hp = try_alloc(sh, rsize, 1, 0)) != 0 || !sh->budget) return NULL;
+    sh->fit_want_fi = fi + 1;
+    sh->fit_want_hash = hash;
+    uint32_t h = obtain(sh, rsize, 1, now, 0);
+    sh->fit_want_fi = 0;
+    if (h == SL__H_FIT) return sh->fit_got;
+    *hp = h;
+    return NULL;
+}
+
+static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
+                      int room);
+static inline int rest_lately(const sl__shard *sh);
+
+/* The expiry sweep's part over fitted tables (sweep): from its own hand,
+ * up to `max` live records, dropping those at rest; steps over at most
+ * 32 * max free slots and tombstones.  Returns the number dropped; *seen
+ * counts records examined. */
+static uint64_t fit_sweep(sl__shard *sh, int64_t now, uint64_t max, uint64_t *seen, int room)
+{
+    uint64_t n = 0, dropped = 0, skip = max > UINT64_MAX / 32 ? UINT64_MAX : max * 32;
+    unsigned ti = sh->fit_hand_t, visited = 0;
+    uint32_t i = sh->fit_hand_i;
+    while (n < max && skip && sh->count > sh->hcount && visited <= SL__NFIT) {
+        if (ti >= SL__NFIT) { /* a pass is over */
+            ti = 0;
+            sh->fit_prev_drops = sh->fit_pass_drops;
+            sh->fit_pass_drops = 0;
+        }
+        fit_tbl *t = sh->fit[ti];
+        if (!t || i >= t->cap) {
+            ti++;
+            i = 0;
+            visited++;
+            continue;
+        }
+        uint8_t *r = fit_slot(t, i++);
+        if (!fit_live_meta(sl__rec_meta(r))) {
+            skip--;
+            continue;
+        }
+        n++;
+        if (!rec_trylock(sh, r)) continue; /* being decided on: not at rest */
+        if (sl__rec_restriction(sh, r, now) == SL__AT_REST) {
+            fit_drop(sh, t, r);
+            count_drop(sh, SL__AT_REST, room);
+            sh->fit_pass_drops++;
+            dropped++;
+        } else {
+            sl__rec_unlock(r);
+        }
+    }
+    sh->fit_hand_t = (uint8_t)ti;
+    sh->fit_hand_i = i;
+    *seen = n;
+    return dropped;
+}
+
+/* One sample among the fitted records (sample): the first live record at or
+ * after a random slot of a table chosen in proportion to its records.
+ * Dropped if at rest (returns 1); a restricted one is no candidate: its
+ * slot frees no memory (fit_evict_run evicts in a new key's run instead). */
+static int fit_sample(sl__shard *sh, uint64_t x, int64_t now)
+{
+    uint64_t u = (x >> 20) % (sh->count - sh->hcount);
+    for (unsigned fi = 0; fi < SL__NFIT; fi++) {
+        fit_tbl *t = sh->fit[fi];
+        if (!t) continue;
+        if (u >= t->live) {
+            u -= t->live;
+            continue;
+        }
+        uint32_t i = home_in(x, t->cap);
+        for (uint32_t n = 0; n < t->cap; n++) {
+            uint8_t *r = fit_slot(t, i);
+            if (++i == t->cap) i = 0;
+            if (!fit_live_meta(sl__rec_meta(r))) continue;
+            if (!rec_trylock(sh, r)) return 0;
+            if (sl__rec_restriction(sh, r, now) != SL__AT_REST) {
+                sl__rec_unlock(r);
+                return 0;
+            }
+            fit_drop(sh, t, r);
+            count_drop(sh, SL__AT_REST, 1);
+            return 1;
+        }
+        return 0;
+    }
+    return 0;
+}
+
 /*
  * The expiry sweep: examines up to `max` live records in slab order from
  * the hand, dropping each one at rest at `now` (never `keep`).
@@ -1155,8 +1702,8 @@ static inline int rank_level(uint64_t rank) { return (int)(rank >> 61); }
  * (counted so).  Returns the number dropped; *seen (may be NULL) counts
  * records examined.
  */
-static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
-                      int room)
+static uint64_t slab_sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
+                           int room)
 {
     uint64_t n = 0, dropped = 0, skip = max > UINT64_MAX / 32 ? UINT64_MAX : max * 32;
     uint32_t pi = sh->hand_pi, idx = sh->hand_idx, visited = 0;
@@ -1200,6 +1747,22 @@ static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, u
     return dropped;
 }
 
+/* The expiry sweep over the slab (its share of `max`, in proportion to its
+ * records) and the fitted tables (the rest). */
+static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
+                      int room)
+{
+    uint64_t smax = !sh->count               ? 0
+                    : max <= UINT32_MAX        ? max * sh->hcount / sh->count
+                                               : max / sh->count * sh->hcount;
+    if (sh->hcount && !smax) smax = 1;
+    uint64_t sn = 0, fn = 0;
+    uint64_t dropped = slab_sweep(sh, now, smax, keep, &sn, room);
+    if (sh->count > sh->hcount) dropped += fit_sweep(sh, now, max - sn, &fn, room);
+    if (seen) *seen = sn + fn;
+    return dropped;
+}
+
 /*
  * Samples up to SL__SAMPLE records at random table slots (the first record
  * at or after each), noting in v the eviction candidates for a record of
@@ -1216,6 +1779,11 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
         x ^= x >> 7;
         x ^= x << 17;
         sh->rng = x;
+        if (sh->count > sh->hcount && (x >> 40) % sh->count >= sh->hcount) {
+            dropped += (uint64_t)fit_sample(sh, x, now); /* a fitted record, in proportion */
+            continue;
+        }
+        if (!sh->hcount) continue;
         uint32_t i = home(sh, x), h;
         while ((h = sh->slot[i]) == 0)
             if (++i == sh->size) i = 0;
@@ -1284,11 +1852,25 @@ static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_tabl
     return evict_one(sh, v->best, now, lv);
 }
 
+/* Whether the sweep dropped records at rest in its current or previous
+ * pass (over the slab or the fitted tables): more are likely ahead. */
+static inline int rest_lately(const sl__shard *sh)
+{
+    return sh->pass_drops || sh->prev_drops || sh->fit_pass_drops || sh->fit_prev_drops;
+}
+
 /* A record of rsize bytes within budget, growing the table first if
  * `adding` a record needs it; if what stands in the way is memory in the
  * limbo, takes it back and tries again.  Returns the handle or 0. */
 static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
 {
+    if (sh->fit_want_fi) { /* a fitted insert reclaiming: a tombstone of its run will do */
+        uint8_t *f = fit_place(sh, sh->fit_want_fi - 1, sh->fit_want_hash, 1);
+        if (f) {
+            sh->fit_got = f;
+            return SL__H_FIT;
+        }
+    }
     for (int again = 0;; again = 1) {
         uint64_t tb = adding ? grow_bytes(sh) : 0;
         uint32_t h = 0;
@@ -1322,10 +1904,23 @@ static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, u
     uint32_t h = try_alloc(sh, rsize, adding, 0);
     if (h || !sh->budget) return h;
     int rounds = sh->starved ? 1 : SL__ROUNDS, declined = 0;
+    if (sh->fit_want_fi && !sh->starved) {
+        /* A fitted insert (fit_insert): a record at rest dropped elsewhere
+         * than in its probe run gives it no room, yet what is at rest must
+         * go before anything restricted: sweep on while the sweep finds
+         * some, up to two passes (each record is dropped once: O(1)
+         * amortized a drop). */
+        uint64_t limit = 2 * (uint64_t)sh->count / SL__SCAN + SL__ROUNDS;
+        for (uint64_t k = 0; k < limit; k++) {
+            uint64_t dropped = sweep(sh, now, SL__SCAN, keep, NULL, 1);
+            if (dropped && (h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
+            if (!dropped && !rest_lately(sh)) break;
+        }
+    }
     for (int round = 0; round < rounds; round++) {
         uint64_t dropped = sweep(sh, now, SL__SCAN, keep, NULL, 1);
         if (dropped && (h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
-        if (round < rounds / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
+        if (round < rounds / 2 && (dropped || rest_lately(sh))) continue;
         victims v;
         victims_init(&v);
         if (sample(sh, now, rsize, keep, &v)) {
@@ -1445,6 +2040,16 @@ SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, siz
     const sl__shard *sh = shard_of(s, hash);
     run_walk w;
     sl__read_begin();
+    unsigned fi = fit_idx(kind, klen);
+    if (fi != SL__FIT_NONE) {
+        const fit_tbl *t = __atomic_load_n(&sh->fit[fi], __ATOMIC_ACQUIRE);
+        if (t && (r = fit_probe(t, hash, meta, key, klen)) != NULL) {
+            /* its key bytes matched: take it if it still has the identity */
+            if (rec_grab(r, meta, metap) > 0) got = r;
+            goto out; /* else moved, removed or held: the sure way */
+        }
+        if (!__atomic_load_n(&sh->fit_slab, __ATOMIC_RELAXED)) goto out;
+    }
     walk_start(&w, sh, hash);
     while ((r = walk_next(&w)) != NULL) {
         int rc = rec_grab(r, meta, metap);
@@ -1456,6 +2061,7 @@ SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, siz
         }
         sl__rec_unlock(r);
     }
+out:
     sl__read_end();
     return (sl__grabbed){got, sh}; /* the clock: sl__grabbed_clock (store.h) */
 }
@@ -1488,8 +2094,17 @@ sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size
  * call, gcra 4.3 -> 4.9 M/s; token-bucket and fixed-window within the
  * noise; docs/status.md).
  */
-static inline uint32_t prefetch_home(const sl__shard *sh, uint64_t hash)
+static inline uint32_t prefetch_home(const sl__shard *sh, unsigned fi, uint64_t hash)
 {
+    if (fi != SL__FIT_NONE) { /* the fitted slot: the record itself */
+        uintptr_t t = (uintptr_t)__atomic_load_n(&sh->fit[fi], __ATOMIC_RELAXED);
+        uint32_t cap = __atomic_load_n(&sh->fit_cap[fi], __ATOMIC_RELAXED);
+        if (t) {
+            __builtin_prefetch((const void *)(t + sizeof(fit_tbl) +
+                                              (uintptr_t)home_in(hash, cap) * fit_rsize_of(fi)));
+            return cap;
+        }
+    }
     uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
     uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
     __builtin_prefetch((const void *)(slot + (uintptr_t)home_in(hash, size) * sizeof(uint32_t)));
@@ -1501,9 +2116,10 @@ SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned kind, const void *key, size
 {
     sl__shard *sh = shard_of(s, hash);
     *shp = sh;
-    prefetch_home(sh, hash); /* starts the slot's miss before the lock's fence */
+    unsigned fi = fit_idx(kind, klen);
+    prefetch_home(sh, fi, hash); /* the slot's miss before the lock's fence */
     shard_lock(sh);
-    uint8_t *r = find(sh, hash, sl__meta_id(kind, klen), key, klen);
+    uint8_t *r = find_fi(sh, fi, hash, sl__meta_id(kind, klen), key, klen);
     if (r && sh->quick) rec_lock(sh, r); /* else: the shard lock is enough */
     return r;
 }
@@ -1531,9 +2147,9 @@ uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, si
 }
 
 /* Stage one of a look-ahead: no lock (prefetch_home). */
-uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
+uint64_t sl__store_prefetch(sl_store *s, unsigned kind, size_t klen, uint64_t hash)
 {
-    return (uint64_t)prefetch_home(shard_of(s, hash), hash) * s->nshards;
+    return (uint64_t)prefetch_home(shard_of(s, hash), fit_idx(kind, klen), hash) * s->nshards;
 }
 
 /* Stage two: without the lock (as sl__store_grab reads), walks the key's
@@ -1541,12 +2157,24 @@ uint64_t sl__store_prefetch(sl_store *s, uint64_t hash)
  * the first and last bytes of every record whose tag matches -- without
  * reading them: reading the record here would wait for it, which is what
  * looking ahead avoids. */
-void sl__store_prefetch_rec(sl_store *s, uint64_t hash)
+void sl__store_prefetch_rec(sl_store *s, unsigned kind, size_t klen, uint64_t hash)
 {
     const uint8_t *r;
     run_walk w;
+    const sl__shard *sh = shard_of(s, hash);
+    unsigned fi = fit_idx(kind, klen);
+    if (fi != SL__FIT_NONE) { /* the slot's next line: the record's end, or the run's next */
+        uintptr_t t = (uintptr_t)__atomic_load_n(&sh->fit[fi], __ATOMIC_RELAXED);
+        uint32_t cap = __atomic_load_n(&sh->fit_cap[fi], __ATOMIC_RELAXED);
+        if (t) {
+            __builtin_prefetch((const void *)(t + sizeof(fit_tbl) + 64 +
+                                              (uintptr_t)home_in(hash, cap) * fit_rsize_of(fi)),
+                               1);
+        }
+        if (!__atomic_load_n(&sh->fit_slab, __ATOMIC_RELAXED)) return;
+    }
     sl__read_begin();
-    walk_start(&w, shard_of(s, hash), hash);
+    walk_start(&w, sh, hash);
     while ((r = walk_next(&w)) != NULL) {
         __builtin_prefetch(r, 1);
         __builtin_prefetch(r + 63, 1); /* most records end in the next line */
@@ -1816,12 +2444,42 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
         return;
     }
     uint32_t mark = sl__clock_mark(e), mark2 = sl__clock_mark(e2);
-    uint32_t keep = keepp && *keepp ? rec_handle(sh, *keepp) : 0;
-    uint16_t keep_meta = keep ? sl__rec_meta(*keepp) : 0;
-    if (keep && !sh->quick) /* SL_LOCK_SHARD: mark it held, so nothing drops it */
-        sl__rec_meta_set(*keepp, (uint16_t)(keep_meta | SL__REC_LOCK));
+    uint8_t *keep_r = keepp ? *keepp : NULL;
+    uint32_t keep = keep_r && !fit_holding(sh, keep_r) ? rec_handle(sh, keep_r) : 0;
+    uint16_t keep_meta = keep_r ? sl__rec_meta(keep_r) : 0;
+    if (keep_r && !sh->quick) /* SL_LOCK_SHARD: mark it held, so nothing drops it */
+        sl__rec_meta_set(keep_r, (uint16_t)(keep_meta | SL__REC_LOCK));
     __atomic_store_n(&sh->quick_max, INT64_MIN, __ATOMIC_RELEASE); /* 1 */
     int ok = 1;
+    for (unsigned fi = 0; ok && fi < SL__NFIT; fi++) { /* 2, fitted records: narrow all */
+        fit_tbl *ft = sh->fit[fi];
+        for (uint32_t i = 0; ok && ft && i < ft->cap; i++) {
+            uint8_t *r = fit_slot(ft, i);
+            if (r == keep_r || !fit_live_meta(sl__rec_meta(r))) continue;
+            if (!rec_trylock_wait(sh, r)) {
+                ok = 0;
+                break;
+            }
+            uint32_t lo = sl__ld32(r + 4);
+            if (sl__clock_in(e, lo) >= e2) {
+                sl__rec_unlock(r);
+                continue;
+            }
+            if (sh->budget && sl__rec_restriction(sh, r, t) == SL__AT_REST) {
+                fit_drop(sh, ft, r);
+                count_drop(sh, SL__AT_REST, 0);
+                continue;
+            }
+            uint32_t nh = fit_move_out(sh, ft, rec_hash(sh, r), r, ft->rsize + SL__CLOCK_WIDE_BYTES,
+                                       1, sl__clock_in(e, lo), t);
+            if (nh) {
+                sl__rec_unlock(rec_at(sh, nh));
+            } else {
+                sl__rec_unlock(r);
+                ok = 0;
+            }
+        }
+    }
     for (uint32_t pi = 0; ok && sh->pages && pi < sh->npages; pi++) { /* 2 */
         for (uint32_t idx = 0; ok && sh->pages && sh->pages[pi].mem && idx < sh->pages[pi].bump;
              idx++) {
@@ -1854,11 +2512,17 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
             }
         }
     }
-    if (ok && keep) { /* the caller's record: its clock may be left behind too */
+    if (ok && keep_r) { /* the caller's record: its clock may be left behind too */
         uint8_t *r = *keepp;
-        uint32_t lo = sl__ld32(r + 4), kh = rec_handle(sh, r);
+        uint32_t lo = sl__ld32(r + 4);
         if (lo != mark && sl__clock_in(e, lo) < e2) {
-            uint32_t nh = kh ? widen(sh, rec_hash(sh, r), kh, sl__clock_in(e, lo), t) : 0;
+            fit_tbl *ft = fit_holding(sh, r);
+            uint32_t kh = ft ? 0 : rec_handle(sh, r), nh;
+            if (ft)
+                nh = fit_move_out(sh, ft, rec_hash(sh, r), r, ft->rsize + SL__CLOCK_WIDE_BYTES, 1,
+                                  sl__clock_in(e, lo), t);
+            else
+                nh = kh ? widen(sh, rec_hash(sh, r), kh, sl__clock_in(e, lo), t) : 0;
             if (nh)
                 *keepp = rec_at(sh, nh);
             else
@@ -1867,21 +2531,21 @@ static void clock_walk(sl__shard *sh, int64_t t, uint8_t **keepp)
     }
     sh->walk_wait = sh->count / 2;
     if (!ok) { /* 3 */
-        if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
+        if (keep_r && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
         __atomic_store_n(&sh->quick_max, sl__quick_max(e), __ATOMIC_RELEASE);
         return;
     }
     for (uint32_t pi = 0; sh->pages && pi < sh->npages; pi++) { /* 4 */
         for (uint32_t idx = 0; sh->pages[pi].mem && idx < sh->pages[pi].bump; idx++) {
             uint8_t *r = rec_at(sh, h_make(pi, idx));
-            int mine = keep && r == *keepp;
+            int mine = keep_r && r == *keepp;
             if (sl__rec_meta(r) == SL__FREE_MARK) continue;
             if (!mine) rec_lock_live(sh, r);
             if (sl__ld32(r + 4) == mark) sl__st32(r + 4, mark2);
             if (!mine) sl__rec_unlock(r);
         }
     }
-    if (keep && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
+    if (keep_r && !sh->quick) sl__rec_meta_set(*keepp, keep_meta);
     sh->walks_moved++;
     epoch_set(sh, e2); /* 5 */
 }
@@ -1893,6 +2557,14 @@ int sl__shard_clock_slow(sl__shard *sh, uint64_t hash, uint8_t **rp, int64_t t)
         clock_walk(sh, t, rp);
     uint8_t *r = *rp;
     if (sl__rec_wide(sh, r) || sl__clock_fits(sh->epoch, t)) return 0;
+    fit_tbl *ft = fit_holding(sh, r);
+    if (ft) { /* a wide record lives in the slab */
+        uint32_t nh = fit_move_out(sh, ft, hash, r, ft->rsize + SL__CLOCK_WIDE_BYTES, 1,
+                                   sl__clock_in(sh->epoch, sl__ld32(r + 4)), t);
+        if (!nh) return sh->fail;
+        *rp = rec_at(sh, nh);
+        return 0;
+    }
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i == UINT32_MAX) return SL_ENOMEM; /* cannot be: r is the key's */
     uint32_t h = s_h(sh->slot[i]);
@@ -1914,9 +2586,23 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
              (uint64_t)now_ms - (uint64_t)sh->epoch >= (uint64_t)SL__CLOCK_QUICK)
         clock_walk(sh, now_ms, NULL);
     int wide = !sl__clock_fits(sh->epoch, now_ms);
-    uint32_t h =
-        obtain(sh, rec_size(klen, state_len) + (wide ? SL__CLOCK_WIDE_BYTES : 0), 1, now_ms, 0);
-    if (!h) return NULL;
+    unsigned fk = fit_idx(kind, klen), fi = fk;
+    if (wide || sh->fit_off || state_len != fit_state_len[kind & 7]) fi = SL__FIT_NONE;
+    uint32_t h = 0;
+    if (fi != SL__FIT_NONE) {
+        uint8_t *r = fit_insert(sh, fi, hash, now_ms, &h);
+        if (r) { /* zeroed but its meta, still a mark */
+            sl__st32(r + 4, (uint32_t)now_ms);
+            memcpy(r + SL__REC_HDR, key, klen);
+            sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
+            sh->count++;
+            return r;
+        }
+        if (!h) return NULL;
+    } else {
+        h = obtain(sh, rec_size(klen, state_len) + (wide ? SL__CLOCK_WIDE_BYTES : 0), 1, now_ms, 0);
+        if (!h) return NULL;
+    }
     uint8_t *r = rec_at(sh, h); /* zeroed, meta SL__FREE_MARK */
     if (wide) {
         sl__st32(r + 4, sl__clock_mark(sh->epoch));
@@ -1928,6 +2614,8 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
     sl__rec_meta_set(r, (uint16_t)(sl__meta_id(kind, klen) | SL__REC_LOCK)); /* held */
     slot_put(sh, hash, h);
     sh->count++;
+    sh->hcount++;
+    if (fk != SL__FIT_NONE) fit_slab_add(sh, 1);
     sh->last_h = h;
     return r;
 }
@@ -1935,6 +2623,8 @@ uint8_t *sl__shard_insert(sl__shard *sh, uint64_t hash, unsigned kind, const voi
 size_t sl__rec_state_cap(const sl__shard *sh, const uint8_t *r)
 {
     if (sh->loose) return loose_cap(r);
+    const fit_tbl *ft = fit_holding(sh, r);
+    if (ft) return ft->rsize - SL__REC_HDR - sl__rec_klen(r); /* never wide */
     uint32_t h = rec_handle(sh, r);
     if (!h) return 0;
     return sh->pages[h_page(h)].rsize - SL__REC_HDR - sl__rec_klen(r) -
@@ -1950,6 +2640,18 @@ uint8_t *sl__shard_resize(sl__shard *sh, uint64_t hash, uint8_t *r, size_t new_s
     sh->fail = SL_ENOMEM;
     if (new_state_len > SL__STATE_MAX) return NULL;
     if (sh->loose) return loose_resize(r, new_state_len);
+    fit_tbl *ft = fit_holding(sh, r);
+    if (ft) {
+        size_t klen = sl__rec_klen(r), cap = ft->rsize - SL__REC_HDR - klen;
+        uint32_t want = rec_size(klen, new_state_len);
+        if (want <= ft->rsize) { /* fits where it is */
+            if (new_state_len < cap)
+                memset(sl__rec_state(r) + new_state_len, 0, cap - new_state_len);
+            return r;
+        }
+        uint32_t nh = fit_move_out(sh, ft, hash, r, want, 0, 0, sl__rec_clock(sh, r));
+        return nh ? rec_at(sh, nh) : NULL;
+    }
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i == UINT32_MAX) return NULL;
     uint32_t h = s_h(sh->slot[i]);
@@ -1989,8 +2691,15 @@ void sl__shard_remove(sl__shard *sh, uint64_t hash, uint8_t *r)
             free(r - LOOSE_PREFIX);
         return;
     }
+    fit_tbl *ft = fit_holding(sh, r);
+    if (ft) {
+        fit_drop(sh, ft, r);
+        fit_release_all(sh);
+        return;
+    }
     uint32_t i = slot_of_rec(sh, hash, r);
     if (i != UINT32_MAX) drop_slot(sh, i, s_h(sh->slot[i]));
+    fit_release_all(sh);
 }
 
 void *sl__ext_alloc(sl__shard *sh, size_t bytes)
@@ -2029,7 +2738,7 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
         uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL, 1);
         limbo_flush(sh);
         if (room(sh, 0) >= bytes) return 0;
-        if (round < rounds / 2 && (dropped || sh->pass_drops || sh->prev_drops)) continue;
+        if (round < rounds / 2 && (dropped || rest_lately(sh))) continue;
         victims v;
         victims_init(&v);
         uint64_t sampled = sample(sh, now_ms, 0, keep_h, &v);
@@ -2082,6 +2791,7 @@ static int shard_init(sl__shard *sh, const sl_store *s, unsigned index, uint64_t
     sh->quick = s->quick;
     sh->budget = budget;
     sh->deny = s->deny;
+    sh->fit_off = budget && !SL__FIT_BOUNDED; /* docs/store.md, "Fitted tables" */
     epoch_set(sh, 0);
     sh->rng = sl__siphash13_v(&s->sip[0], &index, sizeof index) | 1; /* never 0 */
     __atomic_store_n(&sh->size, SL__TABLE_MIN, __ATOMIC_RELAXED);
@@ -2108,6 +2818,8 @@ static void shard_fini(sl__shard *sh)
     }
     blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
     blk_free(table_block(sh->slot), table_bytes(sh->size));
+    for (unsigned fi = 0; fi < SL__NFIT; fi++)
+        if (sh->fit[fi]) blk_free(sh->fit[fi], fit_bytes(sh->fit[fi]->cap, sh->fit[fi]->rsize));
     for (limbo *l = sh->limbo, *next; l; l = next) {
         next = l->next;
         if (!(sh->arena && arena_size(l->n) && arena_owns(sh->arena, l->blk)))
@@ -2228,6 +2940,7 @@ uint64_t sl_store_expire(sl_store *s, int64_t now_ms, uint64_t max_records)
         uint64_t seen = 0;
         sl__shard_lock(sh);
         dropped += sweep(sh, now_ms, left, 0, &seen, 0);
+        fit_release_all(sh);
         limbo_flush(sh); /* what readers might still see has waited long enough */
         sl__shard_unlock(sh);
         if (max_records) left -= seen < left ? seen : left;
@@ -2281,5 +2994,47 @@ int sl__shard_foreach(sl__shard *sh, int (*fn)(const uint8_t *rec, void *ctx), v
         sl__rec_unlock(r);
         if (rc != 0) return rc;
     }
+    for (unsigned fi = 0; fi < SL__NFIT; fi++) {
+        fit_tbl *t = sh->fit[fi];
+        for (uint32_t i = 0; t && i < t->cap; i++) {
+            uint8_t *r = fit_slot(t, i);
+            if (!fit_live_meta(sl__rec_meta(r))) continue;
+            rec_lock(sh, r);
+            int rc = fn(r, ctx);
+            sl__rec_unlock(r);
+            if (rc != 0) return rc;
+        }
+    }
     return 0;
+}
+
+int sl__store_placed(sl_store *s, unsigned kind, const void *key, size_t klen)
+{
+    uint64_t h = sl__store_hash(s, kind, key, klen);
+    sl__shard *sh = shard_of(s, h);
+    shard_lock(sh);
+    uint8_t *r = find(sh, h, sl__meta_id(kind, klen), key, klen);
+    int where = !r ? 0 : fit_holding(sh, r) ? 1 : 2;
+    sl__shard_unlock(sh);
+    return where;
+}
+
+void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->graces = sh->tomb_graces;
+    unsigned fi = fit_idx(kind, klen);
+    const fit_tbl *t = fi == SL__FIT_NONE ? NULL : sh->fit[fi];
+    if (!t) return;
+    out->cap = t->cap;
+    out->live = t->live;
+    out->tomb = t->tomb;
+    out->rsize = t->rsize;
+    out->slot0 = fit_slot(t, 0);
+}
+
+void sl__store_fit_off(sl_store *s, int off)
+{
+    for (unsigned i = 0; i < s->nshards; i++)
+        s->shard[i].fit_off = off != 0 || (s->max_bytes && !SL__FIT_BOUNDED);
 }

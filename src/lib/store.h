@@ -2,8 +2,10 @@
  * store.h -- where per-key state lives (internal to libsluice).
  *
  * The store is a set of shards, each a lock, an open-addressing hash table
- * of 32-bit record handles, and a slab of variable-size records.  A record is
- * one allocation holding the key inline:
+ * of 32-bit record handles, and a slab of variable-size records -- and, in a
+ * store without a bound, tables of fixed-size records fitted to their size
+ * (store.c, "fitted tables"), whose slots are the records.  A record is one
+ * allocation (or slot) holding the key inline:
  *
  *     offset 0   uint16  meta    bits 0..8: key length - 1 (1..512 bytes)
  *                                bit 9: SL__REC_LOCK, the record's lock
@@ -73,6 +75,10 @@
                                   a key's length (at most 511 + 1) */
 #define SL__FREE_MARK 0xffffu  /* the meta of a free record: held forever, and
                                   algorithm 7, which no key has */
+#define SL__TOMB_MARK 0xfffeu  /* the meta of a removed fitted record (a tombstone):
+                                  held forever, algorithm 7; probes go on past it */
+#define SL__FIT_KEY_MAX 48u    /* keys this long at most may live in fitted tables
+                                  (store.c, "fitted tables") */
 
 typedef struct sl__shard sl__shard;
 
@@ -420,13 +426,31 @@ uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, si
                                  uint64_t hash, sl__shard **shp);
 
 /* Looking ahead (sl_decide_many): sl__store_prefetch starts loading the
- * table slot where a key of this hash is first looked for; 
- * sl__store_prefetch_rec, later, starts loading the records that slot's
- * run points to (1/64 of them not the key's).  Neither takes a lock.
- * Hints only: neither changes anything.  sl__store_prefetch returns the
- * store's table size estimated from this shard's (slots). */
-uint64_t sl__store_prefetch(sl_store *s, uint64_t hash);
-void sl__store_prefetch_rec(sl_store *s, uint64_t hash);
+ * slot where a key of (kind, klen) and this hash is first looked for (in
+ * a fitted table, the record itself); sl__store_prefetch_rec, later,
+ * starts loading the rest of the key's record: the next line of a fitted
+ * slot, or the records its handle table's run points to (1/64 of them
+ * not the key's).  Neither takes a lock.  Hints only: neither changes
+ * anything.  sl__store_prefetch returns the store's table size estimated
+ * from this shard's (slots). */
+uint64_t sl__store_prefetch(sl_store *s, unsigned kind, size_t klen, uint64_t hash);
+void sl__store_prefetch_rec(sl_store *s, unsigned kind, size_t klen, uint64_t hash);
+
+/* For tests: where the record of (kind, key) lives: 0 absent, 1 in a
+ * fitted table, 2 in the slab (takes the shard lock). */
+int sl__store_placed(sl_store *s, unsigned kind, const void *key, size_t klen);
+/* For tests: the fitted table of records of (kind, klen) in shard sh
+ * (shard lock held): its slots (0: none), first slot, live records and
+ * tombstones, and the grace periods the shard waited to reuse one. */
+typedef struct sl__fit_info {
+    uint32_t cap, live, tomb, rsize;
+    const uint8_t *slot0;
+    uint64_t graces;
+} sl__fit_info;
+void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit_info *out);
+/* For tests: with off != 0, new records of s go to the slab, as before
+ * fitted tables (the old path: answers must not change).  Before use. */
+void sl__store_fit_off(sl_store *s, int off);
 
 /* Finds the record of (kind, key) and takes it (waiting for its holder).
  * NULL if absent.  O(1) expected. */
