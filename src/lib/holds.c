@@ -214,16 +214,22 @@ static int do_room(sl_holds *h, shard *sh, int64_t now, size_t bytes)
 }
 
 /* Doubles sh's slot array when it holds more groups than slots (mu held).
- * Best effort: a table that cannot grow only gets longer chains. */
-static void do_grow(sl_holds *h, shard *sh)
+ * Best effort: a table that cannot grow only gets longer chains; but a
+ * shard's first array (none yet) must be made, else no group can go in:
+ * 0, or SL_EFULL (no room under the bound, counted) / SL_ENOMEM then. */
+static int do_grow(sl_holds *h, shard *sh)
 {
-    if (sh->ngroups < sh->nslots) return;
+    if (sh->ngroups < sh->nslots) return 0;
     size_t ns = sh->nslots ? sh->nslots * 2 : MIN_SLOTS;
-    if (room_take(h, (ns - sh->nslots) * sizeof(group *)) != 0) return;
+    if (room_take(h, (ns - sh->nslots) * sizeof(group *)) != 0) {
+        if (sh->nslots) return 0;
+        atomic_fetch_add(&h->refused, 1);
+        return SL_EFULL;
+    }
     group **slot = calloc(ns, sizeof *slot);
     if (slot == NULL) {
         room_give(h, (ns - sh->nslots) * sizeof(group *));
-        return;
+        return sh->nslots ? 0 : SL_ENOMEM;
     }
     for (size_t i = 0; i < sh->nslots; i++)
         for (group *g = sh->slot[i], *nx; g != NULL; g = nx) {
@@ -234,6 +240,7 @@ static void do_grow(sl_holds *h, shard *sh)
     free(sh->slot);
     sh->slot = slot;
     sh->nslots = ns;
+    return 0;
 }
 
 /* The group of (kind, key), made if absent with room for one entry more
@@ -246,7 +253,10 @@ static group *do_group_for_insert(sl_holds *h, shard *sh, uint64_t hash, int kin
     size_t sz = esz(kind);
     if (g != NULL && g->n < g->cap) return g;
     if (g == NULL) {
-        do_grow(h, sh);
+        /* an empty shard whose first slot array finds no room refuses:
+         * it has nothing of its own to reclaim (the bound is held by the
+         * other shards) */
+        if ((*rc = do_grow(h, sh)) != 0) return NULL;
         if ((*rc = do_room(h, sh, now, sizeof *g + klen + sz)) != 0) return NULL;
         g = calloc(1, sizeof *g + klen);
         void *e = malloc(sz);
