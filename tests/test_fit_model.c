@@ -687,8 +687,9 @@ static void check_bound(sl_store *st, size_t bound, const char *when, uint64_t i
  * five fixed-size algorithms and sliding-log (one in ten), both spaces,
  * windows of `window` (one in five of `long_window` when nonzero).  Each
  * answer is the model's; the only errors allowed are refusals, with
- * SL_FULL_DENY only: SL_EFULL (counted in refused[0]) and SL_ENOMEM
- * (refused[1]: see step_room).  Returns the keys. */
+ * SL_FULL_DENY only: SL_EFULL (counted in refused[0]; refused[1], once
+ * the SL_ENOMEM a full store gave now and then, stays 0: step_room).
+ * Returns the keys. */
 static fkey *flood(sl_store *st, rng *r, size_t bound, unsigned on_full, uint32_t first, uint64_t n,
                    int64_t t, int64_t window, int64_t long_window, uint64_t refused[2])
 {
@@ -715,8 +716,8 @@ static fkey *flood(sl_store *st, rng *r, size_t bound, unsigned on_full, uint32_
         int64_t ti = t + (int64_t)(i / 64), cost = rnd_in(r, 1, cap_of(&f[i].s));
         sl_result got;
         int rc = sl_decide(st, &p, f[i].bytes, len, ti, cost, &got);
-        if ((rc == SL_EFULL || rc == SL_ENOMEM) && on_full == SL_FULL_DENY) {
-            refused[rc == SL_ENOMEM]++;
+        if (rc == SL_EFULL && on_full == SL_FULL_DENY) {
+            refused[0]++;
             model_free(f[i].s.m); /* fresh: flood_peek makes one when needed */
             f[i].s.m = NULL;
         } else {
@@ -759,7 +760,7 @@ static void flood_peek(sl_store *st, rng *r, fkey *f, uint64_t n, int64_t t, con
 
 /* SL_FULL_DENY: a flood far past the bound (keys holding a limit for an
  * hour, one in five for a day) is refused with SL_EFULL once the store is
- * full (SL_ENOMEM taken as a refusal too: step_room), every refusal
+ * full (never SL_ENOMEM: step_room), every refusal
  * counted in `refused`; every admitted key answers exactly, and decides again without an
  * error (a sliding-log's ring may need to grow: SL_EFULL allowed there,
  * nothing changed); three hours later the hour keys are at rest and a
@@ -956,29 +957,27 @@ typedef struct tctx {
     uint64_t held;        /* inserter, bounded: the deciders' keys, all in the store */
     uint64_t expired;     /* inserter: sum of sl_store_expire's returns */
     uint64_t refused;     /* inserter: its SL_EFULL answers */
-    uint64_t nomem;       /* inserter: its SL_ENOMEM answers (step_room) */
     char err[1024];       /* the first failure, "" if none */
 } tctx;
 
 /* sl_decide of cost at t where a bounded SL_FULL_DENY store may refuse: a
  * key not in the store, or at rest at t (the store may have dropped it to
  * make room), may get SL_EFULL -- nothing changed, and the key is fresh;
- * any other answer must be the model's.  SL_ENOMEM is taken as such a
- * refusal too (counted in *nomem): today's store answers it, now and then,
- * when the room it freed by dropping keys at rest lies in pages of other
- * record sizes (docs/store.md: "SL_FULL_DENY may refuse while memory is
- * free in the wrong place"), and the same call again is admitted.  Returns
- * 0, or -1 with a message in err. */
+ * any other answer must be the model's.  Never SL_ENOMEM: a full store
+ * that dropped keys at rest and still found no room for this record (the
+ * room freed lay in pages of other record sizes) answered it now and then;
+ * the store now says SL_EFULL there, as for any refusal for room.
+ * Returns 0, or -1 with a message in err. */
 static int step_room(sl_store *st, slot *s, int64_t t, int64_t cost, uint64_t *refused,
-                     uint64_t *nomem, char *err, size_t errlen)
+                     char *err, size_t errlen)
 {
     int may = s->present != IN || s->reset_at <= t;
     sl_result got, want;
     memset(&got, 0, sizeof got);
     int64_t T = model_effective_time(s->m, s->key, s->klen, t);
     int rc = sl_decide(st, &s->p, s->key, s->klen, t, cost, &got);
-    if ((rc == SL_EFULL || rc == SL_ENOMEM) && may) {
-        (*(rc == SL_EFULL ? refused : nomem))++;
+    if (rc == SL_EFULL && may) {
+        (*refused)++;
         slot_fresh(s);
         return 0;
     }
@@ -1107,7 +1106,7 @@ static void *inserter(void *arg)
             slot_init(&c->slots[i], &p, kb, len);
             int64_t t = tb + (int64_t)(i / 16), cost = rnd_in(&r, 1, cap_of(&c->slots[i]));
             if (c->bound) {
-                step_room(c->st, &c->slots[i], t, cost, &c->refused, &c->nomem, c->err,
+                step_room(c->st, &c->slots[i], t, cost, &c->refused, c->err,
                           sizeof c->err);
                 check_bound_t(c->st, c->bound, c->err, sizeof c->err);
             } else
@@ -1119,7 +1118,7 @@ static void *inserter(void *arg)
             int64_t t = tb + half + (int64_t)(i / 16), cost = cost_for(&r, s);
             int peek = chance(&r, 20);
             if (c->bound && !peek)
-                step_room(c->st, s, t, cost, &c->refused, &c->nomem, c->err, sizeof c->err);
+                step_room(c->st, s, t, cost, &c->refused, c->err, sizeof c->err);
             else
                 step(c->st, s, peek, t, cost, c->err, sizeof c->err);
         }

@@ -1892,9 +1892,9 @@ static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
  * pass over the table (so more are likely ahead), up to half the rounds only
  * sweep; a restricted record is evicted only when sweeping finds nothing
  * (at once when nothing has come to rest lately: the steady state costs one
- * round), and only by a SL_FULL_EVICT shard; a SL_FULL_DENY shard that met
- * only restricted records says SL_EFULL (sh->fail) and, until a record is
- * dropped, tries one round per call.  If nothing else lives in the shard
+ * round), and only by a SL_FULL_EVICT shard; a SL_FULL_DENY shard that
+ * finds no room says SL_EFULL (sh->fail), and when it met only restricted
+ * records, until a record is dropped, tries one round per call.  If nothing else lives in the shard
  * the record is placed even beyond the budget (a key bigger than the
  * budget still works, alone).
  */
@@ -1933,9 +1933,13 @@ static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, u
         if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
     }
     if (sh->count == (keep ? 1u : 0u)) return try_alloc(sh, rsize, adding, 1);
-    if (declined) {
+    if (declined || sh->deny) {
+        /* A SL_FULL_DENY shard that found no room refuses for room
+         * (SL_EFULL) whatever stood in the way: restricted records, or
+         * room freed by keys at rest in pages of other record sizes (it
+         * said SL_ENOMEM then, a bound reached, not the system's memory) */
         sh->fail = SL_EFULL;
-        sh->starved = 1;
+        if (declined) sh->starved = 1;
         sh->refused++;
     }
     return 0;
