@@ -402,6 +402,8 @@ static void op_decide_all(void)
             die("sl_peek of a valid request", (long)i, 0);
     int all = -1;
     int rc = sl_decide_all(st, rq, n, now, out, &all);
+    for (size_t i = 0; trace && i < n && i <= SL_MAX_BATCH; i++)
+        trace_op("decide_all", rq[i].params, rq[i].keylen, rq[i].cost, now, rc);
     if (!decide_code(rc)) die("sl_decide_all code", rc, 0);
     if (rc == SL_EFULL && on_full != SL_FULL_DENY) die("sl_decide_all SL_EFULL evicting", rc, 0);
     if (n == 0 || n > SL_MAX_BATCH) {
