@@ -35,6 +35,8 @@
  *     budget may pass it alone), a holds table's bytes <= its max_bytes;
  *   - a key just forgotten (space 0) answers as a fresh key: sl_peek's
  *     remaining == limit;
+ *   - a refused decision or reservation adds no key and changes none, a
+ *     refused sl_decide_all charges none of its requests;
  *   - the store never holds more keys than the distinct (key, algorithm,
  *     space) it decided; sl_store_expire's count is what left the store;
  *     an empty store's latest time is INT64_MIN;
@@ -595,12 +597,18 @@ static void op_reserve(void)
     sl_params *p = &slot[byte() % NSLOT];
     int k = pick_key();
     int64_t c = pick_cost(p);
-    sl_result r;
-    uint64_t id = 77;
+    sl_result r, b, a;
+    uint64_t id = 77, k0 = keys_now();
+    int pb = sl_peek(st, p, keybuf[k], keylen[k], now, 1, &b);
     int rc = sl_reserve(hd, st, p, keybuf[k], keylen[k], now, c, &r, &id);
     check_rc("sl_reserve code", rc, p, k, c, now);
     if (rc == 0 && p->algo == SL_SLIDING_LOG) die("sl_reserve of a sliding-log", 0, 0);
-    if (rc != 0) return;
+    if (rc != 0) { /* nothing charged, no key added */
+        if (keys_now() > k0) die("a refused reservation added a key", rc, (long)k0);
+        if (pb == 0 && (sl_peek(st, p, keybuf[k], keylen[k], now, 1, &a) != 0 || memcmp(&a, &b, sizeof a) != 0))
+            die("a refused reservation changed its key", rc, (long)a.remaining);
+        return;
+    }
     check_result("sl_reserve result", p, &r);
     touch(k, p);
     if (r.allowed ? id == 0 : id != 0) die("reservation id", (long)id, (long)r.allowed);
