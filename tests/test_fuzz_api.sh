@@ -15,6 +15,6 @@ set -u
 ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
 . "$ROOT/tests/fuzz/fuzz.sh"
 # shellcheck disable=SC2046 # the source list is a glob, split on purpose
-fuzz_target api 4000 "$ROOT/tests/fuzz/fuzz_api.c" \
+fuzz_target api 3000 "$ROOT/tests/fuzz/fuzz_api.c" \
     $(ls "$ROOT"/src/lib/*.c | grep -v '/args\.c$') -I"$ROOT/src/lib" \
     -lurcu-bp -lz -lpthread
