@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -77,6 +78,68 @@ static void bad_input_charges_nothing(void **state)
     sl_store_free(s);
 }
 
+/* A bounded SL_FULL_DENY store with keys at their limit (fixed-window,
+ * 1 a minute) until a new key is refused (SL_EFULL); its first key, "a"
+ * (5 a minute), used once.  Returns the index of the refused key. */
+static int fill_deny(sl_store *s, const sl_params *a, const sl_params *one)
+{
+    sl_result r;
+    assert_int_equal(sl_decide(s, a, "a", 1, 1000, 1, &r), 0);
+    assert_int_equal(r.remaining, 4);
+    for (int i = 0; i < 100000; i++) {
+        char k[16];
+        int n = snprintf(k, sizeof k, "full:%d", i);
+        int rc = sl_decide(s, one, k, (size_t)n, 1000, 1, &r);
+        if (rc == SL_EFULL) return i;
+        assert_int_equal(rc, 0);
+    }
+    fail_msg("a 16 KB store never refused a key");
+    return -1;
+}
+
+/* A batch refused for room charges nothing: not the existing key before
+ * the new one that found no room, nor a new key that found some (it is
+ * not left behind).  Found by tests/fuzz/fuzz_api.c: pass two charged in
+ * order and stopped at the refusal, the requests before it charged. */
+static void refused_for_room_charges_nothing(void **state)
+{
+    (void)state;
+    sl_params a = P(SL_FIXED_WINDOW, 5, 60000), one = P(SL_FIXED_WINDOW, 1, 60000);
+    for (unsigned shards = 1; shards <= 64; shards *= 64) {
+        sl_store_opts o = {0};
+        o.max_bytes = 16 << 10, o.shards = shards, o.on_full = SL_FULL_DENY, o.fixed_seed = 1;
+        sl_store *s = sl_store_new(&o, NULL), *twin = sl_store_new(&o, NULL);
+        assert_non_null(s);
+        assert_non_null(twin);
+        int full = fill_deny(s, &a, &one);
+        assert_int_equal(fill_deny(twin, &a, &one), full);
+        char kf[16], kn[16];
+        int nf = snprintf(kf, sizeof kf, "full:%d", full), nn = 0;
+        /* with 64 shards, a new key that still finds room (tried on the
+         * twin, which holds the same keys) */
+        sl_result r, rr[3];
+        for (int i = 0; shards > 1 && i < 1000 && !nn; i++) {
+            nn = snprintf(kn, sizeof kn, "new:%d", i);
+            if (sl_decide(twin, &one, kn, (size_t)nn, 1000, 1, &r) != 0) nn = 0;
+        }
+        assert_true(shards == 1 || nn > 0);
+        sl_store_stats before, after;
+        sl_store_stats_get(s, &before);
+        sl_request q[3] = {{&a, "a", 1, 1}, {&one, kn, (size_t)nn, 1}, {&one, kf, (size_t)nf, 1}};
+        if (shards == 1) q[1] = q[2];
+        int all = -1;
+        assert_int_equal(sl_decide_all(s, q, shards == 1 ? 2 : 3, 1000, rr, &all), SL_EFULL);
+        assert_false(all);
+        assert_int_equal(sl_peek(s, &a, "a", 1, 1000, 0, &r), 0);
+        assert_int_equal(r.remaining, 4); /* "a" not charged */
+        sl_store_stats_get(s, &after);
+        assert_int_equal(after.keys, before.keys); /* no new key left behind */
+        if (nn) assert_int_equal(sl_forget(s, SL_FIXED_WINDOW, kn, (size_t)nn), 0);
+        sl_store_free(s);
+        sl_store_free(twin);
+    }
+}
+
 static void many_shards(void **state)
 {
     (void)state;
@@ -143,6 +206,7 @@ int main(void)
         cmocka_unit_test(key_spaces),
         cmocka_unit_test(bad_input_charges_nothing),
         cmocka_unit_test(many_shards),
+        cmocka_unit_test(refused_for_room_charges_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -360,18 +360,40 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
         meta[i] = rec[i] ? sl__rec_meta(rec[i]) : 0;
     }
     int rc = 0, all = 1;
+    /* Pass two charges the new keys first: one that finds no room
+     * (SL_EFULL, SL_ENOMEM) has the new records made before it removed
+     * (they held nothing before), and no existing key charged yet -- in
+     * call order, the existing keys before it stayed charged.  Then the
+     * existing keys whose state may grow (sliding-log, sliding-buckets),
+     * then the rest, which need no room. */
+    size_t order[SL_MAX_BATCH], nnew = 0, no = 0;
+    for (int kind = 0; kind < 3; kind++)
+        for (size_t i = 0; i < n; i++) {
+            int grows = norm[i].algo == SL_SLIDING_LOG || norm[i].algo == SL_SLIDING_BUCKETS;
+            if ((rec[i] == NULL) == (kind == 0) && (kind != 1 || grows) && (kind != 2 || !grows))
+                order[no++] = i;
+            if (kind == 0) nnew = no;
+        }
     for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
         for (size_t i = 0; i < n && rc == 0 && pass == 1; i++) /* before any is charged */
             if (rec[i] != NULL) {
                 int64_t c = sl__rec_clock(sh[i], rec[i]);
                 rc = sl__shard_clock_room(sh[i], h[i], &rec[i], now_ms > c ? now_ms : c);
             }
-        for (size_t i = 0; i < n && rc == 0; i++) {
+        size_t o = 0;
+        for (; o < n && rc == 0; o++) {
+            size_t i = pass ? order[o] : o;
             const sl_request *q = &reqs[i];
             rc = decide_held(sh[i], h[i], &rec[i], &meta[i], &norm[i], norm[i].algo, q->key,
                              q->keylen, now_ms, 0, q->cost, (int)pass, &out[i]);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
+        if (pass == 1 && rc != 0 && o <= nnew) /* a new key found no room: undo the new */
+            for (size_t k = 0; k + 1 < o; k++) {
+                size_t i = order[k];
+                if (rec[i] != NULL) sl__shard_remove(sh[i], h[i], rec[i]);
+                rec[i] = NULL;
+            }
         if (!all) break; /* a denial: nothing is charged */
     }
     for (size_t i = 0; i < n; i++)
