@@ -118,17 +118,24 @@ static void test_readers_while_rebuilt(void **state)
     for (int t = 0; t < 2; t++)
         if (d[t].bad) fail_msg("decider %d: %u wrong replies, first %s", t, d[t].bad, d[t].what);
     assert_int_equal(atomic_load(&churn_done), 1);
-    /* every decider key is still in the fitted table, at its count */
+    /* every decider key is still in the store, at its count: in the
+     * fitted table, or in the slab when the rebuild its insert needed gave
+     * up on a record another thread held (by design; a slow machine makes
+     * that likely: seen once under ASan in a fresh-clone run) */
     char k[16];
+    unsigned fitted = 0;
     for (unsigned t = 0; t < 2; t++)
         for (unsigned i = 0; i < KEYS; i++) {
             snprintf(k, sizeof k, "d%u:%09u", t, i);
-            assert_int_equal(sl__store_placed(s, SL_FIXED_WINDOW, k, 12), 1);
+            int at = sl__store_placed(s, SL_FIXED_WINDOW, k, 12);
+            assert_true(at == 1 || at == 2);
+            fitted += at == 1;
             sl_result r;
             sl_params p = params();
             assert_int_equal(sl_peek(s, &p, k, 12, T0 + d[t].rounds, 1, &r), 0);
             assert_int_equal(r.remaining, LIMIT - d[t].rounds - 1);
         }
+    assert_true(fitted > 0); /* the fitted table was in use */
     sl_store_free(s);
 }
 
