@@ -814,14 +814,23 @@ typedef struct fit_tbl {
     uint32_t rsize; /* bytes a slot: a whole record */
     uint32_t live;  /* slots holding a record (shard lock) */
     uint32_t tomb;  /* tombstones (shard lock) */
-    uint8_t pad[48]; /* the slots start on a cache line of a mapped block */
+    uint32_t tagb;  /* bytes of tags before the slots: fit_tagb(cap) */
+    uint8_t pad[44]; /* the tags, then the slots, start on a cache line */
 } fit_tbl;
 
-#define SL__FIT_MIN      16u   /* slots in a new fitted table */
-#define SL__FIT_LOAD_NUM 9u    /* live + tombstones stay within 9/10 of the slots */
-#define SL__FIT_LOAD_DEN 10u
-#define SL__FIT_TO_NUM   82u   /* a rebuild sizes the new block for a load of 0.82 */
+/* A slot's tag byte (fit_tags): 7 bits of its key's hash (fit_tag; not the
+ * bits home_in or shard_of use) for a record, or one of these. */
+#define SL__TAG_FREE 0x80u /* never used: a probe stops */
+#define SL__TAG_TOMB 0xfeu /* removed: a probe goes on */
+#define SL__TAG_PAD  0xffu /* past the last slot: neither */
+#ifndef SL__FIT_LOAD_NUM
+#define SL__FIT_LOAD_NUM 94u   /* live + tombstones stay within 0.94 of the slots */
+#define SL__FIT_LOAD_DEN 100u
+#define SL__FIT_TO_NUM   86u   /* a rebuild sizes the new block for a load of 0.86 */
 #define SL__FIT_TO_DEN   100u
+#endif
+
+#define SL__FIT_MIN      16u   /* slots in a new fitted table */
 #define SL__FIT_SMALL    4096u /* a table of fewer slots at least doubles */
 #ifndef SL__FIT_BOUNDED
 #define SL__FIT_BOUNDED  0     /* 1: bounded stores use fitted tables too: unfinished,
@@ -850,15 +859,47 @@ static inline uint32_t fit_rsize_of(unsigned fi) { return SL__REC_MIN + 2 * fi; 
 /* A fitted block's size, for blk_cost / blk_free / limbo_add: blocks of
  * SL__FIT_MAP bytes or more are mapped (SL__BLK_MAP), smaller ones malloc'd. */
 #define SL__FIT_MAP 4096u
+/* The bytes of tags a table of cap slots has: one a slot, rounded up to a
+ * cache line (the slots start on one; words past the last slot: SL__TAG_PAD). */
+static inline uint32_t fit_tagb(uint32_t cap) { return (cap + 63) & ~63u; }
 static inline size_t fit_bytes(uint32_t cap, uint32_t rsize)
 {
-    size_t n = sizeof(fit_tbl) + (size_t)cap * rsize;
+    size_t n = sizeof(fit_tbl) + fit_tagb(cap) + (size_t)cap * rsize;
     return n >= SL__FIT_MAP && n < SL__MAP_MIN ? n | SL__BLK_MAP : n;
 }
+static inline uint8_t *fit_tags(const fit_tbl *t) { return (uint8_t *)(uintptr_t)(t + 1); }
 static inline uint8_t *fit_slot(const fit_tbl *t, uint32_t i)
 {
-    return (uint8_t *)(uintptr_t)(t + 1) + (size_t)i * t->rsize;
+    return fit_tags(t) + t->tagb + (size_t)i * t->rsize;
 }
+static inline uint32_t fit_index(const fit_tbl *t, const uint8_t *r)
+{
+    return (uint32_t)((size_t)(r - fit_slot(t, 0)) / t->rsize);
+}
+static inline uint8_t fit_tag(uint64_t hash) { return (uint8_t)((hash >> 40) & 0x7f); }
+/* Sets slot i's tag in a published table (readers load the tags without
+ * the lock: an atomic store). */
+static inline void fit_tag_set(fit_tbl *t, uint32_t i, unsigned g)
+{
+    __atomic_store_n(&fit_tags(t)[i], (uint8_t)g, __ATOMIC_RELAXED);
+}
+
+/* Tags are read eight at a time, as one word (an atomic load: the lock
+ * holder may be writing one of them), byte k of word w being slot 8w + k. */
+#define SL__B1 0x0101010101010101ull
+#define SL__B7 0x7f7f7f7f7f7f7f7full
+static inline uint64_t fit_tag_word(const fit_tbl *t, uint32_t w)
+{
+    uint64_t x = __atomic_load_n((const uint64_t *)(const void *)(fit_tags(t) + 8 * (size_t)w),
+                                 __ATOMIC_RELAXED);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    return x;
+}
+/* The high bit of every byte of x that is 0, and no other bit: exact (no
+ * borrow crosses a byte), so a stop is never seen where there is none. */
+static inline uint64_t zero_bytes(uint64_t x) { return ~(((x & SL__B7) + SL__B7) | x | SL__B7); }
 static inline int fit_live_meta(uint16_t m) { return m != SL__FREE_MARK && m != SL__TOMB_MARK; }
 
 /* Counts a fitted-kind record into or out of the slab (read without the
@@ -878,20 +919,36 @@ static fit_tbl *fit_holding(const sl__shard *sh, const uint8_t *r)
     return r >= b && r < b + (size_t)t->cap * t->rsize ? t : NULL;
 }
 
-/* The record of (meta, key) in fitted table t, or NULL: with or without the
+/*
+ * The record of (meta, key) in fitted table t, or NULL: with or without the
  * shard lock (see above; without it, inside a read section, and the record
- * is trusted only once taken with its identity checked again). */
+ * is trusted only once taken with its identity checked again).  The probe
+ * run is walked on the tags, eight a word: only a slot whose tag is the
+ * key's is read (one in 128 of the others), and the walk stops at the word
+ * holding a free slot.  A match in that word past the free slot is read
+ * too, harmlessly: a key sits before any free slot of its run (a slot is
+ * freed only by a rebuild, which places every key again).  The table is
+ * never full, so the walk ends.
+ */
 SL__HOT_INLINE uint8_t *fit_probe(const fit_tbl *t, uint64_t hash, uint16_t meta, const void *key,
                                   size_t klen)
 {
     uint32_t cap = t->cap, rsize = t->rsize, i = home_in(hash, cap);
+    uint32_t w = i >> 3, nw = (cap + 7) >> 3;
+    uint64_t want = fit_tag(hash) * SL__B1, from = ~0ull << (i & 7) * 8;
     uint8_t *base = fit_slot(t, 0);
-    for (uint32_t n = 0; n < cap; n++) {
-        uint8_t *r = base + (size_t)i * rsize;
-        uint16_t m = __atomic_load_n((uint16_t *)(void *)r, __ATOMIC_ACQUIRE);
-        if (m == SL__FREE_MARK) return NULL;
-        if ((m & SL__META_ID) == meta && key_eq(r + SL__REC_HDR, key, klen)) return r;
-        if (++i == cap) i = 0;
+    for (uint32_t n = 0; n <= nw; n++) {
+        uint64_t x = fit_tag_word(t, w);
+        uint64_t hit = zero_bytes(x ^ want) & from;
+        while (hit) {
+            uint8_t *r = base + (size_t)(w * 8 + ((unsigned)__builtin_ctzll(hit) >> 3)) * rsize;
+            uint16_t m = __atomic_load_n((uint16_t *)(void *)r, __ATOMIC_ACQUIRE);
+            if ((m & SL__META_ID) == meta && key_eq(r + SL__REC_HDR, key, klen)) return r;
+            hit &= hit - 1;
+        }
+        if (zero_bytes(x ^ SL__TAG_FREE * SL__B1) & from) return NULL;
+        from = ~0ull;
+        if (++w == nw) w = 0;
     }
     return NULL;
 }
@@ -1359,6 +1416,7 @@ static void grace(sl__shard *sh)
 static void fit_drop(sl__shard *sh, fit_tbl *t, uint8_t *r)
 {
     sl__rec_meta_set(r, SL__TOMB_MARK);
+    fit_tag_set(t, fit_index(t, r), SL__TAG_TOMB);
     t->live--;
     t->tomb++;
     sh->tomb_new = 1;
@@ -1466,8 +1524,8 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
         if (c > left && limbo_flush(sh)) left = room_fit(sh);
     }
     if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits */
-        uint64_t fixed = sizeof(fit_tbl) + 32 + os_page();
-        uint64_t c = left > fixed ? (left - fixed) / rsize : 0;
+        uint64_t fixed = sizeof(fit_tbl) + 64 + 32 + os_page(); /* + the tags' rounding */
+        uint64_t c = left > fixed ? (left - fixed) / (rsize + 1) : 0;
         if (c < ncap) ncap = c;
         if (ncap < mincap || ncap < SL__FIT_MIN || blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left)
             return -1;
@@ -1488,14 +1546,20 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     }
     n->cap = (uint32_t)ncap;
     n->rsize = rsize;
+    n->tagb = fit_tagb(n->cap);
+    uint8_t *tags = fit_tags(n); /* not yet published: plain stores */
+    memset(tags, SL__TAG_FREE, n->cap);
+    memset(tags + n->cap, SL__TAG_PAD, n->tagb - n->cap);
     for (uint32_t j = 0; j < n->cap; j++) sl__st16(fit_slot(n, j), SL__FREE_MARK);
     for (uint32_t j = 0; j < ocap; j++) {
         uint8_t *r = fit_slot(o, j);
         uint16_t m = sl__rec_meta(r);
         if (!fit_live_meta(m)) continue;
-        uint32_t k = home_in(rec_hash(sh, r), n->cap);
-        while (sl__ld16(fit_slot(n, k)) != SL__FREE_MARK)
+        uint64_t hash = rec_hash(sh, r);
+        uint32_t k = home_in(hash, n->cap);
+        while (tags[k] != SL__TAG_FREE)
             if (++k == n->cap) k = 0;
+        tags[k] = fit_tag(hash);
         uint8_t *d = fit_slot(n, k);
         memcpy(d + 2, r + 2, rsize - 2);
         sl__st16(d, (uint16_t)(m & ~SL__REC_LOCK)); /* published with the block */
@@ -1526,12 +1590,26 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
 static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild)
 {
     fit_tbl *t = sh->fit[fi];
-    if (t) {
-        uint32_t cap = t->cap, i = home_in(hash, cap);
-        for (uint32_t n = 0; n < cap; n++) {
-            uint8_t *r = fit_slot(t, i);
-            uint16_t m = sl__rec_meta(r);
-            if (m == SL__TOMB_MARK) {
+    if (t) { /* the run's first tombstone or free slot, on the tags */
+        uint32_t cap = t->cap, i = home_in(hash, cap), w = i >> 3, nw = (cap + 7) >> 3;
+        uint64_t from = ~0ull << (i & 7) * 8;
+        for (uint32_t n = 0; n <= nw; n++) {
+            uint64_t x = fit_tag_word(t, w);
+            uint64_t tomb = zero_bytes(x ^ SL__TAG_TOMB * SL__B1) & from;
+            uint64_t free = zero_bytes(x ^ SL__TAG_FREE * SL__B1) & from;
+            if (n == nw) { /* back at the home word: only what is before home */
+                tomb &= ~(~0ull << (i & 7) * 8);
+                free &= ~(~0ull << (i & 7) * 8);
+            }
+            from = ~0ull;
+            if (!(tomb | free)) {
+                if (++w == nw) w = 0;
+                continue;
+            }
+            uint64_t first = (tomb | free) & -(tomb | free);
+            uint32_t j = w * 8 + ((unsigned)__builtin_ctzll(first) >> 3);
+            uint8_t *r = fit_slot(t, j);
+            if (first & tomb) {
                 if (sh->quick && sh->tomb_new) {
                     grace(sh);
                     sh->tomb_graces++;
@@ -1539,16 +1617,15 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
                 t->tomb--;
                 t->live++;
                 memset(r + 2, 0, t->rsize - 2);
+                fit_tag_set(t, j, fit_tag(hash));
                 return r;
             }
-            if (m == SL__FREE_MARK) {
-                if ((uint64_t)(t->live + t->tomb + 1) * SL__FIT_LOAD_DEN >
-                    (uint64_t)cap * SL__FIT_LOAD_NUM)
-                    break;
-                t->live++;
-                return r; /* never used: zero */
-            }
-            if (++i == cap) i = 0;
+            if ((uint64_t)(t->live + t->tomb + 1) * SL__FIT_LOAD_DEN >
+                (uint64_t)cap * SL__FIT_LOAD_NUM)
+                break;
+            t->live++;
+            fit_tag_set(t, j, fit_tag(hash));
+            return r; /* never used: zero */
         }
     }
     if (!rebuild) return NULL;
@@ -2112,12 +2189,13 @@ sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size
  */
 static inline uint32_t prefetch_home(const sl__shard *sh, unsigned fi, uint64_t hash)
 {
-    if (fi != SL__FIT_NONE) { /* the fitted slot: the record itself */
+    if (fi != SL__FIT_NONE) { /* the home tag, and the home slot: most records are near */
         uintptr_t t = (uintptr_t)__atomic_load_n(&sh->fit[fi], __ATOMIC_RELAXED);
         uint32_t cap = __atomic_load_n(&sh->fit_cap[fi], __ATOMIC_RELAXED);
         if (t) {
-            __builtin_prefetch((const void *)(t + sizeof(fit_tbl) +
-                                              (uintptr_t)home_in(hash, cap) * fit_rsize_of(fi)));
+            uintptr_t home = home_in(hash, cap), tags = t + sizeof(fit_tbl);
+            __builtin_prefetch((const void *)(tags + home));
+            __builtin_prefetch((const void *)(tags + fit_tagb(cap) + home * fit_rsize_of(fi)));
             return cap;
         }
     }
@@ -2179,17 +2257,31 @@ void sl__store_prefetch_rec(sl_store *s, unsigned kind, size_t klen, uint64_t ha
     run_walk w;
     const sl__shard *sh = shard_of(s, hash);
     unsigned fi = fit_idx(kind, klen);
-    if (fi != SL__FIT_NONE) { /* the slot's next line: the record's end, or the run's next */
-        uintptr_t t = (uintptr_t)__atomic_load_n(&sh->fit[fi], __ATOMIC_RELAXED);
-        uint32_t cap = __atomic_load_n(&sh->fit_cap[fi], __ATOMIC_RELAXED);
-        if (t) {
-            __builtin_prefetch((const void *)(t + sizeof(fit_tbl) + 64 +
-                                              (uintptr_t)home_in(hash, cap) * fit_rsize_of(fi)),
-                               1);
-        }
-        if (!__atomic_load_n(&sh->fit_slab, __ATOMIC_RELAXED)) return;
-    }
     sl__read_begin();
+    if (fi != SL__FIT_NONE) { /* the first slot of the run whose tag is the key's */
+        const fit_tbl *t = __atomic_load_n(&sh->fit[fi], __ATOMIC_ACQUIRE);
+        if (t) {
+            uint32_t i = home_in(hash, t->cap), wi = i >> 3, nw = (t->cap + 7) >> 3;
+            uint64_t want = fit_tag(hash) * SL__B1, from = ~0ull << (i & 7) * 8;
+            for (uint32_t n = 0; n < 4 && n < nw; n++) { /* a few words: this is a hint */
+                uint64_t x = fit_tag_word(t, wi);
+                uint64_t hit = zero_bytes(x ^ want) & from;
+                if (hit) {
+                    const uint8_t *f = fit_slot(t, wi * 8 + ((unsigned)__builtin_ctzll(hit) >> 3));
+                    __builtin_prefetch(f, 1);
+                    __builtin_prefetch(f + t->rsize - 1, 1);
+                    break;
+                }
+                if (zero_bytes(x ^ SL__TAG_FREE * SL__B1) & from) break;
+                from = ~0ull;
+                if (++wi == nw) wi = 0;
+            }
+        }
+        if (!__atomic_load_n(&sh->fit_slab, __ATOMIC_RELAXED)) {
+            sl__read_end();
+            return;
+        }
+    }
     walk_start(&w, sh, hash);
     while ((r = walk_next(&w)) != NULL) {
         __builtin_prefetch(r, 1);
