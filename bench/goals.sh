@@ -213,14 +213,17 @@ def row(name, b, n, ratio, goal, ok, rounds_text):
     rows.append((name, f(b), f(n), "-" if ratio is None else f"{ratio:.3f}x", goal,
                  "-" if ok is None else ("yes" if ok else "no"), rounds_text))
 
-def rt(b, n):
-    return "base " + " ".join(f"{x:.2f}" for x in b) + "; new " + " ".join(f"{x:.2f}" for x in n)
+def rt(b, n, ratios=False):
+    t = "base " + " ".join(f"{x:.2f}" for x in b) + "; new " + " ".join(f"{x:.2f}" for x in n)
+    if ratios:  # each round's pair ran back to back: its ratio shares its load
+        t += "; new/base " + " ".join(f"{y / x:.2f}" for x, y in zip(b, n))
+    return t
 
 def pair(name, key, goal=None, at_least=None):
     b, n = vals(f"base.{key}"), vals(f"new.{key}")
     mb, mn = statistics.median(b), statistics.median(n)
     ratio = mn / mb
-    row(name, mb, mn, ratio, goal or "-", None if at_least is None else ratio >= at_least, rt(b, n))
+    row(name, mb, mn, ratio, goal or "-", None if at_least is None else ratio >= at_least, rt(b, n, True))
 
 pair("1M keys, one call a decision, M/s", "many", ">= 1.6x base", 1.6)
 pair("hot keys, M/s", "hot", ">= 0.97x base", 0.97)

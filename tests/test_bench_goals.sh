@@ -166,11 +166,11 @@ fi
 # own/sep per round: base 0.90 1.00 0.80, new 0.95 0.90 1.00
 want="quantity                          |   base |    new | new/base |          goal | met | values, round by round
 ----------------------------------+--------+--------+----------+---------------+-----+-------------------------
-1M keys, one call a decision, M/s |  1.000 |  1.700 |   1.700x |  >= 1.6x base | yes | base 1.00 1.20 0.90; new 1.70 1.50 1.80
-hot keys, M/s                     | 11.000 | 10.500 |   0.955x | >= 0.97x base |  no | base 10.00 12.00 11.00; new 10.50 10.00 11.00
-fill of 1M new keys, M/s          |  1.500 |  0.800 |   0.533x |             - |   - | base 1.50 1.40 1.60; new 0.80 0.90 0.70
-2 threads, own keys, M/s          | 19.000 | 28.500 |   1.500x |             - |   - | base 18.00 19.00 20.00; new 28.50 27.00 29.00
-2 threads, own stores, M/s        | 20.000 | 30.000 |   1.500x |             - |   - | base 20.00 19.00 25.00; new 30.00 30.00 29.00
+1M keys, one call a decision, M/s |  1.000 |  1.700 |   1.700x |  >= 1.6x base | yes | base 1.00 1.20 0.90; new 1.70 1.50 1.80; new/base 1.70 1.25 2.00
+hot keys, M/s                     | 11.000 | 10.500 |   0.955x | >= 0.97x base |  no | base 10.00 12.00 11.00; new 10.50 10.00 11.00; new/base 1.05 0.83 1.00
+fill of 1M new keys, M/s          |  1.500 |  0.800 |   0.533x |             - |   - | base 1.50 1.40 1.60; new 0.80 0.90 0.70; new/base 0.53 0.64 0.44
+2 threads, own keys, M/s          | 19.000 | 28.500 |   1.500x |             - |   - | base 18.00 19.00 20.00; new 28.50 27.00 29.00; new/base 1.58 1.42 1.45
+2 threads, own stores, M/s        | 20.000 | 30.000 |   1.500x |             - |   - | base 20.00 19.00 25.00; new 30.00 30.00 29.00; new/base 1.50 1.58 1.16
 2 threads, own keys / own stores  |  0.900 |  0.950 |        - |    new >= 0.9 | yes | base 0.90 1.00 0.80; new 0.95 0.90 1.00
 goals met: 2 of 3; missed: hot keys, M/s (0.955x)"
 got=$(sed -n '/^quantity /,$p' "$T/out")
