@@ -1,0 +1,204 @@
+#!/bin/sh
+# test_bench_goals.sh -- bench/goals.sh, issue 30's goal table, without
+# benchmarking anything: two stub build dirs whose bench/bench prints
+# bench/bench's two tables with numbers set here, one line of numbers a
+# call.  Checked: the argument errors (exit 2, or 1 and the missing path
+# named, before any run), the order of the runs (base, new, then new, base),
+# the commands printed, the medians, ratios and verdicts of the table, and
+# a stub that fails or prints no number.  No timing is asserted.
+# sluice-test: plain-only
+set -u
+
+ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
+. "$ROOT/tests/lib.sh"
+GOALS=$ROOT/bench/goals.sh
+
+# stub DIR: DIR/bench/bench, printing the tables with the next line of
+# DIR/one.vals (hot 1M fill) for --parts hot,1m or DIR/two.vals (own-keys
+# own-stores) for --parts 2t; a line "FAIL" exits 3; every call is logged
+stub() {
+    mkdir -p "$1/bench"
+    cat >"$1/bench/bench" <<'EOF'
+#!/bin/sh
+d=$(cd "$(dirname "$0")/.." && pwd)
+echo "$(basename "$d") $*" >>"$STUB_LOG"
+case "$*" in
+    *"--parts hot,1m"*) f=one ;;
+    *"--parts 2t"*) f=two ;;
+    *) exit 9 ;;
+esac
+n=$(($(cat "$d/n.$f" 2>/dev/null || echo 0) + 1))
+echo "$n" >"$d/n.$f"
+line=$(sed -n "${n}p" "$d/$f.vals")
+if [ "$line" = FAIL ] || [ -z "$line" ]; then echo "stub: asked to fail" >&2; exit 3; fi
+# shellcheck disable=SC2086 # the numbers, one word each
+set -- $line
+if [ $f = one ]; then h=$1 m=$2 fill=$3 sh=- ok=- os=-; else h=- m=- fill=- sh=19.00 ok="$1 (9.00)" os="$2 (10.00)"; fi
+cat <<TABLE
+sluice bench: 1.00 s per run, best of 1; 1000 hot keys, 1000000 many keys; keys "user:NNNNNN" (11 bytes)
+
+algorithm        |  hot keys |   1M keys |  hot keys |   1M keys |  hot keys |   1M keys | bytes/key             | goal                       | met?
+                 | 1 thr M/s | 1 thr M/s |   batched |   batched | 2 thr M/s | 2 thr M/s | alloc / rss           |                            |
+-----------------+-----------+-----------+-----------+-----------+-----------+-----------+-----------------------+----------------------------+------
+token-bucket     |     $h |      $m |         - |         - |         - |         - | -                     | >=20 hot, >=5 many, <=32 B | no
+
+details          |      2 thr hot M/s |      2 thr hot M/s |      2 thr hot M/s | 2 thr many |      1 thr M/s |     allowed % | fill M/s |  stats B |     1thr M/CPU-s | cpu/wall % (min thread)
+                 |  shared: agg (min) | own keys: agg(min) | own store: agg(min) |    min M/s |  rec locks h/m |    hot / many |     many |  per key |       hot / many | hot1 many1 hot2 many2
+token-bucket     |       $sh |       $ok |      $os |       2.45 |  -1.00 / -1.00 |             - |     $fill |        - |      0.00 / 0.00 | 100 100 100 100
+
+all goals met: no
+TABLE
+EOF
+    chmod +x "$1/bench/bench"
+}
+# fresh: stub builds $T/base and $T/new with the values given
+fresh() { # BASE_ONE BASE_TWO NEW_ONE NEW_TWO (lines separated by ;)
+    rm -rf "$T/base" "$T/new"
+    stub "$T/base"
+    stub "$T/new"
+    printf '%s\n' "$1" | tr ';' '\n' >"$T/base/one.vals"
+    printf '%s\n' "$2" | tr ';' '\n' >"$T/base/two.vals"
+    printf '%s\n' "$3" | tr ';' '\n' >"$T/new/one.vals"
+    printf '%s\n' "$4" | tr ';' '\n' >"$T/new/two.vals"
+    : >"$STUB_LOG"
+}
+STUB_LOG=$T/calls
+export STUB_LOG
+# goals ENV... -- ARGS...: runs bench/goals.sh; status in $rc, $T/out, $T/err
+goals() {
+    rc=0
+    env "$@" >"$T/out" 2>"$T/err" || rc=$?
+}
+# expect NAME RC ERR_LINE: exit status and stderr's last line, nothing run
+expect() {
+    got=$(tail -n 1 "$T/err")
+    if [ "$rc" -eq "$2" ] && [ "$got" = "$3" ] && [ ! -s "$STUB_LOG" ] && [ ! -s "$T/out" ]; then
+        ok "$1"
+    else
+        bad "$1" "exit $rc (want $2), stderr: $(cat "$T/err")" "want: $3" \
+            "stub calls: $(cat "$STUB_LOG")" "stdout: $(cat "$T/out")"
+    fi
+}
+
+ONE_B="10.00 1.00 1.50;12.00 1.20 1.40;11.00 0.90 1.60"
+TWO_B="18.00 20.00;19.00 19.00;20.00 25.00"
+ONE_N="10.50 1.70 0.80;10.00 1.50 0.90;11.00 1.80 0.70"
+TWO_N="28.50 30.00;27.00 30.00;29.00 29.00"
+
+# ---- arguments -------------------------------------------------------------
+fresh "$ONE_B" "$TWO_B" "$ONE_N" "$TWO_N"
+goals "$GOALS"
+expect "no argument: usage, exit 2" 2 \
+    "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS)"
+goals "$GOALS" "$T/base" "$T/new" "$T/new"
+expect "three arguments: usage, exit 2" 2 \
+    "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS)"
+goals ROUNDS=0 "$GOALS" "$T/base" "$T/new"
+expect "ROUNDS=0 refused, exit 2" 2 "bench/goals.sh: ROUNDS must be a count of 1 to 99, not '0'"
+goals ROUNDS=100 "$GOALS" "$T/base" "$T/new"
+expect "ROUNDS=100 refused (bounded), exit 2" 2 "bench/goals.sh: ROUNDS must be a count of 1 to 99, not '100'"
+goals CPU=0,1 "$GOALS" "$T/base" "$T/new"
+expect "CPU=0,1 refused, exit 2" 2 "bench/goals.sh: CPU must be one CPU number, not '0,1'"
+goals KEYBYTES=yes "$GOALS" "$T/base" "$T/new"
+expect "KEYBYTES=yes refused, exit 2" 2 "bench/goals.sh: KEYBYTES must be 0 or 1, not 'yes'"
+goals "$GOALS" "$T/nothere" "$T/new"
+expect "missing build dir named, exit 1" 1 "bench/goals.sh: no build dir $T/nothere"
+rm "$T/new/bench/bench"
+goals "$GOALS" "$T/base" "$T/new"
+expect "missing NEW/bench/bench named before any run" 1 \
+    "bench/goals.sh: no $T/new/bench/bench (make build/bench/bench in its tree)"
+fresh "$ONE_B" "$TWO_B" "$ONE_N" "$TWO_N"
+goals KEYBYTES=1 "$GOALS" "$T/base" "$T/new"
+expect "KEYBYTES=1 without NEW/sluicectl named before any run" 1 \
+    "bench/goals.sh: KEYBYTES=1: no $T/new/sluicectl (make build/sluicectl)"
+goals MISSES=1 "$GOALS" "$T/base" "$T/new"
+expect "MISSES=1 without BASE/libsluice.a named before any run" 1 \
+    "bench/goals.sh: MISSES=1: no $T/base/libsluice.a (make build/libsluice.a)"
+
+# ---- a whole run on the stubs ----------------------------------------------
+fresh "$ONE_B" "$TWO_B" "$ONE_N" "$TWO_N"
+goals ROUNDS=3 CPU=0 PAIR=0,1 "$GOALS" "$T/base" "$T/new"
+if [ "$rc" -eq 0 ]; then ok "a run on the stubs exits 0"; else bad "a run on the stubs exits 0" "exit $rc: $(cat "$T/err")"; fi
+
+want="base --algo token-bucket --parts hot,1m --seconds 1 --reps 1
+new --algo token-bucket --parts hot,1m --seconds 1 --reps 1
+new --algo token-bucket --parts hot,1m --seconds 1 --reps 1
+base --algo token-bucket --parts hot,1m --seconds 1 --reps 1
+base --algo token-bucket --parts hot,1m --seconds 1 --reps 1
+new --algo token-bucket --parts hot,1m --seconds 1 --reps 1
+base --algo token-bucket --parts 2t --seconds 1 --reps 1
+new --algo token-bucket --parts 2t --seconds 1 --reps 1
+new --algo token-bucket --parts 2t --seconds 1 --reps 1
+base --algo token-bucket --parts 2t --seconds 1 --reps 1
+base --algo token-bucket --parts 2t --seconds 1 --reps 1
+new --algo token-bucket --parts 2t --seconds 1 --reps 1"
+if [ "$(cat "$STUB_LOG")" = "$want" ]; then
+    ok "runs alternate: base new, new base, base new; one thread, then two"
+else
+    bad "runs alternate: base new, new base, base new; one thread, then two" "got:" "$(cat "$STUB_LOG")"
+fi
+
+want="+ timeout 300 taskset -c 0 $T/base/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1
++ timeout 300 taskset -c 0 $T/new/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1
++ timeout 300 taskset -c 0 $T/new/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1
++ timeout 300 taskset -c 0 $T/base/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1
++ timeout 300 taskset -c 0 $T/base/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1
++ timeout 300 taskset -c 0 $T/new/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1
++ timeout 300 taskset -c 0,1 $T/base/bench/bench --algo token-bucket --parts 2t --seconds 1 --reps 1
++ timeout 300 taskset -c 0,1 $T/new/bench/bench --algo token-bucket --parts 2t --seconds 1 --reps 1
++ timeout 300 taskset -c 0,1 $T/new/bench/bench --algo token-bucket --parts 2t --seconds 1 --reps 1
++ timeout 300 taskset -c 0,1 $T/base/bench/bench --algo token-bucket --parts 2t --seconds 1 --reps 1
++ timeout 300 taskset -c 0,1 $T/base/bench/bench --algo token-bucket --parts 2t --seconds 1 --reps 1
++ timeout 300 taskset -c 0,1 $T/new/bench/bench --algo token-bucket --parts 2t --seconds 1 --reps 1"
+if [ "$(grep '^+ ' "$T/out")" = "$want" ]; then
+    ok "every command printed as run"
+else
+    bad "every command printed as run" "got:" "$(grep '^+ ' "$T/out")"
+fi
+if [ "$(grep -c '^load before: [0-9.]* [0-9.]* [0-9.]* ' "$T/out")" = 1 ] &&
+    [ "$(grep -c '^load after: [0-9.]* [0-9.]* [0-9.]* ' "$T/out")" = 1 ]; then
+    ok "load average printed before and after"
+else
+    bad "load average printed before and after" "$(cat "$T/out")"
+fi
+
+# medians: base hot 11.00, 1M 1.00, fill 1.50; new 10.50, 1.70, 0.80;
+# own/sep per round: base 0.90 1.00 0.80, new 0.95 0.90 1.00
+want="quantity                          |   base |    new | new/base |          goal | met | values, round by round
+----------------------------------+--------+--------+----------+---------------+-----+-------------------------
+1M keys, one call a decision, M/s |  1.000 |  1.700 |   1.700x |  >= 1.6x base | yes | base 1.00 1.20 0.90; new 1.70 1.50 1.80; new/base 1.70 1.25 2.00
+hot keys, M/s                     | 11.000 | 10.500 |   0.955x | >= 0.97x base |  no | base 10.00 12.00 11.00; new 10.50 10.00 11.00; new/base 1.05 0.83 1.00
+fill of 1M new keys, M/s          |  1.500 |  0.800 |   0.533x |             - |   - | base 1.50 1.40 1.60; new 0.80 0.90 0.70; new/base 0.53 0.64 0.44
+2 threads, own keys, M/s          | 19.000 | 28.500 |   1.500x |             - |   - | base 18.00 19.00 20.00; new 28.50 27.00 29.00; new/base 1.58 1.42 1.45
+2 threads, own stores, M/s        | 20.000 | 30.000 |   1.500x |             - |   - | base 20.00 19.00 25.00; new 30.00 30.00 29.00; new/base 1.50 1.58 1.16
+2 threads, own keys / own stores  |  0.900 |  0.950 |        - |    new >= 0.9 | yes | base 0.90 1.00 0.80; new 0.95 0.90 1.00
+goals met: 2 of 3; missed: hot keys, M/s (0.955x)"
+got=$(sed -n '/^quantity /,$p' "$T/out")
+if [ "$got" = "$want" ]; then
+    ok "table: medians, new/base, goals and verdicts"
+else
+    bad "table: medians, new/base, goals and verdicts" "got:" "$got" "want:" "$want"
+fi
+
+# ---- a stub that fails, or prints no number ---------------------------------
+fresh "$ONE_B" "$TWO_B" "10.50 1.70 0.80;FAIL" "$TWO_N"
+goals ROUNDS=2 CPU=0 "$GOALS" "$T/base" "$T/new"
+if [ "$rc" -eq 1 ] &&
+    grep -qx "bench/goals.sh: the new build's run failed (exit status 3): timeout 300 taskset -c 0 $T/new/bench/bench --algo token-bucket --parts hot,1m --seconds 1 --reps 1" "$T/err" &&
+    grep -qx '    stub: asked to fail' "$T/err" && [ "$(grep -c . "$STUB_LOG")" = 3 ] &&
+    ! grep -q '^quantity' "$T/out"; then
+    ok "a failed run stops it: exit 1, the command and its stderr, no table"
+else
+    bad "a failed run stops it: exit 1, the command and its stderr, no table" "exit $rc" "$(cat "$T/err")"
+fi
+fresh "10.00 - 1.50" "$TWO_B" "$ONE_N" "$TWO_N"
+goals ROUNDS=1 CPU=0 "$GOALS" "$T/base" "$T/new"
+if [ "$rc" -eq 1 ] &&
+    grep -qx "bench/goals.sh: $T/base/bench/bench printed no number under \"algorithm: 1M keys / 1 thr M/s\" (got '-'); its output:" "$T/err" &&
+    ! grep -q '^quantity' "$T/out"; then
+    ok "a run with no number in a column: exit 1 naming the column"
+else
+    bad "a run with no number in a column: exit 1 naming the column" "exit $rc" "$(cat "$T/err")"
+fi
+
+finish
