@@ -274,6 +274,64 @@ static void growth_refused_charges_nothing(void **state)
     sl_store_free(s);
 }
 
+/* The largest sliding-log limit a 64 KB store takes for a window (the
+ * first that SL_ETOOBIG refuses, less one), by sl_peek. */
+static int64_t largest_log(sl_store *s, int64_t W)
+{
+    sl_params p = P(SL_SLIDING_LOG, 1, W);
+    sl_result r;
+    int rc = 0;
+    for (; p.limit < 100000 && (rc = sl_peek(s, &p, "k", 1, 0, 1, &r)) == 0; p.limit++) {
+    }
+    assert_int_equal(rc, SL_ETOOBIG);
+    return p.limit - 1;
+}
+
+/* A key that passes SL_ETOOBIG's check (its state at most 1/64 of the
+ * bound) works in a store of 64 shards, whose shards' budgets are each
+ * exactly that share: alone in its shard it may pass its shard's budget
+ * (the table, page directory and page beside it), as a record that fits
+ * nowhere else is placed.  A sliding-log at the largest limit the check
+ * takes, every entry taken, with a one-byte key (refused for room at its
+ * 81st request before: sl__shard_reserve counted the shard's table beside
+ * the share) and with a 512-byte one (at its first); the second through
+ * sl_decide_all. */
+static void share_works_in_small_shards(void **state)
+{
+    (void)state;
+    static char longkey[SL_MAX_KEY];
+    memset(longkey, 'k', sizeof longkey);
+    for (int deny = 0; deny < 2; deny++)
+        for (size_t klen = 1; klen <= SL_MAX_KEY; klen += SL_MAX_KEY - 1) {
+            sl_store_opts o = {0};
+            o.max_bytes = 64 << 10, o.shards = 64, o.fixed_seed = 1;
+            o.on_full = deny ? SL_FULL_DENY : SL_FULL_EVICT;
+            sl_store *s = sl_store_new(&o, NULL);
+            assert_non_null(s);
+            int64_t W = 60000, L = largest_log(s, W);
+            sl_params p = P(SL_SLIDING_LOG, L, W);
+            sl_request q = {&p, longkey, klen, 1};
+            sl_result r;
+            int64_t t = 1000;
+            for (int64_t i = 0; i <= L; i++, t += i < L ? W / L : 0) {
+                int all = -1;
+                int rc = klen == 1 ? sl_decide(s, &p, "k", 1, t, 1, &r)
+                                   : sl_decide_all(s, &q, 1, t, &r, &all);
+                if (rc != 0) fail_msg("request %lld of %lld (key of %zu bytes): %s",
+                                      (long long)i + 1, (long long)L, klen, sl_strerror(rc));
+                assert_int_equal(r.allowed, i < L);
+                assert_int_equal(r.remaining, i < L ? L - 1 - i : 0);
+                assert_int_equal(all, klen == 1 ? -1 : i < L);
+            }
+            p.limit = L + 1; /* and the check's line is where it was */
+            assert_int_equal(sl_decide(s, &p, "k2", 2, t, 1, &r), SL_ETOOBIG);
+            sl_store_stats st;
+            sl_store_stats_get(s, &st);
+            assert_int_equal(st.keys, 1);
+            sl_store_free(s);
+        }
+}
+
 static void many_shards(void **state)
 {
     (void)state;
@@ -342,6 +400,7 @@ int main(void)
         cmocka_unit_test(many_shards),
         cmocka_unit_test(refused_for_room_charges_nothing),
         cmocka_unit_test(growth_refused_charges_nothing),
+        cmocka_unit_test(share_works_in_small_shards),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
