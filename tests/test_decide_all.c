@@ -165,8 +165,8 @@ static void free_room(sl_store *s, void *blk, size_t len)
 /* Fills a one-shard SL_FULL_DENY store of 64 KB with keys at their limit
  * (fixed-window, 1 a minute, "f:NNNNN", at 2000) until one is refused,
  * forgets the first (its record is free for a key of its size), and
- * leaves `left` bytes free, in [keep, keep + 16): 4 KB held aside while
- * filling come back, the limbo is emptied (its bytes are room a reclaim
+ * leaves keep to keep + 15 bytes free: 4 KB held aside while filling
+ * come back, the limbo is emptied (its bytes are room a reclaim
  * would find), and the rest is taken by a block (*blk, *len: free_room
  * gives them back, so that 4 KB or more are free again). */
 static void fill_room(sl_store *s, uint64_t keep, void **blk, size_t *len)
