@@ -284,7 +284,8 @@ typedef struct sl_request {
  * to retry).  *all_allowed (may be NULL) says which happened.  Two requests
  * may not name the same (key, algorithm, space): merge their costs.  Returns 0, or
  * the first bad request's SL_E* code with nothing charged (SL_EINVAL for a
- * bad n or a repeated key). */
+ * bad n or a repeated key), or SL_EFULL / SL_ENOMEM when a key finds no
+ * room, with nothing charged either. */
 int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
                   sl_result *out, int *all_allowed);
 

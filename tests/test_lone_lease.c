@@ -446,6 +446,46 @@ static void test_refusals(void **st)
     sl__shard_loose_free(sh);
 }
 
+/* The bytes a lone record holds (the module's MEMORY USAGE) count its
+ * lease tail: a bucket in an allocation of its own grows by SL__LONE_TAIL
+ * at its first lease, and sl__lone_bytes grows by as much, also after the
+ * units came back (the room stays); a record in its owner's room holds
+ * no allocation, tail or not. */
+static void test_bytes_count_the_tail(void **st)
+{
+    (void)st;
+    sl__shard *sh = sl__shard_loose_new(1 << 20);
+    uint64_t room[SL__LONE_ROOM / 8] = {0};
+    uint8_t *own = NULL, *lent = NULL;
+    sl_params p = SL_PARAMS_INIT;
+    p.algo = SL_TOKEN_BUCKET;
+    p.limit = 10;
+    p.window_ms = 1000;
+    sl_result r;
+    sl__lone_lease lz;
+    int64_t put = -1;
+    assert_int_equal(sl__lone_decide(sh, &own, NULL, &p, 1000, 1, 1, &r), 0);
+    assert_int_equal(sl__lone_decide(sh, &lent, room, &p, 1000, 1, 1, &r), 0);
+    assert_ptr_equal(sl__lone_roomed(room), lent);
+    /* its clock and room word, the header, the one-byte key, 10 bytes of state */
+    size_t plain = SL__LOOSE_PREFIX + SL__REC_HDR + 1 + 10;
+    assert_int_equal(sl__lone_bytes(sh, own), plain);
+    assert_int_equal(sl__lone_bytes(sh, lent), 0);
+    assert_int_equal(sl__lone_lease_take(sh, &own, &p, 1000, 4, &r, &lz), 0);
+    assert_int_equal(lz.extra, 4);
+    assert_int_equal(sl__lone_bytes(sh, own), plain + SL__LONE_TAIL);
+    assert_int_equal(sl__lone_lease_take(sh, &lent, &p, 1000, 4, &r, &lz), 0);
+    assert_ptr_equal(sl__lone_roomed(room), lent); /* the tail fits the room */
+    assert_int_equal(sl__lone_bytes(sh, lent), 0);
+    assert_int_equal(sl__lone_lease_return(sh, &own, &p, 1100, 4, 4, lz.tag, &put), 0);
+    assert_int_equal(put, 4);
+    assert_int_equal(sl__lone_lease_end(sh, own), INT64_MIN); /* nothing out ... */
+    assert_int_equal(sl__lone_bytes(sh, own), plain + SL__LONE_TAIL); /* ... same room */
+    sl__lone_free(sh, own);
+    sl__lone_free(sh, lent);
+    sl__shard_loose_free(sh);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -454,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_units_out_hold_the_refill),
         cmocka_unit_test(test_window_leases),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_bytes_count_the_tail),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

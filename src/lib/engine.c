@@ -462,37 +462,51 @@ static unsigned put_varint(uint8_t *p, uint64_t v)
     return n;
 }
 
-/* Appends (t, cost), growing the ring (from the store, counted by the
- * shard).  Returns 0, or SL_ENOMEM / SL_EFULL (no room: sl__shard_reserve)
+/* The entry (t, cost) appended to lg, encoded in tmp: its length. */
+static unsigned log_encode(const sl_log *lg, int64_t t, int64_t cost, uint8_t tmp[LOG_ENTRY_MAX])
+{
+    int64_t dt = lg->used ? t - lg->last : 0;
+    unsigned len = put_varint(tmp, ((uint64_t)dt << 1) | (cost != 1));
+    if (cost != 1) len += put_varint(tmp + len, (uint64_t)cost);
+    return len;
+}
+
+/* Grows the ring (from the store, counted by the shard) when it must hold
+ * `need` bytes, its entries kept.  Returns 0, or SL_ENOMEM / SL_EFULL (no
+ * room: sl__shard_reserve) with the log unchanged. */
+static int log_grow(sl__shard *sh, const uint8_t *rec, sl_log *lg, uint32_t need, int64_t now)
+{
+    if (need <= lg->cap) return 0;
+    uint32_t cap = lg->cap, ncap = log_grown_cap(cap, need);
+    if (ncap == 0) return SL_ENOMEM;
+    /* the old ring is freed only after the copy: room for the whole new one */
+    int rc = sl__shard_reserve(sh, sl__ext_cost(ncap), rec, now);
+    if (rc != 0) return rc;
+    uint8_t *nb = sl__ext_alloc(sh, ncap);
+    if (nb == NULL) return SL_ENOMEM;
+    uint32_t tail = cap - lg->head; /* bytes from head to the old end */
+    if (lg->used > tail) {          /* wrapped: two pieces */
+        memcpy(nb, lg->buf + lg->head, tail);
+        memcpy(nb + tail, lg->buf, lg->used - tail);
+    } else if (lg->used > 0) {
+        memcpy(nb, lg->buf + lg->head, lg->used);
+    }
+    sl__ext_free(sh, lg->buf, cap);
+    lg->buf = nb;
+    lg->cap = ncap;
+    lg->head = 0;
+    return 0;
+}
+
+/* Appends (t, cost), growing the ring.  Returns 0, or SL_ENOMEM / SL_EFULL
  * with the log unchanged. */
 static int log_append(sl__shard *sh, const uint8_t *rec, sl_log *lg, int64_t t, int64_t cost,
                       int64_t now)
 {
     uint8_t tmp[LOG_ENTRY_MAX];
-    int64_t dt = lg->used ? t - lg->last : 0;
-    unsigned len = put_varint(tmp, ((uint64_t)dt << 1) | (cost != 1));
-    if (cost != 1) len += put_varint(tmp + len, (uint64_t)cost);
-
-    if (lg->used + len > lg->cap) {
-        uint32_t cap = lg->cap, ncap = log_grown_cap(cap, lg->used + len);
-        if (ncap == 0) return SL_ENOMEM;
-        /* the old ring is freed only after the copy: room for the whole new one */
-        int rc = sl__shard_reserve(sh, sl__ext_cost(ncap), rec, now);
-        if (rc != 0) return rc;
-        uint8_t *nb = sl__ext_alloc(sh, ncap);
-        if (nb == NULL) return SL_ENOMEM;
-        uint32_t tail = cap - lg->head; /* bytes from head to the old end */
-        if (lg->used > tail) {          /* wrapped: two pieces */
-            memcpy(nb, lg->buf + lg->head, tail);
-            memcpy(nb + tail, lg->buf, lg->used - tail);
-        } else if (lg->used > 0) {
-            memcpy(nb, lg->buf + lg->head, lg->used);
-        }
-        sl__ext_free(sh, lg->buf, cap);
-        lg->buf = nb;
-        lg->cap = ncap;
-        lg->head = 0;
-    }
+    unsigned len = log_encode(lg, t, cost, tmp);
+    int rc = log_grow(sh, rec, lg, lg->used + len, now);
+    if (rc != 0) return rc;
     uint32_t at = log_at(lg, lg->head + lg->used);
     for (unsigned k = 0; k < len; k++) {
         lg->buf[at] = tmp[k];
@@ -521,6 +535,30 @@ static int64_t log_expiry_of(const sl_log *lg, int64_t need, int64_t t)
     return t;
 }
 
+/* Whether a request of cost on lg (expired to its time) is appended to
+ * it, and whether it is allowed (*allowed). */
+static int log_logs(const sl_log *lg, const sl__norm *n, int64_t cost, int *allowed)
+{
+    *allowed = lg->sum + cost <= n->L;
+    return n->log_rejected ? cost > 0 : *allowed && cost > 0;
+}
+
+int sl__engine_log_room(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t t, int64_t cost)
+{
+    uint8_t *st = sl__rec_state(r), tmp[LOG_ENTRY_MAX];
+    sl_log lg, x;
+    log_load(st, &lg);
+    x = lg;
+    log_expire(&x, t, n->W); /* as sliding_log will, on a copy */
+    int allowed;
+    if (!log_logs(&x, n, cost, &allowed)) return 0;
+    /* the capacity sliding_log's append would grow x's ring to holds all
+     * of lg's entries too (log_grown_cap: at least 1.25 times the old) */
+    int rc = log_grow(sh, r, &lg, x.used + log_encode(&x, t, cost, tmp), t);
+    if (rc == 0) log_save(st, &lg);
+    return rc;
+}
+
 static int sliding_log(sl__shard *sh, uint8_t *rec, uint8_t *st, const sl__norm *n, int64_t t,
                        int64_t cost, int commit, sl_result *out)
 {
@@ -529,17 +567,8 @@ static int sliding_log(sl__shard *sh, uint8_t *rec, uint8_t *st, const sl__norm 
     log_load(st, &lg);
     log_expire(&lg, t, W); /* on a copy: the state changes only if committed */
 
-    int allowed, logged = 0;
-    int64_t sum = lg.sum, last = lg.last;
-    if (n->log_rejected) {
-        logged = cost > 0;
-        sum += cost;
-        allowed = sum <= L;
-    } else {
-        allowed = sum + cost <= L;
-        logged = allowed && cost > 0;
-        if (allowed) sum += cost;
-    }
+    int allowed, logged = log_logs(&lg, n, cost, &allowed);
+    int64_t sum = lg.sum + (n->log_rejected || allowed ? cost : 0), last = lg.last;
     if (logged) last = t;
     /* An entry not in the ring yet (answer-only, or not appended yet) is the
      * newest; it expires last, at t + W. */

@@ -60,6 +60,13 @@ void sl__state_adapt(uint8_t *st, const sl__norm *n, int64_t clock);
 int sl__engine_decide_general(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t clock_old,
                               int64_t t, int64_t cost, int commit, sl_result *out);
 
+/* For a sliding-log record r (held, shard lock held): grows its ring, its
+ * entries kept, to what committing a request of cost at t (>= its clock)
+ * would grow it to, so that the commit then allocates nothing (so it
+ * cannot fail): sl_decide_all takes every batch's room before charging.
+ * 0, or SL_EFULL / SL_ENOMEM (sl__shard_reserve) with r unchanged. */
+int sl__engine_log_room(sl__shard *sh, uint8_t *r, const sl__norm *n, int64_t t, int64_t cost);
+
 /* Snapshots.  sl__state_dump writes sl__state_dump_len(r) bytes: the
  * record's state in a form that does not depend on where it lives in
  * memory.  sl__state_load_len checks such bytes for an algorithm and

@@ -57,6 +57,18 @@ static int decide_on_copy(sl__shard *sh, const uint8_t *r, size_t need, const sl
     return rc;
 }
 
+/* Grows *rp's state room (held, shard lock held) to need bytes if it has
+ * less, as sl__shard_resize does (*rp may move).  0, or SL_EFULL /
+ * SL_ENOMEM (sl__shard_fail) with *rp unchanged. */
+static int state_room(sl__shard *sh, uint64_t h, uint8_t **rp, size_t need)
+{
+    if (need <= sl__rec_state_cap(sh, *rp)) return 0;
+    uint8_t *nr = sl__shard_resize(sh, h, *rp, need);
+    if (nr == NULL) return sl__shard_fail(sh);
+    *rp = nr;
+    return 0;
+}
+
 /* The state of r needs a new layout for n (sliding-buckets only: a new
  * precision or wider counters, or a fresh record): grows the record if
  * needed and adapts it, or answers on a copy when not committing.  Returns
@@ -73,20 +85,30 @@ static int adapt_state(sl__shard *sh, uint64_t h, uint8_t **rp, int fresh, const
         int rc = decide_on_copy(sh, r, need, n, clock_old, t, cost, out);
         return rc ? rc : 1;
     }
-    if (need > sl__rec_state_cap(sh, r)) {
-        uint8_t *nr = sl__shard_resize(sh, h, r, need);
-        if (nr == NULL) {
-            int rc = sl__shard_fail(sh);
-            if (fresh) {
-                sl__shard_remove(sh, h, r);
-                *rp = NULL;
-            }
-            return rc;
+    int rc = state_room(sh, h, rp, need);
+    if (rc != 0) {
+        if (fresh) {
+            sl__shard_remove(sh, h, r);
+            *rp = NULL;
         }
-        *rp = r = nr;
+        return rc;
     }
-    sl__state_adapt(sl__rec_state(r), n, clock_old);
+    sl__state_adapt(sl__rec_state(*rp), n, clock_old);
     return 0;
+}
+
+/* Before sl_decide_all charges anything: takes the room that charging the
+ * existing record *rp (held) at t with cost will take -- a sliding-buckets
+ * state's new layout, a sliding-log ring's growth -- so that the charge
+ * allocates nothing and cannot fail.  0 with *rp (maybe moved) still the
+ * key's, or SL_EFULL / SL_ENOMEM with nothing charged (a state grown
+ * early stays grown: same state, more room). */
+static int charge_room(sl__shard *sh, uint64_t h, uint8_t **rp, const sl__norm *n, int64_t t,
+                       int64_t cost)
+{
+    if (n->algo == SL_SLIDING_LOG) return sl__engine_log_room(sh, *rp, n, t, cost);
+    if (n->algo != SL_SLIDING_BUCKETS) return 0;
+    return state_room(sh, h, rp, sl__state_need(sl__rec_state(*rp), n));
 }
 
 /* Whether decisions for n may take the quick way (sl__store_grab): an
@@ -360,26 +382,29 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
         meta[i] = rec[i] ? sl__rec_meta(rec[i]) : 0;
     }
     int rc = 0, all = 1;
-    /* Pass two charges the new keys first: one that finds no room
-     * (SL_EFULL, SL_ENOMEM) has the new records made before it removed
-     * (they held nothing before), and no existing key charged yet -- in
-     * call order, the existing keys before it stayed charged.  Then the
-     * existing keys whose state may grow (sliding-log, sliding-buckets),
-     * then the rest, which need no room. */
-    size_t order[SL_MAX_BATCH], nnew = 0, no = 0;
-    for (int kind = 0; kind < 3; kind++)
-        for (size_t i = 0; i < n; i++) {
-            int grows = norm[i].algo == SL_SLIDING_LOG || norm[i].algo == SL_SLIDING_BUCKETS;
-            if ((rec[i] == NULL) == (kind == 0) && (kind != 1 || grows) && (kind != 2 || !grows))
-                order[no++] = i;
-            if (kind == 0) nnew = no;
-        }
+    /* Pass two takes, before it charges anything, the room every existing
+     * key's charge needs: for its clock, its sliding-buckets state's new
+     * layout, its sliding-log ring's growth (charge_room).  Then it charges
+     * the new keys: one that finds no room (SL_EFULL, SL_ENOMEM) has the
+     * new records made before it removed (they held nothing before).  Then
+     * the existing keys, whose charges need no room: they cannot fail. */
+    size_t order[SL_MAX_BATCH], nnew = 0, no;
+    for (size_t i = 0; i < n; i++)
+        if (rec[i] == NULL) order[nnew++] = i;
+    no = nnew;
+    for (size_t i = 0; i < n; i++)
+        if (rec[i] != NULL) order[no++] = i;
     for (size_t pass = 0; pass < 2 && rc == 0; pass++) {
+        int64_t t[SL_MAX_BATCH];
         for (size_t i = 0; i < n && rc == 0 && pass == 1; i++) /* before any is charged */
             if (rec[i] != NULL) {
                 int64_t c = sl__rec_clock(sh[i], rec[i]);
-                rc = sl__shard_clock_room(sh[i], h[i], &rec[i], now_ms > c ? now_ms : c);
+                t[i] = now_ms > c ? now_ms : c;
+                rc = sl__shard_clock_room(sh[i], h[i], &rec[i], t[i]);
             }
+        for (size_t i = 0; i < n && rc == 0 && pass == 1; i++)
+            if (rec[i] != NULL)
+                rc = charge_room(sh[i], h[i], &rec[i], &norm[i], t[i], reqs[i].cost);
         size_t o = 0;
         for (; o < n && rc == 0; o++) {
             size_t i = pass ? order[o] : o;
@@ -388,8 +413,8 @@ int sl_decide_all(sl_store *s, const sl_request *reqs, size_t n, int64_t now_ms,
                              q->keylen, now_ms, 0, q->cost, (int)pass, &out[i]);
             if (pass == 0 && !out[i].allowed) all = 0;
         }
-        if (pass == 1 && rc != 0 && o <= nnew) /* a new key found no room: undo the new */
-            for (size_t k = 0; k + 1 < o; k++) {
+        if (pass == 1 && rc != 0) /* a new key found no room: undo the new */
+            for (size_t k = 0; k < nnew && k + 1 < o; k++) {
                 size_t i = order[k];
                 if (rec[i] != NULL) sl__shard_remove(sh[i], h[i], rec[i]);
                 rec[i] = NULL;

@@ -292,13 +292,14 @@ int sl__lone_stays(unsigned algo)
     return SL__LOOSE_PREFIX + SL__REC_HDR + 1 + sl__state_len(&n) <= SL__LONE_ROOM;
 }
 
-size_t sl__lone_bytes(const uint8_t *rec)
+size_t sl__lone_bytes(const sl__shard *sh, const uint8_t *rec)
 {
-    /* the state's room is at least what a dump holds; a ring is counted
-     * at its capacity */
-    size_t n = sl__shard_loose_lent(rec)
-                   ? 0
-                   : SL__LOOSE_PREFIX + SL__REC_HDR + sl__rec_klen(rec) + sl__state_dump_len(rec);
+    /* the allocation: the state's whole room (a bucket's lease tail, a
+     * sliding-buckets state grown for more counters than it keeps now),
+     * not what a dump holds; a ring is counted at its capacity */
+    size_t n = sl__shard_loose_lent(rec) ? 0
+                                         : SL__LOOSE_PREFIX + SL__REC_HDR + sl__rec_klen(rec) +
+                                               sl__rec_state_cap(sh, rec);
     if (sl__rec_has_ext(rec)) n += sl__ld32(rec + SL__REC_HDR + sl__rec_klen(rec) + 8);
     return n;
 }

@@ -97,9 +97,10 @@ sl_algo sl__lone_algo(const uint8_t *rec);
 int64_t sl__lone_clock(const uint8_t *rec);
 int64_t sl__lone_reset_at(const uint8_t *rec);
 
-/* Bytes the record holds: its allocation (none in its owner's room) and
+/* Bytes the record of loose shard sh holds: its allocation (none in its
+ * owner's room), its state's whole room with a bucket's lease tail, and
  * its ring (an estimate of what the allocator gives). */
-size_t sl__lone_bytes(const uint8_t *rec);
+size_t sl__lone_bytes(const sl__shard *sh, const uint8_t *rec);
 
 /* A record as portable bytes (persistence): sl__lone_dump_len bytes,
  * written by sl__lone_dump: u16 flags, u16 reset code, i64 clock, then

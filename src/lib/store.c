@@ -2829,13 +2829,22 @@ void sl__ext_free(sl__shard *sh, void *buf, size_t bytes)
     sh->bytes = sh->bytes > c ? sh->bytes - c : 0;
 }
 
+/* Whether sl__shard_reserve may let `bytes` more be taken: room, or its
+ * keep alone in the shard (count `alone`).  As obtain places a record that
+ * fits nowhere, a key alone grows past the budget: a key whose share of
+ * the bound passed SL_ETOOBIG's check still works when its shard's table
+ * and pages leave it too little (64 shards of 1 KB: docs/store.md). */
+static inline int reserved(const sl__shard *sh, size_t bytes, uint32_t alone)
+{
+    return room(sh, 0) >= bytes || sh->count == alone;
+}
+
 int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t now_ms)
 {
     sh->fail = SL_ENOMEM;
-    if (room(sh, 0) >= bytes) return 0;
-    if (limbo_flush(sh) && room(sh, 0) >= bytes) return 0;
-    if ((uint64_t)blk_cost(table_bytes(sh->size)) + bytes > sh->budget)
-        return SL_ENOMEM; /* could never fit: evict nothing */
+    uint32_t alone = keep ? 1u : 0u;
+    if (reserved(sh, bytes, alone)) return 0;
+    if (limbo_flush(sh) && reserved(sh, bytes, alone)) return 0;
     uint32_t keep_h = 0;
     if (keep) {
         uint32_t i = slot_of_rec(sh, rec_hash(sh, keep), keep);
@@ -2845,7 +2854,7 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
     for (int round = 0; round < rounds; round++) {
         uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL, 1);
         limbo_flush(sh);
-        if (room(sh, 0) >= bytes) return 0;
+        if (reserved(sh, bytes, alone)) return 0;
         if (round < rounds / 2 && (dropped || rest_lately(sh))) continue;
         victims v;
         victims_init(&v);
@@ -2853,7 +2862,7 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
         declined |= sh->deny && v.best;
         if (!sampled && !evict(sh, &v, 0, 0, now_ms) && !dropped && !v.best) break;
         limbo_flush(sh);
-        if (room(sh, 0) >= bytes) return 0;
+        if (reserved(sh, bytes, alone)) return 0;
     }
     if (declined) {
         sh->fail = SL_EFULL;

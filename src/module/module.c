@@ -1491,7 +1491,7 @@ static size_t type_mem(const void *p)
     size_t n = sizeof *v + (v->more ? SL_ALGO_COUNT * sizeof *v->more : 0);
     for (int a = 0; a < SL_ALGO_COUNT; a++) {
         const uint8_t *rec = val_rec(v, a);
-        if (rec) n += sl__lone_bytes(rec);
+        if (rec) n += sl__lone_bytes(mod.loose, rec);
     }
     return n;
 }
