@@ -934,9 +934,14 @@ SL__HOT_INLINE uint8_t *fit_probe(const fit_tbl *t, uint64_t hash, uint16_t meta
                                   size_t klen)
 {
     uint32_t cap = t->cap, rsize = t->rsize, i = home_in(hash, cap);
+    uint8_t *base = fit_slot(t, 0), tag = fit_tag(hash);
+    if (__atomic_load_n(&fit_tags(t)[i], __ATOMIC_RELAXED) == tag) { /* most keys sit at home */
+        uint8_t *r = base + (size_t)i * rsize;
+        uint16_t m = __atomic_load_n((uint16_t *)(void *)r, __ATOMIC_ACQUIRE);
+        if ((m & SL__META_ID) == meta && key_eq(r + SL__REC_HDR, key, klen)) return r;
+    }
     uint32_t w = i >> 3, nw = (cap + 7) >> 3;
-    uint64_t want = fit_tag(hash) * SL__B1, from = ~0ull << (i & 7) * 8;
-    uint8_t *base = fit_slot(t, 0);
+    uint64_t want = tag * SL__B1, from = ~0ull << (i & 7) * 8;
     for (uint32_t n = 0; n <= nw; n++) {
         uint64_t x = fit_tag_word(t, w);
         uint64_t hit = zero_bytes(x ^ want) & from;
