@@ -1346,13 +1346,7 @@ static void drop_slot(sl__shard *sh, uint32_t i, uint32_t h)
 
 /* Counts a record dropped at level `lv` (sl__rec_restriction); `room`: to
  * make room (else by the expiry sweep on demand). */
-static void count_drop_(sl__shard *sh, int lv, int room);
-#ifdef SL__DEBUG_FIT
-#define count_drop(sh, lv, room) do { extern int dprintf(int, const char *, ...); if ((lv) == SL__AT_LIMIT) dprintf(2, "ATLIMIT line %d\n", __LINE__); count_drop_(sh, lv, room); } while (0)
-#else
-#define count_drop count_drop_
-#endif
-static void count_drop_(sl__shard *sh, int lv, int room)
+static void count_drop(sl__shard *sh, int lv, int room)
 {
     if (lv == SL__AT_REST) {
         sh->expired++;
@@ -1777,9 +1771,6 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
         }
     }
     if (!rebuild) return NULL;
-#ifdef SL__DEBUG_FIT
-    { extern int dprintf(int, const char *, ...); if (t && sh->budget) dprintf(2, "PLACEFAIL cap %u live %u tomb %u\n", t->cap, t->live, t->tomb); }
-#endif
     if (t && sh->budget && t->tomb && fit_live_ok(t) &&
         fit_purge(sh, fi, t->cap) == 0) /* only tombstones stand in the way */
         return fit_place(sh, fi, hash, 0);
@@ -1898,10 +1889,6 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
     sh->fit_want_fi = 0;
     if (h == SL__H_FIT) return sh->fit_got;
     *hp = h;
-#ifdef SL__DEBUG_FIT
-    extern int dprintf(int, const char *, ...);
-    if (!h) { fit_tbl *t = sh->fit[fi]; dprintf(2, "FITFAIL fi %u cap %u live %u tomb %u count %u hcount %u bytes %llu budget %llu fail %d\n", fi, t ? t->cap : 0, t ? t->live : 0, t ? t->tomb : 0, sh->count, sh->hcount, (unsigned long long)sh->bytes, (unsigned long long)sh->budget, sh->fail); }
-#endif
     return NULL;
 }
 
@@ -2274,9 +2261,6 @@ static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
  */
 static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, uint32_t keep)
 {
-#ifdef SL__DEBUG_FIT
-    extern int dprintf(int, const char *, ...);
-#endif
     sh->fail = SL_ENOMEM;
     uint32_t h = try_alloc(sh, rsize, adding, 0);
     if (h || !sh->budget) return h;
@@ -2307,19 +2291,12 @@ static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, u
         declined |= sh->deny && v.best;
         int table_full = adding && grow_bytes(sh) > room(sh, 0);
         int ev = evict(sh, &v, rsize, table_full, now);
-#ifdef SL__DEBUG_FIT
-        if (sh->fit_want_fi) dprintf(2, "ROUND %d dropped %llu best %u lv %d frec %p lv %d ev %d deny %d\n", round, (unsigned long long)dropped, v.best, rank_level(v.best_rank), (void *)v.frec, rank_level(v.frank), ev, sh->deny);
-#endif
         if ((!ev && !v.best) || round >= rounds - 4) /* the slab gives no room: the fitted tables' */
             if (sh->budget && sh->count > sh->hcount && fit_free_room(sh, &v, rsize, now)) ev = 1;
         if (!ev && !dropped && !v.best && !v.frec && !v.fany) break;
         if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
     }
     if (sh->count == (keep ? 1u : 0u)) return try_alloc(sh, rsize, adding, 1);
-#ifdef SL__DEBUG_FIT
-    { unsigned nt = 0; uint64_t fb = 0; for (unsigned q = 0; q < SL__NFIT; q++) if (sh->fit[q]) { nt++; fb += blk_cost(sh->fit[q]->blk); }
-      dprintf(2, "OBTAINFAIL rsize %u adding %d keep %u count %u hcount %u bytes %llu budget %llu fitbytes %llu tables %u limbo %llu grow %llu room %llu\n", rsize, adding, keep, sh->count, sh->hcount, (unsigned long long)sh->bytes, (unsigned long long)sh->budget, (unsigned long long)fb, nt, (unsigned long long)sh->limbo_bytes, (unsigned long long)grow_bytes(sh), (unsigned long long)room(sh, 0)); }
-#endif
     if (declined || sh->deny) {
         /* A SL_FULL_DENY shard that found no room refuses for room
          * (SL_EFULL) whatever stood in the way: restricted records, or
