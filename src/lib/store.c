@@ -2189,9 +2189,9 @@ static int fit_free_room(sl__shard *sh, const victims *v, uint64_t want, int64_t
 static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_table, int64_t now)
 {
     if (sh->deny) return 0;
-    /* the fitted insert's table: its slot is sure room (a slab record of
-     * the same level may not be: a bigger handle table, another size) */
-    if (v->frec && (!v->best || rank_level(v->frank) <= rank_level(v->best_rank))) {
+    /* the fitted insert's table, when its candidate is the least
+     * restricted (else the slab's goes, and the key may take its room) */
+    if (v->frec && (!v->best || v->frank <= v->best_rank)) {
         uint8_t *r = v->frec;
         fit_tbl *t = fit_holding(sh, r);
         if (!t || !fit_live_meta(sl__rec_meta(r)) || !rec_trylock(sh, r)) return 0;
