@@ -847,8 +847,8 @@ typedef struct fit_tbl {
                                   shrinks in place when the shard needs room */
 #define SL__FIT_DIRTY    0x81u /* a purge's tag for a record not yet placed again */
 #ifndef SL__FIT_BOUNDED
-#define SL__FIT_BOUNDED  0     /* 1: bounded stores use fitted tables too (docs/store.md,
-                                  "Fitted tables", "Bounded stores") */
+#define SL__FIT_BOUNDED  1     /* bounded stores use fitted tables too (docs/store.md,
+                                  "Fitted tables", "Bounded stores"); 0: the old path */
 #endif
 
 /* The state bytes of each algorithm whose state has a fixed size (engine.c,
