@@ -1878,11 +1878,11 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
     sh->fail = SL_ENOMEM;
     uint8_t *r = fit_place(sh, fi, hash, 1);
     if (r) return r;
-    if (sh->budget && sh->fit[fi] && fit_rest_drop(sh, sh->fit[fi], now) &&
-        (r = fit_place(sh, fi, hash, 1)) != NULL)
-        return r;
     uint32_t rsize = fit_rsize_of(fi);
     if ((*hp = try_alloc(sh, rsize, 1, 0)) != 0 || !sh->budget) return NULL;
+    /* no room left: a record at rest of this table, if a sample finds one */
+    if (sh->fit[fi] && fit_rest_drop(sh, sh->fit[fi], now) && (r = fit_place(sh, fi, hash, 1)))
+        return r;
     sh->fit_want_fi = fi + 1;
     sh->fit_want_hash = hash;
     uint32_t h = obtain(sh, rsize, 1, now, 0);
