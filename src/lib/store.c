@@ -793,9 +793,13 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
  *
  * Records never move while reachable, except by a rebuild (fit_rebuild:
  * every live record taken, copied into a new block, the old slot marked a
- * tombstone, the new block published, the old one retired to the limbo)
- * and by a move to the slab (fit_move_out: a record that must become wide
- * or bigger).  Removing one writes the tombstone over its meta.
+ * tombstone, the new block published, the old one retired to the limbo),
+ * by a purge or shrink in place (fit_purge: the table unpublished, every
+ * record taken, a grace period, the records moved within the block, the
+ * table published again: a bounded shard at its bound has no room for a
+ * second block) and by a move to the slab (fit_move_out: a record that
+ * must become wide or bigger).  Removing one writes the tombstone over
+ * its meta.
  *
  * Readers without the shard lock (sl__store_grab) load the table pointer
  * (acquire), then each slot's meta (acquire), and compare the key bytes
@@ -1723,10 +1727,14 @@ static inline int fit_free_ok(const sl__shard *sh, const fit_tbl *t)
  * A slot for a new record of this hash in fitted table fi: the first
  * tombstone of its probe run (after a grace period if one was made since
  * the last, in an SL_LOCK_RECORD shard), else its first free slot if the
- * table stays within its load; else, with `rebuild`, one in a rebuilt
- * block: a bigger one, or, when a tenth of its slots are tombstones (made
- * elsewhere than in this key's run: records at rest dropped by a sweep),
- * one as big without them.  The slot is counted live, its bytes after the
+ * table stays within its load (fit_free_ok; in a bounded shard a
+ * tombstone too only while the live records stay within SL__FIT_LOAD,
+ * fit_live_ok); else, with `rebuild`: in a bounded shard where only
+ * tombstones stand in the way, one in the table purged in place
+ * (fit_purge); else one in a rebuilt block: a bigger one, or, when a tenth
+ * of its slots are tombstones (made elsewhere than in this key's run:
+ * records at rest dropped by a sweep), one as big without them.  The slot
+ * is counted live, its bytes after the
  * meta are zero and its meta is still a mark (held): the caller fills it,
  * then publishes the meta.  NULL if there is none.
  */
@@ -1815,6 +1823,8 @@ static uint32_t fit_move_out(sl__shard *sh, fit_tbl *t, uint64_t hash, uint8_t *
     return nh;
 }
 
+static inline int rest_lately(const sl__shard *sh);
+
 /* Samples table t: SL__SAMPLE random slots, each the first live record of
  * up to 8 from there.  Drops the first found at rest (returns 1); notes
  * the least restricted others in v (may be NULL: then the sample stops at
@@ -1880,8 +1890,11 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
     if (r) return r;
     uint32_t rsize = fit_rsize_of(fi);
     if ((*hp = try_alloc(sh, rsize, 1, 0)) != 0 || !sh->budget) return NULL;
-    /* no room left: a record at rest of this table, if a sample finds one */
-    if (sh->fit[fi] && fit_rest_drop(sh, sh->fit[fi], now) && (r = fit_place(sh, fi, hash, 1)))
+    /* no room left: a record at rest of this table, if a sample finds one
+     * (while the sweep has met some lately: a flood of restricted keys
+     * skips the sample) */
+    if (sh->fit[fi] && rest_lately(sh) && fit_rest_drop(sh, sh->fit[fi], now) &&
+        (r = fit_place(sh, fi, hash, 1)))
         return r;
     sh->fit_want_fi = fi + 1;
     sh->fit_want_hash = hash;
@@ -1894,7 +1907,6 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
 
 static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
                       int room);
-static inline int rest_lately(const sl__shard *sh);
 
 /* The expiry sweep's part over fitted tables (sweep): from its own hand,
  * up to `max` live records, dropping those at rest; steps over at most
@@ -1942,8 +1954,9 @@ static uint64_t fit_sweep(sl__shard *sh, int64_t now, uint64_t max, uint64_t *se
 
 /* One sample among the fitted records (sample): the first live record at or
  * after a random slot of a table chosen in proportion to its records.
- * Dropped if at rest (returns 1); a restricted one is no candidate: its
- * slot frees no memory (fit_evict_run evicts in a new key's run instead). */
+ * Dropped if at rest (returns 1); a restricted one is noted in v: as
+ * v->frec if its table is the one a fitted insert wants (fit_want_fi; its
+ * slot is room for that key), as v->fany in any case (fit_free_room). */
 static int fit_sample(sl__shard *sh, uint64_t x, int64_t now, victims *v)
 {
     uint64_t u = (x >> 20) % (sh->count - sh->hcount);
