@@ -458,8 +458,8 @@ static void test_expire_fitted(void **state)
     sl_store_free(s);
 }
 
-/* A bounded store keeps today's path (docs/store.md, "Fitted tables"):
- * its keys live in the slab and the bound holds. */
+/* A bounded store far past its bound: its keys live in fitted tables
+ * (SL__FIT_BOUNDED, store.c) or in the slab, and the bound holds. */
 static void test_bounded_store_slab(void **state)
 {
     (void)state;
@@ -472,7 +472,8 @@ static void test_bounded_store_slab(void **state)
         int n = snprintf(k, sizeof k, "b%07u", i);
         assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0, 1, &r), 0);
     }
-    assert_int_equal(sl__store_placed(s, SL_TOKEN_BUCKET, k, 8), 2);
+    int at = sl__store_placed(s, SL_TOKEN_BUCKET, k, 8);
+    assert_true(at == 1 || at == 2);
     sl_store_stats ss;
     sl_store_stats_get(s, &ss);
     assert_true(ss.bytes <= bound);

@@ -194,6 +194,11 @@ typedef struct victims {
                       the fewest live records */
     uint64_t best_rank, fit_rank, ext_rank;
     uint32_t thin_live;
+    uint8_t *frec;  /* a fitted record of the table a fitted insert wants
+                       (fit_want_fi), the least restricted seen, or NULL */
+    uint64_t frank;
+    uint8_t *fany;  /* a fitted record of any table, the least restricted seen */
+    uint64_t fany_rank;
 } victims;
 
 /* The store's page arena (see "arena" below): full-size slab pages carved
@@ -254,8 +259,7 @@ struct sl__shard {
     uint32_t fit_pass_drops; /* records at rest dropped in the fitted hand's pass */
     uint32_t fit_prev_drops; /* ... in its previous pass */
     uint64_t tomb_graces;  /* grace periods waited to reuse a tombstone (tests) */
-    uint64_t fit_reserve;  /* bounded: room kept from the slab for rebuilding the
-                              biggest fitted table in place of its tombstones */
+    uint64_t fit_purges;   /* purges and shrinks in place (fit_purge; tests) */
     uint64_t fit_held;     /* bytes of the fitted tables' blocks */
     uint32_t fit_want_fi;  /* while a fitted insert reclaims (obtain): its table + 1 */
     uint64_t fit_want_hash; /* ... and its hash */
@@ -789,9 +793,13 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
  *
  * Records never move while reachable, except by a rebuild (fit_rebuild:
  * every live record taken, copied into a new block, the old slot marked a
- * tombstone, the new block published, the old one retired to the limbo)
- * and by a move to the slab (fit_move_out: a record that must become wide
- * or bigger).  Removing one writes the tombstone over its meta.
+ * tombstone, the new block published, the old one retired to the limbo),
+ * by a purge or shrink in place (fit_purge: the table unpublished, every
+ * record taken, a grace period, the records moved within the block, the
+ * table published again: a bounded shard at its bound has no room for a
+ * second block) and by a move to the slab (fit_move_out: a record that
+ * must become wide or bigger).  Removing one writes the tombstone over
+ * its meta.
  *
  * Readers without the shard lock (sl__store_grab) load the table pointer
  * (acquire), then each slot's meta (acquire), and compare the key bytes
@@ -814,8 +822,12 @@ typedef struct fit_tbl {
     uint32_t rsize; /* bytes a slot: a whole record */
     uint32_t live;  /* slots holding a record (shard lock) */
     uint32_t tomb;  /* tombstones (shard lock) */
-    uint32_t tagb;  /* bytes of tags before the slots: fit_tagb(cap) */
-    uint8_t pad[44]; /* the tags, then the slots, start on a cache line */
+    uint32_t tagb;  /* bytes of tags before the slots: fit_tagb(cap) when made;
+                       a shrink in place (fit_purge) keeps it, slots keep their place */
+    uint32_t spare;
+    size_t blk;     /* the block's size for blk_cost / blk_free / limbo_add
+                       (fit_bytes when made; less after a shrink in place) */
+    uint8_t pad[32]; /* the tags, then the slots, start on a cache line */
 } fit_tbl;
 
 /* A slot's tag byte (fit_tags): 7 bits of its key's hash (fit_tag; not the
@@ -832,12 +844,16 @@ typedef struct fit_tbl {
 
 #define SL__FIT_MIN      16u   /* slots in a new fitted table */
 #define SL__FIT_SMALL    4096u /* a table of fewer slots at least doubles */
+#define SL__FIT_HARD_NUM 97u   /* bounded: live + tombstones stay within 0.97 (the live
+                                  records within SL__FIT_LOAD): a purge in place turns
+                                  the tombstones between back into free slots */
+#define SL__FIT_SHRINK   8u    /* bounded: a table of which 1/8 or more are tombstones
+                                  shrinks in place when the shard needs room */
+#define SL__FIT_DIRTY    0x81u /* a purge's tag for a record not yet placed again */
 #ifndef SL__FIT_BOUNDED
-#define SL__FIT_BOUNDED  0     /* 1: bounded stores use fitted tables too: unfinished,
-                                  it breaks at-rest-first at the bound (docs/store.md,
-                                  "Fitted tables", "Bounded stores keep the old path") */
+#define SL__FIT_BOUNDED  1     /* bounded stores use fitted tables too (docs/store.md,
+                                  "Fitted tables", "Bounded stores"); 0: the old path */
 #endif
-#define SL__FIT_SHARE    10u   /* bounded: fitted tables hold at most 1/10 of the budget */
 
 /* The state bytes of each algorithm whose state has a fixed size (engine.c,
  * sl__state_len; test_store_fit checks they agree), 0 for the others. */
@@ -1244,16 +1260,12 @@ static void rec_give(sl__shard *sh, uint32_t h)
 static inline uint64_t room(const sl__shard *sh, uint64_t reserve)
 {
     if (!sh->budget) return UINT64_MAX;
-    uint64_t used = sh->bytes + reserve + sh->fit_reserve;
+    uint64_t used = sh->bytes + reserve;
     return used < sh->budget ? sh->budget - used : 0;
 }
 
-/* Room for a fitted table's block: the reserve kept for it too. */
-static inline uint64_t room_fit(const sl__shard *sh)
-{
-    if (!sh->budget) return UINT64_MAX;
-    return sh->bytes < sh->budget ? sh->budget - sh->bytes : 0;
-}
+/* Room for a fitted table's block. */
+static inline uint64_t room_fit(const sl__shard *sh) { return room(sh, 0); }
 
 /*
  * A record of at least rsize bytes without passing the budget, keeping
@@ -1434,20 +1446,6 @@ static void fit_publish(sl__shard *sh, unsigned fi, fit_tbl *t)
     __atomic_store_n(&sh->fit[fi], t, __ATOMIC_RELEASE);
 }
 
-/* The reserve a bounded shard keeps from the slab (room): a block as big
- * as its biggest fitted table's, so that a rebuild in place of its
- * tombstones always fits (fit_place). */
-static void fit_reserve_set(sl__shard *sh)
-{
-    uint64_t m = 0;
-    for (unsigned fi = 0; sh->budget && fi < SL__NFIT; fi++) {
-        const fit_tbl *t = sh->fit[fi];
-        uint64_t c = t ? blk_cost(fit_bytes(t->cap, t->rsize)) : 0;
-        if (c > m) m = c;
-    }
-    sh->fit_reserve = m;
-}
-
 /* The shard holds no record: its fitted tables, all tombstones, are
  * retired (memory goes back to the handle table alone).  Only where no
  * caller walks a table (sl__shard_remove, sl_store_expire). */
@@ -1459,10 +1457,9 @@ static void fit_release_all(sl__shard *sh)
         if (!t) continue;
         fit_publish(sh, fi, NULL);
         __atomic_store_n(&sh->fit_cap[fi], 0, __ATOMIC_RELAXED);
-        sh->fit_held -= blk_cost(fit_bytes(t->cap, t->rsize));
-        limbo_add(sh, t, fit_bytes(t->cap, t->rsize));
+        sh->fit_held -= blk_cost(t->blk);
+        limbo_add(sh, t, t->blk);
     }
-    fit_reserve_set(sh);
     sh->fit_hand_t = 0;
     sh->fit_hand_i = 0;
     limbo_flush(sh); /* an empty shard holds its handle table alone */
@@ -1497,10 +1494,8 @@ static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
  * least double) -- or, with !grow, with no more slots than it has (a
  * rebuild in place of its tombstones) -- which must fit the shard's room
  * beside the old block; a smaller one is taken if it still holds `need`
- * within the load.  In a bounded shard a table grows only while the
- * fitted tables stay within SL__FIT_SHARE of the budget and the room
- * left holds a second block as big (the reserve, fit_reserve, kept from
- * the slab so that a rebuild in place always fits).  Every live record is
+ * within the load (in a bounded shard: the shard's room, nothing kept
+ * aside: a table at the bound is purged in place, fit_purge).  Every live record is
  * taken first (waiting a little for a holder, as clock_walk does); if one
  * stays held -- another thread deciding, or the caller's own
  * (sl_decide_all holds several) -- those taken are let go and nothing
@@ -1520,14 +1515,10 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
         if (ncap > o->cap) ncap = o->cap;
     }
     if (ncap > (1u << 28)) return -1;
-    uint64_t ocost = o ? blk_cost(fit_bytes(o->cap, rsize)) : 0;
+    uint64_t ocost = o ? blk_cost(o->blk) : 0;
     uint64_t left = room_fit(sh);
-    if (sh->budget) { /* a growth keeps the reserve's room for itself */
-        uint64_t share = sh->budget / SL__FIT_SHARE, held = sh->fit_held - ocost;
-        uint64_t c = blk_cost(fit_bytes((uint32_t)ncap, rsize));
-        if (grow && (held + c > share || sh->bytes + 2 * c > sh->budget + ocost)) return -1;
-        if (c > left && limbo_flush(sh)) left = room_fit(sh);
-    }
+    if (sh->budget && blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left && limbo_flush(sh))
+        left = room_fit(sh);
     if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits */
         uint64_t fixed = sizeof(fit_tbl) + 64 + 32 + os_page(); /* + the tags' rounding */
         uint64_t c = left > fixed ? (left - fixed) / (rsize + 1) : 0;
@@ -1552,6 +1543,7 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     n->cap = (uint32_t)ncap;
     n->rsize = rsize;
     n->tagb = fit_tagb(n->cap);
+    n->blk = nb;
     uint8_t *tags = fit_tags(n); /* not yet published: plain stores */
     memset(tags, SL__TAG_FREE, n->cap);
     memset(tags + n->cap, SL__TAG_PAD, n->tagb - n->cap);
@@ -1576,19 +1568,173 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     sh->bytes += blk_cost(nb);
     sh->fit_held += blk_cost(nb) - ocost;
     if (sh->fit_hand_t == fi) sh->fit_hand_i = 0;
-    if (o) limbo_add(sh, o, fit_bytes(o->cap, rsize));
-    fit_reserve_set(sh);
+    if (o) limbo_add(sh, o, o->blk);
     return 0;
+}
+
+/*
+ * Rebuilds fitted table fi within its own block, with ncap <= cap slots:
+ * ncap == cap turns every tombstone back into a free slot (a purge),
+ * ncap < cap also gives the block's tail back (a shrink: the tail pages of
+ * a mapped block are unmapped; slots keep their addresses and the tags
+ * their place, SL__TAG_PAD past ncap; a malloc'd block, under
+ * SL__FIT_MAP bytes, keeps its bytes).  No second block: what a bounded
+ * shard at its bound can do.  Shard lock held.  Steps:
+ *   1. detach: NULL is published for the table (and 0 slots for
+ *      prefetching): a reader that finds no table takes the sure way,
+ *      which waits for the shard lock the caller holds;
+ *   2. every live record is taken (waiting a little for a holder, as
+ *      fit_rebuild); if one stays held, those taken are let go, the table
+ *      is published again and nothing changed (-1);
+ *   3. a grace period: no reader is still in the block (grace);
+ *   4. every record is placed again by the in-place algorithm for linear
+ *      probing (abseil's DropDeletesWithoutResize), the tags serving as
+ *      state: tombstones become free, records SL__FIT_DIRTY; for each dirty
+ *      slot i, the first free or dirty slot j from the record's home in
+ *      [0, ncap): i itself (placed where it is), a free one (moved there, i
+ *      freed) or a dirty one (swapped: j placed, i processed again).  A
+ *      placed slot never changes again, so no run gets a gap;
+ *   5. the records are let go, the table published again (release).
+ * O(cap), one hash a record; counts the bytes given back in bytes and
+ * fit_held.  The live records must fit ncap within SL__FIT_LOAD.  0, or
+ * -1 (nothing changed).
+ */
+static int fit_purge(sl__shard *sh, unsigned fi, uint32_t ncap)
+{
+    fit_tbl *t = sh->fit[fi];
+    if (!t || ncap > t->cap || ncap < SL__FIT_MIN ||
+        (uint64_t)t->live * SL__FIT_LOAD_DEN > (uint64_t)ncap * SL__FIT_LOAD_NUM)
+        return -1;
+    uint32_t cap = t->cap, rsize = t->rsize, i;
+    fit_publish(sh, fi, NULL); /* 1 */
+    __atomic_store_n(&sh->fit_cap[fi], 0, __ATOMIC_RELAXED);
+    for (i = 0; i < cap; i++) { /* 2 */
+        uint8_t *r = fit_slot(t, i);
+        if (fit_live_meta(sl__rec_meta(r)) && !rec_trylock_wait(sh, r)) break;
+    }
+    if (i < cap) {
+        for (uint32_t j = 0; j < i; j++) {
+            uint8_t *r = fit_slot(t, j);
+            if (fit_live_meta(sl__rec_meta(r))) sl__rec_unlock(r);
+        }
+        __atomic_store_n(&sh->fit_cap[fi], cap, __ATOMIC_RELAXED);
+        fit_publish(sh, fi, t);
+        return -1;
+    }
+    grace(sh); /* 3 */
+    uint8_t *tags = fit_tags(t), buf[SL__FIT_RSIZE_MAX];
+    for (i = 0; i < cap; i++) { /* 4: nobody else reads the block now */
+        uint8_t *r = fit_slot(t, i);
+        if (fit_live_meta(sl__rec_meta(r))) {
+            tags[i] = SL__FIT_DIRTY;
+        } else { /* a free slot's bytes are zero (fit_place) */
+            tags[i] = SL__TAG_FREE;
+            if (sl__rec_meta(r) != SL__FREE_MARK) memset(r + 2, 0, rsize - 2);
+            sl__rec_meta_set(r, SL__FREE_MARK);
+        }
+    }
+    for (i = 0; i < cap; i++) {
+        /* each turn places one record: at most live turns */
+        for (uint32_t turn = 0; tags[i] == SL__FIT_DIRTY && turn <= t->live; turn++) {
+            uint8_t *r = fit_slot(t, i);
+            uint64_t hash = rec_hash(sh, r);
+            uint32_t j = home_in(hash, ncap);
+            for (uint32_t n = 0; n < ncap && tags[j] != SL__TAG_FREE && tags[j] != SL__FIT_DIRTY;
+                 n++)
+                if (++j == ncap) j = 0;
+            if (j == i) {
+                tags[i] = fit_tag(hash);
+                break;
+            }
+            uint8_t *d = fit_slot(t, j);
+            if (tags[j] == SL__TAG_FREE) {
+                memcpy(d, r, rsize);
+                tags[j] = fit_tag(hash);
+                tags[i] = SL__TAG_FREE;
+                memset(r + 2, 0, rsize - 2);
+                sl__rec_meta_set(r, SL__FREE_MARK);
+                break;
+            }
+            memcpy(buf, d, rsize); /* j's record comes to i, dirty still */
+            memcpy(d, r, rsize);
+            memcpy(r, buf, rsize);
+            tags[j] = fit_tag(hash);
+        }
+    }
+    for (i = 0; i < ncap; i++) /* 5 */
+        if (tags[i] != SL__TAG_FREE) sl__rec_unlock(fit_slot(t, i));
+    memset(tags + ncap, SL__TAG_PAD, t->tagb - ncap);
+    t->tomb = 0;
+    if (ncap < cap) {
+        t->cap = ncap;
+        if (t->blk >= SL__MAP_MIN) { /* mapped (SL__BLK_MAP too): unmap the tail */
+            size_t pg = os_page(), nb = sizeof(fit_tbl) + t->tagb + (size_t)ncap * rsize;
+            size_t ob = (t->blk & ~SL__BLK_MAP) + pg - 1, keep = nb + pg - 1;
+            ob -= ob % pg;
+            keep -= keep % pg;
+            if (keep < ob) munmap((uint8_t *)t + keep, ob - keep);
+            uint64_t before = blk_cost(t->blk);
+            t->blk = nb | SL__BLK_MAP;
+            sh->bytes -= before - blk_cost(t->blk);
+            sh->fit_held -= before - blk_cost(t->blk);
+        }
+    }
+    if (sh->fit_hand_t == fi) sh->fit_hand_i = 0;
+    sh->fit_purges++;
+    __atomic_store_n(&sh->fit_cap[fi], t->cap, __ATOMIC_RELAXED);
+    fit_publish(sh, fi, t);
+    return 0;
+}
+
+/* Bounded shard: gives back the bytes of tombstones -- records at rest
+ * dropped by the sweep or to make room for another record size -- from
+ * every table whose slots are SL__FIT_SHRINK-th or more tombstones: each
+ * shrinks in place (fit_purge) to the slots its records need at the
+ * rebuild load (fit_cap_for).  O(cap) a table, paid back by the
+ * tombstones' records, each dropped once.  1 if any bytes came back. */
+static int fit_shrink_some(sl__shard *sh)
+{
+    int got = 0;
+    for (unsigned fi = 0; sh->budget && fi < SL__NFIT; fi++) {
+        fit_tbl *t = sh->fit[fi];
+        if (!t || t->blk < SL__MAP_MIN || (uint64_t)t->tomb * SL__FIT_SHRINK < t->cap) continue;
+        uint64_t ncap = fit_cap_for(NULL, t->live), before = sh->bytes;
+        if (ncap < t->cap && fit_purge(sh, fi, (uint32_t)ncap) == 0 && sh->bytes < before) got = 1;
+    }
+    return got;
+}
+
+/* Whether fitted table t may hold one more live record within
+ * SL__FIT_LOAD (a bounded shard's limit on live records, tombstone reused
+ * or not: so one record dropped always makes room for one). */
+static inline int fit_live_ok(const fit_tbl *t)
+{
+    return (uint64_t)(t->live + 1) * SL__FIT_LOAD_DEN <= (uint64_t)t->cap * SL__FIT_LOAD_NUM;
+}
+
+/* Whether fitted table t may take one more record in a free slot: live +
+ * tombstones stay within SL__FIT_LOAD; in a bounded shard, the live records
+ * within it and live + tombstones within SL__FIT_HARD (fit_place purges
+ * when only the tombstones stand in the way: at least 3 % of the slots). */
+static inline int fit_free_ok(const sl__shard *sh, const fit_tbl *t)
+{
+    uint64_t cap = t->cap, live = t->live, tomb = t->tomb;
+    if (!sh->budget) return (live + tomb + 1) * SL__FIT_LOAD_DEN <= cap * SL__FIT_LOAD_NUM;
+    return fit_live_ok(t) && (live + tomb + 1) * SL__FIT_LOAD_DEN <= cap * SL__FIT_HARD_NUM;
 }
 
 /*
  * A slot for a new record of this hash in fitted table fi: the first
  * tombstone of its probe run (after a grace period if one was made since
  * the last, in an SL_LOCK_RECORD shard), else its first free slot if the
- * table stays within its load; else, with `rebuild`, one in a rebuilt
- * block: a bigger one, or, when a tenth of its slots are tombstones (made
- * elsewhere than in this key's run: records at rest dropped by a sweep),
- * one as big without them.  The slot is counted live, its bytes after the
+ * table stays within its load (fit_free_ok; in a bounded shard a
+ * tombstone too only while the live records stay within SL__FIT_LOAD,
+ * fit_live_ok); else, with `rebuild`: in a bounded shard where only
+ * tombstones stand in the way, one in the table purged in place
+ * (fit_purge); else one in a rebuilt block: a bigger one, or, when a tenth
+ * of its slots are tombstones (made elsewhere than in this key's run:
+ * records at rest dropped by a sweep), one as big without them.  The slot
+ * is counted live, its bytes after the
  * meta are zero and its meta is still a mark (held): the caller fills it,
  * then publishes the meta.  NULL if there is none.
  */
@@ -1615,6 +1761,7 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
             uint32_t j = w * 8 + ((unsigned)__builtin_ctzll(first) >> 3);
             uint8_t *r = fit_slot(t, j);
             if (first & tomb) {
+                if (sh->budget && !fit_live_ok(t)) break;
                 if (sh->quick && sh->tomb_new) {
                     grace(sh);
                     sh->tomb_graces++;
@@ -1625,15 +1772,16 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
                 fit_tag_set(t, j, fit_tag(hash));
                 return r;
             }
-            if ((uint64_t)(t->live + t->tomb + 1) * SL__FIT_LOAD_DEN >
-                (uint64_t)cap * SL__FIT_LOAD_NUM)
-                break;
+            if (!fit_free_ok(sh, t)) break;
             t->live++;
             fit_tag_set(t, j, fit_tag(hash));
             return r; /* never used: zero */
         }
     }
     if (!rebuild) return NULL;
+    if (t && sh->budget && t->tomb && fit_live_ok(t) &&
+        fit_purge(sh, fi, t->cap) == 0) /* only tombstones stand in the way */
+        return fit_place(sh, fi, hash, 0);
     uint32_t need = t ? t->live + 1 : 1;
     if (fit_rebuild(sh, fi, need, 1) == 0 ||
         (t && (uint64_t)t->tomb * 10 >= t->cap && fit_rebuild(sh, fi, need, 0) == 0))
@@ -1675,6 +1823,53 @@ static uint32_t fit_move_out(sl__shard *sh, fit_tbl *t, uint64_t hash, uint8_t *
     return nh;
 }
 
+static inline int rest_lately(const sl__shard *sh);
+
+/* Samples table t: SL__SAMPLE random slots, each the first live record of
+ * up to 8 from there.  Drops the first found at rest (returns 1); notes
+ * the least restricted others in v (may be NULL: then the sample stops at
+ * the first restricted one's slot).  Bounded work. */
+static int fit_sample_in(sl__shard *sh, fit_tbl *t, int64_t now, victims *v)
+{
+    for (uint32_t k = 0; k < SL__SAMPLE; k++) {
+        uint64_t x = sh->rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        sh->rng = x;
+        uint32_t i = home_in(x, t->cap);
+        for (uint32_t n = 0; n < 8; n++) {
+            uint8_t *r = fit_slot(t, i);
+            if (++i == t->cap) i = 0;
+            if (!fit_live_meta(sl__rec_meta(r))) continue;
+            if (!rec_trylock(sh, r)) break;
+            int lv = sl__rec_restriction(sh, r, now);
+            if (lv == SL__AT_REST) {
+                fit_drop(sh, t, r);
+                count_drop(sh, SL__AT_REST, 1);
+                return 1;
+            }
+            uint64_t rank = v ? rank_of(sh, r, lv, now) : 0;
+            if (v && (!v->frec || rank < v->frank)) {
+                v->frec = r;
+                v->frank = rank;
+            }
+            sl__rec_unlock(r);
+            break;
+        }
+    }
+    return 0;
+}
+
+/* A bounded shard's table t cannot take a new key: drops one of its
+ * records at rest, if one of SL__SAMPLE random slots (each the first live
+ * record of up to 8 from there) finds one (bounded work; obtain's sweep
+ * looks further).  1 if it did. */
+static int fit_rest_drop(sl__shard *sh, fit_tbl *t, int64_t now)
+{
+    return fit_sample_in(sh, t, now, NULL);
+}
+
 /*
  * A place for a new record of fitted table fi (state room: the table's):
  * a fitted slot (returned), or a slab record (*hp) when the table cannot
@@ -1695,6 +1890,12 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
     if (r) return r;
     uint32_t rsize = fit_rsize_of(fi);
     if ((*hp = try_alloc(sh, rsize, 1, 0)) != 0 || !sh->budget) return NULL;
+    /* no room left: a record at rest of this table, if a sample finds one
+     * (while the sweep has met some lately: a flood of restricted keys
+     * skips the sample) */
+    if (sh->fit[fi] && rest_lately(sh) && fit_rest_drop(sh, sh->fit[fi], now) &&
+        (r = fit_place(sh, fi, hash, 1)))
+        return r;
     sh->fit_want_fi = fi + 1;
     sh->fit_want_hash = hash;
     uint32_t h = obtain(sh, rsize, 1, now, 0);
@@ -1706,7 +1907,6 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
 
 static uint64_t sweep(sl__shard *sh, int64_t now, uint64_t max, uint32_t keep, uint64_t *seen,
                       int room);
-static inline int rest_lately(const sl__shard *sh);
 
 /* The expiry sweep's part over fitted tables (sweep): from its own hand,
  * up to `max` live records, dropping those at rest; steps over at most
@@ -1754,9 +1954,10 @@ static uint64_t fit_sweep(sl__shard *sh, int64_t now, uint64_t max, uint64_t *se
 
 /* One sample among the fitted records (sample): the first live record at or
  * after a random slot of a table chosen in proportion to its records.
- * Dropped if at rest (returns 1); a restricted one is no candidate: its
- * slot frees no memory (fit_evict_run evicts in a new key's run instead). */
-static int fit_sample(sl__shard *sh, uint64_t x, int64_t now)
+ * Dropped if at rest (returns 1); a restricted one is noted in v: as
+ * v->frec if its table is the one a fitted insert wants (fit_want_fi; its
+ * slot is room for that key), as v->fany in any case (fit_free_room). */
+static int fit_sample(sl__shard *sh, uint64_t x, int64_t now, victims *v)
 {
     uint64_t u = (x >> 20) % (sh->count - sh->hcount);
     for (unsigned fi = 0; fi < SL__NFIT; fi++) {
@@ -1772,7 +1973,19 @@ static int fit_sample(sl__shard *sh, uint64_t x, int64_t now)
             if (++i == t->cap) i = 0;
             if (!fit_live_meta(sl__rec_meta(r))) continue;
             if (!rec_trylock(sh, r)) return 0;
-            if (sl__rec_restriction(sh, r, now) != SL__AT_REST) {
+            int lv = sl__rec_restriction(sh, r, now);
+            if (lv != SL__AT_REST) {
+                /* a candidate only in the table a fitted insert wants:
+                 * elsewhere its slot frees no memory */
+                uint64_t rank = rank_of(sh, r, lv, now);
+                if (sh->fit_want_fi == fi + 1 && (!v->frec || rank < v->frank)) {
+                    v->frec = r;
+                    v->frank = rank;
+                }
+                if (!v->fany || rank < v->fany_rank) {
+                    v->fany = r;
+                    v->fany_rank = rank;
+                }
                 sl__rec_unlock(r);
                 return 0;
             }
@@ -1874,7 +2087,7 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
         x ^= x << 17;
         sh->rng = x;
         if (sh->count > sh->hcount && (x >> 40) % sh->count >= sh->hcount) {
-            dropped += (uint64_t)fit_sample(sh, x, now); /* a fitted record, in proportion */
+            dropped += (uint64_t)fit_sample(sh, x, now, v); /* a fitted record, in proportion */
             continue;
         }
         if (!sh->hcount) continue;
@@ -1918,7 +2131,58 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
             v->thin_live = p->live;
         }
     }
+    /* A fitted insert whose table is full: SL__SAMPLE of that table's own
+     * records too, so that its least restricted is chosen among as many
+     * as the slab's (fit_sample lands there only in proportion). */
+    if (sh->fit_want_fi && sh->fit[sh->fit_want_fi - 1] && sh->count)
+        dropped += (uint64_t)fit_sample_in(sh, sh->fit[sh->fit_want_fi - 1], now, v);
     return dropped;
+}
+
+/*
+ * A bounded shard whose slab found no victim (its memory is in fitted
+ * tables): gives back the bytes of fitted table slots.  First every table
+ * whose free and tombstone slots beyond what its live records need
+ * (within SL__FIT_LOAD) make a page or more shrinks in place to that
+ * (nothing evicted); else, with SL_FULL_EVICT and a fitted candidate
+ * v->fany, the records at most at its level in `want` bytes and two pages'
+ * worth of slots from it are evicted (as evict_page does for a slab page) and its table
+ * shrinks.  1 if bytes came back.
+ */
+static int fit_free_room(sl__shard *sh, const victims *v, uint64_t want, int64_t now)
+{
+    uint64_t before = sh->bytes;
+    for (unsigned fi = 0; fi < SL__NFIT; fi++) {
+        fit_tbl *t = sh->fit[fi];
+        if (!t || t->blk < SL__MAP_MIN) continue;
+        uint64_t mincap = (uint64_t)t->live * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+        if (mincap < SL__FIT_MIN) mincap = SL__FIT_MIN;
+        if (mincap < t->cap && (t->cap - mincap) * t->rsize >= os_page())
+            fit_purge(sh, fi, (uint32_t)mincap);
+    }
+    if (sh->bytes < before || sh->deny || !v->fany) return sh->bytes < before;
+    fit_tbl *t = fit_holding(sh, v->fany);
+    if (!t || t->blk < SL__MAP_MIN) return 0;
+    int lv = rank_level(v->fany_rank);
+    uint64_t n = (want + 2 * os_page()) / t->rsize + 1;
+    uint32_t i = fit_index(t, v->fany);
+    unsigned fi = fit_idx(sl__rec_algo(v->fany), sl__rec_klen(v->fany));
+    for (uint32_t k = 0; k < n && k < t->cap; k++) {
+        uint8_t *r = fit_slot(t, i);
+        if (++i == t->cap) i = 0;
+        if (!fit_live_meta(sl__rec_meta(r)) || !rec_trylock(sh, r)) continue;
+        int l = sl__rec_restriction(sh, r, now);
+        if (l > lv) {
+            sl__rec_unlock(r);
+            continue;
+        }
+        fit_drop(sh, t, r);
+        count_drop(sh, l, 1);
+    }
+    uint64_t mincap = (uint64_t)t->live * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+    if (mincap < SL__FIT_MIN) mincap = SL__FIT_MIN;
+    if (mincap < t->cap) fit_purge(sh, fi, (uint32_t)mincap);
+    return sh->bytes < before;
 }
 
 /*
@@ -1937,7 +2201,23 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
  */
 static int evict(sl__shard *sh, const victims *v, uint32_t want, int shrink_table, int64_t now)
 {
-    if (sh->deny || !v->best) return 0;
+    if (sh->deny) return 0;
+    /* the fitted insert's table, when its candidate is the least
+     * restricted (else the slab's goes, and the key may take its room) */
+    if (v->frec && (!v->best || v->frank <= v->best_rank)) {
+        uint8_t *r = v->frec;
+        fit_tbl *t = fit_holding(sh, r);
+        if (!t || !fit_live_meta(sl__rec_meta(r)) || !rec_trylock(sh, r)) return 0;
+        int lv = sl__rec_restriction(sh, r, now);
+        if (lv > rank_level(v->frank)) {
+            sl__rec_unlock(r);
+            return 0;
+        }
+        fit_drop(sh, t, r);
+        count_drop(sh, lv, 1);
+        return 1;
+    }
+    if (!v->best) return 0;
     int lv = rank_level(v->best_rank);
     if (shrink_table) return evict_one(sh, v->best, now, lv);
     if (want && v->fit && rank_level(v->fit_rank) == lv) return evict_one(sh, v->fit, now, lv);
@@ -1975,7 +2255,7 @@ static uint32_t try_alloc(sl__shard *sh, uint32_t rsize, int adding, int force)
                 h = 0;
             }
         }
-        if (h || again || !limbo_flush(sh)) return h;
+        if (h || again || !(limbo_flush(sh) | fit_shrink_some(sh))) return h;
     }
 }
 
@@ -2023,7 +2303,10 @@ static uint32_t obtain(sl__shard *sh, uint32_t rsize, int adding, int64_t now, u
         }
         declined |= sh->deny && v.best;
         int table_full = adding && grow_bytes(sh) > room(sh, 0);
-        if (!evict(sh, &v, rsize, table_full, now) && !dropped && !v.best) break;
+        int ev = evict(sh, &v, rsize, table_full, now);
+        if ((!ev && !v.best) || round >= rounds - 4) /* the slab gives no room: the fitted tables' */
+            if (sh->budget && sh->count > sh->hcount && fit_free_room(sh, &v, rsize, now)) ev = 1;
+        if (!ev && !dropped && !v.best && !v.frec && !v.fany) break;
         if ((h = try_alloc(sh, rsize, adding, 0)) != 0) return h;
     }
     if (sh->count == (keep ? 1u : 0u)) return try_alloc(sh, rsize, adding, 1);
@@ -2859,13 +3142,16 @@ int sl__shard_reserve(sl__shard *sh, size_t bytes, const uint8_t *keep, int64_t 
     for (int round = 0; round < rounds; round++) {
         uint64_t dropped = sweep(sh, now_ms, SL__SCAN, keep_h, NULL, 1);
         limbo_flush(sh);
+        fit_shrink_some(sh);
         if (reserved(sh, bytes, alone)) return 0;
         if (round < rounds / 2 && (dropped || rest_lately(sh))) continue;
         victims v;
         victims_init(&v);
         uint64_t sampled = sample(sh, now_ms, 0, keep_h, &v);
         declined |= sh->deny && v.best;
-        if (!sampled && !evict(sh, &v, 0, 0, now_ms) && !dropped && !v.best) break;
+        int ev = sampled || evict(sh, &v, 0, 0, now_ms);
+        if (!ev && !v.best && sh->count > sh->hcount && fit_free_room(sh, &v, bytes, now_ms)) ev = 1;
+        if (!ev && !dropped && !v.best) break;
         limbo_flush(sh);
         if (reserved(sh, bytes, alone)) return 0;
     }
@@ -2941,7 +3227,7 @@ static void shard_fini(sl__shard *sh)
     blk_free(sh->pages, (size_t)sh->pcap * sizeof(page));
     blk_free(table_block(sh->slot), table_bytes(sh->size));
     for (unsigned fi = 0; fi < SL__NFIT; fi++)
-        if (sh->fit[fi]) blk_free(sh->fit[fi], fit_bytes(sh->fit[fi]->cap, sh->fit[fi]->rsize));
+        if (sh->fit[fi]) blk_free(sh->fit[fi], sh->fit[fi]->blk);
     for (limbo *l = sh->limbo, *next; l; l = next) {
         next = l->next;
         if (!(sh->arena && arena_size(l->n) && arena_owns(sh->arena, l->blk)))
@@ -3145,6 +3431,8 @@ void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit
 {
     memset(out, 0, sizeof *out);
     out->graces = sh->tomb_graces;
+    out->purges = sh->fit_purges;
+    out->held = sh->fit_held;
     unsigned fi = fit_idx(kind, klen);
     const fit_tbl *t = fi == SL__FIT_NONE ? NULL : sh->fit[fi];
     if (!t) return;
@@ -3158,5 +3446,5 @@ void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit
 void sl__store_fit_off(sl_store *s, int off)
 {
     for (unsigned i = 0; i < s->nshards; i++)
-        s->shard[i].fit_off = off != 0 || (s->max_bytes && !SL__FIT_BOUNDED);
+        s->shard[i].fit_off = off > 0 || (!off && s->max_bytes && !SL__FIT_BOUNDED);
 }

@@ -446,10 +446,14 @@ typedef struct sl__fit_info {
     uint32_t cap, live, tomb, rsize;
     const uint8_t *slot0;
     uint64_t graces;
+    uint64_t purges; /* the shard's purges and shrinks in place (store.c, fit_purge) */
+    uint64_t held;   /* bytes of the shard's fitted blocks */
 } sl__fit_info;
 void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit_info *out);
-/* For tests: with off != 0, new records of s go to the slab, as before
- * fitted tables (the old path: answers must not change).  Before use. */
+/* For tests: with off > 0, new records of s go to the slab, as before
+ * fitted tables (the old path: answers must not change); with off == 0,
+ * the default (bounded stores: SL__FIT_BOUNDED, store.c); with off < 0,
+ * fitted tables even in a bounded store.  Before use. */
 void sl__store_fit_off(sl_store *s, int off);
 
 /* Finds the record of (kind, key) and takes it (waiting for its holder).
