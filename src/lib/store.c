@@ -22,12 +22,14 @@
  * no atomic read-modify-write on the key's own line, ~5-10% faster for
  * one thread (docs/store.md).
  *
- * Fitted tables.  In a store without a bound, a record of a fixed-size state
- * with a key of at most SL__FIT_KEY_MAX bytes and a narrow clock lives in
- * its shard's table of records of its size, the slot being the record: a
- * decision reads one place, not a handle then a record (see "fitted
- * tables" below; docs/store.md).  Everything else -- and every record of a
- * bounded store -- is in the slab, found through the handle table:
+ * Fitted tables.  A record of a fixed-size state with a key of at most
+ * SL__FIT_KEY_MAX bytes and a narrow clock lives in its shard's table of
+ * records of its size, the slot being the record, found by a tag byte a
+ * slot: a decision reads the tags' line and one slot, not a handle then a
+ * record (see "fitted tables" below; docs/store.md; a bounded store purges
+ * and shrinks its tables in place at the bound: fit_purge).  Everything
+ * else -- and a fitted-kind record its table could not take -- is in the
+ * slab, found through the handle table:
  *
  * Table.  Open addressing with linear probing; a slot is 32 bits: a record
  * handle (26 bits, 0 = empty) and a 6-bit tag from the key's hash.  A probe
@@ -781,15 +783,17 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
  * A record of a fixed-size state (fit_state_len: all but sliding log and
  * sliding buckets) with a key of at most SL__FIT_KEY_MAX bytes and a narrow
  * clock lives in its shard's fitted table for its size (fit_idx), if there
- * is room: one block, a fit_tbl header then `cap` slots of exactly rsize
+ * is room: one block, a fit_tbl header, the tags, then `cap` slots of exactly rsize
  * bytes, each a whole record in the slab's format (so every sl__rec_*
  * helper and the engine work on it unchanged).  A decision on it reads one
  * place: the slot, not a handle and then a record.  Open addressing,
- * linear probing from home_in(hash, cap); no tag: a probe compares the
- * identity bits of each slot's meta and, on a match, the key bytes.
- * A slot's meta says its state: SL__FREE_MARK, never used (a probe stops
- * there), SL__TOMB_MARK, removed (a probe goes on), else a record.  Both
- * marks are held forever (their lock bit is set), so nobody takes them.
+ * linear probing from home_in(hash, cap), walked on a tag byte a slot
+ * (fit_tags, before the slots: fit_probe); a slot whose tag matches has
+ * the identity bits of its meta compared and, on a match, the key bytes.
+ * A slot's meta (and tag) says its state: SL__FREE_MARK, never used (a
+ * probe stops there), SL__TOMB_MARK, removed (a probe goes on), else a
+ * record.  Both marks are held forever (their lock bit is set), so nobody
+ * takes them.
  *
  * Records never move while reachable, except by a rebuild (fit_rebuild:
  * every live record taken, copied into a new block, the old slot marked a
@@ -802,7 +806,9 @@ SL__HOT_INLINE int key_eq(const uint8_t *a, const uint8_t *b, size_t n)
  * its meta.
  *
  * Readers without the shard lock (sl__store_grab) load the table pointer
- * (acquire), then each slot's meta (acquire), and compare the key bytes
+ * (acquire), the tags (a hint: a stale one leads to a meta that does not
+ * match, or to a stop, and a key not found takes the sure way), then a
+ * matching slot's meta (acquire), and compare the key bytes
  * before they take the record: a slot's key bytes are written before its
  * meta is published (release) and never change while it carries that
  * identity, and a tombstone is reused only after a grace period since it
@@ -1741,23 +1747,23 @@ static inline int fit_free_ok(const sl__shard *sh, const fit_tbl *t)
 static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild)
 {
     fit_tbl *t = sh->fit[fi];
-    if (t) { /* the run's first tombstone or free slot, on the tags */
+    if (t) { /* the run's first tombstone or empty slot, on the tags */
         uint32_t cap = t->cap, i = home_in(hash, cap), w = i >> 3, nw = (cap + 7) >> 3;
         uint64_t from = ~0ull << (i & 7) * 8;
         for (uint32_t n = 0; n <= nw; n++) {
             uint64_t x = fit_tag_word(t, w);
             uint64_t tomb = zero_bytes(x ^ SL__TAG_TOMB * SL__B1) & from;
-            uint64_t free = zero_bytes(x ^ SL__TAG_FREE * SL__B1) & from;
+            uint64_t empty = zero_bytes(x ^ SL__TAG_FREE * SL__B1) & from;
             if (n == nw) { /* back at the home word: only what is before home */
                 tomb &= ~(~0ull << (i & 7) * 8);
-                free &= ~(~0ull << (i & 7) * 8);
+                empty &= ~(~0ull << (i & 7) * 8);
             }
             from = ~0ull;
-            if (!(tomb | free)) {
+            if (!(tomb | empty)) {
                 if (++w == nw) w = 0;
                 continue;
             }
-            uint64_t first = (tomb | free) & -(tomb | free);
+            uint64_t first = (tomb | empty) & -(tomb | empty);
             uint32_t j = w * 8 + ((unsigned)__builtin_ctzll(first) >> 3);
             uint8_t *r = fit_slot(t, j);
             if (first & tomb) {

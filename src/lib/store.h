@@ -2,9 +2,9 @@
  * store.h -- where per-key state lives (internal to libsluice).
  *
  * The store is a set of shards, each a lock, an open-addressing hash table
- * of 32-bit record handles, and a slab of variable-size records -- and, in a
- * store without a bound, tables of fixed-size records fitted to their size
- * (store.c, "fitted tables"), whose slots are the records.  A record is one
+ * of 32-bit record handles, and a slab of variable-size records -- and
+ * tables of fixed-size records fitted to their size (store.c, "fitted
+ * tables"), whose slots are the records.  A record is one
  * allocation (or slot) holding the key inline:
  *
  *     offset 0   uint16  meta    bits 0..8: key length - 1 (1..512 bytes)
