@@ -1484,10 +1484,16 @@ static void *fit_blk_new(size_t n)
     return blk_new(n, 1);
 }
 
+/* The fewest slots that hold `need` records within SL__FIT_LOAD. */
+static inline uint64_t fit_mincap(uint64_t need)
+{
+    return need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+}
+
 /* The slots a rebuild of o (or a new table) gives for `need` records. */
 static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
 {
-    uint64_t mincap = (uint64_t)need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+    uint64_t mincap = fit_mincap(need);
     uint64_t ncap = (uint64_t)need * SL__FIT_TO_DEN / SL__FIT_TO_NUM + 1;
     if (o && o->cap < SL__FIT_SMALL && ncap < 2ull * o->cap && need > o->live) ncap = 2ull * o->cap;
     if (ncap < SL__FIT_MIN) ncap = SL__FIT_MIN;
@@ -1514,7 +1520,7 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
 {
     fit_tbl *o = sh->fit[fi];
     uint32_t rsize = fit_rsize_of(fi);
-    uint64_t mincap = (uint64_t)need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+    uint64_t mincap = fit_mincap(need);
     uint64_t ncap = fit_cap_for(o, need);
     if (!grow) {
         if (!o || mincap > o->cap) return -1;
@@ -1831,6 +1837,16 @@ static uint32_t fit_move_out(sl__shard *sh, fit_tbl *t, uint64_t hash, uint8_t *
 
 static inline int rest_lately(const sl__shard *sh);
 
+/* The shard's next random number (xorshift64; shard lock held). */
+static inline uint64_t shard_rng(sl__shard *sh)
+{
+    uint64_t x = sh->rng;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return sh->rng = x;
+}
+
 /* Samples table t: SL__SAMPLE random slots, each the first live record of
  * up to 8 from there.  Drops the first found at rest (returns 1); notes
  * the least restricted others in v (may be NULL: then the sample stops at
@@ -1838,11 +1854,7 @@ static inline int rest_lately(const sl__shard *sh);
 static int fit_sample_in(sl__shard *sh, fit_tbl *t, int64_t now, victims *v)
 {
     for (uint32_t k = 0; k < SL__SAMPLE; k++) {
-        uint64_t x = sh->rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        sh->rng = x;
+        uint64_t x = shard_rng(sh);
         uint32_t i = home_in(x, t->cap);
         for (uint32_t n = 0; n < 8; n++) {
             uint8_t *r = fit_slot(t, i);
@@ -1867,15 +1879,6 @@ static int fit_sample_in(sl__shard *sh, fit_tbl *t, int64_t now, victims *v)
     return 0;
 }
 
-/* A bounded shard's table t cannot take a new key: drops one of its
- * records at rest, if one of SL__SAMPLE random slots (each the first live
- * record of up to 8 from there) finds one (bounded work; obtain's sweep
- * looks further).  1 if it did. */
-static int fit_rest_drop(sl__shard *sh, fit_tbl *t, int64_t now)
-{
-    return fit_sample_in(sh, t, now, NULL);
-}
-
 /*
  * A place for a new record of fitted table fi (state room: the table's):
  * a fitted slot (returned), or a slab record (*hp) when the table cannot
@@ -1897,9 +1900,9 @@ static uint8_t *fit_insert(sl__shard *sh, unsigned fi, uint64_t hash, int64_t no
     uint32_t rsize = fit_rsize_of(fi);
     if ((*hp = try_alloc(sh, rsize, 1, 0)) != 0 || !sh->budget) return NULL;
     /* no room left: a record at rest of this table, if a sample finds one
-     * (while the sweep has met some lately: a flood of restricted keys
-     * skips the sample) */
-    if (sh->fit[fi] && rest_lately(sh) && fit_rest_drop(sh, sh->fit[fi], now) &&
+     * (bounded work: obtain's sweep looks further; only while the sweep has
+     * met some lately: a flood of restricted keys skips the sample) */
+    if (sh->fit[fi] && rest_lately(sh) && fit_sample_in(sh, sh->fit[fi], now, NULL) &&
         (r = fit_place(sh, fi, hash, 1)))
         return r;
     sh->fit_want_fi = fi + 1;
@@ -2087,11 +2090,7 @@ static uint64_t sample(sl__shard *sh, int64_t now, uint32_t want, uint32_t keep,
     uint64_t dropped = 0;
     uint32_t keep_pi = keep ? h_page(keep) : UINT32_MAX;
     for (uint32_t k = 0; k < SL__SAMPLE && sh->count; k++) {
-        uint64_t x = sh->rng;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        sh->rng = x;
+        uint64_t x = shard_rng(sh);
         if (sh->count > sh->hcount && (x >> 40) % sh->count >= sh->hcount) {
             dropped += (uint64_t)fit_sample(sh, x, now, v); /* a fitted record, in proportion */
             continue;
@@ -2161,7 +2160,7 @@ static int fit_free_room(sl__shard *sh, const victims *v, uint64_t want, int64_t
     for (unsigned fi = 0; fi < SL__NFIT; fi++) {
         fit_tbl *t = sh->fit[fi];
         if (!t || t->blk < SL__MAP_MIN) continue;
-        uint64_t mincap = (uint64_t)t->live * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+        uint64_t mincap = fit_mincap(t->live);
         if (mincap < SL__FIT_MIN) mincap = SL__FIT_MIN;
         if (mincap < t->cap && (t->cap - mincap) * t->rsize >= os_page())
             fit_purge(sh, fi, (uint32_t)mincap);
@@ -2185,7 +2184,7 @@ static int fit_free_room(sl__shard *sh, const victims *v, uint64_t want, int64_t
         fit_drop(sh, t, r);
         count_drop(sh, l, 1);
     }
-    uint64_t mincap = (uint64_t)t->live * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
+    uint64_t mincap = fit_mincap(t->live);
     if (mincap < SL__FIT_MIN) mincap = SL__FIT_MIN;
     if (mincap < t->cap) fit_purge(sh, fi, (uint32_t)mincap);
     return sh->bytes < before;
