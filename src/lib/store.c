@@ -130,6 +130,7 @@
 #define SL__SAMPLE           16u /* table slots sampled for an eviction */
 #define SL__MAP_MIN          (64u * 1024)  /* bytes: blocks this big are mapped, not malloc'd */
 #define SL__LIMBO_MIN        (16u * 1024) /* bytes of limbo that may make the shard empty it */
+#define SL__PF_LINES         3u           /* lines of slots a decision prefetches (prefetch_home) */
 #define SL__CHUNK            (2u << 20)   /* bytes: an arena chunk, one huge page (arena) */
 #define SL__ARENA_SHARD_MIN  (8u << 20)   /* bytes of budget a shard needs for the arena */
 
@@ -2356,6 +2357,48 @@ uint8_t *sl__shard_find(sl__shard *sh, uint64_t hash, unsigned kind, const void 
  * new as that slot's handle (directories only grow).
  */
 
+/*
+ * Starts loading the table slot where a key of this hash is first looked
+ * for, without the lock; returns the table's size.  The table pointer and
+ * size may be those of a table just replaced (read with atomic loads,
+ * written so by table_grow): a prefetch of a stale address is harmless --
+ * it never faults and changes nothing but the cache -- so the address is
+ * formed as an integer, never dereferenced.
+ *
+ * Issued before the lock is taken because the lock's atomic exchange is a
+ * full fence on x86: no load after it starts until the previous
+ * decision's stores have drained, so a slot miss begun only under the lock
+ * is paid after everything the previous call did (over 1M keys, per
+ * call, gcra 4.3 -> 4.9 M/s; token-bucket and fixed-window within the
+ * noise; docs/status.md).
+ *
+ * `lines`: how many lines of slots from the home slot's.  A record sits
+ * (1/(1 - a) - 1)/2 slots past its home on average (linear probing at
+ * load a: ~4.5 slots, ~150 bytes, at the 0.86-0.94 a fitted table keeps),
+ * so a decision asks for SL__PF_LINES (3) and its miss overlaps the tag's
+ * read and the lock: 1M-key decisions 1.08-1.13x on this VM (docs/store.md,
+ * "Prefetching the run").  A look-ahead (sl__store_prefetch) asks for
+ * one: its second stage prefetches the exact record.
+ */
+static inline uint32_t prefetch_home(const sl__shard *sh, unsigned fi, uint64_t hash, unsigned lines)
+{
+    if (fi != SL__FIT_NONE) { /* the home tag, and the home slot: most records are near */
+        uintptr_t t = (uintptr_t)__atomic_load_n(&sh->fit[fi], __ATOMIC_RELAXED);
+        uint32_t cap = __atomic_load_n(&sh->fit_cap[fi], __ATOMIC_RELAXED);
+        if (t) {
+            uintptr_t home = home_in(hash, cap), tags = t + sizeof(fit_tbl);
+            uintptr_t r = tags + fit_tagb(cap) + home * fit_rsize_of(fi);
+            __builtin_prefetch((const void *)(tags + home));
+            for (unsigned q = 0; q < lines; q++) __builtin_prefetch((const void *)(r + 64 * q));
+            return cap;
+        }
+    }
+    uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
+    uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
+    __builtin_prefetch((const void *)(slot + (uintptr_t)home_in(hash, size) * sizeof(uint32_t)));
+    return size;
+}
+
 /* The record a handle names in directory dir, or NULL if the entry is
  * being changed or the handle is stale for it. */
 static inline uint8_t *rec_seen(const sl__shard *sh, uint32_t h)
@@ -2419,14 +2462,15 @@ static inline int rec_grab(uint8_t *r, uint16_t meta, uint16_t *got)
 }
 
 SL__HOT_INLINE sl__grabbed grab(sl_store *s, unsigned kind, const void *key, size_t klen,
-                                uint64_t hash, uint16_t *metap)
+                                uint64_t hash, uint16_t *metap, unsigned lines)
 {
     uint16_t meta = sl__meta_id(kind, klen);
     uint8_t *r, *got = NULL;
     const sl__shard *sh = shard_of(s, hash);
     run_walk w;
-    sl__read_begin();
     unsigned fi = fit_idx(kind, klen);
+    if (lines) prefetch_home(sh, fi, hash, lines); /* the record's miss under the tag's read */
+    sl__read_begin();
     if (fi != SL__FIT_NONE) {
         const fit_tbl *t = __atomic_load_n(&sh->fit[fi], __ATOMIC_ACQUIRE);
         if (t && (r = fit_probe(t, hash, meta, key, klen)) != NULL) {
@@ -2455,56 +2499,24 @@ out:
 sl__grabbed sl__store_grab(sl_store *s, unsigned kind, const void *key, size_t klen, uint64_t hash,
                            uint16_t *metap)
 {
-    return grab(s, kind, key, klen, hash, metap);
+    return grab(s, kind, key, klen, hash, metap, 0); /* a look-ahead prefetched it */
 }
 
 sl__grabbed sl__store_grab_key(sl_store *s, unsigned kind, const void *key, size_t klen,
                                uint64_t *hashp, uint16_t *metap)
 {
     *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
-    return grab(s, kind, key, klen, *hashp, metap);
+    return grab(s, kind, key, klen, *hashp, metap, SL__PF_LINES);
 }
 
-/*
- * Starts loading the table slot where a key of this hash is first looked
- * for, without the lock; returns the table's size.  The table pointer and
- * size may be those of a table just replaced (read with atomic loads,
- * written so by table_grow): a prefetch of a stale address is harmless --
- * it never faults and changes nothing but the cache -- so the address is
- * formed as an integer, never dereferenced.
- *
- * Issued before the lock is taken because the lock's atomic exchange is a
- * full fence on x86: no load after it starts until the previous
- * decision's stores have drained, so a slot miss begun only under the lock
- * is paid after everything the previous call did (over 1M keys, per
- * call, gcra 4.3 -> 4.9 M/s; token-bucket and fixed-window within the
- * noise; docs/status.md).
- */
-static inline uint32_t prefetch_home(const sl__shard *sh, unsigned fi, uint64_t hash)
-{
-    if (fi != SL__FIT_NONE) { /* the home tag, and the home slot: most records are near */
-        uintptr_t t = (uintptr_t)__atomic_load_n(&sh->fit[fi], __ATOMIC_RELAXED);
-        uint32_t cap = __atomic_load_n(&sh->fit_cap[fi], __ATOMIC_RELAXED);
-        if (t) {
-            uintptr_t home = home_in(hash, cap), tags = t + sizeof(fit_tbl);
-            __builtin_prefetch((const void *)(tags + home));
-            __builtin_prefetch((const void *)(tags + fit_tagb(cap) + home * fit_rsize_of(fi)));
-            return cap;
-        }
-    }
-    uintptr_t slot = (uintptr_t)__atomic_load_n(&sh->slot, __ATOMIC_RELAXED);
-    uint32_t size = __atomic_load_n(&sh->size, __ATOMIC_RELAXED);
-    __builtin_prefetch((const void *)(slot + (uintptr_t)home_in(hash, size) * sizeof(uint32_t)));
-    return size;
-}
 
 SL__HOT_INLINE uint8_t *lookup(sl_store *s, unsigned kind, const void *key, size_t klen,
-                               uint64_t hash, sl__shard **shp)
+                               uint64_t hash, sl__shard **shp, unsigned lines)
 {
     sl__shard *sh = shard_of(s, hash);
     *shp = sh;
     unsigned fi = fit_idx(kind, klen);
-    prefetch_home(sh, fi, hash); /* the slot's miss before the lock's fence */
+    prefetch_home(sh, fi, hash, lines); /* the slot's miss before the lock's fence */
     shard_lock(sh);
     uint8_t *r = find_fi(sh, fi, hash, sl__meta_id(kind, klen), key, klen);
     if (r && sh->quick) rec_lock(sh, r); /* else: the shard lock is enough */
@@ -2515,7 +2527,7 @@ uint8_t *sl__store_lookup(sl_store *s, unsigned kind, const void *key, size_t kl
                           uint64_t *hashp)
 {
     *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
-    return lookup(s, kind, key, klen, *hashp, shp);
+    return lookup(s, kind, key, klen, *hashp, shp, SL__PF_LINES);
 }
 
 sl__found sl__store_lookup_pair(sl_store *s, unsigned kind, const void *key, size_t klen,
@@ -2523,20 +2535,20 @@ sl__found sl__store_lookup_pair(sl_store *s, unsigned kind, const void *key, siz
 {
     sl__found f;
     *hashp = sl__siphash13_v(&s->sip[kind & 7], key, klen);
-    f.rec = lookup(s, kind, key, klen, *hashp, &f.sh);
+    f.rec = lookup(s, kind, key, klen, *hashp, &f.sh, SL__PF_LINES);
     return f;
 }
 
 uint8_t *sl__store_lookup_hashed(sl_store *s, unsigned kind, const void *key, size_t klen,
                                  uint64_t hash, sl__shard **shp)
 {
-    return lookup(s, kind, key, klen, hash, shp);
+    return lookup(s, kind, key, klen, hash, shp, 1); /* a look-ahead prefetched it */
 }
 
 /* Stage one of a look-ahead: no lock (prefetch_home). */
 uint64_t sl__store_prefetch(sl_store *s, unsigned kind, size_t klen, uint64_t hash)
 {
-    return (uint64_t)prefetch_home(shard_of(s, hash), fit_idx(kind, klen), hash) * s->nshards;
+    return (uint64_t)prefetch_home(shard_of(s, hash), fit_idx(kind, klen), hash, 1) * s->nshards;
 }
 
 /* Stage two: without the lock (as sl__store_grab reads), walks the key's
