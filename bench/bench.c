@@ -62,6 +62,7 @@
 /* Everything the options choose. */
 typedef struct cfg {
     int quick;           /* short smoke run: small sizes, short runs */
+    int interleave;      /* 2t own keys: the store filled A0 B0 A1 B1 ..., not A's then B's */
     double run_s;        /* seconds per timed run */
     int reps;            /* timed runs per measurement; the best is kept */
     unsigned many_keys;  /* the "1M" key set size */
@@ -313,13 +314,19 @@ out:
 
 /* Fills a fresh store with every key of the set (one decision each, in key
  * order) so that the timed runs measure steady-state decisions, not inserts.
+ * With `parts` > 1 the set is that many equal runs of keys (the threads'
+ * own keys), filled in turn: the first of each, then the second of each...
+ * (--interleave: as threads inserting at once would, where key order puts
+ * each thread's records apart in a store that keeps insertion order).
  * Returns M decisions/s of the fill. */
-static double warm(sl_limiter *lim, unsigned nkeys, int64_t *now)
+static double warm(sl_limiter *lim, unsigned nkeys, int64_t *now, unsigned parts)
 {
     sl_result r;
     double t0 = now_s();
+    unsigned per = parts > 1 ? nkeys / parts : nkeys;
     for (uint32_t i = 0; i < nkeys; i++) {
-        int rc = sl_allow(lim, key_at(i), KEY_LEN, *now, 1, &r);
+        uint32_t k = parts > 1 ? (i % parts) * per + i / parts : i;
+        int rc = sl_allow(lim, key_at(k), KEY_LEN, *now, 1, &r);
         if (rc != 0) die("warm-up: sl_allow: %s", sl_strerror(rc));
         if ((i + 1) % TICK_DECISIONS == 0) ++*now;
     }
@@ -346,11 +353,12 @@ static double measure(const cfg *c, sl_algo algo, unsigned nkeys, const uint32_t
     sl_params p = tput_params(algo);
     sl_limiter *lim = new_limiter(&p, locking), *lim2 = NULL;
     int64_t now = T0;
-    double ins = warm(lim, disjoint ? nkeys * (unsigned)nthreads : nkeys, &now);
+    double ins = warm(lim, disjoint ? nkeys * (unsigned)nthreads : nkeys, &now,
+                      disjoint == 1 && c->interleave ? (unsigned)nthreads : 1);
     if (disjoint == 2) {
         int64_t now2 = T0;
         lim2 = new_limiter(&p, locking);
-        warm(lim2, nkeys * (unsigned)nthreads, &now2);
+        warm(lim2, nkeys * (unsigned)nthreads, &now2, 1);
     }
     if (insert) *insert = ins;
     run_arg a[2];
@@ -607,7 +615,7 @@ static void miss(char *buf, size_t n, const char *fmt, ...)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bench [--quick] [--algo NAME[,NAME...]] [--parts LIST] [--seconds S]\n"
-               "             [--reps N] [--results FILE]\n"
+               "             [--reps N] [--results FILE] [--interleave]\n"
                "       bench --gen-replay LINES KEYS     write `T KEY` lines to stdout\n"
                "       bench --gen-redis hset|set|zset N write RESP for redis-cli --pipe\n"
                "       bench --free-port                 print a free 127.0.0.1 TCP port\n"
@@ -1008,6 +1016,8 @@ static int parse_options(bench *b, int argc, char **argv)
         const char *o = argv[i];
         if (!strcmp(o, "--quick"))
             c->quick = 1;
+        else if (!strcmp(o, "--interleave"))
+            c->interleave = 1;
         else if (!strcmp(o, "--algo") && i + 1 < argc)
             c->algos = parse_algos(argv[++i]);
         else if (!strcmp(o, "--parts") && i + 1 < argc)
@@ -1069,10 +1079,11 @@ int main(int argc, char **argv)
         die("cannot write %s: %s", b.c.results, strerror(errno));
 
     make_keys(b.c.many_keys);
-    printf("sluice bench%s: %.2f s per run, best of %d; %u hot keys, %u many keys; "
+    printf("sluice bench%s%s: %.2f s per run, best of %d; %u hot keys, %u many keys; "
            "keys \"user:NNNNNN\" (%zu bytes)\n",
-           b.c.quick ? " --quick (smoke run: too small to judge goals)" : "", b.c.run_s, b.c.reps,
-           HOT_KEYS, b.c.many_keys, (size_t)KEY_LEN);
+           b.c.quick ? " --quick (smoke run: too small to judge goals)" : "",
+           b.c.interleave ? " --interleave (2t own keys: filled A0 B0 A1 B1 ...)" : "", b.c.run_s,
+           b.c.reps, HOT_KEYS, b.c.many_keys, (size_t)KEY_LEN);
     printf("time simulated, +1 ms per %d decisions per thread; throughput limits L=4000 "
            "W=1s (sliding-buckets L=240000 W=60s P=60): a hot key uses ~25%% of L\n"
            "bytes/key: memory held after inserting %u keys minus their %zu key bytes, "
