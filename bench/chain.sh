@@ -41,6 +41,10 @@
 #     decision's do; a 256 MB chase has more page-table entries to miss on
 #     than a store of 1M keys, so its page walks may cost more (compare
 #     CHASE_MB=40);
+#   - a 1M-key store is not far past the 32 MB L3 (23-31 MB resident:
+#     bench/bench --parts mem), so some of a decision's loads hit the L3
+#     (~13 ns, the L3 chase) when no other process crowds it: the number is
+#     in DRAM round trips, not a count of loads that went to DRAM;
 #   - all of it is wall-clock time on a shared 2-core VM: another process
 #     on the core inflates every ns.  The cpu/wall column says when (below
 #     ~95 % the round is suspect); the rounds' quotients share their round's
