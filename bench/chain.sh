@@ -29,7 +29,7 @@
 # a row.  Caveats:
 #   - the hot path is not the 1M path minus its misses: a 1M key can take
 #     more probe steps (a longer walk, a second table), so the extra time
-#     is not all waiting; the number is an upper bound on that count;
+#     is not all waiting, which pushes the number up;
 #   - misses that overlap -- issued together (a record across two lines),
 #     or one overlapped with computation by a prefetch, or with the next
 #     decision's work by the out-of-order core (decisions in the loop are
@@ -41,8 +41,8 @@
 #     decision's do; a 256 MB chase has more page-table entries to miss on
 #     than a store of 1M keys, so its page walks may cost more (compare
 #     CHASE_MB=40);
-#   - a 1M-key store is not far past the 32 MB L3 (23-31 MB resident:
-#     bench/bench --parts mem), so some of a decision's loads hit the L3
+#   - a 1M-key store is about the L3's size (23-31 MB resident against
+#     32 MB: bench/bench --parts mem), so some of a decision's loads hit the L3
 #     (~13 ns, the L3 chase) when no other process crowds it: the number is
 #     in DRAM round trips, not a count of loads that went to DRAM;
 #   - all of it is wall-clock time on a shared 2-core VM: another process
