@@ -17,6 +17,10 @@
 #                  LL defaults to a 4 MB last level here, where 1M keys fit
 #                  in neither build, so the table's misses show)
 #      PEERS=1     bench/peers.sh NEW_BUILD (ROUNDS=$PEERS_ROUNDS, 3)
+#      CHAIN=1     bench/chain.sh BASE_BUILD NEW_BUILD (ROUNDS=$CHAIN_ROUNDS, 3):
+#                  the misses a 1M-key decision waits for, one after
+#                  another, by time -- the nearest this VM (no PMU) comes to
+#                  "perf's view"; MISSES=1 counts lines touched instead
 # and prints one table: medians of each build, new / base, the issue's goal,
 # met or not, and every round's values.  Every command is printed as run
 # (`+ ...`), and the load average before and after.  Exit 0 when everything
@@ -28,7 +32,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 
 usage() {
-    note "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS)"
+    note "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS CHAIN)"
     exit 2
 }
 bad_arg() {
@@ -40,11 +44,13 @@ ROUNDS=${ROUNDS:-6}
 CPU=${CPU:-1}
 PAIR=${PAIR:-0,1}
 PEERS_ROUNDS=${PEERS_ROUNDS:-3}
+CHAIN_ROUNDS=${CHAIN_ROUNDS:-3}
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "ROUNDS must be a count of 1 to 99, not '$ROUNDS'"
 [[ $PEERS_ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "PEERS_ROUNDS must be a count of 1 to 99, not '$PEERS_ROUNDS'"
 [[ $CPU =~ ^[0-9]+$ ]] || bad_arg "CPU must be one CPU number, not '$CPU'"
 [[ $PAIR =~ ^[0-9]+,[0-9]+$ ]] || bad_arg "PAIR must be two CPU numbers as A,B, not '$PAIR'"
-for v in KEYBYTES MISSES PEERS; do
+[[ $CHAIN_ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "CHAIN_ROUNDS must be a count of 1 to 99, not '$CHAIN_ROUNDS'"
+for v in KEYBYTES MISSES PEERS CHAIN; do
     [[ ${!v:-0} =~ ^[01]$ ]] || bad_arg "$v must be 0 or 1, not '${!v}'"
 done
 
@@ -74,6 +80,9 @@ if [ "${MISSES:-0}" = 1 ]; then
 fi
 if [ "${PEERS:-0}" = 1 ]; then
     if ! command -v node >/dev/null || ! command -v npm >/dev/null; then die "PEERS=1: needs node and npm (scripts/deps.sh)"; fi
+fi
+if [ "${CHAIN:-0}" = 1 ] && [ -z "${CHASE:-}" ]; then
+    command -v cc >/dev/null || die "CHAIN=1: needs cc to build bench/chase.c (apt install gcc)"
 fi
 
 TMP=$(mktemp -d)
@@ -191,6 +200,14 @@ if [ "${PEERS:-0}" = 1 ]; then
     awk -F'|' '$1 ~ /^sluice \/ the peer/ { gsub(/[ x]/, "", $3); print $3 }' "$TMP/peers" >"$TMP/peers.rows"
     [ -s "$TMP/peers.rows" ] || die "bench/peers.sh printed no 'sluice / the peer at its best' row"
 fi
+if [ "${CHAIN:-0}" = 1 ]; then
+    mapfile -t e < <(with_env CHASE_MB L3_MB LOADS CHASE)
+    run_part "$TMP/chain" "${e[@]}" ROUNDS="$CHAIN_ROUNDS" CPU="$CPU" timeout 1800 "$ROOT/bench/chain.sh" "$BASE" "$NEW"
+    # medians table rows: "BUILD | hot | 1M | ns hot | ns 1M | DRAM ns | misses", base first
+    awk -F'|' -v b="$BASE" -v n="$NEW" 'NF == 7 { g = $1; gsub(/ /, "", g); if (g == b || g == n) { m = $7; gsub(/ /, "", m); print m } }' \
+        "$TMP/chain" | head -n 2 >"$TMP/chain.rows"
+    [ "$(wc -l <"$TMP/chain.rows")" -eq 2 ] || die "bench/chain.sh printed no 'misses by time' for both builds"
+fi
 
 echo "load after: $(cat /proc/loadavg)"
 python3 - "$TMP" "$ROUNDS" "${LL:-4194304,16,64}" "${N:-1000000}" <<'EOF'
@@ -244,6 +261,10 @@ if os.path.exists(f"{d}/misses.rows"):
     b, n = vals("misses.rows")
     row(f"LL misses a decision, {nkeys} keys, LL {ll}", b, n, n / b if b > 0 else None,
         "new <= base - 1", n <= b - 1, "bench/misses.sh")
+if os.path.exists(f"{d}/chain.rows"):
+    b, n = vals("chain.rows")
+    row("misses a 1M-key decision waits for, by time", b, n, n / b if b > 0 else None,
+        "new <= 1.1", n <= 1.1, "bench/chain.sh: (ns 1M - ns hot) / DRAM ns")
 if os.path.exists(f"{d}/peers.rows"):
     v = vals("peers.rows")[0]
     row("1M keys, new / rate-limiter-flexible's best", None, v, None, "new >= 10", v >= 10,

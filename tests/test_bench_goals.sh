@@ -34,6 +34,9 @@ if [ "$line" = FAIL ] || [ -z "$line" ]; then echo "stub: asked to fail" >&2; ex
 # shellcheck disable=SC2086 # the numbers, one word each
 set -- $line
 if [ $f = one ]; then h=$1 m=$2 fill=$3 sh=- ok=- os=-; else h=- m=- fill=- sh=19.00 ok="$1 (9.00)" os="$2 (10.00)"; fi
+# the real bench prints its "run" line on stderr (bench/chain.sh reads it)
+printf '  run %-16s hot %6s  many %6s  2thr hot -1.00 / -1.00  many -1.00  batched hot -1.00  many -1.00 M/s\n' \
+    token-bucket "$h" "$m" >&2
 cat <<TABLE
 sluice bench: 1.00 s per run, best of 1; 1000 hot keys, 1000000 many keys; keys "user:NNNNNN" (11 bytes)
 
@@ -89,10 +92,10 @@ TWO_N="28.50 30.00;27.00 30.00;29.00 29.00"
 fresh "$ONE_B" "$TWO_B" "$ONE_N" "$TWO_N"
 goals "$GOALS"
 expect "no argument: usage, exit 2" 2 \
-    "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS)"
+    "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS CHAIN)"
 goals "$GOALS" "$T/base" "$T/new" "$T/new"
 expect "three arguments: usage, exit 2" 2 \
-    "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS)"
+    "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS CHAIN)"
 goals ROUNDS=0 "$GOALS" "$T/base" "$T/new"
 expect "ROUNDS=0 refused, exit 2" 2 "bench/goals.sh: ROUNDS must be a count of 1 to 99, not '0'"
 goals ROUNDS=100 "$GOALS" "$T/base" "$T/new"
@@ -101,6 +104,10 @@ goals CPU=0,1 "$GOALS" "$T/base" "$T/new"
 expect "CPU=0,1 refused, exit 2" 2 "bench/goals.sh: CPU must be one CPU number, not '0,1'"
 goals KEYBYTES=yes "$GOALS" "$T/base" "$T/new"
 expect "KEYBYTES=yes refused, exit 2" 2 "bench/goals.sh: KEYBYTES must be 0 or 1, not 'yes'"
+goals CHAIN=yes "$GOALS" "$T/base" "$T/new"
+expect "CHAIN=yes refused, exit 2" 2 "bench/goals.sh: CHAIN must be 0 or 1, not 'yes'"
+goals CHAIN_ROUNDS=0 "$GOALS" "$T/base" "$T/new"
+expect "CHAIN_ROUNDS=0 refused, exit 2" 2 "bench/goals.sh: CHAIN_ROUNDS must be a count of 1 to 99, not '0'"
 goals "$GOALS" "$T/nothere" "$T/new"
 expect "missing build dir named, exit 1" 1 "bench/goals.sh: no build dir $T/nothere"
 rm "$T/new/bench/bench"
@@ -178,6 +185,27 @@ if [ "$got" = "$want" ]; then
     ok "table: medians, new/base, goals and verdicts"
 else
     bad "table: medians, new/base, goals and verdicts" "got:" "$got" "want:" "$want"
+fi
+
+# ---- CHAIN=1: bench/chain.sh's row, on the same stubs and a stub chase ------
+# goals' round 1 takes line 1 of one.vals, chain.sh's round 1 line 2 (base
+# then new): base 10 M/s hot, 1 M/s 1M -> (1000 - 100) / 150 = 6.00; new 20
+# and 5 -> (200 - 50) / 150 = 1.00
+cat >"$T/chase" <<'EOF'
+#!/bin/sh
+echo "chase: $1 MB, 4194304 lines, $2 dependent loads, 4 KB pages: 150.0 ns/load, cpu/wall 99 % (ended on line 7)"
+EOF
+chmod +x "$T/chase"
+fresh "11.00 1.00 1.50;10.00 1.00 1.50" "$TWO_B" "10.50 1.70 0.80;20.00 5.00 0.80" "$TWO_N"
+goals ROUNDS=1 CHAIN=1 CHAIN_ROUNDS=1 CHASE="$T/chase" CPU=0 PAIR=0,1 "$GOALS" "$T/base" "$T/new"
+want="misses a 1M-key decision waits for, by time | 6.000 | 1.000 | 0.167x | new <= 1.1 | yes | bench/chain.sh: (ns 1M - ns hot) / DRAM ns"
+got=$(grep '^misses a 1M-key' "$T/out" | sed 's/  */ /g')
+if [ "$rc" -eq 0 ] && [ "$got" = "$want" ] &&
+    grep -q "^+ env CHASE=$T/chase ROUNDS=1 CPU=0 timeout 1800 $ROOT/bench/chain.sh $T/base $T/new\$" "$T/out"; then
+    ok "CHAIN=1: chain.sh run with the builds, its misses in the table"
+else
+    bad "CHAIN=1: chain.sh run with the builds, its misses in the table" "exit $rc" "got: $got" "want: $want" \
+        "$(cat "$T/out")" "$(cat "$T/err")"
 fi
 
 # ---- a stub that fails, or prints no number ---------------------------------
