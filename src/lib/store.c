@@ -1590,10 +1590,14 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     uint8_t *tags = fit_tags(n); /* not yet published: plain stores */
     memset(tags, SL__TAG_FREE, n->cap);
     memset(tags + n->cap, SL__TAG_PAD, n->tagb - n->cap);
-    /* slots from `top` on are free and their meta still 0 (the block is
-     * zeroed): a record whose home is there goes home at once, the slots
-     * it passes get their free mark, the rest get theirs at the end */
-    uint32_t top = 0;
+    /* The records come nearly in the order of their new homes (fast range
+     * is monotone in the hash; only those displaced in the old block are
+     * not).  Slots [lo, top) hold records; slots from top on are free, their
+     * meta still 0 (the block is zeroed).  A record whose home is at or
+     * past top goes home, the slots it passes get their free mark (the
+     * rest get theirs at the end); one whose home is in [lo, top) goes to
+     * top, the run's first free slot; another is placed by a search. */
+    uint32_t lo = 0, top = 0;
     for (uint32_t j = 0; j < ocap; j++) {
         uint8_t *r = fit_slot(o, j);
         uint16_t m = sl__rec_meta(r);
@@ -1601,8 +1605,13 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
         uint64_t hash = rec_hash(sh, r);
         uint32_t k = home_in(hash, n->cap);
         if (k >= top) {
-            for (; top < k; top++) sl__st16(fit_slot(n, top), SL__FREE_MARK);
+            if (k > top) {
+                for (; top < k; top++) sl__st16(fit_slot(n, top), SL__FREE_MARK);
+                lo = k;
+            }
             top = k + 1;
+        } else if (k >= lo && top < n->cap) {
+            k = top++;
         } else {
             k = fit_free_from(n, k);
             if (k == top) top++;
