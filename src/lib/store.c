@@ -1501,6 +1501,40 @@ static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
     return ncap < mincap ? mincap : ncap;
 }
 
+/* The tags of slots k to k + 7 as a word, byte j being slot k + j (plain
+ * loads: a table not yet published). */
+static inline uint64_t fit_tags_at(const uint8_t *tags, uint32_t k)
+{
+    uint64_t x = sl__ld64(tags + k);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    x = __builtin_bswap64(x);
+#endif
+    return x;
+}
+
+/* The first free slot from slot k on (wrapping) of a table not yet
+ * published, of cap slots and tagb bytes of tags, on the tags eight at a
+ * time: first the eight from k (9 records in 10 of a rebuild find one
+ * there: one branch, well predicted), then aligned words.  The tags past
+ * the last slot are SL__TAG_PAD, never free.  The table must have a free
+ * slot. */
+static uint32_t fit_free_from(const uint8_t *tags, uint32_t tagb, uint32_t cap, uint32_t k)
+{
+    if (k + 8 <= tagb) {
+        uint64_t e = zero_bytes(fit_tags_at(tags, k) ^ SL__TAG_FREE * SL__B1);
+        if (e) return k + ((unsigned)__builtin_ctzll(e) >> 3);
+        k = k + 8 < cap ? k + 8 : 0;
+    }
+    uint32_t w = k >> 3, nw = (cap + 7) >> 3;
+    uint64_t from = ~0ull << (k & 7) * 8;
+    for (;;) {
+        uint64_t e = zero_bytes(fit_tags_at(tags, 8 * w) ^ SL__TAG_FREE * SL__B1) & from;
+        if (e) return w * 8 + ((unsigned)__builtin_ctzll(e) >> 3);
+        from = ~0ull;
+        if (++w == nw) w = 0;
+    }
+}
+
 /*
  * Rebuilds fitted table fi into a new block with room for `need` records
  * (sized for a load of SL__FIT_TO; tables under SL__FIT_SMALL slots at
@@ -1560,22 +1594,24 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     uint8_t *tags = fit_tags(n); /* not yet published: plain stores */
     memset(tags, SL__TAG_FREE, n->cap);
     memset(tags + n->cap, SL__TAG_PAD, n->tagb - n->cap);
-    for (uint32_t j = 0; j < n->cap; j++) sl__st16(fit_slot(n, j), SL__FREE_MARK);
+    /* the headers' fields in locals: the byte stores below may alias them */
+    uint32_t cap = n->cap, tagb = n->tagb, live = 0;
+    uint8_t *to = fit_slot(n, 0), *from = o ? fit_slot(o, 0) : NULL;
+    for (uint32_t j = 0; j < cap; j++) sl__st16(to + (size_t)j * rsize, SL__FREE_MARK);
     for (uint32_t j = 0; j < ocap; j++) {
-        uint8_t *r = fit_slot(o, j);
+        uint8_t *r = from + (size_t)j * rsize;
         uint16_t m = sl__rec_meta(r);
         if (!fit_live_meta(m)) continue;
         uint64_t hash = rec_hash(sh, r);
-        uint32_t k = home_in(hash, n->cap);
-        while (tags[k] != SL__TAG_FREE)
-            if (++k == n->cap) k = 0;
+        uint32_t k = fit_free_from(tags, tagb, cap, home_in(hash, cap));
         tags[k] = fit_tag(hash);
-        uint8_t *d = fit_slot(n, k);
+        uint8_t *d = to + (size_t)k * rsize;
         memcpy(d + 2, r + 2, rsize - 2);
         sl__st16(d, (uint16_t)(m & ~SL__REC_LOCK)); /* published with the block */
-        n->live++;
+        live++;
         sl__rec_meta_set(r, SL__TOMB_MARK); /* held for good */
     }
+    n->live = live;
     fit_publish(sh, fi, n);
     __atomic_store_n(&sh->fit_cap[fi], n->cap, __ATOMIC_RELAXED);
     sh->bytes += blk_cost(nb);
