@@ -6,13 +6,12 @@
  * fitted table under it, and checks every reply against the one a key
  * alone would get: a fixed window that never ends, so a key decided n
  * times before has LIMIT - n - 1 left after one more request, exactly.
- * Header only (static functions, as support/rng.h); include it after
+ * Header only (static inline functions, as support/rng.h); include it after
  * <cmocka.h>, "sluice.h" and "store.h".
  */
 #ifndef SL_TEST_FIT_DECIDERS_H
 #define SL_TEST_FIT_DECIDERS_H
 
-#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -68,7 +67,7 @@ static inline void decider_key(char *k, unsigned id, unsigned i)
  * allowed, or not LIMIT - base - round - 1 left, counts in d->bad (the
  * first one said in d->what).  Runs DECIDER_ROUNDS rounds, and on until
  * *d->done (at most 100 times as many). */
-static void *decider_loop(void *arg)
+static inline void *decider_loop(void *arg)
 {
     decider *d = arg;
     sl_params p = decider_params();
@@ -105,7 +104,7 @@ static inline void deciders_wait_started(decider *d, unsigned n)
  * fitted table or in the slab (sl__store_placed 1 or 2: a rebuild gives up
  * on a record another thread holds, by design).  Returns how many are in
  * the fitted table. */
-static unsigned deciders_check(sl_store *s, const decider *d, unsigned n)
+static inline unsigned deciders_check(sl_store *s, const decider *d, unsigned n)
 {
     for (unsigned t = 0; t < n; t++)
         if (d[t].bad) fail_msg("decider %u: %u wrong replies, first %s", t, d[t].bad, d[t].what);
