@@ -108,7 +108,7 @@ static void test_readers_while_purged(void **state)
                                one slice a stage: KEEP - 1 stages, a shrink each */
 #define STAGE_WIDE 4000     /* 30-byte keys a stage may add before its shrink: a
                                catch-all (~200 are needed; 4000 pass the bound) */
-#define SHRINK_TIMES 4      /* the scenario, each time on a new store: more shrinks
+#define SHRINK_TIMES 8      /* the scenario, each time on a new store: more shrinks
                                under the readers, more chances to catch one wrong */
 #define TRIES 100000        /* refusals of one key before giving up (a hang catch-all) */
 
