@@ -97,15 +97,6 @@ command -v python3 >/dev/null || die "needs python3 (for the table)"
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-# show CMD...: prints the command exactly as it will run, for a reader to rerun
-show() {
-    local a
-    printf '+'
-    for a in "$@"; do
-        if [[ $a =~ ^[A-Za-z0-9_./,:=+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
-    done
-    printf '\n'
-}
 # run WHAT OUT CMD...: CMD's stdout and stderr into OUT, or an error naming
 # WHAT and the command, with the end of its output
 run() {

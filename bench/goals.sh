@@ -88,15 +88,6 @@ fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-# show CMD...: prints the command exactly as it will run, for a reader to rerun
-show() {
-    local a
-    printf '+'
-    for a in "$@"; do
-        if [[ $a =~ ^[A-Za-z0-9_./,:=+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
-    done
-    printf '\n'
-}
 # table_cells FILE: bench/bench's tables as "section<TAB>header<TAB>value"
 # lines, one per column of the first token-bucket row under each table's
 # two header lines ("algorithm" and "details"); header = "line 1 / line 2".

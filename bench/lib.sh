@@ -20,6 +20,15 @@ die() {
     note "bench/$(basename "$0"): $*"
     exit 1
 }
+# show CMD...: prints "+ CMD", the command exactly as it will run, quoted where needed, for a reader to rerun
+show() {
+    local a
+    printf '+'
+    for a in "$@"; do
+        if [[ $a =~ ^[A-Za-z0-9_./,:=+@%-]+$ ]]; then printf ' %s' "$a"; else printf ' %q' "$a"; fi
+    done
+    printf '\n'
+}
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
