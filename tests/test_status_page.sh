@@ -134,6 +134,17 @@ cat >"$T/expect.json" <<EOF
           {"key": "api|path=/login", "denied": 1}]}
 EOF
 
+# the traffic's redis-cli connections closed, as the server sees it: the
+# page's header counts the clients per front (resp 0 expected); bounded
+resp_left=
+for n in $(seq 1 100); do
+    resp_left=$(curl -s "http://127.0.0.1:$HP/v1/status" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["clients"]["resp"])' 2>/dev/null)
+    [ "$resp_left" = 0 ] && break
+    sleep 0.1
+done
+if [ "$resp_left" = 0 ]; then ok "the traffic's RESP connections are closed"; else bad "the traffic's RESP connections are closed" "resp clients: '$resp_left'"; fi
+
 # ---- the browser ---------------------------------------------------------------
 rm -f "$ART/status.png"
 (cd "$NODE_DIR" && timeout 120 node status_page.js "http://127.0.0.1:$HP/" "$T/expect.json" \
