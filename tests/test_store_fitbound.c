@@ -21,6 +21,7 @@
 
 #include "sluice.h"
 #include "store.h"
+#include "support/fit_deciders.h"
 
 #define T0     1764000000000LL
 #define BOUND  (256u * 1024)
@@ -68,15 +69,7 @@ static void key(char *k, unsigned i, size_t n)
 
 static void stats(sl_store *s, sl_store_stats *st) { sl_store_stats_get(s, st); }
 
-static sl__fit_info info(sl_store *s, size_t klen)
-{
-    sl__fit_info fi;
-    sl__shard *sh = sl__store_shard_at(s, 0);
-    sl__shard_lock(sh);
-    sl__shard_fit_info(sh, SL_FIXED_WINDOW, klen, &fi);
-    sl__shard_unlock(sh);
-    return fi;
-}
+static sl__fit_info info(sl_store *s, size_t klen) { return fit_table_info(s, klen); }
 
 static void decide_ok(sl_store *s, const sl_params *p, const char *k, size_t n, int64_t t,
                       int64_t left)

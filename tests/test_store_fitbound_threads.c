@@ -40,15 +40,7 @@
 static _Atomic int churn_done;
 
 /* The fitted table of the deciders' keys (shard 0), as store.h sees it. */
-static sl__fit_info table_info(sl_store *s)
-{
-    sl__fit_info fi;
-    sl__shard *sh = sl__store_shard_at(s, 0);
-    sl__shard_lock(sh);
-    sl__shard_fit_info(sh, SL_FIXED_WINDOW, DECIDER_KLEN, &fi);
-    sl__shard_unlock(sh);
-    return fi;
-}
+static sl__fit_info table_info(sl_store *s) { return fit_table_info(s, DECIDER_KLEN); }
 
 static void *churn_loop(void *arg)
 {

@@ -45,6 +45,18 @@ typedef struct decider {
     char what[160];        /* the first wrong reply */
 } decider;
 
+/* Fitted table (fixed window, keys of klen bytes) of shard 0, as store.h
+ * sees it under the shard lock. */
+static inline sl__fit_info fit_table_info(sl_store *s, size_t klen)
+{
+    sl__fit_info fi;
+    sl__shard *sh = sl__store_shard_at(s, 0);
+    sl__shard_lock(sh);
+    sl__shard_fit_info(sh, SL_FIXED_WINDOW, klen, &fi);
+    sl__shard_unlock(sh);
+    return fi;
+}
+
 /* The one limit of every key of the tests: DECIDER_LIMIT in a window that
  * never ends. */
 static inline sl_params decider_params(void)
