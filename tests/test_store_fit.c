@@ -19,7 +19,10 @@
  *   - a snapshot of fitted, slab and wide records loads into 1 and 64
  *     shards, every key answering as before;
  *   - a bounded store keeps the old path (SL__FIT_BOUNDED): keys in the
- *     slab, the bound held.
+ *     slab, the bound held;
+ *   - small tables are spread (a record in 8 slots) while their block is
+ *     32 KB at most, then dense, every key kept; in a bounded shard spread
+ *     tables hold 1/16 of the budget at most.
  *
  * Readers while tables are rebuilt: test_store_fit_threads.c (TSan).
  */
@@ -481,6 +484,98 @@ static void test_bounded_store_slab(void **state)
     sl_store_free(s);
 }
 
+/* Shard 0's fitted table of token-bucket keys of klen bytes. */
+static sl__fit_info tb_table(sl_store *s, size_t klen)
+{
+    sl__fit_info fi;
+    sl__shard *sh = sl__store_shard_at(s, 0);
+    sl__shard_lock(sh);
+    sl__shard_fit_info(sh, SL_TOKEN_BUCKET, klen, &fi);
+    sl__shard_unlock(sh);
+    return fi;
+}
+
+/* The least a table's block can be: its slots and their tags. */
+static uint64_t table_least(const sl__fit_info *fi) { return (uint64_t)fi->cap * (fi->rsize + 1); }
+
+/* A small table is spread -- a slot in 8 holds a record, so records of
+ * different keys seldom share a cache line -- while its block is 32 KB at
+ * most; past that it is dense (within the load of 0.94); no key is lost
+ * on the way and every key answers from its own state. */
+static void test_spread_small_tables(void **state)
+{
+    (void)state;
+    sl_store *s = store_of(SL_LOCK_RECORD, 1, 0);
+    sl_params p = params_of(SL_TOKEN_BUCKET);
+    char k[16];
+    sl_result r;
+    unsigned spread_at = 0, dense_at = 0;
+    for (unsigned i = 0; i < 3000; i++) {
+        int n = snprintf(k, sizeof k, "s%07u", i);
+        assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0, 1, &r), 0);
+        sl__fit_info fi = tb_table(s, 8);
+        assert_int_equal(fi.live, i + 1);
+        if (fi.spread) {
+            assert_int_equal(fi.spread, 3);
+            assert_true((uint64_t)fi.live * 8 <= fi.cap);
+            assert_true((uint64_t)fi.cap * fi.rsize <= 32 * 1024);
+            assert_int_equal(dense_at, 0); /* never spread again once dense */
+            spread_at = i + 1;
+        } else {
+            assert_true((uint64_t)fi.live * 100 <= (uint64_t)fi.cap * 94);
+            if (!dense_at) dense_at = i + 1;
+        }
+    }
+    assert_true(spread_at >= 100); /* 100 keys fit a spread block of 32 KB */
+    assert_true(dense_at > spread_at && dense_at < 3000);
+    for (unsigned i = 0; i < 3000; i++) { /* a second decision on each: 7 - 2 left */
+        int n = snprintf(k, sizeof k, "s%07u", i);
+        assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0, 1, &r), 0);
+        assert_int_equal(r.remaining, 5);
+        assert_int_equal(sl__store_placed(s, SL_TOKEN_BUCKET, k, (size_t)n), 1);
+    }
+    sl_store_free(s);
+}
+
+/* In a bounded shard, spread tables hold 1/16 of the budget at most, and
+ * filling the store past its bound keeps the bound. */
+static void test_spread_bounded(void **state)
+{
+    (void)state;
+    const uint64_t bound = 256 * 1024;
+    sl_store *s = store_of(SL_LOCK_RECORD, 1, bound);
+    sl_params p = params_of(SL_TOKEN_BUCKET);
+    char k[64];
+    sl_result r;
+    static const size_t lens[] = {8, 12, 16, 20, 24, 28, 32, 36};
+    const unsigned nlens = sizeof lens / sizeof lens[0];
+    unsigned spread = 0;
+    for (unsigned round = 0; round < 2; round++) {
+        for (unsigned j = 0; j < nlens; j++) /* a few keys of each length */
+            for (unsigned i = 0; i < 5; i++) {
+                snprintf(k, sizeof k, "%0*u", (int)lens[j], round * 1000000u + j * 100u + i);
+                assert_int_equal(sl_decide(s, &p, k, lens[j], T0, 1, &r), 0);
+            }
+        uint64_t least = 0;
+        for (unsigned j = 0; j < nlens; j++) {
+            sl__fit_info fi = tb_table(s, lens[j]);
+            if (fi.spread) least += table_least(&fi), spread++;
+        }
+        assert_true(least * 16 <= bound);
+        for (unsigned i = 0; i < 20000 && round == 0; i++) { /* past the bound */
+            int n = snprintf(k, sizeof k, "b%07u", i);
+            assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0, 1, &r), 0);
+        }
+        sl_store_stats ss;
+        sl_store_stats_get(s, &ss);
+        assert_true(ss.bytes <= bound);
+    }
+    assert_true(spread > 0); /* the first tables were spread */
+    sl__fit_info fi = tb_table(s, 8);
+    assert_int_equal(fi.spread, 0); /* the big one is dense */
+    sl_store_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -496,6 +591,8 @@ int main(void)
         cmocka_unit_test(test_snapshot_reload),
         cmocka_unit_test(test_expire_fitted),
         cmocka_unit_test(test_bounded_store_slab),
+        cmocka_unit_test(test_spread_small_tables),
+        cmocka_unit_test(test_spread_bounded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -832,7 +832,7 @@ typedef struct fit_tbl {
     uint32_t tomb;  /* tombstones (shard lock) */
     uint32_t tagb;  /* bytes of tags before the slots: fit_tagb(cap) when made;
                        a shrink in place (fit_purge) keeps it, slots keep their place */
-    uint32_t spare;
+    uint32_t spread; /* 0, or SL__FIT_SPREAD: a small table, spread (fit_ecap) */
     size_t blk;     /* the block's size for blk_cost / blk_free / limbo_add
                        (fit_bytes when made; less after a shrink in place) */
     uint8_t pad[32]; /* the tags, then the slots, start on a cache line */
@@ -858,6 +858,11 @@ typedef struct fit_tbl {
 #define SL__FIT_SHRINK   8u    /* bounded: a table of which 1/8 or more are tombstones
                                   shrinks in place when the shard needs room */
 #define SL__FIT_DIRTY    0x81u /* a purge's tag for a record not yet placed again */
+#ifndef SL__FIT_SPREAD
+#define SL__FIT_SPREAD   3u    /* log2: a spread table has 2^3 slots for each its load counts */
+#endif
+#define SL__FIT_SPREAD_MAX   (32u * 1024) /* bytes: a table is spread only this small */
+#define SL__FIT_SPREAD_SHARE 16u /* bounded: spread tables hold 1/16 of the budget at most */
 #ifndef SL__FIT_BOUNDED
 #define SL__FIT_BOUNDED  1     /* bounded stores use fitted tables too (docs/store.md,
                                   "Fitted tables", "Bounded stores"); 0: the old path */
@@ -900,6 +905,10 @@ static inline uint32_t fit_index(const fit_tbl *t, const uint8_t *r)
 {
     return (uint32_t)((size_t)(r - fit_slot(t, 0)) / t->rsize);
 }
+/* The slots table t's load counts: all of them, or for a spread table
+ * (fit_spread_ok) one in 2^SL__FIT_SPREAD -- a record of one key then
+ * seldom shares a cache line with another's. */
+static inline uint32_t fit_ecap(const fit_tbl *t) { return t->cap >> t->spread; }
 static inline uint8_t fit_tag(uint64_t hash) { return (uint8_t)((hash >> 40) & 0x7f); }
 /* Sets slot i's tag in a published table (readers load the tags without
  * the lock: an atomic store). */
@@ -1492,12 +1501,40 @@ static inline uint64_t fit_mincap(uint64_t need)
     return need * SL__FIT_LOAD_DEN / SL__FIT_LOAD_NUM + 1;
 }
 
+/*
+ * Whether fitted table fi of shard sh may be rebuilt spread, as a block of
+ * scap slots of rsize bytes (`left`: room_fit): its block is small
+ * (SL__FIT_SPREAD_MAX) and, in a bounded shard, fits in a quarter of the
+ * room left, and with the shard's other spread tables within
+ * 1/SL__FIT_SPREAD_SHARE of the budget.  Why: two threads deciding on
+ * their own keys write records that in a dense table share cache lines,
+ * which then go back and forth between their cores at every decision
+ * (two threads on their own 1,000 keys of one store: 0.80 of two stores
+ * dense, 0.95 spread, docs/store.md).  A big table is mostly not in
+ * cache and stays dense (the bytes a key costs); a bounded shard short of
+ * room gives the spread bytes back first (fit_free_room shrinks tables in
+ * place, dense).  Shard lock held; O(SL__NFIT).
+ */
+static int fit_spread_ok(const sl__shard *sh, unsigned fi, uint64_t scap, uint32_t rsize,
+                         uint64_t left)
+{
+    if (!SL__FIT_SPREAD || scap > (1u << 20) || (fit_bytes((uint32_t)scap, rsize) & ~SL__BLK_MAP) > SL__FIT_SPREAD_MAX)
+        return 0;
+    if (!sh->budget) return 1;
+    uint64_t cost = blk_cost(fit_bytes((uint32_t)scap, rsize)), held = cost;
+    if (cost > left / 4) return 0;
+    for (unsigned f = 0; f < SL__NFIT; f++)
+        if (f != fi && sh->fit[f] && sh->fit[f]->spread) held += blk_cost(sh->fit[f]->blk);
+    return held * SL__FIT_SPREAD_SHARE <= sh->budget;
+}
+
 /* The slots a rebuild of o (or a new table) gives for `need` records. */
 static uint64_t fit_cap_for(const fit_tbl *o, uint32_t need)
 {
     uint64_t mincap = fit_mincap(need);
     uint64_t ncap = (uint64_t)need * SL__FIT_TO_DEN / SL__FIT_TO_NUM + 1;
-    if (o && o->cap < SL__FIT_SMALL && ncap < 2ull * o->cap && need > o->live) ncap = 2ull * o->cap;
+    uint64_t ocap = o ? fit_ecap(o) : 0;
+    if (o && ocap < SL__FIT_SMALL && ncap < 2 * ocap && need > o->live) ncap = 2 * ocap;
     if (ncap < SL__FIT_MIN) ncap = SL__FIT_MIN;
     return ncap < mincap ? mincap : ncap;
 }
@@ -1558,13 +1595,16 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     uint32_t rsize = fit_rsize_of(fi);
     uint64_t mincap = fit_mincap(need);
     uint64_t ncap = fit_cap_for(o, need);
+    uint64_t ocost = o ? blk_cost(o->blk) : 0;
+    uint64_t left = room_fit(sh);
+    unsigned spread = fit_spread_ok(sh, fi, ncap << SL__FIT_SPREAD, rsize, left) ? SL__FIT_SPREAD : 0;
+    ncap <<= spread;
     if (!grow) {
         if (!o || mincap > o->cap) return -1;
+        if (spread && (mincap << spread) > o->cap) ncap >>= spread, spread = 0;
         if (ncap > o->cap) ncap = o->cap;
     }
     if (ncap > (1u << 28)) return -1;
-    uint64_t ocost = o ? blk_cost(o->blk) : 0;
-    uint64_t left = room_fit(sh);
     if (sh->budget && blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left && limbo_flush(sh))
         left = room_fit(sh);
     if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits */
@@ -1589,6 +1629,7 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
         return -1;
     }
     n->cap = (uint32_t)ncap;
+    n->spread = spread;
     n->rsize = rsize;
     n->tagb = fit_tagb(n->cap);
     n->blk = nb;
@@ -1717,6 +1758,7 @@ static int fit_purge(sl__shard *sh, unsigned fi, uint32_t ncap)
     t->tomb = 0;
     if (ncap < cap) {
         t->cap = ncap;
+        t->spread = 0; /* fit_purge's callers size ncap for a dense table */
         if (t->blk >= SL__MAP_MIN) { /* mapped (SL__BLK_MAP too): unmap the tail */
             size_t pg = os_page(), nb = sizeof(fit_tbl) + t->tagb + (size_t)ncap * rsize;
             size_t ob = (t->blk & ~SL__BLK_MAP) + pg - 1, keep = nb + pg - 1;
@@ -1759,7 +1801,7 @@ static int fit_shrink_some(sl__shard *sh)
  * or not: so one record dropped always makes room for one). */
 static inline int fit_live_ok(const fit_tbl *t)
 {
-    return (uint64_t)(t->live + 1) * SL__FIT_LOAD_DEN <= (uint64_t)t->cap * SL__FIT_LOAD_NUM;
+    return (uint64_t)(t->live + 1) * SL__FIT_LOAD_DEN <= (uint64_t)fit_ecap(t) * SL__FIT_LOAD_NUM;
 }
 
 /* Whether fitted table t may take one more record in a free slot: live +
@@ -1768,7 +1810,7 @@ static inline int fit_live_ok(const fit_tbl *t)
  * when only the tombstones stand in the way: at least 3 % of the slots). */
 static inline int fit_free_ok(const sl__shard *sh, const fit_tbl *t)
 {
-    uint64_t cap = t->cap, live = t->live, tomb = t->tomb;
+    uint64_t cap = fit_ecap(t), live = t->live, tomb = t->tomb;
     if (!sh->budget) return (live + tomb + 1) * SL__FIT_LOAD_DEN <= cap * SL__FIT_LOAD_NUM;
     return fit_live_ok(t) && (live + tomb + 1) * SL__FIT_LOAD_DEN <= cap * SL__FIT_HARD_NUM;
 }
@@ -1834,7 +1876,7 @@ static uint8_t *fit_place(sl__shard *sh, unsigned fi, uint64_t hash, int rebuild
         return fit_place(sh, fi, hash, 0);
     uint32_t need = t ? t->live + 1 : 1;
     if (fit_rebuild(sh, fi, need, 1) == 0 ||
-        (t && (uint64_t)t->tomb * 10 >= t->cap && fit_rebuild(sh, fi, need, 0) == 0))
+        (t && (uint64_t)t->tomb * 10 >= fit_ecap(t) && fit_rebuild(sh, fi, need, 0) == 0))
         return fit_place(sh, fi, hash, 0);
     return NULL;
 }
@@ -3500,6 +3542,7 @@ void sl__shard_fit_info(const sl__shard *sh, unsigned kind, size_t klen, sl__fit
     out->live = t->live;
     out->tomb = t->tomb;
     out->rsize = t->rsize;
+    out->spread = t->spread;
     out->slot0 = fit_slot(t, 0);
 }
 

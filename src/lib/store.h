@@ -444,6 +444,8 @@ int sl__store_placed(sl_store *s, unsigned kind, const void *key, size_t klen);
  * tombstones, and the grace periods the shard waited to reuse one. */
 typedef struct sl__fit_info {
     uint32_t cap, live, tomb, rsize;
+    uint32_t spread; /* log2 of the slots a record has in a spread table (store.c,
+                        fit_spread_ok); 0: dense */
     const uint8_t *slot0;
     uint64_t graces;
     uint64_t purges; /* the shard's purges and shrinks in place (store.c, fit_purge) */
