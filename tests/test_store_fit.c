@@ -41,6 +41,7 @@
 #include "engine.h"
 #include "sluice.h"
 #include "store.h"
+#include "support/fit_info.h"
 
 #define T0 1764000000000LL
 
@@ -485,15 +486,7 @@ static void test_bounded_store_slab(void **state)
 }
 
 /* Shard 0's fitted table of token-bucket keys of klen bytes. */
-static sl__fit_info tb_table(sl_store *s, size_t klen)
-{
-    sl__fit_info fi;
-    sl__shard *sh = sl__store_shard_at(s, 0);
-    sl__shard_lock(sh);
-    sl__shard_fit_info(sh, SL_TOKEN_BUCKET, klen, &fi);
-    sl__shard_unlock(sh);
-    return fi;
-}
+static sl__fit_info tb_table(sl_store *s, size_t klen) { return fit_info_of(s, SL_TOKEN_BUCKET, klen); }
 
 /* The least a table's block can be: its slots and their tags. */
 static uint64_t table_least(const sl__fit_info *fi) { return (uint64_t)fi->cap * (fi->rsize + 1); }

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "fit_info.h"
+
 /* Rounds of a decider at the least: fewer under a sanitizer (slower). */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define DECIDER_ROUNDS 60
@@ -49,12 +51,7 @@ typedef struct decider {
  * sees it under the shard lock. */
 static inline sl__fit_info fit_table_info(sl_store *s, size_t klen)
 {
-    sl__fit_info fi;
-    sl__shard *sh = sl__store_shard_at(s, 0);
-    sl__shard_lock(sh);
-    sl__shard_fit_info(sh, SL_FIXED_WINDOW, klen, &fi);
-    sl__shard_unlock(sh);
-    return fi;
+    return fit_info_of(s, SL_FIXED_WINDOW, klen);
 }
 
 /* The one limit of every key of the tests: DECIDER_LIMIT in a window that
