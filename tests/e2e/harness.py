@@ -88,6 +88,46 @@ def deadline(seconds):
     return time.monotonic() + seconds * SLOW
 
 
+def wait_window_room(unit_s, need_s):
+    """Returns once the current wall-clock window of `unit_s` seconds has at
+    least `need_s` seconds left, so that calls a test makes within need_s of
+    the return all count in one window.  Windows are aligned to t = 0 (SPEC
+    §2's fixed-window; the rules' units: 1 second, 60 minute, 3600 hour,
+    86400 day), so sluiced's counter resets on the second, minute, hour or
+    day: a test that asserts counts or `remaining` across calls of such a
+    window must call this first, or its calls can straddle a boundary and
+    see a fresh counter.
+
+    need_s is scaled by SLOW (sanitizer builds run slower) and then capped
+    at 3/4 of unit_s, so that it can always be met; a 1 s window thus gives
+    at most 0.75 s, too little under load: such a test should count on a
+    longer unit where its point allows.
+
+    Waits only through the current window's last `need` seconds and returns
+    at the start of the next window: never longer than need (plus the sleep
+    granularity, 0.05 s) -- also for hour and day windows, where waiting
+    for a fresh window is cheap only near its end, which is the one case in
+    which this waits.  Returns at once otherwise.
+
+    Windows nest (60 divides 3600 divides 86400): room left in the minute
+    is as much room left in the hour and the day, so one guard on the
+    shortest unit a test counts on covers its longer ones.
+
+    Returns the wall-clock time (seconds since the epoch) at which the
+    window ends: a caller may check that its calls ended before it.
+
+    Not for a server deciding at a time the request carries (`AT t`,
+    `&at=`, BASE with --trust-client-time): its windows do not move with
+    the wall clock, and such tests need no guard."""
+    need = min(need_s * SLOW, unit_s * 0.75)
+    while True:
+        now = time.time()
+        left = unit_s - now % unit_s
+        if left >= need:
+            return now + left
+        time.sleep(min(left + 0.005, 0.05))
+
+
 def spec_dir():
     """The spec folder: $SLUICE_SPEC_DIR when set (and only it, as
     tests/run.sh), else beside the repo, else /work/shared/spec."""
