@@ -88,6 +88,11 @@ def deadline(seconds):
     return time.monotonic() + seconds * SLOW
 
 
+# How far sluiced's clock may be from this process's: it reads the time once
+# per loop turn, as the wall clock at its start plus the monotonic clock.
+WINDOW_SLACK = 0.25 * SLOW
+
+
 def wait_window_room(unit_s, need_s):
     """Returns once the current wall-clock window of `unit_s` seconds has at
     least `need_s` seconds left, so that calls a test makes within need_s of
@@ -101,13 +106,15 @@ def wait_window_room(unit_s, need_s):
     need_s is scaled by SLOW (sanitizer builds run slower) and then capped
     at 3/4 of unit_s, so that it can always be met; a 1 s window thus gives
     at most 0.75 s, too little under load: such a test should count on a
-    longer unit where its point allows.
+    longer unit where its point allows.  Besides the need, WINDOW_SLACK
+    (at most a tenth of the unit) is kept on both sides of a boundary, for
+    sluiced's clock may read a little behind or ahead of this process's.
 
-    Waits only through the current window's last `need` seconds and returns
-    at the start of the next window: never longer than need (plus the sleep
-    granularity, 0.05 s) -- also for hour and day windows, where waiting
-    for a fresh window is cheap only near its end, which is the one case in
-    which this waits.  Returns at once otherwise.
+    Waits only through the current window's last need (and the next one's
+    first slack) and returns early in the next window: never longer than
+    need + 2 slack -- also for hour and day windows, where a fresh window is
+    cheap to wait for only near the end of one, the one case in which this
+    waits.  Returns at once otherwise.
 
     Windows nest (60 divides 3600 divides 86400): room left in the minute
     is as much room left in the hour and the day, so one guard on the
@@ -120,12 +127,16 @@ def wait_window_room(unit_s, need_s):
     `&at=`, BASE with --trust-client-time): its windows do not move with
     the wall clock, and such tests need no guard."""
     need = min(need_s * SLOW, unit_s * 0.75)
+    slack = min(WINDOW_SLACK, unit_s * 0.1)
     while True:
         now = time.time()
-        left = unit_s - now % unit_s
-        if left >= need:
+        into = now % unit_s
+        left = unit_s - into
+        if into >= slack and left >= need + slack:
             return now + left
-        time.sleep(min(left + 0.005, 0.05))
+        # past the need: sleep to just after the boundary (+ slack)
+        wake = left + slack if left < need + slack else slack - into
+        time.sleep(min(max(wake, 0.005), 0.05))
 
 
 def spec_dir():
