@@ -34,6 +34,10 @@ in the future: every window of the tests divides it (so window boundaries
 fall where the spec vectors expect them), and the server's active expiry,
 which runs on its wall clock, never finds such a key finished.  Such a
 server is started with `--max-client-skew 7d` so that it accepts them.
+A test that decides at the server's own clock instead (rules over gRPC,
+forward-auth, no AT) and counts across calls of a fixed window calls
+wait_window_room(unit_s, need_s) first: windows start on the second,
+minute, hour and day, and calls straddling one see a fresh counter.
 """
 
 import os
