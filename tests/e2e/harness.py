@@ -34,6 +34,10 @@ in the future: every window of the tests divides it (so window boundaries
 fall where the spec vectors expect them), and the server's active expiry,
 which runs on its wall clock, never finds such a key finished.  Such a
 server is started with `--max-client-skew 7d` so that it accepts them.
+A test that decides at the server's own clock instead (rules over gRPC,
+forward-auth, no AT) and counts across calls of a fixed window calls
+wait_window_room(unit_s, need_s) first: windows start on the second,
+minute, hour and day, and calls straddling one see a fresh counter.
 """
 
 import os
@@ -86,6 +90,57 @@ CRASH_SIGNALS = (signal.SIGSEGV, signal.SIGABRT, signal.SIGBUS, signal.SIGFPE, s
 def deadline(seconds):
     """A monotonic deadline `seconds` (scaled for sanitizers) from now."""
     return time.monotonic() + seconds * SLOW
+
+
+# How far sluiced's clock may be from this process's: it reads the time once
+# per loop turn, as the wall clock at its start plus the monotonic clock.
+WINDOW_SLACK = 0.25 * SLOW
+
+
+def wait_window_room(unit_s, need_s):
+    """Returns once the current wall-clock window of `unit_s` seconds has at
+    least `need_s` seconds left, so that calls a test makes within need_s of
+    the return all count in one window.  Windows are aligned to t = 0 (SPEC
+    §2's fixed-window; the rules' units: 1 second, 60 minute, 3600 hour,
+    86400 day), so sluiced's counter resets on the second, minute, hour or
+    day: a test that asserts counts or `remaining` across calls of such a
+    window must call this first, or its calls can straddle a boundary and
+    see a fresh counter.
+
+    need_s is scaled by SLOW (sanitizer builds run slower) and then capped
+    at 3/4 of unit_s, so that it can always be met; a 1 s window thus gives
+    at most 0.75 s, too little under load: such a test should count on a
+    longer unit where its point allows.  Besides the need, WINDOW_SLACK
+    (at most a tenth of the unit) is kept on both sides of a boundary, for
+    sluiced's clock may read a little behind or ahead of this process's.
+
+    Waits only through the current window's last need (and the next one's
+    first slack) and returns early in the next window: never longer than
+    need + 2 slack -- also for hour and day windows, where a fresh window is
+    cheap to wait for only near the end of one, the one case in which this
+    waits.  Returns at once otherwise.
+
+    Windows nest (60 divides 3600 divides 86400): room left in the minute
+    is as much room left in the hour and the day, so one guard on the
+    shortest unit a test counts on covers its longer ones.
+
+    Returns the wall-clock time (seconds since the epoch) at which the
+    window ends: a caller may check that its calls ended before it.
+
+    Not for a server deciding at a time the request carries (`AT t`,
+    `&at=`, BASE with --trust-client-time): its windows do not move with
+    the wall clock, and such tests need no guard."""
+    need = min(need_s * SLOW, unit_s * 0.75)
+    slack = min(WINDOW_SLACK, unit_s * 0.1)
+    while True:
+        now = time.time()
+        into = now % unit_s
+        left = unit_s - into
+        if into >= slack and left >= need + slack:
+            return now + left
+        # past the need: sleep to just after the boundary (+ slack)
+        wake = left + slack if left < need + slack else slack - into
+        time.sleep(min(max(wake, 0.005), 0.05))
 
 
 def spec_dir():

@@ -188,16 +188,6 @@ def diff(want, got):
     return "; ".join(re.sub(r"\s+", " ", l) for l in out)
 
 
-def wait_window(unit_s, need_s):
-    """Waits (bounded: one window) until the current window of unit_s seconds
-    has at least need_s seconds left, so that a sequence of calls counts in
-    one window."""
-    need_s = min(need_s * SLOW, unit_s * 0.75)
-    until = time.time() + unit_s + 1
-    while unit_s - time.time() % unit_s < need_s and time.time() < until:
-        time.sleep(0.1)
-
-
 @contextlib.contextmanager
 def environment(**kw):
     saved = {k: os.environ.get(k) for k in kw}
@@ -306,7 +296,7 @@ class TestIntegration(EnvoyCase):
         """integration_test.go testBasicBaseConfig: 25 hits on another key2=random
         (20/minute): 19..0 left, then OVER_LIMIT with 0 left."""
         v = uniq()
-        wait_window(60, 5)  # 25 calls at most: well within 5 s
+        harness.wait_window_room(60, 5)  # 25 calls at most: well within 5 s
         for i in range(25):
             code, left = (OVER, 0) if i >= 20 else (OK, 20 - (i + 1))
             self.expect(req("another", [(self.k("key2"), v)], hits=1),
@@ -318,7 +308,7 @@ class TestIntegration(EnvoyCase):
         keeps counting (or, with STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT,
         stays at 10 left)."""
         v = uniq()
-        wait_window(60, 5)  # 25 calls at most: well within 5 s
+        harness.wait_window_room(60, 5)  # 25 calls at most: well within 5 s
         for i in range(15):
             code, left1, left2 = OK, 20 - (i + 1), 10 - (i + 1)
             if i >= 10:
@@ -332,6 +322,7 @@ class TestIntegration(EnvoyCase):
     def test_TestBasicConfig_duration_until_reset(self):
         """integration_test.go testBasicBaseConfig: key4=durTest (20/day) twice,
         2 s apart: the reset counts down in whole seconds."""
+        harness.wait_window_room(86400, 5)  # 19 then 18 left: both calls in one day
         a = self.expect(req("another", [(self.k("key4"), "durTest")], hits=1),
                         resp(OK, st(OK, 20, DAY, 19)))
         time.sleep(2)
@@ -345,7 +336,7 @@ class TestIntegration(EnvoyCase):
         """integration_test.go testShareThreshold: files/* shares one 10/hour
         counter (files/b.csv after 10 of files/a.pdf is OVER_LIMIT);
         files_no_share/* counts each value apart (9 left each)."""
-        wait_window(3600, 30)
+        harness.wait_window_room(3600, 30)
         for i in range(10):
             self.expect(req("share-threshold-test", [("files", "files/a.pdf")], hits=1),
                         resp(OK, st(OK, 10, HOUR, 9 - i)), "hit %d" % (i + 1))
@@ -413,7 +404,7 @@ class TestIntegrationStopCacheKeyIncrementEnv(EnvoyCase):
         environment."""
         self.serve(LYFT_INTEGRATION, env={"STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT": "true"})
         v = uniq()
-        wait_window(60, 5)  # 25 calls at most: well within 5 s
+        harness.wait_window_room(60, 5)  # 25 calls at most: well within 5 s
         for i in range(12):
             code, left1, left2 = OK, 20 - (i + 1), 10 - (i + 1)
             if i >= 10:
@@ -557,7 +548,7 @@ class TestConfigCounting(EnvoyCase):
         difference kept on purpose (docs/migrating-from-envoy-ratelimit.md);
         the case asked 40 then and so failed from 00:00 to 01:00 UTC."""
         self.serve(os.path.join(FIX, "basic_config"))
-        wait_window(3600, 20)
+        harness.wait_window_room(3600, 20)
         e = [("key1", "value1"), ("subkey1", "something")]
         self.expect(req("test-domain", e, hits=1, overrides=[(10, DAY)]),
                     resp(OK, st(OK, 10, DAY, 9)))
@@ -573,7 +564,7 @@ class TestConfigCounting(EnvoyCase):
         counted (the peer's cache key is then "test-domain_<window>"); in
         an unknown domain (TestConfigLimitOverride's first row) no limit."""
         self.serve(os.path.join(FIX, "basic_config"))
-        wait_window(60, 5)
+        harness.wait_window_room(60, 5)
         self.expect(req("test-domain", [], overrides=[(5, MINUTE)]), resp(OK, st(OK, 5, MINUTE, 4)))
         self.expect(req("test-domain", [], overrides=[(5, MINUTE)]), resp(OK, st(OK, 5, MINUTE, 3)))
         self.expect(req("foo_domain", [], overrides=[(5, MINUTE)]), resp(OK, NONE))
@@ -592,7 +583,7 @@ class TestConfigCounting(EnvoyCase):
         """config_test.go TestWildcardConfig: wild=foo1 and wild=foo2 match one
         rule (foo*) but, without share_threshold, count apart."""
         self.serve(os.path.join(FIX, "wildcard"))
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         self.expect(req("test-domain", [("wild", "foo1")], hits=1), resp(OK, st(OK, 20, MINUTE, 19)))
         self.expect(req("test-domain", [("wild", "foo2")], hits=1), resp(OK, st(OK, 20, MINUTE, 19)))
         self.expect(req("test-domain", [("wild", "foo1")], hits=1), resp(OK, st(OK, 20, MINUTE, 18)))
@@ -602,7 +593,7 @@ class TestConfigCounting(EnvoyCase):
         share_threshold wildcard share one counter (trailing, nested, middle
         and multiple *); an explicit value keeps its own limit."""
         self.serve(os.path.join(FIX, "share_threshold"))
-        wait_window(3600, 20)
+        harness.wait_window_room(3600, 20)
         rows = [([("files", "files/a.pdf")], 100, 99), ([("files", "files/b.csv")], 100, 98),
                 ([("nested", "parent"), ("files", "nested/x")], 200, 199),
                 ([("nested", "parent"), ("files", "nested/y")], 200, 198),
@@ -773,7 +764,7 @@ class TestConfigGetLimit(SharedEnvoyCase):
         """config_test.go TestWildcardStatsBehavior: foo* and foo*bar* with no
         flag, value_to_metric, share_threshold (one counter for every value),
         both, and value_to_metric on a child."""
-        wait_window(60, 3)  # s and sv: two calls in one minute
+        harness.wait_window_room(60, 3)  # s and sv: two calls in one minute
         self.rows("wsb", [
             ([("w", "foo1")], st(OK, 20, MINUTE, 19)),
             ([("w", "foo2")], st(OK, 20, MINUTE, 19)),
@@ -799,7 +790,7 @@ class TestShareThresholdMore(SharedEnvoyCase):
     RULES = os.path.join(FIX, "share_more")
 
     def test_TestShareThreshold_more(self):
-        wait_window(3600, 20)
+        harness.wait_window_room(3600, 20)
         self.rows("test-domain", [
             ([("files", "files/c.txt")], st(OK, 100, HOUR, 99)),
             ([("files", "top/file1.txt"), ("files", "nested/file1.txt")],
@@ -887,7 +878,7 @@ class TestReadmeExamples(SharedEnvoyCase):
         4 left after one hit of its own, in that second or the next)."""
         k1 = [("key_1", "value_1"), ("user", "bkthomps")]
         k2 = [("key_2", "value_2"), ("user", "bkthomps")]
-        wait_window(1, 0.5)
+        harness.wait_window_room(1, 0.5)
         self.expect(req("example7", k1, k2, hits=1), resp(OK, NONE, st(OK, 10, SECOND, 9)),
                     "replaced")
         self.expect(req("example7", k1, hits=1),
@@ -924,7 +915,7 @@ class TestReadmeExamples(SharedEnvoyCase):
         """files/*: 5 of files/a.pdf and 5 of files/b.csv spend the shared 10,
         files/c.txt is then over; files_no_share/*: 10 of one value leave
         another its own 10."""
-        wait_window(3600, 20)
+        harness.wait_window_room(3600, 20)
         for i, v in enumerate(["files/a.pdf"] * 5 + ["files/b.csv"] * 5):
             self.expect(req("example11", [("files", v)], hits=1),
                         resp(OK, st(OK, 10, HOUR, 9 - i)), "hit %d" % (i + 1))
@@ -949,7 +940,7 @@ FB, HW = [("foo", "bar")], [("hello", "world")]
 class TestService(EnvoyCase):
     def over_fb(self, domain="different-domain"):
         """foo=bar (10/minute) at its limit, so the next hit is over."""
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         self.charge(domain, FB, 10)
 
     def test_TestService(self):
@@ -993,7 +984,7 @@ class TestService(EnvoyCase):
         """ratelimit_test.go TestRuleShadowMode: both limits shadow, both over:
         OK statuses with 0 left, overall OK."""
         self.serve(SERVICE)
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         self.charge("shadow-domain", FB, 10)
         self.charge("shadow-domain", HW, 10)
         self.expect(req("shadow-domain", FB, HW, hits=1),
@@ -1003,7 +994,7 @@ class TestService(EnvoyCase):
         """ratelimit_test.go TestMixedRuleShadowMode: a shadow limit over is
         OK, a plain one over is OVER_LIMIT, overall OVER_LIMIT."""
         self.serve(SERVICE)
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         self.charge("shadow-domain", FB, 10)
         self.charge("shadow-domain", [("plain", "world")], 10)
         self.expect(req("shadow-domain", FB, [("plain", "world")], hits=1),
@@ -1011,7 +1002,7 @@ class TestService(EnvoyCase):
 
     def headers_case(self, names, *flags, env=None):
         self.serve(SERVICE, *flags, env=env)
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         self.charge("different-domain", [("anon", "bar")], 10)
         self.expect(req("different-domain", [("anon", "bar")], HW, hits=1),
                     resp(OVER, st(OVER, 10, MINUTE, 0), NONE,
@@ -1057,7 +1048,7 @@ class TestService(EnvoyCase):
         """ratelimit.go shouldRateLimitWorker: without a denial the headers
         show the descriptor with the fewest left."""
         self.serve(SERVICE, "--limit-response-headers-enabled=yes")
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         self.charge("different-domain", [("anon", "bar")], 6)
         self.expect(req("different-domain", FB, [("anon", "bar")], hits=1),
                     resp(OK, st(OK, 10, MINUTE, 9, name="key_name"), st(OK, 10, MINUTE, 3),
@@ -1083,7 +1074,7 @@ class TestService(EnvoyCase):
             got = c.cmd("RL.RULES", "RELOAD")
         self.assertIsInstance(got, harness.RespError, got)
         self.assertIn("keeps serving", str(got))
-        wait_window(60, 5)
+        harness.wait_window_room(60, 5)
         self.charge("different-domain", FB, 10)
         self.expect(req("different-domain", HW, FB, hits=1),
                     resp(OVER, NONE, st(OVER, 10, MINUTE, 0, name="key_name")))
@@ -1118,7 +1109,7 @@ class TestService(EnvoyCase):
 
     def quota(self, *flags, env=None, over=()):
         self.serve(QUOTA, *flags, env=env)
-        wait_window(60, 10)
+        harness.wait_window_room(60, 10)
         for entries, n in over:
             self.charge("quota-domain", entries, n)
 
@@ -1241,7 +1232,7 @@ class TestFixedCache(EnvoyCase):
 
     def setUp(self):
         self.serve(FIXED, *self.FLAGS)
-        wait_window(60, 15)
+        harness.wait_window_room(60, 15)
 
     def test_TestRedis_hits(self):
         """fixed_cache_impl_test.go testRedis: key=value at 4, one hit -> 5 left."""
@@ -1304,7 +1295,7 @@ class TestFixedCache(EnvoyCase):
         base_limiter_test.go TestGetResponseStatus*ShadowMode: a shadow_mode
         limit (15/hour, key12 here) from 10: OK 4 left, OK 2 left, then over
         it OK with 0 left, twice (the local cache's answer is the same)."""
-        wait_window(3600, 15)
+        harness.wait_window_room(3600, 15)
         e = [("key12", "value12")]
         self.charge(D, e, 10)
         self.expect(req(D, e, hits=1), resp(OK, st(OK, 15, HOUR, 4)))
@@ -1337,7 +1328,7 @@ class TestFixedCache(EnvoyCase):
         self.expect(req(D, [("key4", "value4")], dhits=[1]), resp(OVER, st(OVER, 15, HOUR, 0)))
 
     def precharge_45(self):
-        wait_window(3600, 15)
+        harness.wait_window_room(3600, 15)
         self.charge(D, [("key4", "value4")], 10)
         self.charge(D, [("key5", "value5")], 10)
         self.expect(req(D, [("key4", "value4")], [("key5", "value5")], dhits=[1, 1]),

@@ -276,14 +276,11 @@ class TestParity(unittest.TestCase):
 
     @staticmethod
     def away_from_boundaries():
-        """Waits (at most ~10 s) while a half-hour boundary -- where every
-        window of these rules starts -- is within 5 s, so the pair of
-        calls never straddles one (5 s: a margin a loaded machine keeps)."""
-        while True:
-            ms = int(time.time() * 1000) % HALF_HOUR_MS
-            if 5000 < ms < HALF_HOUR_MS - 5000:
-                return
-            time.sleep(0.05)
+        """Waits (bounded, see harness.wait_window_room) while a half-hour
+        boundary -- where every window of these rules starts -- is within
+        5 s, so the pair of calls never straddles one (5 s: a margin a
+        loaded machine keeps)."""
+        harness.wait_window_room(HALF_HOUR_MS // 1000, 5)
 
 
 def _rows(reply):
@@ -348,8 +345,7 @@ class TestCases(unittest.TestCase):
     def setUp(self):
         # the api rules count "user" a minute, in windows that start on the
         # minute: a case's few calls (milliseconds) must not straddle one
-        while int(time.time()) % 60 > 56:
-            time.sleep(0.05)
+        harness.wait_window_room(60, 3)
 
     def call(self, req, **kw):
         return self.stub.ShouldRateLimit(req, timeout=TIMEOUT, **kw)
@@ -619,6 +615,7 @@ class TestCases(unittest.TestCase):
     def test_many_streams_one_connection(self):
         """200 concurrent calls on one channel (100 streams at a time, the
         server's SETTINGS): exactly the limit's 50 pass."""
+        harness.wait_window_room(3600, 10)  # "load" counts an hour: 200 calls in one
         fs = [self.stub.ShouldRateLimit.future(request("api", [("load", "one")]),
                                                timeout=TIMEOUT) for _ in range(200)]
         codes = [f.result().overall_code for f in fs]
@@ -630,6 +627,7 @@ class TestCases(unittest.TestCase):
                  for _ in range(16)]
         try:
             stubs = [rls_pb2_grpc.RateLimitServiceStub(c) for c in chans]
+            harness.wait_window_room(3600, 10)  # "load" counts an hour: 128 calls in one
             with futures.ThreadPoolExecutor(16) as ex:
                 res = list(ex.map(lambda s: [s.ShouldRateLimit(request("api", [("load", "many")]),
                                                                timeout=TIMEOUT).overall_code
@@ -785,6 +783,7 @@ class TestAuth(unittest.TestCase):
                    "user 'rd' has no permission to decide (it needs +deciding)")
 
     def test_allowed_with_a_deciding_user(self):
+        harness.wait_window_room(60, 3)  # "user" counts a minute: both calls in one
         r1 = self.call("Bearer pw-default")
         r2 = self.call("bearer   dec:pw-dec")
         self.assertEqual((r1.overall_code, r2.overall_code), (OK, OK))
@@ -820,7 +819,9 @@ class TestRedisBackend(unittest.TestCase):
             self.addCleanup(ch.close)
         stubs = [rls_pb2_grpc.RateLimitServiceStub(ch) for ch in chans]
         # 30 calls at once, 15 through each node: "load" allows 50 an hour,
-        # so all pass, and the remaining counts are 49 .. 20, each once
+        # so all pass, and the remaining counts are 49 .. 20, each once;
+        # then 8 on "user", 5 a minute: all 38 in one minute (and hour)
+        harness.wait_window_room(60, 5)
         req = request("api", [("load", "shared")])
         with futures.ThreadPoolExecutor(max_workers=30) as ex:
             got = list(ex.map(lambda i: stubs[i % 2].ShouldRateLimit(req, timeout=TIMEOUT),
@@ -855,8 +856,7 @@ class TestExample(unittest.TestCase):
                                [("remote_address", "10.0.0.%d" % i)])
 
             md = [("x-sluice-ratelimit-headers", "1")]
-            while int(time.time()) % 60 > 50:  # 10 calls within one minute's window
-                time.sleep(0.1)
+            harness.wait_window_room(60, 10)  # 11 calls within one minute's window
             codes = [stub.ShouldRateLimit(req(i), timeout=TIMEOUT, metadata=md).overall_code
                      for i in range(10)]
             self.assertEqual(codes, [OK] * 10)
@@ -919,6 +919,7 @@ class TestTls(unittest.TestCase):
         srv, port = self.start_tls("no")
         stub, health = self.secure(port, client=False)
         req = request("api", [("user", "tls")])
+        harness.wait_window_room(60, 5)  # "user" counts a minute: both calls in one
         self.assertEqual(stub.ShouldRateLimit(req, timeout=TIMEOUT).statuses[0].limit_remaining, 4)
         with grpc.insecure_channel("%s:%d" % (HOST, srv.grpc_port)) as ch:
             r = rls_pb2_grpc.RateLimitServiceStub(ch).ShouldRateLimit(req, timeout=TIMEOUT)
@@ -1065,6 +1066,11 @@ class EnvoyCase(unittest.TestCase):
             assert_clean_stop(cls.srv)
         finally:
             shutil.rmtree(cls.dir, True)
+
+    def setUp(self):
+        # "user" counts a minute (windows start on the minute), the others
+        # an hour: a case's few calls (milliseconds) must not straddle one
+        harness.wait_window_room(60, 3)
 
     def call(self, req):
         return self.stub.ShouldRateLimit(req, timeout=TIMEOUT)
@@ -1300,8 +1306,7 @@ class TestEnvoyRedisChunks(unittest.TestCase):
         # windows start on the minute: the whole case (~0.5 s, a few under
         # TSan beside a CPU hog) within one, or the last request counts
         # in a fresh window (2 left, not 1: seen once in a TSan run)
-        while int(time.time()) % 60 > 45:
-            time.sleep(0.1)
+        harness.wait_window_room(60, 8)
         req = request("env", *[[("user", "c%d" % i)] for i in range(40)])
         got = stub.ShouldRateLimit(req, timeout=TIMEOUT)
         self.assertEqual(got.overall_code, OK)
@@ -1498,6 +1503,8 @@ class TestRawHttp2(unittest.TestCase):
                     "--backend-timeout", "60s", name="grpc-stop-redis")
         self.addCleanup(srv.cleanup)
         msg = request("api", [("load", "stop")]).SerializeToString()
+        # "load" counts an hour: 49, then 48 .. 29 after the pause, in one
+        harness.wait_window_room(3600, 10)
         path = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
         s = socket.create_connection((HOST, srv.grpc_port))
         self.addCleanup(s.close)

@@ -83,6 +83,7 @@ class TestStatisticsNames(unittest.TestCase):
     def test_basic_config_named_limit(self):
         """TestBasicConfig, key4: named key4_rate_limit, counted as
         test-domain.key4; RL.RULES lists both."""
+        harness.wait_window_room(86400, 3)  # 1 a day: both calls in one day
         got = [self.call(G.request("test-domain", [("key4", "foo")])).overall_code
                for _ in range(2)]
         self.assertEqual(got, [OK, OVER])
@@ -98,6 +99,7 @@ class TestStatisticsNames(unittest.TestCase):
         """TestConfigLimitOverride: an override counts under the request's
         descriptorKey whatever limit it gives; other values, other names."""
         entries = [("key1", "value1"), ("subkey1", "something")]
+        harness.wait_window_room(3600, 3)  # 2 an hour, 3 calls: in one hour
         r = self.call(G.request_with_overrides("test-domain", (entries, (10, R.RateLimit.DAY))))
         self.assertEqual(r.overall_code, OK)
         got = [self.call(G.request_with_overrides(
@@ -132,6 +134,8 @@ class TestStatisticsNames(unittest.TestCase):
         n = MAX_VALUES + 5
         users = ["u%d" % i for i in range(n)]
         allowed = 0
+        # 1 a minute: u0's second call (OVER) in the minute of its first
+        harness.wait_window_room(60, 5)
         for i in range(0, n, 16):  # at most 16 descriptors a request
             r = self.call(G.request_with_overrides(
                 "bound-domain", *[([("user", u)], (1, R.RateLimit.MINUTE))

@@ -12,7 +12,7 @@ import http.client
 import os
 import re
 
-from harness import HOST, ROOT, SLUICED, ServerTestCase, run_checked
+from harness import HOST, ROOT, SLUICED, ServerTestCase, run_checked, wait_window_room
 from sf_list import parse_list
 
 BIG = "{unit: hour, requests_per_unit: 100000, name: %s}"
@@ -230,6 +230,8 @@ class TestAuthDecisions(AuthCase):
     """Each test its own server: the counts start at zero."""
 
     def login(self, conn, n):
+        """n requests to /login (2 an hour, fixed window): in one hour."""
+        wait_window_room(3600, 3)
         return [auth(conn, headers=[("X-Original-URI", "/login")]) for _ in range(n)]
 
     def fresh(self, *args):

@@ -34,7 +34,7 @@ import unittest
 
 from harness import (BASE, BUILD, CRASH_SIGNALS, HOST, LOG_DIR, REDIS_MARKS, SANITIZED,
                      STARTED, RawConn, RespError, Server, assert_clean_stop, deadline,
-                     free_port, load_vectors)
+                     free_port, load_vectors, wait_window_room)
 
 MODULE = os.path.join(BUILD, "sluice.so")
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -494,6 +494,9 @@ class TestReplica(ModuleCase):
                 self.assertLess(time.monotonic(), until, "the replica did not connect")
                 time.sleep(0.05)
             keys = make_state(m, at=False)
+            # 3 a day at Redis's clock: the replica's PEEK (0 left) in the
+            # day of the master's 3 decisions
+            wait_window_room(86400, 10)
             for _ in range(3):
                 m.cmd("RL.ALLOW", "day", 3, "1d", "ALGO", "fixed-window")
             keys.append("day")

@@ -19,7 +19,7 @@ import subprocess
 import tempfile
 import time
 
-from harness import BUILD, HOST, ROOT, SLOW, ServerTestCase, deadline, free_port
+from harness import BUILD, HOST, ROOT, SLOW, ServerTestCase, deadline, free_port, wait_window_room
 from sf_list import parse_list
 
 NGINX = "/usr/sbin/nginx"
@@ -133,19 +133,14 @@ class TestNginxInFront(ServerTestCase):
                 pass
         return text
 
-    def wait_out_minute_boundary(self):
-        """The rules count per minute, nginx logs whole seconds: start the
-        run well inside one minute, so sluiced's clock and the log's agree
-        on the window of every request."""
-        until = deadline(70)
-        while time.monotonic() < until and 55 <= time.time() % 60:
-            time.sleep(0.2)
-
     def test_limit_passes_rest_429_and_replay_agrees(self):
         srv = self.new_server("--rules", self.rules, "--trusted-proxies", "127.0.0.1",
                               "--auth-deny-status", "403", http=True)
         proc = self.start_nginx(srv.http_port)
-        self.wait_out_minute_boundary()
+        # The rules count per minute, nginx logs whole seconds: start the
+        # run well inside one minute, so sluiced's clock and the log's agree
+        # on the window of every request.
+        wait_window_room(60, 5)
         answers = [raw_get(self.front, target, 10 * SLOW) for target, _, _ in SEQUENCE]
         self.stop_nginx(proc)  # the access log is whole
 

@@ -19,7 +19,7 @@ import time
 import unittest
 
 from harness import (SLOW, SLUICED, RespError, Server, assert_clean_stop, deadline, free_port,
-                     nothing_listening, run_checked)
+                     nothing_listening, run_checked, wait_window_room)
 
 RULES = """domain: api
 descriptors:
@@ -142,6 +142,7 @@ class TestReload(ReloadCase):
         path = os.path.join(self.dir, "api.yaml")
         write(path, rules("first", 5))
         s = self.start("--rules", path, "--watch-rules=no")
+        wait_window_room(3600, 5)  # 5 an hour: the 4 checks and the reload in one
         for _ in range(3):
             self.rule(s, "carol")
         write(path, rules("second", 5))
@@ -365,6 +366,7 @@ class TestUnreadableEntries(ReloadCase):
 
     def assert_web_limited(self, s, path):
         """web's rule still serves: 2 per hour, then OVER_LIMIT."""
+        wait_window_room(3600, 3)  # the three checks in one hour
         with s.raw() as c:
             self.assertEqual(c.cmd("RL.CHECK", "web", "DESCRIPTOR", "path", path)[6][:3],
                              [b"OK", b"web_path", 2])

@@ -16,7 +16,8 @@ import json
 import os
 import time
 
-from harness import RawConn, RedisServer, RespError, ServerTestCase, deadline, encode
+from harness import (RawConn, RedisServer, RespError, ServerTestCase, deadline, encode,
+                     wait_window_room)
 
 
 def wait_cmd(key, limit, window, timeout, *opts):
@@ -82,6 +83,9 @@ class WaitCases:
 
     def test_timeout_gives_the_denial_and_charges_nothing(self):
         r = self.srv.redis()
+        # 2 an hour in a fixed window of the server's clock: the whole case
+        # (waits of 300, 400 ms) in one hour, or a fresh window allows
+        wait_window_room(3600, 5)
         self.assertEqual(r.execute_command("RL.ALLOW", "tmo", 2, "1h", "ALGO", "fixed-window")[:3],
                          [1, 2, 1])
         self.assertEqual(r.execute_command("RL.ALLOW", "tmo", 2, "1h", "ALGO", "fixed-window")[:3],
@@ -212,7 +216,9 @@ class TestWait(WaitCases, ServerTestCase):
         status, body = self.get("/v1/allow?key=hw&limit=1&window=400&algo=fixed-window&wait=20000")
         self.assertEqual((status, body["allowed"], body["remaining"]), (200, True, 0))
         self.assertGreater(body["delay_ms"], 0)  # it waited for the next window
-        # a wait that ends first: the denial, 429, nothing charged
+        # a wait that ends first: the denial, 429, nothing charged (both
+        # in one hour of hw2's fixed window)
+        wait_window_room(3600, 3)
         status, body = self.get("/v1/allow?key=hw2&limit=1&window=1h&algo=fixed-window")
         self.assertEqual(status, 200)
         status, body = self.get("/v1/allow?key=hw2&limit=1&window=1h&algo=fixed-window&wait=100")
