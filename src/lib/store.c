@@ -861,7 +861,9 @@ typedef struct fit_tbl {
 #ifndef SL__FIT_SPREAD
 #define SL__FIT_SPREAD   3u    /* log2: a spread table has 2^3 slots for each its load counts */
 #endif
+#ifndef SL__FIT_SPREAD_MAX
 #define SL__FIT_SPREAD_MAX   (32u * 1024) /* bytes: a table is spread only this small */
+#endif
 #define SL__FIT_SPREAD_SHARE 16u /* bounded: spread tables hold 1/16 of the budget at most */
 #ifndef SL__FIT_BOUNDED
 #define SL__FIT_BOUNDED  1     /* bounded stores use fitted tables too (docs/store.md,
