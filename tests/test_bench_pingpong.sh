@@ -1,0 +1,166 @@
+#!/bin/sh
+# test_bench_pingpong.sh -- bench/pingpong.c, the core-to-core latency
+# bench/goals.sh runs beside its two-thread rounds: built with cc (warnings
+# as errors), its arguments refused with exit 2 and the argument named, a
+# CPU it cannot pin to refused with exit 1, a short real run on CPUs 0 and 1
+# printing its one documented line with a positive ns, and -- built with a
+# 2-second STALL_S -- a partner that stops answering (thread B stopped with
+# ptrace) ending the run with exit 1 and a message instead of a hang.  No
+# timing is asserted: the ns are only checked to be a number above 0.
+# sluice-test: plain-only
+set -u
+
+ROOT=${SLUICE_ROOT:-$(CDPATH='' cd -- "$(dirname -- "$0")/.." && pwd)}
+. "$ROOT/tests/lib.sh"
+SRC=$ROOT/bench/pingpong.c
+PP=$T/pingpong
+
+if ! command -v cc >/dev/null; then
+    skip "bench/pingpong.c" "no cc"
+    finish
+fi
+if cc -O2 -std=c11 -Wall -Wextra -Wpedantic -Werror -pthread -o "$PP" "$SRC" 2>"$T/cc.err"; then
+    ok "builds with cc -Wall -Wextra -Wpedantic -Werror"
+else
+    bad "builds with cc -Wall -Wextra -Wpedantic -Werror" "$(cat "$T/cc.err")"
+    cc -O2 -pthread -o "$PP" "$SRC" 2>/dev/null || finish
+fi
+
+# pp ARGS...: runs the pingpong (bounded); status in $rc, $T/out, $T/err
+pp() {
+    rc=0
+    timeout 120 "$PP" "$@" >"$T/out" 2>"$T/err" || rc=$?
+}
+USAGE="usage: pingpong CPU_A CPU_B TRIPS   (CPUs 0..1023 and different, TRIPS 1..1000000000)"
+# refused NAME FIRST_LINE ARGS...: exit 2, nothing on stdout, stderr FIRST_LINE
+# (then the usage line, when FIRST_LINE is not itself the usage)
+refused() {
+    name=$1 want=$2
+    shift 2
+    pp "$@"
+    if [ "$want" = "$USAGE" ]; then want_err=$USAGE; else want_err="$want
+$USAGE"; fi
+    if [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && [ "$(cat "$T/err")" = "$want_err" ]; then
+        ok "$name"
+    else
+        bad "$name" "exit $rc (want 2)" "stderr: $(cat "$T/err")" "want: $want_err" "stdout: $(cat "$T/out")"
+    fi
+}
+
+# ---- arguments -------------------------------------------------------------
+refused "no argument: usage, exit 2" "$USAGE"
+refused "two arguments: usage, exit 2" "$USAGE" 0 1
+refused "four arguments: usage, exit 2" "$USAGE" 0 1 10 10
+refused "CPU_A=x refused, named" "pingpong: CPU_A must be a whole number 0..1023, not 'x'" x 1 10
+refused "CPU_A=-1 refused, named" "pingpong: CPU_A must be a whole number 0..1023, not '-1'" -1 1 10
+refused "CPU_B=1024 refused (past CPU_SETSIZE), named" \
+    "pingpong: CPU_B must be a whole number 0..1023, not '1024'" 0 1024 10
+refused "CPU_B=' 1' refused, named" "pingpong: CPU_B must be a whole number 0..1023, not ' 1'" 0 " 1" 10
+refused "TRIPS=0 refused, named" "pingpong: TRIPS must be a whole number 1..1000000000, not '0'" 0 1 0
+refused "TRIPS=1000000001 refused (bounded), named" \
+    "pingpong: TRIPS must be a whole number 1..1000000000, not '1000000001'" 0 1 1000000001
+refused "TRIPS=1e6 refused, named" "pingpong: TRIPS must be a whole number 1..1000000000, not '1e6'" 0 1 1e6
+refused "TRIPS=18446744073709551617 (overflows) refused" \
+    "pingpong: TRIPS must be a whole number 1..1000000000, not '18446744073709551617'" 0 1 18446744073709551617
+refused "CPU_A = CPU_B refused" "pingpong: CPU_A and CPU_B must be two different CPUs, not 1 and 1" 1 1 10
+
+# ---- a CPU it cannot pin to -------------------------------------------------
+# CPUs are numbered from 0, so the count of configured CPUs is not one
+NOCPU=$(getconf _NPROCESSORS_CONF)
+if [ "$NOCPU" -lt 1024 ]; then
+    pp 0 "$NOCPU" 10
+    if [ "$rc" -eq 1 ] && [ ! -s "$T/out" ] &&
+        [ "$(cat "$T/err")" = "pingpong: cannot pin thread B to CPU $NOCPU: Invalid argument (not online, or not in this process's cpuset?)" ]; then
+        ok "a CPU that does not exist (CPU $NOCPU): exit 1 at once, named"
+    else
+        bad "a CPU that does not exist (CPU $NOCPU): exit 1 at once, named" "exit $rc" "$(cat "$T/err")"
+    fi
+else
+    skip "a CPU that does not exist: exit 1, named" "1024 CPUs or more"
+fi
+
+# ---- real runs --------------------------------------------------------------
+if taskset -c 0,1 true 2>/dev/null; then
+    for args in "0 1 1000" "1 0 1"; do
+        # shellcheck disable=SC2086 # three words
+        pp $args
+        set -- $args
+        line="^pingpong: CPUs $1,$2, $3 round trips: [0-9]+\.[0-9] ns one way, cpu/wall [0-9]+ % \(min thread\)$"
+        ns=$(awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "ns") print $i }' "$T/out")
+        if [ "$rc" -eq 0 ] && [ "$(grep -c . "$T/out")" = 1 ] && grep -Eq "$line" "$T/out" &&
+            [ ! -s "$T/err" ] && awk -v v="$ns" 'BEGIN { exit !(v + 0 > 0) }'; then
+            ok "pingpong $args: exit 0, its one line with ns one way > 0"
+        else
+            bad "pingpong $args: exit 0, its one line with ns one way > 0" "exit $rc" \
+                "stdout: $(cat "$T/out")" "stderr: $(cat "$T/err")"
+        fi
+    done
+else
+    skip "real runs on CPUs 0 and 1" "cannot run on CPUs 0,1 (nproc says $(nproc))"
+fi
+
+# ---- a partner that stops answering -----------------------------------------
+# Built with STALL_S=2, run by a Python script (0 1 1e9: minutes of trips)
+# whose forked child stops thread B (named pingpong-B) by ptrace --
+# PTRACE_SEIZE and PTRACE_INTERRUPT stop one thread, where SIGSTOP would
+# stop the process -- once B is in its trips, and holds it until A has said
+# it gave up; the child's exit lets B go (the process cannot end while a
+# tracer holds one of its threads).  The script prints the program's exit
+# status; its own exit 77: ptrace refused here.
+cat >"$T/freeze.py" <<'EOF'
+import ctypes, os, subprocess, sys, time
+prog, err = sys.argv[1], sys.argv[2]
+p = subprocess.Popen([prog, "0", "1", "1000000000"], stdout=subprocess.DEVNULL, stderr=open(err, "w"))
+tracer = os.fork()
+if tracer == 0:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+    deadline, tid = time.time() + 30, None
+    while tid is None and time.time() < deadline:
+        for t in os.listdir(f"/proc/{p.pid}/task"):
+            try:
+                if open(f"/proc/{p.pid}/task/{t}/comm").read().strip() == "pingpong-B":
+                    tid = int(t)
+            except OSError:
+                pass
+        time.sleep(0.05)
+    if tid is None:
+        os._exit(3)
+    time.sleep(0.3)  # B pinned, ready, in its trips
+    if libc.ptrace(0x4206, tid, None, None) != 0 or libc.ptrace(0x4207, tid, None, None) != 0:
+        os._exit(77)  # PTRACE_SEIZE, PTRACE_INTERRUPT refused
+    while time.time() < deadline and "pingpong:" not in open(err).read():
+        time.sleep(0.05)
+    os._exit(0)
+trc = os.waitpid(tracer, 0)[1] >> 8
+if trc != 0:
+    p.kill()
+    sys.exit(trc if trc == 77 else f"tracer: exit {trc}")
+try:
+    print(p.wait(timeout=15))
+except subprocess.TimeoutExpired:
+    p.kill()
+    print("none (still running 15 s after the tracer left)")
+EOF
+NAME="a partner that stops answering: exit 1 after STALL_S, the CPU named"
+if ! command -v python3 >/dev/null; then
+    skip "$NAME" "no python3"
+elif ! taskset -c 0,1 true 2>/dev/null; then
+    skip "$NAME" "cannot run on CPUs 0,1"
+elif ! cc -O2 -DSTALL_S=2 -pthread -o "$T/pingpong2" "$SRC" 2>"$T/cc.err"; then
+    bad "$NAME" "cc -DSTALL_S=2 failed: $(cat "$T/cc.err")"
+else
+    frc=0
+    got=$(timeout 90 python3 "$T/freeze.py" "$T/pingpong2" "$T/err" 2>"$T/freeze.err") || frc=$?
+    if [ "$frc" -eq 77 ]; then
+        skip "$NAME" "ptrace refused here"
+    elif [ "$frc" -eq 0 ] && [ "$got" = 1 ] &&
+        grep -Eqx 'pingpong: no answer from thread B on CPU 1 in 2 s \(round trip [0-9]+\)' "$T/err"; then
+        ok "$NAME"
+    else
+        bad "$NAME" "script: exit $frc, the program's status: $got" \
+            "stderr: $(cat "$T/err")" "script's stderr: $(cat "$T/freeze.err")"
+    fi
+fi
+
+finish
