@@ -14,11 +14,16 @@
  *   pingpong CPU_A CPU_B TRIPS      CPUs 0..1023 and different, TRIPS 1..1e9
  *
  * Prints one line, "pingpong: CPUs A,B, TRIPS round trips: NS ns one way,
- * cpu/wall P % (min thread)": NS is A's wall-clock time from its first write
- * to the last answer, over 2 x TRIPS (each round trip is two one-way
- * trips); P is the smaller of the two threads' CPU time over their wall time
- * (below ~95: another process had one of the cores for part of the run, a
- * trip waited for it to be scheduled again, and NS is high).  The waits
+ * cpu/wall P % (min thread); NB batches of BT: median MED ns one way": NS is
+ * A's wall-clock time from its first write to the last answer, over 2 x
+ * TRIPS (each round trip is two one-way trips); P is the smaller of the two
+ * threads' CPU time over their wall time (below ~95: another process had
+ * one of the cores for part of the run, a trip waited for it to be
+ * scheduled again, and NS is high); MED is the median of the same quotient
+ * over each batch of BT round trips (the trips cut into at most MAX_BATCHES
+ * batches of at least BATCH_MIN, the last one shorter).  A process that
+ * takes a core stalls the batch it lands in, not the others, so MED still
+ * says where the two CPUs are when the load makes NS say nothing.  The waits
  * spin on plain loads (no pause instruction: on recent cores it alone takes
  * ~40 ns, which would be counted as trip time).  A wait that sees no answer
  * for STALL_S (60) seconds gives up (the partner is not running: its CPU is
@@ -45,6 +50,11 @@
 #define STALL_S 60 /* seconds a wait may see no answer before it gives up */
 #endif
 #define SPINS_A_CHECK 65536u /* spins between two looks at the clock in a wait */
+#define MAX_BATCHES 4096      /* batches A times, at most */
+#define BATCH_MIN 1000u       /* round trips a batch, at least (~0.1-0.4 ms here) */
+
+/* A's ns one way in each batch; static: no allocation, 32 KB. */
+static double batch_ns[MAX_BATCHES];
 
 /* The line the two threads bounce, and the flags around it, each alone on
  * its own 128 bytes. */
@@ -63,6 +73,7 @@ struct side {
     int cpu;        /* the CPU it pins itself to */
     int other;      /* the partner's CPU, for messages */
     uint64_t trips; /* round trips */
+    uint64_t batch; /* round trips a batch (A times each batch) */
     uint64_t cpu_ns, wall_ns; /* its CPU and wall time over its loop */
     char err[200];  /* why it failed, when it did */
 };
@@ -150,13 +161,20 @@ static void *side_main(void *arg)
             return end_side(s, msg);
         }
         c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), t0 = clock_ns(CLOCK_MONOTONIC);
-        for (uint64_t i = 0; i < s->trips; i++) {
-            atomic_store_explicit(&shared.v, 2 * i + 1, memory_order_release);
-            if (wait_for(&shared.v, 2 * i + 2) != 0) {
-                snprintf(msg, sizeof msg, "no answer from thread B on CPU %d in %d s (round trip %" PRIu64 ")",
-                         s->other, STALL_S, i + 1);
-                return end_side(s, msg);
+        uint64_t tb = t0;
+        for (uint64_t i = 0, k = 0; i < s->trips; k++) { /* batch k: trips i..end-1 */
+            uint64_t end = i + s->batch < s->trips ? i + s->batch : s->trips, n = end - i;
+            for (; i < end; i++) {
+                atomic_store_explicit(&shared.v, 2 * i + 1, memory_order_release);
+                if (wait_for(&shared.v, 2 * i + 2) != 0) {
+                    snprintf(msg, sizeof msg, "no answer from thread B on CPU %d in %d s (round trip %" PRIu64 ")",
+                             s->other, STALL_S, i + 1);
+                    return end_side(s, msg);
+                }
             }
+            uint64_t t = clock_ns(CLOCK_MONOTONIC);
+            batch_ns[k] = (double)(t - tb) / (2.0 * (double)n);
+            tb = t;
         }
     } else {
         c0 = clock_ns(CLOCK_THREAD_CPUTIME_ID), t0 = clock_ns(CLOCK_MONOTONIC);
@@ -173,6 +191,13 @@ static void *side_main(void *arg)
     s->wall_ns = clock_ns(CLOCK_MONOTONIC) - t0;
     s->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c0;
     return end_side(s, NULL);
+}
+
+/* qsort's order of doubles, ascending. */
+static int by_value(const void *x, const void *y)
+{
+    double a = *(const double *)x, b = *(const double *)y;
+    return (a > b) - (a < b);
 }
 
 /* Thread s's CPU time over its wall time, in %. */
@@ -204,8 +229,12 @@ int main(int argc, char **argv)
                         "\n%s", a, b, usage);
         return 2;
     }
-    struct side sides[2] = {{.id = 1, .cpu = (int)a, .other = (int)b, .trips = trips},
-                             {.id = 2, .cpu = (int)b, .other = (int)a, .trips = trips}};
+    /* at least BATCH_MIN a batch, and few enough batches for batch_ns */
+    uint64_t batch = (trips + MAX_BATCHES - 1) / MAX_BATCHES;
+    if (batch < BATCH_MIN) batch = BATCH_MIN;
+    uint64_t nb = (trips + batch - 1) / batch;
+    struct side sides[2] = {{.id = 1, .cpu = (int)a, .other = (int)b, .trips = trips, .batch = batch},
+                            {.id = 2, .cpu = (int)b, .other = (int)a, .trips = trips, .batch = batch}};
     pthread_t th[2];
     if (sem_init(&done, 0, 0) != 0) {
         fprintf(stderr, "pingpong: sem_init: %s\n", strerror(errno));
@@ -232,7 +261,11 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < 2; i++) pthread_join(th[i], NULL);
     double sa = share(&sides[0]), sb = share(&sides[1]);
-    printf("pingpong: CPUs %" PRIu64 ",%" PRIu64 ", %" PRIu64 " round trips: %.1f ns one way, cpu/wall %.0f %% (min thread)\n",
-           a, b, trips, (double)sides[0].wall_ns / (2.0 * (double)trips), sa < sb ? sa : sb);
+    qsort(batch_ns, nb, sizeof batch_ns[0], by_value);
+    double med = nb % 2 ? batch_ns[nb / 2] : (batch_ns[nb / 2 - 1] + batch_ns[nb / 2]) / 2;
+    printf("pingpong: CPUs %" PRIu64 ",%" PRIu64 ", %" PRIu64 " round trips: %.1f ns one way, cpu/wall %.0f %% (min thread); %" PRIu64
+           " batches of %" PRIu64 ": median %.1f ns one way\n",
+           a, b, trips, (double)sides[0].wall_ns / (2.0 * (double)trips), sa < sb ? sa : sb, nb,
+           nb > 1 ? batch : trips, med);
     return 0;
 }

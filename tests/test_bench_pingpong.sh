@@ -2,8 +2,9 @@
 # test_bench_pingpong.sh -- bench/pingpong.c, the core-to-core latency
 # bench/goals.sh runs beside its two-thread rounds: built with cc (warnings
 # as errors), its arguments refused with exit 2 and the argument named, a
-# CPU it cannot pin to refused with exit 1, a short real run on CPUs 0 and 1
-# printing its one documented line with a positive ns, and -- built with a
+# CPU it cannot pin to refused with exit 1, short real runs on CPUs 0 and 1
+# printing its one documented line with positive ns and the count and size
+# of its batches (bounded: at most 4096), and -- built with a
 # 2-second STALL_S -- a partner that stops answering (thread B stopped with
 # ptrace) ending the run with exit 1 and a message instead of a hang.  No
 # timing is asserted: the ns are only checked to be a number above 0.
@@ -81,17 +82,21 @@ fi
 
 # ---- real runs --------------------------------------------------------------
 if taskset -c 0,1 true 2>/dev/null; then
-    for args in "0 1 1000" "1 0 1"; do
-        # shellcheck disable=SC2086 # three words
-        pp $args
+    # "CPU_A CPU_B TRIPS BATCHES BATCH": 1000 round trips are one batch of
+    # 1000, 1 one of 1, 10000 ten of 1000 (BATCH_MIN); 4200000 would be 4200
+    # of 1000, past MAX_BATCHES (4096): 4094 of ceil(4200000 / 4096) = 1026
+    for args in "0 1 1000 1 1000" "1 0 1 1 1" "0 1 10000 10 1000" "0 1 4200000 4094 1026"; do
+        # shellcheck disable=SC2086 # five words
         set -- $args
-        line="^pingpong: CPUs $1,$2, $3 round trips: [0-9]+\.[0-9] ns one way, cpu/wall [0-9]+ % \(min thread\)$"
-        ns=$(awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "ns") print $i }' "$T/out")
+        pp "$1" "$2" "$3"
+        args="$1 $2 $3"
+        line="^pingpong: CPUs $1,$2, $3 round trips: [0-9]+\.[0-9] ns one way, cpu/wall [0-9]+ % \(min thread\); $4 batches of $5: median [0-9]+\.[0-9] ns one way$"
+        ns=$(awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "ns") printf "%s ", $i }' "$T/out")
         if [ "$rc" -eq 0 ] && [ "$(grep -c . "$T/out")" = 1 ] && grep -Eq "$line" "$T/out" &&
-            [ ! -s "$T/err" ] && awk -v v="$ns" 'BEGIN { exit !(v + 0 > 0) }'; then
-            ok "pingpong $args: exit 0, its one line with ns one way > 0"
+            [ ! -s "$T/err" ] && awk -v v="$ns" 'BEGIN { split(v, w, " "); exit !(w[1] + 0 > 0 && w[2] + 0 > 0) }'; then
+            ok "pingpong $args: exit 0, its one line with ns one way > 0 (whole run and batch median)"
         else
-            bad "pingpong $args: exit 0, its one line with ns one way > 0" "exit $rc" \
+            bad "pingpong $args: exit 0, its one line with ns one way > 0 (whole run and batch median)" "exit $rc" \
                 "stdout: $(cat "$T/out")" "stderr: $(cat "$T/err")"
         fi
     done
