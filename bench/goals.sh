@@ -61,6 +61,7 @@ PINGPONG_TRIPS=${PINGPONG_TRIPS:-2000000}
 [[ $PEERS_ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "PEERS_ROUNDS must be a count of 1 to 99, not '$PEERS_ROUNDS'"
 [[ $CPU =~ ^[0-9]+$ ]] || bad_arg "CPU must be one CPU number, not '$CPU'"
 [[ $PAIR =~ ^[0-9]+,[0-9]+$ ]] || bad_arg "PAIR must be two CPU numbers as A,B, not '$PAIR'"
+[ $((10#${PAIR%,*})) -ne $((10#${PAIR#*,})) ] || bad_arg "PAIR must be two different CPUs (the pingpong needs two), not '$PAIR'"
 [[ $CHAIN_ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "CHAIN_ROUNDS must be a count of 1 to 99, not '$CHAIN_ROUNDS'"
 [[ $PINGPONG_TRIPS =~ ^([1-9][0-9]{0,8}|1000000000)$ ]] ||
     bad_arg "PINGPONG_TRIPS must be a count of 1 to 1000000000, not '$PINGPONG_TRIPS'"
@@ -81,7 +82,10 @@ for b in "$BASE" "$NEW"; do
 done
 command -v taskset >/dev/null || die "needs taskset (util-linux)"
 taskset -c "$CPU" true 2>/dev/null || die "cannot pin to CPU=$CPU (taskset -c $CPU failed; nproc says $(nproc))"
-taskset -c "$PAIR" true 2>/dev/null || die "cannot run on PAIR=$PAIR (taskset -c $PAIR failed; nproc says $(nproc))"
+# each CPU alone: a mask of two succeeds when either one is usable
+for c in "${PAIR%,*}" "${PAIR#*,}"; do
+    taskset -c "$c" true 2>/dev/null || die "cannot run on PAIR=$PAIR (taskset -c $c failed; nproc says $(nproc))"
+done
 if [ "${KEYBYTES:-0}" = 1 ]; then
     [ -x "$NEW/sluicectl" ] || die "KEYBYTES=1: no $NEW/sluicectl (make build/sluicectl)"
 fi

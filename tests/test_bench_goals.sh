@@ -91,10 +91,12 @@ pp_vals() { printf '%s\n' "$1" | tr ';' '\n' >"$T/pp.vals"; }
 PP="61.3 99 60.1;210.0 97 205.5;58.5 98 57.9"
 pp_vals "$PP"
 # goals ENV... -- ARGS...: runs bench/goals.sh with the stub pingpong (from
-# its first value); status in $rc, $T/out, $T/err
+# its first value); status in $rc, $T/out, $T/err; the stubs' calls (this
+# run's only) in $STUB_LOG
 goals() {
     rc=0
     rm -f "$T/n.pp"
+    : >"$STUB_LOG"
     env PINGPONG="$T/pingpong" "$@" >"$T/out" 2>"$T/err" || rc=$?
 }
 # expect NAME RC ERR_LINE: exit status and stderr's last line, nothing run
@@ -127,6 +129,15 @@ goals ROUNDS=100 "$GOALS" "$T/base" "$T/new"
 expect "ROUNDS=100 refused (bounded), exit 2" 2 "bench/goals.sh: ROUNDS must be a count of 1 to 99, not '100'"
 goals CPU=0,1 "$GOALS" "$T/base" "$T/new"
 expect "CPU=0,1 refused, exit 2" 2 "bench/goals.sh: CPU must be one CPU number, not '0,1'"
+for v in 1,1 0,00; do
+    goals PAIR=$v "$GOALS" "$T/base" "$T/new"
+    expect "PAIR=$v (one CPU twice) refused before any run, exit 2" 2 \
+        "bench/goals.sh: PAIR must be two different CPUs (the pingpong needs two), not '$v'"
+done
+NOCPU=$(getconf _NPROCESSORS_CONF)
+goals PAIR=0,$NOCPU "$GOALS" "$T/base" "$T/new"
+expect "PAIR=0,$NOCPU (no CPU $NOCPU) named before any run, exit 1" 1 \
+    "bench/goals.sh: cannot run on PAIR=0,$NOCPU (taskset -c $NOCPU failed; nproc says $(nproc))"
 goals KEYBYTES=yes "$GOALS" "$T/base" "$T/new"
 expect "KEYBYTES=yes refused, exit 2" 2 "bench/goals.sh: KEYBYTES must be 0 or 1, not 'yes'"
 goals CHAIN=yes "$GOALS" "$T/base" "$T/new"
@@ -151,6 +162,7 @@ expect "KEYBYTES=1 without NEW/sluicectl named before any run" 1 \
 goals MISSES=1 "$GOALS" "$T/base" "$T/new"
 expect "MISSES=1 without BASE/libsluice.a named before any run" 1 \
     "bench/goals.sh: MISSES=1: no $T/base/libsluice.a (make build/libsluice.a)"
+: >"$STUB_LOG"
 rc=0
 env PINGPONG="$T/nopingpong" "$GOALS" "$T/base" "$T/new" >"$T/out" 2>"$T/err" || rc=$?
 expect "PINGPONG not a program: named before any run" 1 \
@@ -162,6 +174,7 @@ for c in bash dirname basename taskset true nproc; do
         if [ -x "$d/$c" ]; then ln -sf "$d/$c" "$T/nocc/$c" && break; fi
     done
 done
+: >"$STUB_LOG"
 rc=0
 env -u PINGPONG PATH="$T/nocc" "$GOALS" "$T/base" "$T/new" >"$T/out" 2>"$T/err" || rc=$?
 expect "no cc and no PINGPONG: named before any run" 1 \
