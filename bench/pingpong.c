@@ -27,8 +27,8 @@
  * spin on plain loads (no pause instruction: on recent cores it alone takes
  * ~40 ns, which would be counted as trip time).  A wait that sees no answer
  * for STALL_S (60) seconds gives up (the partner is not running: its CPU is
- * taken by a task of higher priority, or the process was stopped), so a run
- * is bounded.  Exit 0; 1 if a thread cannot be made or pinned (a CPU that is
+ * taken by a task of higher priority, or a debugger stopped that thread), so
+ * a run is bounded.  Exit 0; 1 if a thread cannot be made or pinned (a CPU that is
  * not online or not in this process's cpuset) or a wait gave up; 2 on a bad
  * argument.
  */
