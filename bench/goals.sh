@@ -11,6 +11,15 @@
 #      keys (one call a decision, M/s) and the fill of 1M new keys (inserts);
 #   2. ROUNDS rounds of `--parts 2t` on CPUs $PAIR (0,1), same order: two
 #      threads each on its own keys of one store, and each on its own store;
+#      before each round's two runs, bench/pingpong.c on the same CPUs
+#      (PINGPONG_TRIPS round trips, 2000000): how long a cache line takes
+#      from one of them to the other that round (the whole run's mean, and
+#      the median of its batches of >= 1000 trips, which a process taking a
+#      core for a while spoils less).  This VM's two vCPUs are placed either
+#      near (~40-60 ns one way) or far (~200 ns) by the hypervisor, and
+#      anything two threads both write costs that much more in the far
+#      mode, so the two-thread ratio moves with the mode; the table shows
+#      each round's ns beside the ratio;
 #   3. switched on by the environment, the other goals, by their own scripts:
 #      KEYBYTES=1  bench/keybytes.sh NEW_BUILD (needs NEW_BUILD/sluicectl)
 #      MISSES=1    bench/misses.sh BASE_BUILD NEW_BUILD (cachegrind: slow;
@@ -23,8 +32,10 @@
 #                  "perf's view"; MISSES=1 counts lines touched instead
 # and prints one table: medians of each build, new / base, the issue's goal,
 # met or not, and every round's values.  Every command is printed as run
-# (`+ ...`), and the load average before and after.  Exit 0 when everything
-# was measured (met or not), 1 on an error, 2 on a bad argument.
+# (`+ ...`), and the load average before and after.  bench/pingpong.c is
+# built with `cc -O2 -pthread` into a temporary directory, unless PINGPONG
+# names a program taking "CPU_A CPU_B TRIPS" (the test's stub).  Exit 0 when
+# everything was measured (met or not), 1 on an error, 2 on a bad argument.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,7 +43,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/lib.sh"
 
 usage() {
-    note "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR KEYBYTES MISSES PEERS CHAIN)"
+    note "usage: bench/goals.sh BASE_BUILD [NEW_BUILD]   (environment: ROUNDS CPU PAIR PINGPONG_TRIPS KEYBYTES MISSES PEERS CHAIN)"
     exit 2
 }
 bad_arg() {
@@ -45,11 +56,15 @@ CPU=${CPU:-1}
 PAIR=${PAIR:-0,1}
 PEERS_ROUNDS=${PEERS_ROUNDS:-3}
 CHAIN_ROUNDS=${CHAIN_ROUNDS:-3}
+PINGPONG_TRIPS=${PINGPONG_TRIPS:-2000000}
 [[ $ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "ROUNDS must be a count of 1 to 99, not '$ROUNDS'"
 [[ $PEERS_ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "PEERS_ROUNDS must be a count of 1 to 99, not '$PEERS_ROUNDS'"
 [[ $CPU =~ ^[0-9]+$ ]] || bad_arg "CPU must be one CPU number, not '$CPU'"
 [[ $PAIR =~ ^[0-9]+,[0-9]+$ ]] || bad_arg "PAIR must be two CPU numbers as A,B, not '$PAIR'"
+[ $((10#${PAIR%,*})) -ne $((10#${PAIR#*,})) ] || bad_arg "PAIR must be two different CPUs (the pingpong needs two), not '$PAIR'"
 [[ $CHAIN_ROUNDS =~ ^[1-9][0-9]?$ ]] || bad_arg "CHAIN_ROUNDS must be a count of 1 to 99, not '$CHAIN_ROUNDS'"
+[[ $PINGPONG_TRIPS =~ ^([1-9][0-9]{0,8}|1000000000)$ ]] ||
+    bad_arg "PINGPONG_TRIPS must be a count of 1 to 1000000000, not '$PINGPONG_TRIPS'"
 for v in KEYBYTES MISSES PEERS CHAIN; do
     [[ ${!v:-0} =~ ^[01]$ ]] || bad_arg "$v must be 0 or 1, not '${!v}'"
 done
@@ -67,7 +82,10 @@ for b in "$BASE" "$NEW"; do
 done
 command -v taskset >/dev/null || die "needs taskset (util-linux)"
 taskset -c "$CPU" true 2>/dev/null || die "cannot pin to CPU=$CPU (taskset -c $CPU failed; nproc says $(nproc))"
-taskset -c "$PAIR" true 2>/dev/null || die "cannot run on PAIR=$PAIR (taskset -c $PAIR failed; nproc says $(nproc))"
+# each CPU alone: a mask of two succeeds when either one is usable
+for c in "${PAIR%,*}" "${PAIR#*,}"; do
+    taskset -c "$c" true 2>/dev/null || die "cannot run on PAIR=$PAIR (taskset -c $c failed; nproc says $(nproc))"
+done
 if [ "${KEYBYTES:-0}" = 1 ]; then
     [ -x "$NEW/sluicectl" ] || die "KEYBYTES=1: no $NEW/sluicectl (make build/sluicectl)"
 fi
@@ -83,6 +101,11 @@ if [ "${PEERS:-0}" = 1 ]; then
 fi
 if [ "${CHAIN:-0}" = 1 ] && [ -z "${CHASE:-}" ]; then
     command -v cc >/dev/null || die "CHAIN=1: needs cc to build bench/chase.c (apt install gcc)"
+fi
+if [ -n "${PINGPONG:-}" ]; then
+    [ -x "$PINGPONG" ] || die "PINGPONG=$PINGPONG is not an executable program"
+else
+    command -v cc >/dev/null || die "needs cc to build bench/pingpong.c, the core-to-core latency of step 2 (apt install gcc)"
 fi
 
 TMP=$(mktemp -d)
@@ -130,6 +153,44 @@ dir_of() { if [ "$1" = base ]; then echo "$BASE"; else echo "$NEW"; fi; }
 
 echo "bench/goals.sh: issue 30's goals; base $BASE, new $NEW; $ROUNDS rounds, order alternating"
 echo "load before: $(cat /proc/loadavg) ($(nproc) CPUs)"
+if [ -z "${PINGPONG:-}" ]; then
+    PINGPONG=$TMP/pingpong
+    show cc -O2 -pthread -o "$PINGPONG" "$ROOT/bench/pingpong.c"
+    cc -O2 -pthread -o "$PINGPONG" "$ROOT/bench/pingpong.c" >"$TMP/cc.out" 2>&1 || {
+        note "bench/goals.sh: building bench/pingpong.c failed:"
+        sed 's/^/    /' "$TMP/cc.out" >&2
+        exit 1
+    }
+fi
+# pingpong: one run of the pingpong on $PAIR; appends its one-way ns (the
+# first "N ns one way") to $TMP/pp.ns, and its cpu/wall % and the median of
+# its batches ("median N ns") to $TMP/pp.share and $TMP/pp.batch ("-" for
+# either it does not print)
+pingpong() {
+    local cmd=(timeout 900 "$PINGPONG" "${PAIR%,*}" "${PAIR#*,}" "$PINGPONG_TRIPS") rc=0 line ns share batch
+    show "${cmd[@]}"
+    "${cmd[@]}" >"$TMP/pp.out" 2>"$TMP/pp.err" || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        note "bench/goals.sh: the pingpong failed (exit status $rc): ${cmd[*]}"
+        tail -n 20 "$TMP/pp.err" | sed 's/^/    /' >&2
+        exit 1
+    fi
+    line=$(awk '{ for (i = 1; i < NF; i++) {
+                      if (n == "" && $(i + 1) == "ns" && $(i + 2) ~ /^one/) n = $i
+                      if ($i == "cpu/wall") s = $(i + 1)
+                      if ($i == "median" && $(i + 2) == "ns") m = $(i + 1) } }
+                n != "" { print n, (s ~ /^[0-9]+$/ ? s : "-"), (m ~ /^[0-9]+(\.[0-9]+)?$/ ? m : "-"); exit }' "$TMP/pp.out")
+    read -r ns share batch <<<"${line:-x x x}"
+    if ! awk -v v="$ns" 'BEGIN { exit !(v ~ /^[0-9]+(\.[0-9]+)?$/ && v + 0 > 0) }'; then
+        note "bench/goals.sh: the pingpong printed no 'N ns one way' with N > 0; its output:"
+        sed 's/^/    /' "$TMP/pp.out" "$TMP/pp.err" >&2
+        exit 1
+    fi
+    note "$(cat "$TMP/pp.out")"
+    echo "$ns" >>"$TMP/pp.ns"
+    echo "$share" >>"$TMP/pp.share"
+    echo "$batch" >>"$TMP/pp.batch"
+}
 
 for r in $(seq "$ROUNDS"); do
     note "one thread, round $r of $ROUNDS"
@@ -143,6 +204,7 @@ for r in $(seq "$ROUNDS"); do
 done
 for r in $(seq "$ROUNDS"); do
     note "two threads, round $r of $ROUNDS"
+    pingpong
     for w in $(order "$r"); do
         b=$(dir_of "$w")
         bench "$w" "$b" "$TMP/out" "$PAIR" 2t
@@ -201,9 +263,9 @@ if [ "${CHAIN:-0}" = 1 ]; then
 fi
 
 echo "load after: $(cat /proc/loadavg)"
-python3 - "$TMP" "$ROUNDS" "${LL:-4194304,16,64}" "${N:-1000000}" <<'EOF'
+python3 - "$TMP" "$ROUNDS" "${LL:-4194304,16,64}" "${N:-1000000}" "$PAIR" <<'EOF'
 import os, statistics, sys
-d, rounds, ll, nkeys = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+d, rounds, ll, nkeys, cpu_pair = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 
 def vals(name):
     return [float(x) for x in open(os.path.join(d, name)).read().split()]
@@ -243,6 +305,14 @@ own = {w: [o / s for o, s in zip(vals(f"{w}.own"), vals(f"{w}.sep"))] for w in (
 mo = {w: statistics.median(own[w]) for w in own}
 row("2 threads, own keys / own stores", mo["base"], mo["new"], None, "new >= 0.9",
     mo["new"] >= 0.9, rt(own["base"], own["new"]))
+# the round's core-to-core trip, measured once before its two runs: one
+# value a round, for both builds, so the same median in both columns
+pp = vals("pp.ns")
+pp_share = open(f"{d}/pp.share").read().split()
+pp_batch = open(f"{d}/pp.batch").read().split()
+mp = statistics.median(pp)
+row(f"core to core, one way, ns ({cpu_pair})", mp, mp, None, "-", None,
+    " ".join(f"{x:.1f}" for x in pp) + "; batch medians " + " ".join(pp_batch) + "; cpu/wall % " + " ".join(pp_share))
 if os.path.exists(f"{d}/keybytes.rows"):
     for line in open(f"{d}/keybytes.rows"):
         algo, beyond = line.split()
@@ -269,5 +339,8 @@ print(fmt(head))
 print("-+-".join("-" * x for x in w) + "-+-" + "-" * 24)
 for r in rows:
     print(fmt(r))
+print(f"core to core: bench/pingpong.c on CPUs {cpu_pair} before each round's two 2t runs; near ~40-60 ns,"
+      " far ~200 ns: in the far mode the two-thread ratio falls for any code whose threads write shared lines;"
+      " below ~95 cpu/wall the batch medians (1000-trip batches) still show the mode")
 print(f"goals met: {met} of {judged}" + (f"; missed: {', '.join(missed)}" if missed else ""))
 EOF
