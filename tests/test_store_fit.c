@@ -20,9 +20,9 @@
  *     shards, every key answering as before;
  *   - a bounded store keeps the old path (SL__FIT_BOUNDED): keys in the
  *     slab, the bound held;
- *   - small tables are spread (a record in 8 slots) while their block is
- *     32 KB at most, then dense, every key kept; in a bounded shard spread
- *     tables hold 1/16 of the budget at most.
+ *   - small tables are spread (a record in up to 32 slots, as many as a
+ *     block of 64 KB allows) and then dense, every key kept; in a bounded
+ *     shard spread tables hold 1/16 of the budget at most.
  *
  * Readers while tables are rebuilt: test_store_fit_threads.c (TSan).
  */
@@ -491,10 +491,11 @@ static sl__fit_info tb_table(sl_store *s, size_t klen) { return fit_info_of(s, S
 /* The least a table's block can be: its slots and their tags. */
 static uint64_t table_least(const sl__fit_info *fi) { return (uint64_t)fi->cap * (fi->rsize + 1); }
 
-/* A small table is spread -- a slot in 8 holds a record, so records of
- * different keys seldom share a cache line -- while its block is 32 KB at
- * most; past that it is dense (within the load of 0.94); no key is lost
- * on the way and every key answers from its own state. */
+/* A small table is spread -- one slot in 2^spread holds a record, up to
+ * 1 in 32, so records of different keys are seldom near each other -- as
+ * sparse as a block of 64 KB allows: 32x at first, sparser never again as
+ * it grows, then dense (the load of 0.94 counting one slot in 2^spread);
+ * no key is lost on the way and every key answers from its own state. */
 static void test_spread_small_tables(void **state)
 {
     (void)state;
@@ -502,24 +503,24 @@ static void test_spread_small_tables(void **state)
     sl_params p = params_of(SL_TOKEN_BUCKET);
     char k[16];
     sl_result r;
-    unsigned spread_at = 0, dense_at = 0;
+    unsigned spread_at = 0, dense_at = 0, last = 5;
     for (unsigned i = 0; i < 3000; i++) {
         int n = snprintf(k, sizeof k, "s%07u", i);
         assert_int_equal(sl_decide(s, &p, k, (size_t)n, T0, 1, &r), 0);
         sl__fit_info fi = tb_table(s, 8);
         assert_int_equal(fi.live, i + 1);
+        assert_true(fi.spread <= last); /* never sparser again */
+        last = fi.spread;
+        if (i == 0) assert_int_equal(fi.spread, 5);
+        assert_true((uint64_t)fi.live * 100 <= (uint64_t)(fi.cap >> fi.spread) * 94);
         if (fi.spread) {
-            assert_int_equal(fi.spread, 3);
-            assert_true((uint64_t)fi.live * 8 <= fi.cap);
-            assert_true((uint64_t)fi.cap * fi.rsize <= 32 * 1024);
-            assert_int_equal(dense_at, 0); /* never spread again once dense */
+            assert_true((uint64_t)fi.cap * fi.rsize <= 64 * 1024);
             spread_at = i + 1;
-        } else {
-            assert_true((uint64_t)fi.live * 100 <= (uint64_t)fi.cap * 94);
-            if (!dense_at) dense_at = i + 1;
+        } else if (!dense_at) {
+            dense_at = i + 1;
         }
     }
-    assert_true(spread_at >= 100); /* 100 keys fit a spread block of 32 KB */
+    assert_true(spread_at >= 900); /* 1024 slots 2x (of 28 B) fit a block of 64 KB */
     assert_true(dense_at > spread_at && dense_at < 3000);
     for (unsigned i = 0; i < 3000; i++) { /* a second decision on each: 7 - 2 left */
         int n = snprintf(k, sizeof k, "s%07u", i);

@@ -832,7 +832,7 @@ typedef struct fit_tbl {
     uint32_t tomb;  /* tombstones (shard lock) */
     uint32_t tagb;  /* bytes of tags before the slots: fit_tagb(cap) when made;
                        a shrink in place (fit_purge) keeps it, slots keep their place */
-    uint32_t spread; /* 0, or SL__FIT_SPREAD: a small table, spread (fit_ecap) */
+    uint32_t spread; /* 0, or 1..SL__FIT_SPREAD: a small table, spread (fit_ecap) */
     size_t blk;     /* the block's size for blk_cost / blk_free / limbo_add
                        (fit_bytes when made; less after a shrink in place) */
     uint8_t pad[32]; /* the tags, then the slots, start on a cache line */
@@ -859,10 +859,12 @@ typedef struct fit_tbl {
                                   shrinks in place when the shard needs room */
 #define SL__FIT_DIRTY    0x81u /* a purge's tag for a record not yet placed again */
 #ifndef SL__FIT_SPREAD
-#define SL__FIT_SPREAD   3u    /* log2: a spread table has 2^3 slots for each its load counts */
+#define SL__FIT_SPREAD   5u    /* log2: a spread table has up to 2^5 slots for each its
+                                  load counts (fit_rebuild: as many as SL__FIT_SPREAD_MAX
+                                  allows) */
 #endif
 #ifndef SL__FIT_SPREAD_MAX
-#define SL__FIT_SPREAD_MAX   (32u * 1024) /* bytes: a table is spread only this small */
+#define SL__FIT_SPREAD_MAX   (64u * 1024) /* bytes: a table is spread only this small */
 #endif
 #define SL__FIT_SPREAD_SHARE 16u /* bounded: spread tables hold 1/16 of the budget at most */
 #ifndef SL__FIT_BOUNDED
@@ -908,8 +910,8 @@ static inline uint32_t fit_index(const fit_tbl *t, const uint8_t *r)
     return (uint32_t)((size_t)(r - fit_slot(t, 0)) / t->rsize);
 }
 /* The slots table t's load counts: all of them, or for a spread table
- * (fit_spread_ok) one in 2^SL__FIT_SPREAD -- a record of one key then
- * seldom shares a cache line with another's. */
+ * (fit_spread_ok) one in 2^t->spread -- a record of one key then seldom
+ * has another's near it. */
 static inline uint32_t fit_ecap(const fit_tbl *t) { return t->cap >> t->spread; }
 static inline uint8_t fit_tag(uint64_t hash) { return (uint8_t)((hash >> 40) & 0x7f); }
 /* Sets slot i's tag in a published table (readers load the tags without
@@ -1509,10 +1511,11 @@ static inline uint64_t fit_mincap(uint64_t need)
  * (SL__FIT_SPREAD_MAX) and, in a bounded shard, fits in a quarter of the
  * room left, and with the shard's other spread tables within
  * 1/SL__FIT_SPREAD_SHARE of the budget.  Why: two threads deciding on
- * their own keys write records that in a dense table share cache lines,
- * which then go back and forth between their cores at every decision
- * (two threads on their own 1,000 keys of one store: 0.80 of two stores
- * dense, 0.95 spread, docs/store.md).  A big table is mostly not in
+ * their own keys write records that in a dense table sit near each other:
+ * their lines, and those the prefetchers bring along, go back and forth
+ * between the cores at every decision (docs/store.md, "Spread small
+ * tables": two threads on their own 1,000 keys of one store, 0.33-0.82 of
+ * two stores dense, 0.91-0.98 spread 32x).  A big table is mostly not in
  * cache and stays dense (the bytes a key costs); a bounded shard short of
  * room gives the spread bytes back first (fit_free_room shrinks tables in
  * place, dense).  Shard lock held; O(SL__NFIT).
@@ -1599,11 +1602,13 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     uint64_t ncap = fit_cap_for(o, need);
     uint64_t ocost = o ? blk_cost(o->blk) : 0;
     uint64_t left = room_fit(sh);
-    unsigned spread = fit_spread_ok(sh, fi, ncap << SL__FIT_SPREAD, rsize, left) ? SL__FIT_SPREAD : 0;
+    unsigned spread = SL__FIT_SPREAD; /* as sparse as may be (fit_spread_ok) */
+    while (spread && (!fit_spread_ok(sh, fi, ncap << spread, rsize, left) ||
+                      (!grow && o && (mincap << spread) > o->cap)))
+        spread--;
     ncap <<= spread;
     if (!grow) {
         if (!o || mincap > o->cap) return -1;
-        if (spread && (mincap << spread) > o->cap) ncap >>= spread, spread = 0;
         if (ncap > o->cap) ncap = o->cap;
     }
     if (ncap > (1u << 28)) return -1;
