@@ -30,6 +30,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "tool.h"
+
 #define LINE 64 /* bytes a cache line: one pointer a line */
 
 /* The next of a xorshift64 sequence; *x must not be 0. */
@@ -41,26 +43,6 @@ static uint64_t xorshift(uint64_t *x)
     return *x;
 }
 
-/* Parses a whole decimal number in lo..hi into *v.  Returns 0, or -1 when
- * s is not one (sign, junk, out of range). */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *v)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    errno = 0;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno || *end || n < lo || n > hi) return -1;
-    *v = n;
-    return 0;
-}
-
-/* The time of clock id in ns. */
-static uint64_t clock_ns(clockid_t id)
-{
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* Links the n lines of buf into one cycle in a random order: first each
  * line's slot holds the index of its successor (Sattolo's shuffle of the

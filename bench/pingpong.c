@@ -45,6 +45,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "tool.h"
+
 #define MAX_TRIPS 1000000000ull
 #ifndef STALL_S
 #define STALL_S 60 /* seconds a wait may see no answer before it gives up */
@@ -78,26 +80,6 @@ struct side {
     char err[200];  /* why it failed, when it did */
 };
 
-/* Parses a whole decimal number in lo..hi into *v.  Returns 0, or -1 when
- * s is not one (sign, junk, out of range). */
-static int parse_u64(const char *s, uint64_t lo, uint64_t hi, uint64_t *v)
-{
-    char *end;
-    if (*s < '0' || *s > '9') return -1;
-    errno = 0;
-    unsigned long long n = strtoull(s, &end, 10);
-    if (errno || *end || n < lo || n > hi) return -1;
-    *v = n;
-    return 0;
-}
-
-/* The time of clock id in ns. */
-static uint64_t clock_ns(clockid_t id)
-{
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* Spins until *p == want.  Returns 0, or -1 when STALL_S seconds passed
  * without it.  The clock is read once every SPINS_A_CHECK spins, and only
