@@ -297,13 +297,24 @@ class TestWaitCheck(ServerTestCase):
                 break
         else:
             self.fail("no two posts within one second in 5 tries")
-        status, body = self.post(req, "/v1/check?wait=5000")
-        self.assertEqual((status, body["allowed"]), (200, True))
-        self.assertEqual(body["statuses"][0]["code"], "OK")
-        self.assertGreater(body["delay_ms"], 0)
-        status, body = self.post(req, "/v1/check?wait=0")
-        self.assertEqual((status, body["allowed"], body["statuses"][0]["code"]),
-                         (429, False, "OVER_LIMIT"))
+        # the waited check is allowed as its second's one; a check without
+        # waiting right after it is refused -- when it lands in that same
+        # second, which a busy machine may miss: then the pair is tried
+        # again (the key is over its limit at once after an allowed check)
+        for attempt in range(5):
+            status, body = self.post(req, "/v1/check?wait=5000")
+            self.assertEqual((status, body["allowed"]), (200, True))
+            self.assertEqual(body["statuses"][0]["code"], "OK")
+            self.assertGreater(body["delay_ms"], 0)
+            t1 = time.time()
+            status, body = self.post(req, "/v1/check?wait=0")
+            if (status, body["allowed"], body["statuses"][0]["code"]) == (429, False, "OVER_LIMIT"):
+                break
+            self.assertNotEqual(int(time.time()), int(t1),
+                                "a second check within the waited check's second was not refused: "
+                                "%d %r" % (status, body))
+        else:
+            self.fail("no check right after a waited one within one second in 5 tries")
         status, body = self.post(req, "/v1/check?colour=red")
         self.assertEqual(status, 400)
         self.assertEqual(body["error"], "POST /v1/check takes no query string but wait=ms: send "
