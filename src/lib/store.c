@@ -1523,10 +1523,10 @@ static inline uint64_t fit_mincap(uint64_t need)
 static int fit_spread_ok(const sl__shard *sh, unsigned fi, uint64_t scap, uint32_t rsize,
                          uint64_t left)
 {
-    if (!SL__FIT_SPREAD || scap > (1u << 20) || (fit_bytes((uint32_t)scap, rsize) & ~SL__BLK_MAP) > SL__FIT_SPREAD_MAX)
-        return 0;
+    size_t bytes = scap > (1u << 20) ? SIZE_MAX : fit_bytes((uint32_t)scap, rsize);
+    if (!SL__FIT_SPREAD || (bytes & ~SL__BLK_MAP) > SL__FIT_SPREAD_MAX) return 0;
     if (!sh->budget) return 1;
-    uint64_t cost = blk_cost(fit_bytes((uint32_t)scap, rsize)), held = cost;
+    uint64_t cost = blk_cost(bytes), held = cost;
     if (cost > left / 4) return 0;
     for (unsigned f = 0; f < SL__NFIT; f++)
         if (f != fi && sh->fit[f] && sh->fit[f]->spread) held += blk_cost(sh->fit[f]->blk);
@@ -1614,7 +1614,9 @@ static int fit_rebuild(sl__shard *sh, unsigned fi, uint32_t need, int grow)
     if (ncap > (1u << 28)) return -1;
     if (sh->budget && blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left && limbo_flush(sh))
         left = room_fit(sh);
-    if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits */
+    if (blk_cost(fit_bytes((uint32_t)ncap, rsize)) > left) { /* the most that fits, dense */
+        ncap >>= spread; /* (fit_spread_ok: a spread block fits; kept for the load's sake) */
+        spread = 0;
         uint64_t fixed = sizeof(fit_tbl) + 64 + 32 + os_page(); /* + the tags' rounding */
         uint64_t c = left > fixed ? (left - fixed) / (rsize + 1) : 0;
         if (c < ncap) ncap = c;
